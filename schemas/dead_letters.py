@@ -1,0 +1,119 @@
+"""Dead-letter records: what every failed input row becomes.
+
+One record per failed input row, in the JSON shape of the product contract:
+``{"source", "row", "key", "stage", "reason", "feature", "message", "input"}``.
+Reason codes are stable snake_case strings listed in `REASONS`; the README's
+reason table is the user-facing copy of that list.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any, Mapping
+
+__all__ = ["STAGES", "REASONS", "RowError", "dead_letter", "json_safe"]
+
+STAGES = ("read", "decode", "check", "encode")
+
+# reason code -> one line for the README. Codes are part of the contract:
+# never rename one, only add.
+REASONS: dict[str, str] = {
+    # stage "read": the input file or line could not be read as a row
+    "read_error": "the file could not be read (I/O error, permission denied, vanished after listing)",
+    "empty_file": "the file is empty (0 bytes)",
+    "path_outside_root": "a path taken from the data points outside source.path (absolute, `..`, or a symlink leading out)",
+    "csv_ragged_row": "a CSV row has more or fewer fields than the header",
+    "json_invalid": "a JSONL line is not valid JSON or not a JSON object",
+    "invalid_utf8": "text (a CSV/JSONL line or a `string` feature value) is not valid UTF-8",
+    # stage "decode": image bytes
+    "image_corrupt": "the image data cannot be decoded (not an image, or a broken chunk/marker)",
+    "image_truncated": "the image data ends early",
+    "image_format_not_allowed": "the image format or color mode is not in source.image.formats",
+    "image_too_small": "the image is smaller than source.image.min_size",
+    "image_too_large": "the image is larger than source.image.max_size or exceeds the decompression-bomb pixel limit; it is never decoded",
+    # stage "check": schema checks per feature
+    "missing_value": "a required feature has no value and no default",
+    "type_mismatch": "a value cannot be converted to the feature's declared type",
+    "wrong_length": "the number of values does not match the feature's shape",
+    "out_of_range": "a number is below `min` or above `max`",
+    "not_allowed": "a value is not in the feature's `values` set",
+    "unknown_label": "a value is not in the feature's vocabulary",
+    "too_long": "a bytes/string value is longer than `max_bytes`",
+    "nan_or_inf": "a float is NaN or infinite and `allow_nan` is false",
+    "float32_overflow": "a float's magnitude is too large for float32 (it would become inf)",
+    "int64_overflow": "an integer does not fit in int64",
+    # stage "encode"
+    "internal_error": "an unexpected error while converting the row (a bug: the message holds the traceback)",
+}
+
+
+class RowError(Exception):
+    """A row cannot become an Example. Carries what its dead letter says."""
+
+    def __init__(self, reason: str, message: str, *, feature: str | None = None,
+                 stage: str = "check"):
+        super().__init__(message)
+        if reason not in REASONS:
+            raise ValueError(f"unregistered dead-letter reason {reason!r}")
+        if stage not in STAGES:
+            raise ValueError(f"unknown dead-letter stage {stage!r}")
+        self.reason = reason
+        self.message = message
+        self.feature = feature
+        self.stage = stage
+
+    def __reduce__(self):
+        return (_rebuild_row_error, (self.reason, self.message, self.feature, self.stage))
+
+
+def _rebuild_row_error(reason, message, feature, stage):
+    return RowError(reason, message, feature=feature, stage=stage)
+
+
+def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: str,
+                feature: str | None, message: str, input: Any) -> dict:
+    """Builds one dead-letter record (a JSON-safe dict in the contract's shape)."""
+    if reason not in REASONS:
+        raise ValueError(f"unregistered dead-letter reason {reason!r}")
+    return {
+        "source": source,
+        "row": row,
+        "key": json_safe(key),
+        "stage": stage,
+        "reason": reason,
+        "feature": feature,
+        "message": message,
+        "input": json_safe(input),
+    }
+
+
+_MAX_INLINE_BYTES = 64
+
+
+def json_safe(value: Any) -> Any:
+    """Converts a raw input value into something `json.dumps` accepts, losslessly
+    where it can: bytes that are UTF-8 stay text, other bytes become
+    ``{"base64": ...}`` (long ones are summarised, never embedded whole),
+    non-finite floats become strings."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        if len(raw) > _MAX_INLINE_BYTES:
+            return {"bytes": len(raw), "head": base64.b64encode(raw[:32]).decode("ascii")}
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy / pyarrow scalars and arrays
+        return json_safe(value.tolist())
+    if hasattr(value, "isoformat"):  # dates and times from Parquet
+        return value.isoformat()
+    return repr(value)

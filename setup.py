@@ -1,0 +1,73 @@
+"""Packaging for recordforge.
+
+The repository keeps the design-card layout (`pipelines/`, `transforms/`,
+`schemas/`, `configs/` at the top level) but installs them under one
+`recordforge` namespace, so an installed recordforge never claims generic
+top-level names such as `schemas` in site-packages.
+
+The same file serves as Beam's `--setup_file`: Dataflow and Flink workers
+build an sdist of it and install the package with its runtime dependencies.
+"""
+import pathlib
+import re
+
+import setuptools
+
+HERE = pathlib.Path(__file__).parent
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"',
+    (HERE / "pipelines" / "version.py").read_text(encoding="utf-8"),
+    re.M,
+).group(1)
+
+SUBPACKAGES = ["pipelines", "transforms", "schemas", "configs"]
+
+setuptools.setup(
+    name="recordforge",
+    version=VERSION,
+    description=(
+        "Build sharded, verified TFRecord datasets of tf.train.Example "
+        "with Apache Beam, without TensorFlow."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=[f"recordforge.{name}" for name in SUBPACKAGES],
+    package_dir={f"recordforge.{name}": name for name in SUBPACKAGES},
+    package_data={"recordforge.configs": ["*.yaml", "*/*.yaml"]},
+    install_requires=[
+        "apache-beam>=2.60,<3",
+        # Beam pins protobuf < 7; recordforge builds its Example messages at
+        # import time from descriptors (no generated code), so any runtime in
+        # that range works.
+        "protobuf>=4.25,<7",
+        "crc32c>=2.4,<3",
+        "pillow>=10,<13",
+        "fsspec>=2023.1",
+        "isal>=1.6,<2",
+        "pyyaml>=6,<7",
+        "pyarrow>=14",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            # Independent reader used only in tests: its own generated
+            # tensorflow.Example message.
+            "tfrecord>=1.14",
+            # Beam's own ReadFromTFRecord/WriteToTFRecord need a CRC32C library.
+            "google-crc32c>=1.5",
+            "dask[distributed]>=2024.1",
+            "psutil>=5.9",
+        ],
+        "gcs": ["gcsfs"],
+        "s3": ["s3fs"],
+        "dask": ["dask[distributed]>=2024.1"],
+    },
+    entry_points={"console_scripts": ["recordforge=recordforge.pipelines.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

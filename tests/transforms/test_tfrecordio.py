@@ -1,0 +1,203 @@
+"""The TFRecord codec against independent readers and writers, and damage."""
+
+import gzip
+import io
+import os
+import random
+import struct
+
+import apache_beam as beam
+import crc32c
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings, strategies as st
+
+from recordforge.transforms import tfrecordio
+
+
+def _records(seed=0, count=300):
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.choice([0, 1, 7, 100, 1000, 5000])) for _ in range(count)]
+
+
+def _write(records, compression, batches=3):
+    buffer = io.BytesIO()
+    with tfrecordio.TFRecordWriter(buffer, compression) as writer:
+        step = max(1, len(records) // batches)
+        for start in range(0, len(records), step):
+            writer.write_many(records[start:start + step])
+    return buffer.getvalue()
+
+
+def _masked(data):
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _hand_parse(stream):
+    """An independent reading of the framing, written from the format spec."""
+    records, offset = [], 0
+    while offset < len(stream):
+        (length,) = struct.unpack("<Q", stream[offset:offset + 8])
+        assert struct.unpack("<I", stream[offset + 8:offset + 12])[0] == _masked(stream[offset:offset + 8])
+        data = stream[offset + 12:offset + 12 + length]
+        assert struct.unpack("<I", stream[offset + 12 + length:offset + 16 + length])[0] == _masked(data)
+        records.append(data)
+        offset += 16 + length
+    return records
+
+
+def test_masked_crc_matches_the_published_definition():
+    # Known value: TensorFlow's masked CRC of an empty record's 8 length bytes.
+    assert tfrecordio.masked_crc32c(b"\x00" * 8) == _masked(b"\x00" * 8)
+    assert tfrecordio.frame_records([b""]) == b"\x00" * 8 + struct.pack("<I", _masked(b"\x00" * 8)) + struct.pack("<I", _masked(b""))
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_written_files_parse_with_python_gzip_and_a_hand_parser(compression):
+    records = _records()
+    data = _write(records, compression)
+    stream = gzip.decompress(data) if compression == "gzip" else data
+    assert _hand_parse(stream) == records
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_beam_reads_our_files(tmp_path, compression):
+    records = _records(seed=1)
+    path = tmp_path / ("data" + tfrecordio.suffix_for(compression))
+    path.write_bytes(_write(records, compression))
+    with TestPipeline() as p:
+        read = p | beam.io.ReadFromTFRecord(
+            str(path), compression_type=beam.io.filesystem.CompressionTypes.AUTO)
+        assert_that(read, equal_to(records))
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_we_read_files_written_by_beam(tmp_path, compression):
+    records = _records(seed=2, count=100)
+    prefix = str(tmp_path / "beam")
+    suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+    with TestPipeline() as p:
+        _ = (p | beam.Create(records)
+             | beam.io.WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=1,
+                                       compression_type=beam.io.filesystem.CompressionTypes.AUTO))
+    [path] = list(tmp_path.glob("beam*"))
+    assert sorted(tfrecordio.read_records(str(path))) == sorted(records)
+
+
+def test_multi_member_gzip_reads_as_one_stream():
+    records = _records(seed=3)
+    pieces = [tfrecordio.gzip_compress(tfrecordio.frame_records(records[i:i + 37]))
+              for i in range(0, len(records), 37)]
+    data = b"".join(pieces)
+    assert list(tfrecordio.iter_records(io.BytesIO(data), compression="gzip")) == records
+    assert gzip.decompress(data) == tfrecordio.frame_records(records)
+
+
+def test_gzip_members_are_deterministic():
+    data = tfrecordio.frame_records(_records(seed=4))
+    assert tfrecordio.gzip_compress(data) == tfrecordio.gzip_compress(data)
+
+
+def test_auto_detection_by_name_and_by_content():
+    records = _records(seed=5, count=20)
+    plain, packed = _write(records, "none"), _write(records, "gzip")
+    assert list(tfrecordio.iter_records(io.BytesIO(packed), path="x.tfrecord")) == records
+    assert list(tfrecordio.iter_records(io.BytesIO(plain), path="x.tfrecord")) == records
+    assert list(tfrecordio.iter_records(io.BytesIO(packed), path="x.tfrecord.gz")) == records
+
+
+def test_a_plain_record_whose_length_starts_with_the_gzip_magic_is_not_gunzipped():
+    record = b"r" * 0x8B1F  # little-endian length begins 1f 8b
+    data = tfrecordio.frame_records([record])
+    assert data[:2] == b"\x1f\x8b"
+    assert list(tfrecordio.iter_records(io.BytesIO(data), path="x.tfrecord")) == [record]
+
+
+def test_huge_declared_length_is_not_allocated():
+    length = struct.pack("<Q", 1 << 60)
+    data = length + struct.pack("<I", tfrecordio.masked_crc32c(length)) + b"tiny"
+    with pytest.raises(tfrecordio.TFRecordError, match="truncated record") as info:
+        list(tfrecordio.iter_records(io.BytesIO(data), path="big.tfrecord", compression="none"))
+    assert info.value.offset == 0 and info.value.record_index == 0
+
+
+def _read_all(data, compression, path):
+    return list(tfrecordio.iter_records(io.BytesIO(data), path=path, compression=compression))
+
+
+def _expect_error_or_same(data, compression, records, path):
+    try:
+        got = _read_all(data, compression, path)
+    except tfrecordio.TFRecordError as error:
+        assert error.path == path and path in str(error)
+        assert 0 <= error.offset and f"byte offset {error.offset}" in str(error)
+        return "error"
+    assert got == records, "damaged file read back as different records"
+    return "same"
+
+
+_DAMAGE_RECORDS = _records(seed=6, count=40)
+_FILES = {c: _write(_DAMAGE_RECORDS, c) for c in ("none", "gzip")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["none", "gzip"]), st.data())
+def test_every_byte_flip_is_caught(compression, data):
+    original = _FILES[compression]
+    position = data.draw(st.integers(0, len(original) - 1), label="position")
+    xor = data.draw(st.integers(1, 255), label="xor")
+    damaged = bytearray(original)
+    damaged[position] ^= xor
+    outcome = _expect_error_or_same(bytes(damaged), compression, _DAMAGE_RECORDS, "shard.bin")
+    if compression == "none" or position >= 10:
+        # Only gzip header fields that gzip ignores (mtime, flags, OS) may
+        # leave the records intact; everything else must be detected.
+        assert outcome == "error" or (compression == "gzip" and position < 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["none", "gzip"]), st.data())
+def test_every_truncation_is_caught(compression, data):
+    original = _FILES[compression]
+    cut = data.draw(st.integers(1, len(original) - 1), label="cut")
+    outcome = _expect_error_or_same(original[:cut], compression, _DAMAGE_RECORDS, "shard.bin")
+    assert outcome == "error"
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_an_empty_file_holds_no_records(compression):
+    assert _read_all(b"", compression, "empty") == []
+
+
+def test_records_before_damage_are_yielded_then_error_names_record():
+    records = _records(seed=7, count=10)
+    data = bytearray(_write(records, "none"))
+    offset = sum(16 + len(r) for r in records[:4])
+    data[offset + 13] ^= 0xFF  # inside record 4's data
+    reader = tfrecordio.iter_records(io.BytesIO(bytes(data)), path="s.tfrecord")
+    got = [next(reader) for _ in range(4)]
+    assert got == records[:4]
+    with pytest.raises(tfrecordio.TFRecordError, match="bad data CRC") as info:
+        next(reader)
+    assert (info.value.offset, info.value.record_index) == (offset, 4)
+
+
+def test_garbage_after_last_gzip_member_is_an_error():
+    data = _write(_records(seed=8, count=5), "gzip") + b"junk"
+    with pytest.raises(tfrecordio.TFRecordError, match="gzip"):
+        _read_all(data, "gzip", "x.gz")
+
+
+def test_writer_rejects_unknown_compression():
+    with pytest.raises(ValueError, match="compression"):
+        tfrecordio.TFRecordWriter(io.BytesIO(), "zstd")
+
+
+def test_read_records_through_fsspec_memory_filesystem():
+    import fsspec
+    records = _records(seed=9, count=12)
+    with fsspec.open("memory://codec/test.tfrecord.gz", "wb") as f:
+        f.write(_write(records, "gzip"))
+    assert list(tfrecordio.read_records("memory://codec/test.tfrecord.gz")) == records
