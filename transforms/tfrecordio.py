@@ -41,9 +41,10 @@ __all__ = [
     "suffix_for",
 ]
 
-# isal's levels run 0-3. Level 3 stays within ~20% of zlib level 6's size on
-# serialized Examples at ~8x its speed; levels 0-2 buy little more speed.
-DEFAULT_GZIP_LEVEL = 3
+# isal's levels run 0-3. On serialized table rows, level 2 writes output
+# within ~7% of zlib level 6's size at ~10x its speed; level 3 saves another
+# ~2% at half the speed (benchmarks/bench_codec.py).
+DEFAULT_GZIP_LEVEL = 2
 COMPRESSIONS = ("none", "gzip")
 
 _GZIP_WBITS = 31  # deflate inside a gzip header/trailer (mtime 0: deterministic)

@@ -1,0 +1,81 @@
+"""`recordforge inspect` on shards, directories and dead-letter files."""
+
+import base64
+import io
+import json
+
+import pytest
+
+from recordforge.pipelines import inspect
+from recordforge.schemas.example import encode_example
+from recordforge.transforms import tfrecordio
+
+IMAGE = b"\xff\xd8\xff\xe0" + bytes(range(256))
+
+
+def _examples(n):
+    return [encode_example({"id": i, "name": f"row {i}", "score": i / 2, "image": IMAGE,
+                            "nan": float("nan")}) for i in range(n)]
+
+
+def _write(path, records, compression):
+    with open(path, "wb") as f, tfrecordio.TFRecordWriter(f, compression) as writer:
+        writer.write_many(records)
+
+
+def _run(argv):
+    out = io.StringIO()
+    code = inspect.main(argv, out=out)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_prints_every_record_as_a_json_line(tmp_path, compression):
+    path = tmp_path / ("s" + tfrecordio.suffix_for(compression))
+    _write(path, _examples(3), compression)
+    code, lines = _run([str(path)])
+    assert code == 0 and len(lines) == 3
+    first = lines[0]
+    assert first["record"] == 0 and first["file"] == path.name
+    features = first["features"]
+    assert features["id"] == [0] and features["name"] == ["row 0"] and features["score"] == [0.0]
+    assert features["image"] == [{"bytes": len(IMAGE),
+                                  "head": base64.b64encode(IMAGE[:32]).decode()}]
+    assert features["nan"] == ["nan"]
+
+
+def test_directory_and_limit(tmp_path):
+    for i in range(2):
+        _write(tmp_path / f"train-0000{i}-of-00002.tfrecord", _examples(4), "none")
+    (tmp_path / "notes.txt").write_text("not a shard")
+    code, lines = _run([str(tmp_path), "--limit", "6"])
+    assert code == 0 and len(lines) == 6
+    assert [l["file"] for l in lines] == ["train-00000-of-00002.tfrecord"] * 4 + [
+        "train-00001-of-00002.tfrecord"] * 2
+
+
+def test_damaged_file_prints_records_before_the_damage_then_fails(tmp_path, capsys):
+    records = _examples(5)
+    data = bytearray(tfrecordio.frame_records(records))
+    offset = sum(16 + len(r) for r in records[:3])
+    data[offset + 20] ^= 0x40
+    path = tmp_path / "bad.tfrecord"
+    path.write_bytes(bytes(data))
+    code, lines = _run([str(path)])
+    assert code == 1 and [l["record"] for l in lines] == [0, 1, 2]
+    err = capsys.readouterr().err
+    assert "bad.tfrecord" in err and f"byte offset {offset}" in err and "record 3" in err
+
+
+def test_dead_letter_file(tmp_path):
+    path = tmp_path / "part-00000.jsonl"
+    rows = [{"source": "a.csv", "row": 3, "reason": "out_of_range"},
+            {"source": "a.csv", "row": 9, "reason": "missing_value"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, lines = _run([str(path)])
+    assert code == 0 and lines == rows
+
+
+def test_missing_path_is_a_usage_error(tmp_path, capsys):
+    assert inspect.main([str(tmp_path / "nope.tfrecord")]) == 2
+    assert "no such file" in capsys.readouterr().err
