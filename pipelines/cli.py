@@ -1,2 +1,123 @@
-def main(argv=None):
-    print("hi")
+"""The `recordforge` command: dispatches to one subcommand module.
+
+    recordforge build CONFIG.yaml [--set KEY=VALUE ...] [--output URL] [--overwrite] [-- BEAM_OPTIONS ...]
+    recordforge verify DATASET_DIR [--deep]
+    recordforge inspect PATH [--limit N]
+    recordforge runner-args PROFILE
+
+Each subcommand module owns its flags and returns its exit status; this module
+only picks the module, imported lazily so `recordforge --help` and a bad
+command answer without importing Beam. Exit status: 0 success; 1 the command
+failed (build: nothing published; verify: damage found); 2 bad usage or an
+invalid config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Sequence
+
+__all__ = ["COMMANDS", "main"]
+
+# command -> (module, function taking argv and returning the exit status, summary)
+COMMANDS = {
+    "build": ("recordforge.pipelines.build", "run",
+              "build and publish a dataset version from a config"),
+    "verify": ("recordforge.pipelines.verify", "main",
+               "re-read a published dataset and check sizes, checksums and records"),
+    "inspect": ("recordforge.pipelines.inspect", "main",
+                "print records of a shard, dataset or dead-letter file as JSON lines"),
+    "runner-args": ("recordforge.pipelines.cli", "runner_args",
+                    "print the Beam options of a runner profile (configs/runners/)"),
+}
+
+USAGE = """\
+usage: recordforge COMMAND [ARGS ...]
+       recordforge --version
+
+commands:
+{commands}
+
+Run `recordforge COMMAND --help` for a command's options. Exit status: 0 success;
+1 the command failed (build: nothing was published); 2 bad usage or invalid config.
+"""
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"  {name:<{width}}  {summary}" for name, (_, _, summary) in COMMANDS.items()]
+    return USAGE.format(commands="\n".join(lines))
+
+
+def runner_args(argv: Sequence[str]) -> int:
+    """``recordforge runner-args PROFILE``: prints a runner profile's Beam
+    options one per line, for ``recordforge build CONFIG -- $(recordforge runner-args dataflow)``."""
+    from recordforge.pipelines.config import load_runner_profile, runner_profile_names
+    from recordforge.schemas.errors import ConfigError
+
+    argv = list(argv)
+    if len(argv) != 1 or argv[0].startswith("-"):
+        names = ", ".join(runner_profile_names())
+        stream = sys.stdout if argv in (["-h"], ["--help"]) else sys.stderr
+        print("usage: recordforge runner-args PROFILE\n\nPROFILE: a name from configs/runners/ "
+              f"({names}) or the path of a YAML file with an `args:` list.", file=stream)
+        return 0 if stream is sys.stdout else 2
+    try:
+        args = load_runner_profile(argv[0])
+    except ConfigError as error:
+        print(f"recordforge runner-args: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(args))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `recordforge` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.stderr.write(_usage())
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command in ("-h", "--help", "help"):
+        sys.stdout.write(_usage())
+        return 0
+    if command == "--version":
+        from recordforge.pipelines.version import __version__
+        print(f"recordforge {__version__}")
+        return 0
+    if command not in COMMANDS:
+        import difflib
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        sys.stderr.write(f"recordforge: unknown command {command!r}{hint}\n\n{_usage()}")
+        return 2
+    module_name, function_name, _ = COMMANDS[command]
+    ours = rest[:rest.index("--")] if "--" in rest else rest
+    if command == "build" and not {"-v", "--verbose"} & set(ours):
+        # Beam logs warnings while it is imported, before `build` can quiet it.
+        from recordforge.pipelines.progress import hide_beam_noise
+        hide_beam_noise(False)
+    function = getattr(importlib.import_module(module_name), function_name)
+    from recordforge.schemas.errors import ConfigError
+    try:
+        status = function(rest)
+    except ConfigError as error:  # a subcommand that lets one escape still exits 2
+        print(f"recordforge {command}: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `recordforge inspect ... | head`
+        # Point stdout at /dev/null so the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"recordforge {command}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exit_:  # argparse inside a subcommand
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

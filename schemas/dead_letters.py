@@ -26,6 +26,11 @@ REASONS: dict[str, str] = {
     "csv_ragged_row": "a CSV row has more or fewer fields than the header",
     "json_invalid": "a JSONL line is not valid JSON or not a JSON object",
     "invalid_utf8": "text (a CSV/JSONL line or a `string` feature value) is not valid UTF-8",
+    "csv_bad_header": "a CSV file has no usable header row (empty, or duplicate column names); the file is not read",
+    "csv_malformed": "a CSV record has broken quoting (an unterminated quoted field, text after a closing quote, or a bare CR)",
+    "parquet_invalid": "a Parquet file or one of its row groups cannot be decoded",
+    "unlabeled_image": "an image file has no label (no class folder, or no entry in the labels table)",
+    "labels_invalid": "a labels-table row lacks `file` or `label`, or lists a file already listed",
     # stage "decode": image bytes
     "image_corrupt": "the image data cannot be decoded (not an image, or a broken chunk/marker)",
     "image_truncated": "the image data ends early",

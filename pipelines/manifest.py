@@ -1,0 +1,324 @@
+"""The published dataset's self-description: `manifest.json` and `SHA256SUMS`.
+
+`build_manifest` turns what a build measured (shards, dead letters, counts)
+plus what the config declared (name, features, vocabularies, splits) into the
+manifest dict of the product contract, with a fixed key order:
+
+    format, name, version, created, compression, features, vocabularies,
+    splits, num_input_rows, dead_letter, config, tool
+
+`dumps_manifest` serializes it deterministically (2-space indent, UTF-8,
+trailing newline): splits follow the configured split order, shards are
+sorted by file name, dead-letter reasons and files are sorted. Two builds of
+the same inputs therefore differ only in `created`.
+
+`load_manifest` is the reader's side: it parses a manifest and checks every
+field a verifier or a reader relies on, raising `ManifestError` (naming the
+field) for anything malformed.
+
+`SHA256SUMS` uses GNU coreutils' format (``<hex>  <file>``), so
+``sha256sum -c SHA256SUMS`` works inside a version directory.
+
+Nothing here touches a filesystem; `publish` and `verify` do the I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from recordforge.pipelines.version import __version__
+
+__all__ = [
+    "FORMAT",
+    "LATEST_FILE",
+    "MANIFEST_FILE",
+    "SHA256SUMS_FILE",
+    "ManifestError",
+    "build_manifest",
+    "compression_label",
+    "compression_from_label",
+    "dumps_manifest",
+    "format_sha256sums",
+    "load_manifest",
+    "parse_sha256sums",
+    "shard_file_name",
+    "parse_shard_file_name",
+    "utc_timestamp",
+]
+
+FORMAT = "recordforge.manifest/1"
+MANIFEST_FILE = "manifest.json"
+LATEST_FILE = "LATEST"  # in the output root: the name of the newest published version
+SHA256SUMS_FILE = "SHA256SUMS"
+TOOL_NAME = "recordforge"
+
+_COMPRESSION_LABELS = {"gzip": "GZIP", "none": "NONE"}
+_SUFFIXES = {"gzip": ".tfrecord.gz", "none": ".tfrecord"}
+_STORED_TYPES = ("int64", "float", "bytes")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SHARD_NAME = re.compile(
+    r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.tfrecord(?:\.gz)?)$")
+# sha256sum escapes names with these characters; ours never need that.
+_UNSAFE_IN_SUMS = re.compile(r"[\\\n\r]")
+
+
+class ManifestError(ValueError):
+    """A manifest (or the inputs to one) is malformed. `field` is the dotted
+    path of the offending field, e.g. ``splits.train.shards[3].sha256``."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field = field
+        self.problem = problem
+
+
+def utc_timestamp(now: _dt.datetime | None = None) -> str:
+    """`now` (default: the current time) as ``YYYY-MM-DDTHH:MM:SSZ`` in UTC."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    if now.tzinfo is None:
+        raise ValueError("utc_timestamp needs a timezone-aware datetime")
+    return now.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def compression_label(compression: str) -> str:
+    """"gzip" -> "GZIP", "none" -> "NONE" (the manifest's spelling)."""
+    try:
+        return _COMPRESSION_LABELS[compression]
+    except KeyError:
+        raise ManifestError("compression", f"must be 'gzip' or 'none', got {compression!r}") from None
+
+
+def compression_from_label(label: str) -> str:
+    """The inverse of `compression_label`: "GZIP" -> "gzip"."""
+    for compression, known in _COMPRESSION_LABELS.items():
+        if label == known:
+            return compression
+    raise ManifestError("compression", f"must be 'GZIP' or 'NONE', got {label!r}")
+
+
+def shard_file_name(split: str, index: int, count: int, compression: str) -> str:
+    """``<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]``."""
+    return f"{split}-{index:05d}-of-{count:05d}{_SUFFIXES[compression]}"
+
+
+def parse_shard_file_name(file: str) -> tuple[str, int, int, str] | None:
+    """(split, index, count, compression) of a shard file name, or None if
+    the name is not one."""
+    match = _SHARD_NAME.match(file)
+    if not match:
+        return None
+    compression = "gzip" if match["suffix"].endswith(".gz") else "none"
+    return match["split"], int(match["index"]), int(match["count"]), compression
+
+
+def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: str,
+                  field: str) -> None:
+    """Shard names must be exactly <split>-00000..<n-1>-of-<n> with the
+    compression's suffix: a gap means a shard (and its rows) went missing."""
+    count = len(shards)
+    seen = set()
+    for position, shard in enumerate(shards):
+        where = f"{field}[{position}]"
+        parsed = parse_shard_file_name(shard["file"])
+        if parsed is None:
+            raise ManifestError(f"{where}.file", f"{shard['file']!r} is not a shard file name "
+                                "(<split>-<index:05d>-of-<count:05d>.tfrecord[.gz])")
+        name_split, index, of, name_compression = parsed
+        if name_split != split:
+            raise ManifestError(f"{where}.file", f"{shard['file']!r} does not belong to split {split!r}")
+        if name_compression != compression:
+            raise ManifestError(f"{where}.file", f"{shard['file']!r} does not have the suffix "
+                                f"{_SUFFIXES[compression]!r} of compression {compression!r}")
+        if of != count:
+            raise ManifestError(f"{where}.file", f"{shard['file']!r} says {of} shards but split "
+                                f"{split!r} has {count}")
+        if index in seen or index >= count:
+            raise ManifestError(f"{where}.file", f"{shard['file']!r} repeats or exceeds shard "
+                                f"index range 0..{count - 1}")
+        seen.add(index)
+        for key in ("num_examples", "num_bytes"):
+            value = shard.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ManifestError(f"{where}.{key}", f"must be a non-negative integer, got {value!r}")
+        if not isinstance(shard.get("sha256"), str) or not _HEX64.match(shard["sha256"]):
+            raise ManifestError(f"{where}.sha256", f"must be 64 lowercase hex digits, got "
+                                f"{shard.get('sha256')!r}")
+
+
+def _shard_entry(shard: Mapping[str, Any]) -> dict:
+    return {"file": shard["file"], "num_examples": shard["num_examples"],
+            "num_bytes": shard["num_bytes"], "sha256": shard["sha256"]}
+
+
+def build_manifest(*, name: str, version: str, created: str, compression: str,
+                   features: Mapping[str, Any], vocabularies: Mapping[str, Sequence[str]],
+                   split_names: Sequence[str], shards: Iterable[Mapping[str, Any]],
+                   num_input_rows: int, dead_letter: Mapping[str, Any],
+                   config: Mapping[str, Any], runner: str) -> dict:
+    """The manifest dict, in the contract's shape and key order.
+
+    shards: the pipeline's shard records ``{"split", "file", "num_examples",
+    "num_bytes", "sha256"}`` in any order. dead_letter: ``{"num_rows",
+    "by_reason", "files", ...}`` (other keys, e.g. samples, are left out).
+    Raises `ManifestError` for a shard of an unknown split, a gap or clash in
+    shard numbering, a wrong suffix or a malformed count or checksum.
+    """
+    by_split: dict[str, list] = {split: [] for split in split_names}
+    for shard in shards:
+        split = shard.get("split")
+        if split not in by_split:
+            raise ManifestError("splits", f"shard {shard.get('file')!r} belongs to split "
+                                f"{split!r}, which is not one of {list(split_names)}")
+        by_split[split].append(_shard_entry(shard))
+    splits = {}
+    for split, entries in by_split.items():
+        entries.sort(key=lambda entry: entry["file"])
+        _check_shards(split, entries, compression, f"splits.{split}.shards")
+        splits[split] = {
+            "num_examples": sum(entry["num_examples"] for entry in entries),
+            "num_bytes": sum(entry["num_bytes"] for entry in entries),
+            "shards": entries,
+        }
+    return {
+        "format": FORMAT,
+        "name": name,
+        "version": version,
+        "created": created,
+        "compression": compression_label(compression),
+        "features": {key: dict(value) for key, value in features.items()},
+        "vocabularies": {key: list(value) for key, value in vocabularies.items()},
+        "splits": splits,
+        "num_input_rows": int(num_input_rows),
+        "dead_letter": {
+            "num_rows": int(dead_letter.get("num_rows", 0)),
+            "by_reason": dict(sorted(dead_letter.get("by_reason", {}).items())),
+            "files": sorted(dead_letter.get("files", [])),
+        },
+        "config": config,
+        "tool": {"name": TOOL_NAME, "version": __version__, "runner": runner},
+    }
+
+
+def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:
+    """The manifest as UTF-8 JSON bytes, indented by 2, with a final newline.
+    Keys keep the dict's order (build_manifest fixes it), so the bytes are a
+    function of the content."""
+    return (json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _require(mapping: Mapping, key: str, types, field: str):
+    if not isinstance(mapping, Mapping) or key not in mapping:
+        raise ManifestError(f"{field}{key}", "missing")
+    value = mapping[key]
+    # bool is an int subclass; a count of `true` is still malformed.
+    if not isinstance(value, types) or (types is int and isinstance(value, bool)):
+        raise ManifestError(f"{field}{key}", f"has the wrong type ({type(value).__name__})")
+    return value
+
+
+def load_manifest(data: bytes | str) -> dict:
+    """Parses and checks a manifest. Returns the dict; raises `ManifestError`
+    naming the first malformed field. Checks structure and internal
+    consistency (shard names, per-split sums, the row accounting invariant),
+    not the files themselves."""
+    try:
+        manifest = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ManifestError("", f"not valid JSON ({error})") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError("", "not a JSON object")
+    if _require(manifest, "format", str, "") != FORMAT:
+        raise ManifestError("format", f"unsupported manifest format {manifest['format']!r} "
+                            f"(this recordforge reads {FORMAT!r})")
+    for key in ("name", "version", "created"):
+        _require(manifest, key, str, "")
+    compression = compression_from_label(_require(manifest, "compression", str, ""))
+    features = _require(manifest, "features", dict, "")
+    for feature, spec in features.items():
+        where = f"features.{feature}."
+        kind = _require(spec, "type", str, where)
+        if kind not in _STORED_TYPES:
+            raise ManifestError(f"{where}type", f"must be one of {_STORED_TYPES}, got {kind!r}")
+        shape = spec.get("shape", [])
+        if not (isinstance(shape, list) and len(shape) <= 1
+                and all(isinstance(n, int) and (n >= 0 or n == -1) for n in shape)):
+            raise ManifestError(f"{where}shape", f"must be [], [N] or [-1], got {shape!r}")
+    vocabularies = _require(manifest, "vocabularies", dict, "")
+    for key, values in vocabularies.items():
+        if not isinstance(values, list):
+            raise ManifestError(f"vocabularies.{key}", "must be a list")
+    splits = _require(manifest, "splits", dict, "")
+    total_examples = 0
+    for split, summary in splits.items():
+        where = f"splits.{split}."
+        shards = _require(summary, "shards", list, where)
+        for position, shard in enumerate(shards):
+            shard_where = f"{where}shards[{position}]."
+            _require(shard, "file", str, shard_where)
+            _require(shard, "num_examples", int, shard_where)
+            _require(shard, "num_bytes", int, shard_where)
+            _require(shard, "sha256", str, shard_where)
+        _check_shards(split, shards, compression, f"{where}shards")
+        for key in ("num_examples", "num_bytes"):
+            total = _require(summary, key, int, where)
+            if total != sum(shard[key] for shard in shards):
+                raise ManifestError(f"{where}{key}", f"{total} is not the sum over its shards "
+                                    f"({sum(shard[key] for shard in shards)})")
+        total_examples += summary["num_examples"]
+    num_input_rows = _require(manifest, "num_input_rows", int, "")
+    dead = _require(manifest, "dead_letter", dict, "")
+    dead_rows = _require(dead, "num_rows", int, "dead_letter.")
+    _require(dead, "by_reason", dict, "dead_letter.")
+    files = _require(dead, "files", list, "dead_letter.")
+    for position, file in enumerate(files):
+        if not isinstance(file, str) or not _is_relative_inside(file):
+            raise ManifestError(f"dead_letter.files[{position}]",
+                                f"must be a relative path inside the version, got {file!r}")
+    if num_input_rows != total_examples + dead_rows:
+        raise ManifestError("num_input_rows", f"{num_input_rows} input rows but "
+                            f"{total_examples} examples + {dead_rows} dead letters")
+    _require(manifest, "config", dict, "")
+    _require(_require(manifest, "tool", dict, ""), "name", str, "tool.")
+    return manifest
+
+
+def _is_relative_inside(file: str) -> bool:
+    parts = file.split("/")
+    return bool(file) and not file.startswith("/") and all(part not in ("", ".", "..") for part in parts)
+
+
+def format_sha256sums(entries: Iterable[tuple[str, str]]) -> bytes:
+    """``sha256sum`` output for (relative file, hex digest) pairs, sorted by
+    file: ``<hex>  <file>`` per line (two spaces: binary-agnostic mode)."""
+    lines = []
+    for file, digest in sorted(entries):
+        if _UNSAFE_IN_SUMS.search(file) or not _is_relative_inside(file):
+            raise ManifestError(SHA256SUMS_FILE, f"file name {file!r} cannot be listed")
+        if not _HEX64.match(digest):
+            raise ManifestError(SHA256SUMS_FILE, f"{file}: {digest!r} is not a sha256 hex digest")
+        lines.append(f"{digest}  {file}\n")
+    return "".join(lines).encode("utf-8")
+
+
+def parse_sha256sums(data: bytes) -> dict[str, str]:
+    """file -> hex digest from ``sha256sum`` output (text or ``*`` binary
+    marker accepted). Raises `ManifestError` for a malformed line."""
+    sums: dict[str, str] = {}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ManifestError(SHA256SUMS_FILE, "not UTF-8 text") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line:
+            continue
+        digest, sep, file = line.partition(" ")
+        if not sep or not _HEX64.match(digest.lower()) or not file[:1] in (" ", "*"):
+            raise ManifestError(f"{SHA256SUMS_FILE} line {number}", f"not '<sha256>  <file>': {line!r}")
+        file = file[1:]
+        if file in sums:
+            raise ManifestError(f"{SHA256SUMS_FILE} line {number}", f"{file!r} is listed twice")
+        sums[file] = digest.lower()
+    return sums

@@ -1,0 +1,489 @@
+"""The build report: one self-contained ``report.html`` per published version.
+
+`write_report` renders what the manifest says (examples and bytes per split,
+every shard's size against the ±10% band, dead letters by reason with a sample
+row each) plus what a streaming pass over the shards finds (label counts per
+split, a few thumbnails per class) and the build's throughput. The page has
+inline CSS and inline SVG charts only: no scripts, no network, so it opens
+from a bucket or a mail attachment alike.
+
+Everything shown comes from the data, which may be hostile (file names,
+labels, dead-letter rows): every text is HTML-escaped, and images are never
+embedded as given: each is decoded by Pillow under a pixel cap and re-encoded
+as a small PNG/JPEG thumbnail.
+
+The build driver calls `write_staged_report(staging_url, manifest,
+wall_seconds=...)` from `publish.finalize`'s report hook, so the report is
+listed in ``SHA256SUMS`` like every other file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import uuid
+from typing import Any, Mapping, Sequence
+
+import fsspec
+
+from recordforge.schemas.example import ExampleDecodeError, decode_example
+from recordforge.transforms.tfrecordio import TFRecordError, read_records
+
+__all__ = [
+    "REPORT_FILE",
+    "write_report",
+    "write_staged_report",
+    "gather_samples",
+    "dead_letter_samples",
+    "render_report",
+    "thumbnail_data_uri",
+]
+
+REPORT_FILE = "report.html"
+THUMBNAILS_PER_CLASS = 4
+THUMBNAIL_SIDE = 96
+# Thumbnails come from the first records only: the work stays bounded
+# however large the dataset (label counts still read every record).
+MAX_THUMBNAIL_RECORDS = 2000
+MAX_LABELS_SHOWN = 40
+MAX_SAMPLE_CHARS = 1500
+# Stop looking for one sample per reason after this many dead-letter lines.
+MAX_DEAD_LETTER_LINES = 100_000
+_MAX_THUMBNAIL_SOURCE_PIXELS = 50_000_000
+_IMAGE_FEATURES = ("image/encoded", "image")
+_LABEL_TEXT_FEATURES = ("label/text", "label")
+
+
+# --- gathering ------------------------------------------------------------------------
+
+
+def _join(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}"
+
+
+def _label_feature(manifest: Mapping[str, Any]) -> tuple[str | None, list[str] | None]:
+    """(feature to count labels by, its vocabulary or None)."""
+    vocabularies = manifest.get("vocabularies") or {}
+    features = manifest.get("features") or {}
+    if "label" in vocabularies:
+        return "label", list(vocabularies["label"])
+    if vocabularies:
+        name = sorted(vocabularies)[0]
+        return name, list(vocabularies[name])
+    for name in _LABEL_TEXT_FEATURES:
+        if features.get(name, {}).get("type") in ("bytes", "int64"):
+            return name, None
+    return None, None
+
+
+def _image_feature(manifest: Mapping[str, Any]) -> str | None:
+    features = manifest.get("features") or {}
+    for name in _IMAGE_FEATURES:
+        if features.get(name, {}).get("type") == "bytes":
+            return name
+    return None
+
+
+def _label_of(features: Mapping[str, tuple[str, list]], name: str,
+              vocabulary: Sequence[str] | None) -> str | None:
+    kind_values = features.get(name)
+    if not kind_values or not kind_values[1]:
+        return None
+    value = kind_values[1][0]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if vocabulary is not None and isinstance(value, int) and 0 <= value < len(vocabulary):
+        return str(vocabulary[value])
+    return str(value)
+
+
+def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
+                   thumbnails_per_class: int = THUMBNAILS_PER_CLASS,
+                   max_thumbnail_records: int = MAX_THUMBNAIL_RECORDS,
+                   ) -> tuple[dict[str, dict[str, int]] | None, dict[str, list[bytes]] | None]:
+    """Streams the shards of a (staged or published) version once.
+
+    Returns ``(label_counts, thumbnails)``: split -> label -> examples (None
+    when the dataset has no label feature) and label -> up to
+    `thumbnails_per_class` raw image values taken from the first
+    `max_thumbnail_records` records (None without an image feature). Memory
+    holds one record at a time plus the counts and the kept images.
+    """
+    label_name, vocabulary = _label_feature(manifest)
+    image_name = _image_feature(manifest)
+    if label_name is None and image_name is None:
+        return None, None
+    label_counts: dict[str, dict[str, int]] = {}
+    thumbnails: dict[str, list[bytes]] = {}
+    scanned = 0
+    for split, info in (manifest.get("splits") or {}).items():
+        counts = label_counts.setdefault(split, {})
+        for shard in info.get("shards", []):
+            # Without labels only thumbnails are wanted: stop at the cap.
+            if label_name is None and scanned >= max_thumbnail_records:
+                break
+            try:
+                for record in read_records(_join(version_dir, shard["file"])):
+                    if label_name is None and scanned >= max_thumbnail_records:
+                        break
+                    try:
+                        features = decode_example(record)
+                    except ExampleDecodeError:
+                        continue  # verification reports damaged records; the report skips
+                    label = _label_of(features, label_name, vocabulary) if label_name else None
+                    if label is not None:
+                        counts[label] = counts.get(label, 0) + 1
+                    if image_name is not None and scanned < max_thumbnail_records:
+                        kept = thumbnails.setdefault(label if label is not None else "", [])
+                        values = features.get(image_name, ("bytes", []))[1]
+                        if len(kept) < thumbnails_per_class and values:
+                            kept.append(values[0])
+                    scanned += 1
+            except TFRecordError:
+                continue  # a damaged shard fails verification; the report shows the rest
+    return (label_counts if label_name is not None else None,
+            {k: v for k, v in thumbnails.items() if v} if image_name is not None else None)
+
+
+def dead_letter_samples(version_dir: str, manifest: Mapping[str, Any], *,
+                        max_lines: int = MAX_DEAD_LETTER_LINES) -> dict[str, dict]:
+    """reason -> the first dead-letter record with that reason, read from the
+    version's dead-letter files (bounded: stops once every reason has one)."""
+    dead = manifest.get("dead_letter") or {}
+    wanted = set((dead.get("by_reason") or {}).keys())
+    samples: dict[str, dict] = {}
+    lines = 0
+    for name in dead.get("files") or []:
+        if wanted <= samples.keys() or lines >= max_lines:
+            break
+        try:
+            with fsspec.open(_join(version_dir, name), "rt", encoding="utf-8",
+                             errors="replace") as f:
+                for line in f:
+                    lines += 1
+                    if lines > max_lines:
+                        break
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    reason = record.get("reason") if isinstance(record, dict) else None
+                    if isinstance(reason, str) and reason not in samples:
+                        samples[reason] = record
+                        if wanted <= samples.keys():
+                            break
+        except (OSError, FileNotFoundError):
+            continue
+    return samples
+
+
+# --- rendering helpers ----------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def thumbnail_data_uri(data: bytes, side: int = THUMBNAIL_SIDE) -> str | None:
+    """A ``data:`` URI of a small thumbnail of image `data`, re-encoded by us;
+    None when Pillow cannot read it (or it is implausibly large)."""
+    from PIL import Image  # only image datasets pay for Pillow here
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.width * im.height > _MAX_THUMBNAIL_SOURCE_PIXELS:
+                return None
+            im.draft("RGB", (side * 2, side * 2))  # JPEG: decode at a reduced scale
+            im = im.convert("RGBA" if im.mode in ("RGBA", "LA", "P") else "RGB")
+            im.thumbnail((side, side))
+            out = io.BytesIO()
+            if im.mode == "RGBA":
+                im.save(out, format="PNG", optimize=True)
+                mime = "image/png"
+            else:
+                im.save(out, format="JPEG", quality=80)
+                mime = "image/jpeg"
+    except Exception:  # noqa: BLE001 - any unreadable image is simply not shown
+        return None
+    return f"data:{mime};base64,{base64.b64encode(out.getvalue()).decode('ascii')}"
+
+
+def _hbar_chart(chart_id: str, title: str, items: Sequence[tuple[str, float, str]],
+                color: str = "#3b6ea5") -> str:
+    """Horizontal bars: (label, value, value text) per row."""
+    if not items:
+        return ""
+    row_h, label_w, bar_w, text_w = 22, 180, 360, 110
+    width = label_w + bar_w + text_w
+    height = row_h * len(items) + 10
+    top = max(v for _, v, _ in items) or 1
+    parts = [f'<p class="caption">{_e(title)}</p>'
+             f'<svg class="chart hbar" data-chart="{_e(chart_id)}" role="img" '
+             f'aria-label="{_e(title)}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f"<title>{_e(title)}</title>"]
+    for i, (label, value, text) in enumerate(items):
+        y = 5 + i * row_h
+        w = max(1.0, bar_w * value / top) if value > 0 else 0
+        short = label if len(label) <= 26 else label[:25] + "…"
+        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end" '
+                     f'class="lbl">{_e(short)}<title>{_e(label)}</title></text>')
+        parts.append(f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w:.2f}" '
+                     f'height="{row_h - 6}" fill="{color}"><title>{_e(label)}: {_e(text)}'
+                     f"</title></rect>")
+        parts.append(f'<text x="{label_w + w + 6:.2f}" y="{y + 15}" class="val">{_e(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _shard_chart(split: str, shards: Sequence[Mapping[str, Any]], shard_size: int | None) -> str:
+    """One bar per shard (bytes), with the split's mean and the ±10% band."""
+    if not shards:
+        return ""
+    width, height, left, bottom, top_pad = 640, 180, 64, 24, 12
+    plot_w, plot_h = width - left - 10, height - bottom - top_pad
+    sizes = [int(s.get("num_bytes", 0)) for s in shards]
+    mean = sum(sizes) / len(sizes)
+    # The target line is drawn only when it is near the bars: a split far
+    # smaller than shard_size would otherwise show flat, unreadable bars.
+    if shard_size and shard_size > 1.5 * max(sizes):
+        shard_size = None
+    top = max(max(sizes), mean * 1.1, shard_size * 1.1 if shard_size else 0) or 1
+    step = plot_w / len(sizes)
+
+    def y_of(v: float) -> float:
+        return top_pad + plot_h * (1 - v / top)
+
+    parts = [f'<svg class="chart shards" data-chart="shard-sizes-{_e(split)}" role="img" '
+             f'aria-label="shard sizes of split {_e(split)}" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f"<title>shard sizes of split {_e(split)}</title>",
+             f'<rect class="band" x="{left}" y="{y_of(mean * 1.1):.2f}" width="{plot_w}" '
+             f'height="{y_of(mean * 0.9) - y_of(mean * 1.1):.2f}" fill="#e3ecd9">'
+             f"<title>mean ±10%</title></rect>"]
+    for i, (shard, size) in enumerate(zip(shards, sizes)):
+        x = left + i * step
+        parts.append(f'<rect class="bar" x="{x + step * 0.1:.2f}" y="{y_of(size):.2f}" '
+                     f'width="{max(step * 0.8, 0.5):.2f}" height="{plot_h + top_pad - y_of(size):.2f}" '
+                     f'fill="#5b8c5a"><title>{_e(shard.get("file", ""))}: '
+                     f'{_e(_human_bytes(size))}, {int(shard.get("num_examples", 0)):,} examples'
+                     f"</title></rect>")
+    parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y_of(mean):.2f}" '
+                 f'y2="{y_of(mean):.2f}" stroke="#333" stroke-dasharray="4 3"/>')
+    if shard_size:
+        parts.append(f'<line class="target" x1="{left}" x2="{left + plot_w}" '
+                     f'y1="{y_of(shard_size):.2f}" y2="{y_of(shard_size):.2f}" stroke="#b5523b" '
+                     f'stroke-dasharray="2 2"><title>shard_size {_e(_human_bytes(shard_size))}'
+                     f"</title></line>")
+    for frac in (0, 0.5, 1):
+        v = top * frac
+        parts.append(f'<text x="{left - 6}" y="{y_of(v) + 4:.2f}" text-anchor="end" '
+                     f'class="axis">{_e(_human_bytes(v))}</text>')
+    parts.append(f'<text x="{left}" y="{height - 6}" class="axis">shard 0</text>')
+    if len(sizes) > 1:
+        parts.append(f'<text x="{left + plot_w}" y="{height - 6}" text-anchor="end" '
+                     f'class="axis">shard {len(sizes) - 1}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;
+max-width:1040px;color:#1d1d1f;padding:0 16px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;
+padding-bottom:4px}h3{font-size:15px;margin:16px 0 4px}
+.meta{color:#555}table{border-collapse:collapse;margin:8px 0}
+th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f6}
+svg.chart{display:block;margin:6px 0;font-size:12px}svg .lbl,svg .val,svg .axis{fill:#333}
+pre{white-space:pre-wrap;word-break:break-all;max-width:640px;max-height:220px;overflow:auto;
+margin:0;font-size:12px;background:#f7f7f9;padding:6px}
+.thumbs{display:flex;flex-wrap:wrap;gap:6px;margin:4px 0 12px}
+.thumbs img{width:96px;height:96px;object-fit:contain;background:#eee;border:1px solid #ccc}
+.caption{margin:10px 0 0;color:#444;font-weight:600;font-size:13px}
+.ok{color:#2e7d32}.bad{color:#b3261e}.note{color:#666;font-size:12px}
+"""
+
+
+# --- the page -------------------------------------------------------------------------
+
+
+def render_report(manifest: Mapping[str, Any], *,
+                  thumbnails: Mapping[str, Sequence[bytes]] | None = None,
+                  label_counts: Mapping[str, Mapping[str, int]] | None = None,
+                  throughput: Mapping[str, Any] | None = None,
+                  dead_letter_samples: Mapping[str, Mapping] | None = None) -> str:
+    """The report page as HTML text."""
+    name, version = manifest.get("name", ""), manifest.get("version", "")
+    splits = manifest.get("splits") or {}
+    config = manifest.get("config") or {}
+    shard_size = (config.get("output") or {}).get("shard_size") if isinstance(config, Mapping) \
+        else None
+    shard_size = shard_size if isinstance(shard_size, int) else None
+    body: list[str] = []
+    body.append(f"<h1>{_e(name)} <span class='meta'>{_e(version)}</span></h1>")
+    tool = manifest.get("tool") or {}
+    body.append(f"<p class='meta'>created {_e(manifest.get('created', '?'))} · compression "
+                f"{_e(manifest.get('compression', '?'))} · runner {_e(tool.get('runner', '?'))}"
+                f" · {_e(tool.get('name', 'recordforge'))} {_e(tool.get('version', ''))}</p>")
+
+    # Splits.
+    body.append("<h2 id='splits'>Splits</h2>")
+    rows = ["<table class='splits'><tr><th>split</th><th>examples</th><th>shards</th>"
+            "<th>bytes</th><th>mean shard</th></tr>"]
+    for split, info in splits.items():
+        n_shards = len(info.get("shards", []))
+        size = int(info.get("num_bytes", 0))
+        rows.append(f"<tr><td>{_e(split)}</td><td class='n'>{int(info.get('num_examples', 0)):,}"
+                    f"</td><td class='n'>{n_shards}</td><td class='n'>{_e(_human_bytes(size))}"
+                    f"</td><td class='n'>{_e(_human_bytes(size / n_shards)) if n_shards else '-'}"
+                    "</td></tr>")
+    rows.append("</table>")
+    body.append("".join(rows))
+    body.append(_hbar_chart("examples-per-split", "examples per split", [
+        (split, int(info.get("num_examples", 0)), f"{int(info.get('num_examples', 0)):,}")
+        for split, info in splits.items()]))
+    body.append(_hbar_chart("bytes-per-split", "bytes per split", [
+        (split, int(info.get("num_bytes", 0)), _human_bytes(int(info.get("num_bytes", 0))))
+        for split, info in splits.items()], color="#7a5ba5"))
+
+    # Shards.
+    target = f" ({_human_bytes(shard_size)})" if shard_size else ""
+    body.append("<h2 id='shards'>Shard sizes</h2><p class='note'>Bars: bytes per shard file. "
+                "Green band: the split's mean ±10%; dashed: the mean; red: output.shard_size"
+                f"{_e(target)}, drawn when it is near the bars.</p>")
+    for split, info in splits.items():
+        body.append(f"<h3>{_e(split)}</h3>")
+        body.append(_shard_chart(split, info.get("shards", []), shard_size))
+
+    # Labels.
+    if label_counts:
+        body.append("<h2 id='labels'>Label distribution</h2>")
+        for split, counts in label_counts.items():
+            total = sum(counts.values()) or 1
+            ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            items = [(label, n, f"{n:,} ({n / total:.1%})")
+                     for label, n in ordered[:MAX_LABELS_SHOWN]]
+            body.append(f"<h3>{_e(split)}</h3>")
+            body.append(_hbar_chart(f"labels-{split}", f"labels in split {split}", items,
+                                    color="#c07a2c"))
+            if len(ordered) > MAX_LABELS_SHOWN:
+                body.append(f"<p class='note'>and {len(ordered) - MAX_LABELS_SHOWN:,} more "
+                            "labels</p>")
+
+    # Dead letters.
+    dead = manifest.get("dead_letter") or {}
+    num_dead = int(dead.get("num_rows", 0) or 0)
+    num_input = manifest.get("num_input_rows")
+    body.append("<h2 id='dead-letters'>Dead letters</h2>")
+    share = f" ({num_dead / num_input:.2%} of {num_input:,} input rows)" \
+        if isinstance(num_input, int) and num_input else ""
+    css = "ok" if num_dead == 0 else "bad"
+    body.append(f"<p class='{css}'>{num_dead:,} rows failed{_e(share)}.</p>")
+    by_reason = sorted((dead.get("by_reason") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    if by_reason:
+        body.append(_hbar_chart("dead-letter-reasons", "dead letters by reason",
+                                [(reason, n, f"{n:,}") for reason, n in by_reason],
+                                color="#b3261e"))
+        samples = dead_letter_samples or {}
+        table = ["<table class='dead-letters'><tr><th>reason</th><th>rows</th>"
+                 "<th>sample</th></tr>"]
+        for reason, n in by_reason:
+            sample = samples.get(reason)
+            text = json.dumps(sample, ensure_ascii=False, indent=1, sort_keys=True) \
+                if sample is not None else "(no sample)"
+            if len(text) > MAX_SAMPLE_CHARS:
+                text = text[:MAX_SAMPLE_CHARS] + " …"
+            table.append(f"<tr><td>{_e(reason)}</td><td class='n'>{n:,}</td>"
+                         f"<td><pre>{_e(text)}</pre></td></tr>")
+        table.append("</table>")
+        body.append("".join(table))
+        files = dead.get("files") or []
+        if files:
+            body.append(f"<p class='note'>all failed rows: {', '.join(_e(f) for f in files)}</p>")
+
+    # Thumbnails.
+    if thumbnails:
+        body.append("<h2 id='thumbnails'>Sample images</h2>")
+        for label in sorted(thumbnails):
+            images = [uri for uri in (thumbnail_data_uri(data) for data in thumbnails[label])
+                      if uri]
+            if not images:
+                continue
+            body.append(f"<h3>{_e(label) if label else '(no label)'}</h3><div class='thumbs'>")
+            body.extend(f"<img src='{uri}' alt='{_e(label)}' width='96' height='96'>"
+                        for uri in images)
+            body.append("</div>")
+
+    # Throughput.
+    if throughput:
+        body.append("<h2 id='throughput'>Throughput</h2><table class='throughput'>")
+        for key, value in throughput.items():
+            shown = (f"{value:,.1f}" if isinstance(value, float) and math.isfinite(value)
+                     else f"{value:,}" if isinstance(value, int) else str(value))
+            body.append(f"<tr><th>{_e(key.replace('_', ' '))}</th><td class='n'>{_e(shown)}"
+                        "</td></tr>")
+        body.append("</table>")
+
+    title = f"{name} {version} — recordforge build report"
+    # No scripts and no remote loads: the CSP forbids them even if escaping failed.
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; "
+            "img-src data:; style-src 'unsafe-inline'\">"
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+            + "\n".join(part for part in body if part) + "</body></html>\n")
+
+
+def write_report(version_dir: str, manifest: Mapping[str, Any], *,
+                 thumbnails: Mapping[str, Sequence[bytes]] | None = None,
+                 label_counts: Mapping[str, Mapping[str, int]] | None = None,
+                 throughput: Mapping[str, Any] | None = None) -> str:
+    """Writes ``<version_dir>/report.html`` (local path or fsspec URL) and
+    returns its path. Dead-letter samples are read from the version's
+    dead-letter files. Written under a temporary name, then renamed."""
+    page = render_report(manifest, thumbnails=thumbnails, label_counts=label_counts,
+                         throughput=throughput,
+                         dead_letter_samples=dead_letter_samples(version_dir, manifest))
+    target = _join(version_dir, REPORT_FILE)
+    fs, path = fsspec.core.url_to_fs(target)
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open(temporary, "wb") as f:
+        f.write(page.encode("utf-8"))
+    fs.mv(temporary, path)
+    return target
+
+
+def _throughput(manifest: Mapping[str, Any], wall_seconds: float | None) -> dict | None:
+    if not wall_seconds or wall_seconds <= 0:
+        return None
+    splits = (manifest.get("splits") or {}).values()
+    examples = sum(int(s.get("num_examples", 0)) for s in splits)
+    size = sum(int(s.get("num_bytes", 0)) for s in splits)
+    rows = manifest.get("num_input_rows")
+    result: dict[str, Any] = {"wall_seconds": round(float(wall_seconds), 1)}
+    if isinstance(rows, int):
+        result["input_rows_per_second"] = rows / wall_seconds
+    result["examples_per_second"] = examples / wall_seconds
+    result["output_per_second"] = f"{_human_bytes(size / wall_seconds)}/s"
+    return result
+
+
+def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
+                        wall_seconds: float | None = None) -> str:
+    """Gathers labels and thumbnails from the staged shards and writes the
+    report into the staging directory (the `publish.finalize` report hook)."""
+    label_counts, thumbnails = gather_samples(staging_url, manifest)
+    return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
+                        throughput=_throughput(manifest, wall_seconds))

@@ -1,0 +1,247 @@
+"""Shard writer steps run without Beam: shard sizes over several datasets and
+shard sizes, key order, and retried bundles.
+
+`_write_locally` drives the same DoFns and plain functions that `WriteShards`
+wires together, in the same order, so that many configurations fit in a
+few seconds; the Beam pipeline itself is tested in test_shards_beam.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import math
+import os
+import random
+
+import pytest
+from tfrecord import example_pb2
+
+from recordforge.transforms import shards, tfrecordio
+from recordforge.transforms.shard_plan import SplitAssigner, plan_shards
+
+SPLITS = [("train", 0.75), ("test", 0.25)]
+TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
+split_of = SplitAssigner("dataset", SPLITS).split_of
+
+
+def _example(**features) -> bytes:
+    example = example_pb2.Example()
+    for name, value in features.items():
+        feature = example.features.feature[name]
+        if isinstance(value, int):
+            feature.int64_list.value.append(value)
+        else:
+            feature.bytes_list.value.append(value)
+    return example.SerializeToString(deterministic=True)
+
+
+def uniform_small(rng):
+    """12k table-like rows of 250-350 bytes (incompressible payload)."""
+    return [_example(id=index, payload=rng.randbytes(rng.randint(230, 330)))
+            for index in range(12_000)]
+
+
+def image_like(rng):
+    """500 image-like rows whose sizes vary 20x (1 KB - 20 KB)."""
+    return [_example(label=rng.randrange(10), image=rng.randbytes(rng.randint(1_000, 20_000)))
+            for _ in range(500)]
+
+
+def compressible_table(rng):
+    """20k text rows that gzip shrinks ~3x."""
+    words = [rng.randbytes(3).hex().encode() for _ in range(400)]
+    texts = [b" ".join(rng.choices(words, k=100)) for _ in range(500)]
+    return [_example(id=index, text=texts[rng.randrange(500)][:rng.randint(300, 700)])
+            for index in range(20_000)]
+
+
+def _bundles(examples, keys=None, batch=500, per_bundle=4):
+    rows = list(zip(keys or [None] * len(examples), examples))
+    batches = [rows[i:i + batch] for i in range(0, len(rows), batch)]
+    return [batches[i:i + per_bundle] for i in range(0, len(batches), per_bundle)]
+
+
+def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
+                   splits=SPLITS, tuning=TUNING, retry=False):
+    """Runs the writer's steps in order. retry=True runs every bundle and
+    every step twice and keeps only the second attempt's output, as a
+    runner does after a failed attempt (the first attempt's files remain)."""
+    attempts = 2 if retry else 1
+    work = os.path.join(staging, "_tmp", "work")
+    spill_fn = shards._SpillFn(os.path.join(work, "runs"), "dataset", splits, shuffle, tuning)
+    spill_fn.setup()
+    records = []
+    for bundle in bundles:
+        for _ in range(attempts):
+            spill_fn.start_bundle()
+            output = [record for batch in bundle for record in spill_fn.process(batch)]
+            spill_fn.finish_bundle()
+        records += output
+    by_split = collections.defaultdict(list)
+    for record in records:
+        by_split[record.split].append(record)
+    tasks = []
+    for split in sorted(by_split):
+        for _ in range(attempts):
+            output = shards._plan_split_buckets((split, by_split[split]),
+                                                plan_dir=os.path.join(work, "plans"),
+                                                tuning=tuning)
+        tasks += output
+    sorter = shards._SortBucketFn(work, compression, tuning.chunk_bytes(shard_size), 3, tuning)
+    sorter.setup()
+    buckets = collections.defaultdict(list)
+    for task in tasks:
+        for _ in range(attempts):
+            output = list(sorter.process(task))
+        for bucket in output:
+            buckets[bucket.split].append(bucket)
+    metadata = []
+    suffix = tfrecordio.suffix_for(compression)
+    for split in sorted(buckets):
+        for spec in plan_shards(split, buckets[split], shard_size):
+            for _ in range(attempts):
+                output = shards.write_shard(spec, staging_dir=staging,
+                                            temp_dir=os.path.join(staging, "_tmp", "shards"),
+                                            suffix=suffix)
+            metadata.append(output)
+    return metadata
+
+
+def _read_split(staging, metadata, split):
+    records = []
+    for item in metadata:
+        if item["split"] == split:
+            records += tfrecordio.read_records(os.path.join(staging, item["file"]))
+    return records
+
+
+CASES = [
+    (uniform_small, "none", 1_000_000),
+    (uniform_small, "none", 1_600_000),
+    (image_like, "none", 1_000_000),
+    (image_like, "gzip", 1_300_000),
+    (compressible_table, "gzip", 1_000_000),
+    (compressible_table, "gzip", 2_200_000),
+    (compressible_table, "none", 1_000_000),
+]
+
+
+@pytest.mark.parametrize("dataset, compression, shard_size", CASES,
+                         ids=[f"{d.__name__}-{c}-{s}" for d, c, s in CASES])
+def test_shard_count_and_sizes(tmp_path, dataset, compression, shard_size):
+    examples = dataset(random.Random(shard_size))
+    staging = str(tmp_path)
+    metadata = _write_locally(_bundles(examples), staging, shard_size=shard_size,
+                              compression=compression)
+    expected = collections.Counter(split_of(example)
+                                   for example in examples)
+    for split, _ in SPLITS:
+        shard_meta = [item for item in metadata if item["split"] == split]
+        sizes = [os.path.getsize(os.path.join(staging, item["file"])) for item in shard_meta]
+        assert sizes == [item["num_bytes"] for item in shard_meta]
+        total = sum(sizes)
+        assert len(sizes) == math.ceil(total / shard_size), (split, sizes)
+        mean = total / len(sizes)
+        assert all(abs(size - mean) <= 0.10 * mean for size in sizes), (split, sizes)
+        assert max(sizes) <= 1.1 * shard_size
+        assert sum(item["num_examples"] for item in shard_meta) == expected[split]
+        assert sorted(_read_split(staging, metadata, split)) == sorted(
+            example for example in examples
+            if split_of(example) == split)
+    if compression == "gzip" and dataset is compressible_table:
+        assert sum(item["num_bytes"] for item in metadata) < 0.5 * sum(map(len, examples))
+
+
+def _digests(metadata):
+    return {item["file"]: item["sha256"] for item in metadata}
+
+
+def test_retried_bundles_and_steps_change_nothing(tmp_path):
+    examples = uniform_small(random.Random(1))[:6000]
+    clean = _write_locally(_bundles(examples), str(tmp_path / "clean"), shard_size=1_000_000,
+                           compression="gzip")
+    retried = _write_locally(_bundles(examples), str(tmp_path / "retried"),
+                             shard_size=1_000_000, compression="gzip", retry=True)
+    assert _digests(retried) == _digests(clean)
+    assert len(clean) >= 2
+    # The failed attempts' files are still there (the cleanup step removes
+    # them) but were never read: no row was lost or written twice.
+    runs = os.listdir(tmp_path / "retried" / "_tmp" / "work" / "runs")
+    assert len(runs) == 2 * len(os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs"))
+    assert sorted(_read_split(str(tmp_path / "retried"), retried, "train")
+                  + _read_split(str(tmp_path / "retried"), retried, "test")) == sorted(examples)
+    # Nothing but complete shards carries a final name.
+    finals = sorted(name for name in os.listdir(tmp_path / "retried") if name != "_tmp")
+    assert finals == sorted(item["file"] for item in retried)
+
+
+def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path):
+    rng = random.Random(2)
+    examples = image_like(rng)
+    keys = [f"img/{index:04d}.jpg".encode() for index in range(len(examples))]
+    first = _write_locally(_bundles(examples, keys, batch=37, per_bundle=3), str(tmp_path / "a"),
+                           shard_size=1_000_000, compression="gzip", shuffle=False)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    second = _write_locally(
+        _bundles([examples[i] for i in order], [keys[i] for i in order], batch=101,
+                 per_bundle=1),
+        str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=False,
+        # Other memory settings: bigger runs, every bucket merged as streams.
+        tuning=shards.ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
+                                  memory_bytes=0, fan_in=2, index_every=1000))
+    assert _digests(first) == _digests(second)
+
+
+def test_without_shuffle_rows_are_in_key_order_across_shards(tmp_path):
+    rng = random.Random(4)
+    count = 12_000
+    keys = [rng.randbytes(rng.randint(1, 12)) for _ in range(count)]
+    keys[10:20] = [b"same-key"] * 10  # ties: ordered by the example bytes
+    examples = [_example(key=key, n=index, pad=rng.randbytes(380)) for index, key in
+                enumerate(keys)]
+    by_example = dict(zip(examples, keys))
+    metadata = _write_locally(_bundles(examples, keys), str(tmp_path), shard_size=1_000_000,
+                              compression="none", shuffle=False)
+    for split, _ in SPLITS:
+        files = sorted(item["file"] for item in metadata if item["split"] == split)
+        assert len(files) >= 2
+        written = [record for name in files
+                   for record in tfrecordio.read_records(str(tmp_path / name))]
+        expected = sorted((by_example[e], e) for e in examples
+                          if split_of(by_example[e]) == split)
+        assert written == [example for _, example in expected]
+
+
+def test_key_none_and_duplicate_rows(tmp_path):
+    rng = random.Random(6)
+    examples = [_example(v=rng.randbytes(200)) for _ in range(3000)]
+    examples += examples[:500]  # identical rows: kept, each once per occurrence
+    metadata = _write_locally(_bundles(examples), str(tmp_path), shard_size=1_000_000,
+                              compression="none", shuffle=False)
+    written = _read_split(str(tmp_path), metadata, "train") + _read_split(str(tmp_path),
+                                                                          metadata, "test")
+    assert sorted(written) == sorted(examples)
+    train = _read_split(str(tmp_path), metadata, "train")
+    assert train == sorted(train)  # no key, no shuffle: ordered by content
+
+
+def test_bad_rows_name_the_row(tmp_path):
+    spill_fn = shards._SpillFn(str(tmp_path), "d", SPLITS, True, TUNING)
+    spill_fn.setup()
+    spill_fn.start_bundle()
+    with pytest.raises(TypeError, match="row 1: key must be bytes"):
+        list(spill_fn.process([(b"k", b"x"), ("text-key", b"y")]))
+    with pytest.raises(TypeError, match="row 0 .*example must be bytes"):
+        list(spill_fn.process([(b"k", "not bytes")]))
+
+
+def test_shards_hash_matches_metadata(tmp_path):
+    examples = compressible_table(random.Random(8))[:8000]
+    metadata = _write_locally(_bundles(examples), str(tmp_path), shard_size=1_000_000,
+                              compression="gzip")
+    for item in metadata:
+        data = (tmp_path / item["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == item["sha256"]
+        assert item["file"].endswith(".tfrecord.gz")

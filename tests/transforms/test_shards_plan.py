@@ -1,0 +1,291 @@
+"""Plain (no Beam) tests of the shard writer's planning and spill files."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import random
+
+import pytest
+
+from recordforge.transforms import spill, tfrecordio
+from recordforge.transforms.shard_plan import (
+    BucketChunks,
+    BucketRange,
+    Chunk,
+    RunInfo,
+    SampleEntry,
+    SpillRecord,
+    SplitAssigner,
+    assign_split,
+    plan_bucket_ranges,
+    plan_shards,
+    runs_of,
+    sample_of,
+    validate_splits,
+)
+
+SPLITS = [("train", 0.8), ("validation", 0.1), ("test", 0.1)]
+
+
+# --- split assignment ---------------------------------------------------------
+
+def test_split_fractions_follow_the_config():
+    counts = {name: 0 for name, _ in SPLITS}
+    total = 30_000
+    for index in range(total):
+        counts[assign_split(f"row-{index}".encode(), "flowers", SPLITS)] += 1
+    for name, fraction in SPLITS:
+        # Binomial standard deviation at 30k rows is < 0.0024: 0.012 is 5 sigma.
+        assert abs(counts[name] / total - fraction) < 0.012, counts
+
+
+def test_split_is_stable_and_salted_by_dataset_name():
+    keys = [f"file-{index}.jpg".encode() for index in range(2000)]
+    first = [assign_split(key, "flowers", SPLITS) for key in keys]
+    again = [assign_split(key, "flowers", SPLITS) for key in keys]
+    other = [assign_split(key, "cars", SPLITS) for key in keys]
+    assert first == again
+    # Another dataset name reshuffles the assignment: with 80/10/10 two
+    # independent draws agree ~66% of the time.
+    agreement = sum(a == b for a, b in zip(first, other)) / len(keys)
+    assert 0.55 < agreement < 0.77
+
+
+def test_split_assigner_matches_assign_split_and_handles_long_names():
+    name = "x" * 200  # longer than a blake2b key: hashed down, still salting
+    assigner = SplitAssigner(name, SPLITS)
+    for index in range(200):
+        key = index.to_bytes(4, "big")
+        assert assigner.split_of(key) == assign_split(key, name, SPLITS)
+    assert SplitAssigner("y" * 200, SPLITS).salt != assigner.salt
+
+
+def test_zero_fraction_split_gets_nothing_and_fractions_are_normalised():
+    splits = [("a", 2.0), ("empty", 0.0), ("b", 2.0)]
+    seen = {assign_split(f"k{index}".encode(), "d", splits) for index in range(3000)}
+    assert seen == {"a", "b"}
+
+
+@pytest.mark.parametrize("splits, message", [
+    ([], "at least one"),
+    ([("a", 0.5), ("a", 0.5)], "duplicate"),
+    ([("a", -0.1), ("b", 1.0)], "splits.a"),
+    ([("a", 0.0)], "add up to 0"),
+    ([("", 1.0)], "empty"),
+])
+def test_invalid_splits_are_rejected(splits, message):
+    with pytest.raises(ValueError, match=message):
+        validate_splits(splits)
+
+
+# --- spill records, samples and buckets ---------------------------------------
+
+def test_runs_and_samples_ignore_repeated_records():
+    entry = SampleEntry(5 << 20, b"k", 100)
+    records = [SpillRecord("train", "/r/1", 10, 1000, (entry,)),
+               SpillRecord("train", "/r/1", 25, 2600, ()),
+               SpillRecord("train", "/r/2", 7, 700, (entry,))]
+    expected = [RunInfo("train", "/r/1", 25, 2600), RunInfo("train", "/r/2", 7, 700)]
+    assert runs_of(records) == expected
+    assert runs_of(records + records[:2]) == expected
+    assert sample_of(records + records, 10) == [entry]
+
+
+def _sample(keys_and_sizes, every):
+    entries = []
+    for key, size in keys_and_sizes:
+        digest = SplitAssigner("d", [("all", 1)]).digest(key)
+        u64 = int.from_bytes(digest[8:16], "little")
+        if (size << 64) >= every * (u64 + 1):
+            entries.append(SampleEntry((size << 64) // (u64 + 1), key, size))
+    return entries
+
+
+def test_bucket_ranges_balance_bytes_and_cover_the_key_space():
+    rng = random.Random(3)
+    rows = [(rng.randbytes(12), rng.randint(100, 3000)) for _ in range(20_000)]
+    total = sum(size for _, size in rows)
+    bucket_bytes = total // 10
+    ranges = plan_bucket_ranges("all", total, _sample(rows, bucket_bytes // 64), bucket_bytes,
+                                sample_bytes=bucket_bytes // 64, sample_size=65536)
+    assert [bucket.index for bucket in ranges] == list(range(len(ranges)))
+    assert ranges[0].lo == b"" and ranges[-1].hi is None
+    assert all(a.hi == b.lo for a, b in zip(ranges, ranges[1:]))
+    assert 9 <= len(ranges) <= 11
+    loads = [sum(size for key, size in rows if bucket.lo <= key and
+                 (bucket.hi is None or key < bucket.hi)) for bucket in ranges]
+    assert sum(loads) == total
+    # ~64 sampled rows per bucket: loads stay within a factor 2 of the target.
+    assert max(loads) < 2 * total / len(ranges)
+
+
+def test_bucket_ranges_do_not_depend_on_sample_order():
+    rows = [(index.to_bytes(4, "big"), 500) for index in range(5000)]
+    sample = _sample(rows, 2000)
+    one = plan_bucket_ranges("s", 2_500_000, sample, 500_000, sample_bytes=2000, sample_size=100)
+    two = plan_bucket_ranges("s", 2_500_000, sample[::-1], 500_000, sample_bytes=2000,
+                             sample_size=100)
+    assert one == two and len(one) > 1
+
+
+# --- shard plan ---------------------------------------------------------------
+
+def _buckets(sizes_per_bucket):
+    return [BucketChunks("train", index, f"/b/{index}",
+                         tuple(Chunk(sum(sizes[:j]), size, 3) for j, size in enumerate(sizes)))
+            for index, sizes in enumerate(sizes_per_bucket)]
+
+
+@pytest.mark.parametrize("shard_size", [1_000_000, 1_300_000, 2_500_000, 7_000_000])
+def test_shard_plan_sizes(shard_size):
+    rng = random.Random(shard_size)
+    chunk = shard_size // 50
+    buckets = _buckets([[rng.randint(chunk // 2, chunk) for _ in range(rng.randint(1, 60))]
+                        for _ in range(12)])
+    shards = plan_shards("train", buckets, shard_size)
+    total = sum(c.length for b in buckets for c in b.chunks)
+    assert len(shards) == math.ceil(total / shard_size)
+    sizes = [shard.num_bytes for shard in shards]
+    assert sum(sizes) == total
+    mean = total / len(shards)
+    assert all(abs(size - mean) <= 0.1 * mean for size in sizes), (sizes, mean)
+    assert max(sizes) <= 1.1 * shard_size
+    assert sum(shard.num_examples for shard in shards) == 3 * sum(len(b.chunks) for b in buckets)
+    # Pieces follow bucket and chunk order, contiguous ranges merged.
+    pieces = [piece for shard in shards for piece in shard.pieces]
+    order = [int(path.rsplit("/", 1)[1]) for path, _, _ in pieces]
+    assert order == sorted(order)
+
+
+def test_shard_plan_ignores_bucket_order_and_repeats():
+    buckets = _buckets([[30_000] * 40, [25_000] * 50, [10_000] * 7])
+    plan = plan_shards("train", buckets, 1_000_000)
+    assert plan_shards("train", buckets[::-1] + buckets[:1], 1_000_000) == plan
+
+
+def test_shard_plan_with_records_larger_than_a_shard():
+    buckets = _buckets([[3_000_000, 2_000_000]])
+    shards = plan_shards("train", buckets, 1_000_000)
+    assert [shard.num_bytes for shard in shards] == [3_000_000, 2_000_000]
+    assert plan_shards("train", [], 1_000_000) == []
+
+
+# --- run files ----------------------------------------------------------------
+
+def _rows(rng, count, key_is_example=False):
+    rows = []
+    for _ in range(count):
+        example = rng.randbytes(rng.randint(0, 300))
+        key = example if key_is_example else rng.randbytes(rng.randint(1, 20))
+        rows.append((key, example))
+    rows.sort()
+    return rows
+
+
+@pytest.mark.parametrize("key_is_example", [False, True])
+def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, key_is_example):
+    rng = random.Random(11)
+    rows = _rows(rng, 3000, key_is_example)
+    path = str(tmp_path / "r.run")
+    with open(path, "wb") as fileobj:
+        assert spill.write_run(fileobj, rows, prefix_len=6, index_every=2000) == len(rows)
+    run = spill.RunFile(path)
+    assert run.num_records == len(rows) and len(run.offsets) > 50
+    for _ in range(40):
+        lo = rng.randbytes(rng.randint(0, 6))
+        hi = rng.choice([None, rng.randbytes(rng.randint(1, 6))])
+        if hi is not None and hi < lo:
+            lo, hi = hi, lo
+        expected = [row for row in rows if lo <= row[0][:6] and (hi is None or row[0][:6] < hi)]
+        start, end = run.byte_range(lo, hi)
+        assert run.read(start, end, lo, hi) == expected
+        assert list(run.stream(start, end, lo, hi)) == expected
+
+
+def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
+    path = tmp_path / "r.run"
+    buffer = io.BytesIO()
+    spill.write_run(buffer, _rows(random.Random(1), 50), prefix_len=8, index_every=100)
+    path.write_bytes(buffer.getvalue()[:-3])
+    with pytest.raises(spill.RunFileError, match="r.run"):
+        spill.RunFile(str(path))
+
+
+def test_run_stream_reads_records_larger_than_a_block(tmp_path):
+    rows = sorted((bytes([index]), bytes([index]) * (3 << 20)) for index in range(3))
+    path = str(tmp_path / "big.run")
+    with open(path, "wb") as fileobj:
+        spill.write_run(fileobj, rows, prefix_len=4, index_every=1 << 30)
+    run = spill.RunFile(path)
+    assert list(run.stream(0, run.data_size, b"", None)) == rows
+
+
+# --- bucket sorting and chunks ------------------------------------------------
+
+def _write_runs(tmp_path, rng, count_per_run, runs):
+    infos = []
+    for index in range(runs):
+        rows = _rows(rng, count_per_run)
+        path = str(tmp_path / f"run{index}.run")
+        with open(path, "wb") as fileobj:
+            spill.write_run(fileobj, rows, prefix_len=8, index_every=4096)
+        infos.append(RunInfo("train", path, len(rows), 0))
+    return infos
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, compression):
+    rng = random.Random(5)
+    runs = _write_runs(tmp_path, rng, 400, 9)
+    bucket = BucketRange("train", 0, b"\x20", b"\xe0")
+    options = dict(compression=compression, chunk_bytes=8000, gzip_level=3, prefix_len=8,
+                   index_every=4096)
+    in_memory = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "a"),
+                                  scratch_dir=str(tmp_path / "sa"), memory_bytes=1 << 30,
+                                  fan_in=64, **options)
+    merged = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "b"),
+                               scratch_dir=str(tmp_path / "sb"), memory_bytes=0, fan_in=2,
+                               **options)
+    with open(in_memory.path, "rb") as one, open(merged.path, "rb") as two:
+        assert one.read() == two.read()
+    assert in_memory.chunks == merged.chunks
+    assert not list((tmp_path / "sb").iterdir())  # intermediate merges removed
+
+    expected = sorted(row for run in runs for row in spill.RunFile(run.path).read(
+        0, spill.RunFile(run.path).data_size, bucket.lo, bucket.hi))
+    data = open(in_memory.path, "rb").read()
+    records = []
+    for chunk in in_memory.chunks:
+        piece = data[chunk.offset:chunk.offset + chunk.length]
+        if compression == "gzip":
+            piece = gzip.decompress(piece)  # each chunk is one complete member
+        chunk_records = list(tfrecordio.iter_records(io.BytesIO(piece), compression="none"))
+        assert len(chunk_records) == chunk.num_records
+        records += chunk_records
+    assert records == [example for _, example in expected]
+
+
+def test_sort_bucket_rejects_a_run_that_does_not_match_its_report(tmp_path):
+    runs = _write_runs(tmp_path, random.Random(2), 20, 1)
+    wrong = [runs[0]._replace(num_records=21)]
+    with pytest.raises(spill.RunFileError, match="run0.run"):
+        spill.sort_bucket(BucketRange("train", 0, b"", None), wrong, out_dir=str(tmp_path),
+                          scratch_dir=str(tmp_path), compression="none", chunk_bytes=100,
+                          gzip_level=3, memory_bytes=1 << 20, fan_in=4, prefix_len=8,
+                          index_every=4096)
+
+
+def test_gzip_chunks_track_the_target_size_on_disk():
+    rng = random.Random(9)
+    words = [rng.randbytes(4).hex() for _ in range(300)]
+    examples = [" ".join(rng.choices(words, k=rng.randint(20, 80))).encode() for _ in range(20000)]
+    buffer = io.BytesIO()
+    writer = spill.ChunkWriter(buffer, compression="gzip", chunk_bytes=20_000, gzip_level=3)
+    writer.write_many(examples)
+    chunks = writer.close()
+    sizes = [chunk.length for chunk in chunks[1:-1]]  # the first learns the ratio
+    assert len(chunks) > 20
+    assert max(sizes) < 1.3 * 20_000 and min(sizes) > 0.7 * 20_000, sizes
+    assert gzip.decompress(buffer.getvalue()) == tfrecordio.frame_records(examples)

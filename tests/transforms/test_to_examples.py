@@ -1,0 +1,258 @@
+"""Tests for rows -> Examples (transforms/to_examples.py)."""
+
+import json
+import math
+import struct
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tfrecord import example_pb2
+
+from recordforge.schemas.features import parse_features
+from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.to_examples import BatchConverter, RowsToExamples, sortable_key
+
+# --- sortable_key -------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=-(1 << 900), max_value=1 << 900), min_size=2))
+def test_int_keys_sort_numerically(values):
+    assert sorted(values, key=sortable_key) == sorted(values)
+    assert len({sortable_key(v) for v in values}) == len(set(values))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=False), min_size=2))
+def test_float_keys_sort_numerically(values):
+    keys = [sortable_key(v) for v in values]
+    for a, key_a in zip(values, keys):
+        for b, key_b in zip(values, keys):
+            assert (key_a < key_b) == (a < b)
+            assert (key_a == key_b) == (a == b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=["Cs"])), min_size=2))
+def test_text_keys_sort_by_code_point(values):
+    assert sorted(values, key=sortable_key) == sorted(values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(), min_size=2))
+def test_bytes_keys_sort_raw(values):
+    assert sorted(values, key=sortable_key) == sorted(values)
+
+
+def test_key_edge_cases():
+    assert sortable_key(-0.0) == sortable_key(0.0)
+    assert sortable_key(math.inf) < sortable_key(math.nan)
+    assert sortable_key(float("-nan")) == sortable_key(math.nan)
+    assert sortable_key(-math.inf) < sortable_key(-1e308)
+    assert sortable_key(-1) < sortable_key(0) < sortable_key(1)
+    assert sortable_key(-256) < sortable_key(-255) < sortable_key(-1)
+    assert sortable_key(255) < sortable_key(256)
+    # one type tag each: equal-looking values of different types never collide
+    keys = {sortable_key(v) for v in (1, 1.0, "1", b"1", True)}
+    assert len(keys) == 5
+    assert sortable_key(False) < sortable_key(True)
+    assert sortable_key(bytearray(b"ab")) == sortable_key(b"ab")
+
+
+@pytest.mark.parametrize("value, error", [(None, TypeError), ([1], TypeError),
+                                          ({"a": 1}, TypeError), (1 << 2000, ValueError),
+                                          (-(1 << 2000), ValueError), ("\ud800", ValueError)])
+def test_unsupported_keys_raise(value, error):
+    with pytest.raises(error):
+        sortable_key(value)
+
+
+# --- BatchConverter (plain, no Beam) -------------------------------------------------
+
+SPECS = parse_features({
+    "id": {"type": "int64"},
+    "score": {"type": "float", "min": 0},
+    "name": {"type": "string", "max_bytes": 10},
+    "label": {"type": "int64", "vocabulary": ["cat", "dog"]},
+})
+
+
+def row(n, **values):
+    base = {"id": str(n), "score": "0.5", "name": f"row{n}", "label": "dog"}
+    base.update(values)
+    return SourceRow("data/part-1.csv", n + 1, base)
+
+
+def decoded(example: bytes) -> dict:
+    """Feature name -> values, parsed by the tfrecord package's own generated code."""
+    message = example_pb2.Example()
+    message.ParseFromString(example)
+    out = {}
+    for name, feature in message.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[name] = list(getattr(feature, kind).value)
+    return out
+
+
+def test_converts_good_rows_with_numeric_keys():
+    converter = BatchConverter(SPECS, {}, key_column="id")
+    examples, dead = converter.convert_batch([row(10), row(9), row(-3, label="cat")])
+    assert dead == []
+    assert [key for key, _ in examples] == [sortable_key(10), sortable_key(9), sortable_key(-3)]
+    # the key column feeds an int64 feature, so CSV text keys order as numbers
+    assert sorted(key for key, _ in examples) == [sortable_key(n) for n in (-3, 9, 10)]
+    assert decoded(examples[2][1]) == {"id": [-3], "score": [0.5], "name": [b"row-3"],
+                                      "label": [0]}
+
+
+def test_raw_key_without_numeric_feature_and_no_key():
+    converter = BatchConverter(SPECS, {}, key_column="name")
+    [(key, _)] = converter.convert_batch([row(1)])[0]
+    assert key == sortable_key("row1")
+    converter = BatchConverter(SPECS, {}, key_column=None)
+    [(key, example)] = converter.convert_batch([row(1)])[0]
+    assert key is None and decoded(example)["id"] == [1]
+
+
+# (row values changed, key column, reason, feature, stage)
+DEAD_LETTER_CASES = [
+    ({"score": "abc"}, "id", "type_mismatch", "score", "check"),
+    ({"score": "-1"}, "id", "out_of_range", "score", "check"),
+    ({"label": "bird"}, "id", "unknown_label", "label", "check"),
+    ({"name": "x" * 11}, "id", "too_long", "name", "check"),
+    ({"id": ""}, "id", "missing_value", "id", "check"),
+    ({"id": None}, "id", "missing_value", "id", "check"),
+    ({"id": "  "}, "id", "missing_value", "id", "check"),
+    ({"key": [1, 2]}, "key", "type_mismatch", "key", "check"),
+    ({"key": "\udc80"}, "key", "invalid_utf8", "key", "check"),
+]
+
+
+@pytest.mark.parametrize("change, key_column, reason, feature, stage", DEAD_LETTER_CASES)
+def test_bad_rows_become_dead_letters(change, key_column, reason, feature, stage):
+    converter = BatchConverter(SPECS, {}, key_column=key_column)
+    bad = row(5, **change)
+    examples, dead = converter.convert_batch([row(1, key="a"), bad])
+    assert len(examples) == 1
+    [record] = dead
+    assert (record["source"], record["row"], record["stage"], record["reason"],
+            record["feature"]) == ("data/part-1.csv", 6, stage, reason, feature)
+    assert record["input"]["id"] == bad.values["id"]
+    json.dumps(record)  # JSON-safe, whatever the input held
+
+
+def test_unexpected_error_is_an_internal_error_dead_letter():
+    class Exploding:
+        def tolist(self):
+            raise RuntimeError("boom")
+
+    converter = BatchConverter(SPECS, {}, key_column=None)
+    examples, dead = converter.convert_batch([row(1, score=Exploding()), row(2)])
+    assert len(examples) == 1
+    [record] = dead
+    assert (record["reason"], record["stage"], record["row"]) == ("internal_error", "encode", 2)
+    assert "Traceback" in record["message"] and "RuntimeError: boom" in record["message"]
+    # the value cannot be rendered for the record either: its type stands in
+    assert record["input"]["score"] == "<Exploding>" and record["input"]["id"] == "1"
+
+
+def test_image_bytes_are_left_out_of_dead_letters():
+    specs = parse_features({"image/encoded": {"type": "bytes", "from": "image"},
+                            "label": {"type": "int64", "vocabulary": ["a"]}})
+    converter = BatchConverter(specs, {}, key_column="path")
+    image_row = SourceRow("gs://bucket/flowers", None,
+                          {"image": b"\xff\xd8" * 5000, "path": "b/1.jpg", "label": "b"})
+    _, [record] = converter.convert_batch([image_row])
+    assert record["input"] == {"path": "b/1.jpg", "label": "b"}
+    assert record["key"] == "b/1.jpg" and record["row"] is None
+    assert record["reason"] == "unknown_label"
+
+
+# --- RowsToExamples under Beam -------------------------------------------------------
+
+BATCHES = [
+    [row(1), row(2, score="abc"), row(3, label="cat")],
+    [row(4, id=""), row(5, name="€" * 4), row(6)],
+]
+EXPECTED_GOOD = [
+    [(sortable_key(1), {"id": [1], "score": [0.5], "name": [b"row1"], "label": [1]}),
+     (sortable_key(3), {"id": [3], "score": [0.5], "name": [b"row3"], "label": [0]})],
+    [(sortable_key(6), {"id": [6], "score": [0.5], "name": [b"row6"], "label": [1]})],
+]
+EXPECTED_DEAD = [("data/part-1.csv", 3, "2", "type_mismatch", "score"),
+                 ("data/part-1.csv", 5, "", "missing_value", "id"),
+                 ("data/part-1.csv", 6, "5", "too_long", "name")]
+
+
+def _decode_batch(batch):
+    return [(key, decoded(example)) for key, example in batch]
+
+
+def _dead_summary(record):
+    return record["source"], record["row"], record["key"], record["reason"], record["feature"]
+
+
+def _run_rows_to_examples(pipeline):
+    examples, dead = (pipeline
+                      | "Rows" >> beam.Create(BATCHES)
+                      | "ToExamples" >> RowsToExamples(SPECS, {}, key_column="id"))
+    assert_that(examples | "Decode" >> beam.Map(_decode_batch), equal_to(EXPECTED_GOOD),
+                label="good")
+    assert_that(dead | "Summarize" >> beam.Map(_dead_summary), equal_to(EXPECTED_DEAD),
+                label="dead")
+
+
+def test_rows_to_examples_outputs_and_metrics():
+    pipeline = TestPipeline()
+    _run_rows_to_examples(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query(
+        MetricsFilter().with_namespace("recordforge"))["counters"]}
+    assert counters == {"rows_converted": 3, "dead_letters": 3,
+                        "dead_letter.type_mismatch": 1, "dead_letter.missing_value": 1,
+                        "dead_letter.too_long": 1}
+
+
+def test_rows_to_examples_multi_processing():
+    options = PipelineOptions(["--direct_running_mode=multi_processing",
+                               "--direct_num_workers=2"])
+    with TestPipeline(options=options) as pipeline:
+        _run_rows_to_examples(pipeline)
+
+
+def test_main_output_is_reachable_by_name():
+    with TestPipeline() as pipeline:
+        result = (pipeline | beam.Create([[row(1)]])
+                  | RowsToExamples(SPECS, {}, key_column=None))
+        assert_that(result.examples | beam.Map(len), equal_to([1]), label="examples")
+        assert_that(result.dead_letter, equal_to([]), label="dead")
+
+
+def test_bad_schema_fails_at_construction():
+    specs = parse_features({"label": {"type": "int64", "vocabulary": "auto"}})
+    with pytest.raises(ValueError, match="features.label.vocabulary"):
+        RowsToExamples(specs, {}, key_column=None)
+
+
+def test_float_bits_of_the_independent_reader_match():
+    # float32 rounding happens in the Example; the reader sees the float32 value
+    converter = BatchConverter(parse_features({"x": {"type": "float"}}), {}, None)
+    [(_, example)] = converter.convert_batch([SourceRow("s", 1, {"x": "0.1"})])[0]
+    assert decoded(example)["x"] == [struct.unpack("<f", struct.pack("<f", 0.1))[0]]
+
+
+def test_blank_numeric_key_is_missing_even_with_a_default():
+    specs = parse_features({"id": {"type": "int64", "default": 0}})
+    converter = BatchConverter(specs, {}, key_column="id")
+    _, [record] = converter.convert_batch([SourceRow("s.csv", 2, {"id": "  "})])
+    assert (record["reason"], record["feature"]) == ("missing_value", "id")
+    assert "key column 'id' has no value" in record["message"]
+    [(key, _)] = converter.convert_batch([SourceRow("s.csv", 3, {"id": " 12 "})])[0]
+    assert key == sortable_key(12)

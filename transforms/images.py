@@ -1,0 +1,341 @@
+"""Image checks and optional resizing/re-encoding: plain functions, no Beam.
+
+`image_columns(data, path, options)` turns one image file's bytes into the
+image columns of a row (``image``, ``height``, ``width``, ``channels``,
+``format``) or raises `RowError` (stage ``decode``) saying why the image is
+unusable.
+
+What is reported:
+
+* ``decode: header`` parses only the file header (fast); ``full`` also decodes
+  every pixel of the first frame, and for PNG verifies every chunk's CRC, so
+  truncated and corrupt data are caught. Pillow's ``LOAD_TRUNCATED_IMAGES``
+  is never set: a truncated image is always an error.
+* Without resize/encode the original bytes are kept and ``height``/``width``
+  are the stored dimensions. EXIF orientation is *not* applied, which is what
+  ``tf.io.decode_jpeg``/``decode_image`` decode too.
+* With resize or encode the first frame is decoded, EXIF orientation applied
+  (``ImageOps.exif_transpose``), resized with LANCZOS and encoded again without
+  EXIF; ``height``/``width``/``channels``/``format`` describe the new bytes.
+  ``resize_max_side`` keeps the aspect ratio and never upscales;
+  ``resize_size`` is an exact (width, height). The output format is
+  ``encode_format``, else the original format when it is JPEG or PNG, else PNG.
+  JPEG output is always RGB (alpha composited over white, CMYK/grayscale/16-bit
+  converted; 16-bit scaled to 8-bit); PNG output keeps L, LA, RGB, RGBA and
+  16-bit grayscale, and expands palettes to RGB/RGBA.
+* ``channels`` follows the decoded mode: palette images count 3, or 4 with
+  transparency (as TensorFlow's PNG/GIF decoders expand them); CMYK JPEG 4;
+  grayscale 1 (16-bit too).
+* Animated GIF/PNG/WebP: the first frame is checked and reported; the original
+  bytes (all frames) are kept unless resized/re-encoded (first frame only).
+
+Limits: ``min_size``/``max_size`` are (width, height) and apply to the stored
+dimensions, before any decoding. An image larger than ``max_size`` or above
+Pillow's decompression-bomb pixel limit (``Image.MAX_IMAGE_PIXELS``) is
+``image_too_large`` and never decoded; Pillow's bomb warning is turned into an
+error only inside our own ``Image.open`` call. ``formats`` restricts the
+container format (Pillow names: JPEG, PNG, GIF, WEBP, BMP ...); color modes are
+accepted unless ``modes`` lists the allowed Pillow modes (e.g. ``("RGB", "L")``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import threading
+import warnings
+import zlib
+from typing import Any
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from recordforge.schemas.dead_letters import RowError
+
+__all__ = ["DECODE_MODES", "ENCODE_FORMATS", "ImageOptions", "image_columns"]
+
+DECODE_MODES = ("header", "full")
+ENCODE_FORMATS = ("JPEG", "PNG")
+_DEFAULT_JPEG_QUALITY = 90
+
+# Pillow raises a zoo of exception types for damaged data; these all mean
+# "this image cannot be decoded" (Image.open itself treats most of them so).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError,
+                  TypeError, KeyError, ZeroDivisionError)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """Checks and transforms for image sources (from ``source.image``).
+
+    formats: allowed Pillow format names. min_size/max_size: (width, height).
+    decode: "header" or "full". resize_max_side / resize_size: at most one.
+    encode_format: "JPEG" or "PNG", or None. encode_quality: JPEG quality 1-100
+    (default 90). modes: allowed Pillow color modes, or None for any.
+    """
+
+    formats: tuple[str, ...] = ("JPEG", "PNG")
+    min_size: tuple[int, int] = (1, 1)
+    max_size: tuple[int, int] = (8192, 8192)
+    decode: str = "header"
+    resize_max_side: int | None = None
+    resize_size: tuple[int, int] | None = None
+    encode_format: str | None = None
+    encode_quality: int | None = None
+    modes: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        set_ = object.__setattr__
+        set_(self, "formats", tuple(str(f).upper() for f in self.formats))
+        if not self.formats:
+            raise ValueError("formats: list at least one image format, e.g. [JPEG, PNG]")
+        for name in ("min_size", "max_size"):
+            size = tuple(getattr(self, name))
+            if len(size) != 2 or not all(isinstance(v, int) and v >= 1 for v in size):
+                raise ValueError(f"{name}: expected [width, height] of positive integers, got {size!r}")
+            set_(self, name, size)
+        if any(lo > hi for lo, hi in zip(self.min_size, self.max_size)):
+            raise ValueError(f"min_size {list(self.min_size)} exceeds max_size {list(self.max_size)}")
+        if self.decode not in DECODE_MODES:
+            raise ValueError(f"decode: expected one of {list(DECODE_MODES)}, got {self.decode!r}")
+        if self.resize_max_side is not None and self.resize_size is not None:
+            raise ValueError("resize: give either max_side or size, not both")
+        if self.resize_max_side is not None and not (
+                isinstance(self.resize_max_side, int) and self.resize_max_side >= 1):
+            raise ValueError(f"resize.max_side: expected a positive integer, got {self.resize_max_side!r}")
+        if self.resize_size is not None:
+            size = tuple(self.resize_size)
+            if len(size) != 2 or not all(isinstance(v, int) and v >= 1 for v in size):
+                raise ValueError(f"resize.size: expected [width, height] of positive integers, got {size!r}")
+            set_(self, "resize_size", size)
+        if self.encode_format is not None:
+            set_(self, "encode_format", str(self.encode_format).upper())
+            if self.encode_format not in ENCODE_FORMATS:
+                raise ValueError(f"encode.format: expected one of {list(ENCODE_FORMATS)}, "
+                                 f"got {self.encode_format!r}")
+        if self.encode_quality is not None and not (
+                isinstance(self.encode_quality, int) and 1 <= self.encode_quality <= 100):
+            raise ValueError(f"encode.quality: expected an integer 1-100, got {self.encode_quality!r}")
+        if self.modes is not None:
+            set_(self, "modes", tuple(self.modes))
+
+    @property
+    def transforms(self) -> bool:
+        """True when image bytes are rewritten (resize or re-encode)."""
+        return (self.resize_max_side is not None or self.resize_size is not None
+                or self.encode_format is not None)
+
+
+def _error(reason: str, message: str) -> RowError:
+    return RowError(reason, message, stage="decode")
+
+
+# warnings.catch_warnings swaps process-wide filters; the lock keeps our own
+# concurrent calls from restoring each other's filters (which would leak the
+# "error" filter or lose it).
+_open_lock = threading.Lock()
+
+
+def _open(data: bytes, path: str, formats: tuple[str, ...] | None) -> Image.Image:
+    """Image.open on `data` with Pillow's decompression-bomb warning as an error."""
+    with _open_lock, warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            return Image.open(io.BytesIO(data), formats=formats)
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise _error("image_too_large", f"{path}: {exc}") from None
+
+
+def _open_checked(data: bytes, path: str, options: ImageOptions) -> Image.Image:
+    try:
+        return _open(data, path, options.formats)
+    except UnidentifiedImageError:
+        pass
+    except _DECODE_ERRORS as exc:
+        raise _classified(exc, path) from None
+    # Not one of the allowed formats: say which format it is, if any.
+    try:
+        other = _open(data, path, None)
+    except RowError:
+        raise
+    except (UnidentifiedImageError, *_DECODE_ERRORS):
+        raise _error("image_corrupt", f"{path}: not a readable image "
+                     f"(expected {'/'.join(options.formats)})") from None
+    fmt = other.format
+    other.close()
+    raise _error("image_format_not_allowed",
+                 f"{path}: format {fmt} is not in formats {list(options.formats)}")
+
+
+def _classified(exc: BaseException, path: str) -> RowError:
+    text = str(exc)
+    if isinstance(exc, EOFError) or "truncated" in text.lower():
+        return _error("image_truncated", f"{path}: the image data ends early ({text})")
+    return _error("image_corrupt", f"{path}: the image data cannot be decoded "
+                  f"({type(exc).__name__}: {text})")
+
+
+def _check_size(width: int, height: int, path: str, options: ImageOptions) -> None:
+    max_w, max_h = options.max_size
+    if width > max_w or height > max_h:
+        raise _error("image_too_large", f"{path}: {width}x{height} exceeds max_size "
+                     f"{max_w}x{max_h}; not decoded")
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise _error("image_too_large", f"{path}: {width}x{height} pixels exceeds the "
+                     f"decompression-bomb limit of {limit} pixels; not decoded")
+    min_w, min_h = options.min_size
+    if width < min_w or height < min_h:
+        raise _error("image_too_small", f"{path}: {width}x{height} is below min_size "
+                     f"{min_w}x{min_h}")
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png_chunks(data: bytes, path: str) -> None:
+    """Verifies the CRC of every PNG chunk up to IEND (Pillow skips IDAT CRCs;
+    libpng, which TensorFlow uses, rejects them)."""
+    pos, size = len(_PNG_SIGNATURE), len(data)
+    while True:
+        if pos + 8 > size:
+            raise _error("image_truncated", f"{path}: PNG data ends before the IEND chunk")
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        end = pos + 8 + length + 4
+        if end > size:
+            raise _error("image_truncated", f"{path}: PNG chunk {kind!r} at byte {pos} "
+                         "runs past the end of the file")
+        stored = struct.unpack(">I", data[end - 4:end])[0]
+        if zlib.crc32(data[pos + 4:end - 4]) != stored:
+            raise _error("image_corrupt", f"{path}: PNG chunk {kind!r} at byte {pos} "
+                         "has a bad CRC")
+        if kind == b"IEND":
+            return
+        pos = end
+
+
+def _load(im: Image.Image, data: bytes, path: str) -> None:
+    """Decodes every pixel of the current (first) frame."""
+    try:
+        im.load()
+    except _DECODE_ERRORS as exc:
+        raise _classified(exc, path) from None
+    if im.format == "PNG":
+        _check_png_chunks(data, path)
+
+
+def _format_name(im: Image.Image) -> str:
+    # Pillow names camera JPEGs with a multi-picture segment "MPO"; the file is
+    # a JPEG and every JPEG decoder reads its first picture.
+    return "JPEG" if im.format == "MPO" else im.format
+
+
+def _channels(im: Image.Image) -> int:
+    if im.mode in ("P", "PA"):
+        return 4 if im.mode == "PA" or "transparency" in im.info else 3
+    return Image.getmodebands(im.mode)
+
+
+def _has_alpha(im: Image.Image) -> bool:
+    return im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+        im.mode == "P" and "transparency" in im.info)
+
+
+def _workable(im: Image.Image) -> Image.Image:
+    """A mode LANCZOS resampling and the encoders handle: palettes expanded
+    (resampling a palette would fall back to nearest-neighbour)."""
+    if im.mode in ("P", "PA"):
+        return im.convert("RGBA" if _has_alpha(im) else "RGB")
+    if im.mode == "1":
+        return im.convert("L")
+    if im.mode == "I":
+        return im.convert("I;16") if im.getextrema()[1] < 65536 else im
+    return im
+
+
+def _to_8bit(im: Image.Image) -> Image.Image:
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        return im.convert("I").point(lambda v: v * (1 / 256)).convert("L")
+    return im
+
+
+def _for_format(im: Image.Image, fmt: str) -> Image.Image:
+    if fmt == "JPEG":
+        im = _to_8bit(im)
+        if _has_alpha(im):
+            rgba = im.convert("RGBA")
+            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            im = Image.alpha_composite(background, rgba)
+        return im if im.mode == "RGB" else im.convert("RGB")
+    if im.mode in ("L", "LA", "RGB", "RGBA", "I;16"):
+        return im
+    if im.mode in ("I;16B", "I;16L", "I"):
+        return _to_8bit(im)
+    return im.convert("RGBA" if _has_alpha(im) else "RGB")
+
+
+def _new_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]:
+    if options.resize_size is not None:
+        return options.resize_size
+    side = options.resize_max_side
+    longest = max(width, height)
+    if side is None or longest <= side:
+        return width, height
+    return max(1, round(width * side / longest)), max(1, round(height * side / longest))
+
+
+def _transform(im: Image.Image, data: bytes, path: str, options: ImageOptions
+               ) -> tuple[bytes, Image.Image, str]:
+    _load(im, data, path)
+    source_format = _format_name(im)
+    try:
+        out = ImageOps.exif_transpose(im)
+    except _DECODE_ERRORS as exc:
+        raise _error("image_corrupt", f"{path}: unreadable EXIF orientation "
+                     f"({type(exc).__name__}: {exc})") from None
+    out = _workable(out)
+    size = _new_size(*out.size, options)
+    if size != out.size:
+        # reducing_gap: a cheap integer box reduction first while the image is
+        # over 3x the target, then LANCZOS; Pillow documents the result as
+        # indistinguishable from a plain LANCZOS pass, at a fraction of the cost.
+        out = out.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+    fmt = options.encode_format or (source_format if source_format in ENCODE_FORMATS else "PNG")
+    out = _for_format(out, fmt)
+    params: dict[str, Any] = {}
+    if fmt == "JPEG":
+        params["quality"] = options.encode_quality or _DEFAULT_JPEG_QUALITY
+    buffer = io.BytesIO()
+    out.save(buffer, format=fmt, **params)
+    return buffer.getvalue(), out, fmt
+
+
+def image_columns(data: bytes, path: str, options: ImageOptions) -> dict:
+    """The image columns of one image file.
+
+    data: the file's bytes; path: its name for messages. Returns ``image``
+    (bytes: the original unless resized/re-encoded), ``height``, ``width``,
+    ``channels`` (ints) and ``format`` (Pillow's name, e.g. "JPEG").
+    Raises RowError (stage "decode") with reason ``empty_file``,
+    ``image_corrupt``, ``image_truncated``, ``image_format_not_allowed``,
+    ``image_too_small`` or ``image_too_large``.
+    """
+    if not data:
+        raise _error("empty_file", f"{path}: the image file is empty (0 bytes)")
+    im = _open_checked(data, path, options)
+    try:
+        width, height = im.size
+        _check_size(width, height, path, options)
+        if options.modes is not None and im.mode not in options.modes:
+            raise _error("image_format_not_allowed",
+                         f"{path}: color mode {im.mode} is not in modes {list(options.modes)}")
+        if options.transforms:
+            image, out, fmt = _transform(im, data, path, options)
+            return {"image": image, "height": out.height, "width": out.width,
+                    "channels": _channels(out), "format": fmt}
+        if options.decode == "full":
+            _load(im, data, path)
+        return {"image": data, "height": height, "width": width,
+                "channels": _channels(im), "format": _format_name(im)}
+    finally:
+        im.close()

@@ -1,0 +1,333 @@
+"""Plain planning logic of the shard writer: split assignment, order keys,
+bucket boundaries and shard cuts. No Beam, no I/O.
+
+Every decision here is a function of row content and config only (never of
+arrival order, bundling or worker count), which is what makes the written
+shards byte-identical on every runner:
+
+- a row's hash is ``blake2b(key or example, key=salt(dataset name))``; its
+  first 8 bytes pick the split, the whole digest is the order key when
+  shuffling;
+- buckets (the units sorted in parallel) are key ranges whose boundaries come
+  from a content-selected sample of keys, so the same rows always land in the
+  same bucket;
+- shards are cut at chunk boundaries chosen from the chunk sizes alone.
+
+The records passed between the Beam steps are the NamedTuples below; they
+carry file names, counts and a few key prefixes, never example bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import heapq
+import math
+from typing import Iterable, NamedTuple, Sequence
+
+__all__ = [
+    "BucketChunks",
+    "BucketRange",
+    "Chunk",
+    "HASH_SIZE",
+    "RunInfo",
+    "SampleEntry",
+    "ShardSpec",
+    "SpillRecord",
+    "SplitAssigner",
+    "assign_split",
+    "dataset_salt",
+    "plan_bucket_ranges",
+    "plan_shards",
+    "runs_of",
+    "sample_of",
+    "shard_file_name",
+    "validate_splits",
+]
+
+HASH_SIZE = 16  # blake2b digest bytes: the shuffle order key
+_SALT_LIMIT = 64  # blake2b's longest key
+_TWO_64 = 1 << 64
+
+
+class SampleEntry(NamedTuple):
+    """One sampled row, used only to place bucket boundaries.
+
+    priority: ``(size << 64) // (u64 + 1)`` where u64 comes from the row's
+    hash, so the largest priorities form a byte-weighted random sample that
+    depends on content alone. prefix: the row's order key cut to the prefix
+    length. size: the row's framed size in bytes.
+    """
+
+    priority: int
+    prefix: bytes
+    size: int
+
+
+class SpillRecord(NamedTuple):
+    """What the spill step says after buffering one input batch's rows of
+    one split: they go to the run file `path` (written by the same bundle),
+    which then holds `num_records` rows of `num_bytes` framed bytes in all.
+
+    The counts are running totals, so a run's size is the largest reported
+    and a record delivered twice changes nothing.
+    """
+
+    split: str
+    path: str
+    num_records: int
+    num_bytes: int
+    sample: tuple[SampleEntry, ...]  # this batch's sampled rows of the split
+
+
+class RunInfo(NamedTuple):
+    """One sorted run file of a split."""
+
+    split: str
+    path: str
+    num_records: int
+    num_bytes: int
+
+
+class BucketRange(NamedTuple):
+    """A key range of a split sorted as one unit: ``lo <= key < hi``
+    (`hi` None: no upper bound). `index` orders the buckets of a split."""
+
+    split: str
+    index: int
+    lo: bytes
+    hi: bytes | None
+
+
+class Chunk(NamedTuple):
+    """A run of whole TFRecords in a bucket file: plain framed records or one
+    complete gzip member. Offsets and lengths are bytes on disk."""
+
+    offset: int
+    length: int
+    num_records: int
+
+
+class BucketChunks(NamedTuple):
+    """A sorted bucket written as consecutive chunks in the file `path`."""
+
+    split: str
+    index: int
+    path: str
+    chunks: tuple[Chunk, ...]
+
+
+class ShardSpec(NamedTuple):
+    """One output shard: the byte ranges to concatenate, in order.
+
+    pieces: ``(bucket file, offset, length)``.
+    """
+
+    split: str
+    index: int
+    count: int
+    pieces: tuple[tuple[str, int, int], ...]
+    num_examples: int
+    num_bytes: int
+
+
+def validate_splits(splits: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """Checks ``[(name, fraction), ...]``: at least one split, unique
+    non-empty names, fractions >= 0 and not all zero."""
+    splits = tuple((str(name), float(fraction)) for name, fraction in splits)
+    if not splits:
+        raise ValueError("splits: at least one split is required")
+    names = [name for name, _ in splits]
+    if len(set(names)) != len(names):
+        raise ValueError(f"splits: duplicate split names in {names}")
+    for name, fraction in splits:
+        if not name:
+            raise ValueError("splits: a split name is empty")
+        if not (fraction >= 0 and math.isfinite(fraction)):
+            raise ValueError(f"splits.{name}: fraction must be a finite number >= 0, got {fraction}")
+    if sum(fraction for _, fraction in splits) <= 0:
+        raise ValueError("splits: the fractions add up to 0")
+    return splits
+
+
+def dataset_salt(dataset_name: str) -> bytes:
+    """The blake2b key that salts every row hash of a dataset."""
+    salt = dataset_name.encode("utf-8")
+    if len(salt) > _SALT_LIMIT:
+        # blake2b keys stop at 64 bytes; longer names are hashed down, which
+        # keeps every character significant.
+        salt = hashlib.blake2b(salt, digest_size=_SALT_LIMIT).digest()
+    return salt
+
+
+class SplitAssigner:
+    """Maps a row hash onto the configured split fractions.
+
+    The fractions become cumulative thresholds on the hash's first 8 bytes
+    (a little-endian uint64), so a row's split never depends on anything but
+    its key, the dataset name and the fractions.
+    """
+
+    def __init__(self, dataset_name: str, splits: Sequence[tuple[str, float]]):
+        splits = validate_splits(splits)
+        self.names = tuple(name for name, _ in splits)
+        self.salt = dataset_salt(dataset_name)
+        total = sum(fraction for _, fraction in splits)
+        thresholds = []
+        running = 0.0
+        for _, fraction in splits:
+            running += fraction
+            thresholds.append(min(_TWO_64, round(running / total * _TWO_64)))
+        thresholds[-1] = _TWO_64  # rounding must never leave a row without a split
+        self.thresholds = tuple(thresholds)
+
+    def digest(self, key_or_example: bytes) -> bytes:
+        return hashlib.blake2b(key_or_example, key=self.salt, digest_size=HASH_SIZE).digest()
+
+    def split_index(self, digest: bytes) -> int:
+        return bisect.bisect_right(self.thresholds, int.from_bytes(digest[:8], "little"))
+
+    def split_of(self, key_or_example: bytes) -> str:
+        return self.names[self.split_index(self.digest(key_or_example))]
+
+
+def assign_split(key_or_example: bytes, dataset_name: str,
+                 splits: Sequence[tuple[str, float]]) -> str:
+    """The split of a row: a stable hash of its key (or, without a key, its
+    serialized example) salted by the dataset name, mapped onto the fractions."""
+    return SplitAssigner(dataset_name, splits).split_of(key_or_example)
+
+
+def sample_priority(digest: bytes, size: int) -> int:
+    """Priority-sampling weight of a row, in bytes: size / u with u in (0, 1] taken
+    from hash bytes 8-15 (independent of the bytes that pick the split and
+    dominate the shuffle order)."""
+    return (size << 64) // (int.from_bytes(digest[8:16], "little") + 1)
+
+
+def runs_of(records: Iterable[SpillRecord]) -> list[RunInfo]:
+    """The run files named by a split's spill records, with their final
+    sizes, in path order."""
+    runs: dict[str, RunInfo] = {}
+    for record in records:
+        known = runs.get(record.path)
+        if known is None or record.num_records > known.num_records:
+            runs[record.path] = RunInfo(record.split, record.path, record.num_records,
+                                        record.num_bytes)
+    return [runs[path] for path in sorted(runs)]
+
+
+def sample_of(records: Iterable[SpillRecord], sample_size: int) -> list[SampleEntry]:
+    """The distinct sampled rows of a split's spill records, cut to the
+    `sample_size` highest priorities (a set: repeats change nothing)."""
+    entries = {entry for record in records for entry in record.sample}
+    return heapq.nlargest(sample_size, entries)
+
+
+def plan_bucket_ranges(split: str, total_bytes: int, sample: Iterable[SampleEntry],
+                       bucket_bytes: int, *, sample_bytes: int,
+                       sample_size: int) -> list[BucketRange]:
+    """Cuts a split's key space into about ``total_bytes / bucket_bytes``
+    ranges holding similar byte counts, at weighted quantiles of the sample.
+
+    The sample holds the rows whose priority (see `sample_priority`) reached
+    `sample_bytes`, cut to the `sample_size` highest. Each entry stands for
+    ``max(size, threshold)`` bytes, the priority-sampling estimate, where
+    threshold is the inclusion priority (`sample_bytes`, or the lowest
+    priority kept once the sample was cut). The
+    boundaries are sample key prefixes, so a key's bucket is decided by its
+    prefix alone and equal keys share a bucket.
+    """
+    entries = sorted(sample, key=lambda entry: (entry.prefix, entry.priority, entry.size))
+    wanted = max(1, math.ceil(total_bytes / bucket_bytes)) if total_bytes > 0 else 1
+    if wanted == 1 or not entries:
+        return [BucketRange(split, 0, b"", None)]
+    threshold = sample_bytes
+    if len(entries) >= sample_size:
+        threshold = max(threshold, min(entry.priority for entry in entries))
+    weights = [max(entry.size, threshold) for entry in entries]
+    estimate = sum(weights)
+    boundaries: list[bytes] = []
+    running = 0
+    step = 1
+    for entry, weight in zip(entries, weights):
+        running += weight
+        # The boundary is the next key after the quantile point, so the
+        # bucket ends just before it.
+        while step < wanted and running >= estimate * step / wanted:
+            step += 1
+            boundaries.append(entry.prefix)
+    boundaries = sorted(set(boundary for boundary in boundaries if boundary))
+    edges = [b""] + boundaries + [None]
+    return [BucketRange(split, index, edges[index], edges[index + 1])
+            for index in range(len(edges) - 1)]
+
+
+def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) -> list[ShardSpec]:
+    """Groups a split's chunks, in key order, into
+    ``ceil(bytes on disk / shard_size)`` shards of near-equal size.
+
+    Each cut is the chunk boundary nearest to ``i * total / count``, so every
+    shard is within one chunk of the mean; chunks are far smaller than a
+    shard. (A split with fewer chunks than that count, which needs records
+    larger than a shard, gets one shard per chunk.)
+    """
+    chunks: list[tuple[str, Chunk]] = []
+    by_index: dict[int, BucketChunks] = {}
+    for bucket in buckets:
+        # A runner that delivers an output twice (seen with Beam's Dask
+        # runner) gives a bucket twice, with identical bytes: keep one copy.
+        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
+            by_index[bucket.index] = bucket
+    for _, bucket in sorted(by_index.items()):
+        chunks.extend((bucket.path, chunk) for chunk in bucket.chunks if chunk.num_records)
+    total = sum(chunk.length for _, chunk in chunks)
+    if not chunks:
+        return []
+    count = min(len(chunks), max(1, math.ceil(total / shard_size)))
+    ends = []  # ends[j]: bytes in chunks[:j + 1]
+    running = 0
+    for _, chunk in chunks:
+        running += chunk.length
+        ends.append(running)
+    cuts = [0]  # chunk index where each shard starts
+    for shard in range(1, count):
+        target = total * shard / count
+        position = bisect.bisect_left(ends, target)  # first chunk ending at/after target
+        candidates = (position - 1, position)
+        best = min((candidate for candidate in candidates if 0 <= candidate < len(ends)),
+                   key=lambda candidate: (abs(ends[candidate] - target), candidate))
+        start = best + 1
+        # Every shard keeps at least one chunk, and leaves one for each later shard.
+        start = max(start, cuts[-1] + 1)
+        start = min(start, len(chunks) - (count - shard))
+        cuts.append(start)
+    cuts.append(len(chunks))
+    shards = []
+    for shard in range(count):
+        selected = chunks[cuts[shard]:cuts[shard + 1]]
+        shards.append(ShardSpec(
+            split=split,
+            index=shard,
+            count=count,
+            pieces=_coalesce((path, chunk.offset, chunk.length) for path, chunk in selected),
+            num_examples=sum(chunk.num_records for _, chunk in selected),
+            num_bytes=sum(chunk.length for _, chunk in selected),
+        ))
+    return shards
+
+
+def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, int], ...]:
+    """Merges byte ranges that continue one another in the same file."""
+    merged: list[tuple[str, int, int]] = []
+    for path, offset, length in pieces:
+        if merged and merged[-1][0] == path and merged[-1][1] + merged[-1][2] == offset:
+            merged[-1] = (path, merged[-1][1], merged[-1][2] + length)
+        else:
+            merged.append((path, offset, length))
+    return tuple(merged)
+
+
+def shard_file_name(split: str, index: int, count: int, suffix: str) -> str:
+    """``<split>-<index:05d>-of-<count:05d><suffix>``."""
+    return f"{split}-{index:05d}-of-{count:05d}{suffix}"

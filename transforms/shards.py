@@ -1,0 +1,447 @@
+"""The shard writer: ExampleBatches in, sorted, size-balanced TFRecord shards out.
+
+`WriteShards` takes a PCollection of ExampleBatch (a list of
+``(key: bytes | None, example: bytes)``) and writes
+``<staging_dir>/<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]``, returning
+one metadata dict per shard. Steps and the elements between them::
+
+  ExampleBatch
+  | Spill            -> SpillRecord    rows hashed, split, buffered; each full
+                                       buffer is sorted and written as one run
+                                       file per split (fused with the source)
+  | KeySpills | GroupSpills            -> (split, [SpillRecord])
+  | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
+  | SpreadBuckets | SortBuckets        -> BucketChunks  each range read from every
+                                       run of its split, sorted, written as chunks
+  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries
+  | SpreadShards | WriteShardFiles     -> shard metadata dict
+  | KeyAll (+ CleanupTrigger) | GatherShards | Cleanup  -> shard metadata dict
+
+Example bytes only ever travel inside the Spill step (which receives them
+from the source) and through files; every later PCollection holds small
+metadata, because runners such as the DirectRunner keep whatever crosses a
+GroupByKey or Reshuffle in memory. There are no side inputs (Beam's Dask
+runner recomputes their producers and can repeat their elements): the run
+list each bucket needs is a small file written by the planning step. And no
+element is emitted from `finish_bundle` (the Dask runner drops those): the
+Spill step reports each batch's rows as it receives them, naming the run
+file its current buffer will be written to by the end of the bundle.
+
+Retries: every file is written under a fresh uuid name and only files named
+by a committed bundle's output are read, so a retried bundle can neither
+lose nor duplicate rows; shards appear at their final names by rename,
+complete. Output bytes depend on content and config only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import os
+import posixpath
+import uuid
+from typing import Sequence
+
+import apache_beam as beam
+import fsspec
+from apache_beam.metrics import Metrics
+from fsspec.implementations.local import LocalFileSystem
+
+from recordforge.transforms import spill, tfrecordio
+from recordforge.transforms.shard_plan import (
+    HASH_SIZE,
+    RunInfo,
+    SampleEntry,
+    ShardSpec,
+    SpillRecord,
+    SplitAssigner,
+    assign_split,
+    plan_bucket_ranges,
+    plan_shards,
+    runs_of,
+    sample_of,
+    shard_file_name,
+    validate_splits,
+)
+
+__all__ = ["METRICS_NAMESPACE", "ShardTuning", "WriteShards", "assign_split", "write_shard"]
+
+METRICS_NAMESPACE = "recordforge"
+
+_FRAMING = 16  # TFRecord bytes around each record
+_ROW_OVERHEAD = 160  # Python object bytes per buffered row
+_COPY_BLOCK = 4 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTuning:
+    """Internal sizes of the shard writer.
+
+    run_bytes, memory_bytes, fan_in and index_every trade memory for speed
+    and never change the output. The others decide bucket boundaries and
+    chunk boundaries, hence the shard bytes: like the config, they must be
+    the same for two builds to be byte-identical.
+
+    run_bytes: spill buffer per worker before it is sorted and written.
+    bucket_bytes: target size of a key range sorted as one unit.
+    memory_bytes: largest bucket sorted in memory; larger ones are merged
+      as streams from the sorted runs.
+    fan_in: most sorted streams merged at once.
+    chunks_per_shard, max_chunk_bytes: chunks (the pieces shards are cut
+      from) are shard_size / chunks_per_shard on disk, at most max_chunk_bytes.
+    sample_bytes: one sampled key per this many bytes, on average (default
+      bucket_bytes / 64); sample_size: most sampled keys kept per split.
+    prefix_len: bytes of an order key kept in samples and run indexes.
+    index_every: bytes of a run between two index entries.
+    """
+
+    run_bytes: int = 64 << 20
+    bucket_bytes: int = 32 << 20
+    memory_bytes: int = 256 << 20
+    fan_in: int = 64
+    chunks_per_shard: int = 50
+    max_chunk_bytes: int = 4 << 20
+    sample_bytes: int | None = None
+    sample_size: int = 65536
+    prefix_len: int = 64
+    index_every: int = 64 << 10
+
+    def sample_every(self) -> int:
+        return self.sample_bytes or max(1, self.bucket_bytes // 64)
+
+    def chunk_bytes(self, shard_size: int) -> int:
+        return max(1, min(self.max_chunk_bytes, shard_size // self.chunks_per_shard))
+
+
+class _SpillFn(beam.DoFn):
+    """ExampleBatch -> SpillRecord per split present in the batch.
+
+    Hashes each row, picks its split and order key, and buffers it; when
+    the buffer reaches run_bytes (and at the end of the bundle) each split's
+    rows are sorted and written as a run file named for this bundle attempt.
+    """
+
+    def __init__(self, run_dir: str, dataset_name: str, splits, shuffle: bool,
+                 tuning: ShardTuning):
+        self._run_dir = run_dir
+        self._dataset_name = dataset_name
+        self._splits = tuple(splits)
+        self._shuffle = shuffle
+        self._tuning = tuning
+
+    def setup(self):
+        self._assigner = SplitAssigner(self._dataset_name, self._splits)
+        fs, path = fsspec.core.url_to_fs(self._run_dir)
+        fs.makedirs(path, exist_ok=True)
+        self._spilled_rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
+
+    def start_bundle(self):
+        self._new_buffer()
+
+    def _new_buffer(self):
+        self._generation = uuid.uuid4().hex
+        self._rows: list[list] = [[] for _ in self._splits]
+        self._run_bytes = [0] * len(self._splits)
+        self._buffered = 0
+
+    def _run_path(self, split_index: int) -> str:
+        return spill.join_path(self._run_dir, f"{self._generation}-{split_index}.run")
+
+    def process(self, batch):
+        names = self._assigner.names
+        count = len(names)
+        buffers = self._rows
+        rows_per_split = [0] * count
+        bytes_per_split = [0] * count
+        samples: list[list[SampleEntry]] = [[] for _ in range(count)]
+        blake2b = hashlib.blake2b
+        salt = self._assigner.salt
+        thresholds = self._assigner.thresholds
+        locate = bisect.bisect_right
+        from_bytes = int.from_bytes
+        shuffle = self._shuffle
+        sample_every = self._tuning.sample_every()
+        prefix_len = self._tuning.prefix_len
+        for position, (key, example) in enumerate(batch):
+            if type(example) is not bytes:
+                raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must be "
+                                f"bytes, got {type(example).__name__}")
+            if key is None:
+                source = example
+            elif type(key) is bytes:
+                source = key
+            else:
+                raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
+                                f"got {type(key).__name__} {key!r:.80}")
+            digest = blake2b(source, key=salt, digest_size=HASH_SIZE).digest()
+            split = locate(thresholds, from_bytes(digest[:8], "little"))
+            order_key = digest if shuffle else source
+            buffers[split].append((order_key, example))
+            size = len(example) + _FRAMING
+            rows_per_split[split] += 1
+            bytes_per_split[split] += size
+            # Priority sampling on content alone: the sample, hence the
+            # bucket boundaries, never depends on bundling.
+            u64 = from_bytes(digest[8:16], "little")
+            if (size << 64) >= sample_every * (u64 + 1):
+                samples[split].append(
+                    SampleEntry((size << 64) // (u64 + 1), order_key[:prefix_len], size))
+        for split in range(count):
+            if rows_per_split[split]:
+                self._run_bytes[split] += bytes_per_split[split]
+                yield SpillRecord(names[split], self._run_path(split), len(buffers[split]),
+                                  self._run_bytes[split], tuple(samples[split]))
+        self._buffered += sum(bytes_per_split) + _ROW_OVERHEAD * sum(rows_per_split)
+        self._spilled_rows.inc(sum(rows_per_split))
+        if self._buffered >= self._tuning.run_bytes:
+            self._flush()
+
+    def finish_bundle(self):
+        self._flush()
+
+    def _flush(self):
+        for split, rows in enumerate(self._rows):
+            if not rows:
+                continue
+            rows.sort()
+            path = self._run_path(split)
+            fs, fs_path = fsspec.core.url_to_fs(path)
+            with fs.open(fs_path, "wb") as fileobj:
+                spill.write_run(fileobj, rows, prefix_len=self._tuning.prefix_len,
+                                index_every=self._tuning.index_every)
+        self._new_buffer()
+
+
+def _key_by_split(item):
+    return item.split, item
+
+
+def _plan_split_buckets(split_spills, *, plan_dir: str, tuning: ShardTuning):
+    """(split, [SpillRecord]) -> (run list file, BucketRange) per bucket.
+
+    Writes the split's run list to a new file that every bucket reads,
+    rather than copying it into each bucket's element.
+    """
+    split, records = split_spills
+    records = list(records)
+    runs = runs_of(records)
+    ranges = plan_bucket_ranges(split, sum(run.num_bytes for run in runs),
+                                sample_of(records, tuning.sample_size), tuning.bucket_bytes,
+                                sample_bytes=tuning.sample_every(),
+                                sample_size=tuning.sample_size)
+    runs_file = spill.join_path(plan_dir, f"{uuid.uuid4().hex}.json")
+    spill.write_run_list(runs_file, runs)
+    return [(runs_file, bucket) for bucket in ranges]
+
+
+def _plan_split_shards(split_buckets, shard_size: int):
+    split, buckets = split_buckets
+    return plan_shards(split, buckets, shard_size)
+
+
+class _SortBucketFn(beam.DoFn):
+    """(run list file, BucketRange) -> BucketChunks."""
+
+    def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
+                 tuning: ShardTuning):
+        self._work_dir = work_dir
+        self._compression = compression
+        self._chunk_bytes = chunk_bytes
+        self._gzip_level = gzip_level
+        self._tuning = tuning
+
+    def setup(self):
+        self._run_lists: dict[str, list[RunInfo]] = {}
+
+    def process(self, task):
+        runs_file, bucket = task
+        runs = self._run_lists.get(runs_file)
+        if runs is None:
+            # Buckets of one split share a run list; a few are kept.
+            if len(self._run_lists) >= 8:
+                self._run_lists.clear()
+            runs = self._run_lists[runs_file] = spill.read_run_list(runs_file)
+        yield spill.sort_bucket(
+            bucket, runs,
+            out_dir=spill.join_path(self._work_dir, "buckets"),
+            scratch_dir=spill.join_path(self._work_dir, "merge"),
+            compression=self._compression,
+            chunk_bytes=self._chunk_bytes,
+            gzip_level=self._gzip_level,
+            memory_bytes=self._tuning.memory_bytes,
+            fan_in=self._tuning.fan_in,
+            prefix_len=self._tuning.prefix_len,
+            index_every=self._tuning.index_every)
+
+
+def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str) -> dict:
+    """Concatenates a shard's chunk ranges into a new file under `temp_dir`,
+    hashing as it copies, then renames it to its final name in
+    `staging_dir`. Returns the shard's metadata dict. Rerunning it writes
+    the same bytes under the same final name."""
+    name = shard_file_name(spec.split, spec.index, spec.count, suffix)
+    final_path = spill.join_path(staging_dir, name)
+    temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
+    fs, fs_temp = fsspec.core.url_to_fs(temp_path)
+    fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
+    digest = hashlib.sha256()
+    written = 0
+    with fs.open(fs_temp, "wb") as out:
+        for path, offset, length in spec.pieces:
+            source_fs, source_path = fsspec.core.url_to_fs(path)
+            with source_fs.open(source_path, "rb") as source:
+                source.seek(offset)
+                remaining = length
+                while remaining:
+                    block = source.read(min(_COPY_BLOCK, remaining))
+                    if not block:
+                        raise spill.RunFileError(
+                            f"{path}: ends before byte {offset + length} while writing {name}")
+                    digest.update(block)
+                    out.write(block)
+                    remaining -= len(block)
+                    written += len(block)
+    if written != spec.num_bytes:
+        raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")
+    _, fs_final = fsspec.core.url_to_fs(final_path)
+    fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        os.replace(fs_temp, fs_final)  # atomic on one filesystem
+    else:
+        fs.mv(fs_temp, fs_final)  # object stores: the object appears once complete
+    return {"split": spec.split, "file": name, "num_examples": spec.num_examples,
+            "num_bytes": written, "sha256": digest.hexdigest()}
+
+
+class _WriteShardFn(beam.DoFn):
+    """ShardSpec -> shard metadata dict (the file is at its final name)."""
+
+    def __init__(self, staging_dir: str, temp_dir: str, suffix: str):
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+        self._suffix = suffix
+
+    def setup(self):
+        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def process(self, spec: ShardSpec):
+        metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
+                               suffix=self._suffix)
+        self._examples.inc(metadata["num_examples"])
+        self._bytes.inc(metadata["num_bytes"])
+        self._shards.inc()
+        yield metadata
+
+
+def _remove_tree(path: str) -> None:
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    if fs.exists(fs_path):
+        fs.rm(fs_path, recursive=True)
+
+
+def _remove_if_empty(path: str) -> None:
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    try:
+        if fs.exists(fs_path) and not fs.ls(fs_path):
+            fs.rmdir(fs_path)
+    except OSError:
+        pass  # another writer's files are still there
+
+
+def _cleanup(gathered, *, work_dir: str, shard_temp_dir: str, temp_roots: Sequence[str]):
+    """(key, [metadata dict | None]) -> metadata dicts, sorted by file.
+
+    Runs once every shard is written (it follows a GroupByKey of all their
+    metadata, plus one None so that it runs even when nothing was written):
+    deletes this writer's temporary files, then passes the metadata on.
+    """
+    _, items = gathered
+    by_file = {item["file"]: item for item in items if item is not None}
+    _remove_tree(work_dir)
+    _remove_tree(shard_temp_dir)
+    for root in temp_roots:  # only directories this writer may have created
+        _remove_if_empty(root)
+    return [by_file[name] for name in sorted(by_file)]
+
+
+class WriteShards(beam.PTransform):
+    """Writes ExampleBatches as sharded TFRecord files, one set per split.
+
+    Takes: PCollection of ExampleBatch, a list of ``(key, example)`` with
+    key bytes or None (None: the serialized example is the key).
+    Gives: PCollection of ``{"split", "file", "num_examples", "num_bytes",
+    "sha256"}``, one per shard file written to `staging_dir`.
+
+    A row's split comes from a hash of its key salted by `dataset_name`;
+    rows are ordered by that hash (shuffle=True) or by key bytes, ties
+    broken by the example bytes. Each split gets ceil(bytes / shard_size)
+    shards of near-equal size on disk. Temporary files go under `temp_dir`
+    (default ``<staging_dir>/_tmp``) and shards are assembled under
+    ``<staging_dir>/_tmp`` (so the final rename stays on one filesystem);
+    both are removed at the end.
+    """
+
+    def __init__(self, staging_dir: str, *, dataset_name: str,
+                 splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
+                 compression: str, temp_dir: str | None = None,
+                 gzip_level: int | None = None, tuning: ShardTuning | None = None):
+        super().__init__()
+        if compression not in tfrecordio.COMPRESSIONS:
+            raise ValueError(f"compression must be one of {tfrecordio.COMPRESSIONS}, "
+                             f"got {compression!r}")
+        if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+            raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
+        self._staging_dir = staging_dir.rstrip("/")
+        self._dataset_name = dataset_name
+        self._splits = validate_splits(splits)
+        self._shuffle = bool(shuffle)
+        self._shard_size = shard_size
+        self._compression = compression
+        self._temp_dir = (temp_dir or spill.join_path(self._staging_dir, "_tmp")).rstrip("/")
+        self._gzip_level = tfrecordio.DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
+        self._tuning = tuning or ShardTuning()
+
+    def expand(self, batches):
+        tuning = self._tuning
+        # One directory per application of the transform, so two writers (or
+        # a rerun) sharing a temp_dir never see each other's files.
+        writer_id = f"recordforge-shards-{uuid.uuid4().hex[:16]}"
+        work_dir = spill.join_path(self._temp_dir, writer_id)
+        staging_temp = spill.join_path(self._staging_dir, "_tmp")
+        shard_temp_dir = spill.join_path(staging_temp, writer_id, "shards")
+        chunk_bytes = tuning.chunk_bytes(self._shard_size)
+
+        shards = (batches
+                  | "Spill" >> beam.ParDo(_SpillFn(
+                      spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
+                      self._shuffle, tuning))  # SpillRecord
+                  | "KeySpills" >> beam.Map(_key_by_split)
+                  | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
+                  | "PlanBuckets" >> beam.FlatMap(
+                      _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
+                      tuning=tuning)  # (run list file, BucketRange)
+                  | "SpreadBuckets" >> beam.Reshuffle()
+                  | "SortBuckets" >> beam.ParDo(_SortBucketFn(
+                      work_dir, self._compression, chunk_bytes, self._gzip_level,
+                      tuning))  # BucketChunks
+                  | "KeyBuckets" >> beam.Map(_key_by_split)
+                  | "GroupBuckets" >> beam.GroupByKey()  # (split, [BucketChunks])
+                  | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size)
+                  | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
+                  | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
+                      self._staging_dir, shard_temp_dir,
+                      tfrecordio.suffix_for(self._compression))))  # metadata dict
+        # The trigger makes the gather non-empty, so cleanup also runs when
+        # there is nothing to write.
+        trigger = batches.pipeline | "CleanupTrigger" >> beam.Create([None])
+        return ((shards, trigger)
+                | "FlattenShards" >> beam.Flatten()
+                | "KeyAll" >> beam.Map(lambda item: ("shards", item))
+                | "GatherShards" >> beam.GroupByKey()  # ("shards", [metadata | None])
+                | "Cleanup" >> beam.FlatMap(
+                    _cleanup, work_dir=work_dir,
+                    shard_temp_dir=spill.join_path(staging_temp, writer_id),
+                    temp_roots=(staging_temp,)))
