@@ -45,6 +45,7 @@ __all__ = [
     "ProgressSnapshot",
     "scan_staging",
     "format_line",
+    "human_bytes",
     "format_summary",
     "print_summary",
     "hide_beam_noise",
@@ -123,7 +124,8 @@ def _walk(url: str):
         yield name, int(info.get("size") or 0)
 
 
-def _human_bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """`n` bytes in decimal units: '512 B', '1.5 MB'."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -147,13 +149,13 @@ def format_line(snap: ProgressSnapshot) -> str:
     if snap.dead_letters is not None:
         parts.append(f"{snap.dead_letters:,} dead letters")
     if snap.staged_bytes is not None:
-        parts.append(f"{_human_bytes(snap.staged_bytes)} written")
+        parts.append(f"{human_bytes(snap.staged_bytes)} written")
     if snap.shard_files:
         parts.append(f"{snap.shard_files} shards")
     if snap.rows_rate is not None:
         parts.append(f"{snap.rows_rate:,.0f} rows/s")
     elif snap.bytes_rate is not None:
-        parts.append(f"{_human_bytes(snap.bytes_rate)}/s")
+        parts.append(f"{human_bytes(snap.bytes_rate)}/s")
     return " | ".join(parts)
 
 
@@ -314,13 +316,13 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     for split, info in manifest.get("splits", {}).items():
         shards = len(info.get("shards", []))
         examples, size = int(info.get("num_examples", 0)), int(info.get("num_bytes", 0))
-        rows.append((split, f"{examples:,}", str(shards), _human_bytes(size),
-                     _human_bytes(size / shards) if shards else "-"))
+        rows.append((split, f"{examples:,}", str(shards), human_bytes(size),
+                     human_bytes(size / shards) if shards else "-"))
         total_examples += examples
         total_shards += shards
         total_bytes += size
-    rows.append(("total", f"{total_examples:,}", str(total_shards), _human_bytes(total_bytes),
-                 _human_bytes(total_bytes / total_shards) if total_shards else "-"))
+    rows.append(("total", f"{total_examples:,}", str(total_shards), human_bytes(total_bytes),
+                 human_bytes(total_bytes / total_shards) if total_shards else "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 
     def line(row):

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import fsspec
 
+from recordforge.pipelines.progress import human_bytes
 from recordforge.schemas.example import ExampleDecodeError, decode_example
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 
@@ -187,14 +188,6 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def thumbnail_data_uri(data: bytes, side: int = THUMBNAIL_SIDE) -> str | None:
     """A ``data:`` URI of a small thumbnail of image `data`, re-encoded by us;
     None when Pillow cannot read it (or it is implausibly large)."""
@@ -277,19 +270,19 @@ def _shard_chart(split: str, shards: Sequence[Mapping[str, Any]], shard_size: in
         parts.append(f'<rect class="bar" x="{x + step * 0.1:.2f}" y="{y_of(size):.2f}" '
                      f'width="{max(step * 0.8, 0.5):.2f}" height="{plot_h + top_pad - y_of(size):.2f}" '
                      f'fill="#5b8c5a"><title>{_e(shard.get("file", ""))}: '
-                     f'{_e(_human_bytes(size))}, {int(shard.get("num_examples", 0)):,} examples'
+                     f'{_e(human_bytes(size))}, {int(shard.get("num_examples", 0)):,} examples'
                      f"</title></rect>")
     parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y_of(mean):.2f}" '
                  f'y2="{y_of(mean):.2f}" stroke="#333" stroke-dasharray="4 3"/>')
     if shard_size:
         parts.append(f'<line class="target" x1="{left}" x2="{left + plot_w}" '
                      f'y1="{y_of(shard_size):.2f}" y2="{y_of(shard_size):.2f}" stroke="#b5523b" '
-                     f'stroke-dasharray="2 2"><title>shard_size {_e(_human_bytes(shard_size))}'
+                     f'stroke-dasharray="2 2"><title>shard_size {_e(human_bytes(shard_size))}'
                      f"</title></line>")
     for frac in (0, 0.5, 1):
         v = top * frac
         parts.append(f'<text x="{left - 6}" y="{y_of(v) + 4:.2f}" text-anchor="end" '
-                     f'class="axis">{_e(_human_bytes(v))}</text>')
+                     f'class="axis">{_e(human_bytes(v))}</text>')
     parts.append(f'<text x="{left}" y="{height - 6}" class="axis">shard 0</text>')
     if len(sizes) > 1:
         parts.append(f'<text x="{left + plot_w}" y="{height - 6}" text-anchor="end" '
@@ -346,8 +339,8 @@ def render_report(manifest: Mapping[str, Any], *,
         n_shards = len(info.get("shards", []))
         size = int(info.get("num_bytes", 0))
         rows.append(f"<tr><td>{_e(split)}</td><td class='n'>{int(info.get('num_examples', 0)):,}"
-                    f"</td><td class='n'>{n_shards}</td><td class='n'>{_e(_human_bytes(size))}"
-                    f"</td><td class='n'>{_e(_human_bytes(size / n_shards)) if n_shards else '-'}"
+                    f"</td><td class='n'>{n_shards}</td><td class='n'>{_e(human_bytes(size))}"
+                    f"</td><td class='n'>{_e(human_bytes(size / n_shards)) if n_shards else '-'}"
                     "</td></tr>")
     rows.append("</table>")
     body.append("".join(rows))
@@ -355,11 +348,11 @@ def render_report(manifest: Mapping[str, Any], *,
         (split, int(info.get("num_examples", 0)), f"{int(info.get('num_examples', 0)):,}")
         for split, info in splits.items()]))
     body.append(_hbar_chart("bytes-per-split", "bytes per split", [
-        (split, int(info.get("num_bytes", 0)), _human_bytes(int(info.get("num_bytes", 0))))
+        (split, int(info.get("num_bytes", 0)), human_bytes(int(info.get("num_bytes", 0))))
         for split, info in splits.items()], color="#7a5ba5"))
 
     # Shards.
-    target = f" ({_human_bytes(shard_size)})" if shard_size else ""
+    target = f" ({human_bytes(shard_size)})" if shard_size else ""
     body.append("<h2 id='shards'>Shard sizes</h2><p class='note'>Bars: bytes per shard file. "
                 "Green band: the split's mean ±10%; dashed: the mean; red: output.shard_size"
                 f"{_e(target)}, drawn when it is near the bars.</p>")
@@ -476,7 +469,7 @@ def _throughput(manifest: Mapping[str, Any], wall_seconds: float | None) -> dict
     if isinstance(rows, int):
         result["input_rows_per_second"] = rows / wall_seconds
     result["examples_per_second"] = examples / wall_seconds
-    result["output_per_second"] = f"{_human_bytes(size / wall_seconds)}/s"
+    result["output_per_second"] = f"{human_bytes(size / wall_seconds)}/s"
     return result
 
 
