@@ -78,10 +78,16 @@ _FORMAT_ALIASES = {"JPG": "JPEG", "TIF": "TIFF"}
 # beyond that the columns count as unknown rather than slowing every build.
 _MAX_HEADER_FILES = 50
 _MAX_CONFIG_BYTES = 1 << 20
+# A real config is a few levels deep and has a few hundred values. Far beyond
+# that it is hostile or broken (deep nesting would exhaust the stack of the
+# recursive steps below; YAML aliases can expand a small file into billions of
+# values), so it is refused before anything walks it.
+_MAX_CONFIG_DEPTH = 32
+_MAX_CONFIG_VALUES = 100_000
 
 _TOP_KEYS = ("name", "version", "source", "features", "splits", "key", "output", "dead_letter")
 _SOURCE_KEYS = ("type", "path", "labels", "extensions", "image")
-_IMAGE_KEYS = ("formats", "min_size", "max_size", "decode", "resize", "encode")
+_IMAGE_KEYS = ("formats", "modes", "min_size", "max_size", "decode", "resize", "encode")
 _OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle")
 _DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
 # Names people bring from other tools, which difflib does not find.
@@ -222,9 +228,11 @@ def config_from_dict(raw: Any, overrides: Sequence[str] = (), output: str | None
     if not isinstance(raw, Mapping):
         raise ConfigError("", "the config must be a YAML mapping with keys such as name, "
                           f"version, source, features, output (got {type(raw).__name__})")
+    _check_shape(raw)
     data = copy.deepcopy(dict(raw))
     for assignment in overrides:
         data = apply_override(data, assignment)
+    _check_shape(data)  # override values are YAML too
     if output is not None:
         if not isinstance(data.get("output"), (Mapping, type(None))):
             raise ConfigError("output", "must be a mapping with path, compression, shard_size, shuffle")
@@ -266,6 +274,31 @@ def apply_override(data: dict, assignment: str) -> dict:
         node = child
 
 
+def _check_shape(data: Any) -> None:
+    """Raises ConfigError for data nested deeper than `_MAX_CONFIG_DEPTH`
+    (which includes any self-referencing structure) or holding more than
+    `_MAX_CONFIG_VALUES` values once YAML aliases are expanded. Iterative, and
+    stops counting at the limit, so hostile input costs bounded work."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    seen = 0
+    while stack:
+        value, depth, key = stack.pop()
+        seen += 1
+        if seen > _MAX_CONFIG_VALUES:
+            raise ConfigError(key, f"the config holds more than {_MAX_CONFIG_VALUES} values "
+                              "(counting each use of a YAML alias); is it the right file?")
+        if isinstance(value, Mapping):
+            children = [(_join(key, str(k)), v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            children = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        if depth >= _MAX_CONFIG_DEPTH:
+            raise ConfigError(key, f"nested deeper than {_MAX_CONFIG_DEPTH} levels (or refers "
+                              "to itself through a YAML alias)")
+        stack.extend((child, depth + 1, child_key) for child_key, child in children)
+
+
 def _longest_existing_key(node: Mapping, parts: list[str]) -> str:
     for n in range(len(parts), 1, -1):
         candidate = ".".join(parts[:n])
@@ -301,6 +334,9 @@ _StrictSafeLoader.add_constructor(
 def _safe_load(text: str, *, origin: str) -> Any:
     try:
         return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        # PyYAML composes nested collections recursively.
+        raise ConfigError("", f"{origin}: invalid YAML: nested too deeply to parse") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{origin}:{mark.line + 1}:{mark.column + 1}" if mark else origin
@@ -601,6 +637,7 @@ def _parse_image(value: Any) -> tuple[Any, dict]:
                           f"{', '.join(IMAGE_FORMATS)}")
     formats = tuple(dict.fromkeys(_image_format(f, "source.image.formats", IMAGE_FORMATS)
                                   for f in formats))
+    modes = _parse_modes(body.get("modes"))
     min_size = _size_pair(body.get("min_size", [1, 1]), "source.image.min_size")
     max_size = _size_pair(body.get("max_size", [8192, 8192]), "source.image.max_size")
     if min_size[0] > max_size[0] or min_size[1] > max_size[1]:
@@ -618,11 +655,12 @@ def _parse_image(value: Any) -> tuple[Any, dict]:
         options = ImageOptions(formats=formats, min_size=min_size, max_size=max_size,
                                decode=decode, resize_max_side=resize_max_side,
                                resize_size=resize_size, encode_format=encode_format,
-                               encode_quality=encode_quality)
+                               encode_quality=encode_quality, modes=modes)
     except (TypeError, ValueError) as error:
         raise ConfigError("source.image", str(error)) from None
     resolved = {
-        "formats": list(formats), "min_size": list(min_size), "max_size": list(max_size),
+        "formats": list(formats), "modes": None if modes is None else list(modes),
+        "min_size": list(min_size), "max_size": list(max_size),
         "decode": decode,
         "resize": (None if resize_max_side is None and resize_size is None else
                    {"max_side": resize_max_side} if resize_max_side is not None else
@@ -631,6 +669,27 @@ def _parse_image(value: Any) -> tuple[Any, dict]:
                    {"format": encode_format, "quality": encode_quality}),
     }
     return options, resolved
+
+
+# Pillow's color modes an image file can be stored in.
+IMAGE_MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV",
+               "I", "F", "I;16", "I;16B", "I;16L")
+
+
+def _parse_modes(value: Any) -> tuple[str, ...] | None:
+    """`source.image.modes`: the allowed color modes, or null for any."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError("source.image.modes", f"must be a non-empty list of Pillow color "
+                          f"modes ({', '.join(IMAGE_MODES)}) or null for any")
+    for mode in value:
+        if mode not in IMAGE_MODES:
+            raise ConfigError("source.image.modes", f"{mode!r} is not a Pillow color mode; "
+                              f"use {', '.join(IMAGE_MODES)}")
+    return tuple(dict.fromkeys(value))
 
 
 def _image_format(value: Any, key: str, allowed: Sequence[str]) -> str:
