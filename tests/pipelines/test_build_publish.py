@@ -1,0 +1,91 @@
+"""`recordforge build` publishing behaviour: error budget, versions, memory://."""
+
+import json
+
+import fsspec
+import pytest
+import yaml
+
+from recordforge.pipelines import build, verify
+
+
+def _corpus(tmp_path, rows=200, bad_every=20):
+    """A CSV with 5% bad rows (a score out of range every 20th row)."""
+    lines = ["id,score"] + [f"{i},{200 if i % bad_every == 0 else i % 100}" for i in range(rows)]
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _config(tmp_path, source, output, max_error_rate, version="1.0"):
+    config = {"name": "budget", "version": version,
+              "source": {"type": "csv", "path": str(source)},
+              "features": {"id": {"type": "int64"},
+                           "score": {"type": "int64", "min": 0, "max": 100}},
+              "output": {"path": str(output), "shard_size": "1MB"},
+              "dead_letter": {"max_error_rate": max_error_rate}}
+    path = tmp_path / f"config-{max_error_rate}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+LOCAL = ["--", "--direct_running_mode=in_memory"]
+
+
+def test_error_budget_passes_at_ten_percent(tmp_path):
+    out = tmp_path / "out"
+    config = _config(tmp_path, _corpus(tmp_path), out, 0.1)
+    assert build.run([str(config), *LOCAL]) == 0
+    manifest = json.loads((out / "1.0" / "manifest.json").read_text())
+    assert manifest["dead_letter"]["num_rows"] == 10
+    assert manifest["dead_letter"]["by_reason"] == {"out_of_range": 10}
+    assert manifest["num_input_rows"] == 200
+    assert (out / "LATEST").read_text().strip() == "1.0"
+
+
+def test_error_budget_fails_at_one_percent_and_publishes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    config = _config(tmp_path, _corpus(tmp_path), out, 0.01)
+    assert build.run([str(config), *LOCAL]) == 1
+    err = capsys.readouterr().err
+    assert "out_of_range" in err and "nothing" in err.lower()
+    assert not (out / "1.0").exists() and not (out / "LATEST").exists()
+    kept = list(out.glob(".failed/*/dead_letter/*.jsonl"))
+    assert kept and str(kept[0].parent) in err
+    assert sum(1 for _ in kept[0].open()) == 10
+
+
+def test_rebuilding_a_published_version_needs_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    config = _config(tmp_path, _corpus(tmp_path), out, 0.1)
+    assert build.run([str(config), *LOCAL]) == 0
+    first = (out / "1.0" / "manifest.json").read_text()
+    assert build.run([str(config), *LOCAL]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out / "1.0" / "manifest.json").read_text() == first
+    assert build.run([str(config), "--overwrite", *LOCAL]) == 0
+    assert verify.verify_dataset(str(out / "1.0")).ok
+
+
+def test_a_failed_build_leaves_the_last_good_version_alone(tmp_path):
+    out = tmp_path / "out"
+    source = _corpus(tmp_path)
+    assert build.run([str(_config(tmp_path, source, out, 0.1, version="good")), *LOCAL]) == 0
+    assert build.run([str(_config(tmp_path, source, out, 0.01, version="bad")), *LOCAL]) == 1
+    assert (out / "LATEST").read_text().strip() == "good"
+    assert not (out / "bad").exists()
+    assert verify.verify_dataset(str(out)).ok
+
+
+def test_build_to_an_object_store_url(tmp_path):
+    # memory:// lives in this process, so the pipeline runs in_memory here.
+    url = "memory://recordforge-build-test/out"
+    try:
+        config = _config(tmp_path, _corpus(tmp_path), url, 0.1)
+        assert build.run([str(config), *LOCAL]) == 0
+        fs = fsspec.filesystem("memory")
+        assert fs.cat_file("/recordforge-build-test/out/LATEST").decode().strip() == "1.0"
+        report = verify.verify_dataset(f"{url}/1.0", deep=True)
+        assert report.ok, report.problems
+    finally:
+        fsspec.filesystem("memory").rm("/recordforge-build-test", recursive=True)
