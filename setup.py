@@ -48,6 +48,9 @@ setuptools.setup(
         "isal>=1.6,<2",
         "pyyaml>=6,<7",
         "pyarrow>=14",
+        # The shard writer sorts and frames rows in batches with numpy (also
+        # a dependency of apache-beam).
+        "numpy>=1.24",
     ],
     extras_require={
         "test": [

@@ -4,8 +4,9 @@ The data is generated inside the pipeline (a Create of seeds, then a DoFn
 that yields ExampleBatches), so the input is never held in memory: what the
 memory figure shows is the writer's own footprint. Records are serialized
 Examples shaped like table rows (~1 KB of Zipf-distributed text, gzip
-compresses them ~2.5x) or like encoded images (random bytes, 16-80 KB). Each
-row gets its own key, as with ``key: path``.
+compresses them ~2.5x), like small table rows (5 columns, ~150 bytes) or
+like encoded images (random bytes, 16-80 KB). Each row gets its own key, as
+with ``key: path``.
 
 Per run it reports:
 - end-to-end time, and the time of the same pipeline with the writer
@@ -57,6 +58,13 @@ class _GenerateBatches(beam.DoFn):
             self._pool = [encode_example({"image/encoded": rng.randbytes(rng.randint(16_000, 80_000)),
                                           "label": rng.randrange(10)})
                           for _ in range(256)]
+        elif self._kind == "small":
+            words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 10)))
+                     for _ in range(5000)]
+            self._pool = [encode_example({
+                "id": rng.randrange(1 << 40), "score": rng.random(), "label": rng.randrange(10),
+                "name": " ".join(rng.choices(words, k=6))[:50], "city": rng.choice(words)})
+                for _ in range(POOL_SIZE)]
         else:
             words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 10)))
                      for _ in range(5000)]
@@ -173,7 +181,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gigabytes", type=float, default=1.0,
                         help="example bytes to write (default 1)")
-    parser.add_argument("--kind", choices=["table", "image"], default="table")
+    parser.add_argument("--kind", choices=["table", "small", "image"], default="table")
     parser.add_argument("--compression", choices=["none", "gzip"], default="none")
     parser.add_argument("--shard-megabytes", type=float, default=256)
     parser.add_argument("--workers", type=int, default=1,

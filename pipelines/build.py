@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 import uuid
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
 import fsspec
@@ -34,10 +34,12 @@ from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.features import manifest_features, resolve_vocabularies
 from recordforge.transforms.dead_letter_sink import WriteDeadLetters
 from recordforge.transforms.shards import WriteShards
-from recordforge.transforms.sources import ReadImages, ReadTable, known_labels, scan_distinct
+from recordforge.transforms.sources import (ReadImages, ReadTable, known_labels, scan_distinct,
+                                            source_bytes)
 from recordforge.transforms.to_examples import RowsToExamples
 
-__all__ = ["build_pipeline", "default_beam_args", "known_vocabularies", "run"]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "build_pipeline", "default_beam_args",
+           "known_vocabularies", "run"]
 
 _log = logging.getLogger("recordforge")
 
@@ -137,19 +139,48 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
     return resolve_vocabularies(config.features, known)
 
 
-def default_beam_args(beam_args: Sequence[str]) -> list[str]:
+# Below this much input a local build runs in one process (in_memory, one
+# worker): starting multi_processing workers (each imports Beam and unpickles
+# the pipeline) costs seconds, every worker holds its own ~200 MB, and on the
+# 2-core benchmark machine two workers did not beat one up to 1 GB of input
+# (the bundled samples: 2x slower; benchmarks/RESULTS.md).
+LOCAL_PARALLEL_MIN_BYTES = 1 << 30
+
+
+def default_beam_args(beam_args: Sequence[str],
+                      input_bytes: Callable[[], int | None] | None = None) -> list[str]:
     """Beam options with recordforge's local defaults filled in where the user
-    set nothing: DirectRunner in multi_processing mode with one worker per
+    set nothing: the DirectRunner, in_memory with one worker when
+    `input_bytes()` (the size of the input, called only then) is below
+    `LOCAL_PARALLEL_MIN_BYTES`, else multi_processing with one worker per
     core (the per-row work is CPU-bound Python, so processes, not threads,
     are what scale)."""
     args = list(beam_args)
     runner = PipelineOptions(args).view_as(StandardOptions).runner
     if runner in (None, "DirectRunner", "direct"):
+        chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
+                     for a in args)
+        if not chosen and input_bytes is not None:
+            size = input_bytes()
+            if size is not None and size < LOCAL_PARALLEL_MIN_BYTES:
+                return args + ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
         if not any(a.startswith("--direct_running_mode") for a in args):
             args.append("--direct_running_mode=multi_processing")
         if not any(a.startswith("--direct_num_workers") for a in args):
             args.append(f"--direct_num_workers={os.cpu_count() or 1}")
     return args
+
+
+def _input_bytes(config: DatasetConfig) -> int | None:
+    """The size of the source's files, counted up to just past
+    `LOCAL_PARALLEL_MIN_BYTES`; None when the listing fails (the build then
+    reports the problem itself)."""
+    source = config.source
+    try:
+        return source_bytes(source.path, source.type, source.extensions,
+                            limit=LOCAL_PARALLEL_MIN_BYTES)
+    except (OSError, ValueError):
+        return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -188,8 +219,21 @@ def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _error_summary(error: BaseException, verbose: bool) -> str:
+    """``Type: message`` of a pipeline failure. Runners wrap a worker's error
+    in one carrying the whole remote traceback; its last line names the
+    original error and the step (``OSError: ... [while running 'WriteShards/Spill']``)."""
+    text = str(error).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if verbose or len(lines) <= 1:
+        return f"{type(error).__name__}: {text}"
+    return f"{lines[-1].strip()} (run with -v for the traceback)"
+
+
 def _fail(message: str, code: int) -> int:
-    print(f"recordforge build: {message}", file=sys.stderr)
+    # Messages quote paths and exception text, either of which may hold a URL
+    # with credentials (s3://key:secret@bucket/...).
+    print(f"recordforge build: {publish.redact_url(message)}", file=sys.stderr)
     return code
 
 
@@ -211,7 +255,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:  # a version template or name that cannot be used
         return _fail(f"invalid config {args.config}: version: {error}", 2)
 
-    beam_args = default_beam_args(beam_args)
+    beam_args = default_beam_args(beam_args, input_bytes=lambda: _input_bytes(config))
     beam_args += [flag for flag in quiet_args
                   if not any(a.startswith(flag.split("=")[0]) for a in beam_args)]
     options = PipelineOptions(beam_args)
@@ -220,6 +264,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         staging = publish.begin_build(config.output.path, version, overwrite=args.overwrite)
     except publish.VersionExistsError as error:
         return _fail(str(error), 2)
+    except OSError as error:
+        return _fail(f"cannot start a build in {config.output.path}; nothing was published: "
+                     f"{type(error).__name__}: {error}", 1)
+    except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
+        return _fail(f"output.path {config.output.path}: {error}", 2)
 
     started = time.monotonic()
     watcher = progress.BuildProgress(staging.url)
@@ -238,7 +287,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.verbose:
             traceback.print_exc()
         return _fail(f"the pipeline failed; nothing was published: "
-                     f"{type(error).__name__}: {error}", 1)
+                     f"{_error_summary(error, args.verbose)}", 1)
 
     def write_report(staging_url: str, manifest: dict) -> None:
         report.write_staged_report(staging_url, manifest,
@@ -254,8 +303,11 @@ def run(argv: Sequence[str] | None = None) -> int:
             report_hook=write_report, update_latest=args.update_latest)
     except publish.VersionExistsError as error:
         return _fail(str(error), 2)
-    except publish.BuildFailed as error:
+    except publish.PublishError as error:  # BuildFailed, or LATEST left behind
         return _fail(str(error), 1)
+    except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
+        return _fail(f"publishing failed; nothing was published: {type(error).__name__}: "
+                     f"{error}", 1)
     progress.print_summary(result.manifest, output=result.url,
                            wall_seconds=time.monotonic() - started)
     return 0

@@ -312,6 +312,9 @@ class _StrictSafeLoader(yaml.SafeLoader):
     silently, which hides typos and merge mistakes)."""
 
     def construct_mapping(self, node, deep=False):
+        if not isinstance(node, yaml.MappingNode):
+            # e.g. `!!set` on a scalar: the base class raises its YAML error.
+            return super().construct_mapping(node, deep=deep)
         seen = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)

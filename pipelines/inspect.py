@@ -21,6 +21,7 @@ from typing import TextIO
 
 import fsspec
 
+from recordforge.pipelines.publish import redact_url
 from recordforge.schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 
@@ -80,6 +81,11 @@ def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name
 
 
+def _error(message: str) -> None:
+    # Paths may be URLs with credentials (s3://key:secret@bucket/...).
+    print(f"recordforge inspect: {redact_url(message)}", file=sys.stderr)
+
+
 def _inspect_shards(files: list[str], limit: int | None, out: TextIO) -> int:
     printed = 0
     for file in files:
@@ -94,12 +100,11 @@ def _inspect_shards(files: list[str], limit: int | None, out: TextIO) -> int:
                 printed += 1
         except TFRecordError as error:
             out.flush()
-            print(f"recordforge inspect: {error}", file=sys.stderr)
+            _error(str(error))
             return 1
         except ExampleDecodeError as error:
             out.flush()
-            print(f"recordforge inspect: {file}: record {index} is not a tf.train.Example "
-                  f"({error})", file=sys.stderr)
+            _error(f"{file}: record {index} is not a tf.train.Example ({error})")
             return 1
     return 0
 
@@ -113,8 +118,7 @@ def _inspect_jsonl(path: str, limit: int | None, out: TextIO) -> int:
                 record = json.loads(line)
             except ValueError as error:
                 out.flush()
-                print(f"recordforge inspect: {path}: line {number} is not JSON ({error})",
-                      file=sys.stderr)
+                _error(f"{path}: line {number} is not JSON ({error})")
                 return 1
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return 0
@@ -133,15 +137,18 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     if args.limit is not None and args.limit < 0:
         parser.error("--limit must be >= 0")
-    fs, root = fsspec.core.url_to_fs(args.path)
+    try:
+        fs, root = fsspec.core.url_to_fs(args.path)
+    except (ImportError, ValueError) as error:  # an unknown protocol, or its extra missing
+        _error(f"{args.path}: {error}")
+        return 2
     if not fs.exists(root):
-        print(f"recordforge inspect: {args.path}: no such file or directory", file=sys.stderr)
+        _error(f"{args.path}: no such file or directory")
         return 2
     if args.path.endswith((".jsonl", ".jsonl.gz")):
         return _inspect_jsonl(args.path, args.limit, out)
     files = shard_files(args.path)
     if not files:
-        print(f"recordforge inspect: {args.path}: no .tfrecord or .tfrecord.gz files",
-              file=sys.stderr)
+        _error(f"{args.path}: no .tfrecord or .tfrecord.gz files")
         return 2
     return _inspect_shards(files, args.limit, out)

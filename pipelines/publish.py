@@ -77,6 +77,9 @@ running build is never touched.
 
 Errors: `VersionExistsError` (version already published; the CLI exits 2 and
 suggests --overwrite), `BuildFailed` (exit 1; `ConcurrentBuildError` is one),
+`PublishError` itself when the version was published but ``LATEST`` could not
+be replaced (exit 1), `OSError` from the filesystem before the commit
+(nothing published; exit 1),
 `schemas.errors.ConfigError` for an invalid version template (exit 2).
 Credentials in URLs never appear in messages (`redact_url`).
 """
@@ -198,7 +201,10 @@ class ConcurrentBuildError(BuildFailed):
 
 # --- names and URLs -----------------------------------------------------------
 
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+# user:password@ after the scheme; also after "scheme:///", which is how
+# filesystems that keep the authority in the path (memory://) print it back.
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/@\s]+@|/[^/@\s:]*:[^/@\s]*@)")
 _SECRET_QUERY = re.compile(
     r"(?i)(?P<key>[?&][^=&#\s]*(?:token|key|secret|signature|sig|password|credential)"
     r"[^=&#\s]*=)[^&#\s]*")
@@ -850,8 +856,16 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
     staging._close()
     latest_updated = False
     if update_latest:
-        out.write_atomic(out.path(LATEST_FILE), f"{staging.version}\n".encode(),
-                         tmp=f"{staging._dir}{_LATEST_TMP_SUFFIX}")
+        try:
+            out.write_atomic(out.path(LATEST_FILE), f"{staging.version}\n".encode(),
+                             tmp=f"{staging._dir}{_LATEST_TMP_SUFFIX}")
+        except OSError as error:
+            # The version is complete and published; only the pointer is stale.
+            raise PublishError(
+                f"version {staging.version!r} is published at "
+                f"{out.display_of(out.path(staging.version))}, but {LATEST_FILE} could not be "
+                f"updated ({type(error).__name__}: {redact_url(str(error))}); it still names "
+                "the previous version") from error
         latest_updated = True
     return PublishResult(version=staging.version, url=out.display_of(out.path(staging.version)),
                          manifest=manifest, verified=verify, latest_updated=latest_updated)

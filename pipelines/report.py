@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import fsspec
 
 from recordforge.pipelines.progress import human_bytes
-from recordforge.schemas.example import ExampleDecodeError, decode_example
+from recordforge.schemas.example import ExampleDecodeError, decode_features
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 
 __all__ = [
@@ -119,6 +119,8 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
         return None, None
     label_counts: dict[str, dict[str, int]] = {}
     thumbnails: dict[str, list[bytes]] = {}
+    wanted = [name for name in (label_name, image_name) if name is not None]
+    labels_only = [label_name] if label_name is not None else []
     scanned = 0
     for split, info in (manifest.get("splits") or {}).items():
         counts = label_counts.setdefault(split, {})
@@ -131,7 +133,11 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
                     if label_name is None and scanned >= max_thumbnail_records:
                         break
                     try:
-                        features = decode_example(record)
+                        # Only the label and image: decoding every feature of
+                        # every record made this pass as slow as the build's
+                        # own row checks.
+                        features = decode_features(
+                            record, wanted if scanned < max_thumbnail_records else labels_only)
                     except ExampleDecodeError:
                         continue  # verification reports damaged records; the report skips
                     label = _label_of(features, label_name, vocabulary) if label_name else None

@@ -495,6 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatasetNotFoundError as error:
         print(f"recordforge verify: {error}", file=sys.stderr)
         return 2
+    except (ImportError, ValueError) as error:  # an unknown protocol, or its extra missing
+        print(f"recordforge verify: {redact_url(args.dataset)}: {error}", file=sys.stderr)
+        return 2
     if report.ok:
         print(f"OK {report.path}: version {report.version}, {report.files_checked} files, "
               f"{report.records_checked} records, {report.bytes_checked} bytes verified"

@@ -40,10 +40,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.example import ExampleEncoder
+from recordforge.schemas.example import (ExampleEncoder, ExampleValueError,
+                                         example_from_entries, scalar_entry_encoder)
 from recordforge.schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 
-__all__ = ["RowEncoder", "compile_feature", "validate_default", "FLOAT32_OVERFLOW"]
+__all__ = ["RowEncoder", "compile_entry", "compile_feature", "validate_default",
+           "FLOAT32_OVERFLOW"]
 
 # The smallest double that rounds to inf as float32 (round-to-nearest-even:
 # halfway between FLT_MAX and 2**128 rounds up). Everything below it stores as
@@ -350,6 +352,36 @@ def compile_feature(spec: FeatureSpec, vocabulary: Sequence[str] | None = None,
     same without the missing-value rule (used for defaults).
     vocabulary: the resolved labels of an int64 feature with a vocabulary.
     """
+    convert, convert_present = _compile_rules(spec, vocabulary)
+    fast = _fast_path(spec, vocabulary, convert)
+    return (convert if fast is None else fast), convert_present
+
+
+def compile_entry(spec: FeatureSpec, vocabulary: Sequence[str] | None,
+                  list_entry: Callable[[Sequence], bytes],
+                  scalar_entry: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """Builds a function raw value -> the feature's encoded Example map entry
+    (b"" for an absent optional feature), raising RowError as `convert` does.
+
+    list_entry: values -> entry (`ExampleEncoder.entry_encoder`); scalar_entry:
+    one checked value -> entry (`scalar_entry_encoder`). The common case (one
+    value of the expected type that passes every check) goes from the raw
+    value to the entry bytes in one call, without the list and the dict of
+    converted values in between.
+    """
+    convert, _ = _compile_rules(spec, vocabulary)
+
+    def complete(raw):
+        values = convert(raw)
+        return b"" if values is None else list_entry(values)
+
+    fast = _fast_path(spec, vocabulary, complete, finish=scalar_entry)
+    return complete if fast is None else fast
+
+
+def _compile_rules(spec: FeatureSpec, vocabulary: Sequence[str] | None,
+                   ) -> tuple[Converter, Callable[[Any], list]]:
+    """(convert, convert_present) with the complete rules (see compile_feature)."""
     if spec.vocabulary is not None:
         if vocabulary is None:
             raise ValueError(f"feature {spec.name!r} needs its resolved vocabulary")
@@ -407,20 +439,33 @@ def compile_feature(spec: FeatureSpec, vocabulary: Sequence[str] | None = None,
             return None
         return convert_present(raw)
 
-    fast = _fast_path(spec, vocabulary, convert)
-    return (convert if fast is None else fast), convert_present
+    return convert, convert_present
 
 
-def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Converter):
+def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Converter,
+               finish: Callable[[Any], Any] | None = None):
     """A converter for the common case (a scalar of the expected Python type that
     passes every check); anything else goes to `full`, the complete rules. It
     is one function rather than a wrapper because a Python call per feature is
-    a measurable share of the per-row cost."""
+    a measurable share of the per-row cost.
+
+    finish: None to return ``[value]``, or a function of the checked value
+    whose result is returned instead (an encoded Example entry)."""
     if spec.shape:
         return None
     if spec.vocabulary is not None:
-        ids = {label: i for i, label in enumerate(vocabulary)}
-        get = ids.get
+        if finish is not None:
+            # Every label's result is known up front: one lookup per row.
+            get = {label: finish(i) for i, label in enumerate(vocabulary)}.get
+
+            def label_finished(raw):
+                if type(raw) is str:
+                    found = get(raw)
+                    if found is not None:
+                        return found
+                return full(raw)
+            return label_finished
+        get = {label: i for i, label in enumerate(vocabulary)}.get
 
         def label(raw):
             if type(raw) is str:
@@ -449,7 +494,7 @@ def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Conver
             else:
                 return full(raw)
             if lo <= value <= hi and (allowed is None or value in allowed):
-                return [value]
+                return [value] if finish is None else finish(value)
             return full(raw)
         return int64
     if spec.stored_kind == "float":
@@ -472,7 +517,7 @@ def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Conver
                 return full(raw)
             # NaN and inf fail this comparison and take the full rules.
             if lo <= value <= hi and (allowed is None or value in allowed):
-                return [value]
+                return [value] if finish is None else finish(value)
             return full(raw)
         return float32
     limit = spec.max_bytes if spec.max_bytes is not None else math.inf
@@ -485,13 +530,13 @@ def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Conver
                 except UnicodeEncodeError:
                     return full(raw)
                 if len(value) <= limit and (allowed is None or value in allowed):
-                    return [value]
+                    return [value] if finish is None else finish(value)
             return full(raw)
         return text
 
     def data(raw):
         if type(raw) is bytes and len(raw) <= limit and (allowed is None or raw in allowed):
-            return [raw]
+            return [raw] if finish is None else finish(raw)
         return full(raw)
     return data
 
@@ -538,9 +583,18 @@ class RowEncoder:
                                   "`auto` has not been resolved; call resolve_vocabularies "
                                   "with the values known before the run")
             convert = _compile_checked(spec, vocabulary, f"features.{spec.name}.default")
-            plan.append((spec.name, spec.source, convert))
-        self._plan = tuple(plan)
+            plan.append((spec.name, spec.source, convert, vocabulary))
+        self._plan = tuple((name, source, convert) for name, source, convert, _ in plan)
         self._encoder = ExampleEncoder({spec.name: spec.stored_kind for spec in self._specs})
+        # (source column, raw value -> encoded entry), in the order entries are written.
+        by_name = {spec.name: (spec, vocabulary) for spec, (*_, vocabulary)
+                   in zip(self._specs, plan)}
+        self._entries = tuple(
+            (by_name[name][0].source,
+             compile_entry(by_name[name][0], by_name[name][1],
+                           self._encoder.entry_encoder(name),
+                           scalar_entry_encoder(name, by_name[name][0].stored_kind)))
+            for name in self._encoder.names)
 
     def __reduce__(self):
         return (RowEncoder, (self._specs, self._vocabularies))
@@ -561,9 +615,27 @@ class RowEncoder:
                 out[name] = converted
         return out
 
+    def converter(self, name: str) -> Converter:
+        """The compiled converter of feature `name` (raw value -> values)."""
+        for feature, _, convert in self._plan:
+            if feature == name:
+                return convert
+        raise KeyError(name)
+
     def encode(self, values: Mapping[str, Any]) -> bytes:
-        """Raw row -> serialized tf.train.Example. Raises RowError."""
-        return self._encoder.encode(self.convert(values))
+        """Raw row -> serialized tf.train.Example. Raises RowError.
+
+        Same bytes as ``encode_converted(convert(values))``, one call per
+        feature. On any failure the row is converted again feature by feature
+        in schema order, so the error reported is the one `convert` raises
+        (entries are made in key order, which may meet another bad feature
+        first)."""
+        get = values.get
+        try:
+            entries = b"".join([entry(get(source)) for source, entry in self._entries])
+        except (RowError, ExampleValueError):
+            return self._encoder.encode(self.convert(values))
+        return example_from_entries(entries)
 
     def encode_converted(self, converted: Mapping[str, Sequence]) -> bytes:
         """The output of `convert` -> serialized tf.train.Example."""

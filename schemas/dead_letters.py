@@ -9,10 +9,12 @@ reason table is the user-facing copy of that list.
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 from typing import Any, Mapping
 
-__all__ = ["STAGES", "REASONS", "RowError", "dead_letter", "json_safe"]
+__all__ = ["MAX_INLINE_CHARS", "MAX_INLINE_ITEMS", "STAGES", "REASONS", "RowError",
+           "dead_letter", "json_safe"]
 
 STAGES = ("read", "decode", "check", "encode")
 
@@ -94,14 +96,29 @@ def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: s
 
 
 _MAX_INLINE_BYTES = 64
+# A dead letter describes a row; it must not copy a hostile one whole (a CSV
+# field of 200 MB, a row with a million columns). Beyond these sizes values
+# are summarised, so one record stays within a few hundred KB.
+MAX_INLINE_CHARS = 4096
+MAX_INLINE_ITEMS = 1000
+_HEAD_CHARS = 256
 
 
 def json_safe(value: Any) -> Any:
     """Converts a raw input value into something `json.dumps` accepts, losslessly
     where it can: bytes that are UTF-8 stay text, other bytes become
-    ``{"base64": ...}`` (long ones are summarised, never embedded whole),
-    non-finite floats become strings."""
-    if value is None or isinstance(value, (bool, int, str)):
+    ``{"base64": ...}``, non-finite floats become strings.
+
+    Large values are summarised, never embedded whole: bytes longer than 64
+    as ``{"bytes": N, "head": <base64 of the first 32>}``, text longer than
+    `MAX_INLINE_CHARS` as ``{"chars": N, "head": <its first 256 characters>}``,
+    lists and mappings of more than `MAX_INLINE_ITEMS` entries as
+    ``{"items": N, "head": <the first MAX_INLINE_ITEMS>}``."""
+    if isinstance(value, str):
+        if len(value) > MAX_INLINE_CHARS:
+            return {"chars": len(value), "head": value[:_HEAD_CHARS]}
+        return value
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
@@ -114,9 +131,12 @@ def json_safe(value: Any) -> Any:
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(raw).decode("ascii")}
     if isinstance(value, Mapping):
-        return {str(k): json_safe(v) for k, v in value.items()}
+        items = {str(k): json_safe(v) for k, v in itertools.islice(value.items(),
+                                                                   MAX_INLINE_ITEMS)}
+        return items if len(value) <= MAX_INLINE_ITEMS else {"items": len(value), "head": items}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        items = [json_safe(v) for v in itertools.islice(value, MAX_INLINE_ITEMS)]
+        return items if len(value) <= MAX_INLINE_ITEMS else {"items": len(value), "head": items}
     if hasattr(value, "tolist"):  # numpy / pyarrow scalars and arrays
         return json_safe(value.tolist())
     if hasattr(value, "isoformat"):  # dates and times from Parquet

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
@@ -36,8 +36,11 @@ __all__ = [
     "ExampleEncoder",
     "ExampleValueError",
     "decode_example",
+    "decode_features",
     "encode_example",
+    "example_from_entries",
     "example_class",
+    "scalar_entry_encoder",
 ]
 
 INT64 = "int64"
@@ -121,6 +124,8 @@ _SMALL_VARINTS = tuple(
 def _varint(value: int) -> bytes:
     if 0 <= value < 16384:
         return _SMALL_VARINTS[value]
+    if 0 < value < 1 << 21:  # ids and counts up to two million: no loop
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0:
         value += 1 << 64  # int64 negatives are 10-byte two's complement
     out = bytearray()
@@ -184,8 +189,10 @@ _PAYLOADS = {INT64: _int64_payload, FLOAT: _float_payload, BYTES: _bytes_payload
 _KIND_TAGS = {BYTES: _TAG1, FLOAT: _TAG2, INT64: _TAG3}
 
 
-def _entry_encoder(name: str, kind: str):
-    """A function values -> the complete Features map entry for one feature.
+def _prefixer(name: str, kind: str):
+    """A function payload size -> the bytes of a feature's map entry that
+    precede its payload (entry tag and length, key, Feature tag and length,
+    list tag and length).
 
     Every length prefix of an entry whose payload has a given size is the same,
     so prefixes are cached per payload size: the common case (a scalar) costs a
@@ -193,7 +200,6 @@ def _entry_encoder(name: str, kind: str):
     """
     key_field = _length_delimited(_TAG1, name.encode("utf-8"))
     kind_tag = _KIND_TAGS[kind]
-    payload_of = _PAYLOADS[kind]
     prefixes: dict[int, bytes] = {}
 
     def prefix_for(size: int) -> bytes:
@@ -206,6 +212,14 @@ def _entry_encoder(name: str, kind: str):
             if len(prefixes) < 4096:
                 prefixes[size] = prefix
         return prefix
+
+    return prefix_for
+
+
+def _entry_encoder(name: str, kind: str):
+    """A function values -> the complete Features map entry for one feature."""
+    payload_of = _PAYLOADS[kind]
+    prefix_for = _prefixer(name, kind)
 
     if kind == INT64:
         def encode(values):
@@ -241,6 +255,45 @@ def _entry_encoder(name: str, kind: str):
     return encode
 
 
+def scalar_entry_encoder(name: str, kind: str):
+    """A function value -> the complete Features map entry of feature `name`
+    holding that one value; the bytes equal `ExampleEncoder` output for
+    ``[value]``.
+
+    No checks, for values a schema check has already accepted: an int within
+    int64 (kind "int64"), a float that fits float32 ("float"), bytes ("bytes").
+    Row encoders call it once per feature per row, so each kind gets its own
+    shortest path.
+    """
+    if kind not in _PAYLOADS:
+        raise ValueError(f"feature {name!r}: kind must be one of {FEATURE_KINDS}, got {kind!r}")
+    prefix_for = _prefixer(name, kind)
+    small = _SMALL_VARINTS
+    if kind == INT64:
+        def encode(value):
+            packed = small[value] if 0 <= value < 16384 else _varint(value)
+            payload = _TAG1 + small[len(packed)] + packed
+            return prefix_for(len(payload)) + payload
+    elif kind == FLOAT:
+        head = prefix_for(6) + b"\x0a\x04"  # every one-float payload is 6 bytes
+        pack_one = struct.Struct("<f").pack
+
+        def encode(value):
+            return head + pack_one(value)
+    else:
+        def encode(value):
+            size = len(value)
+            length = small[size] if size < 16384 else _varint(size)
+            return prefix_for(1 + len(length) + size) + _TAG1 + length + value
+    return encode
+
+
+def example_from_entries(entries: bytes) -> bytes:
+    """A serialized Example from its Features map entries, concatenated in
+    key order (as `ExampleEncoder` orders them)."""
+    return _TAG1 + _varint(len(entries)) + entries
+
+
 class ExampleEncoder:
     """Serializes Examples with a fixed set of features.
 
@@ -266,6 +319,19 @@ class ExampleEncoder:
 
     def __reduce__(self):
         return (ExampleEncoder, (self.kinds,))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The feature names in the order their entries are written."""
+        return tuple(name for name, _ in self._entries)
+
+    def entry_encoder(self, name: str):
+        """The function values -> complete map entry of feature `name`
+        (raises `ExampleValueError` for values that cannot be stored)."""
+        for entry_name, encode_entry in self._entries:
+            if entry_name == name:
+                return encode_entry
+        raise KeyError(name)
 
     def encode(self, values: Mapping[str, Sequence]) -> bytes:
         parts = []
@@ -330,6 +396,22 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
 _KIND_BY_FIELD = {"bytes_list": BYTES, "float_list": FLOAT, "int64_list": INT64}
 
 
+def _parse(data: bytes):
+    example = _Example()
+    try:
+        example.ParseFromString(data)
+    except message.DecodeError as error:
+        raise ExampleDecodeError(f"not a tf.train.Example ({error})") from None
+    return example
+
+
+def _feature_values(feature) -> tuple[str, list]:
+    which = feature.WhichOneof("kind")
+    if which is None:
+        return BYTES, []
+    return _KIND_BY_FIELD[which], list(getattr(feature, which).value)
+
+
 def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
     """Parses a serialized Example into feature name -> (kind, values).
 
@@ -338,16 +420,15 @@ def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
     distinguish it either. Raises `ExampleDecodeError` for bytes that are not
     an Example.
     """
-    example = _Example()
-    try:
-        example.ParseFromString(data)
-    except message.DecodeError as error:
-        raise ExampleDecodeError(f"not a tf.train.Example ({error})") from None
-    decoded = {}
-    for name, feature in example.features.feature.items():
-        which = feature.WhichOneof("kind")
-        if which is None:
-            decoded[name] = (BYTES, [])
-        else:
-            decoded[name] = (_KIND_BY_FIELD[which], list(getattr(feature, which).value))
-    return decoded
+    return {name: _feature_values(feature)
+            for name, feature in _parse(data).features.feature.items()}
+
+
+def decode_features(data: bytes, names: Iterable[str]) -> dict[str, tuple[str, list]]:
+    """`decode_example` restricted to the features in `names`; those absent
+    from the Example are left out. The whole message is still parsed (damage
+    raises `ExampleDecodeError` alike), but only the named values become
+    Python objects: for a pass that needs one or two features of every record
+    (label counts) that is about 4x faster on table rows."""
+    features = _parse(data).features.feature
+    return {name: _feature_values(features[name]) for name in names if name in features}

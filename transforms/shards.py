@@ -35,7 +35,6 @@ complete. Output bytes depend on content and config only.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import os
@@ -45,6 +44,7 @@ from typing import Sequence
 
 import apache_beam as beam
 import fsspec
+import numpy as np
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
@@ -120,6 +120,8 @@ class _SpillFn(beam.DoFn):
     Hashes each row, picks its split and order key, and buffers it; when
     the buffer reaches run_bytes (and at the end of the bundle) each split's
     rows are sorted and written as a run file named for this bundle attempt.
+    The per-row work is done on whole batches (C loops and numpy); only
+    sampled rows are looked at one by one.
     """
 
     def __init__(self, run_dir: str, dataset_name: str, splits, shuffle: bool,
@@ -132,6 +134,12 @@ class _SpillFn(beam.DoFn):
 
     def setup(self):
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
+        # Copying a keyed hasher skips blake2b's keyword parsing per row.
+        self._hasher = hashlib.blake2b(key=self._assigner.salt, digest_size=HASH_SIZE)
+        # A row's split is the number of thresholds at or below its hash;
+        # the last threshold (2**64) is above every hash.
+        self._thresholds = [np.uint64(threshold) for threshold in self._assigner.thresholds
+                            if threshold < 1 << 64]
         fs, path = fsspec.core.url_to_fs(self._run_dir)
         fs.makedirs(path, exist_ok=True)
         self._spilled_rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
@@ -141,7 +149,9 @@ class _SpillFn(beam.DoFn):
 
     def _new_buffer(self):
         self._generation = uuid.uuid4().hex
-        self._rows: list[list] = [[] for _ in self._splits]
+        self._keys: list[list[bytes]] = [[] for _ in self._splits]
+        self._examples: list[list[bytes]] = [[] for _ in self._splits]
+        self._keyed = [False] * len(self._splits)  # a row with its own key (no shuffle)
         self._run_bytes = [0] * len(self._splits)
         self._buffered = 0
 
@@ -149,68 +159,105 @@ class _SpillFn(beam.DoFn):
         return spill.join_path(self._run_dir, f"{self._generation}-{split_index}.run")
 
     def process(self, batch):
+        keys, examples = _columns(batch)
+        count = len(examples)
+        if not count:
+            return
+        key_types = set(map(type, keys))
+        if type(None) not in key_types:
+            sources = keys
+        elif bytes not in key_types:
+            sources = examples  # no keys: rows are hashed and ordered by content
+        else:
+            sources = [example if key is None else key for key, example in zip(keys, examples)]
+        copy = self._hasher.copy
+
+        def digest(source):
+            hasher = copy()
+            hasher.update(source)
+            return hasher.digest()
+
+        digests = list(map(digest, sources))
+        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(count, 2)
+        splits = np.zeros(count, dtype=np.intp)
+        for threshold in self._thresholds:
+            splits += words[:, 0] >= threshold
+        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + _FRAMING
+        order_keys = digests if self._shuffle else sources
+        samples = self._samples(words[:, 1], sizes, splits, order_keys)
         names = self._assigner.names
-        count = len(names)
-        buffers = self._rows
-        rows_per_split = [0] * count
-        bytes_per_split = [0] * count
-        samples: list[list[SampleEntry]] = [[] for _ in range(count)]
-        blake2b = hashlib.blake2b
-        salt = self._assigner.salt
-        thresholds = self._assigner.thresholds
-        locate = bisect.bisect_right
-        from_bytes = int.from_bytes
-        shuffle = self._shuffle
-        sample_every = self._tuning.sample_every()
-        prefix_len = self._tuning.prefix_len
-        for position, (key, example) in enumerate(batch):
-            if type(example) is not bytes:
-                raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must be "
-                                f"bytes, got {type(example).__name__}")
-            if key is None:
-                source = example
-            elif type(key) is bytes:
-                source = key
-            else:
-                raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
-                                f"got {type(key).__name__} {key!r:.80}")
-            digest = blake2b(source, key=salt, digest_size=HASH_SIZE).digest()
-            split = locate(thresholds, from_bytes(digest[:8], "little"))
-            order_key = digest if shuffle else source
-            buffers[split].append((order_key, example))
-            size = len(example) + _FRAMING
-            rows_per_split[split] += 1
-            bytes_per_split[split] += size
-            # Priority sampling on content alone: the sample, hence the
-            # bucket boundaries, never depends on bundling.
-            u64 = from_bytes(digest[8:16], "little")
-            if (size << 64) >= sample_every * (u64 + 1):
-                samples[split].append(
-                    SampleEntry((size << 64) // (u64 + 1), order_key[:prefix_len], size))
-        for split in range(count):
-            if rows_per_split[split]:
-                self._run_bytes[split] += bytes_per_split[split]
-                yield SpillRecord(names[split], self._run_path(split), len(buffers[split]),
-                                  self._run_bytes[split], tuple(samples[split]))
-        self._buffered += sum(bytes_per_split) + _ROW_OVERHEAD * sum(rows_per_split)
-        self._spilled_rows.inc(sum(rows_per_split))
+        for split in np.unique(splits).tolist():
+            rows = np.flatnonzero(splits == split)
+            selected = rows.tolist()
+            self._keys[split] += spill.take(order_keys, selected)
+            self._examples[split] += spill.take(examples, selected)
+            if not self._shuffle and sources is not examples:
+                self._keyed[split] = True
+            self._run_bytes[split] += int(sizes[rows].sum())
+            yield SpillRecord(names[split], self._run_path(split), len(self._examples[split]),
+                              self._run_bytes[split], tuple(samples.get(split, ())))
+        self._buffered += int(sizes.sum()) + _ROW_OVERHEAD * count
+        self._spilled_rows.inc(count)
         if self._buffered >= self._tuning.run_bytes:
             self._flush()
+
+    def _samples(self, words, sizes, splits, order_keys) -> dict[int, list[SampleEntry]]:
+        """Priority sampling on content alone: the sample, hence the bucket
+        boundaries, never depends on bundling. A row is sampled when
+        ``size << 64 >= sample_every * (u64 + 1)`` (u64: hash bytes 8-15);
+        a float test with slack picks the candidates, the exact test decides."""
+        sample_every = self._tuning.sample_every()
+        prefix_len = self._tuning.prefix_len
+        scale = float(1 << 64) / sample_every * (1 + 1e-9)
+        candidates = np.flatnonzero(words.astype(np.float64) <= sizes * scale + 2)
+        samples: dict[int, list[SampleEntry]] = {}
+        for row in candidates.tolist():
+            size = int(sizes[row])
+            u64 = int(words[row])
+            if (size << 64) >= sample_every * (u64 + 1):
+                samples.setdefault(int(splits[row]), []).append(
+                    SampleEntry((size << 64) // (u64 + 1), order_keys[row][:prefix_len], size))
+        return samples
 
     def finish_bundle(self):
         self._flush()
 
     def _flush(self):
-        for split, rows in enumerate(self._rows):
-            if not rows:
+        for split, examples in enumerate(self._examples):
+            if not examples:
                 continue
-            rows.sort()
+            if self._shuffle:
+                key_width, keys = HASH_SIZE, self._keys[split]
+            elif self._keyed[split]:
+                key_width, keys = spill.KEY_VARIABLE, self._keys[split]
+            else:
+                key_width, keys = spill.KEY_IS_EXAMPLE, None
             path = self._run_path(split)
             fs, fs_path = fsspec.core.url_to_fs(path)
             with fs.open(fs_path, "wb") as fileobj:
-                spill.write_run(fileobj, rows, prefix_len=self._tuning.prefix_len,
-                                index_every=self._tuning.index_every)
+                spill.write_sorted_run(fileobj, keys, examples, key_width=key_width,
+                                       prefix_len=self._tuning.prefix_len,
+                                       index_every=self._tuning.index_every)
         self._new_buffer()
+
+
+def _columns(batch) -> tuple[Sequence, Sequence[bytes]]:
+    """(keys, examples) of an ExampleBatch, checked: examples bytes, keys
+    bytes or None. Errors name the row."""
+    if not batch:
+        return (), ()
+    keys, examples = zip(*batch)
+    if set(map(type, examples)) != {bytes}:
+        for position, (key, example) in enumerate(batch):
+            if type(example) is not bytes:
+                raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must "
+                                f"be bytes, got {type(example).__name__}")
+    if not set(map(type, keys)) <= {bytes, type(None)}:
+        for position, key in enumerate(keys):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
+                                f"got {type(key).__name__} {key!r:.80}")
+    return keys, examples
 
 
 def _key_by_split(item):

@@ -79,10 +79,14 @@ __all__ = [
     "read_labels_table",
     "read_range",
     "scan_distinct",
+    "source_bytes",
 ]
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
-DEFAULT_RANGE_BYTES = 64 << 20
+# Small enough that one big file is several units for a multi-worker runner
+# (a 100 MB CSV: 7), large enough that per-unit costs (an open and a seek)
+# stay negligible.
+DEFAULT_RANGE_BYTES = 16 << 20
 # Image rows carry their bytes: ~64 images of ~30 KB keep a batch at a few MB.
 DEFAULT_IMAGE_BATCH_SIZE = 64
 
@@ -293,18 +297,27 @@ def _tagged(element: tuple[str, Any], tag: str):
         yield element[1]
 
 
-def _not_unit(element: tuple[str, Any]) -> bool:
-    return element[0] != _UNIT
-
-
 class _SplitTagged(beam.PTransform):
-    """(tag, value) pairs -> `ReadOutputs`, one labelled filter per output."""
+    """``(read, planned)`` PCollections of (tag, value) pairs -> `ReadOutputs`,
+    one labelled filter per output and origin.
 
-    def expand(self, tagged):
+    Rows come from `read` alone and never pass a Flatten: Beam's portable
+    runner materializes a multi-input Flatten as a buffer between stages (on
+    the DirectRunner every row of the dataset held in memory and pickled row
+    by row), whereas a filter stays fused with the read and the row checks
+    after it. Only the small outputs (dead letters, counts) of both origins
+    are flattened; the "unit" pairs of `planned` match no filter."""
+
+    def expand(self, pcolls):
+        read, planned = pcolls
         return ReadOutputs(
-            tagged | "Rows" >> beam.FlatMap(_tagged, _ROWS),
-            tagged | "DeadLetters" >> beam.FlatMap(_tagged, _DEAD),
-            tagged | "Counts" >> beam.FlatMap(_tagged, _COUNTS))
+            read | "Rows" >> beam.FlatMap(_tagged, _ROWS),
+            (read | "ReadDeadLetters" >> beam.FlatMap(_tagged, _DEAD),
+             planned | "PlanDeadLetters" >> beam.FlatMap(_tagged, _DEAD))
+            | "DeadLetters" >> beam.Flatten(),
+            (read | "ReadCounts" >> beam.FlatMap(_tagged, _COUNTS),
+             planned | "PlanCounts" >> beam.FlatMap(_tagged, _COUNTS))
+            | "Counts" >> beam.Flatten())
 
 
 class _ListTableFiles(beam.DoFn):
@@ -389,12 +402,10 @@ class ReadTable(beam.PTransform):
             | "PlanRanges" >> beam.ParDo(
                 _PlanTableRanges(self._path, self._format, self._range_bytes))
             | "ReshuffleRanges" >> beam.Reshuffle())
-        read = (
-            (units | "ReadRanges" >> beam.ParDo(
-                _ReadTableRanges(self._path, self._format, self._batch_size)),
-             listed | "ListingProblems" >> beam.Filter(_not_unit))
-            | "Merge" >> beam.Flatten())
-        return read | "Split" >> _SplitTagged()
+        # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
+        read = units | "ReadRanges" >> beam.ParDo(
+            _ReadTableRanges(self._path, self._format, self._batch_size))
+        return (read, listed) | "Split" >> _SplitTagged()
 
 
 def scan_distinct(path: str, format: str, column: str) -> list[str]:
@@ -573,6 +584,29 @@ def _unlabeled(fs, fs_path: str, rel: str, why: str) -> dict:
                        message=f"{source} has no label: {why}", input={"path": rel})
 
 
+def source_bytes(path: str, type: str, extensions: Iterable[str] = (),
+                 limit: int | None = None) -> int:
+    """Bytes of the files a source reads: the table files at `path`, or the
+    image files below it with one of `extensions`. Counting stops once the
+    total passes `limit` (callers comparing with a threshold need no more).
+    Files that vanish while being counted count 0."""
+    if type == "images":
+        fs, listed, _ = list_images(path, extensions)
+        paths = (fs_path for fs_path, _ in listed)
+    else:
+        fs, files = list_files(path)
+        paths = iter(files)
+    total = 0
+    for fs_path in paths:
+        try:
+            total += fs.size(fs_path) or 0
+        except FileNotFoundError:
+            continue
+        if limit is not None and total > limit:
+            break
+    return total
+
+
 def known_labels(path: str, labels: str, extensions: Iterable[str]) -> list[str]:
     """Sorted distinct labels known before a run: the class folder names of the
     listed images (``labels="directory"``) or the labels of the usable rows of
@@ -680,6 +714,4 @@ class ReadImages(beam.PTransform):
             | "Batches" >> beam.FlatMap(_tagged, _UNIT)
             | "ReshuffleBatches" >> beam.Reshuffle()
             | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)))
-        merged = ((read, planned | "PlanProblems" >> beam.Filter(_not_unit))
-                  | "Merge" >> beam.Flatten())
-        return merged | "Split" >> _SplitTagged()
+        return (read, planned) | "Split" >> _SplitTagged()

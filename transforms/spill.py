@@ -2,15 +2,24 @@
 
 No Beam. Three file kinds live under the writer's temporary directory:
 
-run file (written by the spill step, one per split per buffer flush)::
+run file (written by the spill step, one per split per buffer flush), in
+column sections so that a bucket finds, sorts and copies its rows with a
+few numpy calls instead of a Python loop per row::
 
-    record*  : uint32 key length | uint32 example length | key | example
-               (key length 0xFFFFFFFF: the key is the example itself)
-    index*   : uint64 offset | uint32 prefix length | key prefix
-    footer   : uint64 index offset | uint64 index entries | uint64 records | b"RFRUN001"
+    records   : the rows' TFRecord framing (length, CRCs and example), sorted
+    sizes     : uint32 framed size of each record
+    keys      : key_width bytes per record (fixed-width order keys, e.g. hashes),
+                or the concatenated keys (variable width), or nothing (the
+                key is the example itself)
+    key sizes : uint32 per record (variable-width keys only)
+    index     : entries every `index_every` record bytes:
+                uint64 row | uint64 record offset | uint64 key offset
+                | uint32 prefix length | key prefix
+    footer    : section offsets, index entries, records, key width, b"RFRUN002"
 
-Records are sorted by ``(order key, example)``. The sparse index (one entry
-every `index_every` bytes) lets a bucket read only its key range of a run.
+Records are sorted by ``(order key, example)``. The sparse index lets a
+bucket read only its key range of a run; the rows are framed once, when the
+run is written, so bucket sorting only moves framed bytes.
 
 bucket file (written by the sort step): the bucket's rows in order, as
 consecutive chunks; each chunk is TFRecord-framed records, or exactly one
@@ -27,40 +36,51 @@ from __future__ import annotations
 import bisect
 import heapq
 import json
+import operator
 import posixpath
+import shutil
 import struct
+import tempfile
 import uuid
-from typing import BinaryIO, Iterable, Iterator, Sequence
+from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
 import fsspec
+import numpy as np
 
 from recordforge.transforms import tfrecordio
 from recordforge.transforms.shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
 
 __all__ = [
+    "KEY_IS_EXAMPLE",
+    "KEY_VARIABLE",
     "ChunkWriter",
     "RunFile",
     "RunFileError",
+    "RunSlice",
+    "RunWriter",
     "join_path",
     "read_run_list",
     "sort_bucket",
-    "write_run",
+    "sorted_order",
+    "take",
     "write_run_list",
+    "write_sorted_run",
 ]
 
-Row = tuple  # (order key: bytes, example: bytes)
+KEY_IS_EXAMPLE = 0  # key_width: the order key is the example; no key section
+KEY_VARIABLE = -1  # key_width: keys of any length, stored with their sizes
 
-_RECORD = struct.Struct("<II")
-_KEY_IS_EXAMPLE = 0xFFFFFFFF
-_INDEX_ENTRY = struct.Struct("<QI")
-_FOOTER = struct.Struct("<QQQ8s")
-_MAGIC = b"RFRUN001"
-_WRITE_BLOCK = 4 << 20
-_READ_BLOCK = 1 << 20
+_SIZE = np.dtype("<u4")
+_INDEX_ENTRY = struct.Struct("<QQQI")
+_FOOTER = struct.Struct("<QQQQQQq8s")
+_MAGIC = b"RFRUN002"
 _FRAMING = 16  # TFRecord bytes around each record
+_HEADER = 12  # TFRecord bytes before the example
+_BLOCK = 4 << 20  # bytes of rows framed, gathered or read in one go
+_SPOOL = 8 << 20  # column sections kept in memory up to this size while writing
 # Upper bound on one uncompressed chunk, whatever the estimated gzip ratio.
 _MAX_RAW_CHUNK = 64 << 20
-_ROW_OVERHEAD = 160  # bytes of Python objects per row held in a list
+_ROW_OVERHEAD = 160  # bytes of Python/numpy objects per row sorted in memory
 
 
 class RunFileError(Exception):
@@ -73,80 +93,171 @@ def join_path(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
-def write_run(fileobj: BinaryIO, rows: Iterable[Row], *, prefix_len: int,
-              index_every: int) -> int:
-    """Writes sorted `rows` (a list or a stream) as a run file, a few MB at a
-    time; returns the number of records.
+def take(items: Sequence, order: list[int]) -> list:
+    """items[i] for i in order, gathered in C."""
+    if len(order) == 1:
+        return [items[order[0]]]
+    return list(operator.itemgetter(*order)(items)) if order else []
 
-    A row whose order key is its example object (ordering by content) stores
-    the bytes once; reading it back gives the same object for both.
+
+def _tie_groups(ordered_keys: np.ndarray) -> Iterator[tuple[int, int]]:
+    """[start, end) of each run of equal adjacent keys (two or more)."""
+    ties = np.flatnonzero(ordered_keys[1:] == ordered_keys[:-1])
+    start = previous = None
+    for position in ties.tolist():
+        if previous is not None and position == previous + 1:
+            previous = position
+            continue
+        if start is not None:
+            yield start, previous + 2
+        start = previous = position
+    if start is not None:
+        yield start, previous + 2
+
+
+def sorted_order(keys, example_at) -> list[int]:
+    """The row order by ``(key, example)``.
+
+    keys: a numpy array of fixed-width bytes (sorted by numpy; rows with
+    equal keys are then ordered by `example_at(row)`, which only duplicate
+    keys pay for), or a list of bytes (sorted by Python).
     """
-    parts: list[bytes] = []
-    index: list[bytes] = []
-    pending = offset = next_index = count = 0
-    pack_record = _RECORD.pack
-    for key, example in rows:
-        if offset >= next_index:
-            prefix = key[:prefix_len]
-            index.append(_INDEX_ENTRY.pack(offset, len(prefix)) + prefix)
-            next_index = offset + index_every
-        if key is example:
-            parts += (pack_record(_KEY_IS_EXAMPLE, len(example)), example)
-            size = 8 + len(example)
-        else:
-            parts += (pack_record(len(key), len(example)), key, example)
-            size = 8 + len(key) + len(example)
-        offset += size
-        pending += size
-        count += 1
-        if pending >= _WRITE_BLOCK:
-            fileobj.write(b"".join(parts))
-            parts.clear()
-            pending = 0
-    parts.extend(index)
-    parts.append(_FOOTER.pack(offset, len(index), count, _MAGIC))
-    fileobj.write(b"".join(parts))
-    return count
+    if isinstance(keys, np.ndarray):
+        order = np.argsort(keys, kind="stable")
+        groups = list(_tie_groups(keys[order]))
+        order = order.tolist()
+        for start, end in groups:
+            order[start:end] = sorted(order[start:end], key=example_at)
+        return order
+    return sorted(range(len(keys)), key=lambda row: (keys[row], example_at(row)))
 
 
-def _record_size(header) -> int:
-    key_len, example_len = _RECORD.unpack_from(header, 0)
-    return 8 + example_len + (0 if key_len == _KEY_IS_EXAMPLE else key_len)
+def _fixed_keys(blob: bytes, width: int) -> np.ndarray:
+    return np.frombuffer(blob, dtype=f"S{width}")
 
 
-def _parse(data, lo: bytes, hi: bytes | None, out: list) -> int:
-    """Appends the complete records of `data` with lo <= key < hi to `out`;
-    returns the number of bytes consumed (a trailing partial record is left)."""
-    unpack = _RECORD.unpack_from
-    append = out.append
-    size = len(data)
-    position = 0
-    while size - position >= 8:
-        key_len, example_len = unpack(data, position)
-        start = position + 8
-        if key_len == _KEY_IS_EXAMPLE:
-            end = start + example_len
-            if end > size:
-                break
-            example = data[start:end]
-            key = example
-        else:
-            middle = start + key_len
-            end = middle + example_len
-            if end > size:
-                break
-            key = data[start:middle]
-            example = data[middle:end]
-        position = end
-        # A key compared with a boundary of at most prefix_len bytes gives the
-        # same answer as its prefix would, so whole keys are compared here.
-        if key >= lo and (hi is None or key < hi):
-            append((key, example))
-    return position
+class RunWriter:
+    """Writes a run file from rows given in order, a batch at a time; the
+    column sections wait in spooled temporary files (memory up to a few MB,
+    local disk beyond) until `close` appends them."""
+
+    def __init__(self, fileobj: BinaryIO, *, key_width: int, prefix_len: int,
+                 index_every: int):
+        self._fileobj = fileobj
+        self._key_width = key_width
+        self._prefix_len = prefix_len
+        self._index_every = index_every
+        self._index: list[bytes] = []
+        self._records = self._offset = self._key_offset = self._next_index = 0
+        self._sizes = tempfile.SpooledTemporaryFile(max_size=_SPOOL)
+        self._keys = (tempfile.SpooledTemporaryFile(max_size=_SPOOL)
+                      if key_width != KEY_IS_EXAMPLE else None)
+        self._key_sizes = (tempfile.SpooledTemporaryFile(max_size=_SPOOL)
+                           if key_width == KEY_VARIABLE else None)
+
+    def add(self, keys: Sequence[bytes] | None, examples: Sequence[bytes]) -> None:
+        """Appends rows that sort after every row added before (keys None
+        when the key is the example)."""
+        count = len(examples)
+        if not count:
+            return
+        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + _FRAMING
+        starts = self._offset + np.cumsum(sizes) - sizes
+        key_starts = None
+        if self._key_width == KEY_VARIABLE:
+            key_sizes = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+            key_starts = self._key_offset + np.cumsum(key_sizes) - key_sizes
+            self._key_sizes.write(key_sizes.astype(_SIZE).tobytes())
+            self._key_offset += int(key_sizes.sum())
+        row = int(np.searchsorted(starts, self._next_index, "left"))
+        while row < count:
+            key = examples[row] if keys is None else keys[row]
+            prefix = bytes(key[:self._prefix_len])
+            key_offset = int(key_starts[row]) if key_starts is not None else 0
+            self._index.append(_INDEX_ENTRY.pack(self._records + row, int(starts[row]),
+                                                 key_offset, len(prefix)) + prefix)
+            self._next_index = int(starts[row]) + self._index_every
+            row = int(np.searchsorted(starts, self._next_index, "left"))
+        if self._keys is not None:
+            blob = b"".join(keys)
+            if self._key_width > 0 and len(blob) != self._key_width * count:
+                raise ValueError(f"run keys must all be {self._key_width} bytes")
+            self._keys.write(blob)
+        self._sizes.write(sizes.astype(_SIZE).tobytes())
+        self._fileobj.write(tfrecordio.frame_records(list(examples)))
+        self._offset += int(sizes.sum())
+        self._records += count
+
+    def close(self) -> int:
+        """Appends the sections and the footer; returns the number of rows."""
+        sections = []
+        for spool in (self._sizes, self._keys, self._key_sizes):
+            sections.append(self._offset)
+            if spool is not None:
+                spool.seek(0)
+                shutil.copyfileobj(spool, self._fileobj, _BLOCK)
+                self._offset += spool.tell()
+                spool.close()
+        index = b"".join(self._index)
+        self._fileobj.write(index)
+        self._fileobj.write(_FOOTER.pack(*sections, self._offset, len(self._index),
+                                         self._records, self._key_width, _MAGIC))
+        return self._records
+
+
+def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
+                     examples: Sequence[bytes], *, key_width: int, prefix_len: int,
+                     index_every: int) -> int:
+    """Sorts rows by ``(key, example)`` and writes them as a run file;
+    returns the number of rows. keys: one per example, all `key_width`
+    bytes when key_width > 0; None with KEY_IS_EXAMPLE."""
+    if key_width > 0:
+        order = sorted_order(_fixed_keys(b"".join(keys), key_width), examples.__getitem__)
+    elif key_width == KEY_IS_EXAMPLE:
+        order = sorted(range(len(examples)), key=examples.__getitem__)
+    else:
+        order = sorted(range(len(examples)), key=list(zip(keys, examples)).__getitem__)
+    writer = RunWriter(fileobj, key_width=key_width, prefix_len=prefix_len,
+                       index_every=index_every)
+    total = sum(map(len, examples)) + _FRAMING * len(examples)
+    step = max(1, len(examples) * _BLOCK // max(1, total))
+    for start in range(0, len(order), step):
+        rows = order[start:start + step]
+        writer.add(None if keys is None else take(keys, rows), take(examples, rows))
+    return writer.close()
+
+
+class RunSlice(NamedTuple):
+    """Consecutive rows of a run: their framed records back to back in
+    `data`, the framed size of each, and their keys (a numpy array of
+    fixed-width bytes, or a list of bytes)."""
+
+    keys: object
+    data: memoryview
+    sizes: np.ndarray
+
+    def examples(self) -> list[bytes]:
+        ends = np.cumsum(self.sizes).tolist()
+        starts = [0] + ends[:-1]
+        data = self.data
+        return [bytes(data[start + _HEADER:end - 4]) for start, end in zip(starts, ends)]
+
+
+def _bound(keys, bound: bytes | None, width: int) -> int:
+    """Rows of sorted `keys` below `bound` (None: no bound)."""
+    if bound is None:
+        return len(keys)
+    if width <= 0:
+        return bisect.bisect_left(keys, bound)
+    if len(bound) <= width:
+        # A fixed-width key k has k >= bound exactly when k >= bound padded
+        # with zero bytes.
+        return int(np.searchsorted(keys, bound.ljust(width, b"\0"), "left"))
+    return int(np.searchsorted(keys, bound[:width], "right"))
 
 
 class RunFile:
-    """Reads a run file's footer and index, and its records in a key range."""
+    """Reads a run file's footer and index, and its rows in a key range."""
 
     def __init__(self, path: str, fs=None):
         self.path = path
@@ -156,76 +267,135 @@ class RunFile:
             if size < _FOOTER.size:
                 raise RunFileError(f"{path}: spill file is truncated ({size} bytes)")
             fileobj.seek(size - _FOOTER.size)
-            index_offset, entries, records, magic = _FOOTER.unpack(fileobj.read(_FOOTER.size))
+            (self._sizes_offset, self._keys_offset, self._key_sizes_offset, index_offset,
+             entries, records, self.key_width, magic) = _FOOTER.unpack(
+                 fileobj.read(_FOOTER.size))
             if magic != _MAGIC or index_offset > size - _FOOTER.size:
                 raise RunFileError(f"{path}: not a complete spill file (bad footer)")
             fileobj.seek(index_offset)
             raw_index = fileobj.read(size - _FOOTER.size - index_offset)
-        self.data_size = index_offset
+        self.data_size = self._sizes_offset
         self.num_records = records
+        self.rows: list[int] = []
         self.offsets: list[int] = []
+        self.key_offsets: list[int] = []
         self.prefixes: list[bytes] = []
         position = 0
         for _ in range(entries):
-            offset, prefix_len = _INDEX_ENTRY.unpack_from(raw_index, position)
+            row, offset, key_offset, prefix_len = _INDEX_ENTRY.unpack_from(raw_index, position)
             position += _INDEX_ENTRY.size
+            self.rows.append(row)
             self.offsets.append(offset)
+            self.key_offsets.append(key_offset)
             self.prefixes.append(bytes(raw_index[position:position + prefix_len]))
             position += prefix_len
 
-    def byte_range(self, lo: bytes, hi: bytes | None) -> tuple[int, int]:
-        """The smallest indexed byte range holding every record with
-        lo <= key < hi (records at its edges may fall outside)."""
+    def row_range(self, lo: bytes, hi: bytes | None) -> tuple[int, int, int, int]:
+        """``(first row, end row, record offset, key offset)`` of the smallest
+        indexed row range holding every row with lo <= key < hi (rows at its
+        edges may fall outside)."""
         before = bisect.bisect_left(self.prefixes, lo) - 1  # last entry with prefix < lo
-        start = self.offsets[before] if before >= 0 else 0
-        if hi is None:
-            return start, self.data_size
-        after = bisect.bisect_left(self.prefixes, hi)  # first entry with prefix >= hi
-        end = self.offsets[after] if after < len(self.offsets) else self.data_size
-        return start, max(start, end)
+        first, offset, key_offset = ((self.rows[before], self.offsets[before],
+                                      self.key_offsets[before]) if before >= 0 else (0, 0, 0))
+        end = self.num_records
+        if hi is not None:
+            after = bisect.bisect_left(self.prefixes, hi)  # first entry with prefix >= hi
+            if after < len(self.rows):
+                end = self.rows[after]
+        return first, max(first, end), offset, key_offset
 
-    def read(self, start: int, end: int, lo: bytes, hi: bytes | None) -> list[Row]:
-        """The records in [start, end) with lo <= key < hi, in one read."""
-        with self._fs.open(self._fs_path, "rb") as fileobj:
-            fileobj.seek(start)
-            data = fileobj.read(end - start)
-        rows: list[Row] = []
-        consumed = _parse(data, lo, hi, rows)
-        if consumed != len(data):
-            raise RunFileError(f"{self.path}: record cut short at byte {start + consumed}")
-        return rows
+    def estimate(self, lo: bytes, hi: bytes | None) -> tuple[int, int]:
+        """``(rows, record bytes)`` of the indexed range for lo <= key < hi."""
+        first, end, offset, _ = self.row_range(lo, hi)
+        if end >= self.num_records:
+            return end - first, self.data_size - offset
+        return end - first, self.offsets[bisect.bisect_left(self.rows, end)] - offset
 
-    def stream(self, start: int, end: int, lo: bytes, hi: bytes | None) -> Iterator[Row]:
-        """The records in [start, end) with lo <= key < hi, read in blocks
-        (a record larger than a block is read whole, once)."""
+    def _read_rows(self, fileobj, first: int, end: int, offset: int,
+                   key_offset: int) -> RunSlice:
+        count = end - first
+        fileobj.seek(self._sizes_offset + 4 * first)
+        raw_sizes = fileobj.read(4 * count)
+        if len(raw_sizes) != 4 * count:
+            raise RunFileError(f"{self.path}: sizes cut short at row {first}")
+        sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
+        fileobj.seek(offset)
+        length = int(sizes.sum())
+        data = fileobj.read(length)
+        if len(data) != length:
+            raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
+        if self.key_width > 0:
+            fileobj.seek(self._keys_offset + self.key_width * first)
+            keys = _fixed_keys(fileobj.read(self.key_width * count), self.key_width)
+        elif self.key_width == KEY_VARIABLE:
+            fileobj.seek(self._key_sizes_offset + 4 * first)
+            key_ends = np.cumsum(np.frombuffer(fileobj.read(4 * count), dtype=_SIZE)).tolist()
+            fileobj.seek(self._keys_offset + key_offset)
+            blob = fileobj.read(key_ends[-1] if key_ends else 0)
+            keys = [blob[start:stop] for start, stop in zip([0] + key_ends[:-1], key_ends)]
+        else:
+            keys = None
+        rows = RunSlice(keys, memoryview(data), sizes)
+        return rows if keys is not None else rows._replace(keys=rows.examples())
+
+    def _within(self, rows: RunSlice, lo: bytes, hi: bytes | None) -> RunSlice:
+        """The rows of a sorted slice with lo <= key < hi."""
+        start = _bound(rows.keys, lo, self.key_width)
+        stop = _bound(rows.keys, hi, self.key_width)
+        ends = np.cumsum(rows.sizes)
+        first_byte = int(ends[start - 1]) if start else 0
+        last_byte = int(ends[stop - 1]) if stop else 0
+        return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
+                        rows.sizes[start:stop])
+
+    def read(self, lo: bytes, hi: bytes | None) -> RunSlice:
+        """The rows with lo <= key < hi, in a few reads."""
+        first, end, offset, key_offset = self.row_range(lo, hi)
         with self._fs.open(self._fs_path, "rb") as fileobj:
-            fileobj.seek(start)
-            remaining = end - start
-            carry = b""
-            while remaining > 0:
-                want = _READ_BLOCK
-                if len(carry) >= 8:
-                    want = max(want, _record_size(carry) - len(carry))
-                block = fileobj.read(min(want, remaining))
-                if not block:
-                    break
-                remaining -= len(block)
-                data = carry + block if carry else block
-                rows: list[Row] = []
-                consumed = _parse(data, lo, hi, rows)
-                carry = data[consumed:]
-                yield from rows
-            if carry or remaining > 0:
-                raise RunFileError(f"{self.path}: record cut short at byte {end - remaining - len(carry)}")
+            rows = self._read_rows(fileobj, first, end, offset, key_offset)
+        return self._within(rows, lo, hi)
+
+    def stream(self, lo: bytes, hi: bytes | None) -> Iterator[tuple]:
+        """``(key, example, framed record)`` of the rows with lo <= key < hi,
+        in order, read a block of rows at a time."""
+        first, end, offset, key_offset = self.row_range(lo, hi)
+        with self._fs.open(self._fs_path, "rb") as fileobj:
+            row = first
+            while row < end:
+                # Index entries are index_every bytes apart: a block runs to
+                # the entry after _BLOCK bytes (or to the end of the range).
+                entry = bisect.bisect_right(self.offsets, offset + _BLOCK)
+                stop = self.rows[entry] if entry < len(self.rows) else self.num_records
+                stop = min(end, max(stop, row + 1))
+                rows = self._within(self._read_rows(fileobj, row, stop, offset, key_offset),
+                                    lo, hi)
+                yield from _row_tuples(rows, self.key_width)
+                if stop < end:
+                    index = bisect.bisect_left(self.rows, stop)
+                    offset, key_offset = self.offsets[index], self.key_offsets[index]
+                row = stop
+
+
+def _row_tuples(rows: RunSlice, key_width: int) -> list[tuple]:
+    examples = rows.examples()
+    ends = np.cumsum(rows.sizes).tolist()
+    framed = [rows.data[start:stop] for start, stop in zip([0] + ends[:-1], ends)]
+    if key_width > 0:
+        blob = rows.keys.tobytes()  # raw bytes: numpy would strip trailing zeros
+        keys = [blob[start:start + key_width] for start in range(0, len(blob), key_width)]
+    else:
+        keys = rows.keys
+    return list(zip(keys, examples, framed))
 
 
 class ChunkWriter:
-    """Writes sorted examples to a bucket file as chunks of about
+    """Writes framed records to a bucket file as chunks of about
     `chunk_bytes` on disk: framed records, or one gzip member per chunk.
 
-    For gzip the uncompressed size of the next chunk is `chunk_bytes` times
-    the compression ratio seen so far in this bucket; the ratio depends on
-    the bucket's content only, so chunk boundaries are deterministic.
+    A chunk ends with the record that brings it to its target size. For
+    gzip the target (uncompressed) is `chunk_bytes` times the compression
+    ratio seen so far in this bucket; the ratio depends on the bucket's
+    content only, so chunk boundaries are deterministic.
     """
 
     def __init__(self, fileobj: BinaryIO, *, compression: str, chunk_bytes: int,
@@ -234,58 +404,118 @@ class ChunkWriter:
         self._gzip = compression == "gzip"
         self._chunk_bytes = chunk_bytes
         self._level = gzip_level
-        self._pending: list[bytes] = []
+        self._pending: list[memoryview] = []
         self._pending_bytes = 0
+        self._pending_rows = 0
         self._raw_total = 0
         self._disk_total = 0
         self._offset = 0
         self._target = chunk_bytes
         self.chunks: list[Chunk] = []
 
-    def write_many(self, examples: Iterable[bytes]) -> None:
-        pending = self._pending
-        append = pending.append
-        size = self._pending_bytes
-        target = self._target
-        for example in examples:
-            append(example)
-            size += len(example) + _FRAMING
-            if size >= target:
-                self._pending_bytes = size
-                self._flush()
-                size = 0
-                target = self._target
-        self._pending_bytes = size
+    def write_many(self, examples: Sequence[bytes]) -> None:
+        """Frames and writes examples."""
+        examples = list(examples)
+        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + _FRAMING
+        self.write_framed(tfrecordio.frame_records(examples), sizes)
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        """Writes framed records held back to back in `data` (not modified
+        afterwards), with `sizes` their framed sizes."""
+        view = memoryview(data)
+        ends = np.cumsum(sizes)
+        count = len(ends)
+        row = start = 0
+        while row < count:
+            # First record that brings the pending chunk to its target.
+            last = int(np.searchsorted(ends, start + self._target - self._pending_bytes, "left"))
+            last = max(last, row)
+            if last >= count:
+                self._pending.append(view[start:])
+                self._pending_bytes += len(view) - start
+                self._pending_rows += count - row
+                return
+            stop = int(ends[last])
+            self._pending.append(view[start:stop])
+            self._pending_bytes += stop - start
+            self._pending_rows += last + 1 - row
+            self._flush()
+            row, start = last + 1, stop
 
     def close(self) -> list[Chunk]:
-        if self._pending:
+        if self._pending_rows:
             self._flush()
         return self.chunks
 
     def _flush(self) -> None:
-        data = tfrecordio.frame_records(self._pending)
         if self._gzip:
-            raw = len(data)
-            data = tfrecordio.gzip_compress(data, self._level)
-            self._raw_total += raw
+            data = tfrecordio.gzip_compress(b"".join(self._pending), self._level)
+            self._raw_total += self._pending_bytes
             self._disk_total += len(data)
             self._target = min(_MAX_RAW_CHUNK,
                                self._chunk_bytes * self._raw_total // max(1, self._disk_total))
-        self._fileobj.write(data)
-        self.chunks.append(Chunk(self._offset, len(data), len(self._pending)))
-        self._offset += len(data)
-        self._pending.clear()  # in place: write_many holds a bound append
-        self._pending_bytes = 0
+            self._fileobj.write(data)
+            length = len(data)
+        else:
+            for piece in self._pending:
+                self._fileobj.write(piece)
+            length = self._pending_bytes
+        self.chunks.append(Chunk(self._offset, length, self._pending_rows))
+        self._offset += length
+        self._pending = []
+        self._pending_bytes = self._pending_rows = 0
 
 
-def _merge(streams: Sequence[Iterator[Row]]) -> Iterator[Row]:
-    # Rows are (order key, example) tuples: tuple order is the output order.
-    return heapq.merge(*streams)
+def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
+    """Writes the rows of several sorted slices in ``(key, example)`` order,
+    gathering a block of rows at a time from the slices (no copy of the
+    whole bucket)."""
+    if len(slices) == 1:
+        writer.write_framed(slices[0].data, slices[0].sizes)
+        return
+    views = [rows.data for rows in slices]
+    sizes = np.concatenate([rows.sizes for rows in slices])
+    starts = np.concatenate([np.cumsum(rows.sizes) - rows.sizes for rows in slices])
+    sources = np.repeat(np.arange(len(slices)), [len(rows.sizes) for rows in slices])
+
+    def example_at(row: int) -> bytes:
+        start = int(starts[row])
+        return bytes(views[sources[row]][start + _HEADER:start + int(sizes[row]) - 4])
+
+    if key_width > 0:
+        keys = np.concatenate([rows.keys for rows in slices])
+    else:
+        keys = [key for rows in slices for key in rows.keys]
+    order = np.asarray(sorted_order(keys, example_at), dtype=np.int64)
+    del keys
+    step = max(1, len(order) * _BLOCK // max(1, int(sizes.sum())))
+    for first in range(0, len(order), step):
+        rows = order[first:first + step]
+        row_starts = starts[rows]
+        row_sizes = sizes[rows]
+        block = b"".join([views[source][start:stop] for source, start, stop in
+                          zip(sources[rows].tolist(), row_starts.tolist(),
+                              (row_starts + row_sizes).tolist())])
+        writer.write_framed(block, row_sizes)
 
 
-def _streams_for(parts: Sequence[tuple[RunFile, int, int]], lo: bytes,
-                 hi: bytes | None) -> list[Iterator[Row]]:
-    return [run.stream(start, end, lo, hi) for run, start, end in parts]
+def _write_stream(writer: ChunkWriter, rows: Iterator[tuple]) -> None:
+    """Writes merged ``(key, example, framed)`` rows a block at a time."""
+    block: list = []
+    pending = 0
+    for row in rows:
+        block.append(row[2])
+        pending += len(row[2])
+        if pending >= _BLOCK:
+            _write_framed_list(writer, block)
+            block, pending = [], 0
+    _write_framed_list(writer, block)
+
+
+def _write_framed_list(writer: ChunkWriter, framed: list) -> None:
+    if framed:
+        sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
+        writer.write_framed(b"".join(framed), sizes)
 
 
 def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
@@ -301,7 +531,8 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
     than `fan_in` ranges. Raises RunFileError when a run's record count
     differs from what the spill step reported.
     """
-    parts: list[tuple[RunFile, int, int]] = []
+    parts: list[RunFile] = []
+    estimate = 0
     for run in sorted(runs, key=lambda run: run.path):
         if run.split != bucket.split:
             continue
@@ -310,26 +541,31 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
             raise RunFileError(
                 f"{run.path}: holds {run_file.num_records} records, the spill step "
                 f"reported {run.num_records}")
-        start, end = run_file.byte_range(bucket.lo, bucket.hi)
-        if end > start:
-            parts.append((run_file, start, end))
+        rows, size = run_file.estimate(bucket.lo, bucket.hi)
+        if rows:
+            parts.append(run_file)
+            estimate += size + rows * _ROW_OVERHEAD
     out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
     scratch: list[str] = []
     try:
         with _open_for_write(out_path) as fileobj:
             writer = ChunkWriter(fileobj, compression=compression, chunk_bytes=chunk_bytes,
                                  gzip_level=gzip_level)
-            if _memory_estimate(parts) <= memory_bytes:
-                rows: list[Row] = []
-                for run_file, start, end in parts:
-                    rows += run_file.read(start, end, bucket.lo, bucket.hi)
-                rows.sort()  # concatenated sorted runs: timsort merges them
-                writer.write_many([example for _, example in rows])
-                del rows
+            fixed = {run_file.key_width for run_file in parts}
+            if estimate <= memory_bytes:
+                slices = [run_file.read(bucket.lo, bucket.hi) for run_file in parts]
+                slices = [rows for rows in slices if len(rows.sizes)]
+                if slices:
+                    # Fixed-width keys are sorted by numpy; a mix of key kinds
+                    # (no shuffle) is compared as bytes.
+                    width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
+                    if width == KEY_IS_EXAMPLE:
+                        width = KEY_VARIABLE
+                    _write_in_order(writer, slices, width)
             else:
                 streams = _reduce_fan_in(parts, bucket, scratch_dir, scratch, fan_in=fan_in,
                                          prefix_len=prefix_len, index_every=index_every)
-                writer.write_many(example for _, example in _merge(streams))
+                _write_stream(writer, heapq.merge(*streams))
             chunks = writer.close()
     finally:
         for path in scratch:
@@ -337,8 +573,9 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
     return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
 
 
-def _reduce_fan_in(parts, bucket: BucketRange, scratch_dir: str, scratch: list[str], *,
-                   fan_in: int, prefix_len: int, index_every: int) -> list[Iterator[Row]]:
+def _reduce_fan_in(parts: list[RunFile], bucket: BucketRange, scratch_dir: str,
+                   scratch: list[str], *, fan_in: int, prefix_len: int,
+                   index_every: int) -> list[Iterator[tuple]]:
     """Streams over the bucket's ranges, merged into at most `fan_in` streams
     by writing intermediate sorted runs (their names appended to `scratch`)."""
     while len(parts) > fan_in:
@@ -350,17 +587,30 @@ def _reduce_fan_in(parts, bucket: BucketRange, scratch_dir: str, scratch: list[s
                 continue
             path = join_path(scratch_dir, f"{uuid.uuid4().hex}.merge")
             scratch.append(path)
-            _write_stream(path, _merge(_streams_for(group, bucket.lo, bucket.hi)),
-                          prefix_len=prefix_len, index_every=index_every)
-            run_file = RunFile(path)
-            merged.append((run_file, 0, run_file.data_size))
+            widths = {run_file.key_width for run_file in group}
+            width = widths.pop() if len(widths) == 1 else KEY_VARIABLE
+            _merge_to_run(path, heapq.merge(*(run.stream(bucket.lo, bucket.hi) for run in group)),
+                          key_width=width, prefix_len=prefix_len, index_every=index_every)
+            merged.append(RunFile(path))
         parts = merged
-    return _streams_for(parts, bucket.lo, bucket.hi)
+    return [run.stream(bucket.lo, bucket.hi) for run in parts]
 
 
-def _write_stream(path: str, rows: Iterator[Row], **run_options) -> None:
+def _merge_to_run(path: str, rows: Iterator[tuple], **options) -> None:
     with _open_for_write(path) as fileobj:
-        write_run(fileobj, rows, **run_options)
+        writer = RunWriter(fileobj, **options)
+        keys: list[bytes] = []
+        examples: list[bytes] = []
+        pending = 0
+        for key, example, _ in rows:
+            keys.append(key)
+            examples.append(example)
+            pending += len(example)
+            if pending >= _BLOCK:
+                writer.add(None if options["key_width"] == KEY_IS_EXAMPLE else keys, examples)
+                keys, examples, pending = [], [], 0
+        writer.add(None if options["key_width"] == KEY_IS_EXAMPLE else keys, examples)
+        writer.close()
 
 
 def write_run_list(path: str, runs: Sequence[RunInfo]) -> None:
@@ -375,16 +625,6 @@ def read_run_list(path: str) -> list[RunInfo]:
     with fsspec.open(path, "rb") as fileobj:
         payload = json.loads(fileobj.read().decode("utf-8"))
     return [RunInfo(*item) for item in payload["runs"]]
-
-
-def _memory_estimate(parts: Sequence[tuple[RunFile, int, int]]) -> int:
-    """Bytes that sorting these ranges in memory would take: the data plus
-    Python's per-row objects (a tuple and two bytes objects)."""
-    total = 0
-    for run_file, start, end in parts:
-        rows = (end - start) * run_file.num_records // max(1, run_file.data_size)
-        total += (end - start) + rows * _ROW_OVERHEAD
-    return total
 
 
 def _open_for_write(path: str) -> BinaryIO:

@@ -47,6 +47,7 @@ from typing import IO, Any, Iterable, Iterator, NamedTuple
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from isal import isal_zlib
 
 from recordforge.schemas.dead_letters import dead_letter
 from recordforge.transforms.rows import SourceRow
@@ -69,8 +70,10 @@ __all__ = [
 ]
 
 # Exceptions that mean "this file cannot be read" rather than "this row is
-# bad": I/O and permission errors, and damaged compression streams.
-READ_ERRORS = (OSError, EOFError, zlib.error)
+# bad": I/O and permission errors, and damaged compression streams (fsspec
+# decompresses .gz with isal when it is installed, which it is here: isal's
+# error is not zlib's).
+READ_ERRORS = (OSError, EOFError, zlib.error, isal_zlib.error)
 
 _BLOCK = 1 << 20
 # A quoted CSV record longer than this is an unterminated quote in practice;
@@ -83,7 +86,10 @@ _MAX_JSON_DEPTH = 64
 # ---------------------------------------------------------------------------
 # Paths and provenance
 
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]*@")
+# user:password@ after the scheme; also after "scheme:///", which is how
+# filesystems that keep the authority in the path (memory://) print it back.
+_USERINFO = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?:[^/?#@\s]*@|/[^/?#@\s:]*:[^/?#@\s]*@)")
 _SECRET_QUERY = re.compile(
     r"(?i)(?P<name>[?&][^=&#\s]*(?:sig|signature|token|key|secret|password|passwd|"
     r"credential|auth)[^=&#\s]*=)[^&#\s]*")

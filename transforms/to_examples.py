@@ -136,6 +136,7 @@ class BatchConverter:
                 if (spec.source == key_column and spec.shape == () and spec.vocabulary is None
                         and spec.stored_kind in ("int64", "float")):
                     self._key_feature = spec.name
+                    self._key_convert = self._encoder.converter(spec.name)
                     break
 
     def convert_batch(self, batch: Iterable[SourceRow]) -> tuple[list, list[dict]]:
@@ -168,9 +169,12 @@ class BatchConverter:
             # (whitespace is a missing number, never a default standing in as the key)
             raise RowError("missing_value", f"key column {column!r} has no value",
                            feature=column)
-        converted = self._encoder.convert(values)
+        # Encoding first: a row with a bad value reports the same error whether
+        # or not its key is also unusable.
+        example = self._encoder.encode(values)
         if self._key_feature is not None:
-            key = sortable_key(converted[self._key_feature][0])
+            # The key feature reads the key column and passed its checks above.
+            key = sortable_key(self._key_convert(raw_key)[0])
         else:
             try:
                 key = sortable_key(raw_key)
@@ -180,7 +184,7 @@ class BatchConverter:
             except (TypeError, ValueError) as error:
                 raise RowError("type_mismatch", f"key column {column!r}: {error}",
                                feature=column) from None
-        return key, self._encoder.encode_converted(converted)
+        return key, example
 
     def _dead_letter(self, row: SourceRow, stage: str, reason: str, feature: str | None,
                      message: str) -> dict:

@@ -176,18 +176,20 @@ def test_retried_bundles_and_steps_change_nothing(tmp_path):
     assert finals == sorted(item["file"] for item in retried)
 
 
-def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path, shuffle):
     rng = random.Random(2)
     examples = image_like(rng)
     keys = [f"img/{index:04d}.jpg".encode() for index in range(len(examples))]
+    keys[5:9] = [b"img/dup.jpg"] * 4  # equal keys: ordered by the example bytes
     first = _write_locally(_bundles(examples, keys, batch=37, per_bundle=3), str(tmp_path / "a"),
-                           shard_size=1_000_000, compression="gzip", shuffle=False)
+                           shard_size=1_000_000, compression="gzip", shuffle=shuffle)
     order = list(range(len(examples)))
     rng.shuffle(order)
     second = _write_locally(
         _bundles([examples[i] for i in order], [keys[i] for i in order], batch=101,
                  per_bundle=1),
-        str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=False,
+        str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=shuffle,
         # Other memory settings: bigger runs, every bucket merged as streams.
         tuning=shards.ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
                                   memory_bytes=0, fan_in=2, index_every=1000))

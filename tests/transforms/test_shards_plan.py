@@ -174,52 +174,90 @@ def test_shard_plan_with_records_larger_than_a_shard():
 
 # --- run files ----------------------------------------------------------------
 
-def _rows(rng, count, key_is_example=False):
+def _rows(rng, count, key_is_example=False, width=None):
+    """Random (key, example) rows, sorted; keys of `width` bytes when given
+    (with zero bytes, which fixed-width comparisons must keep)."""
     rows = []
     for _ in range(count):
         example = rng.randbytes(rng.randint(0, 300))
-        key = example if key_is_example else rng.randbytes(rng.randint(1, 20))
+        if key_is_example:
+            key = example
+        elif width:
+            key = bytes(rng.choice(b"\0\1\x7f\xff") for _ in range(width))
+        else:
+            key = rng.randbytes(rng.randint(1, 20))
         rows.append((key, example))
     rows.sort()
     return rows
 
 
-@pytest.mark.parametrize("key_is_example", [False, True])
-def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, key_is_example):
+def _write_rows(fileobj, rows, kind, **options):
+    keys = None if kind == "example" else [key for key, _ in rows]
+    width = {"example": spill.KEY_IS_EXAMPLE, "variable": spill.KEY_VARIABLE, "fixed": 6}[kind]
+    return spill.write_sorted_run(fileobj, keys, [example for _, example in rows],
+                                  key_width=width, **options)
+
+
+def _pairs(run_slice):
+    keys = run_slice.keys
+    if not isinstance(keys, list):
+        blob = keys.tobytes()
+        keys = [blob[i:i + keys.itemsize] for i in range(0, len(blob), keys.itemsize)]
+    return list(zip(keys, run_slice.examples()))
+
+
+@pytest.mark.parametrize("kind", ["variable", "example", "fixed"])
+def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
     rng = random.Random(11)
-    rows = _rows(rng, 3000, key_is_example)
+    rows = _rows(rng, 3000, kind == "example", width=6 if kind == "fixed" else None)
     path = str(tmp_path / "r.run")
     with open(path, "wb") as fileobj:
-        assert spill.write_run(fileobj, rows, prefix_len=6, index_every=2000) == len(rows)
+        shuffled = rows[:]
+        rng.shuffle(shuffled)  # write_sorted_run sorts
+        assert _write_rows(fileobj, shuffled, kind, prefix_len=6, index_every=2000) == len(rows)
     run = spill.RunFile(path)
     assert run.num_records == len(rows) and len(run.offsets) > 50
-    for _ in range(40):
-        lo = rng.randbytes(rng.randint(0, 6))
-        hi = rng.choice([None, rng.randbytes(rng.randint(1, 6))])
+    assert _pairs(run.read(b"", None)) == rows
+    for _ in range(60):
+        lo = bytes(rng.choice(b"\0\1\x7f\xff") for _ in range(rng.randint(0, 7)))
+        hi = rng.choice([None, bytes(rng.choice(b"\0\1\x7f\xff")
+                                     for _ in range(rng.randint(1, 7)))])
         if hi is not None and hi < lo:
             lo, hi = hi, lo
-        expected = [row for row in rows if lo <= row[0][:6] and (hi is None or row[0][:6] < hi)]
-        start, end = run.byte_range(lo, hi)
-        assert run.read(start, end, lo, hi) == expected
-        assert list(run.stream(start, end, lo, hi)) == expected
+        expected = [row for row in rows if lo <= row[0] and (hi is None or row[0] < hi)]
+        assert _pairs(run.read(lo, hi)) == expected, (lo, hi)
+        streamed = list(run.stream(lo, hi))
+        assert [(key, example) for key, example, _ in streamed] == expected
+        assert b"".join(framed for _, _, framed in streamed) == tfrecordio.frame_records(
+            [example for _, example in expected])
+
+
+def test_sorted_order_breaks_ties_by_example():
+    import numpy as np
+    keys = [b"b", b"a", b"b", b"a", b"c", b"b"]
+    examples = [b"3", b"9", b"1", b"2", b"0", b"2"]
+    fixed = np.frombuffer(b"".join(keys), dtype="S1")
+    expected = sorted(range(6), key=lambda row: (keys[row], examples[row]))
+    assert spill.sorted_order(fixed, examples.__getitem__) == expected
+    assert spill.sorted_order(keys, examples.__getitem__) == expected
 
 
 def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
     path = tmp_path / "r.run"
     buffer = io.BytesIO()
-    spill.write_run(buffer, _rows(random.Random(1), 50), prefix_len=8, index_every=100)
+    _write_rows(buffer, _rows(random.Random(1), 50), "variable", prefix_len=8, index_every=100)
     path.write_bytes(buffer.getvalue()[:-3])
     with pytest.raises(spill.RunFileError, match="r.run"):
         spill.RunFile(str(path))
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):
-    rows = sorted((bytes([index]), bytes([index]) * (3 << 20)) for index in range(3))
+    rows = sorted((bytes([index]), bytes([index]) * (5 << 20)) for index in range(3))
     path = str(tmp_path / "big.run")
     with open(path, "wb") as fileobj:
-        spill.write_run(fileobj, rows, prefix_len=4, index_every=1 << 30)
+        _write_rows(fileobj, rows, "variable", prefix_len=4, index_every=1 << 30)
     run = spill.RunFile(path)
-    assert list(run.stream(0, run.data_size, b"", None)) == rows
+    assert [(key, example) for key, example, _ in run.stream(b"", None)] == rows
 
 
 # --- bucket sorting and chunks ------------------------------------------------
@@ -230,7 +268,7 @@ def _write_runs(tmp_path, rng, count_per_run, runs):
         rows = _rows(rng, count_per_run)
         path = str(tmp_path / f"run{index}.run")
         with open(path, "wb") as fileobj:
-            spill.write_run(fileobj, rows, prefix_len=8, index_every=4096)
+            _write_rows(fileobj, rows, "variable", prefix_len=8, index_every=4096)
         infos.append(RunInfo("train", path, len(rows), 0))
     return infos
 
@@ -253,8 +291,8 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, c
     assert in_memory.chunks == merged.chunks
     assert not list((tmp_path / "sb").iterdir())  # intermediate merges removed
 
-    expected = sorted(row for run in runs for row in spill.RunFile(run.path).read(
-        0, spill.RunFile(run.path).data_size, bucket.lo, bucket.hi))
+    expected = sorted(row for run in runs
+                      for row in _pairs(spill.RunFile(run.path).read(bucket.lo, bucket.hi)))
     data = open(in_memory.path, "rb").read()
     records = []
     for chunk in in_memory.chunks:

@@ -1,0 +1,119 @@
+"""Measuring one command of the end-to-end benchmark, and what it wrote.
+
+`measure(cmd)` runs a command as a child process and gives its wall time, the
+CPU seconds of the whole process tree (``wait4`` rusage: the child plus every
+descendant it reaped, e.g. Beam's multi_processing workers) and the peak RSS of
+the whole tree, sampled every 50 ms in a thread with psutil (the sum over the
+child and all its live descendants at each sample).
+
+`output_files` / `shard_stats` describe the TFRecord files a build wrote;
+`example_digests` reads them back with recordforge's independent reader and
+gives the sorted sha256 of every record, so outputs of different tools can be
+compared as multisets of Examples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import threading
+import time
+
+import psutil
+
+__all__ = ["Measurement", "example_digests", "measure", "output_files", "shard_stats"]
+
+
+@dataclasses.dataclass
+class Measurement:
+    """wall_s: seconds; cpu_s: user+system seconds of the tree; peak_rss: bytes;
+    returncode; stderr_tail: the last lines the command printed on stderr."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss: int
+    returncode: int
+    stderr_tail: str
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    total = 0
+    try:
+        members = [process] + process.children(recursive=True)
+    except psutil.Error:
+        return 0
+    for member in members:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            pass  # exited between listing and reading
+    return total
+
+
+def measure(cmd: list[str], *, env: dict | None = None, interval: float = 0.05) -> Measurement:
+    """Runs `cmd`, returns its `Measurement`; stdout is discarded."""
+    started = time.perf_counter()
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    done = threading.Event()
+    stderr_chunks: list[bytes] = []
+
+    def sample():
+        nonlocal peak
+        process = psutil.Process(child.pid)
+        while not done.is_set():
+            peak = max(peak, _tree_rss(process))
+            done.wait(interval)
+
+    def drain():
+        # A full stderr pipe would block the child: read it as it comes.
+        for line in child.stderr:
+            stderr_chunks.append(line)
+            del stderr_chunks[:-40]
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    reader = threading.Thread(target=drain, daemon=True)
+    sampler.start()
+    reader.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    reader.join()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return Measurement(wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime, peak_rss=peak,
+                       returncode=child.returncode,
+                       stderr_tail=b"".join(stderr_chunks).decode("utf-8", "replace")[-3000:])
+
+
+def output_files(directory: str) -> list[str]:
+    """The TFRecord files below `directory`, sorted (manifests and the like left out)."""
+    found = []
+    for parent, dirnames, files in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+        found.extend(os.path.join(parent, name) for name in files
+                     if ".tfrecord" in name and not name.startswith((".", "_")))
+    return sorted(found)
+
+
+def shard_stats(files: list[str]) -> dict:
+    """count, total bytes, and the spread of file sizes: (max - min) / mean."""
+    sizes = [os.path.getsize(path) for path in files]
+    if not sizes:
+        return {"shards": 0, "bytes": 0, "spread": 0.0}
+    mean = sum(sizes) / len(sizes)
+    return {"shards": len(sizes), "bytes": sum(sizes),
+            "spread": (max(sizes) - min(sizes)) / mean if mean else 0.0}
+
+
+def example_digests(files: list[str]) -> list[str]:
+    """Sorted sha256 hex digests of every record in `files` (any compression)."""
+    from recordforge.transforms.tfrecordio import read_records
+
+    digests = []
+    for path in files:
+        digests.extend(hashlib.sha256(record).hexdigest() for record in read_records(path))
+    digests.sort()
+    return digests
