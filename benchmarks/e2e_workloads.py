@@ -24,7 +24,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 import random
 from pathlib import Path
 
@@ -245,10 +244,3 @@ def config_yaml(workload: Workload, output: str, compression: str) -> str:
         config["key"] = "id"
     return yaml.safe_dump(config, sort_keys=False)
 
-
-def scratch_size(path: str) -> int:
-    """Bytes of the files below `path` (or of the file itself)."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
-               for f in files)

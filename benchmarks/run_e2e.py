@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-gb", help="comma-separated sizes of the large workload, "
                                            "e.g. 1,4")
     parser.add_argument("--large-systems", default="rf-w1,rf-w2,script",
-                        help="systems run on the large workload (beam is slow there)")
+                        help="systems run on the large workload (beam holds every "
+                             "record in memory on the DirectRunner)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per figure (best kept)")
     parser.add_argument("--check", action="store_true",
                         help="compare the Examples every system wrote (default with --quick)")

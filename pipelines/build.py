@@ -141,9 +141,10 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
 
 # Below this much input a local build runs in one process (in_memory, one
 # worker): starting multi_processing workers (each imports Beam and unpickles
-# the pipeline) costs seconds, every worker holds its own ~200 MB, and on the
-# 2-core benchmark machine two workers did not beat one up to 1 GB of input
-# (the bundled samples: 2x slower; benchmarks/RESULTS.md).
+# the pipeline) costs seconds and every worker holds its own ~200 MB. On the
+# 2-core benchmark machine two workers ran 0.7x-1.2x as fast as one up to
+# 1 GB of input, the bundled samples half as fast, and 1.1x at 4 GB
+# (benchmarks/RESULTS.md).
 LOCAL_PARALLEL_MIN_BYTES = 1 << 30
 
 
@@ -156,8 +157,7 @@ def default_beam_args(beam_args: Sequence[str],
     core (the per-row work is CPU-bound Python, so processes, not threads,
     are what scale)."""
     args = list(beam_args)
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
-    if runner in (None, "DirectRunner", "direct"):
+    if _is_local(PipelineOptions(args).view_as(StandardOptions).runner):
         chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
                      for a in args)
         if not chosen and input_bytes is not None:
@@ -169,6 +169,27 @@ def default_beam_args(beam_args: Sequence[str],
         if not any(a.startswith("--direct_num_workers") for a in args):
             args.append(f"--direct_num_workers={os.cpu_count() or 1}")
     return args
+
+
+def _is_local(runner: str | None) -> bool:
+    return runner in (None, "DirectRunner", "direct")
+
+
+def _local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:
+    """The engine of a local build: Beam's FnApiRunner, set up as the
+    DirectRunner sets it up for a batch pipeline.
+
+    Beam 2.77's DirectRunner first tries to download and start the Prism
+    runner and falls back to the FnApiRunner only when that fails, so the
+    engine a build ran on would depend on the network. Pinning it keeps every
+    local build on the engine recordforge is tested on."""
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def _input_bytes(config: DatasetConfig) -> int | None:
@@ -259,7 +280,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     beam_args += [flag for flag in quiet_args
                   if not any(a.startswith(flag.split("=")[0]) for a in beam_args)]
     options = PipelineOptions(beam_args)
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    requested_runner = options.view_as(StandardOptions).runner
+    runner = requested_runner or "DirectRunner"
     try:
         staging = publish.begin_build(config.output.path, version, overwrite=args.overwrite)
     except publish.VersionExistsError as error:
@@ -274,7 +296,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     watcher = progress.BuildProgress(staging.url)
     try:
         with watcher:
-            pipeline = beam.Pipeline(options=options)
+            pipeline = beam.Pipeline(
+                runner=_local_runner(options) if _is_local(requested_runner) else None,
+                options=options)
             build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies)
             result = pipeline.run()
             watcher.attach(result)

@@ -21,7 +21,7 @@ from typing import TextIO
 
 import fsspec
 
-from recordforge.pipelines.publish import redact_url
+from recordforge.transforms.urls import redact_url
 from recordforge.schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 

@@ -107,6 +107,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.pipelines import manifest as manifest_lib
 from recordforge.schemas.errors import ConfigError
+from recordforge.transforms.urls import redact_url
 
 __all__ = [
     "DEAD_LETTER_DIR",
@@ -127,7 +128,6 @@ __all__ = [
     "check_version_name",
     "finalize",
     "read_latest",
-    "redact_url",
     "resolve_version",
 ]
 
@@ -200,22 +200,6 @@ class ConcurrentBuildError(BuildFailed):
 
 
 # --- names and URLs -----------------------------------------------------------
-
-# user:password@ after the scheme; also after "scheme:///", which is how
-# filesystems that keep the authority in the path (memory://) print it back.
-_USERINFO = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/@\s]+@|/[^/@\s:]*:[^/@\s]*@)")
-_SECRET_QUERY = re.compile(
-    r"(?i)(?P<key>[?&][^=&#\s]*(?:token|key|secret|signature|sig|password|credential)"
-    r"[^=&#\s]*=)[^&#\s]*")
-
-
-def redact_url(url: str) -> str:
-    """`url` with user:password@ and secret-looking query values replaced by
-    ``***`` (for messages and manifests)."""
-    url = _USERINFO.sub(r"\g<scheme>***@", url)
-    return _SECRET_QUERY.sub(r"\g<key>***", url)
-
 
 def _redact_values(value: Any) -> Any:
     """Redacts every string inside a config tree (output paths may carry

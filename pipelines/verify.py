@@ -48,7 +48,8 @@ from typing import Any, BinaryIO, Mapping, Sequence
 import fsspec
 
 from recordforge.pipelines import manifest as manifest_lib
-from recordforge.pipelines.publish import check_version_name, redact_url
+from recordforge.pipelines.publish import check_version_name
+from recordforge.transforms.urls import redact_url
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import ExampleDecodeError, decode_example
 from recordforge.transforms import tfrecordio

@@ -58,8 +58,8 @@ from recordforge.schemas.dead_letters import RowError, dead_letter
 from recordforge.transforms import table_readers
 from recordforge.transforms.images import ImageOptions, image_columns
 from recordforge.transforms.rows import SourceRow
-from recordforge.transforms.table_readers import (READ_ERRORS, display_name, read_error,
-                                                  redact_url)
+from recordforge.transforms.table_readers import READ_ERRORS, display_name, read_error
+from recordforge.transforms.urls import redact_url
 
 __all__ = [
     "DEFAULT_IMAGE_BATCH_SIZE",

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import threading
 import zlib
 from typing import IO, Any, Iterable, Iterator, NamedTuple
@@ -51,6 +50,7 @@ from isal import isal_zlib
 
 from recordforge.schemas.dead_letters import dead_letter
 from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.urls import redact_url
 
 __all__ = [
     "READ_ERRORS",
@@ -65,7 +65,6 @@ __all__ = [
     "jsonl_split_points",
     "parquet_row_groups",
     "read_error",
-    "redact_url",
     "scan_split_points",
 ]
 
@@ -85,23 +84,6 @@ _MAX_JSON_DEPTH = 64
 
 # ---------------------------------------------------------------------------
 # Paths and provenance
-
-# user:password@ after the scheme; also after "scheme:///", which is how
-# filesystems that keep the authority in the path (memory://) print it back.
-_USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?:[^/?#@\s]*@|/[^/?#@\s:]*:[^/?#@\s]*@)")
-_SECRET_QUERY = re.compile(
-    r"(?i)(?P<name>[?&][^=&#\s]*(?:sig|signature|token|key|secret|password|passwd|"
-    r"credential|auth)[^=&#\s]*=)[^&#\s]*")
-
-
-def redact_url(text: str) -> str:
-    """Removes credentials from every URL in `text`: the ``user:password@`` part
-    and the values of query parameters that look like secrets (``sig``,
-    ``token``, ``key`` ...). Plain local paths come back unchanged."""
-    text = _USERINFO.sub(r"\g<scheme>", text)
-    return _SECRET_QUERY.sub(r"\g<name>REDACTED", text)
-
 
 def display_name(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """The name shown for `path` of `fs` in rows and dead letters: the local path,

@@ -123,14 +123,6 @@ def test_resolve_version_rejects(template, problem):
     assert caught.value.key == "version" and problem in str(caught.value)
 
 
-def test_redact_url():
-    assert publish.redact_url("s3://AKIA:secret@bucket/x") == "s3://***@bucket/x"
-    assert publish.redact_url("simplecache::ftp://u:p@host/d") == "simplecache::ftp://***@host/d"
-    assert publish.redact_url("https://h/x?X-Goog-Signature=abc&b=1") == \
-        "https://h/x?X-Goog-Signature=***&b=1"
-    assert publish.redact_url("gs://bucket/out") == "gs://bucket/out"
-
-
 # --- publishing --------------------------------------------------------------------
 
 def test_publish_local_layout_manifest_and_checksums(tmp_path):

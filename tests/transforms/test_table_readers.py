@@ -38,20 +38,6 @@ def read_ranges(path, points, reader=tr.iter_csv, with_lines=True):
 
 
 # ---------------------------------------------------------------------------
-# redaction
-
-@pytest.mark.parametrize("url,expected", [
-    ("s3://AKIA:s3cr3t@bucket/data/x.csv", "s3://bucket/data/x.csv"),
-    ("https://user:pw@host/a.csv?sig=abc&x=1", "https://host/a.csv?sig=REDACTED&x=1"),
-    ("gs://bucket/a@b.csv", "gs://bucket/a@b.csv"),
-    ("/data/user@host/x.csv", "/data/user@host/x.csv"),
-    ("error at s3://k:s@b/x and ftp://u:p@h/y", "error at s3://b/x and ftp://h/y"),
-])
-def test_redact_url(url, expected):
-    assert tr.redact_url(url) == expected
-
-
-# ---------------------------------------------------------------------------
 # CSV
 
 def test_csv_good_rows_match_python_csv(tmp_path):
