@@ -442,6 +442,32 @@ def _compile_rules(spec: FeatureSpec, vocabulary: Sequence[str] | None,
     return convert, convert_present
 
 
+def _number_fast_path(number: type, lo, hi, allowed, full: Converter,
+                      finish: Callable[[Any], Any] | None):
+    """The fast path of an int64 (`number` int) or float (`number` float)
+    scalar: text or a value of exactly that type, in range and allowed."""
+    def convert(raw):
+        kind = type(raw)
+        if kind is str:
+            try:
+                value = number(raw)
+            except ValueError:
+                return full(raw)
+            # int()/float() also read "1_000" and non-ASCII digits, which the
+            # rules reject.
+            if "_" in raw or not raw.isascii():
+                return full(raw)
+        elif kind is number:
+            value = raw
+        else:
+            return full(raw)
+        # NaN and inf fail this comparison and take the full rules.
+        if lo <= value <= hi and (allowed is None or value in allowed):
+            return [value] if finish is None else finish(value)
+        return full(raw)
+    return convert
+
+
 def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Converter,
                finish: Callable[[Any], Any] | None = None):
     """A converter for the common case (a scalar of the expected Python type that
@@ -478,48 +504,12 @@ def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Conver
         lo = INT64_MIN if spec.min is None else spec.min
         hi = INT64_MAX if spec.max is None else spec.max
         allowed = frozenset(spec.values) if spec.values is not None else None
-
-        def int64(raw):
-            kind = type(raw)
-            if kind is str:
-                try:
-                    value = int(raw)
-                except ValueError:
-                    return full(raw)
-                # int() also reads "1_000" and non-ASCII digits, which the rules reject.
-                if "_" in raw or not raw.isascii():
-                    return full(raw)
-            elif kind is int:
-                value = raw
-            else:
-                return full(raw)
-            if lo <= value <= hi and (allowed is None or value in allowed):
-                return [value] if finish is None else finish(value)
-            return full(raw)
-        return int64
+        return _number_fast_path(int, lo, hi, allowed, full, finish)
     if spec.stored_kind == "float":
         lo = -_FLOAT32_LARGEST_OK if spec.min is None else max(spec.min, -_FLOAT32_LARGEST_OK)
         hi = _FLOAT32_LARGEST_OK if spec.max is None else min(spec.max, _FLOAT32_LARGEST_OK)
         allowed = frozenset(float(v) for v in spec.values) if spec.values is not None else None
-
-        def float32(raw):
-            kind = type(raw)
-            if kind is str:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    return full(raw)
-                if "_" in raw or not raw.isascii():
-                    return full(raw)
-            elif kind is float:
-                value = raw
-            else:
-                return full(raw)
-            # NaN and inf fail this comparison and take the full rules.
-            if lo <= value <= hi and (allowed is None or value in allowed):
-                return [value] if finish is None else finish(value)
-            return full(raw)
-        return float32
+        return _number_fast_path(float, lo, hi, allowed, full, finish)
     limit = spec.max_bytes if spec.max_bytes is not None else math.inf
     allowed = frozenset(v.encode("utf-8") for v in spec.values) if spec.values is not None else None
     if spec.is_text:
