@@ -77,6 +77,17 @@ def _write_result(parts: tuple, staging_url: str) -> str:
     return path
 
 
+def _with_key(record: dict, key_column: str | None) -> dict:
+    """Read- and decode-stage dead letters are made before a row has a key;
+    where the failed input still holds the key column (an image's `path`),
+    the record names the key like every other dead letter."""
+    failed_input = record["input"]
+    if (record["key"] is None and key_column is not None and isinstance(failed_input, dict)
+            and failed_input.get(key_column) is not None):
+        return {**record, "key": failed_input[key_column]}
+    return record
+
+
 def _tag(kind: str):
     return lambda value: (kind, value)
 
@@ -102,7 +113,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
         shuffle=output.shuffle, shard_size=output.shard_size,
         compression=output.compression, temp_dir=f"{staging_url}/{publish.TMP_DIR}")
     # one {"num_rows", "by_reason", "files", "samples"}
-    dead_letter = ((source.dead_letter, converted.dead_letter)
+    read_failures = source.dead_letter | "KeyReadFailures" >> beam.Map(
+        _with_key, config.key)
+    dead_letter = ((read_failures, converted.dead_letter)
                    | "AllDeadLetters" >> beam.Flatten()
                    | "WriteDeadLetters" >> WriteDeadLetters(
                        f"{staging_url}/{publish.DEAD_LETTER_DIR}"))

@@ -217,6 +217,7 @@ IMAGE_FEATURES = {"image/encoded": {"type": "bytes", "from": "image"},
 
 
 def test_image_folder_corpus(tmp_path):
+    # key: path, so even images that fail before checking carry their key.
     root = tmp_path / "images"
     cat, dog = root / "cat", root / "dog"
     cat.mkdir(parents=True)
@@ -240,7 +241,7 @@ def test_image_folder_corpus(tmp_path):
     _jpeg(root / "no_class_folder.jpg")
     manifest, examples, dead = _run_build(
         tmp_path, {"type": "images", "path": str(root), "labels": "directory", **IMAGE_SOURCE},
-        IMAGE_FEATURES)
+        IMAGE_FEATURES, key="path")
     got = {d["input"]["path"]: d["reason"] for d in dead}
     assert got == {
         "cat/truncated.jpg": "image_truncated",
@@ -255,6 +256,7 @@ def test_image_folder_corpus(tmp_path):
     }
     for record in dead:
         assert "image" not in record["input"], "dead letters never embed image bytes"
+        assert record["key"] == record["input"]["path"], "key: path names the failed image"
     by_name = {f["image/filename"].bytes_list.value[0].decode(): f for f in examples}
     assert sorted(by_name) == ["cat/good 1.jpg", "cat/ünïcode.jpg", "dog/good.png",
                                "dog/gray.jpg"]
