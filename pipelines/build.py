@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from recordforge.pipelines import publish
 from recordforge.pipelines.config import DatasetConfig, load_config, load_runner_profile
+from recordforge.pipelines.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.features import manifest_features, resolve_vocabularies
 from recordforge.transforms.dead_letter_sink import WriteDeadLetters
@@ -37,6 +38,7 @@ from recordforge.transforms.shards import WriteShards
 from recordforge.transforms.sources import (ReadImages, ReadTable, known_labels, scan_distinct,
                                             source_bytes)
 from recordforge.transforms.to_examples import RowsToExamples
+from recordforge.transforms.urls import redact_url
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "build_pipeline", "default_beam_args",
            "known_vocabularies", "run"]
@@ -69,7 +71,7 @@ def _write_result(parts: tuple, staging_url: str) -> str:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
               "dead_letter": dead_letter, "num_input_rows": num_input_rows}
-    fs, path = fsspec.core.url_to_fs(f"{staging_url}/{publish.RESULT_FILE}")
+    fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
     temporary = f"{path}.{uuid.uuid4().hex}.tmp"
     with fs.open(temporary, "wb") as f:
         f.write(json.dumps(result, sort_keys=True).encode("utf-8"))
@@ -111,14 +113,14 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     shards = converted.examples | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
-        compression=output.compression, temp_dir=f"{staging_url}/{publish.TMP_DIR}")
+        compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}")
     # one {"num_rows", "by_reason", "files", "samples"}
     read_failures = source.dead_letter | "KeyReadFailures" >> beam.Map(
         _with_key, config.key)
     dead_letter = ((read_failures, converted.dead_letter)
                    | "AllDeadLetters" >> beam.Flatten()
                    | "WriteDeadLetters" >> WriteDeadLetters(
-                       f"{staging_url}/{publish.DEAD_LETTER_DIR}"))
+                       f"{staging_url}/{DEAD_LETTER_DIR}"))
     # (source file, rows read) -> ("rows_read", n)
     rows_read = source.counts | "RowsRead" >> beam.Map(
         lambda file_and_count: ("rows_read", file_and_count[1]))
@@ -267,7 +269,7 @@ def _error_summary(error: BaseException, verbose: bool) -> str:
 def _fail(message: str, code: int) -> int:
     # Messages quote paths and exception text, either of which may hold a URL
     # with credentials (s3://key:secret@bucket/...).
-    print(f"recordforge build: {publish.redact_url(message)}", file=sys.stderr)
+    print(f"recordforge build: {redact_url(message)}", file=sys.stderr)
     return code
 
 

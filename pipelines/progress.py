@@ -162,7 +162,7 @@ def format_line(snap: ProgressSnapshot) -> str:
 class BuildProgress:
     """Shows a running build's progress on `stream` (default stderr).
 
-    staging_url: the build's staging directory (what `publish.Staging.url` gives).
+    staging_url: the build's staging directory (what `staging.Staging.url` gives).
     interval: seconds between lines; default 0.5 on a TTY, 30 otherwise.
     enabled: False shows nothing (e.g. ``--quiet``); default True.
     Methods: `start`/`stop` (or use it as a context manager), `attach(result)`

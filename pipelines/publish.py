@@ -1,14 +1,10 @@
-"""Publishing a build: staging, error budget, manifest, verification, commit.
+"""Publishing a build: error budget, manifest, verification, commit.
 
 A build never writes at a final name. The driver calls::
 
     staging = publish.begin_build(output_path, version, overwrite=False)
     try:
-        run the pipeline, writing into staging.url:
-            shards <split>-<i:05d>-of-<n:05d>.tfrecord[.gz]
-            dead_letter/*.jsonl
-            _tmp/...                      (scratch; deleted before publishing)
-            _pipeline_result.json         (last; see RESULT_FILE)
+        run the pipeline, writing into staging.url (see `pipelines.staging`)
     except BaseException:
         staging.abort()
         raise
@@ -18,9 +14,9 @@ A build never writes at a final name. The driver calls::
                               max_errors=None, runner="DirectRunner",
                               verify=True, report_hook=None)
 
-`Staging` is also a context manager that aborts on an exception. Pass
-`staging.url` (a plain string) to the pipeline, never the `Staging` object: it
-owns a heartbeat thread.
+`begin_build` checks the version name, creates the staging directory (after
+cleaning up dead builds of the version, see `staging.open_staging`) and
+refuses a version that is already published unless overwriting.
 
 `_pipeline_result.json` holds::
 
@@ -60,20 +56,10 @@ Then ``LATEST`` is replaced (temporary name + rename locally, one put on
 object stores) by the published version's name (``update_latest=False``
 leaves it alone, e.g. for a backfill of an old version).
 
-Concurrency: commits of one version take a lock file
-(``<output>/.staging/<version>.commit.lock``) and publish only if the
-version's published ``manifest.json`` is still the one seen by `begin_build`;
-the second of two concurrent builds fails with `ConcurrentBuildError`.
-Locally the lock is created atomically (``link``); on object stores it is
-created with ``xb`` mode where the filesystem honours it, then read back after
-a short settling delay.
-
-Staging directories live at ``<output>/.staging/<version>.<build_id>/``
-beside an owner file ``<version>.<build_id>.owner.json`` (host, pid, heartbeat
-time) that a thread refreshes every `HEARTBEAT_INTERVAL` seconds.
-`begin_build` deletes the staging directories of the same version whose owner
-is gone (same host and process dead) or silent for `STALE_AFTER` seconds; a
-running build is never touched.
+Concurrency: commits of one version hold the version's commit lock
+(`staging.CommitLock`) and publish only if the version's published
+``manifest.json`` is still the one seen by `begin_build`; the second of two
+concurrent builds fails with `ConcurrentBuildError`.
 
 Errors: `VersionExistsError` (version already published; the CLI exits 2 and
 suggests --overwrite), `BuildFailed` (exit 1; `ConcurrentBuildError` is one),
@@ -94,35 +80,25 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
-import threading
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from recordforge.pipelines import manifest as manifest_lib
+from recordforge.pipelines.staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
+                                           LATEST_TMP_SUFFIX, RESULT_FILE, STALE_AFTER,
+                                           TMP_DIR, CommitLock, Output, Staging, fsync_dir,
+                                           load_json, open_staging, published_identity)
 from recordforge.schemas.errors import ConfigError
 from recordforge.transforms.urls import redact_url
 
 __all__ = [
-    "DEAD_LETTER_DIR",
     "FAILED_DIR",
-    "HEARTBEAT_INTERVAL",
     "LATEST_FILE",
-    "RESULT_FILE",
-    "STAGING_DIR",
-    "STALE_AFTER",
-    "TMP_DIR",
     "BuildFailed",
     "ConcurrentBuildError",
     "PublishError",
     "PublishResult",
-    "Staging",
     "VersionExistsError",
     "begin_build",
     "check_version_name",
@@ -131,32 +107,8 @@ __all__ = [
     "resolve_version",
 ]
 
-STAGING_DIR = ".staging"
 FAILED_DIR = ".failed"
 LATEST_FILE = manifest_lib.LATEST_FILE
-RESULT_FILE = "_pipeline_result.json"
-TMP_DIR = "_tmp"
-DEAD_LETTER_DIR = "dead_letter"
-
-HEARTBEAT_INTERVAL = 30.0
-# Generous: a build stalled this long (e.g. a laptop asleep) is treated as
-# dead. A heavily loaded machine still runs the heartbeat thread every few
-# milliseconds, so false positives need a really frozen process.
-STALE_AFTER = 15 * 60.0
-LOCK_WAIT = 120.0
-# Object stores without conditional writes: how long two racing lock writers
-# get to overwrite each other before each reads back who won.
-LOCK_SETTLE = 1.0
-
-_OWNER_SUFFIX = ".owner.json"
-_ASIDE_SUFFIX = ".old"
-_LOCK_SUFFIX = ".commit.lock"
-_LOCK_TMP_SUFFIX = ".lock.tmp"
-_LOCK_BROKEN_SUFFIX = ".lock.broken"
-_LATEST_TMP_SUFFIX = ".latest.tmp"
-_BUILD_SUFFIXES = (_OWNER_SUFFIX, _ASIDE_SUFFIX, _LOCK_TMP_SUFFIX, _LOCK_BROKEN_SUFFIX,
-                   _LATEST_TMP_SUFFIX)
-_BUILD_ID = r"\d{8}T\d{6}Z-[0-9a-f]{12}"
 _VERSION_CHARS = re.compile(r"^[A-Za-z0-9._+=-]+$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _TOP_REASONS = 5
@@ -260,277 +212,7 @@ def check_version_name(version: str) -> None:
         raise ConfigError("version", f"{version!r} {problem}")
 
 
-# --- the output location -------------------------------------------------------
-
-class _Output:
-    """An output root: the fsspec filesystem, the root path in its terms, the
-    URL the user gave (for building child URLs) and its redacted form."""
-
-    def __init__(self, url: str):
-        self.fs, self.root = fsspec.core.url_to_fs(url)
-        self.root = self.root.rstrip("/") or "/"
-        self.url = url.rstrip("/") or url
-        self.display = redact_url(self.url)
-        # Only a local filesystem gives us rename(2) of a whole directory.
-        self.local = isinstance(self.fs, LocalFileSystem)
-
-    def path(self, *parts: str) -> str:
-        return "/".join([self.root.rstrip("/")] + list(parts)) if self.root != "/" else \
-            "/" + "/".join(parts)
-
-    def url_of(self, path: str) -> str:
-        """The URL (local: the plain path) of a path inside this output."""
-        if self.local:
-            return path
-        relative = path[len(self.root):].lstrip("/")
-        return f"{self.url}/{relative}" if relative else self.url
-
-    def display_of(self, path: str) -> str:
-        return redact_url(self.url_of(path))
-
-    # Small file helpers. Local writes go through a temporary name + rename
-    # so a reader (or a crash) never sees half a file.
-    def read_bytes(self, path: str) -> bytes | None:
-        try:
-            return self.fs.cat_file(path)
-        except FileNotFoundError:
-            return None
-
-    def write_atomic(self, path: str, data: bytes, tmp: str | None = None) -> None:
-        """Writes `path` whole: locally through `tmp` (default: a unique
-        name beside it) and a rename; on object stores with one put."""
-        if self.local:
-            tmp = tmp or f"{path}.{uuid.uuid4().hex}.tmp"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-            _fsync_dir(os.path.dirname(path))
-        else:
-            self.fs.pipe_file(path, data)
-
-    def remove(self, path: str, recursive: bool = False) -> None:
-        try:
-            if self.local and recursive and os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            elif self.local:
-                os.unlink(path)
-            elif self.fs.exists(path):
-                self.fs.rm(path, recursive=recursive)
-        except FileNotFoundError:
-            pass
-
-    def names(self, path: str) -> list[str]:
-        """Base names of the entries directly under `path` ([] if absent)."""
-        try:
-            return sorted(entry.rstrip("/").rsplit("/", 1)[-1]
-                          for entry in self.fs.ls(path, detail=False))
-        except FileNotFoundError:
-            return []
-
-    def files(self, path: str) -> dict[str, int]:
-        """relative path -> size of every file under `path`, recursively."""
-        try:
-            found = self.fs.find(path, detail=True)
-        except FileNotFoundError:
-            return {}
-        prefix = path.rstrip("/") + "/"
-        return {name[len(prefix):]: info.get("size") or 0 for name, info in found.items()
-                if info.get("type") != "directory" and name.startswith(prefix)}
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def read_latest(output_path: str) -> str | None:
-    """The version named by ``<output>/LATEST``, or None if there is none."""
-    out = _Output(output_path)
-    data = out.read_bytes(out.path(LATEST_FILE))
-    if data is None:
-        return None
-    return data.decode("utf-8").strip() or None
-
-
-def _published_identity(out: _Output, version: str) -> str | None:
-    """sha256 of the published manifest.json of `version`, or None if the
-    version is not published. Commit compares it with the value seen at
-    begin_build to detect a concurrent publisher."""
-    data = out.read_bytes(out.path(version, manifest_lib.MANIFEST_FILE))
-    return hashlib.sha256(data).hexdigest() if data is not None else None
-
-
-# --- owners, heartbeats and liveness -------------------------------------------
-
-def _process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (Linux), to tell a reused pid from the
-    original process; None where /proc is not available."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def _process_alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return False  # killed, not yet reaped: it will never finish
-    except (OSError, IndexError):
-        pass
-    current = _process_start(pid)
-    return start is None or current is None or current == start
-
-
-def _owner_record(build_id: str, started: str) -> dict:
-    return {"build_id": build_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "pid_start": _process_start(os.getpid()), "started": started,
-            "heartbeat": time.time()}
-
-
-def _owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
-    """A build is dead when its owner record is missing or unreadable, its
-    process is gone (same host only: pids mean nothing elsewhere), or its
-    heartbeat is older than `stale_after` seconds."""
-    if not isinstance(owner, Mapping):
-        return True
-    try:
-        heartbeat = float(owner["heartbeat"])
-        pid = int(owner["pid"])
-    except (KeyError, TypeError, ValueError):
-        return True
-    if owner.get("host") == socket.gethostname() and not _process_alive(pid, owner.get("pid_start")):
-        return True
-    return time.time() - heartbeat > stale_after
-
-
-def _load_json(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
-class _Heartbeat:
-    """Rewrites the owner file every `interval` seconds until stopped."""
-
-    def __init__(self, out: _Output, path: str, record: dict, interval: float):
-        self._out = out
-        self._path = path
-        self._record = dict(record)
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="recordforge-heartbeat",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._record["heartbeat"] = time.time()
-            try:
-                self._out.write_atomic(self._path, json.dumps(self._record).encode())
-            except Exception as error:  # noqa: BLE001 - a missed beat is not fatal
-                print(f"recordforge: heartbeat write failed ({type(error).__name__}: {error})",
-                      file=sys.stderr)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
-
-
-# --- staging ------------------------------------------------------------------
-
-class Staging:
-    """A build in progress: where the pipeline writes, and who owns it.
-
-    url: the staging directory (local path or fsspec URL) the pipeline writes
-    into; `path` is the same string. tmp_url / result_url / dead_letter_url:
-    its scratch directory, result file and dead-letter directory.
-    display_url: `url` with credentials redacted, for messages.
-    """
-
-    def __init__(self, *, out: _Output, version: str, build_id: str, overwrite: bool,
-                 identity: str | None, stale_after: float, heartbeat: _Heartbeat):
-        self._out = out
-        self.version = version
-        self.build_id = build_id
-        self.overwrite = overwrite
-        self._identity = identity
-        self._stale_after = stale_after
-        self._heartbeat = heartbeat
-        self._dir = out.path(STAGING_DIR, f"{version}.{build_id}")
-        self._owner = self._dir + _OWNER_SUFFIX
-        self._closed = False
-        self.url = out.url_of(self._dir)
-        self.display_url = redact_url(self.url)
-        self.output_url = out.display
-        self.tmp_url = f"{self.url}/{TMP_DIR}"
-        self.result_url = f"{self.url}/{RESULT_FILE}"
-        self.dead_letter_url = f"{self.url}/{DEAD_LETTER_DIR}"
-
-    @property
-    def path(self) -> str:
-        return self.url
-
-    def __reduce__(self):
-        raise TypeError("Staging owns a heartbeat thread and is not picklable; "
-                        "pass staging.url to the pipeline")
-
-    def __repr__(self) -> str:
-        return f"Staging(version={self.version!r}, url={self.display_url!r})"
-
-    def __enter__(self) -> "Staging":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.abort()
-
-    def abort(self) -> None:
-        """Stops the heartbeat and deletes the staging directory and owner
-        file. Idempotent; nothing published is touched."""
-        if self._closed:
-            return
-        self._heartbeat.stop()
-        self._out.remove(self._dir, recursive=True)
-        self._close()
-
-    def _close(self) -> None:
-        # The owner file goes last: a staging directory without one is dead.
-        self._heartbeat.stop()
-        self._out.remove(self._owner)
-        self._closed = True
-
-
-def _new_build_id() -> str:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{uuid.uuid4().hex[:12]}"
-
+# --- starting a build ----------------------------------------------------------
 
 def begin_build(output_path: str, version: str, overwrite: bool = False, *,
                 stale_after: float = STALE_AFTER,
@@ -538,227 +220,29 @@ def begin_build(output_path: str, version: str, overwrite: bool = False, *,
     """Starts a build of `version` under `output_path` (local path or fsspec
     URL). Returns the `Staging` the pipeline writes into.
 
-    Before creating it: rolls back a commit of this version interrupted
-    between its two renames, and deletes everything in ``.staging`` that
-    belongs to dead builds of this version (see `_owner_is_stale`). Raises
-    `VersionExistsError` if ``<output>/<version>/manifest.json`` exists and
-    not `overwrite`.
+    Raises `ConfigError` for an invalid version name and `VersionExistsError`
+    if ``<output>/<version>/manifest.json`` exists (once dead builds are
+    cleaned up, see `staging.open_staging`) and not `overwrite`.
     """
     check_version_name(version)
-    out = _Output(output_path)
-    build_id = _new_build_id()
-    staging_dir = out.path(STAGING_DIR, f"{version}.{build_id}")
-    owner_path = staging_dir + _OWNER_SUFFIX
-    record = _owner_record(build_id, manifest_lib.utc_timestamp())
-    # The owner file comes first and goes last: every name this build
-    # creates in .staging (directory, lock and temporary files) starts with
-    # <version>.<build_id>, so a build killed at any point leaves nothing
-    # that a later build cannot attribute and clean.
-    out.fs.makedirs(out.path(STAGING_DIR), exist_ok=True)
-    out.write_atomic(owner_path, json.dumps(record).encode())
-    heartbeat = _Heartbeat(out, owner_path, record, heartbeat_interval)
-    heartbeat.start()
-    try:
-        _recover(out, version, stale_after, build_id)
-        identity = _published_identity(out, version)
+
+    def admit(out: Output, identity: str | None) -> None:
         if identity is not None and not overwrite:
             raise VersionExistsError(
                 f"version {version!r} is already published at {out.display}/{version}; "
                 "use --overwrite to replace it")
-        out.fs.makedirs(staging_dir, exist_ok=True)
-        out.fs.makedirs(f"{staging_dir}/{TMP_DIR}", exist_ok=True)
-    except BaseException:
-        heartbeat.stop()
-        out.remove(owner_path)
-        raise
-    return Staging(out=out, version=version, build_id=build_id, overwrite=overwrite,
-                   identity=identity, stale_after=stale_after, heartbeat=heartbeat)
+
+    return open_staging(output_path, version, stale_after=stale_after,
+                        heartbeat_interval=heartbeat_interval, admit=admit)
 
 
-def _staging_entries(out: _Output, version: str) -> dict[str, set[str]]:
-    """build_id -> names in .staging that belong to that build of `version`:
-    its directory, owner file, aside copy, and temporary files a killed
-    heartbeat may have left."""
-    suffixes = "|".join(re.escape(suffix) for suffix in _BUILD_SUFFIXES)
-    pattern = re.compile(rf"^{re.escape(version)}\.(?P<id>{_BUILD_ID})(?:|{suffixes})"
-                         r"(?:\.[0-9a-f]{32}\.tmp)?$")
-    entries: dict[str, set[str]] = {}
-    for name in out.names(out.path(STAGING_DIR)):
-        match = pattern.match(name)
-        if match:
-            entries.setdefault(match["id"], set()).add(name)
-    return entries
-
-
-def _recover(out: _Output, version: str, stale_after: float, build_id: str) -> None:
-    """Cleans up after dead builds of `version`.
-
-    A commit interrupted between renaming the old version aside and renaming
-    the new one in leaves ``<version>`` without a manifest and the old
-    version at ``.staging/<version>.<id>.old``: it is renamed back. Then
-    everything of dead builds in .staging is deleted, owner files last. Runs
-    under the commit lock when it has to move a version, so it never races a
-    live commit.
-    """
-    entries = _staging_entries(out, version)
-    entries.pop(build_id, None)  # our own
-    if not entries:
-        return
-    owners = {build_id: _load_json(out.read_bytes(
-        out.path(STAGING_DIR, f"{version}.{build_id}{_OWNER_SUFFIX}"))) for build_id in entries}
-    dead = {other for other in entries if _owner_is_stale(owners[other], stale_after)}
-    # Only the local rename-aside commit makes aside copies.
-    asides = [other for other in sorted(dead)
-              if out.local and f"{version}.{other}{_ASIDE_SUFFIX}" in entries[other]]
-    if asides:
-        lock = _CommitLock(out, version, build_id=build_id, stale_after=stale_after)
-        if lock.try_acquire():
-            try:
-                for other in asides:
-                    _restore_aside(out, version, other)
-            finally:
-                lock.release()
-        else:
-            dead -= set(asides)  # a live commit holds the lock: leave its files alone
-    for other in sorted(dead):
-        owner = f"{version}.{other}{_OWNER_SUFFIX}"
-        for name in sorted(entries[other] - {owner}):
-            out.remove(out.path(STAGING_DIR, name), recursive=True)
-        out.remove(out.path(STAGING_DIR, owner))
-
-
-def _restore_aside(out: _Output, version: str, build_id: str) -> None:
-    aside = out.path(STAGING_DIR, f"{version}.{build_id}{_ASIDE_SUFFIX}")
-    final = out.path(version)
-    if _published_identity(out, version) is not None:
-        return  # the new version made it in; the aside copy is just garbage
-    if out.read_bytes(f"{aside}/{manifest_lib.MANIFEST_FILE}") is None:
-        return
-    if os.path.lexists(final):
-        # Whatever sits at the final name has no manifest: it is not a
-        # published version, so it may go.
-        trash = out.path(STAGING_DIR, f"{version}.{build_id}")
-        out.remove(trash, recursive=True)
-        os.rename(final, trash)
-    os.rename(aside, final)
-    _fsync_dir(out.root)
-
-
-# --- the commit lock -----------------------------------------------------------
-
-class _CommitLock:
-    """Mutual exclusion for the commit of one version.
-
-    The lock file names the holder's build id; it is stale when that build's
-    owner file is stale (so a crashed commit does not block the version
-    forever). Local: created complete and atomically with link(2). Object
-    stores: ``xb`` mode where honoured, else check-then-put, confirmed by
-    reading the token back after `LOCK_SETTLE` seconds.
-    """
-
-    def __init__(self, out: _Output, version: str, *, build_id: str, stale_after: float):
-        self._out = out
-        self._version = version
-        self._path = out.path(STAGING_DIR, f"{version}{_LOCK_SUFFIX}")
-        # Temporary names carry the build id, so the stale-staging cleanup
-        # finds them if this build is killed mid-way.
-        self._tmp = out.path(STAGING_DIR, f"{version}.{build_id}{_LOCK_TMP_SUFFIX}")
-        self._broken = out.path(STAGING_DIR, f"{version}.{build_id}{_LOCK_BROKEN_SUFFIX}")
-        owner_path = out.path(STAGING_DIR, f"{version}.{build_id}{_OWNER_SUFFIX}")
-        self._stale_after = stale_after
-        self._record = {"build_id": build_id, "host": socket.gethostname(), "pid": os.getpid(),
-                        "pid_start": _process_start(os.getpid()), "heartbeat": time.time(),
-                        "token": uuid.uuid4().hex, "owner": owner_path}
-        self.holder: dict | None = None
-
-    def _holder_is_stale(self, holder: Mapping | None) -> bool:
-        if not isinstance(holder, Mapping):
-            return True
-        owner_path = holder.get("owner")
-        owner = _load_json(self._out.read_bytes(owner_path)) if owner_path else holder
-        return _owner_is_stale(owner, self._stale_after)
-
-    def try_acquire(self) -> bool:
-        """Takes the lock if it is free or stale; False if a live build holds it."""
-        data = json.dumps(self._record).encode()
-        for _ in range(3):
-            try:
-                self._create(data)
-            except FileExistsError:
-                raw = self._out.read_bytes(self._path)
-                self.holder = _load_json(raw)
-                if raw is None:
-                    continue  # released meanwhile
-                if not self._holder_is_stale(self.holder):
-                    return False
-                self._break(raw)
-                continue
-            if not self._out.local:
-                time.sleep(LOCK_SETTLE if "memory" not in _protocols(self._out) else 0)
-                if self._out.read_bytes(self._path) != data:
-                    self.holder = _load_json(self._out.read_bytes(self._path))
-                    return False
-            return True
-        return False
-
-    def acquire(self, wait: float | None = None) -> None:
-        """Waits up to `wait` seconds (default LOCK_WAIT) for the lock."""
-        deadline = time.monotonic() + (LOCK_WAIT if wait is None else wait)
-        while not self.try_acquire():
-            if time.monotonic() >= deadline:
-                holder = self.holder or {}
-                raise ConcurrentBuildError(
-                    f"another build of version {self._version!r} (build {holder.get('build_id')}, "
-                    f"host {holder.get('host')}, pid {holder.get('pid')}) is publishing it; "
-                    "this build published nothing")
-            time.sleep(0.2)
-
-    def _create(self, data: bytes) -> None:
-        if self._out.local:
-            with open(self._tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            try:
-                os.link(self._tmp, self._path)  # fails with EEXIST: atomic test-and-set
-            finally:
-                os.unlink(self._tmp)
-            return
-        try:
-            with self._out.fs.open(self._path, "xb") as handle:
-                handle.write(data)
-        except (NotImplementedError, ValueError):
-            if self._out.fs.exists(self._path):
-                raise FileExistsError(self._path) from None
-            self._out.fs.pipe_file(self._path, data)
-
-    def _break(self, raw: bytes) -> None:
-        if self._out.local:
-            broken = self._broken
-            try:
-                os.rename(self._path, broken)
-            except FileNotFoundError:
-                return
-            with open(broken, "rb") as handle:
-                if handle.read() != raw:
-                    # A live build took the lock between our read and rename:
-                    # give it back.
-                    try:
-                        os.link(broken, self._path)
-                    except FileExistsError:
-                        pass
-            os.unlink(broken)
-        else:
-            self._out.remove(self._path)
-
-    def release(self) -> None:
-        if self._out.read_bytes(self._path) == json.dumps(self._record).encode():
-            self._out.remove(self._path)
-
-
-def _protocols(out: _Output) -> tuple[str, ...]:
-    protocol = out.fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+def read_latest(output_path: str) -> str | None:
+    """The version named by ``<output>/LATEST``, or None if there is none."""
+    out = Output(output_path)
+    data = out.read_bytes(out.path(LATEST_FILE))
+    if data is None:
+        return None
+    return data.decode("utf-8").strip() or None
 
 
 # --- finalize -------------------------------------------------------------------
@@ -791,7 +275,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
     `ConcurrentBuildError` or `VersionExistsError`. Either way the staging
     directory and its owner file are gone afterwards.
     """
-    out = staging._out
+    out = staging.out
     try:
         result = _read_pipeline_result(out, staging)
         _check_accounting(result)
@@ -809,9 +293,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
             raise BuildFailed(f"the pipeline's shards are inconsistent: {error}") from None
         _check_nonempty_splits(manifest)
         _check_still_publishable(out, staging)
-        out.remove(out.path(STAGING_DIR, f"{staging.version}.{staging.build_id}", TMP_DIR),
-                   recursive=True)
-        out.remove(f"{staging._dir}/{RESULT_FILE}")
+        out.remove(f"{staging.directory}/{TMP_DIR}", recursive=True)
+        out.remove(f"{staging.directory}/{RESULT_FILE}")
         _check_staged_files(out, staging, manifest)
         if report_hook is not None:
             try:
@@ -820,7 +303,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
         _write_sha256sums(out, staging, manifest)
-        out.write_atomic(f"{staging._dir}/{manifest_lib.MANIFEST_FILE}",
+        out.write_atomic(f"{staging.directory}/{manifest_lib.MANIFEST_FILE}",
                          manifest_lib.dumps_manifest(manifest))
         if verify:
             _verify_staged(staging, verify_workers)
@@ -837,12 +320,12 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
     except BaseException:
         staging.abort()
         raise
-    staging._close()
+    staging.close()
     latest_updated = False
     if update_latest:
         try:
             out.write_atomic(out.path(LATEST_FILE), f"{staging.version}\n".encode(),
-                             tmp=f"{staging._dir}{_LATEST_TMP_SUFFIX}")
+                             tmp=f"{staging.directory}{LATEST_TMP_SUFFIX}")
         except OSError as error:
             # The version is complete and published; only the pointer is stale.
             raise PublishError(
@@ -855,12 +338,12 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                          manifest=manifest, verified=verify, latest_updated=latest_updated)
 
 
-def _read_pipeline_result(out: _Output, staging: Staging) -> dict:
-    data = out.read_bytes(f"{staging._dir}/{RESULT_FILE}")
+def _read_pipeline_result(out: Output, staging: Staging) -> dict:
+    data = out.read_bytes(f"{staging.directory}/{RESULT_FILE}")
     if data is None:
         raise BuildFailed(f"{staging.display_url}/{RESULT_FILE} is missing: the pipeline did "
                           "not finish")
-    result = _load_json(data)
+    result = load_json(data)
     problem = _result_problem(result)
     if problem:
         raise BuildFailed(f"{staging.display_url}/{RESULT_FILE} is malformed: {problem}")
@@ -967,21 +450,21 @@ def _check_nonempty_splits(manifest: dict) -> None:
                           "too small for this dataset)")
 
 
-def _check_still_publishable(out: _Output, staging: Staging) -> None:
+def _check_still_publishable(out: Output, staging: Staging) -> None:
     """Fails early (before verifying) when another build published this
     version since begin_build; the commit checks again under the lock."""
-    if _published_identity(out, staging.version) != staging._identity:
+    if published_identity(out, staging.version) != staging.identity:
         raise ConcurrentBuildError(
             f"version {staging.version!r} was published at {out.display}/{staging.version} by "
             "another build while this one ran; this build published nothing")
 
 
-def _dead_letter_files(out: _Output, staging: Staging, result: dict) -> list[str]:
+def _dead_letter_files(out: Output, staging: Staging, result: dict) -> list[str]:
     """The dead-letter files present in staging (relative paths). Every
     file the pipeline reported must exist."""
     present = sorted(f"{DEAD_LETTER_DIR}/{name}" for name in
-                     out.files(f"{staging._dir}/{DEAD_LETTER_DIR}"))
-    prefixes = (staging.url.rstrip("/") + "/", staging._dir.rstrip("/") + "/")
+                     out.files(f"{staging.directory}/{DEAD_LETTER_DIR}"))
+    prefixes = (staging.url.rstrip("/") + "/", staging.directory.rstrip("/") + "/")
     for file in result["dead_letter"].get("files", []):
         relative = next((file[len(p):] for p in prefixes if file.startswith(p)), file)
         if relative not in present:
@@ -990,10 +473,10 @@ def _dead_letter_files(out: _Output, staging: Staging, result: dict) -> list[str
     return present
 
 
-def _check_staged_files(out: _Output, staging: Staging, manifest: dict) -> None:
+def _check_staged_files(out: Output, staging: Staging, manifest: dict) -> None:
     """Every shard exists with its recorded size; nothing unexplained is
     left beside them (it would be published)."""
-    files = out.files(staging._dir)
+    files = out.files(staging.directory)
     expected = set(manifest["dead_letter"]["files"])
     for split, summary in manifest["splits"].items():
         for shard in summary["shards"]:
@@ -1010,7 +493,7 @@ def _check_staged_files(out: _Output, staging: Staging, manifest: dict) -> None:
         raise BuildFailed(f"unexpected files in {staging.display_url}: {', '.join(unexpected[:10])}")
 
 
-def _sha256_of(out: _Output, path: str) -> str:
+def _sha256_of(out: Output, path: str) -> str:
     digest = hashlib.sha256()
     with out.fs.open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -1018,18 +501,18 @@ def _sha256_of(out: _Output, path: str) -> str:
     return digest.hexdigest()
 
 
-def _write_sha256sums(out: _Output, staging: Staging, manifest: dict) -> None:
+def _write_sha256sums(out: Output, staging: Staging, manifest: dict) -> None:
     """Shards by their manifest digests (verify re-reads them anyway); any
     other file (dead letters, report) hashed here."""
     shard_sums = {shard["file"]: shard["sha256"] for summary in manifest["splits"].values()
                   for shard in summary["shards"]}
     entries = []
-    for file in out.files(staging._dir):
+    for file in out.files(staging.directory):
         if file in (manifest_lib.MANIFEST_FILE, manifest_lib.SHA256SUMS_FILE):
             continue
-        digest = shard_sums.get(file) or _sha256_of(out, f"{staging._dir}/{file}")
+        digest = shard_sums.get(file) or _sha256_of(out, f"{staging.directory}/{file}")
         entries.append((file, digest))
-    out.write_atomic(f"{staging._dir}/{manifest_lib.SHA256SUMS_FILE}",
+    out.write_atomic(f"{staging.directory}/{manifest_lib.SHA256SUMS_FILE}",
                      manifest_lib.format_sha256sums(entries))
 
 
@@ -1043,11 +526,11 @@ def _verify_staged(staging: Staging, workers: int | None) -> None:
         raise BuildFailed("\n".join(lines), problems=report.problems)
 
 
-def _keep_dead_letters(out: _Output, staging: Staging) -> str | None:
+def _keep_dead_letters(out: Output, staging: Staging) -> str | None:
     """Moves a failed build's dead letters (and pipeline result) to
     ``<output>/.failed/<version>.<build_id>/`` so they outlive the staging
     directory. Returns the redacted URL of the kept dead_letter directory."""
-    source = f"{staging._dir}/{DEAD_LETTER_DIR}"
+    source = f"{staging.directory}/{DEAD_LETTER_DIR}"
     files = out.files(source)
     if not files:
         return None
@@ -1058,7 +541,7 @@ def _keep_dead_letters(out: _Output, staging: Staging) -> str | None:
     else:
         for file in files:
             out.fs.copy(f"{source}/{file}", f"{target}/{DEAD_LETTER_DIR}/{file}")
-    result = out.read_bytes(f"{staging._dir}/{RESULT_FILE}")
+    result = out.read_bytes(f"{staging.directory}/{RESULT_FILE}")
     if result is not None:
         out.write_atomic(f"{target}/{RESULT_FILE}", result)
     return out.display_of(f"{target}/{DEAD_LETTER_DIR}") + "/"
@@ -1090,10 +573,15 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(code, os.strerror(code), a, None, b)
 
 
-def _commit(out: _Output, staging: Staging) -> None:
-    lock = _CommitLock(out, staging.version, build_id=staging.build_id,
-                       stale_after=staging._stale_after)
-    lock.acquire()
+def _commit(out: Output, staging: Staging) -> None:
+    lock = CommitLock(out, staging.version, build_id=staging.build_id,
+                      stale_after=staging.stale_after)
+    if not lock.acquire():
+        holder = lock.holder or {}
+        raise ConcurrentBuildError(
+            f"another build of version {staging.version!r} (build {holder.get('build_id')}, "
+            f"host {holder.get('host')}, pid {holder.get('pid')}) is publishing it; "
+            "this build published nothing")
     try:
         # Under the lock: the version must still be in the state this build
         # started from, or a concurrent build has published it.
@@ -1106,9 +594,9 @@ def _commit(out: _Output, staging: Staging) -> None:
         lock.release()
 
 
-def _commit_by_rename(out: _Output, staging: Staging) -> None:
+def _commit_by_rename(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
-    staged = staging._dir
+    staged = staging.directory
     if not os.path.lexists(final):
         os.rename(staged, final)
     elif _exchange(staged, final):
@@ -1116,18 +604,18 @@ def _commit_by_rename(out: _Output, staging: Staging) -> None:
         # delete leaves it to the stale-staging cleanup.
         shutil.rmtree(staged)
     else:
-        aside = staged + _ASIDE_SUFFIX
+        aside = staged + ASIDE_SUFFIX
         os.rename(final, aside)
         # Crash window: <version> is absent until the next line; the next
         # begin_build of this version renames the aside copy back.
         os.rename(staged, final)
         shutil.rmtree(aside)
-    _fsync_dir(out.root)
+    fsync_dir(out.root)
 
 
-def _commit_by_copy(out: _Output, staging: Staging) -> None:
+def _commit_by_copy(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
-    staged_files = out.files(staging._dir)
+    staged_files = out.files(staging.directory)
     manifest_name = manifest_lib.MANIFEST_FILE
     # Unpublish first: while files are replaced, readers must not trust the
     # old manifest's checksums against new bytes.
@@ -1136,11 +624,11 @@ def _commit_by_copy(out: _Output, staging: Staging) -> None:
         out.remove(f"{final}/{file}")
     for file in sorted(staged_files):
         if file != manifest_name:
-            out.fs.copy(f"{staging._dir}/{file}", f"{final}/{file}")
+            out.fs.copy(f"{staging.directory}/{file}", f"{final}/{file}")
     copied = out.files(final)
     for file, size in staged_files.items():
         if file != manifest_name and copied.get(file) != size:
             raise BuildFailed(f"copying {file} to {out.display}/{staging.version} gave "
                               f"{copied.get(file)} bytes instead of {size}; nothing was published")
-    out.fs.copy(f"{staging._dir}/{manifest_name}", f"{final}/{manifest_name}")
-    out.remove(staging._dir, recursive=True)
+    out.fs.copy(f"{staging.directory}/{manifest_name}", f"{final}/{manifest_name}")
+    out.remove(staging.directory, recursive=True)
