@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -42,8 +41,6 @@ from recordforge.transforms.urls import redact_url
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "build_pipeline", "default_beam_args",
            "known_vocabularies", "run"]
-
-_log = logging.getLogger("recordforge")
 
 
 def _read_source(config: DatasetConfig) -> beam.PTransform:

@@ -14,7 +14,6 @@ import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 import yaml
 from PIL import Image
 from tfrecord import example_pb2

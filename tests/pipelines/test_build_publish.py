@@ -3,7 +3,6 @@
 import json
 
 import fsspec
-import pytest
 import yaml
 
 from recordforge.pipelines import build, verify

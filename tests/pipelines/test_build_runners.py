@@ -2,7 +2,6 @@
 the package installed out of an sdist (how Dataflow and Flink workers get it)."""
 
 import hashlib
-import json
 import os
 import pathlib
 import subprocess
@@ -28,7 +27,7 @@ def _digests(version_dir: pathlib.Path) -> dict[str, str]:
             for p in files}
 
 
-def _build(config, output, *beam_args, cwd=REPO):
+def _build(config, output, *beam_args):
     code = build.run([str(config), "--output", str(output), "--", *beam_args])
     assert code == 0
     version = (output / "LATEST").read_text().strip()
