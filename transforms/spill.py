@@ -60,6 +60,7 @@ __all__ = [
     "RunWriter",
     "join_path",
     "read_run_list",
+    "remove_runs",
     "sort_bucket",
     "sorted_order",
     "take",
@@ -625,6 +626,18 @@ def read_run_list(path: str) -> list[RunInfo]:
     with fsspec.open(path, "rb") as fileobj:
         payload = json.loads(fileobj.read().decode("utf-8"))
     return [RunInfo(*item) for item in payload["runs"]]
+
+
+def remove_runs(runs_file: str) -> None:
+    """Deletes the run files named in a run list, then the list itself.
+    Files already gone are skipped, so a retried call is harmless."""
+    try:
+        runs = read_run_list(runs_file)
+    except FileNotFoundError:
+        return
+    for run in runs:
+        _remove(run.path)
+    _remove(runs_file)
 
 
 def _open_for_write(path: str) -> BinaryIO:

@@ -17,8 +17,8 @@ import random
 import pytest
 from tfrecord import example_pb2
 
-from recordforge.transforms import shards, tfrecordio
-from recordforge.transforms.shard_plan import SplitAssigner, plan_shards
+from recordforge.transforms import shards, spill, tfrecordio
+from recordforge.transforms.shard_plan import SplitAssigner
 
 SPLITS = [("train", 0.75), ("test", 0.25)]
 TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
@@ -94,17 +94,24 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     for task in tasks:
         for _ in range(attempts):
             output = list(sorter.process(task))
-        for bucket in output:
-            buckets[bucket.split].append(bucket)
+        for item in output:
+            buckets[item[1].split].append(item)
+    specs = []
+    for split in sorted(buckets):
+        for _ in range(attempts):
+            output = shards._plan_split_shards((split, buckets[split]), shard_size)
+        specs += output
+    # Planning deleted the reported runs (a failed attempt's runs wait for
+    # the writer's cleanup): the shards are assembled from buckets alone.
+    assert not any(os.path.exists(record.path) for record in records)
     metadata = []
     suffix = tfrecordio.suffix_for(compression)
-    for split in sorted(buckets):
-        for spec in plan_shards(split, buckets[split], shard_size):
-            for _ in range(attempts):
-                output = shards.write_shard(spec, staging_dir=staging,
-                                            temp_dir=os.path.join(staging, "_tmp", "shards"),
-                                            suffix=suffix)
-            metadata.append(output)
+    for spec in specs:
+        for _ in range(attempts):
+            output = shards.write_shard(spec, staging_dir=staging,
+                                        temp_dir=os.path.join(staging, "_tmp", "shards"),
+                                        suffix=suffix)
+        metadata.append(output)
     return metadata
 
 
@@ -165,10 +172,15 @@ def test_retried_bundles_and_steps_change_nothing(tmp_path):
                              shard_size=1_000_000, compression="gzip", retry=True)
     assert _digests(retried) == _digests(clean)
     assert len(clean) >= 2
-    # The failed attempts' files are still there (the cleanup step removes
-    # them) but were never read: no row was lost or written twice.
-    runs = os.listdir(tmp_path / "retried" / "_tmp" / "work" / "runs")
-    assert len(runs) == 2 * len(os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs"))
+    # The failed attempts' runs are still there (the cleanup step removes
+    # them) but were never read: no row was lost or written twice. The
+    # committed attempts' runs were deleted once every bucket was sorted.
+    assert not os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs")
+    work = tmp_path / "retried" / "_tmp" / "work"
+    left = {str(work / "runs" / name) for name in os.listdir(work / "runs")}
+    listed = {run.path for plan in os.listdir(work / "plans")
+              for run in spill.read_run_list(str(work / "plans" / plan))}
+    assert left and listed and not left & listed
     assert sorted(_read_split(str(tmp_path / "retried"), retried, "train")
                   + _read_split(str(tmp_path / "retried"), retried, "test")) == sorted(examples)
     # Nothing but complete shards carries a final name.
