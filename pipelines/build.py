@@ -31,12 +31,12 @@ from recordforge.pipelines import publish
 from recordforge.pipelines.config import DatasetConfig, load_config, load_runner_profile
 from recordforge.pipelines.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.features import manifest_features, resolve_vocabularies
+from recordforge.schemas.features import label_feature, manifest_features, resolve_vocabularies
 from recordforge.transforms.dead_letter_sink import WriteDeadLetters
 from recordforge.transforms.shards import WriteShards
 from recordforge.transforms.sources import (ReadImages, ReadTable, known_labels, scan_distinct,
                                             source_bytes)
-from recordforge.transforms.to_examples import RowsToExamples
+from recordforge.transforms.to_examples import LabelCounting, RowsToExamples
 from recordforge.transforms.urls import redact_url
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "build_pipeline", "default_beam_args",
@@ -59,15 +59,21 @@ def _write_result(parts: tuple, staging_url: str) -> str:
     the same file atomically."""
     _, tagged = parts
     shards, dead_letter, num_input_rows = [], None, 0
+    label_counts: dict[str, dict[str, int]] = {}
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
         elif kind == "dead_letter":
             dead_letter = value
+        elif kind == "label_counts":
+            for split, label, count in value:
+                by_label = label_counts.setdefault(split, {})
+                by_label[label] = by_label.get(label, 0) + count
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
-              "dead_letter": dead_letter, "num_input_rows": num_input_rows}
+              "dead_letter": dead_letter, "num_input_rows": num_input_rows,
+              "label_counts": label_counts}
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
     temporary = f"{path}.{uuid.uuid4().hex}.tmp"
     with fs.open(temporary, "wb") as f:
@@ -103,9 +109,11 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     output = config.output
     # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
     source = pipeline | "Read" >> _read_source(config)
-    # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict
+    # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
+    # label_counts: ((split, label, examples), ...) for the report
     converted = source.rows | "ToExamples" >> RowsToExamples(
-        config.features, vocabularies, config.key)
+        config.features, vocabularies, config.key, count_labels=_label_counting(
+            config, vocabularies))
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = converted.examples | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
@@ -127,6 +135,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     # in the graph that runs.
     _ = ((shards | "TagShards" >> beam.Map(_tag("shard")),
           dead_letter | "TagDeadLetters" >> beam.Map(_tag("dead_letter")),
+          converted.label_counts | "TagLabelCounts" >> beam.Map(_tag("label_counts")),
           rows_read)
          | "GatherResult" >> beam.Flatten()
          # (None, (kind, value))
@@ -134,6 +143,17 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
          # (None, [(kind, value), ...])
          | "Group" >> beam.GroupByKey()
          | "WriteResult" >> beam.Map(_write_result, staging_url))
+
+
+def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                    ) -> LabelCounting | None:
+    """Counting per split and label of the feature the report counts by, or
+    None when the dataset has none."""
+    feature, vocabulary = label_feature(manifest_features(config.features), vocabularies)
+    if feature is None:
+        return None
+    return LabelCounting(feature, tuple(vocabulary) if vocabulary is not None else None,
+                         config.name, tuple(config.splits))
 
 
 def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
@@ -325,8 +345,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _fail(f"the pipeline failed; nothing was published: "
                      f"{_error_summary(error, args.verbose)}", 1)
 
-    def write_report(staging_url: str, manifest: dict) -> None:
-        report.write_staged_report(staging_url, manifest,
+    def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
+        report.write_staged_report(staging_url, manifest, label_counts=label_counts,
                                    wall_seconds=time.monotonic() - started)
 
     try:

@@ -34,8 +34,9 @@ input rows, and `max_errors` rows if given), shard naming, and that no split
 is empty. Any failure raises `BuildFailed`; the dead-letter files are then
 moved to ``<output>/.failed/<version>.<build_id>/dead_letter/`` and the
 message names the top reasons with a sample row each. Otherwise it deletes
-``_tmp``, calls ``report_hook(staging.url, manifest)`` (which may add files
-such as ``report.html``), writes ``SHA256SUMS`` (every file of the version
+``_tmp``, calls ``report_hook(staging.url, manifest, label_counts)`` (which
+may add files such as ``report.html``; `label_counts` are the pipeline's
+``{split: {label: examples}}`` or None), writes ``SHA256SUMS`` (every file of the version
 but ``manifest.json`` and itself), writes ``manifest.json`` into the staging
 directory, runs `verify.verify_dataset` on it (unless ``verify=False``) and
 commits:
@@ -266,7 +267,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              vocabularies: Mapping[str, Sequence[str]], config: Mapping[str, Any],
              split_names: Sequence[str], max_error_rate: float | None = 0.01,
              max_errors: int | None = None, runner: str = "DirectRunner", verify: bool = True,
-             report_hook: Callable[[str, dict], None] | None = None,
+             report_hook: Callable[[str, dict, dict | None], None] | None = None,
              update_latest: bool = True, verify_workers: int | None = None) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
@@ -298,7 +299,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         _check_staged_files(out, staging, manifest)
         if report_hook is not None:
             try:
-                report_hook(staging.url, manifest)
+                report_hook(staging.url, manifest, result.get("label_counts"))
             except Exception as error:
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
@@ -373,6 +374,11 @@ def _result_problem(result: Any) -> str | None:
         return "dead_letter.num_rows must be a non-negative integer"
     if not isinstance(dead.get("by_reason", {}), dict):
         return "dead_letter.by_reason must be an object"
+    label_counts = result.get("label_counts", {})
+    if not (isinstance(label_counts, dict) and all(
+            isinstance(counts, dict) and all(map(_is_count, counts.values()))
+            for counts in label_counts.values())):
+        return "label_counts must map each split to {label: non-negative integer}"
     if not isinstance(dead.get("files", []), list):
         return "dead_letter.files must be a list"
     if not isinstance(dead.get("samples", {}), dict):

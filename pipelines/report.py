@@ -2,8 +2,9 @@
 
 `write_report` renders what the manifest says (examples and bytes per split,
 every shard's size against the ±10% band, dead letters by reason with a sample
-row each) plus what a streaming pass over the shards finds (label counts per
-split, a few thumbnails per class) and the build's throughput. The page has
+row each), label counts per split (counted by the build's pipeline, or by a
+streaming pass over the shards), a few thumbnails per class (from the first
+records of the shards) and the build's throughput. The page has
 inline CSS and inline SVG charts only: no scripts, no network, so it opens
 from a bucket or a mail attachment alike.
 
@@ -13,7 +14,7 @@ embedded as given: each is decoded by Pillow under a pixel cap and re-encoded
 as a small PNG/JPEG thumbnail.
 
 The build driver calls `write_staged_report(staging_url, manifest,
-wall_seconds=...)` from `publish.finalize`'s report hook, so the report is
+label_counts=..., wall_seconds=...)` from `publish.finalize`'s report hook, so the report is
 listed in ``SHA256SUMS`` like every other file.
 """
 
@@ -31,6 +32,7 @@ import fsspec
 
 from recordforge.pipelines.progress import human_bytes
 from recordforge.schemas.example import ExampleDecodeError, decode_features
+from recordforge.schemas.features import label_feature, label_text
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 
 __all__ = [
@@ -55,7 +57,6 @@ MAX_SAMPLE_CHARS = 1500
 MAX_DEAD_LETTER_LINES = 100_000
 _MAX_THUMBNAIL_SOURCE_PIXELS = 50_000_000
 _IMAGE_FEATURES = ("image/encoded", "image")
-_LABEL_TEXT_FEATURES = ("label/text", "label")
 
 
 # --- gathering ------------------------------------------------------------------------
@@ -67,17 +68,7 @@ def _join(root: str, name: str) -> str:
 
 def _label_feature(manifest: Mapping[str, Any]) -> tuple[str | None, list[str] | None]:
     """(feature to count labels by, its vocabulary or None)."""
-    vocabularies = manifest.get("vocabularies") or {}
-    features = manifest.get("features") or {}
-    if "label" in vocabularies:
-        return "label", list(vocabularies["label"])
-    if vocabularies:
-        name = sorted(vocabularies)[0]
-        return name, list(vocabularies[name])
-    for name in _LABEL_TEXT_FEATURES:
-        if features.get(name, {}).get("type") in ("bytes", "int64"):
-            return name, None
-    return None, None
+    return label_feature(manifest.get("features") or {}, manifest.get("vocabularies") or {})
 
 
 def _image_feature(manifest: Mapping[str, Any]) -> str | None:
@@ -93,29 +84,27 @@ def _label_of(features: Mapping[str, tuple[str, list]], name: str,
     kind_values = features.get(name)
     if not kind_values or not kind_values[1]:
         return None
-    value = kind_values[1][0]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if vocabulary is not None and isinstance(value, int) and 0 <= value < len(vocabulary):
-        return str(vocabulary[value])
-    return str(value)
+    return label_text(kind_values[1][0], vocabulary)
 
 
 def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
                    thumbnails_per_class: int = THUMBNAILS_PER_CLASS,
                    max_thumbnail_records: int = MAX_THUMBNAIL_RECORDS,
+                   count_labels: bool = True,
                    ) -> tuple[dict[str, dict[str, int]] | None, dict[str, list[bytes]] | None]:
     """Streams the shards of a (staged or published) version once.
 
     Returns ``(label_counts, thumbnails)``: split -> label -> examples (None
-    when the dataset has no label feature) and label -> up to
+    when the dataset has no label feature, or with count_labels=False, which
+    stops reading once the thumbnails are taken) and label -> up to
     `thumbnails_per_class` raw image values taken from the first
     `max_thumbnail_records` records (None without an image feature). Memory
     holds one record at a time plus the counts and the kept images.
     """
     label_name, vocabulary = _label_feature(manifest)
     image_name = _image_feature(manifest)
-    if label_name is None and image_name is None:
+    counting = label_name is not None and count_labels
+    if not counting and image_name is None:
         return None, None
     label_counts: dict[str, dict[str, int]] = {}
     thumbnails: dict[str, list[bytes]] = {}
@@ -125,12 +114,12 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
     for split, info in (manifest.get("splits") or {}).items():
         counts = label_counts.setdefault(split, {})
         for shard in info.get("shards", []):
-            # Without labels only thumbnails are wanted: stop at the cap.
-            if label_name is None and scanned >= max_thumbnail_records:
+            # Without label counting only thumbnails are wanted: stop at the cap.
+            if not counting and scanned >= max_thumbnail_records:
                 break
             try:
                 for record in read_records(_join(version_dir, shard["file"])):
-                    if label_name is None and scanned >= max_thumbnail_records:
+                    if not counting and scanned >= max_thumbnail_records:
                         break
                     try:
                         # Only the label and image: decoding every feature of
@@ -151,7 +140,7 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
                     scanned += 1
             except TFRecordError:
                 continue  # a damaged shard fails verification; the report shows the rest
-    return (label_counts if label_name is not None else None,
+    return (label_counts if counting else None,
             {k: v for k, v in thumbnails.items() if v} if image_name is not None else None)
 
 
@@ -480,9 +469,17 @@ def _throughput(manifest: Mapping[str, Any], wall_seconds: float | None) -> dict
 
 
 def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
+                        label_counts: Mapping[str, Mapping[str, int]] | None = None,
                         wall_seconds: float | None = None) -> str:
-    """Gathers labels and thumbnails from the staged shards and writes the
-    report into the staging directory (the `publish.finalize` report hook)."""
-    label_counts, thumbnails = gather_samples(staging_url, manifest)
+    """Writes the report into the staging directory (the `publish.finalize`
+    report hook). Label counts are the pipeline's when given (split ->
+    label -> examples), else counted from the staged shards; thumbnails
+    come from the first records of the shards."""
+    if label_counts is not None and _label_feature(manifest)[0] is not None:
+        _, thumbnails = gather_samples(staging_url, manifest, count_labels=False)
+        label_counts = {split: dict(label_counts.get(split, {}))
+                        for split in manifest.get("splits") or {}}
+    else:
+        label_counts, thumbnails = gather_samples(staging_url, manifest)
     return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
                         throughput=_throughput(manifest, wall_seconds))

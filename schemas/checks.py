@@ -612,6 +612,13 @@ class RowEncoder:
                 return convert
         raise KeyError(name)
 
+    def source_of(self, name: str) -> str:
+        """The column feature `name` reads."""
+        for feature, source, _ in self._plan:
+            if feature == name:
+                return source
+        raise KeyError(name)
+
     def encode(self, values: Mapping[str, Any]) -> bytes:
         """Raw row -> serialized tf.train.Example. Raises RowError.
 

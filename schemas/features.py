@@ -26,6 +26,8 @@ __all__ = [
     "parse_features",
     "manifest_features",
     "resolve_vocabularies",
+    "label_feature",
+    "label_text",
 ]
 
 # declared type -> stored kind in the Example (string = UTF-8 text in a BytesList)
@@ -132,6 +134,39 @@ def manifest_features(specs: Sequence[FeatureSpec]) -> dict:
             entry["text"] = True
         block[spec.name] = entry
     return block
+
+
+# Features a dataset without vocabularies is counted by, in order of preference.
+_LABEL_TEXT_FEATURES = ("label/text", "label")
+
+
+def label_feature(features: Mapping[str, Mapping[str, Any]],
+                  vocabularies: Mapping[str, Sequence[str]]
+                  ) -> tuple[str | None, list[str] | None]:
+    """The feature a dataset's examples are counted by per split (the build
+    report's label counts), and its vocabulary: ``label`` if it has a
+    vocabulary, else the first feature with one, else a ``label/text`` or
+    ``label`` feature of bytes or int64; ``(None, None)`` when there is none.
+    `features` is the manifest's features block."""
+    if "label" in vocabularies:
+        return "label", list(vocabularies["label"])
+    if vocabularies:
+        name = sorted(vocabularies)[0]
+        return name, list(vocabularies[name])
+    for name in _LABEL_TEXT_FEATURES:
+        if features.get(name, {}).get("type") in ("bytes", "int64"):
+            return name, None
+    return None, None
+
+
+def label_text(value: Any, vocabulary: Sequence[str] | None) -> str:
+    """How a label value (the first value of the label feature, as stored)
+    is named: its vocabulary entry, its text, or its number."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if vocabulary is not None and isinstance(value, int) and 0 <= value < len(vocabulary):
+        return str(vocabulary[value])
+    return str(value)
 
 
 def resolve_vocabularies(specs: Sequence[FeatureSpec], known: Mapping[str, Sequence[str]],

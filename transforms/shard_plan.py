@@ -25,6 +25,8 @@ import heapq
 import math
 from typing import Iterable, NamedTuple, Sequence
 
+import numpy as np
+
 __all__ = [
     "BucketChunks",
     "BucketRange",
@@ -180,6 +182,33 @@ class SplitAssigner:
             thresholds.append(min(_TWO_64, round(running / total * _TWO_64)))
         thresholds[-1] = _TWO_64  # rounding must never leave a row without a split
         self.thresholds = tuple(thresholds)
+        # Copying a keyed hasher skips blake2b's keyword parsing per row.
+        self._hasher = hashlib.blake2b(key=self.salt, digest_size=HASH_SIZE)
+        # A row's split is the number of thresholds at or below its hash; the
+        # last threshold (2**64) is above every hash.
+        self._lower_thresholds = tuple(np.uint64(threshold) for threshold in thresholds
+                                       if threshold < _TWO_64)
+
+    def hash_rows(self, keys_or_examples: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
+        """The digests of many rows, and the same as an (n, 2) array of
+        little-endian uint64 words (word 0 picks the split)."""
+        copy = self._hasher.copy
+
+        def digest(source: bytes) -> bytes:
+            hasher = copy()
+            hasher.update(source)
+            return hasher.digest()
+
+        digests = list(map(digest, keys_or_examples))
+        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(len(digests), 2)
+        return digests, words
+
+    def split_indices(self, words: np.ndarray) -> np.ndarray:
+        """The split index of each row, from `hash_rows`' words."""
+        splits = np.zeros(len(words), dtype=np.intp)
+        for threshold in self._lower_thresholds:
+            splits += words[:, 0] >= threshold
+        return splits
 
     def digest(self, key_or_example: bytes) -> bytes:
         return hashlib.blake2b(key_or_example, key=self.salt, digest_size=HASH_SIZE).digest()

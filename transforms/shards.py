@@ -136,12 +136,6 @@ class _SpillFn(beam.DoFn):
 
     def setup(self):
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
-        # Copying a keyed hasher skips blake2b's keyword parsing per row.
-        self._hasher = hashlib.blake2b(key=self._assigner.salt, digest_size=HASH_SIZE)
-        # A row's split is the number of thresholds at or below its hash;
-        # the last threshold (2**64) is above every hash.
-        self._thresholds = [np.uint64(threshold) for threshold in self._assigner.thresholds
-                            if threshold < 1 << 64]
         fs, path = fsspec.core.url_to_fs(self._run_dir)
         fs.makedirs(path, exist_ok=True)
         self._spilled_rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
@@ -172,18 +166,8 @@ class _SpillFn(beam.DoFn):
             sources = examples  # no keys: rows are hashed and ordered by content
         else:
             sources = [example if key is None else key for key, example in zip(keys, examples)]
-        copy = self._hasher.copy
-
-        def digest(source):
-            hasher = copy()
-            hasher.update(source)
-            return hasher.digest()
-
-        digests = list(map(digest, sources))
-        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(count, 2)
-        splits = np.zeros(count, dtype=np.intp)
-        for threshold in self._thresholds:
-            splits += words[:, 0] >= threshold
+        digests, words = self._assigner.hash_rows(sources)
+        splits = self._assigner.split_indices(words)
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + _FRAMING
         order_keys = digests if self._shuffle else sources
         samples = self._samples(words[:, 1], sizes, splits, order_keys)

@@ -2,8 +2,9 @@
 
 `RowsToExamples` takes batches of `SourceRow` and gives batches of
 ``(key, serialized Example)`` plus a ``dead_letter`` PCollection with one record
-per row that failed. The per-row work is `BatchConverter`, a plain class tested
-without Beam; the DoFn only wraps it and counts.
+per row that failed and, when asked, the examples counted per split and
+label. The per-row work is `BatchConverter`, a plain class tested without
+Beam; the DoFn only wraps it and counts.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ import apache_beam as beam
 
 from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
-from recordforge.schemas.features import FeatureSpec
+from recordforge.schemas.features import FeatureSpec, label_text
 from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.shard_plan import SplitAssigner
 
-__all__ = ["DEAD_LETTER", "EXAMPLES", "METRICS_NAMESPACE", "BatchConverter", "ConvertedRows",
-           "RowsToExamples", "sortable_key"]
+__all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",
+           "ConvertedRows", "LabelCounting", "RowsToExamples", "sortable_key"]
 
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
+LABEL_COUNTS = "label_counts"
 METRICS_NAMESPACE = "recordforge"
 
 # One type tag per kind of key, so a 1 and a "1" never produce the same key;
@@ -144,11 +147,32 @@ class BatchConverter:
 
         Never raises for a bad row: a RowError becomes its dead letter, any
         other exception an `internal_error` dead letter with the traceback."""
+        examples, _, dead_letters = self.convert_labelled_batch(batch, None)
+        return examples, dead_letters
+
+    def convert_labelled_batch(self, batch: Iterable[SourceRow], label: str | None,
+                               vocabulary: Sequence[str] | None = None
+                               ) -> tuple[list, list[str | None], list[dict]]:
+        """Like `convert_batch`, plus each good row's label: how `label_text`
+        names the first value the row stores in feature `label` (None when it
+        stores none, or when `label` is None). The value comes from the same
+        converter that encoded the row."""
+        convert_label = None
+        if label is not None:
+            convert_label = self._encoder.converter(label)
+            label_column = self._encoder.source_of(label)
         examples = []
+        labels = []
         dead_letters = []
         for row in batch:
             try:
-                examples.append(self._convert_row(row))
+                example = self._convert_row(row)
+                if convert_label is not None:
+                    stored = convert_label(row.values.get(label_column))
+                    labels.append(label_text(stored[0], vocabulary) if stored else None)
+                else:
+                    labels.append(None)
+                examples.append(example)
             except RowError as error:
                 dead_letters.append(self._dead_letter(row, error.stage, error.reason,
                                                       error.feature, error.message))
@@ -156,7 +180,7 @@ class BatchConverter:
                 dead_letters.append(self._dead_letter(
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
-        return examples, dead_letters
+        return examples, labels, dead_letters
 
     def _convert_row(self, row: SourceRow) -> tuple[bytes | None, bytes]:
         values = row.values
@@ -194,26 +218,47 @@ class BatchConverter:
                            input=_input_for_dead_letter(row.values))
 
 
-class _ConvertBatchesFn(beam.DoFn):
-    """RowBatch -> ("examples", ExampleBatch) and ("dead_letter", dead-letter dict)."""
+class LabelCounting(NamedTuple):
+    """What `RowsToExamples` needs to count examples per split and label:
+    the label feature and its vocabulary (None: values are named as
+    stored), and the dataset name and splits that assign rows to splits
+    exactly as the shard writer does."""
 
-    def __init__(self, specs, vocabularies, key_column):
+    feature: str
+    vocabulary: tuple[str, ...] | None
+    dataset_name: str
+    splits: tuple[tuple[str, float], ...]
+
+
+class _ConvertBatchesFn(beam.DoFn):
+    """RowBatch -> ("examples", ExampleBatch), ("dead_letter", dead-letter dict)
+    and, with label counting, ("label_counts", ((split, label, examples), ...))."""
+
+    def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None):
         # Plain values only: the converter (closures) is rebuilt on the worker.
         self._specs = tuple(specs)
         self._vocabularies = {name: tuple(labels) for name, labels in vocabularies.items()}
         self._key_column = key_column
+        self._counting = counting
 
     def setup(self):
         self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
+        self._assigner = (SplitAssigner(self._counting.dataset_name, self._counting.splits)
+                          if self._counting is not None else None)
         self._rows_converted = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_converted")
         self._dead_letters = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "dead_letters")
         self._by_reason = {}
 
     def process(self, batch):
-        examples, dead_letters = self._converter.convert_batch(batch)
+        counting = self._counting
+        examples, labels, dead_letters = self._converter.convert_labelled_batch(
+            batch, counting.feature if counting else None,
+            counting.vocabulary if counting else None)
         if examples:
             self._rows_converted.inc(len(examples))
             yield EXAMPLES, examples
+            if counting is not None:
+                yield LABEL_COUNTS, self._count(examples, labels)
         if dead_letters:
             self._dead_letters.inc(len(dead_letters))
             counts = collections.Counter(record["reason"] for record in dead_letters)
@@ -228,50 +273,76 @@ class _ConvertBatchesFn(beam.DoFn):
                 yield DEAD_LETTER, record
 
 
+    def _count(self, examples: list, labels: list[str | None]) -> tuple:
+        """((split, label, examples), ...) of one batch; rows without a
+        label are not counted. A row's split comes from its key, or its
+        example without one, as in the shard writer."""
+        _, words = self._assigner.hash_rows(
+            [example if key is None else key for key, example in examples])
+        names = self._assigner.names
+        counts = collections.Counter(zip(self._assigner.split_indices(words).tolist(), labels))
+        return tuple(sorted((names[split], label, count)
+                            for (split, label), count in counts.items() if label is not None))
+
+
 def _select(tagged: tuple[str, Any], tag: str):
     if tagged[0] == tag:
         yield tagged[1]
 
 
 class ConvertedRows(NamedTuple):
-    """The outputs of RowsToExamples; unpacks as ``examples, dead_letter``."""
+    """The outputs of RowsToExamples; unpacks as ``examples, dead_letter,
+    label_counts``."""
 
     examples: beam.PCollection
     dead_letter: beam.PCollection
+    label_counts: beam.PCollection
 
 
 class RowsToExamples(beam.PTransform):
     """Checks and serializes rows.
 
     Takes: RowBatch elements (list[SourceRow]).
-    Gives: `ConvertedRows(examples, dead_letter)`:
+    Gives: `ConvertedRows(examples, dead_letter, label_counts)`:
       examples: ExampleBatch = list[(key: bytes | None, example: bytes)], one
         per input batch with at least one good row;
-      dead_letter: one dead-letter dict per failed row.
+      dead_letter: one dead-letter dict per failed row;
+      label_counts: with `count_labels`, one ``((split, label, examples),
+        ...)`` per ExampleBatch (empty without it). Counting here, where
+        each row's label is at hand, spares a pass that decodes every
+        written record again.
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
 
-    One DoFn emits both kinds as (tag, value) pairs that two filters split,
+    One DoFn emits every kind as (tag, value) pairs that filters split,
     rather than a multi-output ParDo: Beam's Dask runner (2.77) hands every
     output of a multi-output ParDo to every consumer, whatever its tag.
     """
 
     def __init__(self, specs: Sequence[FeatureSpec],
                  vocabularies: Mapping[str, Sequence[str]] | None = None,
-                 key_column: str | None = None):
+                 key_column: str | None = None, count_labels: LabelCounting | None = None):
         super().__init__()
         self._specs = tuple(specs)
         self._vocabularies = dict(vocabularies or {})
         self._key_column = key_column
+        self._count_labels = count_labels
         # Fail at pipeline construction, not on the workers, on a bad schema.
         BatchConverter(self._specs, self._vocabularies, key_column)
+        if count_labels is not None:
+            if count_labels.feature not in {spec.name for spec in self._specs}:
+                raise ValueError(f"count_labels: there is no feature {count_labels.feature!r}")
+            SplitAssigner(count_labels.dataset_name, count_labels.splits)
 
     def expand(self, batches):
         # ("examples", ExampleBatch) | ("dead_letter", dead-letter dict)
-        tagged = batches | "ConvertBatches" >> beam.ParDo(
-            _ConvertBatchesFn(self._specs, self._vocabularies, self._key_column))
+        # | ("label_counts", ((split, label, examples), ...))
+        tagged = batches | "ConvertBatches" >> beam.ParDo(_ConvertBatchesFn(
+            self._specs, self._vocabularies, self._key_column, self._count_labels))
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
             examples=tagged | "SelectExamples" >> beam.FlatMap(_select, EXAMPLES),
             # dead-letter dict
-            dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(_select, DEAD_LETTER))
+            dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(_select, DEAD_LETTER),
+            # ((split, label, examples), ...)
+            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(_select, LABEL_COUNTS))

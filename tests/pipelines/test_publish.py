@@ -187,7 +187,7 @@ def test_uncompressed_build_and_report_hook_files_are_checksummed(tmp_path):
     root = tmp_path / "out"
     seen = {}
 
-    def report_hook(staging_url, manifest):
+    def report_hook(staging_url, manifest, label_counts):
         seen["manifest"] = manifest
         with open(os.path.join(staging_url, "report.html"), "w") as handle:
             handle.write(f"<p>{manifest['name']}</p>")
@@ -264,7 +264,7 @@ def test_overwrite_keeps_old_version_readable_until_new_is_complete(tmp_path, mo
             elif current:
                 states.append(f"damaged {report.problems}")
 
-    def report_hook(staging_url, manifest):
+    def report_hook(staging_url, manifest, label_counts):
         # The new build is complete in staging; the old one is still live.
         assert (root / "1.0.0" / "manifest.json").read_bytes() == old_manifest
         time.sleep(0.05)
@@ -483,7 +483,7 @@ def test_concurrent_finalize_publishes_exactly_one(tmp_path, memory_root, kind):
     outcomes = {}
 
     def run(index):
-        def hook(staging_url, manifest):
+        def hook(staging_url, manifest, label_counts):
             barrier.wait()  # both builds are complete in staging before either commits
         try:
             outcomes[index] = finalize(stagings[index], report_hook=hook)

@@ -201,3 +201,36 @@ def test_write_staged_report_adds_throughput(staged):
     assert rows["examples per second"] == "3.5"
     assert rows["input rows per second"] == "4.2"
     assert rows["wall seconds"] == "4.0"
+
+
+@pytest.mark.parametrize("config, overrides", [
+    ("configs/examples/flights.yaml", []),  # keyed table, vocabulary label
+    ("configs/examples/flights.yaml", ["--set", "key=null"]),  # rows split by content
+    ("configs/examples/flowers.yaml", []),  # images, three splits
+])
+def test_the_pipelines_label_counts_match_the_published_shards(config, overrides, tmp_path,
+                                                               monkeypatch):
+    # The report takes its label counts from the build's pipeline; reading
+    # the published shards back (an independent count) must agree exactly.
+    from recordforge.pipelines import build
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.chdir(repo)
+    passed = {}
+    original = report.write_report
+
+    def recording_write_report(staging_url, manifest, **kwargs):
+        passed["label_counts"] = kwargs["label_counts"]
+        return original(staging_url, manifest, **kwargs)
+
+    monkeypatch.setattr(report, "write_report", recording_write_report)
+    out = tmp_path / "out"
+    assert build.run([config, *overrides, "--output", str(out), "--",
+                      "--direct_running_mode=in_memory"]) == 0
+    version_dir = out / (out / "LATEST").read_text().strip()
+    manifest = json.loads((version_dir / "manifest.json").read_text())
+    from_shards, _ = report.gather_samples(str(version_dir), manifest)
+    assert passed["label_counts"] == from_shards
+    assert set(from_shards) == set(manifest["splits"])
+    for split, counts in from_shards.items():
+        assert sum(counts.values()) == manifest["splits"][split]["num_examples"]

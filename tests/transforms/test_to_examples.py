@@ -16,7 +16,9 @@ from tfrecord import example_pb2
 
 from recordforge.schemas.features import parse_features
 from recordforge.transforms.rows import SourceRow
-from recordforge.transforms.to_examples import BatchConverter, RowsToExamples, sortable_key
+from recordforge.transforms.shard_plan import assign_split
+from recordforge.transforms.to_examples import (BatchConverter, LabelCounting, RowsToExamples,
+                                                sortable_key)
 
 # --- sortable_key -------------------------------------------------------------------
 
@@ -198,14 +200,47 @@ def _dead_summary(record):
     return record["source"], record["row"], record["key"], record["reason"], record["feature"]
 
 
+COUNTING = LabelCounting("label", ("cat", "dog"), "pets", (("train", 0.5), ("test", 0.5)))
+
+
+def _expected_label_counts(examples, counting):
+    """(split, label) -> examples, from the serialized examples: decoded by
+    the tfrecord package and split by the writer's own `assign_split`."""
+    counts = {}
+    for key, example in examples:
+        values = decoded(example).get(counting.feature)
+        if values:
+            label = values[0]
+            name = (counting.vocabulary[label] if counting.vocabulary
+                    else label.decode() if isinstance(label, bytes) else str(label))
+            split = assign_split(example if key is None else key, counting.dataset_name,
+                                 counting.splits)
+            counts[split, name] = counts.get((split, name), 0) + 1
+    return counts
+
+
+def _total_label_counts(per_batch):
+    counts = {}
+    for batch in per_batch:
+        for split, label, count in batch:
+            counts[split, label] = counts.get((split, label), 0) + count
+    return counts
+
+
 def _run_rows_to_examples(pipeline):
-    examples, dead = (pipeline
-                      | "Rows" >> beam.Create(BATCHES)
-                      | "ToExamples" >> RowsToExamples(SPECS, {}, key_column="id"))
+    examples, dead, label_counts = (
+        pipeline
+        | "Rows" >> beam.Create(BATCHES)
+        | "ToExamples" >> RowsToExamples(SPECS, {}, key_column="id", count_labels=COUNTING))
     assert_that(examples | "Decode" >> beam.Map(_decode_batch), equal_to(EXPECTED_GOOD),
                 label="good")
     assert_that(dead | "Summarize" >> beam.Map(_dead_summary), equal_to(EXPECTED_DEAD),
                 label="dead")
+    good, _ = BatchConverter(SPECS, {}, "id").convert_batch(
+        [one_row for batch in BATCHES for one_row in batch])
+    assert_that(label_counts | "All" >> beam.combiners.ToList()
+                | "Total" >> beam.Map(_total_label_counts),
+                equal_to([_expected_label_counts(good, COUNTING)]), label="labels")
 
 
 def test_rows_to_examples_outputs_and_metrics():
@@ -233,6 +268,33 @@ def test_main_output_is_reachable_by_name():
                   | RowsToExamples(SPECS, {}, key_column=None))
         assert_that(result.examples | beam.Map(len), equal_to([1]), label="examples")
         assert_that(result.dead_letter, equal_to([]), label="dead")
+        assert_that(result.label_counts, equal_to([]), label="no counting asked")
+
+
+@pytest.mark.parametrize("key_column", ["id", None])
+@pytest.mark.parametrize("feature, vocabulary", [("label", ("cat", "dog")), ("name", None),
+                                                 ("id", None)])
+def test_label_counts_match_the_examples_written(key_column, feature, vocabulary):
+    rows = [row(n, label="cat" if n % 3 else "dog", name=f"n{n % 4}") for n in range(300)]
+    rows += [row(900, score="bad"), row(901, id="")]  # dead letters are not counted
+    converter = BatchConverter(SPECS, {}, key_column)
+    examples, labels, dead = converter.convert_labelled_batch(rows, feature, vocabulary)
+    assert len(examples) == len(labels) == 300 and len(dead) == 2
+    counting = LabelCounting(feature, vocabulary, "pets", (("train", 0.7), ("test", 0.3)))
+    with TestPipeline() as pipeline:
+        counts = (pipeline | beam.Create([rows[:150], rows[150:]])
+                  | RowsToExamples(SPECS, {}, key_column=key_column,
+                                   count_labels=counting)).label_counts
+        assert_that(counts | beam.combiners.ToList() | beam.Map(_total_label_counts),
+                    equal_to([_expected_label_counts(examples, counting)]))
+    assert {split for split, _ in _expected_label_counts(examples, counting)} == {"train",
+                                                                                  "test"}
+
+
+def test_label_counting_names_an_existing_feature():
+    with pytest.raises(ValueError, match="no feature 'species'"):
+        RowsToExamples(SPECS, {}, key_column="id",
+                       count_labels=COUNTING._replace(feature="species"))
 
 
 def test_bad_schema_fails_at_construction():
