@@ -273,11 +273,14 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
     first_bad = None
     bad = 0
     try:
-        for index, record in enumerate(tfrecordio.iter_records(reader, path=file,
-                                                               compression=compression)):
+        if features is None:
+            # Framing and CRCs only: no object per record.
+            count = tfrecordio.count_records(reader, path=file, compression=compression)
+            records = ()
+        else:
+            records = tfrecordio.iter_records(reader, path=file, compression=compression)
+        for index, record in enumerate(records):
             count = index + 1
-            if features is None:
-                continue
             try:
                 problem = example_problem(decode_example(record), features, vocabulary_sizes)
             except ExampleDecodeError as error:
@@ -287,6 +290,7 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
                 if first_bad is None:
                     first_bad = Problem(file, problem, record_index=index, code="example")
     except tfrecordio.TFRecordError as error:
+        count = error.record_index  # the intact records before the damage
         # Offsets of gzip shards count uncompressed bytes (what TFRecord
         # readers see); say so, or a user would seek the compressed file.
         suffix = " (byte offset in the uncompressed stream)" if compression == "gzip" else ""

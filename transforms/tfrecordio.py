@@ -35,6 +35,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "TFRecordError",
     "TFRecordWriter",
+    "count_records",
     "frame_records",
     "gzip_compress",
     "iter_records",
@@ -279,15 +280,41 @@ def iter_records(fileobj: BinaryIO, *, path: str = "",
 
     compression: "none", "gzip" (one or more members), or "auto" (by the
     `path` suffix, else by sniffing the stream). Raises only `TFRecordError`
-    for damaged data, including a length field above `MAX_RECORD_BYTES`;
-    memory stays bounded by the largest record.
+    for damaged data, including a length field above `MAX_RECORD_BYTES`,
+    after yielding every intact record before the damage; memory stays
+    bounded by the largest record.
+    """
+    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+        with memoryview(buffer) as view:
+            records = [bytes(view[start + _HEADER_SIZE:end - _FOOTER_SIZE])
+                       for start, end in zip(starts, ends)]
+        yield from records
+
+
+def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto") -> int:
+    """The number of records in a TFRecord stream, read to its end with every
+    check `iter_records` makes, without making an object per record. Raises
+    `TFRecordError` as `iter_records` would; its record_index is then the
+    number of intact records before the damage."""
+    return sum(len(starts) for _, starts, _ in _checked_spans(fileobj, path, compression))
+
+
+def _checked_spans(fileobj: BinaryIO, path: str, compression: str
+                   ) -> Iterator[tuple[bytearray, list[int], list[int]]]:
+    """``(buffer, starts, ends)``: where each complete record of the buffer
+    begins and ends, every one checked. The buffer is valid only until the
+    next item is asked for.
+
+    Each buffer's records are walked by their length fields (a record's
+    12-byte header is compared with the canonical header of its length,
+    which checks the length CRC), then their data CRCs are computed in one
+    C-level pass. Damage is raised in stream order, after the intact
+    records before it have been handed out.
     """
     blocks = _blocks_for(fileobj, path, compression)
     buffer = bytearray()
     position = 0  # offset of buffer[0] in the uncompressed stream
-    index = 0
-    unpack_header = _HEADER.unpack_from
-    unpack_crc = _CRC.unpack_from
+    index = 0  # records handed out so far
     exhausted = False
 
     def fill(needed: int) -> bool:
@@ -306,29 +333,18 @@ def iter_records(fileobj: BinaryIO, *, path: str = "",
         return len(buffer) >= needed
 
     while True:
-        cursor = 0
-        available = len(buffer)
-        # Parse every complete record already in the buffer without copying.
-        while available - cursor >= _HEADER_SIZE:
-            length, length_crc = unpack_header(buffer, cursor)
-            if masked_crc32c(memoryview(buffer)[cursor:cursor + 8]) != length_crc:
-                raise TFRecordError("bad length CRC", path=path, offset=position + cursor,
-                                    record_index=index)
-            if length > MAX_RECORD_BYTES:
-                raise TFRecordError(f"record length {length} exceeds the 2 GiB limit of a "
-                                    "serialized protobuf", path=path,
-                                    offset=position + cursor, record_index=index)
-            end = cursor + _HEADER_SIZE + length + _FOOTER_SIZE
-            if end > available:
-                break
-            data = bytes(memoryview(buffer)[cursor + _HEADER_SIZE:end - _FOOTER_SIZE])
-            (data_crc,) = unpack_crc(buffer, end - _FOOTER_SIZE)
-            if masked_crc32c(data) != data_crc:
-                raise TFRecordError("bad data CRC", path=path, offset=position + cursor,
-                                    record_index=index)
-            yield data
-            index += 1
-            cursor = end
+        starts, ends, damage = _walk_headers(buffer, position, index, path)
+        bad_data = _first_bad_data_crc(buffer, starts, ends)
+        if bad_data is not None:
+            damage = TFRecordError("bad data CRC", path=path, offset=position + starts[bad_data],
+                                   record_index=index + bad_data)
+            starts, ends = starts[:bad_data], ends[:bad_data]
+        if starts:
+            yield buffer, starts, ends
+            index += len(starts)
+        if damage is not None:
+            raise damage
+        cursor = ends[-1] if ends else 0
         if cursor:
             del buffer[:cursor]
             position += cursor
@@ -352,6 +368,52 @@ def iter_records(fileobj: BinaryIO, *, path: str = "",
             if buffer:
                 continue
         return
+
+
+def _walk_headers(buffer: bytearray, position: int, index: int, path: str
+                  ) -> tuple[list[int], list[int], TFRecordError | None]:
+    """Starts and ends of the complete records at the head of `buffer` whose
+    length CRC checks out, and the damage that stopped the walk (None when
+    it stopped at the end of the complete records)."""
+    starts: list[int] = []
+    ends: list[int] = []
+    available = len(buffer)
+    cursor = 0
+    unpack_length = _LENGTH.unpack_from
+    canonical = _header_cache.get
+    while available - cursor >= _HEADER_SIZE:
+        (length,) = unpack_length(buffer, cursor)
+        header = canonical(length) or _header(length)
+        if buffer[cursor:cursor + _HEADER_SIZE] != header:
+            return starts, ends, TFRecordError("bad length CRC", path=path,
+                                               offset=position + cursor,
+                                               record_index=index + len(starts))
+        if length > MAX_RECORD_BYTES:
+            return starts, ends, TFRecordError(
+                f"record length {length} exceeds the 2 GiB limit of a serialized protobuf",
+                path=path, offset=position + cursor, record_index=index + len(starts))
+        end = cursor + _HEADER_SIZE + length + _FOOTER_SIZE
+        if end > available:
+            break
+        starts.append(cursor)
+        ends.append(end)
+        cursor = end
+    return starts, ends, None
+
+
+def _first_bad_data_crc(buffer: bytearray, starts: list[int], ends: list[int]) -> int | None:
+    """Position in `starts` of the first record whose data CRC is wrong."""
+    if not starts:
+        return None
+    with memoryview(buffer) as view:
+        data = map(view.__getitem__, map(slice, [start + _HEADER_SIZE for start in starts],
+                                         [end - _FOOTER_SIZE for end in ends]))
+        crcs = np.fromiter(map(crc32c.crc32c, data), dtype=np.uint32, count=len(starts))
+    masked = ((crcs >> 15) | (crcs << 17)) + np.uint32(0xA282EAD8)
+    footers = np.asarray(ends, dtype=np.int64)[:, None] + np.arange(-_FOOTER_SIZE, 0)
+    stored = np.frombuffer(buffer, dtype=np.uint8)[footers].view("<u4").ravel()
+    bad = np.flatnonzero(masked != stored)
+    return int(bad[0]) if len(bad) else None
 
 
 def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:

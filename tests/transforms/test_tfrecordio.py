@@ -224,3 +224,81 @@ def test_a_deflate_bit_gzip_ignores_leaves_the_records_intact():
     else:
         pytest.skip("no ignored deflate bit in this stream")
     assert _read_all(bytes(damaged), "gzip", "shard.gz") == _DAMAGE_RECORDS
+
+
+def _reference_read(stream):
+    """A record-at-a-time reading of a plain stream, written from the format
+    spec: (intact records, (problem, offset, record index) or None)."""
+    records, offset = [], 0
+    while offset < len(stream):
+        if len(stream) - offset < 12:
+            return records, ("truncated record", offset, len(records))
+        (length,) = struct.unpack("<Q", stream[offset:offset + 8])
+        if struct.unpack("<I", stream[offset + 8:offset + 12])[0] != _masked(stream[offset:offset + 8]):
+            return records, ("bad length CRC", offset, len(records))
+        if length >= 1 << 31:
+            return records, ("exceeds the 2 GiB limit", offset, len(records))
+        if len(stream) - offset < 16 + length:
+            return records, ("truncated record", offset, len(records))
+        data = stream[offset + 12:offset + 12 + length]
+        if struct.unpack("<I", stream[offset + 12 + length:offset + 16 + length])[0] != _masked(data):
+            return records, ("bad data CRC", offset, len(records))
+        records.append(data)
+        offset += 16 + length
+    return records, None
+
+
+@pytest.mark.parametrize("read_block", [7, 64, 1000, 1 << 20])
+def test_batched_reader_and_counter_match_a_record_at_a_time_reading(read_block, monkeypatch):
+    # The reader checks a buffer of records at a time; whatever the damage
+    # and wherever the read blocks end, it must yield the records and raise
+    # the error (problem, offset, record index) a record-at-a-time reader
+    # finds, and count_records must agree.
+    monkeypatch.setattr(tfrecordio, "_READ_BLOCK", read_block)
+    _compare_with_reference()
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def _compare_with_reference(data):
+    records = data.draw(st.lists(st.binary(max_size=200), max_size=12), label="records")
+    stream = bytearray(tfrecordio.frame_records(records))
+    for _ in range(data.draw(st.integers(0, 3), label="damages")):
+        kind = data.draw(st.sampled_from(["flip", "cut", "insert"]), label="kind")
+        position = data.draw(st.integers(0, len(stream)), label="position")
+        if kind == "flip" and position < len(stream):
+            stream[position] ^= data.draw(st.integers(1, 255), label="xor")
+        elif kind == "cut":
+            del stream[position:]
+        else:
+            stream[position:position] = data.draw(st.binary(min_size=1, max_size=20))
+    stream = bytes(stream)
+    expected_records, expected_error = _reference_read(stream)
+    got, error = [], None
+    try:
+        for record in tfrecordio.iter_records(io.BytesIO(stream), path="s", compression="none"):
+            got.append(record)
+    except tfrecordio.TFRecordError as raised:
+        error = raised
+    assert got == expected_records
+    try:
+        counted = tfrecordio.count_records(io.BytesIO(stream), path="s", compression="none")
+        count_error = None
+    except tfrecordio.TFRecordError as raised:
+        counted, count_error = None, raised
+    if expected_error is None:
+        assert error is None and count_error is None and counted == len(expected_records)
+        return
+    problem, offset, index = expected_error
+    for raised in (error, count_error):
+        assert raised is not None and problem in str(raised)
+        assert (raised.offset, raised.record_index) == (offset, index)
+
+
+def test_count_records_reads_multi_member_gzip():
+    records = _records(seed=9, count=50)
+    members = b"".join(tfrecordio.gzip_compress(tfrecordio.frame_records(records[i:i + 10]))
+                       for i in range(0, 50, 10))
+    assert tfrecordio.count_records(io.BytesIO(members), compression="gzip") == 50
+    with pytest.raises(tfrecordio.TFRecordError, match="truncated gzip"):
+        tfrecordio.count_records(io.BytesIO(members[:-3]), compression="gzip")
