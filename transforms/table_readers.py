@@ -42,6 +42,7 @@ import csv
 import json
 import threading
 import zlib
+from itertools import chain, count, repeat, starmap
 from typing import IO, Any, Iterable, Iterator, NamedTuple
 
 import fsspec
@@ -223,15 +224,56 @@ def jsonl_split_points(path: str, target_bytes: int, *,
 
 
 class _Cursor:
-    """Where the line reader is: byte offset and 1-based line number of the line
-    last handed out (or about to be read); shared with the caller so that an
-    I/O error can name the line."""
+    """Where a line reader is: byte offset and 1-based line number of the line it
+    is on (the one last handed out, or the one a read is for); shared with the
+    caller so that an I/O error can name the line."""
 
     __slots__ = ("offset", "line")
 
     def __init__(self, offset: int, line: int):
         self.offset = offset
         self.line = line
+
+
+def _iter_line_blocks(f: IO[bytes], cursor: _Cursor) -> Iterator[tuple[int, int, bytes]]:
+    """Yields ``(offset, line_no, block)`` for `f` from the cursor's position:
+    `block` is a run of whole lines starting at byte `offset` on line `line_no`,
+    each line ending in ``\\n`` but the file's last. Reads big blocks; a line
+    longer than a block is assembled from pieces joined once (no quadratic
+    copying). Before each read the cursor is set to the first line not yet read
+    in full."""
+    offset, line_no = cursor.offset, cursor.line
+    pending: list[bytes] = []
+    while True:
+        cursor.offset, cursor.line = offset, line_no
+        data = f.read(_BLOCK)
+        if not data:
+            break
+        whole_lines_end = data.rfind(b"\n") + 1
+        if not whole_lines_end:
+            pending.append(data)
+            continue
+        # A memoryview slice is not a copy: the join below is the one copy.
+        pending.append(memoryview(data)[:whole_lines_end])
+        block = b"".join(pending)
+        pending = [data[whole_lines_end:]] if whole_lines_end < len(data) else []
+        yield offset, line_no, block
+        offset += len(block)
+        line_no += block.count(b"\n")
+    if pending:
+        yield offset, line_no, b"".join(pending)
+
+
+def _block_lines(offset: int, line_no: int, block: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """Yields ``(offset, line_no, line)`` for the lines of a block from
+    `_iter_line_blocks`, each line without its ``\\n``."""
+    lines = block.split(b"\n")
+    if not lines[-1]:
+        lines.pop()  # the block's last "\n" ends a line, it starts none
+    for line in lines:
+        yield offset, line_no, line
+        offset += len(line) + 1
+        line_no += 1
 
 
 def _iter_lines(f: IO[bytes], cursor: _Cursor) -> Iterator[tuple[int, int, bytes]]:
@@ -309,26 +351,66 @@ def _parse_csv_record(text: str) -> list[str]:
             csv.field_size_limit(previous)
 
 
-def _iter_csv_records(lines: Iterator[tuple[int, int, bytes]]
-                      ) -> Iterator[tuple[int, int, bytes | None]]:
-    """Groups physical lines into CSV records by quote parity. Yields
-    ``(offset, line, raw_record)`` with the record's start; `raw_record` is None
-    when the record exceeds `_MAX_CSV_RECORD_BYTES` (the caller stops there)."""
-    for offset, line_no, line in lines:
-        if line.count(b'"') % 2 == 0:
-            yield offset, line_no, line
-            continue
-        parts, size, quotes = [line], len(line), 1
-        for _, _, more in lines:
-            parts.append(more)
-            size += len(more) + 1
-            quotes += more.count(b'"')
-            if quotes % 2 == 0 or size > _MAX_CSV_RECORD_BYTES:
-                break
-        if size > _MAX_CSV_RECORD_BYTES:
-            yield offset, line_no, None
+def _blocks_to_record_end(first: tuple[int, int, bytes],
+                          blocks: Iterator[tuple[int, int, bytes]]
+                          ) -> Iterator[tuple[int, int, bytes]]:
+    """`first` (a block that starts at a record boundary) and, while a quoted
+    field is still open at the end of a block (an odd number of ``"`` so far),
+    the blocks after it from `blocks`."""
+    block = first
+    quotes = 0
+    while True:
+        yield block
+        quotes += block[2].count(b'"')
+        if quotes % 2 == 0:
             return
-        yield offset, line_no, b"\n".join(parts)
+        block = next(blocks, None)
+        if block is None:
+            return
+
+
+def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
+                      ) -> Iterator[tuple[int, int, bytes | None, bool]]:
+    """Yields ``(offset, line_no, data, plain)`` for the CSV records of `blocks`
+    (which start at a record boundary), in order, each with the byte offset and
+    line where it starts.
+
+    With `plain`, `data` is a run of whole lines holding no ``"`` and no ``\\r``,
+    so that each line is one record of fields split at commas: most blocks of
+    most files, read in one go by `_plain_csv_rows`. The record at offset 0 (the
+    header, which may start with a byte-order mark) is never part of one.
+
+    Otherwise `data` is one record, its physical lines grouped by quote parity,
+    without its final ``\\n``; None when the record exceeds
+    `_MAX_CSV_RECORD_BYTES`, and then nothing follows.
+    """
+    for first in blocks:
+        offset, line_no, block = first
+        if b'"' not in block and b"\r" not in block:
+            if offset == 0:
+                header, _, block = block.partition(b"\n")
+                yield 0, 1, header, False
+                if not block:
+                    continue
+                offset, line_no = len(header) + 1, 2
+            yield offset, line_no, block, True
+            continue
+        lines = chain.from_iterable(starmap(_block_lines, _blocks_to_record_end(first, blocks)))
+        for offset, line_no, line in lines:
+            if line.count(b'"') % 2 == 0:
+                yield offset, line_no, line, False
+                continue
+            parts, size, quotes = [line], len(line), 1
+            for _, _, more in lines:
+                parts.append(more)
+                size += len(more) + 1
+                quotes += more.count(b'"')
+                if quotes % 2 == 0 or size > _MAX_CSV_RECORD_BYTES:
+                    break
+            if size > _MAX_CSV_RECORD_BYTES:
+                yield offset, line_no, None, False
+                return
+            yield offset, line_no, b"\n".join(parts), False
 
 
 def _decode_record(raw: bytes, first: bool) -> str:
@@ -340,14 +422,14 @@ def _decode_record(raw: bytes, first: bool) -> str:
     return text
 
 
-def _csv_header(records: Iterator[tuple[int, int, bytes | None]], source: str
+def _csv_header(batches: Iterator[tuple[int, int, bytes | None, bool]], source: str
                 ) -> tuple[list[str] | None, dict | None]:
-    """Reads and checks the header record: (names, None) or (None, dead letter)
-    or (None, None) for an empty file."""
-    first = next(records, None)
+    """Reads and checks the header record (the first batch, never a plain run):
+    (names, None) or (None, dead letter) or (None, None) for an empty file."""
+    first = next(batches, None)
     if first is None:
         return None, None
-    _, line_no, raw = first
+    _, line_no, raw, _ = first
     if raw is None:
         return None, _read_dead_letter(
             source, line_no, "csv_bad_header",
@@ -402,17 +484,17 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
             if start > 0:
                 header_cursor = _Cursor(0, 1)
                 names, problem = _csv_header(
-                    _iter_csv_records(_iter_lines(f, header_cursor)), source)
+                    _iter_csv_batches(_iter_line_blocks(f, header_cursor)), source)
                 if names is None:
                     return  # the range starting at 0 reports the file's problem
                 point = _seek_to_record(f, fs, fs_path, start, start_line, True)
                 if point is None:
                     return
                 cursor = _Cursor(*point)
-                records = _iter_csv_records(_iter_lines(f, cursor))
+                batches = _iter_csv_batches(_iter_line_blocks(f, cursor))
             else:
-                records = _iter_csv_records(_iter_lines(f, cursor))
-                names, problem = _csv_header(records, source)
+                batches = _iter_csv_batches(_iter_line_blocks(f, cursor))
+                names, problem = _csv_header(batches, source)
                 if problem is not None:
                     yield problem
                     return
@@ -420,46 +502,85 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
                     yield _read_dead_letter(source, None, "empty_file",
                                             f"{source} is empty", source)
                     return
-            yield from _csv_rows(records, names, source, end)
+            yield from _csv_rows(batches, names, source, end)
     except READ_ERRORS as exc:
         yield read_error(source, cursor.line if cursor.offset > 0 else None, exc)
 
 
-def _csv_rows(records: Iterator[tuple[int, int, bytes | None]], names: list[str],
+def _csv_rows(batches: Iterator[tuple[int, int, bytes | None, bool]], names: list[str],
               source: str, end: int | None) -> Iterator[SourceRow | dict]:
-    width = len(names)
-    for offset, line_no, raw in records:
+    for offset, line_no, data, plain in batches:
         if end is not None and offset >= end:
             return
-        if raw is None:
+        if plain:
+            # The lines that start at or after `end` belong to the next range.
+            in_range = len(data) if end is None else (
+                data.find(b"\n", end - offset - 1) + 1 or len(data))
+            yield from _plain_csv_rows(data[:in_range], line_no, names, source)
+            if in_range < len(data):
+                return  # without reading on, as for a record at or after `end`
+            continue
+        if data is None:
             yield _read_dead_letter(
                 source, line_no, "csv_malformed",
                 f"{source} line {line_no}: a quoted field runs on for more than "
                 f"{_MAX_CSV_RECORD_BYTES >> 20} MB (unterminated quote?); the rest of the "
                 "file is not read", None)
             return
-        if not raw or raw == b"\r":
-            continue
-        try:
-            fields = _parse_csv_record(_decode_record(raw, offset == 0))
-        except UnicodeDecodeError as exc:
-            yield _read_dead_letter(
-                source, line_no, "invalid_utf8",
-                f"{source} line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start} "
-                "of the record)", raw)
-            continue
-        except csv.Error as exc:
-            yield _read_dead_letter(
-                source, line_no, "csv_malformed",
-                f"{source} line {line_no}: broken CSV quoting: {exc}", raw)
-            continue
-        if len(fields) != width:
-            yield _read_dead_letter(
-                source, line_no, "csv_ragged_row",
-                f"{source} line {line_no}: {len(fields)} fields, but the header has {width}",
-                fields)
-            continue
-        yield SourceRow(source, line_no, dict(zip(names, fields)))
+        row = _csv_record_row(data, offset == 0, line_no, names, source)
+        if row is not None:
+            yield row
+
+
+def _plain_csv_rows(run: bytes, line_no: int, names: list[str],
+                    source: str) -> Iterator[SourceRow | dict]:
+    """The rows of a plain run from `_iter_csv_batches` starting on line
+    `line_no`. When every line is valid UTF-8 and has one field per column (the
+    common case) the run is decoded and split in one go and its rows are built
+    by `map` over the lines, without a Python loop; otherwise it goes record by
+    record, whose dead letters name the line (and the byte of bad UTF-8)."""
+    try:
+        lines = run.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        pass
+    else:
+        if not lines[-1]:
+            lines.pop()  # the run's last "\n" ends a line, it starts none
+        # Commas are counted rather than fields, so that the field lists are made
+        # one at a time below and freed at once: a block's worth of them alive
+        # together would add to every garbage collection's work.
+        if "" not in lines and set(map(str.count, lines, repeat(","))) == {len(names) - 1}:
+            fields = map(str.split, lines, repeat(","))
+            return map(SourceRow, repeat(source), count(line_no),
+                       map(dict, map(zip, repeat(names), fields)))
+    rows = (_csv_record_row(raw, False, record_line, names, source)
+            for record_line, raw in enumerate(run.split(b"\n"), line_no))
+    return (row for row in rows if row is not None)
+
+
+def _csv_record_row(raw: bytes, first: bool, line_no: int, names: list[str],
+                    source: str) -> SourceRow | dict | None:
+    """The row or read dead letter for one record (`first`: it starts the
+    file); None for a blank line, which is not a row."""
+    if not raw or raw == b"\r":
+        return None
+    try:
+        fields = _parse_csv_record(_decode_record(raw, first))
+    except UnicodeDecodeError as exc:
+        return _read_dead_letter(
+            source, line_no, "invalid_utf8",
+            f"{source} line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start} "
+            "of the record)", raw)
+    except csv.Error as exc:
+        return _read_dead_letter(
+            source, line_no, "csv_malformed",
+            f"{source} line {line_no}: broken CSV quoting: {exc}", raw)
+    if len(fields) != len(names):
+        return _read_dead_letter(
+            source, line_no, "csv_ragged_row",
+            f"{source} line {line_no}: {len(fields)} fields, but the header has {len(names)}",
+            fields)
+    return SourceRow(source, line_no, dict(zip(names, fields)))
 
 
 # ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from recordforge.schemas.dead_letters import json_safe
 from recordforge.transforms import table_readers as tr
 from recordforge.transforms.rows import SourceRow
 
@@ -185,6 +186,229 @@ def test_csv_ranges_equal_whole_file_and_python_csv(tmp_path_factory, rows, targ
     assert [r.values for r in whole] == expected
     points = tr.scan_split_points(str(path), target, quote_aware=True)
     assert read_ranges(str(path), points) == whole
+
+
+def outcome(items):
+    """Reader output as comparable tuples: ("row", line, values) or (reason, line, input)."""
+    return [("row", item.row, item.values) if isinstance(item, SourceRow)
+            else (item["reason"], item["row"], item["input"]) for item in items]
+
+
+def reference_csv(data, max_record=tr._MAX_CSV_RECORD_BYTES):
+    """What `iter_csv` yields for a file of bytes `data` with a good header,
+    worked out line by line from the format's rules alone: records grouped by
+    quote parity, blank lines skipped, one CR before LF dropped, UTF-8 per
+    record, strict `csv` parsing, one field per column, nothing read after a
+    quoted record longer than `max_record`."""
+    lines = data.split(b"\n")
+    if not lines[-1]:
+        lines.pop()  # a final "\n" ends the last line and starts none
+    records, i = [], 0
+    while i < len(lines):
+        line_no, parts = i + 1, [lines[i]]
+        quotes = lines[i].count(b'"')
+        opens_quote = quotes % 2 == 1
+        while quotes % 2 and i + 1 < len(lines) and len(b"\n".join(parts)) <= max_record:
+            i += 1
+            parts.append(lines[i])
+            quotes += lines[i].count(b'"')
+        i += 1
+        record = b"\n".join(parts)
+        if opens_quote and len(record) > max_record:
+            records.append((line_no, None))
+            break
+        records.append((line_no, record))
+
+    def parse(raw):
+        text = raw[:-1] if raw.endswith(b"\r") else raw
+        return next(csv.reader([text.decode("utf-8")], strict=True), [])
+
+    names = parse(records[0][1].removeprefix(b"\xef\xbb\xbf"))
+    expected = []
+    for line_no, raw in records[1:]:
+        if raw is None:
+            expected.append(("csv_malformed", line_no, None))
+            break
+        if raw in (b"", b"\r"):
+            continue
+        try:
+            fields = parse(raw)
+        except UnicodeDecodeError:
+            expected.append(("invalid_utf8", line_no, json_safe(raw)))
+        except csv.Error:
+            expected.append(("csv_malformed", line_no, json_safe(raw)))
+        else:
+            expected.append(("row", line_no, dict(zip(names, fields))) if len(fields) == len(names)
+                            else ("csv_ragged_row", line_no, fields))
+    return expected
+
+
+_plain_field = st.text(alphabet="ab1 é", max_size=4)
+_any_field = st.text(alphabet='ab,"\n\r é', max_size=6)
+
+
+@st.composite
+def mixed_csv(draw):
+    """CSV bytes whose lines mix plain rows with quoted fields (embedded commas,
+    quotes, newlines, CRs), CRLF endings, blank lines, ragged rows, invalid
+    UTF-8 and stray quotes; sometimes plain rows only (the fast path's case),
+    sometimes a byte-order mark, sometimes no final newline."""
+    width = draw(st.integers(1, 4))
+    kinds = ["plain"] * 4 + ["blank", "ragged", "bad_utf8"]
+    if draw(st.booleans()):
+        kinds += ["quoted", "crlf", "stray_quote"]
+    lines = [("\ufeff" if draw(st.booleans()) else "").encode()
+             + ",".join(f"c{i}" for i in range(width)).encode() + b"\n"]
+    for kind in draw(st.lists(st.sampled_from(kinds), max_size=30)):
+        if kind == "quoted":
+            out = io.StringIO(newline="")
+            csv.writer(out, lineterminator="\n").writerow(
+                draw(st.lists(_any_field, min_size=width, max_size=width)))
+            lines.append(out.getvalue().encode())
+            continue
+        fields = width
+        if kind == "ragged":
+            fields += draw(st.sampled_from([-1, 1])) if width > 1 else 1
+        line = ",".join(draw(st.lists(_plain_field, min_size=fields, max_size=fields))).encode()
+        at = draw(st.integers(0, len(line)))
+        if kind == "bad_utf8":
+            line = line[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xe2\x82"])) + line[at:]
+        elif kind == "stray_quote":
+            line = line[:at] + b'"' + line[at:]
+        elif kind == "blank":
+            line = b""
+        lines.append(line + (b"\r\n" if kind == "crlf" else b"\n"))
+    data = b"".join(lines)
+    return data[:-1] if draw(st.booleans()) else data
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=mixed_csv(), block=st.sampled_from([1, 2, 3, 7, 16, 64, 1 << 20]),
+       cuts=st.lists(st.integers(min_value=0), max_size=4),
+       target=st.integers(min_value=1, max_value=100))
+def test_csv_matches_a_line_by_line_reference_for_any_blocks_and_ranges(
+        tmp_path_factory, data, block, cuts, target):
+    # Blocks of 1 to 64 bytes end mid-line and mid-record, and mix plain runs
+    # (read in one go) with per-record ones; 1 MB holds the whole file.
+    path = str(tmp_path_factory.mktemp("m") / "m.csv")
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tr, "_BLOCK", block)
+        whole = list(tr.iter_csv(path))
+        assert outcome(whole) == reference_csv(data)
+        for item in whole:
+            if isinstance(item, dict):
+                assert f"{path} line {item['row']}: " in item["message"]
+        # Arbitrary byte ranges, and split points with their line numbers.
+        starts = sorted({0, *(cut % (len(data) + 1) for cut in cuts)})
+        ranged = []
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            ranged += tr.iter_csv(path, start=start, end=end)
+        assert ranged == whole
+        assert read_ranges(path, tr.scan_split_points(path, target, quote_aware=True)) == whole
+        # A quoted record longer than the limit stops the read (ranges after it
+        # would still read their own records, so only the whole file is compared).
+        patch.setattr(tr, "_MAX_CSV_RECORD_BYTES", 12)
+        assert outcome(tr.iter_csv(path)) == reference_csv(data, max_record=12)
+
+
+_MIXED = (b"\xef\xbb\xbfid,text\n"      # 1 header with a byte-order mark
+          b"1,plain\n"                    # 2
+          b"2,also plain\n"               # 3
+          b"\n"                           # 4 blank
+          b"3,ragged,row\n"               # 5
+          b'4,"quoted, ""with""\n'        # 6-7 one record over two lines
+          b'newline"\n'
+          b"5,crlf\r\n"                   # 8
+          b"6,bad \xff byte\n"            # 9
+          b"7,\xc3\xa9t\xc3\xa9\n"        # 10
+          b"8,last without newline")      # 11
+_MIXED_OUTCOME = [
+    ("row", 2, {"id": "1", "text": "plain"}),
+    ("row", 3, {"id": "2", "text": "also plain"}),
+    ("csv_ragged_row", 5, ["3", "ragged", "row"]),
+    ("row", 6, {"id": "4", "text": 'quoted, "with"\nnewline'}),
+    ("row", 8, {"id": "5", "text": "crlf"}),
+    ("invalid_utf8", 9, json_safe(b"6,bad \xff byte")),
+    ("row", 10, {"id": "7", "text": "été"}),
+    ("row", 11, {"id": "8", "text": "last without newline"}),
+]
+
+
+def test_csv_block_boundaries_mid_line_and_mid_record_change_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "mixed.csv"
+    path.write_bytes(_MIXED)
+    plain_runs = []
+    read_plain_run = tr._plain_csv_rows
+
+    def record_plain_run(run, *args):
+        plain_runs.append(run)
+        return read_plain_run(run, *args)
+
+    monkeypatch.setattr(tr, "_plain_csv_rows", record_plain_run)
+    for block in [*range(1, 40), 64, 1 << 20]:
+        monkeypatch.setattr(tr, "_BLOCK", block)
+        items = list(tr.iter_csv(str(path)))
+        assert outcome(items) == _MIXED_OUTCOME, block
+        invalid = [item for item in items if isinstance(item, dict)
+                   and item["reason"] == "invalid_utf8"]
+        assert invalid[0]["message"] == (
+            f"{path} line 9: not valid UTF-8 (invalid start byte at byte 6 of the record)")
+    # Small blocks put the plain lines in runs of their own, so the fast path
+    # took part above; a plain file in one block is a single run.
+    assert plain_runs
+    plain = tmp_path / "plain.csv"
+    plain.write_bytes(b"a,b\n" + b"".join(b"%d,x%d\n" % (i, i) for i in range(30)))
+    monkeypatch.setattr(tr, "_BLOCK", 1 << 20)
+    plain_runs.clear()
+    whole = list(tr.iter_csv(str(plain)))
+    assert len(plain_runs) == 1
+    assert [(r.row, r.values) for r in whole] == [
+        (i + 2, {"a": str(i), "b": f"x{i}"}) for i in range(30)]
+    # A range may end anywhere inside a plain run.
+    for cut in range(plain.stat().st_size + 1):
+        parts = list(tr.iter_csv(str(plain), end=cut)) + list(tr.iter_csv(str(plain), start=cut))
+        assert parts == whole, cut
+    # Rows with a field too many and one too few, in one run, are still ragged.
+    balanced = tmp_path / "balanced.csv"
+    balanced.write_bytes(b"a,b\n1,2,3\n4\n5,6\n")
+    assert outcome(tr.iter_csv(str(balanced))) == [
+        ("csv_ragged_row", 2, ["1", "2", "3"]), ("csv_ragged_row", 3, ["4"]),
+        ("row", 4, {"a": "5", "b": "6"})]
+
+
+class _FailingFile(io.BytesIO):
+    """A file whose reads fail after the first `reads_ok`."""
+
+    def __init__(self, data, reads_ok):
+        super().__init__(data)
+        self.reads_left = reads_ok
+
+    def read(self, size=-1):
+        if not self.reads_left:
+            raise OSError("disk gone")
+        self.reads_left -= 1
+        return super().read(size)
+
+
+@pytest.mark.parametrize("reads_ok,rows,error_row", [
+    (0, [], None),            # the header's first read: no line to name
+    (3, [2], 3),              # 12 bytes read: line 3 ('2,"multi') not complete
+    (5, [2], 4),              # 20 bytes: inside the quoted record, at line 4
+    (7, [2, 3, 5], 6),        # 28 bytes: lines 1-5 complete, line 6 started
+    (8, [2, 3, 5, 6], 7),     # the whole file read; the next read fails
+])
+def test_csv_read_error_names_the_first_line_not_read_in_full(monkeypatch, reads_ok, rows,
+                                                              error_row):
+    data = b'a,b\n1,x\n2,"multi\nline"\n3,y\n4,z\n'
+    monkeypatch.setattr(tr, "_BLOCK", 4)
+    monkeypatch.setattr(tr, "_open", lambda fs, path: _FailingFile(data, reads_ok))
+    got, dead = split(list(tr.iter_csv("f.csv")))
+    assert [r.row for r in got] == rows
+    assert [(d["reason"], d["row"]) for d in dead] == [("read_error", error_row)]
+    assert "disk gone" in dead[0]["message"]
 
 
 # ---------------------------------------------------------------------------
