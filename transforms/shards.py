@@ -51,6 +51,7 @@ from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.transforms import spill, tfrecordio
+from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.shard_plan import (
     HASH_SIZE,
     RunInfo,
@@ -135,6 +136,7 @@ class _SpillFn(beam.DoFn):
         self._tuning = tuning
 
     def setup(self):
+        relax_young_collections()  # a batch's rows should die young
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
         fs, path = fsspec.core.url_to_fs(self._run_dir)
         fs.makedirs(path, exist_ok=True)

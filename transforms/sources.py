@@ -56,6 +56,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.schemas.dead_letters import RowError, dead_letter
 from recordforge.transforms import table_readers
+from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.images import ImageOptions, image_columns
 from recordforge.transforms.rows import SourceRow
 from recordforge.transforms.table_readers import READ_ERRORS, display_name, read_error
@@ -359,6 +360,7 @@ class _ReadTableRanges(beam.DoFn):
 
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
+        relax_young_collections()  # rows are made here, a batch at a time
 
     def process(self, unit: FileRange):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
@@ -671,6 +673,7 @@ class _ReadImageBatches(beam.DoFn):
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._path)[0]
         self._source = redact_url(self._path)
+        relax_young_collections()  # rows are made here, a batch at a time
 
     def process(self, items: list[ImageItem]):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (root, n))

@@ -20,6 +20,7 @@ import apache_beam as beam
 from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
 from recordforge.schemas.features import FeatureSpec, label_text
+from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.rows import SourceRow
 from recordforge.transforms.shard_plan import SplitAssigner
 
@@ -242,6 +243,7 @@ class _ConvertBatchesFn(beam.DoFn):
         self._counting = counting
 
     def setup(self):
+        relax_young_collections()  # a batch's rows and examples should die young
         self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
         self._assigner = (SplitAssigner(self._counting.dataset_name, self._counting.splits)
                           if self._counting is not None else None)
