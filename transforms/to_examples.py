@@ -30,6 +30,8 @@ __all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "Batc
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
 LABEL_COUNTS = "label_counts"
+# Distinct raw label values whose text a converter remembers.
+_MAX_KNOWN_LABELS = 10_000
 METRICS_NAMESPACE = "recordforge"
 
 # One type tag per kind of key, so a 1 and a "1" never produce the same key;
@@ -134,6 +136,7 @@ class BatchConverter:
                  key_column: str | None):
         self._encoder = RowEncoder(specs, vocabularies)
         self._key_column = key_column
+        self._known_labels: dict[tuple, dict] = {}
         self._key_feature = None
         if key_column is not None:
             for spec in specs:
@@ -158,21 +161,14 @@ class BatchConverter:
         names the first value the row stores in feature `label` (None when it
         stores none, or when `label` is None). The value comes from the same
         converter that encoded the row."""
-        convert_label = None
-        if label is not None:
-            convert_label = self._encoder.converter(label)
-            label_column = self._encoder.source_of(label)
+        label_of = self._labeller(label, vocabulary) if label is not None else None
         examples = []
         labels = []
         dead_letters = []
         for row in batch:
             try:
                 example = self._convert_row(row)
-                if convert_label is not None:
-                    stored = convert_label(row.values.get(label_column))
-                    labels.append(label_text(stored[0], vocabulary) if stored else None)
-                else:
-                    labels.append(None)
+                labels.append(label_of(row.values) if label_of is not None else None)
                 examples.append(example)
             except RowError as error:
                 dead_letters.append(self._dead_letter(row, error.stage, error.reason,
@@ -182,6 +178,32 @@ class BatchConverter:
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
         return examples, labels, dead_letters
+
+    def _labeller(self, label: str, vocabulary: Sequence[str] | None):
+        """row values -> the row's label text (or None), remembering the
+        text of the raw values seen (labels repeat: converting each once
+        is enough). Raw values are remembered with their type, so that 1,
+        1.0 and True stay apart."""
+        convert = self._encoder.converter(label)
+        column = self._encoder.source_of(label)
+        known = self._known_labels.setdefault((label, tuple(vocabulary or ())), {})
+
+        def label_of(values: Mapping[str, Any]) -> str | None:
+            raw = values.get(column)
+            try:
+                return known[type(raw), raw]
+            except KeyError:
+                pass
+            except TypeError:  # an unhashable value (a list) is converted each time
+                stored = convert(raw)
+                return label_text(stored[0], vocabulary) if stored else None
+            stored = convert(raw)
+            text = label_text(stored[0], vocabulary) if stored else None
+            if len(known) < _MAX_KNOWN_LABELS:
+                known[type(raw), raw] = text
+            return text
+
+        return label_of
 
     def _convert_row(self, row: SourceRow) -> tuple[bytes | None, bytes]:
         values = row.values

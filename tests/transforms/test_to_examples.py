@@ -318,3 +318,24 @@ def test_blank_numeric_key_is_missing_even_with_a_default():
     assert "key column 'id' has no value" in record["message"]
     [(key, _)] = converter.convert_batch([SourceRow("s.csv", 3, {"id": " 12 "})])[0]
     assert key == sortable_key(12)
+
+
+def test_remembered_label_texts_equal_a_fresh_conversion_for_every_raw_value():
+    # Label texts are remembered per raw value and its type: 1, 1.0, "1",
+    # " 1" and lists (unhashable) must each get exactly the text a fresh
+    # conversion gives.
+    specs = parse_features({"id": {"type": "int64"},
+                            "tags": {"type": "int64", "shape": [-1]},
+                            "code": {"type": "int64"}})
+    raws = [1, 1.0, "1", " 1", 2, "2", 1, 1.0, "1"]
+    rows = [SourceRow("t.jsonl", n, {"id": n, "tags": [raw, 3] if n % 2 else raw, "code": raw})
+            for n, raw in enumerate(raws * 3)]
+    converter = BatchConverter(specs, {}, key_column="id")
+    for feature in ("code", "tags"):
+        examples, labels, dead = converter.convert_labelled_batch(rows, feature)
+        fresh = BatchConverter(specs, {}, key_column="id")._encoder.converter(feature)
+        good = [row for row in rows if not any(d["row"] == row.row for d in dead)]
+        assert len(good) == len(examples) == len(labels) > len(rows) // 2
+        for row, label in zip(good, labels):
+            stored = fresh(row.values[feature])
+            assert label == (str(stored[0]) if stored else None), row
