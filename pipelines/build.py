@@ -173,11 +173,11 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
 
 # Below this much input a local build runs in one process (in_memory, one
 # worker): starting multi_processing workers (each imports Beam and unpickles
-# the pipeline) costs seconds and every worker holds its own ~200 MB. On the
-# 2-core benchmark machine two workers ran 0.7x-1.2x as fast as one up to
-# 1 GB of input, the bundled samples half as fast, and 1.1x at 4 GB
-# (benchmarks/RESULTS.md).
-LOCAL_PARALLEL_MIN_BYTES = 1 << 30
+# the pipeline) costs about 1.5 s and every worker holds its own ~200 MB. On
+# the 2-core benchmark machine, idle, two workers ran the bundled samples
+# (under 1 MB) 0.55x as fast as one, a 100 MB table 1.24x-1.47x, 456 MB of
+# images 1.03x-1.13x and 4 GB 1.41x-1.48x (benchmarks/RESULTS.md).
+LOCAL_PARALLEL_MIN_BYTES = 256 << 20
 
 
 def default_beam_args(beam_args: Sequence[str],
