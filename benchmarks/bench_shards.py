@@ -12,14 +12,11 @@ Per run it reports:
 - end-to-end time, and the time of the same pipeline with the writer
   replaced by a byte count (generation alone); writer throughput is
   example bytes / (end-to-end - generation), i.e. the writer stage alone;
-- CPU seconds of the whole process tree, and example MB per CPU second
-  (on a shared machine, wall time also measures the neighbours);
+- CPU seconds of the whole process tree (and the kernel's share of them),
+  and example MB per CPU second (on a shared machine, wall time also
+  measures the neighbours);
 - peak RSS of the whole process tree (psutil, sampled every 0.1 s);
-- the shards: count and size spread per split;
-- the machine's rate of writing a new file, measured in the same run (see
-  `_new_file_write_rate`), and the writer's throughput as a share of half
-  that rate: the most a writer can reach that puts every byte into two new
-  files, as a bounded-memory global shuffle must.
+- the shards: count and size spread per split.
 
 Usage:
   python benchmarks/bench_shards.py --gigabytes 1 --kind table --compression none
@@ -94,7 +91,8 @@ class _PeakRss:
     def __init__(self, interval: float = 0.1):
         self.peak = 0
         self.cpu_seconds = 0.0
-        self._cpu: dict[int, float] = {}
+        self.system_seconds = 0.0
+        self._cpu: dict[int, tuple[float, float]] = {}
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -107,16 +105,19 @@ class _PeakRss:
                 try:
                     total += process.memory_info().rss
                     times = process.cpu_times()
-                    self._cpu[process.pid] = times.user + times.system
+                    self._cpu[process.pid] = (times.user, times.system)
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
-            self.cpu_seconds = sum(self._cpu.values()) - self._cpu_start
+            self.cpu_seconds = (sum(user + system for user, system in self._cpu.values())
+                                - sum(self._cpu_start))
+            self.system_seconds = (sum(system for _, system in self._cpu.values())
+                                   - self._cpu_start[1])
             self._stop.wait(self._interval)
 
     def __enter__(self):
         times = psutil.Process().cpu_times()
-        self._cpu_start = times.user + times.system
+        self._cpu_start = (times.user, times.system)
         self._thread.start()
         return self
 
@@ -166,24 +167,6 @@ def _write(seeds, kind, workers, out_dir, compression, shard_size) -> float:
     return time.perf_counter() - start
 
 
-def _new_file_write_rate(path: str, nbytes: int) -> float:
-    """MB/s of writing `nbytes` to a new file: what the machine charges for
-    bytes that land in memory the page cache has not used before. On the
-    virtual machines this was developed on, that is ~0.35-0.5 GB/s against
-    several GB/s for pages freed a moment ago, and it bounds the writer: a
-    global shuffle in bounded memory puts every byte into at least two new
-    files (the spilled runs, then the sorted output). The file is kept until
-    the caller deletes it, so that its pages are not handed to the writer."""
-    block = os.urandom(4 << 20)
-    written = 0
-    start = time.perf_counter()
-    with open(path, "wb") as out:
-        while written < nbytes:
-            out.write(block)
-            written += len(block)
-    return written / 1e6 / (time.perf_counter() - start)
-
-
 def _shard_summary(out_dir: str) -> dict:
     with open(os.path.join(out_dir, "_metadata")) as lines:
         shards = [json.loads(line) for line in lines]
@@ -216,15 +199,12 @@ def main(argv=None):
     work_dir = tempfile.mkdtemp(prefix="bench_shards_", dir=args.work_dir)
     out_dir = os.path.join(work_dir, "out")
     try:
-        page_probe = os.path.join(work_dir, "new_file_probe")
-        new_file_rate = _new_file_write_rate(page_probe, min(example_bytes, 1 << 30))
         generation = 0.0
         if not args.skip_generation_baseline:
             generation = _generation_only(seeds, args.kind, args.workers)
         with _PeakRss() as rss:
             total = _write(seeds, args.kind, args.workers, out_dir, args.compression,
                            int(args.shard_megabytes * 1e6))
-        os.remove(page_probe)
         report = {
             "kind": args.kind, "compression": args.compression, "workers": args.workers,
             "example_megabytes": round(example_bytes / 1e6, 1),
@@ -232,17 +212,14 @@ def main(argv=None):
             "seconds_generation_only": round(generation, 2),
             "end_to_end_MBps": round(example_bytes / 1e6 / total, 1),
             "cpu_seconds_process_tree": round(rss.cpu_seconds, 2),
+            # The kernel's share: file writes and reads, page faults, deletes.
+            "system_cpu_seconds_process_tree": round(rss.system_seconds, 2),
             "end_to_end_MB_per_cpu_second": round(example_bytes / 1e6 / rss.cpu_seconds, 1),
             "peak_rss_MB_process_tree": round(rss.peak / 1e6, 1),
             "splits": _shard_summary(out_dir),
         }
-        report["new_file_write_MBps"] = round(new_file_rate, 1)
         if generation:
-            writer = example_bytes / 1e6 / max(1e-9, total - generation)
-            report["writer_MBps"] = round(writer, 1)
-            if args.compression == "none":
-                # The bound for any design that writes every byte to two new files.
-                report["writer_vs_two_new_file_writes"] = round(writer / (new_file_rate / 2), 2)
+            report["writer_MBps"] = round(example_bytes / 1e6 / max(1e-9, total - generation), 1)
         leftovers = [name for name in os.listdir(out_dir) if name.startswith("_tmp")]
         report["temporary_files_left"] = leftovers
         print(json.dumps(report, indent=2))
