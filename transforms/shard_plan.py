@@ -182,8 +182,6 @@ class SplitAssigner:
             thresholds.append(min(_TWO_64, round(running / total * _TWO_64)))
         thresholds[-1] = _TWO_64  # rounding must never leave a row without a split
         self.thresholds = tuple(thresholds)
-        # Copying a keyed hasher skips blake2b's keyword parsing per row.
-        self._hasher = hashlib.blake2b(key=self.salt, digest_size=HASH_SIZE)
         # A row's split is the number of thresholds at or below its hash; the
         # last threshold (2**64) is above every hash.
         self._lower_thresholds = tuple(np.uint64(threshold) for threshold in thresholds
@@ -192,7 +190,8 @@ class SplitAssigner:
     def hash_rows(self, keys_or_examples: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
         """The digests of many rows, and the same as an (n, 2) array of
         little-endian uint64 words (word 0 picks the split)."""
-        copy = self._hasher.copy
+        # Copying a keyed hasher skips blake2b's keyword parsing per row.
+        copy = hashlib.blake2b(key=self.salt, digest_size=HASH_SIZE).copy
 
         def digest(source: bytes) -> bytes:
             hasher = copy()
