@@ -235,6 +235,7 @@ def test_overwrite_keeps_old_version_readable_until_new_is_complete(tmp_path, mo
         monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
     states = []
     stop = threading.Event()
+    saw_old = threading.Event()
 
     def reader():
         # A reader polling the version during the whole overwrite must find
@@ -261,13 +262,17 @@ def test_overwrite_keeps_old_version_readable_until_new_is_complete(tmp_path, mo
                 os.close(fd)
             if report.ok:
                 states.append("old" if data == old_manifest else "new")
+                if data == old_manifest:
+                    saw_old.set()
             elif current:
                 states.append(f"damaged {report.problems}")
 
     def report_hook(staging_url, manifest, label_counts):
-        # The new build is complete in staging; the old one is still live.
+        # The new build is complete in staging; the old one is still live,
+        # and the commit waits until the reader has read it whole once (on a
+        # loaded machine a fixed pause was not always long enough).
         assert (root / "1.0.0" / "manifest.json").read_bytes() == old_manifest
-        time.sleep(0.05)
+        assert saw_old.wait(30)
 
     thread = threading.Thread(target=reader)
     thread.start()
