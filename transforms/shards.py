@@ -12,11 +12,14 @@ one metadata dict per shard. Steps and the elements between them::
   | KeySpills | GroupSpills            -> (split, [SpillRecord])
   | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
   | SpreadBuckets | SortBuckets        -> (run list file, BucketChunks)  each range
-                                       read from every run of its split, sorted,
-                                       written as chunks
+                                       read from every run of its split and sorted;
+                                       gzip: written as compressed chunks; plain:
+                                       chunks only planned (no bytes written)
   | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries;
-                                       the split's runs are deleted
-  | SpreadShards | WriteShardFiles     -> shard metadata dict
+                                       gzip: the split's runs are deleted
+  | SpreadShards | WriteShardFiles     -> shard metadata dict  gzip: chunk ranges
+                                       copied; plain: each bucket range sorted
+                                       again from the runs and written
   | KeyAll (+ CleanupTrigger) | GatherShards | Cleanup  -> shard metadata dict
 
 Example bytes only ever travel inside the Spill step (which receives them
@@ -42,7 +45,7 @@ import hashlib
 import os
 import posixpath
 import uuid
-from typing import Sequence
+from typing import BinaryIO, Callable, Sequence
 
 import apache_beam as beam
 import fsspec
@@ -275,24 +278,55 @@ def _key_sorted_bucket(item):
     return bucket.split, item
 
 
-def _plan_split_shards(split_buckets, shard_size: int):
+def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool):
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard.
 
-    Every bucket of the split is sorted by now, so the split's runs are no
-    longer needed: they are deleted here rather than at the end. That halves
-    the temporary disk space at the peak, and the shards that follow are
-    written into memory the page cache has just released.
+    With `delete_runs` (gzip: every bucket is written as chunk files by
+    now), the split's runs are no longer needed and are deleted here rather
+    than at the end: that halves the temporary disk space at the peak, and
+    the shards that follow are written into memory the page cache has just
+    released. Plain shards are written from the runs themselves.
     """
     split, items = split_buckets
     items = list(items)
     shards = plan_shards(split, [bucket for _, bucket in items], shard_size)
-    for runs_file in sorted({runs_file for runs_file, _ in items}):
-        spill.remove_runs(runs_file)
+    if delete_runs:
+        for runs_file in sorted({runs_file for runs_file, _ in items}):
+            spill.remove_runs(runs_file)
     return shards
 
 
+class _RunLists:
+    """Run list file -> its runs, read once; buckets of one split share a
+    run list, so a few are kept."""
+
+    def __init__(self):
+        self._lists: dict[str, list[RunInfo]] = {}
+
+    def __call__(self, runs_file: str) -> list[RunInfo]:
+        runs = self._lists.get(runs_file)
+        if runs is None:
+            if len(self._lists) >= 8:
+                self._lists.clear()
+            runs = self._lists[runs_file] = spill.read_run_list(runs_file)
+        return runs
+
+
+def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
+    """How buckets are sorted, for `spill.plan_bucket` and `write_bucket_range`."""
+    return {"scratch_dir": spill.join_path(work_dir, "merge"),
+            "memory_bytes": tuning.memory_bytes, "fan_in": tuning.fan_in,
+            "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
+
+
 class _SortBucketFn(beam.DoFn):
-    """(run list file, BucketRange) -> (run list file, BucketChunks)."""
+    """(run list file, BucketRange) -> (run list file, BucketChunks).
+
+    gzip: the bucket is sorted and written as compressed chunks. Plain: the
+    chunks are only planned (their bytes are the framed records, whose sizes
+    are known), and each shard writes its part of the bucket straight from
+    the runs: one write and one read of every byte fewer.
+    """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
                  tuning: ShardTuning):
@@ -303,16 +337,16 @@ class _SortBucketFn(beam.DoFn):
         self._tuning = tuning
 
     def setup(self):
-        self._run_lists: dict[str, list[RunInfo]] = {}
+        self._runs = _RunLists()
 
     def process(self, task):
         runs_file, bucket = task
-        runs = self._run_lists.get(runs_file)
-        if runs is None:
-            # Buckets of one split share a run list; a few are kept.
-            if len(self._run_lists) >= 8:
-                self._run_lists.clear()
-            runs = self._run_lists[runs_file] = spill.read_run_list(runs_file)
+        runs = self._runs(runs_file)
+        if self._compression == "none":
+            yield runs_file, spill.plan_bucket(
+                bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
+                **_bucket_options(self._work_dir, self._tuning))
+            return
         yield runs_file, spill.sort_bucket(
             bucket, runs,
             out_dir=spill.join_path(self._work_dir, "buckets"),
@@ -326,20 +360,42 @@ class _SortBucketFn(beam.DoFn):
             index_every=self._tuning.index_every)
 
 
-def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str) -> dict:
+class _HashingWriter:
+    """Writes to a file, hashing and counting what passes through."""
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self.digest = hashlib.sha256()
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.digest.update(data)
+        self._out.write(data)
+        self.written += len(data)
+
+
+def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str,
+                runs_of: Callable[[str], list[RunInfo]] | None = None,
+                bucket_options: dict | None = None) -> dict:
     """Concatenates a shard's chunk ranges into a new file under `temp_dir`,
     hashing as it copies, then renames it to its final name in
-    `staging_dir`. Returns the shard's metadata dict. Rerunning it writes
-    the same bytes under the same final name."""
+    `staging_dir`. A range of a planned bucket (plain output) is written
+    from the runs (`runs_of`: run list file -> runs; `bucket_options`: see
+    `_bucket_options`). Returns the shard's metadata dict. Rerunning it
+    writes the same bytes under the same final name."""
     name = shard_file_name(spec.split, spec.index, spec.count, suffix)
     final_path = spill.join_path(staging_dir, name)
     temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
     fs, fs_temp = fsspec.core.url_to_fs(temp_path)
     fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
-    digest = hashlib.sha256()
-    written = 0
     with fs.open(fs_temp, "wb") as out:
+        out = _HashingWriter(out)
         for path, offset, length in spec.pieces:
+            planned = spill.parse_bucket_reference(path)
+            if planned is not None:
+                spill.write_bucket_range(out, path, offset, length, runs_of(planned[0]),
+                                         **bucket_options)
+                continue
             source_fs, source_path = fsspec.core.url_to_fs(path)
             with source_fs.open(source_path, "rb") as source:
                 source.seek(offset)
@@ -349,10 +405,9 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
                     if not block:
                         raise spill.RunFileError(
                             f"{path}: ends before byte {offset + length} while writing {name}")
-                    digest.update(block)
                     out.write(block)
                     remaining -= len(block)
-                    written += len(block)
+    written = out.written
     if written != spec.num_bytes:
         raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")
     _, fs_final = fsspec.core.url_to_fs(final_path)
@@ -362,25 +417,30 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
     else:
         fs.mv(fs_temp, fs_final)  # object stores: the object appears once complete
     return {"split": spec.split, "file": name, "num_examples": spec.num_examples,
-            "num_bytes": written, "sha256": digest.hexdigest()}
+            "num_bytes": written, "sha256": out.digest.hexdigest()}
 
 
 class _WriteShardFn(beam.DoFn):
     """ShardSpec -> shard metadata dict (the file is at its final name)."""
 
-    def __init__(self, staging_dir: str, temp_dir: str, suffix: str):
+    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, work_dir: str,
+                 tuning: ShardTuning):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._suffix = suffix
+        self._work_dir = work_dir
+        self._tuning = tuning
 
     def setup(self):
+        self._runs = _RunLists()
         self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
 
     def process(self, spec: ShardSpec):
         metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
-                               suffix=self._suffix)
+                               suffix=self._suffix, runs_of=self._runs,
+                               bucket_options=_bucket_options(self._work_dir, self._tuning))
         self._examples.inc(metadata["num_examples"])
         self._bytes.inc(metadata["num_bytes"])
         self._shards.inc()
@@ -480,11 +540,13 @@ class WriteShards(beam.PTransform):
                       tuning))  # (run list file, BucketChunks)
                   | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                   | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
-                  | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size)
+                  | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,
+                                               delete_runs=self._compression == "gzip")
                   | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                   | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                       self._staging_dir, shard_temp_dir,
-                      tfrecordio.suffix_for(self._compression))))  # metadata dict
+                      tfrecordio.suffix_for(self._compression), work_dir,
+                      tuning)))  # metadata dict
         # The trigger makes the gather non-empty, so cleanup also runs when
         # there is nothing to write.
         trigger = batches.pipeline | "CleanupTrigger" >> beam.Create([None])

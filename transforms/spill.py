@@ -21,10 +21,14 @@ Records are sorted by ``(order key, example)``. The sparse index lets a
 bucket read only its key range of a run; the rows are framed once, when the
 run is written, so bucket sorting only moves framed bytes.
 
-bucket file (written by the sort step): the bucket's rows in order, as
-consecutive chunks; each chunk is TFRecord-framed records, or exactly one
-gzip member of them. Chunks are cut by size on disk, so shards can be
-assembled from them by concatenation, without recompressing.
+bucket file (written by the sort step, gzip output): the bucket's rows in
+order, as consecutive chunks, each exactly one gzip member of framed
+records. Chunks are cut by size on disk, so shards can be assembled from
+them by concatenation, without recompressing. For plain output a chunk's
+size on disk is the sum of its records' framed sizes, so the chunks are only
+planned (`plan_bucket`) and each shard writes its byte range of the sorted
+bucket straight from the runs (`write_bucket_range`); `sort_bucket` still
+writes plain chunks, with the same boundaries, for tests and tools.
 
 Memory: a bucket is sorted in memory only when its key ranges fit
 `memory_bytes`; otherwise the sorted ranges are merged as streams, with
@@ -58,12 +62,16 @@ __all__ = [
     "RunFileError",
     "RunSlice",
     "RunWriter",
+    "bucket_reference",
     "join_path",
+    "parse_bucket_reference",
+    "plan_bucket",
     "read_run_list",
     "remove_runs",
     "sort_bucket",
     "sorted_order",
     "take",
+    "write_bucket_range",
     "write_run_list",
     "write_sorted_run",
 ]
@@ -397,10 +405,15 @@ class ChunkWriter:
     gzip the target (uncompressed) is `chunk_bytes` times the compression
     ratio seen so far in this bucket; the ratio depends on the bucket's
     content only, so chunk boundaries are deterministic.
+
+    With `fileobj` None (plain output only) nothing is written: the writer
+    only plans the chunks, which depend on the records' sizes alone.
     """
 
-    def __init__(self, fileobj: BinaryIO, *, compression: str, chunk_bytes: int,
+    def __init__(self, fileobj: BinaryIO | None, *, compression: str, chunk_bytes: int,
                  gzip_level: int):
+        if fileobj is None and compression == "gzip":
+            raise ValueError("gzip chunks can only be planned by compressing them")
         self._fileobj = fileobj
         self._gzip = compression == "gzip"
         self._chunk_bytes = chunk_bytes
@@ -420,10 +433,16 @@ class ChunkWriter:
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + _FRAMING
         self.write_framed(tfrecordio.frame_records(examples), sizes)
 
+    def needs_bytes(self, nbytes: int) -> bool:
+        """Whether the next `nbytes` of records must be given as bytes (False
+        when only planning: their sizes are enough)."""
+        return self._fileobj is not None
+
     def write_framed(self, data, sizes: np.ndarray) -> None:
         """Writes framed records held back to back in `data` (not modified
-        afterwards), with `sizes` their framed sizes."""
-        view = memoryview(data)
+        afterwards; None when `needs_bytes` said so), with `sizes` their
+        framed sizes."""
+        view = memoryview(data) if data is not None else None
         ends = np.cumsum(sizes)
         count = len(ends)
         row = start = 0
@@ -432,12 +451,14 @@ class ChunkWriter:
             last = int(np.searchsorted(ends, start + self._target - self._pending_bytes, "left"))
             last = max(last, row)
             if last >= count:
-                self._pending.append(view[start:])
-                self._pending_bytes += len(view) - start
+                if view is not None:
+                    self._pending.append(view[start:])
+                self._pending_bytes += int(ends[-1]) - start
                 self._pending_rows += count - row
                 return
             stop = int(ends[last])
-            self._pending.append(view[start:stop])
+            if view is not None:
+                self._pending.append(view[start:stop])
             self._pending_bytes += stop - start
             self._pending_rows += last + 1 - row
             self._flush()
@@ -458,8 +479,9 @@ class ChunkWriter:
             self._fileobj.write(data)
             length = len(data)
         else:
-            for piece in self._pending:
-                self._fileobj.write(piece)
+            if self._fileobj is not None:
+                for piece in self._pending:
+                    self._fileobj.write(piece)
             length = self._pending_bytes
         self.chunks.append(Chunk(self._offset, length, self._pending_rows))
         self._offset += length
@@ -467,12 +489,42 @@ class ChunkWriter:
         self._pending_bytes = self._pending_rows = 0
 
 
+class _WindowWriter:
+    """Takes a bucket's framed records in order, like ChunkWriter, and
+    writes only bytes ``[start, end)`` of them to `out`: the part of a
+    planned bucket that one shard holds."""
+
+    def __init__(self, out, start: int, end: int):
+        self._out = out
+        self._start = start
+        self._end = end
+        self._offset = 0
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return self._offset < self._end and self._offset + nbytes > self._start
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        nbytes = int(sizes.sum())
+        if data is not None:
+            first = max(0, self._start - self._offset)
+            last = min(nbytes, self._end - self._offset)
+            if first < last:
+                self._out.write(memoryview(data)[first:last])
+        self._offset += nbytes
+
+    @property
+    def done(self) -> bool:
+        return self._offset >= self._end
+
+
 def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
     """Writes the rows of several sorted slices in ``(key, example)`` order,
     gathering a block of rows at a time from the slices (no copy of the
     whole bucket)."""
     if len(slices) == 1:
-        writer.write_framed(slices[0].data, slices[0].sizes)
+        only = slices[0]
+        writer.write_framed(only.data if writer.needs_bytes(len(only.data)) else None,
+                            only.sizes)
         return
     views = [rows.data for rows in slices]
     sizes = np.concatenate([rows.sizes for rows in slices])
@@ -492,8 +544,11 @@ def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int)
     step = max(1, len(order) * _BLOCK // max(1, int(sizes.sum())))
     for first in range(0, len(order), step):
         rows = order[first:first + step]
-        row_starts = starts[rows]
         row_sizes = sizes[rows]
+        if not writer.needs_bytes(int(row_sizes.sum())):
+            writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
+            continue
+        row_starts = starts[rows]
         block = b"".join([views[source][start:stop] for source, start, stop in
                           zip(sources[rows].tolist(), row_starts.tolist(),
                               (row_starts + row_sizes).tolist())])
@@ -532,6 +587,50 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
     than `fan_in` ranges. Raises RunFileError when a run's record count
     differs from what the spill step reported.
     """
+    out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
+    with _open_for_write(out_path) as fileobj:
+        writer = ChunkWriter(fileobj, compression=compression, chunk_bytes=chunk_bytes,
+                             gzip_level=gzip_level)
+        _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+                   fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+        chunks = writer.close()
+    return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
+
+
+def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
+                scratch_dir: str, chunk_bytes: int, memory_bytes: int, fan_in: int,
+                prefix_len: int, index_every: int) -> BucketChunks:
+    """`sort_bucket` for plain output, writing nothing: the chunks (which
+    depend on the sorted records' sizes only) are planned, and the
+    BucketChunks' path is a `bucket_reference` from which
+    `write_bucket_range` writes any planned byte range later, straight
+    from the runs. Same chunks as `sort_bucket`."""
+    writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
+                        tuple(writer.close()))
+
+
+def write_bucket_range(out: BinaryIO, reference: str, start: int, length: int,
+                       runs: Iterable[RunInfo], *, scratch_dir: str, memory_bytes: int,
+                       fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Writes bytes ``[start, start + length)`` of the sorted bucket that
+    `reference` names (from `plan_bucket`) to `out`, sorting its rows from
+    the runs again. Raises RunFileError when the bucket is shorter."""
+    _, bucket = parse_bucket_reference(reference)
+    writer = _WindowWriter(out, start, start + length)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    if not writer.done:
+        raise RunFileError(f"bucket {bucket.index} of split {bucket.split!r} ends before "
+                           f"byte {start + length}")
+
+
+def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_dir: str,
+               memory_bytes: int, fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Gives `writer` (a ChunkWriter or _WindowWriter) the bucket's records
+    in order: sorted in memory, or merged as streams (see `sort_bucket`)."""
     parts: list[RunFile] = []
     estimate = 0
     for run in sorted(runs, key=lambda run: run.path):
@@ -546,32 +645,46 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
         if rows:
             parts.append(run_file)
             estimate += size + rows * _ROW_OVERHEAD
-    out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
+    if estimate <= memory_bytes:
+        slices = [run_file.read(bucket.lo, bucket.hi) for run_file in parts]
+        slices = [rows for rows in slices if len(rows.sizes)]
+        if slices:
+            # Fixed-width keys are sorted by numpy; a mix of key kinds (no
+            # shuffle) is compared as bytes.
+            fixed = {run_file.key_width for run_file in parts}
+            width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
+            if width == KEY_IS_EXAMPLE:
+                width = KEY_VARIABLE
+            _write_in_order(writer, slices, width)
+        return
     scratch: list[str] = []
     try:
-        with _open_for_write(out_path) as fileobj:
-            writer = ChunkWriter(fileobj, compression=compression, chunk_bytes=chunk_bytes,
-                                 gzip_level=gzip_level)
-            fixed = {run_file.key_width for run_file in parts}
-            if estimate <= memory_bytes:
-                slices = [run_file.read(bucket.lo, bucket.hi) for run_file in parts]
-                slices = [rows for rows in slices if len(rows.sizes)]
-                if slices:
-                    # Fixed-width keys are sorted by numpy; a mix of key kinds
-                    # (no shuffle) is compared as bytes.
-                    width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
-                    if width == KEY_IS_EXAMPLE:
-                        width = KEY_VARIABLE
-                    _write_in_order(writer, slices, width)
-            else:
-                streams = _reduce_fan_in(parts, bucket, scratch_dir, scratch, fan_in=fan_in,
-                                         prefix_len=prefix_len, index_every=index_every)
-                _write_stream(writer, heapq.merge(*streams))
-            chunks = writer.close()
+        streams = _reduce_fan_in(parts, bucket, scratch_dir, scratch, fan_in=fan_in,
+                                 prefix_len=prefix_len, index_every=index_every)
+        _write_stream(writer, heapq.merge(*streams))
     finally:
         for path in scratch:
             _remove(path)
-    return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
+
+
+_BUCKET_REFERENCE = "bucket:"
+
+
+def bucket_reference(runs_file: str, bucket: BucketRange) -> str:
+    """A planned bucket's stand-in for a file path: its run list and key range."""
+    return _BUCKET_REFERENCE + json.dumps(
+        [runs_file, bucket.split, bucket.index, bucket.lo.hex(),
+         None if bucket.hi is None else bucket.hi.hex()])
+
+
+def parse_bucket_reference(path: str) -> tuple[str, BucketRange] | None:
+    """``(run list file, BucketRange)`` of a `bucket_reference`; None for a
+    path to a file."""
+    if not path.startswith(_BUCKET_REFERENCE):
+        return None
+    runs_file, split, index, lo, hi = json.loads(path[len(_BUCKET_REFERENCE):])
+    return runs_file, BucketRange(split, index, bytes.fromhex(lo),
+                                  None if hi is None else bytes.fromhex(hi))
 
 
 def _reduce_fan_in(parts: list[RunFile], bucket: BucketRange, scratch_dir: str,

@@ -99,18 +99,24 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     specs = []
     for split in sorted(buckets):
         for _ in range(attempts):
-            output = shards._plan_split_shards((split, buckets[split]), shard_size)
+            output = shards._plan_split_shards((split, buckets[split]), shard_size,
+                                               delete_runs=compression == "gzip")
         specs += output
-    # Planning deleted the reported runs (a failed attempt's runs wait for
-    # the writer's cleanup): the shards are assembled from buckets alone.
-    assert not any(os.path.exists(record.path) for record in records)
+    if compression == "gzip":
+        # Planning deleted the reported runs (a failed attempt's runs wait
+        # for the writer's cleanup): gzip shards are assembled from chunks.
+        assert not any(os.path.exists(record.path) for record in records)
+    else:
+        # Plain buckets were only planned: shards are written from the runs.
+        assert not os.path.exists(os.path.join(work, "buckets"))
     metadata = []
     suffix = tfrecordio.suffix_for(compression)
+    writer = shards._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"), suffix,
+                                  work, tuning)
+    writer.setup()
     for spec in specs:
         for _ in range(attempts):
-            output = shards.write_shard(spec, staging_dir=staging,
-                                        temp_dir=os.path.join(staging, "_tmp", "shards"),
-                                        suffix=suffix)
+            [output] = writer.process(spec)
         metadata.append(output)
     return metadata
 

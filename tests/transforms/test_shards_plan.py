@@ -305,6 +305,34 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, c
     assert records == [example for _, example in expected]
 
 
+@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (0, 2)])
+def test_a_planned_bucket_has_the_chunks_and_any_range_the_bytes_of_the_written_one(
+        tmp_path, memory_bytes, fan_in):
+    # Plain buckets are only planned; shards later write their ranges
+    # straight from the runs. Both must match the bucket written as chunks,
+    # sorted in memory or merged as streams.
+    rng = random.Random(6)
+    runs = _write_runs(tmp_path, rng, 300, 7)
+    bucket = BucketRange("train", 3, b"\x10", None)
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
+                   fan_in=fan_in, prefix_len=8, index_every=4096)
+    written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
+                                compression="none", chunk_bytes=6000, gzip_level=3, **options)
+    planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    assert planned.chunks == written.chunks and len(planned.chunks) > 5
+    assert spill.parse_bucket_reference(planned.path) == ("plans/runs.json", bucket)
+    assert spill.parse_bucket_reference(written.path) is None
+    assert not (tmp_path / "out").exists() or len(list((tmp_path / "out").iterdir())) == 1
+    data = open(written.path, "rb").read()
+    ends = [chunk.offset + chunk.length for chunk in written.chunks]
+    for start, stop in [(0, len(data)), (0, ends[0]), (ends[1], ends[4]), (ends[-2], len(data))]:
+        out = io.BytesIO()
+        spill.write_bucket_range(out, planned.path, start, stop - start, runs, **options)
+        assert out.getvalue() == data[start:stop]
+    with pytest.raises(spill.RunFileError, match="ends before byte"):
+        spill.write_bucket_range(io.BytesIO(), planned.path, 0, len(data) + 1, runs, **options)
+
+
 def test_sort_bucket_rejects_a_run_that_does_not_match_its_report(tmp_path):
     runs = _write_runs(tmp_path, random.Random(2), 20, 1)
     wrong = [runs[0]._replace(num_records=21)]
