@@ -348,16 +348,9 @@ class _SortBucketFn(beam.DoFn):
                 **_bucket_options(self._work_dir, self._tuning))
             return
         yield runs_file, spill.sort_bucket(
-            bucket, runs,
-            out_dir=spill.join_path(self._work_dir, "buckets"),
-            scratch_dir=spill.join_path(self._work_dir, "merge"),
-            compression=self._compression,
-            chunk_bytes=self._chunk_bytes,
-            gzip_level=self._gzip_level,
-            memory_bytes=self._tuning.memory_bytes,
-            fan_in=self._tuning.fan_in,
-            prefix_len=self._tuning.prefix_len,
-            index_every=self._tuning.index_every)
+            bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
+            compression=self._compression, chunk_bytes=self._chunk_bytes,
+            gzip_level=self._gzip_level, **_bucket_options(self._work_dir, self._tuning))
 
 
 class _HashingWriter:
