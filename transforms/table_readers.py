@@ -375,9 +375,10 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
     (which start at a record boundary), in order, each with the byte offset and
     line where it starts.
 
-    With `plain`, `data` is a run of whole lines holding no ``"`` and no ``\\r``,
-    so that each line is one record of fields split at commas: most blocks of
-    most files, read in one go by `_plain_csv_rows`. The record at offset 0 (the
+    With `plain`, `data` is a run of whole lines holding no ``"`` and no ``\\r``
+    but in ``\\r\\n`` line ends (Python's csv module writes those), so that
+    each line is one record of fields split at commas: most blocks of most
+    files, read in one go by `_plain_csv_rows`. The record at offset 0 (the
     header, which may start with a byte-order mark) is never part of one.
 
     Otherwise `data` is one record, its physical lines grouped by quote parity,
@@ -386,7 +387,7 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
     """
     for first in blocks:
         offset, line_no, block = first
-        if b'"' not in block and b"\r" not in block:
+        if b'"' not in block and block.count(b"\r") == block.count(b"\r\n"):
             if offset == 0:
                 header, _, block = block.partition(b"\n")
                 yield 0, 1, header, False
@@ -540,7 +541,12 @@ def _plain_csv_rows(run: bytes, line_no: int, names: list[str],
     by `map` over the lines, without a Python loop; otherwise it goes record by
     record, whose dead letters name the line (and the byte of bad UTF-8)."""
     try:
-        lines = run.decode("utf-8").split("\n")
+        text = run.decode("utf-8")
+        if "\r" in text:
+            # Every CR ends a line (see _iter_csv_batches), as the per-record
+            # path's _decode_record would strip it.
+            text = text.replace("\r\n", "\n")
+        lines = text.split("\n")
     except UnicodeDecodeError:
         pass
     else:

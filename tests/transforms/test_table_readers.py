@@ -371,6 +371,25 @@ def test_csv_block_boundaries_mid_line_and_mid_record_change_nothing(tmp_path, m
     for cut in range(plain.stat().st_size + 1):
         parts = list(tr.iter_csv(str(plain), end=cut)) + list(tr.iter_csv(str(plain), start=cut))
         assert parts == whole, cut
+    # CRLF line ends (what Python's csv module writes) take the fast path
+    # too, with the same rows, line numbers and range cuts.
+    crlf = tmp_path / "crlf.csv"
+    crlf.write_bytes(plain.read_bytes().replace(b"\n", b"\r\n"))
+    plain_runs.clear()
+    assert list(tr.iter_csv(str(crlf))) == [r._replace(source=str(crlf)) for r in whole]
+    assert len(plain_runs) == 1
+    crlf_whole = list(tr.iter_csv(str(crlf)))
+    for cut in range(0, crlf.stat().st_size + 1, 7):
+        parts = list(tr.iter_csv(str(crlf), end=cut)) + list(tr.iter_csv(str(crlf), start=cut))
+        assert parts == crlf_whole, cut
+    # A CR that does not end a line keeps the block on the per-record path
+    # (where the csv module rejects it in an unquoted field).
+    stray = tmp_path / "stray.csv"
+    stray.write_bytes(b"a,b\n1,x\ry\n2,z\r\n")
+    plain_runs.clear()
+    assert outcome(tr.iter_csv(str(stray))) == [("csv_malformed", 2, "1,x\ry"),
+                                                ("row", 3, {"a": "2", "b": "z"})]
+    assert not plain_runs
     # Rows with a field too many and one too few, in one run, are still ragged.
     balanced = tmp_path / "balanced.csv"
     balanced.write_bytes(b"a,b\n1,2,3\n4\n5,6\n")
