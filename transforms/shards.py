@@ -386,7 +386,8 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
             if planned is not None:
-                spill.write_bucket_range(out, path, offset, length, runs_of(planned[0]),
+                runs_file, bucket = planned
+                spill.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
                                          **bucket_options)
                 continue
             source_fs, source_path = fsspec.core.url_to_fs(path)

@@ -612,13 +612,13 @@ def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
                         tuple(writer.close()))
 
 
-def write_bucket_range(out: BinaryIO, reference: str, start: int, length: int,
+def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,
                        runs: Iterable[RunInfo], *, scratch_dir: str, memory_bytes: int,
                        fan_in: int, prefix_len: int, index_every: int) -> None:
-    """Writes bytes ``[start, start + length)`` of the sorted bucket that
-    `reference` names (from `plan_bucket`) to `out`, sorting its rows from
-    the runs again. Raises RunFileError when the bucket is shorter."""
-    _, bucket = parse_bucket_reference(reference)
+    """Writes bytes ``[start, start + length)`` of a planned bucket (see
+    `plan_bucket`; `parse_bucket_reference` gives the bucket and its run
+    list) to `out`, sorting its rows from the runs again. Raises
+    RunFileError when the bucket is shorter."""
     writer = _WindowWriter(out, start, start + length)
     _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
                fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)

@@ -327,10 +327,10 @@ def test_a_planned_bucket_has_the_chunks_and_any_range_the_bytes_of_the_written_
     ends = [chunk.offset + chunk.length for chunk in written.chunks]
     for start, stop in [(0, len(data)), (0, ends[0]), (ends[1], ends[4]), (ends[-2], len(data))]:
         out = io.BytesIO()
-        spill.write_bucket_range(out, planned.path, start, stop - start, runs, **options)
+        spill.write_bucket_range(out, bucket, start, stop - start, runs, **options)
         assert out.getvalue() == data[start:stop]
     with pytest.raises(spill.RunFileError, match="ends before byte"):
-        spill.write_bucket_range(io.BytesIO(), planned.path, 0, len(data) + 1, runs, **options)
+        spill.write_bucket_range(io.BytesIO(), bucket, 0, len(data) + 1, runs, **options)
 
 
 def test_sort_bucket_rejects_a_run_that_does_not_match_its_report(tmp_path):
