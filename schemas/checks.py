@@ -38,20 +38,18 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
+from recordforge.schemas.columns import FLOAT32_OVERFLOW, ColumnEncoder, fast_bounds
 from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import (ExampleEncoder, ExampleValueError,
-                                         example_from_entries, scalar_entry_encoder)
+                                         example_from_entries, example_head,
+                                         scalar_entry_encoder)
 from recordforge.schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 
 __all__ = ["RowEncoder", "compile_entry", "compile_feature", "validate_default",
            "FLOAT32_OVERFLOW"]
-
-# The smallest double that rounds to inf as float32 (round-to-nearest-even:
-# halfway between FLT_MAX and 2**128 rounds up). Everything below it stores as
-# a finite float32, so this is exactly where `float32_overflow` starts.
-FLOAT32_OVERFLOW = (2.0 - 2.0 ** -24) * 2.0 ** 127
-_FLOAT32_LARGEST_OK = math.nextafter(FLOAT32_OVERFLOW, 0.0)
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 _BOOL_TEXT = {"true": 1, "false": 0}
@@ -500,18 +498,11 @@ def _fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None, full: Conver
                     return [found]
             return full(raw)
         return label
+    lo, hi, limit, allowed = fast_bounds(spec)
     if spec.stored_kind == "int64":
-        lo = INT64_MIN if spec.min is None else spec.min
-        hi = INT64_MAX if spec.max is None else spec.max
-        allowed = frozenset(spec.values) if spec.values is not None else None
         return _number_fast_path(int, lo, hi, allowed, full, finish)
     if spec.stored_kind == "float":
-        lo = -_FLOAT32_LARGEST_OK if spec.min is None else max(spec.min, -_FLOAT32_LARGEST_OK)
-        hi = _FLOAT32_LARGEST_OK if spec.max is None else min(spec.max, _FLOAT32_LARGEST_OK)
-        allowed = frozenset(float(v) for v in spec.values) if spec.values is not None else None
         return _number_fast_path(float, lo, hi, allowed, full, finish)
-    limit = spec.max_bytes if spec.max_bytes is not None else math.inf
-    allowed = frozenset(v.encode("utf-8") for v in spec.values) if spec.values is not None else None
     if spec.is_text:
         def text(raw):
             if type(raw) is str and raw:
@@ -576,15 +567,21 @@ class RowEncoder:
             plan.append((spec.name, spec.source, convert, vocabulary))
         self._plan = tuple((name, source, convert) for name, source, convert, _ in plan)
         self._encoder = ExampleEncoder({spec.name: spec.stored_kind for spec in self._specs})
-        # (source column, raw value -> encoded entry), in the order entries are written.
         by_name = {spec.name: (spec, vocabulary) for spec, (*_, vocabulary)
                    in zip(self._specs, plan)}
-        self._entries = tuple(
-            (by_name[name][0].source,
-             compile_entry(by_name[name][0], by_name[name][1],
-                           self._encoder.entry_encoder(name),
-                           scalar_entry_encoder(name, by_name[name][0].stored_kind)))
-            for name in self._encoder.names)
+        # (source column, raw value -> encoded entry), in the order entries are
+        # written, and the same per feature for whole columns.
+        entries, columns = [], []
+        for name in self._encoder.names:
+            spec, vocabulary = by_name[name]
+            scalar_entry = scalar_entry_encoder(name, spec.stored_kind)
+            row_entry = compile_entry(spec, vocabulary, self._encoder.entry_encoder(name),
+                                      scalar_entry)
+            entries.append((spec.source, row_entry))
+            columns.append((name, spec.source,
+                            ColumnEncoder(spec, vocabulary, row_entry, scalar_entry)))
+        self._entries = tuple(entries)
+        self._columns = tuple(columns)
 
     def __reduce__(self):
         return (RowEncoder, (self._specs, self._vocabularies))
@@ -633,6 +630,35 @@ class RowEncoder:
         except (RowError, ExampleValueError):
             return self._encoder.encode(self.convert(values))
         return example_from_entries(entries)
+
+    def encode_many(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list, dict[str, list]]:
+        """Raw rows -> (examples, checked), a column at a time.
+
+        examples[i]: row i's serialized Example, the bytes `encode` gives, or
+        None where `encode` must take the row (it fails, or needs the
+        complete rules). checked: feature name -> its checked values, one
+        per row, for each feature whose whole column took the column path."""
+        if not rows:
+            return [], {}
+        columns = []
+        checked = {}
+        to_row_path: set[int] = set()
+        sizes = np.zeros(len(rows), dtype=np.int64)
+        for name, source, encode_column in self._columns:
+            entries, values = encode_column([row.get(source) for row in rows])
+            if values is not None:
+                checked[name] = values
+            elif None in entries:
+                to_row_path.update(i for i, entry in enumerate(entries) if entry is None)
+                entries = [b"" if entry is None else entry for entry in entries]
+            sizes += np.fromiter(map(len, entries), dtype=np.int64, count=len(rows))
+            columns.append(entries)
+        sizes = sizes.tolist()
+        head_of = {size: example_head(size) for size in set(sizes)}
+        examples = list(map(b"".join, zip(map(head_of.__getitem__, sizes), *columns)))
+        for row in to_row_path:
+            examples[row] = None
+        return examples, checked
 
     def encode_converted(self, converted: Mapping[str, Sequence]) -> bytes:
         """The output of `convert` -> serialized tf.train.Example."""

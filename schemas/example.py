@@ -39,6 +39,7 @@ __all__ = [
     "decode_features",
     "encode_example",
     "example_from_entries",
+    "example_head",
     "example_class",
     "scalar_entry_encoder",
 ]
@@ -291,7 +292,13 @@ def scalar_entry_encoder(name: str, kind: str):
 def example_from_entries(entries: bytes) -> bytes:
     """A serialized Example from its Features map entries, concatenated in
     key order (as `ExampleEncoder` orders them)."""
-    return _TAG1 + _varint(len(entries)) + entries
+    return example_head(len(entries)) + entries
+
+
+def example_head(size: int) -> bytes:
+    """The bytes of a serialized Example before its map entries, when the
+    entries take `size` bytes."""
+    return _TAG1 + _varint(size)
 
 
 class ExampleEncoder:

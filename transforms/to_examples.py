@@ -10,14 +10,17 @@ Beam; the DoFn only wraps it and counts.
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import struct
 import traceback
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
+import numpy as np
 
 from recordforge.schemas.checks import RowEncoder
+from recordforge.schemas.columns import bytes_by_length, rows_as_bytes
 from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
 from recordforge.schemas.features import FeatureSpec, label_text
 from recordforge.transforms.gc_tuning import relax_young_collections
@@ -33,6 +36,7 @@ LABEL_COUNTS = "label_counts"
 # Distinct raw label values whose text a converter remembers.
 _MAX_KNOWN_LABELS = 10_000
 METRICS_NAMESPACE = "recordforge"
+_LOG = logging.getLogger(__name__)
 
 # One type tag per kind of key, so a 1 and a "1" never produce the same key;
 # keys of different types order by tag.
@@ -45,6 +49,8 @@ _MAX_INT_BYTES = 126  # the length byte below stays within 0x01..0xFE
 _DOUBLE = struct.Struct(">d")
 _SIGN = 1 << 63
 _ALL_ONES = (1 << 64) - 1
+# uint64 thresholds where an int key's body grows by a byte: 1, 2**8, ... 2**56.
+_BYTE_STEPS = tuple(np.uint64(1 << (8 * k)) for k in range(8))
 
 
 def sortable_key(value: Any) -> bytes:
@@ -91,6 +97,27 @@ def _int_key(number: int) -> bytes:
     if size > _MAX_INT_BYTES:
         raise ValueError(f"integer key with {size} bytes is too large")
     return bytes((0x7F - size,)) + ((1 << (8 * size)) + number).to_bytes(size, "big")
+
+
+def _int64_keys(values: Sequence[int]) -> list[bytes]:
+    """sortable_key of each value (ints within int64), a column at a time."""
+    numbers = np.array(values, dtype=np.int64)
+    unsigned = numbers.view(np.uint64)  # two's complement: its low bytes are the body
+    negative = numbers < 0
+    magnitude = np.where(negative, ~unsigned + np.uint64(1), unsigned)
+    sizes = np.zeros(len(numbers), dtype=np.int64)
+    for step in _BYTE_STEPS:
+        sizes += magnitude >= step
+    length_bytes = np.where(negative, 0x7F - sizes, 0x80 + sizes).astype(np.uint8)
+    big_endian = unsigned.astype(">u8").view(np.uint8).reshape(-1, 8)
+
+    def keys(size: int, rows) -> list[bytes]:
+        out = np.empty((len(length_bytes[rows]), 2 + size), dtype=np.uint8)
+        out[:, 0] = _TAG_INT[0]
+        out[:, 1] = length_bytes[rows]
+        out[:, 2:] = big_endian[rows, 8 - size:]
+        return rows_as_bytes(out)
+    return bytes_by_length(sizes, keys)
 
 
 def _float_key(number: float) -> bytes:
@@ -160,12 +187,28 @@ class BatchConverter:
         """Like `convert_batch`, plus each good row's label: how `label_text`
         names the first value the row stores in feature `label` (None when it
         stores none, or when `label` is None). The value comes from the same
-        converter that encoded the row."""
+        converter that encoded the row.
+
+        The batch goes a column at a time first (`RowEncoder.encode_many`);
+        rows that path leaves, and only those, go row by row."""
+        rows = batch if isinstance(batch, list) else list(batch)
+        fast_examples, keys, fast_labels = self._column_path(rows, label, vocabulary)
         label_of = self._labeller(label, vocabulary) if label is not None else None
+        if None not in fast_examples:
+            if fast_labels is None:
+                fast_labels = ([label_of(row.values) for row in rows] if label_of is not None
+                               else [None] * len(rows))
+            return list(zip(keys, fast_examples)), fast_labels, []
         examples = []
         labels = []
         dead_letters = []
-        for row in batch:
+        for index, row in enumerate(rows):
+            example = fast_examples[index]
+            if example is not None:
+                examples.append((keys[index], example))
+                labels.append(fast_labels[index] if fast_labels is not None
+                              else label_of(row.values) if label_of is not None else None)
+                continue
             try:
                 example = self._convert_row(row)
                 labels.append(label_of(row.values) if label_of is not None else None)
@@ -178,6 +221,46 @@ class BatchConverter:
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
         return examples, labels, dead_letters
+
+    def _column_path(self, rows: list[SourceRow], label: str | None,
+                     vocabulary: Sequence[str] | None) -> tuple[list, list, list | None]:
+        """(examples, keys, labels) of the rows the column path takes:
+        examples[i] None where row i must go row by row; labels None when
+        they are not known column-wise."""
+        try:
+            examples, checked = self._encoder.encode_many([row.values for row in rows])
+            keys = self._column_keys(rows, examples, checked)
+            labels = None
+            if label is not None and label in checked:
+                labels = _column_labels(checked[label], vocabulary)
+            return examples, keys, labels
+        except Exception:  # a bug here must cost speed, not rows: the row path decides
+            _LOG.warning("column path failed; converting the batch row by row",
+                         exc_info=True)
+            return [None] * len(rows), [], None
+
+    def _column_keys(self, rows: list[SourceRow], examples: list,
+                     checked: Mapping[str, list]) -> list:
+        """Each row's key (None without a key column); a row whose key
+        fails has its example set to None, for the row path to report."""
+        if self._key_column is None:
+            return [None] * len(rows)
+        if self._key_feature is not None and self._key_feature in checked:
+            values = checked[self._key_feature]
+            if set(map(type, values)) == {int}:
+                return _int64_keys(values)
+            return list(map(sortable_key, values))
+        keys = []
+        column = self._key_column
+        for index, row in enumerate(rows):
+            key = None
+            if examples[index] is not None:
+                try:
+                    key = self._key_of(row.values.get(column))
+                except Exception:
+                    examples[index] = None
+            keys.append(key)
+        return keys
 
     def _labeller(self, label: str, vocabulary: Sequence[str] | None):
         """row values -> the row's label text (or None), remembering the
@@ -207,31 +290,37 @@ class BatchConverter:
 
     def _convert_row(self, row: SourceRow) -> tuple[bytes | None, bytes]:
         values = row.values
-        column = self._key_column
-        if column is None:
+        if self._key_column is None:
             return None, self._encoder.encode(values)
-        raw_key = values.get(column)
-        if raw_key is None or (type(raw_key) is str and not (
-                raw_key.strip() if self._key_feature is not None else raw_key)):
-            # (whitespace is a missing number, never a default standing in as the key)
-            raise RowError("missing_value", f"key column {column!r} has no value",
-                           feature=column)
+        raw_key = values.get(self._key_column)
+        self._check_key_present(raw_key)
         # Encoding first: a row with a bad value reports the same error whether
         # or not its key is also unusable.
         example = self._encoder.encode(values)
+        return self._key_of(raw_key), example
+
+    def _check_key_present(self, raw_key: Any) -> None:
+        if raw_key is None or (type(raw_key) is str and not (
+                raw_key.strip() if self._key_feature is not None else raw_key)):
+            # (whitespace is a missing number, never a default standing in as the key)
+            raise RowError("missing_value", f"key column {self._key_column!r} has no value",
+                           feature=self._key_column)
+
+    def _key_of(self, raw_key: Any) -> bytes:
+        """The sortable key of a raw key value; raises RowError."""
+        self._check_key_present(raw_key)
+        column = self._key_column
         if self._key_feature is not None:
-            # The key feature reads the key column and passed its checks above.
-            key = sortable_key(self._key_convert(raw_key)[0])
-        else:
-            try:
-                key = sortable_key(raw_key)
-            except UnicodeEncodeError:
-                raise RowError("invalid_utf8", f"key column {column!r}: the value is not "
-                               "valid UTF-8 text", feature=column) from None
-            except (TypeError, ValueError) as error:
-                raise RowError("type_mismatch", f"key column {column!r}: {error}",
-                               feature=column) from None
-        return key, example
+            # The key feature reads the key column; its checks apply.
+            return sortable_key(self._key_convert(raw_key)[0])
+        try:
+            return sortable_key(raw_key)
+        except UnicodeEncodeError:
+            raise RowError("invalid_utf8", f"key column {column!r}: the value is not "
+                           "valid UTF-8 text", feature=column) from None
+        except (TypeError, ValueError) as error:
+            raise RowError("type_mismatch", f"key column {column!r}: {error}",
+                           feature=column) from None
 
     def _dead_letter(self, row: SourceRow, stage: str, reason: str, feature: str | None,
                      message: str) -> dict:
@@ -307,6 +396,15 @@ class _ConvertBatchesFn(beam.DoFn):
         counts = collections.Counter(zip(self._assigner.split_indices(words).tolist(), labels))
         return tuple(sorted((names[split], label, count)
                             for (split, label), count in counts.items() if label is not None))
+
+
+def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:
+    """The label text of each checked label value (ints or bytes; floats
+    are left to the row path, whose remembered texts keep -0.0 apart)."""
+    if set(map(type, values)) - {int, bytes}:
+        return None
+    texts = {value: label_text(value, vocabulary) for value in set(values)}
+    return list(map(texts.__getitem__, values))
 
 
 def _select(tagged: tuple[str, Any], tag: str):

@@ -339,3 +339,68 @@ def test_remembered_label_texts_equal_a_fresh_conversion_for_every_raw_value():
         for row, label in zip(good, labels):
             stored = fresh(row.values[feature])
             assert label == (str(stored[0]) if stored else None), row
+
+
+# --- the column path against the row path -------------------------------------------
+
+MIXED_SPECS = parse_features({
+    "id": {"type": "int64"},
+    "score": {"type": "float", "min": 0},
+    "name": {"type": "string", "max_bytes": 10},
+    "label": {"type": "int64", "vocabulary": ["cat", "dog"]},
+    "code": {"type": "int64", "required": False},
+    "tag": {"type": "bytes", "required": False},
+})
+# column -> values to draw from (most good, some bad or taking the complete rules)
+MIXED_VALUES = {
+    "id": ["1", "-7", "300", "2", 5, 2 ** 40, "", "  ", None, "x", "1_0", 2.0, [3]],
+    "score": ["0.5", "0", 1.5, "-1", "nan", None],
+    "name": ["a", "row", "\u00fcber", "x" * 11, "", 3, "\udc80"],
+    "label": ["cat", "dog", "bird", None],
+    "code": ["1", 2, None, ""],
+    "tag": [b"t", b"", "text", None],
+}
+
+
+def row_by_row(converter: BatchConverter) -> BatchConverter:
+    """The same converter with the column path switched off."""
+    converter._column_path = lambda rows, label, vocabulary: ([None] * len(rows), [], None)
+    return converter
+
+
+@pytest.mark.parametrize("key_column", ["id", "name", "code", None])
+@pytest.mark.parametrize("label", [None, "label", "name", "id", "score"])
+def test_column_path_converts_batches_like_the_row_path(key_column, label):
+    import random
+
+    rng = random.Random(f"{key_column}/{label}")
+    vocabulary = ("cat", "dog") if label == "label" else None
+    fast = BatchConverter(MIXED_SPECS, {}, key_column)
+    slow = row_by_row(BatchConverter(MIXED_SPECS, {}, key_column))
+    bad_rows = good_rows = 0
+    for batch_number in range(60):
+        # Early batches are clean (whole columns take the column path).
+        clean = batch_number < 20
+        rows = [SourceRow("t.csv", n, {
+            column: values[n % 4] if clean else rng.choice(values[:4] if rng.random() < 0.8
+                                                           else values)
+            for column, values in MIXED_VALUES.items()})
+            for n in range(rng.choice([1, 3, 17]))]
+        if clean:
+            for n, source_row in enumerate(rows):
+                source_row.values["id"] = str(batch_number * 100 + n)
+        expected = slow.convert_labelled_batch(rows, label, vocabulary)
+        assert fast.convert_labelled_batch(rows, label, vocabulary) == expected
+        good_rows += len(expected[0])
+        bad_rows += len(expected[2])
+    assert good_rows > 50 and bad_rows > 30
+
+
+def test_a_failing_column_path_leaves_every_row_to_the_row_path(caplog):
+    converter = BatchConverter(SPECS, {}, key_column="id")
+    converter._encoder = type("Broken", (), {
+        "encode_many": lambda self, rows: 1 / 0,
+        "encode": converter._encoder.encode, "converter": converter._encoder.converter})()
+    examples, dead = converter.convert_batch([row(1), row(2, score="-1")])
+    assert [key for key, _ in examples] == [sortable_key(1)] and len(dead) == 1
+    assert "column path failed" in caplog.text
