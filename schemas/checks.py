@@ -632,26 +632,33 @@ class RowEncoder:
         return example_from_entries(entries)
 
     def encode_many(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list, dict[str, list]]:
-        """Raw rows -> (examples, checked), a column at a time.
+        """Raw rows -> (examples, checked), a column at a time (see
+        `encode_columns`)."""
+        return self.encode_columns(lambda source: [row.get(source) for row in rows], len(rows))
+
+    def encode_columns(self, column: Callable[[str], list], count: int
+                       ) -> tuple[list, dict[str, list]]:
+        """`count` raw rows, given as column(name) -> the column's raw values
+        (None where a row lacks it) -> (examples, checked), a column at a time.
 
         examples[i]: row i's serialized Example, the bytes `encode` gives, or
         None where `encode` must take the row (it fails, or needs the
         complete rules). checked: feature name -> its checked values, one
         per row, for each feature whose whole column took the column path."""
-        if not rows:
+        if not count:
             return [], {}
         columns = []
         checked = {}
         to_row_path: set[int] = set()
-        sizes = np.zeros(len(rows), dtype=np.int64)
+        sizes = np.zeros(count, dtype=np.int64)
         for name, source, encode_column in self._columns:
-            entries, values = encode_column([row.get(source) for row in rows])
+            entries, values = encode_column(column(source))
             if values is not None:
                 checked[name] = values
             elif None in entries:
                 to_row_path.update(i for i, entry in enumerate(entries) if entry is None)
                 entries = [b"" if entry is None else entry for entry in entries]
-            sizes += np.fromiter(map(len, entries), dtype=np.int64, count=len(rows))
+            sizes += np.fromiter(map(len, entries), dtype=np.int64, count=count)
             columns.append(entries)
         sizes = sizes.tolist()
         head_of = {size: example_head(size) for size in set(sizes)}

@@ -1,10 +1,10 @@
-"""The row record that sources produce and the schema checks consume."""
+"""The row records that sources produce and the schema checks consume."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
-__all__ = ["SourceRow"]
+__all__ = ["ColumnBatch", "SourceRow", "each_row"]
 
 
 class SourceRow(NamedTuple):
@@ -18,3 +18,62 @@ class SourceRow(NamedTuple):
     source: str
     row: int | None
     values: dict[str, Any]
+
+
+class ColumnBatch:
+    """Consecutive rows of one file, held column by column: how table readers
+    hand over their common case (a run of plain CSV lines, a Parquet record
+    batch) without building a dict per row, for checks that work a column
+    at a time.
+
+    Row i is row ``first_row + i`` of `source`; columns: column name -> one
+    raw value per row, every row holding every column. Iterating gives the
+    rows as `SourceRow`s, so a ColumnBatch can stand wherever a list of
+    SourceRows does.
+    """
+
+    __slots__ = ("source", "first_row", "columns", "_size")
+
+    def __init__(self, source: str, first_row: int, columns: dict[str, list]):
+        sizes = set(map(len, columns.values()))
+        if len(sizes) > 1:
+            raise ValueError(f"{source}: columns of different lengths {sorted(sizes)}")
+        self.source = source
+        self.first_row = first_row
+        self.columns = columns
+        self._size = sizes.pop() if sizes else 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def column(self, name: str) -> list:
+        """The raw values of column `name` (None for every row without it)."""
+        values = self.columns.get(name)
+        return values if values is not None else [None] * self._size
+
+    def row(self, index: int) -> SourceRow:
+        return SourceRow(self.source, self.first_row + index,
+                         {name: values[index] for name, values in self.columns.items()})
+
+    def __iter__(self) -> Iterator[SourceRow]:
+        return map(self.row, range(self._size))
+
+    def __reduce__(self):
+        return (ColumnBatch, (self.source, self.first_row, self.columns))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ColumnBatch) and self.source == other.source
+                and self.first_row == other.first_row and self.columns == other.columns)
+
+    def __repr__(self) -> str:
+        return (f"ColumnBatch({self.source!r}, rows {self.first_row}-"
+                f"{self.first_row + self._size - 1}, columns {list(self.columns)})")
+
+
+def each_row(items: Iterable) -> Iterator:
+    """The items of a reader, with every ColumnBatch replaced by its rows."""
+    for item in items:
+        if isinstance(item, ColumnBatch):
+            yield from item
+        else:
+            yield item

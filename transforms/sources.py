@@ -3,7 +3,9 @@
 `ReadTable` and `ReadImages` are applied to a pipeline (``p | ReadTable(...)``)
 and return `ReadOutputs`:
 
-* ``rows``: RowBatch elements, ``list[SourceRow]`` of up to `batch_size` rows;
+* ``rows``: RowBatch elements, ``list[SourceRow]`` of up to `batch_size` rows,
+  or a `ColumnBatch` (the rows of a plain CSV block or a Parquet record batch,
+  column by column; it iterates as SourceRows);
 * ``dead_letter``: one dead-letter dict per input row that could not be read;
 * ``counts``: ``(source, rows_read)`` pairs; every input row is counted once,
   whether it became a SourceRow or a dead letter, so their sum is the number of
@@ -58,7 +60,7 @@ from recordforge.schemas.dead_letters import RowError, dead_letter
 from recordforge.transforms import table_readers
 from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.images import ImageOptions, image_columns
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.table_readers import READ_ERRORS, display_name, read_error
 from recordforge.transforms.urls import redact_url
 
@@ -258,12 +260,16 @@ def _plan_parquet(fs, fs_path: str, source: str, range_bytes: int) -> list[FileR
 
 
 def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str
-               ) -> Iterator[SourceRow | dict]:
+               ) -> Iterator[SourceRow | ColumnBatch | dict]:
     """The rows and read dead letters of one `FileRange`."""
     if format == "parquet":
         groups = None if unit.end is None else range(unit.start, unit.end)
         return table_readers.iter_parquet(unit.fs_path, row_groups=groups, fs=fs,
-                                          source=unit.source)
+                                          source=unit.source, columns=True)
+    if format == "csv":
+        return table_readers.iter_csv(unit.fs_path, start=unit.start, end=unit.end,
+                                      start_line=unit.start_line, fs=fs, source=unit.source,
+                                      columns=True)
     return table_readers.iter_table(unit.fs_path, format, start=unit.start, end=unit.end,
                                     start_line=unit.start_line, fs=fs, source=unit.source)
 
@@ -274,12 +280,18 @@ def _no_match(path: str) -> dict:
                        feature=None, message=f"no input files match {source}", input=source)
 
 
-def _batched(items: Iterable[SourceRow | dict], batch_size: int, source: str):
-    """``(tag, value)`` pairs: rows in lists of `batch_size`, dead letters one
-    by one, and finally ``(source, number of items)`` for the counts."""
+def _batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
+    """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
+    as it comes), dead letters one by one, and finally ``(source, number of
+    rows and dead letters)`` for the counts."""
     batch: list[SourceRow] = []
     seen = 0
     for item in items:
+        if isinstance(item, ColumnBatch):
+            seen += len(item)
+            if item:
+                yield _ROWS, item
+            continue
         seen += 1
         if isinstance(item, dict):
             yield _DEAD, item

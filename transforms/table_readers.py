@@ -50,7 +50,7 @@ from fsspec.implementations.local import LocalFileSystem
 from isal import isal_zlib
 
 from recordforge.schemas.dead_letters import dead_letter
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.urls import redact_url
 
 __all__ = [
@@ -463,7 +463,8 @@ def _csv_header(batches: Iterator[tuple[int, int, bytes | None, bool]], source: 
 
 def iter_csv(path: str, *, start: int = 0, end: int | None = None,
              start_line: int | None = None, fs: fsspec.AbstractFileSystem | None = None,
-             source: str | None = None) -> Iterator[SourceRow | dict]:
+             source: str | None = None, columns: bool = False
+             ) -> Iterator[SourceRow | ColumnBatch | dict]:
     """Reads the CSV records that start in byte range ``[start, end)`` of `path`.
 
     Yields a `SourceRow` (values: column -> str) per good record and a read
@@ -477,6 +478,8 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
     record at or after `start` by scanning from the beginning of the file.
     `fs`: an fsspec filesystem `path` belongs to (then `path` is that
     filesystem's path); `source`: the name to report (default: `path` redacted).
+    `columns`: good rows of plain runs of lines (no quotes, one field per
+    column) come as `ColumnBatch`es, the same rows column by column.
     """
     fs, fs_path, source = _resolve(path, fs, source)
     cursor = _Cursor(0, 1)
@@ -503,13 +506,14 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
                     yield _read_dead_letter(source, None, "empty_file",
                                             f"{source} is empty", source)
                     return
-            yield from _csv_rows(batches, names, source, end)
+            yield from _csv_rows(batches, names, source, end, columns)
     except READ_ERRORS as exc:
         yield read_error(source, cursor.line if cursor.offset > 0 else None, exc)
 
 
 def _csv_rows(batches: Iterator[tuple[int, int, bytes | None, bool]], names: list[str],
-              source: str, end: int | None) -> Iterator[SourceRow | dict]:
+              source: str, end: int | None, columns: bool
+              ) -> Iterator[SourceRow | ColumnBatch | dict]:
     for offset, line_no, data, plain in batches:
         if end is not None and offset >= end:
             return
@@ -517,7 +521,7 @@ def _csv_rows(batches: Iterator[tuple[int, int, bytes | None, bool]], names: lis
             # The lines that start at or after `end` belong to the next range.
             in_range = len(data) if end is None else (
                 data.find(b"\n", end - offset - 1) + 1 or len(data))
-            yield from _plain_csv_rows(data[:in_range], line_no, names, source)
+            yield from _plain_csv_rows(data[:in_range], line_no, names, source, columns)
             if in_range < len(data):
                 return  # without reading on, as for a record at or after `end`
             continue
@@ -533,13 +537,14 @@ def _csv_rows(batches: Iterator[tuple[int, int, bytes | None, bool]], names: lis
             yield row
 
 
-def _plain_csv_rows(run: bytes, line_no: int, names: list[str],
-                    source: str) -> Iterator[SourceRow | dict]:
+def _plain_csv_rows(run: bytes, line_no: int, names: list[str], source: str,
+                    columns: bool = False) -> Iterator[SourceRow | ColumnBatch | dict]:
     """The rows of a plain run from `_iter_csv_batches` starting on line
     `line_no`. When every line is valid UTF-8 and has one field per column (the
-    common case) the run is decoded and split in one go and its rows are built
-    by `map` over the lines, without a Python loop; otherwise it goes record by
-    record, whose dead letters name the line (and the byte of bad UTF-8)."""
+    common case) the run is decoded and split in one go, and its rows are one
+    ColumnBatch (`columns`) or built by `map` over the lines, without a Python
+    loop either way; otherwise it goes record by record, whose dead letters
+    name the line (and the byte of bad UTF-8)."""
     try:
         text = run.decode("utf-8")
         if "\r" in text:
@@ -552,10 +557,17 @@ def _plain_csv_rows(run: bytes, line_no: int, names: list[str],
     else:
         if not lines[-1]:
             lines.pop()  # the run's last "\n" ends a line, it starts none
-        # Commas are counted rather than fields, so that the field lists are made
-        # one at a time below and freed at once: a block's worth of them alive
-        # together would add to every garbage collection's work.
         if "" not in lines and set(map(str.count, lines, repeat(","))) == {len(names) - 1}:
+            if columns:
+                # Every line has len(names) fields, so the fields of all of
+                # them, in one list, hold column i at i, i + width, ...
+                fields = ",".join(lines).split(",")
+                width = len(names)
+                return iter([ColumnBatch(source, line_no, {
+                    name: fields[i::width] for i, name in enumerate(names)})])
+            # Commas are counted rather than fields, so that the field lists are
+            # made one at a time below and freed at once: a block's worth of
+            # them alive together would add to every garbage collection's work.
             fields = map(str.split, lines, repeat(","))
             return map(SourceRow, repeat(source), count(line_no),
                        map(dict, map(zip, repeat(names), fields)))
@@ -695,7 +707,8 @@ def parquet_row_groups(path: str, *, fs: fsspec.AbstractFileSystem | None = None
 
 def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                  batch_size: int = 1024, fs: fsspec.AbstractFileSystem | None = None,
-                 source: str | None = None) -> Iterator[SourceRow | dict]:
+                 source: str | None = None, columns: bool = False
+                 ) -> Iterator[SourceRow | ColumnBatch | dict]:
     """Reads the rows of the given row groups (default: all) of a Parquet file,
     one record batch of `batch_size` rows at a time (memory is bounded by a row
     group's column chunks plus one batch).
@@ -704,6 +717,7 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
     1-based row index in the file) and dead letters: ``empty_file``,
     ``parquet_invalid`` (an unreadable footer stands for the file; a row group
     that fails to decode stands for its unread rows), ``read_error``.
+    `columns`: each record batch comes as one `ColumnBatch` instead.
     """
     import pyarrow as pa
 
@@ -733,19 +747,25 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                         f"row group {group} does not exist (the file has "
                         f"{metadata.num_row_groups}; was it replaced after listing?)"))
                     continue
-                yield from _parquet_group(parquet, group, firsts[group], batch_size, source)
+                yield from _parquet_group(parquet, group, firsts[group], batch_size, source,
+                                          columns)
     except READ_ERRORS as exc:
         yield read_error(source, None, exc)
 
 
-def _parquet_group(parquet, group: int, first_row: int, batch_size: int,
-                   source: str) -> Iterator[SourceRow | dict]:
+def _parquet_group(parquet, group: int, first_row: int, batch_size: int, source: str,
+                   columns: bool) -> Iterator[SourceRow | ColumnBatch | dict]:
     import pyarrow as pa
 
     row = first_row
     try:
         for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group],
                                           use_threads=False):
+            if columns:
+                # (the same Python values as to_pylist's, a column at a time)
+                yield ColumnBatch(source, row + 1, batch.to_pydict())
+                row += batch.num_rows
+                continue
             for values in batch.to_pylist():
                 row += 1
                 yield SourceRow(source, row, values)

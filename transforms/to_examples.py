@@ -14,7 +14,7 @@ import logging
 import math
 import struct
 import traceback
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -24,7 +24,7 @@ from recordforge.schemas.columns import bytes_by_length, rows_as_bytes
 from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
 from recordforge.schemas.features import FeatureSpec, label_text
 from recordforge.transforms.gc_tuning import relax_young_collections
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.shard_plan import SplitAssigner
 
 __all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",
@@ -181,37 +181,47 @@ class BatchConverter:
         examples, _, dead_letters = self.convert_labelled_batch(batch, None)
         return examples, dead_letters
 
-    def convert_labelled_batch(self, batch: Iterable[SourceRow], label: str | None,
-                               vocabulary: Sequence[str] | None = None
+    def convert_labelled_batch(self, batch: Iterable[SourceRow] | ColumnBatch,
+                               label: str | None, vocabulary: Sequence[str] | None = None
                                ) -> tuple[list, list[str | None], list[dict]]:
         """Like `convert_batch`, plus each good row's label: how `label_text`
         names the first value the row stores in feature `label` (None when it
         stores none, or when `label` is None). The value comes from the same
         converter that encoded the row.
 
-        The batch goes a column at a time first (`RowEncoder.encode_many`);
+        The batch goes a column at a time first (`RowEncoder.encode_columns`);
         rows that path leaves, and only those, go row by row."""
-        rows = batch if isinstance(batch, list) else list(batch)
-        fast_examples, keys, fast_labels = self._column_path(rows, label, vocabulary)
+        if isinstance(batch, ColumnBatch):
+            column, row_at, count = batch.column, batch.row, len(batch)
+        else:
+            rows = batch if isinstance(batch, list) else list(batch)
+
+            def column(name: str) -> list:
+                return [row.values.get(name) for row in rows]
+            row_at, count = rows.__getitem__, len(rows)
+        fast_examples, keys, fast_labels = self._column_path(column, count, label, vocabulary)
         label_of = self._labeller(label, vocabulary) if label is not None else None
+        label_source = self._encoder.source_of(label) if label is not None else None
         if None not in fast_examples:
             if fast_labels is None:
-                fast_labels = ([label_of(row.values) for row in rows] if label_of is not None
-                               else [None] * len(rows))
+                fast_labels = (list(map(label_of, column(label_source))) if label is not None
+                               else [None] * count)
             return list(zip(keys, fast_examples)), fast_labels, []
         examples = []
         labels = []
         dead_letters = []
-        for index, row in enumerate(rows):
-            example = fast_examples[index]
+        for index, example in enumerate(fast_examples):
             if example is not None:
                 examples.append((keys[index], example))
                 labels.append(fast_labels[index] if fast_labels is not None
-                              else label_of(row.values) if label_of is not None else None)
+                              else label_of(row_at(index).values.get(label_source))
+                              if label is not None else None)
                 continue
+            row = row_at(index)
             try:
                 example = self._convert_row(row)
-                labels.append(label_of(row.values) if label_of is not None else None)
+                labels.append(label_of(row.values.get(label_source)) if label is not None
+                              else None)
                 examples.append(example)
             except RowError as error:
                 dead_letters.append(self._dead_letter(row, error.stage, error.reason,
@@ -222,14 +232,14 @@ class BatchConverter:
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
         return examples, labels, dead_letters
 
-    def _column_path(self, rows: list[SourceRow], label: str | None,
+    def _column_path(self, column: Callable[[str], list], count: int, label: str | None,
                      vocabulary: Sequence[str] | None) -> tuple[list, list, list | None]:
         """(examples, keys, labels) of the rows the column path takes:
         examples[i] None where row i must go row by row; labels None when
         they are not known column-wise."""
         try:
-            examples, checked = self._encoder.encode_many([row.values for row in rows])
-            keys = self._column_keys(rows, examples, checked)
+            examples, checked = self._encoder.encode_columns(column, count)
+            keys = self._column_keys(column, examples, checked)
             labels = None
             if label is not None and label in checked:
                 labels = _column_labels(checked[label], vocabulary)
@@ -237,42 +247,39 @@ class BatchConverter:
         except Exception:  # a bug here must cost speed, not rows: the row path decides
             _LOG.warning("column path failed; converting the batch row by row",
                          exc_info=True)
-            return [None] * len(rows), [], None
+            return [None] * count, [], None
 
-    def _column_keys(self, rows: list[SourceRow], examples: list,
+    def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:
         """Each row's key (None without a key column); a row whose key
         fails has its example set to None, for the row path to report."""
         if self._key_column is None:
-            return [None] * len(rows)
+            return [None] * len(examples)
         if self._key_feature is not None and self._key_feature in checked:
             values = checked[self._key_feature]
             if set(map(type, values)) == {int}:
                 return _int64_keys(values)
             return list(map(sortable_key, values))
         keys = []
-        column = self._key_column
-        for index, row in enumerate(rows):
+        for index, raw_key in enumerate(column(self._key_column)):
             key = None
             if examples[index] is not None:
                 try:
-                    key = self._key_of(row.values.get(column))
+                    key = self._key_of(raw_key)
                 except Exception:
                     examples[index] = None
             keys.append(key)
         return keys
 
     def _labeller(self, label: str, vocabulary: Sequence[str] | None):
-        """row values -> the row's label text (or None), remembering the
-        text of the raw values seen (labels repeat: converting each once
-        is enough). Raw values are remembered with their type, so that 1,
-        1.0 and True stay apart."""
+        """the raw value of the label's column -> the row's label text (or
+        None), remembering the text of the raw values seen (labels repeat:
+        converting each once is enough). Raw values are remembered with
+        their type, so that 1, 1.0 and True stay apart."""
         convert = self._encoder.converter(label)
-        column = self._encoder.source_of(label)
         known = self._known_labels.setdefault((label, tuple(vocabulary or ())), {})
 
-        def label_of(values: Mapping[str, Any]) -> str | None:
-            raw = values.get(column)
+        def label_of(raw: Any) -> str | None:
             try:
                 return known[type(raw), raw]
             except KeyError:

@@ -18,6 +18,7 @@ from PIL import Image
 
 from recordforge.transforms import sources, table_readers
 from recordforge.transforms.images import ImageOptions
+from recordforge.transforms.rows import each_row
 
 
 def encode(im, fmt, **params):
@@ -127,7 +128,7 @@ def test_plan_table_ranges_partition_a_file(tmp_path):
     assert len(units) > 5
     assert units[0].start == 0 and units[-1].end is None
     assert all(a.end == b.start for a, b in zip(units, units[1:]))
-    got = [item for unit in units for item in sources.read_range(fs, unit, "csv")]
+    got = [item for unit in units for item in each_row(sources.read_range(fs, unit, "csv"))]
     assert got == list(table_readers.iter_csv(str(path)))
     assert len(sources.plan_table_ranges(fs, str(path), "csv", range_bytes=0)) == 1
 
@@ -138,7 +139,8 @@ def test_plan_parquet_by_row_groups(tmp_path):
     fs = fsspec.filesystem("file")
     units = sources.plan_table_ranges(fs, str(path), "parquet", range_bytes=1)
     assert [(u.start, u.end) for u in units] == [(i, i + 1) for i in range(10)]
-    got = [item.values["x"] for unit in units for item in sources.read_range(fs, unit, "parquet")]
+    got = [item.values["x"] for unit in units
+           for item in each_row(sources.read_range(fs, unit, "parquet"))]
     assert got == list(range(1000))
     assert len(sources.plan_table_ranges(fs, str(path), "parquet")) == 1
 

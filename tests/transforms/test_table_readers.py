@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.dead_letters import json_safe
 from recordforge.transforms import table_readers as tr
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.rows import ColumnBatch, SourceRow, each_row
 
 
 def split(items):
@@ -308,6 +308,13 @@ def test_csv_matches_a_line_by_line_reference_for_any_blocks_and_ranges(
             ranged += tr.iter_csv(path, start=start, end=end)
         assert ranged == whole
         assert read_ranges(path, tr.scan_split_points(path, target, quote_aware=True)) == whole
+        # Column batches hold the same rows.
+        assert list(each_row(tr.iter_csv(path, columns=True))) == whole
+        columned = []
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            columned += each_row(tr.iter_csv(path, start=start, end=end, columns=True))
+        assert columned == whole
         # A quoted record longer than the limit stops the read (ranges after it
         # would still read their own records, so only the whole file is compared).
         patch.setattr(tr, "_MAX_CSV_RECORD_BYTES", 12)
@@ -501,6 +508,20 @@ def test_parquet_rows_and_row_groups(tmp_path):
     for group in range(3):
         parts += tr.iter_parquet(str(path), row_groups=[group])
     assert parts == got
+    batches = list(tr.iter_parquet(str(path), batch_size=300, columns=True))
+    assert all(isinstance(batch, ColumnBatch) for batch in batches)
+    assert list(each_row(batches)) == got
+
+
+def test_plain_csv_runs_come_as_column_batches(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"id,text\n" + b"".join(b"%d,row %d\r\n" % (i, i) for i in range(5000))
+                     + b"5000,last")
+    items = list(tr.iter_csv(str(path), columns=True))
+    batches = [item for item in items if isinstance(item, ColumnBatch)]
+    assert len(batches) == len(items) and sum(map(len, batches)) == 5001
+    assert batches[0].first_row == 2 and batches[0].columns["text"][:2] == ["row 0", "row 1"]
+    assert list(each_row(items)) == list(tr.iter_csv(str(path)))
 
 
 def test_parquet_damage(tmp_path):

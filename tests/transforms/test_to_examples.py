@@ -364,7 +364,7 @@ MIXED_VALUES = {
 
 def row_by_row(converter: BatchConverter) -> BatchConverter:
     """The same converter with the column path switched off."""
-    converter._column_path = lambda rows, label, vocabulary: ([None] * len(rows), [], None)
+    converter._column_path = lambda column, count, label, vocabulary: ([None] * count, [], None)
     return converter
 
 
@@ -399,7 +399,7 @@ def test_column_path_converts_batches_like_the_row_path(key_column, label):
 def test_a_failing_column_path_leaves_every_row_to_the_row_path(caplog):
     converter = BatchConverter(SPECS, {}, key_column="id")
     converter._encoder = type("Broken", (), {
-        "encode_many": lambda self, rows: 1 / 0,
+        "encode_columns": lambda self, column, count: 1 / 0,
         "encode": converter._encoder.encode, "converter": converter._encoder.converter})()
     examples, dead = converter.convert_batch([row(1), row(2, score="-1")])
     assert [key for key, _ in examples] == [sortable_key(1)] and len(dead) == 1
