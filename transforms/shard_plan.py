@@ -32,6 +32,7 @@ __all__ = [
     "BucketRange",
     "Chunk",
     "HASH_SIZE",
+    "HashedExamples",
     "RunInfo",
     "SampleEntry",
     "ShardSpec",
@@ -162,6 +163,22 @@ def dataset_salt(dataset_name: str) -> bytes:
     return salt
 
 
+class HashedExamples(list):
+    """An ExampleBatch (list of ``(key, example)``) that carries its rows'
+    digests: `SplitAssigner.hash_rows` of each row's key (its example when the
+    key is None) under `salt`. The step that makes Examples hashes them
+    anyway, to count labels per split; the shard writer takes the digests
+    from here rather than hashing every row a second time (`hash_batch`)."""
+
+    def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = ()):
+        super().__init__(rows)
+        self.salt = salt
+        self.digests = list(digests)
+
+    def __reduce__(self):
+        return (HashedExamples, (list(self), self.salt, self.digests))
+
+
 class SplitAssigner:
     """Maps a row hash onto the configured split fractions.
 
@@ -199,8 +216,17 @@ class SplitAssigner:
             return hasher.digest()
 
         digests = list(map(digest, keys_or_examples))
-        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(len(digests), 2)
-        return digests, words
+        return digests, _digest_words(digests)
+
+    def hash_batch(self, batch: Sequence, keys_or_examples: Sequence[bytes]
+                   ) -> tuple[list[bytes], np.ndarray]:
+        """`hash_rows(keys_or_examples)` of an ExampleBatch's rows: the
+        batch's own digests when it is a HashedExamples made with this
+        dataset's salt."""
+        if (isinstance(batch, HashedExamples) and batch.salt == self.salt
+                and len(batch.digests) == len(batch) == len(keys_or_examples)):
+            return batch.digests, _digest_words(batch.digests)
+        return self.hash_rows(keys_or_examples)
 
     def split_indices(self, words: np.ndarray) -> np.ndarray:
         """The split index of each row, from `hash_rows`' words."""
@@ -217,6 +243,10 @@ class SplitAssigner:
 
     def split_of(self, key_or_example: bytes) -> str:
         return self.names[self.split_index(self.digest(key_or_example))]
+
+
+def _digest_words(digests: list[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(digests), dtype="<u8").reshape(len(digests), 2)
 
 
 def assign_split(key_or_example: bytes, dataset_name: str,

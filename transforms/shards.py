@@ -171,7 +171,7 @@ class _SpillFn(beam.DoFn):
             sources = examples  # no keys: rows are hashed and ordered by content
         else:
             sources = [example if key is None else key for key, example in zip(keys, examples)]
-        digests, words = self._assigner.hash_rows(sources)
+        digests, words = self._assigner.hash_batch(batch, sources)
         splits = self._assigner.split_indices(words)
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + _FRAMING
         order_keys = digests if self._shuffle else sources

@@ -25,7 +25,7 @@ from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
 from recordforge.schemas.features import FeatureSpec, label_text
 from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.rows import ColumnBatch, SourceRow
-from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner
 
 __all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",
            "ConvertedRows", "LabelCounting", "RowsToExamples", "sortable_key"]
@@ -376,9 +376,10 @@ class _ConvertBatchesFn(beam.DoFn):
             counting.vocabulary if counting else None)
         if examples:
             self._rows_converted.inc(len(examples))
-            yield EXAMPLES, examples
             if counting is not None:
-                yield LABEL_COUNTS, self._count(examples, labels)
+                examples, label_counts = self._count(examples, labels)
+                yield LABEL_COUNTS, label_counts
+            yield EXAMPLES, examples
         if dead_letters:
             self._dead_letters.inc(len(dead_letters))
             counts = collections.Counter(record["reason"] for record in dead_letters)
@@ -392,17 +393,18 @@ class _ConvertBatchesFn(beam.DoFn):
             for record in dead_letters:
                 yield DEAD_LETTER, record
 
-
-    def _count(self, examples: list, labels: list[str | None]) -> tuple:
-        """((split, label, examples), ...) of one batch; rows without a
-        label are not counted. A row's split comes from its key, or its
-        example without one, as in the shard writer."""
-        _, words = self._assigner.hash_rows(
+    def _count(self, examples: list, labels: list[str | None]) -> tuple[HashedExamples, tuple]:
+        """(the batch with its rows' digests, ((split, label, examples), ...));
+        rows without a label are not counted. A row's split comes from its
+        key, or its example without one, as in the shard writer, which takes
+        the digests from the batch instead of hashing the rows again."""
+        digests, words = self._assigner.hash_rows(
             [example if key is None else key for key, example in examples])
         names = self._assigner.names
         counts = collections.Counter(zip(self._assigner.split_indices(words).tolist(), labels))
-        return tuple(sorted((names[split], label, count)
-                            for (split, label), count in counts.items() if label is not None))
+        return (HashedExamples(examples, self._assigner.salt, digests),
+                tuple(sorted((names[split], label, count)
+                             for (split, label), count in counts.items() if label is not None)))
 
 
 def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:

@@ -16,9 +16,9 @@ from tfrecord import example_pb2
 
 from recordforge.schemas.features import parse_features
 from recordforge.transforms.rows import SourceRow
-from recordforge.transforms.shard_plan import assign_split
+from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner, assign_split
 from recordforge.transforms.to_examples import (BatchConverter, LabelCounting, RowsToExamples,
-                                                sortable_key)
+                                                _ConvertBatchesFn, sortable_key)
 
 # --- sortable_key -------------------------------------------------------------------
 
@@ -404,3 +404,35 @@ def test_a_failing_column_path_leaves_every_row_to_the_row_path(caplog):
     examples, dead = converter.convert_batch([row(1), row(2, score="-1")])
     assert [key for key, _ in examples] == [sortable_key(1)] and len(dead) == 1
     assert "column path failed" in caplog.text
+
+
+# --- digests handed to the shard writer -----------------------------------------------
+
+def test_counted_batches_carry_the_digests_the_writer_would_compute():
+    import pickle
+
+    fn = _ConvertBatchesFn(SPECS, {}, "id", COUNTING)
+    fn.setup()
+    tagged = list(fn.process([row(n) for n in range(20)]))
+    [batch] = [value for tag, value in tagged if tag == "examples"]
+    assert isinstance(batch, HashedExamples) and len(batch) == 20
+    assigner = SplitAssigner(COUNTING.dataset_name, COUNTING.splits)
+    keys = [key for key, _ in batch]
+    assert batch.digests == assigner.hash_rows(keys)[0]
+    assert assigner.hash_batch(batch, keys)[0] is batch.digests
+    copy = pickle.loads(pickle.dumps(batch))
+    assert copy == batch and copy.digests == batch.digests and copy.salt == batch.salt
+
+
+def test_the_writer_takes_digests_only_made_with_its_salt():
+    assigner = SplitAssigner("pets", (("train", 1.0),))
+    rows = [(b"k%d" % n, b"example") for n in range(3)]
+    keys = [key for key, _ in rows]
+    marked = [bytes([n]) * 16 for n in range(3)]
+    own = HashedExamples(rows, assigner.salt, marked)
+    assert assigner.hash_batch(own, keys)[0] == marked
+    assert (assigner.hash_batch(own, keys)[1][:, 0] == [0, 0x0101010101010101,
+                                                       0x0202020202020202]).all()
+    for other in (HashedExamples(rows, b"another dataset", marked), list(rows),
+                  HashedExamples(rows, assigner.salt, marked[:2])):
+        assert assigner.hash_batch(other, keys)[0] == assigner.hash_rows(keys)[0] != marked
