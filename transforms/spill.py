@@ -32,7 +32,9 @@ writes plain chunks, with the same boundaries, for tests and tools.
 
 Memory: a bucket is sorted in memory only when its key ranges fit
 `memory_bytes`; otherwise the sorted ranges are merged as streams, with
-intermediate merges when there are more than `fan_in` of them.
+intermediate merges when there are more than `fan_in` of them. Local runs'
+records are mapped, not read (`RunFile._records`): the page cache pages a
+bucket touches show in the process's RSS, but no copy of them is made.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import json
+import mmap
 import operator
 import posixpath
 import shutil
@@ -50,6 +53,7 @@ from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
 import fsspec
 import numpy as np
+from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.transforms import tfrecordio
 from recordforge.transforms.shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
@@ -265,6 +269,33 @@ def _bound(keys, bound: bytes | None, width: int) -> int:
     return int(np.searchsorted(keys, bound[:width], "right"))
 
 
+def _parse_index(raw: bytes, entries: int) -> tuple[list, list, list, list[bytes]]:
+    """Rows, record offsets, key offsets and key prefixes of a run's index
+    entries. Every bucket opens every run of its split, so this is on the
+    hot path: when all prefixes have one length (fixed-width keys, or keys
+    longer than the prefix) numpy parses the entries in one go."""
+    if entries and len(raw) >= _INDEX_ENTRY.size:
+        prefix_len = _INDEX_ENTRY.unpack_from(raw)[3]
+        if prefix_len and len(raw) == entries * (_INDEX_ENTRY.size + prefix_len):
+            table = np.frombuffer(raw, dtype=np.dtype([
+                ("row", "<u8"), ("offset", "<u8"), ("key_offset", "<u8"),
+                ("prefix_len", "<u4"), ("prefix", f"V{prefix_len}")]))
+            if (table["prefix_len"] == prefix_len).all():
+                return (table["row"].tolist(), table["offset"].tolist(),
+                        table["key_offset"].tolist(), table["prefix"].tolist())
+    rows, offsets, key_offsets, prefixes = [], [], [], []
+    position = 0
+    for _ in range(entries):
+        row, offset, key_offset, prefix_len = _INDEX_ENTRY.unpack_from(raw, position)
+        position += _INDEX_ENTRY.size
+        rows.append(row)
+        offsets.append(offset)
+        key_offsets.append(key_offset)
+        prefixes.append(bytes(raw[position:position + prefix_len]))
+        position += prefix_len
+    return rows, offsets, key_offsets, prefixes
+
+
 class RunFile:
     """Reads a run file's footer and index, and its rows in a key range."""
 
@@ -285,19 +316,9 @@ class RunFile:
             raw_index = fileobj.read(size - _FOOTER.size - index_offset)
         self.data_size = self._sizes_offset
         self.num_records = records
-        self.rows: list[int] = []
-        self.offsets: list[int] = []
-        self.key_offsets: list[int] = []
-        self.prefixes: list[bytes] = []
-        position = 0
-        for _ in range(entries):
-            row, offset, key_offset, prefix_len = _INDEX_ENTRY.unpack_from(raw_index, position)
-            position += _INDEX_ENTRY.size
-            self.rows.append(row)
-            self.offsets.append(offset)
-            self.key_offsets.append(key_offset)
-            self.prefixes.append(bytes(raw_index[position:position + prefix_len]))
-            position += prefix_len
+        self._mapped: memoryview | None = None  # the whole file, mapped (local runs)
+        self.rows, self.offsets, self.key_offsets, self.prefixes = _parse_index(raw_index,
+                                                                                entries)
 
     def row_range(self, lo: bytes, hi: bytes | None) -> tuple[int, int, int, int]:
         """``(first row, end row, record offset, key offset)`` of the smallest
@@ -328,11 +349,7 @@ class RunFile:
         if len(raw_sizes) != 4 * count:
             raise RunFileError(f"{self.path}: sizes cut short at row {first}")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
-        fileobj.seek(offset)
-        length = int(sizes.sum())
-        data = fileobj.read(length)
-        if len(data) != length:
-            raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
+        data = self._records(fileobj, offset, int(sizes.sum()))
         if self.key_width > 0:
             fileobj.seek(self._keys_offset + self.key_width * first)
             keys = _fixed_keys(fileobj.read(self.key_width * count), self.key_width)
@@ -344,8 +361,31 @@ class RunFile:
             keys = [blob[start:stop] for start, stop in zip([0] + key_ends[:-1], key_ends)]
         else:
             keys = None
-        rows = RunSlice(keys, memoryview(data), sizes)
+        rows = RunSlice(keys, data, sizes)
         return rows if keys is not None else rows._replace(keys=rows.examples())
+
+    def _records(self, fileobj, offset: int, length: int) -> memoryview:
+        """Bytes ``[offset, offset + length)`` of the records section.
+
+        A local run is mapped rather than read: its bytes are used where
+        they lie in the page cache, with no copy into freshly allocated
+        memory (whose page faults cost as much as the copy), and bytes never
+        looked at cost nothing: planning a bucket needs only the sizes and
+        keys, unless keys tie or the key is the example.
+        """
+        if not isinstance(self._fs, LocalFileSystem):
+            fileobj.seek(offset)
+            data = fileobj.read(length)
+            if len(data) != length:
+                raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
+            return memoryview(data)
+        if offset + length > self.data_size:
+            raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
+        if self._mapped is None:
+            # The map outlives this call and the file: the slices handed out
+            # keep it alive, and it is unmapped once the last one is gone.
+            self._mapped = memoryview(mmap.mmap(fileobj.fileno(), 0, access=mmap.ACCESS_READ))
+        return self._mapped[offset:offset + length]
 
     def _within(self, rows: RunSlice, lo: bytes, hi: bytes | None) -> RunSlice:
         """The rows of a sorted slice with lo <= key < hi."""

@@ -6,7 +6,9 @@ import gzip
 import io
 import math
 import random
+import struct
 
+import fsspec
 import pytest
 
 from recordforge.transforms import spill, tfrecordio
@@ -249,6 +251,34 @@ def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
     path.write_bytes(buffer.getvalue()[:-3])
     with pytest.raises(spill.RunFileError, match="r.run"):
         spill.RunFile(str(path))
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_run_file_reads_mapped_local_runs_and_other_filesystems_alike(tmp_path, where):
+    # Local runs are mapped, runs on other filesystems read: same rows.
+    rows = _rows(random.Random(12), 800)
+    path = (str(tmp_path / "r.run") if where == "local"
+            else f"memory://{tmp_path.name}-{where}/r.run")
+    with fsspec.open(path, "wb") as fileobj:
+        _write_rows(fileobj, rows, "variable", prefix_len=8, index_every=2000)
+    run = spill.RunFile(path)
+    assert _pairs(run.read(b"", None)) == rows
+    lo, hi = rows[200][0], rows[600][0]
+    assert _pairs(run.read(lo, hi)) == [row for row in rows if lo <= row[0] < hi]
+    assert [(key, example) for key, example, _ in run.stream(lo, None)] == [
+        row for row in rows if lo <= row[0]]
+
+
+def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
+    path = tmp_path / "r.run"
+    buffer = io.BytesIO()
+    _write_rows(buffer, _rows(random.Random(2), 50), "variable", prefix_len=8, index_every=100)
+    data = bytearray(buffer.getvalue())
+    sizes_offset = struct.unpack_from("<Q", data, len(data) - 64)[0]  # footer: first field
+    struct.pack_into("<I", data, sizes_offset + 4 * 49, 1 << 20)  # the last row's size
+    path.write_bytes(bytes(data))
+    with pytest.raises(spill.RunFileError, match="r.run: record cut short"):
+        spill.RunFile(str(path)).read(b"", None)
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):
