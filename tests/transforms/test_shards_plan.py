@@ -262,9 +262,12 @@ def test_run_file_reads_mapped_local_runs_and_other_filesystems_alike(tmp_path, 
     with fsspec.open(path, "wb") as fileobj:
         _write_rows(fileobj, rows, "variable", prefix_len=8, index_every=2000)
     run = spill.RunFile(path)
-    assert _pairs(run.read(b"", None)) == rows
     lo, hi = rows[200][0], rows[600][0]
-    assert _pairs(run.read(lo, hi)) == [row for row in rows if lo <= row[0] < hi]
+    for mapped in (False, True):
+        assert _pairs(run.read(b"", None, mapped)) == rows
+        assert _pairs(run.read(lo, hi, mapped)) == [row for row in rows if lo <= row[0] < hi]
+    run.release()
+    assert _pairs(run.read(lo, hi, mapped=True)) == [row for row in rows if lo <= row[0] < hi]
     assert [(key, example) for key, example, _ in run.stream(lo, None)] == [
         row for row in rows if lo <= row[0]]
 
@@ -277,8 +280,9 @@ def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
     sizes_offset = struct.unpack_from("<Q", data, len(data) - 64)[0]  # footer: first field
     struct.pack_into("<I", data, sizes_offset + 4 * 49, 1 << 20)  # the last row's size
     path.write_bytes(bytes(data))
-    with pytest.raises(spill.RunFileError, match="r.run: record cut short"):
-        spill.RunFile(str(path)).read(b"", None)
+    for mapped in (False, True):
+        with pytest.raises(spill.RunFileError, match="r.run: record cut short"):
+            spill.RunFile(str(path)).read(b"", None, mapped)
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):
