@@ -352,6 +352,9 @@ class _SortBucketFn(beam.DoFn):
             compression=self._compression, chunk_bytes=self._chunk_bytes,
             gzip_level=self._gzip_level, **_bucket_options(self._work_dir, self._tuning))
 
+    def finish_bundle(self):
+        spill.release_read_arena()
+
 
 class _HashingWriter:
     """Writes to a file, hashing and counting what passes through."""
@@ -439,6 +442,9 @@ class _WriteShardFn(beam.DoFn):
         self._bytes.inc(metadata["num_bytes"])
         self._shards.inc()
         yield metadata
+
+    def finish_bundle(self):
+        spill.release_read_arena()
 
 
 def _remove_tree(path: str) -> None:

@@ -48,6 +48,7 @@ import posixpath
 import shutil
 import struct
 import tempfile
+import threading
 import uuid
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Sequence
 
@@ -71,6 +72,7 @@ __all__ = [
     "parse_bucket_reference",
     "plan_bucket",
     "read_run_list",
+    "release_read_arena",
     "remove_runs",
     "sort_bucket",
     "sorted_order",
@@ -343,14 +345,15 @@ class RunFile:
         return end - first, self.offsets[bisect.bisect_left(self.rows, end)] - offset
 
     def _read_rows(self, fileobj, first: int, end: int, offset: int,
-                   key_offset: int, mapped: bool = False) -> RunSlice:
+                   key_offset: int, mapped: bool = False, into: memoryview | None = None
+                   ) -> RunSlice:
         count = end - first
         fileobj.seek(self._sizes_offset + 4 * first)
         raw_sizes = fileobj.read(4 * count)
         if len(raw_sizes) != 4 * count:
             raise RunFileError(f"{self.path}: sizes cut short at row {first}")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
-        data = self._records(fileobj, offset, int(sizes.sum()), mapped)
+        data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
         if self.key_width > 0:
             fileobj.seek(self._keys_offset + self.key_width * first)
             keys = _fixed_keys(fileobj.read(self.key_width * count), self.key_width)
@@ -365,7 +368,8 @@ class RunFile:
         rows = RunSlice(keys, data, sizes)
         return rows if keys is not None else rows._replace(keys=rows.examples())
 
-    def _records(self, fileobj, offset: int, length: int, mapped: bool) -> memoryview:
+    def _records(self, fileobj, offset: int, length: int, mapped: bool,
+                 into: memoryview | None = None) -> memoryview:
         """Bytes ``[offset, offset + length)`` of the records section.
 
         `mapped`: a local run is mapped rather than read, so that bytes
@@ -375,7 +379,20 @@ class RunFile:
         process's RSS until `release`, and they added up to 1.5x-2x the
         bucket (peak RSS 1.26x higher at 4 GB than at 1 GB), where a read
         buffer is freed block by block.
+
+        `into`: read into this buffer (at least `length` bytes) instead of
+        a new one.
         """
+        if into is not None and not mapped:
+            fileobj.seek(offset)
+            view = into[:length]
+            filled = 0
+            while filled < length:
+                count = fileobj.readinto(view[filled:])
+                if not count:
+                    raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
+                filled += count
+            return view
         if not mapped or not isinstance(self._fs, LocalFileSystem):
             fileobj.seek(offset)
             data = fileobj.read(length)
@@ -408,12 +425,13 @@ class RunFile:
         return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
                         rows.sizes[start:stop])
 
-    def read(self, lo: bytes, hi: bytes | None, mapped: bool = False) -> RunSlice:
-        """The rows with lo <= key < hi, in a few reads (`mapped`: see
-        `_records`)."""
+    def read(self, lo: bytes, hi: bytes | None, mapped: bool = False,
+             into: memoryview | None = None) -> RunSlice:
+        """The rows with lo <= key < hi, in a few reads (`mapped`, `into`:
+        see `_records`; `into` must hold the range's `estimate` bytes)."""
         first, end, offset, key_offset = self.row_range(lo, hi)
         with self._fs.open(self._fs_path, "rb") as fileobj:
-            rows = self._read_rows(fileobj, first, end, offset, key_offset, mapped)
+            rows = self._read_rows(fileobj, first, end, offset, key_offset, mapped, into)
         return self._within(rows, lo, hi)
 
     def stream(self, lo: bytes, hi: bytes | None) -> Iterator[tuple]:
@@ -721,8 +739,14 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
 
 
 def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
-    mapped = not writer.writes_bytes
-    slices = [run_file.read(bucket.lo, bucket.hi, mapped) for run_file in parts]
+    if not writer.writes_bytes:
+        slices = [run_file.read(bucket.lo, bucket.hi, mapped=True) for run_file in parts]
+    else:
+        sizes = [run_file.estimate(bucket.lo, bucket.hi)[1] for run_file in parts]
+        arena = _read_arena(sum(sizes))
+        slices = []
+        for run_file, start, size in zip(parts, np.cumsum(sizes) - sizes, sizes):
+            slices.append(run_file.read(bucket.lo, bucket.hi, into=arena[start:start + size]))
     slices = [rows for rows in slices if len(rows.sizes)]
     if slices:
         # Fixed-width keys are sorted by numpy; a mix of key kinds (no
@@ -732,6 +756,29 @@ def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
         if width == KEY_IS_EXAMPLE:
             width = KEY_VARIABLE
         _write_in_order(writer, slices, width)
+
+
+_ARENAS = threading.local()
+
+
+def _read_arena(nbytes: int) -> memoryview:
+    """A buffer of at least `nbytes` for one bucket's records, kept for the
+    same thread's next buckets. A new buffer per bucket is memory fresh from
+    the kernel every time (large allocations are mapped and unmapped), whose
+    page faults cost as much as the read itself; one per thread is safe with
+    runners that process bundles in several threads. `release_read_arena`
+    frees it."""
+    arena = getattr(_ARENAS, "buffer", None)
+    if arena is None or len(arena) < nbytes:
+        arena = bytearray(nbytes)
+        _ARENAS.buffer = arena
+    return memoryview(arena)
+
+
+def release_read_arena() -> None:
+    """Frees this thread's bucket buffer (at the end of a bundle: it should
+    not add to the memory of whatever the worker does next)."""
+    _ARENAS.buffer = None
 
 
 _BUCKET_REFERENCE = "bucket:"
