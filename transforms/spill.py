@@ -318,8 +318,7 @@ class RunFile:
             raw_index = fileobj.read(size - _FOOTER.size - index_offset)
         self.data_size = self._sizes_offset
         self.num_records = records
-        self._map: mmap.mmap | None = None  # the whole file, mapped (local runs, `read`)
-        self._mapped: memoryview | None = None
+        self._map: mmap.mmap | None = None  # the whole file, mapped (see _records)
         self.rows, self.offsets, self.key_offsets, self.prefixes = _parse_index(raw_index,
                                                                                 entries)
 
@@ -372,16 +371,15 @@ class RunFile:
                  into: memoryview | None = None) -> memoryview:
         """Bytes ``[offset, offset + length)`` of the records section.
 
-        `mapped`: a local run is mapped rather than read, so that bytes
-        never looked at cost nothing: planning a bucket needs only the
-        sizes and keys, unless keys tie or the key is the example. Writing
-        reads instead: pages of a mapped run that are looked at count in the
-        process's RSS until `release`, and they added up to 1.5x-2x the
-        bucket (peak RSS 1.26x higher at 4 GB than at 1 GB), where a read
-        buffer is freed block by block.
+        `mapped` (planning): a local run is mapped rather than read, so
+        that bytes never looked at cost nothing: planning a bucket needs
+        only the sizes and keys, unless keys tie or the key is the example.
+        Pages looked at count in the process's RSS until `release`, which
+        is why writing reads instead (mapped, peak RSS followed the largest
+        bucket: 1.26x higher at 4 GB than at 1 GB).
 
-        `into`: read into this buffer (at least `length` bytes) instead of
-        a new one.
+        `into` (writing): read into this buffer (at least `length` bytes)
+        instead of a new one; see `_read_arena`.
         """
         if into is not None and not mapped:
             fileobj.seek(offset)
@@ -401,12 +399,11 @@ class RunFile:
             return memoryview(data)
         if offset + length > self.data_size:
             raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
-        if self._mapped is None:
+        if self._map is None:
             # The map outlives this call and the file: the slices handed out
             # keep it alive, and it is unmapped once the last one is gone.
             self._map = mmap.mmap(fileobj.fileno(), 0, access=mmap.ACCESS_READ)
-            self._mapped = memoryview(self._map)
-        return self._mapped[offset:offset + length]
+        return memoryview(self._map)[offset:offset + length]
 
     def release(self) -> None:
         """Takes the mapped pages out of this process's memory (they stay in
@@ -727,7 +724,7 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
             return
         scratch: list[str] = []
         try:
-            streams = _reduce_fan_in(list(parts), bucket, scratch_dir, scratch, fan_in=fan_in,
+            streams = _reduce_fan_in(parts, bucket, scratch_dir, scratch, fan_in=fan_in,
                                      prefix_len=prefix_len, index_every=index_every)
             _write_stream(writer, heapq.merge(*streams))
         finally:
