@@ -60,6 +60,7 @@ from recordforge.schemas.dead_letters import RowError, dead_letter
 from recordforge.transforms import table_readers
 from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.images import ImageOptions, image_columns
+from recordforge.transforms.page_cache import read_file_once
 from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.table_readers import READ_ERRORS, display_name, read_error
 from recordforge.transforms.urls import redact_url
@@ -641,7 +642,7 @@ def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],
         source = display_name(fs, item.fs_path)
         raw_input = {"path": item.rel, "label": item.label}
         try:
-            data = fs.cat_file(item.fs_path)
+            data = read_file_once(fs, item.fs_path)
         except READ_ERRORS as exc:
             yield read_error(source, None, exc, input=raw_input)
             continue

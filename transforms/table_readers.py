@@ -38,6 +38,7 @@ the file's records.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import threading
@@ -50,6 +51,7 @@ from fsspec.implementations.local import LocalFileSystem
 from isal import isal_zlib
 
 from recordforge.schemas.dead_letters import dead_letter
+from recordforge.transforms import page_cache
 from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.urls import redact_url
 
@@ -126,6 +128,17 @@ def _resolve(path: str, fs: fsspec.AbstractFileSystem | None,
 
 def _open(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
     return fs.open(path, "rb", compression="infer")
+
+
+@contextlib.contextmanager
+def _open_range(fs: fsspec.AbstractFileSystem, path: str, start: int,
+                end: int | None) -> Iterator[IO[bytes]]:
+    """`_open` for reading the records of ``[start, end)``: once they are all
+    read, those bytes are dropped from the page cache (`page_cache`; the
+    bytes just past `end` are left for the next range's reader)."""
+    with _open(fs, path) as f:
+        yield f
+        page_cache.drop_behind(f, start, 0 if end is None else end - start)
 
 
 # ---------------------------------------------------------------------------
@@ -484,7 +497,7 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
     fs, fs_path, source = _resolve(path, fs, source)
     cursor = _Cursor(0, 1)
     try:
-        with _open(fs, fs_path) as f:
+        with _open_range(fs, fs_path, start, end) as f:
             if start > 0:
                 header_cursor = _Cursor(0, 1)
                 names, problem = _csv_header(
@@ -634,7 +647,7 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
     fs, fs_path, source = _resolve(path, fs, source)
     cursor = _Cursor(0, 1)
     try:
-        with _open(fs, fs_path) as f:
+        with _open_range(fs, fs_path, start, end) as f:
             point = _seek_to_record(f, fs, fs_path, start, start_line, False)
             if point is None:
                 return
