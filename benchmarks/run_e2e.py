@@ -17,7 +17,11 @@ process tree and one at a time:
 and records wall time, CPU seconds and peak RSS of the process tree
 (`e2e_measure.py`), rows/s, MB/s written, shard count and size spread. With
 ``--check`` (the default with ``--quick``) it also reads every output back and
-checks that all four wrote the same multiset of Examples. ``samples`` times
+checks that all four wrote the same multiset of Examples. Before every
+measured run the inputs are read once and dirty pages are flushed
+(`_settle`), so that no system pays for the disk: neither for writing back
+what the generator (or the run before) wrote, nor for reading inputs the
+machine dropped from its page cache. ``samples`` times
 the two bundled example configs in both local modes (to choose the default).
 
 Prints a table and ratios and writes them into ``benchmarks/RESULTS.md``
@@ -79,6 +83,7 @@ def _run(system: str, workload: Workload, compression: str, work: Path, repeat: 
     for _ in range(repeat):
         output = work / "out" / f"{workload.name}-{compression}-{system}"
         shutil.rmtree(output, ignore_errors=True)
+        _settle(workload)
         measured = e2e_measure.measure(_command(system, workload, work, output, compression))
         if measured.returncode != 0:
             raise RuntimeError(f"{system} on {workload.name} ({compression}) failed with "
@@ -94,6 +99,18 @@ def _run(system: str, workload: Workload, compression: str, work: Path, repeat: 
             "system": system, "wall_s": best.wall_s, "cpu_s": best.cpu_s,
             "walls": [m.wall_s for m in runs],
             "peak_rss": max(m.peak_rss for m in runs), **stats, "digests": digests}
+
+
+def _settle(workload: Workload) -> None:
+    """Flushes dirty pages to disk and reads the workload's input files, so
+    that every system starts from the same warm page cache and an idle disk."""
+    os.sync()
+    root = Path(workload.path)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    for path in files:
+        with open(path, "rb", buffering=0) as fileobj:
+            while fileobj.read(1 << 22):
+                pass
 
 
 def _samples(work: Path, repeat: int) -> list[dict]:
