@@ -39,6 +39,7 @@ import apache_beam as beam
 import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from recordforge.pipelines.build import _local_runner  # the engine of a local build
 from recordforge.schemas.example import encode_example
 from recordforge.transforms.shards import WriteShards
 
@@ -143,7 +144,8 @@ def _options(workers: int) -> PipelineOptions:
 
 def _generation_only(seeds, kind, workers) -> float:
     start = time.perf_counter()
-    with beam.Pipeline(options=_options(workers)) as pipeline:
+    options = _options(workers)
+    with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
         _ = (pipeline
              | "Seeds" >> beam.Create(seeds)
              | "Generate" >> beam.ParDo(_GenerateBatches(kind))
@@ -154,7 +156,8 @@ def _generation_only(seeds, kind, workers) -> float:
 
 def _write(seeds, kind, workers, out_dir, compression, shard_size) -> float:
     start = time.perf_counter()
-    with beam.Pipeline(options=_options(workers)) as pipeline:
+    options = _options(workers)
+    with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
         metadata = (pipeline
                     | "Seeds" >> beam.Create(seeds)
                     | "Generate" >> beam.ParDo(_GenerateBatches(kind))
