@@ -174,10 +174,11 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
 # Below this much input a local build runs in one process (in_memory, one
 # worker): starting multi_processing workers (each imports Beam and unpickles
 # the pipeline) costs about 1.5 s and every worker holds its own ~200 MB. On
-# the 2-core benchmark machine, idle, two workers ran the bundled samples
-# (under 1 MB) 0.55x as fast as one, a 100 MB table 1.24x-1.47x, 456 MB of
-# images 1.03x-1.13x and 4 GB 1.41x-1.48x (benchmarks/RESULTS.md).
-LOCAL_PARALLEL_MIN_BYTES = 256 << 20
+# the 2-core benchmark machine two workers ran the bundled samples (under
+# 1 MB) 0.55x as fast as one, a 100 MB table 1.03x-1.09x, 456 MB of images
+# 0.85x-0.96x, 1 GB of large records 1.01x-1.30x and 4 GB 1.41x-1.43x
+# (benchmarks/RESULTS.md, full run of 2026-11-22 15:11).
+LOCAL_PARALLEL_MIN_BYTES = 1 << 30
 
 
 def default_beam_args(beam_args: Sequence[str],
