@@ -659,7 +659,7 @@ def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],
 
 
 class _PlanImages(beam.DoFn):
-    """root path -> ("unit", list[ImageItem]) per batch of images, plus
+    """root path -> ("unit", [ImageItem as a tuple]) per batch of images, plus
     dead letters and their counts for listing and labelling problems."""
 
     def __init__(self, extensions: tuple[str, ...], labels: str, batch_size: int):
@@ -673,11 +673,14 @@ class _PlanImages(beam.DoFn):
             yield _DEAD, problem
             yield _COUNTS, (problem["source"], 1)
         for batch in batches:
-            yield _UNIT, batch
+            # Plain tuples: Beam's coder writes them natively, where it
+            # would pickle each NamedTuple on its own (17 us per image).
+            yield _UNIT, [tuple(item) for item in batch]
 
 
 class _ReadImageBatches(beam.DoFn):
-    """list[ImageItem] -> (tag, value) pairs: one RowBatch, dead letters, (root, n)."""
+    """ImageItems (as plain tuples) -> (tag, value) pairs: one RowBatch, dead
+    letters, (root, n)."""
 
     def __init__(self, path: str, options: ImageOptions):
         self._path = path
@@ -688,8 +691,9 @@ class _ReadImageBatches(beam.DoFn):
         self._source = redact_url(self._path)
         relax_young_collections()  # rows are made here, a batch at a time
 
-    def process(self, items: list[ImageItem]):
+    def process(self, items: list[tuple[str, str, str]]):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (root, n))
+        items = [ImageItem(*item) for item in items]
         yield from _batched(read_image_items(self._fs, items, self._options),
                             max(1, len(items)), self._source)
 
@@ -726,7 +730,7 @@ class ReadImages(beam.PTransform):
                 _PlanImages(self._extensions, self._labels, self._batch_size)))
         read = (
             planned
-            # list[ImageItem] of up to batch_size images
+            # up to batch_size ImageItems, as plain tuples
             | "Batches" >> beam.FlatMap(_tagged, _UNIT)
             | "ReshuffleBatches" >> beam.Reshuffle()
             | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)))
