@@ -304,6 +304,11 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
         _write_sha256sums(out, staging, manifest)
+        if out.local:
+            # Shards and dead-letter files were synced before their renames;
+            # the renames inside dead_letter/ are synced here, those in the
+            # staging directory by the manifest's own write.
+            fsync_dir(f"{staging.directory}/{DEAD_LETTER_DIR}")
         out.write_atomic(f"{staging.directory}/{manifest_lib.MANIFEST_FILE}",
                          manifest_lib.dumps_manifest(manifest))
         if verify:

@@ -53,6 +53,7 @@ from recordforge.transforms.urls import redact_url
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import ExampleDecodeError, decode_example
 from recordforge.transforms import tfrecordio
+from recordforge.transforms.page_cache import drop_behind
 
 __all__ = [
     "DatasetNotFoundError",
@@ -66,6 +67,7 @@ __all__ = [
 ]
 
 _BLOCK = 1 << 20
+_DROP_EVERY = 8 << 20
 # Which problem of a file is reported first: the most specific cause (a
 # wrong file, the first bad byte) before its consequences (size, checksum).
 _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
@@ -203,25 +205,33 @@ def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[s
 
 class _HashingReader:
     """A read-only file wrapper that hashes and counts what passes through,
-    so hashing and record parsing share one read of the file."""
+    so hashing and record parsing share one read of the file. What it has
+    read of a local file leaves the page cache every `_DROP_EVERY` bytes:
+    verification reads each byte once."""
 
     def __init__(self, raw: BinaryIO):
         self._raw = raw
         self.digest = hashlib.sha256()
         self.size = 0
+        self._dropped = 0
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
         self.digest.update(data)
         self.size += len(data)
+        if self.size - self._dropped >= _DROP_EVERY:
+            drop_behind(self._raw, self._dropped, self.size - self._dropped)
+            self._dropped = self.size
         return data
 
     def seekable(self) -> bool:
         return False
 
     def drain(self) -> None:
+        """Reads the rest of the file."""
         while self.read(_BLOCK):
             pass
+        drop_behind(self._raw, self._dropped, 0)
 
 
 def check_file(url: str, file: str, *, compression: str | None = None,

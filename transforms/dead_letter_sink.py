@@ -30,6 +30,8 @@ import uuid
 import apache_beam as beam
 import fsspec
 
+from recordforge.transforms.page_cache import WriteBehind
+
 __all__ = ["RECORDS_PER_FILE", "WriteDeadLetters", "dead_letter_line", "sort_key", "summarize"]
 
 RECORDS_PER_FILE = 100_000
@@ -113,7 +115,9 @@ class _WriteAllFn(beam.DoFn):
         self._fs.makedirs(self._root, exist_ok=True)
         data = "".join([f"{line}\n" for _, line in entries]).encode("utf-8")
         with self._fs.open(temporary, "wb") as out:
-            out.write(data)
+            on_disk = WriteBehind(out)  # durable before its rename, like the shards
+            on_disk.write(data)
+            on_disk.finish()
         self._fs.mv(temporary, final)
 
 

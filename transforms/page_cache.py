@@ -1,4 +1,4 @@
-"""Input is read once: its bytes are dropped from the page cache behind the read.
+"""Bytes read once or written for good leave the page cache behind the reader or writer.
 
 A build reads each input byte once and then writes about twice as many
 (spill runs, shards). Keeping input pages cached helps nothing and pushes
@@ -9,6 +9,17 @@ ago is several times cheaper than into memory it must first get back from
 the host (here, reading 1 GB and writing 1 GB took 0.4 s of kernel time with
 the read bytes dropped, 2.9 s without). Hadoop's datanodes do the same
 (``dfs.datanode.drop.cache.behind.reads``).
+
+Shards are the other side: written once, read back once by verification,
+then left for a later training job. `WriteBehind` hands each few MB of a
+shard to the disk as soon as they are written and drops them from the
+cache once they are on disk, so a shard's pages are reused for its next
+bytes instead of growing the cache by its whole size, and `finish` makes
+the file durable (fdatasync) before it is renamed to its final name, so a
+published dataset survives a crash of the machine, not only of the build.
+PostgreSQL bounds its dirty data the same way (``backend_flush_after``).
+On the development VM writing 1 GB and reading it back took 0.9-1.1 s
+this way against 2.6-4.6 s through the cache.
 
 It is advice only, and only for local files: the bytes stay on disk, so a
 retried read is correct, just not served from memory.
@@ -23,7 +34,7 @@ from typing import BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["drop_behind", "read_file_once"]
+__all__ = ["WriteBehind", "drop_behind", "read_file_once"]
 
 
 def drop_behind(fileobj: BinaryIO, offset: int, length: int) -> None:
@@ -50,3 +61,64 @@ def read_file_once(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
         data = fileobj.read()
         drop_behind(fileobj, 0, 0)
     return data
+
+
+class WriteBehind:
+    """A writable file that keeps at most about two `window`s of itself in
+    the page cache: written bytes are handed to the disk a window at a
+    time, and a window is dropped from the cache once the disk has it.
+
+    Wraps `fileobj` (any object with ``write`` and ``flush``); for a local
+    file (one with a ``fileno``) `finish` also flushes it to stable storage.
+    Objects without a file descriptor (object stores) are written as they
+    are.
+    """
+
+    def __init__(self, fileobj: BinaryIO, window: int = 8 << 20):
+        self._file = fileobj
+        self._window = window
+        try:
+            self._fd = fileobj.fileno()
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            self._fd = None
+        self._advised = self._fd is not None and hasattr(os, "posix_fadvise")
+        self._written = 0  # bytes written so far
+        self._handed = 0  # bytes [0, _handed) were handed to the disk
+        self._dropped = 0  # bytes [0, _dropped) were dropped from the cache
+
+    def write(self, data) -> None:
+        self._file.write(data)
+        self._written += len(data)
+        if self._advised and self._written - self._handed >= self._window:
+            self._hand_to_disk()
+
+    def _hand_to_disk(self) -> None:
+        self._file.flush()  # Python's buffer to the kernel
+        # DONTNEED starts writeback of dirty pages and drops clean ones: the
+        # new window goes to the disk, the one before it (on disk by now,
+        # unless the disk is slower than the writer) leaves the cache. Pages
+        # still being written stay cached, as they would without advice.
+        self._advise(self._handed, self._written - self._handed)
+        self._advise(self._dropped, self._handed - self._dropped)
+        self._dropped, self._handed = self._handed, self._written
+
+    def _advise(self, offset: int, length: int) -> None:
+        try:
+            os.posix_fadvise(self._fd, offset, length, os.POSIX_FADV_DONTNEED)
+        except OSError:  # a filesystem that takes no advice: write as usual
+            self._advised = False
+
+    def finish(self, durable: bool = True) -> None:
+        """Hands the rest of the file to the disk; call it before closing
+        (the file object stays open). durable: also waits until the disk has
+        every byte (fdatasync; raises OSError when it cannot take them) and
+        drops the whole file from the cache. Temporary files, read back soon
+        and then deleted, need not wait."""
+        if self._advised:
+            self._hand_to_disk()
+        else:
+            self._file.flush()
+        if durable and self._fd is not None:
+            getattr(os, "fdatasync", os.fsync)(self._fd)
+            if self._advised:
+                self._advise(0, 0)

@@ -55,6 +55,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.transforms import spill, tfrecordio
 from recordforge.transforms.gc_tuning import relax_young_collections
+from recordforge.transforms.page_cache import WriteBehind, drop_behind
 from recordforge.transforms.shard_plan import (
     HASH_SIZE,
     RunInfo,
@@ -226,9 +227,13 @@ class _SpillFn(beam.DoFn):
             path = self._run_path(split)
             fs, fs_path = fsspec.core.url_to_fs(path)
             with fs.open(fs_path, "wb") as fileobj:
-                spill.write_sorted_run(fileobj, keys, examples, key_width=key_width,
+                # Read back once, soon: handed to the disk as it is written,
+                # so that the cache does not grow by every run (page_cache).
+                run = WriteBehind(fileobj)
+                spill.write_sorted_run(run, keys, examples, key_width=key_width,
                                        prefix_len=self._tuning.prefix_len,
                                        index_every=self._tuning.index_every)
+                run.finish(durable=False)
         self._new_buffer()
 
 
@@ -384,8 +389,12 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
     temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
     fs, fs_temp = fsspec.core.url_to_fs(temp_path)
     fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
-    with fs.open(fs_temp, "wb") as out:
-        out = _HashingWriter(out)
+    with fs.open(fs_temp, "wb") as fileobj:
+        # A shard is read back once (verification), then left for its
+        # readers: it goes to the disk as it is written, and is durable
+        # before its rename (see page_cache).
+        on_disk = WriteBehind(fileobj)
+        out = _HashingWriter(on_disk)
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
             if planned is not None:
@@ -404,6 +413,8 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
                             f"{path}: ends before byte {offset + length} while writing {name}")
                     out.write(block)
                     remaining -= len(block)
+                drop_behind(source, offset, length)
+        on_disk.finish()
     written = out.written
     if written != spec.num_bytes:
         raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")

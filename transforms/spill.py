@@ -57,6 +57,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.transforms import tfrecordio
+from recordforge.transforms.page_cache import WriteBehind, drop_behind
 from recordforge.transforms.shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
 
 __all__ = [
@@ -390,6 +391,7 @@ class RunFile:
                 if not count:
                     raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
                 filled += count
+            drop_behind(fileobj, offset, length)  # read once (twice at most)
             return view
         if not mapped or not isinstance(self._fs, LocalFileSystem):
             fileobj.seek(offset)
@@ -662,11 +664,13 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
     """
     out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
     with _open_for_write(out_path) as fileobj:
-        writer = ChunkWriter(fileobj, compression=compression, chunk_bytes=chunk_bytes,
+        on_disk = WriteBehind(fileobj)  # read once, by the shard that copies it
+        writer = ChunkWriter(on_disk, compression=compression, chunk_bytes=chunk_bytes,
                              gzip_level=gzip_level)
         _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
                    fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
         chunks = writer.close()
+        on_disk.finish(durable=False)
     return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import io
 import ctypes.util
 import mmap
 import os
@@ -105,3 +106,66 @@ def test_a_reader_stopped_early_drops_nothing(tmp_path):
     next(reader)
     reader.close()
     assert all(_residency(path))
+
+
+def test_write_behind_writes_every_byte_in_order(tmp_path):
+    chunks = [os.urandom(n) for n in (1, _PAGE, 3 * _PAGE + 5, 10_000, 0, 70_001)]
+    path = tmp_path / "shard.bin"
+    with open(path, "wb") as fileobj:
+        writer = page_cache.WriteBehind(fileobj, window=2 * _PAGE)
+        for chunk in chunks:
+            writer.write(chunk)
+        writer.finish(durable=False)
+    assert path.read_bytes() == b"".join(chunks)
+
+
+def test_write_behind_writes_to_files_without_a_descriptor():
+    buffer = io.BytesIO()
+    writer = page_cache.WriteBehind(buffer, window=4)
+    for _ in range(10):
+        writer.write(b"abc")
+    writer.finish()
+    assert buffer.getvalue() == b"abc" * 10
+
+
+def test_a_durable_finish_syncs_the_file_before_it_is_closed(tmp_path, monkeypatch):
+    synced = []
+    real_sync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_size),
+                                                     real_sync(fd)))
+    with open(tmp_path / "shard.bin", "wb") as fileobj:
+        writer = page_cache.WriteBehind(fileobj)
+        writer.write(b"x" * 1000)  # still in Python's buffer: finish must flush it first
+        writer.finish()
+        assert synced == [1000]
+        page_cache.WriteBehind(fileobj).finish(durable=False)
+    assert synced == [1000]
+
+
+@linux_only
+def test_a_durable_finish_leaves_no_page_of_the_file_cached(tmp_path):
+    path = str(tmp_path / "shard.bin")
+    with open(path, "wb") as fileobj:
+        writer = page_cache.WriteBehind(fileobj, window=16 * _PAGE)
+        for _ in range(64):
+            writer.write(os.urandom(5 * _PAGE))
+        writer.finish()
+        assert not any(_residency(path))
+    with open(path, "rb") as fileobj:
+        assert len(fileobj.read()) == 64 * 5 * _PAGE
+
+
+@linux_only
+def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
+    from recordforge.pipelines import verify
+    from recordforge.transforms import tfrecordio
+
+    records = [os.urandom(3000 + i) for i in range(4000)]  # ~12 MB: more than one drop
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    path.write_bytes(tfrecordio.frame_records(records))
+    path = _cached_file(tmp_path, path.name, path.read_bytes())
+    assert all(_residency(path))
+    check = verify.check_file(path, "train-00000-of-00001.tfrecord", compression="none",
+                              expected_records=len(records))
+    assert check.records == len(records) and not check.problems
+    assert not any(_residency(path))
