@@ -97,7 +97,8 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
 
     Returns ``(label_counts, thumbnails)``: split -> label -> examples (None
     when the dataset has no label feature, or with count_labels=False, which
-    stops reading once the thumbnails are taken) and label -> up to
+    stops reading once the thumbnails are taken: every class of the label's
+    vocabulary has its thumbnails, or the cap is reached) and label -> up to
     `thumbnails_per_class` raw image values taken from the first
     `max_thumbnail_records` records (None without an image feature). Memory
     holds one record at a time plus the counts and the kept images.
@@ -112,33 +113,41 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
     wanted = [name for name in (label_name, image_name) if name is not None]
     labels_only = [label_name] if label_name is not None else []
     scanned = 0
+    # Classes still short of thumbnails; without a vocabulary, unknown.
+    missing = set(vocabulary) if vocabulary and image_name is not None else None
+
+    def thumbnails_taken() -> bool:
+        return scanned >= max_thumbnail_records or missing == set()
+
     for split, info in (manifest.get("splits") or {}).items():
         counts = label_counts.setdefault(split, {})
         for shard in info.get("shards", []):
-            # Without label counting only thumbnails are wanted: stop at the cap.
-            if not counting and scanned >= max_thumbnail_records:
+            # Without label counting only thumbnails are wanted.
+            if not counting and thumbnails_taken():
                 break
             try:
                 for record in read_records(_join(version_dir, shard["file"])):
-                    if not counting and scanned >= max_thumbnail_records:
-                        break
                     try:
                         # Only the label and image: decoding every feature of
                         # every record made this pass as slow as the build's
                         # own row checks.
                         features = decode_features(
-                            record, wanted if scanned < max_thumbnail_records else labels_only)
+                            record, labels_only if thumbnails_taken() else wanted)
                     except ExampleDecodeError:
                         continue  # verification reports damaged records; the report skips
                     label = _label_of(features, label_name, vocabulary) if label_name else None
                     if label is not None:
                         counts[label] = counts.get(label, 0) + 1
-                    if image_name is not None and scanned < max_thumbnail_records:
+                    if image_name is not None and not thumbnails_taken():
                         kept = thumbnails.setdefault(label if label is not None else "", [])
                         values = features.get(image_name, ("bytes", []))[1]
                         if len(kept) < thumbnails_per_class and values:
                             kept.append(values[0])
+                            if len(kept) == thumbnails_per_class and missing:
+                                missing.discard(label)
                     scanned += 1
+                    if not counting and thumbnails_taken():
+                        break
             except TFRecordError:
                 continue  # a damaged shard fails verification; the report shows the rest
     return (label_counts if counting else None,

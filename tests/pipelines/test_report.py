@@ -101,6 +101,35 @@ def test_gather_samples_counts_every_label_and_caps_thumbnails(staged):
     assert sum(len(v) for v in thumbs.values()) == 3
 
 
+def test_gather_samples_stops_reading_once_every_class_has_its_thumbnails(staged, monkeypatch):
+    root, manifest, _ = staged
+    read = []
+    original = report.read_records
+
+    def counting_reader(path):
+        for record in original(path):
+            read.append(path)
+            yield record
+
+    monkeypatch.setattr(report, "read_records", counting_reader)
+    # train: [0, 0, 1, 2, 0] | [1, 1, 0] | [2, 0, 0, 0]; 0 cat, 1 dog, 2 EVIL.
+    # One per class: the 4th record completes them.
+    _, thumbs = report.gather_samples(str(root), manifest, thumbnails_per_class=1,
+                                      count_labels=False)
+    assert {label: len(v) for label, v in thumbs.items()} == {"cat": 1, "dog": 1, EVIL: 1}
+    assert len(read) == 4
+    # Two per class: the second EVIL is the first record of the third shard.
+    read.clear()
+    _, thumbs = report.gather_samples(str(root), manifest, thumbnails_per_class=2,
+                                      count_labels=False)
+    assert {label: len(v) for label, v in thumbs.items()} == {"cat": 2, "dog": 2, EVIL: 2}
+    assert len(read) == 9
+    # Counting labels reads every record.
+    read.clear()
+    report.gather_samples(str(root), manifest, thumbnails_per_class=1)
+    assert len(read) == 14
+
+
 def test_gather_samples_without_labels_or_images(staged):
     root, manifest, _ = staged
     plain = dict(manifest, features={"x": {"type": "float", "shape": []}}, vocabularies={})
