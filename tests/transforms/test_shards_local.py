@@ -265,3 +265,28 @@ def test_shards_hash_matches_metadata(tmp_path):
         data = (tmp_path / item["file"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == item["sha256"]
         assert item["file"].endswith(".tfrecord.gz")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names synced files by /proc")
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_every_shard_is_synced_to_disk_before_its_rename(tmp_path, monkeypatch, compression):
+    synced, renamed = set(), []
+    real_sync, real_replace = os.fdatasync, os.replace
+
+    def sync(fd):
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_sync(fd)
+
+    def replace(source, target):
+        renamed.append((os.path.realpath(source), source in synced or
+                        os.path.realpath(source) in synced))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fdatasync", sync)
+    monkeypatch.setattr(os, "replace", replace)
+    examples = compressible_table(random.Random(9))[:6000]
+    metadata = _write_locally(_bundles(examples), str(tmp_path), shard_size=1_000_000,
+                              compression=compression)
+    shard_renames = [was_synced for source, was_synced in renamed if ".tfrecord" in source]
+    assert len(shard_renames) == len(metadata) > 1
+    assert all(shard_renames)
