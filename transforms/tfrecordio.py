@@ -90,9 +90,11 @@ def masked_crc32c(data) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-# Record lengths repeat (fixed-size features), so their 12-byte headers are
-# cached: one CRC per record instead of two on the hot path.
+# Record lengths repeat (fixed-size features), so their 12-byte headers, and
+# the masked CRCs of their length fields, are cached: one CRC per record
+# instead of two on the hot path.
 _header_cache: dict[int, bytes] = {}
+_length_crc_cache: dict[int, int] = {}
 
 
 def _header(length: int) -> bytes:
@@ -103,6 +105,16 @@ def _header(length: int) -> bytes:
         if len(_header_cache) < 65536:
             _header_cache[length] = header
     return header
+
+
+def _length_crc(length: int) -> int:
+    """The masked CRC a header must hold for a record of `length` bytes."""
+    crc = _length_crc_cache.get(length)
+    if crc is None:
+        crc = masked_crc32c(_LENGTH.pack(length))
+        if len(_length_crc_cache) < 65536:
+            _length_crc_cache[length] = crc
+    return crc
 
 
 def frame_records(records: Iterable[bytes]) -> bytes:
@@ -379,12 +391,11 @@ def _walk_headers(buffer: bytearray, position: int, index: int, path: str
     ends: list[int] = []
     available = len(buffer)
     cursor = 0
-    unpack_length = _LENGTH.unpack_from
-    canonical = _header_cache.get
+    unpack_header = _HEADER.unpack_from
+    cached_crc = _length_crc_cache.get
     while available - cursor >= _HEADER_SIZE:
-        (length,) = unpack_length(buffer, cursor)
-        header = canonical(length) or _header(length)
-        if buffer[cursor:cursor + _HEADER_SIZE] != header:
+        length, crc = unpack_header(buffer, cursor)
+        if crc != (cached_crc(length) or _length_crc(length)):
             return starts, ends, TFRecordError("bad length CRC", path=path,
                                                offset=position + cursor,
                                                record_index=index + len(starts))
