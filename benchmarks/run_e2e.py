@@ -75,30 +75,39 @@ def _command(system: str, workload: Workload, work: Path, output: Path,
             "--compression", compression]
 
 
-def _run(system: str, workload: Workload, compression: str, work: Path, repeat: int,
-         check: bool) -> dict:
-    """Runs one system `repeat` times; the fastest run's figures, the highest
-    peak RSS, and (with `check`) the sorted digests of what it wrote."""
-    runs, digests, stats = [], None, None
+def _run(systems: list[str], workload: Workload, compression: str, work: Path, repeat: int,
+         check: bool) -> list[dict]:
+    """Runs every system `repeat` times, in rounds that run each system once:
+    a slow spell of a shared machine then falls on every system alike rather
+    than on all the runs of one. Per system: the fastest run's figures, the
+    highest peak RSS, and (with `check`) the sorted digests of what it wrote."""
+    runs: dict[str, list] = {system: [] for system in systems}
+    digests: dict[str, list | None] = dict.fromkeys(systems)
+    stats: dict[str, dict] = {}
     for _ in range(repeat):
-        output = work / "out" / f"{workload.name}-{compression}-{system}"
-        shutil.rmtree(output, ignore_errors=True)
-        _settle(workload)
-        measured = e2e_measure.measure(_command(system, workload, work, output, compression))
-        if measured.returncode != 0:
-            raise RuntimeError(f"{system} on {workload.name} ({compression}) failed with "
-                               f"status {measured.returncode}:\n{measured.stderr_tail}")
-        files = e2e_measure.output_files(str(output))
-        stats = e2e_measure.shard_stats(files)
-        if check and digests is None:
-            digests = e2e_measure.example_digests(files)
-        shutil.rmtree(output, ignore_errors=True)
-        runs.append(measured)
-    best = min(runs, key=lambda m: m.wall_s)
-    return {"workload": workload.name, "rows": workload.rows, "compression": compression,
-            "system": system, "wall_s": best.wall_s, "cpu_s": best.cpu_s,
-            "walls": [m.wall_s for m in runs],
-            "peak_rss": max(m.peak_rss for m in runs), **stats, "digests": digests}
+        for system in systems:
+            output = work / "out" / f"{workload.name}-{compression}-{system}"
+            shutil.rmtree(output, ignore_errors=True)
+            _settle(workload)
+            measured = e2e_measure.measure(_command(system, workload, work, output, compression))
+            if measured.returncode != 0:
+                raise RuntimeError(f"{system} on {workload.name} ({compression}) failed with "
+                                   f"status {measured.returncode}:\n{measured.stderr_tail}")
+            files = e2e_measure.output_files(str(output))
+            stats[system] = e2e_measure.shard_stats(files)
+            if check and digests[system] is None:
+                digests[system] = e2e_measure.example_digests(files)
+            shutil.rmtree(output, ignore_errors=True)
+            runs[system].append(measured)
+    rows = []
+    for system in systems:
+        best = min(runs[system], key=lambda m: m.wall_s)
+        rows.append({"workload": workload.name, "rows": workload.rows,
+                     "compression": compression, "system": system, "wall_s": best.wall_s,
+                     "cpu_s": best.cpu_s, "walls": [m.wall_s for m in runs[system]],
+                     "peak_rss": max(m.peak_rss for m in runs[system]), **stats[system],
+                     "digests": digests[system]})
+    return rows
 
 
 def _settle(workload: Workload) -> None:
@@ -395,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         for workload in _make_workloads(kinds, scratch, args.quick, args):
             workloads.append(workload)
             for compression in compressions:
-                for system in systems:
-                    rows.append(_run(system, workload, compression, scratch, args.repeat, check))
-                    _progress(rows[-1])
+                for row in _run(systems, workload, compression, scratch, args.repeat, check):
+                    rows.append(row)
+                    _progress(row)
         if "large" in kinds:
             sizes = ([float(x) for x in args.large_gb.split(",")] if args.large_gb
                      else SIZES["large_gb"][1 if args.quick else 0])
@@ -407,10 +416,10 @@ def main(argv: list[str] | None = None) -> int:
                 workloads.append(workload)
                 try:
                     for compression in compressions:
-                        for system in large_systems:
-                            rows.append(_run(system, workload, compression, scratch,
-                                             args.repeat, check and args.quick))
-                            _progress(rows[-1])
+                        for row in _run(large_systems, workload, compression, scratch,
+                                        args.repeat, check and args.quick):
+                            rows.append(row)
+                            _progress(row)
                 finally:
                     os.unlink(workload.path)  # several GB: never left behind
         samples = _samples(scratch, max(args.repeat, 2)) if "samples" in kinds else []
