@@ -33,7 +33,7 @@ import fsspec
 from recordforge.pipelines.progress import human_bytes
 from recordforge.schemas.example import ExampleDecodeError, decode_features
 from recordforge.schemas.features import label_feature, label_text
-from recordforge.transforms.page_cache import WriteBehind
+from recordforge.transforms.page_cache import write_durably
 from recordforge.transforms.tfrecordio import TFRecordError, read_records
 
 __all__ = [
@@ -458,9 +458,7 @@ def write_report(version_dir: str, manifest: Mapping[str, Any], *,
     fs, path = fsspec.core.url_to_fs(target)
     temporary = f"{path}.{uuid.uuid4().hex}.tmp"
     with fs.open(temporary, "wb") as f:
-        on_disk = WriteBehind(f)  # durable before its rename, like the shards
-        on_disk.write(page.encode("utf-8"))
-        on_disk.finish()
+        write_durably(f, page.encode("utf-8"))  # on disk before its rename, like the shards
     fs.mv(temporary, path)
     return target
 

@@ -30,7 +30,7 @@ import uuid
 import apache_beam as beam
 import fsspec
 
-from recordforge.transforms.page_cache import WriteBehind
+from recordforge.transforms.page_cache import write_durably
 
 __all__ = ["RECORDS_PER_FILE", "WriteDeadLetters", "dead_letter_line", "sort_key", "summarize"]
 
@@ -115,9 +115,7 @@ class _WriteAllFn(beam.DoFn):
         self._fs.makedirs(self._root, exist_ok=True)
         data = "".join([f"{line}\n" for _, line in entries]).encode("utf-8")
         with self._fs.open(temporary, "wb") as out:
-            on_disk = WriteBehind(out)  # durable before its rename, like the shards
-            on_disk.write(data)
-            on_disk.finish()
+            write_durably(out, data)  # on disk before its rename, like the shards
         self._fs.mv(temporary, final)
 
 

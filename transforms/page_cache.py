@@ -34,7 +34,7 @@ from typing import BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["WriteBehind", "drop_behind", "read_file_once"]
+__all__ = ["WriteBehind", "drop_behind", "read_file_once", "write_durably"]
 
 
 def drop_behind(fileobj: BinaryIO, offset: int, length: int) -> None:
@@ -122,3 +122,12 @@ class WriteBehind:
             getattr(os, "fdatasync", os.fsync)(self._fd)
             if self._advised:
                 self._advise(0, 0)
+
+
+def write_durably(fileobj: BinaryIO, data: bytes) -> None:
+    """Writes `data` to `fileobj` and, for a local file, waits until the disk
+    has it (see `WriteBehind.finish`); for small files renamed into a
+    version, like its shards."""
+    on_disk = WriteBehind(fileobj)
+    on_disk.write(data)
+    on_disk.finish()
