@@ -100,8 +100,7 @@ _length_crc_cache: dict[int, int] = {}
 def _header(length: int) -> bytes:
     header = _header_cache.get(length)
     if header is None:
-        length_bytes = _LENGTH.pack(length)
-        header = length_bytes + _CRC.pack(masked_crc32c(length_bytes))
+        header = _HEADER.pack(length, _length_crc(length))
         if len(_header_cache) < 65536:
             _header_cache[length] = header
     return header
