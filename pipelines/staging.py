@@ -253,6 +253,19 @@ def _owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
     return time.time() - heartbeat > stale_after
 
 
+def _being_born(version: str, build_id: str, names: set[str], owner: Any,
+                stale_after: float) -> bool:
+    """Whether `build_id`, with only `names` in .staging, is a build writing
+    its first owner file: it has nothing but that file's temporary copy (the
+    owner file comes first), and it started (its id begins with its UTC
+    start time) less than `stale_after` ago."""
+    temporary = f"{version}.{build_id}{_OWNER_SUFFIX}."
+    if owner is not None or not all(name.startswith(temporary) for name in names):
+        return False
+    started = _dt.datetime.strptime(build_id.split("-", 1)[0], "%Y%m%dT%H%M%SZ")
+    return time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() < stale_after
+
+
 def load_json(data: bytes | None) -> Any:
     if data is None:
         return None
@@ -429,7 +442,8 @@ def _recover(out: Output, version: str, stale_after: float, build_id: str) -> No
     A commit interrupted between renaming the old version aside and renaming
     the new one in leaves ``<version>`` without a manifest and the old
     version at ``.staging/<version>.<id>.old``: it is renamed back. Then
-    everything of dead builds in .staging is deleted, owner files last. Runs
+    everything of dead builds in .staging is deleted, owner files last (but
+    for a build still writing its first owner file, see `_being_born`). Runs
     under the commit lock when it has to move a version, so it never races a
     live commit.
     """
@@ -439,7 +453,8 @@ def _recover(out: Output, version: str, stale_after: float, build_id: str) -> No
         return
     owners = {build_id: load_json(out.read_bytes(
         out.path(STAGING_DIR, f"{version}.{build_id}{_OWNER_SUFFIX}"))) for build_id in entries}
-    dead = {other for other in entries if _owner_is_stale(owners[other], stale_after)}
+    dead = {other for other in entries if _owner_is_stale(owners[other], stale_after)
+            and not _being_born(version, other, entries[other], owners[other], stale_after)}
     # Only the local rename-aside commit makes aside copies.
     asides = [other for other in sorted(dead)
               if out.local and f"{version}.{other}{ASIDE_SUFFIX}" in entries[other]]

@@ -452,6 +452,23 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
         staging.abort()
 
 
+def test_a_build_writing_its_first_owner_file_is_not_taken_for_dead(tmp_path):
+    """A build that has only the temporary file of its first owner record
+    is being born (two builds started at once saw this), unless it started
+    longer ago than a heartbeat may be missed."""
+    staging_dir = tmp_path / ".staging"
+    staging_dir.mkdir()
+    fresh_id = staging_lib._new_build_id()
+    being_born = staging_dir / f"v1.{fresh_id}.owner.json.{uuid.uuid4().hex}.tmp"
+    being_born.write_text("{}")
+    crashed = staging_dir / f"v1.20260101T000000Z-{uuid.uuid4().hex[:12]}.owner.json." \
+                            f"{uuid.uuid4().hex}.tmp"
+    crashed.write_text("{}")
+    publish.begin_build(str(tmp_path), "v1").abort()
+    assert being_born.exists()
+    assert not crashed.exists()
+
+
 def test_reused_pid_with_old_start_time_is_stale(tmp_path):
     # Our own pid, but recorded with a different process start time: the
     # process that owned the staging is gone and the pid was reused.
