@@ -58,6 +58,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from recordforge.schemas.dead_letters import RowError, dead_letter
 from recordforge.transforms import table_readers
+from recordforge.transforms.batch_coder import Batch, TaggedBatch
 from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.images import ImageOptions, image_columns
 from recordforge.transforms.page_cache import read_file_once
@@ -325,7 +326,7 @@ class _SplitTagged(beam.PTransform):
     def expand(self, pcolls):
         read, planned = pcolls
         return ReadOutputs(
-            read | "Rows" >> beam.FlatMap(_tagged, _ROWS),
+            read | "Rows" >> beam.FlatMap(_tagged, _ROWS).with_output_types(Batch),
             (read | "ReadDeadLetters" >> beam.FlatMap(_tagged, _DEAD),
              planned | "PlanDeadLetters" >> beam.FlatMap(_tagged, _DEAD))
             | "DeadLetters" >> beam.Flatten(),
@@ -419,7 +420,8 @@ class ReadTable(beam.PTransform):
             | "ReshuffleRanges" >> beam.Reshuffle())
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
         read = units | "ReadRanges" >> beam.ParDo(
-            _ReadTableRanges(self._path, self._format, self._batch_size))
+            _ReadTableRanges(self._path, self._format, self._batch_size)
+        ).with_output_types(TaggedBatch)
         return (read, listed) | "Split" >> _SplitTagged()
 
 
@@ -733,5 +735,6 @@ class ReadImages(beam.PTransform):
             # up to batch_size ImageItems, as plain tuples
             | "Batches" >> beam.FlatMap(_tagged, _UNIT)
             | "ReshuffleBatches" >> beam.Reshuffle()
-            | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)))
+            | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)
+                                         ).with_output_types(TaggedBatch))
         return (read, planned) | "Split" >> _SplitTagged()

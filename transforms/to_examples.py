@@ -23,6 +23,7 @@ from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.columns import bytes_by_length, rows_as_bytes
 from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
 from recordforge.schemas.features import FeatureSpec, label_text
+from recordforge.transforms.batch_coder import Batch, TaggedBatch
 from recordforge.transforms.gc_tuning import relax_young_collections
 from recordforge.transforms.rows import ColumnBatch, SourceRow
 from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner
@@ -469,10 +470,12 @@ class RowsToExamples(beam.PTransform):
         # ("examples", ExampleBatch) | ("dead_letter", dead-letter dict)
         # | ("label_counts", ((split, label, examples), ...))
         tagged = batches | "ConvertBatches" >> beam.ParDo(_ConvertBatchesFn(
-            self._specs, self._vocabularies, self._key_column, self._count_labels))
+            self._specs, self._vocabularies, self._key_column, self._count_labels)
+        ).with_output_types(TaggedBatch)
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
-            examples=tagged | "SelectExamples" >> beam.FlatMap(_select, EXAMPLES),
+            examples=tagged | "SelectExamples" >> beam.FlatMap(_select, EXAMPLES
+                                                               ).with_output_types(Batch),
             # dead-letter dict
             dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(_select, DEAD_LETTER),
             # ((split, label, examples), ...)
