@@ -96,6 +96,48 @@ def test_multi_member_gzip_reads_as_one_stream():
     assert gzip.decompress(data) == tfrecordio.frame_records(records)
 
 
+def _jpegs(count: int) -> list[bytes]:
+    """Noisy photographs as JPEG: bytes deflate barely shrinks, yet codes
+    with Huffman tables rather than storing."""
+    from PIL import Image, ImageFilter
+
+    jpegs = []
+    for _ in range(count):
+        picture = Image.effect_noise((400, 300), 40).convert("RGB").filter(
+            ImageFilter.GaussianBlur(0.6))
+        buffer = io.BytesIO()
+        picture.save(buffer, "JPEG", quality=90)
+        jpegs.append(buffer.getvalue())
+    return jpegs
+
+
+def _first_block_type(member: bytes) -> int:
+    """BTYPE of a gzip member's first deflate block: 0 stored, 1 fixed
+    Huffman codes, 2 dynamic ones (RFC 1951 3.2.3)."""
+    assert member[:3] == b"\x1f\x8b\x08" and member[3] == 0  # no optional header fields
+    return (member[10] >> 1) & 3
+
+
+def test_gzip_stores_what_deflate_barely_shrinks_and_deflates_the_rest(tmp_path):
+    images = tfrecordio.frame_records(_jpegs(6))
+    rows = tfrecordio.frame_records([b"id=%d,label=class_%d,text=recordforge row" % (i, i % 10)
+                                     for i in range(5000)])
+    stored, deflated = tfrecordio.gzip_compress(images), tfrecordio.gzip_compress(rows)
+    assert _first_block_type(stored) == 0
+    assert len(stored) <= len(images) * 1.001 + 64
+    assert _first_block_type(deflated) != 0 and len(deflated) < len(rows) / 4
+    # Independent readers take the mixed members as one stream.
+    path = tmp_path / "mixed.tfrecord.gz"
+    path.write_bytes(stored + deflated + stored)
+    assert gzip.decompress(path.read_bytes()) == images + rows + images
+    expected = (list(tfrecordio.iter_records(io.BytesIO(images), compression="none")) * 2
+                + list(tfrecordio.iter_records(io.BytesIO(rows), compression="none")))
+    with TestPipeline() as p:
+        read = p | beam.io.ReadFromTFRecord(
+            str(path), compression_type=beam.io.filesystem.CompressionTypes.AUTO)
+        assert_that(read, equal_to(expected))
+
+
 def test_gzip_members_are_deterministic():
     data = tfrecordio.frame_records(_records(seed=4))
     assert tfrecordio.gzip_compress(data) == tfrecordio.gzip_compress(data)
