@@ -10,8 +10,9 @@ outputs (the reader, its row filter, the converter and its example filter)
 that never leave the fused stage they run in.
 
 `BatchCoder` encodes exactly as Beam's default does for these elements
-(Beam's PickleCoder), and estimates a batch's size from its first few rows. The
-estimate feeds Beam's metrics only; it never changes what is written.
+(Beam's PickleCoder), and estimates a batch's size from its first few
+rows. The estimate feeds Beam's metrics only; it never changes what is
+written.
 """
 
 from __future__ import annotations

@@ -513,6 +513,20 @@ def test_parquet_rows_and_row_groups(tmp_path):
     assert list(each_row(batches)) == got
 
 
+def test_parquet_batches_hold_about_a_megabyte_of_rows(tmp_path):
+    narrow, wide = tmp_path / "narrow.parquet", tmp_path / "wide.parquet"
+    pq.write_table(pa.table({"id": list(range(100_000))}), narrow, row_group_size=50_000)
+    pq.write_table(pa.table({"image": [bytes([i]) * 200_000 for i in range(40)]}), wide)
+    narrow_batches = list(tr.iter_parquet(str(narrow), columns=True))
+    assert sum(map(len, narrow_batches)) == 100_000
+    assert len(narrow_batches) <= 10  # 8-byte rows: the 16384-row cap, not 1024 rows
+    wide_batches = list(tr.iter_parquet(str(wide), columns=True))
+    assert sum(map(len, wide_batches)) == 40
+    assert max(map(len, wide_batches)) == 16  # 200 KB rows: the floor of 16 rows
+    assert [r.values for r in each_row(wide_batches)] == \
+        [r.values for r in tr.iter_parquet(str(wide), batch_size=1)]
+
+
 def test_plain_csv_runs_come_as_column_batches(tmp_path):
     path = tmp_path / "t.csv"
     path.write_bytes(b"id,text\n" + b"".join(b"%d,row %d\r\n" % (i, i) for i in range(5000))
