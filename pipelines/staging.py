@@ -96,6 +96,7 @@ _LOCK_BROKEN_SUFFIX = ".lock.broken"
 _BUILD_SUFFIXES = (_OWNER_SUFFIX, ASIDE_SUFFIX, _LOCK_TMP_SUFFIX, _LOCK_BROKEN_SUFFIX,
                    LATEST_TMP_SUFFIX)
 _BUILD_ID = r"\d{8}T\d{6}Z-[0-9a-f]{12}"
+_BUILD_STAMP = "%Y%m%dT%H%M%SZ"  # a build id's leading UTC start time
 
 
 # --- the output location -------------------------------------------------------
@@ -262,7 +263,7 @@ def _being_born(version: str, build_id: str, names: set[str], owner: Any,
     temporary = f"{version}.{build_id}{_OWNER_SUFFIX}."
     if owner is not None or not all(name.startswith(temporary) for name in names):
         return False
-    started = _dt.datetime.strptime(build_id.split("-", 1)[0], "%Y%m%dT%H%M%SZ")
+    started = _dt.datetime.strptime(build_id.split("-", 1)[0], _BUILD_STAMP)
     return time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() < stale_after
 
 
@@ -376,7 +377,7 @@ class Staging:
 
 
 def _new_build_id() -> str:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime(_BUILD_STAMP)
     return f"{stamp}-{uuid.uuid4().hex[:12]}"
 
 
