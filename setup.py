@@ -1,9 +1,11 @@
 """Packaging for recordforge.
 
-The repository keeps the design-card layout (`pipelines/`, `transforms/`,
-`schemas/`, `configs/` at the top level) but installs them under one
-`recordforge` namespace, so an installed recordforge never claims generic
-top-level names such as `schemas` in site-packages.
+The repository root is the `recordforge` package: its `__init__.py` is the
+package's, and the design-card folders (`pipelines/`, `transforms/`,
+`schemas/`, `configs/`) are its subpackages. An installed recordforge never
+claims generic top-level names such as `schemas` in site-packages, and an
+import between the folders (`from ..schemas.features import FeatureSpec`)
+leads to the file it names, in the repository as in site-packages.
 
 The same file serves as Beam's `--setup_file`: Dataflow and Flink workers
 build an sdist of it and install the package with its runtime dependencies.
@@ -20,7 +22,10 @@ VERSION = re.search(
     re.M,
 ).group(1)
 
-SUBPACKAGES = ["pipelines", "transforms", "schemas", "configs"]
+# The design-card folders and every package folder inside them.
+SUBPACKAGES = setuptools.find_packages(
+    include=[f"{folder}{tail}" for folder in ("pipelines", "transforms", "schemas", "configs")
+             for tail in ("", ".*")])
 
 setuptools.setup(
     name="recordforge",
@@ -33,9 +38,10 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=[f"recordforge.{name}" for name in SUBPACKAGES],
-    package_dir={f"recordforge.{name}": name for name in SUBPACKAGES},
-    package_data={"recordforge.configs": ["*.yaml", "*/*.yaml"]},
+    # setuptools leaves the setup script itself out of the root package.
+    packages=["recordforge", *(f"recordforge.{name}" for name in SUBPACKAGES)],
+    package_dir={"recordforge": "."},
+    package_data={"recordforge": ["py.typed"], "recordforge.configs": ["*.yaml", "*/*.yaml"]},
     install_requires=[
         "apache-beam>=2.60,<3",
         # Beam pins protobuf < 7; recordforge builds its Example messages at

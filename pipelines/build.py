@@ -27,17 +27,17 @@ import apache_beam as beam
 import fsspec
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from recordforge.pipelines import publish
-from recordforge.pipelines.config import DatasetConfig, load_config, load_runner_profile
-from recordforge.pipelines.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
-from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.features import label_feature, manifest_features, resolve_vocabularies
-from recordforge.transforms.dead_letter_sink import WriteDeadLetters
-from recordforge.transforms.shards import WriteShards
-from recordforge.transforms.sources import (ReadImages, ReadTable, known_labels, scan_distinct,
+from . import publish
+from .config import DatasetConfig, load_config, load_runner_profile
+from .staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
+from ..schemas.errors import ConfigError
+from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
+from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.shards import WriteShards
+from ..transforms.sources import (ReadImages, ReadTable, known_labels, scan_distinct,
                                             source_bytes)
-from recordforge.transforms.to_examples import LabelCounting, RowsToExamples
-from recordforge.transforms.urls import redact_url
+from ..transforms.to_examples import LabelCounting, RowsToExamples
+from ..transforms.urls import redact_url
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "build_pipeline", "default_beam_args",
            "known_vocabularies", "run"]
@@ -293,7 +293,7 @@ def _fail(message: str, code: int) -> int:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Runs `recordforge build`; returns the exit status."""
-    from recordforge.pipelines import progress, report
+    from . import progress, report
 
     ours, beam_args = _split_argv(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(ours)

@@ -54,8 +54,8 @@ def _usage() -> str:
 def runner_args(argv: Sequence[str]) -> int:
     """``recordforge runner-args PROFILE``: prints a runner profile's Beam
     options one per line, for ``recordforge build CONFIG -- $(recordforge runner-args dataflow)``."""
-    from recordforge.pipelines.config import load_runner_profile, runner_profile_names
-    from recordforge.schemas.errors import ConfigError
+    from .config import load_runner_profile, runner_profile_names
+    from ..schemas.errors import ConfigError
 
     argv = list(argv)
     if len(argv) != 1 or argv[0].startswith("-"):
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(_usage())
         return 0
     if command == "--version":
-        from recordforge.pipelines.version import __version__
+        from .version import __version__
         print(f"recordforge {__version__}")
         return 0
     if command not in COMMANDS:
@@ -97,10 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours = rest[:rest.index("--")] if "--" in rest else rest
     if command == "build" and not {"-v", "--verbose"} & set(ours):
         # Beam logs warnings while it is imported, before `build` can quiet it.
-        from recordforge.pipelines.progress import hide_beam_noise
+        from .progress import hide_beam_noise
         hide_beam_noise(False)
     function = getattr(importlib.import_module(module_name), function_name)
-    from recordforge.schemas.errors import ConfigError
+    from ..schemas.errors import ConfigError
     try:
         status = function(rest)
     except ConfigError as error:  # a subcommand that lets one escape still exits 2

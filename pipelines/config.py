@@ -34,8 +34,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.features import FeatureSpec, parse_features
+from ..schemas.errors import ConfigError
+from ..schemas.features import FeatureSpec, parse_features
 
 __all__ = [
     "SOURCE_TYPES",
@@ -442,7 +442,7 @@ def _parse_version(value: Any) -> str:
         raise ConfigError("version", f"must be text, not {_describe(value)}; quote it in the "
                           f'YAML, e.g. version: "{value}"')
     # Imported here: publish owns the version rules and is only needed to check them.
-    from recordforge.pipelines.publish import resolve_version
+    from .publish import resolve_version
     resolve_version(value)  # raises ConfigError("version", ...) for a bad template
     return value
 
@@ -653,7 +653,7 @@ def _parse_image(value: Any) -> tuple[Any, dict]:
     resize_max_side, resize_size = _parse_resize(body.get("resize"))
     encode_format, encode_quality = _parse_encode(body.get("encode"))
     # Imported here so loading a table config never imports the image stack.
-    from recordforge.transforms.images import ImageOptions
+    from ..transforms.images import ImageOptions
     try:
         options = ImageOptions(formats=formats, min_size=min_size, max_size=max_size,
                                decode=decode, resize_max_side=resize_max_side,
@@ -734,7 +734,7 @@ def _parse_encode(value: Any) -> tuple[str | None, int | None]:
     body = _section(value, "source.image.encode", ("format", "quality"), required=False)
     if "format" not in body:
         raise ConfigError("source.image.encode.format", "missing; use JPEG or PNG")
-    from recordforge.transforms.images import ENCODE_FORMATS
+    from ..transforms.images import ENCODE_FORMATS
     fmt = _image_format(body["format"], "source.image.encode.format", ENCODE_FORMATS)
     quality = body.get("quality")
     if quality is not None:

@@ -85,13 +85,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from recordforge.pipelines import manifest as manifest_lib
-from recordforge.pipelines.staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
+from . import manifest as manifest_lib
+from .staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
                                            LATEST_TMP_SUFFIX, RESULT_FILE, STALE_AFTER,
                                            TMP_DIR, CommitLock, Output, Staging, fsync_dir,
                                            load_json, open_staging, published_identity)
-from recordforge.schemas.errors import ConfigError
-from recordforge.transforms.urls import redact_url
+from ..schemas.errors import ConfigError
+from ..transforms.urls import redact_url
 
 __all__ = [
     "FAILED_DIR",
@@ -528,7 +528,7 @@ def _write_sha256sums(out: Output, staging: Staging, manifest: dict) -> None:
 
 
 def _verify_staged(staging: Staging, workers: int | None) -> None:
-    from recordforge.pipelines import verify as verify_lib  # verify imports manifest only
+    from . import verify as verify_lib  # verify imports manifest only
 
     report = verify_lib.verify_dataset(staging.url, workers=workers)
     if not report.ok:

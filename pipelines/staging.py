@@ -48,8 +48,8 @@ from typing import Any, Callable, Mapping
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from recordforge.pipelines import manifest as manifest_lib
-from recordforge.transforms.urls import redact_url
+from . import manifest as manifest_lib
+from ..transforms.urls import redact_url
 
 __all__ = [
     "ASIDE_SUFFIX",

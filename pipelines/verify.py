@@ -47,13 +47,13 @@ from typing import Any, BinaryIO, Mapping, Sequence
 
 import fsspec
 
-from recordforge.pipelines import manifest as manifest_lib
-from recordforge.pipelines.publish import check_version_name
-from recordforge.transforms.urls import redact_url
-from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.example import ExampleDecodeError, decode_example
-from recordforge.transforms import tfrecordio
-from recordforge.transforms.page_cache import drop_behind
+from . import manifest as manifest_lib
+from .publish import check_version_name
+from ..transforms.urls import redact_url
+from ..schemas.errors import ConfigError
+from ..schemas.example import ExampleDecodeError, decode_example
+from ..transforms import tfrecordio
+from ..transforms.page_cache import drop_behind
 
 __all__ = [
     "DatasetNotFoundError",

@@ -40,13 +40,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from recordforge.schemas.columns import FLOAT32_OVERFLOW, ColumnEncoder, fast_bounds
-from recordforge.schemas.dead_letters import RowError
-from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.example import (ExampleEncoder, ExampleValueError,
+from .columns import FLOAT32_OVERFLOW, ColumnEncoder, fast_bounds
+from .dead_letters import RowError
+from .errors import ConfigError
+from .example import (ExampleEncoder, ExampleValueError,
                                          example_from_entries, example_head,
                                          scalar_entry_encoder)
-from recordforge.schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
+from .features import INT64_MAX, INT64_MIN, FeatureSpec
 
 __all__ = ["RowEncoder", "compile_entry", "compile_feature", "validate_default",
            "FLOAT32_OVERFLOW"]

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from recordforge.schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
+from .features import INT64_MAX, INT64_MIN, FeatureSpec
 
 __all__ = ["ColumnEncoder", "FLOAT32_OVERFLOW", "FastBounds", "bytes_by_length", "fast_bounds",
            "rows_as_bytes"]

@@ -15,7 +15,7 @@ import difflib
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from recordforge.schemas.errors import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "FEATURE_TYPES",
@@ -118,7 +118,7 @@ def parse_features(mapping: Any, *, key_path: str = "features",
         specs.append(_parse_feature(name, body, f"{key_path}.{name}", columns))
     # Converting each default with the row converters keeps one definition of
     # "valid value"; imported here because checks depends on this module.
-    from recordforge.schemas import checks
+    from . import checks
     for spec in specs:
         checks.validate_default(spec, key_path=f"{key_path}.{spec.name}.default")
     return tuple(specs)

@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam import typehints
 from apache_beam.coders import coder_impl
 
-from recordforge.transforms.rows import ColumnBatch
+from .rows import ColumnBatch
 
 __all__ = ["Batch", "BatchCoder", "TaggedBatch", "estimated_size"]
 

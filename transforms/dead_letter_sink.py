@@ -30,7 +30,7 @@ import uuid
 import apache_beam as beam
 import fsspec
 
-from recordforge.transforms.page_cache import write_durably
+from .page_cache import write_durably
 
 __all__ = ["RECORDS_PER_FILE", "WriteDeadLetters", "dead_letter_line", "sort_key", "summarize"]
 

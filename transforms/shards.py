@@ -53,10 +53,10 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
-from recordforge.transforms import spill, tfrecordio
-from recordforge.transforms.gc_tuning import relax_young_collections
-from recordforge.transforms.page_cache import WriteBehind, drop_behind
-from recordforge.transforms.shard_plan import (
+from . import spill, tfrecordio
+from .gc_tuning import relax_young_collections
+from .page_cache import WriteBehind, drop_behind
+from .shard_plan import (
     HASH_SIZE,
     RunInfo,
     SampleEntry,

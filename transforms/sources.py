@@ -56,15 +56,15 @@ import apache_beam as beam
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from recordforge.schemas.dead_letters import RowError, dead_letter
-from recordforge.transforms import table_readers
-from recordforge.transforms.batch_coder import Batch, TaggedBatch
-from recordforge.transforms.gc_tuning import relax_young_collections
-from recordforge.transforms.images import ImageOptions, image_columns
-from recordforge.transforms.page_cache import read_file_once
-from recordforge.transforms.rows import ColumnBatch, SourceRow
-from recordforge.transforms.table_readers import READ_ERRORS, display_name, read_error
-from recordforge.transforms.urls import redact_url
+from ..schemas.dead_letters import RowError, dead_letter
+from . import table_readers
+from .batch_coder import Batch, TaggedBatch
+from .gc_tuning import relax_young_collections
+from .images import ImageOptions, image_columns
+from .page_cache import read_file_once
+from .rows import ColumnBatch, SourceRow
+from .table_readers import READ_ERRORS, display_name, read_error
+from .urls import redact_url
 
 __all__ = [
     "DEFAULT_IMAGE_BATCH_SIZE",

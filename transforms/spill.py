@@ -56,9 +56,9 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from recordforge.transforms import tfrecordio
-from recordforge.transforms.page_cache import WriteBehind, drop_behind
-from recordforge.transforms.shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
+from . import tfrecordio
+from .page_cache import WriteBehind, drop_behind
+from .shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
 
 __all__ = [
     "KEY_IS_EXAMPLE",

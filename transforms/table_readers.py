@@ -50,10 +50,10 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from isal import isal_zlib
 
-from recordforge.schemas.dead_letters import dead_letter
-from recordforge.transforms import page_cache
-from recordforge.transforms.rows import ColumnBatch, SourceRow
-from recordforge.transforms.urls import redact_url
+from ..schemas.dead_letters import dead_letter
+from . import page_cache
+from .rows import ColumnBatch, SourceRow
+from .urls import redact_url
 
 __all__ = [
     "READ_ERRORS",

@@ -19,14 +19,14 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 import numpy as np
 
-from recordforge.schemas.checks import RowEncoder
-from recordforge.schemas.columns import bytes_by_length, rows_as_bytes
-from recordforge.schemas.dead_letters import RowError, dead_letter, json_safe
-from recordforge.schemas.features import FeatureSpec, label_text
-from recordforge.transforms.batch_coder import Batch, TaggedBatch
-from recordforge.transforms.gc_tuning import relax_young_collections
-from recordforge.transforms.rows import ColumnBatch, SourceRow
-from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner
+from ..schemas.checks import RowEncoder
+from ..schemas.columns import bytes_by_length, rows_as_bytes
+from ..schemas.dead_letters import RowError, dead_letter, json_safe
+from ..schemas.features import FeatureSpec, label_text
+from .batch_coder import Batch, TaggedBatch
+from .gc_tuning import relax_young_collections
+from .rows import ColumnBatch, SourceRow
+from .shard_plan import HashedExamples, SplitAssigner
 
 __all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",
            "ConvertedRows", "LabelCounting", "RowsToExamples", "sortable_key"]
