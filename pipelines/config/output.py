@@ -1,0 +1,100 @@
+"""The `output:` and `dead_letter:` sections: where shards go, how big, and the error budget."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from typing import Any
+
+from ...schemas.errors import ConfigError
+from .keys import section
+from .model import (COMPRESSIONS, DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE,
+                    MIN_SHARD_SIZE, ConfigWarning, DeadLetterConfig, OutputConfig)
+from .paths import absolute, is_url, local_path, parse_path
+
+__all__ = ["parse_dead_letter", "parse_output", "parse_size"]
+
+_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle")
+
+
+_DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_output(value: Any) -> tuple[OutputConfig, dict]:
+    body = section(value, "output", _OUTPUT_KEYS, required=True)
+    path = parse_path(body.get("path"), "output.path", "out/my_dataset")
+    if not is_url(path) and os.path.isfile(local_path(path)):
+        raise ConfigError("output.path", f"{path} is a file; the output is a directory")
+    compression = body.get("compression", "none")
+    if compression not in COMPRESSIONS:
+        hint = " (use gzip; it is the only compression TFRecordDataset reads besides zlib)" \
+            if isinstance(compression, str) and compression.lower() in ("gz", "zlib", "zip") \
+            else ""
+        raise ConfigError("output.compression", f"must be gzip or none, not "
+                          f"{compression!r}{hint}")
+    shard_size = parse_size(body.get("shard_size", DEFAULT_SHARD_SIZE), "output.shard_size")
+    if shard_size < MIN_SHARD_SIZE:
+        raise ConfigError("output.shard_size", f"{shard_size} bytes is below the minimum of "
+                          "1MB; recommended are 100MB to 1GB")
+    if shard_size > LARGE_SHARD_SIZE:
+        warnings.warn(f"output.shard_size: {shard_size} bytes is above 4 GiB; shards that "
+                      "large are slow to copy, checksum and retry (recommended: 100MB to 1GB)",
+                      ConfigWarning, stacklevel=2)
+    shuffle = body.get("shuffle", True)
+    if not isinstance(shuffle, bool):
+        raise ConfigError("output.shuffle", f"must be true or false, not {shuffle!r}")
+    output = OutputConfig(path=absolute(path), compression=compression,
+                          shard_size=shard_size, shuffle=shuffle)
+    return output, {"path": path, "compression": compression, "shard_size": shard_size,
+                    "shuffle": shuffle}
+
+
+def parse_size(value: Any, key: str = "size") -> int:
+    """A byte count from an integer (bytes) or text with a unit: B, KB/MB/GB/TB
+    (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024). ``"1.5GB"`` is 1.5e9."""
+    if isinstance(value, bool):
+        raise ConfigError(key, f"must be a size such as 256MB, not {value!r}")
+    if isinstance(value, int):
+        number, unit = value, ""
+    elif isinstance(value, float) and value.is_integer():
+        number, unit = int(value), ""
+    elif isinstance(value, str) and (match := _SIZE_RE.match(value)):
+        number, unit = match.group(1), match.group(2).lower()
+    else:
+        raise ConfigError(key, f"{value!r} is not a size; write bytes as an integer or a number "
+                          "with a unit: 256MB, 1GiB, 500KB")
+    if unit not in _SIZE_UNITS:
+        raise ConfigError(key, f"unknown unit {unit!r} in {value!r}; use B, KB, MB, GB, TB "
+                          "(powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)")
+    size = float(number) * _SIZE_UNITS[unit] if isinstance(number, str) and "." in number \
+        else int(number) * _SIZE_UNITS[unit]
+    if size <= 0:
+        raise ConfigError(key, f"must be positive, not {value!r}")
+    return int(size)
+
+
+def parse_dead_letter(value: Any) -> DeadLetterConfig:
+    body = section(value, "dead_letter", _DEAD_LETTER_KEYS, required=False)
+    rate = body.get("max_error_rate", DEFAULT_MAX_ERROR_RATE)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) \
+            or not 0 <= rate <= 1:
+        raise ConfigError("dead_letter.max_error_rate", f"must be a fraction between 0 and 1 "
+                          f"(0.01 = 1% of input rows may fail), not {rate!r}")
+    max_errors = body.get("max_errors")
+    if max_errors is not None and (isinstance(max_errors, bool) or not isinstance(max_errors, int)
+                                   or max_errors < 0):
+        raise ConfigError("dead_letter.max_errors", f"must be a non-negative integer (a row "
+                          f"count) or null, not {max_errors!r}")
+    return DeadLetterConfig(max_error_rate=float(rate), max_errors=max_errors)
