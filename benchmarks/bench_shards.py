@@ -39,7 +39,7 @@ import apache_beam as beam
 import psutil
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from recordforge.pipelines.build import _local_runner  # the engine of a local build
+from recordforge.pipelines.runners import local_runner  # the engine of a local build
 from recordforge.schemas.example import encode_example
 from recordforge.transforms.shards import WriteShards
 
@@ -145,7 +145,7 @@ def _options(workers: int) -> PipelineOptions:
 def _generation_only(seeds, kind, workers) -> float:
     start = time.perf_counter()
     options = _options(workers)
-    with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
+    with beam.Pipeline(runner=local_runner(options), options=options) as pipeline:
         _ = (pipeline
              | "Seeds" >> beam.Create(seeds)
              | "Generate" >> beam.ParDo(_GenerateBatches(kind))
@@ -157,7 +157,7 @@ def _generation_only(seeds, kind, workers) -> float:
 def _write(seeds, kind, workers, out_dir, compression, shard_size) -> float:
     start = time.perf_counter()
     options = _options(workers)
-    with beam.Pipeline(runner=_local_runner(options), options=options) as pipeline:
+    with beam.Pipeline(runner=local_runner(options), options=options) as pipeline:
         metadata = (pipeline
                     | "Seeds" >> beam.Create(seeds)
                     | "Generate" >> beam.ParDo(_GenerateBatches(kind))

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from recordforge.pipelines import build
+from recordforge.pipelines import runners
 from recordforge.transforms.sources import source_bytes
 
-SMALL = build.LOCAL_PARALLEL_MIN_BYTES - 1
-BIG = build.LOCAL_PARALLEL_MIN_BYTES
+SMALL = runners.LOCAL_PARALLEL_MIN_BYTES - 1
+BIG = runners.LOCAL_PARALLEL_MIN_BYTES
 
 
 def _never():
@@ -17,13 +17,13 @@ def _never():
 
 
 def test_small_input_runs_in_one_process():
-    assert build.default_beam_args([], input_bytes=lambda: SMALL) == [
+    assert runners.default_beam_args([], input_bytes=lambda: SMALL) == [
         "--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
 @pytest.mark.parametrize("size", [BIG, None])
 def test_big_or_unknown_input_runs_one_worker_process_per_core(size):
-    assert build.default_beam_args([], input_bytes=lambda: size) == [
+    assert runners.default_beam_args([], input_bytes=lambda: size) == [
         "--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count() or 1}"]
 
 
@@ -35,7 +35,7 @@ def test_big_or_unknown_input_runs_one_worker_process_per_core(size):
     (["--runner=DataflowRunner"], ["--runner=DataflowRunner"]),
 ])
 def test_user_choices_and_other_runners_are_kept_without_sizing_the_input(args, expected):
-    assert build.default_beam_args(args, input_bytes=_never) == expected
+    assert runners.default_beam_args(args, input_bytes=_never) == expected
 
 
 def test_source_bytes_counts_the_files_a_source_reads(tmp_path):

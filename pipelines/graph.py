@@ -1,0 +1,154 @@
+"""The build's Beam graph: source -> checks and encoding -> shards and dead letters -> result.
+
+`build_pipeline(p, config, ...)` wires a build into a user's or the driver's
+`beam.Pipeline`; the element types between the steps are noted beside each
+step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
+`vocabulary: auto` from what is known before the run.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Mapping, Sequence
+
+import apache_beam as beam
+import fsspec
+
+from .config import DatasetConfig
+from .staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
+from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
+from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.shards import WriteShards
+from ..transforms.sources import ReadImages, ReadTable, known_labels, scan_distinct
+from ..transforms.to_examples import LabelCounting, RowsToExamples
+
+__all__ = ["build_pipeline", "known_vocabularies"]
+
+
+def _read_source(config: DatasetConfig) -> beam.PTransform:
+    source = config.source
+    if source.type == "images":
+        return ReadImages(source.path, source.extensions, source.labels, source.image)
+    return ReadTable(source.path, source.type)
+
+
+def _write_result(parts: tuple, staging_url: str) -> str:
+    """Writes what the driver needs to publish: shard metadata, the
+    dead-letter summary and the number of rows read. `parts` is the grouped
+    ``(None, [(kind, value), ...])`` gathered from the whole pipeline.
+
+    Written under a temporary name then renamed, so a retried bundle rewrites
+    the same file atomically."""
+    _, tagged = parts
+    shards, dead_letter, num_input_rows = [], None, 0
+    label_counts: dict[str, dict[str, int]] = {}
+    for kind, value in tagged:
+        if kind == "shard":
+            shards.append(value)
+        elif kind == "dead_letter":
+            dead_letter = value
+        elif kind == "label_counts":
+            for split, label, count in value:
+                by_label = label_counts.setdefault(split, {})
+                by_label[label] = by_label.get(label, 0) + count
+        else:
+            num_input_rows += value
+    result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
+              "dead_letter": dead_letter, "num_input_rows": num_input_rows,
+              "label_counts": label_counts}
+    fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with fs.open(temporary, "wb") as f:
+        f.write(json.dumps(result, sort_keys=True).encode("utf-8"))
+    fs.mv(temporary, path)
+    return path
+
+
+def _with_key(record: dict, key_column: str | None) -> dict:
+    """Read- and decode-stage dead letters are made before a row has a key;
+    where the failed input still holds the key column (an image's `path`),
+    the record names the key like every other dead letter."""
+    failed_input = record["input"]
+    if (record["key"] is None and key_column is not None and isinstance(failed_input, dict)
+            and failed_input.get(key_column) is not None):
+        return {**record, "key": failed_input[key_column]}
+    return record
+
+
+def _tag(kind: str):
+    return lambda value: (kind, value)
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
+                   vocabularies: Mapping[str, Sequence[str]]) -> None:
+    """Wires a build into `pipeline`.
+
+    The pipeline reads the source, checks and encodes every row, writes the
+    shards and dead letters into `staging_url`, and last writes
+    ``_pipeline_result.json`` (shard metadata, dead-letter summary, rows read)
+    for `publish.finalize`.
+    """
+    output = config.output
+    # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
+    source = pipeline | "Read" >> _read_source(config)
+    # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
+    # label_counts: ((split, label, examples), ...) for the report
+    converted = source.rows | "ToExamples" >> RowsToExamples(
+        config.features, vocabularies, config.key, count_labels=_label_counting(
+            config, vocabularies))
+    # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
+    shards = converted.examples | "WriteShards" >> WriteShards(
+        staging_url, dataset_name=config.name, splits=config.splits,
+        shuffle=output.shuffle, shard_size=output.shard_size,
+        compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}")
+    # one {"num_rows", "by_reason", "files", "samples"}
+    read_failures = source.dead_letter | "KeyReadFailures" >> beam.Map(
+        _with_key, config.key)
+    dead_letter = ((read_failures, converted.dead_letter)
+                   | "AllDeadLetters" >> beam.Flatten()
+                   | "WriteDeadLetters" >> WriteDeadLetters(
+                       f"{staging_url}/{DEAD_LETTER_DIR}"))
+    # (source file, rows read) -> ("rows_read", n)
+    rows_read = source.counts | "RowsRead" >> beam.Map(
+        lambda file_and_count: ("rows_read", file_and_count[1]))
+    # Everything the driver needs is gathered by one GroupByKey, not side
+    # inputs: the Dask runner re-runs side-input producers, and only computes
+    # the branch of the last transform, so this step also keeps every branch
+    # in the graph that runs.
+    _ = ((shards | "TagShards" >> beam.Map(_tag("shard")),
+          dead_letter | "TagDeadLetters" >> beam.Map(_tag("dead_letter")),
+          converted.label_counts | "TagLabelCounts" >> beam.Map(_tag("label_counts")),
+          rows_read)
+         | "GatherResult" >> beam.Flatten()
+         # (None, (kind, value))
+         | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
+         # (None, [(kind, value), ...])
+         | "Group" >> beam.GroupByKey()
+         | "WriteResult" >> beam.Map(_write_result, staging_url))
+
+
+def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                    ) -> LabelCounting | None:
+    """Counting per split and label of the feature the report counts by, or
+    None when the dataset has none."""
+    feature, vocabulary = label_feature(manifest_features(config.features), vocabularies)
+    if feature is None:
+        return None
+    return LabelCounting(feature, tuple(vocabulary) if vocabulary is not None else None,
+                         config.name, tuple(config.splits))
+
+
+def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
+    """Resolves `vocabulary: auto` from what is known before the run: the
+    class folders (or labels table) of an image source, or the distinct
+    values of a table column."""
+    auto = [spec for spec in config.features if spec.vocabulary == "auto"]
+    known: dict[str, list[str]] = {}
+    source = config.source
+    for spec in auto:
+        if source.type == "images":
+            known[spec.name] = known_labels(source.path, source.labels, source.extensions)
+        else:
+            known[spec.name] = scan_distinct(source.path, source.type, spec.source)
+    return resolve_vocabularies(config.features, known)

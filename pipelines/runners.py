@@ -1,0 +1,85 @@
+"""Which engine runs a build: recordforge's local defaults and the pinned local engine.
+
+Everything after ``--`` on the command line reaches Beam unchanged; where a
+user chose no runner options, a local build gets these defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from .config import DatasetConfig
+from ..transforms.sources import source_bytes
+
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "input_bytes", "is_local",
+           "local_runner"]
+
+
+# Below this much input a local build runs in one process (in_memory, one
+# worker): starting multi_processing workers (each imports Beam and unpickles
+# the pipeline) costs about 1.5 s and every worker holds its own ~200 MB. On
+# the 2-core benchmark machine two workers ran the bundled samples (under
+# 1 MB) 0.55x as fast as one, a 100 MB table 1.03x-1.09x, 456 MB of images
+# 0.85x-0.96x, 1 GB of large records 1.01x-1.30x and 4 GB 1.41x-1.43x
+# (benchmarks/RESULTS.md, full run of 2026-11-22 15:11).
+LOCAL_PARALLEL_MIN_BYTES = 1 << 30
+
+
+def default_beam_args(beam_args: Sequence[str],
+                      input_bytes: Callable[[], int | None] | None = None) -> list[str]:
+    """Beam options with recordforge's local defaults filled in where the user
+    set nothing: the DirectRunner, in_memory with one worker when
+    `input_bytes()` (the size of the input, called only then) is below
+    `LOCAL_PARALLEL_MIN_BYTES`, else multi_processing with one worker per
+    core (the per-row work is CPU-bound Python, so processes, not threads,
+    are what scale)."""
+    args = list(beam_args)
+    if is_local(PipelineOptions(args).view_as(StandardOptions).runner):
+        chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
+                     for a in args)
+        if not chosen and input_bytes is not None:
+            size = input_bytes()
+            if size is not None and size < LOCAL_PARALLEL_MIN_BYTES:
+                return args + ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+        if not any(a.startswith("--direct_running_mode") for a in args):
+            args.append("--direct_running_mode=multi_processing")
+        if not any(a.startswith("--direct_num_workers") for a in args):
+            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+    return args
+
+
+def is_local(runner: str | None) -> bool:
+    return runner in (None, "DirectRunner", "direct")
+
+
+def local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:
+    """The engine of a local build: Beam's FnApiRunner, set up as the
+    DirectRunner sets it up for a batch pipeline.
+
+    Beam 2.77's DirectRunner first tries to download and start the Prism
+    runner and falls back to the FnApiRunner only when that fails, so the
+    engine a build ran on would depend on the network. Pinning it keeps every
+    local build on the engine recordforge is tested on."""
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+
+
+def input_bytes(config: DatasetConfig) -> int | None:
+    """The size of the source's files, counted up to just past
+    `LOCAL_PARALLEL_MIN_BYTES`; None when the listing fails (the build then
+    reports the problem itself)."""
+    source = config.source
+    try:
+        return source_bytes(source.path, source.type, source.extensions,
+                            limit=LOCAL_PARALLEL_MIN_BYTES)
+    except (OSError, ValueError):
+        return None
