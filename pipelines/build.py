@@ -23,9 +23,10 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from . import progress, publish, report
+from . import progress, publish
 from .config import load_config, load_runner_profile
 from .graph import build_pipeline, known_vocabularies
+from .publish import report
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features

@@ -25,9 +25,9 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS = {
     "build": ("recordforge.pipelines.build", "run",
               "build and publish a dataset version from a config"),
-    "verify": ("recordforge.pipelines.verify", "main",
+    "verify": ("recordforge.pipelines.publish.verify", "main",
                "re-read a published dataset and check sizes, checksums and records"),
-    "inspect": ("recordforge.pipelines.inspect", "main",
+    "inspect": ("recordforge.pipelines.publish.inspect", "main",
                 "print records of a shard, dataset or dead-letter file as JSON lines"),
     "runner-args": ("recordforge.pipelines.cli", "runner_args",
                     "print the Beam options of a runner profile (configs/runners/)"),

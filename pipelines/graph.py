@@ -16,7 +16,7 @@ import apache_beam as beam
 import fsspec
 
 from .config import DatasetConfig
-from .staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
+from .publish.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.shards import WriteShards

@@ -5,7 +5,8 @@ import json
 import fsspec
 import yaml
 
-from recordforge.pipelines import build, verify
+from recordforge.pipelines import build
+from recordforge.pipelines.publish import verify
 
 
 def _corpus(tmp_path, rows=200, bad_every=20):

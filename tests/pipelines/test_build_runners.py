@@ -10,7 +10,8 @@ import venv
 
 import pytest
 
-from recordforge.pipelines import build, verify
+from recordforge.pipelines import build
+from recordforge.pipelines.publish import verify
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FLIGHTS = REPO / "configs" / "examples" / "flights.yaml"

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from recordforge.pipelines import publish, verify
+from recordforge.pipelines import publish
+from recordforge.pipelines.publish import verify
 
 TRIALS = int(os.environ.get("RECORDFORGE_CRASH_TRIALS", "10"))
 VERSION = "1.0.0"
@@ -40,7 +41,8 @@ DRIVER = textwrap.dedent('''
     import hashlib, json, os, random, shutil, sys, time
     import fsspec
     from recordforge.pipelines import publish
-    from recordforge.pipelines.manifest import shard_file_name
+    from recordforge.pipelines.publish import finalizing as commit
+    from recordforge.pipelines.publish.manifest import shard_file_name
     from recordforge.schemas.example import encode_example
     from recordforge.transforms import tfrecordio
 
@@ -59,9 +61,9 @@ DRIVER = textwrap.dedent('''
         return wrapper
 
     if mode == "aside":
-        publish._exchange = lambda a, b: False
+        commit._exchange = lambda a, b: False
     else:
-        publish._exchange = widened(publish._exchange)
+        commit._exchange = widened(commit._exchange)
     os.rename = widened(os.rename)
     os.replace = widened(os.replace)
     os.link = widened(os.link)
@@ -157,7 +159,7 @@ def _shard_bytes(version_dir: Path) -> dict[str, bytes]:
 def _publish_base(root: Path) -> None:
     """A different, complete version that LATEST points at before the trials."""
     staging = publish.begin_build(str(root), BASE_VERSION)
-    from recordforge.pipelines.manifest import shard_file_name
+    from recordforge.pipelines.publish.manifest import shard_file_name
     from recordforge.schemas.example import encode_example
     from recordforge.transforms import tfrecordio
     import hashlib

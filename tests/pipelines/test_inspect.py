@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from recordforge.pipelines import inspect
+from recordforge.pipelines.publish import inspect
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
 

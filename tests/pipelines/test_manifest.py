@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from recordforge.pipelines import manifest as m
+from recordforge.pipelines.publish import manifest as m
 from recordforge.pipelines.version import __version__
 
 SHA_A = "a" * 64

@@ -22,9 +22,11 @@ import fsspec
 import pytest
 from tfrecord import example_pb2
 
-from recordforge.pipelines import publish, verify
-from recordforge.pipelines import staging as staging_lib
-from recordforge.pipelines.manifest import shard_file_name
+from recordforge.pipelines import publish
+from recordforge.pipelines.publish import finalizing as commit
+from recordforge.pipelines.publish import verify
+from recordforge.pipelines.publish import staging as staging_lib
+from recordforge.pipelines.publish.manifest import shard_file_name
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
@@ -232,7 +234,7 @@ def test_overwrite_keeps_old_version_readable_until_new_is_complete(tmp_path, mo
     build(str(root))
     old_manifest = (root / "1.0.0" / "manifest.json").read_bytes()
     if not exchange:
-        monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(commit, "_exchange", lambda a, b: False)
     states = []
     stop = threading.Event()
     saw_old = threading.Event()
@@ -297,7 +299,7 @@ def test_interrupted_rename_aside_commit_is_rolled_back(tmp_path, monkeypatch):
     root = tmp_path / "out"
     build(str(root))
     old_manifest = (root / "1.0.0" / "manifest.json").read_bytes()
-    monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(commit, "_exchange", lambda a, b: False)
     real_rename = os.rename
     calls = []
 
@@ -307,12 +309,12 @@ def test_interrupted_rename_aside_commit_is_rolled_back(tmp_path, monkeypatch):
             raise KeyboardInterrupt("killed")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(publish.os, "rename", dying_rename)
+    monkeypatch.setattr(commit.os, "rename", dying_rename)
     staging = publish.begin_build(str(root), "1.0.0", overwrite=True)
     write_staged_build(staging.url, salt="new ")
     with pytest.raises(KeyboardInterrupt):
         finalize(staging)
-    monkeypatch.setattr(publish.os, "rename", real_rename)
+    monkeypatch.setattr(commit.os, "rename", real_rename)
     assert not (root / "1.0.0").exists()
     # The next build of the version puts the old one back before anything else.
     with pytest.raises(publish.VersionExistsError):

@@ -15,7 +15,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from recordforge.pipelines import report
+from recordforge.pipelines.publish import report
 from recordforge.schemas.example import encode_example
 from recordforge.transforms.tfrecordio import TFRecordWriter
 

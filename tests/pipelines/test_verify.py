@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.pipelines import publish, verify
-from recordforge.pipelines.manifest import shard_file_name
+from recordforge.pipelines import publish
+from recordforge.pipelines.publish import verify
+from recordforge.pipelines.publish.manifest import shard_file_name
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
 

@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from recordforge.pipelines import verify
+from recordforge.pipelines.publish import verify
 from recordforge.schemas.example import decode_example
 from recordforge.transforms import tfrecordio
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from recordforge.pipelines import publish, verify
+from recordforge.pipelines.publish import finalizing as commit
+from recordforge.pipelines.publish import verify
 
 BASE, VERSION = "0.9.0", "1.0.0"
 
@@ -154,12 +155,12 @@ def test_rename_failing_inside_a_local_commit_publishes_nothing(tmp_path, rows, 
             raise OSError(5, "injected I/O error in rename", str(target))
         return real_rename(source, target, *args, **kwargs)
 
-    monkeypatch.setattr(publish.os, "rename", failing_rename)
+    monkeypatch.setattr(commit.os, "rename", failing_rename)
     status, _, err = run_build(config_for(tmp_path, rows, str(root)))
     assert status == 1, err
     assert "injected I/O error in rename" in err
     assert_nothing_published(root, err)
-    monkeypatch.setattr(publish.os, "rename", real_rename)
+    monkeypatch.setattr(commit.os, "rename", real_rename)
     status, _, err = run_build(config_for(tmp_path, rows, str(root)))
     assert status == 0, err
     assert verify.verify_dataset(str(root), deep=True).ok

@@ -157,7 +157,7 @@ def test_a_durable_finish_leaves_no_page_of_the_file_cached(tmp_path):
 
 @linux_only
 def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
-    from recordforge.pipelines import verify
+    from recordforge.pipelines.publish import verify
     from recordforge.transforms import tfrecordio
 
     records = [os.urandom(3000 + i) for i in range(4000)]  # ~12 MB: more than one drop

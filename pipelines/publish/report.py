@@ -30,11 +30,11 @@ from typing import Any, Mapping, Sequence
 
 import fsspec
 
-from .progress import human_bytes
-from ..schemas.example import ExampleDecodeError, decode_features
-from ..schemas.features import label_feature, label_text
-from ..transforms.page_cache import write_durably
-from ..transforms.tfrecordio import TFRecordError, read_records
+from ..progress import human_bytes
+from ...schemas.example import ExampleDecodeError, decode_features
+from ...schemas.features import label_feature, label_text
+from ...transforms.page_cache import write_durably
+from ...transforms.tfrecordio import TFRecordError, read_records
 
 __all__ = [
     "REPORT_FILE",

@@ -49,7 +49,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from . import manifest as manifest_lib
-from ..transforms.urls import redact_url
+from ...transforms.urls import redact_url
 
 __all__ = [
     "ASIDE_SUFFIX",

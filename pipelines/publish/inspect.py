@@ -21,9 +21,9 @@ from typing import TextIO
 
 import fsspec
 
-from ..transforms.urls import redact_url
-from ..schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
-from ..transforms.tfrecordio import TFRecordError, read_records
+from ...transforms.urls import redact_url
+from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
+from ...transforms.tfrecordio import TFRecordError, read_records
 
 __all__ = ["main", "render_example", "shard_files"]
 

@@ -48,12 +48,12 @@ from typing import Any, BinaryIO, Mapping, Sequence
 import fsspec
 
 from . import manifest as manifest_lib
-from .publish import check_version_name
-from ..transforms.urls import redact_url
-from ..schemas.errors import ConfigError
-from ..schemas.example import ExampleDecodeError, decode_example
-from ..transforms import tfrecordio
-from ..transforms.page_cache import drop_behind
+from .finalizing import check_version_name
+from ...transforms.urls import redact_url
+from ...schemas.errors import ConfigError
+from ...schemas.example import ExampleDecodeError, decode_example
+from ...transforms import tfrecordio
+from ...transforms.page_cache import drop_behind
 
 __all__ = [
     "DatasetNotFoundError",

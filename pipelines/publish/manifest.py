@@ -29,7 +29,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from .version import __version__
+from ..version import __version__
 
 __all__ = [
     "FORMAT",

@@ -90,8 +90,8 @@ from .staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
                                            LATEST_TMP_SUFFIX, RESULT_FILE, STALE_AFTER,
                                            TMP_DIR, CommitLock, Output, Staging, fsync_dir,
                                            load_json, open_staging, published_identity)
-from ..schemas.errors import ConfigError
-from ..transforms.urls import redact_url
+from ...schemas.errors import ConfigError
+from ...transforms.urls import redact_url
 
 __all__ = [
     "FAILED_DIR",
