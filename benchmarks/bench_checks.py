@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.features import parse_features
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.to_examples import RowsToExamples
 
 FEATURES = {

@@ -20,7 +20,9 @@ from .publish.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.shards import WriteShards
-from ..transforms.sources import ReadImages, ReadTable, known_labels, scan_distinct
+from ..transforms.readers.image_items import known_labels
+from ..transforms.readers.tables import scan_distinct
+from ..transforms.sources import ReadImages, ReadTable
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
 __all__ = ["build_pipeline", "known_vocabularies"]

@@ -25,7 +25,7 @@ from ..schemas.dead_letters import RowError, dead_letter, json_safe
 from ..schemas.features import FeatureSpec, label_text
 from .batch_coder import Batch, TaggedBatch
 from .gc_tuning import relax_young_collections
-from .rows import ColumnBatch, SourceRow
+from .readers.rows import ColumnBatch, SourceRow
 from .shard_plan import HashedExamples, SplitAssigner
 
 __all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",

@@ -192,12 +192,12 @@ CRASHING_WORKER = textwrap.dedent("""\
     import os
     os.environ.setdefault("RELIABILITY_MAIN_PID", str(os.getpid()))
     if os.environ["RELIABILITY_MAIN_PID"] != str(os.getpid()):
-        from recordforge.transforms import table_readers
+        from recordforge.transforms.readers import csv as csv_reader
 
         def die(*args, **kwargs):
             os._exit(9)
 
-        table_readers.iter_csv = die
+        csv_reader.iter_csv = die
     """)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tfrecord import example_pb2
 
 from recordforge.schemas.features import parse_features
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner, assign_split
 from recordforge.transforms.to_examples import (BatchConverter, LabelCounting, RowsToExamples,
                                                 _ConvertBatchesFn, sortable_key)
