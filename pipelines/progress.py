@@ -40,6 +40,7 @@ import warnings
 from typing import Any, Callable, Mapping, TextIO
 
 from ..transforms.layout import TMP_DIR, is_shard_file
+from ..transforms.metrics import METRICS_NAMESPACE
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -53,8 +54,6 @@ __all__ = [
     "hide_beam_noise",
 ]
 
-# The namespace the transforms count in (to_examples, shards).
-METRICS_NAMESPACE = "recordforge"
 TTY_INTERVAL = 0.5
 PLAIN_INTERVAL = 30.0
 # Listing a remote staging directory costs requests; do it rarely.

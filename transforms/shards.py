@@ -74,7 +74,7 @@ from .shard_plan import (
 
 __all__ = ["METRICS_NAMESPACE", "ShardTuning", "WriteShards", "assign_split", "write_shard"]
 
-METRICS_NAMESPACE = "recordforge"
+from .metrics import METRICS_NAMESPACE  # noqa: E402 (re-exported)
 
 _FRAMING = 16  # TFRecord bytes around each record
 _ROW_OVERHEAD = 160  # Python object bytes per buffered row

@@ -25,10 +25,12 @@ from ..schemas.dead_letters import RowError, dead_letter, json_safe
 from ..schemas.features import FeatureSpec, label_text
 from .batch_coder import Batch, TaggedBatch
 from .gc_tuning import relax_young_collections
+from .metrics import METRICS_NAMESPACE
 from .readers.rows import ColumnBatch, SourceRow
 from .shard_plan import HashedExamples, SplitAssigner
+from .tagged import select
 
-__all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "METRICS_NAMESPACE", "BatchConverter",
+__all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "BatchConverter",
            "ConvertedRows", "LabelCounting", "RowsToExamples", "sortable_key"]
 
 EXAMPLES = "examples"
@@ -36,7 +38,6 @@ DEAD_LETTER = "dead_letter"
 LABEL_COUNTS = "label_counts"
 # Distinct raw label values whose text a converter remembers.
 _MAX_KNOWN_LABELS = 10_000
-METRICS_NAMESPACE = "recordforge"
 _LOG = logging.getLogger(__name__)
 
 # One type tag per kind of key, so a 1 and a "1" never produce the same key;
@@ -417,11 +418,6 @@ def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] 
     return list(map(texts.__getitem__, values))
 
 
-def _select(tagged: tuple[str, Any], tag: str):
-    if tagged[0] == tag:
-        yield tagged[1]
-
-
 class ConvertedRows(NamedTuple):
     """The outputs of RowsToExamples; unpacks as ``examples, dead_letter,
     label_counts``."""
@@ -474,9 +470,9 @@ class RowsToExamples(beam.PTransform):
         ).with_output_types(TaggedBatch)
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
-            examples=tagged | "SelectExamples" >> beam.FlatMap(_select, EXAMPLES
-                                                               ).with_output_types(Batch),
+            examples=tagged | "SelectExamples" >> beam.FlatMap(select, EXAMPLES
+                                                              ).with_output_types(Batch),
             # dead-letter dict
-            dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(_select, DEAD_LETTER),
+            dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(select, DEAD_LETTER),
             # ((split, label, examples), ...)
-            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(_select, LABEL_COUNTS))
+            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(select, LABEL_COUNTS))
