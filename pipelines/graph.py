@@ -9,16 +9,16 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Mapping, Sequence
 
 import apache_beam as beam
 import fsspec
 
 from .config import DatasetConfig
-from .publish.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.files import write_atomic
+from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.shards import WriteShards
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
@@ -40,8 +40,8 @@ def _write_result(parts: tuple, staging_url: str) -> str:
     dead-letter summary and the number of rows read. `parts` is the grouped
     ``(None, [(kind, value), ...])`` gathered from the whole pipeline.
 
-    Written under a temporary name then renamed, so a retried bundle rewrites
-    the same file atomically."""
+    Written whole (`transforms.files.write_atomic`), so a retried bundle
+    rewrites the same file atomically."""
     _, tagged = parts
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
@@ -60,10 +60,7 @@ def _write_result(parts: tuple, staging_url: str) -> str:
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
               "label_counts": label_counts}
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with fs.open(temporary, "wb") as f:
-        f.write(json.dumps(result, sort_keys=True).encode("utf-8"))
-    fs.mv(temporary, path)
+    write_atomic(fs, path, json.dumps(result, sort_keys=True).encode("utf-8"))
     return path
 
 

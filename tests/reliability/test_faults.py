@@ -24,7 +24,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from recordforge.pipelines.publish import finalizing as commit
+from recordforge.pipelines.publish import commit
 from recordforge.pipelines.publish import verify
 
 BASE, VERSION = "0.9.0", "1.0.0"
