@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 import numpy as np
 
-from ..schemas.checks import RowEncoder
 from ..schemas.columns import bytes_by_length, rows_as_bytes
 from ..schemas.dead_letters import RowError, dead_letter, json_safe
 from ..schemas.features import FeatureSpec, label_text
+from ..schemas.row_encoder import RowEncoder
 from .batch_coder import Batch, TaggedBatch
 from .gc_tuning import relax_young_collections
 from .metrics import METRICS_NAMESPACE

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord import example_pb2
 
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner, assign_split
 from recordforge.transforms.to_examples import (BatchConverter, LabelCounting, RowsToExamples,
