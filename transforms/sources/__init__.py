@@ -1,4 +1,4 @@
-"""Where rows come from, as Beam steps: `ReadTable` and `ReadImages`, thin over `transforms.readers`.
+"""Where rows come from, as Beam steps: ReadTable and ReadImages, thin over `readers`.
 
 Modules in data-flow order:
 

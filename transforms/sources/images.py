@@ -14,12 +14,14 @@ import fsspec
 
 from ..batch_coder import TaggedBatch
 from ..gc_tuning import relax_young_collections
-from ..readers.image_items import DEFAULT_IMAGE_BATCH_SIZE, ImageItem, plan_images, read_image_items
+from ..readers.image_items import (DEFAULT_IMAGE_BATCH_SIZE, ImageItem, plan_images,
+                                   read_image_items)
 from ..readers.images import ImageOptions
 from ..readers.labels import labels_format
 from ..readers.listing import normalized_extensions
+from ..tagged import select
 from ..urls import redact_url
-from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched, tagged
+from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched
 
 __all__ = ["ReadImages"]
 
@@ -97,7 +99,7 @@ class ReadImages(beam.PTransform):
         read = (
             planned
             # up to batch_size ImageItems, as plain tuples
-            | "Batches" >> beam.FlatMap(tagged, UNIT)
+            | "Batches" >> beam.FlatMap(select, UNIT)
             | "ReshuffleBatches" >> beam.Reshuffle()
             | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)
                                          ).with_output_types(TaggedBatch))

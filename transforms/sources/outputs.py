@@ -1,21 +1,22 @@
 """What a source gives (`ReadOutputs`), and the one tagged output its DoFns split into it.
 
 The reading DoFns have one output of ``(tag, value)`` pairs that labelled
-filters split into rows, dead letters and counts, instead of
-``with_outputs``: Beam's Dask runner (2.77) puts every tagged output of a
-ParDo into every output PCollection.
+filters (`transforms.tagged.select`) split into rows, dead letters and
+counts, instead of ``with_outputs``: Beam's Dask runner (2.77) puts every
+tagged output of a ParDo into every output PCollection.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
 from ..batch_coder import Batch
 from ..readers.rows import ColumnBatch, SourceRow
+from ..tagged import select
 
-__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched", "tagged"]
+__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched"]
 
 ROWS = "rows"
 DEAD = "dead_letter"
@@ -56,11 +57,6 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
     yield COUNTS, (source, seen)
 
 
-def tagged(element: tuple[str, Any], tag: str):
-    if element[0] == tag:
-        yield element[1]
-
-
 class SplitTagged(beam.PTransform):
     """``(read, planned)`` PCollections of (tag, value) pairs -> `ReadOutputs`,
     one labelled filter per output and origin.
@@ -75,10 +71,10 @@ class SplitTagged(beam.PTransform):
     def expand(self, pcolls):
         read, planned = pcolls
         return ReadOutputs(
-            read | "Rows" >> beam.FlatMap(tagged, ROWS).with_output_types(Batch),
-            (read | "ReadDeadLetters" >> beam.FlatMap(tagged, DEAD),
-             planned | "PlanDeadLetters" >> beam.FlatMap(tagged, DEAD))
+            read | "Rows" >> beam.FlatMap(select, ROWS).with_output_types(Batch),
+            (read | "ReadDeadLetters" >> beam.FlatMap(select, DEAD),
+             planned | "PlanDeadLetters" >> beam.FlatMap(select, DEAD))
             | "DeadLetters" >> beam.Flatten(),
-            (read | "ReadCounts" >> beam.FlatMap(tagged, COUNTS),
-             planned | "PlanCounts" >> beam.FlatMap(tagged, COUNTS))
+            (read | "ReadCounts" >> beam.FlatMap(select, COUNTS),
+             planned | "PlanCounts" >> beam.FlatMap(select, COUNTS))
             | "Counts" >> beam.Flatten())

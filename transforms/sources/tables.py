@@ -22,8 +22,9 @@ from ..gc_tuning import relax_young_collections
 from ..readers.listing import list_files, normalized_extensions
 from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, plan_table_ranges,
                               read_range)
+from ..tagged import select
 from ..urls import redact_url
-from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched, tagged
+from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched
 
 __all__ = ["ReadTable"]
 
@@ -118,7 +119,7 @@ class ReadTable(beam.PTransform):
             | "ListFiles" >> beam.ParDo(_ListTableFiles(self._extensions)))
         units = (
             listed
-            | "Files" >> beam.FlatMap(tagged, UNIT)
+            | "Files" >> beam.FlatMap(select, UNIT)
             | "ReshuffleFiles" >> beam.Reshuffle()
             # FileRange (byte range or row-group span)
             | "PlanRanges" >> beam.ParDo(
