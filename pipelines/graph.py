@@ -23,6 +23,7 @@ from ..transforms.shards import WriteShards
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadTable
+from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
 __all__ = ["build_pipeline", "known_vocabularies"]
@@ -32,7 +33,7 @@ def _read_source(config: DatasetConfig) -> beam.PTransform:
     source = config.source
     if source.type == "images":
         return ReadImages(source.path, source.extensions, source.labels, source.image)
-    return ReadTable(source.path, source.type)
+    return ReadTable(source.path, source.type, extensions=source.extensions)
 
 
 def _write_result(parts: tuple, staging_url: str) -> str:
@@ -75,9 +76,6 @@ def _with_key(record: dict, key_column: str | None) -> dict:
     return record
 
 
-def _tag(kind: str):
-    return lambda value: (kind, value)
-
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
                    vocabularies: Mapping[str, Sequence[str]]) -> None:
@@ -115,9 +113,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so this step also keeps every branch
     # in the graph that runs.
-    _ = ((shards | "TagShards" >> beam.Map(_tag("shard")),
-          dead_letter | "TagDeadLetters" >> beam.Map(_tag("dead_letter")),
-          converted.label_counts | "TagLabelCounts" >> beam.Map(_tag("label_counts")),
+    _ = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
+          dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
+          converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
           rows_read)
          | "GatherResult" >> beam.Flatten()
          # (None, (kind, value))
@@ -149,5 +147,6 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
         if source.type == "images":
             known[spec.name] = known_labels(source.path, source.labels, source.extensions)
         else:
-            known[spec.name] = scan_distinct(source.path, source.type, spec.source)
+            known[spec.name] = scan_distinct(source.path, source.type, spec.source,
+                                            extensions=source.extensions)
     return resolve_vocabularies(config.features, known)
