@@ -32,6 +32,7 @@ REASONS: dict[str, str] = {
     "csv_malformed": "a CSV record has broken quoting (an unterminated quoted field, text after a closing quote, or a bare CR)",
     "parquet_invalid": "a Parquet file or one of its row groups cannot be decoded",
     "unlabeled_image": "an image file has no label (no class folder, or no entry in the labels table)",
+    "not_a_mapping": "an element handed to WriteDataset is not a mapping of column name to value",
     "labels_invalid": "a labels-table row lacks `file` or `label`, or lists a file already listed",
     # stage "decode": image bytes
     "image_corrupt": "the image data cannot be decoded (not an image, or a broken chunk/marker)",

@@ -17,6 +17,8 @@ verification, inspection and progress (in pipelines) agree on them::
         manifest.json                      MANIFEST_FILE
         SHA256SUMS                         SHA256SUMS_FILE
         report.html                        REPORT_FILE
+        dataset_info.json, features.json   DATASET_INFO_FILE, FEATURES_FILE (TFDS; no gzip)
+        croissant.json                     CROISSANT_FILE
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
 
@@ -40,6 +42,10 @@ __all__ = [
     "LOCK_SUFFIX",
     "LOCK_TMP_SUFFIX",
     "MANIFEST_FILE",
+    "DATASET_INFO_FILE",
+    "FEATURES_FILE",
+    "CROISSANT_FILE",
+    "FINALIZE_FILES",
     "OWNER_SUFFIX",
     "REPORT_FILE",
     "RESULT_FILE",
@@ -67,6 +73,13 @@ FAILED_DIR = ".failed"
 MANIFEST_FILE = "manifest.json"  # written last: its presence means the version is complete
 SHA256SUMS_FILE = "SHA256SUMS"
 REPORT_FILE = "report.html"
+# Descriptions for readers without recordforge (written beside the manifest).
+DATASET_INFO_FILE = "dataset_info.json"  # TFDS, uncompressed output only
+FEATURES_FILE = "features.json"  # TFDS, uncompressed output only
+CROISSANT_FILE = "croissant.json"  # Croissant 1.1 JSON-LD
+# What publishing writes into a staging directory, beside what the pipeline wrote.
+FINALIZE_FILES = (MANIFEST_FILE, SHA256SUMS_FILE, REPORT_FILE, DATASET_INFO_FILE, FEATURES_FILE,
+                  CROISSANT_FILE)
 DEAD_LETTER_DIR = "dead_letter"
 
 # --- a staging directory (beside what becomes the version) ---------------------------
