@@ -14,6 +14,7 @@ meets them (on-disk names: `transforms.layout`):
 - `manifest`: building, writing and checking manifest.json
 - `checksums`: SHA256SUMS
 - `file_checks`: reading one file back (size, sha256, framing, Examples)
+- `dataset_paths`: which files of a version a reader opens (verify, inspect)
 - `verify`: verifying a staged or published version; `recordforge verify`
 - `report`: report.html (gathering from the shards, writing);
   `report_html` renders it
