@@ -33,6 +33,7 @@ from .config import DatasetConfig, load_config, load_runner_profile
 from .graph import build_pipeline, known_vocabularies
 from .publish import BuildFailed, PublishError, VersionExistsError, report
 from .runners import default_beam_args, input_bytes, is_local, local_runner
+from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.urls import redact_url
@@ -136,7 +137,9 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     try:
         result = publish.finalize(
             staging, name=config.name, compression=config.output.compression,
-            features=manifest_features(config.features), vocabularies=vocabularies,
+            features=manifest_features(config.features,
+                                       stored_defaults(config.features, vocabularies)),
+            vocabularies=vocabularies,
             config=config.resolved, split_names=[name for name, _ in config.splits],
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,

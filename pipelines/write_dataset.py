@@ -44,6 +44,7 @@ from .graph import known_vocabularies, stage_build, write_result
 from .publish import BuildFailed, report
 from .publish.manifest import load_manifest
 from .publish.staging import PIPELINE_LEASE, StagingRef
+from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.layout import FAILED_DIR, FINALIZE_FILES, MANIFEST_FILE
@@ -188,7 +189,8 @@ class WriteDataset(beam.PTransform):
                                  vocabularies=vocabularies)
             job = _Publish(
                 staging=staging.ref, name=config.name, compression=config.output.compression,
-                features=manifest_features(config.features),
+                features=manifest_features(config.features,
+                                           stored_defaults(config.features, vocabularies)),
                 vocabularies={name: list(labels) for name, labels in vocabularies.items()},
                 config=config.resolved, split_names=tuple(config.split_names),
                 max_error_rate=config.dead_letter.max_error_rate,
