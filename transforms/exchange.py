@@ -434,22 +434,40 @@ class _PackFn(beam.DoFn):
 
 class _SplitStatsFn(beam.CombineFn):
     """(rows, bytes, sample) of a split's batches, added up; the sample cut
-    to the highest sample_size distinct entries."""
+    to the highest sample_size distinct entries. The accumulator is a
+    mutable ``[rows, bytes, set]``, cut only when it holds twice the sample,
+    so that adding a batch costs its own entries, not the whole sample."""
 
     def __init__(self, sample_size: int):
         self._sample_size = sample_size
 
     def create_accumulator(self):
-        return 0, 0, ()
+        return [0, 0, set()]
 
     def add_input(self, accumulator, element):
-        return merge_split_stats((accumulator, element), self._sample_size)
+        rows, nbytes, sample = element
+        accumulator[0] += rows
+        accumulator[1] += nbytes
+        accumulator[2].update(sample)
+        self._cut(accumulator)
+        return accumulator
 
     def merge_accumulators(self, accumulators):
-        return merge_split_stats(accumulators, self._sample_size)
+        merged = self.create_accumulator()
+        for rows, nbytes, sample in accumulators:
+            merged[0] += rows
+            merged[1] += nbytes
+            merged[2] |= sample
+            self._cut(merged)
+        return merged
+
+    def _cut(self, accumulator) -> None:
+        if len(accumulator[2]) > 2 * self._sample_size:
+            accumulator[2] = set(heapq.nlargest(self._sample_size, accumulator[2]))
 
     def extract_output(self, accumulator):
-        return accumulator
+        return merge_split_stats([(accumulator[0], accumulator[1], accumulator[2])],
+                                 self._sample_size)
 
 
 def _plan_lanes(split_stats, *, tuning):
@@ -558,14 +576,20 @@ def _plan_split_shards(split_buckets, *, shard_size: int):
             shard_offset += length
 
 
-def _place(item):
+class _PlaceFn(beam.DoFn):
     """((split, bucket), [places and chunks]) -> ((split, shard), ("piece",
     (offset in the shard, bytes)))."""
-    (split, bucket), values = item
-    places = [value for tag, value in values if tag == "place"]
-    chunks = {value[0]: value[1] for tag, value in values if tag == "chunk"}
-    for shard, offset, data in place_chunks(places, sorted(chunks.items())):
-        yield (split, shard), ("piece", (offset, data))
+
+    def setup(self):
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, bucket), values = item
+        places = [value for tag, value in values if tag == "place"]
+        chunks = {value[0]: value[1] for tag, value in values if tag == "chunk"}
+        for shard, offset, data in place_chunks(places, sorted(chunks.items())):
+            self._exchanged.inc(len(data))
+            yield (split, shard), ("piece", (offset, data))
 
 
 class _WriteShardFn(beam.DoFn):
@@ -690,7 +714,7 @@ class ShuffleExchange(beam.PTransform):
         pieces = ((places, chunks)
                   | "FlattenChunks" >> beam.Flatten()
                   | "JoinPlaces" >> beam.GroupByKey()  # ((split, bucket), [places, chunks])
-                  | "Place" >> beam.FlatMap(_place))  # ((split, shard), ("piece", ...))
+                  | "Place" >> beam.ParDo(_PlaceFn()))  # ((split, shard), ("piece", ...))
         return ((specs, pieces)
                 | "FlattenShards" >> beam.Flatten()
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces])
