@@ -241,6 +241,7 @@ def test_shuffle_exchange_writes_only_the_final_shards_to_the_output_store():
     assert counts["GET"] == counts["COPY"] == counts["DELETE"] == 0
 
 
+@pytest.mark.slow
 def test_requests_grow_linearly_with_the_data():
     store = _counting_fs()
     tuning = ShardTuning(run_bytes=20_000, bucket_bytes=10_000, max_chunk_bytes=2_000,
