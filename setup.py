@@ -73,6 +73,8 @@ setuptools.setup(
             "google-crc32c>=1.5",
             "dask[distributed]>=2024.1",
             "psutil>=5.9",
+            # `recordforge init` is tested against tables as pandas reads them.
+            "pandas>=2",
         ],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],

@@ -29,6 +29,8 @@ COMMANDS = {
                "re-read a published dataset and check sizes, checksums and records"),
     "inspect": ("recordforge.pipelines.publish.inspect", "main",
                 "print records of a shard, dataset or dead-letter file as JSON lines"),
+    "init": ("recordforge.pipelines.init", "main",
+             "infer a dataset config from a table or an image directory"),
     "runner-args": ("recordforge.pipelines.cli", "runner_args",
                     "print the Beam options of a runner profile (configs/runners/)"),
 }
