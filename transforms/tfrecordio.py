@@ -41,6 +41,7 @@ __all__ = [
     "count_records",
     "frame_records",
     "gzip_compress",
+    "iter_record_views",
     "iter_records",
     "masked_crc32c",
     "read_records",
@@ -319,6 +320,19 @@ def iter_records(fileobj: BinaryIO, *, path: str = "",
             records = [bytes(view[start + _HEADER_SIZE:end - _FOOTER_SIZE])
                        for start, end in zip(starts, ends)]
         yield from records
+
+
+def iter_record_views(fileobj: BinaryIO, *, path: str = "",
+                      compression: str = "auto") -> Iterator[memoryview]:
+    """`iter_records` without the copy: each record is a memoryview into
+    the reader's buffer, so a record of any size is held once. A view is
+    valid only until the next record is asked for; the caller must release
+    it and everything made from it (slices, numpy arrays) by then."""
+    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+        with memoryview(buffer) as view:
+            for start, end in zip(starts, ends):
+                with view[start + _HEADER_SIZE:end - _FOOTER_SIZE] as record:
+                    yield record
 
 
 def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto") -> int:

@@ -17,6 +17,7 @@ from typing import BinaryIO, Mapping
 import fsspec
 
 from ...schemas.example import ExampleDecodeError, decode_example
+from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 from ...transforms import tfrecordio
 from ...transforms.page_cache import drop_behind
 
@@ -97,6 +98,14 @@ def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[s
     if extra:
         return f"feature {extra[0]!r} is not in the manifest"
     return None
+
+
+def _decoded(record: memoryview) -> Mapping:
+    """A record's features for `example_problem`: parsed by protobuf when
+    small, scanned in place (values made on demand) when large."""
+    if len(record) >= LARGE_EXAMPLE_BYTES:
+        return {name: (values.kind, values) for name, values in scan_example(record).items()}
+    return decode_example(record)
 
 
 class _HashingReader:
@@ -195,11 +204,17 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
             count = tfrecordio.count_records(reader, path=file, compression=compression)
             records = ()
         else:
-            records = tfrecordio.iter_records(reader, path=file, compression=compression)
+            # Views, not copies: a gzip shard of a few hundred KB can hold a
+            # record of hundreds of MB, which is then held once.
+            records = tfrecordio.iter_record_views(reader, path=file, compression=compression)
         for index, record in enumerate(records):
             count = index + 1
             try:
-                problem = example_problem(decode_example(record), features, vocabulary_sizes)
+                problem = example_problem(_decoded(record), features, vocabulary_sizes)
+            except NonCanonicalExample as error:
+                problem = (f"a {len(record)}-byte Example in a non-canonical encoding "
+                           f"({error}); records over {LARGE_EXAMPLE_BYTES} bytes are checked "
+                           "in place, which needs the encoding every serializer writes")
             except ExampleDecodeError as error:
                 problem = str(error)
             if problem:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import math
 import posixpath
@@ -30,7 +31,8 @@ from typing import TextIO
 import fsspec
 
 from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
-from ...transforms.tfrecordio import TFRecordError, read_records
+from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
+from ...transforms.tfrecordio import TFRecordError, iter_record_views
 from ...transforms.urls import redact_url
 from .dataset_paths import (DatasetNotFoundError, list_version, load_version_manifest,
                             locate_version)
@@ -38,13 +40,15 @@ from .dataset_paths import (DatasetNotFoundError, list_version, load_version_man
 __all__ = ["main", "render_example", "shard_files"]
 
 MAX_TEXT_BYTES = 1024
+MAX_LIST_VALUES = 1000  # a longer list prints its length and its first HEAD_VALUES
+HEAD_VALUES = 100
 MAX_LINE_BYTES = 64 << 20  # a dead-letter record summarises large values; far below this
 
 
-def _render_bytes(value: bytes):
+def _render_bytes(value):
     if len(value) <= MAX_TEXT_BYTES:
         try:
-            return value.decode("utf-8")
+            return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             pass
     return {"bytes": len(value), "head": base64.b64encode(value[:32]).decode("ascii")}
@@ -56,16 +60,24 @@ def _render_float(value: float):
     return value if math.isfinite(value) else repr(value)
 
 
-def render_example(data: bytes) -> dict:
-    """A serialized Example as JSON-ready feature name -> list of values."""
+def render_example(data) -> dict:
+    """A serialized Example (bytes or a memoryview) as JSON-ready feature
+    name -> list of values; a list of more than `MAX_LIST_VALUES` values as
+    ``{"values": N, "head": [the first HEAD_VALUES]}``. A record of
+    `LARGE_EXAMPLE_BYTES` or more is read in place (`scan_example`), so
+    printing it holds it once, whatever it holds."""
+    if len(data) >= LARGE_EXAMPLE_BYTES:
+        features = {name: (values.kind, values) for name, values in scan_example(data).items()}
+    else:
+        features = decode_example(data)
     rendered = {}
-    for name, (kind, values) in sorted(decode_example(data).items()):
-        if kind == BYTES:
-            rendered[name] = [_render_bytes(v) for v in values]
-        elif kind == FLOAT:
-            rendered[name] = [_render_float(v) for v in values]
+    for name, (kind, values) in sorted(features.items()):
+        render = _render_bytes if kind == BYTES else _render_float if kind == FLOAT else int
+        if len(values) > MAX_LIST_VALUES:
+            head = [render(value) for value in itertools.islice(values, HEAD_VALUES)]
+            rendered[name] = {"values": len(values), "head": head}
         else:
-            rendered[name] = values
+            rendered[name] = [render(value) for value in values]
     return rendered
 
 
@@ -104,16 +116,23 @@ def _inspect_shards(files: list[str], limit: int | None, out: TextIO) -> int:
     for file in files:
         index = 0
         try:
-            for index, data in enumerate(read_records(file)):
-                if limit is not None and printed >= limit:
-                    return 0
-                line = {"file": posixpath.basename(file), "record": index,
-                        "features": render_example(data)}
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
-                printed += 1
+            with fsspec.open(file, "rb") as handle:
+                for index, data in enumerate(iter_record_views(handle, path=file)):
+                    if limit is not None and printed >= limit:
+                        return 0
+                    line = {"file": posixpath.basename(file), "record": index,
+                            "features": render_example(data)}
+                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    printed += 1
         except TFRecordError as error:
             out.flush()
             _error(str(error))
+            return 1
+        except NonCanonicalExample as error:
+            out.flush()
+            _error(f"{file}: record {index} is an Example of over {LARGE_EXAMPLE_BYTES} bytes "
+                   f"in a non-canonical encoding ({error}); such records are read in place, "
+                   "which needs the encoding every serializer writes")
             return 1
         except ExampleDecodeError as error:
             out.flush()
