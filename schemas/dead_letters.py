@@ -14,7 +14,8 @@ import math
 from typing import Any, Mapping
 
 __all__ = ["MAX_INLINE_CHARS", "MAX_INLINE_ITEMS", "STAGES", "REASONS", "RowError",
-           "dead_letter", "json_safe", "printable_name", "printable_text"]
+           "counted_rows", "dead_letter", "json_safe", "printable_name", "printable_text",
+           "rows_of"]
 
 STAGES = ("read", "decode", "check", "encode")
 
@@ -86,15 +87,20 @@ def _rebuild_row_error(reason, message, feature, stage):
 
 
 def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: str,
-                feature: str | None, message: str, input: Any) -> dict:
+                feature: str | None, message: str, input: Any, rows: int | None = 1) -> dict:
     """Builds one dead-letter record (a JSON-safe dict in the contract's shape).
 
     Every text in it can be written as UTF-8 (`printable_text`), whatever
     the failed row held: a record that cannot be encoded would fail the
-    whole build where it is passed between steps, not just its row."""
+    whole build where it is passed between steps, not just its row.
+
+    `rows`: the input rows the record stands for (`rows_of`): 1 for a row;
+    for a file, or the rest of one, that cannot be read, how many rows it
+    held when that is known (0 for an empty file) or None when it is not.
+    A record for other than one row says so in its ``rows`` field."""
     if reason not in REASONS:
         raise ValueError(f"unregistered dead-letter reason {reason!r}")
-    return {
+    record = {
         "source": printable_text(source) if isinstance(source, str) else source,
         "row": row,
         "key": json_safe(key),
@@ -104,6 +110,24 @@ def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: s
         "message": printable_text(message),
         "input": json_safe(input),
     }
+    if rows != 1:
+        record["rows"] = rows
+    return record
+
+
+def rows_of(record: Mapping) -> int | None:
+    """How many input rows a dead-letter record stands for: 1 for a row, the
+    rows of a file (or of its unread rest) that could not be read, or None
+    when that number is unknown (a file that cannot be decoded, or is cut
+    short)."""
+    return record.get("rows", 1)
+
+
+def counted_rows(record: Mapping) -> int:
+    """The rows a record adds to the build's counts: `rows_of`, or 1 when
+    that is unknown (such a record fails the error budget by itself)."""
+    rows = record.get("rows", 1)
+    return 1 if rows is None else rows
 
 
 def _escape(char: str, file_name: bool) -> str:

@@ -29,6 +29,7 @@ import posixpath
 import apache_beam as beam
 import fsspec
 
+from ..schemas.dead_letters import rows_of
 from .files import write_atomic
 from .layout import dead_letter_part_name
 
@@ -76,16 +77,16 @@ def _json_object(record: dict, names: list, ensure_ascii: bool) -> str:
     return line
 
 
-def _to_entry(record: dict) -> tuple[tuple, str]:
-    return sort_key(record), dead_letter_line(record)
+def _to_entry(record: dict) -> tuple[tuple, str, int | None]:
+    return sort_key(record), dead_letter_line(record), rows_of(record)
 
 
-# Stands in for "no record" in the group; real entries are (tuple, str).
-_MARKER = ((), "")
+# Stands in for "no record" in the group; real entries are (tuple, str, rows).
+_MARKER = ((), "", 0)
 
 
 class _WriteAllFn(beam.DoFn):
-    """(None, [(sort key, line)] plus one marker) -> the summary dict.
+    """(None, [(sort key, line, rows)] plus one marker) -> the summary dict.
 
     Sorts every record, writes parts of `records_per_file` records, each to a
     temporary name and then renamed, so a retried or duplicated attempt only
@@ -111,23 +112,32 @@ class _WriteAllFn(beam.DoFn):
 
     def _write(self, name: str, entries: list) -> None:
         self._fs.makedirs(self._root, exist_ok=True)
-        data = "".join([f"{line}\n" for _, line in entries]).encode("utf-8")
+        data = "".join([f"{line}\n" for _, line, _ in entries]).encode("utf-8")
         # On disk before its rename, like the shards.
         write_atomic(self._fs, posixpath.join(self._root, name), data)
 
 
-def summarize(entries: list[tuple[tuple, str]], files: list[str]) -> dict:
-    """Sorted (sort key, line) entries -> the sink's summary; the sample of a
-    reason is its first record in file order."""
+def summarize(entries: list[tuple[tuple, str, int | None]], files: list[str]) -> dict:
+    """Sorted (sort key, line, rows) entries -> the sink's summary; the
+    sample of a reason is its first record in file order.
+
+    Counts are of input rows: a record stands for `rows` of them (a file
+    that cannot be read, for all it held), or for an unknown number (None):
+    such a record counts as one and is counted in ``uncounted`` too, which
+    fails the error budget (`publish.budget`)."""
     by_reason: dict[str, int] = {}
     samples = {}
-    for key, line in entries:
+    uncounted = 0
+    for key, line, rows in entries:
         reason = key[_REASON_IN_SORT_KEY]
-        by_reason[reason] = by_reason.get(reason, 0) + 1
+        if rows is None:
+            uncounted += 1
+            rows = 1
+        by_reason[reason] = by_reason.get(reason, 0) + rows
         if reason not in samples:
             samples[reason] = json.loads(line)
-    return {"num_rows": len(entries), "by_reason": dict(sorted(by_reason.items())),
-            "files": files, "samples": dict(sorted(samples.items()))}
+    return {"num_rows": sum(by_reason.values()), "by_reason": dict(sorted(by_reason.items())),
+            "uncounted": uncounted, "files": files, "samples": dict(sorted(samples.items()))}
 
 
 def _key_all(entry):
@@ -141,7 +151,8 @@ class WriteDeadLetters(beam.PTransform):
     Writes: ``<directory>/part-00000.jsonl`` ...: every record sorted by
       `sort_key`, `records_per_file` per file (the last one fewer). No files
       when there are no dead letters.
-    Gives: exactly one dict ``{"num_rows", "by_reason": {reason: n}, "files":
+    Gives: exactly one dict ``{"num_rows", "by_reason": {reason: n},
+      "uncounted", "files":
       ["<basename of directory>/part-00000.jsonl", ...], "samples": {reason:
       first record}}``.
     """
@@ -154,16 +165,16 @@ class WriteDeadLetters(beam.PTransform):
         self._records_per_file = records_per_file
 
     def expand(self, records):
-        # (sort key, JSON line)
+        # (sort key, JSON line, rows it stands for)
         entries = records | "ToLines" >> beam.Map(_to_entry)
         # One marker, so the group below exists (and a summary comes out) even
         # without dead letters; no side input or global combine is needed.
         marker = records.pipeline | "Marker" >> beam.Create([_MARKER])
         return ((entries, marker)
                 | "WithMarker" >> beam.Flatten()
-                # (None, (sort key, line))
+                # (None, (sort key, line, rows))
                 | "KeyAll" >> beam.Map(_key_all)
-                # (None, [(sort key, line)])
+                # (None, [(sort key, line, rows)])
                 | "GroupAll" >> beam.GroupByKey()
                 # one summary dict
                 | "WriteParts" >> beam.ParDo(_WriteAllFn(self._directory,

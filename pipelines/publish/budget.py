@@ -3,8 +3,8 @@
 The pipeline's last step writes ``<staging>/_pipeline_result.json``::
 
     {"shards": [{"split", "file", "num_examples", "num_bytes", "sha256"}, ...],
-     "dead_letter": {"num_rows", "by_reason": {reason: n}, "files": [...],
-                     "samples": {reason: dead-letter record}},
+     "dead_letter": {"num_rows", "by_reason": {reason: n}, "uncounted": n,
+                     "files": [...], "samples": {reason: dead-letter record}},
      "num_input_rows": int,
      "label_counts": {split: {label: examples}}}
 
@@ -16,6 +16,15 @@ dead_letter.num_rows``; a failure is a bug that lost or duplicated rows);
 `check_error_budget` the error budget (`max_error_rate` of the input rows,
 and `max_errors` rows if given), naming the top reasons with a sample row
 each. Each raises `BuildFailed`.
+
+Rows are input rows: a dead letter for a file that could not be read
+stands for every row it held when that is known (the rows of a Parquet row
+group, from the footer; none for an empty file). When it is not (a file
+that cannot be decoded, a compressed file cut short: ``"rows": null`` in
+the record), the rows lost are unknown; each such record counts as one row
+and in ``uncounted``, and fails the error budget by itself unless the
+budget admits any number of failed rows (no ``max_errors`` and a
+``max_error_rate`` of 1 or none).
 """
 
 from __future__ import annotations
@@ -70,6 +79,8 @@ def _result_problem(result: Any) -> str | None:
     dead = result.get("dead_letter")
     if not isinstance(dead, dict) or not _is_count(dead.get("num_rows")):
         return "dead_letter.num_rows must be a non-negative integer"
+    if not _is_count(dead.get("uncounted", 0)):
+        return "dead_letter.uncounted must be a non-negative integer"
     if not isinstance(dead.get("by_reason", {}), dict):
         return "dead_letter.by_reason must be an object"
     label_counts = result.get("label_counts", {})
@@ -130,17 +141,25 @@ def check_error_budget(result: dict, max_error_rate: float | None,
     rows = result["num_input_rows"]
     dead = result["dead_letter"]
     failed = dead["num_rows"]
+    uncounted = dead.get("uncounted", 0)
     limits = []
     if max_error_rate is not None and failed > max_error_rate * rows:
         limits.append(f"max_error_rate={max_error_rate:g} ({int(max_error_rate * rows)} rows)")
     if max_errors is not None and failed > max_errors:
         limits.append(f"max_errors={max_errors}")
-    if not limits:
+    unbounded = max_errors is None and (max_error_rate is None or max_error_rate >= 1)
+    if not limits and not (uncounted and not unbounded):
         return
     rate = failed / rows if rows else 1.0
     reasons = _top_reasons(dead)
-    lines = [f"build failed: {failed} of {rows} input rows ({rate:.2%}) failed, above the "
-             f"error budget {' and '.join(limits)}; nothing was published", "top reasons:"]
+    if limits:
+        lines = [f"build failed: {failed} of {rows} input rows ({rate:.2%}) failed, above the "
+                 f"error budget {' and '.join(limits)}; nothing was published"]
+    else:
+        lines = [f"build failed: {uncounted} input file(s), or the rest of them, could not "
+                 "be read, so how many rows were lost is unknown and the error budget cannot "
+                 "be met; nothing was published (their dead letters say \"rows\": null)"]
+    lines.append("top reasons:")
     for reason, count, sample in reasons:
         line = f"  {reason}: {count} rows"
         example = _format_sample(sample)

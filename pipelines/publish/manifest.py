@@ -164,14 +164,23 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
         "vocabularies": {key: list(value) for key, value in vocabularies.items()},
         "splits": splits,
         "num_input_rows": int(num_input_rows),
-        "dead_letter": {
-            "num_rows": int(dead_letter.get("num_rows", 0)),
-            "by_reason": dict(sorted(dead_letter.get("by_reason", {}).items())),
-            "files": sorted(dead_letter.get("files", [])),
-        },
+        "dead_letter": _dead_letter_block(dead_letter),
         "config": config,
         "tool": {"name": TOOL_NAME, "version": __version__, "runner": runner},
     }
+
+
+def _dead_letter_block(dead_letter: Mapping[str, Any]) -> dict:
+    block = {
+        "num_rows": int(dead_letter.get("num_rows", 0)),
+        "by_reason": dict(sorted(dead_letter.get("by_reason", {}).items())),
+        "files": sorted(dead_letter.get("files", [])),
+    }
+    if dead_letter.get("uncounted"):
+        # dead letters standing for an unknown number of rows (each counted
+        # as one), published only under a budget that admits any failure
+        block["uncounted"] = int(dead_letter["uncounted"])
+    return block
 
 
 def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:

@@ -68,6 +68,7 @@ def test_writes_sorted_jsonl_and_summary(tmp_path):
         "num_rows": 6,
         "by_reason": {"image_truncated": 1, "missing_value": 1, "out_of_range": 2,
                       "type_mismatch": 2},
+        "uncounted": 0,
         "files": ["dead_letter/part-00000.jsonl"],
         "samples": {"image_truncated": RECORDS[4], "missing_value": RECORDS[3],
                     "out_of_range": RECORDS[5], "type_mismatch": RECORDS[2]},
@@ -95,7 +96,7 @@ def test_no_dead_letters_gives_a_summary_and_no_files(tmp_path):
     directory = tmp_path / "dead_letter"
     with TestPipeline() as pipeline:
         summary = pipeline | beam.Create([]) | WriteDeadLetters(str(directory))
-        assert_that(summary, equal_to([{"num_rows": 0, "by_reason": {}, "files": [],
+        assert_that(summary, equal_to([{"num_rows": 0, "by_reason": {}, "uncounted": 0, "files": [],
                                         "samples": {}}]))
     assert not directory.exists()
 

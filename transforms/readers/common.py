@@ -55,24 +55,28 @@ def is_compressed(path: str) -> bool:
 
 
 def read_error(source: str, row: int | None, exc: BaseException, *,
-               input: Any = None) -> dict:
-    """The dead letter for a file (or the rest of one) that cannot be read."""
+               input: Any = None, rows: int | None = None) -> dict:
+    """The dead letter for a file (or the rest of one) that cannot be read;
+    `rows`: how many rows that loses, None (the default) when unknown, 1 for
+    a file that is one row (an image)."""
     message = redact_url(f"cannot read {source}: {type(exc).__name__}: {exc}")
     return dead_letter(source=source, row=row, key=None, stage="read",
                        reason="read_error", feature=None, message=message,
-                       input=input if input is not None else source)
+                       input=input if input is not None else source, rows=rows)
 
 
 def read_dead_letter(source: str, row: int | None, reason: str, message: str,
-                     input: Any) -> dict:
-    """A dead letter of the ``read`` stage with `reason` (one row, or a whole file)."""
+                     input: Any, *, rows: int | None = 1) -> dict:
+    """A dead letter of the ``read`` stage with `reason`: one row, or (with
+    `rows`: their number, None when unknown) a whole file or its rest."""
     return dead_letter(source=source, row=row, key=None, stage="read", reason=reason,
-                       feature=None, message=message, input=input)
+                       feature=None, message=message, input=input, rows=rows)
 
 
 def empty_file(source: str) -> dict:
-    """The dead letter standing for a file with no records at all."""
-    return read_dead_letter(source, None, "empty_file", f"{source} is empty", source)
+    """The dead letter standing for a table file with no records at all (it
+    loses no rows)."""
+    return read_dead_letter(source, None, "empty_file", f"{source} is empty", source, rows=0)
 
 
 def resolve(path: str, fs: fsspec.AbstractFileSystem | None,

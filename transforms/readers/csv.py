@@ -150,7 +150,9 @@ def _decode_record(raw: bytes, first: bool) -> str:
 def _csv_header(batches: Iterator[tuple[int, int, bytes | None, bool]], source: str
                 ) -> tuple[list[str] | None, dict | None]:
     """Reads and checks the header record (the first batch, never a plain run):
-    (names, None) or (None, dead letter) or (None, None) for an empty file."""
+    (names, None) or (None, dead letter) or (None, None) for an empty file.
+    A file without a usable header is not read: its dead letter stands for
+    an unknown number of rows."""
     first = next(batches, None)
     if first is None:
         return None, None
@@ -158,30 +160,31 @@ def _csv_header(batches: Iterator[tuple[int, int, bytes | None, bool]], source: 
     if raw is None:
         return None, read_dead_letter(
             source, line_no, "csv_bad_header",
-            f"{source}: the header starts a quoted field that never ends", None)
+            f"{source}: the header starts a quoted field that never ends", None,
+            rows=None)
     try:
         names = _parse_csv_record(_decode_record(raw, True))
     except UnicodeDecodeError as exc:
         return None, read_dead_letter(
             source, line_no, "invalid_utf8",
             f"{source}: the header line is not valid UTF-8 ({exc.reason} at byte {exc.start})",
-            raw)
+            raw, rows=None)
     except csv.Error as exc:
         return None, read_dead_letter(
             source, line_no, "csv_bad_header", f"{source}: the header line is not valid CSV: {exc}",
-            raw)
+            raw, rows=None)
     if not any(name.strip() for name in names):
         return None, read_dead_letter(
             source, line_no, "csv_bad_header",
             f"{source}: the first line must be a header naming the columns, but it is empty",
-            names)
+            names, rows=None)
     seen: set[str] = set()
     duplicates = sorted({name for name in names if name in seen or seen.add(name)})
     if duplicates:
         return None, read_dead_letter(
             source, line_no, "csv_bad_header",
             f"{source}: duplicate column names in the header: {', '.join(map(repr, duplicates))}"
-            " (rename them so each column has one name)", names)
+            " (rename them so each column has one name)", names, rows=None)
     return names, None
 
 
@@ -253,7 +256,7 @@ def _csv_rows(batches: Iterator[tuple[int, int, bytes | None, bool]], names: lis
                 source, line_no, "csv_malformed",
                 f"{source} line {line_no}: a quoted field runs on for more than "
                 f"{_MAX_CSV_RECORD_BYTES >> 20} MB (unterminated quote?); the rest of the "
-                "file is not read", None)
+                "file is not read", None, rows=None)
             return
         row = _csv_record_row(data, offset == 0, line_no, names, source)
         if row is not None:

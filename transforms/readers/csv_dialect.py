@@ -113,7 +113,7 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
                     if names is None:
                         yield read_dead_letter(source, line, "csv_bad_header",
                                                f"{source}: the header line is not valid CSV: {exc}",
-                                               None)
+                                               None, rows=None)
                         return
                     yield read_dead_letter(source, line, "csv_malformed",
                                            f"{source} line {line}: broken CSV quoting: {exc}", None)
@@ -144,7 +144,7 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
         yield read_dead_letter(
             source, line, "invalid_encoding",
             f"{source} after line {line - 1}: not valid {options.encoding} text ({exc}); the "
-            "rest of the file is not read", source)
+            "rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, line if line > 1 else None, exc)
 
@@ -153,14 +153,14 @@ def _header_problem(names: list[str], source: str, line: int) -> dict | None:
     if not any(name.strip() for name in names):
         return read_dead_letter(source, line, "csv_bad_header",
                                 f"{source}: the first line must be a header naming the columns, "
-                                "but it is empty", names)
+                                "but it is empty", names, rows=None)
     seen: set[str] = set()
     duplicates = sorted({name for name in names if name in seen or seen.add(name)})
     if duplicates:
         return read_dead_letter(
             source, line, "csv_bad_header",
             f"{source}: duplicate column names in the header: {', '.join(map(repr, duplicates))}"
-            " (rename them so each column has one name)", names)
+            " (rename them so each column has one name)", names, rows=None)
     return None
 
 

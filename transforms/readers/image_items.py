@@ -113,7 +113,7 @@ def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],
         try:
             data = read_file_once(fs, item.fs_path)
         except READ_ERRORS as exc:
-            yield read_error(source, None, exc, input=raw_input)
+            yield read_error(source, None, exc, input=raw_input, rows=1)
             continue
         try:
             columns = image_columns(data, source, options)

@@ -64,7 +64,7 @@ def iter_json_array(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                     source, None, "json_array_invalid",
                     f"{source}: the file must hold one JSON array of objects, but it starts "
                     f"with {first.decode('latin-1')!r} (one object per line is source.type: "
-                    "jsonl)", source)
+                    "jsonl)", source, rows=None)
                 return
             try:
                 for value in ijson.items(f, "item", use_float=True, buf_size=_BUFFER):
@@ -86,11 +86,11 @@ def iter_json_array(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                     source, index + 1, "json_array_invalid",
                     f"{source}: invalid JSON after element {index}: "
                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; the rest of the "
-                    "file is not read", source)
+                    "file is not read", source, rows=None)
     except UnicodeDecodeError as exc:
         yield read_dead_letter(source, index + 1, "invalid_utf8",
                                f"{source}: not valid UTF-8 after element {index} ({exc.reason}); "
-                               "the rest of the file is not read", source)
+                               "the rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, index + 1 if index else None, exc)
 

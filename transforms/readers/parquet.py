@@ -69,11 +69,12 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
             f.seek(0)
             try:
                 parquet = _parquet_file(f)
-            except (pa.ArrowException, ValueError) as exc:
-                # Arrow reports damage as ArrowInvalid or ArrowIOError alike;
-                # plain OSErrors from the file itself stay read errors.
+            except (pa.ArrowException, ValueError, OSError) as exc:
+                if not _damaged(exc):
+                    raise
                 yield read_dead_letter(source, None, "parquet_invalid",
-                                        f"{source} is not a readable Parquet file: {exc}", source)
+                                        f"{source} is not a readable Parquet file: {exc}", source,
+                                        rows=None)
                 return
             metadata = parquet.metadata
             firsts = [0]
@@ -87,9 +88,18 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                         f"{metadata.num_row_groups}; was it replaced after listing?)"))
                     continue
                 rows = batch_size or _parquet_batch_rows(metadata.row_group(group))
-                yield from _parquet_group(parquet, group, firsts[group], rows, source, columns)
+                yield from _parquet_group(parquet, group, firsts[group], firsts[group + 1],
+                                          rows, source, columns)
     except READ_ERRORS as exc:
         yield read_error(source, None, exc)
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether Arrow's `exc` means damaged Parquet data rather than a file that
+    cannot be read: Arrow reports damage as ArrowInvalid, or as an OSError
+    without an errno ("Couldn't deserialize thrift"), whereas the file's own
+    read errors keep theirs (EIO, EACCES)."""
+    return not isinstance(exc, OSError) or exc.errno is None
 
 
 def _parquet_batch_rows(row_group) -> int:
@@ -99,8 +109,11 @@ def _parquet_batch_rows(row_group) -> int:
     return int(min(high, max(low, _BATCH_BYTES // max(1.0, row_bytes))))
 
 
-def _parquet_group(parquet, group: int, first_row: int, batch_size: int, source: str,
-                   columns: bool) -> Iterator[SourceRow | ColumnBatch | dict]:
+def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size: int,
+                   source: str, columns: bool) -> Iterator[SourceRow | ColumnBatch | dict]:
+    """The rows of row group `group` (rows first_row + 1 .. end_row of the
+    file); a group that fails to decode ends in a dead letter standing for
+    its unread rows, as many as the footer says."""
     import pyarrow as pa
 
     row = first_row
@@ -116,12 +129,15 @@ def _parquet_group(parquet, group: int, first_row: int, batch_size: int, source:
                 row += 1
                 yield SourceRow(source, row, values)
     except (pa.ArrowException, ValueError, OSError) as exc:
-        # Damaged pages surface as ArrowIOError (an OSError) as often as
-        # ArrowInvalid; either way this row group is lost and the next may not be.
+        # Either way this row group is lost and the next may not be.
+        if not _damaged(exc):
+            yield read_error(source, row + 1, exc, input={"row_group": group},
+                             rows=end_row - row)
+            return
         yield read_dead_letter(
             source, row + 1, "parquet_invalid",
-            f"{source}: row group {group} cannot be decoded from row {row + 1} on: {exc}",
-            {"row_group": group})
+            f"{source}: row group {group} cannot be decoded from row {row + 1} on "
+            f"({end_row - row} rows lost): {exc}", {"row_group": group}, rows=end_row - row)
 
 
 def read_parquet_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import apache_beam as beam
 import fsspec
 
+from ...schemas.dead_letters import counted_rows
 from ..batch_coder import TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..readers.image_items import (DEFAULT_IMAGE_BATCH_SIZE, ImageItem, plan_images,
@@ -39,7 +40,7 @@ class _PlanImages(beam.DoFn):
         batches, problems = plan_images(path, self._extensions, self._labels, self._batch_size)
         for problem in problems:
             yield DEAD, problem
-            yield COUNTS, (problem["source"], 1)
+            yield COUNTS, (problem["source"], counted_rows(problem))
         for batch in batches:
             # Plain tuples: Beam's coder writes them natively, where it
             # would pickle each NamedTuple on its own (17 us per image).

@@ -12,6 +12,7 @@ from typing import Iterable, NamedTuple
 
 import apache_beam as beam
 
+from ...schemas.dead_letters import counted_rows
 from ..batch_coder import Batch
 from ..readers.rows import ColumnBatch, SourceRow
 from ..tagged import select
@@ -35,7 +36,9 @@ class ReadOutputs(NamedTuple):
 def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
     """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
     as it comes), dead letters one by one, and finally ``(source, number of
-    rows and dead letters)`` for the counts."""
+    rows)`` for the counts: the rows read and the rows the dead letters
+    stand for (`counted_rows`: a whole file that cannot be read may stand
+    for many)."""
     batch: list[SourceRow] = []
     seen = 0
     for item in items:
@@ -44,10 +47,11 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
             if item:
                 yield ROWS, item
             continue
-        seen += 1
         if isinstance(item, dict):
+            seen += counted_rows(item)
             yield DEAD, item
             continue
+        seen += 1
         batch.append(item)
         if len(batch) >= batch_size:
             yield ROWS, batch
