@@ -75,7 +75,11 @@ setuptools.setup(
             "psutil>=5.9",
             # `recordforge init` is tested against tables as pandas reads them.
             "pandas>=2",
+            # Validates the croissant.json every version carries (no TensorFlow needed).
+            "mlcroissant>=1.0",
         ],
+        # recordforge.tf: TensorFlow's parse spec and tf.data over a version.
+        "tf": ["tensorflow>=2.12"],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
         "dask": ["dask[distributed]>=2024.1"],

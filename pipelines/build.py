@@ -143,7 +143,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
             config=config.resolved, split_names=[name for name, _ in config.splits],
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
-            report_hook=write_report, update_latest=update_latest)
+            report_hook=write_report, describe=True, update_latest=update_latest)
     except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
         raise BuildFailed(f"publishing failed; nothing was published: "
                           f"{type(error).__name__}: {error}") from error

@@ -55,7 +55,7 @@ def load_config(path_or_dict: "str | os.PathLike | Mapping | DatasetConfig",
       of Python values used as given; applied before validation.
     output: replaces ``output.path``.
     rows_given: the rows come from a pipeline (`WriteDataset`), so the
-      ``source:`` section may be left out.
+      ``source:`` section is not read (it may be left out).
     Raises ConfigError (key "" for a file that cannot be read or parsed).
     """
     strings, values = ((), overrides) if isinstance(overrides, Mapping) else (overrides or (), None)
@@ -95,8 +95,9 @@ def config_from_dict(raw: Any, overrides: Sequence[str] = (), output: str | None
     values: ``{dotted key: value}`` overrides given as Python values (the
       library's ``**{"output.path": url}``), applied after `overrides`.
     rows_given: the caller hands the rows over (`WriteDataset`), so the
-      ``source:`` section may be left out; then `DatasetConfig.source` is
-      None, the columns rows offer are unknown, and `vocabulary: auto` is
+      ``source:`` section is not read (it may be left out); then
+      `DatasetConfig.source` is None, the columns rows offer are unknown,
+      and `vocabulary: auto` is
       refused (nothing is known before the run).
     """
     if not isinstance(raw, Mapping):
@@ -120,7 +121,7 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
     check_keys(data, _TOP_KEYS, "")
     name = _parse_name(data.get("name"))
     version = _parse_version(data.get("version"))
-    if rows_given and data.get("source") is None:
+    if rows_given:  # the rows are handed over: a source section is not read
         source, source_resolved, known_columns = None, None, None
     else:
         source, source_resolved = parse_source(data.get("source"))

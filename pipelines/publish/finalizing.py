@@ -21,7 +21,11 @@ files are then moved to ``<output>/.failed/<version>.<build_id>/dead_letter/``.
 Otherwise it deletes ``_tmp``, calls ``report_hook(staging.url, manifest,
 label_counts)`` (which may add files such as ``report.html``;
 `label_counts` are the pipeline's ``{split: {label: examples}}`` or None),
-writes ``SHA256SUMS`` (`checksums`), writes ``manifest.json`` into the
+writes (with ``describe=True``, as builds do) the descriptions for other
+readers (``dataset_info.json`` and
+``features.json`` for TFDS, `tfds_metadata`, uncompressed output only;
+``croissant.json``, `croissant`) and lists them in the manifest's
+``files``, writes ``SHA256SUMS`` (`checksums`), writes ``manifest.json`` into the
 staging directory, runs `verify.verify_dataset` on it (unless
 ``verify=False``), commits (`commit.commit`) and replaces ``LATEST``
 (``update_latest=False`` leaves it alone, e.g. for a backfill of an old
@@ -36,6 +40,7 @@ manifest (`redact_url`).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -46,10 +51,12 @@ from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .budget import check_accounting, check_error_budget, read_pipeline_result
 from .checksums import write_sha256sums
+from .croissant import croissant_files
 from .commit import check_still_publishable, commit, write_latest
 from .errors import BuildFailed, ConcurrentBuildError
 from .output import Output
 from .staging import Staging
+from .tfds_metadata import tfds_files
 from .verify import verify_dataset
 
 __all__ = ["PublishResult", "finalize"]
@@ -87,7 +94,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              split_names: Sequence[str], max_error_rate: float | None = 0.01,
              max_errors: int | None = None, runner: str = "DirectRunner", verify: bool = True,
              report_hook: Callable[[str, dict, dict | None], None] | None = None,
-             update_latest: bool = True, verify_workers: int | None = None) -> PublishResult:
+             update_latest: bool = True, verify_workers: int | None = None,
+             describe: bool = False) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
@@ -124,6 +132,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
             except Exception as error:
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
+        if describe:
+            _write_descriptions(out, staging, manifest)
         write_sha256sums(out, staging.directory, manifest)
         if out.local:
             # Shards and dead-letter files were synced before their renames;
@@ -154,6 +164,18 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         latest_updated = True
     return PublishResult(version=staging.version, url=out.display_of(out.path(staging.version)),
                          manifest=manifest, verified=verify, latest_updated=latest_updated)
+
+
+def _write_descriptions(out: Output, staging: Staging, manifest: dict) -> None:
+    """Writes the files that let readers without recordforge load the
+    version (TFDS's `tfds_metadata`, Croissant's `croissant`) and lists
+    them in the manifest's ``files`` with their sizes and sha256."""
+    files = {**tfds_files(manifest), **croissant_files(manifest)}
+    for file, data in files.items():
+        out.write_atomic(f"{staging.directory}/{file}", data)
+    manifest["files"] = [{"file": file, "num_bytes": len(data),
+                          "sha256": hashlib.sha256(data).hexdigest()}
+                         for file, data in sorted(files.items())]
 
 
 def _check_nonempty_splits(manifest: dict) -> None:

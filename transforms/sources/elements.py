@@ -47,7 +47,11 @@ class RowsFromElements(beam.PTransform):
     `batch_size`, dead letters, counts), as a file source gives them.
 
     Batches are cut by Beam (`BatchElements`), so their sizes depend on the
-    runner's bundles; nothing downstream depends on them."""
+    runner's bundles; nothing downstream depends on them. `batch_size=1`
+    makes every element its own batch without `BatchElements`, which emits
+    a bundle's last batch from ``finish_bundle``: Beam's Dask runner (2.77)
+    drops what ``finish_bundle`` emits, so `WriteDataset` asks for that
+    on it (slower per row, nothing lost)."""
 
     def __init__(self, source: str, batch_size: int = 1000):
         super().__init__()
@@ -55,10 +59,12 @@ class RowsFromElements(beam.PTransform):
         self._batch_size = batch_size
 
     def expand(self, elements):
+        batch = (beam.BatchElements(min_batch_size=self._batch_size,
+                                    max_batch_size=self._batch_size)
+                 if self._batch_size > 1 else beam.Map(lambda element: [element]))
         tagged = (elements
                   # [element, ...]
-                  | "Batch" >> beam.BatchElements(min_batch_size=self._batch_size,
-                                                  max_batch_size=self._batch_size)
+                  | "Batch" >> batch
                   # (tag, value)
                   | "ToRows" >> beam.FlatMap(rows_of_batch, self._source))
         return ReadOutputs(

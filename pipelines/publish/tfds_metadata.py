@@ -1,0 +1,98 @@
+"""`dataset_info.json` and `features.json`: what TensorFlow Datasets needs to load a version.
+
+With them, ``tfds.builder_from_directory(version_dir).as_dataset(split=...)``
+reads a published version without recordforge: every row, with the
+declared dtypes and shapes, images decoded. TFDS reads plain TFRecord
+files only, so for gzip output (``output.compression: gzip``) neither file
+is written (`tfds_files` returns nothing).
+
+Shard names are given to TFDS by its file-name template support
+(``filepathTemplate`` per split): ``{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}``
+is ``train-00000-of-00012.tfrecord``. Features map as TFDS's own would:
+``int64``/``float`` (float32)/``string``/``bytes`` tensors, shape ``[]`` a
+scalar, ``[N]`` a fixed vector, ``[-1]`` a vector of any length; a scalar
+that may be absent (``required: false``, no default) becomes a vector of
+0 or 1 values, since TFDS parses scalars as always present; a ``bytes``
+feature taken from an image source's ``image`` column is a TFDS ``Image``
+(decoded to uint8, 3 channels). TFDS versions are ``X.Y.Z``: a version
+name of another form (``{date}``) is recorded as ``0.0.0`` with the real
+name in the description.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+from ...transforms.layout import DATASET_INFO_FILE, FEATURES_FILE
+
+__all__ = ["FILEPATH_TEMPLATE", "dataset_info", "features_json", "tfds_files"]
+
+FILEPATH_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_TENSOR = "tensorflow_datasets.core.features.tensor_feature.Tensor"
+_IMAGE = "tensorflow_datasets.core.features.image_feature.Image"
+_DICT = "tensorflow_datasets.core.features.features_dict.FeaturesDict"
+_DTYPES = {"int64": "int64", "float": "float32", "bytes": "string"}
+
+
+def _feature(spec: Mapping[str, Any], is_image: bool) -> dict:
+    if is_image and spec.get("shape") == []:
+        return {"pythonClassName": _IMAGE,
+                "image": {"shape": {"dimensions": ["-1", "-1", "3"]}, "dtype": "uint8"}}
+    shape = list(spec.get("shape", []))
+    if shape == [] and spec.get("required") is False:
+        shape = [-1]
+    return {"pythonClassName": _TENSOR,
+            "tensor": {"shape": {"dimensions": [str(d) for d in shape]} if shape else {},
+                       "dtype": _DTYPES[spec["type"]], "encoding": "none"}}
+
+
+def image_features(config: Mapping[str, Any]) -> set[str]:
+    """The features an image source fills from its ``image`` column (the
+    resolved config's ``features``)."""
+    source = config.get("source") or {}
+    if source.get("type") != "images":
+        return set()
+    return {name for name, spec in (config.get("features") or {}).items()
+            if isinstance(spec, Mapping) and spec.get("from", name) == "image"}
+
+
+def features_json(manifest: Mapping[str, Any]) -> dict:
+    """TFDS's `FeaturesDict` of the manifest's features, as TFDS writes it."""
+    images = image_features(manifest.get("config") or {})
+    return {"pythonClassName": _DICT, "featuresDict": {"features": {
+        name: _feature(spec, name in images) for name, spec in manifest["features"].items()}}}
+
+
+def dataset_info(manifest: Mapping[str, Any]) -> dict:
+    """TFDS's `DatasetInfo` proto (as JSON) of a version: name, version,
+    file format and, per split, its bytes, examples per shard and shard
+    file names."""
+    version = manifest["version"]
+    description = f"{manifest['name']} version {version}, built by recordforge."
+    return {
+        "name": manifest["name"],
+        "version": version if _SEMVER.match(version) else "0.0.0",
+        "description": description,
+        "fileFormat": "tfrecord",
+        "moduleName": "recordforge",
+        "disableShuffling": True,
+        "splits": [{"name": name, "numBytes": str(split["num_bytes"]),
+                    "shardLengths": [str(shard["num_examples"]) for shard in split["shards"]],
+                    "filepathTemplate": FILEPATH_TEMPLATE}
+                   for name, split in manifest["splits"].items()],
+    }
+
+
+def tfds_files(manifest: Mapping[str, Any]) -> dict[str, bytes]:
+    """File name -> content of the TFDS metadata of a version; empty for gzip output."""
+    if manifest["compression"] != "NONE":
+        return {}
+    return {DATASET_INFO_FILE: _dumps(dataset_info(manifest)),
+            FEATURES_FILE: _dumps(features_json(manifest))}
+
+
+def _dumps(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("utf-8")
