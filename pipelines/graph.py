@@ -26,7 +26,8 @@ from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
-__all__ = ["StagedBuild", "build_pipeline", "known_vocabularies", "stage_build", "write_result"]
+__all__ = ["StagedBuild", "build_pipeline", "known_vocabularies", "stage_build",
+           "watched_columns", "write_result"]
 
 
 def _read_source(config: DatasetConfig) -> beam.PTransform:
@@ -37,15 +38,28 @@ def _read_source(config: DatasetConfig) -> beam.PTransform:
                      options=source.csv)
 
 
-def write_result(parts: tuple, staging_url: str) -> str:
+def watched_columns(config: DatasetConfig) -> dict[str, str]:
+    """Feature name -> the top-level column it reads, for the features a
+    missing column would not fail row by row (optional, or with a default):
+    a build in which no row holds such a column fails (`unseen_columns`)."""
+    return {spec.name: spec.path[0] if spec.path else spec.source
+            for spec in config.features if not spec.required or spec.default is not None}
+
+
+def write_result(parts: tuple, staging_url: str,
+                 watched: Mapping[str, str] | None = None) -> str:
     """Writes what the driver needs to publish: shard metadata, the
     dead-letter summary and the number of rows read. `parts` is the grouped
     ``(None, [(kind, value), ...])`` gathered from the whole pipeline
     (`StagedBuild.result`).
 
     Written whole (`transforms.files.write_atomic`), so a retried bundle
-    rewrites the same file atomically."""
+    rewrites the same file atomically.
+
+    watched: `watched_columns`; the result's ``unseen_columns`` names those
+    no row held (feature -> column) and ``columns_seen`` some that rows did."""
     _, tagged = parts
+    seen: set[str] = set()
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
     for kind, value in tagged:
@@ -53,6 +67,8 @@ def write_result(parts: tuple, staging_url: str) -> str:
             shards.append(value)
         elif kind == "dead_letter":
             dead_letter = value
+        elif kind == "columns_seen":
+            seen.update(value)
         elif kind == "label_counts":
             for split, label, count in value:
                 by_label = label_counts.setdefault(split, {})
@@ -62,6 +78,10 @@ def write_result(parts: tuple, staging_url: str) -> str:
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
               "label_counts": label_counts}
+    if watched:
+        result["unseen_columns"] = {feature: column for feature, column in watched.items()
+                                    if column not in seen}
+        result["columns_seen"] = sorted(seen)[:1000]
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
     write_atomic(fs, path, json.dumps(result, sort_keys=True).encode("utf-8"))
     return path
@@ -101,9 +121,10 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
     output = config.output
     # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
     # label_counts: ((split, label, examples), ...) for the report
-    converted = source.rows | "ToExamples" >> RowsToExamples(
+    to_examples = RowsToExamples(
         config.features, vocabularies, config.key, count_labels=_label_counting(
-            config, vocabularies))
+            config, vocabularies), watch_columns=sorted(set(watched_columns(config).values())))
+    converted = source.rows | "ToExamples" >> to_examples
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = converted.examples | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
@@ -126,6 +147,8 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
     result = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
                dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
                converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
+               # (column name, ...) for the check that every feature's column was seen
+               to_examples.columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"),
                rows_read)
               | "GatherResult" >> beam.Flatten()
               # (None, (kind, value))
@@ -147,7 +170,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
     source = pipeline | "Read" >> _read_source(config)
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies)
-    _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url)
+    _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
+                                                  watched=watched_columns(config))
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

@@ -17,17 +17,19 @@ import apache_beam as beam
 from ..schemas.features import FeatureSpec
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
+from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import HashedExamples, SplitAssigner
 from .tagged import select
 
-__all__ = ["DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "ConvertedRows", "LabelCounting",
-           "RowsToExamples"]
+__all__ = ["COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "ConvertedRows",
+           "LabelCounting", "RowsToExamples"]
 
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
 LABEL_COUNTS = "label_counts"
+COLUMNS_SEEN = "columns_seen"
 
 
 class LabelCounting(NamedTuple):
@@ -46,8 +48,10 @@ class _ConvertBatchesFn(beam.DoFn):
     """RowBatch -> ("examples", ExampleBatch), ("dead_letter", dead-letter dict)
     and, with label counting, ("label_counts", ((split, label, examples), ...))."""
 
-    def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None):
+    def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
+                 watch_columns: Sequence[str] = ()):
         # Plain values only: the converter (closures) is rebuilt on the worker.
+        self._watch_columns = tuple(watch_columns)
         self._specs = tuple(specs)
         self._vocabularies = {name: tuple(labels) for name, labels in vocabularies.items()}
         self._key_column = key_column
@@ -61,8 +65,39 @@ class _ConvertBatchesFn(beam.DoFn):
         self._rows_converted = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_converted")
         self._dead_letters = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "dead_letters")
         self._by_reason = {}
+        self.start_bundle()
+
+    def start_bundle(self):
+        # Per bundle, so that a retried bundle says again what it saw.
+        self._unseen = set(self._watch_columns)
+        self._named = False
+
+    def _columns_seen(self, batch):
+        """("columns_seen", names): the watched columns this batch holds that
+        this bundle had not seen, with (once per bundle) the columns of its
+        first row, which name the columns a typo may have meant. Rows are
+        looked at only while a watched column is unseen."""
+        if isinstance(batch, ColumnBatch):
+            names = set(batch.columns)
+            first = names
+        else:
+            names = set()
+            first = set(batch[0].values) if batch else set()
+            for row in batch:
+                names.update(self._unseen.intersection(row.values))
+                if names >= self._unseen:
+                    break
+        hits = self._unseen & names
+        self._unseen -= hits
+        if not self._named:
+            self._named = True
+            hits |= first
+        if hits:
+            yield COLUMNS_SEEN, tuple(sorted(hits))
 
     def process(self, batch):
+        if self._unseen:
+            yield from self._columns_seen(batch)
         counting = self._counting
         examples, labels, dead_letters = self._converter.convert_labelled_batch(
             batch, counting.feature if counting else None,
@@ -123,6 +158,11 @@ class RowsToExamples(beam.PTransform):
         written record again.
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
+    watch_columns: columns to report when rows hold them: once applied, the
+      transform's `columns_seen` attribute is a PCollection of tuples of
+      column names (each watched column a bundle meets, and the columns of
+      its first row); their union over the build tells which watched
+      columns no row held.
 
     One DoFn emits every kind as (tag, value) pairs that filters split,
     rather than a multi-output ParDo: Beam's Dask runner (2.77) hands every
@@ -131,8 +171,11 @@ class RowsToExamples(beam.PTransform):
 
     def __init__(self, specs: Sequence[FeatureSpec],
                  vocabularies: Mapping[str, Sequence[str]] | None = None,
-                 key_column: str | None = None, count_labels: LabelCounting | None = None):
+                 key_column: str | None = None, count_labels: LabelCounting | None = None,
+                 watch_columns: Sequence[str] = ()):
         super().__init__()
+        self._watch_columns = tuple(watch_columns)
+        self.columns_seen = None
         self._specs = tuple(specs)
         self._vocabularies = dict(vocabularies or {})
         self._key_column = key_column
@@ -148,8 +191,11 @@ class RowsToExamples(beam.PTransform):
         # ("examples", ExampleBatch) | ("dead_letter", dead-letter dict)
         # | ("label_counts", ((split, label, examples), ...))
         tagged = batches | "ConvertBatches" >> beam.ParDo(_ConvertBatchesFn(
-            self._specs, self._vocabularies, self._key_column, self._count_labels)
+            self._specs, self._vocabularies, self._key_column, self._count_labels,
+            self._watch_columns)
         ).with_output_types(TaggedBatch)
+        # (column name, ...)
+        self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select, COLUMNS_SEEN)
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
             examples=tagged | "SelectExamples" >> beam.FlatMap(select, EXAMPLES

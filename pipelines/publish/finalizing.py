@@ -50,6 +50,7 @@ from ...transforms.layout import DEAD_LETTER_DIR, FAILED_DIR, MANIFEST_FILE, RES
 from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .budget import check_accounting, check_error_budget, read_pipeline_result
+from .columns_seen import check_columns_seen
 from .checksums import write_sha256sums
 from .croissant import croissant_files
 from .commit import check_still_publishable, commit, write_latest
@@ -108,6 +109,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         result = read_pipeline_result(out, staging.directory, staging.display_url)
         check_accounting(result)
         check_error_budget(result, max_error_rate, max_errors)
+        check_columns_seen(result)
         dead_files = _dead_letter_files(out, staging, result)
         try:
             manifest = manifest_lib.build_manifest(

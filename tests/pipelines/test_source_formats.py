@@ -240,3 +240,36 @@ def test_existing_tfrecords_are_checked_resharded_and_corrupt_records_dead_lette
     corrupt = next(d for d in letters if d["reason"] == "tfrecord_corrupt")
     assert corrupt["source"].endswith("zz-bad.tfrecord") and corrupt["row"] == 3
     assert "byte offset" in corrupt["message"]
+
+
+def test_a_feature_whose_column_no_row_holds_fails_the_build(tmp_path, capsys):
+    data = tmp_path / "a.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "colour": "red"}) + "\n" for i in range(50)))
+    config = {"name": "t", "version": "1", "source": {"type": "jsonl", "path": str(data)},
+              "features": {"id": {"type": "int64"},
+                           "color": {"type": "string", "required": False},
+                           "size": {"type": "int64", "default": 0, "from": "size"}},
+              "output": {"path": str(tmp_path / "out")}}
+    code, out = _build(tmp_path, config)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "features.color.from: column 'color' appears in no row; did you mean `colour`?" in err
+    assert "features.size.from" in err
+    assert not (tmp_path / "out" / "1" / "manifest.json").exists()
+    # one row holding the column is enough
+    with open(data, "a") as f:
+        f.write(json.dumps({"id": 99, "color": "blue", "size": 3}) + "\n")
+    code, out = _build(tmp_path, config)
+    assert code == 0
+
+
+def test_rows_are_watched_only_while_a_column_is_unseen():
+    from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
+    from recordforge.transforms.to_examples import _ConvertBatchesFn
+    fn = _ConvertBatchesFn((), {}, None, None, watch_columns=("b", "c"))
+    fn.start_bundle()
+    rows = [SourceRow("s", 1, {"a": 1}), SourceRow("s", 2, {"a": 1, "b": 2})]
+    assert list(fn._columns_seen(rows)) == [("columns_seen", ("a", "b"))]
+    assert fn._unseen == {"c"}
+    assert list(fn._columns_seen(ColumnBatch("s", 3, {"c": [1]}))) == [("columns_seen", ("c",))]
+    assert fn._unseen == set()

@@ -1,0 +1,39 @@
+"""A feature whose column no row held fails the build, with what was meant.
+
+A feature that is optional or has a default reads a missing column as
+missing values without a dead letter, so a `from:` typo (or a source that
+changed) would publish a version in which the feature is absent from, or
+defaulted in, every row. Where the columns are known before the run the
+config check catches it; elsewhere (JSONL, JSON, TFRecord, remote tables)
+the pipeline reports the columns rows held (`graph.write_result`:
+``unseen_columns``, ``columns_seen``) and `check_columns_seen` fails the
+build.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from .errors import BuildFailed
+
+__all__ = ["check_columns_seen"]
+
+
+def check_columns_seen(result: dict) -> None:
+    """Raises `BuildFailed` naming every feature whose column no row held,
+    with the nearest column seen."""
+    unseen = result.get("unseen_columns") or {}
+    if not isinstance(unseen, dict) or not unseen:
+        return
+    seen = [name for name in result.get("columns_seen") or [] if isinstance(name, str)]
+    lines = ["build failed: no row of this build holds the column of "
+             + ("a feature" if len(unseen) == 1 else f"{len(unseen)} features")
+             + "; nothing was published"]
+    for feature, column in sorted(unseen.items()):
+        close = difflib.get_close_matches(str(column), seen, n=1, cutoff=0.6)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        lines.append(f"  features.{feature}.from: column {column!r} appears in no row{hint}")
+    if seen:
+        lines.append(f"  columns seen: {', '.join(seen[:50])}" + (" ..." if len(seen) > 50
+                                                                   else ""))
+    raise BuildFailed("\n".join(lines))
