@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from . import progress, publish
 from .config import DatasetConfig, load_config, load_runner_profile
+from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
 from .publish import BuildFailed, PublishError, VersionExistsError, report
 from .runners import default_beam_args, input_bytes, is_local, local_runner
@@ -125,6 +126,10 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise BuildFailed(f"cannot start a build in {config.output.path}; nothing was "
                           f"published: {type(error).__name__}: {error}") from error
     except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
+        raise ConfigError("output.path", f"{config.output.path}: {error}") from None
+    except ConfigError:
+        raise
+    except ValueError as error:  # a URL the filesystem refuses (an invalid bucket name)
         raise ConfigError("output.path", f"{config.output.path}: {error}") from None
 
     started = time.monotonic()
@@ -241,9 +246,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             beam_args = load_runner_profile(args.runner_profile) + beam_args
         beam_args = beam_args + [flag for flag in quiet_args if not any(
             a.startswith(flag.split("=")[0]) for a in beam_args)]
-        build(args.config, overrides=args.overrides, output=args.output, beam_args=beam_args,
-              overwrite=args.overwrite, update_latest=args.update_latest, verify=args.verify,
-              show_progress=True)
+        config = load_config(args.config, args.overrides, output=args.output)
+        refuse_process_local_output(config.output.path)
+        build(config, beam_args=beam_args, overwrite=args.overwrite,
+              update_latest=args.update_latest, verify=args.verify, show_progress=True)
     except ConfigError as error:
         return _fail(f"invalid config {args.config}: {error}", 2)
     except KeyboardInterrupt:
