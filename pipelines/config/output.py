@@ -12,9 +12,9 @@ from ...schemas.errors import ConfigError
 from .keys import section
 from .model import (COMPRESSIONS, DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE,
                     MIN_SHARD_SIZE, ConfigWarning, DeadLetterConfig, OutputConfig)
-from .paths import absolute, is_url, local_path, parse_path
+from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
-__all__ = ["parse_dead_letter", "parse_output", "parse_size"]
+__all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]
 
 _OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle")
 
@@ -64,6 +64,17 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
                           shard_size=shard_size, shuffle=shuffle)
     return output, {"path": path, "compression": compression, "shard_size": shard_size,
                     "shuffle": shuffle}
+
+
+def refuse_process_local_output(path: str, key: str = "output.path") -> None:
+    """Raises ConfigError for an output whose data lives only in this process
+    (``memory://``): a command exits when its build ends, and a dataset
+    published there would be gone with it. The library may still write to
+    one (the data lives as long as the process that reads it)."""
+    if is_url(path) and url_protocol(path) == "memory":
+        raise ConfigError(key, f"{path} is memory://, which lives only inside this process: "
+                          "the dataset would be gone when the command exits; use a local "
+                          "path or an object store URL (gs://, s3://)")
 
 
 def parse_size(value: Any, key: str = "size") -> int:

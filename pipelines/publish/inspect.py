@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except (ImportError, ValueError) as error:  # an unknown protocol, or its extra missing
         _error(f"{args.path}: {error}")
         return 2
+    except OSError as error:  # a store that cannot be reached
+        _error(f"{args.path}: cannot be reached ({error})")
+        return 1
     if not exists:
         _error(f"{args.path}: no such file or directory")
         return 2

@@ -299,6 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ImportError, ValueError) as error:  # an unknown protocol, or its extra missing
         print(f"recordforge verify: {redact_url(args.dataset)}: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a store that cannot be reached, an I/O error
+        print(f"recordforge verify: {redact_url(args.dataset)}: cannot be read "
+              f"({redact_url(str(error))})", file=sys.stderr)
+        return 1
     if report.ok:
         print(f"OK {report.path}: version {report.version}, {report.files_checked} files, "
               f"{report.records_checked} records, {report.bytes_checked} bytes verified"

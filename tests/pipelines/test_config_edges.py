@@ -230,3 +230,20 @@ def test_a_header_of_a_million_columns_gives_a_short_message(workdir, capsys):
     assert len(str(raised.value)) <= MAX_MESSAGE  # the columns are listed, then cut
     assert "columns: column_0, column_1" in str(raised.value)
     assert "more characters" in str(raised.value)
+
+
+# --- memory:// ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["memory://bucket/out", "MEMORY://x", "memory:///abs/out"])
+def test_the_command_line_refuses_a_memory_output(workdir, capsys, url):
+    """Its data lives in the command's process and is gone when it exits."""
+    config = workdir / "c.yaml"
+    config.write_text(yaml.safe_dump(TABLE))
+    assert cli.main(["build", str(config), "--output", url]) == 2
+    err = capsys.readouterr().err
+    assert "output.path" in err and "only inside this process" in err
+    data = copy.deepcopy(TABLE)
+    data["output"]["path"] = url
+    config.write_text(yaml.safe_dump(data))
+    assert cli.main(["build", str(config)]) == 2
+    assert not fsspec.filesystem("memory").exists("/bucket/out")
