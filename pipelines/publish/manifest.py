@@ -32,6 +32,8 @@ from ...transforms.layout import parse_shard_file_name, shard_suffix
 from ..version import __version__
 
 __all__ = [
+    "SPREAD_LIMIT",
+    "shard_size_spread",
     "FORMAT",
     "SHA256_HEX",
     "ManifestError",
@@ -125,6 +127,35 @@ def _shard_entry(shard: Mapping[str, Any]) -> dict:
             "num_bytes": shard["num_bytes"], "sha256": shard["sha256"]}
 
 
+# Beyond this deviation from the split's mean shard size the contract's
+# promise (every shard within ±10%) is broken, and the manifest says why.
+SPREAD_LIMIT = 0.10
+
+
+def shard_size_spread(shards: Sequence[Mapping[str, Any]]) -> dict:
+    """``{"max_deviation": d}``: the largest deviation of a shard's size from
+    the split's mean, as a fraction of the mean (rounded to 4 places), plus
+    ``"why"`` when it exceeds `SPREAD_LIMIT`."""
+    sizes = [int(shard["num_bytes"]) for shard in shards]
+    mean = sum(sizes) / len(sizes)
+    deviation = max(abs(size - mean) for size in sizes) / mean if mean else 0.0
+    spread: dict[str, Any] = {"max_deviation": round(deviation, 4)}
+    if deviation > SPREAD_LIMIT:
+        rows = sum(int(shard["num_examples"]) for shard in shards)
+        per_shard = rows / len(shards)
+        record = sum(sizes) / rows if rows else 0
+        if per_shard < 1 / SPREAD_LIMIT:
+            spread["why"] = (f"records are large against the shard size: about "
+                             f"{per_shard:.1f} records of {record:,.0f} bytes per shard, and "
+                             "shards are cut between records, so their sizes cannot come "
+                             "closer; a larger output.shard_size evens them out")
+        else:
+            spread["why"] = ("shards are cut at the boundaries of chunks of about "
+                             "output.shard_size / 50; records larger than a chunk, or very "
+                             "unequal record sizes, make those cuts coarser than ±10%")
+    return spread
+
+
 def build_manifest(*, name: str, version: str, created: str, compression: str,
                    features: Mapping[str, Any], vocabularies: Mapping[str, Sequence[str]],
                    split_names: Sequence[str], shards: Iterable[Mapping[str, Any]],
@@ -154,6 +185,8 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
             "num_bytes": sum(entry["num_bytes"] for entry in entries),
             "shards": entries,
         }
+        if entries:
+            splits[split]["shard_size_spread"] = shard_size_spread(entries)
     return {
         "format": FORMAT,
         "name": name,

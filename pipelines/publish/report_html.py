@@ -157,6 +157,33 @@ margin:0;font-size:12px;background:#f7f7f9;padding:6px}
 # --- the page -------------------------------------------------------------------------
 
 
+def _schema_table(features: Mapping[str, Any], configured: Mapping[str, Any]) -> str:
+    """The feature schema: name, type (as declared; stored type when it
+    differs), shape, required, default and the source column or path."""
+    rows = ["<h2 id='schema'>Features</h2><table class='schema'><tr><th>feature</th>"
+            "<th>type</th><th>shape</th><th>required</th><th>default</th><th>source</th></tr>"]
+    for name, entry in features.items():
+        entry = entry if isinstance(entry, Mapping) else {}
+        body = configured.get(name) if isinstance(configured.get(name), Mapping) else {}
+        stored = str(entry.get("type", "?"))
+        declared = str(body.get("type", stored))
+        kind = declared if declared == stored else f"{declared} (stored as {stored})"
+        stamp = entry.get("timestamp")
+        if isinstance(stamp, Mapping):
+            kind += f", {stamp.get('unit')} since 1970 UTC; naive values in {stamp.get('timezone')}"
+        source = body.get("from", name)
+        source = ".".join(map(str, source)) if isinstance(source, list) and not any(
+            "." in str(k) for k in source) else source
+        required = "no" if entry.get("required") is False else (
+            "yes" if "default" not in entry else "no (default)")
+        default = json.dumps(entry["default"], ensure_ascii=False) if "default" in entry else ""
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(kind)}</td>"
+                    f"<td>{_e(json.dumps(entry.get('shape', [])))}</td><td>{_e(required)}</td>"
+                    f"<td>{_e(default)}</td><td>{_e(source)}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
 def render_report(manifest: Mapping[str, Any], *,
                   thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                   label_counts: Mapping[str, Mapping[str, int]] | None = None,
@@ -179,16 +206,27 @@ def render_report(manifest: Mapping[str, Any], *,
     # Splits.
     body.append("<h2 id='splits'>Splits</h2>")
     rows = ["<table class='splits'><tr><th>split</th><th>examples</th><th>shards</th>"
-            "<th>bytes</th><th>mean shard</th></tr>"]
+            "<th>bytes</th><th>mean shard</th><th>largest deviation from the mean</th></tr>"]
+    spread_notes = []
     for split, info in splits.items():
         n_shards = len(info.get("shards", []))
         size = int(info.get("num_bytes", 0))
+        spread = info.get("shard_size_spread") or {}
+        deviation = spread.get("max_deviation")
+        shown = f"±{deviation:.1%}" if isinstance(deviation, (int, float)) else "-"
+        if spread.get("why"):
+            spread_notes.append(f"<p class='note bad'>{_e(split)}: shard sizes vary by "
+                                f"{_e(shown)}, beyond ±10%: {_e(spread['why'])}.</p>")
         rows.append(f"<tr><td>{_e(split)}</td><td class='n'>{int(info.get('num_examples', 0)):,}"
                     f"</td><td class='n'>{n_shards}</td><td class='n'>{_e(human_bytes(size))}"
                     f"</td><td class='n'>{_e(human_bytes(size / n_shards)) if n_shards else '-'}"
-                    "</td></tr>")
+                    f"</td><td class='n'>{_e(shown)}</td></tr>")
     rows.append("</table>")
     body.append("".join(rows))
+    body.extend(spread_notes)
+    body.append(_schema_table(manifest.get("features") or {},
+                              (config.get("features") if isinstance(config, Mapping) else None)
+                              or {}))
     body.append(_hbar_chart("examples-per-split", "examples per split", [
         (split, int(info.get("num_examples", 0)), f"{int(info.get('num_examples', 0)):,}")
         for split, info in splits.items()]))

@@ -273,3 +273,35 @@ def test_rows_are_watched_only_while_a_column_is_unseen():
     assert fn._unseen == {"c"}
     assert list(fn._columns_seen(ColumnBatch("s", 3, {"c": [1]}))) == [("columns_seen", ("c",))]
     assert fn._unseen == set()
+
+
+def test_report_shows_the_schema_and_the_manifest_the_shard_size_spread(tmp_path):
+    data = tmp_path / "t.json"
+    data.write_text(json.dumps([{"id": i, "u": {"t": "2024-01-01"}, "n": None if i % 2 else "x"}
+                                for i in range(20)]))
+    code, out = _build(tmp_path, {
+        "name": "r", "version": "1", "source": {"type": "json", "path": str(data)},
+        "features": {"id": {"type": "int64"},
+                     "when": {"type": "timestamp", "from": "u.t", "unit": "days"},
+                     "note": {"type": "string", "default": "n/a", "from": "n"}},
+        "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    report = (out / "report.html").read_text()
+    schema = report[report.index("id='schema'"):]
+    schema = schema[:schema.index("</table>")]
+    assert "<td>when</td><td>timestamp (stored as int64), days since 1970 UTC" in schema
+    assert "<td>u.t</td>" in schema and "no (default)" in schema and "&quot;n/a&quot;" in schema
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["shard_size_spread"] == {"max_deviation": 0.0}
+
+
+def test_shard_size_spread_says_why_beyond_ten_percent():
+    from recordforge.pipelines.publish.manifest import shard_size_spread
+    even = [{"num_bytes": 1000, "num_examples": 100}, {"num_bytes": 1050, "num_examples": 100}]
+    assert shard_size_spread(even) == {"max_deviation": 0.0244}
+    big = [{"num_bytes": 3_000_000, "num_examples": 3}, {"num_bytes": 2_000_000,
+                                                          "num_examples": 2}]
+    spread = shard_size_spread(big)
+    assert spread["max_deviation"] == 0.2 and "records are large" in spread["why"]
+    coarse = [{"num_bytes": 1300, "num_examples": 500}, {"num_bytes": 700, "num_examples": 500}]
+    assert "chunks" in shard_size_spread(coarse)["why"]
