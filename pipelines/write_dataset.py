@@ -185,7 +185,9 @@ class WriteDataset(beam.PTransform):
         except ValueError as error:
             raise ConfigError("version", str(error)) from None
         vocabularies = known_vocabularies(config)
-        runner = type(rows.pipeline.runner).__name__
+        # Named as the user named it: Beam's DirectRunner is a SwitchingDirectRunner.
+        runner = type(rows.pipeline.runner).__name__.replace("SwitchingDirectRunner",
+                                                              "DirectRunner")
         staging = publish.begin_pipeline_build(
             config.output.path, version, overwrite=self._overwrite, lease=self._lease,
             bound_to_process=runner in _IN_PROCESS_RUNNERS)

@@ -157,6 +157,7 @@ def test_write_dataset_of_created_dicts_and_a_non_mapping(tmp_path):
                               ("out_of_range", None)]))
     manifest = json.loads((out / "2.0.0" / "manifest.json").read_text())
     assert manifest["num_input_rows"] == 41 and manifest["dead_letter"]["num_rows"] == 3
+    assert manifest["tool"]["runner"] == "DirectRunner"
     assert manifest["compression"] == "GZIP" and manifest["config"]["source"] is None
     # gzip output: TFDS cannot read it, so only the Croissant description is written.
     assert [f["file"] for f in manifest["files"]] == ["croissant.json"]
