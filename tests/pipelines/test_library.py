@@ -90,6 +90,26 @@ def test_import_recordforge_exposes_the_api_without_importing_beam():
 
 # --- build() ----------------------------------------------------------------------
 
+def test_load_config_takes_a_path_a_mapping_or_a_loaded_config(monkeypatch):
+    monkeypatch.chdir(REPO)  # the flights source path is relative
+    loaded = recordforge.load_config(str(FLIGHTS))
+    assert loaded.source.type == "csv" and loaded.output.shard_size == 10**6
+    assert recordforge.load_config(loaded) is loaded
+    again = recordforge.load_config(loaded, {"output.shard_size": "2MB",
+                                             "splits": {"train": 0.5, "test": 0.5}})
+    assert again.output.shard_size == 2 * 10**6 and again.splits == (("train", 0.5),
+                                                                      ("test", 0.5))
+    assert again.source == loaded.source and again.features == loaded.features
+    as_strings = recordforge.load_config(str(FLIGHTS), ["output.shuffle=false"])
+    assert as_strings.output.shuffle is False
+    given = recordforge.load_config({**_flights_config(), "source": {"type": "csv",
+                                                                     "path": "nowhere.csv"}},
+                                    rows_given=True)
+    assert given.source is None  # a pipeline's rows: the source section is not read
+    with pytest.raises(recordforge.ConfigError, match="source"):
+        recordforge.load_config(_flights_config())
+
+
 def test_build_returns_the_published_version_and_matches_the_cli(tmp_path, cli_flights):
     result = recordforge.build(str(FLIGHTS), overrides={"output.path": str(tmp_path / "f")},
                                beam_args=["--direct_running_mode=in_memory"])
