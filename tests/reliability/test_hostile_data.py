@@ -186,8 +186,10 @@ def test_unreadable_files_are_read_errors(tmp_path, faults, run_build):
     assert letter["reason"] == "read_error" and "PermissionError" in letter["message"]
     assert letter["source"] == f"faulty://{root}/cats/locked.png"
 
-    # Through a whole build: the locked table file is one dead letter, the
-    # other file is read.
+    # Through a whole build: the locked table file is one dead letter
+    # standing for its unknown rows, which fails the budget by itself
+    # (docs/configuration.md); a budget admitting any failure publishes the
+    # other file.
     tables = tmp_path / "tables"
     tables.mkdir()
     (tables / "open.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(200)))
@@ -201,9 +203,13 @@ def test_unreadable_files_are_read_errors(tmp_path, faults, run_build):
         output: {{path: {tmp_path / 'out'}, shard_size: 1MB}}
         """))
     status, _, err = run_build(config)
+    assert status == 1 and "locked.csv" in err and "PermissionError" in err
+    config.write_text(config.read_text() + "dead_letter: {max_error_rate: 1.0}\n")
+    status, _, err = run_build(config)
     assert status == 0, err
     manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
     assert manifest["dead_letter"]["by_reason"] == {"read_error": 1}
+    assert manifest["dead_letter"]["uncounted"] == 1
     assert manifest["splits"]["train"]["num_examples"] == 200
 
 
@@ -240,13 +246,16 @@ def test_hostile_tables_build(tmp_path, run_build):
           id: {{type: int64}}
           text: {{type: string}}
         output: {{path: {tmp_path / 'out'}, shard_size: 1MB}}
-        dead_letter: {{max_error_rate: 0.5}}
+        dead_letter: {{max_error_rate: 1.0}}
         """))
+    # (b.csv is not read: its rows are unknown, which only a budget that
+    # admits any failure lets through)
     status, _, err = run_build(config)
     assert status == 0, err
     version = tmp_path / "out" / "1.0.0"
     manifest = json.loads((version / "manifest.json").read_text())
     assert manifest["dead_letter"]["by_reason"] == {"csv_bad_header": 1, "csv_ragged_row": 1}
+    assert manifest["dead_letter"]["uncounted"] == 1
     texts = {}
     for shard in version.glob("*.tfrecord*"):
         for record in tfrecordio.read_records(str(shard)):

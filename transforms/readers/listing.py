@@ -24,8 +24,12 @@ row.
 Symbolic links, on local disks: links to directories are not followed (so
 loops cannot hang listing; one inside the root is an alias of a directory
 listed anyway); a link to a file inside the root is listed like a file; a
-link leading outside the root, or to nothing, is not listed (image sources
-report it as a dead letter: ``path_outside_root``, ``read_error``).
+link leading outside the root (for a glob: outside the folder the pattern
+starts in), or to nothing, is not read but is a dead letter
+(``path_outside_root``, ``read_error``), for tables and images alike.
+
+What a listing leaves out for its name is counted (`Listing.skipped`):
+hidden names and other extensions.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -42,7 +46,8 @@ from ...schemas.dead_letters import dead_letter, printable_name
 from ..urls import redact_url
 from .common import display_name
 
-__all__ = ["is_utf8", "list_files", "list_images", "normalized_extensions", "source_bytes"]
+__all__ = ["Listing", "is_utf8", "list_files", "list_image_files", "list_images", "list_tables",
+           "normalized_extensions", "source_bytes"]
 
 
 def _hidden(name: str) -> bool:
@@ -83,53 +88,148 @@ def _table_name_matches(name: str, extensions: tuple[str, ...]) -> bool:
     return name.rsplit(".", 1)[0].endswith(extensions)
 
 
+class Listing(NamedTuple):
+    """What a source's listing found.
+
+    fs: the filesystem; files: the files to read, sorted (tables: fs paths;
+    images: ``(fs_path, rel)`` pairs); problems: dead letters for what
+    cannot be read (links leading outside the root or to nothing; image
+    names that are not UTF-8); skipped: files (and folders) left out by the
+    rule, by reason: ``hidden`` (a name starting with ``.``, or ``_`` for
+    tables; a hidden folder counts once) and ``extension`` (another
+    extension)."""
+
+    fs: fsspec.AbstractFileSystem
+    files: list
+    problems: list[dict]
+    skipped: dict[str, int]
+
+
 def list_files(path: str, extensions: Iterable[str] | None = None
                ) -> tuple[fsspec.AbstractFileSystem, list[str]]:
-    """The table files `path` names, sorted: the file itself, the matches of a
-    glob, or the files below a directory with one of `extensions` (None: any
+    """The table files `path` names, sorted, and their filesystem (see
+    `list_tables`, whose problems and skipped counts this leaves out)."""
+    listing = list_tables(path, extensions)
+    return listing.fs, listing.files
+
+
+def list_tables(path: str, extensions: Iterable[str] | None = None) -> Listing:
+    """The table files `path` names: the file itself, the matches of a glob,
+    or the files below a directory with one of `extensions` (None: any
     name). In globs and directories, names starting with ``.``/``_`` are
-    skipped. Returns the filesystem and its paths."""
+    skipped, and a symbolic link leading outside the directory (for a glob:
+    outside the folder its pattern starts in) or to nothing is a dead
+    letter (``path_outside_root``, ``read_error``), as for images."""
     fs, root = fsspec.core.url_to_fs(path)
+    skipped: dict[str, int] = {}
+    problems: list[dict] = []
     if _has_magic(root):
-        # fsspec globs, unlike shells, match hidden names: skip them as listing does.
-        return fs, sorted(p for p in fs.glob(root)
-                          if not _hidden(posixpath.basename(p)) and fs.isfile(p))
+        files = []
+        base = _glob_base(root)
+        for match in sorted(fs.glob(root)):
+            if _hidden(posixpath.basename(match)):
+                _count(skipped, "hidden")
+                continue
+            if isinstance(fs, LocalFileSystem):
+                # (a match may lead out through a link to a folder, too)
+                kind = _link_kind(match, os.path.realpath(base))
+                if kind != "file":
+                    problems.append(_link_problem(fs, match, match, kind, None))
+                    continue
+            if fs.isfile(match):
+                files.append(match)
+        return Listing(fs, files, problems, skipped)
     if fs.isdir(root):
         wanted = None if extensions is None else normalized_extensions(extensions)
-        return fs, sorted(fs_path for fs_path, rel in _walk(fs, root, _hidden)
-                          if wanted is None or _table_name_matches(rel, wanted))
+        files = []
+        for fs_path, rel, kind in _walk(fs, root, _hidden):
+            if kind == "hidden":
+                _count(skipped, "hidden")
+            elif kind == "outside" or (wanted is None or _table_name_matches(rel, wanted)):
+                if kind == "file":
+                    files.append(fs_path)
+                else:
+                    problems.append(_link_problem(fs, fs_path, rel, kind, None))
+            elif kind == "file":
+                _count(skipped, "extension")
+        return Listing(fs, sorted(files), problems, skipped)
     if fs.exists(root):
-        return fs, [root]
-    return fs, []
+        return Listing(fs, [root], [], {})
+    return Listing(fs, [], [], {})
+
+
+def _count(skipped: dict[str, int], reason: str) -> None:
+    skipped[reason] = skipped.get(reason, 0) + 1
+
+
+def _glob_base(pattern: str) -> str:
+    """The folder a glob starts in: its components before the first magic one."""
+    parts = pattern.split("/")
+    for index, part in enumerate(parts):
+        if _has_magic(part):
+            return "/".join(parts[:index]) or "/"
+    return posixpath.dirname(pattern)
+
+
+def _link_kind(path: str, real_root: str) -> str:
+    """"file" for a link to a file inside `real_root`, else "outside" or "dangling"."""
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        return "dangling"
+    return "file" if os.path.commonpath([real_root, real]) == real_root else "outside"
+
+
+def _link_problem(fs, fs_path: str, rel: str, kind: str, rows: int | None) -> dict:
+    """The dead letter of a link leading outside the root ("outside") or to
+    nothing ("dangling"). `rows`: the rows it stands for (1 for an image,
+    None for a table file, whose rows are unknown)."""
+    source = display_name(fs, fs_path)
+    if kind == "outside":
+        return dead_letter(
+            source=source, row=None, key=None, stage="read", reason="path_outside_root",
+            feature=None, message=f"{source} is a symbolic link leading outside "
+            f"source.path; it is not read", input={"path": printable_name(rel)}, rows=rows)
+    return dead_letter(
+        source=source, row=None, key=None, stage="read", reason="read_error",
+        feature=None, message=f"{source} is a symbolic link to a file that does not "
+        "exist", input={"path": printable_name(rel)}, rows=rows)
 
 
 def _has_magic(path: str) -> bool:
     return re.search(r"[*?\[]", path) is not None
 
 
-def _walk(fs: fsspec.AbstractFileSystem, root: str, hidden) -> Iterator[tuple[str, str]]:
-    """(fs_path, rel) of the regular files below `root`, no symlinks followed."""
+def _walk(fs: fsspec.AbstractFileSystem, root: str, hidden) -> Iterator[tuple[str, str, str]]:
+    """``(fs_path, rel, kind)`` below `root`, no symlinks followed; kinds as
+    `_walk_local`'s ("file", "outside", "dangling", "hidden")."""
     root = root.rstrip("/") or "/"
     if isinstance(fs, LocalFileSystem):
-        for fs_path, rel, kind in _walk_local(root, hidden):
-            if kind == "file":
-                yield fs_path, rel
+        yield from _walk_local(root, hidden)
         return
     prefix = root.rstrip("/") + "/"
+    hidden_seen = set()
     for fs_path in fs.find(root):
         if not fs_path.startswith(prefix):
             continue
         rel = fs_path[len(prefix):]
-        if not any(hidden(part) for part in rel.split("/")):
-            yield fs_path, rel
+        parts = rel.split("/")
+        first_hidden = next((i for i, part in enumerate(parts) if hidden(part)), None)
+        if first_hidden is None:
+            yield fs_path, rel, "file"
+            continue
+        hidden_prefix = "/".join(parts[:first_hidden + 1])
+        if hidden_prefix not in hidden_seen:  # a hidden folder counts once
+            hidden_seen.add(hidden_prefix)
+            yield prefix + hidden_prefix, hidden_prefix, "hidden"
 
 
 def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
     """Walks a local directory without following directory links. Yields
     ``(path, rel, kind)``; kind is "file" (a file, or a link to a file inside
-    the root), "outside" (a link leading out of the root) or "dangling" (a link
-    to nothing). Directory links inside the root are skipped: they alias
-    directories that are listed anyway (or loops)."""
+    the root), "outside" (a link leading out of the root), "dangling" (a link
+    to nothing) or "hidden" (a file or folder skipped for its name; a hidden
+    folder is not walked). Directory links inside the root are skipped:
+    they alias directories that are listed anyway (or loops)."""
     real_root = os.path.realpath(root)
 
     def inside(real: str) -> bool:
@@ -140,9 +240,10 @@ def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
         rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
         kept = []
         for name in sorted(dirnames):
-            if hidden(name):
-                continue
             full = os.path.join(dirpath, name)
+            if hidden(name):
+                yield full, rel_dir + name, "hidden"
+                continue
             if os.path.islink(full):
                 if not inside(os.path.realpath(full)):
                     yield full, rel_dir + name, "outside"
@@ -150,9 +251,10 @@ def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
             kept.append(name)
         dirnames[:] = kept
         for name in sorted(filenames):
-            if hidden(name):
-                continue
             full = os.path.join(dirpath, name)
+            if hidden(name):
+                yield full, rel_dir + name, "hidden"
+                continue
             if os.path.islink(full):
                 real = os.path.realpath(full)
                 if not os.path.exists(real):
@@ -166,25 +268,35 @@ def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
 
 def list_images(path: str, extensions: Iterable[str]
                 ) -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]], list[dict]]:
+    """Lists the image files below directory `path` with one of `extensions`:
+    the filesystem, sorted ``(fs_path, rel)`` pairs and dead letters (see
+    `list_image_files`, whose skipped counts this leaves out)."""
+    listing = list_image_files(path, extensions)
+    return listing.fs, listing.files, listing.problems
+
+
+def list_image_files(path: str, extensions: Iterable[str]) -> Listing:
     """Lists the image files below directory `path` with one of `extensions`.
 
-    Returns the filesystem, sorted ``(fs_path, rel)`` pairs, and dead letters
-    for links leading outside the root (``path_outside_root``), dangling links
-    and a root that is not a directory (``read_error``)."""
+    Files are sorted ``(fs_path, rel)`` pairs; problems are dead letters for
+    links leading outside the root (``path_outside_root``), dangling links,
+    a root that is not a directory (``read_error``) and paths that are not
+    UTF-8 (``invalid_utf8``)."""
     extensions = normalized_extensions(extensions)
     fs, root = fsspec.core.url_to_fs(path)
     if not fs.isdir(root):
-        return fs, [], [dead_letter(
+        return Listing(fs, [], [dead_letter(
             source=redact_url(path), row=None, key=None, stage="read", reason="read_error",
             feature=None, message=f"source.path {redact_url(path)} is not a directory",
-            input=redact_url(path))]
-    listed, problems = [], []
-    if isinstance(fs, LocalFileSystem):
-        walked = _walk_local(root.rstrip("/") or "/", _image_hidden)
-    else:
-        walked = ((fs_path, rel, "file") for fs_path, rel in _walk(fs, root, _image_hidden))
-    for fs_path, rel, kind in walked:
+            input=redact_url(path))], {})
+    listed, problems, skipped = [], [], {}
+    for fs_path, rel, kind in _walk(fs, root, _image_hidden):
+        if kind == "hidden":
+            _count(skipped, "hidden")
+            continue
         if kind != "outside" and not rel.lower().endswith(extensions):
+            if kind == "file":
+                _count(skipped, "extension")
             continue
         if not is_utf8(rel):
             source = display_name(fs, fs_path)
@@ -196,20 +308,10 @@ def list_images(path: str, extensions: Iterable[str]
             continue
         if kind == "file":
             listed.append((fs_path, rel))
-            continue
-        source = display_name(fs, fs_path)
-        if kind == "outside":
-            problems.append(dead_letter(
-                source=source, row=None, key=None, stage="read", reason="path_outside_root",
-                feature=None, message=f"{source} is a symbolic link leading outside "
-                f"source.path; it is not read", input={"path": rel}))
         else:
-            problems.append(dead_letter(
-                source=source, row=None, key=None, stage="read", reason="read_error",
-                feature=None, message=f"{source} is a symbolic link to a file that does not "
-                "exist", input={"path": rel}))
+            problems.append(_link_problem(fs, fs_path, rel, kind, 1))
     listed.sort(key=lambda item: item[1])
-    return fs, listed, problems
+    return Listing(fs, listed, problems, skipped)
 
 
 def source_bytes(path: str, type: str, extensions: Iterable[str] = (),

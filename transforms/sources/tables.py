@@ -1,6 +1,6 @@
 """ReadTable: table files (CSV, JSONL, JSON, Parquet, ...) into RowBatches, as labelled Beam steps.
 
-The steps are thin over `readers`: list the files (`listing.list_files`),
+The steps are thin over `readers`: list the files (`listing.list_tables`),
 ``Reshuffle`` them, plan each into units (`tables.plan_table_ranges`: byte
 ranges of CSV/JSONL files, row-group spans of Parquet files), ``Reshuffle``
 the units so a multi-worker runner spreads them, and read each unit
@@ -16,10 +16,10 @@ from typing import Iterable
 import apache_beam as beam
 import fsspec
 
-from ...schemas.dead_letters import dead_letter
+from ...schemas.dead_letters import counted_rows, dead_letter
 from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
-from ..readers.listing import list_files, normalized_extensions
+from ..readers.listing import list_tables, normalized_extensions
 from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, plan_table_ranges,
                               read_range)
 from ..tagged import select
@@ -36,19 +36,22 @@ def _no_match(path: str) -> dict:
 
 
 class _ListTableFiles(beam.DoFn):
-    """path pattern -> ("unit", fs path) per file, or a dead letter and its
-    count when nothing matches."""
+    """path pattern -> ("unit", fs path) per file, dead letters and their
+    counts for links leading outside the source or to nothing, or for no
+    match at all."""
 
     def __init__(self, extensions: tuple[str, ...] | None):
         self._extensions = extensions
 
     def process(self, pattern: str):
-        _, files = list_files(pattern, self._extensions)
-        if not files:
-            problem = _no_match(pattern)
+        listing = list_tables(pattern, self._extensions)
+        problems = listing.problems
+        if not listing.files and not problems:
+            problems = [_no_match(pattern)]
+        for problem in problems:
             yield DEAD, problem
-            yield COUNTS, (problem["source"], 1)
-        for fs_path in files:
+            yield COUNTS, (problem["source"], counted_rows(problem))
+        for fs_path in listing.files:
             yield UNIT, fs_path
 
 
@@ -92,7 +95,7 @@ class ReadTable(beam.PTransform):
     """Reads table files into RowBatches.
 
     Takes a pipeline (PBegin). path: a file, glob or directory (fsspec URL;
-    listed by `listing.list_files`); format: one of `TABLE_FORMATS`;
+    listed by `listing.list_tables`); format: one of `TABLE_FORMATS`;
     options: the CSV dialect (`readers.csv_dialect.CsvOptions`), None: the default;
     extensions: the names taken from a directory (None: every file);
     batch_size: rows per RowBatch;
