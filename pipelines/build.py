@@ -12,7 +12,9 @@ command line prints. `run(argv)` is the command: it parses our flags, hands
 everything after `--` to Beam's `PipelineOptions` unchanged, calls `build`
 and turns its errors into exit statuses: 0 published; 1 the build failed and
 nothing was published; 2 bad usage, an invalid config, or a version that is
-already published.
+already published; 3 published, but publishing did not finish (LATEST could
+not be moved: running the same command again moves it); 130 / 143
+interrupted by SIGINT / SIGTERM, nothing published (`signals`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from typing import Any, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from . import progress, publish
+from . import progress, publish, signals
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
-from .publish import BuildFailed, PublishError, VersionExistsError, report
+from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExistsError,
+                      report)
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
@@ -131,6 +134,15 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise
     except ValueError as error:  # a URL the filesystem refuses (an invalid bucket name)
         raise ConfigError("output.path", f"{config.output.path}: {error}") from None
+    except VersionExistsError:
+        # A build that published the version but could not move LATEST is
+        # finished by running it again.
+        finished = publish.finish_latest(config.output.path, version) if update_latest else None
+        if finished is None:
+            raise
+        print(f"recordforge build: version {version!r} was already published; LATEST now "
+              "names it", file=sys.stderr)
+        return BuildResult.from_manifest(finished.manifest, finished.url, True)
 
     started = time.monotonic()
     _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress)
@@ -241,6 +253,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     ours, beam_args = _split_argv(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(ours)
     quiet_args = progress.hide_beam_noise(args.verbose)
+    with signals.interruptible():
+        status = _run(args, beam_args, quiet_args)
+    if status == 0 and signals.received() is not None:
+        print("recordforge build: interrupted after the version was published",
+              file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace, beam_args: list[str], quiet_args: list[str]) -> int:
     try:
         if args.runner_profile:
             beam_args = load_runner_profile(args.runner_profile) + beam_args
@@ -252,15 +273,24 @@ def run(argv: Sequence[str] | None = None) -> int:
               update_latest=args.update_latest, verify=args.verify, show_progress=True)
     except ConfigError as error:
         return _fail(f"invalid config {args.config}: {error}", 2)
-    except KeyboardInterrupt:
-        return _fail("interrupted; nothing was published", 130)
+    except KeyboardInterrupt as interrupt:
+        return _fail("interrupted; nothing was published", _interrupt_status(interrupt))
     except VersionExistsError as error:
         return _fail(str(error), 2)
     except PipelineFailed as failure:
+        if signals.received() is not None:  # workers died of the signal first
+            return _fail("interrupted; nothing was published",
+                         _interrupt_status(signals.received()))
         if args.verbose:
             traceback.print_exception(failure.error)
             return _fail(failure.verbose_message(), 1)
         return _fail(str(failure), 1)
-    except PublishError as error:  # BuildFailed, or LATEST left behind
+    except PublishedWithErrors as error:  # published, but LATEST (or durability) left behind
+        return _fail(str(error), 3)
+    except PublishError as error:  # BuildFailed: nothing was published
         return _fail(str(error), 1)
     return 0
+
+
+def _interrupt_status(interrupt: BaseException) -> int:
+    return getattr(interrupt, "exit_status", 130)

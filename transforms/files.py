@@ -16,6 +16,7 @@ Shards are large and written as streams; the shard writer has its own path
 
 from __future__ import annotations
 
+import errno
 import os
 
 import fsspec
@@ -45,14 +46,22 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
 
 def sync_directory(path: str) -> None:
     """Makes the renames inside a local directory durable (fsync of the
-    directory); does nothing where that cannot be done."""
+    directory). Raises the `OSError` of a failed sync (EIO: the renames may
+    not survive a crash of the machine); a filesystem that cannot sync a
+    directory at all (EINVAL, ENOTSUP: some network and FUSE filesystems)
+    is not an error, nor is a directory that is gone or cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as error:
+        if error.errno not in _CANNOT_SYNC_DIRECTORIES:
+            raise
     finally:
         os.close(fd)
+
+
+# What fsync of a directory returns where the filesystem does not support it.
+_CANNOT_SYNC_DIRECTORIES = (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP)

@@ -25,15 +25,18 @@ meets them (on-disk names: `transforms.layout`):
 
 This package exports the driver's API: `begin_build` (`begin_pipeline_build`
 for a build a pipeline publishes itself), `finalize`,
-`resolve_version`, `read_latest` and the errors.
+`resolve_version`, `read_latest`, `finish_latest` (a retry finishing a
+LATEST update that failed) and the errors.
 """
 
 from .commit import read_latest
-from .errors import BuildFailed, ConcurrentBuildError, PublishError, VersionExistsError
-from .finalizing import PublishResult, finalize
+from .errors import (BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishError,
+                     PublishedWithErrors, VersionExistsError)
+from .finalizing import PublishResult, finalize, finish_latest
 from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
 from .versions import check_version_name, resolve_version
 
-__all__ = ["BuildFailed", "ConcurrentBuildError", "PublishError", "PublishResult", "Staging",
-           "StagingRef", "VersionExistsError", "begin_build", "begin_pipeline_build",
-           "check_version_name", "finalize", "read_latest", "resolve_version"]
+__all__ = ["BuildFailed", "ConcurrentBuildError", "LatestNotUpdated", "PublishError",
+           "PublishResult", "PublishedWithErrors", "Staging", "StagingRef", "VersionExistsError",
+           "begin_build", "begin_pipeline_build", "check_version_name", "finalize",
+           "finish_latest", "read_latest", "resolve_version"]

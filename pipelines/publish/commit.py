@@ -1,26 +1,34 @@
 """Making a staged build the published version, and pointing LATEST at it.
 
-`commit` runs under the version's commit lock (`lock.CommitLock`) and
-publishes only if the version's published ``manifest.json`` is still the one
-seen when the build began (`check_still_publishable`); the second of two
-concurrent builds fails with `ConcurrentBuildError`. Then:
+`commit` runs under the version's commit lock (`lock.CommitLock`, a lease
+renewed while it is held) and publishes only if the version's published
+``manifest.json`` is still the one seen when the build began
+(`check_still_publishable`); the second of two concurrent builds fails with
+`ConcurrentBuildError`. Then:
 
-* local filesystems: the staging directory is renamed to ``<output>/<version>``
-  in one step, so the version appears complete or not at all. When
-  overwriting, the two directories are swapped atomically
-  (``renameat2(RENAME_EXCHANGE)`` on Linux) and the old one deleted; where
-  that call is missing the old version is renamed aside first, and a crash
-  between the two renames is rolled back by the next build
-  (`recovery.recover`).
+* local filesystems: the staging directory, complete with its manifest, is
+  renamed to ``<output>/<version>`` in one step, so the version appears
+  complete or not at all. When overwriting, the two directories are swapped
+  atomically (``renameat2(RENAME_EXCHANGE)`` on Linux) and the old one
+  deleted. Where that call is missing the old version is renamed aside
+  (``.staging/<version>.<build_id>.old``) and the new one renamed in; when
+  that second rename fails the old version is renamed back before the
+  error is raised, and a crash between the two renames is rolled back by
+  the next build (`recovery.recover`). The old version is deleted only
+  after the new one is in place and the output directory is synced.
+  The output directory is synced after the rename; when that sync fails
+  (EIO) the rename is undone and the build fails: a version whose commit
+  may not survive a crash of the machine is not reported as published.
 * object stores (memory://, gs://, s3://, anything without atomic rename):
   an existing ``manifest.json`` is deleted first (a version being replaced is
   unpublished rather than mixed), files the new version does not have are
   removed, every file is copied, sizes are checked, and ``manifest.json`` is
-  copied last.
+  copied last: the version becomes visible when its manifest is written.
 
 `write_latest` then replaces ``LATEST`` (temporary name + rename locally,
-one put on object stores) by the published version's name; `read_latest`
-reads it.
+one put on object stores) by the published version's name; when it cannot,
+`LatestNotUpdated` says so and a later build of the same version finishes
+it (`finalizing.finish_latest`). `read_latest` reads it.
 """
 
 from __future__ import annotations
@@ -30,16 +38,18 @@ import errno
 import os
 import shutil
 import sys
+from typing import Callable
 
 from ...transforms.files import sync_directory
 from ...transforms.layout import ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE
 from ...transforms.urls import redact_url
-from .errors import BuildFailed, ConcurrentBuildError, PublishError
+from .errors import BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishedWithErrors
 from .lock import CommitLock
-from .output import Output, published_identity
+from .output import Output, load_json, published_identity
 from .staging import Staging
 
-__all__ = ["check_still_publishable", "commit", "read_latest", "write_latest"]
+__all__ = ["check_still_publishable", "commit", "latest_is_behind",
+           "point_latest", "read_latest", "write_latest"]
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -77,19 +87,20 @@ def check_still_publishable(out: Output, staging: Staging) -> None:
 def commit(out: Output, staging: Staging) -> None:
     """Publishes the staged build as ``<output>/<version>`` (see the module
     docstring). Raises `ConcurrentBuildError` when another build holds the
-    lock or has published the version meanwhile."""
+    lock or has published the version meanwhile, `BuildFailed` or `OSError`
+    when nothing was published, `PublishedWithErrors` when the version is
+    published but the commit could not be finished cleanly."""
     lock = CommitLock(out, staging.version, build_id=staging.build_id,
                       stale_after=staging.stale_after)
     if not lock.acquire():
-        holder = lock.holder or {}
         raise ConcurrentBuildError(
-            f"another build of version {staging.version!r} (build {holder.get('build_id')}, "
-            f"host {holder.get('host')}, pid {holder.get('pid')}) is publishing it; "
-            "this build published nothing")
+            f"another build of version {staging.version!r} ({lock.describe_holder()}) is "
+            "publishing it; this build published nothing")
     try:
         # Under the lock: the version must still be in the state this build
         # started from, or a concurrent build has published it.
         check_still_publishable(out, staging)
+        lock.check_held()
         if out.local:
             _commit_by_rename(out, staging)
         else:
@@ -101,20 +112,80 @@ def commit(out: Output, staging: Staging) -> None:
 def _commit_by_rename(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
     staged = staging.directory
+    old: str | None = None  # where the replaced version sits once the new one is in
+    undo: Callable[[], None]
     if not os.path.lexists(final):
         os.rename(staged, final)
+
+        def undo() -> None:
+            os.rename(final, staged)
     elif _exchange(staged, final):
-        # The old version now sits at the staging name; a crash before the
-        # delete leaves it to the stale-staging cleanup.
-        shutil.rmtree(staged)
+        old = staged
+
+        def undo() -> None:
+            if not _exchange(staged, final):
+                raise OSError(errno.EINVAL, "cannot exchange the directories back", final)
     else:
-        aside = staged + ASIDE_SUFFIX
+        old = aside = staged + ASIDE_SUFFIX
         os.rename(final, aside)
-        # Crash window: <version> is absent until the next line; the next
-        # begin_build of this version renames the aside copy back.
-        os.rename(staged, final)
-        shutil.rmtree(aside)
-    sync_directory(out.root)
+        # Crash window: <version> is absent until the next rename succeeds;
+        # the next build of any version renames the aside copy back.
+        try:
+            os.rename(staged, final)
+        except BaseException as error:
+            _put_back(out, aside, final, error)
+            raise
+
+        def undo() -> None:
+            os.rename(final, staged)
+            os.rename(aside, final)
+    try:
+        sync_directory(out.root)
+    except OSError as error:
+        _undo_unsynced(out, staging, undo, error)
+    if old is not None:
+        # The old version goes only now that the new one is in place for
+        # good; if this fails, the next build removes it (it carries this
+        # build's id, and this build will be dead).
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _put_back(out: Output, aside: str, final: str, error: BaseException) -> None:
+    """Renames the old version back after the new one failed to go in."""
+    try:
+        os.rename(aside, final)
+        sync_directory(out.root)
+    except OSError as put_back_error:
+        raise PublishedWithErrors(
+            f"replacing {out.display_of(final)} failed ({type(error).__name__}: "
+            f"{redact_url(str(error))}) and the previous version could not be put back "
+            f"({type(put_back_error).__name__}: {redact_url(str(put_back_error))}); it is "
+            f"complete at {out.display_of(aside)}, and the next build of any version under "
+            f"{out.display} renames it back; the new version was not published",
+            published=False) from error
+
+
+def _undo_unsynced(out: Output, staging: Staging, undo: Callable[[], None],
+                   error: OSError) -> None:
+    """The rename that published the version could not be made durable:
+    undo it, so the build can truthfully fail, or say exactly what is left."""
+    where = out.display_of(out.path(staging.version))
+    reason = f"{type(error).__name__}: {redact_url(str(error))}"
+    try:
+        undo()
+    except OSError as undo_error:
+        raise PublishedWithErrors(
+            f"version {staging.version!r} is published at {where}, but syncing "
+            f"{out.display} failed ({reason}) and undoing the commit failed too "
+            f"({type(undo_error).__name__}: {redact_url(str(undo_error))}): the version may "
+            f"not survive a crash of the machine; LATEST was not moved") from error
+    try:
+        sync_directory(out.root)
+        durable = ""
+    except OSError:
+        durable = " (the undo may not be on disk either; the version was complete)"
+    raise BuildFailed(f"syncing {out.display} after renaming the version into place failed "
+                      f"({reason}); the commit was undone{durable}: nothing was published")
 
 
 def _commit_by_copy(out: Output, staging: Staging) -> None:
@@ -137,19 +208,46 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
     out.remove(staging.directory, recursive=True)
 
 
+def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
+    """Replaces ``<output>/LATEST`` by `version` (one atomic write)."""
+    out.write_atomic(out.path(LATEST_FILE), f"{version}\n".encode(), tmp=tmp)
+
+
 def write_latest(out: Output, staging: Staging) -> None:
     """Points ``<output>/LATEST`` at the version `staging` published. Raises
-    `PublishError` (the version stays published) when it cannot."""
+    `LatestNotUpdated` (the version stays published) when it cannot."""
     try:
-        out.write_atomic(out.path(LATEST_FILE), f"{staging.version}\n".encode(),
-                         tmp=f"{staging.directory}{LATEST_TMP_SUFFIX}")
+        point_latest(out, staging.version, tmp=f"{staging.directory}{LATEST_TMP_SUFFIX}")
     except OSError as error:
         # The version is complete and published; only the pointer is stale.
-        raise PublishError(
+        previous = read_latest(out.url)
+        raise LatestNotUpdated(
             f"version {staging.version!r} is published at "
             f"{out.display_of(out.path(staging.version))}, but {LATEST_FILE} could not be "
             f"updated ({type(error).__name__}: {redact_url(str(error))}); it still names "
-            "the previous version") from error
+            f"{previous!r}. Running the same build again (without --overwrite) moves "
+            f"{LATEST_FILE} to it", version=staging.version) from error
+
+
+def _created(out: Output, version: str) -> str | None:
+    manifest = load_json(out.read_bytes(out.path(version, MANIFEST_FILE)))
+    created = manifest.get("created") if isinstance(manifest, dict) else None
+    return created if isinstance(created, str) else None
+
+
+def latest_is_behind(out: Output, version: str) -> bool:
+    """Whether ``LATEST`` should name the published `version` but does not:
+    LATEST is missing, names a version that is not published, or one
+    published before `version` (manifest ``created``, UTC timestamps that
+    sort as text). That is what a build whose LATEST update failed leaves."""
+    created = _created(out, version)
+    if created is None:
+        return False
+    latest = read_latest(out.url)
+    if latest == version:
+        return False
+    latest_created = _created(out, latest) if latest else None
+    return latest_created is None or latest_created < created
 
 
 def read_latest(output_path: str) -> str | None:
@@ -158,4 +256,4 @@ def read_latest(output_path: str) -> str | None:
     data = out.read_bytes(out.path(LATEST_FILE))
     if data is None:
         return None
-    return data.decode("utf-8").strip() or None
+    return data.decode("utf-8", "replace").strip() or None

@@ -2,13 +2,16 @@
 
 `VersionExistsError`: the version is already published (the CLI exits 2 and
 suggests --overwrite). `BuildFailed` (exit 1; `ConcurrentBuildError` is
-one): nothing was published. `PublishError` itself: the version was
-published but ``LATEST`` could not be replaced (exit 1).
+one): nothing was published. `PublishedWithErrors` (exit 3): the version
+is published but publishing did not finish: `LatestNotUpdated` when
+``LATEST`` could not be replaced (running the same build again finishes
+it), or the commit could not be made durable and could not be undone.
 """
 
 from __future__ import annotations
 
-__all__ = ["BuildFailed", "ConcurrentBuildError", "PublishError", "VersionExistsError"]
+__all__ = ["BuildFailed", "ConcurrentBuildError", "LatestNotUpdated", "PublishError",
+           "PublishedWithErrors", "VersionExistsError"]
 
 
 class PublishError(Exception):
@@ -43,3 +46,23 @@ class BuildFailed(PublishError):
 
 class ConcurrentBuildError(BuildFailed):
     """Another build published (or is publishing) the same version."""
+
+
+class PublishedWithErrors(PublishError):
+    """Publishing did not finish cleanly; the message says exactly what
+    state the output is in. `published`: whether the new version is the
+    published one (False: nothing new was published, but the previous
+    version is not where readers look for it either)."""
+
+    def __init__(self, message: str, *, published: bool = True):
+        super().__init__(message)
+        self.published = published
+
+
+class LatestNotUpdated(PublishedWithErrors):
+    """The version is published, but ``LATEST`` still names another one.
+    A build of the same version without overwrite finishes the update."""
+
+    def __init__(self, message: str, *, version: str):
+        super().__init__(message)
+        self.version = version

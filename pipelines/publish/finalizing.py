@@ -32,9 +32,12 @@ staging directory, runs `verify.verify_dataset` on it (unless
 version).
 
 Errors (`errors`): `VersionExistsError`, `BuildFailed` (`ConcurrentBuildError`
-is one), `PublishError` itself when the version was published but ``LATEST``
-could not be replaced, `OSError` from the filesystem before the commit
-(nothing published). Credentials in URLs never appear in messages or the
+is one), `PublishedWithErrors` when the version was published but
+publishing did not finish (`LatestNotUpdated`: ``LATEST`` could not be
+replaced; a later build of the version finishes it, `commit.finish_latest`),
+`OSError` from the filesystem before the commit (nothing published). A
+SIGINT or SIGTERM during the commit and the LATEST update waits until they
+are done (`signals.deferred`). Credentials in URLs never appear in messages or the
 manifest (`redact_url`).
 """
 
@@ -48,19 +51,21 @@ from typing import Any, Callable, Mapping, Sequence
 from ...transforms.files import sync_directory
 from ...transforms.layout import DEAD_LETTER_DIR, FAILED_DIR, MANIFEST_FILE, RESULT_FILE, TMP_DIR
 from ...transforms.urls import redact_url
+from .. import signals
 from . import manifest as manifest_lib
 from .budget import check_accounting, check_error_budget, read_pipeline_result
 from .columns_seen import check_columns_seen
 from .checksums import write_sha256sums
 from .croissant import croissant_files
-from .commit import check_still_publishable, commit, write_latest
+from .commit import (check_still_publishable, commit, latest_is_behind, point_latest,
+                     write_latest)
 from .errors import BuildFailed, ConcurrentBuildError
-from .output import Output
+from .output import Output, load_json, published_identity
 from .staging import Staging
 from .tfds_metadata import tfds_files
 from .verify import verify_dataset
 
-__all__ = ["PublishResult", "finalize"]
+__all__ = ["PublishResult", "finalize", "finish_latest"]
 
 
 def _redact_values(value: Any) -> Any:
@@ -146,7 +151,10 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                          manifest_lib.dumps_manifest(manifest))
         if verify:
             _verify_staged(staging, verify_workers)
-        commit(out, staging)
+        # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
+        # renames finish and the build reports what it published.
+        with signals.deferred():
+            commit(out, staging)
     except ConcurrentBuildError:
         staging.abort()
         raise
@@ -159,13 +167,30 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
     except BaseException:
         staging.abort()
         raise
-    staging.close()
     latest_updated = False
-    if update_latest:
-        write_latest(out, staging)
-        latest_updated = True
+    with signals.deferred():
+        staging.close()
+        if update_latest:
+            write_latest(out, staging)
+            latest_updated = True
     return PublishResult(version=staging.version, url=out.display_of(out.path(staging.version)),
                          manifest=manifest, verified=verify, latest_updated=latest_updated)
+
+
+def finish_latest(output_path: str, version: str) -> PublishResult | None:
+    """Finishes the publication of `version` when a build published it but
+    could not update LATEST (`commit.latest_is_behind`: LATEST is missing
+    or names a version published before it): points LATEST at it and
+    returns what is published. None when there is nothing to finish."""
+    out = Output(output_path)
+    if published_identity(out, version) is None or not latest_is_behind(out, version):
+        return None
+    manifest = load_json(out.read_bytes(out.path(version, MANIFEST_FILE)))
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+        return None
+    point_latest(out, version)
+    return PublishResult(version=version, url=out.display_of(out.path(version)),
+                         manifest=manifest, verified=False, latest_updated=True)
 
 
 def _write_descriptions(out: Output, staging: Staging, manifest: dict) -> None:

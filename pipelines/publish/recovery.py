@@ -1,11 +1,17 @@
-"""Cleaning up after dead builds of a version, and undoing a commit cut in half.
+"""Cleaning up after dead builds of every version, and undoing a commit cut in half.
 
-`recover` runs when a build of a version starts (`staging.open_staging`).
-A local commit interrupted between renaming the old version aside and
-renaming the new one in leaves ``<version>`` without a manifest and the old
-version at ``.staging/<version>.<build_id>.old``: it is renamed back. Then
-everything of dead builds (`owners.owner_is_stale`) in .staging is deleted,
-owner files last; a running build is never touched.
+`recover` runs when any build starts (`staging.open_staging`). It looks at
+everything in ``.staging``, of every version, not only the one being built:
+a nightly ``version: "{date}"`` never builds the same version twice, so
+leftovers of a killed build would otherwise stay forever. A local commit
+interrupted between renaming the old version aside and renaming the new one
+in leaves ``<version>`` without a manifest and the old version at
+``.staging/<version>.<build_id>.old``: it is renamed back (under that
+version's commit lock). Then everything of dead builds
+(`owners.owner_is_stale`: owner file missing or unreadable, process gone on
+this host, heartbeat older than the limit) is deleted, owner files last,
+and commit locks whose lease ran out are removed; a running build is never
+touched.
 """
 
 from __future__ import annotations
@@ -14,63 +20,72 @@ import os
 import re
 
 from ...transforms.files import sync_directory
-from ...transforms.layout import (ASIDE_SUFFIX, MANIFEST_FILE, OWNER_SUFFIX, STAGING_DIR,
-                                  STAGING_SUFFIXES, TEMPORARY_TAIL)
+from ...transforms.layout import (ASIDE_SUFFIX, LOCK_SUFFIX, MANIFEST_FILE, OWNER_SUFFIX,
+                                  STAGING_DIR, STAGING_SUFFIXES, TEMPORARY_TAIL)
 from .lock import CommitLock
 from .output import Output, load_json, published_identity
 from .owners import BUILD_ID, being_born, owner_is_stale
 
 __all__ = ["recover"]
 
+_SUFFIXES = "|".join(re.escape(suffix) for suffix in STAGING_SUFFIXES)
+# <version>.<build_id>[<suffix>][<temporary tail>]: everything a build makes
+# in .staging. Build ids have a fixed shape, so the version is what precedes one.
+_ENTRY = re.compile(rf"^(?P<version>.+?)\.(?P<id>{BUILD_ID})(?:|{_SUFFIXES})"
+                    rf"(?:{TEMPORARY_TAIL})?$")
 
-def _staging_entries(out: Output, version: str) -> dict[str, set[str]]:
-    """build_id -> names in .staging that belong to that build of `version`:
+
+def _staging_entries(out: Output) -> tuple[dict[tuple[str, str], set[str]], list[str]]:
+    """((version, build_id) -> names in .staging that belong to that build:
     its directory, owner file, aside copy, and temporary files a killed
-    heartbeat may have left."""
-    suffixes = "|".join(re.escape(suffix) for suffix in STAGING_SUFFIXES)
-    pattern = re.compile(rf"^{re.escape(version)}\.(?P<id>{BUILD_ID})(?:|{suffixes})"
-                         rf"(?:{TEMPORARY_TAIL})?$")
-    entries: dict[str, set[str]] = {}
+    writer may have left), and the versions with a commit lock file."""
+    entries: dict[tuple[str, str], set[str]] = {}
+    locked = []
     for name in out.names(out.path(STAGING_DIR)):
-        match = pattern.match(name)
+        match = _ENTRY.match(name)
         if match:
-            entries.setdefault(match["id"], set()).add(name)
-    return entries
+            entries.setdefault((match["version"], match["id"]), set()).add(name)
+        elif name.endswith(LOCK_SUFFIX):
+            locked.append(name[:-len(LOCK_SUFFIX)])
+    return entries, locked
 
 
 def recover(out: Output, version: str, stale_after: float, build_id: str) -> None:
-    """Cleans up after dead builds of `version` (see the module docstring),
-    leaving `build_id` (the caller's own build) and live builds alone. Runs
-    under the commit lock when it has to move a version, so it never races
-    a live commit; a build still writing its first owner file is left alone
-    (`owners.being_born`).
+    """Cleans up after dead builds of any version (see the module docstring),
+    leaving `build_id` (the caller's own build of `version`) and live builds
+    alone. Moves a version back only under its commit lock, so it never
+    races a live commit; a build still writing its first owner file is left
+    alone (`owners.being_born`).
     """
-    entries = _staging_entries(out, version)
-    entries.pop(build_id, None)  # our own
-    if not entries:
-        return
-    owners = {other: load_json(out.read_bytes(
-        out.path(STAGING_DIR, f"{version}.{other}{OWNER_SUFFIX}"))) for other in entries}
-    dead = {other for other in entries if owner_is_stale(owners[other], stale_after)
-            and not being_born(version, other, entries[other], owners[other], stale_after)}
+    entries, locked = _staging_entries(out)
+    entries.pop((version, build_id), None)  # our own
+    owners = {key: load_json(out.read_bytes(
+        out.path(STAGING_DIR, f"{key[0]}.{key[1]}{OWNER_SUFFIX}"))) for key in entries}
+    dead = {key for key in entries if owner_is_stale(owners[key], stale_after)
+            and not being_born(key[0], key[1], entries[key], owners[key], stale_after)}
     # Only the local rename-aside commit makes aside copies.
-    asides = [other for other in sorted(dead)
-              if out.local and f"{version}.{other}{ASIDE_SUFFIX}" in entries[other]]
-    if asides:
-        lock = CommitLock(out, version, build_id=build_id, stale_after=stale_after)
+    asides: dict[str, list[str]] = {}
+    for other_version, other in sorted(dead):
+        if out.local and f"{other_version}.{other}{ASIDE_SUFFIX}" in entries[(other_version, other)]:
+            asides.setdefault(other_version, []).append(other)
+    for other_version, builds in sorted(asides.items()):
+        lock = CommitLock(out, other_version, build_id=build_id, stale_after=stale_after)
         if lock.try_acquire():
             try:
-                for other in asides:
-                    _restore_aside(out, version, other)
+                for other in builds:
+                    _restore_aside(out, other_version, other)
             finally:
                 lock.release()
-        else:
-            dead -= set(asides)  # a live commit holds the lock: leave its files alone
-    for other in sorted(dead):
-        owner = f"{version}.{other}{OWNER_SUFFIX}"
-        for name in sorted(entries[other] - {owner}):
+        else:  # a live commit holds the lock: leave its files alone
+            dead -= {(other_version, other) for other in builds}
+    for other_version, other in sorted(dead):
+        owner = f"{other_version}.{other}{OWNER_SUFFIX}"
+        for name in sorted(entries[(other_version, other)] - {owner}):
             out.remove(out.path(STAGING_DIR, name), recursive=True)
         out.remove(out.path(STAGING_DIR, owner))
+    for other_version in locked:
+        CommitLock(out, other_version, build_id=build_id,
+                   stale_after=stale_after).break_if_stale()
 
 
 def _restore_aside(out: Output, version: str, build_id: str) -> None:

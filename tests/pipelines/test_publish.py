@@ -305,7 +305,9 @@ def test_interrupted_rename_aside_commit_is_rolled_back(tmp_path, monkeypatch):
 
     def dying_rename(src, dst):
         calls.append((src, dst))
-        if len(calls) == 2:  # the old version is aside; die before the new one moves in
+        # The old version is aside; die before the new one moves in, and
+        # again while the commit puts the old one back.
+        if len(calls) in (2, 3):
             raise KeyboardInterrupt("killed")
         return real_rename(src, dst)
 
@@ -438,8 +440,14 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
     silent_elsewhere = _fake_staging(root, "1.0", host="other-host", pid=1,
                                      heartbeat_age=owners.STALE_AFTER + 60)
     running_elsewhere = _fake_staging(root, "1.0", host="other-host", pid=1, heartbeat_age=5)
+    # Any build cleans dead builds of every version (a nightly "{date}"
+    # version is never built twice), and leaves live ones alone.
     other_version = _fake_staging(root, "1.0.1", host=socket.gethostname(), pid=dead_pid,
                                   heartbeat_age=1)
+    other_version_silent = _fake_staging(root, "2026-01-01.x", host="other-host", pid=1,
+                                         heartbeat_age=owners.STALE_AFTER + 60)
+    other_version_running = _fake_staging(root, "0.1", host="other-host", pid=1,
+                                          heartbeat_age=5)
     live = publish.begin_build(str(root), "1.0")
     staging = publish.begin_build(str(root), "1.0")  # sees `live`: same process, fresh
     try:
@@ -447,7 +455,10 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
         assert crashed_here.name not in names and crashed_here.name + ".owner.json" not in names
         assert silent_elsewhere.name not in names
         assert running_elsewhere.name in names and running_elsewhere.name + ".owner.json" in names
-        assert other_version.name in names  # only this version's stagings are touched
+        assert other_version.name not in names
+        assert other_version.name + ".owner.json" not in names
+        assert other_version_silent.name not in names
+        assert other_version_running.name in names
         assert os.path.isdir(live.url) and os.path.isdir(staging.url)
     finally:
         live.abort()

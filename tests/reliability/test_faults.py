@@ -166,7 +166,7 @@ def test_rename_failing_inside_a_local_commit_publishes_nothing(tmp_path, rows, 
     assert verify.verify_dataset(str(root), deep=True).ok
 
 
-def test_latest_that_cannot_be_written_is_reported_with_the_version_published(
+def test_latest_that_cannot_be_written_is_reported_and_a_retry_finishes_it(
         tmp_path, rows, run_build, faults, reference):
     _, _, calls = reference
     root = tmp_path / "out"
@@ -176,11 +176,23 @@ def test_latest_that_cannot_be_written_is_reported_with_the_version_published(
     # fail the last call a clean build makes.
     faults.fail_call = {"pipe_file": calls["pipe_file"]}
     faults.calls.clear()
-    status, _, err = run_build(config_for(tmp_path, rows, f"faulty://{root}"))
-    assert status == 1, err
+    config = config_for(tmp_path, rows, f"faulty://{root}")
+    status, _, err = run_build(config)
+    # Not 1: that would say nothing was published.
+    assert status == 3, err
     assert "is published at" in err and "LATEST could not be updated" in err, err
+    assert f"still names '{BASE}'" in err and "nothing was published" not in err, err
     assert (root / "LATEST").read_text() == f"{BASE}\n"
     assert verify.verify_dataset(str(root / VERSION), deep=True).ok
+    # Running the same build again finishes the pointer update (no
+    # "already published"), and only then.
+    faults.fail_call = {}
+    status, _, err = run_build(config)
+    assert status == 0, err
+    assert "LATEST now names it" in err, err
+    assert (root / "LATEST").read_text() == f"{VERSION}\n"
+    status, _, err = run_build(config)
+    assert status == 2 and "already published" in err, err
 
 
 # --- processes -------------------------------------------------------------------------

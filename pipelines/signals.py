@@ -1,0 +1,157 @@
+"""Stopping a build on SIGINT or SIGTERM: workers stopped, nothing published, a clear exit status.
+
+A scheduler stops a job with SIGTERM, a person with Ctrl-C (SIGINT, which
+the terminal also sends to Beam's worker processes). Inside `interruptible`
+both are handled alike: the handler stops this process's worker processes
+(SIGTERM, then SIGKILL after `WORKER_GRACE` seconds) so nothing writes into
+the staging directory any more, and raises `Interrupted` (a
+KeyboardInterrupt) in the main thread; the build's cleanup deletes the
+staging directory and the command exits ``128 + signal`` (130, 143) saying
+nothing was published. A runner that reports its workers' deaths as a
+pipeline failure before the handler's exception arrives is told apart by
+`received`.
+
+Inside `deferred` (the commit and the LATEST update) a signal is only
+recorded: the few renames finish, and the build reports what it published.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+__all__ = ["WORKER_GRACE", "Interrupted", "deferred", "interruptible", "received",
+           "stop_workers"]
+
+WORKER_GRACE = 5.0
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The build was stopped by `signum`; `exit_status` is 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+class _State:
+    def __init__(self):
+        self.received: int | None = None
+        self.deferring = 0
+
+
+_state = _State()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes descended from `pid` (Linux /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in parents.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_workers(grace: float = WORKER_GRACE) -> None:
+    """Sends SIGTERM to every process descended from this one (Beam's
+    worker processes and theirs), reaps them, and SIGKILLs what is left
+    after `grace` seconds."""
+    workers = _descendants(os.getpid())
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while True:
+        for pid in workers:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap our own children
+            except OSError:
+                pass
+        workers = [pid for pid in workers if _alive(pid)]
+        if not workers or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+def _handle(signum: int, frame) -> None:
+    first = _state.received is None
+    _state.received = signum
+    if _state.deferring:
+        return
+    if first:
+        stop_workers()
+    raise Interrupted(signum)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Handles SIGINT and SIGTERM as described in the module docstring
+    while the block runs (main thread only; elsewhere a no-op), then puts
+    the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    _state.received = None
+    for signum in _SIGNALS:
+        signal.signal(signum, _handle)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def received() -> Interrupted | None:
+    """The interruption received in the current `interruptible` block, if any."""
+    return Interrupted(_state.received) if _state.received is not None else None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """While the block runs a signal is recorded (`received`), not raised."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
