@@ -209,6 +209,18 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
         elif sums and file not in sums:
             report.problems.append(Problem(SHA256SUMS_FILE, f"does not list {file}",
                                            code="sums"))
+    for entry in manifest.get("files") or []:  # descriptions (croissant.json, ...)
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(file, str) or file in links:
+            continue
+        if file not in present:
+            report.problems.append(Problem(file, "missing (listed in the manifest's files)",
+                                           code="missing"))
+        elif sums and sums.get(file) != entry.get("sha256"):
+            report.problems.append(Problem(SHA256SUMS_FILE, (
+                f"lists {sums[file][:16]}… for {file}, manifest says "
+                f"{str(entry.get('sha256'))[:16]}…") if file in sums
+                else f"does not list {file}", code="sums"))
     for file, digest in sums.items():
         if file in shards:
             continue

@@ -297,6 +297,28 @@ def test_every_description_is_in_the_manifest_and_sha256sums(cli_flights):
         assert entry["sha256"] == sums[name] == hashlib.sha256(data).hexdigest()
 
 
+def test_verify_finds_a_changed_description(cli_flights, tmp_path):
+    import shutil
+
+    version = tmp_path / "1.0.0"
+    shutil.copytree(cli_flights, version)
+    croissant = version / "croissant.json"
+    croissant.write_text(croissant.read_text().replace("flights", "flightz", 1))
+    report = recordforge.verify(str(version))
+    assert not report.ok and any("croissant.json" in str(p) for p in report.problems)
+    # SHA256SUMS rewritten to match: the manifest's own list still disagrees.
+    sums = version / "SHA256SUMS"
+    digest = hashlib.sha256(croissant.read_bytes()).hexdigest()
+    sums.write_text(re.sub(r"^\w+  croissant.json$", f"{digest}  croissant.json",
+                           sums.read_text(), flags=re.M))
+    report = recordforge.verify(str(version))
+    assert [str(p) for p in report.problems if "croissant" in str(p)] == [
+        next(str(p) for p in report.problems if "manifest says" in str(p))]
+    croissant.unlink()
+    report = recordforge.verify(str(version))
+    assert any("croissant.json" in str(p) and "missing" in str(p) for p in report.problems)
+
+
 def test_croissant_passes_mlcroissant_validation(cli_flights):
     mlc = pytest.importorskip("mlcroissant")
     dataset = mlc.Dataset(jsonld=str(cli_flights / "croissant.json"))
