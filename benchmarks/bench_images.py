@@ -1,7 +1,8 @@
 """Throughput of the source readers on one core.
 
-Measures images/s of `images.image_columns` on generated ~30 KB JPEGs in
-header and full decode mode (target: >= 3000 images/s in header mode), and
+Measures images/s of `images.image_columns` on generated ~30 KB JPEGs (and
+the same pictures as PNGs) in header, auto (the default) and full decode
+mode (target: >= 3000 images/s in header mode), and
 rows/s of the readers `csv.iter_csv`, `jsonl.iter_jsonl` and
 `parquet.iter_parquet` on generated files.
 
@@ -47,14 +48,31 @@ def bench_images(count: int) -> None:
     mean = sum(map(len, jpegs)) / len(jpegs)
     print(f"images: {count} JPEGs of 400x300, mean {mean / 1000:.1f} KB")
     for label, options in (("header", ImageOptions(decode="header")),
+                           ("auto (default)", ImageOptions(decode="auto")),
                            ("full", ImageOptions(decode="full")),
                            ("resize 128 + JPEG", ImageOptions(resize_max_side=128,
                                                               encode_format="JPEG"))):
-        n = count if label == "header" else max(1, count // 4)
+        n = count if label in ("header", "auto (default)") else max(1, count // 4)
         start = time.perf_counter()
         for i in range(n):
             image_columns(jpegs[i], "bench.jpg", options)
         print(f"  image_columns {label:<18} {rate(n, time.perf_counter() - start)}")
+    pngs = [_png(data) for data in jpegs[:50]]
+    pngs = [pngs[i % len(pngs)] for i in range(count)]
+    print(f"images: {count} PNGs of 400x300, mean {sum(map(len, pngs)) / count / 1000:.1f} KB")
+    for label in ("header", "auto", "full"):
+        options = ImageOptions(decode=label)
+        n = count if label != "full" else max(1, count // 4)
+        start = time.perf_counter()
+        for i in range(n):
+            image_columns(pngs[i], "bench.png", options)
+        print(f"  image_columns {label:<18} {rate(n, time.perf_counter() - start)}")
+
+
+def _png(jpeg: bytes) -> bytes:
+    buffer = io.BytesIO()
+    Image.open(io.BytesIO(jpeg)).save(buffer, "PNG")
+    return buffer.getvalue()
 
 
 def bench_tables(rows: int, workdir: Path) -> None:

@@ -34,10 +34,12 @@ def parse_image(value: Any) -> tuple[Any, dict]:
     if min_size[0] > max_size[0] or min_size[1] > max_size[1]:
         raise ConfigError("source.image.min_size", f"{list(min_size)} is larger than max_size "
                           f"{list(max_size)}")
-    decode = body.get("decode", "header")
-    if decode not in ("header", "full"):
-        raise ConfigError("source.image.decode", f"must be `header` (parse the header only, "
-                          f"fast) or `full` (decode every pixel), not {decode!r}")
+    decode = body.get("decode", "auto")
+    if decode not in ("auto", "header", "full"):
+        raise ConfigError("source.image.decode", f"must be `auto` (the cheapest check that "
+                          f"TensorFlow's decoder accepts every published image), `header` "
+                          f"(parse the header only, fast) or `full` (decode every pixel), "
+                          f"not {decode!r}")
     resize_max_side, resize_size = _parse_resize(body.get("resize"))
     encode_format, encode_quality = _parse_encode(body.get("encode"))
     # Imported here so loading a table config never imports the image stack.

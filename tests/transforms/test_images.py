@@ -121,7 +121,9 @@ def test_bad_images(jpeg, png):
 def test_header_mode_does_not_decode_pixels(jpeg):
     # Header mode is fast because it never decodes; damage after the header
     # passes there and is caught by full mode.
-    assert columns(jpeg[: len(jpeg) // 2])["width"] == 300
+    assert columns(jpeg[: len(jpeg) // 2], decode="header")["width"] == 300
+    # the default (auto) check finds the end missing without decoding either
+    assert reason_of(jpeg[: len(jpeg) // 2]) == "image_truncated"
 
 
 def test_decompression_bombs_are_rejected_without_decoding(png):

@@ -7,9 +7,13 @@ unusable.
 
 What is reported:
 
-* ``decode: header`` parses only the file header (fast); ``full`` also decodes
-  every pixel of the first frame, and for PNG verifies every chunk's CRC, so
-  truncated and corrupt data are caught. Pillow's ``LOAD_TRUNCATED_IMAGES``
+* ``decode: auto`` (the default) makes the cheapest check after which
+  TensorFlow's decoder accepts the image (`_check_complete`: JPEG data must
+  reach its end-of-image marker; PNG chunk CRCs and image data stream
+  checked; other formats decoded in full); ``header`` parses only the file
+  header (fast; may pass truncated data); ``full`` also decodes every pixel
+  of the first frame, and for PNG verifies every chunk's CRC, so truncated
+  and corrupt data are caught. Pillow's ``LOAD_TRUNCATED_IMAGES``
   is never set: a truncated image is always an error.
 * Without resize/encode the original bytes are kept and ``height``/``width``
   are the stored dimensions. EXIF orientation is *not* applied, which is what
@@ -54,7 +58,7 @@ from ...schemas.dead_letters import RowError
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "ImageOptions", "image_columns"]
 
-DECODE_MODES = ("header", "full")
+DECODE_MODES = ("auto", "header", "full")
 ENCODE_FORMATS = ("JPEG", "PNG")
 _DEFAULT_JPEG_QUALITY = 90
 
@@ -77,7 +81,7 @@ class ImageOptions:
     formats: tuple[str, ...] = ("JPEG", "PNG")
     min_size: tuple[int, int] = (1, 1)
     max_size: tuple[int, int] = (8192, 8192)
-    decode: str = "header"
+    decode: str = "auto"
     resize_max_side: int | None = None
     resize_size: tuple[int, int] | None = None
     encode_format: str | None = None
@@ -214,6 +218,80 @@ def _check_png_chunks(data: bytes, path: str) -> None:
         pos = end
 
 
+# Bytes of a PNG's image data inflated at a time by the `auto` check.
+_INFLATE_STEP = 1 << 20
+
+
+def _check_complete(im: Image.Image, data: bytes, path: str) -> None:
+    """``decode: auto``: the cheapest check after which TensorFlow's decoder
+    accepts the image. JPEG: the segments up to the first scan are walked
+    and the end-of-image marker must follow it (libjpeg, as TensorFlow calls
+    it, rejects data that ends early but only warns about damaged entropy
+    data, which it decodes). PNG: every chunk's CRC, up to IEND, and the
+    image data inflated to the end of its zlib stream (libpng rejects either
+    fault), without unfiltering pixels. Other formats are decoded in full."""
+    fmt = _format_name(im)
+    if fmt == "JPEG":
+        _check_jpeg_ends(data, path)
+    elif fmt == "PNG":
+        _check_png_chunks(data, path)
+        _check_png_stream(data, path)
+    else:
+        _load(im, data, path)
+
+
+def _check_jpeg_ends(data: bytes, path: str) -> None:
+    pos, size = 2, len(data)
+    while True:
+        if pos + 4 > size:
+            raise _error("image_truncated", f"{path}: JPEG data ends before its first scan")
+        if data[pos] != 0xFF:
+            raise _error("image_corrupt", f"{path}: no JPEG marker at byte {pos}")
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0xDA:  # start of scan: entropy-coded data follows
+            break
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    # Inside entropy-coded data a 0xFF is followed by 0x00 or a restart
+    # marker, so the first FF D9 after the scan is the end of the image.
+    if data.rfind(b"\xff\xd9", pos) < 0:  # (searched from the end, where it is)
+        raise _error("image_truncated", f"{path}: JPEG data ends early (no end-of-image "
+                     "marker after the image data)")
+
+
+def _check_png_stream(data: bytes, path: str) -> None:
+    pos, size = len(_PNG_SIGNATURE), len(data)
+    stream = zlib.decompressobj()
+    while pos + 8 <= size:
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            chunk = data[pos + 8:pos + 8 + length]
+            try:
+                while chunk:
+                    stream.decompress(chunk, _INFLATE_STEP)
+                    chunk = stream.unconsumed_tail
+            except zlib.error as exc:
+                raise _error("image_corrupt", f"{path}: PNG image data does not inflate "
+                             f"({exc})") from None
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    try:
+        while not stream.eof and stream.decompress(b"", _INFLATE_STEP):
+            pass  # output still held back by the step limit
+    except zlib.error as exc:
+        raise _error("image_corrupt", f"{path}: PNG image data does not inflate "
+                     f"({exc})") from None
+    if not stream.eof:
+        raise _error("image_truncated", f"{path}: PNG image data ends before its zlib "
+                     "stream does")
+
+
 def _load(im: Image.Image, data: bytes, path: str) -> None:
     """Decodes every pixel of the current (first) frame."""
     try:
@@ -335,6 +413,8 @@ def image_columns(data: bytes, path: str, options: ImageOptions) -> dict:
                     "channels": _channels(out), "format": fmt}
         if options.decode == "full":
             _load(im, data, path)
+        elif options.decode == "auto":
+            _check_complete(im, data, path)
         return {"image": data, "height": height, "width": width,
                 "channels": _channels(im), "format": _format_name(im)}
     finally:
