@@ -40,6 +40,7 @@ from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
+from ..transforms.readers.inputs import changed_inputs, source_inputs
 from ..transforms.urls import redact_url
 
 __all__ = ["BuildResult", "PipelineFailed", "build", "run"]
@@ -117,6 +118,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise
     except ValueError as error:  # a version template or name that cannot be used
         raise ConfigError("version", str(error)) from None
+    # Fingerprinted before anything reads them, compared after the pipeline.
+    inputs = _source_inputs(config)
     vocabularies = known_vocabularies(config)
 
     beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
@@ -146,6 +149,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
 
     started = time.monotonic()
     _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress)
+    _check_inputs_unchanged(staging, config, inputs)
 
     def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
         report.write_staged_report(staging_url, manifest, label_counts=label_counts,
@@ -160,7 +164,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
             config=config.resolved, split_names=[name for name, _ in config.splits],
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
-            report_hook=write_report, describe=True, update_latest=update_latest)
+            report_hook=write_report, describe=True, update_latest=update_latest,
+            inputs=inputs)
     except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
         raise BuildFailed(f"publishing failed; nothing was published: "
                           f"{type(error).__name__}: {error}") from error
@@ -168,6 +173,32 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         progress.print_summary(result.manifest, output=result.url,
                                wall_seconds=time.monotonic() - started)
     return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
+
+
+def _source_inputs(config: DatasetConfig) -> dict:
+    """The fingerprints of the files the build reads (the manifest's
+    ``inputs``); `BuildFailed` when they cannot be listed."""
+    source = config.source
+    try:
+        return source_inputs(source.type, source.path, source.extensions, source.labels)
+    except OSError as error:
+        raise BuildFailed(f"cannot list the inputs at {redact_url(source.path)}; nothing was "
+                          f"published: {type(error).__name__}: {error}") from error
+
+
+def _check_inputs_unchanged(staging: publish.Staging, config: DatasetConfig,
+                            inputs: Mapping) -> None:
+    """Fails the build (nothing published, staging deleted) when an input
+    was rewritten, truncated, added or removed while the pipeline read."""
+    try:
+        changes = changed_inputs(inputs, _source_inputs(config))
+    except BaseException:
+        staging.abort()
+        raise
+    if changes:
+        staging.abort()
+        raise BuildFailed("the inputs changed while the build read them; nothing was "
+                          "published:\n" + "\n".join(f"  {line}" for line in changes))
 
 
 def _run_pipeline(staging: publish.Staging, config: DatasetConfig,

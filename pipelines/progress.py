@@ -344,6 +344,12 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     for reason, count in sorted((dead.get("by_reason") or {}).items(),
                                 key=lambda item: (-item[1], item[0])):
         out.append(f"  {reason:<28} {count:>8,}")
+    inputs = manifest.get("inputs") or {}
+    if inputs:
+        skipped = inputs.get("skipped") or {}
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
+        out.append(f"input files: {len(inputs.get('files') or []):,} read, "
+                   f"{sum(skipped.values()):,} skipped" + (f" ({reasons})" if reasons else ""))
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
         out.append(f"wall time: {_duration(wall_seconds)}{rate}")

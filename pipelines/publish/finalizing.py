@@ -101,7 +101,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              max_errors: int | None = None, runner: str = "DirectRunner", verify: bool = True,
              report_hook: Callable[[str, dict, dict | None], None] | None = None,
              update_latest: bool = True, verify_workers: int | None = None,
-             describe: bool = False) -> PublishResult:
+             describe: bool = False, inputs: Mapping[str, Any] | None = None) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
@@ -123,7 +123,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                 split_names=split_names, shards=result["shards"],
                 num_input_rows=result["num_input_rows"],
                 dead_letter={**result["dead_letter"], "files": dead_files},
-                config=_redact_values(config), runner=runner)
+                config=_redact_values(config), runner=runner, inputs=inputs)
         except manifest_lib.ManifestError as error:
             raise BuildFailed(f"the pipeline's shards are inconsistent: {error}") from None
         _check_nonempty_splits(manifest)

@@ -5,7 +5,7 @@ plus what the config declared (name, features, vocabularies, splits) into the
 manifest dict of the product contract, with a fixed key order:
 
     format, name, version, created, compression, features, vocabularies,
-    splits, num_input_rows, dead_letter, config, tool
+    splits, num_input_rows, dead_letter, inputs (when known), config, tool
 
 `dumps_manifest` serializes it deterministically (2-space indent, UTF-8,
 trailing newline): splits follow the configured split order, shards are
@@ -160,12 +160,16 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
                    features: Mapping[str, Any], vocabularies: Mapping[str, Sequence[str]],
                    split_names: Sequence[str], shards: Iterable[Mapping[str, Any]],
                    num_input_rows: int, dead_letter: Mapping[str, Any],
-                   config: Mapping[str, Any], runner: str) -> dict:
+                   config: Mapping[str, Any], runner: str,
+                   inputs: Mapping[str, Any] | None = None) -> dict:
     """The manifest dict, in the contract's shape and key order.
 
     shards: the pipeline's shard records ``{"split", "file", "num_examples",
     "num_bytes", "sha256"}`` in any order. dead_letter: ``{"num_rows",
     "by_reason", "files", ...}`` (other keys, e.g. samples, are left out).
+    inputs: the fingerprints of the files read
+    (`transforms.readers.inputs.source_inputs`), kept as ``inputs`` after
+    ``dead_letter``; None (a build from a PCollection) leaves it out.
     Raises `ManifestError` for a shard of an unknown split, a gap or clash in
     shard numbering, a wrong suffix or a malformed count or checksum.
     """
@@ -187,7 +191,7 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
         }
         if entries:
             splits[split]["shard_size_spread"] = shard_size_spread(entries)
-    return {
+    manifest = {
         "format": FORMAT,
         "name": name,
         "version": version,
@@ -198,9 +202,13 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
         "splits": splits,
         "num_input_rows": int(num_input_rows),
         "dead_letter": _dead_letter_block(dead_letter),
-        "config": config,
-        "tool": {"name": TOOL_NAME, "version": __version__, "runner": runner},
     }
+    if inputs is not None:
+        manifest["inputs"] = {"files": [dict(entry) for entry in inputs.get("files", [])],
+                              "skipped": dict(inputs.get("skipped", {}))}
+    manifest["config"] = config
+    manifest["tool"] = {"name": TOOL_NAME, "version": __version__, "runner": runner}
+    return manifest
 
 
 def _dead_letter_block(dead_letter: Mapping[str, Any]) -> dict:
@@ -301,9 +309,26 @@ def load_manifest(data: bytes | str) -> dict:
     if num_input_rows != total_examples + dead_rows:
         raise ManifestError("num_input_rows", f"{num_input_rows} input rows but "
                             f"{total_examples} examples + {dead_rows} dead letters")
+    if "inputs" in manifest:
+        _check_inputs(manifest["inputs"])
     _require(manifest, "config", dict, "")
     _require(_require(manifest, "tool", dict, ""), "name", str, "tool.")
     return manifest
+
+
+def _check_inputs(inputs: Any) -> None:
+    """The ``inputs`` block: each file's path and size (and its version
+    token, whatever the filesystem gave), and counts of skipped files."""
+    files = _require(inputs, "files", list, "inputs.")
+    for position, entry in enumerate(files):
+        where = f"inputs.files[{position}]."
+        _require(entry, "path", str, where)
+        if not entry.get("missing"):
+            _require(entry, "size", int, where)
+    skipped = _require(inputs, "skipped", dict, "inputs.")
+    for reason, count in skipped.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ManifestError(f"inputs.skipped.{reason}", f"must be a count, got {count!r}")
 
 
 def _check_default(default: Any, kind: str, shape: list, field: str) -> None:

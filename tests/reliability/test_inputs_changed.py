@@ -1,0 +1,129 @@
+"""Inputs are fingerprinted in the manifest (size and a version token per
+file, what the listing skipped); an input rewritten, truncated, appended to,
+removed or added while a build reads fails it, and nothing is published."""
+
+import json
+import os
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from recordforge.transforms.readers import inputs as inputs_lib
+from recordforge.transforms.sources import images as image_source
+from recordforge.transforms.sources import tables as table_source
+
+
+def _table_config(tmp_path, data) -> str:
+    config = tmp_path / "tables.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: changing
+        version: "1.0.0"
+        source: {{type: csv, path: {data}}}
+        features:
+          id: {{type: int64}}
+        output: {{path: {tmp_path / 'out'}, shard_size: 1MB}}
+        """))
+    return config
+
+
+def _rows(first: int, count: int) -> str:
+    return "id\n" + "".join(f"{i}\n" for i in range(first, first + count))
+
+
+CHANGES = {
+    "truncated": lambda data: (data / "a.csv").write_text(_rows(0, 10)),
+    "appended": lambda data: open(data / "a.csv", "a").write("999999\n"),
+    "rewritten_same_size": lambda data: (data / "a.csv").write_text(
+        _rows(0, 500).replace("1", "2")),
+    "removed": lambda data: (data / "b.csv").unlink(),
+    "added": lambda data: (data / "c.csv").write_text(_rows(5000, 5)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, monkeypatch,
+                                                        change):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(_rows(0, 500))
+    (data / "b.csv").write_text(_rows(1000, 500))
+    read_range = table_source.read_range
+    changed = []
+
+    def read_and_change(fs, unit, *args, **kwargs):
+        # A writer touching the source while the build reads it (once).
+        if not changed:
+            changed.append(change)
+            CHANGES[change](data)
+        return read_range(fs, unit, *args, **kwargs)
+
+    monkeypatch.setattr(table_source, "read_range", read_and_change)
+    status, _, err = run_build(_table_config(tmp_path, data))
+    assert changed and status == 1
+    assert "the inputs changed while the build read them; nothing was published" in err
+    assert not (tmp_path / "out" / "1.0.0").exists()
+    assert not (tmp_path / "out" / "LATEST").exists()
+    assert not any((tmp_path / "out" / ".staging").glob("*"))
+
+
+def test_an_image_changed_while_the_build_reads_fails_it(tmp_path, run_build, monkeypatch):
+    root = tmp_path / "images" / "cats"
+    root.mkdir(parents=True)
+    for name in ("a.png", "b.png"):
+        Image.new("RGB", (4, 4), "red").save(root / name)
+    read_image_items = image_source.read_image_items
+
+    def read_and_change(fs, items, options):
+        Image.new("RGB", (5, 5), "blue").save(root / "b.png")
+        return read_image_items(fs, items, options)
+
+    monkeypatch.setattr(image_source, "read_image_items", read_and_change)
+    config = tmp_path / "images.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        name: changing
+        version: "1.0.0"
+        source: {{type: images, path: {tmp_path / 'images'}, extensions: [.png]}}
+        features:
+          image: {{type: bytes}}
+        output: {{path: {tmp_path / 'out'}, shard_size: 1MB}}
+        """))
+    status, _, err = run_build(config)
+    assert status == 1 and "b.png" in err and "changed" in err
+    assert not (tmp_path / "out" / "1.0.0").exists()
+
+
+def test_the_manifest_fingerprints_every_input(tmp_path, run_build):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(_rows(0, 50))
+    (data / "b.csv.gz").write_bytes(__import__("gzip").compress(_rows(50, 5).encode()))
+    (data / "_SUCCESS").write_text("")
+    (data / "notes.txt").write_text("not a table")
+    status, _, err = run_build(_table_config(tmp_path, data))
+    assert status == 0, err
+    assert "input files: 2 read, 2 skipped (extension 1, hidden 1)" in err
+    manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
+    expected = [{"path": str(data / name), "size": os.stat(data / name).st_size,
+                 "mtime_ns": os.stat(data / name).st_mtime_ns}
+                for name in ("a.csv", "b.csv.gz")]
+    assert manifest["inputs"] == {"files": expected, "skipped": {"extension": 1, "hidden": 1}}
+    assert list(manifest).index("inputs") == list(manifest).index("dead_letter") + 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 3), st.integers(0, 2)),
+                max_size=6, unique_by=lambda entry: entry[0]),
+       st.lists(st.tuples(st.sampled_from("abcde"), st.integers(0, 3), st.integers(0, 2)),
+                max_size=6, unique_by=lambda entry: entry[0]))
+def test_changed_inputs_reports_exactly_the_files_that_differ(before, after):
+    def inputs(entries):
+        return {"files": [{"path": name, "size": size, "mtime_ns": mtime}
+                          for name, size, mtime in sorted(entries)], "skipped": {}}
+
+    lines = inputs_lib.changed_inputs(inputs(before), inputs(after), limit=100)
+    differing = set(before) ^ set(after)
+    assert {line.split()[0] for line in lines} == {name for name, _, _ in differing}
+    assert (not lines) == (sorted(before) == sorted(after))
