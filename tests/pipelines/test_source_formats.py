@@ -305,3 +305,19 @@ def test_shard_size_spread_says_why_beyond_ten_percent():
     assert spread["max_deviation"] == 0.2 and "records are large" in spread["why"]
     coarse = [{"num_bytes": 1300, "num_examples": 500}, {"num_bytes": 700, "num_examples": 500}]
     assert "chunks" in shard_size_spread(coarse)["why"]
+
+
+def test_tfrecord_labels_give_an_auto_vocabulary(tmp_path):
+    from recordforge.schemas.example import encode_example
+    from recordforge.transforms.tfrecordio import frame_records
+    (tmp_path / "a.tfrecord").write_bytes(frame_records(
+        [encode_example({"label": [name.encode()]}) for name in ("dog", "cat", "dog")]))
+    code, out = _build(tmp_path, {
+        "name": "v", "version": "1",
+        "source": {"type": "tfrecord", "path": str(tmp_path / "a.tfrecord")},
+        "features": {"label": {"type": "int64", "vocabulary": "auto"}},
+        "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["vocabularies"] == {"label": ["cat", "dog"]}
+    assert sorted(r["label"][0] for r in _records(out)) == [0, 1, 1]

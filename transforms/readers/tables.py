@@ -154,6 +154,10 @@ def scan_distinct(path: str, format: str, column: str | Sequence[str],
                                source=display_name(fs, fs_path)):
             if isinstance(item, SourceRow):
                 value = dig(item.values, keys)
+                if isinstance(value, list) and len(value) == 1:
+                    value = value[0]  # a TFRecord feature's one value
+                if isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
                 if value is not None and value not in nulls:
                     values.add(value if isinstance(value, str) else str(value))
     return sorted(values)
