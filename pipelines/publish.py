@@ -51,7 +51,12 @@ commits:
   an existing ``manifest.json`` is deleted first (a version being replaced is
   unpublished rather than mixed), files the new version does not have are
   removed, every file is copied, sizes are checked, and ``manifest.json`` is
-  copied last.
+  copied last. When ``LATEST`` names the version being replaced, the old
+  version is first copied whole to a held name (``<version>.<build_id>``)
+  and ``LATEST`` points there until the new version is complete, so readers
+  of ``LATEST`` never meet a version without its manifest; a failed or
+  killed commit leaves ``LATEST`` on that complete copy, which the next
+  build of the version deletes once ``LATEST`` has moved on.
 
 Then ``LATEST`` is replaced (temporary name + rename locally, one put on
 object stores) by the published version's name (``update_latest=False``
@@ -89,7 +94,8 @@ from . import manifest as manifest_lib
 from .staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
                                            LATEST_TMP_SUFFIX, RESULT_FILE, STALE_AFTER,
                                            TMP_DIR, CommitLock, Output, Staging, fsync_dir,
-                                           load_json, open_staging, published_identity)
+                                           held_copy_name, load_json, open_staging,
+                                           published_identity)
 from ..schemas.errors import ConfigError
 from ..transforms.urls import redact_url
 
@@ -628,6 +634,7 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
     staged_files = out.files(staging.directory)
     manifest_name = manifest_lib.MANIFEST_FILE
+    held = _hold_for_latest(out, staging)
     # Unpublish first: while files are replaced, readers must not trust the
     # old manifest's checksums against new bytes.
     out.remove(f"{final}/{manifest_name}")
@@ -642,4 +649,35 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
             raise BuildFailed(f"copying {file} to {out.display}/{staging.version} gave "
                               f"{copied.get(file)} bytes instead of {size}; nothing was published")
     out.fs.copy(f"{staging.directory}/{manifest_name}", f"{final}/{manifest_name}")
+    if held is not None:
+        out.write_atomic(out.path(LATEST_FILE), f"{staging.version}\n".encode())
+        out.remove(out.path(held, manifest_name))
+        out.remove(out.path(held), recursive=True)
     out.remove(staging.directory, recursive=True)
+
+
+def _hold_for_latest(out: Output, staging: Staging) -> str | None:
+    """When LATEST names the published version this commit replaces, copies
+    that version whole to its held name (`staging.held_copy_name`, manifest
+    last) and points LATEST there, so readers of LATEST keep a complete
+    version while the files are replaced. Returns the held name, or None
+    when LATEST names something else (its readers are not affected).
+
+    A commit that fails or is killed after this leaves LATEST naming the
+    held copy: the previous version, complete. The next commit of the
+    version moves LATEST on, and the next build of it deletes the copy."""
+    latest = out.read_bytes(out.path(LATEST_FILE))
+    if latest is None or latest.decode("utf-8", "replace").strip() != staging.version:
+        return None
+    final = out.path(staging.version)
+    manifest_name = manifest_lib.MANIFEST_FILE
+    published = out.files(final)
+    if manifest_name not in published:
+        return None
+    held = held_copy_name(staging.version, staging.build_id)
+    for file in sorted(published):
+        if file != manifest_name:
+            out.fs.copy(f"{final}/{file}", out.path(held, file))
+    out.fs.copy(f"{final}/{manifest_name}", out.path(held, manifest_name))
+    out.write_atomic(out.path(LATEST_FILE), f"{held}\n".encode())
+    return held

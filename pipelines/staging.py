@@ -64,6 +64,7 @@ __all__ = [
     "Output",
     "Staging",
     "fsync_dir",
+    "held_copy_name",
     "load_json",
     "open_staging",
     "published_identity",
@@ -177,6 +178,13 @@ class Output:
         prefix = path.rstrip("/") + "/"
         return {name[len(prefix):]: info.get("size") or 0 for name, info in found.items()
                 if info.get("type") != "directory" and name.startswith(prefix)}
+
+
+def held_copy_name(version: str, build_id: str) -> str:
+    """The top-level name under which an object-store overwrite keeps the
+    version it replaces readable (``<version>.<build_id>``, a valid version
+    name: LATEST names it while the version's files are replaced)."""
+    return f"{version[:160].rstrip('.')}.{build_id}"
 
 
 def fsync_dir(path: str) -> None:
@@ -438,7 +446,8 @@ def _staging_entries(out: Output, version: str) -> dict[str, set[str]]:
 
 
 def _recover(out: Output, version: str, stale_after: float, build_id: str) -> None:
-    """Cleans up after dead builds of `version`.
+    """Cleans up after dead builds of `version` (and, see
+    `_recover_other_versions`, of every other version).
 
     A commit interrupted between renaming the old version aside and renaming
     the new one in leaves ``<version>`` without a manifest and the old
@@ -448,6 +457,8 @@ def _recover(out: Output, version: str, stale_after: float, build_id: str) -> No
     under the commit lock when it has to move a version, so it never races a
     live commit.
     """
+    _remove_held_copies(out, version, stale_after, build_id)
+    _recover_other_versions(out, version, stale_after, build_id)
     entries = _staging_entries(out, version)
     entries.pop(build_id, None)  # our own
     if not entries:
@@ -474,6 +485,67 @@ def _recover(out: Output, version: str, stale_after: float, build_id: str) -> No
         for name in sorted(entries[other] - {owner}):
             out.remove(out.path(STAGING_DIR, name), recursive=True)
         out.remove(out.path(STAGING_DIR, owner))
+
+
+def _recover_other_versions(out: Output, version: str, stale_after: float,
+                            build_id: str) -> None:
+    """Deletes what dead builds of versions other than `version` left in
+    .staging (a nightly ``{date}`` version is never built again, so its
+    next build would never clean it). On object stores, a dead build that
+    still holds its version's commit lock was killed while copying: the
+    files it copied under an unpublished version name (no manifest) go too,
+    and then the lock. A local build's aside copy of an old version is left
+    for the next build of that version, which restores it."""
+    suffixes = "|".join(re.escape(suffix) for suffix in _BUILD_SUFFIXES)
+    pattern = re.compile(rf"^(?P<version>[A-Za-z0-9._+=-]+?)\.(?P<id>{_BUILD_ID})"
+                         rf"(?:|{suffixes})(?:\.[0-9a-f]{{32}}\.tmp)?$")
+    builds: dict[tuple[str, str], set[str]] = {}
+    for name in out.names(out.path(STAGING_DIR)):
+        match = pattern.match(name)
+        if match and match["version"] != version:
+            builds.setdefault((match["version"], match["id"]), set()).add(name)
+    for (other, other_id), names in sorted(builds.items()):
+        owner = f"{other}.{other_id}{_OWNER_SUFFIX}"
+        record = load_json(out.read_bytes(out.path(STAGING_DIR, owner)))
+        if (not _owner_is_stale(record, stale_after)
+                or _being_born(other, other_id, names, record, stale_after)
+                or f"{other}.{other_id}{ASIDE_SUFFIX}" in names):
+            continue
+        lock_path = out.path(STAGING_DIR, f"{other}{_LOCK_SUFFIX}")
+        holder = load_json(out.read_bytes(lock_path))
+        if isinstance(holder, Mapping) and holder.get("build_id") == other_id:
+            lock = CommitLock(out, other, build_id=build_id, stale_after=stale_after)
+            if not lock.try_acquire():  # taken over by a live build meanwhile
+                continue
+            try:
+                if not out.local and published_identity(out, other) is None:
+                    out.remove(out.path(other), recursive=True)
+            finally:
+                lock.release()
+        for name in sorted(names - {owner}):
+            out.remove(out.path(STAGING_DIR, name), recursive=True)
+        out.remove(out.path(STAGING_DIR, owner))
+
+
+def _remove_held_copies(out: Output, version: str, stale_after: float, build_id: str) -> None:
+    """Deletes the held copies (`held_copy_name`) of `version` that dead
+    builds left at the top level, except the one LATEST names: a build
+    killed in an object-store overwrite leaves LATEST naming its held copy,
+    a complete version, until the next commit moves LATEST on."""
+    if out.local:
+        return
+    pattern = re.compile(rf"^{re.escape(held_copy_name(version, ''))}(?P<id>{_BUILD_ID})$")
+    latest = (out.read_bytes(out.path(manifest_lib.LATEST_FILE)) or b"").decode(
+        "utf-8", "replace").strip()
+    for name in out.names(out.root):
+        match = pattern.match(name)
+        if match is None or name == latest or match["id"] == build_id:
+            continue
+        owner = load_json(out.read_bytes(
+            out.path(STAGING_DIR, f"{version}.{match['id']}{_OWNER_SUFFIX}")))
+        if _owner_is_stale(owner, stale_after):
+            out.remove(out.path(name, manifest_lib.MANIFEST_FILE))  # unpublished first
+            out.remove(out.path(name), recursive=True)
 
 
 def _restore_aside(out: Output, version: str, build_id: str) -> None:

@@ -438,6 +438,8 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
     running_elsewhere = _fake_staging(root, "1.0", host="other-host", pid=1, heartbeat_age=5)
     other_version = _fake_staging(root, "1.0.1", host=socket.gethostname(), pid=dead_pid,
                                   heartbeat_age=1)
+    other_version_running = _fake_staging(root, "1.0.1", host="other-host", pid=1,
+                                          heartbeat_age=5)
     live = publish.begin_build(str(root), "1.0")
     staging = publish.begin_build(str(root), "1.0")  # sees `live`: same process, fresh
     try:
@@ -445,7 +447,11 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
         assert crashed_here.name not in names and crashed_here.name + ".owner.json" not in names
         assert silent_elsewhere.name not in names
         assert running_elsewhere.name in names and running_elsewhere.name + ".owner.json" in names
-        assert other_version.name in names  # only this version's stagings are touched
+        # A dead build of another version is cleaned too (a nightly {date}
+        # version is never built again); a running one is left alone.
+        assert other_version.name not in names
+        assert other_version.name + ".owner.json" not in names
+        assert other_version_running.name in names
         assert os.path.isdir(live.url) and os.path.isdir(staging.url)
     finally:
         live.abort()
