@@ -68,6 +68,22 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def stop_group(process: subprocess.Popen) -> None:
+    """Stops a process this module started in its own session, with every
+    process in its group (a traced Dask worker: strace, nanny, worker)."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 def run_recordforge(*args: str, env: dict, cwd=REPO, timeout: float = 600,
                     check: bool = True) -> subprocess.CompletedProcess:
     """Runs the `recordforge` command line in a subprocess."""
@@ -175,13 +191,15 @@ class S3Server:
         complete = appended.rfind(b"\n") + 1
         self._counted_bytes += complete
         self._counted_lines += sum(1 for line in appended[:complete].splitlines()
-                                   if READER_AGENT.encode() not in line)
+                                   if line.strip() and READER_AGENT.encode() not in line)
         return self._counted_lines
 
     def requests_since(self, mark: int) -> list[tuple[str, str]]:
         """(request type, URL) of every request recorded after `mark`."""
         with open(self.recording, encoding="utf-8") as f:
-            lines = [line for line in f if READER_AGENT not in line][mark:]
+            # Complete lines only: the server may be writing the last one.
+            lines = [line for line in f if line.endswith("\n") and line.strip()
+                     and READER_AGENT not in line][mark:]
         found = []
         for line in lines:
             entry = json.loads(line)

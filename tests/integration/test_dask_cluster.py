@@ -81,15 +81,16 @@ def cluster(tmp_path, moto, support):
                      "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
                      "--local-directory", str(home / "tmp"), "--name", f"worker{i}"],
                     cwd=home, env={**env, "TMPDIR": str(home / "tmp")}, stdout=handle,
-                    stderr=subprocess.STDOUT))
+                    stderr=subprocess.STDOUT, start_new_session=True))
             workers[home] = trace
         from distributed import Client
         with Client(address, timeout=60) as client:
             client.wait_for_workers(2, timeout=120)
         yield address, workers
     finally:
-        for process in reversed(processes):
-            support.stop(process)
+        for process in processes[1:]:
+            support.stop_group(process)
+        support.stop(processes[0])
 
 
 def test_a_dask_cluster_without_shared_disk_builds_the_local_bytes_on_s3(
