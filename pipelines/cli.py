@@ -4,6 +4,7 @@
     recordforge verify DATASET_DIR [--deep]
     recordforge inspect PATH [--limit N]
     recordforge runner-args PROFILE
+    recordforge install-prism [--go GO] [--cache-dir DIR]
 
 Each subcommand module owns its flags and returns its exit status; this module
 only picks the module, imported lazily so `recordforge --help` and a bad
@@ -33,6 +34,8 @@ COMMANDS = {
              "infer a dataset config from a table or an image directory"),
     "runner-args": ("recordforge.pipelines.cli", "runner_args",
                     "print the Beam options of a runner profile (configs/runners/)"),
+    "install-prism": ("recordforge.pipelines.prism", "main",
+                      "build Beam's Prism runner into the cache (for `runner-args prism`)"),
 }
 
 USAGE = """\

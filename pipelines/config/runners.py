@@ -16,6 +16,21 @@ __all__ = ["load_runner_profile", "runner_profile_names"]
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 
 
+def _prism_binary(environ: Mapping[str, str]) -> str:
+    from .. import prism  # reads no Beam: the version comes from package metadata
+
+    path = prism.binary_path(environ=environ)
+    if not os.access(path, os.X_OK):
+        raise ConfigError("", f"Prism is not installed at {path}: run `recordforge "
+                          "install-prism` first (or set RECORDFORGE_PRISM to a Prism binary)")
+    return path
+
+
+# Variables a profile may use that recordforge knows when the environment
+# does not set them: name -> function of the environment giving the value.
+_PROVIDED = {"RECORDFORGE_PRISM": _prism_binary}
+
+
 def runner_profile_names() -> list[str]:
     """Names of the runner profiles shipped in ``configs/runners/``."""
     folder = importlib.resources.files("recordforge.configs") / "runners"
@@ -33,6 +48,9 @@ def load_runner_profile(name_or_path: str, environ: Mapping[str, str] | None = N
     `environ`, default os.environ); an unset variable is a ConfigError.
     ``${VAR:-default}`` uses the default when VAR is unset or empty, and a flag
     left with an empty value (``--flag=``) is dropped, so Beam's own default applies.
+    ``${RECORDFORGE_PRISM}``, when not set, is the Prism binary `recordforge
+    install-prism` cached for the installed Beam version (a ConfigError
+    when it is not installed).
     """
     environ = os.environ if environ is None else environ
     label = f"runner profile {name_or_path}"
@@ -69,6 +87,8 @@ def load_runner_profile(name_or_path: str, environ: Mapping[str, str] | None = N
                 return environ[var]
             if match.group(2) is not None:
                 return default
+            if var in _PROVIDED:
+                return _PROVIDED[var](environ)
             raise ConfigError(f"args[{i}]", f"{label}: environment variable {var} is not "
                               f"set (needed by {arg})")
 

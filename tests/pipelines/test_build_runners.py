@@ -90,5 +90,15 @@ def test_build_from_an_installed_sdist_gives_the_same_bytes(reference, tmp_path)
                             "import recordforge.pipelines.build as b; print(b.__file__)"],
                            cwd=tmp_path, check=True, capture_output=True, text=True, env=env)
     assert str(env_dir) in probe.stdout and str(REPO) not in probe.stdout
+    # The runner profiles ship in the sdist as package data: a worker or a
+    # scheduler with only the installed package can expand every one.
+    for profile in ("direct", "dask", "flink", "dataflow", "prism"):
+        expanded = subprocess.run(
+            [str(env_dir / "bin" / "recordforge"), "runner-args", profile], cwd=tmp_path,
+            capture_output=True, text=True,
+            env={**env, "FLINK_MASTER": "jm:8081", "GCP_PROJECT": "p", "GCP_REGION": "r",
+                 "GCS_TEMP": "gs://b/t", "RECORDFORGE_PRISM": "/opt/prism"})
+        assert expanded.returncode == 0, expanded.stderr
+        assert expanded.stdout.startswith("--runner="), expanded.stdout
     version = (out / "LATEST").read_text().strip()
     assert _digests(out / version) == reference["flights"]

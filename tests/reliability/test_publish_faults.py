@@ -1,0 +1,285 @@
+"""Real faults inside the commit, and real signals to a build.
+
+Errors come from the kernel's point of view of the build process: strace
+injects them into the real `recordforge build` (``-P PATH`` limits them to
+system calls on one path): EIO from fsync of the output directory, a
+filesystem without ``renameat2(RENAME_EXCHANGE)`` (EINVAL) whose renames then
+fail (EXDEV). Signals are real SIGTERM / SIGINT to a build with worker
+processes. After each: the exit status says what happened, a version that
+was published before is complete where readers look for it, LATEST names a
+complete version, ``.staging`` holds nothing of the failed build, and the
+next build publishes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from recordforge.pipelines.publish import verify
+from recordforge.pipelines.publish.lock import CommitLock
+from recordforge.pipelines.publish.output import Output
+
+BASE, VERSION = "0.9.0", "1.0.0"
+
+CONFIG = textwrap.dedent("""\
+    name: commit-faults
+    version: "{version}"
+    source: {{type: csv, path: {csv}}}
+    features:
+      id: {{type: int64}}
+      name: {{type: string}}
+    splits: {{train: 0.8, test: 0.2}}
+    key: id
+    output: {{path: "{output}", compression: none, shard_size: 1MB}}
+    """)
+
+pytestmark = pytest.mark.skipif(shutil.which("strace") is None or not sys.platform.startswith(
+    "linux"), reason="needs Linux and strace")
+
+
+def _config(tmp_path: Path, rows: int, output: Path, version: str = VERSION) -> Path:
+    csv = tmp_path / f"rows-{rows}.csv"
+    if not csv.exists():
+        rng = random.Random(rows)
+        csv.write_text("id,name\n" + "".join(
+            f"{i},{''.join(rng.choice('abcdefghij') for _ in range(30))}\n"
+            for i in range(rows)))
+    path = tmp_path / f"config-{version}-{rows}.yaml"
+    path.write_text(CONFIG.format(version=version, csv=csv, output=output))
+    return path
+
+
+def _cli() -> str:
+    script = Path(sys.executable).with_name("recordforge")
+    if not script.exists():
+        pytest.skip("recordforge console script not installed")
+    return str(script)
+
+
+def _build(config: Path, *flags: str, strace: list[str] | None = None,
+           beam_args=("--direct_running_mode=in_memory",)) -> subprocess.CompletedProcess:
+    command = [_cli(), "build", str(config), *flags, "--", *beam_args]
+    if strace:
+        output = [] if "-o" in strace else ["-o", "/dev/null"]
+        command = ["strace", "-f", "-qq", *output, *strace, *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def _verdict(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("recordforge build: ")]
+    assert lines, stderr[-3000:]
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """An output root with BASE and VERSION published (LATEST: VERSION),
+    kept as a template each test copies."""
+    tmp_path = tmp_path_factory.mktemp("published")
+    root = tmp_path / "out"
+    for version in (BASE, VERSION):
+        done = _build(_config(tmp_path, 300, root, version))
+        assert done.returncode == 0, done.stderr[-3000:]
+    return root
+
+
+def _copy(published: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "out"
+    shutil.copytree(published, root, symlinks=True)
+    return root
+
+
+def _assert_unchanged(root: Path, manifest_before: bytes, latest: str = VERSION) -> None:
+    assert (root / VERSION / "manifest.json").read_bytes() == manifest_before
+    assert verify.verify_dataset(str(root / VERSION)).ok
+    assert (root / "LATEST").read_text() == f"{latest}\n"
+    assert verify.verify_dataset(str(root)).ok
+    assert sorted(p.name for p in (root / ".staging").iterdir()) == []
+
+
+# --- EIO from fsync of the output directory ---------------------------------------
+
+@pytest.mark.slow
+def test_eio_syncing_the_output_directory_after_the_commit_rename_fails_the_build(
+        tmp_path, published):
+    """The rename that publishes the version is undone when the output
+    directory cannot be synced; for a new version and for an overwrite."""
+    root = _copy(published, tmp_path)
+    inject = ["-P", str(root), "-e", "trace=fsync,fdatasync",
+              "-e", "inject=fsync,fdatasync:error=EIO"]
+    before = (root / VERSION / "manifest.json").read_bytes()
+    overwrite = _build(_config(tmp_path, 200, root), "--overwrite", strace=inject)
+    assert overwrite.returncode == 1, overwrite.stderr[-3000:]
+    message = _verdict(overwrite.stderr)
+    assert "Input/output error" in message and "nothing was published" in message, message
+    _assert_unchanged(root, before)
+
+    new = _build(_config(tmp_path, 200, root, version="2.0.0"), strace=inject)
+    assert new.returncode == 1, new.stderr[-3000:]
+    assert "nothing was published" in _verdict(new.stderr)
+    assert not (root / "2.0.0").exists()
+    _assert_unchanged(root, before)
+
+    done = _build(_config(tmp_path, 200, root, version="2.0.0"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (root / "LATEST").read_text() == "2.0.0\n"
+
+
+# --- overwrite without RENAME_EXCHANGE ---------------------------------------------
+
+NO_EXCHANGE = ["-e", "trace=rename,renameat,renameat2", "-e", "inject=renameat2:error=EINVAL"]
+
+
+def _commit_renames(tmp_path: Path, root: Path, config: Path) -> dict[str, int]:
+    """Which rename(2) call of an overwrite without RENAME_EXCHANGE moves the
+    old version aside and which moves the new one in (1-based, in the order
+    the build makes them; in-memory mode makes them in the same order every
+    time; strace counts per thread), from a traced build of a copy of `root`."""
+    probe_root = tmp_path / "probe"
+    shutil.copytree(root, probe_root, symlinks=True)
+    probe_config = tmp_path / "probe.yaml"
+    probe_config.write_text(config.read_text().replace(str(root), str(probe_root)))
+    trace = tmp_path / "renames.trace"
+    done = _build(probe_config, "--overwrite", strace=["-o", str(trace), *NO_EXCHANGE])
+    assert done.returncode == 0, done.stderr[-3000:]
+    renames = [line for line in trace.read_text().splitlines() if " rename(" in line]
+    final = f'"{probe_root / VERSION}"'
+    aside = next(line for line in renames if f"rename({final}, " in line)
+    # strace counts calls per thread: count the committing thread's.
+    thread = aside.split()[0]
+    mine = [line for line in renames if line.split()[0] == thread]
+    found = {}
+    for index, line in enumerate(mine, 1):
+        if f"rename({final}, " in line:
+            found["aside"] = index
+        elif line.split(", ")[-1].startswith(final):
+            found["in"] = index
+    assert set(found) == {"aside", "in"}, renames
+    return found
+
+
+@pytest.mark.slow
+def test_overwrite_without_exchange_whose_rename_fails_keeps_the_old_version(
+        tmp_path, published):
+    """No RENAME_EXCHANGE (EINVAL, as on filesystems without it); then the
+    rename moving the old version aside, or the one moving the new version
+    in, fails (EXDEV): the old version is where readers look, LATEST still
+    names it, the build says nothing was published, and the same
+    filesystem without the failure publishes."""
+    root = _copy(published, tmp_path)
+    before = (root / VERSION / "manifest.json").read_bytes()
+    config = _config(tmp_path, 200, root)
+    calls = _commit_renames(tmp_path, root, config)
+    for step in ("aside", "in"):
+        inject = [*NO_EXCHANGE, "-e", f"inject=rename:error=EXDEV:when={calls[step]}"]
+        failed = _build(config, "--overwrite", strace=["-o", "/dev/null", *inject])
+        assert failed.returncode == 1, (step, failed.stderr[-3000:])
+        message = _verdict(failed.stderr)
+        assert "Invalid cross-device link" in message, (step, message)
+        assert "nothing was published" in message, (step, message)
+        _assert_unchanged(root, before)
+
+    done = _build(config, "--overwrite", strace=["-o", "/dev/null", *NO_EXCHANGE])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (root / VERSION / "manifest.json").read_bytes() != before
+    assert verify.verify_dataset(str(root), deep=True).ok
+    assert sorted(p.name for p in (root / ".staging").iterdir()) == []
+
+
+# --- signals ----------------------------------------------------------------------
+
+def _group_gone(pgid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_while_workers_write_shards_stops_everything(tmp_path, published, signum,
+                                                             status):
+    """SIGTERM to the driver (a scheduler stopping the job) or SIGINT to the
+    whole process group (Ctrl-C) once shards are being written, with worker
+    processes: the exit status is 128 + signal, the message says nothing was
+    published, no process of the build is left, and .staging is empty."""
+    root = _copy(published, tmp_path)
+    before = (root / VERSION / "manifest.json").read_bytes()
+    config = _config(tmp_path, 60000, root)
+    process = subprocess.Popen(
+        [_cli(), "build", str(config), "--overwrite", "--",
+         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until the workers have started writing into the staging directory.
+        while time.monotonic() < deadline and process.poll() is None:
+            staged = [p for p in (root / ".staging").glob(f"{VERSION}.*") if p.is_dir()]
+            if any(any(s.iterdir()) for s in staged if (s / "_tmp").exists()) and any(
+                    len(list((s / "_tmp").rglob("*"))) > 2 for s in staged):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        if signum == signal.SIGINT:
+            os.killpg(process.pid, signum)
+        else:
+            os.kill(process.pid, signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == status, stderr[-3000:]
+    assert _verdict(stderr) == "recordforge build: interrupted; nothing was published"
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert _group_gone(process.pid), "worker processes outlived the build"
+    _assert_unchanged(root, before)
+
+
+# --- the commit lock ----------------------------------------------------------------
+
+def test_a_lock_whose_lease_ran_out_is_taken_and_a_live_one_is_reported(tmp_path):
+    """A commit lock left by a build on another host (its process cannot be
+    checked) blocks the version only until its lease runs out; a waiting
+    build says who holds it."""
+    out = Output(str(tmp_path))
+    (tmp_path / ".staging").mkdir()
+    messages: list[str] = []
+    holder = CommitLock(out, VERSION, build_id="20260101T000000Z-aaaaaaaaaaaa",
+                        stale_after=900, lease=0.6)
+    assert holder.try_acquire()
+    # The holder's renewals keep it: a waiter gives up and names it.
+    waiter = CommitLock(out, VERSION, build_id="20260101T000000Z-bbbbbbbbbbbb",
+                        stale_after=900, report=messages.append)
+    assert not waiter.acquire(wait=1.0)
+    assert len(messages) == 1 and "20260101T000000Z-aaaaaaaaaaaa" in messages[0]
+    assert "lease until" in messages[0] and "pid" in messages[0]
+    # The holder "dies" on another host: renewals stop, its process is unknown.
+    holder._stop.set()
+    holder._renewer.join()
+    lock_file = tmp_path / ".staging" / f"{VERSION}.commit.lock"
+    record = lock_file.read_text().replace(f'"host": "{os.uname().nodename}"',
+                                           '"host": "gone-pod"')
+    lock_file.write_text(record)
+    started = time.monotonic()
+    assert waiter.acquire(wait=5.0)
+    assert time.monotonic() - started < 2.0  # the lease (0.6 s), not 15 minutes
+    with pytest.raises(Exception, match="lost the commit lock"):
+        holder.check_held()
+    waiter.check_held()
+    waiter.release()
+    assert not lock_file.exists()
