@@ -9,7 +9,8 @@ KeyboardInterrupt) in the main thread; the build's cleanup deletes the
 staging directory and the command exits ``128 + signal`` (130, 143) saying
 nothing was published. A runner that reports its workers' deaths as a
 pipeline failure before the handler's exception arrives is told apart by
-`received`.
+`received`. After a signal the runner's threads' tracebacks and log lines
+about the stopped workers are silenced until the block ends.
 
 Inside `deferred` (the commit and the LATEST update) a signal is only
 recorded: the few renames finish, and the build reports what it published.
@@ -17,6 +18,7 @@ recorded: the few renames finish, and the build reports what it published.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -47,6 +49,7 @@ class _State:
     def __init__(self):
         self.received: int | None = None
         self.deferring = 0
+        self.quieted = False
 
 
 _state = _State()
@@ -113,12 +116,28 @@ def stop_workers(grace: float = WORKER_GRACE) -> None:
             pass
 
 
+def _quiet_thread_error(args) -> None:
+    """Threads of the runner that fail because their workers were stopped:
+    the build's outcome is already decided, their tracebacks say nothing."""
+
+
+def _quiet() -> None:
+    """After a signal the runner's threads and loggers report the workers'
+    deaths (tracebacks on stderr); the build reports the interruption
+    itself, once."""
+    if not _state.quieted:
+        _state.quieted = True
+        threading.excepthook = _quiet_thread_error
+        logging.disable(logging.CRITICAL)
+
+
 def _handle(signum: int, frame) -> None:
     first = _state.received is None
     _state.received = signum
     if _state.deferring:
         return
     if first:
+        _quiet()
         stop_workers()
     raise Interrupted(signum)
 
@@ -132,6 +151,7 @@ def interruptible() -> Iterator[None]:
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    excepthook = threading.excepthook
     _state.received = None
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
@@ -140,6 +160,10 @@ def interruptible() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if _state.quieted:
+            _state.quieted = False
+            threading.excepthook = excepthook
+            logging.disable(logging.NOTSET)
 
 
 def received() -> Interrupted | None:
