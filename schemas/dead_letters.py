@@ -1,7 +1,9 @@
 """Dead-letter records: what every failed input row becomes.
 
 One record per failed input row, in the JSON shape of the product contract:
-``{"source", "row", "key", "stage", "reason", "feature", "message", "input"}``.
+``{"source", "row", "key", "stage", "reason", "feature", "message", "input",
+"errors"}`` (``errors``: every fault of the row, the first being the one the
+record names), plus ``rows`` for a record that stands for a whole file.
 Reason codes are stable snake_case strings listed in `REASONS`; the README's
 reason table is the user-facing copy of that list.
 """
@@ -11,10 +13,10 @@ from __future__ import annotations
 import base64
 import itertools
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 __all__ = ["MAX_INLINE_CHARS", "MAX_INLINE_ITEMS", "STAGES", "REASONS", "RowError",
-           "counted_rows", "dead_letter", "json_safe", "printable_name", "printable_text",
+           "counted_rows", "dead_letter", "row_faults", "json_safe", "printable_name", "printable_text",
            "rows_of"]
 
 STAGES = ("read", "decode", "check", "encode")
@@ -87,7 +89,8 @@ def _rebuild_row_error(reason, message, feature, stage):
 
 
 def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: str,
-                feature: str | None, message: str, input: Any, rows: int | None = 1) -> dict:
+                feature: str | None, message: str, input: Any, rows: int | None = 1,
+                errors: Sequence[Mapping[str, Any]] | None = None) -> dict:
     """Builds one dead-letter record (a JSON-safe dict in the contract's shape).
 
     Every text in it can be written as UTF-8 (`printable_text`), whatever
@@ -97,7 +100,10 @@ def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: s
     `rows`: the input rows the record stands for (`rows_of`): 1 for a row;
     for a file, or the rest of one, that cannot be read, how many rows it
     held when that is known (0 for an empty file) or None when it is not.
-    A record for other than one row says so in its ``rows`` field."""
+    A record for other than one row says so in its ``rows`` field.
+
+    `errors`: every fault of the row as ``{reason, feature, message}``, the
+    one the record names first; default: that one alone."""
     if reason not in REASONS:
         raise ValueError(f"unregistered dead-letter reason {reason!r}")
     record = {
@@ -109,10 +115,34 @@ def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: s
         "feature": printable_text(feature) if isinstance(feature, str) else feature,
         "message": printable_text(message),
         "input": json_safe(input),
+        "errors": [_fault(fault) for fault in errors] if errors else [None],
     }
+    # (keys sorted, as the sink writes nested objects)
+    record["errors"][0] = {"feature": record["feature"], "message": record["message"],
+                           "reason": record["reason"]}
     if rows != 1:
         record["rows"] = rows
     return record
+
+
+def _fault(fault: Mapping[str, Any]) -> dict:
+    feature = fault.get("feature")
+    return {"feature": printable_text(feature) if isinstance(feature, str) else feature,
+            "message": printable_text(str(fault.get("message", ""))),
+            "reason": fault["reason"]}
+
+
+def row_faults(first: RowError, more: Sequence[RowError]) -> list[dict]:
+    """`first` and every other fault in `more` (repeats left out), as the
+    ``errors`` of a dead letter."""
+    faults, seen = [], set()
+    for error in (first, *more):
+        fault = (error.reason, error.feature, error.message)
+        if fault not in seen:
+            seen.add(fault)
+            faults.append({"reason": error.reason, "feature": error.feature,
+                           "message": error.message})
+    return faults
 
 
 def rows_of(record: Mapping) -> int | None:

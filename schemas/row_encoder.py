@@ -89,6 +89,21 @@ class RowEncoder:
                 out[name] = converted
         return out
 
+    def faults(self, values: Mapping[str, Any]) -> list[RowError]:
+        """Every fault of a raw row, one per feature that fails, in schema
+        order (the first is the one `convert` raises). For dead letters: only
+        a failing row pays for it."""
+        if self._paths:
+            values = with_paths(values, self._paths)
+        get = values.get
+        found = []
+        for _, source, convert in self._plan:
+            try:
+                convert(get(source))
+            except RowError as error:
+                found.append(error)
+        return found
+
     def converter(self, name: str) -> Converter:
         """The compiled converter of feature `name` (raw value -> values)."""
         for feature, _, convert in self._plan:

@@ -14,7 +14,7 @@ import logging
 import traceback
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..schemas.dead_letters import RowError, dead_letter, json_safe
+from ..schemas.dead_letters import RowError, dead_letter, json_safe, row_faults
 from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
@@ -120,7 +120,8 @@ class BatchConverter:
                 examples.append(example)
             except RowError as error:
                 dead_letters.append(self._dead_letter(row, error.stage, error.reason,
-                                                      error.feature, error.message))
+                                                      error.feature, error.message,
+                                                      self._faults(row, error)))
             except Exception:  # a bug must cost one row, not the pipeline
                 dead_letters.append(self._dead_letter(
                     row, "encode", "internal_error", None,
@@ -224,12 +225,27 @@ class BatchConverter:
             raise RowError("type_mismatch", f"key column {column!r}: {error}",
                            feature=column) from None
 
+    def _faults(self, row: SourceRow, first: RowError) -> list[dict]:
+        """Every fault of a failed row, `first` (the one reported) first: each
+        failing feature's, and the key's."""
+        more = []
+        if self._key_column is not None:
+            try:
+                self._key_of(row.values.get(self._key_column))
+            except RowError as error:
+                more.append(error)
+        try:
+            more[:0] = self._encoder.faults(row.values)
+        except Exception:  # the faults are extra detail; the first is already known
+            pass
+        return row_faults(first, more)
+
     def _dead_letter(self, row: SourceRow, stage: str, reason: str, feature: str | None,
-                     message: str) -> dict:
+                     message: str, errors: list[dict] | None = None) -> dict:
         key = row.values.get(self._key_column) if self._key_column is not None else None
         return dead_letter(source=row.source, row=row.row, key=_render(key), stage=stage,
                            reason=reason, feature=feature, message=message,
-                           input=_input_for_dead_letter(row.values))
+                           input=_input_for_dead_letter(row.values), errors=errors)
 
 
 def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:

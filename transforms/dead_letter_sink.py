@@ -38,7 +38,8 @@ __all__ = ["RECORDS_PER_FILE", "WriteDeadLetters", "dead_letter_line", "sort_key
 RECORDS_PER_FILE = 100_000
 
 # The contract's field order; written in this order so files read naturally.
-_FIELDS = ("source", "row", "key", "stage", "reason", "feature", "message", "input")
+_FIELDS = ("source", "row", "key", "stage", "reason", "feature", "message", "input",
+           "errors")
 
 
 _REASON_IN_SORT_KEY = 3

@@ -89,7 +89,7 @@ def test_writes_sorted_jsonl_and_summary(tmp_path):
         ("b.csv", 7, "out_of_range"), ("images", None, "image_truncated")]
     assert sorted(map(json.dumps, parsed)) == sorted(map(json.dumps, RECORDS))
     assert list(parsed[0]) == ["source", "row", "key", "stage", "reason", "feature", "message",
-                               "input"]
+                               "input", "errors"]
 
 
 def test_no_dead_letters_gives_a_summary_and_no_files(tmp_path):
