@@ -51,7 +51,7 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                 yield read_dead_letter(
                     source, index + 1 if index else None, "avro_invalid",
                     f"{source}: the Avro {where} cannot be decoded ({type(exc).__name__}: "
-                    f"{exc}); the rest of the file is not read", source)
+                    f"{exc}); the rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, index + 1 if index else None, exc)
 

@@ -55,7 +55,7 @@ def iter_tfrecords(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                     source, exc.record_index + 1, "tfrecord_corrupt",
                     f"{source}: {exc.problem} at byte offset {exc.offset} (record "
                     f"{exc.record_index + 1}); the rest of the file is not read",
-                    {"offset": exc.offset, "record": exc.record_index + 1})
+                    {"offset": exc.offset, "record": exc.record_index + 1}, rows=None)
                 return
             if index == 0:
                 yield empty_file(source)
