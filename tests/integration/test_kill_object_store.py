@@ -105,7 +105,7 @@ def _published(support, root: str) -> tuple[str, dict[str, str]]:
     """(LATEST's version, digests of its data files) after checking it the
     way a reader does: LATEST names a version with a manifest, and
     verification of the output root passes."""
-    from recordforge.pipelines import verify
+    from recordforge.pipelines.publish import verify
 
     fs = _fresh_s3()
     latest = fs.cat_file(f"{root}/LATEST").decode().strip()
