@@ -139,6 +139,17 @@ def test_a_compressed_file_cut_anywhere_never_loses_rows_silently(cut, rows):
                                        letters[0]["reason"] == "empty_file")
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["1,2", "", '3,"multi\nline"', "4,5\r", '"q""uote",6']),
+                max_size=30), st.sampled_from(["id,id", "a,,a", " , "]))
+def test_a_file_with_an_unusable_header_counts_its_rows(records, header):
+    text = header + "\n" + "".join(record + "\n" for record in records)
+    with _written(text.encode(), "rows.csv") as path:
+        (letter,) = list(csv_reader.iter_csv(path))
+    assert letter["reason"] == "csv_bad_header"
+    assert rows_of(letter) == sum(1 for record in records if record)
+
+
 def test_unknown_losses_fail_any_bounded_budget():
     result = {"num_input_rows": 1000, "shards": [],
               "dead_letter": {"num_rows": 1, "by_reason": {"read_error": 1}, "uncounted": 1}}

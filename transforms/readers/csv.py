@@ -188,6 +188,28 @@ def _csv_header(batches: Iterator[tuple[int, int, bytes | None, bool]], source: 
     return names, None
 
 
+def _counted_header_problem(problem: dict, batches: Iterator[tuple[int, int, bytes | None, bool]],
+                            source: str) -> dict:
+    """A header that parsed but cannot name the columns (empty, duplicate
+    names; its dead letter's input is the names) leaves the file's records
+    countable: its dead letter then stands for all of them, counted from
+    `batches` (the rest of the file). Other header problems stand for an
+    unknown number of rows."""
+    if problem["reason"] != "csv_bad_header" or not isinstance(problem["input"], list):
+        return problem
+    rows = 0
+    for _, _, data, plain in batches:
+        if data is None:
+            return problem  # a quote that never ends: the records cannot be told apart
+        if plain:
+            rows += sum(1 for line in data.split(b"\n") if line and line != b"\r")
+        elif data and data != b"\r":
+            rows += 1
+    return read_dead_letter(source, problem["row"], "csv_bad_header",
+                            f"{problem['message']}; its {rows} rows are not read",
+                            problem["input"], rows=rows)
+
+
 def iter_csv(path: str, *, start: int = 0, end: int | None = None,
              start_line: int | None = None, fs: fsspec.AbstractFileSystem | None = None,
              source: str | None = None, columns: bool = False
@@ -227,7 +249,7 @@ def iter_csv(path: str, *, start: int = 0, end: int | None = None,
                 batches = _iter_csv_batches(iter_line_blocks(f, cursor, _BLOCK))
                 names, problem = _csv_header(batches, source)
                 if problem is not None:
-                    yield problem
+                    yield _counted_header_problem(problem, batches, source)
                     return
                 if names is None:
                     yield empty_file(source)
