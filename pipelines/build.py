@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from . import progress, publish, signals
+from . import progress, publish, scratch, signals
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
@@ -284,7 +284,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     ours, beam_args = _split_argv(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(ours)
     quiet_args = progress.hide_beam_noise(args.verbose)
-    with signals.interruptible():
+    with signals.interruptible(), scratch.private_tempdir():
         status = _run(args, beam_args, quiet_args)
     if status == 0 and signals.received() is not None:
         print("recordforge build: interrupted after the version was published",

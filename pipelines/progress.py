@@ -387,7 +387,10 @@ _QUIET_LOGGERS = ("distributed", "tornado")
 
 # Beam options that quiet worker processes (multi_processing DirectRunner
 # workers and portable SDK harnesses log INFO to stderr by default).
-QUIET_BEAM_ARGS = ("--default_sdk_harness_log_level=ERROR",)
+# CRITICAL, not ERROR: a failing step logs its traceback at ERROR in the
+# worker and again in the driver (the job service relays it); without -v the
+# build's own one-line verdict names the error and the step instead.
+QUIET_BEAM_ARGS = ("--default_sdk_harness_log_level=CRITICAL",)
 
 
 def hide_beam_noise(verbose: bool) -> list[str]:
@@ -409,7 +412,7 @@ def hide_beam_noise(verbose: bool) -> list[str]:
         else:
             root.setLevel(min(root.level or logging.INFO, logging.INFO))
         return []
-    beam_logger.setLevel(logging.ERROR)
+    beam_logger.setLevel(logging.CRITICAL)
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     if _ROOT_FILTER not in root.filters:

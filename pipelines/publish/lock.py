@@ -33,7 +33,7 @@ from ...transforms.layout import (LOCK_BROKEN_SUFFIX, LOCK_SUFFIX, LOCK_TMP_SUFF
                                   OWNER_SUFFIX, STAGING_DIR)
 from .output import Output, load_json
 from .errors import ConcurrentBuildError
-from .owners import _process_alive, owner_is_stale, process_start
+from .owners import process_alive, owner_is_stale, process_start
 
 __all__ = ["LOCK_LEASE", "LOCK_SETTLE", "LOCK_WAIT", "CommitLock", "lock_is_stale"]
 
@@ -63,7 +63,7 @@ def lock_is_stale(holder: Mapping | None, read_owner: Callable[[str], Mapping | 
         pid = int(holder["pid"])
     except (KeyError, TypeError, ValueError):
         return True
-    if holder.get("host") == socket.gethostname() and not _process_alive(
+    if holder.get("host") == socket.gethostname() and not process_alive(
             pid, holder.get("pid_start")):
         return True
     return time.time() > lease_until

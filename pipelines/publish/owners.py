@@ -42,6 +42,7 @@ __all__ = [
     "owner_is_stale",
     "owner_record",
     "pipeline_owner_record",
+    "process_alive",
     "process_start",
 ]
 
@@ -72,7 +73,9 @@ def process_start(pid: int) -> str | None:
     return fields[19].decode() if len(fields) > 19 else None
 
 
-def _process_alive(pid: int, start: str | None) -> bool:
+def process_alive(pid: int, start: str | None) -> bool:
+    """Whether process `pid` of this machine is running and is the one that
+    started at `start` (`process_start`; None: any)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,7 +129,7 @@ def owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
         except (TypeError, ValueError):
             return True
         if (pid is not None and owner.get("host") == socket.gethostname()
-                and not _process_alive(pid, owner.get("pid_start"))):
+                and not process_alive(pid, owner.get("pid_start"))):
             return True
         return time.time() > lease_until
     try:
@@ -134,7 +137,7 @@ def owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
         pid = int(owner["pid"])
     except (KeyError, TypeError, ValueError):
         return True
-    if owner.get("host") == socket.gethostname() and not _process_alive(pid, owner.get("pid_start")):
+    if owner.get("host") == socket.gethostname() and not process_alive(pid, owner.get("pid_start")):
         return True
     return time.time() - heartbeat > stale_after
 

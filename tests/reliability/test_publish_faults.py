@@ -283,3 +283,65 @@ def test_a_lock_whose_lease_ran_out_is_taken_and_a_live_one_is_reported(tmp_path
     waiter.check_held()
     waiter.release()
     assert not lock_file.exists()
+
+
+# --- what a killed build leaves behind ---------------------------------------------
+
+@pytest.mark.slow
+def test_the_next_build_of_any_version_cleans_what_a_killed_build_left(tmp_path, published):
+    """A nightly build (a new version every night) killed with SIGKILL
+    mid-pipeline leaves its staging directory, owner file and local
+    temporary directory (Beam's beam-pipeline-temp* inside it); the next
+    build, of another version, removes all of them."""
+    root = _copy(published, tmp_path)
+    local_tmp = tmp_path / "tmp"
+    local_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(local_tmp)}
+    config = _config(tmp_path, 60000, root, version="2026-11-24")
+    process = subprocess.Popen([_cli(), "build", str(config), "--",
+                                "--direct_running_mode=in_memory"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                               start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if list((root / ".staging").glob("2026-11-24.*/_tmp/*")):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None
+        os.killpg(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    left = sorted(p.name for p in (root / ".staging").iterdir())
+    assert any(name.startswith("2026-11-24.") for name in left), left
+    scratch = list(local_tmp.iterdir())
+    assert [p.name.startswith("recordforge-build-") for p in scratch] == [True], scratch
+    assert list(scratch[0].glob("beam-pipeline-temp*")), list(scratch[0].iterdir())
+
+    done = subprocess.run([_cli(), "build", str(_config(tmp_path, 200, root,
+                                                       version="2026-11-25")),
+                           "--", "--direct_running_mode=in_memory"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in (root / ".staging").iterdir()) == []
+    assert list(local_tmp.iterdir()) == []
+    assert (root / "LATEST").read_text() == "2026-11-25\n"
+
+
+def test_a_failing_step_prints_one_verdict_and_no_traceback_without_verbose(
+        tmp_path, monkeypatch, capsys):
+    from recordforge.pipelines import cli
+    from recordforge.transforms.readers import csv as csv_reader
+
+    def failing(*args, **kwargs):
+        raise OSError(5, "injected read failure")
+
+    monkeypatch.setattr(csv_reader, "iter_csv", failing)
+    config = _config(tmp_path, 50, tmp_path / "out")
+    status = cli.main(["build", str(config), "--", "--direct_running_mode=in_memory",
+                       "--direct_num_workers=1"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert "Traceback" not in err, err
+    assert _verdict(err).startswith("recordforge build: the pipeline failed; nothing was "
+                                    "published: ") and "injected read failure" in err
