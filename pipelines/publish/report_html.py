@@ -258,6 +258,16 @@ def render_report(manifest: Mapping[str, Any], *,
                 body.append(f"<p class='note'>and {len(ordered) - MAX_LABELS_SHOWN:,} more "
                             "labels</p>")
 
+    # Input files: read and skipped (the manifest's fingerprints).
+    inputs = manifest.get("inputs") or {}
+    if inputs:
+        skipped = inputs.get("skipped") or {}
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
+        body.append("<h2 id='inputs'>Input files</h2>")
+        body.append(f"<p class='note'>{len(inputs.get('files') or []):,} files read, "
+                    f"{sum(skipped.values()):,} skipped{_e(f' ({reasons})' if reasons else '')}; "
+                    "each read file's size and version are in manifest.json (inputs).</p>")
+
     # Dead letters.
     dead = manifest.get("dead_letter") or {}
     num_dead = int(dead.get("num_rows", 0) or 0)

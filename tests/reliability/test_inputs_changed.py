@@ -127,3 +127,15 @@ def test_changed_inputs_reports_exactly_the_files_that_differ(before, after):
     differing = set(before) ^ set(after)
     assert {line.split()[0] for line in lines} == {name for name, _, _ in differing}
     assert (not lines) == (sorted(before) == sorted(after))
+
+
+def test_the_report_counts_the_input_files(tmp_path, run_build):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(_rows(0, 20))
+    (data / ".hidden.csv").write_text("junk")
+    (data / "notes.md").write_text("not a table")
+    status, _, err = run_build(_table_config(tmp_path, data))
+    assert status == 0, err
+    page = (tmp_path / "out" / "1.0.0" / "report.html").read_text()
+    assert "1 files read, 2 skipped (extension 1, hidden 1)" in page
