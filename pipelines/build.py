@@ -27,6 +27,7 @@ from . import progress, publish
 from .config import load_config, load_runner_profile
 from .graph import build_pipeline, known_vocabularies
 from .publish import report
+from .publish.statistics import StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
@@ -142,9 +143,15 @@ def run(argv: Sequence[str] | None = None) -> int:
         return _fail(f"the pipeline failed; nothing was published: "
                      f"{_error_summary(error, args.verbose)}", 1)
 
+    # stats.json, drift.json against the version LATEST names, the gates.
+    statistics = StatisticsCheck(config.output.path, [spec.name for spec in config.features],
+                                 config.validation.gates, publish.read_latest) \
+        if config.validation.statistics else None
+
     def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
         report.write_staged_report(staging_url, manifest, label_counts=label_counts,
-                                   wall_seconds=time.monotonic() - started)
+                                   wall_seconds=time.monotonic() - started,
+                                   **(statistics.report_sections if statistics else {}))
 
     try:
         result = publish.finalize(
@@ -153,7 +160,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             config=config.resolved, split_names=[name for name, _ in config.splits],
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=args.verify,
-            report_hook=write_report, update_latest=args.update_latest)
+            report_hook=write_report, update_latest=args.update_latest,
+            statistics_hook=statistics)
     except publish.VersionExistsError as error:
         return _fail(str(error), 2)
     except publish.PublishError as error:  # BuildFailed, or LATEST left behind

@@ -18,9 +18,11 @@ import fsspec
 from .config import DatasetConfig
 from .publish.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
+from ..schemas.statistics import StatisticsPlan
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.shards import WriteShards
 from ..transforms.sources import ReadImages, ReadTable, known_labels, scan_distinct
+from ..transforms.statistics import MergeStatistics, StatisticsSetup
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
 __all__ = ["build_pipeline", "known_vocabularies"]
@@ -43,6 +45,7 @@ def _write_result(parts: tuple, staging_url: str) -> str:
     _, tagged = parts
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
+    statistics: dict[str, dict[str, dict]] = {}
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -52,11 +55,14 @@ def _write_result(parts: tuple, staging_url: str) -> str:
             for split, label, count in value:
                 by_label = label_counts.setdefault(split, {})
                 by_label[label] = by_label.get(label, 0) + count
+        elif kind == "statistics":
+            split, feature, entry = value
+            statistics.setdefault(split, {})[feature] = entry
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
-              "label_counts": label_counts}
+              "label_counts": label_counts, "statistics": statistics}
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
     temporary = f"{path}.{uuid.uuid4().hex}.tmp"
     with fs.open(temporary, "wb") as f:
@@ -94,9 +100,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     source = pipeline | "Read" >> _read_source(config)
     # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
     # label_counts: ((split, label, examples), ...) for the report
+    # statistics: ((split, feature), FeatureStatistics) per batch
     converted = source.rows | "ToExamples" >> RowsToExamples(
         config.features, vocabularies, config.key, count_labels=_label_counting(
-            config, vocabularies))
+            config, vocabularies), statistics=_statistics_setup(config, vocabularies))
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = converted.examples | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
@@ -119,6 +126,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     _ = ((shards | "TagShards" >> beam.Map(_tag("shard")),
           dead_letter | "TagDeadLetters" >> beam.Map(_tag("dead_letter")),
           converted.label_counts | "TagLabelCounts" >> beam.Map(_tag("label_counts")),
+          # (split, feature, stats.json entry) per key
+          converted.statistics | "MergeStatistics" >> MergeStatistics()
+          | "TagStatistics" >> beam.Map(_tag("statistics")),
           rows_read)
          | "GatherResult" >> beam.Flatten()
          # (None, (kind, value))
@@ -137,6 +147,16 @@ def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[s
         return None
     return LabelCounting(feature, tuple(vocabulary) if vocabulary is not None else None,
                          config.name, tuple(config.splits))
+
+
+def _statistics_setup(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                      ) -> StatisticsSetup | None:
+    """What the converter needs to compute statistics, or None when the
+    config turns them off (``validation.statistics: false``)."""
+    if not config.validation.statistics:
+        return None
+    return StatisticsSetup(StatisticsPlan.from_specs(config.features, vocabularies),
+                           config.name, tuple(config.splits))
 
 
 def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:

@@ -12,7 +12,8 @@ A build never writes at a final name. The driver calls::
                               features={...}, vocabularies={...}, config={...},
                               split_names=[...], max_error_rate=0.01,
                               max_errors=None, runner="DirectRunner",
-                              verify=True, report_hook=None)
+                              verify=True, report_hook=None,
+                              statistics_hook=None)
 
 `begin_build` checks the version name, creates the staging directory (after
 cleaning up dead builds of the version, see `staging.open_staging`) and
@@ -36,7 +37,14 @@ moved to ``<output>/.failed/<version>.<build_id>/dead_letter/`` and the
 message names the top reasons with a sample row each. Otherwise it deletes
 ``_tmp``, calls ``report_hook(staging.url, manifest, label_counts)`` (which
 may add files such as ``report.html``; `label_counts` are the pipeline's
-``{split: {label: examples}}`` or None), writes ``SHA256SUMS`` (every file of the version
+``{split: {label: examples}}`` or None). Before it,
+``statistics_hook(staging.url, manifest, pipeline_result)`` may write
+statistics files (stats.json, drift.json) and returns a failure message when
+a validation gate is crossed: the build then fails (`BuildFailed`) once the
+report is written, and the report and statistics files are kept with the
+dead letters under ``<output>/.failed/<version>.<build_id>/``. Every file
+the hooks added is listed in the manifest's ``files``. It then writes
+``SHA256SUMS`` (every file of the version
 but ``manifest.json`` and itself), writes ``manifest.json`` into the staging
 directory, runs `verify.verify_dataset` on it (unless ``verify=False``) and
 commits:
@@ -86,6 +94,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from . import manifest as manifest_lib
+from .report import REPORT_FILE
+from .statistics import DRIFT_FILE, STATS_FILE
 from .staging import (ASIDE_SUFFIX, DEAD_LETTER_DIR, HEARTBEAT_INTERVAL,
                                            LATEST_TMP_SUFFIX, RESULT_FILE, STALE_AFTER,
                                            TMP_DIR, CommitLock, Output, Staging, fsync_dir,
@@ -141,11 +151,20 @@ class BuildFailed(PublishError):
         self.reasons = list(reasons)
         self.kept_at = kept_at
         self.problems = list(problems)
+        self.report_at: str | None = None
 
-    def with_kept_at(self, kept_at: str) -> "BuildFailed":
-        """The same failure, its message extended by where dead letters went."""
-        return type(self)(f"{self}\ndead-letter files of this build were kept in {kept_at}",
-                          reasons=self.reasons, kept_at=kept_at, problems=self.problems)
+    def with_kept_at(self, kept_at: str | None, report_at: str | None = None) -> "BuildFailed":
+        """The same failure, its message extended by where dead letters
+        (and the report) went."""
+        message = str(self)
+        if kept_at:
+            message += f"\ndead-letter files of this build were kept in {kept_at}"
+        if report_at:
+            message += f"\nthe report of this build was kept at {report_at}"
+        failure = type(self)(message, reasons=self.reasons, kept_at=kept_at or None,
+                             problems=self.problems)
+        failure.report_at = report_at
+        return failure
 
 
 class ConcurrentBuildError(BuildFailed):
@@ -268,7 +287,9 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              split_names: Sequence[str], max_error_rate: float | None = 0.01,
              max_errors: int | None = None, runner: str = "DirectRunner", verify: bool = True,
              report_hook: Callable[[str, dict, dict | None], None] | None = None,
-             update_latest: bool = True, verify_workers: int | None = None) -> PublishResult:
+             update_latest: bool = True, verify_workers: int | None = None,
+             statistics_hook: Callable[[str, dict, dict], str | None] | None = None
+             ) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
@@ -297,12 +318,23 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         out.remove(f"{staging.directory}/{TMP_DIR}", recursive=True)
         out.remove(f"{staging.directory}/{RESULT_FILE}")
         _check_staged_files(out, staging, manifest)
+        gate_failure = None
+        if statistics_hook is not None:
+            try:
+                gate_failure = statistics_hook(staging.url, manifest, result)
+            except Exception as error:
+                raise BuildFailed(f"computing the build's statistics failed "
+                                  f"({type(error).__name__}: {error}); nothing was "
+                                  "published") from error
         if report_hook is not None:
             try:
                 report_hook(staging.url, manifest, result.get("label_counts"))
             except Exception as error:
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
+        if gate_failure:
+            raise BuildFailed(gate_failure)
+        manifest = manifest_lib.with_files(manifest, _added_files(out, staging, manifest))
         _write_sha256sums(out, staging, manifest)
         if out.local:
             # Shards and dead-letter files were synced before their renames;
@@ -319,9 +351,10 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         raise
     except BuildFailed as failure:
         kept_at = _keep_dead_letters(out, staging)
+        report_at = _keep_report(out, staging)
         staging.abort()
-        if kept_at:
-            raise failure.with_kept_at(kept_at) from None
+        if kept_at or report_at:
+            raise failure.with_kept_at(kept_at, report_at) from None
         raise
     except BaseException:
         staging.abort()
@@ -556,6 +589,36 @@ def _keep_dead_letters(out: Output, staging: Staging) -> str | None:
     if result is not None:
         out.write_atomic(f"{target}/{RESULT_FILE}", result)
     return out.display_of(f"{target}/{DEAD_LETTER_DIR}") + "/"
+
+
+# The files besides shards and dead letters a failed build keeps under
+# .failed/ (the report hook's and the statistics hook's files).
+KEPT_FILES = (REPORT_FILE, STATS_FILE, DRIFT_FILE)
+
+
+def _keep_report(out: Output, staging: Staging) -> str | None:
+    """Copies a failed build's report and statistics files (those present)
+    to ``<output>/.failed/<version>.<build_id>/``. Returns the redacted URL
+    of the kept report (or of the first kept file), or None."""
+    target = out.path(FAILED_DIR, f"{staging.version}.{staging.build_id}")
+    kept = []
+    for name in KEPT_FILES:
+        data = out.read_bytes(f"{staging.directory}/{name}")
+        if data is None:
+            continue
+        out.fs.makedirs(target, exist_ok=True)
+        out.write_atomic(f"{target}/{name}", data)
+        kept.append(name)
+    return out.display_of(f"{target}/{kept[0]}") if kept else None
+
+
+def _added_files(out: Output, staging: Staging, manifest: dict) -> list[str]:
+    """The files the hooks added (report, statistics): every staged file
+    that is not a shard, a dead-letter file, the manifest or SHA256SUMS."""
+    known = set(manifest["dead_letter"]["files"]) | {
+        shard["file"] for summary in manifest["splits"].values() for shard in summary["shards"]}
+    known |= {manifest_lib.MANIFEST_FILE, manifest_lib.SHA256SUMS_FILE}
+    return sorted(set(out.files(staging.directory)) - known)
 
 
 # --- commit --------------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import fsspec
 
 from ..progress import human_bytes
+from .report_statistics import render_statistics
 from ...schemas.example import ExampleDecodeError, decode_features
 from ...schemas.features import label_feature, label_text
 from ...transforms.page_cache import write_durably
@@ -321,8 +322,12 @@ def render_report(manifest: Mapping[str, Any], *,
                   thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                   label_counts: Mapping[str, Mapping[str, int]] | None = None,
                   throughput: Mapping[str, Any] | None = None,
-                  dead_letter_samples: Mapping[str, Mapping] | None = None) -> str:
-    """The report page as HTML text."""
+                  dead_letter_samples: Mapping[str, Mapping] | None = None,
+                  statistics: Mapping[str, Any] | None = None,
+                  drift: Mapping[str, Any] | None = None) -> str:
+    """The report page as HTML text. statistics/drift: the build's
+    stats.json and drift.json documents (gates, drift and per-feature
+    sections, `report_statistics`)."""
     name, version = manifest.get("name", ""), manifest.get("version", "")
     splits = manifest.get("splits") or {}
     config = manifest.get("config") or {}
@@ -379,6 +384,9 @@ def render_report(manifest: Mapping[str, Any], *,
             if len(ordered) > MAX_LABELS_SHOWN:
                 body.append(f"<p class='note'>and {len(ordered) - MAX_LABELS_SHOWN:,} more "
                             "labels</p>")
+
+    # Gates, drift and per-feature statistics.
+    body.append(render_statistics(statistics, drift))
 
     # Dead letters.
     dead = manifest.get("dead_letter") or {}
@@ -447,13 +455,16 @@ def render_report(manifest: Mapping[str, Any], *,
 def write_report(version_dir: str, manifest: Mapping[str, Any], *,
                  thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                  label_counts: Mapping[str, Mapping[str, int]] | None = None,
-                 throughput: Mapping[str, Any] | None = None) -> str:
+                 throughput: Mapping[str, Any] | None = None,
+                 statistics: Mapping[str, Any] | None = None,
+                 drift: Mapping[str, Any] | None = None) -> str:
     """Writes ``<version_dir>/report.html`` (local path or fsspec URL) and
     returns its path. Dead-letter samples are read from the version's
     dead-letter files. Written under a temporary name, then renamed."""
     page = render_report(manifest, thumbnails=thumbnails, label_counts=label_counts,
                          throughput=throughput,
-                         dead_letter_samples=dead_letter_samples(version_dir, manifest))
+                         dead_letter_samples=dead_letter_samples(version_dir, manifest),
+                         statistics=statistics, drift=drift)
     target = _join(version_dir, REPORT_FILE)
     fs, path = fsspec.core.url_to_fs(target)
     temporary = f"{path}.{uuid.uuid4().hex}.tmp"
@@ -480,9 +491,11 @@ def _throughput(manifest: Mapping[str, Any], wall_seconds: float | None) -> dict
 
 def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
                         label_counts: Mapping[str, Mapping[str, int]] | None = None,
-                        wall_seconds: float | None = None) -> str:
+                        wall_seconds: float | None = None,
+                        statistics: Mapping[str, Any] | None = None,
+                        drift: Mapping[str, Any] | None = None) -> str:
     """Writes the report into the staging directory (the `publish.finalize`
-    report hook). Label counts are the pipeline's when given (split ->
+    report hook), with the build's statistics and drift when given. Label counts are the pipeline's when given (split ->
     label -> examples), else counted from the staged shards; thumbnails
     come from the first records of the shards."""
     if label_counts is not None and _label_feature(manifest)[0] is not None:
@@ -492,4 +505,5 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
     else:
         label_counts, thumbnails = gather_samples(staging_url, manifest)
     return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
-                        throughput=_throughput(manifest, wall_seconds))
+                        throughput=_throughput(manifest, wall_seconds),
+                        statistics=statistics, drift=drift)

@@ -228,7 +228,7 @@ def _total_label_counts(per_batch):
 
 
 def _run_rows_to_examples(pipeline):
-    examples, dead, label_counts = (
+    examples, dead, label_counts, _ = (
         pipeline
         | "Rows" >> beam.Create(BATCHES)
         | "ToExamples" >> RowsToExamples(SPECS, {}, key_column="id", count_labels=COUNTING))
