@@ -48,9 +48,9 @@ FREQUENT_LG_MAP = 10
 TOP_VALUES = 50
 QUANTILE_RANKS = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99)
 HISTOGRAM_BINS = 10
-# Exact sums are integers scaled by 2**_SHIFT: every finite double is a
-# multiple of 2**-1074.
-_SHIFT = 1100
+# Exact sums are integers scaled by 2**_SHIFT: a double's 53-bit integer
+# mantissa times 2**(exponent - 53), exponent >= -1073 (subnormals).
+_SHIFT = 1126
 _MANTISSA_BITS = 53
 _HALF = 26
 _EXACT_INT = 1 << 53  # ints up to this convert to float64 exactly
@@ -213,7 +213,9 @@ class FeatureStatistics:
         self.kll = datasketches.kll_doubles_sketch(KLL_K)
         self.kll.update(floats)
         self.theta = datasketches.update_theta_sketch(THETA_LG_K)
-        collections.deque(map(self.theta.update, finite.tolist()), 0)
+        # The checked ints themselves when the batch gave a list of them.
+        items = as_list if as_list is not None and self.stored == "int64" else finite.tolist()
+        collections.deque(map(self.theta.update, items), 0)
 
     def _add_vocabulary(self, values: Sequence) -> None:
         self.labels += np.bincount(np.asarray(values, dtype=np.int64),
@@ -221,7 +223,11 @@ class FeatureStatistics:
 
     def _add_string(self, values: Sequence) -> None:
         counts = collections.Counter(values)
-        texts = [value.decode("utf-8") if type(value) is bytes else value for value in counts]
+        # A batch's values are all text (the column path's raw strings) or
+        # all bytes (converted again): one type test, not one per value.
+        texts = list(counts)
+        if type(texts[0]) is bytes:
+            texts = [value.decode("utf-8") for value in texts]
         self.frequent = datasketches.frequent_strings_sketch(FREQUENT_LG_MAP)
         update = self.frequent.update
         for text, count in zip(texts, counts.values()):

@@ -364,7 +364,7 @@ MIXED_VALUES = {
 
 def row_by_row(converter: BatchConverter) -> BatchConverter:
     """The same converter with the column path switched off."""
-    converter._column_path = lambda column, count, label, vocabulary: ([None] * count, [], None)
+    converter._column_path = lambda column, count, label, vocabulary: ([None] * count, [], None, {})
     return converter
 
 
