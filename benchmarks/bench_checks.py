@@ -25,9 +25,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from recordforge.schemas.checks import RowEncoder
-from recordforge.schemas.features import parse_features
-from recordforge.transforms.rows import SourceRow
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.row_encoder import RowEncoder
+from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.to_examples import RowsToExamples
 
 FEATURES = {

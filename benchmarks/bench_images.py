@@ -2,8 +2,8 @@
 
 Measures images/s of `images.image_columns` on generated ~30 KB JPEGs in
 header and full decode mode (target: >= 3000 images/s in header mode), and
-rows/s of `table_readers.iter_csv`, `iter_jsonl` and `iter_parquet` on generated
-files.
+rows/s of the readers `csv.iter_csv`, `jsonl.iter_jsonl` and
+`parquet.iter_parquet` on generated files.
 
     python benchmarks/bench_images.py [--images 2000] [--rows 200000]
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from PIL import Image, ImageFilter
 
-from recordforge.transforms.images import ImageOptions, image_columns
-from recordforge.transforms import table_readers
+from recordforge.transforms.readers import csv as csv_reader, jsonl, parquet
+from recordforge.transforms.readers.images import ImageOptions, image_columns
 
 
 def make_jpegs(count: int, target_bytes: int = 30_000, distinct: int = 50) -> list[bytes]:
@@ -78,16 +78,16 @@ def bench_tables(rows: int, workdir: Path) -> None:
                              "score": [i / 7 for i in range(rows)]}),
                    parquet_path, row_group_size=50_000)
     print(f"tables: {rows} rows each")
-    for label, reader in (("iter_csv", lambda: table_readers.iter_csv(str(csv_path))),
-                          ("iter_jsonl", lambda: table_readers.iter_jsonl(str(jsonl_path))),
-                          ("iter_parquet", lambda: table_readers.iter_parquet(str(parquet_path)))):
+    for label, reader in (("iter_csv", lambda: csv_reader.iter_csv(str(csv_path))),
+                          ("iter_jsonl", lambda: jsonl.iter_jsonl(str(jsonl_path))),
+                          ("iter_parquet", lambda: parquet.iter_parquet(str(parquet_path)))):
         start = time.perf_counter()
         n = sum(1 for _ in reader())
         assert n == rows, (label, n)
         print(f"  {label:<32} {rate(n, time.perf_counter() - start)}")
     size = csv_path.stat().st_size
     start = time.perf_counter()
-    points = table_readers.csv_split_points(str(csv_path), 1 << 20)
+    points = csv_reader.csv_split_points(str(csv_path), 1 << 20)
     seconds = time.perf_counter() - start
     print(f"  csv_split_points ({size / 1e6:.0f} MB, {len(points)} ranges) "
           f"{size / seconds / 1e6:>8,.0f} MB/s")

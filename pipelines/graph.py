@@ -9,20 +9,23 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Mapping, Sequence
 
 import apache_beam as beam
 import fsspec
 
 from .config import DatasetConfig
-from .publish.staging import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.statistics import StatisticsPlan
 from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.files import write_atomic
+from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.shards import WriteShards
-from ..transforms.sources import ReadImages, ReadTable, known_labels, scan_distinct
+from ..transforms.readers.image_items import known_labels
+from ..transforms.readers.tables import scan_distinct
+from ..transforms.sources import ReadImages, ReadTable
 from ..transforms.statistics import MergeStatistics, StatisticsSetup
+from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
 __all__ = ["build_pipeline", "known_vocabularies"]
@@ -32,7 +35,7 @@ def _read_source(config: DatasetConfig) -> beam.PTransform:
     source = config.source
     if source.type == "images":
         return ReadImages(source.path, source.extensions, source.labels, source.image)
-    return ReadTable(source.path, source.type)
+    return ReadTable(source.path, source.type, extensions=source.extensions)
 
 
 def _write_result(parts: tuple, staging_url: str) -> str:
@@ -40,8 +43,8 @@ def _write_result(parts: tuple, staging_url: str) -> str:
     dead-letter summary and the number of rows read. `parts` is the grouped
     ``(None, [(kind, value), ...])`` gathered from the whole pipeline.
 
-    Written under a temporary name then renamed, so a retried bundle rewrites
-    the same file atomically."""
+    Written whole (`transforms.files.write_atomic`), so a retried bundle
+    rewrites the same file atomically."""
     _, tagged = parts
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
@@ -64,10 +67,7 @@ def _write_result(parts: tuple, staging_url: str) -> str:
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
               "label_counts": label_counts, "statistics": statistics}
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
-    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
-    with fs.open(temporary, "wb") as f:
-        f.write(json.dumps(result, sort_keys=True).encode("utf-8"))
-    fs.mv(temporary, path)
+    write_atomic(fs, path, json.dumps(result, sort_keys=True).encode("utf-8"))
     return path
 
 
@@ -81,9 +81,6 @@ def _with_key(record: dict, key_column: str | None) -> dict:
         return {**record, "key": failed_input[key_column]}
     return record
 
-
-def _tag(kind: str):
-    return lambda value: (kind, value)
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
@@ -123,12 +120,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so this step also keeps every branch
     # in the graph that runs.
-    _ = ((shards | "TagShards" >> beam.Map(_tag("shard")),
-          dead_letter | "TagDeadLetters" >> beam.Map(_tag("dead_letter")),
-          converted.label_counts | "TagLabelCounts" >> beam.Map(_tag("label_counts")),
+    _ = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
+          dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
+          converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
           # (split, feature, stats.json entry) per key
           converted.statistics | "MergeStatistics" >> MergeStatistics()
-          | "TagStatistics" >> beam.Map(_tag("statistics")),
+          | "TagStatistics" >> beam.Map(with_tag, "statistics"),
           rows_read)
          | "GatherResult" >> beam.Flatten()
          # (None, (kind, value))
@@ -170,5 +167,6 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
         if source.type == "images":
             known[spec.name] = known_labels(source.path, source.labels, source.extensions)
         else:
-            known[spec.name] = scan_distinct(source.path, source.type, spec.source)
+            known[spec.name] = scan_distinct(source.path, source.type, spec.source,
+                                            extensions=source.extensions)
     return resolve_vocabularies(config.features, known)

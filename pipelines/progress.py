@@ -39,6 +39,9 @@ import time
 import warnings
 from typing import Any, Callable, Mapping, TextIO
 
+from ..transforms.layout import TMP_DIR, is_shard_file
+from ..transforms.metrics import METRICS_NAMESPACE
+
 __all__ = [
     "METRICS_NAMESPACE",
     "BuildProgress",
@@ -51,13 +54,10 @@ __all__ = [
     "hide_beam_noise",
 ]
 
-# The namespace the transforms count in (to_examples, shards).
-METRICS_NAMESPACE = "recordforge"
 TTY_INTERVAL = 0.5
 PLAIN_INTERVAL = 30.0
 # Listing a remote staging directory costs requests; do it rarely.
 REMOTE_SCAN_INTERVAL = 60.0
-_SHARD_SUFFIXES = (".tfrecord", ".tfrecord.gz")
 
 
 @dataclasses.dataclass
@@ -88,7 +88,7 @@ def scan_staging(staging_url: str) -> tuple[int, int, str]:
         total += size
         parts = path.replace("\\", "/").split("/")
         name = parts[-1]
-        if "_tmp" not in parts and name.endswith(_SHARD_SUFFIXES):
+        if TMP_DIR not in parts and is_shard_file(name):
             shards += 1
             writing = True
         elif "shards" in parts:

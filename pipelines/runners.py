@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from .config import DatasetConfig
-from ..transforms.sources import source_bytes
+from ..transforms.readers.listing import source_bytes
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "input_bytes", "is_local",
            "local_runner"]

@@ -16,55 +16,19 @@ row path's encoder made, never rebuilt, and tests compare both paths.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .features import INT64_MAX, INT64_MIN, FeatureSpec
+from .fast_paths import FastBounds, fast_bounds
+from .features import FeatureSpec
 
-__all__ = ["ColumnEncoder", "FLOAT32_OVERFLOW", "FastBounds", "bytes_by_length", "fast_bounds",
-           "rows_as_bytes"]
-
-# The smallest double that rounds to inf as float32 (round-to-nearest-even:
-# halfway between FLT_MAX and 2**128 rounds up). Everything below it stores as
-# a finite float32, so this is exactly where `float32_overflow` starts.
-FLOAT32_OVERFLOW = (2.0 - 2.0 ** -24) * 2.0 ** 127
-_FLOAT32_LARGEST_OK = math.nextafter(FLOAT32_OVERFLOW, 0.0)
+__all__ = ["ColumnEncoder", "bytes_by_length", "rows_as_bytes"]
 
 # Entry heads remembered per value size (bytes and text features).
 _MAX_HEADS = 4096
 # uint64 thresholds where a varint grows by a byte: 2**7, 2**14, ... 2**63.
 _VARINT_STEPS = tuple(np.uint64(1 << (7 * k)) for k in range(1, 10))
-
-
-class FastBounds(NamedTuple):
-    """What a scalar value of the expected type must satisfy to skip the
-    complete rules: lo <= value <= hi (numbers), len(value) <= limit (bytes
-    and text, encoded), and membership of `allowed` when it is not None."""
-
-    lo: Any
-    hi: Any
-    limit: float
-    allowed: frozenset | None
-
-
-def fast_bounds(spec: FeatureSpec) -> FastBounds:
-    """The fast-path bounds of a feature without a vocabulary (shared by the
-    row and the column path, so both accept exactly the same values)."""
-    if spec.stored_kind == "int64":
-        lo = INT64_MIN if spec.min is None else spec.min
-        hi = INT64_MAX if spec.max is None else spec.max
-        allowed = frozenset(spec.values) if spec.values is not None else None
-        return FastBounds(lo, hi, math.inf, allowed)
-    if spec.stored_kind == "float":
-        lo = -_FLOAT32_LARGEST_OK if spec.min is None else max(spec.min, -_FLOAT32_LARGEST_OK)
-        hi = _FLOAT32_LARGEST_OK if spec.max is None else min(spec.max, _FLOAT32_LARGEST_OK)
-        allowed = frozenset(float(v) for v in spec.values) if spec.values is not None else None
-        return FastBounds(lo, hi, math.inf, allowed)
-    limit = spec.max_bytes if spec.max_bytes is not None else math.inf
-    allowed = frozenset(v.encode("utf-8") for v in spec.values) if spec.values is not None else None
-    return FastBounds(None, None, limit, allowed)
 
 
 class ColumnEncoder:

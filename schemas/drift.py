@@ -6,9 +6,8 @@ schema change, and per feature a distance between the two distributions:
 L-infinity between the value frequencies of vocabulary and string features
 (the largest difference in any value's share of the values, as TFDV's drift
 comparator), Jensen-Shannon divergence (base 2, 0 to 1) for numeric
-features and byte lengths over bins the two share (the previous
-version's deciles, each value also closed just above itself; masses from
-both KLL sketches).
+features and byte lengths over bins the two share (the deciles of both
+versions; masses from both KLL sketches).
 
 `check_gates(gates, stats, drift)` evaluates the configured `Gate`s and
 returns one `GateResult` per gate and split. Nothing here knows about Beam
@@ -33,7 +32,7 @@ MEASURES = {
     "js": "Jensen-Shannon divergence against the previous version",
     "missing": "fraction of the split's examples without the feature",
 }
-# Ranks whose quantiles (of the previous version) make the shared bins.
+# Ranks whose quantiles (of both versions) make the shared bins.
 _BIN_RANKS = tuple(i / 10 for i in range(1, 10))
 
 
@@ -111,12 +110,10 @@ def _value_counts(entry: Mapping[str, Any]) -> tuple[dict[str, float], bool] | N
     return counts, bool(section.get("exact"))
 
 
-def _shared_edges(reference) -> list[float]:
-    """Bin edges both versions are counted on: the previous version's
-    deciles, each also closed just above itself so that a value many rows
-    share (a discrete feature's 0 and 1) is a bin of its own."""
-    deciles = sorted(set(reference.get_quantiles(list(_BIN_RANKS))))
-    return sorted(set(deciles) | {math.nextafter(edge, math.inf) for edge in deciles})
+def _shared_edges(mine, theirs) -> list[float]:
+    """Bin edges both versions are counted on: the deciles of both."""
+    return sorted(set(mine.get_quantiles(list(_BIN_RANKS)))
+                  | set(theirs.get_quantiles(list(_BIN_RANKS))))
 
 
 def _numeric_js(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> float | None:
@@ -124,7 +121,7 @@ def _numeric_js(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> float 
     mine, theirs = kll_from_json(entry.get(kind)), kll_from_json(previous.get(kind))
     if mine is None or theirs is None or mine.is_empty() or theirs.is_empty():
         return None
-    edges = _shared_edges(theirs)
+    edges = _shared_edges(mine, theirs)
     # get_pmf bins: (-inf, e0), [e0, e1), ..., [e_last, inf)
     return jensen_shannon(mine.get_pmf(edges), theirs.get_pmf(edges))
 

@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam import typehints
 from apache_beam.coders import coder_impl
 
-from .rows import ColumnBatch
+from .readers.rows import ColumnBatch
 
 __all__ = ["Batch", "BatchCoder", "TaggedBatch", "estimated_size"]
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 import posixpath
-import uuid
 
 import apache_beam as beam
 import fsspec
 
-from .page_cache import write_durably
+from .files import write_atomic
+from .layout import dead_letter_part_name
 
 __all__ = ["RECORDS_PER_FILE", "WriteDeadLetters", "dead_letter_line", "sort_key", "summarize"]
 
@@ -104,19 +104,16 @@ class _WriteAllFn(beam.DoFn):
         entries = sorted(entry for entry in entries if entry != _MARKER)
         files = []
         for start in range(0, len(entries), self._records_per_file):
-            name = f"part-{len(files):05d}.jsonl"
+            name = dead_letter_part_name(len(files))
             self._write(name, entries[start:start + self._records_per_file])
             files.append(f"{self._prefix}/{name}")
         yield summarize(entries, files)
 
     def _write(self, name: str, entries: list) -> None:
-        final = posixpath.join(self._root, name)
-        temporary = posixpath.join(self._root, f".{name}.{uuid.uuid4().hex}.tmp")
         self._fs.makedirs(self._root, exist_ok=True)
         data = "".join([f"{line}\n" for _, line in entries]).encode("utf-8")
-        with self._fs.open(temporary, "wb") as out:
-            write_durably(out, data)  # on disk before its rename, like the shards
-        self._fs.mv(temporary, final)
+        # On disk before its rename, like the shards.
+        write_atomic(self._fs, posixpath.join(self._root, name), data)
 
 
 def summarize(entries: list[tuple[tuple, str]], files: list[str]) -> dict:

@@ -44,7 +44,6 @@ __all__ = [
     "plan_shards",
     "runs_of",
     "sample_of",
-    "shard_file_name",
     "validate_splits",
 ]
 
@@ -384,8 +383,3 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
         else:
             merged.append((path, offset, length))
     return tuple(merged)
-
-
-def shard_file_name(split: str, index: int, count: int, suffix: str) -> str:
-    """``<split>-<index:05d>-of-<count:05d><suffix>``."""
-    return f"{split}-{index:05d}-of-{count:05d}{suffix}"

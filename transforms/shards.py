@@ -55,6 +55,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from . import spill, tfrecordio
 from .gc_tuning import relax_young_collections
+from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_plan import (
     HASH_SIZE,
@@ -68,13 +69,12 @@ from .shard_plan import (
     plan_shards,
     runs_of,
     sample_of,
-    shard_file_name,
     validate_splits,
 )
 
 __all__ = ["METRICS_NAMESPACE", "ShardTuning", "WriteShards", "assign_split", "write_shard"]
 
-METRICS_NAMESPACE = "recordforge"
+from .metrics import METRICS_NAMESPACE  # noqa: E402 (re-exported)
 
 _FRAMING = 16  # TFRecord bytes around each record
 _ROW_OVERHEAD = 160  # Python object bytes per buffered row
@@ -384,7 +384,8 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
     from the runs (`runs_of`: run list file -> runs; `bucket_options`: see
     `_bucket_options`). Returns the shard's metadata dict. Rerunning it
     writes the same bytes under the same final name."""
-    name = shard_file_name(spec.split, spec.index, spec.count, suffix)
+    name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
+                                  suffix=suffix)
     final_path = spill.join_path(staging_dir, name)
     temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
     fs, fs_temp = fsspec.core.url_to_fs(temp_path)
@@ -522,7 +523,7 @@ class WriteShards(beam.PTransform):
         self._shuffle = bool(shuffle)
         self._shard_size = shard_size
         self._compression = compression
-        self._temp_dir = (temp_dir or spill.join_path(self._staging_dir, "_tmp")).rstrip("/")
+        self._temp_dir = (temp_dir or spill.join_path(self._staging_dir, TMP_DIR)).rstrip("/")
         self._gzip_level = tfrecordio.DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
         self._tuning = tuning or ShardTuning()
 
@@ -532,7 +533,7 @@ class WriteShards(beam.PTransform):
         # a rerun) sharing a temp_dir never see each other's files.
         writer_id = f"recordforge-shards-{uuid.uuid4().hex[:16]}"
         work_dir = spill.join_path(self._temp_dir, writer_id)
-        staging_temp = spill.join_path(self._staging_dir, "_tmp")
+        staging_temp = spill.join_path(self._staging_dir, TMP_DIR)
         shard_temp_dir = spill.join_path(staging_temp, writer_id, "shards")
         chunk_bytes = tuning.chunk_bytes(self._shard_size)
 

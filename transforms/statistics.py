@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 
-from ..schemas.checks import RowEncoder
+from ..schemas.row_encoder import RowEncoder
 from ..schemas.statistics import FeatureStatistics, StatisticsPlan
 
 __all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup"]

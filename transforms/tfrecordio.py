@@ -31,6 +31,8 @@ import fsspec
 import numpy as np
 from isal import isal_zlib
 
+from .layout import shard_suffix
+
 __all__ = [
     "DEFAULT_GZIP_LEVEL",
     "MAX_RECORD_BYTES",
@@ -170,7 +172,7 @@ def gzip_compress(data: bytes, level: int = DEFAULT_GZIP_LEVEL) -> bytes:
 def suffix_for(compression: str) -> str:
     """The shard file suffix for a compression: `.tfrecord` or `.tfrecord.gz`."""
     _check_compression(compression)
-    return ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+    return shard_suffix(compression)
 
 
 def _check_compression(compression: str) -> None:

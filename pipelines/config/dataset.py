@@ -20,7 +20,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ...schemas.errors import ConfigError
-from ...schemas.features import parse_features
+from ...schemas.feature_config import parse_features
 from ..publish import resolve_version
 from .keys import check_keys, describe
 from .model import DatasetConfig

@@ -41,7 +41,7 @@ def parse_image(value: Any) -> tuple[Any, dict]:
     resize_max_side, resize_size = _parse_resize(body.get("resize"))
     encode_format, encode_quality = _parse_encode(body.get("encode"))
     # Imported here so loading a table config never imports the image stack.
-    from ...transforms.images import ImageOptions
+    from ...transforms.readers.images import ImageOptions
     try:
         options = ImageOptions(formats=formats, min_size=min_size, max_size=max_size,
                                decode=decode, resize_max_side=resize_max_side,
@@ -122,7 +122,7 @@ def _parse_encode(value: Any) -> tuple[str | None, int | None]:
     body = section(value, "source.image.encode", ("format", "quality"), required=False)
     if "format" not in body:
         raise ConfigError("source.image.encode.format", "missing; use JPEG or PNG")
-    from ...transforms.images import ENCODE_FORMATS
+    from ...transforms.readers.images import ENCODE_FORMATS
     fmt = _image_format(body["format"], "source.image.encode.format", ENCODE_FORMATS)
     quality = body.get("quality")
     if quality is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import csv
 import difflib
-import glob
 import os
 from typing import Any
 
 from ...schemas.errors import ConfigError
+from ...transforms.readers.csv import read_csv_header
+from ...transforms.readers.listing import list_files, list_images
+from ...transforms.readers.tables import read_table_columns
 from .image import parse_image
 from .keys import section
 from .model import DEFAULT_EXTENSIONS, IMAGE_COLUMNS, SOURCE_TYPES, SourceConfig
@@ -90,7 +91,7 @@ def _parse_labels(value: Any) -> str:
         raise ConfigError("source.labels", f"labels table {value} does not exist (relative "
                           f"paths are resolved against the current directory, {os.getcwd()})")
     if lowered.endswith(".csv"):
-        header = _csv_header(local)
+        header = read_csv_header(local)
         if header is not None and not {"file", "label"} <= set(header):
             raise ConfigError("source.labels", f"labels table {value} must have the columns "
                               f"file and label; its header is {', '.join(header)}")
@@ -98,6 +99,8 @@ def _parse_labels(value: Any) -> str:
 
 
 def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> None:
+    """Fails unless a local source lists files, by the listing the build uses
+    (`readers.listing`)."""
     if is_url(path):
         return  # remote listings are slow and may need credentials the workers have
     local = local_path(path)
@@ -106,7 +109,7 @@ def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> N
         if kind == "images":
             raise ConfigError("source.path", "must be a directory for an image source, not a "
                               "glob; use source.extensions to choose the files")
-        if not any(os.path.isfile(p) for p in glob.iglob(local, recursive=True)):
+        if not list_files(local)[1]:
             raise ConfigError("source.path", f"the pattern {path} matches no files {where}")
         return
     if not os.path.exists(local):
@@ -114,74 +117,35 @@ def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> N
     if kind == "images" and not os.path.isdir(local):
         raise ConfigError("source.path", f"{path} is a file; an image source is a directory "
                           "of class folders (labels: directory) or of images")
-    if os.path.isdir(local) and _first_file(local, extensions) is None:
+    if os.path.isdir(local) and not _listed(local, kind, extensions):
         raise ConfigError("source.path", f"no files ending in {', '.join(extensions)} under "
                           f"{path}; check the path or set source.extensions")
 
 
-def _first_file(root: str, extensions: tuple[str, ...]) -> str | None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            if name.lower().endswith(extensions) and not name.startswith("."):
-                return os.path.join(dirpath, name)
-    return None
-
-
-def _table_files(path: str, extensions: tuple[str, ...]) -> list[str] | None:
-    """Local table files the source will read, or None if there are too many to peek at."""
-    local = local_path(path)
-    if GLOB_CHARS.search(local):
-        found = [p for p in glob.iglob(local, recursive=True) if os.path.isfile(p)]
-    elif os.path.isdir(local):
-        found = []
-        for dirpath, dirnames, filenames in os.walk(local):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            found.extend(os.path.join(dirpath, name) for name in filenames
-                         if name.lower().endswith(extensions) and not name.startswith("."))
-            if len(found) > _MAX_HEADER_FILES:
-                return None
-    else:
-        found = [local]
-    return sorted(found) if len(found) <= _MAX_HEADER_FILES else None
+def _listed(local: str, kind: str, extensions: tuple[str, ...]) -> list:
+    """The files the build will read from directory `local`."""
+    if kind == "images":
+        return list_images(local, extensions)[1]
+    return list_files(local, extensions)[1]
 
 
 def source_columns(source: SourceConfig) -> tuple[str, ...] | None:
     """The columns rows will offer, when knowable before the run: the image
-    columns, or the union of local CSV headers / Parquet schemas. None when
-    unknown (remote or compressed tables, JSONL, many files)."""
+    columns, or the union of the CSV headers / Parquet schemas of the local
+    table files the build will read (listed and read as the build does). None
+    when unknown (remote tables, JSONL, more than 50 files, a file without a
+    usable header or footer)."""
     if source.type == "images":
         return IMAGE_COLUMNS
     if source.type == "jsonl" or is_url(source.path):
         return None
-    files = _table_files(source.path, source.extensions)
-    if not files:
+    fs, files = list_files(source.path, source.extensions)
+    if not files or len(files) > _MAX_HEADER_FILES:
         return None
     columns: dict[str, None] = {}
-    for path in files:
-        if source.type == "csv":
-            if not path.lower().endswith(".csv"):
-                return None  # compressed or unusual files: the reader knows, we do not
-            header = _csv_header(path)
-        else:
-            header = _parquet_columns(path)
+    for fs_path in files:
+        header = read_table_columns(fs, fs_path, source.type)
         if header is None:
             return None  # unreadable here: the build reports it per file as a dead letter
         columns.update(dict.fromkeys(header))
     return tuple(columns)
-
-
-def _csv_header(path: str) -> list[str] | None:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            return next(csv.reader(f), None)
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return None
-
-
-def _parquet_columns(path: str) -> list[str] | None:
-    import pyarrow.parquet as pq  # only parquet sources pay for the import
-    try:
-        return list(pq.read_schema(path).names)
-    except Exception:  # noqa: BLE001 - any unreadable file means "columns unknown"
-        return None

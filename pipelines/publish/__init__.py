@@ -1,9 +1,37 @@
-"""What publishing means: a staged build checked, committed and read back."""
+"""What publishing means: a staged build checked, committed, and read back.
 
-from .finalizing import (FAILED_DIR, LATEST_FILE, BuildFailed, ConcurrentBuildError,
-                       PublishError, PublishResult, VersionExistsError, begin_build,
-                       check_version_name, finalize, read_latest, resolve_version)
+A build never writes at a final name. It starts in a staging directory and
+ends as a complete version or nothing. The modules, in the order a build
+meets them (on-disk names: `transforms.layout`):
 
-__all__ = ["FAILED_DIR", "LATEST_FILE", "BuildFailed", "ConcurrentBuildError", "PublishError",
-           "PublishResult", "VersionExistsError", "begin_build", "check_version_name",
-           "finalize", "read_latest", "resolve_version"]
+- `versions`: version names ({date}/{datetime} templates, safe directory names)
+- `output`: the output location (fsspec filesystem + root, small file I/O)
+- `owners`: build ids, owner records, heartbeats, when a build is dead
+- `lock`: the commit lock, one publisher per version
+- `recovery`: cleaning up after dead builds, undoing a half-done commit
+- `staging`: `begin_build` and the `Staging` directory the pipeline writes into
+- `budget`: the pipeline's result, row accounting, the error budget
+- `manifest`: building, writing and checking manifest.json
+- `checksums`: SHA256SUMS
+- `file_checks`: reading one file back (size, sha256, framing, Examples)
+- `verify`: verifying a staged or published version; `recordforge verify`
+- `report`: report.html (gathering from the shards, writing);
+  `report_html` renders it
+- `commit`: staged build -> published version (exchange, rename or copy), LATEST
+- `finalizing`: `finalize`, which runs the checks, writes and commit in order
+- `errors`: the errors that stop a build from publishing
+- `inspect`: `recordforge inspect`, records printed as JSON lines
+
+This package exports the driver's API: `begin_build`, `finalize`,
+`resolve_version`, `read_latest` and the errors.
+"""
+
+from .commit import read_latest
+from .errors import BuildFailed, ConcurrentBuildError, PublishError, VersionExistsError
+from .finalizing import PublishResult, finalize
+from .staging import Staging, begin_build
+from .versions import check_version_name, resolve_version
+
+__all__ = ["BuildFailed", "ConcurrentBuildError", "PublishError", "PublishResult", "Staging",
+           "VersionExistsError", "begin_build", "check_version_name", "finalize",
+           "read_latest", "resolve_version"]

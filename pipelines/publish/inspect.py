@@ -21,14 +21,14 @@ from typing import TextIO
 
 import fsspec
 
-from ...transforms.urls import redact_url
 from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
+from ...transforms.layout import LATEST_FILE, MANIFEST_FILE, is_shard_file
 from ...transforms.tfrecordio import TFRecordError, read_records
+from ...transforms.urls import redact_url
 
 __all__ = ["main", "render_example", "shard_files"]
 
 MAX_TEXT_BYTES = 1024
-_SHARD_SUFFIXES = (".tfrecord", ".tfrecord.gz")
 
 
 def _render_bytes(value: bytes):
@@ -64,17 +64,17 @@ def shard_files(path: str) -> list[str]:
     fs, root = fsspec.core.url_to_fs(path)
     if not fs.isdir(root):
         return [path]
-    latest = posixpath.join(root, "LATEST")
-    if fs.exists(latest) and not fs.exists(posixpath.join(root, "manifest.json")):
+    latest = posixpath.join(root, LATEST_FILE)
+    if fs.exists(latest) and not fs.exists(posixpath.join(root, MANIFEST_FILE)):
         version = fs.cat_file(latest).decode("utf-8").strip()
         return shard_files(_join(path, version))
-    manifest_path = posixpath.join(root, "manifest.json")
+    manifest_path = posixpath.join(root, MANIFEST_FILE)
     if fs.exists(manifest_path):
         manifest = json.loads(fs.cat_file(manifest_path))
         return [_join(path, shard["file"])
                 for split in manifest["splits"].values() for shard in split["shards"]]
     names = sorted(posixpath.basename(p) for p in fs.ls(root, detail=False))
-    return [_join(path, name) for name in names if name.endswith(_SHARD_SUFFIXES)]
+    return [_join(path, name) for name in names if is_shard_file(name)]
 
 
 def _join(base: str, name: str) -> str:

@@ -1,4 +1,4 @@
-"""The published dataset's self-description: `manifest.json` and `SHA256SUMS`.
+"""The published dataset's self-description: building, writing and checking `manifest.json`.
 
 `build_manifest` turns what a build measured (shards, dead letters, counts)
 plus what the config declared (name, features, vocabularies, splits) into the
@@ -16,10 +16,9 @@ the same inputs therefore differ only in `created`.
 field a verifier or a reader relies on, raising `ManifestError` (naming the
 field) for anything malformed.
 
-`SHA256SUMS` uses GNU coreutils' format (``<hex>  <file>``), so
-``sha256sum -c SHA256SUMS`` works inside a version directory.
-
-Nothing here touches a filesystem; `publish` and `verify` do the I/O.
+Shard file names follow `transforms.layout.shard_file_name`; `SHA256SUMS`
+is `checksums`' job. Nothing here touches a filesystem; `finalizing` and
+`verify` do the I/O.
 """
 
 from __future__ import annotations
@@ -29,41 +28,29 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from ...transforms.layout import parse_shard_file_name, shard_suffix
 from ..version import __version__
 
 __all__ = [
     "FORMAT",
-    "LATEST_FILE",
-    "MANIFEST_FILE",
-    "SHA256SUMS_FILE",
+    "SHA256_HEX",
     "ManifestError",
     "build_manifest",
     "compression_label",
     "compression_from_label",
     "dumps_manifest",
-    "format_sha256sums",
-    "with_files",
+    "is_relative_inside",
     "load_manifest",
-    "parse_sha256sums",
-    "shard_file_name",
-    "parse_shard_file_name",
     "utc_timestamp",
+    "with_files",
 ]
 
 FORMAT = "recordforge.manifest/1"
-MANIFEST_FILE = "manifest.json"
-LATEST_FILE = "LATEST"  # in the output root: the name of the newest published version
-SHA256SUMS_FILE = "SHA256SUMS"
 TOOL_NAME = "recordforge"
 
 _COMPRESSION_LABELS = {"gzip": "GZIP", "none": "NONE"}
-_SUFFIXES = {"gzip": ".tfrecord.gz", "none": ".tfrecord"}
 _STORED_TYPES = ("int64", "float", "bytes")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_SHARD_NAME = re.compile(
-    r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.tfrecord(?:\.gz)?)$")
-# sha256sum escapes names with these characters; ours never need that.
-_UNSAFE_IN_SUMS = re.compile(r"[\\\n\r]")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")  # a sha256 digest as the manifest writes it
 
 
 class ManifestError(ValueError):
@@ -100,21 +87,6 @@ def compression_from_label(label: str) -> str:
     raise ManifestError("compression", f"must be 'GZIP' or 'NONE', got {label!r}")
 
 
-def shard_file_name(split: str, index: int, count: int, compression: str) -> str:
-    """``<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]``."""
-    return f"{split}-{index:05d}-of-{count:05d}{_SUFFIXES[compression]}"
-
-
-def parse_shard_file_name(file: str) -> tuple[str, int, int, str] | None:
-    """(split, index, count, compression) of a shard file name, or None if
-    the name is not one."""
-    match = _SHARD_NAME.match(file)
-    if not match:
-        return None
-    compression = "gzip" if match["suffix"].endswith(".gz") else "none"
-    return match["split"], int(match["index"]), int(match["count"]), compression
-
-
 def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: str,
                   field: str) -> None:
     """Shard names must be exactly <split>-00000..<n-1>-of-<n> with the
@@ -132,7 +104,7 @@ def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: 
             raise ManifestError(f"{where}.file", f"{shard['file']!r} does not belong to split {split!r}")
         if name_compression != compression:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} does not have the suffix "
-                                f"{_SUFFIXES[compression]!r} of compression {compression!r}")
+                                f"{shard_suffix(compression)!r} of compression {compression!r}")
         if of != count:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} says {of} shards but split "
                                 f"{split!r} has {count}")
@@ -144,7 +116,7 @@ def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: 
             value = shard.get(key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ManifestError(f"{where}.{key}", f"must be a non-negative integer, got {value!r}")
-        if not isinstance(shard.get("sha256"), str) or not _HEX64.match(shard["sha256"]):
+        if not isinstance(shard.get("sha256"), str) or not SHA256_HEX.match(shard["sha256"]):
             raise ManifestError(f"{where}.sha256", f"must be 64 lowercase hex digits, got "
                                 f"{shard.get('sha256')!r}")
 
@@ -290,12 +262,12 @@ def load_manifest(data: bytes | str) -> dict:
     _require(dead, "by_reason", dict, "dead_letter.")
     files = _require(dead, "files", list, "dead_letter.")
     for position, file in enumerate(files):
-        if not isinstance(file, str) or not _is_relative_inside(file):
+        if not isinstance(file, str) or not is_relative_inside(file):
             raise ManifestError(f"dead_letter.files[{position}]",
                                 f"must be a relative path inside the version, got {file!r}")
-    for position, file in enumerate(manifest.get("files", [])
-                                    if isinstance(manifest.get("files", []), list) else [None]):
-        if not isinstance(file, str) or not _is_relative_inside(file):
+    listed = manifest.get("files", [])
+    for position, file in enumerate(listed if isinstance(listed, list) else [None]):
+        if not isinstance(file, str) or not is_relative_inside(file):
             raise ManifestError(f"files[{position}]",
                                 f"must be a relative path inside the version, got {file!r}")
     if num_input_rows != total_examples + dead_rows:
@@ -306,40 +278,7 @@ def load_manifest(data: bytes | str) -> dict:
     return manifest
 
 
-def _is_relative_inside(file: str) -> bool:
+def is_relative_inside(file: str) -> bool:
+    """Whether `file` is a relative path that stays inside its directory."""
     parts = file.split("/")
     return bool(file) and not file.startswith("/") and all(part not in ("", ".", "..") for part in parts)
-
-
-def format_sha256sums(entries: Iterable[tuple[str, str]]) -> bytes:
-    """``sha256sum`` output for (relative file, hex digest) pairs, sorted by
-    file: ``<hex>  <file>`` per line (two spaces: binary-agnostic mode)."""
-    lines = []
-    for file, digest in sorted(entries):
-        if _UNSAFE_IN_SUMS.search(file) or not _is_relative_inside(file):
-            raise ManifestError(SHA256SUMS_FILE, f"file name {file!r} cannot be listed")
-        if not _HEX64.match(digest):
-            raise ManifestError(SHA256SUMS_FILE, f"{file}: {digest!r} is not a sha256 hex digest")
-        lines.append(f"{digest}  {file}\n")
-    return "".join(lines).encode("utf-8")
-
-
-def parse_sha256sums(data: bytes) -> dict[str, str]:
-    """file -> hex digest from ``sha256sum`` output (text or ``*`` binary
-    marker accepted). Raises `ManifestError` for a malformed line."""
-    sums: dict[str, str] = {}
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ManifestError(SHA256SUMS_FILE, "not UTF-8 text") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line:
-            continue
-        digest, sep, file = line.partition(" ")
-        if not sep or not _HEX64.match(digest.lower()) or not file[:1] in (" ", "*"):
-            raise ManifestError(f"{SHA256SUMS_FILE} line {number}", f"not '<sha256>  <file>': {line!r}")
-        file = file[1:]
-        if file in sums:
-            raise ManifestError(f"{SHA256SUMS_FILE} line {number}", f"{file!r} is listed twice")
-        sums[file] = digest.lower()
-    return sums

@@ -16,16 +16,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .staging import Output, load_json
 from ...schemas.drift import Gate, GateResult, check_gates, compare, failure_message
 from ...schemas.statistics import FORMAT
+from ...transforms.layout import DRIFT_FILE, STATS_FILE
+from .output import Output, load_json
 
 __all__ = ["DRIFT_FILE", "STATS_FILE", "StatisticsCheck", "StatisticsOutcome", "check_statistics",
            "dumps_json", "load_statistics", "statistics_document"]
-
-STATS_FILE = "stats.json"
-DRIFT_FILE = "drift.json"
-
 
 @dataclass
 class StatisticsOutcome:

@@ -37,37 +37,25 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import hashlib
 import multiprocessing
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import fsspec
 
-from . import manifest as manifest_lib
-from .finalizing import check_version_name
-from ...transforms.urls import redact_url
 from ...schemas.errors import ConfigError
-from ...schemas.example import ExampleDecodeError, decode_example
-from ...transforms import tfrecordio
-from ...transforms.page_cache import drop_behind
+from ...transforms.layout import LATEST_FILE, MANIFEST_FILE, SHA256SUMS_FILE
+from ...transforms.urls import redact_url
+from . import manifest as manifest_lib
+from .checksums import parse_sha256sums
+from .file_checks import FileCheck, Problem, check_file
+from .versions import check_version_name
 
-__all__ = [
-    "DatasetNotFoundError",
-    "FileCheck",
-    "Problem",
-    "VerifyReport",
-    "check_file",
-    "example_problem",
-    "main",
-    "verify_dataset",
-]
+__all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 
-_BLOCK = 1 << 20
-_DROP_EVERY = 8 << 20
 # Which problem of a file is reported first: the most specific cause (a
 # wrong file, the first bad byte) before its consequences (size, checksum).
 _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
@@ -76,46 +64,6 @@ _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
 
 class DatasetNotFoundError(Exception):
     """The path given to verify does not exist (a usage error, exit 2)."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One fault. file: path relative to the version directory (or a split
-    label like ``split 'train'``). offset: byte offset of the first fault
-    (uncompressed stream for gzip shards) or None. record_index: 0-based
-    index of the first faulty record or None. code: the kind of fault
-    ("missing", "size", "sha256", "swapped", "framing", "count", "example",
-    "sums", "unexpected", "manifest", "latest", "split")."""
-
-    file: str
-    message: str
-    offset: int | None = None
-    record_index: int | None = None
-    code: str = ""
-
-    def location(self) -> str:
-        parts = []
-        if self.record_index is not None:
-            parts.append(f"record {self.record_index}")
-        if self.offset is not None:
-            parts.append(f"byte {self.offset}")
-        return " at ".join(parts)
-
-    def __str__(self) -> str:
-        where = self.location()
-        return f"{self.file}: {where}: {self.message}" if where else f"{self.file}: {self.message}"
-
-
-@dataclass
-class FileCheck:
-    """What reading one file found (picklable: crosses process pools)."""
-
-    file: str
-    exists: bool = True
-    size: int = 0
-    sha256: str = ""
-    records: int | None = None
-    problems: list[Problem] = field(default_factory=list)
 
 
 @dataclass
@@ -156,8 +104,6 @@ class VerifyReport:
         return lines
 
 
-# --- per-record checks (plain functions) -----------------------------------------
-
 def _vocabulary_sizes(features: Mapping[str, Mapping], vocabularies: Mapping[str, Sequence]) -> dict:
     """feature -> vocabulary size, for int64 features backed by a vocabulary
     (named by the feature's ``vocabulary`` key, or by the feature's name)."""
@@ -172,150 +118,6 @@ def _vocabulary_sizes(features: Mapping[str, Mapping], vocabularies: Mapping[str
     return sizes
 
 
-def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[str, Mapping],
-                    vocabulary_sizes: Mapping[str, int]) -> str | None:
-    """Why a decoded Example does not match the manifest's features, or None.
-
-    A feature may be absent only when its shape is [-1] or it is declared
-    ``"required": false``; an empty value list matches any stored type.
-    """
-    for name, spec in features.items():
-        shape = spec.get("shape", [])
-        found = decoded.get(name)
-        if found is None:
-            if shape == [-1] or spec.get("required") is False:
-                continue
-            return f"feature {name!r} is missing"
-        kind, values = found
-        if values and kind != spec["type"]:
-            return f"feature {name!r} holds {kind} values, manifest says {spec['type']}"
-        expected = 1 if not shape else shape[0]
-        if expected != -1 and len(values) != expected:
-            return f"feature {name!r} has {len(values)} values, shape {shape} needs {expected}"
-        size = vocabulary_sizes.get(name)
-        if size is not None:
-            for value in values:
-                if not 0 <= value < size:
-                    return f"feature {name!r}: id {value} is outside its vocabulary (0..{size - 1})"
-    extra = sorted(set(decoded) - set(features))
-    if extra:
-        return f"feature {extra[0]!r} is not in the manifest"
-    return None
-
-
-class _HashingReader:
-    """A read-only file wrapper that hashes and counts what passes through,
-    so hashing and record parsing share one read of the file. What it has
-    read of a local file leaves the page cache every `_DROP_EVERY` bytes:
-    verification reads each byte once."""
-
-    def __init__(self, raw: BinaryIO):
-        self._raw = raw
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self._dropped = 0
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self.digest.update(data)
-        self.size += len(data)
-        if self.size - self._dropped >= _DROP_EVERY:
-            drop_behind(self._raw, self._dropped, self.size - self._dropped)
-            self._dropped = self.size
-        return data
-
-    def seekable(self) -> bool:
-        return False
-
-    def drain(self) -> None:
-        """Reads the rest of the file."""
-        while self.read(_BLOCK):
-            pass
-        drop_behind(self._raw, self._dropped, 0)
-
-
-def check_file(url: str, file: str, *, compression: str | None = None,
-               expected_size: int | None = None, expected_sha256: str | None = None,
-               expected_records: int | None = None, features: Mapping | None = None,
-               vocabulary_sizes: Mapping | None = None) -> FileCheck:
-    """Reads one file once. For a shard (`compression` given): checks every
-    record's framing and CRCs, counts records and, with `features`, checks
-    each Example. Always: size and sha256 against the expected values.
-    Returns a `FileCheck`; never raises for damaged data."""
-    check = FileCheck(file=file)
-    try:
-        handle = fsspec.open(url, "rb").open()
-    except FileNotFoundError:
-        check.exists = False
-        check.problems.append(Problem(file, "missing", code="missing"))
-        return check
-    with handle:
-        reader = _HashingReader(handle)
-        if compression is not None:
-            _check_records(reader, file, compression, check, features, vocabulary_sizes or {})
-        reader.drain()
-    check.size = reader.size
-    check.sha256 = reader.digest.hexdigest()
-    framing_broken = any(p.offset is not None for p in check.problems)
-    if expected_size is not None and check.size != expected_size:
-        check.problems.append(Problem(file, f"is {check.size} bytes, manifest says {expected_size}"
-                                      + (" (truncated)" if check.size < expected_size else ""),
-                                      code="size"))
-    if expected_records is not None and not framing_broken and check.records != expected_records:
-        check.problems.append(Problem(file, f"holds {check.records} records, manifest says "
-                                      f"{expected_records}", code="count",
-                                      record_index=min(check.records, expected_records)))
-    if expected_sha256 is not None and check.sha256 != expected_sha256:
-        hint = ""
-        if compression is not None and not check.problems:
-            # e.g. a flipped gzip header byte (mtime, flags): TFRecord
-            # readers would not notice, but the bytes are not the ones built.
-            hint = (f"; all {check.records} records read back intact, so the damage is in the "
-                    "container bytes (such as the gzip header)")
-        check.problems.append(Problem(file, f"sha256 {check.sha256[:16]}… does not match the "
-                                      f"expected {expected_sha256[:16]}…{hint}", code="sha256"))
-    return check
-
-
-def _check_records(reader: _HashingReader, file: str, compression: str, check: FileCheck,
-                   features: Mapping | None, vocabulary_sizes: Mapping) -> None:
-    count = 0
-    first_bad = None
-    bad = 0
-    try:
-        if features is None:
-            # Framing and CRCs only: no object per record.
-            count = tfrecordio.count_records(reader, path=file, compression=compression)
-            records = ()
-        else:
-            records = tfrecordio.iter_records(reader, path=file, compression=compression)
-        for index, record in enumerate(records):
-            count = index + 1
-            try:
-                problem = example_problem(decode_example(record), features, vocabulary_sizes)
-            except ExampleDecodeError as error:
-                problem = str(error)
-            if problem:
-                bad += 1
-                if first_bad is None:
-                    first_bad = Problem(file, problem, record_index=index, code="example")
-    except tfrecordio.TFRecordError as error:
-        count = error.record_index  # the intact records before the damage
-        # Offsets of gzip shards count uncompressed bytes (what TFRecord
-        # readers see); say so, or a user would seek the compressed file.
-        suffix = " (byte offset in the uncompressed stream)" if compression == "gzip" else ""
-        check.problems.append(Problem(file, error.problem + suffix,
-                                      offset=error.offset, record_index=error.record_index,
-                                      code="framing"))
-    check.records = count
-    if first_bad is not None:
-        if bad > 1:
-            first_bad = Problem(file, f"{first_bad.message} ({bad} records do not match the "
-                                "manifest's features)", record_index=first_bad.record_index,
-                                code="example")
-        check.problems.append(first_bad)
-
-
 # --- the dataset ---------------------------------------------------------------------
 
 def _locate(path: str) -> tuple[Any, str, str, str | None, list[Problem]]:
@@ -324,19 +126,19 @@ def _locate(path: str) -> tuple[Any, str, str, str | None, list[Problem]]:
     fs, root = fsspec.core.url_to_fs(path)
     root = root.rstrip("/") or "/"
     base_url = path.rstrip("/") or path
-    if fs.exists(f"{root}/{manifest_lib.MANIFEST_FILE}"):
+    if fs.exists(f"{root}/{MANIFEST_FILE}"):
         return fs, root, base_url, None, []
-    if fs.exists(f"{root}/{manifest_lib.LATEST_FILE}"):
-        version = fs.cat_file(f"{root}/{manifest_lib.LATEST_FILE}").decode("utf-8", "replace").strip()
+    if fs.exists(f"{root}/{LATEST_FILE}"):
+        version = fs.cat_file(f"{root}/{LATEST_FILE}").decode("utf-8", "replace").strip()
         try:
             check_version_name(version)
         except ConfigError as error:
-            return fs, root, base_url, None, [Problem(manifest_lib.LATEST_FILE, str(error),
+            return fs, root, base_url, None, [Problem(LATEST_FILE, str(error),
                                                       code="latest")]
         version_dir = f"{root}/{version}"
         if not fs.exists(version_dir):
             return fs, root, base_url, version, [Problem(
-                manifest_lib.LATEST_FILE, f"names version {version!r}, which does not exist",
+                LATEST_FILE, f"names version {version!r}, which does not exist",
                 code="latest")]
         return fs, version_dir, f"{base_url}/{version}", version, []
     if not fs.exists(root):
@@ -374,30 +176,30 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     report = VerifyReport(path=redact_url(version_url), version=latest, problems=problems)
     if problems:
         return report
-    manifest_bytes = fs.cat_file(f"{version_dir}/{manifest_lib.MANIFEST_FILE}") \
-        if fs.exists(f"{version_dir}/{manifest_lib.MANIFEST_FILE}") else None
+    manifest_bytes = fs.cat_file(f"{version_dir}/{MANIFEST_FILE}") \
+        if fs.exists(f"{version_dir}/{MANIFEST_FILE}") else None
     if manifest_bytes is None:
-        report.problems.append(Problem(manifest_lib.MANIFEST_FILE, "missing: the version is "
+        report.problems.append(Problem(MANIFEST_FILE, "missing: the version is "
                                        "incomplete (a build still running or interrupted) or "
                                        "this is not a recordforge dataset", code="manifest"))
         return report
     try:
         manifest = manifest_lib.load_manifest(manifest_bytes)
     except manifest_lib.ManifestError as error:
-        report.problems.append(Problem(manifest_lib.MANIFEST_FILE, str(error), code="manifest"))
+        report.problems.append(Problem(MANIFEST_FILE, str(error), code="manifest"))
         return report
     report.version = manifest["version"]
     present = _list_files(fs, version_dir)
 
     sums = {}
-    if manifest_lib.SHA256SUMS_FILE not in present:
-        report.problems.append(Problem(manifest_lib.SHA256SUMS_FILE, "missing", code="sums"))
+    if SHA256SUMS_FILE not in present:
+        report.problems.append(Problem(SHA256SUMS_FILE, "missing", code="sums"))
     else:
         try:
-            sums = manifest_lib.parse_sha256sums(
-                fs.cat_file(f"{version_dir}/{manifest_lib.SHA256SUMS_FILE}"))
+            sums = parse_sha256sums(
+                fs.cat_file(f"{version_dir}/{SHA256SUMS_FILE}"))
         except manifest_lib.ManifestError as error:
-            report.problems.append(Problem(manifest_lib.SHA256SUMS_FILE, str(error), code="sums"))
+            report.problems.append(Problem(SHA256SUMS_FILE, str(error), code="sums"))
 
     compression = manifest_lib.compression_from_label(manifest["compression"])
     features = manifest["features"] if deep else None
@@ -414,7 +216,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             features=features, vocabulary_sizes=vocabulary_sizes)))
         listed = sums.get(file)
         if sums and listed != shard["sha256"]:
-            report.problems.append(Problem(manifest_lib.SHA256SUMS_FILE, (
+            report.problems.append(Problem(SHA256SUMS_FILE, (
                 f"lists {listed[:16]}… for {file}, manifest says {shard['sha256'][:16]}…")
                 if listed else f"does not list shard {file}", code="sums"))
     for file in manifest["dead_letter"]["files"]:
@@ -422,7 +224,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             report.problems.append(Problem(
                 file, "missing (listed in the manifest's dead_letter.files)", code="missing"))
         elif sums and file not in sums:
-            report.problems.append(Problem(manifest_lib.SHA256SUMS_FILE, f"does not list {file}",
+            report.problems.append(Problem(SHA256SUMS_FILE, f"does not list {file}",
                                            code="sums"))
     for file in manifest.get("files", []):
         if file not in present:
@@ -439,7 +241,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             continue
         tasks.append((0, file, dict(expected_sha256=digest)))
     accounted = set(shards) | set(sums) | set(manifest["dead_letter"]["files"]) | {
-        manifest_lib.MANIFEST_FILE, manifest_lib.SHA256SUMS_FILE}
+        MANIFEST_FILE, SHA256SUMS_FILE}
     for file in sorted(present - accounted):
         report.problems.append(Problem(file, "unexpected file (in neither the manifest nor "
                                        "SHA256SUMS)", code="unexpected"))

@@ -41,8 +41,8 @@ DRIVER = textwrap.dedent('''
     import hashlib, json, os, random, shutil, sys, time
     import fsspec
     from recordforge.pipelines import publish
-    from recordforge.pipelines.publish import finalizing as commit
-    from recordforge.pipelines.publish.manifest import shard_file_name
+    from recordforge.pipelines.publish import commit
+    from recordforge.transforms.layout import shard_file_name
     from recordforge.schemas.example import encode_example
     from recordforge.transforms import tfrecordio
 
@@ -159,7 +159,7 @@ def _shard_bytes(version_dir: Path) -> dict[str, bytes]:
 def _publish_base(root: Path) -> None:
     """A different, complete version that LATEST points at before the trials."""
     staging = publish.begin_build(str(root), BASE_VERSION)
-    from recordforge.pipelines.publish.manifest import shard_file_name
+    from recordforge.transforms.layout import shard_file_name
     from recordforge.schemas.example import encode_example
     from recordforge.transforms import tfrecordio
     import hashlib

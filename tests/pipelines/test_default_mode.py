@@ -6,7 +6,7 @@ import os
 import pytest
 
 from recordforge.pipelines import runners
-from recordforge.transforms.sources import source_bytes
+from recordforge.transforms.readers.listing import source_bytes
 
 SMALL = runners.LOCAL_PARALLEL_MIN_BYTES - 1
 BIG = runners.LOCAL_PARALLEL_MIN_BYTES

@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
+from recordforge.pipelines.publish import checksums
 from recordforge.pipelines.publish import manifest as m
+from recordforge.transforms import layout
 from recordforge.pipelines.version import __version__
 
 SHA_A = "a" * 64
@@ -15,7 +17,7 @@ SHA_B = "b" * 64
 
 
 def _shard(split, index, count, examples, size, sha, compression="gzip"):
-    return {"split": split, "file": m.shard_file_name(split, index, count, compression),
+    return {"split": split, "file": layout.shard_file_name(split, index, count, compression),
             "num_examples": examples, "num_bytes": size, "sha256": sha}
 
 
@@ -123,27 +125,27 @@ def test_sha256sums_round_trip_and_coreutils_accepts_it(tmp_path):
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
         entries.append((name, hashlib.sha256(data).hexdigest()))
-    text = m.format_sha256sums(entries)
+    text = checksums.format_sha256sums(entries)
     assert text.decode().splitlines()[0].endswith("  a.tfrecord")
     (tmp_path / "SHA256SUMS").write_bytes(text)
     run = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=tmp_path, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert m.parse_sha256sums(text) == dict(entries)
+    assert checksums.parse_sha256sums(text) == dict(entries)
     # coreutils' own output parses too
     produced = subprocess.run(["sha256sum", "--", *files], cwd=tmp_path, capture_output=True,
                               check=True).stdout
-    assert m.parse_sha256sums(produced) == dict(entries)
+    assert checksums.parse_sha256sums(produced) == dict(entries)
     with pytest.raises(m.ManifestError):
-        m.parse_sha256sums(b"nothex  file\n")
+        checksums.parse_sha256sums(b"nothex  file\n")
     with pytest.raises(m.ManifestError):
-        m.format_sha256sums([("bad\nname", SHA_A)])
+        checksums.format_sha256sums([("bad\nname", SHA_A)])
 
 
 def test_shard_names_and_compression_labels():
-    assert m.shard_file_name("train", 3, 12, "gzip") == "train-00003-of-00012.tfrecord.gz"
-    assert m.parse_shard_file_name("my-split-00003-of-00012.tfrecord") == ("my-split", 3, 12, "none")
-    assert m.parse_shard_file_name("train-3-of-12.tfrecord") is None
+    assert layout.shard_file_name("train", 3, 12, "gzip") == "train-00003-of-00012.tfrecord.gz"
+    assert layout.parse_shard_file_name("my-split-00003-of-00012.tfrecord") == ("my-split", 3, 12, "none")
+    assert layout.parse_shard_file_name("train-3-of-12.tfrecord") is None
     assert m.compression_label("none") == "NONE"
     assert m.compression_from_label("GZIP") == "gzip"
     with pytest.raises(m.ManifestError):

@@ -23,10 +23,10 @@ import pytest
 from tfrecord import example_pb2
 
 from recordforge.pipelines import publish
-from recordforge.pipelines.publish import finalizing as commit
-from recordforge.pipelines.publish import verify
-from recordforge.pipelines.publish import staging as staging_lib
-from recordforge.pipelines.publish.manifest import shard_file_name
+from recordforge.pipelines.publish import commit, owners, verify
+from recordforge.pipelines.publish import lock as lock_lib
+from recordforge.transforms import layout
+from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
@@ -72,7 +72,7 @@ def write_staged_build(url, *, splits=SPLITS, compression="gzip", salt="", dead_
               "num_input_rows": row + dead_rows + extra_input_rows}
     with fsspec.open(f"{url}/_tmp/spill-0", "wb") as handle:
         handle.write(b"scratch")
-    with fsspec.open(f"{url}/{staging_lib.RESULT_FILE}", "wb") as handle:
+    with fsspec.open(f"{url}/{layout.RESULT_FILE}", "wb") as handle:
         handle.write(json.dumps(result).encode())
     return shards
 
@@ -436,7 +436,7 @@ def test_stale_staging_is_cleaned_and_live_staging_left_alone(tmp_path):
     crashed_here = _fake_staging(root, "1.0", host=socket.gethostname(), pid=dead_pid,
                                  heartbeat_age=1)
     silent_elsewhere = _fake_staging(root, "1.0", host="other-host", pid=1,
-                                     heartbeat_age=staging_lib.STALE_AFTER + 60)
+                                     heartbeat_age=owners.STALE_AFTER + 60)
     running_elsewhere = _fake_staging(root, "1.0", host="other-host", pid=1, heartbeat_age=5)
     other_version = _fake_staging(root, "1.0.1", host=socket.gethostname(), pid=dead_pid,
                                   heartbeat_age=1)
@@ -460,7 +460,7 @@ def test_a_build_writing_its_first_owner_file_is_not_taken_for_dead(tmp_path):
     longer ago than a heartbeat may be missed."""
     staging_dir = tmp_path / ".staging"
     staging_dir.mkdir()
-    fresh_id = staging_lib._new_build_id()
+    fresh_id = owners.new_build_id()
     being_born = staging_dir / f"v1.{fresh_id}.owner.json.{uuid.uuid4().hex}.tmp"
     being_born.write_text("{}")
     crashed = staging_dir / f"v1.20260101T000000Z-{uuid.uuid4().hex[:12]}.owner.json." \
@@ -476,7 +476,7 @@ def test_reused_pid_with_old_start_time_is_stale(tmp_path):
     # process that owned the staging is gone and the pid was reused.
     base = _fake_staging(tmp_path, "v1", host=socket.gethostname(), pid=os.getpid(),
                          heartbeat_age=1, pid_start="1")
-    if staging_lib._process_start(os.getpid()) is None:
+    if owners.process_start(os.getpid()) is None:
         pytest.skip("no /proc: pid reuse cannot be told")
     publish.begin_build(str(tmp_path), "v1").abort()
     assert not base.exists()
@@ -556,10 +556,10 @@ def test_stale_commit_lock_is_broken(tmp_path):
 def test_live_commit_lock_blocks_until_timeout(tmp_path, monkeypatch):
     root = tmp_path / "out"
     holder = publish.begin_build(str(root), "v1")
-    lock = staging_lib.CommitLock(holder.out, "v1", build_id=holder.build_id,
-                                  stale_after=staging_lib.STALE_AFTER)
+    lock = lock_lib.CommitLock(holder.out, "v1", build_id=holder.build_id,
+                                  stale_after=owners.STALE_AFTER)
     assert lock.try_acquire()
-    monkeypatch.setattr(staging_lib, "LOCK_WAIT", 0.3)
+    monkeypatch.setattr(lock_lib, "LOCK_WAIT", 0.3)
     staging = publish.begin_build(str(root), "v1")
     write_staged_build(staging.url)
     with pytest.raises(publish.ConcurrentBuildError, match="is publishing it"):

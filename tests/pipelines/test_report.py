@@ -15,7 +15,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from recordforge.pipelines.publish import report
+from recordforge.pipelines.publish import report, report_html
 from recordforge.schemas.example import encode_example
 from recordforge.transforms.tfrecordio import TFRecordWriter
 
@@ -144,16 +144,16 @@ def test_dead_letter_samples_take_the_first_row_per_reason(staged):
 
 
 def test_thumbnails_are_reencoded_and_hostile_images_dropped():
-    uri = report.thumbnail_data_uri(_png((1, 2, 3)))
+    uri = report_html.thumbnail_data_uri(_png((1, 2, 3)))
     assert uri.startswith("data:image/jpeg;base64,")
-    assert report.thumbnail_data_uri(b"<svg onload=alert(1)>") is None
-    assert report.thumbnail_data_uri(b"") is None
+    assert report_html.thumbnail_data_uri(b"<svg onload=alert(1)>") is None
+    assert report_html.thumbnail_data_uri(b"") is None
     # A PNG header claiming 20000 x 20000 pixels is refused before decoding.
     ihdr = struct.pack(">IIBBBBB", 20000, 20000, 8, 2, 0, 0, 0)
     chunk = b"IHDR" + ihdr
     bomb = (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk
             + struct.pack(">I", zlib.crc32(chunk)))
-    assert report.thumbnail_data_uri(bomb) is None
+    assert report_html.thumbnail_data_uri(bomb) is None
 
 
 class _Tags(html.parser.HTMLParser):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics as pystats
+import subprocess
 from fractions import Fraction
 
 import numpy as np
@@ -244,3 +246,30 @@ def test_gates_relaxed_with_set_are_parsed(tmp_path):
     assert relaxed.validation.gates == ()
     looser = config_from_dict(config, overrides=["validation.features.price.max_js=0.5"])
     assert looser.validation.gates[0].limit == 0.5
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="chromium is not installed (apt-get install -y chromium); the CI "
+                           "script installs it")
+def test_statistics_sections_render_in_chromium(tmp_path):
+    table = tmp_path / "shop.csv"
+    _write_table(table, ROWS, missing_price_every=7)
+    out = tmp_path / "out"
+    config_path = _write_config(tmp_path, _config(table, out, max_row_change=0.5,
+                                                  features={"price": {"max_missing": 0.5}}))
+    assert _run(config_path) == 0
+    page = _published(out) / "report.html"
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--dump-dom", f"file://{page}"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    for chart in ("feature-train-price", "feature-train-id", "feature-test-city",
+                  "feature-test-label"):
+        assert f'data-chart="{chart}"' in dom, chart
+    histogram = dom.split('data-chart="feature-train-price"', 1)[1].split("</svg>", 1)[0]
+    assert histogram.count('class="bar"') == 10
+    assert "Validation gates" in dom and "Drift" in dom and "<script" not in dom

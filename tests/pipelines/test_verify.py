@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recordforge.pipelines import publish
-from recordforge.pipelines.publish import verify
-from recordforge.pipelines.publish.manifest import shard_file_name
+from recordforge.pipelines.publish import file_checks, verify
+from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
 
@@ -245,11 +245,11 @@ def test_example_problem_shapes():
     features = {"fixed": {"type": "float", "shape": [2]}, "any": {"type": "int64", "shape": [-1]},
                 "opt": {"type": "bytes", "shape": [], "required": False}}
     ok = {"fixed": ("float", [1.0, 2.0])}
-    assert verify.example_problem(ok, features, {}) is None
-    assert verify.example_problem({"fixed": ("float", [1.0])}, features, {}) == \
+    assert file_checks.example_problem(ok, features, {}) is None
+    assert file_checks.example_problem({"fixed": ("float", [1.0])}, features, {}) == \
         "feature 'fixed' has 1 values, shape [2] needs 2"
-    assert verify.example_problem({**ok, "any": ("bytes", [])}, features, {}) is None
-    assert verify.example_problem({**ok, "any": ("int64", [5])}, features, {"any": 5}) == \
+    assert file_checks.example_problem({**ok, "any": ("bytes", [])}, features, {}) is None
+    assert file_checks.example_problem({**ok, "any": ("int64", [5])}, features, {"any": 5}) == \
         "feature 'any': id 5 is outside its vocabulary (0..4)"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from recordforge.pipelines.publish import finalizing as commit
+from recordforge.pipelines.publish import commit
 from recordforge.pipelines.publish import verify
 
 BASE, VERSION = "0.9.0", "1.0.0"
@@ -192,12 +192,12 @@ CRASHING_WORKER = textwrap.dedent("""\
     import os
     os.environ.setdefault("RELIABILITY_MAIN_PID", str(os.getpid()))
     if os.environ["RELIABILITY_MAIN_PID"] != str(os.getpid()):
-        from recordforge.transforms import table_readers
+        from recordforge.transforms.readers import csv as csv_reader
 
         def die(*args, **kwargs):
             os._exit(9)
 
-        table_readers.iter_csv = die
+        csv_reader.iter_csv = die
     """)
 
 

@@ -6,7 +6,7 @@ Every reader that takes outside input is fed arbitrary and mutated input:
   `TFRecordError`;
 * the Example decoder (`example.decode_example`) returns features or raises
   `ExampleDecodeError`;
-* the CSV/JSONL row readers (`table_readers.iter_csv` / `iter_jsonl`) yield
+* the CSV/JSONL row readers (`csv_reader.iter_csv` / `iter_jsonl`) yield
   rows or dead letters with a registered reason, never raise;
 * the config loader (`config.load_config` / `config_from_dict`) returns a
   config or raises `ConfigError`.
@@ -39,8 +39,9 @@ from recordforge.pipelines.config import DatasetConfig, config_from_dict, load_c
 from recordforge.schemas.dead_letters import REASONS
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import ExampleDecodeError, decode_example, encode_example
-from recordforge.transforms import table_readers, tfrecordio
-from recordforge.transforms.rows import SourceRow
+from recordforge.transforms import tfrecordio
+from recordforge.transforms.readers import csv as csv_reader, jsonl
+from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.tfrecordio import TFRecordError
 
 EXAMPLES = int(os.environ.get("RECORDFORGE_FUZZ_EXAMPLES", "60"))
@@ -214,7 +215,7 @@ def test_csv_reader_never_raises(data, compressed, start):
     suffix = ".csv.gz" if compressed else ".csv"
     body = gzip.compress(data, mtime=0) if compressed else data
     start = 0 if compressed else start
-    items = _read_table(table_readers.iter_csv, body, suffix, start=start)
+    items = _read_table(csv_reader.iter_csv, body, suffix, start=start)
     _check_reader_output(items, "fuzz" + suffix)
 
 
@@ -222,7 +223,7 @@ def test_csv_reader_never_raises(data, compressed, start):
 @given(data=table_bytes, start=st.integers(0, 64))
 @example(data=b"\n\xef\xbb\xbf", start=0)  # a byte-order mark not at the start is text
 def test_jsonl_reader_never_raises(data, start):
-    items = _read_table(table_readers.iter_jsonl, data, ".jsonl", start=start)
+    items = _read_table(jsonl.iter_jsonl, data, ".jsonl", start=start)
     _check_reader_output(items, "fuzz.jsonl")
     if start == 0:
         # Every line that is not blank is a row or a dead letter; an empty
@@ -246,7 +247,7 @@ def _counts_as_row(line: bytes, first: bool) -> bool:
 @given(data=st.binary(max_size=2048))
 @example(data=b"\x08\x00\x00\x00\x00\x00\x00\x00\x06")  # isal's own error type
 def test_gzip_damage_in_tables_is_a_read_error(data):
-    items = _read_table(table_readers.iter_csv, b"\x1f\x8b" + data, ".csv.gz")
+    items = _read_table(csv_reader.iter_csv, b"\x1f\x8b" + data, ".csv.gz")
     _check_reader_output(items, "fuzz.csv.gz")
 
 

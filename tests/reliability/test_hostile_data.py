@@ -21,9 +21,10 @@ from pathlib import Path
 from PIL import Image
 
 from recordforge.schemas.example import decode_example
-from recordforge.transforms import sources, table_readers, tfrecordio
-from recordforge.transforms.images import ImageOptions
-from recordforge.transforms.rows import SourceRow, each_row
+from recordforge.transforms import tfrecordio
+from recordforge.transforms.readers import image_items, jsonl, listing, tables
+from recordforge.transforms.readers.images import ImageOptions
+from recordforge.transforms.readers.rows import SourceRow, each_row
 
 
 def encode(image: Image.Image, fmt: str, **params) -> bytes:
@@ -155,14 +156,14 @@ def test_images_that_change_or_vanish_after_listing(tmp_path):
     good = encode(Image.radial_gradient("L").convert("RGB"), "PNG")
     for name in ("stays", "replaced", "vanishes", "shrinks"):
         (root / "cats" / f"{name}.png").write_bytes(good)
-    batches, problems = sources.plan_images(str(root), [".png"], "directory")
+    batches, problems = image_items.plan_images(str(root), [".png"], "directory")
     assert problems == []
     (root / "cats" / "replaced.png").write_bytes(b"not an image any more")
     (root / "cats" / "vanishes.png").unlink()
     (root / "cats" / "shrinks.png").write_bytes(good[:len(good) // 2])
-    fs, _ = sources.list_files(str(root))
+    fs, _ = listing.list_files(str(root))
     items = [item for batch in batches for item in batch]
-    read = list(sources.read_image_items(fs, items, ImageOptions(decode="full")))
+    read = list(image_items.read_image_items(fs, items, ImageOptions(decode="full")))
     outcome = {(item.values["path"] if isinstance(item, SourceRow) else item["input"]["path"]):
                ("row" if isinstance(item, SourceRow) else item["reason"]) for item in read}
     assert outcome == {"cats/stays.png": "row", "cats/replaced.png": "image_corrupt",
@@ -178,9 +179,9 @@ def test_unreadable_files_are_read_errors(tmp_path, faults, run_build):
     (root / "cats" / "open.png").write_bytes(png)
     (root / "cats" / "locked.png").write_bytes(png)
     faults.denied = {"locked.png", "locked.csv"}
-    batches, _ = sources.plan_images(f"faulty://{root}", [".png"], "directory")
-    fs, _ = sources.list_files(f"faulty://{root}")
-    read = list(sources.read_image_items(fs, batches[0], ImageOptions()))
+    batches, _ = image_items.plan_images(f"faulty://{root}", [".png"], "directory")
+    fs, _ = listing.list_files(f"faulty://{root}")
+    read = list(image_items.read_image_items(fs, batches[0], ImageOptions()))
     (letter,) = [item for item in read if isinstance(item, dict)]
     assert letter["reason"] == "read_error" and "PermissionError" in letter["message"]
     assert letter["source"] == f"faulty://{root}/cats/locked.png"
@@ -209,11 +210,11 @@ def test_unreadable_files_are_read_errors(tmp_path, faults, run_build):
 def test_table_rewritten_between_planning_and_reading(tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text("id,text\n" + "".join(f"{i},row {i}\n" for i in range(20000)))
-    fs, (fs_path,) = sources.list_files(str(path))
-    units = sources.plan_table_ranges(fs, fs_path, "csv", range_bytes=20_000)
+    fs, (fs_path,) = listing.list_files(str(path))
+    units = tables.plan_table_ranges(fs, fs_path, "csv", range_bytes=20_000)
     assert len(units) > 5
     path.write_text('id,text\n1,"an unterminated quote\n2,x\n')  # shorter, different
-    items = [item for unit in units for item in each_row(sources.read_range(fs, unit, "csv"))]
+    items = [item for unit in units for item in each_row(tables.read_range(fs, unit, "csv"))]
     assert all(isinstance(item, SourceRow) or item["stage"] == "read" for item in items)
     assert len(items) <= 2
 
@@ -264,7 +265,7 @@ def test_hostile_jsonl_lines(tmp_path):
         + '{"id": 2, "deep": ' + "[" * 5000 + "]" * 5000 + "}\n"
         + '{"id": 3, "text": "fine"}\n'
         + '{"id": 4, "broken": ' + "x" * (4 << 20) + "\n")
-    items = list(table_readers.iter_jsonl(str(path)))
+    items = list(jsonl.iter_jsonl(str(path)))
     assert [item.row if isinstance(item, SourceRow) else item["reason"] for item in items] == \
         [1, "json_invalid", 3, "json_invalid"]
     assert items[0].values["text"] == long_value

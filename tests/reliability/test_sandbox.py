@@ -29,7 +29,8 @@ from PIL import Image
 from recordforge.pipelines import cli
 from recordforge.schemas.dead_letters import MAX_INLINE_CHARS
 from recordforge.schemas.example import decode_example
-from recordforge.transforms import table_readers, tfrecordio
+from recordforge.transforms import tfrecordio
+from recordforge.transforms.readers import csv as csv_reader
 
 PACKAGE = Path(__file__).resolve().parents[2]
 SECRET = "VerySecretKey"
@@ -190,7 +191,7 @@ def test_dead_letters_never_embed_image_bytes_or_huge_fields(tmp_path, run_build
     field = "x" * (20 << 20)
     table = tmp_path / "ragged.csv"
     table.write_text(f"a,b\n1,2\n3,4,{field}\n")
-    (letter,) = [item for item in table_readers.iter_csv(str(table)) if isinstance(item, dict)]
+    (letter,) = [item for item in csv_reader.iter_csv(str(table)) if isinstance(item, dict)]
     assert letter["reason"] == "csv_ragged_row"
     assert letter["input"][2] == {"chars": len(field), "head": field[:256]}
     assert len(json.dumps(letter)) < 2 * MAX_INLINE_CHARS

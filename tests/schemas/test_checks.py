@@ -9,10 +9,11 @@ import struct
 import pytest
 from tfrecord import example_pb2
 
-from recordforge.schemas.checks import FLOAT32_OVERFLOW, RowEncoder
 from recordforge.schemas.dead_letters import REASONS, RowError
 from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.row_encoder import RowEncoder
+from recordforge.schemas.values import FLOAT32_OVERFLOW
 
 FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.example import decode_example
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.row_encoder import RowEncoder
 
 SCHEMA = {
     "id": {"type": "int64", "min": 0},

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.checks import RowEncoder
 from recordforge.schemas.dead_letters import RowError
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.row_encoder import RowEncoder
 
 SCHEMA = {
     "id": {"type": "int64", "min": 0},

@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from recordforge.schemas.errors import ConfigError
-from recordforge.schemas.features import (FeatureSpec, manifest_features, parse_features,
-                                          resolve_vocabularies)
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.features import FeatureSpec, manifest_features, resolve_vocabularies
 
 
 def test_parses_the_spec_example_in_order():

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.statistics import (KLL_K, FeatureStatistics, StatisticsPlan, _SHIFT,
                                             _exact_sum, batch_statistics, feature_kind)
 

@@ -5,9 +5,9 @@ import pickle
 import apache_beam as beam
 from apache_beam.coders import registry
 
-from recordforge.schemas.features import parse_features
+from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms.batch_coder import BatchCoder, estimated_size
-from recordforge.transforms.rows import ColumnBatch, SourceRow
+from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
 from recordforge.transforms.shard_plan import HashedExamples
 from recordforge.transforms.sources import ReadTable
 from recordforge.transforms.to_examples import RowsToExamples

@@ -188,8 +188,8 @@ def test_rows_to_dead_letters_on_the_dask_runner(tmp_path):
     from apache_beam.runners.dask.dask_runner import DaskRunner
     from dask.distributed import Client, LocalCluster
 
-    from recordforge.schemas.features import parse_features
-    from recordforge.transforms.rows import SourceRow
+    from recordforge.schemas.feature_config import parse_features
+    from recordforge.transforms.readers.rows import SourceRow
     from recordforge.transforms.to_examples import RowsToExamples
 
     specs = parse_features({"id": {"type": "int64"},

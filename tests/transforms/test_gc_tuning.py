@@ -28,9 +28,9 @@ def test_a_higher_threshold_or_a_disabled_collector_is_left_alone(setting):
 
 
 def test_row_making_steps_relax_the_threshold_in_their_setup():
-    from recordforge.schemas.features import parse_features
+    from recordforge.schemas.feature_config import parse_features
     from recordforge.transforms.shards import ShardTuning, _SpillFn
-    from recordforge.transforms.sources import _ReadTableRanges
+    from recordforge.transforms.sources.tables import _ReadTableRanges
     from recordforge.transforms.to_examples import _ConvertBatchesFn
 
     specs = parse_features({"x": {"type": "int64"}})

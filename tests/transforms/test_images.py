@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageFile
 
 from recordforge.schemas.dead_letters import RowError
-from recordforge.transforms.images import ImageOptions, image_columns
+from recordforge.transforms.readers.images import ImageOptions, image_columns
 
 
 def encode(im, fmt, **params):

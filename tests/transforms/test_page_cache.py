@@ -12,7 +12,8 @@ import sys
 import fsspec
 import pytest
 
-from recordforge.transforms import page_cache, table_readers
+from recordforge.transforms import page_cache
+from recordforge.transforms.readers import csv as csv_reader
 
 _PAGE = mmap.PAGESIZE
 
@@ -86,8 +87,8 @@ def _table(tmp_path) -> str:
 @linux_only
 def test_a_csv_range_reader_drops_its_range_and_keeps_the_others(tmp_path):
     path = _table(tmp_path)
-    start, end = table_readers.csv_split_points(path, 8 << 20)[1:3]
-    rows = list(table_readers.iter_csv(path, start=start, end=end))
+    start, end = csv_reader.csv_split_points(path, 8 << 20)[1:3]
+    rows = list(csv_reader.iter_csv(path, start=start, end=end))
     assert len(rows) > 35_000 and not any(isinstance(row, dict) for row in rows)
     resident = _residency(path)
     # The kernel drops whole cached folios (up to 2 MB with large folios)
@@ -102,7 +103,7 @@ def test_a_csv_range_reader_drops_its_range_and_keeps_the_others(tmp_path):
 @linux_only
 def test_a_reader_stopped_early_drops_nothing(tmp_path):
     path = _table(tmp_path)
-    reader = table_readers.iter_csv(path)
+    reader = csv_reader.iter_csv(path)
     next(reader)
     reader.close()
     assert all(_residency(path))
@@ -157,7 +158,7 @@ def test_a_durable_finish_leaves_no_page_of_the_file_cached(tmp_path):
 
 @linux_only
 def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
-    from recordforge.pipelines.publish import verify
+    from recordforge.pipelines.publish import file_checks
     from recordforge.transforms import tfrecordio
 
     records = [os.urandom(3000 + i) for i in range(4000)]  # ~12 MB: more than one drop
@@ -165,7 +166,7 @@ def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
     path.write_bytes(tfrecordio.frame_records(records))
     path = _cached_file(tmp_path, path.name, path.read_bytes())
     assert all(_residency(path))
-    check = verify.check_file(path, "train-00000-of-00001.tfrecord", compression="none",
+    check = file_checks.check_file(path, "train-00000-of-00001.tfrecord", compression="none",
                               expected_records=len(records))
     assert check.records == len(records) and not check.problems
     assert not any(_residency(path))

@@ -16,9 +16,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from recordforge.transforms import sources, table_readers
-from recordforge.transforms.images import ImageOptions
-from recordforge.transforms.rows import each_row
+from recordforge.transforms import sources
+from recordforge.transforms.readers import csv as csv_reader, image_items, listing, tables
+from recordforge.transforms.readers.images import ImageOptions
+from recordforge.transforms.readers.rows import each_row
 
 
 def encode(im, fmt, **params):
@@ -108,13 +109,13 @@ IMAGE_OPTIONS = ImageOptions(decode="full", min_size=(4, 4), modes=("RGB", "RGBA
 
 def test_list_files(tmp_path, csv_corpus):
     root, *_ = csv_corpus
-    _, files = sources.list_files(str(root))
+    _, files = listing.list_files(str(root))
     assert [os.path.basename(f) for f in files] == ["a.csv", "b.csv", "c.csv"]
-    _, files = sources.list_files(str(root / "*.csv"))
+    _, files = listing.list_files(str(root / "*.csv"))
     assert [os.path.basename(f) for f in files] == ["a.csv", "b.csv", "c.csv"]
-    _, files = sources.list_files(str(root / "a.csv"))
+    _, files = listing.list_files(str(root / "a.csv"))
     assert files == [str(root / "a.csv")]
-    assert sources.list_files(str(tmp_path / "none*.csv"))[1] == []
+    assert listing.list_files(str(tmp_path / "none*.csv"))[1] == []
 
 
 def test_plan_table_ranges_partition_a_file(tmp_path):
@@ -124,25 +125,25 @@ def test_plan_table_ranges_partition_a_file(tmp_path):
         writer.writerow(["k", "v"])
         writer.writerows([[i, f"line\n{i}" if i % 5 == 0 else i] for i in range(500)])
     fs = fsspec.filesystem("file")
-    units = sources.plan_table_ranges(fs, str(path), "csv", range_bytes=600)
+    units = tables.plan_table_ranges(fs, str(path), "csv", range_bytes=600)
     assert len(units) > 5
     assert units[0].start == 0 and units[-1].end is None
     assert all(a.end == b.start for a, b in zip(units, units[1:]))
-    got = [item for unit in units for item in each_row(sources.read_range(fs, unit, "csv"))]
-    assert got == list(table_readers.iter_csv(str(path)))
-    assert len(sources.plan_table_ranges(fs, str(path), "csv", range_bytes=0)) == 1
+    got = [item for unit in units for item in each_row(tables.read_range(fs, unit, "csv"))]
+    assert got == list(csv_reader.iter_csv(str(path)))
+    assert len(tables.plan_table_ranges(fs, str(path), "csv", range_bytes=0)) == 1
 
 
 def test_plan_parquet_by_row_groups(tmp_path):
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"x": list(range(1000))}), path, row_group_size=100)
     fs = fsspec.filesystem("file")
-    units = sources.plan_table_ranges(fs, str(path), "parquet", range_bytes=1)
+    units = tables.plan_table_ranges(fs, str(path), "parquet", range_bytes=1)
     assert [(u.start, u.end) for u in units] == [(i, i + 1) for i in range(10)]
     got = [item.values["x"] for unit in units
-           for item in each_row(sources.read_range(fs, unit, "parquet"))]
+           for item in each_row(tables.read_range(fs, unit, "parquet"))]
     assert got == list(range(1000))
-    assert len(sources.plan_table_ranges(fs, str(path), "parquet")) == 1
+    assert len(tables.plan_table_ranges(fs, str(path), "parquet")) == 1
 
 
 def rel_of(letter):
@@ -152,7 +153,7 @@ def rel_of(letter):
 
 def test_plan_images_directory_labels(tmp_path):
     good, dead = make_images(tmp_path / "img", tmp_path / "outside")
-    batches, problems = sources.plan_images(str(tmp_path / "img"), [".jpg", "png"],
+    batches, problems = image_items.plan_images(str(tmp_path / "img"), [".jpg", "png"],
                                             "directory", batch_size=3)
     assert all(1 <= len(b) <= 3 for b in batches)
     items = [item for batch in batches for item in batch]
@@ -162,7 +163,7 @@ def test_plan_images_directory_labels(tmp_path):
     assert {(rel_of(p), p["reason"]) for p in problems} == {
         ("cat/link_out.jpg", "path_outside_root"), ("dog/dir_out", "path_outside_root"),
         ("cat/dangling.jpg", "read_error"), ("loose.jpg", "unlabeled_image")}
-    assert sources.known_labels(str(tmp_path / "img"), "directory", [".jpg", ".png"]) == [
+    assert image_items.known_labels(str(tmp_path / "img"), "directory", [".jpg", ".png"]) == [
         "cat", "dog", "puppies"]
 
 
@@ -181,7 +182,7 @@ def test_plan_images_labels_table(tmp_path):
         "dog/text.jpg\n"               # 9 ragged
         "loose.jpg,\n"                 # 10 no label
         "cat/link_out.jpg,x\n")        # 11 reported by the listing already
-    batches, problems = sources.plan_images(str(tmp_path / "img"), [".jpg", ".png"],
+    batches, problems = image_items.plan_images(str(tmp_path / "img"), [".jpg", ".png"],
                                             str(labels))
     items = {item.rel: item.label for batch in batches for item in batch}
     assert items == {"cat/a.jpg": "kitty", "dog/c.png": "doggo"}
@@ -192,16 +193,16 @@ def test_plan_images_labels_table(tmp_path):
     unlabeled = {rel_of(p) for p in problems if p["reason"] == "unlabeled_image"}
     assert "cat/b.JPG" in unlabeled and "dog/puppies/d.jpg" in unlabeled
     assert "cat/link_out.jpg" not in unlabeled
-    assert sources.known_labels(str(tmp_path / "img"), str(labels), [".jpg"]) == [
+    assert image_items.known_labels(str(tmp_path / "img"), str(labels), [".jpg"]) == [
         "doggo", "kitty", "x"]
 
 
 def test_read_image_items_reports_vanished_files(tmp_path):
     make_images(tmp_path / "img", tmp_path / "outside")
-    batches, _ = sources.plan_images(str(tmp_path / "img"), [".jpg"], "directory")
+    batches, _ = image_items.plan_images(str(tmp_path / "img"), [".jpg"], "directory")
     items = [item for batch in batches for item in batch if item.rel == "cat/a.jpg"]
     os.remove(tmp_path / "img" / "cat" / "a.jpg")
-    [letter] = list(sources.read_image_items(fsspec.filesystem("file"), items, IMAGE_OPTIONS))
+    [letter] = list(image_items.read_image_items(fsspec.filesystem("file"), items, IMAGE_OPTIONS))
     assert letter["reason"] == "read_error" and "cat/a.jpg" in letter["message"]
     assert letter["input"] == {"path": "cat/a.jpg", "label": "cat"}
 
@@ -209,7 +210,7 @@ def test_read_image_items_reports_vanished_files(tmp_path):
 def test_scan_distinct(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"c": "x"}\n{"c": "y"}\nbad\n{"d": 1}\n')
     (tmp_path / "b.jsonl").write_text('{"c": "x"}\n{"c": 3}\n{"c": null}\n')
-    assert sources.scan_distinct(str(tmp_path), "jsonl", "c") == ["3", "x", "y"]
+    assert tables.scan_distinct(str(tmp_path), "jsonl", "c") == ["3", "x", "y"]
 
 
 # ---------------------------------------------------------------------------

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.dead_letters import json_safe
-from recordforge.transforms import table_readers as tr
-from recordforge.transforms.rows import ColumnBatch, SourceRow, each_row
+from recordforge.transforms.readers import csv as tr
+from recordforge.transforms.readers import jsonl, parquet, ranges, tables
+from recordforge.transforms.readers.rows import ColumnBatch, SourceRow, each_row
 
 
 def split(items):
@@ -154,7 +155,7 @@ def test_csv_split_points_never_inside_quotes(tmp_path):
     whole = list(tr.iter_csv(str(path)))
     assert len(whole) == 400
     for target in (1, 17, 100, 999, 10_000):
-        points = tr.scan_split_points(str(path), target, quote_aware=True)
+        points = ranges.scan_split_points(str(path), target, quote_aware=True)
         assert [p.offset for p in points] == tr.csv_split_points(str(path), target)
         assert read_ranges(str(path), points) == whole
         # without line hints the reader finds boundaries and line numbers itself
@@ -184,7 +185,7 @@ def test_csv_ranges_equal_whole_file_and_python_csv(tmp_path_factory, rows, targ
     whole = list(tr.iter_csv(str(path)))
     expected = list(csv.DictReader(io.StringIO(buffer.getvalue(), newline="")))
     assert [r.values for r in whole] == expected
-    points = tr.scan_split_points(str(path), target, quote_aware=True)
+    points = ranges.scan_split_points(str(path), target, quote_aware=True)
     assert read_ranges(str(path), points) == whole
 
 
@@ -307,7 +308,7 @@ def test_csv_matches_a_line_by_line_reference_for_any_blocks_and_ranges(
             end = starts[i + 1] if i + 1 < len(starts) else None
             ranged += tr.iter_csv(path, start=start, end=end)
         assert ranged == whole
-        assert read_ranges(path, tr.scan_split_points(path, target, quote_aware=True)) == whole
+        assert read_ranges(path, ranges.scan_split_points(path, target, quote_aware=True)) == whole
         # Column batches hold the same rows.
         assert list(each_row(tr.iter_csv(path, columns=True))) == whole
         columned = []
@@ -453,7 +454,7 @@ def test_jsonl_rows_and_bad_lines(tmp_path):
         b'{"s": "\xff"}\n'                    # 6 invalid utf-8
         b"\r\n"                               # 7 blank
         b'{"a": 2, "nested": {"k": [1, 2.5, null]}}\r\n')  # 8
-    got, dead = split(list(tr.iter_jsonl(str(path))))
+    got, dead = split(list(jsonl.iter_jsonl(str(path))))
     assert [(r.row, r.values) for r in got] == [
         (1, {"a": 1, "b": "x"}), (8, {"a": 2, "nested": {"k": [1, 2.5, None]}})]
     assert reasons(dead) == [("json_invalid", 2), ("json_invalid", 3), ("json_invalid", 4),
@@ -466,23 +467,23 @@ def test_jsonl_rows_and_bad_lines(tmp_path):
 def test_jsonl_empty_and_ranges(tmp_path):
     empty = tmp_path / "e.jsonl"
     empty.write_bytes(b"")
-    assert [d["reason"] for d in tr.iter_jsonl(str(empty))] == ["empty_file"]
+    assert [d["reason"] for d in jsonl.iter_jsonl(str(empty))] == ["empty_file"]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps({"i": i, "s": "x" * (i % 13)}) + "\n" for i in range(300)))
-    whole = list(tr.iter_jsonl(str(path)))
+    whole = list(jsonl.iter_jsonl(str(path)))
     assert [r.row for r in whole] == list(range(1, 301))
     for target in (1, 50, 777):
-        points = tr.scan_split_points(str(path), target, quote_aware=False)
-        assert read_ranges(str(path), points, tr.iter_jsonl) == whole
-        assert read_ranges(str(path), points, tr.iter_jsonl, with_lines=False) == whole
-    assert [p.offset for p in tr.scan_split_points(str(path), 777, quote_aware=False)] == \
-        tr.jsonl_split_points(str(path), 777)
+        points = ranges.scan_split_points(str(path), target, quote_aware=False)
+        assert read_ranges(str(path), points, jsonl.iter_jsonl) == whole
+        assert read_ranges(str(path), points, jsonl.iter_jsonl, with_lines=False) == whole
+    assert [p.offset for p in ranges.scan_split_points(str(path), 777, quote_aware=False)] == \
+        jsonl.jsonl_split_points(str(path), 777)
 
 
 def test_jsonl_gzip(tmp_path):
     path = tmp_path / "x.jsonl.gz"
     path.write_bytes(gzip.compress(b'{"a": 1}\n{"a": 2}\n'))
-    got, dead = split(list(tr.iter_jsonl(str(path))))
+    got, dead = split(list(jsonl.iter_jsonl(str(path))))
     assert [r.values for r in got] == [{"a": 1}, {"a": 2}] and not dead
 
 
@@ -499,16 +500,16 @@ def write_parquet(path, n=2500, row_group_size=1000):
 def test_parquet_rows_and_row_groups(tmp_path):
     path = tmp_path / "t.parquet"
     table = write_parquet(path)
-    got, dead = split(list(tr.iter_parquet(str(path), batch_size=300)))
+    got, dead = split(list(parquet.iter_parquet(str(path), batch_size=300)))
     assert not dead
     assert [r.values for r in got] == table.to_pylist()
     assert [r.row for r in got] == list(range(1, 2501))
-    assert [g[0] for g in tr.parquet_row_groups(str(path))] == [1000, 1000, 500]
+    assert [g[0] for g in parquet.parquet_row_groups(str(path))] == [1000, 1000, 500]
     parts = []
     for group in range(3):
-        parts += tr.iter_parquet(str(path), row_groups=[group])
+        parts += parquet.iter_parquet(str(path), row_groups=[group])
     assert parts == got
-    batches = list(tr.iter_parquet(str(path), batch_size=300, columns=True))
+    batches = list(parquet.iter_parquet(str(path), batch_size=300, columns=True))
     assert all(isinstance(batch, ColumnBatch) for batch in batches)
     assert list(each_row(batches)) == got
 
@@ -517,14 +518,14 @@ def test_parquet_batches_hold_about_a_megabyte_of_rows(tmp_path):
     narrow, wide = tmp_path / "narrow.parquet", tmp_path / "wide.parquet"
     pq.write_table(pa.table({"id": list(range(100_000))}), narrow, row_group_size=50_000)
     pq.write_table(pa.table({"image": [bytes([i]) * 200_000 for i in range(40)]}), wide)
-    narrow_batches = list(tr.iter_parquet(str(narrow), columns=True))
+    narrow_batches = list(parquet.iter_parquet(str(narrow), columns=True))
     assert sum(map(len, narrow_batches)) == 100_000
     assert len(narrow_batches) <= 10  # 8-byte rows: the 16384-row cap, not 1024 rows
-    wide_batches = list(tr.iter_parquet(str(wide), columns=True))
+    wide_batches = list(parquet.iter_parquet(str(wide), columns=True))
     assert sum(map(len, wide_batches)) == 40
     assert max(map(len, wide_batches)) == 16  # 200 KB rows: the floor of 16 rows
     assert [r.values for r in each_row(wide_batches)] == \
-        [r.values for r in tr.iter_parquet(str(wide), batch_size=1)]
+        [r.values for r in parquet.iter_parquet(str(wide), batch_size=1)]
 
 
 def test_plain_csv_runs_come_as_column_batches(tmp_path):
@@ -548,7 +549,7 @@ def test_parquet_damage(tmp_path):
     for name, (content, reason) in cases.items():
         path = tmp_path / name
         path.write_bytes(content)
-        items = list(tr.iter_parquet(str(path)))
+        items = list(parquet.iter_parquet(str(path)))
         assert [d["reason"] for d in items] == [reason], name
         assert items[0]["source"] == str(path)
     # Damage the data pages of the first row group only (the footer stays intact).
@@ -559,7 +560,7 @@ def test_parquet_damage(tmp_path):
     broken[start:start + 40] = b"\xff" * 40
     path = tmp_path / "pages.parquet"
     path.write_bytes(bytes(broken))
-    got, dead = split(list(tr.iter_parquet(str(path))))
+    got, dead = split(list(parquet.iter_parquet(str(path))))
     assert [d["reason"] for d in dead] == ["parquet_invalid"]
     assert dead[0]["row"] == 1
     assert [r.row for r in got] == list(range(1001, 2501))
@@ -567,4 +568,4 @@ def test_parquet_damage(tmp_path):
 
 def test_iter_table_rejects_unknown_format():
     with pytest.raises(ValueError, match="unknown table format"):
-        tr.iter_table("x", "xml")
+        tables.iter_table("x", "xml")

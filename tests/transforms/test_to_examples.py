@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tfrecord import example_pb2
 
-from recordforge.schemas.features import parse_features
-from recordforge.transforms.rows import SourceRow
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.keys import sortable_key
+from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner, assign_split
-from recordforge.transforms.to_examples import (BatchConverter, LabelCounting, RowsToExamples,
-                                                _ConvertBatchesFn, sortable_key)
+from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.to_examples import LabelCounting, RowsToExamples, _ConvertBatchesFn
 
 # --- sortable_key -------------------------------------------------------------------
 
@@ -364,7 +365,8 @@ MIXED_VALUES = {
 
 def row_by_row(converter: BatchConverter) -> BatchConverter:
     """The same converter with the column path switched off."""
-    converter._column_path = lambda column, count, label, vocabulary: ([None] * count, [], None, {})
+    converter._column_path = lambda column, count, label, vocabulary: (
+        [None] * count, [], None, {})
     return converter
 
 

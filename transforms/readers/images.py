@@ -50,7 +50,7 @@ from typing import Any
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..schemas.dead_letters import RowError
+from ...schemas.dead_letters import RowError
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "ImageOptions", "image_columns"]
 

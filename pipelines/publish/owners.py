@@ -1,0 +1,148 @@
+"""Who owns a build: build ids, owner records, heartbeats, and when a build is dead.
+
+Every build writes an owner file ``.staging/<version>.<build_id>.owner.json``
+(host, pid and the kernel's start time of that pid, heartbeat time) before
+anything else and deletes it last; a `Heartbeat` thread rewrites it every
+`HEARTBEAT_INTERVAL` seconds. A build is dead when its owner file is
+missing or unreadable, its process is gone (same host only), or its
+heartbeat is older than `STALE_AFTER` seconds (`owner_is_stale`); a build
+still writing its first owner file is not (`being_born`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from typing import Any, Mapping
+
+from ...transforms.layout import OWNER_SUFFIX
+from .output import Output
+
+__all__ = [
+    "BUILD_ID",
+    "HEARTBEAT_INTERVAL",
+    "STALE_AFTER",
+    "Heartbeat",
+    "being_born",
+    "new_build_id",
+    "owner_is_stale",
+    "owner_record",
+    "process_start",
+]
+
+HEARTBEAT_INTERVAL = 30.0
+# Generous: a build stalled this long (e.g. a laptop asleep) is treated as
+# dead. A heavily loaded machine still runs the heartbeat thread every few
+# milliseconds, so false positives need a really frozen process.
+STALE_AFTER = 15 * 60.0
+
+BUILD_ID = r"\d{8}T\d{6}Z-[0-9a-f]{12}"  # the pattern of `new_build_id`
+_BUILD_STAMP = "%Y%m%dT%H%M%SZ"  # a build id's leading UTC start time
+
+
+def new_build_id() -> str:
+    """``<UTC start time>-<12 hex digits>``, unique per build."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime(_BUILD_STAMP)
+    return f"{stamp}-{uuid.uuid4().hex[:12]}"
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (Linux), to tell a reused pid from the
+    original process; None where /proc is not available."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _process_alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False  # killed, not yet reaped: it will never finish
+    except (OSError, IndexError):
+        pass
+    current = process_start(pid)
+    return start is None or current is None or current == start
+
+
+def owner_record(build_id: str, started: str) -> dict:
+    """The owner file's content for this process."""
+    return {"build_id": build_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()), "started": started,
+            "heartbeat": time.time()}
+
+
+def owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
+    """A build is dead when its owner record is missing or unreadable, its
+    process is gone (same host only: pids mean nothing elsewhere), or its
+    heartbeat is older than `stale_after` seconds."""
+    if not isinstance(owner, Mapping):
+        return True
+    try:
+        heartbeat = float(owner["heartbeat"])
+        pid = int(owner["pid"])
+    except (KeyError, TypeError, ValueError):
+        return True
+    if owner.get("host") == socket.gethostname() and not _process_alive(pid, owner.get("pid_start")):
+        return True
+    return time.time() - heartbeat > stale_after
+
+
+def being_born(version: str, build_id: str, names: set[str], owner: Any,
+               stale_after: float) -> bool:
+    """Whether `build_id`, with only `names` in .staging, is a build writing
+    its first owner file: it has nothing but that file's temporary copy (the
+    owner file comes first), and it started (its id begins with its UTC
+    start time) less than `stale_after` ago."""
+    temporary = f"{version}.{build_id}{OWNER_SUFFIX}."
+    if owner is not None or not all(name.startswith(temporary) for name in names):
+        return False
+    started = _dt.datetime.strptime(build_id.split("-", 1)[0], _BUILD_STAMP)
+    return time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() < stale_after
+
+
+class Heartbeat:
+    """Rewrites the owner file every `interval` seconds until stopped."""
+
+    def __init__(self, out: Output, path: str, record: dict, interval: float):
+        self._out = out
+        self._path = path
+        self._record = dict(record)
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="recordforge-heartbeat",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._record["heartbeat"] = time.time()
+            try:
+                self._out.write_atomic(self._path, json.dumps(self._record).encode())
+            except Exception as error:  # noqa: BLE001 - a missed beat is not fatal
+                print(f"recordforge: heartbeat write failed ({type(error).__name__}: {error})",
+                      file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()

@@ -1,0 +1,66 @@
+"""The config's source checks list and read files exactly as the build does."""
+
+import gzip
+import os
+
+import pytest
+
+from recordforge.pipelines.config import config_from_dict
+from recordforge.pipelines.config.source import source_columns
+from recordforge.schemas.errors import ConfigError
+from recordforge.transforms.readers import listing, tables
+
+
+@pytest.fixture
+def table_dir(tmp_path):
+    """A CSV directory where every listing question comes up: hidden and
+    underscore names (files and folders), another extension, a compressed
+    table, a link leading out of the root. Returns (root, names listed)."""
+    root = tmp_path / "t"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.csv").write_text("id,a\n1,x\n")
+    (root / "sub" / "B.CSV").write_text("id,b\n2,y\n")
+    (root / "c.csv.gz").write_bytes(gzip.compress(b"id,c\n3,z\n"))
+    (root / "_part.csv").write_text("id,underscore\n4,u\n")
+    (root / ".hidden.csv").write_text("id,dot\n5,d\n")
+    (root / "_tmp").mkdir()
+    (root / "_tmp" / "d.csv").write_text("id,tmpdir\n6,t\n")
+    (root / "notes.txt").write_text("id,notes\n7,n\n")
+    (tmp_path / "outside.csv").write_text("id,outside\n8,o\n")
+    os.symlink(tmp_path / "outside.csv", root / "link.csv")
+    return root, ["a.csv", "c.csv.gz", "sub/B.CSV"]
+
+
+def test_config_columns_come_from_exactly_the_files_the_build_reads(table_dir, monkeypatch):
+    root, _ = table_dir
+    monkeypatch.chdir(root.parent)
+    data = {"name": "t", "version": "1", "source": {"type": "csv", "path": "t"},
+            "features": {"id": {"type": "int64"}}, "output": {"path": "out"}}
+    config = config_from_dict(data)
+    fs, files = listing.list_files(config.source.path, config.source.extensions)
+    read = {}
+    for fs_path in files:
+        for row in tables.iter_table(fs_path, "csv", fs=fs):
+            read.update(dict.fromkeys(row.values))
+    assert source_columns(config.source) == tuple(read) == ("id", "a", "c", "b")
+    # A column only a skipped file holds is not a column of the source.
+    data["features"]["underscore"] = {"type": "string"}
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.key == "features.underscore.from"
+
+
+def test_config_checks_list_like_the_build(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "only_hidden").mkdir()
+    (tmp_path / "only_hidden" / "_x.csv").write_text("id\n1\n")
+    data = {"name": "t", "version": "1", "source": {"type": "csv", "path": "only_hidden"},
+            "features": {"id": {"type": "int64"}}, "output": {"path": "out"}}
+    with pytest.raises(ConfigError, match="no files ending in .csv"):
+        config_from_dict(data)
+    assert listing.list_files("only_hidden", (".csv",))[1] == []
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "t.csv.gz").write_bytes(gzip.compress(b"id,x\n1,2\n"))
+    data["source"]["path"] = "gz"
+    data["key"] = "x"
+    assert config_from_dict(data).key == "x"

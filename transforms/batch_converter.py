@@ -1,0 +1,256 @@
+"""Rows -> Examples a batch at a time, as plain code: keys, labels and dead letters included.
+
+`BatchConverter` checks and encodes a batch of `SourceRow` (or a
+`ColumnBatch`) with the schema's `RowEncoder`, a column at a time first and
+row by row for the rows that path leaves, and gives each good row's key
+(`sortable_key`) and label, and a dead-letter record for each bad row. The
+Beam step around it is `to_examples.RowsToExamples`; it is tested without
+Beam.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..schemas.dead_letters import RowError, dead_letter, json_safe
+from ..schemas.features import FeatureSpec, label_text
+from ..schemas.keys import int64_keys, sortable_key
+from ..schemas.row_encoder import RowEncoder
+from .readers.rows import ColumnBatch, SourceRow
+from .statistics import CheckedValues
+
+__all__ = ["BatchConverter"]
+
+# Distinct raw label values whose text a converter remembers.
+_MAX_KNOWN_LABELS = 10_000
+_LOG = logging.getLogger(__name__)
+
+
+def _render(value: Any) -> Any:
+    # A value that even json_safe cannot render (its tolist() or isoformat()
+    # raised) must not turn one bad row into a failed pipeline: its type
+    # stands in for it.
+    try:
+        return json_safe(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+
+
+def _input_for_dead_letter(values: Mapping[str, Any]) -> dict:
+    # Image rows carry the whole file in "image"; the dead letter identifies
+    # the image by its path instead.
+    return {str(name): _render(value) for name, value in values.items()
+            if not (name == "image" and isinstance(value, (bytes, bytearray, memoryview)))}
+
+
+class BatchConverter:
+    """Converts batches of SourceRow into Examples and dead-letter records.
+
+    key_column: the column whose value orders rows and assigns splits, or None
+      (then every key is None and the Example's content is used downstream).
+      When a scalar int64/float feature (without a vocabulary) reads the key
+      column, its converted value is the key, so "10" sorts after "9" in CSV;
+      otherwise the raw value is.
+    """
+
+    def __init__(self, specs: Sequence[FeatureSpec], vocabularies: Mapping[str, Sequence[str]],
+                 key_column: str | None):
+        self._encoder = RowEncoder(specs, vocabularies)
+        self._key_column = key_column
+        self._known_labels: dict[tuple, dict] = {}
+        self._key_feature = None
+        if key_column is not None:
+            for spec in specs:
+                if (spec.source == key_column and spec.shape == () and spec.vocabulary is None
+                        and spec.stored_kind in ("int64", "float")):
+                    self._key_feature = spec.name
+                    self._key_convert = self._encoder.converter(spec.name)
+                    break
+
+    def convert_batch(self, batch: Iterable[SourceRow]) -> tuple[list, list[dict]]:
+        """RowBatch -> (ExampleBatch [(key, example)], [dead-letter dict]).
+
+        Never raises for a bad row: a RowError becomes its dead letter, any
+        other exception an `internal_error` dead letter with the traceback."""
+        examples, _, dead_letters = self.convert_labelled_batch(batch, None)
+        return examples, dead_letters
+
+    def convert_labelled_batch(self, batch: Iterable[SourceRow] | ColumnBatch,
+                               label: str | None, vocabulary: Sequence[str] | None = None
+                               ) -> tuple[list, list[str | None], list[dict]]:
+        """Like `convert_batch`, plus each good row's label: how `label_text`
+        names the first value the row stores in feature `label` (None when it
+        stores none, or when `label` is None). The value comes from the same
+        converter that encoded the row.
+
+        The batch goes a column at a time first (`RowEncoder.encode_columns`);
+        rows that path leaves, and only those, go row by row."""
+        return self.convert_observed_batch(batch, label, vocabulary)[:3]
+
+    def convert_observed_batch(self, batch: Iterable[SourceRow] | ColumnBatch,
+                               label: str | None, vocabulary: Sequence[str] | None = None,
+                               plan=None) -> tuple[list, list[str | None], list[dict], Any]:
+        """Like `convert_labelled_batch`, plus the good rows' checked values
+        for statistics: a `statistics.CheckedValues` for `plan` (a
+        `schemas.statistics.StatisticsPlan`), or None without one."""
+        if isinstance(batch, ColumnBatch):
+            column, row_at, count = batch.column, batch.row, len(batch)
+        else:
+            rows = batch if isinstance(batch, list) else list(batch)
+
+            def column(name: str) -> list:
+                return [row.values.get(name) for row in rows]
+            row_at, count = rows.__getitem__, len(rows)
+        fast_examples, keys, fast_labels, checked = self._column_path(column, count, label,
+                                                                      vocabulary)
+        label_of = self._labeller(label, vocabulary) if label is not None else None
+        label_source = self._encoder.source_of(label) if label is not None else None
+        if None not in fast_examples:
+            if fast_labels is None:
+                fast_labels = (list(map(label_of, column(label_source))) if label is not None
+                               else [None] * count)
+            return list(zip(keys, fast_examples)), fast_labels, [], (
+                None if plan is None else CheckedValues(self._encoder, plan, column, checked, None))
+        examples = []
+        labels = []
+        dead_letters = []
+        good = []
+        for index, example in enumerate(fast_examples):
+            if example is not None:
+                good.append(index)
+                examples.append((keys[index], example))
+                labels.append(fast_labels[index] if fast_labels is not None
+                              else label_of(row_at(index).values.get(label_source))
+                              if label is not None else None)
+                continue
+            row = row_at(index)
+            try:
+                example = self._convert_row(row)
+                labels.append(label_of(row.values.get(label_source)) if label is not None
+                              else None)
+                examples.append(example)
+                good.append(index)
+            except RowError as error:
+                dead_letters.append(self._dead_letter(row, error.stage, error.reason,
+                                                      error.feature, error.message))
+            except Exception:  # a bug must cost one row, not the pipeline
+                dead_letters.append(self._dead_letter(
+                    row, "encode", "internal_error", None,
+                    f"unexpected error converting the row:\n{traceback.format_exc()}"))
+        return examples, labels, dead_letters, (
+            None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
+
+    def _column_path(self, column: Callable[[str], list], count: int, label: str | None,
+                     vocabulary: Sequence[str] | None) -> tuple[list, list, list | None, dict]:
+        """(examples, keys, labels, checked) of the rows the column path
+        takes: examples[i] None where row i must go row by row; labels None
+        when they are not known column-wise; checked as `encode_columns`."""
+        try:
+            examples, checked = self._encoder.encode_columns(column, count)
+            keys = self._column_keys(column, examples, checked)
+            labels = None
+            if label is not None and label in checked:
+                labels = _column_labels(checked[label], vocabulary)
+            return examples, keys, labels, checked
+        except Exception:  # a bug here must cost speed, not rows: the row path decides
+            _LOG.warning("column path failed; converting the batch row by row",
+                         exc_info=True)
+            return [None] * count, [], None, {}
+
+    def _column_keys(self, column: Callable[[str], list], examples: list,
+                     checked: Mapping[str, list]) -> list:
+        """Each row's key (None without a key column); a row whose key
+        fails has its example set to None, for the row path to report."""
+        if self._key_column is None:
+            return [None] * len(examples)
+        if self._key_feature is not None and self._key_feature in checked:
+            values = checked[self._key_feature]
+            if set(map(type, values)) == {int}:
+                return int64_keys(values)
+            return list(map(sortable_key, values))
+        keys = []
+        for index, raw_key in enumerate(column(self._key_column)):
+            key = None
+            if examples[index] is not None:
+                try:
+                    key = self._key_of(raw_key)
+                except Exception:
+                    examples[index] = None
+            keys.append(key)
+        return keys
+
+    def _labeller(self, label: str, vocabulary: Sequence[str] | None):
+        """the raw value of the label's column -> the row's label text (or
+        None), remembering the text of the raw values seen (labels repeat:
+        converting each once is enough). Raw values are remembered with
+        their type, so that 1, 1.0 and True stay apart."""
+        convert = self._encoder.converter(label)
+        known = self._known_labels.setdefault((label, tuple(vocabulary or ())), {})
+
+        def label_of(raw: Any) -> str | None:
+            try:
+                return known[type(raw), raw]
+            except KeyError:
+                pass
+            except TypeError:  # an unhashable value (a list) is converted each time
+                stored = convert(raw)
+                return label_text(stored[0], vocabulary) if stored else None
+            stored = convert(raw)
+            text = label_text(stored[0], vocabulary) if stored else None
+            if len(known) < _MAX_KNOWN_LABELS:
+                known[type(raw), raw] = text
+            return text
+
+        return label_of
+
+    def _convert_row(self, row: SourceRow) -> tuple[bytes | None, bytes]:
+        values = row.values
+        if self._key_column is None:
+            return None, self._encoder.encode(values)
+        raw_key = values.get(self._key_column)
+        self._check_key_present(raw_key)
+        # Encoding first: a row with a bad value reports the same error whether
+        # or not its key is also unusable.
+        example = self._encoder.encode(values)
+        return self._key_of(raw_key), example
+
+    def _check_key_present(self, raw_key: Any) -> None:
+        if raw_key is None or (type(raw_key) is str and not (
+                raw_key.strip() if self._key_feature is not None else raw_key)):
+            # (whitespace is a missing number, never a default standing in as the key)
+            raise RowError("missing_value", f"key column {self._key_column!r} has no value",
+                           feature=self._key_column)
+
+    def _key_of(self, raw_key: Any) -> bytes:
+        """The sortable key of a raw key value; raises RowError."""
+        self._check_key_present(raw_key)
+        column = self._key_column
+        if self._key_feature is not None:
+            # The key feature reads the key column; its checks apply.
+            return sortable_key(self._key_convert(raw_key)[0])
+        try:
+            return sortable_key(raw_key)
+        except UnicodeEncodeError:
+            raise RowError("invalid_utf8", f"key column {column!r}: the value is not "
+                           "valid UTF-8 text", feature=column) from None
+        except (TypeError, ValueError) as error:
+            raise RowError("type_mismatch", f"key column {column!r}: {error}",
+                           feature=column) from None
+
+    def _dead_letter(self, row: SourceRow, stage: str, reason: str, feature: str | None,
+                     message: str) -> dict:
+        key = row.values.get(self._key_column) if self._key_column is not None else None
+        return dead_letter(source=row.source, row=row.row, key=_render(key), stage=stage,
+                           reason=reason, feature=feature, message=message,
+                           input=_input_for_dead_letter(row.values))
+
+
+def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:
+    """The label text of each checked label value (ints or bytes; floats
+    are left to the row path, whose remembered texts keep -0.0 apart)."""
+    if set(map(type, values)) - {int, bytes}:
+        return None
+    texts = {value: label_text(value, vocabulary) for value in set(values)}
+    return list(map(texts.__getitem__, values))

@@ -1,0 +1,58 @@
+"""Writing a small file whole: a reader or a crash never sees half of it.
+
+`write_atomic` is the one way recordforge writes a small file at its final
+name (the pipeline result, dead-letter parts, the report, manifest.json,
+SHA256SUMS, LATEST, owner files). On a local filesystem the bytes go to a
+temporary name beside the target (`layout.temporary_name`), reach the disk
+(`page_cache.write_durably`: fdatasync), and are renamed over the target,
+and the directory is synced so the rename survives a crash of the machine.
+On object stores one put makes the object appear complete, so it is written
+directly. Retried writers (a re-run bundle) replace the file by identical
+bytes.
+
+Shards are large and written as streams; the shard writer has its own path
+(`shards.write_shard`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from .layout import temporary_name
+from .page_cache import write_durably
+
+__all__ = ["sync_directory", "write_atomic"]
+
+
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
+                 tmp: str | None = None) -> None:
+    """Writes `data` as the whole file `path` (a path of `fs`). Locally:
+    through `tmp` (default: `layout.temporary_name(path)`), synced, renamed
+    over `path`, and the directory synced; on object stores one put. The
+    parent directory must exist."""
+    if isinstance(fs, LocalFileSystem):
+        tmp = tmp or temporary_name(path)
+        with open(tmp, "wb") as handle:
+            write_durably(handle, data)
+        os.replace(tmp, path)
+        sync_directory(os.path.dirname(path))
+    else:
+        fs.pipe_file(path, data)
+
+
+def sync_directory(path: str) -> None:
+    """Makes the renames inside a local directory durable (fsync of the
+    directory); does nothing where that cannot be done."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

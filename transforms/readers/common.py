@@ -1,0 +1,102 @@
+"""What every reader shares: opening a file, its display name, and the dead letters of reading.
+
+A reader opens one file through fsspec (``.gz`` and the other suffixes fsspec
+knows are decompressed transparently; byte offsets then refer to the
+decompressed stream) and names it in rows and dead letters by its display
+name: the local path, or the URL with credentials removed (`redact_url`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from typing import IO, Any, Iterator
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from isal import isal_zlib
+
+from ...schemas.dead_letters import dead_letter
+from .. import page_cache
+from ..urls import redact_url
+
+__all__ = [
+    "READ_ERRORS",
+    "display_name",
+    "empty_file",
+    "is_compressed",
+    "open_file",
+    "open_range",
+    "read_dead_letter",
+    "read_error",
+    "resolve",
+]
+
+# Exceptions that mean "this file cannot be read" rather than "this row is
+# bad": I/O and permission errors, and damaged compression streams (fsspec
+# decompresses .gz with isal when it is installed, which it is here: isal's
+# error is not zlib's).
+READ_ERRORS = (OSError, EOFError, zlib.error, isal_zlib.error)
+
+
+def display_name(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The name shown for `path` of `fs` in rows and dead letters: the local path,
+    or the URL with credentials removed."""
+    if isinstance(fs, LocalFileSystem):
+        return path
+    return redact_url(fs.unstrip_protocol(path))
+
+
+def is_compressed(path: str) -> bool:
+    """True when the file is read through a decompressor (``.gz`` ...), so it
+    cannot be split into byte ranges."""
+    return fsspec.utils.infer_compression(path) is not None
+
+
+def read_error(source: str, row: int | None, exc: BaseException, *,
+               input: Any = None) -> dict:
+    """The dead letter for a file (or the rest of one) that cannot be read."""
+    message = redact_url(f"cannot read {source}: {type(exc).__name__}: {exc}")
+    return dead_letter(source=source, row=row, key=None, stage="read",
+                       reason="read_error", feature=None, message=message,
+                       input=input if input is not None else source)
+
+
+def read_dead_letter(source: str, row: int | None, reason: str, message: str,
+                     input: Any) -> dict:
+    """A dead letter of the ``read`` stage with `reason` (one row, or a whole file)."""
+    return dead_letter(source=source, row=row, key=None, stage="read", reason=reason,
+                       feature=None, message=message, input=input)
+
+
+def empty_file(source: str) -> dict:
+    """The dead letter standing for a file with no records at all."""
+    return read_dead_letter(source, None, "empty_file", f"{source} is empty", source)
+
+
+def resolve(path: str, fs: fsspec.AbstractFileSystem | None,
+            source: str | None) -> tuple[fsspec.AbstractFileSystem, str, str]:
+    """``(fs, fs_path, source)`` for a reader's arguments: `path` is a URL
+    when `fs` is None, else a path of `fs`; `source` defaults to `path` redacted."""
+    if fs is None:
+        fs, fs_path = fsspec.core.url_to_fs(path)
+    else:
+        fs_path = path
+    return fs, fs_path, source if source is not None else redact_url(path)
+
+
+def open_file(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
+    """`path` of `fs` opened for reading, decompressed by its suffix."""
+    return fs.open(path, "rb", compression="infer")
+
+
+@contextlib.contextmanager
+def open_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None,
+               opener=open_file) -> Iterator[IO[bytes]]:
+    """`path` opened (by `opener`, default `open_file`) for reading the records
+    of ``[start, end)``: once they are all read, those bytes are dropped from
+    the page cache (`page_cache`; the bytes just past `end` are left for the
+    next range's reader)."""
+    with opener(fs, path) as f:
+        yield f
+        page_cache.drop_behind(f, start, 0 if end is None else end - start)

@@ -1,0 +1,141 @@
+"""Table files in units of work: plan a file into byte ranges or row-group spans, read one unit.
+
+The formats and their readers are registered here (`TABLE_FORMATS`,
+`iter_table`, `read_range`, `read_table_columns`): a new table format is a
+reader module beside `csv`, `jsonl` and `parquet` plus its entries below. A unit depends
+only on the file's content, and each row's content not on how the file was
+cut, so listing order and parallelism do not change what is read.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, NamedTuple
+
+import fsspec
+
+from . import csv, jsonl, parquet
+from .common import READ_ERRORS, display_name, is_compressed
+from .listing import list_files
+from .ranges import scan_split_points
+from .rows import ColumnBatch, SourceRow
+
+__all__ = [
+    "DEFAULT_RANGE_BYTES",
+    "FileRange",
+    "TABLE_FORMATS",
+    "iter_table",
+    "plan_table_ranges",
+    "read_range",
+    "read_table_columns",
+    "scan_distinct",
+]
+
+TABLE_FORMATS = ("csv", "jsonl", "parquet")
+# Small enough that one big file is several units for a multi-worker runner
+# (a 100 MB CSV: 7), large enough that per-unit costs (an open and a seek)
+# stay negligible.
+DEFAULT_RANGE_BYTES = 16 << 20
+
+
+class FileRange(NamedTuple):
+    """One unit of table reading.
+
+    fs_path: the file in its filesystem; source: its display name.
+    CSV/JSONL: byte range [start, end) (end None: to the end of the file) and
+    start_line, the line `start` is on. Parquet: row groups [start, end)
+    (end None: all) and start_line None.
+    """
+
+    fs_path: str
+    source: str
+    start: int
+    end: int | None
+    start_line: int | None
+
+
+def iter_table(path: str, format: str, **kwargs) -> Iterator[SourceRow | dict]:
+    """`iter_csv`, `iter_jsonl` or `iter_parquet` by `format` name."""
+    readers = {"csv": csv.iter_csv, "jsonl": jsonl.iter_jsonl, "parquet": parquet.iter_parquet}
+    if format not in readers:
+        raise ValueError(f"unknown table format {format!r}; expected one of {sorted(readers)}")
+    return readers[format](path, **kwargs)
+
+
+def plan_table_ranges(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
+                      range_bytes: int = DEFAULT_RANGE_BYTES) -> list[FileRange]:
+    """Splits one table file into reading units: ~`range_bytes` byte ranges at
+    record boundaries (CSV/JSONL; compressed files are one unit) or spans of
+    row groups of ~`range_bytes` (Parquet). A file that cannot be inspected is
+    one unit; reading it then reports the problem."""
+    source = display_name(fs, fs_path)
+    whole = [FileRange(fs_path, source, 0, None, None if format == "parquet" else 1)]
+    if not range_bytes or range_bytes <= 0:
+        return whole
+    try:
+        if format == "parquet":
+            return _plan_parquet(fs, fs_path, source, range_bytes) or whole
+        if is_compressed(fs_path) or fs.size(fs_path) <= range_bytes:
+            return whole
+        points = scan_split_points(fs_path, range_bytes, quote_aware=format == "csv", fs=fs)
+    except (*READ_ERRORS, ValueError):
+        return whole
+    ends = [p.offset for p in points[1:]] + [None]
+    return [FileRange(fs_path, source, p.offset, end, p.line) for p, end in zip(points, ends)]
+
+
+def _plan_parquet(fs, fs_path: str, source: str, range_bytes: int) -> list[FileRange]:
+    groups = parquet.parquet_row_groups(fs_path, fs=fs)
+    ranges, first, size = [], 0, 0
+    for index, (_, group_bytes) in enumerate(groups):
+        if index > first and size + group_bytes > range_bytes:
+            ranges.append(FileRange(fs_path, source, first, index, None))
+            first, size = index, 0
+        size += group_bytes
+    if groups:
+        ranges.append(FileRange(fs_path, source, first, len(groups), None))
+    return ranges
+
+
+def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str
+               ) -> Iterator[SourceRow | ColumnBatch | dict]:
+    """The rows and read dead letters of one `FileRange`."""
+    if format == "parquet":
+        groups = None if unit.end is None else range(unit.start, unit.end)
+        return parquet.iter_parquet(unit.fs_path, row_groups=groups, fs=fs,
+                                    source=unit.source, columns=True)
+    if format == "csv":
+        return csv.iter_csv(unit.fs_path, start=unit.start, end=unit.end,
+                            start_line=unit.start_line, fs=fs, source=unit.source,
+                            columns=True)
+    return iter_table(unit.fs_path, format, start=unit.start, end=unit.end,
+                      start_line=unit.start_line, fs=fs, source=unit.source)
+
+
+def scan_distinct(path: str, format: str, column: str,
+                  extensions: Iterable[str] | None = None) -> list[str]:
+    """Sorted distinct values (as strings) of `column` over every readable row of
+    the tables at `path` (listed by `list_files`: in a directory, the files
+    with one of `extensions`, None: every file); rows without the column or
+    with null are skipped.
+    Used for ``vocabulary: auto`` before a run."""
+    fs, files = list_files(path, extensions)
+    values: set[str] = set()
+    for fs_path in files:
+        for item in iter_table(fs_path, format, fs=fs, source=display_name(fs, fs_path)):
+            if isinstance(item, SourceRow):
+                value = item.values.get(column)
+                if value is not None:
+                    values.add(value if isinstance(value, str) else str(value))
+    return sorted(values)
+
+
+def read_table_columns(fs: fsspec.AbstractFileSystem, fs_path: str, format: str
+                       ) -> list[str] | None:
+    """The columns a table file's rows will hold, read as its reader reads them
+    (a CSV header, a Parquet schema), or None when that is not known without
+    reading every row (JSONL) or the file has no usable header or footer."""
+    if format == "csv":
+        return csv.read_csv_header(fs_path, fs=fs)
+    if format == "parquet":
+        return parquet.read_parquet_columns(fs_path, fs=fs)
+    return None

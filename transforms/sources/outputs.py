@@ -1,0 +1,80 @@
+"""What a source gives (`ReadOutputs`), and the one tagged output its DoFns split into it.
+
+The reading DoFns have one output of ``(tag, value)`` pairs that labelled
+filters (`transforms.tagged.select`) split into rows, dead letters and
+counts, instead of ``with_outputs``: Beam's Dask runner (2.77) puts every
+tagged output of a ParDo into every output PCollection.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+import apache_beam as beam
+
+from ..batch_coder import Batch
+from ..readers.rows import ColumnBatch, SourceRow
+from ..tagged import select
+
+__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched"]
+
+ROWS = "rows"
+DEAD = "dead_letter"
+COUNTS = "counts"
+UNIT = "unit"
+
+
+class ReadOutputs(NamedTuple):
+    """What a source gives: RowBatches, dead letters, (source, rows_read)."""
+
+    rows: beam.PCollection
+    dead_letter: beam.PCollection
+    counts: beam.PCollection
+
+
+def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
+    """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
+    as it comes), dead letters one by one, and finally ``(source, number of
+    rows and dead letters)`` for the counts."""
+    batch: list[SourceRow] = []
+    seen = 0
+    for item in items:
+        if isinstance(item, ColumnBatch):
+            seen += len(item)
+            if item:
+                yield ROWS, item
+            continue
+        seen += 1
+        if isinstance(item, dict):
+            yield DEAD, item
+            continue
+        batch.append(item)
+        if len(batch) >= batch_size:
+            yield ROWS, batch
+            batch = []
+    if batch:
+        yield ROWS, batch
+    yield COUNTS, (source, seen)
+
+
+class SplitTagged(beam.PTransform):
+    """``(read, planned)`` PCollections of (tag, value) pairs -> `ReadOutputs`,
+    one labelled filter per output and origin.
+
+    Rows come from `read` alone and never pass a Flatten: Beam's portable
+    runner materializes a multi-input Flatten as a buffer between stages (on
+    the DirectRunner every row of the dataset held in memory and pickled row
+    by row), whereas a filter stays fused with the read and the row checks
+    after it. Only the small outputs (dead letters, counts) of both origins
+    are flattened; the "unit" pairs of `planned` match no filter."""
+
+    def expand(self, pcolls):
+        read, planned = pcolls
+        return ReadOutputs(
+            read | "Rows" >> beam.FlatMap(select, ROWS).with_output_types(Batch),
+            (read | "ReadDeadLetters" >> beam.FlatMap(select, DEAD),
+             planned | "PlanDeadLetters" >> beam.FlatMap(select, DEAD))
+            | "DeadLetters" >> beam.Flatten(),
+            (read | "ReadCounts" >> beam.FlatMap(select, COUNTS),
+             planned | "PlanCounts" >> beam.FlatMap(select, COUNTS))
+            | "Counts" >> beam.Flatten())
