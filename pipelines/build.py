@@ -29,6 +29,7 @@ from .graph import build_pipeline, known_vocabularies
 from .publish import report
 from .publish.statistics import StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
+from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.urls import redact_url
@@ -156,7 +157,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         result = publish.finalize(
             staging, name=config.name, compression=config.output.compression,
-            features=manifest_features(config.features), vocabularies=vocabularies,
+            features=manifest_features(config.features,
+                                       stored_defaults(config.features, vocabularies)),
+            vocabularies=vocabularies,
             config=config.resolved, split_names=[name for name, _ in config.splits],
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=args.verify,

@@ -17,7 +17,8 @@ feature (also in docs/reasons.md):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import struct
+from typing import Any, Callable, Mapping, Sequence
 
 from .dead_letters import RowError
 from .errors import ConfigError
@@ -26,7 +27,9 @@ from .features import FeatureSpec
 from .values import BYTES_LIKE, BadValue, element_converter, shown
 
 __all__ = ["Converter", "checked_converter", "compile_entry", "compile_feature",
-           "validate_default"]
+           "stored_defaults", "validate_default"]
+
+_FLOAT32 = struct.Struct("<f")
 
 # A feature converter takes the raw column value and returns the values to
 # store (a list or tuple), or None when an optional feature is absent.
@@ -149,6 +152,28 @@ def validate_default(spec: FeatureSpec, *, key_path: str) -> None:
         return
     vocabulary = spec.vocabulary if isinstance(spec.vocabulary, tuple) else None
     checked_converter(spec, vocabulary, key_path)
+
+
+def stored_defaults(specs: Sequence[FeatureSpec],
+                    vocabularies: Mapping[str, Sequence[str]] | None = None
+                    ) -> dict[str, list]:
+    """Feature name -> the values the feature stores when its value is
+    missing, for every feature with a default (what the manifest states, so
+    readers can parse it with that default). Converted by the feature's own
+    rules: a vocabulary label becomes its id, text its UTF-8 bytes, a float
+    its float32 value. vocabularies: resolved labels by feature name."""
+    found = {}
+    for spec in specs:
+        if spec.default is None:
+            continue
+        vocabulary = (vocabularies or {}).get(spec.name)
+        if vocabulary is None and isinstance(spec.vocabulary, tuple):
+            vocabulary = spec.vocabulary
+        values = list(compile_feature(spec, vocabulary)[1](spec.default))
+        if spec.stored_kind == "float":
+            values = [_FLOAT32.unpack(_FLOAT32.pack(value))[0] for value in values]
+        found[spec.name] = values
+    return found
 
 
 def checked_converter(spec: FeatureSpec, vocabulary: Sequence[str] | None,

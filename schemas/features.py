@@ -11,7 +11,9 @@ Nothing here knows about Beam.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import math
 from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
@@ -21,6 +23,7 @@ __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "FeatureSpec",
+    "default_as_json",
     "manifest_features",
     "resolve_vocabularies",
     "label_feature",
@@ -73,16 +76,48 @@ class FeatureSpec:
         return self.type == "string"
 
 
-def manifest_features(specs: Sequence[FeatureSpec]) -> dict:
+def manifest_features(specs: Sequence[FeatureSpec],
+                      defaults: Mapping[str, Sequence] | None = None) -> dict:
     """The manifest's ``features`` block: name -> {"type": stored kind, "shape": [...]},
-    plus ``"text": true`` for string features. Keys in sorted order."""
+    plus ``"text": true`` for string features, ``"required": false`` for a
+    feature that may be absent from a record (declared optional, without a
+    default), and ``"default"`` for a feature with one. Keys in sorted order.
+
+    defaults: feature name -> the values stored when the value is missing
+    (`checks.stored_defaults`); a feature with a default is never absent.
+    """
     block = {}
     for spec in sorted(specs, key=lambda s: s.name):
-        entry = {"type": spec.stored_kind, "shape": list(spec.shape)}
+        entry: dict[str, Any] = {"type": spec.stored_kind, "shape": list(spec.shape)}
         if spec.is_text:
             entry["text"] = True
+        if not spec.required and spec.default is None:
+            entry["required"] = False
+        if defaults is not None and spec.name in defaults:
+            entry["default"] = default_as_json(defaults[spec.name], spec.shape)
         block[spec.name] = entry
     return block
+
+
+def default_as_json(values: Sequence, shape: Sequence[int]) -> Any:
+    """A feature's stored default values as the manifest writes them: one
+    value for shape ``[]``, else a list; int64 and finite floats as numbers,
+    NaN and infinities as the text ``"nan"``, ``"inf"``, ``"-inf"`` (JSON
+    has no such numbers; Python's and TensorFlow's float parsing read them),
+    bytes as text when they are UTF-8, else ``{"base64": ...}``."""
+    shown = [_json_value(value) for value in values]
+    return shown[0] if not shape and len(shown) == 1 else shown
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # "nan", "inf", "-inf"
+    return value
 
 
 # Features a dataset without vocabularies is counted by, in order of preference.

@@ -70,16 +70,18 @@ def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[s
                     vocabulary_sizes: Mapping[str, int]) -> str | None:
     """Why a decoded Example does not match the manifest's features, or None.
 
-    A feature may be absent only when its shape is [-1] or it is declared
-    ``"required": false``; an empty value list matches any stored type.
+    A feature may be absent exactly when the manifest says ``"required":
+    false`` (declared optional, without a default): the build writes every
+    other feature into every record, a list of any length ([-1]) included.
+    An empty value list matches any stored type.
     """
     for name, spec in features.items():
         shape = spec.get("shape", [])
         found = decoded.get(name)
         if found is None:
-            if shape == [-1] or spec.get("required") is False:
+            if spec.get("required") is False:
                 continue
-            return f"feature {name!r} is missing"
+            return f"feature {name!r} is missing (the manifest does not declare it optional)"
         kind, values = found
         if values and kind != spec["type"]:
             return f"feature {name!r} holds {kind} values, manifest says {spec['type']}"

@@ -234,6 +234,11 @@ def load_manifest(data: bytes | str) -> dict:
         if not (isinstance(shape, list) and len(shape) <= 1
                 and all(isinstance(n, int) and (n >= 0 or n == -1) for n in shape)):
             raise ManifestError(f"{where}shape", f"must be [], [N] or [-1], got {shape!r}")
+        if not isinstance(spec.get("required", True), bool):
+            raise ManifestError(f"{where}required", f"must be true or false, got "
+                                f"{spec['required']!r}")
+        if "default" in spec:
+            _check_default(spec["default"], kind, shape, f"{where}default")
     vocabularies = _require(manifest, "vocabularies", dict, "")
     for key, values in vocabularies.items():
         if not isinstance(values, list):
@@ -276,6 +281,29 @@ def load_manifest(data: bytes | str) -> dict:
     _require(manifest, "config", dict, "")
     _require(_require(manifest, "tool", dict, ""), "name", str, "tool.")
     return manifest
+
+
+def _check_default(default: Any, kind: str, shape: list, field: str) -> None:
+    """A feature's ``default`` as `schemas.features.default_as_json` writes
+    it: one value for shape [], N values for [N], a list for [-1]."""
+    values = default if shape else [default]
+    if not shape:
+        wanted = "one value"
+    else:
+        wanted = "a list" if shape[0] == -1 else f"a list of {shape[0]} values"
+    if not isinstance(values, list) or (shape and shape[0] != -1 and len(values) != shape[0]):
+        raise ManifestError(field, f"must be {wanted} for shape {shape}, got {default!r}")
+    for value in values:
+        if kind == "int64":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif kind == "float":
+            ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) \
+                or value in ("nan", "inf", "-inf")
+        else:
+            ok = isinstance(value, str) or (isinstance(value, dict) and list(value) == ["base64"]
+                                            and isinstance(value["base64"], str))
+        if not ok:
+            raise ManifestError(field, f"{value!r} is not a stored {kind} value")
 
 
 def is_relative_inside(file: str) -> bool:

@@ -118,6 +118,24 @@ def _vocabulary_sizes(features: Mapping[str, Mapping], vocabularies: Mapping[str
     return sizes
 
 
+def _declared_features(manifest: Mapping) -> dict:
+    """The manifest's features, each saying whether it may be absent. A
+    manifest written before features stated ``"required"`` still records
+    the schema as declared in its ``config`` block: a feature declared
+    ``required: false`` without a default may be absent there too."""
+    declared = manifest.get("config", {}).get("features")
+    features = {}
+    for name, spec in manifest["features"].items():
+        spec = dict(spec)
+        if "required" not in spec and "default" not in spec and isinstance(declared, Mapping):
+            body = declared.get(name)
+            if isinstance(body, Mapping) and body.get("required") is False \
+                    and body.get("default") is None:
+                spec["required"] = False
+        features[name] = spec
+    return features
+
+
 # --- the dataset ---------------------------------------------------------------------
 
 def _locate(path: str) -> tuple[Any, str, str, str | None, list[Problem]]:
@@ -202,7 +220,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             report.problems.append(Problem(SHA256SUMS_FILE, str(error), code="sums"))
 
     compression = manifest_lib.compression_from_label(manifest["compression"])
-    features = manifest["features"] if deep else None
+    features = _declared_features(manifest) if deep else None
     vocabulary_sizes = _vocabulary_sizes(manifest["features"], manifest["vocabularies"])
     shards = {shard["file"]: (split, shard) for split, summary in manifest["splits"].items()
               for shard in summary["shards"]}

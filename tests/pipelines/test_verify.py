@@ -244,8 +244,13 @@ def test_deep_finds_schema_violations_by_record(tmp_path):
 def test_example_problem_shapes():
     features = {"fixed": {"type": "float", "shape": [2]}, "any": {"type": "int64", "shape": [-1]},
                 "opt": {"type": "bytes", "shape": [], "required": False}}
-    ok = {"fixed": ("float", [1.0, 2.0])}
+    ok = {"fixed": ("float", [1.0, 2.0]), "any": ("int64", [])}
     assert file_checks.example_problem(ok, features, {}) is None
+    # A list of any length is still written into every record; only a
+    # feature the manifest declares optional may be absent.
+    assert "'any' is missing" in file_checks.example_problem(
+        {"fixed": ("float", [1.0, 2.0])}, features, {})
+    assert file_checks.example_problem({**ok, "opt": ("bytes", [b"x"])}, features, {}) is None
     assert file_checks.example_problem({"fixed": ("float", [1.0])}, features, {}) == \
         "feature 'fixed' has 1 values, shape [2] needs 2"
     assert file_checks.example_problem({**ok, "any": ("bytes", [])}, features, {}) is None
