@@ -176,7 +176,7 @@ def test_a_crossed_gate_fails_the_build_and_keeps_its_report(tmp_path, capsys):
     drift = json.loads((out / "v2" / "drift.json").read_text())
     assert drift["previous_version"] == "v1"
     assert all(gate["passed"] and gate["value"] is not None for gate in drift["gates"])
-    assert drift["splits"]["train"]["features"]["price"]["value"] < 0.01
+    assert drift["splits"]["train"]["features"]["price"]["value"] < 0.05
 
     # Prices in cents: the price gate fails in both splits.
     _write_table(table, ROWS, price_scale=100)
