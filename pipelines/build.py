@@ -1,13 +1,16 @@
-"""`recordforge build`: a dataset config in, a published, verified version out.
+"""Building a version: `build()` for Python callers, and `recordforge build` over it.
 
     recordforge build CONFIG.yaml [--set KEY=VALUE ...] [--output URL]
                       [--overwrite] [--no-verify] [-v] [-- BEAM_OPTIONS ...]
 
-`run(argv)` parses our flags, hands everything after `--` to Beam's
-`PipelineOptions` unchanged, and drives the build: load and validate the
-config (exit 2 on a mistake, before anything runs), open a staging directory,
-run the pipeline `build_pipeline` wires, then check, verify and publish it
-(`publish.finalize`). Exit status: 0 published; 1 the build failed and
+`build(config, ...)` loads and validates the config (before anything runs),
+opens a staging directory, runs the pipeline `build_pipeline` wires, then
+checks, verifies and publishes it (`publish.finalize`); it returns a
+`BuildResult` or raises `ConfigError`, `VersionExistsError`, `BuildFailed`
+(`PipelineFailed` is one) or `PublishError`, whose messages are what the
+command line prints. `run(argv)` is the command: it parses our flags, hands
+everything after `--` to Beam's `PipelineOptions` unchanged, calls `build`
+and turns its errors into exit statuses: 0 published; 1 the build failed and
 nothing was published; 2 bad usage, an invalid config, or a version that is
 already published.
 """
@@ -15,18 +18,20 @@ already published.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 import time
 import traceback
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from . import progress, publish
-from .config import load_config, load_runner_profile
+from .config import DatasetConfig, load_config, load_runner_profile
 from .graph import build_pipeline, known_vocabularies
-from .publish import report
+from .publish import BuildFailed, PublishError, VersionExistsError, report
 from .publish.statistics import StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
@@ -34,7 +39,148 @@ from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.urls import redact_url
 
-__all__ = ["run"]
+__all__ = ["BuildResult", "PipelineFailed", "build", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """A published version.
+
+    version: its name; path: where it is (the version directory, URL with
+    credentials redacted); splits: examples per split; num_examples: their
+    sum; dead_letter_rows: rows that failed; manifest: the manifest.json
+    content; latest_updated: whether LATEST now names it.
+    """
+
+    version: str
+    path: str
+    splits: Mapping[str, int]
+    num_examples: int
+    dead_letter_rows: int
+    manifest: Mapping[str, Any]
+    latest_updated: bool
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], path: str,
+                      latest_updated: bool) -> "BuildResult":
+        splits = {name: split["num_examples"] for name, split in manifest["splits"].items()}
+        return cls(version=manifest["version"], path=path, splits=splits,
+                   num_examples=sum(splits.values()),
+                   dead_letter_rows=manifest["dead_letter"]["num_rows"], manifest=manifest,
+                   latest_updated=latest_updated)
+
+
+class PipelineFailed(BuildFailed):
+    """The pipeline itself failed (a step raised, a worker died); nothing was
+    published. `error` is what the runner raised."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"the pipeline failed; nothing was published: "
+                         f"{_error_summary(error, verbose=False)}")
+        self.error = error
+
+    def verbose_message(self) -> str:
+        return (f"the pipeline failed; nothing was published: "
+                f"{_error_summary(self.error, verbose=True)}")
+
+
+def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
+          overrides: "Mapping[str, Any] | Sequence[str] | None" = None,
+          output: str | None = None, beam_args: Sequence[str] = (),
+          overwrite: bool = False, update_latest: bool = True, verify: bool = True,
+          show_progress: bool = False) -> BuildResult:
+    """Builds and publishes one version of a dataset; returns a `BuildResult`.
+
+    config: a YAML file's path, the config as a mapping, or what
+      `load_config` returned. overrides: ``{"output.shard_size": "512MB"}``
+      (the dotted keys of ``--set``; Python values) or ``["key=yaml", ...]``.
+    output: replaces ``output.path``. beam_args: Beam pipeline options
+      (``["--runner=DataflowRunner", ...]``); a local build gets
+      recordforge's defaults where they set nothing.
+    overwrite: replace the version if it is published; update_latest:
+    False leaves LATEST alone (backfills); verify: False skips re-reading
+    the staged shards; show_progress: progress lines on stderr.
+
+    Raises `ConfigError` (an invalid config; nothing ran),
+    `VersionExistsError`, `BuildFailed` (nothing was published:
+    `PipelineFailed` when the pipeline failed, else the error budget,
+    verification, ...) or `PublishError` (published, but LATEST could not
+    be replaced). KeyboardInterrupt stops the build and publishes nothing.
+    """
+    config = load_config(config, overrides, output=output)
+    try:
+        version = publish.resolve_version(config.version)
+    except ConfigError:
+        raise
+    except ValueError as error:  # a version template or name that cannot be used
+        raise ConfigError("version", str(error)) from None
+    vocabularies = known_vocabularies(config)
+
+    beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
+    options = PipelineOptions(beam_args)
+    requested_runner = options.view_as(StandardOptions).runner
+    runner = requested_runner or "DirectRunner"
+    try:
+        staging = publish.begin_build(config.output.path, version, overwrite=overwrite)
+    except OSError as error:
+        raise BuildFailed(f"cannot start a build in {config.output.path}; nothing was "
+                          f"published: {type(error).__name__}: {error}") from error
+    except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
+        raise ConfigError("output.path", f"{config.output.path}: {error}") from None
+
+    started = time.monotonic()
+    _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress)
+
+    # stats.json, drift.json against the version LATEST names, the gates.
+    statistics = StatisticsCheck.for_config(config)
+
+    def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
+        report.write_staged_report(staging_url, manifest, label_counts=label_counts,
+                                   wall_seconds=time.monotonic() - started,
+                                   **(statistics.report_sections if statistics else {}))
+
+    try:
+        result = publish.finalize(
+            staging, name=config.name, compression=config.output.compression,
+            features=manifest_features(config.features,
+                                       stored_defaults(config.features, vocabularies)),
+            vocabularies=vocabularies,
+            config=config.resolved, split_names=[name for name, _ in config.splits],
+            max_error_rate=config.dead_letter.max_error_rate,
+            max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
+            report_hook=write_report, update_latest=update_latest,
+            statistics_hook=statistics)
+    except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
+        raise BuildFailed(f"publishing failed; nothing was published: "
+                          f"{type(error).__name__}: {error}") from error
+    if show_progress:
+        progress.print_summary(result.manifest, output=result.url,
+                               wall_seconds=time.monotonic() - started)
+    return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
+
+
+def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
+                  vocabularies: Mapping[str, Sequence[str]], options: PipelineOptions,
+                  requested_runner: str | None, show_progress: bool) -> None:
+    """Runs the build's pipeline into `staging` until it finishes. On any
+    failure or interruption the staging directory is deleted (nothing is
+    published) and `PipelineFailed` (or the KeyboardInterrupt) is raised."""
+    watcher = progress.BuildProgress(staging.url, enabled=show_progress)
+    try:
+        with watcher:
+            pipeline = beam.Pipeline(
+                runner=local_runner(options) if is_local(requested_runner) else None,
+                options=options)
+            build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies)
+            result = pipeline.run()
+            watcher.attach(result)
+            result.wait_until_finish()
+    except KeyboardInterrupt:
+        staging.abort()
+        raise
+    except Exception as error:  # the pipeline failed: report it, publish nothing
+        staging.abort()
+        raise PipelineFailed(error) from error
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,79 +245,22 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         if args.runner_profile:
             beam_args = load_runner_profile(args.runner_profile) + beam_args
-        config = load_config(args.config, args.overrides, output=args.output)
-        version = publish.resolve_version(config.version)
-        vocabularies = known_vocabularies(config)
+        beam_args = beam_args + [flag for flag in quiet_args if not any(
+            a.startswith(flag.split("=")[0]) for a in beam_args)]
+        build(args.config, overrides=args.overrides, output=args.output, beam_args=beam_args,
+              overwrite=args.overwrite, update_latest=args.update_latest, verify=args.verify,
+              show_progress=True)
     except ConfigError as error:
         return _fail(f"invalid config {args.config}: {error}", 2)
-    except ValueError as error:  # a version template or name that cannot be used
-        return _fail(f"invalid config {args.config}: version: {error}", 2)
-
-    beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
-    beam_args += [flag for flag in quiet_args
-                  if not any(a.startswith(flag.split("=")[0]) for a in beam_args)]
-    options = PipelineOptions(beam_args)
-    requested_runner = options.view_as(StandardOptions).runner
-    runner = requested_runner or "DirectRunner"
-    try:
-        staging = publish.begin_build(config.output.path, version, overwrite=args.overwrite)
-    except publish.VersionExistsError as error:
-        return _fail(str(error), 2)
-    except OSError as error:
-        return _fail(f"cannot start a build in {config.output.path}; nothing was published: "
-                     f"{type(error).__name__}: {error}", 1)
-    except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
-        return _fail(f"output.path {config.output.path}: {error}", 2)
-
-    started = time.monotonic()
-    watcher = progress.BuildProgress(staging.url)
-    try:
-        with watcher:
-            pipeline = beam.Pipeline(
-                runner=local_runner(options) if is_local(requested_runner) else None,
-                options=options)
-            build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies)
-            result = pipeline.run()
-            watcher.attach(result)
-            result.wait_until_finish()
     except KeyboardInterrupt:
-        staging.abort()
         return _fail("interrupted; nothing was published", 130)
-    except Exception as error:  # the pipeline failed: report it, publish nothing
-        staging.abort()
-        if args.verbose:
-            traceback.print_exc()
-        return _fail(f"the pipeline failed; nothing was published: "
-                     f"{_error_summary(error, args.verbose)}", 1)
-
-    # stats.json, drift.json against the version LATEST names, the gates.
-    statistics = StatisticsCheck(config.output.path, [spec.name for spec in config.features],
-                                 config.validation.gates, publish.read_latest) \
-        if config.validation.statistics else None
-
-    def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
-        report.write_staged_report(staging_url, manifest, label_counts=label_counts,
-                                   wall_seconds=time.monotonic() - started,
-                                   **(statistics.report_sections if statistics else {}))
-
-    try:
-        result = publish.finalize(
-            staging, name=config.name, compression=config.output.compression,
-            features=manifest_features(config.features,
-                                       stored_defaults(config.features, vocabularies)),
-            vocabularies=vocabularies,
-            config=config.resolved, split_names=[name for name, _ in config.splits],
-            max_error_rate=config.dead_letter.max_error_rate,
-            max_errors=config.dead_letter.max_errors, runner=runner, verify=args.verify,
-            report_hook=write_report, update_latest=args.update_latest,
-            statistics_hook=statistics)
-    except publish.VersionExistsError as error:
+    except VersionExistsError as error:
         return _fail(str(error), 2)
-    except publish.PublishError as error:  # BuildFailed, or LATEST left behind
+    except PipelineFailed as failure:
+        if args.verbose:
+            traceback.print_exception(failure.error)
+            return _fail(failure.verbose_message(), 1)
+        return _fail(str(failure), 1)
+    except PublishError as error:  # BuildFailed, or LATEST left behind
         return _fail(str(error), 1)
-    except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
-        return _fail(f"publishing failed; nothing was published: {type(error).__name__}: "
-                     f"{error}", 1)
-    progress.print_summary(result.manifest, output=result.url,
-                           wall_seconds=time.monotonic() - started)
     return 0

@@ -9,7 +9,7 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 from __future__ import annotations
 
 import json
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 import fsspec
@@ -23,12 +23,12 @@ from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.shards import WriteShards
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
-from ..transforms.sources import ReadImages, ReadTable
+from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
-__all__ = ["build_pipeline", "known_vocabularies"]
+__all__ = ["StagedBuild", "build_pipeline", "known_vocabularies", "stage_build", "write_result"]
 
 
 def _read_source(config: DatasetConfig) -> beam.PTransform:
@@ -38,10 +38,11 @@ def _read_source(config: DatasetConfig) -> beam.PTransform:
     return ReadTable(source.path, source.type, extensions=source.extensions)
 
 
-def _write_result(parts: tuple, staging_url: str) -> str:
+def write_result(parts: tuple, staging_url: str) -> str:
     """Writes what the driver needs to publish: shard metadata, the
     dead-letter summary and the number of rows read. `parts` is the grouped
-    ``(None, [(kind, value), ...])`` gathered from the whole pipeline.
+    ``(None, [(kind, value), ...])`` gathered from the whole pipeline
+    (`StagedBuild.result`).
 
     Written whole (`transforms.files.write_atomic`), so a retried bundle
     rewrites the same file atomically."""
@@ -83,18 +84,26 @@ def _with_key(record: dict, key_column: str | None) -> dict:
 
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
-                   vocabularies: Mapping[str, Sequence[str]]) -> None:
-    """Wires a build into `pipeline`.
+class StagedBuild(NamedTuple):
+    """What `stage_build` wires: `result`, the one ``(None, [(kind, value),
+    ...])`` element gathered from the whole graph (shard metadata, the
+    dead-letter summary, label counts, rows read) that `write_result`
+    writes; `dead_letter`, every dead-letter record (dicts)."""
 
-    The pipeline reads the source, checks and encodes every row, writes the
-    shards and dead letters into `staging_url`, and last writes
-    ``_pipeline_result.json`` (shard metadata, dead-letter summary, rows read)
-    for `publish.finalize`.
+    result: beam.PCollection
+    dead_letter: beam.PCollection
+
+
+def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
+                vocabularies: Mapping[str, Sequence[str]]) -> StagedBuild:
+    """Wires checks, encoding, shards and dead letters after a source.
+
+    `source` is what a source gives (`transforms.sources.ReadOutputs`: row
+    batches, dead letters, (source, rows read)); the shards and dead-letter
+    files are written into `staging_url`. Used by `build_pipeline` and by
+    `WriteDataset`, so both write the same bytes for the same rows.
     """
     output = config.output
-    # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-    source = pipeline | "Read" >> _read_source(config)
     # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
     # label_counts: ((split, label, examples), ...) for the report
     # statistics: ((split, feature), FeatureStatistics) per batch
@@ -106,33 +115,48 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
         compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}")
-    # one {"num_rows", "by_reason", "files", "samples"}
+    # dead-letter dicts, read and check stages
     read_failures = source.dead_letter | "KeyReadFailures" >> beam.Map(
         _with_key, config.key)
-    dead_letter = ((read_failures, converted.dead_letter)
-                   | "AllDeadLetters" >> beam.Flatten()
-                   | "WriteDeadLetters" >> WriteDeadLetters(
-                       f"{staging_url}/{DEAD_LETTER_DIR}"))
+    all_dead = (read_failures, converted.dead_letter) | "AllDeadLetters" >> beam.Flatten()
+    # one {"num_rows", "by_reason", "files", "samples"}
+    dead_letter = all_dead | "WriteDeadLetters" >> WriteDeadLetters(
+        f"{staging_url}/{DEAD_LETTER_DIR}")
     # (source file, rows read) -> ("rows_read", n)
     rows_read = source.counts | "RowsRead" >> beam.Map(
         lambda file_and_count: ("rows_read", file_and_count[1]))
     # Everything the driver needs is gathered by one GroupByKey, not side
     # inputs: the Dask runner re-runs side-input producers, and only computes
-    # the branch of the last transform, so this step also keeps every branch
-    # in the graph that runs.
-    _ = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
-          dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
-          converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
-          # (split, feature, stats.json entry) per key
-          converted.statistics | "MergeStatistics" >> MergeStatistics()
-          | "TagStatistics" >> beam.Map(with_tag, "statistics"),
-          rows_read)
-         | "GatherResult" >> beam.Flatten()
-         # (None, (kind, value))
-         | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
-         # (None, [(kind, value), ...])
-         | "Group" >> beam.GroupByKey()
-         | "WriteResult" >> beam.Map(_write_result, staging_url))
+    # the branch of the last transform, so the step applied to this result
+    # also keeps every branch in the graph that runs.
+    result = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
+               dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
+               converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
+               # (split, feature, stats.json entry) per key
+               converted.statistics | "MergeStatistics" >> MergeStatistics()
+               | "TagStatistics" >> beam.Map(with_tag, "statistics"),
+               rows_read)
+              | "GatherResult" >> beam.Flatten()
+              # (None, (kind, value))
+              | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
+              # (None, [(kind, value), ...])
+              | "Group" >> beam.GroupByKey())
+    return StagedBuild(result, all_dead)
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
+                   vocabularies: Mapping[str, Sequence[str]]) -> None:
+    """Wires a build into `pipeline`.
+
+    The pipeline reads the source, checks and encodes every row, writes the
+    shards and dead letters into `staging_url`, and last writes
+    ``_pipeline_result.json`` (shard metadata, dead-letter summary, rows read)
+    for `publish.finalize`.
+    """
+    # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
+    source = pipeline | "Read" >> _read_source(config)
+    staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies)
+    _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url)
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

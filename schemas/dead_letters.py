@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping
 
 __all__ = ["MAX_INLINE_CHARS", "MAX_INLINE_ITEMS", "STAGES", "REASONS", "RowError",
-           "dead_letter", "json_safe"]
+           "dead_letter", "json_safe", "printable_name", "printable_text"]
 
 STAGES = ("read", "decode", "check", "encode")
 
@@ -27,12 +27,18 @@ REASONS: dict[str, str] = {
     "path_outside_root": "a path taken from the data points outside source.path (absolute, `..`, or a symlink leading out)",
     "csv_ragged_row": "a CSV row has more or fewer fields than the header",
     "json_invalid": "a JSONL line is not valid JSON or not a JSON object",
-    "invalid_utf8": "text (a CSV/JSONL line or a `string` feature value) is not valid UTF-8",
+    "invalid_utf8": "text (a CSV/JSONL line, a `string` feature value, a file or folder name) is not valid UTF-8",
     "csv_bad_header": "a CSV file has no usable header row (empty, or duplicate column names); the file is not read",
     "csv_malformed": "a CSV record has broken quoting (an unterminated quoted field, text after a closing quote, or a bare CR)",
     "parquet_invalid": "a Parquet file or one of its row groups cannot be decoded",
     "unlabeled_image": "an image file has no label (no class folder, or no entry in the labels table)",
+    "not_a_mapping": "an element handed to WriteDataset is not a mapping of column name to value",
     "labels_invalid": "a labels-table row lacks `file` or `label`, or lists a file already listed",
+    "invalid_encoding": "CSV text is not valid in the file's declared `source.csv.encoding` (the rest of the file is not read)",
+    "json_array_invalid": "a JSON file is not one array of objects, or an element of it is not an object",
+    "avro_invalid": "an Avro file or one of its blocks cannot be decoded",
+    "tfrecord_corrupt": "a TFRecord file has a record whose length or data checksum is wrong, or that ends early (the rest of the file cannot be framed)",
+    "example_invalid": "a TFRecord record is not a serialized tf.train.Example",
     # stage "decode": image bytes
     "image_corrupt": "the image data cannot be decoded (not an image, or a broken chunk/marker)",
     "image_truncated": "the image data ends early",
@@ -50,6 +56,7 @@ REASONS: dict[str, str] = {
     "nan_or_inf": "a float is NaN or infinite and `allow_nan` is false",
     "float32_overflow": "a float's magnitude is too large for float32 (it would become inf)",
     "int64_overflow": "an integer does not fit in int64",
+    "invalid_timestamp": "text of a timestamp feature is not ISO 8601 or does not match the feature's `format`",
     # stage "encode"
     "internal_error": "an unexpected error while converting the row (a bug: the message holds the traceback)",
 }
@@ -80,19 +87,52 @@ def _rebuild_row_error(reason, message, feature, stage):
 
 def dead_letter(*, source: str, row: int | None, key: Any, stage: str, reason: str,
                 feature: str | None, message: str, input: Any) -> dict:
-    """Builds one dead-letter record (a JSON-safe dict in the contract's shape)."""
+    """Builds one dead-letter record (a JSON-safe dict in the contract's shape).
+
+    Every text in it can be written as UTF-8 (`printable_text`), whatever
+    the failed row held: a record that cannot be encoded would fail the
+    whole build where it is passed between steps, not just its row."""
     if reason not in REASONS:
         raise ValueError(f"unregistered dead-letter reason {reason!r}")
     return {
-        "source": source,
+        "source": printable_text(source) if isinstance(source, str) else source,
         "row": row,
         "key": json_safe(key),
         "stage": stage,
         "reason": reason,
-        "feature": feature,
-        "message": message,
+        "feature": printable_text(feature) if isinstance(feature, str) else feature,
+        "message": printable_text(message),
         "input": json_safe(input),
     }
+
+
+def _escape(char: str, file_name: bool) -> str:
+    code = ord(char)
+    if file_name and 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"  # the undecodable byte of an OS name
+    return f"\\u{code:04x}"
+
+
+def printable_text(text: str, *, file_name: bool = False) -> str:
+    """`text` if it can be written as UTF-8, else `text` with each unpaired
+    surrogate (U+D800-U+DFFF; JSON's ``"\\ud800"``, or how Python holds a
+    file name's undecodable bytes) written as the escape ``\\ud800``, or
+    with `file_name` as the byte it stands for, ``\\xe9``. Other text is
+    kept as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(_escape(char, file_name) if "\ud800" <= char <= "\udfff" else char
+                       for char in text)
+
+
+def printable_name(path: str) -> str:
+    """A file or folder name as rows, dead letters and the manifest show it:
+    `printable_text` with undecodable bytes written ``\\xNN``."""
+    return printable_text(path, file_name=True)
 
 
 _MAX_INLINE_BYTES = 64
@@ -113,11 +153,13 @@ def json_safe(value: Any) -> Any:
     as ``{"bytes": N, "head": <base64 of the first 32>}``, text longer than
     `MAX_INLINE_CHARS` as ``{"chars": N, "head": <its first 256 characters>}``,
     lists and mappings of more than `MAX_INLINE_ITEMS` entries as
-    ``{"items": N, "head": <the first MAX_INLINE_ITEMS>}``."""
+    ``{"items": N, "head": <the first MAX_INLINE_ITEMS>}``.
+    Text that is not valid UTF-8 (unpaired surrogates) is shown escaped
+    (`printable_text`)."""
     if isinstance(value, str):
         if len(value) > MAX_INLINE_CHARS:
-            return {"chars": len(value), "head": value[:_HEAD_CHARS]}
-        return value
+            return {"chars": len(value), "head": printable_text(value[:_HEAD_CHARS])}
+        return printable_text(value)
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
@@ -131,7 +173,7 @@ def json_safe(value: Any) -> Any:
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(raw).decode("ascii")}
     if isinstance(value, Mapping):
-        items = {str(k): json_safe(v) for k, v in itertools.islice(value.items(),
+        items = {printable_text(str(k)): json_safe(v) for k, v in itertools.islice(value.items(),
                                                                    MAX_INLINE_ITEMS)}
         return items if len(value) <= MAX_INLINE_ITEMS else {"items": len(value), "head": items}
     if isinstance(value, (list, tuple)):

@@ -17,6 +17,8 @@ verification, inspection and progress (in pipelines) agree on them::
         manifest.json                      MANIFEST_FILE
         SHA256SUMS                         SHA256SUMS_FILE
         report.html                        REPORT_FILE
+        dataset_info.json, features.json   DATASET_INFO_FILE, FEATURES_FILE (TFDS; no gzip)
+        croissant.json                     CROISSANT_FILE
         stats.json                         STATS_FILE: statistics per split and feature
         drift.json                         DRIFT_FILE: against the previous version, and the gates
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
@@ -43,6 +45,10 @@ __all__ = [
     "LOCK_SUFFIX",
     "LOCK_TMP_SUFFIX",
     "MANIFEST_FILE",
+    "DATASET_INFO_FILE",
+    "FEATURES_FILE",
+    "CROISSANT_FILE",
+    "FINALIZE_FILES",
     "OWNER_SUFFIX",
     "REPORT_FILE",
     "RESULT_FILE",
@@ -71,8 +77,15 @@ FAILED_DIR = ".failed"
 MANIFEST_FILE = "manifest.json"  # written last: its presence means the version is complete
 SHA256SUMS_FILE = "SHA256SUMS"
 REPORT_FILE = "report.html"
-STATS_FILE = "stats.json"
-DRIFT_FILE = "drift.json"
+# Descriptions for readers without recordforge (written beside the manifest).
+DATASET_INFO_FILE = "dataset_info.json"  # TFDS, uncompressed output only
+FEATURES_FILE = "features.json"  # TFDS, uncompressed output only
+CROISSANT_FILE = "croissant.json"  # Croissant 1.1 JSON-LD
+STATS_FILE = "stats.json"  # statistics per split and feature
+DRIFT_FILE = "drift.json"  # against the version LATEST named, and the validation gates
+# What publishing writes into a staging directory, beside what the pipeline wrote.
+FINALIZE_FILES = (MANIFEST_FILE, SHA256SUMS_FILE, REPORT_FILE, DATASET_INFO_FILE, FEATURES_FILE,
+                  CROISSANT_FILE, STATS_FILE, DRIFT_FILE)
 DEAD_LETTER_DIR = "dead_letter"
 
 # --- a staging directory (beside what becomes the version) ---------------------------

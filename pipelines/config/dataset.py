@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import datetime as _dt
 import math
+import os
 import re
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +26,7 @@ from ..publish import resolve_version
 from .keys import check_keys, describe
 from .model import DatasetConfig
 from .output import parse_dead_letter, parse_output
-from .overrides import apply_override
+from .overrides import apply_override, set_value
 from .source import parse_source, source_columns
 from .validation import parse_validation
 from .yaml_safe import MAX_CONFIG_BYTES, check_shape, safe_load
@@ -42,16 +43,32 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SPLIT_RE = re.compile(r"^[a-z0-9_]+$")
 
 
-def load_config(path: str, overrides: Sequence[str] = (), output: str | None = None
-                ) -> DatasetConfig:
-    """Reads, overrides and checks the dataset config at `path` (a local file).
+def load_config(path_or_dict: "str | os.PathLike | Mapping | DatasetConfig",
+                overrides: "Sequence[str] | Mapping[str, Any] | None" = (),
+                output: str | None = None, *, rows_given: bool = False) -> DatasetConfig:
+    """Reads, overrides and checks a dataset config.
 
-    overrides: ``"a.b=value"`` strings; each value is parsed as YAML (so
-      ``--set output.shuffle=false`` gives a bool and ``splits={a: 0.5, b: 0.5}``
-      a mapping) and applied before validation.
+    path_or_dict: the path of a YAML file (local), the config as a mapping
+      with the YAML's keys, or a `DatasetConfig` already loaded (returned
+      as is unless overridden).
+    overrides: ``"a.b=value"`` strings (the command line's ``--set``; each
+      value is parsed as YAML, so ``output.shuffle=false`` gives a bool and
+      ``splits={a: 0.5, b: 0.5}`` a mapping), or a mapping ``{"a.b": value}``
+      of Python values used as given; applied before validation.
     output: replaces ``output.path``.
+    rows_given: the rows come from a pipeline (`WriteDataset`), so the
+      ``source:`` section may be left out.
     Raises ConfigError (key "" for a file that cannot be read or parsed).
     """
+    strings, values = ((), overrides) if isinstance(overrides, Mapping) else (overrides or (), None)
+    if isinstance(path_or_dict, DatasetConfig):
+        if not strings and not values and output is None:
+            return path_or_dict
+        path_or_dict = _reloadable(path_or_dict.resolved)
+    if isinstance(path_or_dict, Mapping):
+        return config_from_dict(path_or_dict, strings, output, values=values,
+                                rows_given=rows_given)
+    path = os.fspath(path_or_dict)
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
@@ -68,12 +85,22 @@ def load_config(path: str, overrides: Sequence[str] = (), output: str | None = N
     raw = safe_load(text, origin=path)
     if raw is None:
         raise ConfigError("", f"config file {path} is empty; start from configs/examples/")
-    return config_from_dict(raw, overrides=overrides, output=output)
+    return config_from_dict(raw, overrides=strings, output=output, values=values,
+                            rows_given=rows_given)
 
 
-def config_from_dict(raw: Any, overrides: Sequence[str] = (), output: str | None = None
+def config_from_dict(raw: Any, overrides: Sequence[str] = (), output: str | None = None, *,
+                     values: Mapping[str, Any] | None = None, rows_given: bool = False
                      ) -> DatasetConfig:
-    """Checks an already-parsed config (the YAML document as plain data)."""
+    """Checks an already-parsed config (the YAML document as plain data).
+
+    values: ``{dotted key: value}`` overrides given as Python values (the
+      library's ``**{"output.path": url}``), applied after `overrides`.
+    rows_given: the caller hands the rows over (`WriteDataset`), so the
+      ``source:`` section may be left out; then `DatasetConfig.source` is
+      None, the columns rows offer are unknown, and `vocabulary: auto` is
+      refused (nothing is known before the run).
+    """
     if not isinstance(raw, Mapping):
         raise ConfigError("", "the config must be a YAML mapping with keys such as name, "
                           f"version, source, features, output (got {type(raw).__name__})")
@@ -81,22 +108,29 @@ def config_from_dict(raw: Any, overrides: Sequence[str] = (), output: str | None
     data = copy.deepcopy(dict(raw))
     for assignment in overrides:
         data = apply_override(data, assignment)
+    for key, value in (values or {}).items():
+        data = set_value(data, key, value)
     check_shape(data)  # override values are YAML too
     if output is not None:
         if not isinstance(data.get("output"), (Mapping, type(None))):
             raise ConfigError("output", "must be a mapping with path, compression, shard_size, shuffle")
         data["output"] = {**(data.get("output") or {}), "path": output}
-    return parse_dataset(data)
+    return parse_dataset(data, rows_given=rows_given)
 
 
-def parse_dataset(data: dict) -> DatasetConfig:
+def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
     check_keys(data, _TOP_KEYS, "")
     name = _parse_name(data.get("name"))
     version = _parse_version(data.get("version"))
-    source, source_resolved = parse_source(data.get("source"))
-    known_columns = source_columns(source)
+    if rows_given and data.get("source") is None:
+        source, source_resolved, known_columns = None, None, None
+    else:
+        source, source_resolved = parse_source(data.get("source"))
+        known_columns = source_columns(source)
     features = parse_features(data.get("features"), key_path="features",
                               known_columns=known_columns)
+    if source is None:
+        _refuse_auto_vocabularies(features)
     splits = _parse_splits(data.get("splits"))
     key = _parse_key(data.get("key"), known_columns)
     output, output_resolved = parse_output(data.get("output"))
@@ -116,6 +150,24 @@ def parse_dataset(data: dict) -> DatasetConfig:
     return DatasetConfig(name=name, version=version, source=source, features=features,
                          splits=splits, key=key, output=output, dead_letter=dead_letter,
                          validation=validation, resolved=resolved)
+
+
+def _reloadable(resolved: Mapping[str, Any]) -> dict:
+    """A loaded config's `resolved` data as a config to load again: the
+    source keys it fills with None for the other source types left out."""
+    data = dict(resolved)
+    if isinstance(data.get("source"), Mapping):
+        data["source"] = {key: value for key, value in data["source"].items()
+                          if value is not None}
+    return data
+
+
+def _refuse_auto_vocabularies(features) -> None:
+    for spec in features:
+        if spec.vocabulary == "auto":
+            raise ConfigError(f"features.{spec.name}.vocabulary",
+                              "`auto` needs a source to scan before the run; with rows handed "
+                              "over by a pipeline, list the values, e.g. vocabulary: [cat, dog]")
 
 
 def _parse_name(value: Any) -> str:

@@ -121,7 +121,7 @@ class DatasetConfig:
 
     name: str
     version: str
-    source: SourceConfig
+    source: SourceConfig | None  # None: rows handed over by a pipeline (WriteDataset)
     features: tuple[FeatureSpec, ...]
     splits: tuple[tuple[str, float], ...]
     key: str | None

@@ -8,7 +8,7 @@ from typing import Mapping
 from ...schemas.errors import ConfigError
 from .yaml_safe import safe_load
 
-__all__ = ["apply_override"]
+__all__ = ["apply_override", "set_value"]
 
 def apply_override(data: dict, assignment: str) -> dict:
     """Returns a copy of `data` with one ``key.path=value`` override applied.
@@ -24,6 +24,17 @@ def apply_override(data: dict, assignment: str) -> dict:
     if not key_text or any(not part for part in key_text.split(".")):
         raise ConfigError("--set", f"empty key in {assignment!r}; write e.g. output.shuffle=false")
     value = safe_load(value_text, origin=f"--set {key_text}") if value_text.strip() else None
+    return set_value(data, key_text, value)
+
+
+def set_value(data: dict, key_text: str, value) -> dict:
+    """Returns a copy of `data` with the dotted key `key_text` set to
+    `value` (a Python value, used as given), matched as `apply_override`
+    matches it."""
+    if not isinstance(key_text, str) or not key_text.strip() \
+            or any(not part for part in key_text.strip().split(".")):
+        raise ConfigError("--set", f"empty key in {key_text!r}; write e.g. output.shuffle")
+    key_text = key_text.strip()
     data = copy.deepcopy(data)
     node: dict = data
     parts = key_text.split(".")

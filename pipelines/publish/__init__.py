@@ -14,6 +14,7 @@ meets them (on-disk names: `transforms.layout`):
 - `manifest`: building, writing and checking manifest.json
 - `checksums`: SHA256SUMS
 - `file_checks`: reading one file back (size, sha256, framing, Examples)
+- `dataset_paths`: which files of a version a reader opens (verify, inspect)
 - `verify`: verifying a staged or published version; `recordforge verify`
 - `report`: report.html (gathering from the shards, writing);
   `report_html` renders it
@@ -22,16 +23,17 @@ meets them (on-disk names: `transforms.layout`):
 - `errors`: the errors that stop a build from publishing
 - `inspect`: `recordforge inspect`, records printed as JSON lines
 
-This package exports the driver's API: `begin_build`, `finalize`,
+This package exports the driver's API: `begin_build` (`begin_pipeline_build`
+for a build a pipeline publishes itself), `finalize`,
 `resolve_version`, `read_latest` and the errors.
 """
 
 from .commit import read_latest
 from .errors import BuildFailed, ConcurrentBuildError, PublishError, VersionExistsError
 from .finalizing import PublishResult, finalize
-from .staging import Staging, begin_build
+from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
 from .versions import check_version_name, resolve_version
 
 __all__ = ["BuildFailed", "ConcurrentBuildError", "PublishError", "PublishResult", "Staging",
-           "VersionExistsError", "begin_build", "check_version_name", "finalize",
-           "read_latest", "resolve_version"]
+           "StagingRef", "VersionExistsError", "begin_build", "begin_pipeline_build",
+           "check_version_name", "finalize", "read_latest", "resolve_version"]

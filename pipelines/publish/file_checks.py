@@ -33,7 +33,7 @@ class Problem:
     (uncompressed stream for gzip shards) or None. record_index: 0-based
     index of the first faulty record or None. code: the kind of fault
     ("missing", "size", "sha256", "swapped", "framing", "count", "example",
-    "sums", "unexpected", "manifest", "latest", "split")."""
+    "sums", "unexpected", "manifest", "latest", "split", "link")."""
 
     file: str
     message: str
@@ -145,11 +145,22 @@ def check_file(url: str, file: str, *, compression: str | None = None,
         check.exists = False
         check.problems.append(Problem(file, "missing", code="missing"))
         return check
-    with handle:
-        reader = _HashingReader(handle)
-        if compression is not None:
-            _check_records(reader, file, compression, check, features, vocabulary_sizes or {})
-        reader.drain()
+    except OSError as error:  # a directory in its place, permission denied
+        check.exists = False
+        check.problems.append(Problem(file, f"cannot be opened ({error.strerror or error})",
+                                      code="missing"))
+        return check
+    reader = _HashingReader(handle)
+    try:
+        with handle:
+            if compression is not None:
+                _check_records(reader, file, compression, check, features,
+                               vocabulary_sizes or {})
+            reader.drain()
+    except OSError as error:  # an I/O error while reading
+        check.problems.append(Problem(file, f"cannot be read past byte {reader.size} "
+                                      f"({error.strerror or error})", offset=reader.size,
+                                      code="framing"))
     check.size = reader.size
     check.sha256 = reader.digest.hexdigest()
     framing_broken = any(p.offset is not None for p in check.problems)

@@ -1,12 +1,19 @@
 """`recordforge inspect PATH [--limit N]`: print records as JSON lines.
 
-PATH may be a shard file, a directory of shards (a dataset version, or an
-output root whose LATEST names one), or a dead-letter JSONL file. Each Example
-prints as ``{"file": ..., "record": i, "features": {name: [values]}}``; bytes
-print as text when they are valid UTF-8 of at most `MAX_TEXT_BYTES` bytes,
-otherwise as ``{"bytes": N, "head": "<base64 of the first 32>"}``. A damaged
-file prints the records before the damage, then the error on stderr, and the
-command exits 1.
+PATH may be a shard file, a published version directory (holding
+``manifest.json``), an output root whose LATEST names one, or a dead-letter
+JSONL file. A directory is read by the rules `verify` applies
+(`dataset_paths`): the version LATEST names must be a safe name of a real
+directory of the root, the manifest must be intact, and only the shards it
+lists are read, never through a symbolic link; a directory without
+``manifest.json`` is not a published version and is refused. Each Example
+prints as ``{"file": ..., "record": i, "features": {name: [values]}}``;
+bytes print as text when they are valid UTF-8 of at most `MAX_TEXT_BYTES`
+bytes, otherwise as ``{"bytes": N, "head": "<base64 of the first 32>"}``.
+Damage (a damaged record, manifest, LATEST or dead-letter line, a missing
+or unreadable shard) prints the records before it, then the error on
+stderr, and the command exits 1; exit 2 is bad usage or a path that does
+not exist.
 """
 
 from __future__ import annotations
@@ -17,18 +24,21 @@ import json
 import math
 import posixpath
 import sys
+import zlib
 from typing import TextIO
 
 import fsspec
 
 from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
-from ...transforms.layout import LATEST_FILE, MANIFEST_FILE, is_shard_file
 from ...transforms.tfrecordio import TFRecordError, read_records
 from ...transforms.urls import redact_url
+from .dataset_paths import (DatasetNotFoundError, list_version, load_version_manifest,
+                            locate_version)
 
 __all__ = ["main", "render_example", "shard_files"]
 
 MAX_TEXT_BYTES = 1024
+MAX_LINE_BYTES = 64 << 20  # a dead-letter record summarises large values; far below this
 
 
 def _render_bytes(value: bytes):
@@ -59,22 +69,25 @@ def render_example(data: bytes) -> dict:
     return rendered
 
 
-def shard_files(path: str) -> list[str]:
-    """The shard files PATH stands for, in manifest order where there is one."""
-    fs, root = fsspec.core.url_to_fs(path)
-    if not fs.isdir(root):
-        return [path]
-    latest = posixpath.join(root, LATEST_FILE)
-    if fs.exists(latest) and not fs.exists(posixpath.join(root, MANIFEST_FILE)):
-        version = fs.cat_file(latest).decode("utf-8").strip()
-        return shard_files(_join(path, version))
-    manifest_path = posixpath.join(root, MANIFEST_FILE)
-    if fs.exists(manifest_path):
-        manifest = json.loads(fs.cat_file(manifest_path))
-        return [_join(path, shard["file"])
-                for split in manifest["splits"].values() for shard in split["shards"]]
-    names = sorted(posixpath.basename(p) for p in fs.ls(root, detail=False))
-    return [_join(path, name) for name in names if is_shard_file(name)]
+def shard_files(path: str) -> tuple[list[str], list[str]]:
+    """(the shard files a dataset directory stands for, in manifest order;
+    the problems that stop it from being read). The version is located and
+    its manifest checked as `verify` does."""
+    located = locate_version(path)
+    if located.problems:
+        return [], [str(problem) for problem in located.problems]
+    manifest, problem = load_version_manifest(located)
+    if problem is not None:
+        return [], [f"{redact_url(located.url)}: {problem}"]
+    _, links = list_version(located.fs, located.version_dir)
+    files, problems = [], []
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            if shard["file"] in links:
+                problems.append(f"{redact_url(located.url)}: {shard['file']} is a symbolic "
+                                "link; a published version holds only regular files")
+            files.append(_join(located.url, shard["file"]))
+    return files, problems
 
 
 def _join(base: str, name: str) -> str:
@@ -106,21 +119,55 @@ def _inspect_shards(files: list[str], limit: int | None, out: TextIO) -> int:
             out.flush()
             _error(f"{file}: record {index} is not a tf.train.Example ({error})")
             return 1
+        except FileNotFoundError:
+            out.flush()
+            _error(f"{file}: missing")
+            return 1
+        except OSError as error:  # a directory in its place, an I/O error
+            out.flush()
+            _error(f"{file}: cannot be read ({error.strerror or error})")
+            return 1
     return 0
 
 
 def _inspect_jsonl(path: str, limit: int | None, out: TextIO) -> int:
-    with fsspec.open(path, "rt", encoding="utf-8", compression="infer") as lines:
-        for number, line in enumerate(lines, start=1):
-            if limit is not None and number > limit:
-                break
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                out.flush()
-                _error(f"{path}: line {number} is not JSON ({error})")
-                return 1
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    """Prints a dead-letter file's records; one that is not a JSON object
+    on one UTF-8 line of at most `MAX_LINE_BYTES` bytes is damage."""
+    number = 0
+    try:
+        with fsspec.open(path, "rb", compression="infer") as lines:
+            while limit is None or number < limit:
+                raw = lines.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                number += 1
+                if not raw.strip():
+                    continue
+                problem = None
+                if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                    problem = f"is longer than {MAX_LINE_BYTES} bytes"
+                else:
+                    try:
+                        record = json.loads(raw.decode("utf-8"))
+                    except UnicodeDecodeError as error:
+                        problem = f"is not UTF-8 (byte {error.start})"
+                    except ValueError as error:
+                        problem = f"is not JSON ({error})"
+                    except RecursionError:
+                        problem = "is JSON nested too deeply to parse"
+                    else:
+                        if not isinstance(record, dict):
+                            problem = f"is not a dead-letter record (a JSON object) but a " \
+                                      f"JSON {type(record).__name__}"
+                if problem:
+                    out.flush()
+                    _error(f"{path}: line {number} {problem}")
+                    return 1
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    except (OSError, EOFError, zlib.error) as error:  # damaged gzip, an I/O error
+        out.flush()
+        _error(f"{path}: cannot be read after line {number} ({error})")
+        return 1
     return 0
 
 
@@ -139,16 +186,27 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         parser.error("--limit must be >= 0")
     try:
         fs, root = fsspec.core.url_to_fs(args.path)
+        exists = fs.exists(root)
     except (ImportError, ValueError) as error:  # an unknown protocol, or its extra missing
         _error(f"{args.path}: {error}")
         return 2
-    if not fs.exists(root):
+    if not exists:
         _error(f"{args.path}: no such file or directory")
         return 2
     if args.path.endswith((".jsonl", ".jsonl.gz")):
         return _inspect_jsonl(args.path, args.limit, out)
-    files = shard_files(args.path)
-    if not files:
-        _error(f"{args.path}: no .tfrecord or .tfrecord.gz files")
+    if not fs.isdir(root):
+        return _inspect_shards([args.path], args.limit, out)
+    try:
+        files, problems = shard_files(args.path)
+    except DatasetNotFoundError as error:  # removed since it was found
+        _error(str(error))
         return 2
+    except OSError as error:
+        _error(f"{args.path}: cannot be read ({error.strerror or error})")
+        return 1
+    for problem in problems:
+        _error(problem)
+    if problems:
+        return 1
     return _inspect_shards(files, args.limit, out)

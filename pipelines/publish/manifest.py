@@ -216,6 +216,8 @@ def load_manifest(data: bytes | str) -> dict:
         manifest = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise ManifestError("", f"not valid JSON ({error})") from None
+    except RecursionError:  # JSON nested deeper than the parser's stack
+        raise ManifestError("", "not a manifest: JSON nested too deeply to parse") from None
     if not isinstance(manifest, dict):
         raise ManifestError("", "not a JSON object")
     if _require(manifest, "format", str, "") != FORMAT:

@@ -7,6 +7,13 @@ anything else and deletes it last; a `Heartbeat` thread rewrites it every
 missing or unreadable, its process is gone (same host only), or its
 heartbeat is older than `STALE_AFTER` seconds (`owner_is_stale`); a build
 still writing its first owner file is not (`being_born`).
+
+A build run by a pipeline (`WriteDataset`) has no driver process that lives
+as long as it does: its workers may run anywhere, and the process that
+built the pipeline may have exited. Its owner record holds a lease instead
+of a heartbeat (`pipeline_owner_record`): it is dead when the lease has
+run out, or, when the pipeline runs inside the process that built it (a
+local runner), when that process is gone.
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ __all__ = [
     "HEARTBEAT_INTERVAL",
     "STALE_AFTER",
     "Heartbeat",
+    "NoHeartbeat",
     "being_born",
     "new_build_id",
     "owner_is_stale",
     "owner_record",
+    "pipeline_owner_record",
     "process_start",
 ]
 
@@ -89,12 +98,37 @@ def owner_record(build_id: str, started: str) -> dict:
             "heartbeat": time.time()}
 
 
+def pipeline_owner_record(build_id: str, started: str, *, lease: float,
+                          bound_to_process: bool) -> dict:
+    """The owner record of a build run by a pipeline: alive until `lease`
+    seconds from now; with `bound_to_process` (a local runner, whose
+    workers die with this process) also only while this process lives."""
+    now = time.time()
+    pid = os.getpid() if bound_to_process else None
+    return {"build_id": build_id, "host": socket.gethostname(), "pid": pid,
+            "pid_start": process_start(pid) if pid is not None else None,
+            "started": started, "heartbeat": now, "lease_until": now + lease,
+            "owner": "pipeline"}
+
+
 def owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
     """A build is dead when its owner record is missing or unreadable, its
     process is gone (same host only: pids mean nothing elsewhere), or its
-    heartbeat is older than `stale_after` seconds."""
+    heartbeat is older than `stale_after` seconds; a pipeline's build
+    (a record with ``lease_until``) when its lease has run out or the
+    process it is bound to is gone."""
     if not isinstance(owner, Mapping):
         return True
+    if "lease_until" in owner:
+        try:
+            lease_until = float(owner["lease_until"])
+            pid = None if owner.get("pid") is None else int(owner["pid"])
+        except (TypeError, ValueError):
+            return True
+        if (pid is not None and owner.get("host") == socket.gethostname()
+                and not _process_alive(pid, owner.get("pid_start"))):
+            return True
+        return time.time() > lease_until
     try:
         heartbeat = float(owner["heartbeat"])
         pid = int(owner["pid"])
@@ -116,6 +150,17 @@ def being_born(version: str, build_id: str, names: set[str], owner: Any,
         return False
     started = _dt.datetime.strptime(build_id.split("-", 1)[0], _BUILD_STAMP)
     return time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() < stale_after
+
+
+class NoHeartbeat:
+    """The heartbeat of a build whose owner record holds a lease: nothing
+    to rewrite."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 class Heartbeat:

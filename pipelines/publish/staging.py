@@ -20,7 +20,7 @@ owns a heartbeat thread. The pipeline writes into it (names in
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ...transforms.layout import (DEAD_LETTER_DIR, OWNER_SUFFIX, RESULT_FILE, STAGING_DIR,
                                   TMP_DIR)
@@ -28,11 +28,29 @@ from ...transforms.urls import redact_url
 from .errors import VersionExistsError
 from .manifest import utc_timestamp
 from .output import Output, published_identity
-from .owners import HEARTBEAT_INTERVAL, STALE_AFTER, Heartbeat, new_build_id, owner_record
+from .owners import (HEARTBEAT_INTERVAL, STALE_AFTER, Heartbeat, NoHeartbeat, new_build_id,
+                     owner_record, pipeline_owner_record)
 from .recovery import recover
 from .versions import check_version_name
 
-__all__ = ["Staging", "begin_build", "open_staging"]
+__all__ = ["PIPELINE_LEASE", "Staging", "StagingRef", "begin_build", "begin_pipeline_build",
+           "open_staging"]
+
+# How long a build run by a pipeline owns its staging directory when nothing
+# shows it died sooner (see `owners.pipeline_owner_record`).
+PIPELINE_LEASE = 24 * 3600.0
+
+
+class StagingRef(NamedTuple):
+    """A `Staging` as plain values, for a pipeline step to publish from
+    (`Staging.attach`); it holds no thread and pickles."""
+
+    output_path: str
+    version: str
+    build_id: str
+    identity: str | None
+    stale_after: float
+    url: str
 
 
 class Staging:
@@ -70,6 +88,25 @@ class Staging:
     @property
     def path(self) -> str:
         return self.url
+
+    @property
+    def ref(self) -> StagingRef:
+        """This build as plain values (`attach` turns them back)."""
+        return StagingRef(self.out.url, self.version, self.build_id, self.identity,
+                          self.stale_after, self.url)
+
+    @classmethod
+    def attach(cls, ref: StagingRef) -> "Staging":
+        """The `Staging` of `ref` in another process (a pipeline worker).
+        It rewrites no heartbeat: a pipeline's build owns its staging by a
+        lease (`begin_pipeline_build`)."""
+        return cls(out=Output(ref.output_path), version=ref.version, build_id=ref.build_id,
+                   identity=ref.identity, stale_after=ref.stale_after,
+                   heartbeat=NoHeartbeat())
+
+    def exists(self) -> bool:
+        """Whether the staging directory is still there (not committed, not aborted)."""
+        return self.out.fs.exists(self.directory)
 
     def __reduce__(self):
         raise TypeError("Staging owns a heartbeat thread and is not picklable; "
@@ -125,9 +162,35 @@ def begin_build(output_path: str, version: str, overwrite: bool = False, *,
                         heartbeat_interval=heartbeat_interval, admit=admit)
 
 
+def begin_pipeline_build(output_path: str, version: str, overwrite: bool = False, *,
+                         lease: float = PIPELINE_LEASE, bound_to_process: bool = False,
+                         stale_after: float = STALE_AFTER) -> Staging:
+    """Starts a build of `version` that a pipeline runs and publishes from
+    its last step (`WriteDataset`): as `begin_build`, but the owner record
+    holds a lease of `lease` seconds instead of a heartbeat (and, with
+    `bound_to_process`, dies with this process), because no thread of this
+    process is sure to outlive the pipeline. Pass `Staging.ref` to the
+    pipeline."""
+    check_version_name(version)
+
+    def admit(out: Output, identity: str | None) -> None:
+        if identity is not None and not overwrite:
+            raise VersionExistsError(
+                f"version {version!r} is already published at {out.display}/{version}; "
+                "pass overwrite=True to replace it")
+
+    def record(build_id: str, started: str) -> dict:
+        return pipeline_owner_record(build_id, started, lease=lease,
+                                     bound_to_process=bound_to_process)
+
+    return open_staging(output_path, version, stale_after=stale_after, heartbeat_interval=None,
+                        admit=admit, record=record)
+
+
 def open_staging(output_path: str, version: str, *, stale_after: float,
-                 heartbeat_interval: float,
-                 admit: Callable[[Output, str | None], None]) -> Staging:
+                 heartbeat_interval: float | None,
+                 admit: Callable[[Output, str | None], None],
+                 record: Callable[[str, str], dict] = owner_record) -> Staging:
     """Creates the staging of a build of `version` under `output_path` (local
     path or fsspec URL), whose name has already been checked. Returns the
     `Staging` the pipeline writes into.
@@ -137,20 +200,23 @@ def open_staging(output_path: str, version: str, *, stale_after: float,
     belongs to dead builds of this version (`recovery.recover`). Then
     calls ``admit(out, identity)`` (identity: `published_identity` of the
     version), which raises to refuse the build; the owner file is then
-    removed and nothing is left behind.
+    removed and nothing is left behind. ``record(build_id, started)`` makes
+    the owner record; ``heartbeat_interval=None``: no heartbeat thread (a
+    record holding a lease).
     """
     out = Output(output_path)
     build_id = new_build_id()
     staging_dir = out.path(STAGING_DIR, f"{version}.{build_id}")
     owner_path = staging_dir + OWNER_SUFFIX
-    record = owner_record(build_id, utc_timestamp())
+    owner = record(build_id, utc_timestamp())
     # The owner file comes first and goes last: every name this build
     # creates in .staging (directory, lock and temporary files) starts with
     # <version>.<build_id>, so a build killed at any point leaves nothing
     # that a later build cannot attribute and clean.
     out.fs.makedirs(out.path(STAGING_DIR), exist_ok=True)
-    out.write_atomic(owner_path, json.dumps(record).encode())
-    heartbeat = Heartbeat(out, owner_path, record, heartbeat_interval)
+    out.write_atomic(owner_path, json.dumps(owner).encode())
+    heartbeat = (NoHeartbeat() if heartbeat_interval is None
+                 else Heartbeat(out, owner_path, owner, heartbeat_interval))
     heartbeat.start()
     try:
         recover(out, version, stale_after, build_id)

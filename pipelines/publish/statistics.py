@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 from ...schemas.drift import Gate, GateResult, check_gates, compare, failure_message
 from ...schemas.statistics import FORMAT
 from ...transforms.layout import DRIFT_FILE, STATS_FILE
+from .commit import read_latest
 from .output import Output, load_json
 
 __all__ = ["DRIFT_FILE", "STATS_FILE", "StatisticsCheck", "StatisticsOutcome", "check_statistics",
@@ -93,18 +94,26 @@ def check_statistics(staging_url: str, manifest: Mapping[str, Any],
 class StatisticsCheck:
     """`finalize`'s statistics hook for one build: compares with the version
     LATEST names under `output_path` (read when the hook runs, just before
-    publishing) and keeps its outcome for the report."""
+    publishing) and keeps its outcome for the report. Pickles as plain
+    values (`WriteDataset` publishes from a pipeline step)."""
 
-    def __init__(self, output_path: str, feature_order: Sequence[str], gates: Sequence[Gate],
-                 read_latest):
+    def __init__(self, output_path: str, feature_order: Sequence[str], gates: Sequence[Gate]):
         self._output_path = output_path
         self._feature_order = tuple(feature_order)
         self._gates = tuple(gates)
-        self._read_latest = read_latest
         self.outcome: StatisticsOutcome | None = None
 
+    @classmethod
+    def for_config(cls, config) -> "StatisticsCheck | None":
+        """The hook of a build of `config` (a `DatasetConfig`), or None when
+        its statistics are turned off."""
+        if not config.validation.statistics:
+            return None
+        return cls(config.output.path, [spec.name for spec in config.features],
+                   config.validation.gates)
+
     def __call__(self, staging_url: str, manifest: dict, result: dict) -> str | None:
-        previous_version = self._read_latest(self._output_path)
+        previous_version = read_latest(self._output_path)
         self.outcome = check_statistics(
             staging_url, manifest, result.get("statistics") or {},
             feature_order=self._feature_order, gates=self._gates,

@@ -44,15 +44,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import fsspec
-
-from ...schemas.errors import ConfigError
-from ...transforms.layout import LATEST_FILE, MANIFEST_FILE, SHA256SUMS_FILE
+from ...transforms.layout import MANIFEST_FILE, SHA256SUMS_FILE
 from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
+from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
+                            load_version_manifest, locate_version, read_limited)
 from .file_checks import FileCheck, Problem, check_file
-from .versions import check_version_name
 
 __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 
@@ -60,10 +58,6 @@ __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 # wrong file, the first bad byte) before its consequences (size, checksum).
 _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
     ["missing", "swapped", "framing", "example", "count", "size", "sha256"])}
-
-
-class DatasetNotFoundError(Exception):
-    """The path given to verify does not exist (a usage error, exit 2)."""
 
 
 @dataclass
@@ -138,39 +132,6 @@ def _declared_features(manifest: Mapping) -> dict:
 
 # --- the dataset ---------------------------------------------------------------------
 
-def _locate(path: str) -> tuple[Any, str, str, str | None, list[Problem]]:
-    """(fs, version dir path, its URL, LATEST's version or None, problems).
-    Raises DatasetNotFoundError when `path` does not exist."""
-    fs, root = fsspec.core.url_to_fs(path)
-    root = root.rstrip("/") or "/"
-    base_url = path.rstrip("/") or path
-    if fs.exists(f"{root}/{MANIFEST_FILE}"):
-        return fs, root, base_url, None, []
-    if fs.exists(f"{root}/{LATEST_FILE}"):
-        version = fs.cat_file(f"{root}/{LATEST_FILE}").decode("utf-8", "replace").strip()
-        try:
-            check_version_name(version)
-        except ConfigError as error:
-            return fs, root, base_url, None, [Problem(LATEST_FILE, str(error),
-                                                      code="latest")]
-        version_dir = f"{root}/{version}"
-        if not fs.exists(version_dir):
-            return fs, root, base_url, version, [Problem(
-                LATEST_FILE, f"names version {version!r}, which does not exist",
-                code="latest")]
-        return fs, version_dir, f"{base_url}/{version}", version, []
-    if not fs.exists(root):
-        raise DatasetNotFoundError(f"{redact_url(path)} does not exist")
-    return fs, root, base_url, None, []
-
-
-def _list_files(fs, root: str) -> set[str]:
-    prefix = root.rstrip("/") + "/"
-    found = fs.find(root, detail=True)
-    return {name[len(prefix):] for name, info in found.items()
-            if info.get("type") != "directory" and name.startswith(prefix)}
-
-
 def _make_executor(kind: str, workers: int, fs) -> concurrent.futures.Executor:
     if kind == "process" and "memory" not in _protocols(fs):
         # spawn, not fork: the caller may run threads (a build's heartbeat).
@@ -190,33 +151,31 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     when `path` does not exist. `workers` defaults to the CPU count;
     `executor` is "thread" or "process"."""
     started = time.monotonic()
-    fs, version_dir, version_url, latest, problems = _locate(path)
-    report = VerifyReport(path=redact_url(version_url), version=latest, problems=problems)
-    if problems:
+    located = locate_version(path)
+    fs, version_dir, version_url = located.fs, located.version_dir, located.url
+    report = VerifyReport(path=redact_url(version_url), version=located.latest,
+                          problems=list(located.problems))
+    if report.problems:
         return report
-    manifest_bytes = fs.cat_file(f"{version_dir}/{MANIFEST_FILE}") \
-        if fs.exists(f"{version_dir}/{MANIFEST_FILE}") else None
-    if manifest_bytes is None:
-        report.problems.append(Problem(MANIFEST_FILE, "missing: the version is "
-                                       "incomplete (a build still running or interrupted) or "
-                                       "this is not a recordforge dataset", code="manifest"))
-        return report
-    try:
-        manifest = manifest_lib.load_manifest(manifest_bytes)
-    except manifest_lib.ManifestError as error:
-        report.problems.append(Problem(MANIFEST_FILE, str(error), code="manifest"))
+    manifest, problem = load_version_manifest(located)
+    if problem is not None:
+        report.problems.append(problem)
         return report
     report.version = manifest["version"]
-    present = _list_files(fs, version_dir)
+    present, links = list_version(fs, version_dir)
+    for file in sorted(links):
+        # Never read through it: its target may be anywhere.
+        report.problems.append(Problem(file, "is a symbolic link; a published version holds "
+                                       "only regular files (not followed)", code="link"))
 
     sums = {}
     if SHA256SUMS_FILE not in present:
         report.problems.append(Problem(SHA256SUMS_FILE, "missing", code="sums"))
     else:
         try:
-            sums = parse_sha256sums(
-                fs.cat_file(f"{version_dir}/{SHA256SUMS_FILE}"))
-        except manifest_lib.ManifestError as error:
+            sums = parse_sha256sums(read_limited(fs, f"{version_dir}/{SHA256SUMS_FILE}",
+                                                 MAX_MANIFEST_BYTES))
+        except (manifest_lib.ManifestError, OSError, ValueError) as error:
             report.problems.append(Problem(SHA256SUMS_FILE, str(error), code="sums"))
 
     compression = manifest_lib.compression_from_label(manifest["compression"])
@@ -227,7 +186,11 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     owner_of_sha = {shard["sha256"]: file for file, (_, shard) in shards.items()}
 
     tasks = []  # (size hint, file, kwargs)
+    checks: dict[str, FileCheck] = {}
     for file, (_, shard) in shards.items():
+        if file in links:
+            checks[file] = FileCheck(file=file, exists=False)  # reported above, not read
+            continue
         tasks.append((shard["num_bytes"], file, dict(
             compression=compression, expected_size=shard["num_bytes"],
             expected_sha256=shard["sha256"], expected_records=shard["num_examples"],
@@ -238,6 +201,8 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 f"lists {listed[:16]}… for {file}, manifest says {shard['sha256'][:16]}…")
                 if listed else f"does not list shard {file}", code="sums"))
     for file in manifest["dead_letter"]["files"]:
+        if file in links:
+            continue
         if file not in present:
             report.problems.append(Problem(
                 file, "missing (listed in the manifest's dead_letter.files)", code="missing"))
@@ -254,6 +219,8 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     for file, digest in sums.items():
         if file in shards:
             continue
+        if file in links:
+            continue
         if file not in present:
             report.problems.append(Problem(file, "missing (listed in SHA256SUMS)", code="missing"))
             continue
@@ -267,7 +234,6 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     # Largest first, so one big shard does not start last.
     tasks.sort(key=lambda task: (-task[0], task[1]))
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks) or 1))
-    checks: dict[str, FileCheck] = {}
     with _make_executor(executor, workers, fs) as pool:
         futures = {pool.submit(check_file, f"{version_url}/{file}", file, **kwargs): file
                    for _, file, kwargs in tasks}

@@ -44,14 +44,52 @@ def test_prints_every_record_as_a_json_line(tmp_path, compression):
     assert features["nan"] == ["nan"]
 
 
+def _publish(root, counts=(4, 4)):
+    """A published version of shards of _examples, through begin_build/finalize."""
+    import hashlib
+
+    import fsspec
+
+    from recordforge.pipelines import publish
+    from recordforge.transforms.layout import shard_file_name
+
+    staging = publish.begin_build(str(root), "v1")
+    shards = []
+    for index, count in enumerate(counts):
+        data = tfrecordio.frame_records(_examples(count))
+        file = shard_file_name("train", index, len(counts), "none")
+        with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
+            handle.write(data)
+        shards.append({"split": "train", "file": file, "num_examples": count,
+                       "num_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    with fsspec.open(staging.result_url, "wb") as handle:
+        handle.write(json.dumps({"shards": shards, "num_input_rows": sum(counts),
+                                 "dead_letter": {"num_rows": 0, "by_reason": {}, "files": [],
+                                                 "samples": {}}}).encode())
+    publish.finalize(staging, name="t", compression="none",
+                     features={"id": {"type": "int64", "shape": []}}, vocabularies={},
+                     config={}, split_names=["train"], max_error_rate=0.0, verify=False)
+    return root / "v1"
+
+
 def test_directory_and_limit(tmp_path):
-    for i in range(2):
-        _write(tmp_path / f"train-0000{i}-of-00002.tfrecord", _examples(4), "none")
-    (tmp_path / "notes.txt").write_text("not a shard")
-    code, lines = _run([str(tmp_path), "--limit", "6"])
-    assert code == 0 and len(lines) == 6
-    assert [l["file"] for l in lines] == ["train-00000-of-00002.tfrecord"] * 4 + [
-        "train-00001-of-00002.tfrecord"] * 2
+    _publish(tmp_path)
+    for path in (tmp_path, tmp_path / "v1"):  # the output root (LATEST) or the version
+        code, lines = _run([str(path), "--limit", "6"])
+        assert code == 0 and len(lines) == 6
+        assert [l["file"] for l in lines] == ["train-00000-of-00002.tfrecord"] * 4 + [
+            "train-00001-of-00002.tfrecord"] * 2
+
+
+def test_a_directory_without_a_manifest_is_not_published(tmp_path, capsys):
+    """What a killed object-store overwrite leaves: shards, no manifest."""
+    version = _publish(tmp_path)
+    (version / "manifest.json").unlink()
+    (version / "train-00001-of-00002.tfrecord").unlink()
+    for path in (tmp_path, version):
+        code, lines = _run([str(path)])
+        assert code == 1 and lines == []
+        assert "manifest.json: missing: the version is not published" in capsys.readouterr().err
 
 
 def test_damaged_file_prints_records_before_the_damage_then_fails(tmp_path, capsys):

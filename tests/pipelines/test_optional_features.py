@@ -298,3 +298,50 @@ def test_malformed_optionality_and_defaults_are_manifest_errors(tmp_path, entry,
     with pytest.raises(manifest_lib.ManifestError) as raised:
         manifest_lib.load_manifest(json.dumps(manifest))
     assert raised.value.field == field
+
+
+# --- the build paths write it ---------------------------------------------------------
+
+_E2E_FEATURES = {
+    "id": {"type": "int64"},
+    "note": {"type": "string", "required": False},
+    "count": {"type": "int64", "required": False, "default": 5},
+    "kind": {"type": "int64", "vocabulary": ["a", "b"], "default": "b"},
+}
+_E2E_ROWS = [{"id": 1, "note": "x", "count": 2, "kind": "a"}, {"id": 2}, {"id": 3, "note": ""}]
+
+
+def _check_built(version_dir: Path):
+    manifest = json.loads((version_dir / "manifest.json").read_text())
+    assert manifest["features"]["note"]["required"] is False
+    assert manifest["features"]["count"]["default"] == 5
+    assert manifest["features"]["kind"]["default"] == 1
+    assert "required" not in manifest["features"]["id"]
+    assert verify.verify_dataset(str(version_dir), deep=True).ok
+
+
+def test_a_cli_build_states_optionality_and_defaults(tmp_path):
+    from recordforge.pipelines import build
+
+    table = tmp_path / "rows.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in _E2E_ROWS))
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({
+        "name": "opt", "version": "1", "source": {"type": "jsonl", "path": str(table)},
+        "features": _E2E_FEATURES, "output": {"path": str(tmp_path / "out")}}))
+    assert build.run([str(config), "--", "--direct_running_mode=in_memory",
+                      "--direct_num_workers=1"]) == 0
+    _check_built(tmp_path / "out" / "1")
+
+
+def test_write_dataset_states_optionality_and_defaults(tmp_path):
+    import apache_beam as beam
+
+    import recordforge
+
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create(_E2E_ROWS)
+             | recordforge.WriteDataset({"name": "opt", "version": "1",
+                                         "features": _E2E_FEATURES,
+                                         "output": {"path": str(tmp_path / "out")}}))
+    _check_built(tmp_path / "out" / "1")

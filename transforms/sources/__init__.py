@@ -4,7 +4,8 @@ Modules in data-flow order:
 
 * `tables`: `ReadTable`, table files into RowBatches;
 * `images`: `ReadImages`, an image directory into RowBatches of image rows;
-* `outputs`: what both give (`ReadOutputs`) and how their DoFns' one tagged
+* `elements`: `RowsFromElements`, a pipeline's own PCollection of row dicts;
+* `outputs`: what all give (`ReadOutputs`) and how their DoFns' one tagged
   output is split into it.
 
 Each is applied to a pipeline (``p | ReadTable(...)``) and returns
@@ -23,8 +24,9 @@ on how the work was split, so listing order and parallelism do not change
 what is read.
 """
 
+from .elements import RowsFromElements
 from .images import ReadImages
 from .outputs import ReadOutputs
 from .tables import ReadTable
 
-__all__ = ["ReadImages", "ReadOutputs", "ReadTable"]
+__all__ = ["ReadImages", "ReadOutputs", "ReadTable", "RowsFromElements"]
