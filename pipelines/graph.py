@@ -35,7 +35,8 @@ def _read_source(config: DatasetConfig) -> beam.PTransform:
     source = config.source
     if source.type == "images":
         return ReadImages(source.path, source.extensions, source.labels, source.image)
-    return ReadTable(source.path, source.type, extensions=source.extensions)
+    return ReadTable(source.path, source.type, extensions=source.extensions,
+                     options=source.csv)
 
 
 def write_result(parts: tuple, staging_url: str) -> str:
@@ -191,6 +192,7 @@ def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:
         if source.type == "images":
             known[spec.name] = known_labels(source.path, source.labels, source.extensions)
         else:
-            known[spec.name] = scan_distinct(source.path, source.type, spec.source,
-                                            extensions=source.extensions)
+            known[spec.name] = scan_distinct(source.path, source.type, spec.path or spec.source,
+                                            extensions=source.extensions, options=source.csv,
+                                            null_values=spec.null_values)
     return resolve_vocabularies(config.features, known)

@@ -7,7 +7,8 @@ the feature and its column, with a stable reason code. The rules of one
 feature (also in docs/reasons.md):
 
 - Missing: a column that is absent, None, or the empty text "" (for int64 and
-  float also whitespace-only text). A missing value takes the feature's
+  float also whitespace-only text); with `null_values`, None and exactly the
+  listed texts (blank text too for numbers when "" is listed). A missing value takes the feature's
   `default`; without one it is `missing_value` if `required`, else the feature
   is left out of the Example. Use `default: ""` to store empty strings.
 - Shapes: a scalar feature takes one value or a one-element list; [N] and [-1]
@@ -42,6 +43,25 @@ def _missing_value(raw: Any, numeric: bool) -> bool:
     if type(raw) is str:
         return not raw.strip() if numeric else not raw
     return False
+
+
+def _missing_rule(null_values: Sequence[str] | None, numeric: bool) -> Callable[[Any], bool]:
+    """The feature's test for a missing value: the standard rule, or (with
+    `null_values`) None and exactly the listed texts, plus blank text for
+    numbers when ``""`` is listed."""
+    if null_values is None:
+        return lambda raw: _missing_value(raw, numeric)
+    nulls = frozenset(null_values)
+    blank = numeric and "" in nulls
+
+    def missing(raw):
+        if raw is None:
+            return True
+        if type(raw) is str:
+            return raw in nulls or (blank and not raw.strip())
+        return False
+
+    return missing
 
 
 def _as_list(raw: Any) -> list | None:
@@ -130,9 +150,10 @@ def _compile_rules(spec: FeatureSpec, vocabulary: Sequence[str] | None,
     if spec.default is not None:
         default = tuple(convert_present(spec.default))
     required = spec.required
+    missing = _missing_rule(spec.null_values, numeric)
 
     def convert(raw):
-        if _missing_value(raw, numeric):
+        if missing(raw):
             if default is not None:
                 return default
             if required:

@@ -52,7 +52,7 @@ class ColumnEncoder:
     def _column_rule(self, spec: FeatureSpec, vocabulary):
         """raws -> (entries, values), or None when the column cannot take
         the column path whole; None when the feature has no column path."""
-        if spec.shape:
+        if spec.shape or spec.null_values is not None or spec.type == "timestamp":
             return None
         if spec.vocabulary is not None:
             return self._labels(vocabulary)

@@ -58,8 +58,8 @@ def fast_path(spec: FeatureSpec, vocabulary: Sequence[str] | None,
 
     finish: None to return ``[value]``, or a function of the checked value
     whose result is returned instead (an encoded Example entry)."""
-    if spec.shape:
-        return None
+    if spec.shape or spec.null_values is not None or spec.type == "timestamp":
+        return None  # list shapes, declared null texts and timestamps take the full rules
     if spec.vocabulary is not None:
         if finish is not None:
             # Every label's result is known up front: one lookup per row.

@@ -15,12 +15,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .checks import validate_default
 from .errors import ConfigError
-from .features import FEATURE_TYPES, INT64_MAX, INT64_MIN, FeatureSpec
+from .features import FEATURE_TYPES, INT64_MAX, INT64_MIN, TIMESTAMP_UNITS, FeatureSpec
 
 __all__ = ["FEATURE_KEYS", "parse_features"]
 
 FEATURE_KEYS = ("type", "from", "shape", "required", "default", "min", "max",
-                "values", "vocabulary", "max_bytes", "allow_nan")
+                "values", "vocabulary", "max_bytes", "allow_nan", "null_values",
+                "unit", "format", "timezone")
+_TIMESTAMP_KEYS = ("unit", "format", "timezone")
 
 # Names people reach for from other tools; difflib does not find these.
 _KEY_ALIASES = {
@@ -32,6 +34,8 @@ _KEY_ALIASES = {
     "vocab": "vocabulary", "labels": "vocabulary", "classes": "vocabulary",
     "max_length": "max_bytes", "max_len": "max_bytes", "maxlen": "max_bytes",
     "nan": "allow_nan", "allow_inf": "allow_nan",
+    "na_values": "null_values", "nulls": "null_values", "missing_values": "null_values",
+    "tz": "timezone", "time_zone": "timezone", "resolution": "unit",
 }
 _TYPE_ALIASES = {
     "int": "int64", "integer": "int64", "long": "int64", "int32": "int64",
@@ -39,15 +43,22 @@ _TYPE_ALIASES = {
     "float32": "float", "float64": "float", "double": "float", "number": "float", "real": "float",
     "str": "string", "text": "string", "utf8": "string",
     "binary": "bytes", "blob": "bytes", "byte": "bytes",
+    "datetime": "timestamp", "date": "timestamp", "time": "timestamp",
 }
 
 
 def parse_features(mapping: Any, *, key_path: str = "features",
-                   known_columns: Iterable[str] | None = None) -> tuple[FeatureSpec, ...]:
+                   known_columns: Iterable[str] | None = None, nested: bool = True,
+                   null_values: Sequence[str] | None = None) -> tuple[FeatureSpec, ...]:
     """Parses the config's ``features:`` mapping, in config order.
 
     known_columns: the columns the source offers, when known before the run
       (image sources, table headers); a ``from`` naming another column is an error.
+    nested: rows may hold nested values (JSON, JSONL, Parquet, Avro, rows
+      handed over), so a dotted ``from`` is a path of keys; False (CSV,
+      images): a dotted ``from`` is one column's name.
+    null_values: the source's text values read as missing (`source.csv`),
+      for features that set none; None: the standard rule.
     Raises ConfigError naming the offending key (e.g. ``features.label.vocabulary``).
     """
     if not isinstance(mapping, Mapping) or not mapping:
@@ -59,7 +70,8 @@ def parse_features(mapping: Any, *, key_path: str = "features",
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{key_path}.{name}", "feature names must be non-empty text; "
                               "quote the name in the YAML")
-        specs.append(_parse_feature(name, body, f"{key_path}.{name}", columns))
+        specs.append(_parse_feature(name, body, f"{key_path}.{name}", columns, nested,
+                                    null_values))
     # Converting each default with the row converters keeps one definition of
     # "valid value".
     for spec in specs:
@@ -70,7 +82,9 @@ def parse_features(mapping: Any, *, key_path: str = "features",
 # --- one feature --------------------------------------------------------------------
 
 
-def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None) -> FeatureSpec:
+def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None,
+                   nested: bool = True, source_nulls: Sequence[str] | None = None
+                   ) -> FeatureSpec:
     if isinstance(body, str):
         raise ConfigError(path, f"must be a mapping of settings; write `{{type: {body}}}` "
                           f"instead of `{body}`")
@@ -82,7 +96,10 @@ def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None) -
                                                                        _KEY_ALIASES)
                               + f"; valid keys: {', '.join(FEATURE_KEYS)}")
     ftype = _parse_type(body.get("type"), f"{path}.type")
-    source = _parse_source(name, body.get("from", name), f"{path}.from", "from" in body, columns)
+    source, keys = _parse_source(name, body.get("from", name), f"{path}.from", "from" in body,
+                                 columns, nested)
+    null_values = _parse_null_values(body.get("null_values", source_nulls), f"{path}.null_values")
+    unit, time_format, timezone = _parse_timestamp(body, ftype, path)
     shape = _parse_shape(body.get("shape", ()), f"{path}.shape")
     required = _parse_bool(body.get("required", True), f"{path}.required")
     allow_nan = _parse_bool(body.get("allow_nan", False), f"{path}.allow_nan")
@@ -101,7 +118,9 @@ def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None) -
         default = tuple(default)
     return FeatureSpec(name=name, type=ftype, source=source, shape=shape, required=required,
                        default=default, min=lo, max=hi, values=values, vocabulary=vocabulary,
-                       max_bytes=max_bytes, allow_nan=allow_nan)
+                       max_bytes=max_bytes, allow_nan=allow_nan, path=keys,
+                       null_values=null_values, unit=unit, format=time_format,
+                       timezone=timezone)
 
 
 def _suggest(word: str, choices: Sequence[str], aliases: Mapping[str, str]) -> str:
@@ -123,17 +142,82 @@ def _parse_type(value: Any, path: str) -> str:
 
 
 def _parse_source(name: str, value: Any, path: str, explicit: bool,
-                  columns: list[str] | None) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(path, "must be the name of a source column (text)")
-    if columns is not None and value not in columns:
+                  columns: list[str] | None, nested: bool = True
+                  ) -> tuple[str, tuple[str, ...] | None]:
+    """(column the rows carry the value under, path of keys or None)."""
+    keys = None
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(k, str) and k for k in value):
+            raise ConfigError(path, "a list of keys must hold non-empty text keys, e.g. "
+                              "[user, address.city] for a key containing dots")
+        if not nested:
+            raise ConfigError(path, "a list of keys addresses nested values, which this "
+                              "source's rows do not hold; name one column")
+        keys = tuple(value)
+    elif not isinstance(value, str) or not value:
+        raise ConfigError(path, "must be the name of a source column (text), a dotted path "
+                          "(user.address.city) or a list of keys")
+    elif nested and "." in value.strip("."):
+        keys = tuple(value.split("."))
+        if not all(keys):
+            raise ConfigError(path, f"{value!r} has an empty key between dots; write the keys "
+                              "as a list to name keys containing dots")
+    if keys is not None and len(keys) == 1:
+        value, keys = keys[0], None  # [name]: one top-level column, dots and all
+    elif keys is not None:
+        value = ".".join(keys) if not any("." in k for k in keys) else repr(list(keys))
+    top = keys[0] if keys is not None else value
+    if columns is not None and top not in columns:
         hint = "" if explicit else (" (without `from`, the feature's name is used as the "
                                     "column name)")
-        close = difflib.get_close_matches(value, columns, n=1, cutoff=0.6)
+        close = difflib.get_close_matches(top, columns, n=1, cutoff=0.6)
         did_you_mean = f"; did you mean `{close[0]}`?" if close else ""
-        raise ConfigError(path, f"the source has no column {value!r}{hint}{did_you_mean}; "
+        raise ConfigError(path, f"the source has no column {top!r}{hint}{did_you_mean}; "
                           f"columns: {', '.join(sorted(columns))}")
-    return value
+    return value, keys
+
+
+def _parse_null_values(value: Any, path: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(path, "must be a list of text values read as missing, e.g. "
+                          "[\"\", NA, \"-\"] (quote values YAML reads otherwise, such as null)")
+    value = tuple(dict.fromkeys(value))
+    return None if value == ("",) else value
+
+
+def _parse_timestamp(body: Mapping, ftype: str, path: str
+                     ) -> tuple[str | None, str | None, str | None]:
+    if ftype != "timestamp":
+        for key in _TIMESTAMP_KEYS:
+            if key in body:
+                raise ConfigError(f"{path}.{key}", f"applies to timestamp features only; "
+                                  f"remove it (this feature is {ftype})")
+        return None, None, None
+    unit = body.get("unit", "s")
+    if unit not in TIMESTAMP_UNITS:
+        raise ConfigError(f"{path}.unit", f"unknown unit {unit!r}; use one of "
+                          f"{', '.join(TIMESTAMP_UNITS)}")
+    time_format = body.get("format", "iso8601")
+    if not isinstance(time_format, str) or not time_format:
+        raise ConfigError(f"{path}.format", "must be `iso8601` or a strptime pattern such as "
+                          "'%d/%m/%Y %H:%M'")
+    if time_format != "iso8601" and "%" not in time_format:
+        raise ConfigError(f"{path}.format", f"{time_format!r} is neither `iso8601` nor a "
+                          "strptime pattern (it has no % directive), e.g. '%Y-%m-%d'")
+    timezone = body.get("timezone", "UTC")
+    if not isinstance(timezone, str):
+        raise ConfigError(f"{path}.timezone", f"must be a zone name such as UTC or "
+                          f"Europe/Paris, not {timezone!r}")
+    from .timestamps import zone
+    try:
+        zone(timezone)
+    except ValueError as error:
+        raise ConfigError(f"{path}.timezone", str(error)) from None
+    return unit, time_format, timezone
 
 
 def _parse_shape(value: Any, path: str) -> tuple[int, ...]:

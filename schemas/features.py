@@ -22,6 +22,7 @@ __all__ = [
     "FEATURE_TYPES",
     "INT64_MAX",
     "INT64_MIN",
+    "TIMESTAMP_UNITS",
     "FeatureSpec",
     "default_as_json",
     "manifest_features",
@@ -30,8 +31,11 @@ __all__ = [
     "label_text",
 ]
 
-# declared type -> stored kind in the Example (string = UTF-8 text in a BytesList)
-_STORED_KIND = {"int64": "int64", "float": "float", "bytes": "bytes", "string": "bytes"}
+# declared type -> stored kind in the Example (string = UTF-8 text in a BytesList;
+# timestamp = an int64 count of `unit`s since 1970-01-01T00:00:00Z)
+_STORED_KIND = {"int64": "int64", "float": "float", "bytes": "bytes", "string": "bytes",
+                "timestamp": "int64"}
+TIMESTAMP_UNITS = ("s", "ms", "us", "ns", "days")
 FEATURE_TYPES = tuple(_STORED_KIND)
 
 INT64_MIN = -(1 << 63)
@@ -50,6 +54,14 @@ class FeatureSpec:
       list shapes); converted and checked like a row value.
     values: allowed values (ints, floats or strings as written in the config).
     vocabulary: allowed labels, in id order; ``"auto"`` until resolved.
+    path: the keys leading to a nested value (``from: user.address.city`` in
+      a JSON, JSONL, Parquet or Avro source, or a list of keys), or None for a
+      top-level column; then `source` is the name rows carry it under.
+    null_values: text values read as missing, or None for the standard rule
+      (None and ``""``; for numbers also blank text).
+    unit, format, timezone: timestamp features only: the stored unit, how
+      text is parsed (``iso8601`` or a strptime pattern) and the zone of
+      values that name none.
     """
 
     name: str
@@ -64,6 +76,11 @@ class FeatureSpec:
     vocabulary: tuple[str, ...] | str | None = None
     max_bytes: int | None = None
     allow_nan: bool = False
+    path: tuple[str, ...] | None = None
+    null_values: tuple[str, ...] | None = None
+    unit: str | None = None
+    format: str | None = None
+    timezone: str | None = None
 
     @property
     def stored_kind(self) -> str:
@@ -91,6 +108,8 @@ def manifest_features(specs: Sequence[FeatureSpec],
         entry: dict[str, Any] = {"type": spec.stored_kind, "shape": list(spec.shape)}
         if spec.is_text:
             entry["text"] = True
+        if spec.type == "timestamp":
+            entry["timestamp"] = {"unit": spec.unit, "timezone": spec.timezone}
         if not spec.required and spec.default is None:
             entry["required"] = False
         if defaults is not None and spec.name in defaults:

@@ -65,6 +65,8 @@ class RowEncoder:
                             ColumnEncoder(spec, vocabulary, row_entry, scalar_entry)))
         self._entries = tuple(entries)
         self._columns = tuple(columns)
+        # column name -> keys, for features read from nested values
+        self._paths = {spec.source: spec.path for spec in self._specs if spec.path}
 
     def __reduce__(self):
         return (RowEncoder, (self._specs, self._vocabularies))
@@ -77,6 +79,8 @@ class RowEncoder:
         """Raw row (column -> value) -> {feature name: values to store}.
 
         Absent optional features are left out. Raises RowError(reason, ...)."""
+        if self._paths:
+            values = with_paths(values, self._paths)
         get = values.get
         out = {}
         for name, source, convert in self._plan:
@@ -107,6 +111,8 @@ class RowEncoder:
         in schema order, so the error reported is the one `convert` raises
         (entries are made in key order, which may meet another bad feature
         first)."""
+        if self._paths:
+            values = with_paths(values, self._paths)
         get = values.get
         try:
             entries = b"".join([entry(get(source)) for source, entry in self._entries])
@@ -130,6 +136,8 @@ class RowEncoder:
         per row, for each feature whose whole column took the column path."""
         if not count:
             return [], {}
+        if self._paths:
+            column = _column_with_paths(column, self._paths)
         columns = []
         checked = {}
         to_row_path: set[int] = set()
@@ -153,3 +161,33 @@ class RowEncoder:
     def encode_converted(self, converted: Mapping[str, Sequence]) -> bytes:
         """The output of `convert` -> serialized tf.train.Example."""
         return self._encoder.encode(converted)
+
+
+def dig(value: Any, keys: Sequence[str]) -> Any:
+    """The value at `keys` inside nested mappings, or None where a key is
+    absent or a value on the way is not a mapping."""
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def with_paths(values: Mapping[str, Any], paths: Mapping[str, Sequence[str]]) -> dict:
+    """`values` plus, for each (column, keys) of `paths`, the nested value at
+    keys under that column name."""
+    out = dict(values)
+    for column, keys in paths.items():
+        out[column] = dig(values.get(keys[0]), keys[1:])
+    return out
+
+
+def _column_with_paths(column: Callable[[str], list], paths: Mapping[str, Sequence[str]]
+                       ) -> Callable[[str], list]:
+    def nested_column(name: str) -> list:
+        keys = paths.get(name)
+        if keys is None:
+            return column(name)
+        rest = keys[1:]
+        return [dig(value, rest) for value in column(keys[0])]
+    return nested_column

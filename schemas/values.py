@@ -31,6 +31,7 @@ import math
 import re
 from typing import Any, Callable, Mapping, Sequence
 
+from .timestamps import timestamp_converter
 from .features import INT64_MAX, INT64_MIN, FeatureSpec
 
 __all__ = ["BYTES_LIKE", "FLOAT32_OVERFLOW", "BadValue", "element_converter", "shown"]
@@ -225,6 +226,8 @@ def element_converter(spec: FeatureSpec, vocabulary: Sequence[str] | None
         if vocabulary is None:
             raise ValueError(f"feature {spec.name!r} needs its resolved vocabulary")
         return _label_element(spec, vocabulary)
+    if spec.type == "timestamp":
+        return _timestamp_element(spec)
     if spec.stored_kind == "int64":
         return _int_element(spec)
     if spec.stored_kind == "float":
@@ -243,6 +246,22 @@ def _int_element(spec: FeatureSpec) -> Callable[[Any], int]:
             raise BadValue("int64_overflow", f"{shown(raw)} does not fit in int64")
         if not lo <= value <= hi:
             raise BadValue("out_of_range", f"{value} is outside [{spec.min}, {spec.max}]")
+        if allowed is not None and value not in allowed:
+            raise BadValue("not_allowed", f"{value} is not one of {list(spec.values)}")
+        return value
+
+    return element
+
+
+def _timestamp_element(spec: FeatureSpec) -> Callable[[Any], int]:
+    convert = timestamp_converter(spec.unit or "s", spec.format or "iso8601",
+                                  spec.timezone or "UTC", BadValue)
+    allowed = frozenset(spec.values) if spec.values is not None else None
+
+    def element(raw):
+        value = convert(raw)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise BadValue("int64_overflow", f"{shown(raw)} in {spec.unit} does not fit in int64")
         if allowed is not None and value not in allowed:
             raise BadValue("not_allowed", f"{value} is not one of {list(spec.values)}")
         return value

@@ -147,3 +147,23 @@ def test_every_relative_import_leads_to_a_file():
             if target not in modules:
                 broken.append(f"{modules[name].relative_to(REPO)}:{line} -> {target}")
     assert broken == []
+
+
+def test_a_checkout_in_any_folder_runs_its_tests(tmp_path):
+    """pytest collects the repository root as a package (it holds
+    `__init__.py`) named after its folder, which a clone may name anything,
+    e.g. ``my-repo``: the root `__init__.py` must import even then, so it
+    imports absolutely and nothing relatively."""
+    import shutil
+    import subprocess
+    import sys
+
+    clone = tmp_path / "a-checkout"
+    (clone / "tests").mkdir(parents=True)
+    shutil.copy(REPO / "__init__.py", clone / "__init__.py")
+    shutil.copy(REPO / "pytest.ini", clone / "pytest.ini")
+    (clone / "tests" / "test_one.py").write_text("def test_one():\n    assert True\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly"], cwd=clone,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout

@@ -24,7 +24,7 @@ from ...schemas.errors import ConfigError
 from ...schemas.feature_config import parse_features
 from ..publish import resolve_version
 from .keys import check_keys, describe
-from .model import DatasetConfig
+from .model import NESTED_SOURCE_TYPES, DatasetConfig
 from .output import parse_dead_letter, parse_output
 from .overrides import apply_override, set_value
 from .source import parse_source, source_columns
@@ -128,7 +128,9 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
         source, source_resolved = parse_source(data.get("source"))
         known_columns = source_columns(source)
     features = parse_features(data.get("features"), key_path="features",
-                              known_columns=known_columns)
+                              known_columns=known_columns,
+                              nested=source is None or source.type in NESTED_SOURCE_TYPES,
+                              null_values=None if source is None else source.null_values)
     if source is None:
         _refuse_auto_vocabularies(features)
     splits = _parse_splits(data.get("splits"))

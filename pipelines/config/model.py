@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_SHARD_SIZE",
     "IMAGE_COLUMNS",
     "LARGE_SHARD_SIZE",
+    "NESTED_SOURCE_TYPES",
     "MIN_SHARD_SIZE",
     "SOURCE_TYPES",
     "ConfigWarning",
@@ -24,7 +25,11 @@ __all__ = [
     "SourceConfig",
 ]
 
-SOURCE_TYPES = ("images", "csv", "jsonl", "parquet")
+SOURCE_TYPES = ("images", "csv", "jsonl", "json", "parquet")
+
+# Sources whose rows may hold nested values, so that a dotted `from:` is a
+# path of keys (elsewhere it is one column's name).
+NESTED_SOURCE_TYPES = ("jsonl", "json", "parquet")
 
 
 COMPRESSIONS = ("gzip", "none")
@@ -51,6 +56,7 @@ DEFAULT_EXTENSIONS = {
     "images": (".jpg", ".jpeg", ".png"),
     "csv": (".csv",),
     "jsonl": (".jsonl", ".ndjson"),
+    "json": (".json",),
     "parquet": (".parquet",),
 }
 
@@ -69,6 +75,8 @@ class SourceConfig:
       with columns file,label; None for tables.
     extensions: lower-case file suffixes with their dot, used when listing a directory.
     image: image checks and transforms (images only), else None.
+    csv: the CSV dialect (`readers.csv_dialect.CsvOptions`; csv only), else None.
+    null_values: `source.csv.null_values` when it is not the default ``[""]``.
     """
 
     type: str
@@ -76,6 +84,8 @@ class SourceConfig:
     labels: str | None = None
     extensions: tuple[str, ...] = ()
     image: Any = None  # recordforge.transforms.images.ImageOptions
+    csv: Any = None  # recordforge.transforms.readers.csv_dialect.CsvOptions
+    null_values: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,11 @@ _DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+# The spellings of _SIZE_UNITS' units that are mixed case on purpose; any
+# other unit must be all lower or all upper case.
+_CANONICAL_UNITS = ("B", "kB", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
+
+
 _SIZE_UNITS = {
     "": 1, "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -63,7 +68,10 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
 
 def parse_size(value: Any, key: str = "size") -> int:
     """A byte count from an integer (bytes) or text with a unit: B, KB/MB/GB/TB
-    (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024). ``"1.5GB"`` is 1.5e9."""
+    (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024). ``"1.5GB"`` is 1.5e9.
+    A unit is read case-insensitively only when written all in lower or all in
+    upper case (``256mb``, ``1GIB``); mixed spellings other than the ones
+    above (``Mb``: megabits; ``mB``; ``Mib``) are refused, not guessed."""
     if isinstance(value, bool):
         raise ConfigError(key, f"must be a size such as 256MB, not {value!r}")
     if isinstance(value, int):
@@ -75,14 +83,27 @@ def parse_size(value: Any, key: str = "size") -> int:
     else:
         raise ConfigError(key, f"{value!r} is not a size; write bytes as an integer or a number "
                           "with a unit: 256MB, 1GiB, 500KB")
+    written = match.group(2) if isinstance(value, str) else ""
     if unit not in _SIZE_UNITS:
-        raise ConfigError(key, f"unknown unit {unit!r} in {value!r}; use B, KB, MB, GB, TB "
-                          "(powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)")
+        raise ConfigError(key, f"unknown unit {written!r} in {_shown(value)}; use B, KB, MB, "
+                          "GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)")
+    if written not in _CANONICAL_UNITS and written not in (written.lower(), written.upper()):
+        # "Mb" is megabits by convention, "mB" millibytes: refuse rather than guess.
+        raise ConfigError(key, f"ambiguous unit {written!r} in {_shown(value)} (Mb reads as "
+                          f"megabits, mB as millibytes); write "
+                          f"{number}{written.upper().replace('IB', 'iB')} for bytes "
+                          "(B, KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: powers "
+                          "of 1024; all-lower-case 256mb is read as bytes too)")
     size = float(number) * _SIZE_UNITS[unit] if isinstance(number, str) and "." in number \
         else int(number) * _SIZE_UNITS[unit]
     if size <= 0:
         raise ConfigError(key, f"must be positive, not {value!r}")
     return int(size)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def parse_dead_letter(value: Any) -> DeadLetterConfig:

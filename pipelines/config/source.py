@@ -10,6 +10,7 @@ from ...schemas.errors import ConfigError
 from ...transforms.readers.csv import read_csv_header
 from ...transforms.readers.listing import list_files, list_images
 from ...transforms.readers.tables import read_table_columns
+from .csv_section import parse_csv_section
 from .image import parse_image
 from .keys import section
 from .model import DEFAULT_EXTENSIONS, IMAGE_COLUMNS, SOURCE_TYPES, SourceConfig
@@ -17,7 +18,7 @@ from .paths import GLOB_CHARS, absolute, is_url, local_path, parse_path
 
 __all__ = ["parse_source", "source_columns"]
 
-_SOURCE_KEYS = ("type", "path", "labels", "extensions", "image")
+_SOURCE_KEYS = ("type", "path", "labels", "extensions", "image", "csv")
 
 
 # How many local table files we open to learn their columns at load time;
@@ -45,14 +46,20 @@ def parse_source(value: Any) -> tuple[SourceConfig, dict]:
                           "has its label in a column (use `from:` in features)")
     if kind != "images" and body.get("image") is not None:
         raise ConfigError("source.image", f"applies to image sources only (source.type is {kind})")
+    if kind != "csv" and body.get("csv") is not None:
+        raise ConfigError("source.csv", f"applies to csv sources only (source.type is {kind})")
+    csv_options, null_values, csv_resolved = (parse_csv_section(body.get("csv"))
+                                              if kind == "csv" else (None, None, None))
     _check_source_exists(path, kind, extensions)
     image, image_resolved = (parse_image(body.get("image")) if kind == "images"
                              else (None, None))
     source = SourceConfig(type=kind, path=absolute(path), labels=(
         labels if labels in (None, "directory") else absolute(labels)),
-        extensions=extensions, image=image)
+        extensions=extensions, image=image, csv=csv_options, null_values=null_values)
     resolved = {"type": kind, "path": path, "labels": labels, "extensions": list(extensions),
                 "image": image_resolved}
+    if csv_resolved is not None and "csv" in body:
+        resolved["csv"] = csv_resolved
     return source, resolved
 
 
@@ -137,14 +144,14 @@ def source_columns(source: SourceConfig) -> tuple[str, ...] | None:
     usable header or footer)."""
     if source.type == "images":
         return IMAGE_COLUMNS
-    if source.type == "jsonl" or is_url(source.path):
+    if source.type in ("jsonl", "json") or is_url(source.path):
         return None
     fs, files = list_files(source.path, source.extensions)
     if not files or len(files) > _MAX_HEADER_FILES:
         return None
     columns: dict[str, None] = {}
     for fs_path in files:
-        header = read_table_columns(fs, fs_path, source.type)
+        header = read_table_columns(fs, fs_path, source.type, source.csv)
         if header is None:
             return None  # unreadable here: the build reports it per file as a dead letter
         columns.update(dict.fromkeys(header))

@@ -57,14 +57,22 @@ def check_shape(data: Any) -> None:
 
 class _StrictSafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses duplicate keys (PyYAML keeps the last one
-    silently, which hides typos and merge mistakes)."""
+    silently, which hides typos and merge mistakes).
+
+    Merge keys (``<<: *defaults``) work as in YAML 1.1: the merged mapping's
+    keys come first and the mapping's own keys override them; only a key
+    written twice in the mapping itself is a duplicate."""
 
     def construct_mapping(self, node, deep=False):
         if not isinstance(node, yaml.MappingNode):
             # e.g. `!!set` on a scalar: the base class raises its YAML error.
             return super().construct_mapping(node, deep=deep)
+        own = [(key_node, value) for key_node, value in node.value
+               if key_node.tag != _MERGE_TAG]
+        if len(own) != len(node.value):
+            self.flatten_mapping(node)  # raises a YAML error for a bad merge value
         seen = {}
-        for key_node, _ in node.value:
+        for key_node, _ in own:
             key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
@@ -76,6 +84,9 @@ class _StrictSafeLoader(yaml.SafeLoader):
                     f"{seen[key] + 1})", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 _StrictSafeLoader.add_constructor(

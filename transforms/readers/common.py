@@ -16,7 +16,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from isal import isal_zlib
 
-from ...schemas.dead_letters import dead_letter
+from ...schemas.dead_letters import dead_letter, printable_name
 from .. import page_cache
 from ..urls import redact_url
 
@@ -40,10 +40,11 @@ READ_ERRORS = (OSError, EOFError, zlib.error, isal_zlib.error)
 
 
 def display_name(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    """The name shown for `path` of `fs` in rows and dead letters: the local path,
+    """The name shown for `path` of `fs` in rows and dead letters: the local path
+    (bytes of a name that are not UTF-8 written ``\\xNN``, `printable_name`),
     or the URL with credentials removed."""
     if isinstance(fs, LocalFileSystem):
-        return path
+        return printable_name(path)
     return redact_url(fs.unstrip_protocol(path))
 
 

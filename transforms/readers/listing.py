@@ -14,6 +14,13 @@ Images (`list_images`): `path` is a directory; every file below it whose name
 ends in one of `extensions` (case-insensitively), names starting with ``.``
 skipped.
 
+Names that are not valid UTF-8 (local disks only; Python holds their
+undecodable bytes as lone surrogates): a table file is read like any other
+(rows and dead letters show its name with those bytes as ``\\xNN``); an
+image whose path (file or folder name) is not UTF-8 is not read but is an
+``invalid_utf8`` dead letter, as its path and label are text columns of its
+row.
+
 Symbolic links, on local disks: links to directories are not followed (so
 loops cannot hang listing; one inside the root is an alias of a directory
 listed anyway); a link to a file inside the root is listed like a file; a
@@ -31,11 +38,11 @@ from typing import Iterable, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ...schemas.dead_letters import dead_letter
+from ...schemas.dead_letters import dead_letter, printable_name
 from ..urls import redact_url
 from .common import display_name
 
-__all__ = ["list_files", "list_images", "normalized_extensions", "source_bytes"]
+__all__ = ["is_utf8", "list_files", "list_images", "normalized_extensions", "source_bytes"]
 
 
 def _hidden(name: str) -> bool:
@@ -44,6 +51,17 @@ def _hidden(name: str) -> bool:
 
 def _image_hidden(name: str) -> bool:
     return name.startswith(".")
+
+
+def is_utf8(name: str) -> bool:
+    """Whether `name` (as the OS gave it) is valid UTF-8 text."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def normalized_extensions(extensions: Iterable[str]) -> tuple[str, ...]:
@@ -166,9 +184,18 @@ def list_images(path: str, extensions: Iterable[str]
     else:
         walked = ((fs_path, rel, "file") for fs_path, rel in _walk(fs, root, _image_hidden))
     for fs_path, rel, kind in walked:
+        if kind != "outside" and not rel.lower().endswith(extensions):
+            continue
+        if not is_utf8(rel):
+            source = display_name(fs, fs_path)
+            problems.append(dead_letter(
+                source=source, row=None, key=None, stage="read", reason="invalid_utf8",
+                feature=None, message=f"{source}: the file or folder name is not valid UTF-8 "
+                "(shown with its undecodable bytes as \\xNN); the image is not read, as its "
+                "path and label are text. Rename it", input={"path": printable_name(rel)}))
+            continue
         if kind == "file":
-            if rel.lower().endswith(extensions):
-                listed.append((fs_path, rel))
+            listed.append((fs_path, rel))
             continue
         source = display_name(fs, fs_path)
         if kind == "outside":
@@ -176,7 +203,7 @@ def list_images(path: str, extensions: Iterable[str]
                 source=source, row=None, key=None, stage="read", reason="path_outside_root",
                 feature=None, message=f"{source} is a symbolic link leading outside "
                 f"source.path; it is not read", input={"path": rel}))
-        elif rel.lower().endswith(extensions):
+        else:
             problems.append(dead_letter(
                 source=source, row=None, key=None, stage="read", reason="read_error",
                 feature=None, message=f"{source} is a symbolic link to a file that does not "

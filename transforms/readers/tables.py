@@ -9,11 +9,13 @@ cut, so listing order and parallelism do not change what is read.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import fsspec
 
-from . import csv, jsonl, parquet
+from ...schemas.row_encoder import dig
+from . import csv, json_array, jsonl, parquet
+from .csv_dialect import CsvOptions, iter_csv_dialect, read_dialect_header
 from .common import READ_ERRORS, display_name, is_compressed
 from .listing import list_files
 from .ranges import scan_split_points
@@ -30,7 +32,10 @@ __all__ = [
     "scan_distinct",
 ]
 
-TABLE_FORMATS = ("csv", "jsonl", "parquet")
+TABLE_FORMATS = ("csv", "jsonl", "json", "parquet")
+# Formats read a whole file per unit: no record boundaries can be found
+# without parsing from the start.
+_WHOLE_FILE_FORMATS = ("json",)
 # Small enough that one big file is several units for a multi-worker runner
 # (a 100 MB CSV: 7), large enough that per-unit costs (an open and a seek)
 # stay negligible.
@@ -53,23 +58,37 @@ class FileRange(NamedTuple):
     start_line: int | None
 
 
-def iter_table(path: str, format: str, **kwargs) -> Iterator[SourceRow | dict]:
-    """`iter_csv`, `iter_jsonl` or `iter_parquet` by `format` name."""
+def iter_table(path: str, format: str, options: CsvOptions | None = None,
+               **kwargs) -> Iterator[SourceRow | dict]:
+    """The rows of one table file by `format` name (`iter_csv`, `iter_jsonl`,
+    `iter_json_array`, `iter_parquet`); `options`: a CSV dialect other than
+    the default is read by `iter_csv_dialect` (whole files only)."""
+    if format == "csv" and options is not None and not options.is_default:
+        return iter_csv_dialect(path, options, fs=kwargs.get("fs"), source=kwargs.get("source"))
+    if format == "json":
+        return json_array.iter_json_array(path, fs=kwargs.get("fs"), source=kwargs.get("source"))
     readers = {"csv": csv.iter_csv, "jsonl": jsonl.iter_jsonl, "parquet": parquet.iter_parquet}
     if format not in readers:
-        raise ValueError(f"unknown table format {format!r}; expected one of {sorted(readers)}")
+        raise ValueError(f"unknown table format {format!r}; expected one of "
+                         f"{list(TABLE_FORMATS)}")
     return readers[format](path, **kwargs)
 
 
+def _whole_files(format: str, options: CsvOptions | None) -> bool:
+    return format in _WHOLE_FILE_FORMATS or (
+        format == "csv" and options is not None and not options.is_default)
+
+
 def plan_table_ranges(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
-                      range_bytes: int = DEFAULT_RANGE_BYTES) -> list[FileRange]:
+                      range_bytes: int = DEFAULT_RANGE_BYTES,
+                      options: CsvOptions | None = None) -> list[FileRange]:
     """Splits one table file into reading units: ~`range_bytes` byte ranges at
     record boundaries (CSV/JSONL; compressed files are one unit) or spans of
     row groups of ~`range_bytes` (Parquet). A file that cannot be inspected is
     one unit; reading it then reports the problem."""
     source = display_name(fs, fs_path)
     whole = [FileRange(fs_path, source, 0, None, None if format == "parquet" else 1)]
-    if not range_bytes or range_bytes <= 0:
+    if not range_bytes or range_bytes <= 0 or _whole_files(format, options):
         return whole
     try:
         if format == "parquet":
@@ -96,9 +115,12 @@ def _plan_parquet(fs, fs_path: str, source: str, range_bytes: int) -> list[FileR
     return ranges
 
 
-def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str
-               ) -> Iterator[SourceRow | ColumnBatch | dict]:
-    """The rows and read dead letters of one `FileRange`."""
+def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str,
+               options: CsvOptions | None = None) -> Iterator[SourceRow | ColumnBatch | dict]:
+    """The rows and read dead letters of one `FileRange` (`options`: the CSV
+    dialect)."""
+    if _whole_files(format, options):
+        return iter_table(unit.fs_path, format, options, fs=fs, source=unit.source)
     if format == "parquet":
         groups = None if unit.end is None else range(unit.start, unit.end)
         return parquet.iter_parquet(unit.fs_path, row_groups=groups, fs=fs,
@@ -111,29 +133,38 @@ def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str
                       start_line=unit.start_line, fs=fs, source=unit.source)
 
 
-def scan_distinct(path: str, format: str, column: str,
-                  extensions: Iterable[str] | None = None) -> list[str]:
+def scan_distinct(path: str, format: str, column: str | Sequence[str],
+                  extensions: Iterable[str] | None = None,
+                  options: CsvOptions | None = None,
+                  null_values: Iterable[str] | None = None) -> list[str]:
     """Sorted distinct values (as strings) of `column` over every readable row of
     the tables at `path` (listed by `list_files`: in a directory, the files
     with one of `extensions`, None: every file); rows without the column or
-    with null are skipped.
+    with null are skipped, and so are `null_values`. `column` may be a
+    path of keys into nested values.
     Used for ``vocabulary: auto`` before a run."""
     fs, files = list_files(path, extensions)
+    keys = (column,) if isinstance(column, str) else tuple(column)
+    nulls = set(null_values or ())
     values: set[str] = set()
     for fs_path in files:
-        for item in iter_table(fs_path, format, fs=fs, source=display_name(fs, fs_path)):
+        for item in iter_table(fs_path, format, options, fs=fs,
+                               source=display_name(fs, fs_path)):
             if isinstance(item, SourceRow):
-                value = item.values.get(column)
-                if value is not None:
+                value = dig(item.values, keys)
+                if value is not None and value not in nulls:
                     values.add(value if isinstance(value, str) else str(value))
     return sorted(values)
 
 
-def read_table_columns(fs: fsspec.AbstractFileSystem, fs_path: str, format: str
-                       ) -> list[str] | None:
+def read_table_columns(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
+                       options: CsvOptions | None = None) -> list[str] | None:
     """The columns a table file's rows will hold, read as its reader reads them
-    (a CSV header, a Parquet schema), or None when that is not known without
-    reading every row (JSONL) or the file has no usable header or footer."""
+    (a CSV header or `source.csv.columns`, a Parquet schema), or None when
+    that is not known without reading every row (JSONL, JSON) or the file has
+    no usable header or footer."""
+    if format == "csv" and options is not None and not options.is_default:
+        return read_dialect_header(fs_path, options, fs=fs)
     if format == "csv":
         return csv.read_csv_header(fs_path, fs=fs)
     if format == "parquet":

@@ -1,4 +1,4 @@
-"""ReadTable: table files (CSV, JSONL, Parquet) into RowBatches, as labelled Beam steps.
+"""ReadTable: table files (CSV, JSONL, JSON, Parquet, ...) into RowBatches, as labelled Beam steps.
 
 The steps are thin over `readers`: list the files (`listing.list_files`),
 ``Reshuffle`` them, plan each into units (`tables.plan_table_ranges`: byte
@@ -17,7 +17,7 @@ import apache_beam as beam
 import fsspec
 
 from ...schemas.dead_letters import dead_letter
-from ..batch_coder import TaggedBatch
+from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..readers.listing import list_files, normalized_extensions
 from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, plan_table_ranges,
@@ -55,25 +55,28 @@ class _ListTableFiles(beam.DoFn):
 class _PlanTableRanges(beam.DoFn):
     """fs path -> FileRange units (one streaming pass over big CSV/JSONL files)."""
 
-    def __init__(self, pattern: str, format: str, range_bytes: int):
+    def __init__(self, pattern: str, format: str, range_bytes: int, options=None):
         self._pattern = pattern
         self._format = format
         self._range_bytes = range_bytes
+        self._options = options
 
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
     def process(self, fs_path: str):
-        yield from plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes)
+        yield from plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
+                                     self._options)
 
 
 class _ReadTableRanges(beam.DoFn):
     """FileRange -> (tag, value) pairs: RowBatches, dead letters, (source, n)."""
 
-    def __init__(self, pattern: str, format: str, batch_size: int):
+    def __init__(self, pattern: str, format: str, batch_size: int, options=None):
         self._pattern = pattern
         self._format = format
         self._batch_size = batch_size
+        self._options = options
 
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
@@ -81,15 +84,16 @@ class _ReadTableRanges(beam.DoFn):
 
     def process(self, unit: FileRange):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
-        yield from batched(read_range(self._fs, unit, self._format), self._batch_size,
-                            unit.source)
+        yield from batched(read_range(self._fs, unit, self._format, self._options),
+                           self._batch_size, unit.source)
 
 
 class ReadTable(beam.PTransform):
     """Reads table files into RowBatches.
 
     Takes a pipeline (PBegin). path: a file, glob or directory (fsspec URL;
-    listed by `listing.list_files`); format: "csv", "jsonl" or "parquet";
+    listed by `listing.list_files`); format: one of `TABLE_FORMATS`;
+    options: the CSV dialect (`readers.csv_dialect.CsvOptions`), None: the default;
     extensions: the names taken from a directory (None: every file);
     batch_size: rows per RowBatch;
     range_bytes: target size of a reading unit (0 reads each file as one unit,
@@ -99,7 +103,7 @@ class ReadTable(beam.PTransform):
 
     def __init__(self, path: str, format: str, batch_size: int = 1000,
                  range_bytes: int = DEFAULT_RANGE_BYTES,
-                 extensions: Iterable[str] | None = None):
+                 extensions: Iterable[str] | None = None, options=None):
         super().__init__()
         if format not in TABLE_FORMATS:
             raise ValueError(f"format: expected one of {list(TABLE_FORMATS)}, got {format!r}")
@@ -110,23 +114,27 @@ class ReadTable(beam.PTransform):
         self._extensions = None if extensions is None else normalized_extensions(extensions)
         self._batch_size = batch_size
         self._range_bytes = range_bytes
+        self._options = options
 
     def expand(self, pbegin):
         # (tag, value): ("unit", fs path) per file | dead letter and count if none match
+        # Paths are pickled between steps (`Batch`): a local file name that
+        # is not UTF-8 holds lone surrogates, which Beam's text coder refuses.
         listed = (
             pbegin
             | "Pattern" >> beam.Create([self._path])
-            | "ListFiles" >> beam.ParDo(_ListTableFiles(self._extensions)))
+            | "ListFiles" >> beam.ParDo(_ListTableFiles(self._extensions)
+                                        ).with_output_types(TaggedBatch))
         units = (
             listed
-            | "Files" >> beam.FlatMap(select, UNIT)
+            | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
             | "ReshuffleFiles" >> beam.Reshuffle()
             # FileRange (byte range or row-group span)
             | "PlanRanges" >> beam.ParDo(
-                _PlanTableRanges(self._path, self._format, self._range_bytes))
+                _PlanTableRanges(self._path, self._format, self._range_bytes, self._options))
             | "ReshuffleRanges" >> beam.Reshuffle())
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
         read = units | "ReadRanges" >> beam.ParDo(
-            _ReadTableRanges(self._path, self._format, self._batch_size)
+            _ReadTableRanges(self._path, self._format, self._batch_size, self._options)
         ).with_output_types(TaggedBatch)
         return (read, listed) | "Split" >> SplitTagged()

@@ -1,0 +1,142 @@
+"""CSV dialects (`source.csv`): written by Python's csv module in any dialect
+and encoding, read back by `iter_csv_dialect` as the same rows; errors as
+dead letters; the default dialect still goes through the fast reader."""
+
+import csv
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recordforge.transforms.readers.csv_dialect import (CsvOptions, iter_csv_dialect,
+                                                        read_dialect_header)
+from recordforge.transforms.readers.rows import SourceRow
+from recordforge.transforms.readers.tables import (iter_table, plan_table_ranges,
+                                                   read_range)
+
+ENCODINGS = ["utf-8", "utf-8-sig", "latin-1", "cp1252", "utf-16"]
+# Characters every encoding above can write (cp1252 lacks some latin-1 controls).
+TEXT = st.text(alphabet=st.sampled_from(list("ab yzAZ09,;|\t\"'\n-éüß")), max_size=12)
+
+
+def _write(path, rows, options: CsvOptions, names):
+    buffer = io.StringIO(newline="")
+    quoting = csv.QUOTE_NONE if options.quote is None else csv.QUOTE_MINIMAL
+    kwargs = {"quotechar": options.quote} if options.quote else {"escapechar": None}
+    writer = csv.writer(buffer, delimiter=options.delimiter, quoting=quoting,
+                        lineterminator="\n", **kwargs)
+    if options.header:
+        writer.writerow(names)
+    writer.writerows(rows)
+    path.write_bytes(buffer.getvalue().encode(options.encoding))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(delimiter=st.sampled_from([",", ";", "|", "\t"]),
+       quote=st.sampled_from(['"', "'"]),
+       header=st.booleans(),
+       encoding=st.sampled_from(ENCODINGS),
+       rows=st.lists(st.lists(TEXT, min_size=3, max_size=3), max_size=8))
+def test_any_dialect_round_trips(tmp_path, delimiter, quote, header, encoding, rows):
+    names = ["a", "b", "c"]
+    rows = [row for row in rows if row != ["", "", ""]]  # a line of nothing is blank
+    options = CsvOptions(delimiter=delimiter, quote=quote, header=header,
+                         columns=None if header else tuple(names), encoding=encoding)
+    if options.is_default:
+        options = CsvOptions(delimiter=delimiter, quote=quote, header=header,
+                             columns=None, encoding="latin-1")
+    path = tmp_path / "t.csv"
+    _write(path, rows, options, names)
+    read = list(iter_csv_dialect(str(path), options))
+    if not rows and not header:  # nothing at all in the file
+        assert [item["reason"] for item in read] == ["empty_file"]
+        return
+    assert all(isinstance(item, SourceRow) for item in read), read
+    assert [list(item.values.values()) for item in read] == rows
+    assert all(list(item.values) == names for item in read)
+    # rows are numbered by the line they start on
+    assert [item.row for item in read] == sorted(item.row for item in read)
+    if read:
+        assert read[0].row == (2 if header else 1)
+
+
+def test_tab_separated_without_header_and_null_texts_stay_text(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_bytes("1\tZürich\tNA\n\n2\tOslo\t3.5\n".encode("latin-1"))
+    options = CsvOptions(delimiter="\t", header=False, columns=("id", "city", "score"),
+                         encoding="latin-1")
+    rows = list(iter_csv_dialect(str(path), options))
+    assert rows == [SourceRow(str(path), 1, {"id": "1", "city": "Zürich", "score": "NA"}),
+                    SourceRow(str(path), 3, {"id": "2", "city": "Oslo", "score": "3.5"})]
+    assert read_dialect_header(str(path), options) == ["id", "city", "score"]
+
+
+def test_utf16_with_bom_and_a_quoted_newline(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes('x;y\n1;"two\nlines"\n3;4\n'.encode("utf-16"))
+    options = CsvOptions(delimiter=";", encoding="utf-16")
+    rows = list(iter_csv_dialect(str(path), options))
+    assert [(r.row, r.values) for r in rows] == [(2, {"x": "1", "y": "two\nlines"}),
+                                                 (4, {"x": "3", "y": "4"})]
+    assert read_dialect_header(str(path), options) == ["x", "y"]
+
+
+def test_ragged_rows_bad_header_and_bad_encoding_are_dead_letters(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"a|b\n1|2\n1|2|3\n4|5\n")
+    rows = list(iter_csv_dialect(str(path), CsvOptions(delimiter="|")))
+    assert [r["reason"] if isinstance(r, dict) else r.values for r in rows] == [
+        {"a": "1", "b": "2"}, "csv_ragged_row", {"a": "4", "b": "5"}]
+    assert rows[1]["row"] == 3
+    dup = tmp_path / "dup.csv"
+    dup.write_bytes(b"a|a\n1|2\n")
+    [problem] = iter_csv_dialect(str(dup), CsvOptions(delimiter="|"))
+    assert problem["reason"] == "csv_bad_header" and "'a'" in problem["message"]
+    # cp1252 has no character for byte 0x81: the file stops there (text is
+    # decoded 8 KB at a time, so the rows of that chunk are not read)
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"a;b\n" + b"1;2\n" * 5000 + b"3;\x81\n")
+    out = list(iter_csv_dialect(str(bad), CsvOptions(delimiter=";", encoding="cp1252")))
+    assert isinstance(out[0], SourceRow) and out[0].values == {"a": "1", "b": "2"}
+    assert out[-1]["reason"] == "invalid_encoding" and "cp1252" in out[-1]["message"]
+    assert sum(isinstance(item, SourceRow) for item in out) < 5000
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    assert [r["reason"] for r in iter_csv_dialect(str(empty), CsvOptions(delimiter=";"))] == [
+        "empty_file"]
+
+
+def test_no_quoting_keeps_quotes_as_data(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b'a,b\n"x,y\n')
+    rows = list(iter_csv_dialect(str(path), CsvOptions(quote=None)))
+    assert rows[0].values == {"a": '"x', "b": "y"}
+
+
+def test_default_dialect_keeps_the_fast_reader_and_others_read_whole_files(tmp_path):
+    import fsspec
+    fs = fsspec.filesystem("file")
+    path = tmp_path / "big.csv"
+    path.write_bytes(b"a;b\n" + b"1;2\n" * 50000)
+    default_units = plan_table_ranges(fs, str(path), "csv", range_bytes=50000,
+                                      options=CsvOptions())
+    assert len(default_units) > 1  # byte ranges, as without options
+    units = plan_table_ranges(fs, str(path), "csv", range_bytes=50000,
+                              options=CsvOptions(delimiter=";"))
+    assert len(units) == 1
+    rows = list(read_range(fs, units[0], "csv", CsvOptions(delimiter=";")))
+    assert len(rows) == 50000 and rows[0].values == {"a": "1", "b": "2"}
+    # the default reader splits nothing at ";"
+    first = next(iter(iter_table(str(path), "csv", CsvOptions())))
+    assert first.values == {"a;b": "1;2"}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_every_encoding_reads_non_ascii_text(tmp_path, encoding):
+    text = "Zoë" if encoding == "latin-1" else "Zoë Œuvre"  # no Œ in latin-1
+    path = tmp_path / "t.csv"
+    path.write_bytes(f"name|v\n{text}|1\n".encode(encoding))
+    [row] = iter_csv_dialect(str(path), CsvOptions(delimiter="|", encoding=encoding))
+    assert row.values == {"name": text, "v": "1"}
