@@ -45,7 +45,7 @@ class CheckedValues:
                  checked: Mapping[str, list], good: Sequence[int] | None):
         self._encoder = encoder
         self._kinds = {name: kind for name, kind, *_ in plan.features}
-        self._column = column
+        self._column = encoder.columns_as_read(column)
         self._checked = checked
         self._good = good  # None: every row of the batch
 
