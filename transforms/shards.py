@@ -41,11 +41,11 @@ complete. Output bytes depend on content and config only.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import posixpath
+import tempfile
 import uuid
-from typing import BinaryIO, Callable, Sequence
+from typing import Callable, Sequence
 
 import apache_beam as beam
 import fsspec
@@ -54,29 +54,36 @@ from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
 from . import spill, tfrecordio
+from .exchange import HashingWriter, ShuffleExchange
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_plan import (
     HASH_SIZE,
     RunInfo,
-    SampleEntry,
     ShardSpec,
     SpillRecord,
     SplitAssigner,
     assign_split,
     plan_bucket_ranges,
+    prepare_batch,
     plan_shards,
     runs_of,
     sample_of,
     validate_splits,
 )
 
-__all__ = ["METRICS_NAMESPACE", "ShardTuning", "WriteShards", "assign_split", "write_shard"]
+__all__ = ["EXCHANGES", "METRICS_NAMESPACE", "ShardTuning", "WriteShards", "assign_split",
+           "default_exchange", "write_shard"]
 
 from .metrics import METRICS_NAMESPACE  # noqa: E402 (re-exported)
 
-_FRAMING = 16  # TFRecord bytes around each record
+EXCHANGES = ("auto", "files", "shuffle")
+# Runners whose workers are processes of one machine: they share its disk,
+# and keep what crosses a GroupByKey in memory.
+_LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
+                            "BundleBasedDirectRunner"})
+
 _ROW_OVERHEAD = 160  # Python object bytes per buffered row
 _COPY_BLOCK = 4 << 20
 
@@ -101,6 +108,10 @@ class ShardTuning:
       bucket_bytes / 64); sample_size: most sampled keys kept per split.
     prefix_len: bytes of an order key kept in samples and run indexes.
     index_every: bytes of a run between two index entries.
+    lanes: groups per split in which rows wait for their split's bucket
+      bounds (shuffle exchange; more lanes, more workers route rows).
+    route_bytes: rows of one bucket gathered into one element before the
+      shuffle exchange sends them on.
     """
 
     run_bytes: int = 64 << 20
@@ -113,6 +124,8 @@ class ShardTuning:
     sample_size: int = 65536
     prefix_len: int = 64
     index_every: int = 64 << 10
+    lanes: int = 64
+    route_bytes: int = 1 << 20
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)
@@ -161,55 +174,28 @@ class _SpillFn(beam.DoFn):
         return spill.join_path(self._run_dir, f"{self._generation}-{split_index}.run")
 
     def process(self, batch):
-        keys, examples = _columns(batch)
-        count = len(examples)
-        if not count:
+        prepared = prepare_batch(self._assigner, batch, shuffle=self._shuffle,
+                                 sample_every=self._tuning.sample_every(),
+                                 prefix_len=self._tuning.prefix_len)
+        if prepared is None:
             return
-        key_types = set(map(type, keys))
-        if type(None) not in key_types:
-            sources = keys
-        elif bytes not in key_types:
-            sources = examples  # no keys: rows are hashed and ordered by content
-        else:
-            sources = [example if key is None else key for key, example in zip(keys, examples)]
-        digests, words = self._assigner.hash_batch(batch, sources)
-        splits = self._assigner.split_indices(words)
-        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + _FRAMING
-        order_keys = digests if self._shuffle else sources
-        samples = self._samples(words[:, 1], sizes, splits, order_keys)
         names = self._assigner.names
-        for split in np.unique(splits).tolist():
-            rows = np.flatnonzero(splits == split)
+        for split in np.unique(prepared.splits).tolist():
+            rows = np.flatnonzero(prepared.splits == split)
             selected = rows.tolist()
-            self._keys[split] += spill.take(order_keys, selected)
-            self._examples[split] += spill.take(examples, selected)
-            if not self._shuffle and sources is not examples:
+            self._keys[split] += spill.take(prepared.order_keys, selected)
+            self._examples[split] += spill.take(prepared.examples, selected)
+            if prepared.keyed:
                 self._keyed[split] = True
-            self._run_bytes[split] += int(sizes[rows].sum())
+            self._run_bytes[split] += int(prepared.sizes[rows].sum())
             yield SpillRecord(names[split], self._run_path(split), len(self._examples[split]),
-                              self._run_bytes[split], tuple(samples.get(split, ())))
-        self._buffered += int(sizes.sum()) + _ROW_OVERHEAD * count
+                              self._run_bytes[split],
+                              tuple(prepared.samples.get(split, ())))
+        count = len(prepared.examples)
+        self._buffered += int(prepared.sizes.sum()) + _ROW_OVERHEAD * count
         self._spilled_rows.inc(count)
         if self._buffered >= self._tuning.run_bytes:
             self._flush()
-
-    def _samples(self, words, sizes, splits, order_keys) -> dict[int, list[SampleEntry]]:
-        """Priority sampling on content alone: the sample, hence the bucket
-        boundaries, never depends on bundling. A row is sampled when
-        ``size << 64 >= sample_every * (u64 + 1)`` (u64: hash bytes 8-15);
-        a float test with slack picks the candidates, the exact test decides."""
-        sample_every = self._tuning.sample_every()
-        prefix_len = self._tuning.prefix_len
-        scale = float(1 << 64) / sample_every * (1 + 1e-9)
-        candidates = np.flatnonzero(words.astype(np.float64) <= sizes * scale + 2)
-        samples: dict[int, list[SampleEntry]] = {}
-        for row in candidates.tolist():
-            size = int(sizes[row])
-            u64 = int(words[row])
-            if (size << 64) >= sample_every * (u64 + 1):
-                samples.setdefault(int(splits[row]), []).append(
-                    SampleEntry((size << 64) // (u64 + 1), order_keys[row][:prefix_len], size))
-        return samples
 
     def finish_bundle(self):
         self._flush()
@@ -235,25 +221,6 @@ class _SpillFn(beam.DoFn):
                                        index_every=self._tuning.index_every)
                 run.finish(durable=False)
         self._new_buffer()
-
-
-def _columns(batch) -> tuple[Sequence, Sequence[bytes]]:
-    """(keys, examples) of an ExampleBatch, checked: examples bytes, keys
-    bytes or None. Errors name the row."""
-    if not batch:
-        return (), ()
-    keys, examples = zip(*batch)
-    if set(map(type, examples)) != {bytes}:
-        for position, (key, example) in enumerate(batch):
-            if type(example) is not bytes:
-                raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must "
-                                f"be bytes, got {type(example).__name__}")
-    if not set(map(type, keys)) <= {bytes, type(None)}:
-        for position, key in enumerate(keys):
-            if key is not None and type(key) is not bytes:
-                raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
-                                f"got {type(key).__name__} {key!r:.80}")
-    return keys, examples
 
 
 def _key_by_split(item):
@@ -361,20 +328,6 @@ class _SortBucketFn(beam.DoFn):
         spill.release_read_arena()
 
 
-class _HashingWriter:
-    """Writes to a file, hashing and counting what passes through."""
-
-    def __init__(self, out: BinaryIO):
-        self._out = out
-        self.digest = hashlib.sha256()
-        self.written = 0
-
-    def write(self, data) -> None:
-        self.digest.update(data)
-        self._out.write(data)
-        self.written += len(data)
-
-
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None) -> dict:
@@ -395,7 +348,7 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
         # readers: it goes to the disk as it is written, and is durable
         # before its rename (see page_cache).
         on_disk = WriteBehind(fileobj)
-        out = _HashingWriter(on_disk)
+        out = HashingWriter(on_disk)
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
             if planned is not None:
@@ -459,6 +412,18 @@ class _WriteShardFn(beam.DoFn):
         spill.release_read_arena()
 
 
+def default_exchange(runner) -> str:
+    """The exchange WriteShards picks for a runner (see WriteShards)."""
+    return "files" if type(runner).__name__ in _LOCAL_RUNNERS else "shuffle"
+
+
+def _local_temp_dir(temp_dir: str) -> str:
+    """`temp_dir` when it is on the local disk, else the local temporary
+    directory: the file exchange never writes its runs to an object store."""
+    fs, _ = fsspec.core.url_to_fs(temp_dir)
+    return temp_dir if isinstance(fs, LocalFileSystem) else tempfile.gettempdir()
+
+
 def _remove_tree(path: str) -> None:
     fs, fs_path = fsspec.core.url_to_fs(path)
     if fs.exists(fs_path):
@@ -501,17 +466,31 @@ class WriteShards(beam.PTransform):
     A row's split comes from a hash of its key salted by `dataset_name`;
     rows are ordered by that hash (shuffle=True) or by key bytes, ties
     broken by the example bytes. Each split gets ceil(bytes / shard_size)
-    shards of near-equal size on disk. Temporary files go under `temp_dir`
-    (default ``<staging_dir>/_tmp``) and shards are assembled under
-    ``<staging_dir>/_tmp`` (so the final rename stays on one filesystem);
-    both are removed at the end.
+    shards of near-equal size on disk.
+
+    exchange: how rows move between workers. "shuffle": through the
+    runner's GroupByKey (`exchange.ShuffleExchange`); nothing but the
+    shards is written to the output store, and scratch space is each
+    worker's local temporary directory. "files": sorted run files under
+    `temp_dir` (default ``<staging_dir>/_tmp``; a local temporary directory
+    when that is not on the local disk), read back by key range: for
+    runners whose workers share one machine's disk and hold what crosses a
+    GroupByKey in memory (the DirectRunner). "auto" (default): "files" on
+    the DirectRunner (and the FnApiRunner), "shuffle" on every other
+    runner. Both write the same bytes. Shards are assembled under
+    ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
+    the final rename stays on one filesystem); temporary files are removed
+    at the end.
     """
 
     def __init__(self, staging_dir: str, *, dataset_name: str,
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
                  compression: str, temp_dir: str | None = None,
-                 gzip_level: int | None = None, tuning: ShardTuning | None = None):
+                 gzip_level: int | None = None, tuning: ShardTuning | None = None,
+                 exchange: str = "auto"):
         super().__init__()
+        if exchange not in EXCHANGES:
+            raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         if compression not in tfrecordio.COMPRESSIONS:
             raise ValueError(f"compression must be one of {tfrecordio.COMPRESSIONS}, "
                              f"got {compression!r}")
@@ -526,39 +505,58 @@ class WriteShards(beam.PTransform):
         self._temp_dir = (temp_dir or spill.join_path(self._staging_dir, TMP_DIR)).rstrip("/")
         self._gzip_level = tfrecordio.DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
         self._tuning = tuning or ShardTuning()
+        self._exchange = exchange
 
     def expand(self, batches):
         tuning = self._tuning
         # One directory per application of the transform, so two writers (or
         # a rerun) sharing a temp_dir never see each other's files.
         writer_id = f"recordforge-shards-{uuid.uuid4().hex[:16]}"
-        work_dir = spill.join_path(self._temp_dir, writer_id)
         staging_temp = spill.join_path(self._staging_dir, TMP_DIR)
         shard_temp_dir = spill.join_path(staging_temp, writer_id, "shards")
         chunk_bytes = tuning.chunk_bytes(self._shard_size)
+        exchange = self._exchange
+        if exchange == "auto":
+            exchange = default_exchange(batches.pipeline.runner)
+        if exchange == "shuffle":
+            work_dir = shard_temp_dir
+            shards = batches | "Exchange" >> ShuffleExchange(
+                self._staging_dir, shard_temp_dir=shard_temp_dir,
+                dataset_name=self._dataset_name, splits=self._splits, shuffle=self._shuffle,
+                shard_size=self._shard_size, compression=self._compression,
+                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level,
+                suffix=tfrecordio.suffix_for(self._compression), tuning=tuning)
+        else:
+            work_dir = spill.join_path(_local_temp_dir(self._temp_dir), writer_id)
+            shards = self._file_exchange(batches, work_dir, shard_temp_dir, chunk_bytes)
+        return self._cleanup(batches, shards, work_dir, staging_temp, writer_id)
 
-        shards = (batches
-                  | "Spill" >> beam.ParDo(_SpillFn(
-                      spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
-                      self._shuffle, tuning))  # SpillRecord
-                  | "KeySpills" >> beam.Map(_key_by_split)
-                  | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
-                  | "PlanBuckets" >> beam.FlatMap(
-                      _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
-                      tuning=tuning)  # (run list file, BucketRange)
-                  | "SpreadBuckets" >> beam.Reshuffle()
-                  | "SortBuckets" >> beam.ParDo(_SortBucketFn(
-                      work_dir, self._compression, chunk_bytes, self._gzip_level,
-                      tuning))  # (run list file, BucketChunks)
-                  | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
-                  | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
-                  | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,
-                                               delete_runs=self._compression == "gzip")
-                  | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
-                  | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
-                      self._staging_dir, shard_temp_dir,
-                      tfrecordio.suffix_for(self._compression), work_dir,
-                      tuning)))  # metadata dict
+    def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
+        tuning = self._tuning
+        return (batches
+                | "Spill" >> beam.ParDo(_SpillFn(
+                    spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
+                    self._shuffle, tuning))  # SpillRecord
+                | "KeySpills" >> beam.Map(_key_by_split)
+                | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
+                | "PlanBuckets" >> beam.FlatMap(
+                    _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
+                    tuning=tuning)  # (run list file, BucketRange)
+                | "SpreadBuckets" >> beam.Reshuffle()
+                | "SortBuckets" >> beam.ParDo(_SortBucketFn(
+                    work_dir, self._compression, chunk_bytes, self._gzip_level,
+                    tuning))  # (run list file, BucketChunks)
+                | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
+                | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
+                | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,
+                                             delete_runs=self._compression == "gzip")
+                | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
+                | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
+                    self._staging_dir, shard_temp_dir,
+                    tfrecordio.suffix_for(self._compression), work_dir,
+                    tuning)))  # metadata dict
+
+    def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
         # The trigger makes the gather non-empty, so cleanup also runs when
         # there is nothing to write.
         trigger = batches.pipeline | "CleanupTrigger" >> beam.Create([None])

@@ -70,6 +70,7 @@ __all__ = [
     "RunWriter",
     "bucket_reference",
     "join_path",
+    "merge_runs",
     "parse_bucket_reference",
     "plan_bucket",
     "read_run_list",
@@ -702,6 +703,20 @@ def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: i
     if not writer.done:
         raise RunFileError(f"bucket {bucket.index} of split {bucket.split!r} ends before "
                            f"byte {start + length}")
+
+
+def merge_runs(writer, runs: Sequence[RunInfo], *, scratch_dir: str, memory_bytes: int,
+               fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Gives `writer` (a ChunkWriter) every row of `runs` (run files of one
+    split) in ``(key, example)`` order: sorted in memory when they fit
+    `memory_bytes`, else merged as streams (intermediate merge runs under
+    `scratch_dir` when there are more than `fan_in`)."""
+    splits = {run.split for run in runs}
+    if len(splits) > 1:
+        raise ValueError(f"runs of several splits: {sorted(splits)}")
+    whole = BucketRange(splits.pop() if splits else "", 0, b"", None)
+    _sort_into(writer, whole, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
 
 
 def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_dir: str,

@@ -25,11 +25,11 @@ __all__ = [
     "SourceConfig",
 ]
 
-SOURCE_TYPES = ("images", "csv", "jsonl", "json", "parquet")
+SOURCE_TYPES = ("images", "csv", "jsonl", "json", "parquet", "avro", "tfrecord")
 
 # Sources whose rows may hold nested values, so that a dotted `from:` is a
 # path of keys (elsewhere it is one column's name).
-NESTED_SOURCE_TYPES = ("jsonl", "json", "parquet")
+NESTED_SOURCE_TYPES = ("jsonl", "json", "parquet", "avro")
 
 
 COMPRESSIONS = ("gzip", "none")
@@ -58,6 +58,8 @@ DEFAULT_EXTENSIONS = {
     "jsonl": (".jsonl", ".ndjson"),
     "json": (".json",),
     "parquet": (".parquet",),
+    "avro": (".avro",),
+    "tfrecord": (".tfrecord", ".tfrecords"),  # and their .gz files
 }
 
 

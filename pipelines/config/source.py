@@ -8,6 +8,7 @@ from typing import Any
 
 from ...schemas.errors import ConfigError
 from ...transforms.readers.csv import read_csv_header
+from ...transforms.readers.image_items import known_labels
 from ...transforms.readers.listing import list_files, list_images
 from ...transforms.readers.tables import read_table_columns
 from .csv_section import parse_csv_section
@@ -51,6 +52,8 @@ def parse_source(value: Any) -> tuple[SourceConfig, dict]:
     csv_options, null_values, csv_resolved = (parse_csv_section(body.get("csv"))
                                               if kind == "csv" else (None, None, None))
     _check_source_exists(path, kind, extensions)
+    if kind == "images" and labels == "directory" and not is_url(path):
+        _check_class_folders(local_path(path), extensions)
     image, image_resolved = (parse_image(body.get("image")) if kind == "images"
                              else (None, None))
     source = SourceConfig(type=kind, path=absolute(path), labels=(
@@ -129,6 +132,17 @@ def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> N
                           f"{path}; check the path or set source.extensions")
 
 
+def _check_class_folders(local: str, extensions: tuple[str, ...]) -> None:
+    """Class folders that differ only by case (`Cat/`, `cat/`) would be two
+    labels of one class on some filesystems and one on others: an error."""
+    by_folded: dict[str, str] = {}
+    for label in known_labels(local, "directory", extensions):
+        other = by_folded.setdefault(label.casefold(), label)
+        if other != label:
+            raise ConfigError("source.path", f"class folders {other!r} and {label!r} differ only "
+                              "by case; they would be two labels. Merge or rename one of them")
+
+
 def _listed(local: str, kind: str, extensions: tuple[str, ...]) -> list:
     """The files the build will read from directory `local`."""
     if kind == "images":
@@ -144,7 +158,7 @@ def source_columns(source: SourceConfig) -> tuple[str, ...] | None:
     usable header or footer)."""
     if source.type == "images":
         return IMAGE_COLUMNS
-    if source.type in ("jsonl", "json") or is_url(source.path):
+    if source.type in ("jsonl", "json", "tfrecord") or is_url(source.path):
         return None
     fs, files = list_files(source.path, source.extensions)
     if not files or len(files) > _MAX_HEADER_FILES:

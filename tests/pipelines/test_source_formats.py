@@ -18,7 +18,8 @@ from recordforge.schemas.errors import ConfigError
 def _records(version_dir: Path) -> list[dict]:
     rows = []
     for shard in sorted(version_dir.glob("*.tfrecord*")):
-        for raw in tfrecord_iterator(str(shard)):
+        gz = "gzip" if shard.suffix == ".gz" else None
+        for raw in tfrecord_iterator(str(shard), compression_type=gz):
             example = example_pb2.Example()
             example.ParseFromString(bytes(raw))
             row = {}
@@ -148,3 +149,94 @@ def test_bad_feature_keys_are_config_errors(tmp_path, feature, key):
                           "features": {"f": feature},
                           "output": {"path": str(tmp_path / "out")}})
     assert error.value.key == key
+
+
+def test_class_folders_differing_only_by_case_are_a_config_error(tmp_path):
+    from PIL import Image
+    for folder in ("Cat", "cat", "dog"):
+        (tmp_path / "img" / folder).mkdir(parents=True)
+        Image.new("RGB", (2, 2)).save(tmp_path / "img" / folder / "a.png")
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({"name": "t", "version": "1",
+                          "source": {"type": "images", "path": str(tmp_path / "img")},
+                          "features": {"label": {"type": "int64", "vocabulary": "auto"}},
+                          "output": {"path": str(tmp_path / "out")}})
+    assert error.value.key == "source.path"
+    assert "'Cat' and 'cat'" in str(error.value)
+
+
+def test_avro_with_nested_records_and_logical_types(tmp_path):
+    import fastavro
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "user", "type": {"type": "record", "name": "U", "fields": [
+            {"name": "name", "type": "string"}, {"name": "tags", "type": {"type": "array",
+                                                                          "items": "string"}}]}},
+        {"name": "born", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "blob", "type": ["null", "bytes"]}]}
+    records = [{"id": i, "user": {"name": f"n{i}", "tags": ["a"] * i},
+                "born": dt.date(2000, 1, 1 + i), "blob": None if i % 2 else b"\x00\xff"}
+               for i in range(5)]
+    with open(tmp_path / "r.avro", "wb") as out:
+        fastavro.writer(out, schema, records)
+    code, out = _build(tmp_path, {
+        "name": "a", "version": "1",
+        "source": {"type": "avro", "path": str(tmp_path / "r.avro")},
+        "features": {"id": {"type": "int64"}, "name": {"type": "string", "from": "user.name"},
+                     "tags": {"type": "string", "from": "user.tags", "shape": [-1]},
+                     "born": {"type": "timestamp", "unit": "days"},
+                     "blob": {"type": "bytes", "required": False}},
+        "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    rows = sorted(_records(out), key=lambda r: r["id"])
+    for record, row in zip(records, rows):
+        expected = {"id": [record["id"]], "name": [record["user"]["name"].encode()],
+                    "tags": [b"a"] * record["id"],
+                    "born": [(record["born"] - dt.date(1970, 1, 1)).days]}
+        if record["blob"] is not None:
+            expected["blob"] = [record["blob"]]
+        assert row == expected
+    # a feature naming no Avro field is a config error (the schema is read up front)
+    with pytest.raises(ConfigError) as error:
+        config_from_dict({"name": "a", "version": "1",
+                          "source": {"type": "avro", "path": str(tmp_path / "r.avro")},
+                          "features": {"idd": {"type": "int64"}},
+                          "output": {"path": str(tmp_path / "o2")}})
+    assert error.value.key == "features.idd.from" and "`id`" in str(error.value)
+
+
+def test_existing_tfrecords_are_checked_resharded_and_corrupt_records_dead_lettered(tmp_path):
+    from recordforge.schemas.example import encode_example
+    from recordforge.transforms.tfrecordio import frame_records, gzip_compress
+    src = tmp_path / "in"
+    src.mkdir()
+    examples = [encode_example({"x": [i], "name": [f"r{i}".encode()]}) for i in range(300)]
+    for part in range(30):  # many tiny files, half of them gzip
+        data = frame_records(examples[part * 10:(part + 1) * 10])
+        if part % 2:
+            (src / f"p{part:02d}.tfrecord.gz").write_bytes(gzip_compress(data))
+        else:
+            (src / f"p{part:02d}.tfrecord").write_bytes(data)
+    # one damaged file: its 3rd record's data CRC is wrong; one record not an Example
+    bad = bytearray(frame_records([examples[0], examples[1], examples[2]]))
+    bad[-1] ^= 0xFF
+    (src / "zz-bad.tfrecord").write_bytes(bytes(bad))
+    (src / "zz-junk.tfrecord").write_bytes(frame_records([b"\xff\xff\xff"]))
+    code, out = _build(tmp_path, {
+        "name": "t", "version": "1",
+        "source": {"type": "tfrecord", "path": str(src)},
+        "features": {"x": {"type": "int64", "max": 1000},
+                     "name": {"type": "string"}},
+        "dead_letter": {"max_error_rate": 0.1},
+        "output": {"path": str(tmp_path / "out"), "compression": "gzip"}})
+    assert code == 0
+    rows = _records(out)
+    # the bad file's first two records are kept; its damaged third is a dead letter
+    assert sorted(r["x"][0] for r in rows) == sorted(list(range(300)) + [0, 1])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["dead_letter"]["by_reason"] == {"tfrecord_corrupt": 1, "example_invalid": 1}
+    letters = [json.loads(line) for f in sorted((out / "dead_letter").glob("*.jsonl"))
+               for line in f.read_text().splitlines()]
+    corrupt = next(d for d in letters if d["reason"] == "tfrecord_corrupt")
+    assert corrupt["source"].endswith("zz-bad.tfrecord") and corrupt["row"] == 3
+    assert "byte offset" in corrupt["message"]

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import fsspec
 
 from ...schemas.row_encoder import dig
-from . import csv, json_array, jsonl, parquet
+from . import avro, csv, json_array, jsonl, parquet, tfrecords
 from .csv_dialect import CsvOptions, iter_csv_dialect, read_dialect_header
 from .common import READ_ERRORS, display_name, is_compressed
 from .listing import list_files
@@ -32,10 +32,10 @@ __all__ = [
     "scan_distinct",
 ]
 
-TABLE_FORMATS = ("csv", "jsonl", "json", "parquet")
+TABLE_FORMATS = ("csv", "jsonl", "json", "parquet", "avro", "tfrecord")
 # Formats read a whole file per unit: no record boundaries can be found
 # without parsing from the start.
-_WHOLE_FILE_FORMATS = ("json",)
+_WHOLE_FILE_FORMATS = ("json", "avro", "tfrecord")
 # Small enough that one big file is several units for a multi-worker runner
 # (a 100 MB CSV: 7), large enough that per-unit costs (an open and a seek)
 # stay negligible.
@@ -65,8 +65,10 @@ def iter_table(path: str, format: str, options: CsvOptions | None = None,
     the default is read by `iter_csv_dialect` (whole files only)."""
     if format == "csv" and options is not None and not options.is_default:
         return iter_csv_dialect(path, options, fs=kwargs.get("fs"), source=kwargs.get("source"))
-    if format == "json":
-        return json_array.iter_json_array(path, fs=kwargs.get("fs"), source=kwargs.get("source"))
+    whole = {"json": json_array.iter_json_array, "avro": avro.iter_avro,
+             "tfrecord": tfrecords.iter_tfrecords}
+    if format in whole:
+        return whole[format](path, fs=kwargs.get("fs"), source=kwargs.get("source"))
     readers = {"csv": csv.iter_csv, "jsonl": jsonl.iter_jsonl, "parquet": parquet.iter_parquet}
     if format not in readers:
         raise ValueError(f"unknown table format {format!r}; expected one of "
@@ -169,4 +171,6 @@ def read_table_columns(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
         return csv.read_csv_header(fs_path, fs=fs)
     if format == "parquet":
         return parquet.read_parquet_columns(fs_path, fs=fs)
+    if format == "avro":
+        return avro.read_avro_columns(fs_path, fs=fs)
     return None

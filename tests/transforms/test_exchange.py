@@ -1,0 +1,257 @@
+"""The shard writer's shuffle exchange: its plain logic without Beam, the same
+bytes as the file exchange, nothing on the output store but the shards, and
+requests that grow with the data, not with its square."""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import hashlib
+import importlib.util
+import os
+import pathlib
+import random
+import tempfile
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from recordforge.transforms import exchange, spill, tfrecordio
+from recordforge.transforms.shard_plan import SampleEntry, SpillRecord, sample_of
+from recordforge.transforms.shards import ShardTuning, WriteShards
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SPLITS = [("train", 0.8), ("test", 0.2)]
+TUNING = ShardTuning(run_bytes=400_000, bucket_bytes=300_000)
+
+
+def _counting_fs():
+    spec = importlib.util.spec_from_file_location(
+        "counting_fs", REPO / "benchmarks" / "counting_fs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.register()
+
+
+def _rows(count=3000, seed=0, keyed=False):
+    rng = random.Random(seed)
+    return [(f"key-{rng.randrange(count // 3)}".encode() if keyed and index % 4 else None,
+             rng.randbytes(rng.randint(80, 1200))) for index in range(count)]
+
+
+def _packet(keys, examples, width):
+    sizes = np.array([len(example) + 16 for example in examples], dtype="<u4")
+    if width > 0:
+        key_field = b"".join(keys)
+    elif width == spill.KEY_VARIABLE:
+        key_field = tuple(keys)
+    else:
+        key_field = None
+    return width, key_field, tfrecordio.frame_records(examples), sizes.tobytes()
+
+
+# -- plain logic -------------------------------------------------------------
+
+
+def test_split_stats_add_up_and_keep_the_sample_as_the_file_exchange_does():
+    rng = random.Random(1)
+    entries = [SampleEntry(rng.randrange(1 << 40), rng.randbytes(16), rng.randrange(100, 999))
+               for _ in range(300)]
+    parts = [(3, 300, tuple(entries[i:i + 40])) for i in range(0, 300, 20)]  # overlapping
+    rows, nbytes, sample = exchange.merge_split_stats(parts, sample_size=50)
+    assert (rows, nbytes) == (45, 4500)
+    records = [SpillRecord("train", "run", 1, 1, part[2]) for part in parts]
+    assert list(sample) == sample_of(records, 50)
+    # Merging in any grouping gives the same result (a combine's contract).
+    halves = [exchange.merge_split_stats(parts[:7], 50), exchange.merge_split_stats(parts[7:], 50)]
+    assert exchange.merge_split_stats(halves, 50) == (rows, nbytes, sample)
+
+
+@pytest.mark.parametrize("width", [16, spill.KEY_VARIABLE])
+def test_bucket_of_keys_is_the_range_holding_each_key(width):
+    rng = random.Random(2)
+    if width > 0:
+        keys = [rng.randbytes(16) for _ in range(2000)]
+        keys[:5] = [b"\0" * 16, b"\xff" * 16, b"ab" + b"\0" * 14, b"ab" + b"\0" * 13 + b"\1",
+                    b"ab\1" + b"\0" * 13]
+    else:
+        keys = [rng.randbytes(rng.randint(0, 6)) for _ in range(2000)] + [b"ab", b"ab\0"]
+    bounds = [b""] + sorted({key[:rng.randint(1, 3)] for key in rng.sample(keys, 30)} | {b"ab"})
+    field = b"".join(keys) if width > 0 else keys
+    got = exchange.bucket_of_keys(bounds, width, field).tolist()
+    for key, bucket in zip(keys, got):
+        upper = bounds[bucket + 1] if bucket + 1 < len(bounds) else None
+        assert bounds[bucket] <= key and (upper is None or key < upper), (key, bucket)
+    assert got == [bisect.bisect_right(bounds, key) - 1 for key in keys]
+
+
+@pytest.mark.parametrize("width", [16, spill.KEY_VARIABLE, spill.KEY_IS_EXAMPLE])
+def test_split_packet_gives_every_row_to_its_bucket_once(width):
+    rng = random.Random(3)
+    examples = [rng.randbytes(rng.randint(1, 50)) for _ in range(500)]
+    keys = [rng.randbytes(16) if width > 0 else rng.randbytes(3) for _ in examples]
+    bounds = [b""] + sorted({key[:2] for key in rng.sample(keys, 9)})
+    pieces = exchange.split_packet(_packet(keys, examples, width), bounds)
+    seen = []
+    for bucket, (piece_width, piece_keys, data, sizes) in pieces:
+        assert piece_width == width
+        rows = spill.RunSlice(None, memoryview(data),
+                              np.frombuffer(sizes, "<u4").astype(np.int64)).examples()
+        if width > 0:
+            row_keys = [piece_keys[i:i + 16] for i in range(0, len(piece_keys), 16)]
+        elif width == spill.KEY_VARIABLE:
+            row_keys = list(piece_keys)
+        else:
+            row_keys = rows
+        for key in row_keys:
+            assert bisect.bisect_right(bounds, key) - 1 == bucket
+        seen += list(zip(row_keys, rows))
+    expected = list(zip(keys if width != spill.KEY_IS_EXAMPLE else examples, examples))
+    assert sorted(seen) == sorted(expected)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_bucket_sorted_on_local_disk_equals_the_one_sorted_in_memory(tmp_path, compression):
+    rng = random.Random(4)
+    examples = [rng.randbytes(rng.randint(20, 400)) for _ in range(3000)]
+    examples += examples[:50]  # equal rows: kept, ordered by their bytes
+    keys = [hashlib.blake2b(example, digest_size=16).digest() for example in examples]
+    packets = [_packet(keys[i:i + 97], examples[i:i + 97], 16)
+               for i in range(0, len(examples), 97)]
+
+    def sort(memory_bytes, fan_in):
+        with open(tmp_path / f"{memory_bytes}-{fan_in}", "w+b") as out:
+            writer = spill.ChunkWriter(out, compression=compression, chunk_bytes=20_000,
+                                       gzip_level=3)
+            exchange.sort_bucket_packets(iter(packets), writer, memory_bytes=memory_bytes,
+                                         fan_in=fan_in, prefix_len=64, index_every=1000)
+            chunks = writer.close()
+            out.seek(0)
+            return chunks, out.read()
+
+    def scratch_dirs():
+        return {name for name in os.listdir(tempfile.gettempdir())
+                if name.startswith("recordforge-sort-")}
+
+    in_memory = sort(1 << 30, 64)
+    before = scratch_dirs()
+    assert sort(60_000, 3) == in_memory  # ~20 local runs, merged through intermediate runs
+    assert scratch_dirs() <= before  # the local runs are gone
+    chunks, data = in_memory
+    stream = data if compression == "none" else gzip.decompress(data)
+    assert _parse(stream) == [example for _, example in sorted(zip(keys, examples))]
+    assert sum(chunk.num_records for chunk in chunks) == len(examples)
+
+
+def _parse(stream: bytes) -> list[bytes]:
+    records, position = [], 0
+    while position < len(stream):
+        length = int.from_bytes(stream[position:position + 8], "little")
+        records.append(stream[position + 12:position + 12 + length])
+        position += 16 + length
+    return records
+
+
+def test_place_chunks_maps_bucket_bytes_into_shards():
+    places = [(0, 30, 0, 70), (30, 50, 1, 0)]  # bucket bytes 0-30 end shard 0; 30-80 start shard 1
+    chunks = [(0, b"a" * 10), (10, b"b" * 20), (30, b"c" * 25), (55, b"d" * 25)]
+    assert list(exchange.place_chunks(places, chunks)) == [
+        (0, 70, b"a" * 10), (0, 80, b"b" * 20), (1, 0, b"c" * 25), (1, 25, b"d" * 25)]
+    with pytest.raises(ValueError, match="overruns"):
+        list(exchange.place_chunks(places, [(20, b"x" * 20)]))
+
+
+# -- in Beam -------------------------------------------------------------------
+
+
+def _write(staging, rows, *, exchange_name, args=("--direct_running_mode=in_memory",),
+           compression="gzip", shuffle=True, tuning=TUNING, batch=100, shard_size=1_000_000):
+    batches = [rows[i:i + batch] for i in range(0, len(rows), batch)]
+    pipeline = beam.Pipeline(options=PipelineOptions(list(args)))
+    _ = (pipeline
+         | "Batches" >> beam.Create(batches)
+         | "Write" >> WriteShards(staging, dataset_name="exchange", splits=SPLITS,
+                                  shuffle=shuffle, shard_size=shard_size,
+                                  compression=compression, tuning=tuning,
+                                  exchange=exchange_name))
+    pipeline.run().wait_until_finish()
+
+
+def _digests(staging):
+    return {name: hashlib.sha256((pathlib.Path(staging) / name).read_bytes()).hexdigest()
+            for name in sorted(os.listdir(staging))}
+
+
+CASES = [
+    ("gzip", True, TUNING),
+    ("none", False, ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=40_000,
+                                fan_in=2, lanes=3, route_bytes=30_000)),
+]
+
+
+@pytest.mark.parametrize("compression, shuffle, tuning", CASES,
+                         ids=["gzip-shuffled", "plain-key-order-spilled"])
+def test_shuffle_exchange_writes_the_file_exchange_bytes(tmp_path, compression, shuffle,
+                                                         tuning):
+    rows = _rows(keyed=not shuffle)
+    _write(str(tmp_path / "files"), rows, exchange_name="files", compression=compression,
+           shuffle=shuffle, tuning=tuning)
+    reordered = list(reversed(rows))
+    _write(str(tmp_path / "shuffle"), reordered, exchange_name="shuffle",
+           compression=compression, shuffle=shuffle, tuning=tuning, batch=61)
+    files = _digests(tmp_path / "files")
+    assert len(files) >= 3 and all(".tfrecord" in name for name in files)
+    assert _digests(tmp_path / "shuffle") == files  # nothing else left in staging either
+
+
+@pytest.mark.slow
+def test_shuffle_exchange_on_two_worker_processes_gives_the_same_bytes(tmp_path):
+    rows = _rows(seed=5)
+    _write(str(tmp_path / "one"), rows, exchange_name="files")
+    _write(str(tmp_path / "two"), rows, exchange_name="shuffle",
+           args=("--direct_running_mode=multi_processing", "--direct_num_workers=2"))
+    assert _digests(tmp_path / "two") == _digests(tmp_path / "one")
+
+
+def test_auto_picks_files_on_the_direct_runner_and_shuffle_elsewhere():
+    from recordforge.transforms.shards import default_exchange
+
+    class DaskRunner:
+        pass
+
+    assert default_exchange(beam.Pipeline().runner) == "files"
+    assert default_exchange(DaskRunner()) == "shuffle"
+
+
+def test_shuffle_exchange_writes_only_the_final_shards_to_the_output_store():
+    store = _counting_fs()
+    store.reset(part_bytes=64 << 10)
+    staging = "counted://bucket/out/.staging/v1"
+    _write(staging, _rows(seed=6), exchange_name="shuffle", compression="none")
+    shards = sorted(path for path in store.store if path.startswith("/bucket/out/"))
+    assert len(shards) >= 3
+    assert all(path.rsplit("/", 1)[1].split("-")[0] in ("train", "test")
+               and path.endswith(".tfrecord") for path in shards)
+    # Every object ever written is a final shard, written once; none was
+    # read, copied, moved or deleted.
+    assert sorted(store.log) == shards
+    counts = store.summary()["by_kind"]
+    assert counts["GET"] == counts["COPY"] == counts["DELETE"] == 0
+
+
+@pytest.mark.slow
+def test_requests_grow_linearly_with_the_data():
+    store = _counting_fs()
+    tuning = ShardTuning(run_bytes=20_000, bucket_bytes=10_000, max_chunk_bytes=2_000,
+                         index_every=100, route_bytes=1_000)
+    requests = {}
+    for count in (1000, 4000):
+        store.reset(part_bytes=8_000)
+        _write("counted://bucket/linear", _rows(count=count, seed=7), exchange_name="shuffle",
+               compression="none", tuning=tuning, batch=10, shard_size=60_000)
+        requests[count] = store.summary()["requests"]
+    # Four times the data: four times the shards and parts, nothing that
+    # grows with runs x buckets (the file exchange's term).
+    assert 3.0 <= requests[4000] / requests[1000] <= 4.6, requests

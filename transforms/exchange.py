@@ -1,0 +1,723 @@
+"""The shard writer's shuffle exchange: rows move between workers through the
+runner's own GroupByKey, never through files on the output store.
+
+`ShuffleExchange` takes ExampleBatches and gives ShardSpec-like shard
+metadata dicts, with the shards written once, under their final names in
+`staging_dir`. It places rows exactly as the file exchange of `shards.py`
+does (same split, order key, bucket ranges, chunks and shard cuts, all from
+`shard_plan`), so both write the same bytes. Steps and the elements between
+them::
+
+  ExampleBatch
+  | Pack               -> ("stats", (split, (rows, bytes, sample)))
+                          ("rows", ((split, lane), ("rows", packet)))
+                          a batch's rows of one split, framed once (CRCs)
+  | SplitStats (CombinePerKey) | PlanBuckets
+                       -> ((split, lane), ("plan", bucket lower bounds))
+                          for each of the split's `lanes` lanes
+  | JoinPlan (Flatten + GroupByKey)   -> ((split, lane), [plan, packets...])
+  | Route              -> ((split, bucket), packet)     rows cut by bucket
+  | GroupBuckets | SortBuckets
+                       -> ("meta", (split, BucketChunks))
+                          ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
+                          each bucket sorted in memory up to memory_bytes,
+                          above it in sorted runs on the worker's local disk
+  | GroupSplitChunks | PlanShards   -> ((split, bucket), ("place", piece))
+                                       ((split, shard), ("spec", counts))
+  | JoinPlaces (Flatten + GroupByKey) | Place
+                       -> ((split, shard), ("piece", (offset, bytes)))
+  | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
+
+A packet is a plain tuple ``(key_width, keys, framed records, sizes)``:
+key_width HASH_SIZE with keys the concatenated digests, KEY_VARIABLE with
+a tuple of keys, KEY_IS_EXAMPLE with keys None (a row's key is its
+example). Plain tuples of bytes and ints cross Beam's coders without
+pickling.
+
+Why it is built this way:
+
+- Bucket bounds come from a sample of the whole split, so no row can be
+  routed to its bucket before every row was seen. Rows therefore cross
+  the runner's shuffle twice: keyed by a lane (any of `lanes` groups per
+  split, where they wait, joined with the split's bounds) and then by
+  bucket. Joins are a Flatten and a GroupByKey rather than side inputs,
+  which Beam's Dask runner computes again for every bundle.
+- Shard cuts need the size on disk of every chunk of a split (gzip:
+  known once compressed), so sorted chunks wait in a third join keyed by
+  bucket for their place in a shard, and reach the shard's writer in a
+  fourth, keyed by shard.
+- Nothing is written on the output store but the shards, each once. On
+  a local filesystem a shard is written under a temporary name in
+  `shard_temp_dir` and renamed; on an object store (whose objects appear
+  only when complete) it is written at its final name; elsewhere it is
+  moved from its temporary name.
+- Memory: one packet (a batch) per Pack call; a lane's bounds and up to
+  `route_bytes` of rows per Route call; at most memory_bytes of a
+  bucket, the rest in sorted runs under the worker's local temporary
+  directory (`tempfile`), merged as streams; a shard's pieces in a
+  spooled temporary file (memory up to memory_bytes, local disk beyond).
+- Retries: every step is a function of its input; a retried shard is
+  rewritten with the same bytes under the same name.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import hashlib
+import os
+import posixpath
+import shutil
+import tempfile
+import uuid
+from typing import BinaryIO, Iterable, Sequence
+
+import apache_beam as beam
+import fsspec
+import numpy as np
+from apache_beam.metrics import Metrics
+from fsspec.implementations.local import LocalFileSystem
+
+from . import spill, tfrecordio
+from .gc_tuning import relax_young_collections
+from .layout import SHARD_FILE_NAME
+from .metrics import METRICS_NAMESPACE
+from .page_cache import WriteBehind
+from .shard_plan import (
+    HASH_SIZE,
+    BucketChunks,
+    RunInfo,
+    SplitAssigner,
+    plan_bucket_ranges,
+    plan_shards,
+    prepare_batch,
+)
+
+__all__ = ["METRICS_NAMESPACE", "ShuffleExchange", "bucket_of_keys", "merge_split_stats",
+           "place_chunks", "publish_shard", "sort_bucket_packets"]
+
+
+_HEADER = 12  # TFRecord bytes before the example
+_ROW_OVERHEAD = 160  # bytes of Python/numpy objects per row sorted in memory
+_BLOCK = 4 << 20  # bytes gathered or copied in one go
+_SIZE = np.dtype("<u4")
+# Filesystems on which a written object appears only once complete (a PUT,
+# or a multipart upload's completion): a shard is written at its final name.
+_ATOMIC_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "az", "abfss"})
+
+
+class HashingWriter:
+    """Writes to a file, hashing and counting what passes through."""
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self.digest = hashlib.sha256()
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.digest.update(data)
+        self._out.write(data)
+        self.written += len(data)
+
+
+def _tag(kind: str):
+    return lambda value: (kind, value)
+
+
+def _is(kind: str):
+    return lambda item: item[0] == kind
+
+
+def _untag(item):
+    return item[1]
+
+
+# -- plain logic (no Beam) ---------------------------------------------------
+
+
+def merge_split_stats(parts: Iterable[tuple], sample_size: int) -> tuple:
+    """Adds up ``(rows, bytes, sample)`` triples of one split; the sample is
+    the `sample_size` highest distinct entries, as `shard_plan.sample_of`
+    keeps them (a set: an entry seen twice counts once)."""
+    rows = nbytes = 0
+    entries: set = set()
+    for part_rows, part_bytes, sample in parts:
+        rows += part_rows
+        nbytes += part_bytes
+        entries.update(sample)
+        if len(entries) > 2 * sample_size:
+            entries = set(heapq.nlargest(sample_size, entries))
+    return rows, nbytes, tuple(heapq.nlargest(sample_size, entries))
+
+
+def bucket_of_keys(lower_bounds: Sequence[bytes], key_width: int, keys) -> np.ndarray:
+    """The bucket of each row: the last bucket whose lower bound is at or
+    below the row's key (bounds sorted, the first b""). keys: concatenated
+    fixed-width keys (key_width > 0) or a sequence of bytes."""
+    if key_width > 0:
+        # Bounds are key prefixes; padded with zero bytes they compare with
+        # fixed-width keys as the bytes do (see spill._bound).
+        bounds = np.array([bound[:key_width].ljust(key_width, b"\0")
+                           for bound in lower_bounds], dtype=f"S{key_width}")
+        array = np.frombuffer(keys, dtype=f"S{key_width}")
+        return np.searchsorted(bounds, array, "right").astype(np.int64) - 1
+    bounds = list(lower_bounds)
+    return np.fromiter((bisect.bisect_right(bounds, key) - 1 for key in keys),
+                       dtype=np.int64, count=len(keys))
+
+
+def _packet_rows(packet) -> tuple[int, object, memoryview, np.ndarray]:
+    key_width, keys, data, raw_sizes = packet
+    return key_width, keys, memoryview(data), np.frombuffer(raw_sizes, dtype=_SIZE).astype(
+        np.int64)
+
+
+def _examples_of(data: memoryview, sizes: np.ndarray) -> list[bytes]:
+    return spill.RunSlice(None, data, sizes).examples()
+
+
+def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple]]:
+    """Cuts a packet into one packet per bucket its rows fall in:
+    ``[(bucket, packet), ...]``."""
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if not len(sizes):
+        return []
+    if len(lower_bounds) == 1:
+        return [(0, packet)]
+    route_keys = keys if key_width != spill.KEY_IS_EXAMPLE else _examples_of(data, sizes)
+    buckets = bucket_of_keys(lower_bounds, key_width, route_keys)
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    edges = np.flatnonzero(np.diff(ordered)) + 1
+    starts = np.cumsum(sizes) - sizes
+    pieces = []
+    for first, last in zip([0, *edges.tolist()], [*edges.tolist(), len(order)]):
+        rows = order[first:last]
+        row_sizes = sizes[rows]
+        if last - first == len(sizes):
+            pieces.append((int(ordered[first]), packet))
+            break
+        row_starts = starts[rows].tolist()
+        blob = b"".join([data[start:start + size] for start, size in
+                         zip(row_starts, row_sizes.tolist())])
+        if key_width > 0:
+            part_keys = b"".join([keys[row * key_width:(row + 1) * key_width]
+                                  for row in rows.tolist()])
+        elif key_width == spill.KEY_VARIABLE:
+            part_keys = tuple(spill.take(keys, rows.tolist()))
+        else:
+            part_keys = None
+        pieces.append((int(ordered[first]),
+                       (key_width, part_keys, blob, row_sizes.astype(_SIZE).tobytes())))
+    return pieces
+
+
+def _merge_packets(packets: list[tuple]) -> tuple:
+    """One packet holding the rows of several (same key kind, else keys
+    spelled out as bytes)."""
+    if len(packets) == 1:
+        return packets[0]
+    widths = {packet[0] for packet in packets}
+    width = widths.pop() if len(widths) == 1 else spill.KEY_VARIABLE
+    data = b"".join(packet[2] for packet in packets)
+    sizes = b"".join(packet[3] for packet in packets)
+    if width > 0:
+        keys = b"".join(packet[1] for packet in packets)
+    elif width == spill.KEY_IS_EXAMPLE:
+        keys = None
+    else:
+        keys = tuple(key for packet in packets for key in _keys_as_bytes(packet))
+    return width, keys, data, sizes
+
+
+def _keys_as_bytes(packet) -> list[bytes]:
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if key_width > 0:
+        return [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
+    if key_width == spill.KEY_IS_EXAMPLE:
+        return _examples_of(data, sizes)
+    return list(keys)
+
+
+def _write_sorted(writer, packets: list[tuple]) -> None:
+    """Gives `writer` (a spill.ChunkWriter) the rows of `packets` ordered by
+    ``(key, example)``, as `spill` orders a bucket, a block at a time."""
+    packets = [packet for packet in packets if packet[3]]
+    if not packets:
+        return
+    merged = _merge_packets(packets)
+    key_width, keys, data, sizes = _packet_rows(merged)
+    starts = np.cumsum(sizes) - sizes
+
+    def example_at(row: int) -> bytes:
+        start = int(starts[row])
+        return bytes(data[start + _HEADER:start + int(sizes[row]) - 4])
+
+    if key_width > 0:
+        order_keys = np.frombuffer(keys, dtype=f"S{key_width}")
+    else:
+        order_keys = _keys_as_bytes(merged)
+    order = np.asarray(spill.sorted_order(order_keys, example_at), dtype=np.int64)
+    del order_keys
+    step = max(1, len(order) * _BLOCK // max(1, int(sizes.sum())))
+    for first in range(0, len(order), step):
+        rows = order[first:first + step]
+        row_sizes = sizes[rows]
+        row_starts = starts[rows].tolist()
+        block = b"".join([data[start:start + size] for start, size in
+                          zip(row_starts, row_sizes.tolist())])
+        writer.write_framed(block, row_sizes)
+
+
+def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
+               index_every: int) -> RunInfo:
+    """Sorts packets into a run file on local disk (spill's format)."""
+    merged = _merge_packets([packet for packet in packets if packet[3]])
+    key_width, keys, data, sizes = _packet_rows(merged)
+    examples = _examples_of(data, sizes)
+    if key_width > 0:
+        key_list = [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
+    elif key_width == spill.KEY_VARIABLE:
+        key_list = list(keys)
+    else:
+        key_list = None
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.run")
+    with open(path, "wb") as fileobj:
+        count = spill.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
+                                       prefix_len=prefix_len, index_every=index_every)
+    return RunInfo("", path, count, int(sizes.sum()))
+
+
+def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, fan_in: int,
+                        prefix_len: int, index_every: int) -> None:
+    """Sorts a bucket's packets into `writer` (a spill.ChunkWriter).
+
+    Up to `memory_bytes` (record bytes plus a per-row allowance) are held
+    in memory; above it, each `memory_bytes` is sorted into a run file in a
+    temporary directory of the worker's local disk (removed at the end),
+    and the runs are merged as streams (`spill.merge_runs`)."""
+    held: list[tuple] = []
+    held_bytes = 0
+    runs: list[RunInfo] = []
+    scratch = None
+    try:
+        for packet in packets:
+            held.append(packet)
+            held_bytes += len(packet[2]) + len(packet[3]) // 4 * _ROW_OVERHEAD
+            if held_bytes > memory_bytes:
+                if scratch is None:
+                    scratch = tempfile.mkdtemp(prefix="recordforge-sort-")
+                runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
+                                       index_every=index_every))
+                held, held_bytes = [], 0
+        if not runs:
+            _write_sorted(writer, held)
+            return
+        if any(packet[3] for packet in held):
+            runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
+                                   index_every=index_every))
+        held = []
+        spill.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
+                         prefix_len=prefix_len, index_every=index_every)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def place_chunks(places: Sequence[tuple], chunks: Iterable[tuple]):
+    """Yields ``(shard index, offset in the shard, chunk bytes)`` for a
+    bucket's chunks ``(offset in the bucket, bytes)``, given its places
+    ``(offset in the bucket, length, shard index, offset in the shard)``
+    from the split's shard plan. Every chunk lies within one place."""
+    places = sorted(places)
+    starts = [place[0] for place in places]
+    for offset, data in chunks:
+        position = bisect.bisect_right(starts, offset) - 1
+        if position < 0:
+            raise ValueError(f"chunk at byte {offset} is before the first planned piece")
+        start, length, shard, shard_offset = places[position]
+        if offset + len(data) > start + length:
+            raise ValueError(f"chunk at byte {offset} ({len(data)} bytes) overruns its planned "
+                             f"piece [{start}, {start + length})")
+        yield shard, shard_offset + offset - start, data
+
+
+def _writes_atomically(fs) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool(getattr(fs, "atomic_writes", False)) or bool(
+        set(protocols) & _ATOMIC_PROTOCOLS)
+
+
+def publish_shard(name: str, write, *, staging_dir: str, temp_dir: str) -> tuple[int, str]:
+    """Writes a shard once and gives it its final name in `staging_dir`:
+    `write(out)` writes its bytes. Returns (bytes written, sha256 hex).
+
+    Local filesystem: a temporary name in `temp_dir`, synced, then an atomic
+    rename. Object stores, where an object appears only when complete:
+    the final name directly (no copy). Other filesystems: a temporary
+    name, then a move. Rerunning writes the same bytes under the same name."""
+    final_path = spill.join_path(staging_dir, name)
+    fs, fs_final = fsspec.core.url_to_fs(final_path)
+    if _writes_atomically(fs) and not isinstance(fs, LocalFileSystem):
+        with fs.open(fs_final, "wb") as fileobj:
+            out = HashingWriter(fileobj)
+            write(out)
+        return out.written, out.digest.hexdigest()
+    temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
+    _, fs_temp = fsspec.core.url_to_fs(temp_path)
+    fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
+    with fs.open(fs_temp, "wb") as fileobj:
+        on_disk = WriteBehind(fileobj)  # durable before its rename (page_cache)
+        out = HashingWriter(on_disk)
+        write(out)
+        on_disk.finish()
+    fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
+    if isinstance(fs, LocalFileSystem):
+        os.replace(fs_temp, fs_final)
+    else:
+        fs.mv(fs_temp, fs_final)
+    return out.written, out.digest.hexdigest()
+
+
+# -- Beam steps ---------------------------------------------------------------
+
+
+class _PackFn(beam.DoFn):
+    """ExampleBatch -> ("stats", (split, (rows, bytes, sample))) and
+    ("rows", ((split, lane), ("rows", packet))) per split in the batch."""
+
+    def __init__(self, dataset_name: str, splits, shuffle: bool, tuning):
+        self._dataset_name = dataset_name
+        self._splits = tuple(splits)
+        self._shuffle = shuffle
+        self._tuning = tuning
+
+    def setup(self):
+        relax_young_collections()  # a batch's rows should die young
+        self._assigner = SplitAssigner(self._dataset_name, self._splits)
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        self._lane = int.from_bytes(os.urandom(4), "little")
+
+    def process(self, batch):
+        prepared = prepare_batch(self._assigner, batch, shuffle=self._shuffle,
+                                 sample_every=self._tuning.sample_every(),
+                                 prefix_len=self._tuning.prefix_len)
+        if prepared is None:
+            return
+        names = self._assigner.names
+        for split in np.unique(prepared.splits).tolist():
+            rows = np.flatnonzero(prepared.splits == split)
+            selected = rows.tolist()
+            examples = spill.take(prepared.examples, selected)
+            sizes = prepared.sizes[rows]
+            if self._shuffle:
+                width = HASH_SIZE
+                keys = b"".join(spill.take(prepared.order_keys, selected))
+            elif prepared.keyed:
+                width = spill.KEY_VARIABLE
+                keys = tuple(spill.take(prepared.order_keys, selected))
+            else:
+                width, keys = spill.KEY_IS_EXAMPLE, None
+            data = tfrecordio.frame_records(examples)
+            # Lanes only spread the waiting rows over workers: any lane will
+            # do, and none changes the output.
+            self._lane += 1
+            packet = (width, keys, data, sizes.astype(_SIZE).tobytes())
+            self._exchanged.inc(len(data))
+            yield ("rows", ((names[split], self._lane % self._tuning.lanes), ("rows", packet)))
+            yield ("stats", (names[split], (len(selected), int(sizes.sum()),
+                                            tuple(prepared.samples.get(split, ())))))
+        self._rows.inc(len(prepared.examples))
+
+
+class _SplitStatsFn(beam.CombineFn):
+    """(rows, bytes, sample) of a split's batches, added up; the sample cut
+    to the highest sample_size distinct entries. The accumulator is a
+    mutable ``[rows, bytes, set]``, cut only when it holds twice the sample,
+    so that adding a batch costs its own entries, not the whole sample."""
+
+    def __init__(self, sample_size: int):
+        self._sample_size = sample_size
+
+    def create_accumulator(self):
+        return [0, 0, set()]
+
+    def add_input(self, accumulator, element):
+        rows, nbytes, sample = element
+        accumulator[0] += rows
+        accumulator[1] += nbytes
+        accumulator[2].update(sample)
+        self._cut(accumulator)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for rows, nbytes, sample in accumulators:
+            merged[0] += rows
+            merged[1] += nbytes
+            merged[2] |= sample
+            self._cut(merged)
+        return merged
+
+    def _cut(self, accumulator) -> None:
+        if len(accumulator[2]) > 2 * self._sample_size:
+            accumulator[2] = set(heapq.nlargest(self._sample_size, accumulator[2]))
+
+    def extract_output(self, accumulator):
+        return merge_split_stats([(accumulator[0], accumulator[1], accumulator[2])],
+                                 self._sample_size)
+
+
+def _plan_lanes(split_stats, *, tuning):
+    """(split, (rows, bytes, sample)) -> the split's bucket lower bounds,
+    once for each lane."""
+    split, (_, nbytes, sample) = split_stats
+    ranges = plan_bucket_ranges(split, nbytes, sample, tuning.bucket_bytes,
+                                sample_bytes=tuning.sample_every(),
+                                sample_size=tuning.sample_size)
+    bounds = tuple(bucket.lo for bucket in ranges)
+    return [((split, lane), ("plan", bounds)) for lane in range(tuning.lanes)]
+
+
+class _RouteFn(beam.DoFn):
+    """((split, lane), [plan, packets...]) -> ((split, bucket), packet).
+
+    A bucket's rows are gathered into packets of about `route_bytes`
+    before they go on; when `route_bytes` are held in all, every bucket's
+    are sent."""
+
+    def __init__(self, route_bytes: int):
+        self._route_bytes = route_bytes
+
+    def setup(self):
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, lane), values = item
+        bounds = next((value for tag, value in values if tag == "plan"), None)
+        if bounds is None:
+            if any(tag == "rows" for tag, _ in values):
+                raise ValueError(f"split {split!r}, lane {lane}: rows came without the "
+                                 f"split's bucket plan")
+            return
+        held: dict[int, list] = {}
+        held_bytes: dict[int, int] = {}
+        total = 0
+        for tag, packet in values:
+            if tag != "rows":
+                continue
+            for bucket, piece in split_packet(packet, bounds):
+                held.setdefault(bucket, []).append(piece)
+                held_bytes[bucket] = held_bytes.get(bucket, 0) + len(piece[2])
+                total += len(piece[2])
+                if held_bytes[bucket] >= self._route_bytes:
+                    total -= held_bytes.pop(bucket)
+                    yield from self._send(split, bucket, held.pop(bucket))
+                if total >= self._route_bytes * 8:
+                    for waiting in sorted(held):
+                        yield from self._send(split, waiting, held[waiting])
+                    held, held_bytes, total = {}, {}, 0
+        for waiting in sorted(held):
+            yield from self._send(split, waiting, held[waiting])
+
+    def _send(self, split, bucket, pieces):
+        packet = _merge_packets(pieces)
+        self._exchanged.inc(len(packet[2]))
+        yield (split, bucket), packet
+
+
+class _SortBucketFn(beam.DoFn):
+    """((split, bucket), [packet]) -> ("meta", (split, BucketChunks)) and
+    ("chunk", ((split, bucket), ("chunk", (offset, bytes)))) per chunk."""
+
+    def __init__(self, compression: str, chunk_bytes: int, gzip_level: int, tuning):
+        self._compression = compression
+        self._chunk_bytes = chunk_bytes
+        self._gzip_level = gzip_level
+        self._tuning = tuning
+
+    def setup(self):
+        relax_young_collections()
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, index), packets = item
+        tuning = self._tuning
+        with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
+            writer = spill.ChunkWriter(out, compression=self._compression,
+                                       chunk_bytes=self._chunk_bytes,
+                                       gzip_level=self._gzip_level)
+            sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
+                                fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
+                                index_every=tuning.index_every)
+            chunks = writer.close()
+            yield ("meta", (split, BucketChunks(split, index, str(index), tuple(chunks))))
+            out.seek(0)
+            for chunk in chunks:
+                data = out.read(chunk.length)
+                if len(data) != chunk.length:
+                    raise spill.RunFileError(f"bucket {index} of split {split!r}: chunk at "
+                                             f"byte {chunk.offset} cut short")
+                self._exchanged.inc(len(data))
+                yield ("chunk", ((split, index), ("chunk", (chunk.offset, data))))
+
+
+def _plan_split_shards(split_buckets, *, shard_size: int):
+    """(split, [BucketChunks]) -> each shard's counts, keyed (split, shard),
+    and each bucket's places in the shards, keyed (split, bucket)."""
+    split, buckets = split_buckets
+    for spec in plan_shards(split, list(buckets), shard_size):
+        yield ((split, spec.index), ("spec", (spec.count, spec.num_examples, spec.num_bytes)))
+        shard_offset = 0
+        for bucket, offset, length in spec.pieces:
+            yield ((split, int(bucket)), ("place", (offset, length, spec.index, shard_offset)))
+            shard_offset += length
+
+
+class _PlaceFn(beam.DoFn):
+    """((split, bucket), [places and chunks]) -> ((split, shard), ("piece",
+    (offset in the shard, bytes)))."""
+
+    def setup(self):
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, bucket), values = item
+        places = [value for tag, value in values if tag == "place"]
+        chunks = {value[0]: value[1] for tag, value in values if tag == "chunk"}
+        for shard, offset, data in place_chunks(places, sorted(chunks.items())):
+            self._exchanged.inc(len(data))
+            yield (split, shard), ("piece", (offset, data))
+
+
+class _WriteShardFn(beam.DoFn):
+    """((split, shard), [spec, pieces...]) -> shard metadata dict."""
+
+    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, memory_bytes: int):
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+        self._suffix = suffix
+        self._memory_bytes = memory_bytes
+
+    def setup(self):
+        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def process(self, item):
+        (split, index), values = item
+        spec = None
+        placed: dict[int, int] = {}
+        name = None
+        # Pieces come in any order: they are put in place in a spooled file
+        # (memory up to memory_bytes, local disk beyond), then copied once.
+        with tempfile.SpooledTemporaryFile(max_size=self._memory_bytes) as spool:
+            for tag, value in values:
+                if tag == "spec":
+                    spec = value
+                    continue
+                offset, data = value
+                if offset in placed:
+                    continue  # delivered twice: the same bytes
+                spool.seek(offset)
+                spool.write(data)
+                placed[offset] = len(data)
+            if spec is None:
+                raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
+            count, num_examples, num_bytes = spec
+            name = SHARD_FILE_NAME.format(split=split, index=index, count=count,
+                                          suffix=self._suffix)
+            position = 0
+            for offset in sorted(placed):
+                if offset != position:
+                    raise spill.RunFileError(f"{name}: no piece at byte {position}")
+                position += placed[offset]
+            if position != num_bytes:
+                raise spill.RunFileError(f"{name}: assembled {position} bytes, planned "
+                                         f"{num_bytes}")
+
+            def write(out):
+                spool.seek(0)
+                while True:
+                    block = spool.read(_BLOCK)
+                    if not block:
+                        break
+                    out.write(block)
+
+            written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
+                                            temp_dir=self._temp_dir)
+        self._examples.inc(num_examples)
+        self._bytes.inc(written)
+        self._shards.inc()
+        yield {"split": split, "file": name, "num_examples": num_examples,
+               "num_bytes": written, "sha256": sha256}
+
+
+class ShuffleExchange(beam.PTransform):
+    """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
+
+    The shards are written to `staging_dir` (see the module docstring);
+    `shard_temp_dir` holds a shard only while it is written, on
+    filesystems that need a temporary name. `tuning` is a
+    `shards.ShardTuning`."""
+
+    def __init__(self, staging_dir: str, *, shard_temp_dir: str, dataset_name: str,
+                 splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
+                 compression: str, chunk_bytes: int, gzip_level: int, suffix: str, tuning):
+        super().__init__()
+        self._staging_dir = staging_dir
+        self._shard_temp_dir = shard_temp_dir
+        self._dataset_name = dataset_name
+        self._splits = tuple(splits)
+        self._shuffle = shuffle
+        self._shard_size = shard_size
+        self._compression = compression
+        self._chunk_bytes = chunk_bytes
+        self._gzip_level = gzip_level
+        self._suffix = suffix
+        self._tuning = tuning
+
+    def expand(self, batches):
+        tuning = self._tuning
+        # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
+        packed = batches | "Pack" >> beam.ParDo(_PackFn(
+            self._dataset_name, self._splits, self._shuffle, tuning))
+        # ((split, lane), ("plan", bucket lower bounds))
+        plans = (packed
+                 | "StatsOnly" >> beam.Filter(_is("stats"))
+                 | "Stats" >> beam.Map(_untag)
+                 | "SplitStats" >> beam.CombinePerKey(_SplitStatsFn(tuning.sample_size))
+                 | "PlanBuckets" >> beam.FlatMap(_plan_lanes, tuning=tuning))
+        rows = (packed
+                | "RowsOnly" >> beam.Filter(_is("rows"))
+                | "Rows" >> beam.Map(_untag))
+        # ("meta", (split, BucketChunks)) | ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
+        sorted_buckets = ((plans, rows)
+                          | "FlattenLanes" >> beam.Flatten()
+                          | "JoinPlan" >> beam.GroupByKey()  # ((split, lane), [plan, packets])
+                          | "Route" >> beam.ParDo(_RouteFn(tuning.route_bytes))
+                          | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [packet])
+                          | "SortBuckets" >> beam.ParDo(_SortBucketFn(
+                              self._compression, self._chunk_bytes, self._gzip_level, tuning)))
+        # ((split, shard), ("spec", counts)) | ((split, bucket), ("place", piece))
+        plan = (sorted_buckets
+                | "MetaOnly" >> beam.Filter(_is("meta"))
+                | "Meta" >> beam.Map(_untag)
+                | "GroupSplitChunks" >> beam.GroupByKey()  # (split, [BucketChunks])
+                | "PlanShards" >> beam.FlatMap(_plan_split_shards, shard_size=self._shard_size))
+        chunks = (sorted_buckets
+                  | "ChunksOnly" >> beam.Filter(_is("chunk"))
+                  | "Chunks" >> beam.Map(_untag))
+        places = plan | "PlacesOnly" >> beam.Filter(lambda item: item[1][0] == "place")
+        specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
+        pieces = ((places, chunks)
+                  | "FlattenChunks" >> beam.Flatten()
+                  | "JoinPlaces" >> beam.GroupByKey()  # ((split, bucket), [places, chunks])
+                  | "Place" >> beam.ParDo(_PlaceFn()))  # ((split, shard), ("piece", ...))
+        return ((specs, pieces)
+                | "FlattenShards" >> beam.Flatten()
+                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces])
+                | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
+                    self._staging_dir, self._shard_temp_dir, self._suffix,
+                    tuning.memory_bytes)))  # metadata dict
