@@ -42,6 +42,7 @@ __all__ = [
     "is_relative_inside",
     "load_manifest",
     "utc_timestamp",
+    "with_files",
 ]
 
 FORMAT = "recordforge.manifest/1"
@@ -174,6 +175,21 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     }
 
 
+def with_files(manifest: Mapping[str, Any], files: Sequence[str]) -> dict:
+    """The manifest with ``files``: the version's other files (report,
+    statistics), sorted, placed after ``dead_letter``; unchanged without any."""
+    if not files:
+        return dict(manifest)
+    ordered = {}
+    for key, value in manifest.items():
+        if key == "files":
+            continue
+        ordered[key] = value
+        if key == "dead_letter":
+            ordered["files"] = sorted(files)
+    return ordered
+
+
 def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:
     """The manifest as UTF-8 JSON bytes, indented by 2, with a final newline.
     Keys keep the dict's order (build_manifest fixes it), so the bytes are a
@@ -255,6 +271,11 @@ def load_manifest(data: bytes | str) -> dict:
     for position, file in enumerate(files):
         if not isinstance(file, str) or not is_relative_inside(file):
             raise ManifestError(f"dead_letter.files[{position}]",
+                                f"must be a relative path inside the version, got {file!r}")
+    listed = manifest.get("files", [])
+    for position, file in enumerate(listed if isinstance(listed, list) else [None]):
+        if not isinstance(file, str) or not is_relative_inside(file):
+            raise ManifestError(f"files[{position}]",
                                 f"must be a relative path inside the version, got {file!r}")
     if num_input_rows != total_examples + dead_rows:
         raise ManifestError("num_input_rows", f"{num_input_rows} input rows but "

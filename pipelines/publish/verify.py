@@ -209,6 +209,13 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
         elif sums and file not in sums:
             report.problems.append(Problem(SHA256SUMS_FILE, f"does not list {file}",
                                            code="sums"))
+    for file in manifest.get("files", []):
+        if file not in present:
+            report.problems.append(Problem(file, "missing (listed in the manifest's files)",
+                                           code="missing"))
+        elif sums and file not in sums:
+            report.problems.append(Problem(manifest_lib.SHA256SUMS_FILE, f"does not list {file}",
+                                           code="sums"))
     for file, digest in sums.items():
         if file in shards:
             continue
