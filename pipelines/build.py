@@ -36,6 +36,7 @@ from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
 from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExistsError,
                       report)
+from .publish.statistics import StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
@@ -151,9 +152,13 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress)
     _check_inputs_unchanged(staging, config, inputs)
 
+    # stats.json, drift.json against the version LATEST names, the gates.
+    statistics = StatisticsCheck.for_config(config)
+
     def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
         report.write_staged_report(staging_url, manifest, label_counts=label_counts,
-                                   wall_seconds=time.monotonic() - started)
+                                   wall_seconds=time.monotonic() - started,
+                                   **(statistics.report_sections if statistics else {}))
 
     try:
         result = publish.finalize(
@@ -165,7 +170,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
             max_error_rate=config.dead_letter.max_error_rate,
             max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
             report_hook=write_report, describe=True, update_latest=update_latest,
-            inputs=inputs)
+            inputs=inputs, statistics_hook=statistics)
     except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
         raise BuildFailed(f"publishing failed; nothing was published: "
                           f"{type(error).__name__}: {error}") from error

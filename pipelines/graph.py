@@ -16,6 +16,7 @@ import fsspec
 
 from .config import DatasetConfig
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
+from ..schemas.statistics import StatisticsPlan
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
@@ -23,6 +24,7 @@ from ..transforms.shards import WriteShards
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
+from ..transforms.statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
@@ -62,6 +64,7 @@ def write_result(parts: tuple, staging_url: str,
     seen: set[str] = set()
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
+    statistics: dict[str, dict[str, dict]] = {}
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -73,11 +76,14 @@ def write_result(parts: tuple, staging_url: str,
             for split, label, count in value:
                 by_label = label_counts.setdefault(split, {})
                 by_label[label] = by_label.get(label, 0) + count
+        elif kind == "statistics":
+            split, feature, entry = value
+            statistics.setdefault(split, {})[feature] = entry
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
-              "label_counts": label_counts}
+              "label_counts": label_counts, "statistics": statistics}
     if watched:
         result["unseen_columns"] = {feature: column for feature, column in watched.items()
                                     if column not in seen}
@@ -121,9 +127,11 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
     output = config.output
     # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
     # label_counts: ((split, label, examples), ...) for the report
+    # statistics: ((split, feature), FeatureStatistics) per batch
     to_examples = RowsToExamples(
         config.features, vocabularies, config.key, count_labels=_label_counting(
-            config, vocabularies), watch_columns=sorted(set(watched_columns(config).values())))
+            config, vocabularies), watch_columns=sorted(set(watched_columns(config).values())),
+        statistics=_statistics_setup(config, vocabularies))
     converted = source.rows | "ToExamples" >> to_examples
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = converted.examples | "WriteShards" >> WriteShards(
@@ -149,6 +157,9 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
                converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
                # (column name, ...) for the check that every feature's column was seen
                to_examples.columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"),
+               # (split, feature, stats.json entry) per key
+               converted.statistics | "MergeStatistics" >> MergeStatistics()
+               | "TagStatistics" >> beam.Map(with_tag, "statistics"),
                rows_read)
               | "GatherResult" >> beam.Flatten()
               # (None, (kind, value))
@@ -183,6 +194,16 @@ def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[s
         return None
     return LabelCounting(feature, tuple(vocabulary) if vocabulary is not None else None,
                          config.name, tuple(config.splits))
+
+
+def _statistics_setup(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                      ) -> StatisticsSetup | None:
+    """What the converter needs to compute statistics, or None when the
+    config turns them off (``validation.statistics: false``)."""
+    if not config.validation.statistics:
+        return None
+    return StatisticsSetup(StatisticsPlan.from_specs(config.features, vocabularies),
+                           config.name, tuple(config.splits))
 
 
 def known_vocabularies(config: DatasetConfig) -> dict[str, tuple[str, ...]]:

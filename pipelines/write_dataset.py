@@ -43,6 +43,7 @@ from .config import DatasetConfig, load_config
 from .graph import known_vocabularies, stage_build, write_result
 from .publish import BuildFailed, report
 from .publish.manifest import load_manifest
+from .publish.statistics import StatisticsCheck
 from .publish.staging import PIPELINE_LEASE, StagingRef
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
@@ -92,6 +93,7 @@ class _Publish(NamedTuple):
     runner: str
     verify: bool
     update_latest: bool
+    statistics: StatisticsCheck | None = None
 
 
 def publish_staged(parts: tuple, job: _Publish) -> dict:
@@ -106,15 +108,18 @@ def publish_staged(parts: tuple, job: _Publish) -> dict:
         out.remove(f"{staging.directory}/{name}")
     write_result(parts, staging.url)
 
+    statistics = job.statistics
+
     def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
-        report.write_staged_report(staging_url, manifest, label_counts=label_counts)
+        report.write_staged_report(staging_url, manifest, label_counts=label_counts,
+                                   **(statistics.report_sections if statistics else {}))
 
     result = publish.finalize(
         staging, name=job.name, compression=job.compression, features=job.features,
         vocabularies=job.vocabularies, config=job.config, split_names=job.split_names,
         max_error_rate=job.max_error_rate, max_errors=job.max_errors, runner=job.runner,
         verify=job.verify, report_hook=write_report, describe=True,
-        update_latest=job.update_latest)
+        update_latest=job.update_latest, statistics_hook=statistics)
     return _summary(result.manifest, result.url)
 
 
@@ -205,7 +210,8 @@ class WriteDataset(beam.PTransform):
                 config=config.resolved, split_names=tuple(config.split_names),
                 max_error_rate=config.dead_letter.max_error_rate,
                 max_errors=config.dead_letter.max_errors, runner=runner,
-                verify=self._verify, update_latest=self._update_latest)
+                verify=self._verify, update_latest=self._update_latest,
+                statistics=StatisticsCheck.for_config(config))
             self._job = job  # what the publishing step was given (tests run it again)
             # one summary dict
             published = staged.result | "Publish" >> beam.Map(publish_staged, job)

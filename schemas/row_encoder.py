@@ -111,6 +111,11 @@ class RowEncoder:
                 return convert
         raise KeyError(name)
 
+    def columns_as_read(self, column: Callable[[str], list]) -> Callable[[str], list]:
+        """`column` as `encode_columns` reads it: a nested ``from:`` path's
+        source name gives the values at that path."""
+        return _column_with_paths(column, self._paths) if self._paths else column
+
     def source_of(self, name: str) -> str:
         """The column feature `name` reads."""
         for feature, source, _ in self._plan:

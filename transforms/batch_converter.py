@@ -19,6 +19,7 @@ from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
 from .readers.rows import ColumnBatch, SourceRow
+from .statistics import CheckedValues
 
 __all__ = ["BatchConverter"]
 
@@ -86,6 +87,14 @@ class BatchConverter:
 
         The batch goes a column at a time first (`RowEncoder.encode_columns`);
         rows that path leaves, and only those, go row by row."""
+        return self.convert_observed_batch(batch, label, vocabulary)[:3]
+
+    def convert_observed_batch(self, batch: Iterable[SourceRow] | ColumnBatch,
+                               label: str | None, vocabulary: Sequence[str] | None = None,
+                               plan=None) -> tuple[list, list[str | None], list[dict], Any]:
+        """Like `convert_labelled_batch`, plus the good rows' checked values
+        for statistics: a `statistics.CheckedValues` for `plan` (a
+        `schemas.statistics.StatisticsPlan`), or None without one."""
         if isinstance(batch, ColumnBatch):
             column, row_at, count = batch.column, batch.row, len(batch)
         else:
@@ -94,19 +103,23 @@ class BatchConverter:
             def column(name: str) -> list:
                 return [row.values.get(name) for row in rows]
             row_at, count = rows.__getitem__, len(rows)
-        fast_examples, keys, fast_labels = self._column_path(column, count, label, vocabulary)
+        fast_examples, keys, fast_labels, checked = self._column_path(column, count, label,
+                                                                      vocabulary)
         label_of = self._labeller(label, vocabulary) if label is not None else None
         label_source = self._encoder.source_of(label) if label is not None else None
         if None not in fast_examples:
             if fast_labels is None:
                 fast_labels = (list(map(label_of, column(label_source))) if label is not None
                                else [None] * count)
-            return list(zip(keys, fast_examples)), fast_labels, []
+            return list(zip(keys, fast_examples)), fast_labels, [], (
+                None if plan is None else CheckedValues(self._encoder, plan, column, checked, None))
         examples = []
         labels = []
         dead_letters = []
+        good = []
         for index, example in enumerate(fast_examples):
             if example is not None:
+                good.append(index)
                 examples.append((keys[index], example))
                 labels.append(fast_labels[index] if fast_labels is not None
                               else label_of(row_at(index).values.get(label_source))
@@ -118,6 +131,7 @@ class BatchConverter:
                 labels.append(label_of(row.values.get(label_source)) if label is not None
                               else None)
                 examples.append(example)
+                good.append(index)
             except RowError as error:
                 dead_letters.append(self._dead_letter(row, error.stage, error.reason,
                                                       error.feature, error.message,
@@ -126,24 +140,25 @@ class BatchConverter:
                 dead_letters.append(self._dead_letter(
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
-        return examples, labels, dead_letters
+        return examples, labels, dead_letters, (
+            None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 
     def _column_path(self, column: Callable[[str], list], count: int, label: str | None,
-                     vocabulary: Sequence[str] | None) -> tuple[list, list, list | None]:
-        """(examples, keys, labels) of the rows the column path takes:
-        examples[i] None where row i must go row by row; labels None when
-        they are not known column-wise."""
+                     vocabulary: Sequence[str] | None) -> tuple[list, list, list | None, dict]:
+        """(examples, keys, labels, checked) of the rows the column path
+        takes: examples[i] None where row i must go row by row; labels None
+        when they are not known column-wise; checked as `encode_columns`."""
         try:
             examples, checked = self._encoder.encode_columns(column, count)
             keys = self._column_keys(column, examples, checked)
             labels = None
             if label is not None and label in checked:
                 labels = _column_labels(checked[label], vocabulary)
-            return examples, keys, labels
+            return examples, keys, labels, checked
         except Exception:  # a bug here must cost speed, not rows: the row path decides
             _LOG.warning("column path failed; converting the batch row by row",
                          exc_info=True)
-            return [None] * count, [], None
+            return [None] * count, [], None, {}
 
     def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:

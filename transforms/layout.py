@@ -12,13 +12,15 @@ verification, inspection and progress (in pipelines) agree on them::
           _pipeline_result.json            RESULT_FILE: what the pipeline wrote, for the driver
         <version>.<build_id>.owner.json    OWNER_SUFFIX, and the other STAGING_SUFFIXES
         <version>.commit.lock              LOCK_SUFFIX
-      .failed/<version>.<build_id>/        FAILED_DIR: dead letters of a failed build
+      .failed/<version>.<build_id>/        FAILED_DIR: dead letters, report and statistics of a failed build
       <version>/
         manifest.json                      MANIFEST_FILE
         SHA256SUMS                         SHA256SUMS_FILE
         report.html                        REPORT_FILE
         dataset_info.json, features.json   DATASET_INFO_FILE, FEATURES_FILE (TFDS; no gzip)
         croissant.json                     CROISSANT_FILE
+        stats.json                         STATS_FILE: statistics per split and feature
+        drift.json                         DRIFT_FILE: against the previous version, and the gates
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
 
@@ -35,6 +37,7 @@ import uuid
 __all__ = [
     "ASIDE_SUFFIX",
     "DEAD_LETTER_DIR",
+    "DRIFT_FILE",
     "FAILED_DIR",
     "LATEST_FILE",
     "LATEST_TMP_SUFFIX",
@@ -54,6 +57,7 @@ __all__ = [
     "SHARD_SUFFIXES",
     "STAGING_DIR",
     "STAGING_SUFFIXES",
+    "STATS_FILE",
     "TEMPORARY_TAIL",
     "TMP_DIR",
     "dead_letter_part_name",
@@ -77,9 +81,11 @@ REPORT_FILE = "report.html"
 DATASET_INFO_FILE = "dataset_info.json"  # TFDS, uncompressed output only
 FEATURES_FILE = "features.json"  # TFDS, uncompressed output only
 CROISSANT_FILE = "croissant.json"  # Croissant 1.1 JSON-LD
+STATS_FILE = "stats.json"  # statistics per split and feature
+DRIFT_FILE = "drift.json"  # against the version LATEST named, and the validation gates
 # What publishing writes into a staging directory, beside what the pipeline wrote.
 FINALIZE_FILES = (MANIFEST_FILE, SHA256SUMS_FILE, REPORT_FILE, DATASET_INFO_FILE, FEATURES_FILE,
-                  CROISSANT_FILE)
+                  CROISSANT_FILE, STATS_FILE, DRIFT_FILE)
 DEAD_LETTER_DIR = "dead_letter"
 
 # --- a staging directory (beside what becomes the version) ---------------------------

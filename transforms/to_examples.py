@@ -3,8 +3,9 @@
 `RowsToExamples` takes batches of `SourceRow` and gives batches of
 ``(key, serialized Example)`` plus a ``dead_letter`` PCollection with one record
 per row that failed and, when asked, the examples counted per split and
-label. The per-row work is `batch_converter.BatchConverter`, a plain class
-tested without Beam; the DoFn only wraps it and counts.
+label, and statistics per split and feature (`transforms/statistics.py`).
+The per-row work is `batch_converter.BatchConverter`, a plain class tested
+without Beam; the DoFn only wraps it and counts.
 """
 
 from __future__ import annotations
@@ -14,22 +15,27 @@ from typing import Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 
+import numpy as np
+
 from ..schemas.features import FeatureSpec
+from ..schemas.statistics import batch_statistics
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import HashedExamples, SplitAssigner
+from .statistics import StatisticsSetup
 from .tagged import select
 
-__all__ = ["COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "ConvertedRows",
-           "LabelCounting", "RowsToExamples"]
+__all__ = ["COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
+           "ConvertedRows", "LabelCounting", "RowsToExamples"]
 
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
 LABEL_COUNTS = "label_counts"
 COLUMNS_SEEN = "columns_seen"
+STATISTICS = "statistics"
 
 
 class LabelCounting(NamedTuple):
@@ -45,23 +51,27 @@ class LabelCounting(NamedTuple):
 
 
 class _ConvertBatchesFn(beam.DoFn):
-    """RowBatch -> ("examples", ExampleBatch), ("dead_letter", dead-letter dict)
-    and, with label counting, ("label_counts", ((split, label, examples), ...))."""
+    """RowBatch -> ("examples", ExampleBatch), ("dead_letter", dead-letter dict),
+    with label counting ("label_counts", ((split, label, examples), ...)) and
+    with statistics ("statistics", ((split, feature), FeatureStatistics))."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
-                 watch_columns: Sequence[str] = ()):
+                 watch_columns: Sequence[str] = (),
+                 statistics: StatisticsSetup | None = None):
         # Plain values only: the converter (closures) is rebuilt on the worker.
         self._watch_columns = tuple(watch_columns)
         self._specs = tuple(specs)
         self._vocabularies = {name: tuple(labels) for name, labels in vocabularies.items()}
         self._key_column = key_column
         self._counting = counting
+        self._statistics = statistics
 
     def setup(self):
         relax_young_collections()  # a batch's rows and examples should die young
         self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
-        self._assigner = (SplitAssigner(self._counting.dataset_name, self._counting.splits)
-                          if self._counting is not None else None)
+        splitting = self._counting or self._statistics
+        self._assigner = (SplitAssigner(splitting.dataset_name, splitting.splits)
+                          if splitting is not None else None)
         self._rows_converted = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_converted")
         self._dead_letters = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "dead_letters")
         self._by_reason = {}
@@ -98,15 +108,21 @@ class _ConvertBatchesFn(beam.DoFn):
     def process(self, batch):
         if self._unseen:
             yield from self._columns_seen(batch)
-        counting = self._counting
-        examples, labels, dead_letters = self._converter.convert_labelled_batch(
+        counting, statistics = self._counting, self._statistics
+        examples, labels, dead_letters, values = self._converter.convert_observed_batch(
             batch, counting.feature if counting else None,
-            counting.vocabulary if counting else None)
+            counting.vocabulary if counting else None,
+            statistics.plan if statistics else None)
         if examples:
             self._rows_converted.inc(len(examples))
-            if counting is not None:
-                examples, label_counts = self._count(examples, labels)
-                yield LABEL_COUNTS, label_counts
+            if counting is not None or statistics is not None:
+                examples, split_of, label_counts = self._count(examples, labels)
+                if counting is not None:
+                    yield LABEL_COUNTS, label_counts
+                if statistics is not None:
+                    for keyed in batch_statistics(statistics.plan, values, split_of,
+                                                  self._assigner.names):
+                        yield STATISTICS, keyed
             yield EXAMPLES, examples
         if dead_letters:
             self._dead_letters.inc(len(dead_letters))
@@ -121,34 +137,37 @@ class _ConvertBatchesFn(beam.DoFn):
             for record in dead_letters:
                 yield DEAD_LETTER, record
 
-    def _count(self, examples: list, labels: list[str | None]) -> tuple[HashedExamples, tuple]:
-        """(the batch with its rows' digests, ((split, label, examples), ...));
-        rows without a label are not counted. A row's split comes from its
+    def _count(self, examples: list, labels: list[str | None]
+               ) -> tuple[HashedExamples, np.ndarray, tuple]:
+        """(the batch with its rows' digests, each row's split index,
+        ((split, label, examples), ...)); rows without a label are not counted. A row's split comes from its
         key, or its example without one, as in the shard writer, which takes
         the digests from the batch instead of hashing the rows again."""
         digests, words = self._assigner.hash_rows(
             [example if key is None else key for key, example in examples])
         names = self._assigner.names
-        counts = collections.Counter(zip(self._assigner.split_indices(words).tolist(), labels))
-        return (HashedExamples(examples, self._assigner.salt, digests),
+        split_of = self._assigner.split_indices(words)
+        counts = collections.Counter(zip(split_of.tolist(), labels))
+        return (HashedExamples(examples, self._assigner.salt, digests), split_of,
                 tuple(sorted((names[split], label, count)
                              for (split, label), count in counts.items() if label is not None)))
 
 
 class ConvertedRows(NamedTuple):
     """The outputs of RowsToExamples; unpacks as ``examples, dead_letter,
-    label_counts``."""
+    label_counts, statistics``."""
 
     examples: beam.PCollection
     dead_letter: beam.PCollection
     label_counts: beam.PCollection
+    statistics: beam.PCollection
 
 
 class RowsToExamples(beam.PTransform):
     """Checks and serializes rows.
 
     Takes: RowBatch elements (list[SourceRow]).
-    Gives: `ConvertedRows(examples, dead_letter, label_counts)`:
+    Gives: `ConvertedRows(examples, dead_letter, label_counts, statistics)`:
       examples: ExampleBatch = list[(key: bytes | None, example: bytes)], one
         per input batch with at least one good row;
       dead_letter: one dead-letter dict per failed row;
@@ -156,6 +175,9 @@ class RowsToExamples(beam.PTransform):
         ...)`` per ExampleBatch (empty without it). Counting here, where
         each row's label is at hand, spares a pass that decodes every
         written record again.
+      statistics: with `statistics` (a `StatisticsSetup`), one
+        ``((split, feature), FeatureStatistics)`` per batch, split and
+        feature, for `statistics.MergeStatistics` (empty without it).
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
     watch_columns: columns to report when rows hold them: once applied, the
@@ -172,7 +194,8 @@ class RowsToExamples(beam.PTransform):
     def __init__(self, specs: Sequence[FeatureSpec],
                  vocabularies: Mapping[str, Sequence[str]] | None = None,
                  key_column: str | None = None, count_labels: LabelCounting | None = None,
-                 watch_columns: Sequence[str] = ()):
+                 watch_columns: Sequence[str] = (),
+                 statistics: StatisticsSetup | None = None):
         super().__init__()
         self._watch_columns = tuple(watch_columns)
         self.columns_seen = None
@@ -180,19 +203,23 @@ class RowsToExamples(beam.PTransform):
         self._vocabularies = dict(vocabularies or {})
         self._key_column = key_column
         self._count_labels = count_labels
+        self._statistics = statistics
         # Fail at pipeline construction, not on the workers, on a bad schema.
         BatchConverter(self._specs, self._vocabularies, key_column)
         if count_labels is not None:
             if count_labels.feature not in {spec.name for spec in self._specs}:
                 raise ValueError(f"count_labels: there is no feature {count_labels.feature!r}")
             SplitAssigner(count_labels.dataset_name, count_labels.splits)
+        if statistics is not None:
+            SplitAssigner(statistics.dataset_name, statistics.splits)
 
     def expand(self, batches):
         # ("examples", ExampleBatch) | ("dead_letter", dead-letter dict)
         # | ("label_counts", ((split, label, examples), ...))
+        # | ("statistics", ((split, feature), FeatureStatistics))
         tagged = batches | "ConvertBatches" >> beam.ParDo(_ConvertBatchesFn(
             self._specs, self._vocabularies, self._key_column, self._count_labels,
-            self._watch_columns)
+            watch_columns=self._watch_columns, statistics=self._statistics)
         ).with_output_types(TaggedBatch)
         # (column name, ...)
         self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select, COLUMNS_SEEN)
@@ -203,4 +230,6 @@ class RowsToExamples(beam.PTransform):
             # dead-letter dict
             dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(select, DEAD_LETTER),
             # ((split, label, examples), ...)
-            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(select, LABEL_COUNTS))
+            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(select, LABEL_COUNTS),
+            # ((split, feature), FeatureStatistics)
+            statistics=tagged | "SelectStatistics" >> beam.FlatMap(select, STATISTICS))

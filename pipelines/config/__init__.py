@@ -9,6 +9,7 @@ Modules, in the order a config is read:
     image      the ``source.image:`` section
     output     the ``output:`` and ``dead_letter:`` sections, sizes
     paths      local paths and URLs
+    validation the ``validation:`` section: statistics and gates
     model      the frozen dataclasses and defaults
     runners    runner profiles (``configs/runners/*.yaml``)
 
@@ -22,6 +23,7 @@ from .model import (COMPRESSIONS, DEFAULT_SHARD_SIZE, IMAGE_COLUMNS, MIN_SHARD_S
 from .output import parse_size
 from .overrides import apply_override
 from .runners import load_runner_profile, runner_profile_names
+from .validation import ValidationConfig
 
 __all__ = [
     "SOURCE_TYPES",
@@ -34,6 +36,7 @@ __all__ = [
     "OutputConfig",
     "DeadLetterConfig",
     "DatasetConfig",
+    "ValidationConfig",
     "load_config",
     "config_from_dict",
     "apply_override",

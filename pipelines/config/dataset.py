@@ -28,11 +28,13 @@ from .model import NESTED_SOURCE_TYPES, DatasetConfig
 from .output import parse_dead_letter, parse_output
 from .overrides import apply_override, set_value
 from .source import parse_source, source_columns
+from .validation import parse_validation
 from .yaml_safe import MAX_CONFIG_BYTES, check_shape, safe_load
 
 __all__ = ["config_from_dict", "load_config"]
 
-_TOP_KEYS = ("name", "version", "source", "features", "splits", "key", "output", "dead_letter")
+_TOP_KEYS = ("name", "version", "source", "features", "splits", "key", "output", "dead_letter",
+             "validation")
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -136,6 +138,7 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
     key = _parse_key(data.get("key"), known_columns)
     output, output_resolved = parse_output(data.get("output"))
     dead_letter = parse_dead_letter(data.get("dead_letter"))
+    validation, validation_resolved = parse_validation(data.get("validation"), features)
     resolved = {
         "name": name,
         "version": version,
@@ -145,10 +148,11 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
         "key": key,
         "output": output_resolved,
         "dead_letter": dataclasses.asdict(dead_letter),
+        "validation": validation_resolved,
     }
     return DatasetConfig(name=name, version=version, source=source, features=features,
                          splits=splits, key=key, output=output, dead_letter=dead_letter,
-                         resolved=resolved)
+                         validation=validation, resolved=resolved)
 
 
 def _reloadable(resolved: Mapping[str, Any]) -> dict:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from ...schemas.features import FeatureSpec
+from .validation import ValidationConfig
 
 __all__ = [
     "COMPRESSIONS",
@@ -125,6 +126,7 @@ class DatasetConfig:
       `recordforge.pipelines.publish.resolve_version` expands it.
     splits: (name, fraction) pairs in config order; fractions sum to 1.
     key: the column whose value assigns split and order, or None (row content).
+    validation: statistics on or off and the gates (the ``validation:`` section).
     resolved: the whole config as plain JSON-safe data (defaults filled,
       overrides applied, paths as written) for the manifest.
     """
@@ -137,6 +139,7 @@ class DatasetConfig:
     key: str | None
     output: OutputConfig
     dead_letter: DeadLetterConfig
+    validation: ValidationConfig = ValidationConfig()
     resolved: dict = dataclasses.field(default_factory=dict, compare=False)
 
     @property

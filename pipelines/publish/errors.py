@@ -37,11 +37,20 @@ class BuildFailed(PublishError):
         self.reasons = list(reasons)
         self.kept_at = kept_at
         self.problems = list(problems)
+        self.report_at: str | None = None
 
-    def with_kept_at(self, kept_at: str) -> "BuildFailed":
-        """The same failure, its message extended by where dead letters went."""
-        return type(self)(f"{self}\ndead-letter files of this build were kept in {kept_at}",
-                          reasons=self.reasons, kept_at=kept_at, problems=self.problems)
+    def with_kept_at(self, kept_at: str | None, report_at: str | None = None) -> "BuildFailed":
+        """The same failure, its message extended by where dead letters
+        (and the report) went."""
+        message = str(self)
+        if kept_at:
+            message += f"\ndead-letter files of this build were kept in {kept_at}"
+        if report_at:
+            message += f"\nthe report of this build was kept at {report_at}"
+        failure = type(self)(message, reasons=self.reasons, kept_at=kept_at or None,
+                             problems=self.problems)
+        failure.report_at = report_at
+        return failure
 
 
 class ConcurrentBuildError(BuildFailed):

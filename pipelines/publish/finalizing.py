@@ -12,7 +12,8 @@ The driver calls::
                               features={...}, vocabularies={...}, config={...},
                               split_names=[...], max_error_rate=0.01,
                               max_errors=None, runner="DirectRunner",
-                              verify=True, report_hook=None)
+                              verify=True, report_hook=None,
+                              statistics_hook=None)
 
 `finalize` checks, in order: the pipeline result, its row accounting and
 the error budget (`budget`), shard naming (`manifest.build_manifest`), and
@@ -20,12 +21,19 @@ that no split is empty. Any failure raises `BuildFailed`; the dead-letter
 files are then moved to ``<output>/.failed/<version>.<build_id>/dead_letter/``.
 Otherwise it deletes ``_tmp``, calls ``report_hook(staging.url, manifest,
 label_counts)`` (which may add files such as ``report.html``;
-`label_counts` are the pipeline's ``{split: {label: examples}}`` or None),
-writes (with ``describe=True``, as builds do) the descriptions for other
-readers (``dataset_info.json`` and
+`label_counts` are the pipeline's ``{split: {label: examples}}`` or None).
+Before it, ``statistics_hook(staging.url, manifest, pipeline_result)`` may
+write statistics files (stats.json, drift.json; `statistics`) and returns a
+failure message when a validation gate is crossed: the build then fails
+(`BuildFailed`) once the report is written, and the report and statistics
+files are kept with the dead letters under
+``<output>/.failed/<version>.<build_id>/``. Every file the hooks added is
+listed in the manifest's ``files``. With ``describe=True`` (as builds do)
+it writes the descriptions for other readers (``dataset_info.json`` and
 ``features.json`` for TFDS, `tfds_metadata`, uncompressed output only;
-``croissant.json``, `croissant`) and lists them in the manifest's
-``files``, writes ``SHA256SUMS`` (`checksums`), writes ``manifest.json`` into the
+``croissant.json``, `croissant`). Every file besides the shards, dead
+letters, manifest and SHA256SUMS is listed in the manifest's ``files`` with
+its size and sha256. It then writes ``SHA256SUMS`` (`checksums`), writes ``manifest.json`` into the
 staging directory, runs `verify.verify_dataset` on it (unless
 ``verify=False``), commits (`commit.commit`) and replaces ``LATEST``
 (``update_latest=False`` leaves it alone, e.g. for a backfill of an old
@@ -49,7 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ...transforms.files import sync_directory
-from ...transforms.layout import DEAD_LETTER_DIR, FAILED_DIR, MANIFEST_FILE, RESULT_FILE, TMP_DIR
+from ...transforms.layout import (DEAD_LETTER_DIR, DRIFT_FILE, FAILED_DIR, MANIFEST_FILE,
+                                  REPORT_FILE, RESULT_FILE, SHA256SUMS_FILE, STATS_FILE, TMP_DIR)
 from ...transforms.urls import redact_url
 from .. import signals
 from . import manifest as manifest_lib
@@ -101,7 +110,9 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              max_errors: int | None = None, runner: str = "DirectRunner", verify: bool = True,
              report_hook: Callable[[str, dict, dict | None], None] | None = None,
              update_latest: bool = True, verify_workers: int | None = None,
-             describe: bool = False, inputs: Mapping[str, Any] | None = None) -> PublishResult:
+             describe: bool = False, inputs: Mapping[str, Any] | None = None,
+             statistics_hook: Callable[[str, dict, dict], str | None] | None = None
+             ) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
@@ -133,14 +144,25 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         out.remove(f"{staging.directory}/{TMP_DIR}", recursive=True)
         out.remove(f"{staging.directory}/{RESULT_FILE}")
         _check_staged_files(out, staging, manifest)
+        gate_failure = None
+        if statistics_hook is not None:
+            try:
+                gate_failure = statistics_hook(staging.url, manifest, result)
+            except Exception as error:
+                raise BuildFailed(f"computing the build's statistics failed "
+                                  f"({type(error).__name__}: {error}); nothing was "
+                                  "published") from error
         if report_hook is not None:
             try:
                 report_hook(staging.url, manifest, result.get("label_counts"))
             except Exception as error:
                 raise BuildFailed(f"writing the build report failed ({type(error).__name__}: "
                                   f"{error}); nothing was published") from error
+        if gate_failure:
+            raise BuildFailed(gate_failure)
         if describe:
             _write_descriptions(out, staging, manifest)
+        manifest = manifest_lib.with_files(manifest, _added_files(out, staging, manifest))
         write_sha256sums(out, staging.directory, manifest)
         if out.local:
             # Shards and dead-letter files were synced before their renames;
@@ -160,9 +182,10 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         raise
     except BuildFailed as failure:
         kept_at = _keep_dead_letters(out, staging)
+        report_at = _keep_report(out, staging)
         staging.abort()
-        if kept_at:
-            raise failure.with_kept_at(kept_at) from None
+        if kept_at or report_at:
+            raise failure.with_kept_at(kept_at, report_at) from None
         raise
     except BaseException:
         staging.abort()
@@ -195,14 +218,10 @@ def finish_latest(output_path: str, version: str) -> PublishResult | None:
 
 def _write_descriptions(out: Output, staging: Staging, manifest: dict) -> None:
     """Writes the files that let readers without recordforge load the
-    version (TFDS's `tfds_metadata`, Croissant's `croissant`) and lists
-    them in the manifest's ``files`` with their sizes and sha256."""
-    files = {**tfds_files(manifest), **croissant_files(manifest)}
-    for file, data in files.items():
+    version (TFDS's `tfds_metadata`, Croissant's `croissant`); `_added_files`
+    lists them in the manifest like every other added file."""
+    for file, data in {**tfds_files(manifest), **croissant_files(manifest)}.items():
         out.write_atomic(f"{staging.directory}/{file}", data)
-    manifest["files"] = [{"file": file, "num_bytes": len(data),
-                          "sha256": hashlib.sha256(data).hexdigest()}
-                         for file, data in sorted(files.items())]
 
 
 def _check_nonempty_splits(manifest: dict) -> None:
@@ -275,3 +294,41 @@ def _keep_dead_letters(out: Output, staging: Staging) -> str | None:
     if result is not None:
         out.write_atomic(f"{target}/{RESULT_FILE}", result)
     return out.display_of(f"{target}/{DEAD_LETTER_DIR}") + "/"
+
+
+# The files besides shards and dead letters a failed build keeps under
+# .failed/ (the report hook's and the statistics hook's files).
+KEPT_FILES = (REPORT_FILE, STATS_FILE, DRIFT_FILE)
+
+
+def _keep_report(out: Output, staging: Staging) -> str | None:
+    """Copies a failed build's report and statistics files (those present)
+    to ``<output>/.failed/<version>.<build_id>/``. Returns the redacted URL
+    of the kept report (or of the first kept file), or None."""
+    target = out.path(FAILED_DIR, f"{staging.version}.{staging.build_id}")
+    kept = []
+    for name in KEPT_FILES:
+        data = out.read_bytes(f"{staging.directory}/{name}")
+        if data is None:
+            continue
+        out.fs.makedirs(target, exist_ok=True)
+        out.write_atomic(f"{target}/{name}", data)
+        kept.append(name)
+    return out.display_of(f"{target}/{kept[0]}") if kept else None
+
+
+def _added_files(out: Output, staging: Staging, manifest: dict) -> list[dict]:
+    """The files the hooks and descriptions added (report, statistics,
+    TFDS and Croissant metadata), each as ``{"file", "num_bytes", "sha256"}``:
+    every staged file that is not a shard, a dead-letter file, the manifest
+    or SHA256SUMS. They are small and written whole just before, so they
+    are read back here once to be described."""
+    known = set(manifest["dead_letter"]["files"]) | {
+        shard["file"] for summary in manifest["splits"].values() for shard in summary["shards"]}
+    known |= {MANIFEST_FILE, SHA256SUMS_FILE}
+    entries = []
+    for file in sorted(set(out.files(staging.directory)) - known):
+        data = out.read_bytes(f"{staging.directory}/{file}") or b""
+        entries.append({"file": file, "num_bytes": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest()})
+    return entries

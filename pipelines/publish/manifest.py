@@ -44,6 +44,7 @@ __all__ = [
     "is_relative_inside",
     "load_manifest",
     "utc_timestamp",
+    "with_files",
 ]
 
 FORMAT = "recordforge.manifest/1"
@@ -224,6 +225,24 @@ def _dead_letter_block(dead_letter: Mapping[str, Any]) -> dict:
     return block
 
 
+def with_files(manifest: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) -> dict:
+    """The manifest with ``files``: the version's other files (report,
+    statistics, descriptions for other readers) as ``{"file", "num_bytes",
+    "sha256"}``, sorted by name, placed after ``dead_letter``; unchanged
+    without any."""
+    if not files:
+        return dict(manifest)
+    ordered = {}
+    for key, value in manifest.items():
+        if key == "files":
+            continue
+        ordered[key] = value
+        if key == "dead_letter":
+            ordered["files"] = sorted((dict(entry) for entry in files),
+                                      key=lambda entry: entry["file"])
+    return ordered
+
+
 def dumps_manifest(manifest: Mapping[str, Any]) -> bytes:
     """The manifest as UTF-8 JSON bytes, indented by 2, with a final newline.
     Keys keep the dict's order (build_manifest fixes it), so the bytes are a
@@ -306,6 +325,18 @@ def load_manifest(data: bytes | str) -> dict:
         if not isinstance(file, str) or not is_relative_inside(file):
             raise ManifestError(f"dead_letter.files[{position}]",
                                 f"must be a relative path inside the version, got {file!r}")
+    listed = manifest.get("files", [])
+    for position, entry in enumerate(listed if isinstance(listed, list) else [None]):
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(file, str) or not is_relative_inside(file):
+            raise ManifestError(f"files[{position}].file",
+                                f"must be a relative path inside the version, got {file!r}")
+        if not isinstance(entry.get("num_bytes"), int) or entry["num_bytes"] < 0:
+            raise ManifestError(f"files[{position}].num_bytes",
+                                f"must be a byte count, got {entry.get('num_bytes')!r}")
+        if not (isinstance(entry.get("sha256"), str) and SHA256_HEX.match(entry["sha256"])):
+            raise ManifestError(f"files[{position}].sha256",
+                                f"must be 64 hex digits, got {entry.get('sha256')!r}")
     if num_input_rows != total_examples + dead_rows:
         raise ManifestError("num_input_rows", f"{num_input_rows} input rows but "
                             f"{total_examples} examples + {dead_rows} dead letters")

@@ -174,13 +174,16 @@ def dead_letter_samples(version_dir: str, manifest: Mapping[str, Any], *,
 def write_report(version_dir: str, manifest: Mapping[str, Any], *,
                  thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                  label_counts: Mapping[str, Mapping[str, int]] | None = None,
-                 throughput: Mapping[str, Any] | None = None) -> str:
+                 throughput: Mapping[str, Any] | None = None,
+                 statistics: Mapping[str, Any] | None = None,
+                 drift: Mapping[str, Any] | None = None) -> str:
     """Writes ``<version_dir>/report.html`` (local path or fsspec URL) and
     returns its path. Dead-letter samples are read from the version's
     dead-letter files. Written under a temporary name, then renamed."""
     page = render_report(manifest, thumbnails=thumbnails, label_counts=label_counts,
                          throughput=throughput,
-                         dead_letter_samples=dead_letter_samples(version_dir, manifest))
+                         dead_letter_samples=dead_letter_samples(version_dir, manifest),
+                         statistics=statistics, drift=drift)
     target = _join(version_dir, REPORT_FILE)
     fs, path = fsspec.core.url_to_fs(target)
     write_atomic(fs, path, page.encode("utf-8"))
@@ -204,9 +207,11 @@ def _throughput(manifest: Mapping[str, Any], wall_seconds: float | None) -> dict
 
 def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
                         label_counts: Mapping[str, Mapping[str, int]] | None = None,
-                        wall_seconds: float | None = None) -> str:
+                        wall_seconds: float | None = None,
+                        statistics: Mapping[str, Any] | None = None,
+                        drift: Mapping[str, Any] | None = None) -> str:
     """Writes the report into the staging directory (the `publish.finalize`
-    report hook). Label counts are the pipeline's when given (split ->
+    report hook), with the build's statistics and drift when given. Label counts are the pipeline's when given (split ->
     label -> examples), else counted from the staged shards; thumbnails
     come from the first records of the shards."""
     if label_counts is not None and _label_feature(manifest)[0] is not None:
@@ -216,4 +221,5 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
     else:
         label_counts, thumbnails = gather_samples(staging_url, manifest)
     return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
-                        throughput=_throughput(manifest, wall_seconds))
+                        throughput=_throughput(manifest, wall_seconds),
+                        statistics=statistics, drift=drift)

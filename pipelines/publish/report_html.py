@@ -20,6 +20,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ..progress import human_bytes
+from .report_statistics import render_statistics
 
 __all__ = ["render_report", "thumbnail_data_uri"]
 
@@ -188,8 +189,12 @@ def render_report(manifest: Mapping[str, Any], *,
                   thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                   label_counts: Mapping[str, Mapping[str, int]] | None = None,
                   throughput: Mapping[str, Any] | None = None,
-                  dead_letter_samples: Mapping[str, Mapping] | None = None) -> str:
-    """The report page as HTML text."""
+                  dead_letter_samples: Mapping[str, Mapping] | None = None,
+                  statistics: Mapping[str, Any] | None = None,
+                  drift: Mapping[str, Any] | None = None) -> str:
+    """The report page as HTML text. statistics/drift: the build's
+    stats.json and drift.json documents (gates, drift and per-feature
+    sections, `report_statistics`)."""
     name, version = manifest.get("name", ""), manifest.get("version", "")
     splits = manifest.get("splits") or {}
     config = manifest.get("config") or {}
@@ -267,6 +272,8 @@ def render_report(manifest: Mapping[str, Any], *,
         body.append(f"<p class='note'>{len(inputs.get('files') or []):,} files read, "
                     f"{sum(skipped.values()):,} skipped{_e(f' ({reasons})' if reasons else '')}; "
                     "each read file's size and version are in manifest.json (inputs).</p>")
+    # Gates, drift and per-feature statistics.
+    body.append(render_statistics(statistics, drift))
 
     # Dead letters.
     dead = manifest.get("dead_letter") or {}

@@ -42,7 +42,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ...transforms.layout import MANIFEST_FILE, SHA256SUMS_FILE
 from ...transforms.urls import redact_url

@@ -179,8 +179,9 @@ def test_write_dataset_of_created_dicts_and_a_non_mapping(tmp_path):
     assert manifest["num_input_rows"] == 41 and manifest["dead_letter"]["num_rows"] == 3
     assert manifest["tool"]["runner"] == "DirectRunner"
     assert manifest["compression"] == "GZIP" and manifest["config"]["source"] is None
-    # gzip output: TFDS cannot read it, so only the Croissant description is written.
-    assert [f["file"] for f in manifest["files"]] == ["croissant.json"]
+    # gzip output: TFDS cannot read it, so of the descriptions only Croissant's is written.
+    assert [f["file"] for f in manifest["files"]] == [
+        "croissant.json", "drift.json", "report.html", "stats.json"]
     back = _read_back(out, tmp_path)
     assert sorted(row["id"] for row in back) == list(range(38))
     row = next(row for row in back if row["id"] == 6)
@@ -288,7 +289,8 @@ def test_read_dataset_gives_the_rows_and_checks_checksums(tmp_path, cli_flights)
 def test_every_description_is_in_the_manifest_and_sha256sums(cli_flights):
     manifest = json.loads((cli_flights / "manifest.json").read_text())
     listed = {f["file"]: f for f in manifest["files"]}
-    assert set(listed) == {"croissant.json", "dataset_info.json", "features.json"}
+    assert set(listed) == {"croissant.json", "dataset_info.json", "features.json",
+                           "drift.json", "report.html", "stats.json"}
     sums = dict(line.split("  ")[::-1] for line in
                 (cli_flights / "SHA256SUMS").read_text().splitlines())
     for name, entry in listed.items():

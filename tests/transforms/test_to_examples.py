@@ -229,7 +229,7 @@ def _total_label_counts(per_batch):
 
 
 def _run_rows_to_examples(pipeline):
-    examples, dead, label_counts = (
+    examples, dead, label_counts, _ = (
         pipeline
         | "Rows" >> beam.Create(BATCHES)
         | "ToExamples" >> RowsToExamples(SPECS, {}, key_column="id", count_labels=COUNTING))
@@ -365,7 +365,8 @@ MIXED_VALUES = {
 
 def row_by_row(converter: BatchConverter) -> BatchConverter:
     """The same converter with the column path switched off."""
-    converter._column_path = lambda column, count, label, vocabulary: ([None] * count, [], None)
+    converter._column_path = lambda column, count, label, vocabulary: (
+        [None] * count, [], None, {})
     return converter
 
 

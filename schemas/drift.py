@@ -1,0 +1,259 @@
+"""Drift and gates: a build's statistics against the previous version's, and the validation gates.
+
+`compare(current, previous, previous_version)` turns two ``stats.json``
+documents into ``drift.json``: the change in examples per split, the
+schema change, and per feature a distance between the two distributions:
+L-infinity between the value frequencies of vocabulary and string features
+(the largest difference in any value's share of the values, as TFDV's drift
+comparator), Jensen-Shannon divergence (base 2, 0 to 1) for numeric
+features and byte lengths over bins the two share (the deciles of both
+versions; masses from both KLL sketches).
+
+`check_gates(gates, stats, drift)` evaluates the configured `Gate`s and
+returns one `GateResult` per gate and split. Nothing here knows about Beam
+or files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from .statistics import kll_from_json
+
+__all__ = ["FORMAT", "MEASURES", "Gate", "GateResult", "check_gates", "compare",
+           "failure_message", "jensen_shannon", "linf_distance"]
+
+FORMAT = "recordforge.drift/1"
+# measure -> (what it is, where it comes from)
+MEASURES = {
+    "row_change": "relative change in examples per split against the previous version",
+    "linf": "L-infinity distance between value frequencies against the previous version",
+    "js": "Jensen-Shannon divergence against the previous version",
+    "missing": "fraction of the split's examples without the feature",
+}
+# Ranks whose quantiles (of both versions) make the shared bins.
+_BIN_RANKS = tuple(i / 10 for i in range(1, 10))
+
+
+class Gate(NamedTuple):
+    """One validation gate: `measure` (a key of MEASURES) must not exceed
+    `limit` in any split. feature: None for dataset-wide measures
+    (row_change). key: the config key that set it, for messages."""
+
+    key: str
+    measure: str
+    limit: float
+    feature: str | None = None
+
+
+class GateResult(NamedTuple):
+    """A gate evaluated in one split: passed, the measured value (None when
+    it cannot be measured: no previous version, a new split or feature),
+    and a sentence saying so."""
+
+    gate: Gate
+    split: str
+    value: float | None
+    passed: bool
+    message: str
+
+
+# --- distances ---------------------------------------------------------------------
+
+
+def linf_distance(a: Mapping[Any, float], b: Mapping[Any, float],
+                  total_a: float | None = None, total_b: float | None = None) -> float:
+    """max over values of |a[v] / total_a - b[v] / total_b|, a and b mapping
+    value -> count (totals default to the sums of the counts; larger totals
+    stand for values not listed)."""
+    total_a = sum(a.values()) if total_a is None else total_a
+    total_b = sum(b.values()) if total_b is None else total_b
+    if not total_a or not total_b:
+        return 0.0 if not total_a and not total_b else 1.0
+    return max((abs(a.get(value, 0) / total_a - b.get(value, 0) / total_b)
+                for value in set(a) | set(b)), default=0.0)
+
+
+def jensen_shannon(p: Sequence[float], q: Sequence[float]) -> float:
+    """Jensen-Shannon divergence (log base 2, 0..1) of two distributions over the same bins."""
+    total_p, total_q = sum(p), sum(q)
+    if total_p <= 0 or total_q <= 0:
+        return 0.0 if total_p <= 0 and total_q <= 0 else 1.0
+    divergence = 0.0
+    for x, y in zip(p, q):
+        x, y = x / total_p, y / total_q
+        m = (x + y) / 2
+        if x > 0:
+            divergence += x / 2 * math.log2(x / m)
+        if y > 0:
+            divergence += y / 2 * math.log2(y / m)
+    return min(1.0, max(0.0, divergence))
+
+
+def _value_counts(entry: Mapping[str, Any]) -> tuple[dict[str, float], bool] | None:
+    """value -> count of a vocabulary or string feature's entry, and whether exact."""
+    section = entry.get(entry.get("kind"))
+    if not isinstance(section, Mapping):
+        return None
+    if entry.get("kind") == "vocabulary" and isinstance(section.get("counts"), Mapping):
+        return dict(section["counts"]), True
+    top = section.get("top_values")
+    if not isinstance(top, list):
+        return None
+    counts = {item["value"]: item["count"] for item in top
+              if isinstance(item, Mapping) and "value" in item}
+    # Values beyond the listed ones share what is left, as one "other".
+    rest = entry.get("num_values", 0) - sum(counts.values())
+    if rest > 0:
+        counts[None] = rest
+    return counts, bool(section.get("exact"))
+
+
+def _shared_edges(mine, theirs) -> list[float]:
+    """Bin edges both versions are counted on: the deciles of both."""
+    return sorted(set(mine.get_quantiles(list(_BIN_RANKS)))
+                  | set(theirs.get_quantiles(list(_BIN_RANKS))))
+
+
+def _numeric_js(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> float | None:
+    kind = entry.get("kind")
+    mine, theirs = kll_from_json(entry.get(kind)), kll_from_json(previous.get(kind))
+    if mine is None or theirs is None or mine.is_empty() or theirs.is_empty():
+        return None
+    edges = _shared_edges(mine, theirs)
+    # get_pmf bins: (-inf, e0), [e0, e1), ..., [e_last, inf)
+    return jensen_shannon(mine.get_pmf(edges), theirs.get_pmf(edges))
+
+
+def _feature_drift(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> dict | None:
+    kind = entry.get("kind")
+    if kind != previous.get("kind"):
+        return None
+    if kind in ("vocabulary", "string"):
+        mine, theirs = _value_counts(entry), _value_counts(previous)
+        if mine is None or theirs is None:
+            return None
+        # "other" is not one value: it is left out of the comparison.
+        a = {k: v for k, v in mine[0].items() if k is not None}
+        b = {k: v for k, v in theirs[0].items() if k is not None}
+        value = linf_distance(a, b, entry.get("num_values") or sum(mine[0].values()),
+                              previous.get("num_values") or sum(theirs[0].values()))
+        return {"measure": "linf", "value": round(value, 6), "exact": mine[1] and theirs[1]}
+    value = _numeric_js(entry, previous)
+    if value is None:
+        return None
+    return {"measure": "js", "value": round(value, 6), "exact": False}
+
+
+# --- the comparison ----------------------------------------------------------------
+
+
+def _schema(stats: Mapping[str, Any]) -> dict[str, tuple]:
+    found: dict[str, tuple] = {}
+    for split in (stats.get("splits") or {}).values():
+        for name, entry in (split.get("features") or {}).items():
+            found.setdefault(name, (entry.get("kind"), entry.get("type")))
+    return found
+
+
+def compare(current: Mapping[str, Any], previous: Mapping[str, Any] | None,
+            previous_version: str | None) -> dict:
+    """The ``drift.json`` document of `current` against `previous` (both
+    ``stats.json`` documents; previous None when there is no previous
+    version with statistics)."""
+    document: dict[str, Any] = {"format": FORMAT, "previous_version": previous_version,
+                                "splits": {}, "schema": None}
+    if previous is None:
+        for split, info in (current.get("splits") or {}).items():
+            document["splits"][split] = {"num_examples": info.get("num_examples"),
+                                         "previous_num_examples": None, "row_change": None,
+                                         "features": {}}
+        return document
+    mine, theirs = _schema(current), _schema(previous)
+    document["schema"] = {
+        "added": sorted(set(mine) - set(theirs)),
+        "removed": sorted(set(theirs) - set(mine)),
+        "changed": [{"feature": name, "from": {"kind": theirs[name][0], "type": theirs[name][1]},
+                     "to": {"kind": mine[name][0], "type": mine[name][1]}}
+                    for name in sorted(set(mine) & set(theirs)) if mine[name] != theirs[name]],
+    }
+    document["removed_splits"] = sorted(set(previous.get("splits") or {})
+                                        - set(current.get("splits") or {}))
+    for split, info in (current.get("splits") or {}).items():
+        before = (previous.get("splits") or {}).get(split)
+        count = info.get("num_examples")
+        old = before.get("num_examples") if before else None
+        change = (abs(count - old) / old) if old else None
+        features = {}
+        if before:
+            for name, entry in (info.get("features") or {}).items():
+                old_entry = (before.get("features") or {}).get(name)
+                if old_entry is not None:
+                    drift = _feature_drift(entry, old_entry)
+                    if drift is not None:
+                        features[name] = drift
+        document["splits"][split] = {"num_examples": count, "previous_num_examples": old,
+                                     "row_change": None if change is None else round(change, 6),
+                                     "features": features}
+    return document
+
+
+# --- gates -------------------------------------------------------------------------
+
+
+def _measure(gate: Gate, split: str, stats: Mapping[str, Any], drift: Mapping[str, Any]
+             ) -> tuple[float | None, str]:
+    """(value, why it is None)."""
+    if gate.measure == "missing":
+        entry = ((stats.get("splits") or {}).get(split, {}).get("features") or {}).get(
+            gate.feature)
+        if entry is None:
+            return None, f"feature {gate.feature!r} has no statistics"
+        return entry.get("missing_fraction") or 0.0, ""
+    if drift.get("previous_version") is None:
+        return None, "no previous version with statistics to compare with"
+    split_drift = (drift.get("splits") or {}).get(split) or {}
+    if gate.measure == "row_change":
+        if split_drift.get("previous_num_examples") is None:
+            return None, f"split {split!r} is new"
+        return split_drift.get("row_change"), ""
+    found = (split_drift.get("features") or {}).get(gate.feature)
+    if found is None or found.get("measure") != gate.measure:
+        return None, f"feature {gate.feature!r} has nothing to compare in the previous version"
+    return found.get("value"), ""
+
+
+def check_gates(gates: Iterable[Gate], stats: Mapping[str, Any],
+                drift: Mapping[str, Any]) -> list[GateResult]:
+    """Every gate in every split of `stats`, in gate then split order. A gate
+    that cannot be measured (no previous version, a new split or feature)
+    passes and says why."""
+    results = []
+    splits = list((stats.get("splits") or {}).keys())
+    for gate in gates:
+        for split in splits:
+            value, why = _measure(gate, split, stats, drift)
+            where = f"split {split!r}" + (f", feature {gate.feature!r}" if gate.feature else "")
+            if value is None:
+                results.append(GateResult(gate, split, None, True,
+                                          f"{gate.key}: not checked in {where}: {why}"))
+                continue
+            passed = value <= gate.limit
+            verb = "is within" if passed else "exceeds"
+            results.append(GateResult(gate, split, value, passed, (
+                f"{gate.key}: {where}: {gate.measure} = {value:.4g} {verb} the limit "
+                f"{gate.limit:g}")))
+    return results
+
+
+def failure_message(results: Sequence[GateResult]) -> str | None:
+    """One message naming every failed gate with its measured value, or None."""
+    failed = [result for result in results if not result.passed]
+    if not failed:
+        return None
+    lines = [f"build failed: {len(failed)} validation gate(s) crossed; nothing was published"]
+    lines += [f"  {result.message}" for result in failed]
+    lines.append("  (relax a gate for one run with --set "
+                 f"{failed[0].gate.key}=<limit>, or null to turn it off)")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""Drift between two stats.json documents and the validation gates (schemas/drift.py)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from recordforge.schemas.drift import (Gate, check_gates, compare, failure_message,
+                                       jensen_shannon, linf_distance)
+from recordforge.schemas.statistics import FeatureStatistics
+
+
+def _stats(numbers, labels, vocabulary=("a", "b", "c"), texts=None, missing=0):
+    rows = len(numbers) + missing
+    features = {
+        "x": FeatureStatistics.from_values("numeric", "float", rows, numbers).to_json(),
+        "label": FeatureStatistics.from_values("vocabulary", "int64", len(labels), labels,
+                                               vocabulary=vocabulary).to_json(),
+    }
+    if texts is not None:
+        features["city"] = FeatureStatistics.from_values("string", "bytes", len(texts),
+                                                         texts).to_json()
+    return {"format": "recordforge.stats/1",
+            "splits": {"train": {"num_examples": rows, "features": features}}}
+
+
+def test_distances_by_hand():
+    assert linf_distance({"a": 1, "b": 1}, {"a": 3, "b": 1}) == pytest.approx(0.25)
+    assert linf_distance({"a": 2}, {"b": 5}) == 1.0
+    assert jensen_shannon([1, 0], [0, 1]) == 1.0
+    assert jensen_shannon([1, 1], [2, 2]) == 0.0
+    # JS of (1/2, 1/2) and (1, 0): 1/2 KL(p||m) + 1/2 KL(q||m), m = (3/4, 1/4)
+    expected = 0.5 * (0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25)) \
+        + 0.5 * math.log2(1 / 0.75)
+    assert jensen_shannon([1, 1], [1, 0]) == pytest.approx(expected)
+
+
+def test_same_distribution_passes_the_gates():
+    rng = random.Random(2)
+    before = _stats([rng.gauss(10, 2) for _ in range(20_000)],
+                    [rng.choice([0, 1, 2]) for _ in range(20_000)],
+                    texts=[rng.choice(["paris", "rome", "oslo"]) for _ in range(20_000)])
+    after = _stats([rng.gauss(10, 2) for _ in range(21_000)],
+                   [rng.choice([0, 1, 2]) for _ in range(21_000)],
+                   texts=[rng.choice(["paris", "rome", "oslo"]) for _ in range(21_000)])
+    drift = compare(after, before, "v1")
+    split = drift["splits"]["train"]
+    assert split["row_change"] == pytest.approx(0.05)
+    # KLL's rank error (1.3%) puts a floor under JS between two versions of
+    # one distribution: 0.008 median, 0.018 at most in 40 seeds here.
+    assert split["features"]["x"]["measure"] == "js" and split["features"]["x"]["value"] < 0.04
+    assert split["features"]["label"] == {"measure": "linf", "value": pytest.approx(
+        split["features"]["label"]["value"]), "exact": True}
+    assert split["features"]["label"]["value"] < 0.02
+    assert split["features"]["city"]["value"] < 0.02
+    assert drift["schema"] == {"added": [], "removed": [], "changed": []}
+    gates = [Gate("validation.max_row_change", "row_change", 0.5),
+             Gate("validation.features.x.max_js", "js", 0.05, "x"),
+             Gate("validation.features.label.max_linf", "linf", 0.1, "label"),
+             Gate("validation.features.city.max_linf", "linf", 0.1, "city")]
+    results = check_gates(gates, after, drift)
+    assert [result.passed for result in results] == [True] * 4
+    assert failure_message(results) is None
+
+
+def test_drifted_distributions_fail_the_gates_with_the_measured_values():
+    rng = random.Random(3)
+    before = _stats([rng.gauss(10, 2) for _ in range(20_000)],
+                    [rng.choice([0, 1, 2]) for _ in range(20_000)])
+    # prices in cents instead of dollars; label "c" vanished; half the rows
+    after = _stats([rng.gauss(10, 2) * 100 for _ in range(10_000)],
+                   [rng.choice([0, 1]) for _ in range(10_000)])
+    drift = compare(after, before, "v1")
+    split = drift["splits"]["train"]
+    assert split["row_change"] == 0.5
+    assert split["features"]["x"]["value"] > 0.8
+    # c had a third of the values and has none
+    assert split["features"]["label"]["value"] == pytest.approx(1 / 3, abs=0.03)
+    gates = [Gate("validation.max_row_change", "row_change", 0.4),
+             Gate("validation.features.x.max_js", "js", 0.1, "x"),
+             Gate("validation.features.label.max_linf", "linf", 0.2, "label")]
+    results = check_gates(gates, after, drift)
+    assert [result.passed for result in results] == [False, False, False]
+    message = failure_message(results)
+    assert "3 validation gate(s) crossed" in message
+    assert "validation.max_row_change: split 'train': row_change = 0.5 exceeds the limit 0.4" \
+        in message
+    assert "validation.features.label.max_linf: split 'train', feature 'label': linf = 0.3" \
+        in message
+
+
+def test_missing_gate_needs_no_previous_version():
+    after = _stats([1.0] * 95, [0] * 100, missing=5)
+    drift = compare(after, None, None)
+    assert drift["previous_version"] is None and drift["schema"] is None
+    results = check_gates([Gate("validation.features.x.max_missing", "missing", 0.01, "x"),
+                           Gate("validation.features.x.max_js", "js", 0.0, "x")], after, drift)
+    assert not results[0].passed and results[0].value == 0.05
+    # drift gates cannot be measured without a previous version: they pass and say why
+    assert results[1].passed and results[1].value is None
+    assert "no previous version" in results[1].message
+
+
+def test_schema_changes_are_reported():
+    before = _stats([1.0, 2.0], [0, 1])
+    after = _stats([1.0, 2.0], [0, 1], texts=["x", "y"])
+    del after["splits"]["train"]["features"]["x"]
+    schema = compare(after, before, "v1")["schema"]
+    assert schema == {"added": ["city"], "removed": ["x"], "changed": []}

@@ -1,0 +1,213 @@
+"""Per-feature statistics (schemas/statistics.py) against Python's own arithmetic."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+import statistics as pystats
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.statistics import (KLL_K, FeatureStatistics, StatisticsPlan, _SHIFT,
+                                            _exact_sum, batch_statistics, feature_kind)
+
+EXACT_KEYS = ("count", "min", "max", "mean", "std", "sum", "nan", "inf", "distinct")
+
+
+def _numeric(values, stored="int64"):
+    return FeatureStatistics.from_values("numeric", stored, len(values), values)
+
+
+def _merged(parts, stored="int64"):
+    merged = None
+    for part in parts:
+        stats = _numeric(part, stored)
+        merged = stats if merged is None else merged.merge(stats)
+    return merged
+
+
+def test_exact_sum_is_the_exact_sum_in_any_order():
+    rng = random.Random(3)
+    values = [rng.uniform(-1e6, 1e6) for _ in range(2000)] + [1e-300, -2.5e-320, 1e300, 0.0]
+    exact = sum(map(Fraction, values))
+    assert Fraction(_exact_sum(np.array(values)), 1 << _SHIFT) == exact
+    rng.shuffle(values)
+    assert Fraction(_exact_sum(np.array(values)), 1 << _SHIFT) == exact
+
+
+def test_int_statistics_match_python():
+    values = [3, -7, 12, 12, 0, 5, 1 << 40, -(1 << 40) + 3]
+    entry = _numeric(values).to_json()
+    section = entry["numeric"]
+    assert entry["examples"] == entry["present"] == entry["num_values"] == len(values)
+    assert entry["missing"] == 0 and entry["missing_fraction"] == 0.0
+    assert section["count"] == len(values)
+    assert section["min"] == min(values) and section["max"] == max(values)
+    assert section["sum"] == sum(values)
+    assert section["mean"] == float(Fraction(sum(values), len(values)))
+    assert section["std"] == pytest.approx(pystats.pstdev(values), rel=1e-15)
+    assert section["distinct"] == len(set(values))
+
+
+def test_huge_ints_are_summed_exactly():
+    values = [(1 << 62) + 1, (1 << 62) + 3, -(1 << 63)]
+    section = _numeric(values).to_json()["numeric"]
+    assert section["sum"] == sum(values)
+    assert section["mean"] == float(Fraction(sum(values), 3))
+
+
+def test_float_statistics_describe_the_stored_float32_values():
+    values = [0.1, 0.2, 0.3, -1.5, 1e10, 3.25]
+    stored = [float(np.float32(v)) for v in values]
+    section = _numeric(values, "float").to_json()["numeric"]
+    assert section["min"] == min(stored) and section["max"] == max(stored)
+    mean = sum(map(Fraction, stored)) / len(stored)
+    assert section["mean"] == float(mean)
+    variance = sum((Fraction(v) - mean) ** 2 for v in stored) / len(stored)
+    assert section["std"] == math.sqrt(float(variance))
+    assert section["nan"] == 0 and section["inf"] == 0
+
+
+def test_nan_and_inf_are_counted_and_left_out():
+    section = _numeric([1.0, math.nan, math.inf, -math.inf, 3.0], "float").to_json()["numeric"]
+    assert (section["nan"], section["inf"], section["count"]) == (1, 2, 2)
+    assert (section["min"], section["max"], section["mean"]) == (1.0, 3.0, 2.0)
+
+
+@pytest.mark.parametrize("stored", ["int64", "float"])
+def test_exact_fields_do_not_depend_on_batches_or_merge_order(stored):
+    rng = random.Random(11)
+    values = [rng.randint(-10**6, 10**6) if stored == "int64" else rng.uniform(-50, 50)
+              for _ in range(30_000)]
+    one = _numeric(values, stored).to_json()["numeric"]
+    cut = [values[i:i + 977] for i in range(0, len(values), 977)]
+    rng.shuffle(cut)
+    many = _merged(cut, stored)
+    # pickled as a runner would between workers
+    many = pickle.loads(pickle.dumps(many)).to_json()["numeric"]
+    for key in EXACT_KEYS:
+        if key in one:
+            assert one[key] == many[key], key
+
+
+def test_quantiles_are_within_the_kll_rank_error():
+    rng = random.Random(5)
+    values = [rng.gauss(0, 1) for _ in range(100_000)]
+    parts = [values[i:i + 10_000] for i in range(0, len(values), 10_000)]
+    section = _merged(parts, "float").to_json()["numeric"]
+    stored = np.sort(np.array(values, dtype=np.float32).astype(np.float64))
+    error = section["rank_error"]
+    assert 0 < error < 0.02
+    for rank, value in section["quantiles"].items():
+        true_rank = np.searchsorted(stored, value, side="left") / len(stored)
+        assert abs(true_rank - float(rank)) <= error, rank
+    assert section["quantiles"]["0"] == stored[0] and section["quantiles"]["1"] == stored[-1]
+    fractions = section["histogram"]["fractions"]
+    assert len(fractions) == 10 and sum(fractions) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_small_inputs_give_exact_quantiles():
+    # Below KLL's k every value is kept: quantile q is the smallest value
+    # whose rank exceeds q * n, exactly.
+    values = list(range(1, KLL_K))
+    section = _numeric(values).to_json()["numeric"]
+    for rank, value in section["quantiles"].items():
+        rank = float(rank)
+        expected = values[min(len(values) - 1, math.floor(rank * len(values)))]
+        assert value == expected, rank
+    assert section["histogram"]["edges"][0] == 1 and section["histogram"]["edges"][-1] == 199
+
+
+def test_vocabulary_counts_are_exact():
+    vocabulary = ("cat", "dog", "eel")
+    a = FeatureStatistics.from_values("vocabulary", "int64", 4, [0, 1, 1, 1],
+                                      vocabulary=vocabulary)
+    b = FeatureStatistics.from_values("vocabulary", "int64", 2, [1, 0], vocabulary=vocabulary)
+    section = a.merge(b).to_json()["vocabulary"]
+    assert section["counts"] == {"cat": 2, "dog": 4, "eel": 0}
+    assert section["top_values"] == [{"value": "dog", "count": 4}, {"value": "cat", "count": 2}]
+    assert section["distinct"] == 2 and section["exact"] is True
+
+
+def test_string_top_values_are_exact_below_the_sketch_capacity():
+    values = ["b"] * 5 + ["a"] * 5 + ["z"] * 7 + [f"u{i}" for i in range(300)]
+    rng = random.Random(1)
+    rng.shuffle(values)
+    halves = [FeatureStatistics.from_values("string", "bytes", n, part) for n, part in
+              ((200, [v.encode() for v in values[:200]]), (len(values) - 200, values[200:]))]
+    section = halves[1].merge(halves[0]).to_json()["string"]
+    assert section["exact"] is True and section["distinct"] == 303
+    assert section["top_values"][:3] == [{"value": "z", "count": 7}, {"value": "a", "count": 5},
+                                         {"value": "b", "count": 5}]
+
+
+def test_bytes_features_give_length_statistics():
+    values = [b"", b"abc", b"x" * 10, b"12"]
+    entry = FeatureStatistics.from_values("bytes", "bytes", 4, values).to_json()
+    section = entry["bytes"]
+    assert (section["min"], section["max"], section["total_bytes"]) == (0, 10, 15)
+    assert section["mean"] == 15 / 4
+
+
+def test_lists_and_missing_values():
+    # 5 examples: two lists, one absent, one empty list, one single value
+    rows = [[1.0, 2.0], [3.0], None, [], [4.0, 5.0, 6.0]]
+    present = [row for row in rows if row is not None]
+    stats = FeatureStatistics.from_values(
+        "numeric", "float", len(rows), [v for row in present for v in row], is_list=True,
+        per_row=list(map(len, present)))
+    entry = stats.to_json()
+    assert (entry["examples"], entry["present"], entry["missing"]) == (5, 4, 1)
+    assert entry["missing_fraction"] == 0.2 and entry["num_values"] == 6
+    assert entry["values_per_example"] == {"min": 0, "max": 3, "mean": 1.5}
+    assert entry["numeric"]["mean"] == 3.5
+
+
+def test_batch_statistics_partitions_by_split():
+    specs = parse_features({"x": {"type": "int64"}, "tag": {"type": "string"},
+                            "v": {"type": "float", "shape": [-1], "required": False}})
+    plan = StatisticsPlan.from_specs(specs, {})
+    assert [kind for _, kind, *_ in plan.features] == ["numeric", "string", "numeric"]
+    columns = {"x": ("scalars", [1, 2, 3, 4]), "tag": ("scalars", ["a", "b", "a", "a"]),
+               "v": ("rows", [[1.0], None, [2.0, 3.0], None])}
+    out = dict(batch_statistics(plan, columns.__getitem__, np.array([0, 1, 0, 0]),
+                                ["train", "test"]))
+    assert out["train", "x"].to_json()["numeric"]["sum"] == 8
+    assert out["test", "x"].to_json()["numeric"]["sum"] == 2
+    assert out["train", "v"].to_json()["missing"] == 1
+    assert out["test", "v"].to_json()["missing"] == 1
+    assert out["train", "tag"].to_json()["string"]["top_values"] == [{"value": "a", "count": 3}]
+
+
+def test_feature_kinds():
+    specs = parse_features({"a": {"type": "int64", "vocabulary": ["x"]}, "b": {"type": "float"},
+                            "c": {"type": "string"}, "d": {"type": "bytes"}})
+    assert [feature_kind(spec) for spec in specs] == ["vocabulary", "numeric", "string", "bytes"]
+
+
+def test_nested_and_listed_features_take_their_checked_values():
+    from recordforge.transforms.batch_converter import BatchConverter
+    from recordforge.transforms.readers.rows import SourceRow
+
+    specs = parse_features({"city": {"type": "string", "from": "place.city"},
+                            "n": {"type": "int64", "from": ["place", "n"]},
+                            "tags": {"type": "int64", "shape": [-1], "required": False}})
+    rows = [SourceRow("f.jsonl", i, {"place": {"city": ["oslo", "rome"][i % 2], "n": i},
+                                     "tags": list(range(i % 3)) if i % 4 else None})
+            for i in range(40)]
+    converter = BatchConverter(specs, {}, None)
+    plan = StatisticsPlan.from_specs(specs, {})
+    examples, _, dead, values = converter.convert_observed_batch(rows, None, None, plan)
+    assert len(examples) == 40 and not dead
+    out = dict(batch_statistics(plan, values, np.zeros(40, dtype=np.intp), ["train"]))
+    assert out["train", "city"].to_json()["string"]["top_values"] == [
+        {"value": "oslo", "count": 20}, {"value": "rome", "count": 20}]
+    assert out["train", "n"].to_json()["numeric"]["sum"] == sum(range(40))
+    tags = out["train", "tags"].to_json()
+    present = [list(range(i % 3)) for i in range(40) if i % 4]
+    assert tags["missing"] == 10 and tags["num_values"] == sum(map(len, present))
+    assert tags["values_per_example"]["max"] == 2
