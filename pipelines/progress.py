@@ -387,10 +387,11 @@ _QUIET_LOGGERS = ("distributed", "tornado")
 
 # Beam options that quiet worker processes (multi_processing DirectRunner
 # workers and portable SDK harnesses log INFO to stderr by default).
-# CRITICAL, not ERROR: a failing step logs its traceback at ERROR in the
-# worker and again in the driver (the job service relays it); without -v the
+# Above CRITICAL (60): a failing step logs its traceback at ERROR in the
+# worker and again in the driver (the job service relays it), a worker
+# stopped by Ctrl-C logs "harness failed" at CRITICAL; without -v the
 # build's own one-line verdict names the error and the step instead.
-QUIET_BEAM_ARGS = ("--default_sdk_harness_log_level=CRITICAL",)
+QUIET_BEAM_ARGS = ("--default_sdk_harness_log_level=60",)
 
 
 def hide_beam_noise(verbose: bool) -> list[str]:

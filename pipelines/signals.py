@@ -9,8 +9,10 @@ KeyboardInterrupt) in the main thread; the build's cleanup deletes the
 staging directory and the command exits ``128 + signal`` (130, 143) saying
 nothing was published. A runner that reports its workers' deaths as a
 pipeline failure before the handler's exception arrives is told apart by
-`received`. After a signal the runner's threads' tracebacks and log lines
-about the stopped workers are silenced until the block ends.
+`received`. The runner's threads that fail because their workers died of
+the signal, and its log lines about them, print nothing (`_thread_error`
+tells them apart by the signal's arrival, which the kernel reports through
+the wakeup pipe before the main thread runs its handler).
 
 Inside `deferred` (the commit and the LATEST update) a signal is only
 recorded: the few renames finish, and the build reports what it published.
@@ -48,8 +50,11 @@ class Interrupted(KeyboardInterrupt):
 class _State:
     def __init__(self):
         self.received: int | None = None
+        self.arrived = False
         self.deferring = 0
         self.quieted = False
+        self.wakeup: int | None = None
+        self.excepthook = None
 
 
 _state = _State()
@@ -116,18 +121,37 @@ def stop_workers(grace: float = WORKER_GRACE) -> None:
             pass
 
 
-def _quiet_thread_error(args) -> None:
-    """Threads of the runner that fail because their workers were stopped:
-    the build's outcome is already decided, their tracebacks say nothing."""
+def _signal_arrived() -> bool:
+    """Whether a signal reached this process during the block, even if the
+    main thread has not run its handler yet (the C-level handler writes its
+    number to the wakeup pipe at once)."""
+    if _state.received is not None or _state.arrived:
+        return True
+    if _state.wakeup is not None:
+        try:
+            _state.arrived = bool(os.read(_state.wakeup, 64))
+        except (BlockingIOError, OSError):
+            pass
+    return _state.arrived
+
+
+def _thread_error(args) -> None:
+    """A runner thread that fails because its workers died of the signal
+    (Ctrl-C reaches them too, maybe before this process's handler runs):
+    the build's outcome is decided, its traceback says nothing. Any other
+    thread error goes to the previous hook."""
+    deadline = time.monotonic() + 0.5
+    while not _signal_arrived() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if not _signal_arrived() and _state.excepthook is not None:
+        _state.excepthook(args)
 
 
 def _quiet() -> None:
-    """After a signal the runner's threads and loggers report the workers'
-    deaths (tracebacks on stderr); the build reports the interruption
-    itself, once."""
+    """After a signal the runner's loggers report the workers' deaths
+    (tracebacks on stderr); the build reports the interruption itself, once."""
     if not _state.quieted:
         _state.quieted = True
-        threading.excepthook = _quiet_thread_error
         logging.disable(logging.CRITICAL)
 
 
@@ -151,8 +175,14 @@ def interruptible() -> Iterator[None]:
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
-    excepthook = threading.excepthook
-    _state.received = None
+    _state.received, _state.arrived = None, False
+    _state.excepthook = threading.excepthook
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    previous_wakeup = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    _state.wakeup = read_end
+    threading.excepthook = _thread_error
     for signum in _SIGNALS:
         signal.signal(signum, _handle)
     try:
@@ -160,9 +190,13 @@ def interruptible() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        signal.set_wakeup_fd(previous_wakeup)
+        threading.excepthook = _state.excepthook
+        _state.wakeup = None
+        os.close(read_end)
+        os.close(write_end)
         if _state.quieted:
             _state.quieted = False
-            threading.excepthook = excepthook
             logging.disable(logging.NOTSET)
 
 

@@ -42,7 +42,7 @@ version).
 Errors (`errors`): `VersionExistsError`, `BuildFailed` (`ConcurrentBuildError`
 is one), `PublishedWithErrors` when the version was published but
 publishing did not finish (`LatestNotUpdated`: ``LATEST`` could not be
-replaced; a later build of the version finishes it, `commit.finish_latest`),
+replaced; a later build of the version finishes it, `finish_latest`),
 `OSError` from the filesystem before the commit (nothing published). A
 SIGINT or SIGTERM during the commit and the LATEST update waits until they
 are done (`signals.deferred`). Credentials in URLs never appear in messages or the

@@ -149,7 +149,7 @@ def restore_logging():
 
 def test_hide_beam_noise(restore_logging):
     args = progress.hide_beam_noise(False)
-    assert args == ["--default_sdk_harness_log_level=CRITICAL"]
+    assert args == ["--default_sdk_harness_log_level=60"]
     progress.hide_beam_noise(False)  # idempotent
     root = logging.getLogger()
     assert root.filters.count(progress._ROOT_FILTER) == 1
