@@ -109,8 +109,10 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     Raises `ConfigError` (an invalid config; nothing ran),
     `VersionExistsError`, `BuildFailed` (nothing was published:
     `PipelineFailed` when the pipeline failed, else the error budget,
-    verification, ...) or `PublishError` (published, but LATEST could not
-    be replaced). KeyboardInterrupt stops the build and publishes nothing.
+    verification, ...) or `PublishedWithErrors` (published, but LATEST could
+    not be replaced: `LatestNotUpdated`; building the same version again
+    then moves LATEST and returns the published version). KeyboardInterrupt
+    stops the build and publishes nothing.
     """
     config = load_config(config, overrides, output=output)
     try:
