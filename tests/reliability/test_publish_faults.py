@@ -349,3 +349,20 @@ def test_a_failing_step_prints_one_verdict_and_no_traceback_without_verbose(
     assert "Traceback" not in err, err
     assert _verdict(err).startswith("recordforge build: the pipeline failed; nothing was "
                                     "published: ") and "injected read failure" in err
+
+
+@pytest.mark.parametrize("error, raised", [("EIO", True), ("EINVAL", False), ("EOPNOTSUPP", False)])
+def test_a_failed_directory_sync_is_an_error_unless_the_filesystem_cannot_sync_directories(
+        tmp_path, error, raised):
+    """`files.sync_directory` (every small write's last step, and the
+    commit's) raises what fsync of the directory returns, except the errors
+    of filesystems that cannot sync a directory at all."""
+    script = ("import sys\nfrom recordforge.transforms.files import sync_directory\n"
+              "try:\n    sync_directory(sys.argv[1])\nexcept OSError as e:\n"
+              "    print('raised', e.errno)\nelse:\n    print('ok')\n")
+    done = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(tmp_path),
+                           "-e", "trace=fsync", "-e", f"inject=fsync:error={error}",
+                           sys.executable, "-c", script, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == ("raised" if raised else "ok"), done.stdout
