@@ -36,6 +36,7 @@ import uuid
 
 __all__ = [
     "ASIDE_SUFFIX",
+    "held_copy_name",
     "DEAD_LETTER_DIR",
     "DRIFT_FILE",
     "FAILED_DIR",
@@ -119,6 +120,13 @@ TEMPORARY_TAIL = r"\.[0-9a-f]{32}\.tmp"
 def shard_suffix(compression: str) -> str:
     """``.tfrecord.gz`` for "gzip", ``.tfrecord`` for "none"; KeyError otherwise."""
     return _SUFFIXES[compression]
+
+
+def held_copy_name(version: str, build_id: str) -> str:
+    """``<version>.<build_id>``, at the top of the output: where an overwrite
+    on an object store keeps the version it replaces while LATEST names it
+    (a valid version name, so readers of LATEST read it like any other)."""
+    return f"{version[:160].rstrip('.')}.{build_id}"
 
 
 def shard_file_name(split: str, index: int, count: int, compression: str) -> str:

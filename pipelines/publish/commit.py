@@ -41,11 +41,13 @@ import sys
 from typing import Callable
 
 from ...transforms.files import sync_directory
-from ...transforms.layout import ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE
+from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE,
+                                  held_copy_name)
 from ...transforms.urls import redact_url
 from .errors import BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishedWithErrors
 from .lock import CommitLock
 from .output import Output, load_json, published_identity
+from .recovery import remove_version
 from .staging import Staging
 
 __all__ = ["check_still_publishable", "commit", "latest_is_behind",
@@ -191,6 +193,7 @@ def _undo_unsynced(out: Output, staging: Staging, undo: Callable[[], None],
 def _commit_by_copy(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
     staged_files = out.files(staging.directory)
+    held = _hold_for_latest(out, staging)
     # Unpublish first: while files are replaced, readers must not trust the
     # old manifest's checksums against new bytes.
     out.remove(f"{final}/{MANIFEST_FILE}")
@@ -205,7 +208,39 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
             raise BuildFailed(f"copying {file} to {out.display}/{staging.version} gave "
                               f"{copied.get(file)} bytes instead of {size}; nothing was published")
     out.fs.copy(f"{staging.directory}/{MANIFEST_FILE}", f"{final}/{MANIFEST_FILE}")
+    if held is not None:
+        point_latest(out, staging.version)
+        remove_version(out, held)
     out.remove(staging.directory, recursive=True)
+
+
+def _hold_for_latest(out: Output, staging: Staging) -> str | None:
+    """When LATEST names the published version this commit replaces, copies
+    that version whole (server-side, manifest last) to its held name
+    (`layout.held_copy_name`) and points LATEST there, so readers of LATEST
+    keep a complete version while the files at the version's own name are
+    replaced. Returns the held name, or None when LATEST names something
+    else. A commit that fails or is killed after this leaves LATEST naming
+    the held copy: the previous version, complete; `recovery` deletes held
+    copies once LATEST has moved on."""
+    if read_latest(out.url) != staging.version or \
+            published_identity(out, staging.version) is None:
+        return None
+    held = held_copy_name(staging.version, staging.build_id)
+    source, target = out.path(staging.version), out.path(held)
+    files = out.files(source)
+    for file in sorted(files):
+        if file != MANIFEST_FILE:
+            out.fs.copy(f"{source}/{file}", f"{target}/{file}")
+    copied = out.files(target)
+    for file, size in files.items():
+        if file != MANIFEST_FILE and copied.get(file) != size:
+            raise BuildFailed(f"keeping the published version at {out.display}/{held} gave "
+                              f"{copied.get(file)} bytes for {file} instead of {size}; nothing "
+                              "was published")
+    out.fs.copy(f"{source}/{MANIFEST_FILE}", f"{target}/{MANIFEST_FILE}")
+    point_latest(out, held)
+    return held
 
 
 def point_latest(out: Output, version: str, tmp: str | None = None) -> None:

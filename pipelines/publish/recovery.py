@@ -11,7 +11,10 @@ version's commit lock). Then everything of dead builds
 (`owners.owner_is_stale`: owner file missing or unreadable, process gone on
 this host, heartbeat older than the limit) is deleted, owner files last,
 and commit locks whose lease ran out are removed; a running build is never
-touched.
+touched. On object stores, where a commit copies files, a build killed
+inside its commit may have left its version without a manifest, or a held
+copy of the version it was replacing (`commit`): under the version's commit
+lock, the first is deleted and the second once LATEST names something else.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import os
 import re
 
 from ...transforms.files import sync_directory
-from ...transforms.layout import (ASIDE_SUFFIX, LOCK_SUFFIX, MANIFEST_FILE, OWNER_SUFFIX,
-                                  STAGING_DIR, STAGING_SUFFIXES, TEMPORARY_TAIL)
+from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LOCK_SUFFIX, MANIFEST_FILE,
+                                  OWNER_SUFFIX, STAGING_DIR, STAGING_SUFFIXES, TEMPORARY_TAIL,
+                                  held_copy_name)
 from .lock import CommitLock
 from .output import Output, load_json, published_identity
 from .owners import BUILD_ID, being_born, owner_is_stale
 
-__all__ = ["recover"]
+__all__ = ["recover", "remove_version"]
 
 _SUFFIXES = "|".join(re.escape(suffix) for suffix in STAGING_SUFFIXES)
 # <version>.<build_id>[<suffix>][<temporary tail>]: everything a build makes
@@ -78,6 +82,8 @@ def recover(out: Output, version: str, stale_after: float, build_id: str) -> Non
                 lock.release()
         else:  # a live commit holds the lock: leave its files alone
             dead -= {(other_version, other) for other in builds}
+    if not out.local:
+        dead = _remove_what_dead_commits_left(out, dead, build_id, stale_after)
     for other_version, other in sorted(dead):
         owner = f"{other_version}.{other}{OWNER_SUFFIX}"
         for name in sorted(entries[(other_version, other)] - {owner}):
@@ -103,3 +109,37 @@ def _restore_aside(out: Output, version: str, build_id: str) -> None:
         os.rename(final, trash)
     os.rename(aside, final)
     sync_directory(out.root)
+
+
+def remove_version(out: Output, name: str) -> None:
+    """Deletes a version directory, manifest first: a reader never meets
+    its files without the manifest saying it is gone."""
+    out.remove(out.path(name, MANIFEST_FILE))
+    out.remove(out.path(name), recursive=True)
+
+
+def _remove_what_dead_commits_left(out: Output, dead: set[tuple[str, str]], build_id: str,
+                                   stale_after: float) -> set[tuple[str, str]]:
+    """Object stores: deletes, under each version's commit lock, the version
+    directory a dead build left without a manifest (it was killed while
+    copying) and its held copies (`layout.held_copy_name`) that LATEST no
+    longer names. Returns the dead builds whose staging may go; those of a
+    version whose lock a live build holds stay for a later build."""
+    latest = (out.read_bytes(out.path(LATEST_FILE)) or b"").decode("utf-8", "replace").strip()
+    cleaned = set()
+    for version in sorted({version for version, _ in dead}):
+        builds = {other for other_version, other in dead if other_version == version}
+        lock = CommitLock(out, version, build_id=build_id, stale_after=stale_after)
+        if not lock.try_acquire():
+            continue
+        try:
+            if published_identity(out, version) is None and out.names(out.path(version)):
+                out.remove(out.path(version), recursive=True)
+            for other in sorted(builds):
+                held = held_copy_name(version, other)
+                if held != latest and out.names(out.path(held)):
+                    remove_version(out, held)
+        finally:
+            lock.release()
+        cleaned |= {(version, other) for other in builds}
+    return cleaned
