@@ -38,7 +38,7 @@ import errno
 import os
 import shutil
 import sys
-from typing import Callable
+from typing import Callable, Mapping
 
 from ...transforms.files import sync_directory
 from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE,
@@ -199,15 +199,7 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
     out.remove(f"{final}/{MANIFEST_FILE}")
     for file in sorted(set(out.files(final)) - set(staged_files)):
         out.remove(f"{final}/{file}")
-    for file in sorted(staged_files):
-        if file != MANIFEST_FILE:
-            out.fs.copy(f"{staging.directory}/{file}", f"{final}/{file}")
-    copied = out.files(final)
-    for file, size in staged_files.items():
-        if file != MANIFEST_FILE and copied.get(file) != size:
-            raise BuildFailed(f"copying {file} to {out.display}/{staging.version} gave "
-                              f"{copied.get(file)} bytes instead of {size}; nothing was published")
-    out.fs.copy(f"{staging.directory}/{MANIFEST_FILE}", f"{final}/{MANIFEST_FILE}")
+    _copy_version(out, staging.directory, final, staged_files)
     if held is not None:
         point_latest(out, staging.version)
         remove_version(out, held)
@@ -228,19 +220,24 @@ def _hold_for_latest(out: Output, staging: Staging) -> str | None:
         return None
     held = held_copy_name(staging.version, staging.build_id)
     source, target = out.path(staging.version), out.path(held)
-    files = out.files(source)
+    _copy_version(out, source, target, out.files(source))
+    point_latest(out, held)
+    return held
+
+
+def _copy_version(out: Output, source: str, target: str, files: Mapping[str, int]) -> None:
+    """Copies a version's `files` (name -> size) from `source` to `target`
+    server-side: every file but the manifest, their sizes checked, then the
+    manifest, so the copy is a version only once it is complete."""
     for file in sorted(files):
         if file != MANIFEST_FILE:
             out.fs.copy(f"{source}/{file}", f"{target}/{file}")
     copied = out.files(target)
     for file, size in files.items():
         if file != MANIFEST_FILE and copied.get(file) != size:
-            raise BuildFailed(f"keeping the published version at {out.display}/{held} gave "
-                              f"{copied.get(file)} bytes for {file} instead of {size}; nothing "
-                              "was published")
+            raise BuildFailed(f"copying {file} to {out.display_of(target)} gave "
+                              f"{copied.get(file)} bytes instead of {size}; nothing was published")
     out.fs.copy(f"{source}/{MANIFEST_FILE}", f"{target}/{MANIFEST_FILE}")
-    point_latest(out, held)
-    return held
 
 
 def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
