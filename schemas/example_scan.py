@@ -102,6 +102,9 @@ class ScannedValues:
             yield from _varints(view, start, end)
 
 
+_UINT64 = (1 << 64) - 1
+
+
 def _varints(view: memoryview, start: int, end: int) -> Iterator[int]:
     """The int64 values of a packed run of varints, a block at a time."""
     position = start
@@ -118,8 +121,11 @@ def _varints(view: memoryview, start: int, end: int) -> Iterator[int]:
             value |= (byte & 0x7F) << shift
             shift += 7
             if byte < 0x80:
-                if shift > 70 or value >> 64:
+                if shift > 70:
                     raise ExampleDecodeError("not a tf.train.Example (varint too long)")
+                # A tenth byte may carry bits past the 64th; protobuf drops
+                # them, and so does this reader.
+                value &= _UINT64
                 values.append(value - (1 << 64) if value >> 63 else value)
                 value = shift = 0
         del raw

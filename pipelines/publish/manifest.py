@@ -228,7 +228,7 @@ def _dead_letter_block(dead_letter: Mapping[str, Any]) -> dict:
 def with_files(manifest: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) -> dict:
     """The manifest with ``files``: the version's other files (report,
     statistics, descriptions for other readers) as ``{"file", "num_bytes",
-    "sha256"}``, sorted by name, placed after ``dead_letter``; unchanged
+    "sha256"}``, sorted by name, placed just before ``config``; unchanged
     without any."""
     if not files:
         return dict(manifest)
@@ -236,10 +236,10 @@ def with_files(manifest: Mapping[str, Any], files: Sequence[Mapping[str, Any]]) 
     for key, value in manifest.items():
         if key == "files":
             continue
-        ordered[key] = value
-        if key == "dead_letter":
+        if key == "config":
             ordered["files"] = sorted((dict(entry) for entry in files),
                                       key=lambda entry: entry["file"])
+        ordered[key] = value
     return ordered
 
 

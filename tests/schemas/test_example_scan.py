@@ -97,3 +97,14 @@ def test_values_are_views_into_the_record_not_copies():
     assert isinstance(value, memoryview) and value.obj is data and bytes(value) == payload
     assert list(scanned["f"]) == [1.5] * 10 and list(scanned["i"]) == [1, -2, 300]
     assert len(scanned["i"]) == 3 and struct.calcsize("<f") == 4
+
+
+@pytest.mark.parametrize("last_byte", range(0x02, 0x80, 0x0D))
+def test_a_tenth_varint_byte_with_bits_past_64_reads_as_protobuf_reads_it(last_byte):
+    """-1 is a ten-byte varint ending in 0x01; protobuf drops the bits a
+    larger tenth byte carries past the 64th, and so must the scanner."""
+    data = bytearray(encode_example({"x": ("int64", [-1])}))
+    assert data[-1] == 0x01
+    data[-1] = last_byte
+    decoded = decode_example(bytes(data))
+    _same(_scanned(bytes(data)), decoded)

@@ -205,8 +205,8 @@ def test_rows_to_dead_letters_on_the_dask_runner(tmp_path):
     try:
         options = PipelineOptions([f"--dask_client_address={cluster.scheduler_address}"])
         pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
-        examples, dead, _ = (pipeline | beam.Create(batches)
-                             | RowsToExamples(specs, {}, key_column="id"))
+        examples, dead, _, _ = (pipeline | beam.Create(batches)
+                                | RowsToExamples(specs, {}, key_column="id"))
         count = examples | beam.Map(len) | "Sum" >> beam.CombineGlobally(sum)
         (dead
          | WriteDeadLetters(str(tmp_path / "dead_letter"), records_per_file=3)
