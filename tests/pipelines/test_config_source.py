@@ -1,7 +1,6 @@
 """The config's source checks list and read files exactly as the build does."""
 
 import gzip
-import os
 
 import pytest
 
@@ -9,26 +8,6 @@ from recordforge.pipelines.config import config_from_dict
 from recordforge.pipelines.config.source import source_columns
 from recordforge.schemas.errors import ConfigError
 from recordforge.transforms.readers import listing, tables
-
-
-@pytest.fixture
-def table_dir(tmp_path):
-    """A CSV directory where every listing question comes up: hidden and
-    underscore names (files and folders), another extension, a compressed
-    table, a link leading out of the root. Returns (root, names listed)."""
-    root = tmp_path / "t"
-    (root / "sub").mkdir(parents=True)
-    (root / "a.csv").write_text("id,a\n1,x\n")
-    (root / "sub" / "B.CSV").write_text("id,b\n2,y\n")
-    (root / "c.csv.gz").write_bytes(gzip.compress(b"id,c\n3,z\n"))
-    (root / "_part.csv").write_text("id,underscore\n4,u\n")
-    (root / ".hidden.csv").write_text("id,dot\n5,d\n")
-    (root / "_tmp").mkdir()
-    (root / "_tmp" / "d.csv").write_text("id,tmpdir\n6,t\n")
-    (root / "notes.txt").write_text("id,notes\n7,n\n")
-    (tmp_path / "outside.csv").write_text("id,outside\n8,o\n")
-    os.symlink(tmp_path / "outside.csv", root / "link.csv")
-    return root, ["a.csv", "c.csv.gz", "sub/B.CSV"]
 
 
 def test_config_columns_come_from_exactly_the_files_the_build_reads(table_dir, monkeypatch):

@@ -1,31 +1,8 @@
 """Listing: which files a source reads (one rule), and the headers read before a run."""
 
-import gzip
 import os
 
-import pytest
-
 from recordforge.transforms.readers import csv as csv_reader, listing
-
-
-@pytest.fixture
-def table_dir(tmp_path):
-    """A CSV directory where every listing question comes up: hidden and
-    underscore names (files and folders), another extension, a compressed
-    table, a link leading out of the root. Returns (root, names listed)."""
-    root = tmp_path / "t"
-    (root / "sub").mkdir(parents=True)
-    (root / "a.csv").write_text("id,a\n1,x\n")
-    (root / "sub" / "B.CSV").write_text("id,b\n2,y\n")
-    (root / "c.csv.gz").write_bytes(gzip.compress(b"id,c\n3,z\n"))
-    (root / "_part.csv").write_text("id,underscore\n4,u\n")
-    (root / ".hidden.csv").write_text("id,dot\n5,d\n")
-    (root / "_tmp").mkdir()
-    (root / "_tmp" / "d.csv").write_text("id,tmpdir\n6,t\n")
-    (root / "notes.txt").write_text("id,notes\n7,n\n")
-    (tmp_path / "outside.csv").write_text("id,outside\n8,o\n")
-    os.symlink(tmp_path / "outside.csv", root / "link.csv")
-    return root, ["a.csv", "c.csv.gz", "sub/B.CSV"]
 
 
 def test_directories_list_their_extensions_and_skip_hidden_names(table_dir):
