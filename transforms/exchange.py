@@ -406,9 +406,7 @@ class _PackFn(beam.DoFn):
         if prepared is None:
             return
         names = self._assigner.names
-        for split in np.unique(prepared.splits).tolist():
-            rows = np.flatnonzero(prepared.splits == split)
-            selected = rows.tolist()
+        for split, rows, selected in prepared.by_split():
             examples = spill.take(prepared.examples, selected)
             sizes = prepared.sizes[rows]
             if self._shuffle:

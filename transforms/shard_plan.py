@@ -23,7 +23,7 @@ import bisect
 import hashlib
 import heapq
 import math
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -425,6 +425,13 @@ class PreparedBatch(NamedTuple):
     sizes: np.ndarray
     samples: dict
     keyed: bool
+
+    def by_split(self) -> Iterator[tuple[int, np.ndarray, list[int]]]:
+        """(split index, row positions as an array, the same as a list) for
+        each split the batch has rows of, in split order."""
+        for split in np.unique(self.splits).tolist():
+            rows = np.flatnonzero(self.splits == split)
+            yield split, rows, rows.tolist()
 
 
 def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every: int,

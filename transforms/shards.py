@@ -49,7 +49,6 @@ from typing import Callable, Sequence
 
 import apache_beam as beam
 import fsspec
-import numpy as np
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
@@ -180,9 +179,7 @@ class _SpillFn(beam.DoFn):
         if prepared is None:
             return
         names = self._assigner.names
-        for split in np.unique(prepared.splits).tolist():
-            rows = np.flatnonzero(prepared.splits == split)
-            selected = rows.tolist()
+        for split, rows, selected in prepared.by_split():
             self._keys[split] += spill.take(prepared.order_keys, selected)
             self._examples[split] += spill.take(prepared.examples, selected)
             if prepared.keyed:
