@@ -28,7 +28,7 @@ from .shard_plan import HashedExamples, SplitAssigner
 from .statistics import StatisticsSetup
 from .tagged import select
 
-__all__ = ["COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
+__all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
            "ConvertedRows", "LabelCounting", "RowsToExamples"]
 
 EXAMPLES = "examples"
@@ -50,10 +50,15 @@ class LabelCounting(NamedTuple):
     splits: tuple[tuple[str, float], ...]
 
 
-class _ConvertBatchesFn(beam.DoFn):
-    """RowBatch -> ("examples", ExampleBatch), ("dead_letter", dead-letter dict),
-    with label counting ("label_counts", ((split, label, examples), ...)) and
-    with statistics ("statistics", ((split, feature), FeatureStatistics))."""
+class BatchConversion:
+    """The work of `RowsToExamples` on one batch, as a plain object that the
+    step's DoFn, and any DoFn that converts rows itself (the reusing reader
+    of `transforms.reuse`), call: `setup` once per worker, `start_bundle`
+    per bundle, `convert(batch)` per batch, which yields ("examples",
+    ExampleBatch), ("dead_letter", dead-letter dict), with label counting
+    ("label_counts", ((split, label, examples), ...)), with statistics
+    ("statistics", ((split, feature), FeatureStatistics)) and
+    ("columns_seen", names)."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
@@ -67,7 +72,6 @@ class _ConvertBatchesFn(beam.DoFn):
         self._statistics = statistics
 
     def setup(self):
-        relax_young_collections()  # a batch's rows and examples should die young
         self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
         splitting = self._counting or self._statistics
         self._assigner = (SplitAssigner(splitting.dataset_name, splitting.splits)
@@ -105,7 +109,7 @@ class _ConvertBatchesFn(beam.DoFn):
         if hits:
             yield COLUMNS_SEEN, tuple(sorted(hits))
 
-    def process(self, batch):
+    def convert(self, batch):
         if self._unseen:
             yield from self._columns_seen(batch)
         counting, statistics = self._counting, self._statistics
@@ -151,6 +155,23 @@ class _ConvertBatchesFn(beam.DoFn):
         return (HashedExamples(examples, self._assigner.salt, digests), split_of,
                 tuple(sorted((names[split], label, count)
                              for (split, label), count in counts.items() if label is not None)))
+
+
+class _ConvertBatchesFn(beam.DoFn):
+    """RowBatch -> the tagged pairs of `BatchConversion.convert`."""
+
+    def __init__(self, *args, **kwargs):
+        self._conversion = BatchConversion(*args, **kwargs)
+
+    def setup(self):
+        relax_young_collections()  # a batch's rows and examples should die young
+        self._conversion.setup()
+
+    def start_bundle(self):
+        self._conversion.start_bundle()
+
+    def process(self, batch):
+        yield from self._conversion.convert(batch)
 
 
 class ConvertedRows(NamedTuple):
