@@ -31,6 +31,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from . import progress, publish, scratch, signals
+from .cache import CacheState, cache_url, open_cache, prune_cache
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
@@ -124,6 +125,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     # Fingerprinted before anything reads them, compared after the pipeline.
     inputs = _source_inputs(config)
     vocabularies = known_vocabularies(config)
+    cache_state = _open_cache(config, vocabularies)
 
     beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
     options = PipelineOptions(beam_args)
@@ -151,7 +153,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         return BuildResult.from_manifest(finished.manifest, finished.url, True)
 
     started = time.monotonic()
-    _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress)
+    _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
+                  cache_state)
     _check_inputs_unchanged(staging, config, inputs)
 
     # stats.json, drift.json against the version LATEST names, the gates.
@@ -176,6 +179,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
         raise BuildFailed(f"publishing failed; nothing was published: "
                           f"{type(error).__name__}: {error}") from error
+    if cache_state is not None:
+        _prune_cache(cache_state, inputs, config.cache.keep_unused_days)
     if show_progress:
         progress.print_summary(result.manifest, output=result.url,
                                wall_seconds=time.monotonic() - started)
@@ -208,9 +213,34 @@ def _check_inputs_unchanged(staging: publish.Staging, config: DatasetConfig,
                           "published:\n" + "\n".join(f"  {line}" for line in changes))
 
 
+def _open_cache(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                ) -> CacheState | None:
+    """The build cache as the build starts, or None (off, an image source,
+    or a cache that cannot be listed: the build then reads every input and
+    says why)."""
+    try:
+        return open_cache(config, vocabularies)
+    except (OSError, ValueError) as error:
+        print(f"recordforge build: the cache at {redact_url(cache_url(config))} cannot be "
+              f"used, every input is read ({type(error).__name__}: {error})", file=sys.stderr)
+        return None
+
+
+def _prune_cache(state: CacheState, inputs: Mapping, keep_unused_days: float) -> None:
+    """Deletes what the published build did not use (`prune_cache`); a
+    failure is reported, not fatal: the version is published."""
+    try:
+        prune_cache(state, inputs, keep_unused_days)
+    except (OSError, ValueError) as error:
+        print(f"recordforge build: pruning the cache at {state.display_url} failed "
+              f"({type(error).__name__}: {error}); it is pruned after the next build",
+              file=sys.stderr)
+
+
 def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
                   vocabularies: Mapping[str, Sequence[str]], options: PipelineOptions,
-                  requested_runner: str | None, show_progress: bool) -> None:
+                  requested_runner: str | None, show_progress: bool,
+                  cache_state: CacheState | None = None) -> None:
     """Runs the build's pipeline into `staging` until it finishes. On any
     failure or interruption the staging directory is deleted (nothing is
     published) and `PipelineFailed` (or the KeyboardInterrupt) is raised."""
@@ -220,7 +250,8 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
             pipeline = beam.Pipeline(
                 runner=local_runner(options) if is_local(requested_runner) else None,
                 options=options)
-            build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies)
+            build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies,
+                           cache=cache_state)
             result = pipeline.run()
             watcher.attach(result)
             result.wait_until_finish()

@@ -14,13 +14,15 @@ from typing import Mapping, NamedTuple, Sequence
 import apache_beam as beam
 import fsspec
 
+from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.statistics import StatisticsPlan
+from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
-from ..transforms.shards import WriteShards
+from ..transforms.shards import WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
@@ -28,7 +30,7 @@ from ..transforms.statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 
-__all__ = ["StagedBuild", "build_pipeline", "known_vocabularies", "stage_build",
+__all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies", "stage_build",
            "watched_columns", "write_result"]
 
 
@@ -65,6 +67,7 @@ def write_result(parts: tuple, staging_url: str,
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
     statistics: dict[str, dict[str, dict]] = {}
+    cache_use: list[dict] = []
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -79,11 +82,15 @@ def write_result(parts: tuple, staging_url: str,
         elif kind == "statistics":
             split, feature, entry = value
             statistics.setdefault(split, {})[feature] = entry
+        elif kind == "cache_use":
+            cache_use.append(value)
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
               "dead_letter": dead_letter, "num_input_rows": num_input_rows,
               "label_counts": label_counts, "statistics": statistics}
+    if cache_use:
+        result["cache"] = cache_summary(cache_use)
     if watched:
         result["unseen_columns"] = {feature: column for feature, column in watched.items()
                                     if column not in seen}
@@ -91,6 +98,29 @@ def write_result(parts: tuple, staging_url: str,
     fs, path = fsspec.core.url_to_fs(f"{staging_url}/{RESULT_FILE}")
     write_atomic(fs, path, json.dumps(result, sort_keys=True).encode("utf-8"))
     return path
+
+
+def cache_summary(units: list[Mapping]) -> dict:
+    """What the build took from the cache and what it converted, from one
+    ``cache_use`` dict per reading unit: files (a file is reused when every
+    unit of it was), units, rows, Examples and piece bytes each way, and the
+    pieces found damaged (read again)."""
+    by_file: dict[str, bool] = {}
+    summary = {"files_reused": 0, "files_converted": 0, "units_reused": 0,
+               "units_converted": 0, "units_damaged": 0, "rows_reused": 0,
+               "rows_converted": 0, "examples_reused": 0, "examples_converted": 0,
+               "bytes_reused": 0, "bytes_written": 0}
+    for unit in units:
+        way = "reused" if unit["reused"] else "converted"
+        summary[f"units_{way}"] += 1
+        summary[f"rows_{way}"] += unit["rows"]
+        summary[f"examples_{way}"] += unit["examples"]
+        summary["bytes_reused" if unit["reused"] else "bytes_written"] += unit["bytes"]
+        summary["units_damaged"] += bool(unit["damaged"])
+        by_file[unit["source"]] = by_file.get(unit["source"], True) and unit["reused"]
+    summary["files_reused"] = sum(by_file.values())
+    summary["files_converted"] = len(by_file) - summary["files_reused"]
+    return summary
 
 
 def _with_key(record: dict, key_column: str | None) -> dict:
@@ -115,32 +145,49 @@ class StagedBuild(NamedTuple):
     dead_letter: beam.PCollection
 
 
-def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
-                vocabularies: Mapping[str, Sequence[str]]) -> StagedBuild:
+def _conversion_options(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                        ) -> dict:
+    """What converting rows needs of the config (`RowsToExamples`'s and
+    `ConvertTablesWithCache`'s keyword arguments)."""
+    return {"key_column": config.key,
+            "count_labels": _label_counting(config, vocabularies),
+            "watch_columns": sorted(set(watched_columns(config).values())),
+            "statistics": _statistics_setup(config, vocabularies)}
+
+
+def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *,
+                staging_url: str, vocabularies: Mapping[str, Sequence[str]]) -> StagedBuild:
     """Wires checks, encoding, shards and dead letters after a source.
 
     `source` is what a source gives (`transforms.sources.ReadOutputs`: row
-    batches, dead letters, (source, rows read)); the shards and dead-letter
-    files are written into `staging_url`. Used by `build_pipeline` and by
-    `WriteDataset`, so both write the same bytes for the same rows.
+    batches, dead letters, (source, rows read)), or rows already converted
+    by `ConvertTablesWithCache` (`CachedConversion`); the shards and
+    dead-letter files are written into `staging_url`. Used by
+    `build_pipeline` and by `WriteDataset`, so both write the same bytes for
+    the same rows.
     """
     output = config.output
-    # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
-    # label_counts: ((split, label, examples), ...) for the report
-    # statistics: ((split, feature), FeatureStatistics) per batch
-    to_examples = RowsToExamples(
-        config.features, vocabularies, config.key, count_labels=_label_counting(
-            config, vocabularies), watch_columns=sorted(set(watched_columns(config).values())),
-        statistics=_statistics_setup(config, vocabularies))
-    converted = source.rows | "ToExamples" >> to_examples
+    if isinstance(source, CachedConversion):
+        converted, rows, columns_seen = source, source.rows, source.columns_seen
+        read_dead_letter, cache_use = source.read_dead_letter, source.cache_use
+        spilled = source.rows_are_runs
+    else:
+        # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
+        # label_counts: ((split, label, examples), ...) for the report
+        # statistics: ((split, feature), FeatureStatistics) per batch
+        to_examples = RowsToExamples(config.features, vocabularies,
+                                     **_conversion_options(config, vocabularies))
+        converted = source.rows | "ToExamples" >> to_examples
+        rows, columns_seen = converted.examples, to_examples.columns_seen
+        read_dead_letter, cache_use, spilled = source.dead_letter, None, False
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
-    shards = converted.examples | "WriteShards" >> WriteShards(
+    shards = rows | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
-        compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}")
+        compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}",
+        spilled=spilled)
     # dead-letter dicts, read and check stages
-    read_failures = source.dead_letter | "KeyReadFailures" >> beam.Map(
-        _with_key, config.key)
+    read_failures = read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key)
     all_dead = (read_failures, converted.dead_letter) | "AllDeadLetters" >> beam.Flatten()
     # one {"num_rows", "by_reason", "files", "samples"}
     dead_letter = all_dead | "WriteDeadLetters" >> WriteDeadLetters(
@@ -152,15 +199,19 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so the step applied to this result
     # also keeps every branch in the graph that runs.
-    result = ((shards | "TagShards" >> beam.Map(with_tag, "shard"),
-               dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
-               converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
-               # (column name, ...) for the check that every feature's column was seen
-               to_examples.columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"),
-               # (split, feature, stats.json entry) per key
-               converted.statistics | "MergeStatistics" >> MergeStatistics()
-               | "TagStatistics" >> beam.Map(with_tag, "statistics"),
-               rows_read)
+    parts = [shards | "TagShards" >> beam.Map(with_tag, "shard"),
+             dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
+             converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
+             # (column name, ...) for the check that every feature's column was seen
+             columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"),
+             # (split, feature, stats.json entry) per key
+             converted.statistics | "MergeStatistics" >> MergeStatistics()
+             | "TagStatistics" >> beam.Map(with_tag, "statistics"),
+             rows_read]
+    if cache_use is not None:
+        # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
+        parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
+    result = (tuple(parts)
               | "GatherResult" >> beam.Flatten()
               # (None, (kind, value))
               | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
@@ -170,16 +221,29 @@ def stage_build(source: ReadOutputs, config: DatasetConfig, *, staging_url: str,
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
-                   vocabularies: Mapping[str, Sequence[str]]) -> None:
+                   vocabularies: Mapping[str, Sequence[str]],
+                   cache: CacheState | None = None) -> None:
     """Wires a build into `pipeline`.
 
     The pipeline reads the source, checks and encodes every row, writes the
     shards and dead letters into `staging_url`, and last writes
     ``_pipeline_result.json`` (shard metadata, dead-letter summary, rows read)
-    for `publish.finalize`.
+    for `publish.finalize`. With `cache` (`pipelines.cache.open_cache`) a
+    table source reuses the cached pieces of unchanged files and caches
+    the rest (`ConvertTablesWithCache`).
     """
-    # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-    source = pipeline | "Read" >> _read_source(config)
+    if cache is not None:
+        source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(
+            config.source.path, config.source.type, cache_url=cache.url,
+            encoding_key=cache.encoding_key, whole_files=cache.whole_files,
+            pieces=cache.pieces, specs=config.features, vocabularies=vocabularies,
+            layout=RowLayout(config.name, tuple(config.splits), config.output.shuffle),
+            give_runs=cache.local and default_exchange(pipeline.runner) == "files",
+            extensions=config.source.extensions, options=config.source.csv,
+            batch_size=READ_BATCH_SIZE, **_conversion_options(config, vocabularies))
+    else:
+        # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
+        source = pipeline | "Read" >> _read_source(config)
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
                                                   watched=watched_columns(config))

@@ -35,6 +35,7 @@ import re
 import uuid
 
 __all__ = [
+    "CACHE_DIR",
     "ASIDE_SUFFIX",
     "held_copy_name",
     "DEAD_LETTER_DIR",
@@ -73,6 +74,7 @@ __all__ = [
 LATEST_FILE = "LATEST"  # the name of the newest published version
 STAGING_DIR = ".staging"
 FAILED_DIR = ".failed"
+CACHE_DIR = ".cache"  # the build cache's pieces (`transforms.cache`), unless cache.path says
 
 # --- a version directory -------------------------------------------------------------
 MANIFEST_FILE = "manifest.json"  # written last: its presence means the version is complete

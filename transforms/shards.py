@@ -58,14 +58,12 @@ from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_plan import (
-    HASH_SIZE,
     RunInfo,
     ShardSpec,
     SpillRecord,
     SplitAssigner,
     assign_split,
     plan_bucket_ranges,
-    prepare_batch,
     plan_shards,
     runs_of,
     sample_of,
@@ -83,7 +81,6 @@ EXCHANGES = ("auto", "files", "shuffle")
 _LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
                             "BundleBasedDirectRunner"})
 
-_ROW_OVERHEAD = 160  # Python object bytes per buffered row
 _COPY_BLOCK = 4 << 20
 
 
@@ -157,65 +154,45 @@ class _SpillFn(beam.DoFn):
         fs, path = fsspec.core.url_to_fs(self._run_dir)
         fs.makedirs(path, exist_ok=True)
         self._spilled_rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
+        tuning = self._tuning
+        self._buffer = spill.RunBuffer(self._assigner, shuffle=self._shuffle,
+                                       sample_every=tuning.sample_every(),
+                                       prefix_len=tuning.prefix_len,
+                                       index_every=tuning.index_every)
 
     def start_bundle(self):
         self._new_buffer()
 
     def _new_buffer(self):
         self._generation = uuid.uuid4().hex
-        self._keys: list[list[bytes]] = [[] for _ in self._splits]
-        self._examples: list[list[bytes]] = [[] for _ in self._splits]
-        self._keyed = [False] * len(self._splits)  # a row with its own key (no shuffle)
-        self._run_bytes = [0] * len(self._splits)
-        self._buffered = 0
+        self._buffer.clear()
 
     def _run_path(self, split_index: int) -> str:
         return spill.join_path(self._run_dir, f"{self._generation}-{split_index}.run")
 
     def process(self, batch):
-        prepared = prepare_batch(self._assigner, batch, shuffle=self._shuffle,
-                                 sample_every=self._tuning.sample_every(),
-                                 prefix_len=self._tuning.prefix_len)
-        if prepared is None:
-            return
         names = self._assigner.names
-        for split, rows, selected in prepared.by_split():
-            self._keys[split] += spill.take(prepared.order_keys, selected)
-            self._examples[split] += spill.take(prepared.examples, selected)
-            if prepared.keyed:
-                self._keyed[split] = True
-            self._run_bytes[split] += int(prepared.sizes[rows].sum())
-            yield SpillRecord(names[split], self._run_path(split), len(self._examples[split]),
-                              self._run_bytes[split],
-                              tuple(prepared.samples.get(split, ())))
-        count = len(prepared.examples)
-        self._buffered += int(prepared.sizes.sum()) + _ROW_OVERHEAD * count
-        self._spilled_rows.inc(count)
-        if self._buffered >= self._tuning.run_bytes:
+        held = self._buffer.add(batch)
+        for split, num_records, num_bytes, sample in held:
+            yield SpillRecord(names[split], self._run_path(split), num_records, num_bytes,
+                              sample)
+        if held:
+            self._spilled_rows.inc(len(batch))
+        if self._buffer.buffered_bytes >= self._tuning.run_bytes:
             self._flush()
 
     def finish_bundle(self):
         self._flush()
 
     def _flush(self):
-        for split, examples in enumerate(self._examples):
-            if not examples:
-                continue
-            if self._shuffle:
-                key_width, keys = HASH_SIZE, self._keys[split]
-            elif self._keyed[split]:
-                key_width, keys = spill.KEY_VARIABLE, self._keys[split]
-            else:
-                key_width, keys = spill.KEY_IS_EXAMPLE, None
+        for split in self._buffer.splits_held():
             path = self._run_path(split)
             fs, fs_path = fsspec.core.url_to_fs(path)
             with fs.open(fs_path, "wb") as fileobj:
                 # Read back once, soon: handed to the disk as it is written,
                 # so that the cache does not grow by every run (page_cache).
                 run = WriteBehind(fileobj)
-                spill.write_sorted_run(run, keys, examples, key_width=key_width,
-                                       prefix_len=self._tuning.prefix_len,
-                                       index_every=self._tuning.index_every)
+                self._buffer.write(split, run)
                 run.finish(durable=False)
         self._new_buffer()
 
@@ -474,7 +451,15 @@ class WriteShards(beam.PTransform):
     runners whose workers share one machine's disk and hold what crosses a
     GroupByKey in memory (the DirectRunner). "auto" (default): "files" on
     the DirectRunner (and the FnApiRunner), "shuffle" on every other
-    runner. Both write the same bytes. Shards are assembled under
+    runner. Both write the same bytes.
+
+    spilled: the input is SpillRecords of sorted runs that another step
+    wrote in this writer's run format (`spill.RunBuffer` with the same
+    dataset name, splits, shuffle and tuning; the build cache's pieces),
+    rather than ExampleBatches: the file exchange takes them as its own
+    spill runs and never deletes them. Only with the file exchange.
+
+    Shards are assembled under
     ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
     the final rename stays on one filesystem); temporary files are removed
     at the end.
@@ -484,8 +469,9 @@ class WriteShards(beam.PTransform):
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
                  compression: str, temp_dir: str | None = None,
                  gzip_level: int | None = None, tuning: ShardTuning | None = None,
-                 exchange: str = "auto"):
+                 exchange: str = "auto", spilled: bool = False):
         super().__init__()
+        self._spilled = spilled
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
         if compression not in tfrecordio.COMPRESSIONS:
@@ -515,6 +501,10 @@ class WriteShards(beam.PTransform):
         exchange = self._exchange
         if exchange == "auto":
             exchange = default_exchange(batches.pipeline.runner)
+        if self._spilled and exchange != "files":
+            raise ValueError("WriteShards(spilled=True) takes sorted runs, which only the "
+                             "files exchange reads; this runner's exchange is "
+                             f"{exchange!r}")
         if exchange == "shuffle":
             work_dir = shard_temp_dir
             shards = batches | "Exchange" >> ShuffleExchange(
@@ -530,10 +520,13 @@ class WriteShards(beam.PTransform):
 
     def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
         tuning = self._tuning
-        return (batches
-                | "Spill" >> beam.ParDo(_SpillFn(
-                    spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
-                    self._shuffle, tuning))  # SpillRecord
+        if self._spilled:
+            spills = batches  # SpillRecord of runs that are not this writer's to delete
+        else:
+            spills = batches | "Spill" >> beam.ParDo(_SpillFn(
+                spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
+                self._shuffle, tuning))  # SpillRecord
+        return (spills
                 | "KeySpills" >> beam.Map(_key_by_split)
                 | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
                 | "PlanBuckets" >> beam.FlatMap(
@@ -545,8 +538,9 @@ class WriteShards(beam.PTransform):
                     tuning))  # (run list file, BucketChunks)
                 | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
-                | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,
-                                             delete_runs=self._compression == "gzip")
+                | "PlanShards" >> beam.FlatMap(
+                    _plan_split_shards, self._shard_size,
+                    delete_runs=self._compression == "gzip" and not self._spilled)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._staging_dir, shard_temp_dir,

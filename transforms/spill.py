@@ -58,13 +58,15 @@ from fsspec.implementations.local import LocalFileSystem
 
 from . import tfrecordio
 from .page_cache import WriteBehind, drop_behind
-from .shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
+from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, SampleEntry,
+                         SplitAssigner, prepare_batch)
 
 __all__ = [
     "KEY_IS_EXAMPLE",
     "KEY_VARIABLE",
     "ChunkWriter",
     "RunFile",
+    "RunBuffer",
     "RunFileError",
     "RunSlice",
     "RunWriter",
@@ -242,6 +244,81 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
         rows = order[start:start + step]
         writer.add(None if keys is None else take(keys, rows), take(examples, rows))
     return writer.close()
+
+
+class SplitRows(NamedTuple):
+    """What a `RunBuffer` holds of one split after a batch: rows and framed
+    bytes in all, and the batch's sampled rows of the split."""
+
+    split: int
+    num_records: int
+    num_bytes: int
+    sample: tuple[SampleEntry, ...]
+
+
+_ROW_OVERHEAD = 160  # Python object bytes per buffered row
+
+
+class RunBuffer:
+    """ExampleBatches' rows by split, waiting to be sorted and written as one
+    run per split: what the shard writer's spill step and the build cache
+    hold between two writes.
+
+    `add` hashes a batch's rows, picks each row's split and order key
+    (`shard_plan.prepare_batch`, on whole batches) and keeps them; `write`
+    writes a split's rows as a sorted run; `clear` empties the buffer.
+    `buffered_bytes` estimates the memory held."""
+
+    def __init__(self, assigner: SplitAssigner, *, shuffle: bool, sample_every: int,
+                 prefix_len: int, index_every: int):
+        self._assigner = assigner
+        self._shuffle = shuffle
+        self._sample_every = sample_every
+        self._prefix_len = prefix_len
+        self._index_every = index_every
+        self.clear()
+
+    def clear(self) -> None:
+        splits = len(self._assigner.names)
+        self._keys: list[list[bytes]] = [[] for _ in range(splits)]
+        self._examples: list[list[bytes]] = [[] for _ in range(splits)]
+        self._keyed = [False] * splits  # a row with its own key (no shuffle)
+        self._bytes = [0] * splits
+        self.buffered_bytes = 0
+
+    def add(self, batch) -> list[SplitRows]:
+        """Keeps a batch's rows; returns what each split it had rows of holds now."""
+        prepared = prepare_batch(self._assigner, batch, shuffle=self._shuffle,
+                                 sample_every=self._sample_every, prefix_len=self._prefix_len)
+        if prepared is None:
+            return []
+        held = []
+        for split, rows, selected in prepared.by_split():
+            self._keys[split] += take(prepared.order_keys, selected)
+            self._examples[split] += take(prepared.examples, selected)
+            if prepared.keyed:
+                self._keyed[split] = True
+            self._bytes[split] += int(prepared.sizes[rows].sum())
+            held.append(SplitRows(split, len(self._examples[split]), self._bytes[split],
+                                  tuple(prepared.samples.get(split, ()))))
+        self.buffered_bytes += (int(prepared.sizes.sum())
+                                + _ROW_OVERHEAD * len(prepared.examples))
+        return held
+
+    def splits_held(self) -> list[int]:
+        """The splits with rows, in split order."""
+        return [split for split, examples in enumerate(self._examples) if examples]
+
+    def write(self, split: int, fileobj: BinaryIO) -> int:
+        """Writes a split's rows as a sorted run; returns its number of rows."""
+        if self._shuffle:
+            key_width, keys = HASH_SIZE, self._keys[split]
+        elif self._keyed[split]:
+            key_width, keys = KEY_VARIABLE, self._keys[split]
+        else:
+            key_width, keys = KEY_IS_EXAMPLE, None
+        return write_sorted_run(fileobj, keys, self._examples[split], key_width=key_width,
+                                prefix_len=self._prefix_len, index_every=self._index_every)
 
 
 class RunSlice(NamedTuple):

@@ -10,6 +10,7 @@ Modules, in the order a config is read:
     output     the ``output:`` and ``dead_letter:`` sections, sizes
     paths      local paths and URLs
     validation the ``validation:`` section: statistics and gates
+    cache      the ``cache:`` section: the build cache
     model      the frozen dataclasses and defaults
     runners    runner profiles (``configs/runners/*.yaml``)
 
@@ -23,9 +24,11 @@ from .model import (COMPRESSIONS, DEFAULT_SHARD_SIZE, IMAGE_COLUMNS, MIN_SHARD_S
 from .output import parse_size
 from .overrides import apply_override
 from .runners import load_runner_profile, runner_profile_names
+from .cache import CacheConfig
 from .validation import ValidationConfig
 
 __all__ = [
+    "CacheConfig",
     "SOURCE_TYPES",
     "COMPRESSIONS",
     "IMAGE_COLUMNS",

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from ...schemas.features import FeatureSpec
+from .cache import CacheConfig
 from .validation import ValidationConfig
 
 __all__ = [
@@ -127,6 +128,7 @@ class DatasetConfig:
     splits: (name, fraction) pairs in config order; fractions sum to 1.
     key: the column whose value assigns split and order, or None (row content).
     validation: statistics on or off and the gates (the ``validation:`` section).
+    cache: the build cache (the ``cache:`` section).
     resolved: the whole config as plain JSON-safe data (defaults filled,
       overrides applied, paths as written) for the manifest.
     """
@@ -140,6 +142,7 @@ class DatasetConfig:
     output: OutputConfig
     dead_letter: DeadLetterConfig
     validation: ValidationConfig = ValidationConfig()
+    cache: CacheConfig = CacheConfig()
     resolved: dict = dataclasses.field(default_factory=dict, compare=False)
 
     @property

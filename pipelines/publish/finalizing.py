@@ -134,7 +134,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                 split_names=split_names, shards=result["shards"],
                 num_input_rows=result["num_input_rows"],
                 dead_letter={**result["dead_letter"], "files": dead_files},
-                config=_redact_values(config), runner=runner, inputs=inputs)
+                config=_redact_values(config), runner=runner, inputs=inputs,
+                cache=result.get("cache"))
         except manifest_lib.ManifestError as error:
             raise BuildFailed(f"the pipeline's shards are inconsistent: {error}") from None
         _check_nonempty_splits(manifest)

@@ -5,12 +5,14 @@ plus what the config declared (name, features, vocabularies, splits) into the
 manifest dict of the product contract, with a fixed key order:
 
     format, name, version, created, compression, features, vocabularies,
-    splits, num_input_rows, dead_letter, inputs (when known), config, tool
+    splits, num_input_rows, dead_letter, inputs (when known), cache (when
+    the build cache was used), files, config, tool
 
 `dumps_manifest` serializes it deterministically (2-space indent, UTF-8,
 trailing newline): splits follow the configured split order, shards are
 sorted by file name, dead-letter reasons and files are sorted. Two builds of
-the same inputs therefore differ only in `created`.
+the same inputs therefore differ only in `created` (and `cache`, which says
+how much of each build came from the build cache).
 
 `load_manifest` is the reader's side: it parses a manifest and checks every
 field a verifier or a reader relies on, raising `ManifestError` (naming the
@@ -162,7 +164,8 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
                    split_names: Sequence[str], shards: Iterable[Mapping[str, Any]],
                    num_input_rows: int, dead_letter: Mapping[str, Any],
                    config: Mapping[str, Any], runner: str,
-                   inputs: Mapping[str, Any] | None = None) -> dict:
+                   inputs: Mapping[str, Any] | None = None,
+                   cache: Mapping[str, int] | None = None) -> dict:
     """The manifest dict, in the contract's shape and key order.
 
     shards: the pipeline's shard records ``{"split", "file", "num_examples",
@@ -171,6 +174,9 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     inputs: the fingerprints of the files read
     (`transforms.readers.inputs.source_inputs`), kept as ``inputs`` after
     ``dead_letter``; None (a build from a PCollection) leaves it out.
+    cache: what the build reused from the build cache and what it converted
+    (`pipelines.graph.cache_summary`), kept as ``cache`` after ``inputs``;
+    None (no cache used) leaves it out.
     Raises `ManifestError` for a shard of an unknown split, a gap or clash in
     shard numbering, a wrong suffix or a malformed count or checksum.
     """
@@ -207,6 +213,8 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     if inputs is not None:
         manifest["inputs"] = {"files": [dict(entry) for entry in inputs.get("files", [])],
                               "skipped": dict(inputs.get("skipped", {}))}
+    if cache is not None:
+        manifest["cache"] = {key: int(value) for key, value in cache.items()}
     manifest["config"] = config
     manifest["tool"] = {"name": TOOL_NAME, "version": __version__, "runner": runner}
     return manifest

@@ -185,6 +185,28 @@ def _schema_table(features: Mapping[str, Any], configured: Mapping[str, Any]) ->
     return "".join(rows)
 
 
+def _cache_section(cache: Mapping[str, Any] | None) -> str:
+    """What the build took from the build cache and what it read and encoded
+    (the manifest's ``cache``); nothing when the build used no cache."""
+    if not cache:
+        return ""
+    rows = []
+    for label, way in (("reused from the cache", "reused"), ("read and encoded", "converted")):
+        rows.append(f"<tr><td>{label}</td><td>{cache.get(f'files_{way}', 0):,}</td>"
+                    f"<td>{cache.get(f'units_{way}', 0):,}</td>"
+                    f"<td>{cache.get(f'rows_{way}', 0):,}</td>"
+                    f"<td>{cache.get(f'examples_{way}', 0):,}</td></tr>")
+    damaged = int(cache.get("units_damaged", 0) or 0)
+    note = (f"{damaged:,} cached piece(s) failed their checksum and were read again. "
+            if damaged else "")
+    return ("<h2 id='cache'>Build cache</h2><table class='throughput'><tr><th></th>"
+            "<th>files</th><th>units</th><th>rows</th><th>examples</th></tr>"
+            + "".join(rows) + "</table>"
+            f"<p class='note'>{note}Cache bytes read {cache.get('bytes_reused', 0):,}, "
+            f"written {cache.get('bytes_written', 0):,}. Shards do not depend on what came "
+            "from the cache.</p>")
+
+
 def render_report(manifest: Mapping[str, Any], *,
                   thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                   label_counts: Mapping[str, Mapping[str, int]] | None = None,
@@ -272,6 +294,7 @@ def render_report(manifest: Mapping[str, Any], *,
         body.append(f"<p class='note'>{len(inputs.get('files') or []):,} files read, "
                     f"{sum(skipped.values()):,} skipped{_e(f' ({reasons})' if reasons else '')}; "
                     "each read file's size and version are in manifest.json (inputs).</p>")
+    body.append(_cache_section(manifest.get("cache")))
     # Gates, drift and per-feature statistics.
     body.append(render_statistics(statistics, drift))
 

@@ -268,8 +268,8 @@ def test_a_feature_whose_column_no_row_holds_fails_the_build(tmp_path, capsys):
 
 def test_rows_are_watched_only_while_a_column_is_unseen():
     from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
-    from recordforge.transforms.to_examples import _ConvertBatchesFn
-    fn = _ConvertBatchesFn((), {}, None, None, watch_columns=("b", "c"))
+    from recordforge.transforms.to_examples import BatchConversion
+    fn = BatchConversion((), {}, None, None, watch_columns=("b", "c"))
     fn.start_bundle()
     rows = [SourceRow("s", 1, {"a": 1}), SourceRow("s", 2, {"a": 1, "b": 2})]
     assert list(fn._columns_seen(rows)) == [("columns_seen", ("a", "b"))]

@@ -13,10 +13,11 @@ from PIL import Image
 
 from recordforge.transforms.readers import inputs as inputs_lib
 from recordforge.transforms.sources import images as image_source
+from recordforge.transforms.cache import steps as cached_source
 from recordforge.transforms.sources import tables as table_source
 
 
-def _table_config(tmp_path, data) -> str:
+def _table_config(tmp_path, data, cache: bool = True) -> str:
     config = tmp_path / "tables.yaml"
     config.write_text(textwrap.dedent(f"""\
         name: changing
@@ -25,6 +26,7 @@ def _table_config(tmp_path, data) -> str:
         features:
           id: {{type: int64}}
         output: {{path: {tmp_path / 'out'}, shard_size: 1MB}}
+        cache: {{enabled: {str(cache).lower()}}}
         """))
     return config
 
@@ -43,9 +45,10 @@ CHANGES = {
 }
 
 
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, monkeypatch,
-                                                        change):
+                                                        change, cache):
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.csv").write_text(_rows(0, 500))
@@ -61,7 +64,8 @@ def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, mon
         return read_range(fs, unit, *args, **kwargs)
 
     monkeypatch.setattr(table_source, "read_range", read_and_change)
-    status, _, err = run_build(_table_config(tmp_path, data))
+    monkeypatch.setattr(cached_source, "read_range", read_and_change)
+    status, _, err = run_build(_table_config(tmp_path, data, cache))
     assert changed and status == 1
     assert "the inputs changed while the build read them; nothing was published" in err
     assert not (tmp_path / "out" / "1.0.0").exists()

@@ -26,7 +26,7 @@ from ..tagged import select
 from ..urls import redact_url
 from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched
 
-__all__ = ["ReadTable"]
+__all__ = ["ListTableFiles", "ReadTable"]
 
 
 def _no_match(path: str) -> dict:
@@ -35,7 +35,7 @@ def _no_match(path: str) -> dict:
                        feature=None, message=f"no input files match {source}", input=source)
 
 
-class _ListTableFiles(beam.DoFn):
+class ListTableFiles(beam.DoFn):
     """path pattern -> ("unit", fs path) per file, dead letters and their
     counts for links leading outside the source or to nothing, or for no
     match at all."""
@@ -126,7 +126,7 @@ class ReadTable(beam.PTransform):
         listed = (
             pbegin
             | "Pattern" >> beam.Create([self._path])
-            | "ListFiles" >> beam.ParDo(_ListTableFiles(self._extensions)
+            | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
                                         ).with_output_types(TaggedBatch))
         units = (
             listed

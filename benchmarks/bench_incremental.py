@@ -1,0 +1,207 @@
+"""Incremental and resumed builds against full builds, on a table in many files.
+
+    python benchmarks/bench_incremental.py                  # 1 GB in 100 files (~10 minutes)
+    python benchmarks/bench_incremental.py --gigabytes 0.2  # a quicker look
+    python benchmarks/bench_incremental.py --json OUT.json
+
+Steps, each `recordforge build` as its own process tree, timed by wall
+clock and CPU seconds (the children's rusage):
+
+1. ``full``: the table built from scratch with ``cache.enabled: false``;
+2. ``cached``: the same build with the cache on (it writes the pieces):
+   what a first nightly build costs;
+3. ``incremental``: 5% of the files changed or added (half rewritten,
+   half new), built again into the same output; then ``full-after``, the
+   same inputs from scratch, whose shard checksums must equal
+   ``incremental``'s;
+4. ``resume``: a build into a fresh output killed (SIGKILL to its process
+   group) once 70% of the units have pieces, then run again; its shards
+   must equal ``full-after``'s.
+
+Ratios are within this run: incremental / full-after and resume /
+full-after (the resumed run alone, and with the killed run's time added).
+The cache's size is given relative to the published shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from e2e_workloads import LABELS, TABLE_FEATURES, _text  # noqa: E402
+
+RECORDFORGE = [sys.executable, "-m", "recordforge.pipelines.cli"]
+
+
+def write_part(path: Path, size: int, seed: int) -> int:
+    """A CSV file of about `size` bytes; returns its rows."""
+    rng = random.Random(seed)
+    rows = 0
+    written = 0
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        out.write("id,count,score,text,label\n")
+        lines = []
+        while written < size:
+            line = (f"{seed * 10_000_000 + rows},{rng.randint(-1000, 100_000)},"
+                    f"{round(rng.uniform(-100.0, 100.0), 4)!r},{_text(rng)},"
+                    f"{rng.choice(LABELS)}\n")
+            lines.append(line)
+            written += len(line)
+            rows += 1
+            if len(lines) >= 10_000:
+                out.writelines(lines)
+                lines = []
+        out.writelines(lines)
+    return rows
+
+
+def config(source: Path, output: Path, shard_size: int, cache: bool) -> dict:
+    return {"name": "bench_incremental", "version": "bench",
+            "source": {"type": "csv", "path": str(source)},
+            "features": TABLE_FEATURES, "key": "id",
+            "output": {"path": str(output), "shard_size": shard_size, "shuffle": True},
+            "dead_letter": {"max_error_rate": 0.0},
+            "cache": {"enabled": cache}}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_build(config_path: Path, label: str, results: dict) -> dict:
+    cpu = _children_cpu()
+    started = time.monotonic()
+    done = subprocess.run([*RECORDFORGE, "build", str(config_path), "--overwrite"],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{done.stderr[-3000:]}")
+    figures = {"wall_s": round(wall, 2), "cpu_s": round(_children_cpu() - cpu, 2)}
+    results[label] = figures
+    print(f"{label:12s} {figures['wall_s']:8.2f} s wall {figures['cpu_s']:8.2f} s CPU",
+          flush=True)
+    return figures
+
+
+def shard_checksums(output: Path) -> list[str]:
+    manifest = json.loads((output / "bench" / "manifest.json").read_text())
+    return [shard["sha256"] for split in manifest["splits"].values()
+            for shard in split["shards"]]
+
+
+def manifest_cache(output: Path) -> dict:
+    return json.loads((output / "bench" / "manifest.json").read_text()).get("cache", {})
+
+
+def pieces(cache: Path) -> list[Path]:
+    return [path for path in cache.glob("*.piece")] if cache.exists() else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gigabytes", type=float, default=1.0)
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--changed", type=float, default=0.05)
+    parser.add_argument("--kill-at", type=float, default=0.7)
+    parser.add_argument("--scratch", help="working directory (default: a temporary one)")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args(argv)
+
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="rf-incremental-"))
+    source = scratch / "table"
+    source.mkdir(parents=True, exist_ok=True)
+    part_bytes = int(args.gigabytes * 1e9 / args.files)
+    print(f"writing {args.files} files of {part_bytes / 1e6:.1f} MB into {source}", flush=True)
+    for index in range(args.files):
+        write_part(source / f"part-{index:04d}.csv", part_bytes, index)
+    shard_size = max(1 << 20, int(args.gigabytes * 1e9 / 8))
+    results: dict = {"gigabytes": args.gigabytes, "files": args.files,
+                     "changed_fraction": args.changed, "kill_at": args.kill_at}
+
+    def write_config(name: str, output: Path, cache: bool) -> Path:
+        path = scratch / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config(source, output, shard_size, cache)))
+        return path
+
+    try:
+        run_build(write_config("full", scratch / "full", False), "full", results)
+        cached = scratch / "cached"
+        run_build(write_config("cached", cached, True), "cached", results)
+        # 5% of the files: half rewritten, half added.
+        changed = max(2, round(args.files * args.changed))
+        for index in range(changed // 2):
+            write_part(source / f"part-{index * 7 % args.files:04d}.csv", part_bytes, 1000 + index)
+        for index in range(changed - changed // 2):
+            write_part(source / f"part-new-{index:04d}.csv", part_bytes, 2000 + index)
+        run_build(write_config("cached", cached, True), "incremental", results)
+        results["incremental_cache"] = manifest_cache(cached)
+        full_after = scratch / "full-after"
+        run_build(write_config("full-after", full_after, False), "full-after", results)
+        expected = shard_checksums(full_after)
+        results["incremental_identical"] = shard_checksums(cached) == expected
+
+        # Resume: kill at ~70% of the units, run again.
+        resumed = scratch / "resumed"
+        resume_config = write_config("resumed", resumed, True)
+        units = len(pieces(cached / ".cache"))
+        cpu, started = _children_cpu(), time.monotonic()
+        process = subprocess.Popen([*RECORDFORGE, "build", str(resume_config)],
+                                   start_new_session=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        while len(pieces(resumed / ".cache")) < args.kill_at * units and process.poll() is None:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        killed = {"wall_s": round(time.monotonic() - started, 2),
+                  "cpu_s": round(_children_cpu() - cpu, 2),
+                  "pieces_left": len(pieces(resumed / ".cache")), "units": units}
+        results["killed"] = killed
+        print(f"killed after {killed['wall_s']} s with {killed['pieces_left']} of {units} "
+              "pieces", flush=True)
+        run_build(resume_config, "resume", results)
+        results["resume_cache"] = manifest_cache(resumed)
+        results["resume_identical"] = shard_checksums(resumed) == expected
+
+        base = results["full-after"]
+        shards_bytes = sum(path.stat().st_size for path in (cached / "bench").glob("*.tfrecord"))
+        cache_bytes = sum(path.stat().st_size for path in pieces(cached / ".cache"))
+        results["ratios"] = {
+            "incremental_speedup_wall": round(base["wall_s"] / results["incremental"]["wall_s"], 2),
+            "incremental_speedup_cpu": round(base["cpu_s"] / results["incremental"]["cpu_s"], 2),
+            "resume_cost_wall": round(results["resume"]["wall_s"] / base["wall_s"], 3),
+            "resume_cost_cpu": round(results["resume"]["cpu_s"] / base["cpu_s"], 3),
+            "killed_plus_resume_cpu": round((killed["cpu_s"] + results["resume"]["cpu_s"])
+                                            / base["cpu_s"], 3),
+            "cached_build_cost_cpu": round(results["cached"]["cpu_s"] / results["full"]["cpu_s"],
+                                           3),
+            "cache_bytes_per_shard_byte": round(cache_bytes / shards_bytes, 3),
+        }
+        print(json.dumps(results["ratios"], indent=1))
+        print(f"identical: incremental {results['incremental_identical']}, "
+              f"resume {results['resume_identical']}")
+    finally:
+        if not args.scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return 0 if results.get("incremental_identical") and results.get("resume_identical") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

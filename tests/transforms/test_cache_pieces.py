@@ -1,0 +1,166 @@
+"""The build cache's pieces and names: what is written is what is read, and damage is never reused."""
+
+from __future__ import annotations
+
+import fsspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recordforge.schemas.statistics import FeatureStatistics
+from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_name, piece_name,
+                                                whole_files)
+from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
+                                                 encode_value, read_piece)
+from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.shards import ShardTuning
+from recordforge.transforms.spill import RunBuffer, RunFile
+from recordforge.transforms.tfrecordio import iter_records
+
+LOCAL = fsspec.filesystem("file")
+
+examples_strategy = st.lists(
+    st.tuples(st.one_of(st.none(), st.binary(max_size=20)), st.binary(max_size=300)),
+    max_size=40)
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                         st.floats(allow_nan=False), st.text(max_size=10))
+dead_letter_strategy = st.fixed_dictionaries({
+    "source": st.text(max_size=10), "row": st.one_of(st.none(), st.integers(0, 10**9)),
+    "input": st.one_of(json_scalars, st.dictionaries(st.text(max_size=5), json_scalars,
+                                                     max_size=4),
+                       st.lists(st.text(max_size=5), max_size=4))})
+
+
+NAME = "a" * 40 + ".00000-of-00001.piece"
+SPLITS = (("train", 0.7), ("test", 0.3))
+TUNING = ShardTuning()
+
+
+def _options(shuffle: bool) -> dict:
+    return {"shuffle": shuffle, "sample_every": TUNING.sample_every(),
+            "prefix_len": TUNING.prefix_len, "index_every": TUNING.index_every}
+
+
+def _write(tmp_path, examples, dead_letters=(), counts=(("a.csv", 3),), shuffle=True):
+    writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
+                         **_options(shuffle))
+    for start in range(0, len(examples), 7):  # batches as a converter gives them
+        writer.add("examples", examples[start:start + 7])
+    for record in dead_letters:
+        writer.add("dead_letter", record)
+    for count in counts:
+        writer.add("counts", count)
+    return writer.commit()
+
+
+def _run_bytes(paths) -> list[bytes]:
+    return [open(path, "rb").read() for path in paths]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(examples=examples_strategy, dead_letters=st.lists(dead_letter_strategy, max_size=5),
+       shuffle=st.booleans())
+def test_a_piece_gives_back_what_was_written(tmp_path, examples, dead_letters, shuffle):
+    for path in tmp_path.iterdir():
+        path.unlink()
+    runs, size = _write(tmp_path, examples, dead_letters, shuffle=shuffle)
+    piece = read_piece(LOCAL, str(tmp_path), NAME)
+    assert piece.runs == runs and piece.size == size
+    assert piece.examples == len(examples)
+    assert piece.values("dead_letter") == dead_letters
+    assert piece.values("counts") == [("a.csv", 3)]
+    assert not list(tmp_path.glob("*.tmp"))  # committed under its names, nothing left behind
+    # The runs are the shard writer's own: the same bytes its spill step writes.
+    buffer = RunBuffer(SplitAssigner("d", SPLITS), **_options(shuffle))
+    for start in range(0, len(examples), 7):
+        buffer.add(examples[start:start + 7])
+    spilled = []
+    for split in buffer.splits_held():
+        path = tmp_path / f"spill-{split}"
+        with open(path, "wb") as handle:
+            buffer.write(split, handle)
+        spilled.append(path)
+    assert _run_bytes(run.path for run in runs) == _run_bytes(spilled)
+    # Read back as ExampleBatches, every row comes back, with its key when it
+    # orders the rows.
+    back = [pair for batch in piece.example_batches(LOCAL, SplitAssigner("d", SPLITS).salt)
+            for pair in batch]
+    assert sorted(example for _, example in back) == sorted(example for _, example in examples)
+    if not shuffle and all(key is not None for key, _ in examples):
+        assert sorted(back) == sorted(examples)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(examples=examples_strategy.filter(bool), data=st.data())
+def test_any_damage_is_refused(tmp_path, examples, data):
+    for path in tmp_path.iterdir():
+        path.unlink()
+    _write(tmp_path, examples)
+    victim = data.draw(st.sampled_from(sorted(tmp_path.iterdir())), label="file")
+    content = bytearray(victim.read_bytes())
+    if data.draw(st.booleans(), label="truncate"):
+        damaged = bytes(content[:data.draw(st.integers(0, len(content) - 1), label="length")])
+    else:
+        position = data.draw(st.integers(0, len(content) - 1), label="position")
+        content[position] ^= data.draw(st.integers(1, 255), label="flip")
+        damaged = bytes(content)
+    victim.write_bytes(damaged)
+    with pytest.raises(DamagedPiece, match=NAME):
+        read_piece(LOCAL, str(tmp_path), NAME)
+
+
+def test_a_missing_piece_or_run_is_damaged_not_an_error(tmp_path):
+    with pytest.raises(DamagedPiece):
+        read_piece(LOCAL, str(tmp_path), NAME)
+    runs, _ = _write(tmp_path, [(None, b"x"), (None, b"y"), (None, b"z")])
+    RunFile(runs[0].path)  # a complete run...
+    (tmp_path / runs[0].path.rsplit("/", 1)[-1]).unlink()
+    with pytest.raises(DamagedPiece, match="No such file"):  # ...gone
+        read_piece(LOCAL, str(tmp_path), NAME)
+
+
+def test_an_aborted_piece_leaves_nothing(tmp_path):
+    writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
+                         **_options(True))
+    writer.add("examples", [(None, b"x")])
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_summary_is_a_tfrecord_file_an_independent_reader_walks(tmp_path):
+    _write(tmp_path, [(None, b"a"), (b"k", b"b")])
+    with open(tmp_path / NAME, "rb") as handle:
+        kinds = [record[:1] for record in iter_records(handle, compression="none")]
+    assert kinds == [b"j", b"s"]
+
+
+def test_statistics_and_numpy_values_survive_the_json_form():
+    numeric = FeatureStatistics.from_values("numeric", "float", 4, [1.5, 2.0, float("inf"), -3.0])
+    labels = FeatureStatistics.from_values("vocabulary", "int64", 3, [0, 1, 1],
+                                           vocabulary=("a", "b"))
+    value = (("train", "price"), numeric)
+    back = decode_value(encode_value(value))
+    assert back[0] == ("train", "price") and back[1].to_json() == numeric.to_json()
+    assert decode_value(encode_value(labels)).to_json() == labels.to_json()
+    assert decode_value(encode_value(np.arange(3))).tolist() == [0, 1, 2]
+    with pytest.raises(TypeError):
+        encode_value(object())
+
+
+def test_names_say_which_files_are_whole():
+    key = file_key("enc", {"path": "/d/a.csv", "size": 10, "mtime_ns": 1})
+    other = file_key("enc", {"path": "/d/b.csv", "size": 10, "mtime_ns": 1})
+    assert key != file_key("enc", {"path": "/d/a.csv", "size": 10, "mtime_ns": 2})
+    assert key != file_key("enc2", {"path": "/d/a.csv", "size": 10, "mtime_ns": 1})
+    names = [piece_name(key, 0, 2), piece_name(key, 1, 2), piece_name(other, 0, 3),
+             piece_name(other, 2, 3), piece_name(key, 0, 2) + ".abc.tmp", "README"]
+    assert whole_files(names) == {key: 2}
+    assert key_of(piece_name(key, 1, 2)[:-len(".piece")] + ".s3.run") == key
+    assert key_of(piece_name(key, 0, 2) + ".abc.tmp") is None
+    assert parse_piece_name(piece_name(other, 2, 3)) == (other, 2, 3)
+    assert parse_piece_name("x" * 40 + ".00003-of-00002.piece") is None
+    with pytest.raises(ValueError):
+        piece_name(key, 2, 2)

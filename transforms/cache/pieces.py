@@ -1,0 +1,320 @@
+"""A piece of the build cache: one reading unit's rows as sorted runs, and everything else it gave.
+
+A piece is a summary file and one run file per split the unit had rows of:
+
+    <file key>.<unit>-of-<count>.piece          summary (TFRecord-framed)
+    <file key>.<unit>-of-<count>.s<split>.run   the split's rows, sorted
+
+The run files are the shard writer's own sorted runs (`spill.RunBuffer`,
+the format `spill` documents), so a reused unit's rows go to the shard
+writer as they are: not read, hashed, sorted or written again. The summary
+holds the rest of what the unit gave, as the converting step gave it: dead
+letters of reading and checking, label counts, statistics, the columns
+seen, the rows read, and per run its split, rows, bytes, sampled keys,
+file size and CRC32C. Its records are, by first byte:
+
+    j<JSON>     the summary
+    s<sha256>   the digest of every byte before this record (last)
+
+Values go through JSON with a few tagged forms (tuples, bytes, numpy
+arrays, statistics), never pickle: the cache sits in storage others may
+write to, and loading it must not run code. The summary is written last,
+after its runs: a piece whose summary exists names complete runs.
+
+`read_piece` checks the summary's digest and every run's size and CRC32C
+before it gives anything, so a torn write (pieces are not synced: a crash
+of the machine may leave one half-written) or a damaged file is never
+reused: it raises `DamagedPiece` and the unit is read and encoded again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import uuid
+from typing import Any, BinaryIO, Iterator, NamedTuple
+
+import crc32c
+import fsspec
+import numpy as np
+from fsspec.implementations.local import LocalFileSystem
+
+from ...schemas.statistics import FeatureStatistics
+from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
+from ..spill import KEY_VARIABLE, RunBuffer, RunFile
+from ..tfrecordio import TFRecordError, frame_records, iter_records
+
+__all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
+           "decode_value", "encode_value", "read_piece", "run_file_name"]
+
+FORMAT = "recordforge.piece/2"
+# The tags of everything but Examples, in the order a reused piece gives them.
+SUMMARY_TAGS = ("read_dead_letter", "dead_letter", "label_counts", "statistics",
+                "columns_seen", "counts")
+_DIGEST_RECORD_BYTES = 12 + 1 + 32 + 4  # header, tag, sha256, data CRC
+_BATCH_EXAMPLES = 1000
+_READ_BLOCK = 8 << 20
+
+
+class DamagedPiece(Exception):
+    """A piece that cannot be reused: missing, truncated, or not what was written."""
+
+
+class CachedRun(NamedTuple):
+    """One run file of a piece: its split's name, where it is, its rows and
+    framed bytes (as the shard writer counts them), its sampled keys."""
+
+    split: str
+    path: str
+    num_records: int
+    num_bytes: int
+    sample: tuple[SampleEntry, ...]
+
+
+def run_file_name(piece: str, split: int) -> str:
+    """``<piece name without .piece>.s<split>.run``."""
+    return f"{piece[:-len('.piece')]}.s{split}.run"
+
+
+# --- values through JSON ---------------------------------------------------------------
+
+
+def encode_value(value: Any) -> Any:
+    """A JSON-safe form of a value a converting step gives: JSON values,
+    tuples, bytes, numpy arrays and `FeatureStatistics` (by its state)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tuple):
+        return {"t": [encode_value(item) for item in value]}
+    if isinstance(value, list):
+        return [encode_value(item) for item in value]
+    if isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("only string keys can be cached")
+        return {"m": {key: encode_value(item) for key, item in value.items()}}
+    if isinstance(value, bytes):
+        return {"b": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, np.ndarray):
+        return {"a": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, FeatureStatistics):
+        return {"statistics": encode_value(value.__getstate__())}
+    raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+def decode_value(data: Any) -> Any:
+    """The value `encode_value` gave `data` for."""
+    if isinstance(data, list):
+        return [decode_value(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    if "t" in data:
+        return tuple(decode_value(item) for item in data["t"])
+    if "m" in data:
+        return {key: decode_value(item) for key, item in data["m"].items()}
+    if "b" in data:
+        return base64.b64decode(data["b"])
+    if "a" in data:
+        return np.asarray(data["a"], dtype=np.dtype(data["dtype"]))
+    if "statistics" in data:
+        stats = FeatureStatistics.__new__(FeatureStatistics)
+        stats.__setstate__(decode_value(data["statistics"]))
+        return stats
+    raise ValueError(f"unknown cached form with keys {sorted(data)}")
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+class _Checksummed:
+    """A file object that keeps the CRC32C and size of what is written to it."""
+
+    def __init__(self, fileobj: BinaryIO):
+        self._fileobj = fileobj
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        self.size += len(data)
+        return self._fileobj.write(data)
+
+
+class PieceWriter:
+    """Writes one piece as its unit is converted: `add(tag, value)` for every
+    output, `commit()` at the end, `abort()` on failure.
+
+    Rows wait in a `spill.RunBuffer` (the unit's Examples, held until the
+    unit ends: a unit is ~16 MB of input), the rest for the summary. Files
+    are written under temporary names and renamed locally; on object stores
+    each upload completes at once or not at all. A retried unit writes the
+    same names again."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, directory: str, name: str,
+                 assigner: SplitAssigner, *, shuffle: bool, sample_every: int,
+                 prefix_len: int, index_every: int):
+        self._fs = fs
+        self._directory = directory.rstrip("/")
+        self._name = name
+        self._assigner = assigner
+        self._local = isinstance(fs, LocalFileSystem)
+        self._buffer = RunBuffer(assigner, shuffle=shuffle, sample_every=sample_every,
+                                 prefix_len=prefix_len, index_every=index_every)
+        self._held: dict[int, tuple[int, int]] = {}
+        self._samples: dict[int, list[SampleEntry]] = {}
+        self._summary: dict[str, list] = {tag: [] for tag in SUMMARY_TAGS}
+        self._temporary: list[str] = []
+        self.examples = 0
+
+    def _path(self, name: str) -> str:
+        return f"{self._directory}/{name}"
+
+    def add(self, tag: str, value: Any) -> None:
+        if tag == "examples":
+            for split, num_records, num_bytes, sample in self._buffer.add(value):
+                self._held[split] = (num_records, num_bytes)
+                self._samples.setdefault(split, []).extend(sample)
+            self.examples += len(value)
+        elif tag in self._summary:
+            self._summary[tag].append(encode_value(value))
+        else:
+            raise ValueError(f"nothing of tag {tag!r} is cached")
+
+    def _open(self, name: str) -> tuple[BinaryIO, str]:
+        final = self._path(name)
+        path = f"{final}.{uuid.uuid4().hex}.tmp" if self._local else final
+        self._temporary.append(path)
+        return self._fs.open(path, "wb"), path
+
+    def _finish(self, path: str, name: str) -> None:
+        if self._local:
+            os.replace(path, self._path(name))
+
+    def commit(self) -> tuple[list[CachedRun], int]:
+        """Writes the runs, then the summary; returns the runs and the
+        piece's size in bytes (runs and summary)."""
+        runs, entries, size = [], [], 0
+        names = self._assigner.names
+        for split in self._buffer.splits_held():
+            name = run_file_name(self._name, split)
+            fileobj, path = self._open(name)
+            with fileobj:
+                checked = _Checksummed(fileobj)
+                self._buffer.write(split, checked)
+            self._finish(path, name)
+            num_records, num_bytes = self._held[split]
+            sample = tuple(self._samples.get(split, ()))
+            runs.append(CachedRun(names[split], self._path(name), num_records, num_bytes,
+                                  sample))
+            entries.append({"split": names[split], "file": name, "records": num_records,
+                            "bytes": num_bytes, "size": checked.size, "crc32c": checked.crc,
+                            "sample": encode_value(sample)})
+            size += checked.size
+        summary = {"format": FORMAT, "examples": self.examples, "runs": entries,
+                   **self._summary}
+        body = frame_records([b"j" + json.dumps(summary, ensure_ascii=True,
+                                                separators=(",", ":")).encode("ascii")])
+        data = body + frame_records([b"s" + hashlib.sha256(body).digest()])
+        fileobj, path = self._open(self._name)
+        with fileobj:
+            fileobj.write(data)
+        self._finish(path, self._name)
+        self._temporary.clear()
+        return runs, size + len(data)
+
+    def abort(self) -> None:
+        """Drops what an unfinished piece wrote (a failed or abandoned unit)."""
+        for path in self._temporary:
+            try:
+                self._fs.rm(path)
+            except (OSError, ValueError):
+                pass
+        self._temporary.clear()
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+class PieceContents:
+    """A checked piece: its summary values and its runs."""
+
+    def __init__(self, summary: dict, runs: list[CachedRun], size: int):
+        self.summary = summary
+        self.runs = runs
+        self.size = size
+        self.examples = summary["examples"]
+
+    def values(self, tag: str) -> list:
+        return [decode_value(item) for item in self.summary[tag]]
+
+    def example_batches(self, fs: fsspec.AbstractFileSystem, salt: bytes
+                        ) -> Iterator[list[tuple[bytes | None, bytes]]]:
+        """The rows as ExampleBatches, for an exchange that takes Examples
+        rather than runs: rows ordered by hash come with their digests
+        (`HashedExamples`), rows ordered by their own key with the key."""
+        for run in self.runs:
+            reader = RunFile(run.path, fs=fs)
+            rows: list = []
+            digests: list[bytes] = []
+            for key, example, _ in reader.stream(b"", None):
+                if reader.key_width > 0:
+                    rows.append((None, example))
+                    digests.append(bytes(key))
+                else:
+                    rows.append((bytes(key) if reader.key_width == KEY_VARIABLE else None,
+                                 example))
+                if len(rows) >= _BATCH_EXAMPLES:
+                    yield HashedExamples(rows, salt, digests) if digests else rows
+                    rows, digests = [], []
+            if rows:
+                yield HashedExamples(rows, salt, digests) if digests else rows
+
+
+def read_piece(fs: fsspec.AbstractFileSystem, directory: str, name: str) -> PieceContents:
+    """Reads a piece's summary, checks its digest and every run's size and
+    CRC32C (each run read once, whole), and returns the piece; raises
+    `DamagedPiece` when it cannot be reused."""
+    directory = directory.rstrip("/")
+    path = f"{directory}/{name}"
+    try:
+        with fs.open(path, "rb") as handle:
+            data = handle.read()
+        if len(data) <= _DIGEST_RECORD_BYTES:
+            raise ValueError("too short to be a piece")
+        body, trailer = data[:-_DIGEST_RECORD_BYTES], data[-_DIGEST_RECORD_BYTES:]
+        (digest,) = list(iter_records(io.BytesIO(trailer), path=path, compression="none"))
+        if digest[:1] != b"s" or digest[1:] != hashlib.sha256(body).digest():
+            raise ValueError("its summary does not match its digest")
+        (record,) = list(iter_records(io.BytesIO(body), path=path, compression="none"))
+        summary = json.loads(record[1:])
+        if record[:1] != b"j" or summary.get("format") != FORMAT:
+            raise ValueError(f"not a summary of format {FORMAT}")
+        runs, size = [], len(data)
+        for entry in summary["runs"]:
+            run_path = f"{directory}/{entry['file']}"
+            _check_run(fs, run_path, entry["size"], entry["crc32c"])
+            runs.append(CachedRun(entry["split"], run_path, entry["records"], entry["bytes"],
+                                  tuple(SampleEntry(*item)
+                                        for item in decode_value(entry["sample"]))))
+            size += entry["size"]
+    except (OSError, TFRecordError, ValueError, KeyError, TypeError) as error:
+        raise DamagedPiece(f"{path}: {error}") from error
+    return PieceContents(summary, runs, size)
+
+
+def _check_run(fs: fsspec.AbstractFileSystem, path: str, size: int, crc: int) -> None:
+    seen, running = 0, 0
+    with fs.open(path, "rb") as handle:
+        while True:
+            block = handle.read(_READ_BLOCK)
+            if not block:
+                break
+            running = crc32c.crc32c(block, running)
+            seen += len(block)
+    if seen != size or running != crc:
+        raise ValueError(f"run {path} is {seen} bytes with CRC32C {running:08x}; its piece "
+                         f"says {size} bytes with {crc:08x}")

@@ -1,0 +1,339 @@
+"""ConvertTablesWithCache: table files -> Examples, reusing the cached pieces of unchanged files.
+
+The steps of `sources.ReadTable` and `to_examples.RowsToExamples` in one,
+with the build cache between them:
+
+    Pattern -> ListFiles -> ReshuffleFiles
+      -> PlanOrReuse      a file whose every unit has a piece: one Work per
+                          piece; any other file: planned into units, one
+                          Work per unit
+      -> ReshuffleUnits
+      -> ConvertUnits     a Work whose piece exists and checks out gives the
+                          piece's outputs; any other is read, checked and
+                          encoded (`BatchConversion`) and its piece written:
+                          its rows sorted into runs as the shard writer's
+                          spill step would (`pieces`)
+      -> SplitOutputs     `CachedConversion`
+
+Reading and converting happen in one DoFn, so a unit's every output (its
+Examples, dead letters, label counts, statistics, rows read) is at hand to
+write its piece, and cached and new rows come out of the same step: rows
+never pass a Flatten (see `sources.outputs`). With the shard writer's file
+exchange (local runners) and a cache on the local disk the rows are given
+as the pieces' sorted runs, which the writer takes as its own spill runs
+(``WriteShards(spilled=True)``): a reused unit's rows are neither read nor
+sorted again, and a new unit's are sorted once, into its piece. Otherwise
+(the shuffle exchange of distributed runners, or a cache on an object
+store) they are given as ExampleBatches, read back from the runs.
+
+Which pieces exist is listed once, by the driver, before the pipeline
+(`whole_files`: file key -> unit count; `pieces`: the names of pieces of
+files not whole, for a build that stopped inside a file). A piece that is
+gone or damaged when it is read is not an error: the unit is read again.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+import apache_beam as beam
+import fsspec
+
+from ..batch_coder import Batch, TaggedBatch
+from ..gc_tuning import relax_young_collections
+from ..metrics import METRICS_NAMESPACE
+from ..readers.inputs import fingerprint
+from ..readers.listing import normalized_extensions
+from ..readers.tables import DEFAULT_RANGE_BYTES, FileRange, plan_table_ranges, read_range
+from ..sources.outputs import COUNTS, DEAD, ROWS, UNIT, batched
+from ..sources.tables import ListTableFiles
+from ..tagged import select
+from ..to_examples import (COLUMNS_SEEN, DEAD_LETTER, EXAMPLES, LABEL_COUNTS, STATISTICS,
+                           BatchConversion, LabelCounting)
+from ..statistics import StatisticsSetup
+from ..shard_plan import SpillRecord, SplitAssigner
+from ..shards import ShardTuning
+from .names import file_key, piece_name
+from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece
+
+__all__ = ["CACHE_USE", "CachedConversion", "ConvertTablesWithCache", "RowLayout", "Work"]
+
+READ_DEAD_LETTER = "read_dead_letter"
+CACHE_USE = "cache_use"
+RUNS = "runs"
+
+
+class RowLayout(NamedTuple):
+    """How the shard writer places rows, which the cached runs must follow:
+    the dataset name and splits (a row's split), shuffle (order by hash or
+    by key), and the writer's tuning (samples and run indexes)."""
+
+    dataset_name: str
+    splits: tuple[tuple[str, float], ...]
+    shuffle: bool
+    tuning: ShardTuning = ShardTuning()
+
+_log = logging.getLogger(__name__)
+
+
+class Work(NamedTuple):
+    """One unit of a file: its piece's file key, index and count, the file,
+    and the byte range or row-group span to read (None: the unit is to be
+    reused, and found by planning the file again if its piece is damaged)."""
+
+    key: str
+    index: int
+    count: int
+    fs_path: str
+    source: str
+    unit: FileRange | None
+
+
+class _PlanOrReuse(beam.DoFn):
+    """fs path -> Work per unit (its piece reused when the file is whole in
+    the cache), or read dead letters for a file that vanished."""
+
+    def __init__(self, pattern: str, format: str, range_bytes: int, options,
+                 encoding_key: str, whole_files: Mapping[str, int]):
+        self._pattern = pattern
+        self._format = format
+        self._range_bytes = range_bytes
+        self._options = options
+        self._encoding_key = encoding_key
+        self._whole_files = dict(whole_files)
+
+    def setup(self):
+        self._fs = fsspec.core.url_to_fs(self._pattern)[0]
+
+    def process(self, fs_path: str):
+        print_name = fingerprint(self._fs, fs_path)
+        key = file_key(self._encoding_key, print_name)
+        source = print_name["path"]
+        count = self._whole_files.get(key)
+        if count is not None:
+            for index in range(count):
+                yield Work(key, index, count, fs_path, source, None)
+            return
+        units = plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
+                                  self._options)
+        for index, unit in enumerate(units):
+            yield Work(key, index, len(units), fs_path, unit.source, unit)
+
+
+class _ConvertUnits(beam.DoFn):
+    """Work -> (tag, value) pairs: what `BatchConversion` gives, read dead
+    letters ("read_dead_letter"), rows read ("counts"), one ("cache_use",
+    dict) per unit, and the unit's rows: with `give_runs` its cached runs as
+    SpillRecords ("runs") for a shard writer that takes runs, else
+    ExampleBatches ("examples")."""
+
+    def __init__(self, pattern: str, format: str, batch_size: int, range_bytes: int, options,
+                 cache_url: str, pieces: Iterable[str], conversion: BatchConversion,
+                 layout: RowLayout, give_runs: bool):
+        self._pattern = pattern
+        self._format = format
+        self._batch_size = batch_size
+        self._range_bytes = range_bytes
+        self._options = options
+        self._cache_url = cache_url
+        self._pieces = frozenset(pieces)
+        self._conversion = conversion
+        self._layout = layout
+        self._give_runs = give_runs
+
+    def setup(self):
+        self._fs = fsspec.core.url_to_fs(self._pattern)[0]
+        self._cache_fs, self._cache_path = fsspec.core.url_to_fs(self._cache_url)
+        relax_young_collections()  # rows are made here, a batch at a time
+        self._conversion.setup()
+        self._assigner = SplitAssigner(self._layout.dataset_name, self._layout.splits)
+        self._reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_reused")
+        self._rebuilt = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_converted")
+        self._damaged = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_damaged")
+
+    def process(self, work: Work):
+        name = piece_name(work.key, work.index, work.count)
+        damaged = False
+        if work.unit is None or name in self._pieces:
+            try:
+                piece = read_piece(self._cache_fs, self._cache_path, name)
+            except DamagedPiece as error:
+                _log.warning("cache piece for %s (unit %d of %d) cannot be reused, reading "
+                             "the unit again: %s", work.source, work.index + 1, work.count,
+                             error)
+                self._damaged.inc()
+                damaged = True
+            else:
+                self._reused.inc()
+                yield from self._reused_outputs(piece)
+                yield CACHE_USE, {"source": work.source, "reused": True, "damaged": False,
+                                  "rows": _rows(piece.values(COUNTS)),
+                                  "examples": piece.examples, "bytes": piece.size}
+                return
+        unit = work.unit if work.unit is not None else self._planned_unit(work)
+        self._rebuilt.inc()
+        yield from self._convert(work, unit, name, damaged)
+
+    def _planned_unit(self, work: Work) -> FileRange:
+        units = plan_table_ranges(self._fs, work.fs_path, self._format, self._range_bytes,
+                                  self._options)
+        if len(units) != work.count:
+            # Cannot happen for an unchanged file: planning is deterministic.
+            raise RuntimeError(f"{work.source}: planned {len(units)} units where its cached "
+                               f"pieces say {work.count}; delete {self._cache_url}")
+        return units[work.index]
+
+    def _reused_outputs(self, piece: PieceContents):
+        """The outputs of a reused piece, as its unit gave them."""
+        yield from self._rows_of(piece.runs, piece)
+        for tag in (READ_DEAD_LETTER, DEAD_LETTER, LABEL_COUNTS, STATISTICS, COLUMNS_SEEN,
+                    COUNTS):
+            for value in piece.values(tag):
+                yield tag, value
+
+    def _rows_of(self, runs, piece: PieceContents | None = None):
+        if self._give_runs:
+            for run in runs:
+                yield RUNS, SpillRecord(run.split, run.path, run.num_records, run.num_bytes,
+                                        run.sample)
+        elif piece is not None:
+            for batch in piece.example_batches(self._cache_fs, self._assigner.salt):
+                yield EXAMPLES, batch
+
+    def _convert(self, work: Work, unit: FileRange, name: str, damaged: bool):
+        # Each unit names its own columns seen: its piece may be reused alone.
+        self._conversion.start_bundle()
+        tuning = self._layout.tuning
+        writer = PieceWriter(self._cache_fs, self._cache_path, name, self._assigner,
+                             shuffle=self._layout.shuffle, sample_every=tuning.sample_every(),
+                             prefix_len=tuning.prefix_len, index_every=tuning.index_every)
+        try:
+            rows = 0
+            for tag, value in batched(read_range(self._fs, unit, self._format, self._options),
+                                      self._batch_size, unit.source):
+                if tag == ROWS:
+                    for out_tag, out_value in self._conversion.convert(value):
+                        writer.add(out_tag, out_value)
+                        if out_tag != EXAMPLES or not self._give_runs:
+                            yield out_tag, out_value
+                else:
+                    out_tag = READ_DEAD_LETTER if tag == DEAD else COUNTS
+                    if tag == COUNTS:
+                        rows += value[1]
+                    writer.add(out_tag, value)
+                    yield out_tag, value
+            examples = writer.examples
+            runs, size = writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        yield from self._rows_of(runs)
+        yield CACHE_USE, {"source": work.source, "reused": False, "damaged": damaged,
+                          "rows": rows, "examples": examples, "bytes": size}
+
+
+def _rows(counts: list) -> int:
+    return sum(count for _, count in counts)
+
+
+class CachedConversion(NamedTuple):
+    """What `ConvertTablesWithCache` gives: the rows (ExampleBatches, or
+    with `rows_are_runs` SpillRecords of sorted runs for
+    ``WriteShards(spilled=True)``), dead letters of the check stage and of
+    reading (the second includes the listing's), label counts, statistics,
+    columns seen, (source, rows read) and one cache-use dict per unit."""
+
+    rows: beam.PCollection
+    rows_are_runs: bool
+    dead_letter: beam.PCollection
+    read_dead_letter: beam.PCollection
+    label_counts: beam.PCollection
+    statistics: beam.PCollection
+    columns_seen: beam.PCollection
+    counts: beam.PCollection
+    cache_use: beam.PCollection
+
+
+class ConvertTablesWithCache(beam.PTransform):
+    """Reads, checks and encodes table files, reusing cached pieces.
+
+    path, format, extensions, options, batch_size, range_bytes: as
+    `sources.ReadTable`. specs, vocabularies, key_column, count_labels,
+    watch_columns, statistics: as `to_examples.RowsToExamples`.
+    cache_url: the directory of pieces; encoding_key: the digest of what
+    changes the encoding (`pipelines.cache.encoding_key`); whole_files and
+    pieces: what the cache held when the build started (`names.whole_files`,
+    and the names of the pieces of other files). layout: how the shard
+    writer places rows (`RowLayout`); give_runs: give the rows as the
+    cache's sorted runs (the file exchange of a local runner, with the cache
+    on its disk) rather than as ExampleBatches.
+    Gives `CachedConversion`.
+    """
+
+    def __init__(self, path: str, format: str, *, cache_url: str, encoding_key: str,
+                 whole_files: Mapping[str, int], pieces: Iterable[str],
+                 specs: Sequence, vocabularies: Mapping[str, Sequence[str]],
+                 key_column: str | None = None, count_labels: LabelCounting | None = None,
+                 watch_columns: Sequence[str] = (), statistics: StatisticsSetup | None = None,
+                 layout: RowLayout, give_runs: bool = False,
+                 extensions: Iterable[str] | None = None, options=None,
+                 batch_size: int = 1000, range_bytes: int = DEFAULT_RANGE_BYTES):
+        super().__init__()
+        self._layout = layout
+        self._give_runs = give_runs
+        self._path = path
+        self._format = format
+        self._extensions = None if extensions is None else normalized_extensions(extensions)
+        self._options = options
+        self._batch_size = batch_size
+        self._range_bytes = range_bytes
+        self._cache_url = cache_url
+        self._encoding_key = encoding_key
+        self._whole_files = dict(whole_files)
+        self._pieces = frozenset(pieces)
+        self._conversion = BatchConversion(specs, vocabularies, key_column, count_labels,
+                                           watch_columns=watch_columns, statistics=statistics)
+
+    def expand(self, pbegin):
+        # ("unit", fs path) per file | dead letter and count for what cannot be listed
+        listed = (pbegin
+                  | "Pattern" >> beam.Create([self._path])
+                  | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
+                                              ).with_output_types(TaggedBatch))
+        works = (listed
+                 | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
+                 | "ReshuffleFiles" >> beam.Reshuffle()
+                 # Work per unit
+                 | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
+                     self._path, self._format, self._range_bytes, self._options,
+                     self._encoding_key, self._whole_files)).with_output_types(Batch)
+                 | "ReshuffleUnits" >> beam.Reshuffle())
+        # (tag, value) pairs of every kind
+        converted = works | "ConvertUnits" >> beam.ParDo(_ConvertUnits(
+            self._path, self._format, self._batch_size, self._range_bytes, self._options,
+            self._cache_url, self._pieces, self._conversion, self._layout, self._give_runs)
+        ).with_output_types(TaggedBatch)
+
+        def pick(label: str, tag: str, output_type=None):
+            step = beam.FlatMap(select, tag)
+            if output_type is not None:
+                step = step.with_output_types(output_type)
+            return converted | label >> step
+
+        return CachedConversion(
+            rows=(pick("Runs", RUNS, Batch) if self._give_runs
+                  else pick("Examples", EXAMPLES, Batch)),
+            rows_are_runs=self._give_runs,
+            dead_letter=pick("DeadLetters", DEAD_LETTER),
+            read_dead_letter=(pick("ReadDeadLetters", READ_DEAD_LETTER),
+                              listed | "ListDeadLetters" >> beam.FlatMap(select, DEAD))
+            | "AllReadDeadLetters" >> beam.Flatten(),
+            label_counts=pick("LabelCounts", LABEL_COUNTS),
+            statistics=pick("Statistics", STATISTICS),
+            columns_seen=pick("ColumnsSeen", COLUMNS_SEEN),
+            counts=(pick("Counts", COUNTS),
+                    listed | "ListCounts" >> beam.FlatMap(select, COUNTS))
+            | "AllCounts" >> beam.Flatten(),
+            cache_use=pick("CacheUse", CACHE_USE))
