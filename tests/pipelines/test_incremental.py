@@ -232,3 +232,27 @@ def test_a_killed_build_resumes_from_its_pieces(tmp_path, kill_after):
     assert resumed.manifest["cache"]["units_reused"] == len(left)
     assert resumed.manifest["cache"]["units_converted"] == 8 - len(left)
     assert _published(resumed) == _from_scratch(source, tmp_path / "scratch", "v1")
+
+
+def test_a_cache_on_an_object_store_gives_rows_as_examples(tmp_path):
+    """A cache that is not on the local disk (here fsspec's in-memory
+    filesystem, which the in-process runner shares): reused rows are read
+    back from the runs as ExampleBatches, and the shards are the same."""
+    import fsspec
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(3):
+        (source / f"part-{index}.csv").write_text(_rows(index, 300))
+    url = f"memory://rf-cache-{tmp_path.name}"
+    cache = {"path": url}
+    first = recordforge.build(_config(source, tmp_path / "out", "v1", cache=cache),
+                              beam_args=IN_MEMORY)
+    (source / "part-1.csv").write_text(_rows(77, 120))
+    second = recordforge.build(_config(source, tmp_path / "out", "v2", cache=cache),
+                               beam_args=IN_MEMORY)
+    assert first.manifest["cache"]["files_converted"] == 3
+    assert second.manifest["cache"]["files_reused"] == 2
+    assert _published(second) == _from_scratch(source, tmp_path / "scratch", "v2")
+    names = [path.rsplit("/", 1)[-1] for path in fsspec.filesystem("memory").ls(url, detail=False)]
+    assert len([name for name in names if parse_piece_name(name)]) == 3
