@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
         base = results["full-after"]
         shards_bytes = sum(path.stat().st_size for path in (cached / "bench").glob("*.tfrecord"))
-        cache_bytes = sum(path.stat().st_size for path in pieces(cached / ".cache"))
+        cache_bytes = sum(path.stat().st_size for path in (cached / ".cache").iterdir())
         results["ratios"] = {
             "incremental_speedup_wall": round(base["wall_s"] / results["incremental"]["wall_s"], 2),
             "incremental_speedup_cpu": round(base["cpu_s"] / results["incremental"]["cpu_s"], 2),

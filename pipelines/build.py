@@ -244,7 +244,8 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
     """Runs the build's pipeline into `staging` until it finishes. On any
     failure or interruption the staging directory is deleted (nothing is
     published) and `PipelineFailed` (or the KeyboardInterrupt) is raised."""
-    watcher = progress.BuildProgress(staging.url, enabled=show_progress)
+    watcher = progress.BuildProgress(staging.url, enabled=show_progress,
+                                     cache_url=cache_state.url if cache_state else None)
     try:
         with watcher:
             pipeline = beam.Pipeline(

@@ -100,6 +100,29 @@ def scan_staging(staging_url: str) -> tuple[int, int, str]:
     return total, shards, phase
 
 
+def scan_cache(cache_url: str, since: float) -> int:
+    """Bytes of the build cache's files (a local cache) written since
+    `since` (seconds since the epoch): a cached build's reading and encoding
+    writes its rows there, not into staging. 0 for a cache elsewhere (object
+    stores are not scanned: it would cost a listing of every piece)."""
+    if "://" in cache_url and not cache_url.startswith("file://"):
+        return 0
+    root = cache_url[len("file://"):] if cache_url.startswith("file://") else cache_url
+    total = 0
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:  # renamed away while we looked
+                    continue
+                if info.st_mtime >= since:
+                    total += info.st_size
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    return total
+
+
 def _walk(url: str):
     if "://" not in url or url.startswith("file://"):
         root = url[len("file://"):] if url.startswith("file://") else url
@@ -163,6 +186,8 @@ class BuildProgress:
     """Shows a running build's progress on `stream` (default stderr).
 
     staging_url: the build's staging directory (what `staging.Staging.url` gives).
+    cache_url: the build cache's directory, when the build uses it: what the
+      build writes there counts as read and encoded (`scan_cache`).
     interval: seconds between lines; default 0.5 on a TTY, 30 otherwise.
     enabled: False shows nothing (e.g. ``--quiet``); default True.
     Methods: `start`/`stop` (or use it as a context manager), `attach(result)`
@@ -172,8 +197,10 @@ class BuildProgress:
 
     def __init__(self, staging_url: str, *, stream: TextIO | None = None,
                  interval: float | None = None, enabled: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, cache_url: str | None = None):
         self._staging_url = staging_url
+        self._cache_url = cache_url
+        self._wall_started = time.time()
         self._stream = stream if stream is not None else sys.stderr
         self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
         self._interval = interval if interval is not None else (
@@ -197,6 +224,7 @@ class BuildProgress:
 
     def start(self) -> "BuildProgress":
         self._started = self._clock()
+        self._wall_started = time.time()
         if self._enabled and self._thread is None:
             self._thread = threading.Thread(target=self._run, name="recordforge-progress",
                                             daemon=True)
@@ -240,7 +268,13 @@ class BuildProgress:
                                 or now - self._last_scan_time >= REMOTE_SCAN_INTERVAL)
         if rescan or not self._remote or due:
             try:
-                self._last_scan = scan_staging(self._staging_url)
+                staged, shards, phase = scan_staging(self._staging_url)
+                if self._cache_url is not None:
+                    cached = scan_cache(self._cache_url, self._wall_started)
+                    staged += cached
+                    if cached and phase == "starting":
+                        phase = "reading"
+                self._last_scan = (staged, shards, phase)
             except Exception:  # noqa: BLE001 - progress must never break a build
                 pass
             self._last_scan_time = now

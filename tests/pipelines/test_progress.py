@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import logging
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from apache_beam.metrics import Metrics
 
 from recordforge.pipelines import progress
-from recordforge.pipelines.progress import BuildProgress, format_summary, scan_staging
+from recordforge.pipelines.progress import scan_cache, BuildProgress, format_summary, scan_staging
 
 
 def _file(path, size):
@@ -29,6 +30,21 @@ def test_scan_staging_reports_bytes_shards_and_phase(tmp_path):
     _file(tmp_path / "train-00000-of-00002.tfrecord.gz", 300)
     _file(tmp_path / "dead_letter" / "part-00000.jsonl", 7)
     assert scan_staging(str(tmp_path)) == (1807, 1, "writing shards")
+
+
+def test_a_cached_build_shows_what_it_writes_into_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    _file(cache / "old.piece", 999)
+    os.utime(cache / "old.piece", (1, 1))  # an earlier build's piece: not this build's work
+    stream = _Stream(tty=False)
+    watcher = BuildProgress(str(tmp_path / "staging"), stream=stream, interval=0.05,
+                            cache_url=str(cache))
+    with watcher:
+        _file(cache / "new.s0.run", 4000)
+        snapshot = watcher.snapshot(rescan=True)
+    assert (snapshot.staged_bytes, snapshot.phase) == (4000, "reading")
+    assert scan_cache(str(cache), since=0) == 4999
+    assert scan_cache("s3://bucket/cache", since=0) == 0
 
 
 class _Stream(io.StringIO):
