@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import os
 import logging
+import os
 import time
 
 import apache_beam as beam
@@ -12,7 +12,7 @@ import pytest
 from apache_beam.metrics import Metrics
 
 from recordforge.pipelines import progress
-from recordforge.pipelines.progress import scan_cache, BuildProgress, format_summary, scan_staging
+from recordforge.pipelines.progress import BuildProgress, format_summary, scan_cache, scan_staging
 
 
 def _file(path, size):
