@@ -8,9 +8,10 @@ only on the set of partials, never on workers, bundles or order: partials
 whose merge gives the same in any order (all but text) go through a
 `CombinePerKey`, which runners apply before the shuffle (per bundle) and
 after it, so one set of sketches per bundle and key crosses it; the
-partials of text features, whose frequent-items sketch depends on the
-merge order, are merged in a tree ordered by their content
-(`schemas.statistics.merge_partials`), a GroupByKey per level.
+partials of text features, whose top-values summary depends on the merge
+order, are merged in a tree ordered by their batch's origin
+(`batch_origin`, `schemas.statistics.merge_partials`), a GroupByKey per
+level.
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 

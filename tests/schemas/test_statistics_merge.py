@@ -9,7 +9,8 @@ import random
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from recordforge.schemas.statistics import (FeatureStatistics, ValueHistogram, merge_partials)
+from recordforge.schemas.statistics import (FeatureStatistics, ValueHistogram, merge_order,
+                                            merge_partials)
 
 KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
 VOCABULARY = ("a", "b", "c", "d")
@@ -161,8 +162,10 @@ def test_partials_merge_in_the_order_of_their_origins():
         stats.origin = f"part-{index % 3}.jsonl\n{index * 1000 + 1}"
     rng = random.Random(3)
     assert len(_merged_in_shuffled_orders(partials, rng)) == 1
-    # two batches claiming one origin still merge in one order (by content)
+    # batches sharing one origin (rows a pipeline handed over) still merge
+    # in one order (by content), spread over the level-1 groups
     for stats in partials:
-        stats.origin = "one.jsonl\n1"
+        stats.origin = "pipeline rows"
     assert len(_merged_in_shuffled_orders(partials, rng)) == 1
+    assert len({merge_order(stats)[1] for stats in partials}) > len(partials) // 2
 
