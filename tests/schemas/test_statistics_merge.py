@@ -1,4 +1,4 @@
-"""Merged statistics depend only on the set of partials: any order, any grouping (schemas/statistics.py)."""
+"""Merged statistics depend only on the set of partials, in any order and grouping."""
 
 from __future__ import annotations
 
