@@ -170,7 +170,7 @@ class _MergeInOrder(beam.PTransform):
 
     def expand(self, partials):
         # ((split, feature, group), (order, stats))
-        level = partials | "GroupByOrigin" >> beam.Map(_first_level)
+        level = partials | "KeyByOrigin" >> beam.Map(_first_level)
         for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
             # ((split, feature, coarser group), (finer group, stats))
             level = (level
