@@ -51,8 +51,8 @@ setuptools.setup(
         "crc32c>=2.4,<3",
         "pillow>=10,<13",
         "fsspec>=2023.1",
-        # Statistics sketches (KLL quantiles, theta distinct counts, frequent
-        # items); the numpy update of KLL needs 5.x.
+        # Statistics sketches (theta distinct counts, frequent items; KLL to
+        # read the quantile sketches that older versions' stats.json hold).
         "datasketches>=5.1,<6",
         "isal>=1.6,<2",
         "pyyaml>=6,<7",

@@ -7,7 +7,8 @@ L-infinity between the value frequencies of vocabulary and string features
 (the largest difference in any value's share of the values, as TFDV's drift
 comparator), Jensen-Shannon divergence (base 2, 0 to 1) for numeric
 features and byte lengths over bins the two share (the deciles of both
-versions; masses from both KLL sketches).
+versions; masses from both versions' stored sketches: value histograms, or
+the KLL sketch of a version written before them).
 
 `check_gates(gates, stats, drift)` evaluates the configured `Gate`s and
 returns one `GateResult` per gate and split. Nothing here knows about Beam
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .statistics import kll_from_json
+from .statistics import sketch_from_json
 
 __all__ = ["FORMAT", "MEASURES", "Gate", "GateResult", "check_gates", "compare",
            "failure_message", "jensen_shannon", "linf_distance"]
@@ -118,7 +119,7 @@ def _shared_edges(mine, theirs) -> list[float]:
 
 def _numeric_js(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> float | None:
     kind = entry.get("kind")
-    mine, theirs = kll_from_json(entry.get(kind)), kll_from_json(previous.get(kind))
+    mine, theirs = sketch_from_json(entry.get(kind)), sketch_from_json(previous.get(kind))
     if mine is None or theirs is None or mine.is_empty() or theirs.is_empty():
         return None
     edges = _shared_edges(mine, theirs)

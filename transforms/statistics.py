@@ -2,10 +2,17 @@
 
 `RowsToExamples` (with a `StatisticsSetup`) summarises each batch where its
 checked values are at hand (`CheckedValues`, `schemas.statistics.batch_statistics`)
-and emits ``((split, feature), FeatureStatistics)``; `MergeStatistics`
-merges them per key with a `CombinePerKey`, which runners apply before the
-shuffle (per bundle) and after it, so what crosses the shuffle is one set of
-sketches per bundle and key, never rows.
+and emits ``((split, feature), FeatureStatistics)``, a *partial*;
+`MergeStatistics` merges the partials per key so that the result depends
+only on the set of partials, never on workers, bundles or order: partials
+whose merge gives the same in any order (all but text) go through a
+`CombinePerKey`, which runners apply before the shuffle (per bundle) and
+after it, so one set of sketches per bundle and key crosses it; the
+partials of text features, whose top-values summary depends on the merge
+order, are merged in a tree ordered by their batch's origin
+(`batch_origin`, `schemas.statistics.merge_partials`), a GroupByKey per
+level.
+`partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 
 from ..schemas.row_encoder import RowEncoder
-from ..schemas.statistics import FeatureStatistics, StatisticsPlan
+from ..schemas.statistics import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
+                                  merge_order)
+from .readers.rows import ColumnBatch
 
-__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup"]
+__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "batch_origin",
+           "partial_from_json", "partial_to_json"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -70,8 +80,37 @@ def _converted(convert, raw: Any) -> Any:
     return None if values is None else list(values)
 
 
+def batch_origin(batch) -> str | None:
+    """Where a RowBatch was read, as text no other batch of a build has:
+    its first row's source and row number (a ColumnBatch's first row), or
+    for rows without a number (images: one file per row) the source alone.
+    Batches come from one reading unit in a fixed order, so this does not
+    depend on the runner. None for an empty batch."""
+    if isinstance(batch, ColumnBatch):
+        return f"{batch.source}\n{batch.first_row}"
+    if not batch:
+        return None
+    first = batch[0]
+    return first.source if first.row is None else f"{first.source}\n{first.row}"
+
+
+def partial_to_json(value: tuple[tuple[str, str], FeatureStatistics]) -> list:
+    """A ``((split, feature), FeatureStatistics)`` partial (what
+    `BatchConversion.convert` yields under "statistics") as JSON-safe
+    values: ``[[split, feature], state]`` (`FeatureStatistics.to_state`)."""
+    (split, feature), stats = value
+    return [[split, feature], stats.to_state()]
+
+
+def partial_from_json(obj: Sequence) -> tuple[tuple[str, str], FeatureStatistics]:
+    """The partial `partial_to_json` gave `obj` for, exactly."""
+    (split, feature), state = obj
+    return (split, feature), FeatureStatistics.from_state(state)
+
+
 class _MergeFn(beam.CombineFn):
-    """FeatureStatistics of one key, merged in whatever order they come."""
+    """FeatureStatistics of one key whose merge does not depend on the
+    order (`FeatureStatistics.order_free`), merged as they come."""
 
     def create_accumulator(self):
         return None
@@ -95,13 +134,68 @@ def _entry(keyed: tuple[tuple[str, str], FeatureStatistics]) -> tuple[str, str, 
     return split, feature, stats.to_json()
 
 
-class MergeStatistics(beam.PTransform):
-    """Takes ``((split, feature), FeatureStatistics)`` per batch; gives one
-    ``(split, feature, stats.json entry)`` per key."""
+def _order_free(keyed: tuple[tuple[str, str], FeatureStatistics]) -> bool:
+    return keyed[1].order_free
+
+
+def _ordered(keyed: tuple[tuple[str, str], FeatureStatistics]) -> bool:
+    return not keyed[1].order_free
+
+
+def _first_level(keyed: tuple[tuple[str, str], FeatureStatistics]):
+    """((split, feature), stats) -> ((split, feature, group), (order, stats))."""
+    (split, feature), stats = keyed
+    order, group = merge_order(stats)
+    return (split, feature, group), (order, stats)
+
+
+def _merged_group(grouped, finer: int, coarser: int):
+    """((split, feature, group), [(order, stats)]) -> the group merged in
+    order, keyed by its group at the next level: ((split, feature,
+    group >> (finer - coarser)), (group, stats))."""
+    (split, feature, group), members = grouped
+    return (split, feature, group >> (finer - coarser)), (group, merge_group(members))
+
+
+def _last_group(grouped) -> tuple[tuple[str, str], FeatureStatistics]:
+    (split, feature, _), members = grouped
+    return (split, feature), merge_group(members)
+
+
+class _MergeInOrder(beam.PTransform):
+    """``((split, feature), FeatureStatistics)`` partials -> one merged per
+    key, in the tree of `schemas.statistics.merge_partials`: a GroupByKey
+    per level (MERGE_LEVELS), no level holding more than a 2**16th (level
+    1) or 256 (further levels) of a key's partials."""
 
     def expand(self, partials):
-        return (partials
-                # ((split, feature), FeatureStatistics), one per key
-                | "MergePerKey" >> beam.CombinePerKey(_MergeFn())
+        # ((split, feature, group), (order, stats))
+        level = partials | "KeyByOrigin" >> beam.Map(_first_level)
+        for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
+            # ((split, feature, coarser group), (finer group, stats))
+            level = (level
+                     | f"Group[{finer}]" >> beam.GroupByKey()
+                     | f"Merge[{finer}]" >> beam.Map(_merged_group, finer, coarser))
+        return (level
+                | "GroupLast" >> beam.GroupByKey()
+                # ((split, feature), stats)
+                | "MergeLast" >> beam.Map(_last_group))
+
+
+class MergeStatistics(beam.PTransform):
+    """Takes ``((split, feature), FeatureStatistics)`` per batch; gives one
+    ``(split, feature, stats.json entry)`` per key, the same whatever the
+    runner, its workers and bundles, and the order of the partials."""
+
+    def expand(self, partials):
+        # ((split, feature), FeatureStatistics), one per key
+        order_free = (partials
+                      | "OrderFree" >> beam.Filter(_order_free)
+                      | "MergePerKey" >> beam.CombinePerKey(_MergeFn()))
+        ordered = (partials
+                   | "Ordered" >> beam.Filter(_ordered)
+                   | "MergeInOrder" >> _MergeInOrder())
+        return ((order_free, ordered)
+                | "AllMerged" >> beam.Flatten()
                 # (split, feature, entry dict)
                 | "ToJson" >> beam.Map(_entry))

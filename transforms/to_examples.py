@@ -25,7 +25,7 @@ from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import HashedExamples, SplitAssigner
-from .statistics import StatisticsSetup
+from .statistics import StatisticsSetup, batch_origin
 from .tagged import select
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
@@ -57,8 +57,9 @@ class BatchConversion:
     per bundle, `convert(batch)` per batch, which yields ("examples",
     ExampleBatch), ("dead_letter", dead-letter dict), with label counting
     ("label_counts", ((split, label, examples), ...)), with statistics
-    ("statistics", ((split, feature), FeatureStatistics)) and
-    ("columns_seen", names)."""
+    ("statistics", ((split, feature), FeatureStatistics)), each carrying
+    the batch's origin (`statistics.batch_origin`; `statistics.partial_to_json`
+    gives it as JSON) and ("columns_seen", names)."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
@@ -125,7 +126,7 @@ class BatchConversion:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
                     for keyed in batch_statistics(statistics.plan, values, split_of,
-                                                  self._assigner.names):
+                                                  self._assigner.names, batch_origin(batch)):
                         yield STATISTICS, keyed
             yield EXAMPLES, examples
         if dead_letters:

@@ -174,8 +174,9 @@ def _drift_section(drift: Mapping[str, Any]) -> list[str]:
 
 def _features_section(stats: Mapping[str, Any]) -> list[str]:
     body = ["<h2 id='statistics'>Feature statistics</h2><p class='note'>Counts, min, max, "
-            "mean and std are exact; quantiles and histograms come from KLL sketches (within "
-            "their rank error), distinct counts from theta sketches.</p>"]
+            "mean and std are exact; quantiles and histograms come from exact counts in "
+            "buckets of adaptive width (within their relative error), distinct counts from "
+            "theta sketches.</p>"]
     for split, info in (stats.get("splits") or {}).items():
         body.append(f"<h3>{_e(split)}</h3>")
         rows = ["<table class='features'><tr><th>feature</th><th>kind</th><th>missing</th>"

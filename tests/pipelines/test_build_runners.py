@@ -19,10 +19,11 @@ FLOWERS = REPO / "configs" / "examples" / "flowers.yaml"
 
 
 def _digests(version_dir: pathlib.Path) -> dict[str, str]:
-    """sha256 of every published data file: shards and dead letters (the
-    manifest and report carry timestamps and are left out)."""
+    """sha256 of every published data file: shards, dead letters and
+    stats.json (the manifest and report carry timestamps and are left out)."""
     files = sorted(p for p in version_dir.rglob("*")
-                   if p.is_file() and (".tfrecord" in p.name or p.suffix == ".jsonl"))
+                   if p.is_file() and (".tfrecord" in p.name or p.suffix == ".jsonl"
+                                       or p.name == "stats.json"))
     assert files, f"nothing published under {version_dir}"
     return {str(p.relative_to(version_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in files}

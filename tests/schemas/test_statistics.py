@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import (KLL_K, FeatureStatistics, StatisticsPlan, _SHIFT,
-                                            _exact_sum, batch_statistics, feature_kind)
+from recordforge.schemas.statistics import (HISTOGRAM_BUCKETS, FeatureStatistics, StatisticsPlan,
+                                            ValueHistogram, _SHIFT, _exact_sum, batch_statistics,
+                                            feature_kind, sketch_from_json)
 
 EXACT_KEYS = ("count", "min", "max", "mean", "std", "sum", "nan", "inf", "distinct")
 
@@ -94,32 +95,92 @@ def test_exact_fields_do_not_depend_on_batches_or_merge_order(stored):
             assert one[key] == many[key], key
 
 
-def test_quantiles_are_within_the_kll_rank_error():
+def _true_quantile(stored: np.ndarray, rank: float) -> float:
+    """The smallest value with more than rank * n values at or below it."""
+    return stored[min(len(stored) - 1, math.floor(rank * len(stored)))]
+
+
+def test_quantiles_are_within_the_relative_error():
     rng = random.Random(5)
     values = [rng.gauss(0, 1) for _ in range(100_000)]
     parts = [values[i:i + 10_000] for i in range(0, len(values), 10_000)]
     section = _merged(parts, "float").to_json()["numeric"]
     stored = np.sort(np.array(values, dtype=np.float32).astype(np.float64))
-    error = section["rank_error"]
-    assert 0 < error < 0.02
+    error = section["relative_error"]
+    # 2,048 buckets over the normal's binades near zero: 6 mantissa bits
+    assert 0 < error <= 2 ** -6
     for rank, value in section["quantiles"].items():
-        true_rank = np.searchsorted(stored, value, side="left") / len(stored)
-        assert abs(true_rank - float(rank)) <= error, rank
+        true = _true_quantile(stored, float(rank))
+        assert abs(value - true) <= error * abs(true), rank
     assert section["quantiles"]["0"] == stored[0] and section["quantiles"]["1"] == stored[-1]
     fractions = section["histogram"]["fractions"]
     assert len(fractions) == 10 and sum(fractions) == pytest.approx(1.0, abs=1e-5)
+    edges = section["histogram"]["edges"]
+    for low, high, fraction in zip(edges, edges[1:], fractions):
+        # a bucket straddling an edge counts on one side: at most the values
+        # within the relative error of the edge move
+        slack = error * max(abs(low), abs(high))
+        inside = np.count_nonzero((stored >= low + slack) & (stored < high - slack))
+        around = np.count_nonzero((stored >= low - slack) & (stored < high + slack))
+        assert inside / len(stored) - 1e-6 <= fraction <= around / len(stored) + 1e-6
 
 
-def test_small_inputs_give_exact_quantiles():
-    # Below KLL's k every value is kept: quantile q is the smallest value
-    # whose rank exceeds q * n, exactly.
-    values = list(range(1, KLL_K))
-    section = _numeric(values).to_json()["numeric"]
+def test_few_distinct_values_give_exact_quantiles_and_histograms():
+    # Up to HISTOGRAM_BUCKETS distinct values every value is its own bucket:
+    # quantile q is the smallest value with more than q * n at or below it.
+    values = [v for v in range(1, 400) for _ in range(v % 3 + 1)]
+    random.Random(4).shuffle(values)
+    section = _merged([values[:333], values[333:]]).to_json()["numeric"]
+    assert section["relative_error"] == 0.0
+    stored = np.sort(np.array(values, dtype=np.float64))
     for rank, value in section["quantiles"].items():
-        rank = float(rank)
-        expected = values[min(len(values) - 1, math.floor(rank * len(values)))]
-        assert value == expected, rank
-    assert section["histogram"]["edges"][0] == 1 and section["histogram"]["edges"][-1] == 199
+        assert value == _true_quantile(stored, float(rank)), rank
+    edges = section["histogram"]["edges"]
+    assert edges[0] == 1 and edges[-1] == 399
+    for i, fraction in enumerate(section["histogram"]["fractions"]):
+        last = i == len(edges) - 2
+        count = np.count_nonzero((stored >= edges[i]) & ((stored <= edges[i + 1]) if last
+                                                         else (stored < edges[i + 1])))
+        assert fraction == round(count / len(stored), 6), i
+
+
+def test_value_histogram_keeps_the_finest_resolution_that_fits():
+    rng = np.random.default_rng(8)
+    # epoch seconds: a narrow range far from zero keeps a fine resolution
+    seconds = 1.7e9 + rng.integers(0, 10 ** 7, 50_000).astype(np.float64)
+    sketch = ValueHistogram.of(seconds)
+    assert len(sketch.keys) <= HISTOGRAM_BUCKETS < len(np.unique(seconds))
+    # the sketch's shift is the smallest at which the values fit
+    assert len(np.unique(_keys(seconds) >> np.uint64(sketch.shift - 1))) > HISTOGRAM_BUCKETS
+    assert len(np.unique(_keys(seconds) >> np.uint64(sketch.shift))) == len(sketch.keys)
+    median = sketch.get_quantiles([0.5])[0]
+    true = _true_quantile(np.sort(seconds), 0.5)
+    assert abs(median - true) <= sketch.relative_error * true < 20_000
+    assert sketch.n == 50_000 and (sketch.low, sketch.high) == (seconds.min(), seconds.max())
+    assert ValueHistogram.deserialize(sketch.serialize()) == sketch
+
+
+def _keys(values):
+    from recordforge.schemas.statistics import _ordered
+    return _ordered(values)
+
+
+def test_value_histogram_orders_signs_and_zero():
+    values = np.array([-3.5, -0.0, 0.0, 2.0, -1e-300, 1e300, -1e300, 5e-324])
+    sketch = ValueHistogram.of(values)
+    assert sketch.relative_error == 0.0
+    assert sketch.get_quantiles([0, 0.2, 0.3, 0.4, 0.5, 0.8, 0.9]) == [
+        -1e300, -3.5, -1e-300, 0.0, 0.0, 2.0, 1e300]
+    # (-inf, -1), [-1, 0), [0, 1), [1, inf)
+    assert sketch.get_pmf([-1.0, 0.0, 1.0]) == [0.25, 0.125, 0.375, 0.25]
+
+
+def test_a_damaged_sketch_is_no_sketch():
+    section = _numeric(list(range(50))).to_json()["numeric"]
+    assert isinstance(sketch_from_json(section), ValueHistogram)
+    assert sketch_from_json({"sketch": section["sketch"][:-8]}) is None
+    assert sketch_from_json({"sketch": "not base64!"}) is None
+    assert sketch_from_json({}) is None
 
 
 def test_vocabulary_counts_are_exact():

@@ -1,0 +1,171 @@
+"""Merged statistics depend only on the set of partials, in any order and grouping."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from recordforge.schemas.statistics import (FeatureStatistics, ValueHistogram, merge_order,
+                                            merge_partials)
+
+KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
+VOCABULARY = ("a", "b", "c", "d")
+
+
+def _partial(kind: str, values: list) -> FeatureStatistics:
+    if kind == "numeric-int64":
+        return FeatureStatistics.from_values("numeric", "int64", len(values), values)
+    if kind == "numeric-float":
+        return FeatureStatistics.from_values("numeric", "float", len(values), values)
+    if kind == "bytes":
+        return FeatureStatistics.from_values("bytes", "bytes", len(values), values)
+    if kind == "vocabulary":
+        return FeatureStatistics.from_values("vocabulary", "int64", len(values), values,
+                                             vocabulary=VOCABULARY)
+    return FeatureStatistics.from_values("string", "bytes", len(values), values)
+
+
+def _values(kind: str):
+    if kind == "numeric-int64":
+        return st.integers(-(1 << 63), (1 << 63) - 1) | st.integers(-50, 50)
+    if kind == "numeric-float":
+        return st.floats(width=32) | st.sampled_from([0.0, -0.0, 1.5, -2.25])
+    if kind == "bytes":
+        return st.binary(max_size=12)
+    if kind == "vocabulary":
+        return st.integers(0, len(VOCABULARY) - 1)
+    return st.text(max_size=3)
+
+
+@st.composite
+def _batches(draw):
+    kind = draw(st.sampled_from(KINDS))
+    batches = draw(st.lists(st.lists(_values(kind), min_size=1, max_size=40), min_size=1,
+                            max_size=12))
+    return kind, batches
+
+
+def _json(stats: FeatureStatistics) -> str:
+    return json.dumps(stats.to_json(), sort_keys=True, allow_nan=False)
+
+
+def _random_tree(partials: list, rng: random.Random) -> FeatureStatistics:
+    """Merges copies of the partials in a random order and random grouping,
+    as bundles and combiner lifting would."""
+    pool = [copy.deepcopy(stats) for stats in partials]
+    rng.shuffle(pool)
+    while len(pool) > 1:
+        i, j = rng.sample(range(len(pool)), 2)
+        merged = pool[i].merge(pool[j])
+        pool = [stats for k, stats in enumerate(pool) if k not in (i, j)] + [merged]
+    return pool[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(_batches(), st.randoms(use_true_random=False))
+def test_partials_merge_to_the_same_json_in_any_order_and_grouping(batches, rng):
+    kind, values = batches
+    partials = [_partial(kind, batch) for batch in values]
+    if kind == "string":
+        assert not partials[0].order_free
+        first = merge_partials(copy.deepcopy(partials))
+        shuffled = copy.deepcopy(partials)
+        rng.shuffle(shuffled)
+        assert _json(merge_partials(shuffled)) == _json(first)
+        return
+    assert partials[0].order_free
+    one = _partial(kind, [value for batch in values for value in batch])
+    expected = _json(_random_tree(partials, rng))
+    assert _json(_random_tree(partials, rng)) == expected
+    # merged partials give what one batch of all the values gives
+    assert _json(one) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1,
+                         max_size=300), min_size=1, max_size=8),
+       st.randoms(use_true_random=False))
+def test_value_histograms_are_the_histogram_of_the_union(batches, rng):
+    everything = np.array([value for batch in batches for value in batch])
+    one = ValueHistogram.of(everything)
+    sketches = [ValueHistogram.of(np.array(batch)) for batch in batches]
+    rng.shuffle(sketches)
+    merged = sketches[0]
+    for sketch in sketches[1:]:
+        merged = merged.merge(sketch) if rng.random() < 0.5 else sketch.merge(merged)
+    assert merged == one
+    assert ValueHistogram.deserialize(merged.serialize()) == one
+
+
+def test_coarsened_histograms_merge_to_the_histogram_of_the_union():
+    # Enough distinct values that batches coarsen at different shifts.
+    rng = np.random.default_rng(12)
+    batches = [rng.lognormal(mean, sigma, size) for mean, sigma, size in
+               ((0, 3, 5000), (5, 0.1, 3000), (-2, 1, 4000), (0, 0.01, 10), (9, 4, 6000))]
+    one = ValueHistogram.of(np.concatenate(batches))
+    sketches = [ValueHistogram.of(batch) for batch in batches]
+    assert len({sketch.shift for sketch in sketches}) > 2
+    for order in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
+        merged = sketches[order[0]]
+        for index in order[1:]:
+            merged = merged.merge(sketches[index])
+        assert merged == one
+
+
+def _text_partials(seed: int) -> list[FeatureStatistics]:
+    """Batches of text with more distinct values than the frequent-items
+    sketch holds exactly (768), so its merges depend on the order."""
+    rng = random.Random(seed)
+    values = [str(rng.randrange(5000)) if rng.random() < 0.7 else f"common{rng.randrange(20)}"
+              for _ in range(60_000)]
+    return [FeatureStatistics.from_values("string", "bytes", 1000, values[i:i + 1000])
+            for i in range(0, len(values), 1000)]
+
+
+def test_text_partials_merge_canonically_above_the_sketch_capacity():
+    partials = _text_partials(1)
+    rng = random.Random(7)
+    plain, canonical = set(), set()
+    for _ in range(4):
+        shuffled = copy.deepcopy(partials)
+        rng.shuffle(shuffled)
+        merged = copy.deepcopy(shuffled[0])
+        for stats in shuffled[1:]:
+            merged.merge(stats)
+        plain.add(_json(merged))
+        canonical.add(_json(merge_partials(copy.deepcopy(shuffled))))
+    # merging as they come gives different top values; the canonical tree one
+    assert len(plain) > 1
+    assert len(canonical) == 1
+    entry = json.loads(canonical.pop())
+    assert entry["string"]["exact"] is False
+    top = entry["string"]["top_values"]
+    assert all(item["lower_bound"] <= item["count"] <= item["upper_bound"] for item in top)
+
+
+def _merged_in_shuffled_orders(partials, rng, times=3) -> set:
+    results = set()
+    for _ in range(times):
+        shuffled = copy.deepcopy(partials)
+        rng.shuffle(shuffled)
+        results.add(_json(merge_partials(shuffled)))
+    return results
+
+
+def test_partials_merge_in_the_order_of_their_origins():
+    partials = _text_partials(2)
+    for index, stats in enumerate(partials):
+        stats.origin = f"part-{index % 3}.jsonl\n{index * 1000 + 1}"
+    rng = random.Random(3)
+    assert len(_merged_in_shuffled_orders(partials, rng)) == 1
+    # batches sharing one origin (rows a pipeline handed over) still merge
+    # in one order (by content), spread over the level-1 groups
+    for stats in partials:
+        stats.origin = "pipeline rows"
+    assert len(_merged_in_shuffled_orders(partials, rng)) == 1
+    assert len({merge_order(stats)[1] for stats in partials}) > len(partials) // 2
+
