@@ -56,13 +56,15 @@ def _config(source: Path, destination: Path, version: str, **overrides) -> dict:
 
 def _published(result) -> dict:
     """What must not depend on the cache: every shard's and dead-letter
-    file's bytes, and the counts."""
+    file's bytes, the statistics, and the counts."""
     root = Path(result.path)
     files = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and (path.suffix == ".tfrecord" or "dead_letter" in path.parts):
             files[str(path.relative_to(root))] = path.read_bytes()
-    return {"files": files, "splits": dict(result.splits),
+    statistics = json.loads((root / "stats.json").read_text())
+    statistics.pop("version")  # the version's own name
+    return {"files": files, "statistics": statistics, "splits": dict(result.splits),
             "dead_letter_rows": result.dead_letter_rows,
             "num_input_rows": result.manifest["num_input_rows"]}
 

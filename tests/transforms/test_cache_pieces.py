@@ -8,12 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.statistics import FeatureStatistics
+from recordforge.schemas.statistics import FeatureStatistics, merge_partials
 from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_name, piece_name,
                                                 whole_files)
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
 from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.statistics import partial_from_json, partial_to_json
 from recordforge.transforms.shards import ShardTuning
 from recordforge.transforms.spill import RunBuffer, RunFile
 from recordforge.transforms.tfrecordio import iter_records
@@ -137,15 +138,46 @@ def test_a_summary_is_a_tfrecord_file_an_independent_reader_walks(tmp_path):
     assert kinds == [b"j", b"s"]
 
 
-def test_statistics_and_numpy_values_survive_the_json_form():
-    numeric = FeatureStatistics.from_values("numeric", "float", 4, [1.5, 2.0, float("inf"), -3.0])
-    labels = FeatureStatistics.from_values("vocabulary", "int64", 3, [0, 1, 1],
-                                           vocabulary=("a", "b"))
-    value = (("train", "price"), numeric)
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30), min_size=1,
+                        max_size=6),
+       texts=st.lists(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=10),
+                      min_size=1, max_size=4))
+def test_a_piece_keeps_statistics_that_merge_to_the_same(tmp_path, batches, texts):
+    """Order-free partials are merged per unit before they are stored, text
+    partials kept with their origins: merging what the piece gives back
+    equals merging what the unit gave."""
+    for path in tmp_path.iterdir():
+        path.unlink()
+    writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
+                         **_options(True))
+    given_partials = []
+    for index, values in enumerate(batches):
+        stats = FeatureStatistics.from_values("numeric", "float", len(values), values)
+        given_partials.append((("train", "price"), stats))
+    for index, values in enumerate(texts):
+        stats = FeatureStatistics.from_values("string", "bytes", len(values), values)
+        stats.origin = f"a.csv\n{index * 100}"
+        given_partials.append((("train", "city"), stats))
+    copies = [partial_from_json(partial_to_json(partial)) for partial in given_partials]
+    expected = {key: merge_partials([s for k, s in copies if k == key]).to_json()
+                for key in {key for key, _ in copies}}
+    for partial in given_partials:
+        writer.add("statistics", partial)
+    writer.commit()
+    stored = read_piece(LOCAL, str(tmp_path), NAME).values("statistics")
+    assert len([key for key, _ in stored if key == ("train", "price")]) == 1
+    assert {key: merge_partials([s for k, s in stored if k == key]).to_json()
+            for key in expected} == expected
+    # The partials given on down the pipeline are not changed by the writer.
+    assert given_partials[0][1].rows == len(batches[0])
+
+
+def test_values_survive_the_json_form():
+    value = ("train", ("a", 3), {"x": [b"\x00", None, 1.5]}, np.arange(3))
     back = decode_value(encode_value(value))
-    assert back[0] == ("train", "price") and back[1].to_json() == numeric.to_json()
-    assert decode_value(encode_value(labels)).to_json() == labels.to_json()
-    assert decode_value(encode_value(np.arange(3))).tolist() == [0, 1, 2]
+    assert back[:3] == value[:3] and back[3].tolist() == [0, 1, 2]
     with pytest.raises(TypeError):
         encode_value(object())
 

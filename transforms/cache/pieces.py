@@ -9,15 +9,17 @@ The run files are the shard writer's own sorted runs (`spill.RunBuffer`,
 the format `spill` documents), so a reused unit's rows go to the shard
 writer as they are: not read, hashed, sorted or written again. The summary
 holds the rest of what the unit gave, as the converting step gave it: dead
-letters of reading and checking, label counts, statistics, the columns
-seen, the rows read, and per run its split, rows, bytes, sampled keys,
+letters of reading and checking, label counts, statistics (the unit's
+partials merged per split and feature where the merge does not depend on
+the order, text's kept one per batch with its origin), the columns seen,
+the rows read, and per run its split, rows, bytes, sampled keys,
 file size and CRC32C. Its records are, by first byte:
 
     j<JSON>     the summary
     s<sha256>   the digest of every byte before this record (last)
 
 Values go through JSON with a few tagged forms (tuples, bytes, numpy
-arrays, statistics), never pickle: the cache sits in storage others may
+arrays; statistics by their own JSON form), never pickle: the cache sits in storage others may
 write to, and loading it must not run code. The summary is written last,
 after its runs: a piece whose summary exists names complete runs.
 
@@ -42,9 +44,9 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from ...schemas.statistics import FeatureStatistics
 from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
 from ..spill import KEY_VARIABLE, RunBuffer, RunFile
+from ..statistics import partial_from_json, partial_to_json
 from ..tfrecordio import TFRecordError, frame_records, iter_records
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
@@ -84,7 +86,8 @@ def run_file_name(piece: str, split: int) -> str:
 
 def encode_value(value: Any) -> Any:
     """A JSON-safe form of a value a converting step gives: JSON values,
-    tuples, bytes, numpy arrays and `FeatureStatistics` (by its state)."""
+    tuples, bytes and numpy arrays (statistics partials have their own,
+    `transforms.statistics.partial_to_json`)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):
@@ -101,8 +104,6 @@ def encode_value(value: Any) -> Any:
         return {"a": value.tolist(), "dtype": str(value.dtype)}
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, FeatureStatistics):
-        return {"statistics": encode_value(value.__getstate__())}
     raise TypeError(f"cannot cache a {type(value).__name__}")
 
 
@@ -120,10 +121,6 @@ def decode_value(data: Any) -> Any:
         return base64.b64decode(data["b"])
     if "a" in data:
         return np.asarray(data["a"], dtype=np.dtype(data["dtype"]))
-    if "statistics" in data:
-        stats = FeatureStatistics.__new__(FeatureStatistics)
-        stats.__setstate__(decode_value(data["statistics"]))
-        return stats
     raise ValueError(f"unknown cached form with keys {sorted(data)}")
 
 
@@ -167,6 +164,9 @@ class PieceWriter:
         self._held: dict[int, tuple[int, int]] = {}
         self._samples: dict[int, list[SampleEntry]] = {}
         self._summary: dict[str, list] = {tag: [] for tag in SUMMARY_TAGS}
+        # (split, feature) -> the unit's partials merged, for partials whose
+        # merge does not depend on the order (all but text's top values)
+        self._merged: dict[tuple[str, str], Any] = {}
         self._temporary: list[str] = []
         self.examples = 0
 
@@ -179,6 +179,14 @@ class PieceWriter:
                 self._held[split] = (num_records, num_bytes)
                 self._samples.setdefault(split, []).extend(sample)
             self.examples += len(value)
+        elif tag == "statistics":
+            key, stats = value
+            if not stats.order_free:
+                self._summary[tag].append(partial_to_json(value))
+            elif key in self._merged:
+                self._merged[key].merge(stats)
+            else:  # a copy: the partial itself goes on down the pipeline
+                self._merged[key] = partial_from_json(partial_to_json(value))[1]
         elif tag in self._summary:
             self._summary[tag].append(encode_value(value))
         else:
@@ -214,8 +222,10 @@ class PieceWriter:
                             "bytes": num_bytes, "size": checked.size, "crc32c": checked.crc,
                             "sample": encode_value(sample)})
             size += checked.size
+        statistics = [partial_to_json((key, self._merged[key])) for key in sorted(self._merged)]
         summary = {"format": FORMAT, "examples": self.examples, "runs": entries,
-                   **self._summary}
+                   **self._summary,
+                   "statistics": statistics + self._summary["statistics"]}
         body = frame_records([b"j" + json.dumps(summary, ensure_ascii=True,
                                                 separators=(",", ":")).encode("ascii")])
         data = body + frame_records([b"s" + hashlib.sha256(body).digest()])
@@ -249,7 +259,8 @@ class PieceContents:
         self.examples = summary["examples"]
 
     def values(self, tag: str) -> list:
-        return [decode_value(item) for item in self.summary[tag]]
+        decode = partial_from_json if tag == "statistics" else decode_value
+        return [decode(item) for item in self.summary[tag]]
 
     def example_batches(self, fs: fsspec.AbstractFileSystem, salt: bytes
                         ) -> Iterator[list[tuple[bytes | None, bytes]]]:
