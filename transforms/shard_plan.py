@@ -41,6 +41,13 @@ __all__ = [
     "PreparedBatch",
     "assign_split",
     "batch_columns",
+    "cuts_at_rows",
+    "hash_buckets_of",
+    "plan_row_shards",
+    "row_shard_count",
+    "row_shard_thresholds",
+    "shards_of_rows",
+    "shards_touched",
     "dataset_salt",
     "plan_bucket_ranges",
     "plan_shards",
@@ -115,12 +122,17 @@ class Chunk(NamedTuple):
 
 
 class BucketChunks(NamedTuple):
-    """A sorted bucket written as consecutive chunks in the file `path`."""
+    """A sorted bucket written as consecutive chunks in the file `path`.
+
+    row_sizes: the framed size of every row in order, as little-endian
+    uint32 bytes, when the shards are cut at rows (`plan_row_shards`);
+    empty otherwise."""
 
     split: str
     index: int
     path: str
     chunks: tuple[Chunk, ...]
+    row_sizes: bytes = b""
 
 
 class ShardSpec(NamedTuple):
@@ -387,6 +399,106 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
         else:
             merged.append((path, offset, length))
     return tuple(merged)
+
+
+# -- shards cut at rows (shuffled plain output) --------------------------------
+#
+# When rows are ordered by their digests and written as plain framed records,
+# a shard is a run of rows cut where the rows' byte midpoints cross
+# i * total / count: row r (global start s, framed size n) belongs to shard
+# floor(count * (2s + n) / (2 * total)). That is a function of each row's
+# own place in the split alone, so a worker holding any key range of the
+# split, and knowing how many bytes come before it, places its rows without
+# seeing the others, and the cuts do not depend on how rows were bucketed.
+
+
+def cuts_at_rows(shuffle: bool, compression: str) -> bool:
+    """Whether a split's shards are cut at rows (shuffled plain output) rather
+    than at chunks (gzip, whose chunk sizes are known only once compressed,
+    and key-ordered output)."""
+    return bool(shuffle) and compression == "none"
+
+
+def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int) -> int:
+    """Shards of a split cut at rows: ceil(total / shard_size), but never
+    more than total // largest row, so that every shard holds a row (each
+    shard spans total / count >= the largest row's bytes of midpoints)."""
+    if total_bytes <= 0:
+        return 0
+    wanted = -(-total_bytes // shard_size)
+    return max(1, min(wanted, total_bytes // max(1, max_row_bytes)))
+
+
+def row_shard_thresholds(total_bytes: int, count: int) -> np.ndarray:
+    """The doubled midpoint (2s + n) from which each shard 1..count-1 starts:
+    ceil(2 * total * i / count), as int64 (exact: Python integers)."""
+    return np.array([-(-2 * total_bytes * shard // count) for shard in range(1, count)],
+                    dtype=np.int64)
+
+
+def shards_of_rows(starts: np.ndarray, sizes: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """The shard of each row, from its global start and framed size (int64
+    arrays) and `row_shard_thresholds`."""
+    return np.searchsorted(thresholds, 2 * starts + sizes, "right")
+
+
+def shards_touched(start: int, end: int, thresholds: np.ndarray) -> range:
+    """The shards that rows lying within bytes [start, end) of a split may
+    belong to (every row's doubled midpoint is in [2 start + 1, 2 end - 1])."""
+    if end <= start:
+        return range(0)
+    first = int(np.searchsorted(thresholds, 2 * start + 1, "right"))
+    last = int(np.searchsorted(thresholds, 2 * end - 1, "right"))
+    return range(first, last + 1)
+
+
+def hash_buckets_of(digests: bytes, count: int) -> np.ndarray:
+    """The bucket of each row from its concatenated HASH_SIZE-byte digests:
+    `count` equal ranges of the digest order (the first four bytes read
+    big-endian), so bucket order is digest order."""
+    top = np.frombuffer(digests, dtype=np.dtype([("top", ">u4"), ("rest", f"V{HASH_SIZE - 4}")]))
+    return ((top["top"].astype(np.uint64) * np.uint64(count)) >> np.uint64(32)).astype(np.int64)
+
+
+def plan_row_shards(split: str, buckets: Iterable[BucketChunks],
+                    shard_size: int) -> list[ShardSpec]:
+    """Shards of a split whose buckets carry their sorted rows' sizes
+    (`BucketChunks.row_sizes`), cut at rows as described above; each
+    shard's pieces are byte ranges of buckets, in key order."""
+    by_index: dict[int, BucketChunks] = {}
+    for bucket in buckets:
+        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
+            by_index[bucket.index] = bucket
+    ordered = [bucket for _, bucket in sorted(by_index.items())
+               if bucket.row_sizes]
+    if not ordered:
+        return []
+    per_bucket = [np.frombuffer(bucket.row_sizes, dtype="<u4").astype(np.int64)
+                  for bucket in ordered]
+    sizes = np.concatenate(per_bucket)
+    total = int(sizes.sum())
+    count = row_shard_count(total, shard_size, int(sizes.max()))
+    thresholds = row_shard_thresholds(total, count)
+    starts = np.cumsum(sizes) - sizes
+    shard_of = shards_of_rows(starts, sizes, thresholds)
+    pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
+    examples = [0] * count
+    nbytes = [0] * count
+    first = 0
+    for bucket, bucket_sizes in zip(ordered, per_bucket):
+        last = first + len(bucket_sizes)
+        shards = shard_of[first:last]
+        offsets = np.cumsum(bucket_sizes) - bucket_sizes
+        edges = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(shards)]
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            shard = int(shards[lo])
+            length = int(bucket_sizes[lo:hi].sum())
+            pieces[shard].append((bucket.path, int(offsets[lo]), length))
+            examples[shard] += hi - lo
+            nbytes[shard] += length
+        first = last
+    return [ShardSpec(split, shard, count, _coalesce(pieces[shard]), examples[shard],
+                      nbytes[shard]) for shard in range(count)]
 
 
 def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:

@@ -15,8 +15,10 @@ one metadata dict per shard. Steps and the elements between them::
                                        read from every run of its split and sorted;
                                        gzip: written as compressed chunks; plain:
                                        chunks only planned (no bytes written)
-  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries;
-                                       gzip: the split's runs are deleted
+  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries
+                                       (shuffled plain output: at rows, from
+                                       the sizes the buckets carry); gzip: the
+                                       split's runs are deleted
   | SpreadShards | WriteShardFiles     -> shard metadata dict  gzip: chunk ranges
                                        copied; plain: each bucket range sorted
                                        again from the runs and written
@@ -64,7 +66,9 @@ from .shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
+    cuts_at_rows,
     plan_bucket_ranges,
+    plan_row_shards,
     prepare_batch,
     plan_shards,
     runs_of,
@@ -111,6 +115,11 @@ class ShardTuning:
       bounds (shuffle exchange; more lanes, more workers route rows).
     route_bytes: rows of one bucket gathered into one element before the
       shuffle exchange sends them on.
+    hash_buckets: buckets per split of shuffled plain output in the
+      shuffle exchange: equal ranges of the digest order, so a row's bucket
+      is known as soon as it is hashed. Each is sorted on one worker
+      (memory_bytes in memory, the rest on its local disk); their number
+      never changes the output.
     """
 
     run_bytes: int = 64 << 20
@@ -125,6 +134,7 @@ class ShardTuning:
     index_every: int = 64 << 10
     lanes: int = 64
     route_bytes: int = 1 << 20
+    hash_buckets: int = 256
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)
@@ -247,8 +257,10 @@ def _key_sorted_bucket(item):
     return bucket.split, item
 
 
-def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool):
-    """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard.
+def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
+                       cut_at_rows: bool = False):
+    """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
+    cut at rows (`plan_row_shards`, shuffled plain output) or at chunks.
 
     With `delete_runs` (gzip: every bucket is written as chunk files by
     now), the split's runs are no longer needed and are deleted here rather
@@ -258,7 +270,8 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool):
     """
     split, items = split_buckets
     items = list(items)
-    shards = plan_shards(split, [bucket for _, bucket in items], shard_size)
+    plan = plan_row_shards if cut_at_rows else plan_shards
+    shards = plan(split, [bucket for _, bucket in items], shard_size)
     if delete_runs:
         for runs_file in sorted({runs_file for runs_file, _ in items}):
             spill.remove_runs(runs_file)
@@ -298,12 +311,13 @@ class _SortBucketFn(beam.DoFn):
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
-                 tuning: ShardTuning):
+                 tuning: ShardTuning, cut_at_rows: bool = False):
         self._work_dir = work_dir
         self._compression = compression
         self._chunk_bytes = chunk_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
+        self._cut_at_rows = cut_at_rows
 
     def setup(self):
         self._runs = _RunLists()
@@ -314,7 +328,7 @@ class _SortBucketFn(beam.DoFn):
         if self._compression == "none":
             yield runs_file, spill.plan_bucket(
                 bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
-                **_bucket_options(self._work_dir, self._tuning))
+                row_sizes=self._cut_at_rows, **_bucket_options(self._work_dir, self._tuning))
             return
         yield runs_file, spill.sort_bucket(
             bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
@@ -530,6 +544,7 @@ class WriteShards(beam.PTransform):
 
     def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
         tuning = self._tuning
+        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
         return (batches
                 | "Spill" >> beam.ParDo(_SpillFn(
                     spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
@@ -542,11 +557,12 @@ class WriteShards(beam.PTransform):
                 | "SpreadBuckets" >> beam.Reshuffle()
                 | "SortBuckets" >> beam.ParDo(_SortBucketFn(
                     work_dir, self._compression, chunk_bytes, self._gzip_level,
-                    tuning))  # (run list file, BucketChunks)
+                    tuning, cut_at_rows))  # (run list file, BucketChunks)
                 | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
                 | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,
-                                             delete_runs=self._compression == "gzip")
+                                             delete_runs=self._compression == "gzip",
+                                             cut_at_rows=cut_at_rows)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._staging_dir, shard_temp_dir,

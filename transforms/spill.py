@@ -481,7 +481,7 @@ class ChunkWriter:
     """
 
     def __init__(self, fileobj: BinaryIO | None, *, compression: str, chunk_bytes: int,
-                 gzip_level: int):
+                 gzip_level: int, keep_sizes: bool = False):
         if fileobj is None and compression == "gzip":
             raise ValueError("gzip chunks can only be planned by compressing them")
         self._fileobj = fileobj
@@ -496,6 +496,7 @@ class ChunkWriter:
         self._offset = 0
         self._target = chunk_bytes
         self.chunks: list[Chunk] = []
+        self._sizes: list[np.ndarray] | None = [] if keep_sizes else None
 
     def write_many(self, examples: Sequence[bytes]) -> None:
         """Frames and writes examples."""
@@ -517,6 +518,8 @@ class ChunkWriter:
         afterwards; None when `needs_bytes` said so), with `sizes` their
         framed sizes."""
         view = memoryview(data) if data is not None else None
+        if self._sizes is not None:
+            self._sizes.append(np.array(sizes, dtype="<u4"))
         ends = np.cumsum(sizes)
         count = len(ends)
         row = start = 0
@@ -542,6 +545,13 @@ class ChunkWriter:
         if self._pending_rows:
             self._flush()
         return self.chunks
+
+    def row_sizes(self) -> bytes:
+        """Every written record's framed size, in order, as little-endian
+        uint32 bytes (with `keep_sizes`)."""
+        if self._sizes is None:
+            raise ValueError("the writer was not asked to keep the records' sizes")
+        return b"".join(sizes.tobytes() for sizes in self._sizes)
 
     def _flush(self) -> None:
         if self._gzip:
@@ -677,17 +687,21 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
 
 def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
                 scratch_dir: str, chunk_bytes: int, memory_bytes: int, fan_in: int,
-                prefix_len: int, index_every: int) -> BucketChunks:
+                prefix_len: int, index_every: int, row_sizes: bool = False) -> BucketChunks:
     """`sort_bucket` for plain output, writing nothing: the chunks (which
     depend on the sorted records' sizes only) are planned, and the
     BucketChunks' path is a `bucket_reference` from which
     `write_bucket_range` writes any planned byte range later, straight
-    from the runs. Same chunks as `sort_bucket`."""
-    writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0)
+    from the runs. Same chunks as `sort_bucket`. With `row_sizes` the
+    BucketChunks also carry every row's framed size, in order (for shards
+    cut at rows, `shard_plan.plan_row_shards`)."""
+    writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0,
+                         keep_sizes=row_sizes)
     _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
                fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    chunks = tuple(writer.close())
     return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
-                        tuple(writer.close()))
+                        chunks, writer.row_sizes() if row_sizes else b"")
 
 
 def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,

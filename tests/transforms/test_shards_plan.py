@@ -9,6 +9,7 @@ import random
 import struct
 
 import fsspec
+import numpy as np
 import pytest
 
 from recordforge.transforms import spill, tfrecordio
@@ -21,9 +22,15 @@ from recordforge.transforms.shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
+    hash_buckets_of,
     plan_bucket_ranges,
+    plan_row_shards,
     plan_shards,
+    row_shard_count,
+    row_shard_thresholds,
     runs_of,
+    shards_of_rows,
+    shards_touched,
     sample_of,
     validate_splits,
 )
@@ -174,6 +181,91 @@ def test_shard_plan_with_records_larger_than_a_shard():
     assert plan_shards("train", [], 1_000_000) == []
 
 
+# --- shards cut at rows (shuffled plain output) ---------------------------------
+
+def _cut_by_brute_force(sizes, count):
+    """Row r goes to the shard holding its byte midpoint: the first shard i
+    with (i + 1) * total / count above s_r + n_r / 2, in fractions."""
+    from fractions import Fraction
+    total = sum(sizes)
+    shards, start = [], 0
+    for size in sizes:
+        middle = Fraction(2 * start + size, 2)
+        shards.append(min(count - 1, int(middle * count / total)))
+        start += size
+    return shards
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_cuts_follow_midpoints_and_never_leave_a_shard_empty(seed):
+    rng = random.Random(seed)
+    sizes = [rng.choice([rng.randint(16, 200), rng.randint(16, 5_000)])
+             for _ in range(rng.randint(1, 400))]
+    shard_size = rng.randint(100, 20_000)
+    total = sum(sizes)
+    count = row_shard_count(total, shard_size, max(sizes))
+    assert 1 <= count <= math.ceil(total / shard_size)
+    array = np.array(sizes, dtype=np.int64)
+    shards = shards_of_rows(np.cumsum(array) - array, array, row_shard_thresholds(total, count))
+    assert shards.tolist() == _cut_by_brute_force(sizes, count)
+    assert sorted(set(shards.tolist())) == list(range(count))  # every shard holds a row
+    # Any byte range of the split reaches only the shards it is said to touch.
+    starts = (np.cumsum(array) - array).tolist()
+    for _ in range(20):
+        first = rng.randrange(len(sizes))
+        last = rng.randrange(first, len(sizes)) + 1
+        touched = shards_touched(starts[first], starts[last - 1] + sizes[last - 1],
+                                 row_shard_thresholds(total, count))
+        assert set(shards[first:last].tolist()) <= set(touched)
+
+
+def test_row_shard_count_is_ceil_unless_rows_are_larger_than_a_shard():
+    assert row_shard_count(10_000, 1_000, 100) == 10
+    assert row_shard_count(10_001, 1_000, 100) == 11
+    assert row_shard_count(10_000, 1_000, 2_500) == 4  # a shard spans at least a row
+    assert row_shard_count(10_000, 1_000, 20_000) == 1
+    assert row_shard_count(0, 1_000, 0) == 0
+
+
+def test_hash_buckets_are_equal_ranges_in_digest_order():
+    rng = random.Random(3)
+    digests = sorted(rng.randbytes(16) for _ in range(5000)) + [b"\0" * 16, b"\xff" * 16]
+    digests.sort()
+    for count in (1, 3, 64, 256):
+        buckets = hash_buckets_of(b"".join(digests), count).tolist()
+        assert buckets == sorted(buckets) and 0 <= buckets[0] and buckets[-1] == count - 1
+        assert buckets == [int.from_bytes(d[:4], "big") * count >> 32 for d in digests]
+
+
+@pytest.mark.parametrize("shard_size", [3_000, 10_000, 60_000])
+def test_row_shard_plan_cuts_buckets_at_rows(shard_size):
+    rng = random.Random(shard_size)
+    per_bucket = [[rng.randint(16, 900) for _ in range(rng.randint(0, 120))] for _ in range(9)]
+    buckets = [BucketChunks("train", index, f"ref/{index}", (),
+                            np.array(sizes, dtype="<u4").tobytes())
+               for index, sizes in enumerate(per_bucket)]
+    shards = plan_row_shards("train", buckets[::-1] + buckets[:2], shard_size)
+    sizes = [size for bucket_sizes in per_bucket for size in bucket_sizes]
+    total = sum(sizes)
+    assert len(shards) == math.ceil(total / shard_size) == shards[0].count
+    expected = _cut_by_brute_force(sizes, len(shards))
+    assert [shard.num_examples for shard in shards] == [expected.count(i)
+                                                         for i in range(len(shards))]
+    mean = total / len(shards)
+    assert all(abs(shard.num_bytes - mean) <= max(sizes) for shard in shards)
+    assert sum(shard.num_bytes for shard in shards) == total
+    # The pieces, in order, are every bucket's bytes once, each cut at a row.
+    ends = {index: set(np.cumsum([0] + sizes_).tolist())
+            for index, sizes_ in enumerate(per_bucket)}
+    laid = [(int(path.rsplit("/", 1)[1]), offset, length)
+            for shard in shards for path, offset, length in shard.pieces]
+    assert [index for index, _, _ in laid] == sorted(index for index, _, _ in laid)
+    for index, offset, length in laid:
+        assert offset in ends[index] and offset + length in ends[index]
+    assert sum(length for _, _, length in laid) == total
+    assert plan_row_shards("train", [], shard_size) == []
+
+
 # --- run files ----------------------------------------------------------------
 
 def _rows(rng, count, key_is_example=False, width=None):
@@ -235,7 +327,6 @@ def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
 
 
 def test_sorted_order_breaks_ties_by_example():
-    import numpy as np
     keys = [b"b", b"a", b"b", b"a", b"c", b"b"]
     examples = [b"3", b"9", b"1", b"2", b"0", b"2"]
     fixed = np.frombuffer(b"".join(keys), dtype="S1")
