@@ -122,23 +122,25 @@ class Chunk(NamedTuple):
 
 
 class BucketChunks(NamedTuple):
-    """A sorted bucket written as consecutive chunks in the file `path`.
-
-    row_sizes: the framed size of every row in order, as little-endian
-    uint32 bytes, when the shards are cut at rows (`plan_row_shards`);
-    empty otherwise."""
+    """A sorted bucket written as consecutive chunks in the file `path`;
+    max_row: its largest framed row, when shards are cut at rows
+    (`plan_row_shards`)."""
 
     split: str
     index: int
     path: str
     chunks: tuple[Chunk, ...]
-    row_sizes: bytes = b""
+    max_row: int = 0
 
 
 class ShardSpec(NamedTuple):
     """One output shard: the byte ranges to concatenate, in order.
 
-    pieces: ``(bucket file, offset, length)``.
+    pieces: ``(bucket file, offset, length)``. With `cut` ``(total bytes,
+    shard count)`` of the split (shards cut at rows, `plan_row_shards`), a
+    piece is ``(bucket, the bucket's first byte in the split, its bytes)``
+    and the shard holds those of the bucket's rows whose midpoint falls in
+    it; num_examples and num_bytes are then -1, known once written.
     """
 
     split: str
@@ -147,6 +149,7 @@ class ShardSpec(NamedTuple):
     pieces: tuple[tuple[str, int, int], ...]
     num_examples: int
     num_bytes: int
+    cut: tuple[int, int] | None = None
 
 
 def validate_splits(splits: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
@@ -462,43 +465,34 @@ def hash_buckets_of(digests: bytes, count: int) -> np.ndarray:
 
 def plan_row_shards(split: str, buckets: Iterable[BucketChunks],
                     shard_size: int) -> list[ShardSpec]:
-    """Shards of a split whose buckets carry their sorted rows' sizes
-    (`BucketChunks.row_sizes`), cut at rows as described above; each
-    shard's pieces are byte ranges of buckets, in key order."""
+    """Shards of a split cut at rows, as described above, from its planned
+    buckets' sizes (the sum of their chunks) and largest rows: each shard
+    lists, in key order, the buckets that may hold its rows (each bucket's
+    first byte in the split from a prefix sum), and which of their rows it
+    holds is decided as they are written. Small metadata: a few numbers
+    per bucket, nothing per row."""
     by_index: dict[int, BucketChunks] = {}
     for bucket in buckets:
         if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
             by_index[bucket.index] = bucket
-    ordered = [bucket for _, bucket in sorted(by_index.items())
-               if bucket.row_sizes]
-    if not ordered:
+    placed = []
+    total = largest = 0
+    for _, bucket in sorted(by_index.items()):
+        size = sum(chunk.length for chunk in bucket.chunks)
+        if size:
+            placed.append((bucket.path, total, size))
+            total += size
+            largest = max(largest, bucket.max_row)
+    if not placed:
         return []
-    per_bucket = [np.frombuffer(bucket.row_sizes, dtype="<u4").astype(np.int64)
-                  for bucket in ordered]
-    sizes = np.concatenate(per_bucket)
-    total = int(sizes.sum())
-    count = row_shard_count(total, shard_size, int(sizes.max()))
+    count = row_shard_count(total, shard_size, largest)
     thresholds = row_shard_thresholds(total, count)
-    starts = np.cumsum(sizes) - sizes
-    shard_of = shards_of_rows(starts, sizes, thresholds)
     pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
-    examples = [0] * count
-    nbytes = [0] * count
-    first = 0
-    for bucket, bucket_sizes in zip(ordered, per_bucket):
-        last = first + len(bucket_sizes)
-        shards = shard_of[first:last]
-        offsets = np.cumsum(bucket_sizes) - bucket_sizes
-        edges = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(shards)]
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            shard = int(shards[lo])
-            length = int(bucket_sizes[lo:hi].sum())
-            pieces[shard].append((bucket.path, int(offsets[lo]), length))
-            examples[shard] += hi - lo
-            nbytes[shard] += length
-        first = last
-    return [ShardSpec(split, shard, count, _coalesce(pieces[shard]), examples[shard],
-                      nbytes[shard]) for shard in range(count)]
+    for path, start, size in placed:
+        for shard in shards_touched(start, start + size, thresholds):
+            pieces[shard].append((path, start, size))
+    return [ShardSpec(split, shard, count, tuple(pieces[shard]), -1, -1, (total, count))
+            for shard in range(count)]
 
 
 def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:

@@ -16,8 +16,9 @@ one metadata dict per shard. Steps and the elements between them::
                                        gzip: written as compressed chunks; plain:
                                        chunks only planned (no bytes written)
   | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries
-                                       (shuffled plain output: at rows, from
-                                       the sizes the buckets carry); gzip: the
+                                       (shuffled plain output: at rows, each
+                                       shard taking its rows of the buckets it
+                                       reaches as it writes them); gzip: the
                                        split's runs are deleted
   | SpreadShards | WriteShardFiles     -> shard metadata dict  gzip: chunk ranges
                                        copied; plain: each bucket range sorted
@@ -70,6 +71,7 @@ from .shard_plan import (
     plan_bucket_ranges,
     plan_row_shards,
     prepare_batch,
+    row_shard_thresholds,
     plan_shards,
     runs_of,
     sample_of,
@@ -311,13 +313,12 @@ class _SortBucketFn(beam.DoFn):
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
-                 tuning: ShardTuning, cut_at_rows: bool = False):
+                 tuning: ShardTuning):
         self._work_dir = work_dir
         self._compression = compression
         self._chunk_bytes = chunk_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
-        self._cut_at_rows = cut_at_rows
 
     def setup(self):
         self._runs = _RunLists()
@@ -328,7 +329,7 @@ class _SortBucketFn(beam.DoFn):
         if self._compression == "none":
             yield runs_file, spill.plan_bucket(
                 bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
-                row_sizes=self._cut_at_rows, **_bucket_options(self._work_dir, self._tuning))
+                **_bucket_options(self._work_dir, self._tuning))
             return
         yield runs_file, spill.sort_bucket(
             bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
@@ -346,8 +347,10 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
     hashing as it copies, then renames it to its final name in
     `staging_dir`. A range of a planned bucket (plain output) is written
     from the runs (`runs_of`: run list file -> runs; `bucket_options`: see
-    `_bucket_options`). Returns the shard's metadata dict. Rerunning it
-    writes the same bytes under the same final name."""
+    `_bucket_options`); with `spec.cut`, the rows of each listed bucket
+    that the shard holds (`spill.write_bucket_rows`). Returns the shard's
+    metadata dict. Rerunning it writes the same bytes under the same final
+    name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
                                   suffix=suffix)
     final_path = spill.join_path(staging_dir, name)
@@ -360,8 +363,16 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
         # before its rename (see page_cache).
         on_disk = WriteBehind(fileobj)
         out = HashingWriter(on_disk)
+        thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
+        num_examples = 0
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
+            if planned is not None and spec.cut:
+                runs_file, bucket = planned
+                rows, _ = spill.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
+                                                  runs_of(runs_file), **bucket_options)
+                num_examples += rows
+                continue
             if planned is not None:
                 runs_file, bucket = planned
                 spill.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
@@ -381,15 +392,20 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
                 drop_behind(source, offset, length)
         on_disk.finish()
     written = out.written
-    if written != spec.num_bytes:
+    if spec.cut:
+        if not num_examples:
+            raise spill.RunFileError(f"{name}: no row of its buckets falls in it")
+    elif written != spec.num_bytes:
         raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")
+    else:
+        num_examples = spec.num_examples
     _, fs_final = fsspec.core.url_to_fs(final_path)
     fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
     if isinstance(fs, LocalFileSystem):
         os.replace(fs_temp, fs_final)  # atomic on one filesystem
     else:
         fs.mv(fs_temp, fs_final)  # object stores: the object appears once complete
-    return {"split": spec.split, "file": name, "num_examples": spec.num_examples,
+    return {"split": spec.split, "file": name, "num_examples": num_examples,
             "num_bytes": written, "sha256": out.digest.hexdigest()}
 
 
@@ -557,7 +573,7 @@ class WriteShards(beam.PTransform):
                 | "SpreadBuckets" >> beam.Reshuffle()
                 | "SortBuckets" >> beam.ParDo(_SortBucketFn(
                     work_dir, self._compression, chunk_bytes, self._gzip_level,
-                    tuning, cut_at_rows))  # (run list file, BucketChunks)
+                    tuning))  # (run list file, BucketChunks)
                 | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
                 | "PlanShards" >> beam.FlatMap(_plan_split_shards, self._shard_size,

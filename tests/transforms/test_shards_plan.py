@@ -237,33 +237,61 @@ def test_hash_buckets_are_equal_ranges_in_digest_order():
         assert buckets == [int.from_bytes(d[:4], "big") * count >> 32 for d in digests]
 
 
-@pytest.mark.parametrize("shard_size", [3_000, 10_000, 60_000])
-def test_row_shard_plan_cuts_buckets_at_rows(shard_size):
-    rng = random.Random(shard_size)
-    per_bucket = [[rng.randint(16, 900) for _ in range(rng.randint(0, 120))] for _ in range(9)]
-    buckets = [BucketChunks("train", index, f"ref/{index}", (),
-                            np.array(sizes, dtype="<u4").tobytes())
-               for index, sizes in enumerate(per_bucket)]
-    shards = plan_row_shards("train", buckets[::-1] + buckets[:2], shard_size)
-    sizes = [size for bucket_sizes in per_bucket for size in bucket_sizes]
+def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():
+    sizes = [40_000, 0, 25_000, 7_000, 50_000]
+    buckets = [BucketChunks("train", index, f"ref/{index}",
+                            (Chunk(0, size // 2, 3), Chunk(size // 2, size - size // 2, 3))
+                            if size else (), 900)
+               for index, size in enumerate(sizes)]
+    shards = plan_row_shards("train", buckets[::-1] + buckets[:2], 30_000)
     total = sum(sizes)
-    assert len(shards) == math.ceil(total / shard_size) == shards[0].count
-    expected = _cut_by_brute_force(sizes, len(shards))
-    assert [shard.num_examples for shard in shards] == [expected.count(i)
-                                                         for i in range(len(shards))]
-    mean = total / len(shards)
-    assert all(abs(shard.num_bytes - mean) <= max(sizes) for shard in shards)
-    assert sum(shard.num_bytes for shard in shards) == total
-    # The pieces, in order, are every bucket's bytes once, each cut at a row.
-    ends = {index: set(np.cumsum([0] + sizes_).tolist())
-            for index, sizes_ in enumerate(per_bucket)}
-    laid = [(int(path.rsplit("/", 1)[1]), offset, length)
-            for shard in shards for path, offset, length in shard.pieces]
-    assert [index for index, _, _ in laid] == sorted(index for index, _, _ in laid)
-    for index, offset, length in laid:
-        assert offset in ends[index] and offset + length in ends[index]
-    assert sum(length for _, _, length in laid) == total
-    assert plan_row_shards("train", [], shard_size) == []
+    assert len(shards) == math.ceil(total / 30_000) == 5
+    thresholds = row_shard_thresholds(total, 5)
+    starts = {"ref/0": 0, "ref/2": 40_000, "ref/3": 65_000, "ref/4": 72_000}
+    for shard in shards:
+        assert shard.cut == (total, 5) and shard.num_examples == shard.num_bytes == -1
+        assert [path for path, _, _ in shard.pieces] == sorted(
+            path for path, start in starts.items()
+            if shard.index in shards_touched(start, start + sizes[int(path[-1])], thresholds))
+        assert all(offset == starts[path] for path, offset, _ in shard.pieces)
+    assert plan_row_shards("train", [], 30_000) == []
+    # Rows larger than a shard: fewer shards, each spanning at least a row.
+    large = [bucket._replace(max_row=45_000) for bucket in buckets]
+    assert len(plan_row_shards("train", large, 30_000)) == total // 45_000
+
+
+@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
+def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
+    rng = random.Random(11)
+    runs = _write_runs(tmp_path, rng, 300, 7)
+    bucket = BucketRange("train", 3, b"\x10", None)
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
+                   fan_in=fan_in, prefix_len=8, index_every=4096)
+    written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
+                                compression="none", chunk_bytes=6000, gzip_level=3, **options)
+    planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    data = open(written.path, "rb").read()
+    records, position = [], 0
+    while position < len(data):
+        size = int.from_bytes(data[position:position + 8], "little") + 16
+        records.append(size)
+        position += size
+    assert planned.max_row == max(records)
+    # The bucket sits inside a larger split, cut into shards smaller than it.
+    start, total = 5_000, len(data) + 9_000
+    count = row_shard_count(total, len(data) // 4, max(records))
+    thresholds = row_shard_thresholds(total, count)
+    expected = [shard for shard in _cut_by_brute_force([start] + records + [4_000], count)][1:-1]
+    pieces, rows = [], []
+    for shard in shards_touched(start, start + len(data), thresholds):
+        out = io.BytesIO()
+        got_rows, got_bytes = spill.write_bucket_rows(out, bucket, start, thresholds, shard,
+                                                      runs, **options)
+        assert got_bytes == len(out.getvalue())
+        pieces.append(out.getvalue())
+        rows += [shard] * got_rows
+    assert b"".join(pieces) == data
+    assert rows == expected and len(set(rows)) >= 3
 
 
 # --- run files ----------------------------------------------------------------
