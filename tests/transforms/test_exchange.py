@@ -260,6 +260,7 @@ def test_shuffle_exchange_writes_the_file_exchange_bytes(tmp_path, compression, 
     assert _digests(tmp_path / "shuffle") == files  # nothing else left in staging either
 
 
+@pytest.mark.slow
 def test_rows_larger_than_a_shard_and_empty_buckets_give_the_file_exchange_bytes(tmp_path):
     rng = random.Random(9)
     rows = [(None, rng.randbytes(rng.choice([rng.randint(10, 200), 30_000])))
