@@ -3,15 +3,42 @@ runner's own GroupByKey, never through files on the output store.
 
 `ShuffleExchange` takes ExampleBatches and gives ShardSpec-like shard
 metadata dicts, with the shards written once, under their final names in
-`staging_dir`. It places rows exactly as the file exchange of `shards.py`
-does (same split, order key, bucket ranges, chunks and shard cuts, all from
-`shard_plan`), so both write the same bytes. Steps and the elements between
-them::
+`staging_dir`. It writes the same bytes as the file exchange of
+`shards.py` (same split, order key, bucket sort, shard cuts, all from
+`shard_plan`). There are two ways through it.
+
+Shuffled plain output (the default config), shards cut at rows
+(`shard_plan.cuts_at_rows`)::
+
+  ExampleBatch
+  | Pack               -> ("sizes", (split, (buckets, rows, bytes, largest row)))
+                          ("rows", ((split, bucket), ("rows", packet)))
+                          a batch's rows of one split, framed once (CRCs),
+                          cut by bucket: `hash_buckets` equal ranges of
+                          the digest order, known as soon as a row is hashed
+  | BucketSizes (CombinePerKey) | PlanCuts
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
+                          ((split, shard), ("spec", (shards, buckets it may get)))
+  | GroupBuckets (Flatten + GroupByKey) | SortBuckets
+                       -> ((split, shard), ("piece", (bucket, number, bytes)))
+                          ((split, shard), ("end", (bucket, (pieces, rows, bytes))))
+                          each bucket sorted in memory up to memory_bytes,
+                          above it in sorted runs on the worker's local disk,
+                          every row sent to the shard holding its bytes'
+                          midpoint in the split
+  | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
+
+Rows cross the runner's shuffle once (to their bucket) and again as the
+bytes of the shard they land in: with the shard written once, 3 bytes
+moved per dataset byte. Only counts cross the combine.
+
+Everything else (gzip, whose cuts need every compressed chunk's size;
+key-ordered output, whose bucket bounds come from a sample), shards cut
+at chunks::
 
   ExampleBatch
   | Pack               -> ("stats", (split, (rows, bytes, sample)))
                           ("rows", ((split, lane), ("rows", packet)))
-                          a batch's rows of one split, framed once (CRCs)
   | SplitStats (CombinePerKey) | PlanBuckets
                        -> ((split, lane), ("plan", bucket lower bounds))
                           for each of the split's `lanes` lanes
@@ -20,13 +47,16 @@ them::
   | GroupBuckets | SortBuckets
                        -> ("meta", (split, BucketChunks))
                           ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
-                          each bucket sorted in memory up to memory_bytes,
-                          above it in sorted runs on the worker's local disk
   | GroupSplitChunks | PlanShards   -> ((split, bucket), ("place", piece))
                                        ((split, shard), ("spec", counts))
   | JoinPlaces (Flatten + GroupByKey) | Place
                        -> ((split, shard), ("piece", (offset, bytes)))
   | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
+
+Here rows cross twice (keyed by a lane, where they wait for the split's
+sampled bucket bounds, then by bucket) and chunks twice (waiting for the
+shard plan, then to their shard): (2 + 3c) bytes moved per dataset byte,
+c the compression ratio.
 
 A packet is a plain tuple ``(key_width, keys, framed records, sizes)``:
 key_width HASH_SIZE with keys the concatenated digests, KEY_VARIABLE with
@@ -36,26 +66,18 @@ pickling.
 
 Why it is built this way:
 
-- Bucket bounds come from a sample of the whole split, so no row can be
-  routed to its bucket before every row was seen. Rows therefore cross
-  the runner's shuffle twice: keyed by a lane (any of `lanes` groups per
-  split, where they wait, joined with the split's bounds) and then by
-  bucket. Joins are a Flatten and a GroupByKey rather than side inputs,
-  which Beam's Dask runner computes again for every bundle.
-- Shard cuts need the size on disk of every chunk of a split (gzip:
-  known once compressed), so sorted chunks wait in a third join keyed by
-  bucket for their place in a shard, and reach the shard's writer in a
-  fourth, keyed by shard.
+- Joins are a Flatten and a GroupByKey rather than side inputs, which
+  Beam's Dask runner computes again for every bundle.
 - Nothing is written on the output store but the shards, each once. On
   a local filesystem a shard is written under a temporary name in
   `shard_temp_dir` and renamed; on an object store (whose objects appear
   only when complete) it is written at its final name; elsewhere it is
   moved from its temporary name.
-- Memory: one packet (a batch) per Pack call; a lane's bounds and up to
-  `route_bytes` of rows per Route call; at most memory_bytes of a
+- Memory: one packet (a batch) per Pack call; at most memory_bytes of a
   bucket, the rest in sorted runs under the worker's local temporary
-  directory (`tempfile`), merged as streams; a shard's pieces in a
-  spooled temporary file (memory up to memory_bytes, local disk beyond).
+  directory (`tempfile`), merged as streams; a bucket's sorted rows and a
+  shard's pieces in spooled temporary files (memory up to memory_bytes,
+  local disk beyond).
 - Retries: every step is a function of its input; a retried shard is
   rewritten with the same bytes under the same name.
 """
@@ -88,13 +110,20 @@ from .shard_plan import (
     BucketChunks,
     RunInfo,
     SplitAssigner,
+    cuts_at_rows,
+    hash_buckets_of,
     plan_bucket_ranges,
     plan_shards,
     prepare_batch,
+    row_shard_count,
+    row_shard_thresholds,
+    shards_of_rows,
+    shards_touched,
 )
 
-__all__ = ["METRICS_NAMESPACE", "ShuffleExchange", "bucket_of_keys", "merge_split_stats",
-           "place_chunks", "publish_shard", "sort_bucket_packets"]
+__all__ = ["METRICS_NAMESPACE", "ShardCutter", "ShuffleExchange", "assemble_shard",
+           "bucket_of_keys", "cut_packet", "merge_split_stats", "place_chunks",
+           "publish_shard", "sort_bucket_packets"]
 
 
 _HEADER = 12  # TFRecord bytes before the example
@@ -185,7 +214,15 @@ def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple
     if len(lower_bounds) == 1:
         return [(0, packet)]
     route_keys = keys if key_width != spill.KEY_IS_EXAMPLE else _examples_of(data, sizes)
-    buckets = bucket_of_keys(lower_bounds, key_width, route_keys)
+    return cut_packet(packet, bucket_of_keys(lower_bounds, key_width, route_keys))
+
+
+def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:
+    """Cuts a packet into one packet per bucket, given each row's bucket:
+    ``[(bucket, packet), ...]`` in bucket order, rows in packet order."""
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if not len(sizes):
+        return []
     order = np.argsort(buckets, kind="stable")
     ordered = buckets[order]
     edges = np.flatnonzero(np.diff(ordered)) + 1
@@ -342,6 +379,78 @@ def place_chunks(places: Sequence[tuple], chunks: Iterable[tuple]):
         yield shard, shard_offset + offset - start, data
 
 
+class ShardCutter:
+    """Takes a sorted bucket's framed records in order (like a
+    spill.ChunkWriter) and writes them to `out`, noting which shard each
+    run of records belongs to: records are placed by their bytes' midpoint
+    in the split (`shard_plan.shards_of_rows`), from the bucket's first
+    byte `start` in the split. `segments` lists ``[shard, offset in out,
+    length, rows]`` in order."""
+
+    writes_bytes = True
+
+    def __init__(self, out: BinaryIO, start: int, thresholds: np.ndarray):
+        self._out = out
+        self._thresholds = thresholds
+        self.start = start
+        self.offset = start  # the next record's first byte in the split
+        self.written = 0
+        self.segments: list[list[int]] = []
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return True
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if not len(sizes):
+            return
+        view = memoryview(data)
+        ends = np.cumsum(sizes)
+        shards = shards_of_rows(self.offset + ends - sizes, sizes, self._thresholds)
+        edges = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(sizes)]
+        for first, last in zip(edges[:-1], edges[1:]):
+            shard = int(shards[first])
+            lo = int(ends[first] - sizes[first])
+            hi = int(ends[last - 1])
+            self._out.write(view[lo:hi])
+            if self.segments and self.segments[-1][0] == shard:
+                self.segments[-1][2] += hi - lo
+                self.segments[-1][3] += last - first
+            else:
+                self.segments.append([shard, self.written, hi - lo, last - first])
+            self.written += hi - lo
+        self.offset += int(ends[-1])
+
+
+def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
+                   ) -> list[tuple[int, int]]:
+    """Checks that a shard cut at rows got everything, and gives the order
+    of its pieces: ``[(bucket, piece number), ...]``.
+
+    buckets: the buckets the plan says may hold its rows; ends: bucket ->
+    (pieces sent, rows, bytes), one per bucket that sorted its rows; pieces:
+    (bucket, piece number) -> anything."""
+    missing = sorted(set(buckets) - set(ends))
+    if missing:
+        raise spill.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
+    extra = sorted(set(ends) - set(buckets))
+    if extra:
+        raise spill.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
+                                 f"place in this shard")
+    order = []
+    for bucket in sorted(buckets):
+        count = ends[bucket][0]
+        for number in range(count):
+            if (bucket, number) not in pieces:
+                raise spill.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
+                                         f"missing")
+            order.append((bucket, number))
+    if len(order) != len(pieces):
+        raise spill.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
+                                 f"{len(order)}")
+    return order
+
+
 def _writes_atomically(fs) -> bool:
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return bool(getattr(fs, "atomic_writes", False)) or bool(
@@ -383,14 +492,19 @@ def publish_shard(name: str, write, *, staging_dir: str, temp_dir: str) -> tuple
 
 
 class _PackFn(beam.DoFn):
-    """ExampleBatch -> ("stats", (split, (rows, bytes, sample))) and
-    ("rows", ((split, lane), ("rows", packet))) per split in the batch."""
+    """ExampleBatch -> per split in the batch: ("stats", (split, (rows,
+    bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
+    with `hash_buckets` (shards cut at rows), ("sizes", (split, (buckets,
+    rows, bytes, largest row))) and ("rows", ((split, bucket), ("rows",
+    packet))) per bucket the batch's rows fall in."""
 
-    def __init__(self, dataset_name: str, splits, shuffle: bool, tuning):
+    def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
+                 hash_buckets: int | None = None):
         self._dataset_name = dataset_name
         self._splits = tuple(splits)
         self._shuffle = shuffle
         self._tuning = tuning
+        self._hash_buckets = hash_buckets
 
     def setup(self):
         relax_young_collections()  # a batch's rows should die young
@@ -418,15 +532,29 @@ class _PackFn(beam.DoFn):
             else:
                 width, keys = spill.KEY_IS_EXAMPLE, None
             data = tfrecordio.frame_records(examples)
+            packet = (width, keys, data, sizes.astype(_SIZE).tobytes())
+            self._exchanged.inc(len(data))
+            if self._hash_buckets:
+                yield from self._by_bucket(names[split], packet, sizes)
+                continue
             # Lanes only spread the waiting rows over workers: any lane will
             # do, and none changes the output.
             self._lane += 1
-            packet = (width, keys, data, sizes.astype(_SIZE).tobytes())
-            self._exchanged.inc(len(data))
             yield ("rows", ((names[split], self._lane % self._tuning.lanes), ("rows", packet)))
             yield ("stats", (names[split], (len(selected), int(sizes.sum()),
                                             tuple(prepared.samples.get(split, ())))))
         self._rows.inc(len(prepared.examples))
+
+    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray):
+        buckets = hash_buckets_of(packet[1], self._hash_buckets)
+        for bucket, piece in cut_packet(packet, buckets):
+            yield ("rows", ((split, bucket), ("rows", piece)))
+        present, inverse = np.unique(buckets, return_inverse=True)
+        rows = np.bincount(inverse).astype("<i8")
+        nbytes = np.zeros(len(present), dtype="<i8")
+        np.add.at(nbytes, inverse, sizes)
+        yield ("sizes", (split, (present.astype("<u4").tobytes(), rows.tobytes(),
+                                 nbytes.tobytes(), int(sizes.max()))))
 
 
 class _SplitStatsFn(beam.CombineFn):
@@ -652,10 +780,182 @@ class _WriteShardFn(beam.DoFn):
                "num_bytes": written, "sha256": sha256}
 
 
+class _BucketSizesFn(beam.CombineFn):
+    """(buckets, rows, bytes, largest row) of a split's batches -> (rows per
+    bucket, bytes per bucket, largest row): int64 arrays of `count`
+    entries. Only counts cross, never rows."""
+
+    def __init__(self, count: int):
+        self._count = count
+
+    def create_accumulator(self):
+        return [np.zeros(self._count, dtype=np.int64), np.zeros(self._count, dtype=np.int64), 0]
+
+    def add_input(self, accumulator, element):
+        present, rows, nbytes, largest = element
+        present = np.frombuffer(present, dtype="<u4").astype(np.intp)
+        accumulator[0][present] += np.frombuffer(rows, dtype="<i8")
+        accumulator[1][present] += np.frombuffer(nbytes, dtype="<i8")
+        accumulator[2] = max(accumulator[2], largest)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for rows, nbytes, largest in accumulators:
+            merged[0] += rows
+            merged[1] += nbytes
+            merged[2] = max(merged[2], largest)
+        return merged
+
+    def extract_output(self, accumulator):
+        return tuple(accumulator)
+
+
+def _plan_row_cuts(split_sizes, *, shard_size: int):
+    """(split, (rows per bucket, bytes per bucket, largest row)) -> for each
+    bucket holding rows, ((split, bucket), ("plan", (first byte, bytes,
+    total, shard count))); for each shard, ((split, shard), ("spec",
+    (shard count, buckets that may hold its rows)))."""
+    split, (rows, nbytes, largest) = split_sizes
+    total = int(nbytes.sum())
+    count = row_shard_count(total, shard_size, largest)
+    thresholds = row_shard_thresholds(total, count)
+    starts = np.cumsum(nbytes) - nbytes
+    expected: list[list[int]] = [[] for _ in range(count)]
+    for bucket in np.flatnonzero(rows).tolist():
+        start, size = int(starts[bucket]), int(nbytes[bucket])
+        yield ((split, bucket), ("plan", (start, size, total, count)))
+        for shard in shards_touched(start, start + size, thresholds):
+            expected[shard].append(bucket)
+    for shard in range(count):
+        yield ((split, shard), ("spec", (count, tuple(expected[shard]))))
+
+
+class _CutBucketFn(beam.DoFn):
+    """((split, bucket), [plan, packets...]) -> ((split, shard), ("piece",
+    (bucket, number, bytes))) for each piece of the bucket's sorted rows,
+    and ((split, shard), ("end", (bucket, (pieces, rows, bytes)))) for each
+    shard the plan says the bucket may reach."""
+
+    def __init__(self, tuning):
+        self._tuning = tuning
+
+    def setup(self):
+        relax_young_collections()
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, bucket), values = item
+        tuning = self._tuning
+        # The values are iterated twice (runners give re-iterables): the plan
+        # is found first, then the rows stream into the sort.
+        plan = next((value for tag, value in values if tag == "plan"), None)
+        if plan is None:
+            raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
+                             f"split's plan")
+        start, size, total, count = plan
+        thresholds = row_shard_thresholds(total, count)
+        packets = (value for tag, value in values if tag == "rows")
+        with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
+            cutter = ShardCutter(out, start, thresholds)
+            sort_bucket_packets(packets, cutter, memory_bytes=tuning.memory_bytes,
+                                fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
+                                index_every=tuning.index_every)
+            if cutter.offset != start + size:
+                raise spill.RunFileError(
+                    f"split {split!r}, bucket {bucket}: sorted {cutter.offset - start} bytes, "
+                    f"the plan counted {size}")
+            sent: dict[int, list[int]] = {}
+            out.seek(0)
+            for shard, _, length, rows in cutter.segments:
+                counts = sent.setdefault(shard, [0, 0, 0])
+                counts[1] += rows
+                counts[2] += length
+                while length:
+                    data = out.read(min(length, tuning.route_bytes))
+                    if not data:
+                        raise spill.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
+                                                 f"rows cut short")
+                    length -= len(data)
+                    self._exchanged.inc(len(data))
+                    yield (split, shard), ("piece", (bucket, counts[0], data))
+                    counts[0] += 1
+        touched = shards_touched(start, start + size, thresholds)
+        stray = sorted(set(sent) - set(touched))
+        if stray:
+            raise ValueError(f"split {split!r}, bucket {bucket}: rows for shard {stray[0]}, "
+                             f"outside the planned {touched}")
+        for shard in touched:
+            yield (split, shard), ("end", (bucket, tuple(sent.get(shard, (0, 0, 0)))))
+
+
+class _WriteCutShardFn(beam.DoFn):
+    """((split, shard), [spec, pieces, ends...]) -> shard metadata dict."""
+
+    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, memory_bytes: int):
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+        self._suffix = suffix
+        self._memory_bytes = memory_bytes
+
+    def setup(self):
+        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def process(self, item):
+        (split, index), values = item
+        spec = None
+        ends: dict[int, tuple] = {}
+        where: dict[tuple[int, int], tuple[int, int]] = {}
+        # Pieces come in any order: they are appended to a spooled file
+        # (memory up to memory_bytes, local disk beyond), then copied once
+        # in key order.
+        with tempfile.SpooledTemporaryFile(max_size=self._memory_bytes) as spool:
+            for tag, value in values:
+                if tag == "spec":
+                    spec = value
+                elif tag == "end":
+                    ends[value[0]] = value[1]
+                elif (value[0], value[1]) not in where:  # delivered twice: the same bytes
+                    bucket, number, data = value
+                    where[(bucket, number)] = (spool.tell(), len(data))
+                    spool.write(data)
+            if spec is None:
+                raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
+            count, buckets = spec
+            name = SHARD_FILE_NAME.format(split=split, index=index, count=count,
+                                          suffix=self._suffix)
+            order = assemble_shard(name, buckets, ends, where)
+            num_examples = sum(ends[bucket][1] for bucket in buckets)
+            num_bytes = sum(ends[bucket][2] for bucket in buckets)
+
+            def write(out):
+                for key in order:
+                    position, length = where[key]
+                    spool.seek(position)
+                    while length:
+                        block = spool.read(min(_BLOCK, length))
+                        out.write(block)
+                        length -= len(block)
+
+            written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
+                                            temp_dir=self._temp_dir)
+        if written != num_bytes:
+            raise spill.RunFileError(f"{name}: wrote {written} bytes, the buckets sent "
+                                     f"{num_bytes}")
+        self._examples.inc(num_examples)
+        self._bytes.inc(written)
+        self._shards.inc()
+        yield {"split": split, "file": name, "num_examples": num_examples,
+               "num_bytes": written, "sha256": sha256}
+
+
 class ShuffleExchange(beam.PTransform):
     """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
 
-    The shards are written to `staging_dir` (see the module docstring);
+    Shuffled plain output is cut at rows, everything else at chunks (see
+    the module docstring). The shards are written to `staging_dir`;
     `shard_temp_dir` holds a shard only while it is written, on
     filesystems that need a temporary name. `tuning` is a
     `shards.ShardTuning`."""
@@ -675,8 +975,46 @@ class ShuffleExchange(beam.PTransform):
         self._gzip_level = gzip_level
         self._suffix = suffix
         self._tuning = tuning
+        if cuts_at_rows(shuffle, compression) and not 1 <= tuning.hash_buckets <= 1 << 24:
+            raise ValueError(f"hash_buckets must be between 1 and {1 << 24}, got "
+                             f"{tuning.hash_buckets!r}")
 
     def expand(self, batches):
+        if cuts_at_rows(self._shuffle, self._compression):
+            return self._cut_at_rows(batches)
+        return self._cut_at_chunks(batches)
+
+    def _cut_at_rows(self, batches):
+        tuning = self._tuning
+        # ("sizes", (split, (buckets, rows, bytes, largest row)))
+        # | ("rows", ((split, bucket), ("rows", packet)))
+        packed = batches | "Pack" >> beam.ParDo(_PackFn(
+            self._dataset_name, self._splits, self._shuffle, tuning,
+            hash_buckets=tuning.hash_buckets))
+        # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
+        plan = (packed
+                | "SizesOnly" >> beam.Filter(_is("sizes"))
+                | "Sizes" >> beam.Map(_untag)
+                | "BucketSizes" >> beam.CombinePerKey(_BucketSizesFn(tuning.hash_buckets))
+                | "PlanCuts" >> beam.FlatMap(_plan_row_cuts, shard_size=self._shard_size))
+        placements = plan | "PlacementsOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
+        specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
+        rows = (packed
+                | "RowsOnly" >> beam.Filter(_is("rows"))
+                | "Rows" >> beam.Map(_untag))
+        # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
+        pieces = ((placements, rows)
+                  | "FlattenBuckets" >> beam.Flatten()
+                  | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [plan, packets])
+                  | "SortBuckets" >> beam.ParDo(_CutBucketFn(tuning)))
+        return ((specs, pieces)
+                | "FlattenShards" >> beam.Flatten()
+                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
+                | "WriteShardFiles" >> beam.ParDo(_WriteCutShardFn(
+                    self._staging_dir, self._shard_temp_dir, self._suffix,
+                    tuning.memory_bytes)))  # metadata dict
+
+    def _cut_at_chunks(self, batches):
         tuning = self._tuning
         # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(_PackFn(

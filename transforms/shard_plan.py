@@ -41,6 +41,13 @@ __all__ = [
     "PreparedBatch",
     "assign_split",
     "batch_columns",
+    "cuts_at_rows",
+    "hash_buckets_of",
+    "plan_row_shards",
+    "row_shard_count",
+    "row_shard_thresholds",
+    "shards_of_rows",
+    "shards_touched",
     "dataset_salt",
     "plan_bucket_ranges",
     "plan_shards",
@@ -115,18 +122,25 @@ class Chunk(NamedTuple):
 
 
 class BucketChunks(NamedTuple):
-    """A sorted bucket written as consecutive chunks in the file `path`."""
+    """A sorted bucket written as consecutive chunks in the file `path`;
+    max_row: its largest framed row, when shards are cut at rows
+    (`plan_row_shards`)."""
 
     split: str
     index: int
     path: str
     chunks: tuple[Chunk, ...]
+    max_row: int = 0
 
 
 class ShardSpec(NamedTuple):
     """One output shard: the byte ranges to concatenate, in order.
 
-    pieces: ``(bucket file, offset, length)``.
+    pieces: ``(bucket file, offset, length)``. With `cut` ``(total bytes,
+    shard count)`` of the split (shards cut at rows, `plan_row_shards`), a
+    piece is ``(bucket, the bucket's first byte in the split, its bytes)``
+    and the shard holds those of the bucket's rows whose midpoint falls in
+    it; num_examples and num_bytes are then -1, known once written.
     """
 
     split: str
@@ -135,6 +149,7 @@ class ShardSpec(NamedTuple):
     pieces: tuple[tuple[str, int, int], ...]
     num_examples: int
     num_bytes: int
+    cut: tuple[int, int] | None = None
 
 
 def validate_splits(splits: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
@@ -387,6 +402,97 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
         else:
             merged.append((path, offset, length))
     return tuple(merged)
+
+
+# -- shards cut at rows (shuffled plain output) --------------------------------
+#
+# When rows are ordered by their digests and written as plain framed records,
+# a shard is a run of rows cut where the rows' byte midpoints cross
+# i * total / count: row r (global start s, framed size n) belongs to shard
+# floor(count * (2s + n) / (2 * total)). That is a function of each row's
+# own place in the split alone, so a worker holding any key range of the
+# split, and knowing how many bytes come before it, places its rows without
+# seeing the others, and the cuts do not depend on how rows were bucketed.
+
+
+def cuts_at_rows(shuffle: bool, compression: str) -> bool:
+    """Whether a split's shards are cut at rows (shuffled plain output) rather
+    than at chunks (gzip, whose chunk sizes are known only once compressed,
+    and key-ordered output)."""
+    return bool(shuffle) and compression == "none"
+
+
+def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int) -> int:
+    """Shards of a split cut at rows: ceil(total / shard_size), but never
+    more than total // largest row, so that every shard holds a row (each
+    shard spans total / count >= the largest row's bytes of midpoints)."""
+    if total_bytes <= 0:
+        return 0
+    wanted = -(-total_bytes // shard_size)
+    return max(1, min(wanted, total_bytes // max(1, max_row_bytes)))
+
+
+def row_shard_thresholds(total_bytes: int, count: int) -> np.ndarray:
+    """The doubled midpoint (2s + n) from which each shard 1..count-1 starts:
+    ceil(2 * total * i / count), as int64 (exact: Python integers)."""
+    return np.array([-(-2 * total_bytes * shard // count) for shard in range(1, count)],
+                    dtype=np.int64)
+
+
+def shards_of_rows(starts: np.ndarray, sizes: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """The shard of each row, from its global start and framed size (int64
+    arrays) and `row_shard_thresholds`."""
+    return np.searchsorted(thresholds, 2 * starts + sizes, "right")
+
+
+def shards_touched(start: int, end: int, thresholds: np.ndarray) -> range:
+    """The shards that rows lying within bytes [start, end) of a split may
+    belong to (every row's doubled midpoint is in [2 start + 1, 2 end - 1])."""
+    if end <= start:
+        return range(0)
+    first = int(np.searchsorted(thresholds, 2 * start + 1, "right"))
+    last = int(np.searchsorted(thresholds, 2 * end - 1, "right"))
+    return range(first, last + 1)
+
+
+def hash_buckets_of(digests: bytes, count: int) -> np.ndarray:
+    """The bucket of each row from its concatenated HASH_SIZE-byte digests:
+    `count` equal ranges of the digest order (the first four bytes read
+    big-endian), so bucket order is digest order."""
+    top = np.frombuffer(digests, dtype=np.dtype([("top", ">u4"), ("rest", f"V{HASH_SIZE - 4}")]))
+    return ((top["top"].astype(np.uint64) * np.uint64(count)) >> np.uint64(32)).astype(np.int64)
+
+
+def plan_row_shards(split: str, buckets: Iterable[BucketChunks],
+                    shard_size: int) -> list[ShardSpec]:
+    """Shards of a split cut at rows, as described above, from its planned
+    buckets' sizes (the sum of their chunks) and largest rows: each shard
+    lists, in key order, the buckets that may hold its rows (each bucket's
+    first byte in the split from a prefix sum), and which of their rows it
+    holds is decided as they are written. Small metadata: a few numbers
+    per bucket, nothing per row."""
+    by_index: dict[int, BucketChunks] = {}
+    for bucket in buckets:
+        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
+            by_index[bucket.index] = bucket
+    placed = []
+    total = largest = 0
+    for _, bucket in sorted(by_index.items()):
+        size = sum(chunk.length for chunk in bucket.chunks)
+        if size:
+            placed.append((bucket.path, total, size))
+            total += size
+            largest = max(largest, bucket.max_row)
+    if not placed:
+        return []
+    count = row_shard_count(total, shard_size, largest)
+    thresholds = row_shard_thresholds(total, count)
+    pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
+    for path, start, size in placed:
+        for shard in shards_touched(start, start + size, thresholds):
+            pieces[shard].append((path, start, size))
+    return [ShardSpec(split, shard, count, tuple(pieces[shard]), -1, -1, (total, count))
+            for shard in range(count)]
 
 
 def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:

@@ -15,8 +15,11 @@ one metadata dict per shard. Steps and the elements between them::
                                        read from every run of its split and sorted;
                                        gzip: written as compressed chunks; plain:
                                        chunks only planned (no bytes written)
-  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries;
-                                       gzip: the split's runs are deleted
+  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries
+                                       (shuffled plain output: at rows, each
+                                       shard taking its rows of the buckets it
+                                       reaches as it writes them); gzip: the
+                                       split's runs are deleted
   | SpreadShards | WriteShardFiles     -> shard metadata dict  gzip: chunk ranges
                                        copied; plain: each bucket range sorted
                                        again from the runs and written
@@ -63,7 +66,10 @@ from .shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
+    cuts_at_rows,
     plan_bucket_ranges,
+    plan_row_shards,
+    row_shard_thresholds,
     plan_shards,
     runs_of,
     sample_of,
@@ -108,6 +114,11 @@ class ShardTuning:
       bounds (shuffle exchange; more lanes, more workers route rows).
     route_bytes: rows of one bucket gathered into one element before the
       shuffle exchange sends them on.
+    hash_buckets: buckets per split of shuffled plain output in the
+      shuffle exchange: equal ranges of the digest order, so a row's bucket
+      is known as soon as it is hashed. Each is sorted on one worker
+      (memory_bytes in memory, the rest on its local disk); their number
+      never changes the output.
     """
 
     run_bytes: int = 64 << 20
@@ -122,6 +133,7 @@ class ShardTuning:
     index_every: int = 64 << 10
     lanes: int = 64
     route_bytes: int = 1 << 20
+    hash_buckets: int = 256
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)
@@ -224,8 +236,10 @@ def _key_sorted_bucket(item):
     return bucket.split, item
 
 
-def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool):
-    """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard.
+def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
+                       cut_at_rows: bool = False):
+    """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
+    cut at rows (`plan_row_shards`, shuffled plain output) or at chunks.
 
     With `delete_runs` (gzip: every bucket is written as chunk files by
     now), the split's runs are no longer needed and are deleted here rather
@@ -235,7 +249,8 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool):
     """
     split, items = split_buckets
     items = list(items)
-    shards = plan_shards(split, [bucket for _, bucket in items], shard_size)
+    plan = plan_row_shards if cut_at_rows else plan_shards
+    shards = plan(split, [bucket for _, bucket in items], shard_size)
     if delete_runs:
         for runs_file in sorted({runs_file for runs_file, _ in items}):
             spill.remove_runs(runs_file)
@@ -309,8 +324,10 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
     hashing as it copies, then renames it to its final name in
     `staging_dir`. A range of a planned bucket (plain output) is written
     from the runs (`runs_of`: run list file -> runs; `bucket_options`: see
-    `_bucket_options`). Returns the shard's metadata dict. Rerunning it
-    writes the same bytes under the same final name."""
+    `_bucket_options`); with `spec.cut`, the rows of each listed bucket
+    that the shard holds (`spill.write_bucket_rows`). Returns the shard's
+    metadata dict. Rerunning it writes the same bytes under the same final
+    name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
                                   suffix=suffix)
     final_path = spill.join_path(staging_dir, name)
@@ -323,8 +340,16 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
         # before its rename (see page_cache).
         on_disk = WriteBehind(fileobj)
         out = HashingWriter(on_disk)
+        thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
+        num_examples = 0
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
+            if planned is not None and spec.cut:
+                runs_file, bucket = planned
+                rows, _ = spill.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
+                                                  runs_of(runs_file), **bucket_options)
+                num_examples += rows
+                continue
             if planned is not None:
                 runs_file, bucket = planned
                 spill.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
@@ -344,15 +369,20 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
                 drop_behind(source, offset, length)
         on_disk.finish()
     written = out.written
-    if written != spec.num_bytes:
+    if spec.cut:
+        if not num_examples:
+            raise spill.RunFileError(f"{name}: no row of its buckets falls in it")
+    elif written != spec.num_bytes:
         raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")
+    else:
+        num_examples = spec.num_examples
     _, fs_final = fsspec.core.url_to_fs(final_path)
     fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
     if isinstance(fs, LocalFileSystem):
         os.replace(fs_temp, fs_final)  # atomic on one filesystem
     else:
         fs.mv(fs_temp, fs_final)  # object stores: the object appears once complete
-    return {"split": spec.split, "file": name, "num_examples": spec.num_examples,
+    return {"split": spec.split, "file": name, "num_examples": num_examples,
             "num_bytes": written, "sha256": out.digest.hexdigest()}
 
 
@@ -520,6 +550,7 @@ class WriteShards(beam.PTransform):
 
     def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
         tuning = self._tuning
+        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
         if self._spilled:
             spills = batches  # SpillRecord of runs that are not this writer's to delete
         else:
@@ -540,7 +571,8 @@ class WriteShards(beam.PTransform):
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
                 | "PlanShards" >> beam.FlatMap(
                     _plan_split_shards, self._shard_size,
-                    delete_runs=self._compression == "gzip" and not self._spilled)
+                    delete_runs=self._compression == "gzip" and not self._spilled,
+                    cut_at_rows=cut_at_rows)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._staging_dir, shard_temp_dir,

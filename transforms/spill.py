@@ -59,7 +59,7 @@ from fsspec.implementations.local import LocalFileSystem
 from . import tfrecordio
 from .page_cache import WriteBehind, drop_behind
 from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, SampleEntry,
-                         SplitAssigner, prepare_batch)
+                         SplitAssigner, prepare_batch, shards_of_rows, shards_touched)
 
 __all__ = [
     "KEY_IS_EXAMPLE",
@@ -82,6 +82,7 @@ __all__ = [
     "sorted_order",
     "take",
     "write_bucket_range",
+    "write_bucket_rows",
     "write_run_list",
     "write_sorted_run",
 ]
@@ -573,6 +574,7 @@ class ChunkWriter:
         self._offset = 0
         self._target = chunk_bytes
         self.chunks: list[Chunk] = []
+        self.max_record = 0  # the largest framed record written
 
     def write_many(self, examples: Sequence[bytes]) -> None:
         """Frames and writes examples."""
@@ -594,6 +596,8 @@ class ChunkWriter:
         afterwards; None when `needs_bytes` said so), with `sizes` their
         framed sizes."""
         view = memoryview(data) if data is not None else None
+        if len(sizes):
+            self.max_record = max(self.max_record, int(sizes.max()))
         ends = np.cumsum(sizes)
         count = len(ends)
         row = start = 0
@@ -668,6 +672,56 @@ class _WindowWriter:
     @property
     def done(self) -> bool:
         return self._offset >= self._end
+
+
+class _ShardRowsWriter:
+    """Takes a bucket's framed records in order, like ChunkWriter, and
+    writes to `out` only those that belong to shard `shard` when shards are
+    cut at rows (`shard_plan.shards_of_rows`; `start`: the bucket's first
+    byte in the split), counting them."""
+
+    writes_bytes = True
+
+    def __init__(self, out, start: int, thresholds: np.ndarray, shard: int):
+        self._out = out
+        self._thresholds = thresholds
+        self._shard = shard
+        self._offset = start
+        self.rows = 0
+        self.written = 0
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return self._shard in shards_touched(self._offset, self._offset + nbytes,
+                                             self._thresholds)
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if not len(sizes):
+            return
+        ends = np.cumsum(sizes)
+        if data is not None:
+            mine = np.flatnonzero(shards_of_rows(self._offset + ends - sizes, sizes,
+                                                 self._thresholds) == self._shard)
+            if len(mine):  # rows of one shard are consecutive
+                lo, hi = int(ends[mine[0]] - sizes[mine[0]]), int(ends[mine[-1]])
+                self._out.write(memoryview(data)[lo:hi])
+                self.rows += len(mine)
+                self.written += hi - lo
+        self._offset += int(ends[-1])
+
+
+def write_bucket_rows(out: BinaryIO, bucket: BucketRange, start: int, thresholds: np.ndarray,
+                      shard: int, runs: Iterable[RunInfo], *, scratch_dir: str,
+                      memory_bytes: int, fan_in: int, prefix_len: int,
+                      index_every: int) -> tuple[int, int]:
+    """Writes to `out` the rows of a planned bucket (see `plan_bucket`)
+    that shard `shard` holds when shards are cut at rows, sorting the
+    bucket from the runs again; `start` is the bucket's first byte in the
+    split. Returns (rows, bytes) written."""
+    writer = _ShardRowsWriter(out, start, thresholds, shard)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    return writer.rows, writer.written
 
 
 def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
@@ -759,12 +813,13 @@ def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
     depend on the sorted records' sizes only) are planned, and the
     BucketChunks' path is a `bucket_reference` from which
     `write_bucket_range` writes any planned byte range later, straight
-    from the runs. Same chunks as `sort_bucket`."""
+    from the runs. Same chunks as `sort_bucket`; also the largest row."""
     writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0)
     _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
                fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    chunks = tuple(writer.close())
     return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
-                        tuple(writer.close()))
+                        chunks, writer.max_record)
 
 
 def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,

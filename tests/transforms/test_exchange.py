@@ -154,6 +154,56 @@ def _parse(stream: bytes) -> list[bytes]:
     return records
 
 
+def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_path):
+    from recordforge.transforms.shard_plan import (row_shard_count, row_shard_thresholds,
+                                                   shards_of_rows, shards_touched)
+    rng = random.Random(8)
+    examples = [rng.randbytes(rng.randint(20, 400)) for _ in range(2000)]
+    keys = [hashlib.blake2b(example, digest_size=16).digest() for example in examples]
+    sizes = np.array([len(example) + 16 for example in examples], dtype=np.int64)
+    start, total = 123_457, int(sizes.sum()) * 3  # the bucket sits inside a larger split
+    count = row_shard_count(total, 40_000, 416)
+    thresholds = row_shard_thresholds(total, count)
+    packets = [_packet(keys[i:i + 97], examples[i:i + 97], 16)
+               for i in range(0, len(examples), 97)]
+    ordered = sorted(zip(keys, examples))
+    ordered_sizes = np.array([len(example) + 16 for _, example in ordered], dtype=np.int64)
+    expected = shards_of_rows(start + np.cumsum(ordered_sizes) - ordered_sizes, ordered_sizes,
+                              thresholds).tolist()
+    results = []
+    for memory_bytes in (1 << 30, 50_000):  # in memory, and through local runs
+        with open(tmp_path / f"{memory_bytes}", "w+b") as out:
+            cutter = exchange.ShardCutter(out, start, thresholds)
+            exchange.sort_bucket_packets(iter(packets), cutter, memory_bytes=memory_bytes,
+                                         fan_in=3, prefix_len=64, index_every=1000)
+            out.seek(0)
+            results.append((cutter.segments, out.read(), cutter.offset))
+    assert results[0] == results[1]
+    segments, data, end = results[0]
+    assert end == start + int(sizes.sum())
+    assert _parse(data) == [example for _, example in ordered]
+    # Segments: runs of rows of one shard, in order, each row where its midpoint says.
+    got = [shard for shard, _, _, rows in segments for _ in range(rows)]
+    assert got == expected and len(set(got)) > 2
+    assert [offset for _, offset, _, _ in segments] == np.cumsum(
+        [0] + [length for _, _, length, _ in segments])[:-1].tolist()
+    assert set(got) <= set(shards_touched(start, end, thresholds))
+
+
+def test_a_shard_is_assembled_only_when_every_bucket_reported():
+    ends = {3: (2, 10, 900), 4: (0, 0, 0), 5: (1, 4, 300)}
+    pieces = {(3, 0): 1, (3, 1): 1, (5, 0): 1}
+    assert exchange.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
+    with pytest.raises(spill.RunFileError, match="bucket 6 did not report"):
+        exchange.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
+    with pytest.raises(spill.RunFileError, match="piece 1 of bucket 3 is missing"):
+        exchange.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
+    with pytest.raises(spill.RunFileError, match="bucket 5 sent rows the plan did not"):
+        exchange.assemble_shard("s", (3, 4), ends, pieces)
+    with pytest.raises(spill.RunFileError, match="got 4 pieces"):
+        exchange.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
+
+
 def test_place_chunks_maps_bucket_bytes_into_shards():
     places = [(0, 30, 0, 70), (30, 50, 1, 0)]  # bucket bytes 0-30 end shard 0; 30-80 start shard 1
     chunks = [(0, b"a" * 10), (10, b"b" * 20), (30, b"c" * 25), (55, b"d" * 25)]
@@ -186,13 +236,17 @@ def _digests(staging):
 
 CASES = [
     ("gzip", True, TUNING),
+    ("none", True, TUNING),
+    ("none", True, ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=40_000,
+                               fan_in=2, hash_buckets=3, route_bytes=30_000)),
     ("none", False, ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=40_000,
                                 fan_in=2, lanes=3, route_bytes=30_000)),
 ]
 
 
 @pytest.mark.parametrize("compression, shuffle, tuning", CASES,
-                         ids=["gzip-shuffled", "plain-key-order-spilled"])
+                         ids=["gzip-shuffled", "plain-shuffled", "plain-shuffled-spilled",
+                              "plain-key-order-spilled"])
 def test_shuffle_exchange_writes_the_file_exchange_bytes(tmp_path, compression, shuffle,
                                                          tuning):
     rows = _rows(keyed=not shuffle)
@@ -204,6 +258,25 @@ def test_shuffle_exchange_writes_the_file_exchange_bytes(tmp_path, compression, 
     files = _digests(tmp_path / "files")
     assert len(files) >= 3 and all(".tfrecord" in name for name in files)
     assert _digests(tmp_path / "shuffle") == files  # nothing else left in staging either
+
+
+@pytest.mark.slow
+def test_rows_larger_than_a_shard_and_empty_buckets_give_the_file_exchange_bytes(tmp_path):
+    rng = random.Random(9)
+    rows = [(None, rng.randbytes(rng.choice([rng.randint(10, 200), 30_000])))
+            for _ in range(200)]
+    tuning = ShardTuning(run_bytes=100_000, bucket_bytes=50_000, hash_buckets=512)
+    for name in ("files", "shuffle"):
+        _write(str(tmp_path / name), rows, exchange_name=name, compression="none",
+               tuning=tuning, batch=20, shard_size=20_000)
+    files = _digests(tmp_path / "files")
+    assert _digests(tmp_path / "shuffle") == files
+    for split in ("train", "test"):
+        shards = [name for name in files if name.startswith(split)]
+        count = int(shards[0].split("-of-")[1].split(".")[0])
+        assert len(shards) == count > 1
+        # No shard is empty although rows are larger than a shard.
+        assert all((tmp_path / "files" / name).stat().st_size > 0 for name in shards)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import random
 import struct
 
 import fsspec
+import numpy as np
 import pytest
 
 from recordforge.transforms import spill, tfrecordio
@@ -21,9 +22,15 @@ from recordforge.transforms.shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
+    hash_buckets_of,
     plan_bucket_ranges,
+    plan_row_shards,
     plan_shards,
+    row_shard_count,
+    row_shard_thresholds,
     runs_of,
+    shards_of_rows,
+    shards_touched,
     sample_of,
     validate_splits,
 )
@@ -174,6 +181,119 @@ def test_shard_plan_with_records_larger_than_a_shard():
     assert plan_shards("train", [], 1_000_000) == []
 
 
+# --- shards cut at rows (shuffled plain output) ---------------------------------
+
+def _cut_by_brute_force(sizes, count):
+    """Row r goes to the shard holding its byte midpoint: the first shard i
+    with (i + 1) * total / count above s_r + n_r / 2, in fractions."""
+    from fractions import Fraction
+    total = sum(sizes)
+    shards, start = [], 0
+    for size in sizes:
+        middle = Fraction(2 * start + size, 2)
+        shards.append(min(count - 1, int(middle * count / total)))
+        start += size
+    return shards
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_cuts_follow_midpoints_and_never_leave_a_shard_empty(seed):
+    rng = random.Random(seed)
+    sizes = [rng.choice([rng.randint(16, 200), rng.randint(16, 5_000)])
+             for _ in range(rng.randint(1, 400))]
+    shard_size = rng.randint(100, 20_000)
+    total = sum(sizes)
+    count = row_shard_count(total, shard_size, max(sizes))
+    assert 1 <= count <= math.ceil(total / shard_size)
+    array = np.array(sizes, dtype=np.int64)
+    shards = shards_of_rows(np.cumsum(array) - array, array, row_shard_thresholds(total, count))
+    assert shards.tolist() == _cut_by_brute_force(sizes, count)
+    assert sorted(set(shards.tolist())) == list(range(count))  # every shard holds a row
+    # Any byte range of the split reaches only the shards it is said to touch.
+    starts = (np.cumsum(array) - array).tolist()
+    for _ in range(20):
+        first = rng.randrange(len(sizes))
+        last = rng.randrange(first, len(sizes)) + 1
+        touched = shards_touched(starts[first], starts[last - 1] + sizes[last - 1],
+                                 row_shard_thresholds(total, count))
+        assert set(shards[first:last].tolist()) <= set(touched)
+
+
+def test_row_shard_count_is_ceil_unless_rows_are_larger_than_a_shard():
+    assert row_shard_count(10_000, 1_000, 100) == 10
+    assert row_shard_count(10_001, 1_000, 100) == 11
+    assert row_shard_count(10_000, 1_000, 2_500) == 4  # a shard spans at least a row
+    assert row_shard_count(10_000, 1_000, 20_000) == 1
+    assert row_shard_count(0, 1_000, 0) == 0
+
+
+def test_hash_buckets_are_equal_ranges_in_digest_order():
+    rng = random.Random(3)
+    digests = sorted(rng.randbytes(16) for _ in range(5000)) + [b"\0" * 16, b"\xff" * 16]
+    digests.sort()
+    for count in (1, 3, 64, 256):
+        buckets = hash_buckets_of(b"".join(digests), count).tolist()
+        assert buckets == sorted(buckets) and 0 <= buckets[0] and buckets[-1] == count - 1
+        assert buckets == [int.from_bytes(d[:4], "big") * count >> 32 for d in digests]
+
+
+def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():
+    sizes = [40_000, 0, 25_000, 7_000, 50_000]
+    buckets = [BucketChunks("train", index, f"ref/{index}",
+                            (Chunk(0, size // 2, 3), Chunk(size // 2, size - size // 2, 3))
+                            if size else (), 900)
+               for index, size in enumerate(sizes)]
+    shards = plan_row_shards("train", buckets[::-1] + buckets[:2], 30_000)
+    total = sum(sizes)
+    assert len(shards) == math.ceil(total / 30_000) == 5
+    thresholds = row_shard_thresholds(total, 5)
+    starts = {"ref/0": 0, "ref/2": 40_000, "ref/3": 65_000, "ref/4": 72_000}
+    for shard in shards:
+        assert shard.cut == (total, 5) and shard.num_examples == shard.num_bytes == -1
+        assert [path for path, _, _ in shard.pieces] == sorted(
+            path for path, start in starts.items()
+            if shard.index in shards_touched(start, start + sizes[int(path[-1])], thresholds))
+        assert all(offset == starts[path] for path, offset, _ in shard.pieces)
+    assert plan_row_shards("train", [], 30_000) == []
+    # Rows larger than a shard: fewer shards, each spanning at least a row.
+    large = [bucket._replace(max_row=45_000) for bucket in buckets]
+    assert len(plan_row_shards("train", large, 30_000)) == total // 45_000
+
+
+@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
+def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
+    rng = random.Random(11)
+    runs = _write_runs(tmp_path, rng, 300, 7)
+    bucket = BucketRange("train", 3, b"\x10", None)
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
+                   fan_in=fan_in, prefix_len=8, index_every=4096)
+    written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
+                                compression="none", chunk_bytes=6000, gzip_level=3, **options)
+    planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    data = open(written.path, "rb").read()
+    records, position = [], 0
+    while position < len(data):
+        size = int.from_bytes(data[position:position + 8], "little") + 16
+        records.append(size)
+        position += size
+    assert planned.max_row == max(records)
+    # The bucket sits inside a larger split, cut into shards smaller than it.
+    start, total = 5_000, len(data) + 9_000
+    count = row_shard_count(total, len(data) // 4, max(records))
+    thresholds = row_shard_thresholds(total, count)
+    expected = [shard for shard in _cut_by_brute_force([start] + records + [4_000], count)][1:-1]
+    pieces, rows = [], []
+    for shard in shards_touched(start, start + len(data), thresholds):
+        out = io.BytesIO()
+        got_rows, got_bytes = spill.write_bucket_rows(out, bucket, start, thresholds, shard,
+                                                      runs, **options)
+        assert got_bytes == len(out.getvalue())
+        pieces.append(out.getvalue())
+        rows += [shard] * got_rows
+    assert b"".join(pieces) == data
+    assert rows == expected and len(set(rows)) >= 3
+
+
 # --- run files ----------------------------------------------------------------
 
 def _rows(rng, count, key_is_example=False, width=None):
@@ -235,7 +355,6 @@ def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
 
 
 def test_sorted_order_breaks_ties_by_example():
-    import numpy as np
     keys = [b"b", b"a", b"b", b"a", b"c", b"b"]
     examples = [b"3", b"9", b"1", b"2", b"0", b"2"]
     fixed = np.frombuffer(b"".join(keys), dtype="S1")
