@@ -33,6 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 from .config import DatasetConfig
 from .version import __version__
 from ..transforms.cache.names import file_key, key_of, parse_piece_name, whole_files
+from ..transforms.cache.pieces import FORMAT as PIECE_FORMAT
 from ..transforms.layout import CACHE_DIR
 from ..transforms.readers.tables import DEFAULT_RANGE_BYTES
 from ..transforms.urls import redact_url
@@ -79,6 +80,7 @@ def encoding_key(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]
               if key != "path"}
     what = {
         "recordforge": __version__,
+        "pieces": PIECE_FORMAT,  # a new format of pieces or runs: every key changes
         "read": {"batch_size": READ_BATCH_SIZE, "range_bytes": DEFAULT_RANGE_BYTES},
         "source": source,
         "features": resolved.get("features"),

@@ -52,6 +52,9 @@ from ..tfrecordio import TFRecordError, frame_records, iter_records
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
 
+# The summary's format and, with it, the runs' (`spill`'s run format): change it
+# when either changes, and every cached piece is rebuilt (it is part of the
+# encoding key, `pipelines.cache.encoding_key`).
 FORMAT = "recordforge.piece/2"
 # The tags of everything but Examples, in the order a reused piece gives them.
 SUMMARY_TAGS = ("read_dead_letter", "dead_letter", "label_counts", "statistics",
