@@ -123,6 +123,25 @@ def test_a_missing_piece_or_run_is_damaged_not_an_error(tmp_path):
         read_piece(LOCAL, str(tmp_path), NAME)
 
 
+def test_a_summary_cannot_name_a_file_outside_its_runs(tmp_path):
+    """A summary rewritten with a valid digest still names only its own runs."""
+    import hashlib
+    import json
+
+    from recordforge.transforms.tfrecordio import frame_records
+
+    _write(tmp_path, [(None, b"a")])
+    (tmp_path / "secret").write_bytes(b"x")
+    with open(tmp_path / NAME, "rb") as handle:
+        summary = json.loads(next(iter_records(handle, compression="none"))[1:])
+    for evil in ("../secret", "secret", NAME[:-6] + ".s0.run/../../secret", NAME[:-6] + ".s.run"):
+        summary["runs"][0]["file"] = evil
+        body = frame_records([b"j" + json.dumps(summary).encode()])
+        (tmp_path / NAME).write_bytes(body + frame_records([b"s" + hashlib.sha256(body).digest()]))
+        with pytest.raises(DamagedPiece, match="not one of its runs"):
+            read_piece(LOCAL, str(tmp_path), NAME)
+
+
 def test_an_aborted_piece_leaves_nothing(tmp_path):
     writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
                          **_options(True))

@@ -309,6 +309,9 @@ def read_piece(fs: fsspec.AbstractFileSystem, directory: str, name: str) -> Piec
             raise ValueError(f"not a summary of format {FORMAT}")
         runs, size = [], len(data)
         for entry in summary["runs"]:
+            # A summary names its own runs only: never a path elsewhere.
+            if not _is_run_of(name, entry["file"]):
+                raise ValueError(f"names {entry['file']!r}, not one of its runs")
             run_path = f"{directory}/{entry['file']}"
             _check_run(fs, run_path, entry["size"], entry["crc32c"])
             runs.append(CachedRun(entry["split"], run_path, entry["records"], entry["bytes"],
@@ -318,6 +321,13 @@ def read_piece(fs: fsspec.AbstractFileSystem, directory: str, name: str) -> Piec
     except (OSError, TFRecordError, ValueError, KeyError, TypeError) as error:
         raise DamagedPiece(f"{path}: {error}") from error
     return PieceContents(summary, runs, size)
+
+
+def _is_run_of(piece: str, file: Any) -> bool:
+    base = piece[:-len(".piece")]
+    return (isinstance(file, str) and file.startswith(f"{base}.s") and file.endswith(".run")
+            and file[len(base) + 2:-len(".run")].isdigit()
+            and file[len(base) + 2:-len(".run")].isascii())
 
 
 def _check_run(fs: fsspec.AbstractFileSystem, path: str, size: int, crc: int) -> None:
