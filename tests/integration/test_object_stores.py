@@ -89,3 +89,36 @@ def test_build_verify_inspect_on_an_object_store(store, local_digests, support, 
     # regression that lists or polls per row or per shard pair shows here.
     assert sum(counts["build"].values()) < 60 * published, counts["build"]
     assert sum(counts["verify --deep"].values()) < 10 * published, counts["verify --deep"]
+
+
+def test_a_table_build_reuses_its_cache_on_an_object_store(store, support, tmp_path, capsys):
+    """The build cache on s3:// or gs:// beside the output: a second build
+    of unchanged inputs reads no input row again, a changed file is read
+    again, and the shards equal a local build's."""
+    scheme, server, bucket = store
+    env = support.base_env(**server.env)
+    output = f"{bucket}/datasets/trips"
+    config = support.write_table(tmp_path, 3000, output=output)
+    (tmp_path / "local").mkdir()
+    local = support.write_table(tmp_path / "local", 3000, output=str(tmp_path / "local-out"))
+    fs = server.filesystem()
+    root = output.split("://", 1)[1]
+
+    def manifest():
+        return json.loads(fs.cat_file(f"{root}/1.0.0/manifest.json"))
+
+    support.run_recordforge("build", str(config), env=env)
+    first = manifest()["cache"]
+    assert first["units_converted"] >= 1 and first["units_reused"] == 0
+    mark = server.mark()
+    support.run_recordforge("build", str(config), "--overwrite", env=env)
+    again = support.count_by_type(server.requests_since(mark))
+    second = manifest()["cache"]
+    assert second["units_reused"] == first["units_converted"] and second["rows_converted"] == 0
+    _report(f"{scheme} build --overwrite from the cache", again, capsys)
+    support.run_recordforge("build", str(local), env=support.base_env())
+    def shards(found: dict) -> dict:  # dead letters name their source file, which differs
+        return {name: digest for name, digest in found.items() if ".tfrecord" in name}
+
+    assert shards(support.digests(fs, f"{root}/1.0.0")) == shards(support.digests(
+        fsspec.filesystem("file"), str(tmp_path / "local-out" / "1.0.0")))

@@ -231,7 +231,8 @@ def test_a_killed_build_resumes_from_its_pieces(tmp_path, kill_after):
     assert not (output / "v1").exists(), "the build finished before it was killed"
     assert kill_after <= len(left) < 8
     resumed = recordforge.build(config, beam_args=IN_MEMORY)
-    assert resumed.manifest["cache"]["units_reused"] == len(left)
+    assert resumed.manifest["cache"]["units_reused"] == len(left), (
+        resumed.manifest["cache"], left, sorted(os.listdir(cache)))
     assert resumed.manifest["cache"]["units_converted"] == 8 - len(left)
     assert _published(resumed) == _from_scratch(source, tmp_path / "scratch", "v1")
 
