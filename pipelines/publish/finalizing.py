@@ -173,7 +173,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         out.write_atomic(f"{staging.directory}/{MANIFEST_FILE}",
                          manifest_lib.dumps_manifest(manifest))
         if verify:
-            _verify_staged(staging, verify_workers)
+            _verify_staged(staging, verify_workers, _verify_executor(out, manifest))
         # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
         # renames finish and the build reports what it published.
         with signals.deferred():
@@ -268,8 +268,27 @@ def _check_staged_files(out: Output, staging: Staging, manifest: dict) -> None:
         raise BuildFailed(f"unexpected files in {staging.display_url}: {', '.join(unexpected[:10])}")
 
 
-def _verify_staged(staging: Staging, workers: int | None) -> None:
-    report = verify_dataset(staging.url, workers=workers)
+# Staged shards of at least this many bytes (on the local disk, with more
+# than one core) are verified by processes: checking every record's CRC is
+# Python work per record, which threads cannot spread over cores. Below it,
+# starting the processes (~0.5 s) costs more than they save. Measured on a
+# 1 GB build of 14 shards: 3.8 s with processes, 5.8 s with threads.
+VERIFY_PROCESSES_FROM = 256 << 20
+
+
+def _verify_executor(out: Output, manifest: Mapping[str, Any]) -> str:
+    """"process" for a large build on the local disk of a machine with more
+    than one core, else "thread" (`verify.verify_dataset`'s executors)."""
+    staged = sum(split["num_bytes"] for split in manifest["splits"].values())
+    shards = sum(len(split["shards"]) for split in manifest["splits"].values())
+    if (out.local and staged >= VERIFY_PROCESSES_FROM and shards > 1
+            and (os.cpu_count() or 1) > 1):
+        return "process"
+    return "thread"
+
+
+def _verify_staged(staging: Staging, workers: int | None, executor: str = "thread") -> None:
+    report = verify_dataset(staging.url, workers=workers, executor=executor)
     if not report.ok:
         lines = [f"the staged build failed verification ({len(report.problems)} problems); "
                  "nothing was published:"] + [f"  {problem}" for problem in report.problems[:20]]

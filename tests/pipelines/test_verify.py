@@ -3,6 +3,7 @@ located; intact datasets pass (and are readable by Beam's own reader)."""
 
 import hashlib
 import json
+import pathlib
 import shutil
 import uuid
 
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 
 from recordforge.pipelines import publish
 from recordforge.pipelines.publish import file_checks, verify
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecordio
@@ -309,3 +312,42 @@ def test_copy_of_intact_dataset_elsewhere_verifies(dataset, tmp_path_factory):
     target = tmp_path_factory.mktemp("copy") / "v1"
     shutil.copytree(dataset / "v1", target)
     assert verify.verify_dataset(str(target), deep=True).ok
+
+
+def test_a_large_local_build_is_verified_by_processes(tmp_path, monkeypatch):
+    from recordforge.pipelines.publish import finalizing
+    from recordforge.pipelines.publish.output import Output
+
+    def manifest(num_bytes: int, shards: int) -> dict:
+        return {"splits": {"train": {"num_bytes": num_bytes, "shards": [{}] * shards}}}
+
+    local, remote = Output(str(tmp_path)), Output("memory://rf-verify-executor")
+    big = finalizing.VERIFY_PROCESSES_FROM
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 2)
+    assert finalizing._verify_executor(local, manifest(big, 4)) == "process"
+    assert finalizing._verify_executor(local, manifest(big - 1, 4)) == "thread"
+    assert finalizing._verify_executor(local, manifest(big, 1)) == "thread"
+    assert finalizing._verify_executor(remote, manifest(big, 4)) == "thread"
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 1)
+    assert finalizing._verify_executor(local, manifest(big, 4)) == "thread"
+
+
+def test_a_build_verified_by_processes_publishes(tmp_path, monkeypatch):
+    import recordforge
+    from recordforge.pipelines.publish import finalizing
+
+    used = []
+    verify_dataset = finalizing.verify_dataset
+
+    def watched(*args, **kwargs):
+        used.append(kwargs.get("executor"))
+        return verify_dataset(*args, **kwargs)
+
+    monkeypatch.setattr(finalizing, "VERIFY_PROCESSES_FROM", 0)
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(finalizing, "verify_dataset", watched)
+    config = REPO / "configs" / "examples" / "flights.yaml"
+    monkeypatch.chdir(REPO)
+    result = recordforge.build(str(config), output=str(tmp_path / "out"),
+                               beam_args=["--direct_running_mode=in_memory"])
+    assert used == ["process"] and result.num_examples > 0
