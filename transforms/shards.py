@@ -286,11 +286,15 @@ class _SortBucketFn(beam.DoFn):
     gzip: the bucket is sorted and written as compressed chunks. Plain: the
     chunks are only planned (their bytes are the framed records, whose sizes
     are known), and each shard writes its part of the bucket straight from
-    the runs: one write and one read of every byte fewer.
+    the runs: one write and one read of every byte fewer. Shards cut at
+    rows (shuffled plain output) need only the bucket's size and largest
+    row, which are added up from the runs without sorting
+    (`spill.measure_bucket`).
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
-                 tuning: ShardTuning):
+                 tuning: ShardTuning, cut_at_rows: bool = False):
+        self._cut_at_rows = cut_at_rows
         self._work_dir = work_dir
         self._compression = compression
         self._chunk_bytes = chunk_bytes
@@ -303,6 +307,9 @@ class _SortBucketFn(beam.DoFn):
     def process(self, task):
         runs_file, bucket = task
         runs = self._runs(runs_file)
+        if self._cut_at_rows:
+            yield runs_file, spill.measure_bucket(bucket, runs, runs_file)
+            return
         if self._compression == "none":
             yield runs_file, spill.plan_bucket(
                 bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
@@ -566,7 +573,7 @@ class WriteShards(beam.PTransform):
                 | "SpreadBuckets" >> beam.Reshuffle()
                 | "SortBuckets" >> beam.ParDo(_SortBucketFn(
                     work_dir, self._compression, chunk_bytes, self._gzip_level,
-                    tuning))  # (run list file, BucketChunks)
+                    tuning, cut_at_rows))  # (run list file, BucketChunks)
                 | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
                 | "PlanShards" >> beam.FlatMap(

@@ -72,6 +72,7 @@ __all__ = [
     "RunWriter",
     "bucket_reference",
     "join_path",
+    "measure_bucket",
     "merge_runs",
     "parse_bucket_reference",
     "plan_bucket",
@@ -820,6 +821,29 @@ def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
     chunks = tuple(writer.close())
     return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
                         chunks, writer.max_record)
+
+
+def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str
+                   ) -> BucketChunks:
+    """`plan_bucket` for shards cut at rows, which need only a bucket's size
+    and its largest row (`shard_plan.plan_row_shards`): the rows' sizes in
+    the bucket's key range of every run are added up, not sorted. The one
+    chunk spans the whole bucket."""
+    total = count = largest = 0
+    for run in runs:
+        part = RunFile(run.path)
+        try:
+            rows = part.read(bucket.lo, bucket.hi, mapped=True)
+            if len(rows.sizes):
+                total += int(rows.sizes.sum())
+                count += len(rows.sizes)
+                largest = max(largest, int(rows.sizes.max()))
+            del rows
+        finally:
+            part.release()
+    chunks = (Chunk(0, total, count),) if count else ()
+    return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
+                        chunks, largest)
 
 
 def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,

@@ -290,3 +290,35 @@ def test_every_shard_is_synced_to_disk_before_its_rename(tmp_path, monkeypatch, 
     shard_renames = [was_synced for source, was_synced in renamed if ".tfrecord" in source]
     assert len(shard_renames) == len(metadata) > 1
     assert all(shard_renames)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_measuring_a_bucket_gives_what_planning_it_does(tmp_path, seed):
+    """Shards cut at rows plan from a bucket's size and largest row, added
+    up from the runs without sorting: the same numbers the sorted plan gives."""
+    from recordforge.transforms.shard_plan import BucketRange, RunInfo
+
+    rng = random.Random(seed)
+    assigner = SplitAssigner("measure", (("train", 1.0),))
+    tuning = shards.ShardTuning()
+    runs = []
+    for index in range(3):
+        buffer = spill.RunBuffer(assigner, shuffle=True, sample_every=tuning.sample_every(),
+                                 prefix_len=tuning.prefix_len, index_every=256)
+        held = buffer.add([(None, rng.randbytes(rng.randint(1, 400))) for _ in range(500)])
+        path = tmp_path / f"run-{index}"
+        with open(path, "wb") as handle:
+            buffer.write(0, handle)
+        runs.append(RunInfo("train", str(path), held[-1].num_records, held[-1].num_bytes))
+    bounds = sorted(rng.randbytes(16) for _ in range(2))
+    for lo, hi in ((b"", None), (bounds[0], bounds[1]), (b"", bounds[0]), (bounds[1], None)):
+        bucket = BucketRange("train", 0, lo, hi)
+        measured = spill.measure_bucket(bucket, runs, "runs.json")
+        planned = spill.plan_bucket(bucket, runs, "runs.json", scratch_dir=str(tmp_path),
+                                    chunk_bytes=4096, memory_bytes=1 << 30, fan_in=64,
+                                    prefix_len=tuning.prefix_len, index_every=256)
+        assert sum(c.length for c in measured.chunks) == sum(c.length for c in planned.chunks)
+        assert sum(c.num_records for c in measured.chunks) == sum(
+            c.num_records for c in planned.chunks)
+        assert measured.max_row == planned.max_row
+        assert measured.path == planned.path
