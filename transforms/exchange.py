@@ -717,8 +717,9 @@ class _PlaceFn(beam.DoFn):
             yield (split, shard), ("piece", (offset, data))
 
 
-class _WriteShardFn(beam.DoFn):
-    """((split, shard), [spec, pieces...]) -> shard metadata dict."""
+class _ShardFileFn(beam.DoFn):
+    """What the two shard-writing steps share: where shards go, the
+    counters, and publishing one assembled shard (`_published`)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, suffix: str, memory_bytes: int):
         self._staging_dir = staging_dir
@@ -730,6 +731,24 @@ class _WriteShardFn(beam.DoFn):
         self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def _name(self, split: str, index: int, count: int) -> str:
+        return SHARD_FILE_NAME.format(split=split, index=index, count=count,
+                                      suffix=self._suffix)
+
+    def _published(self, split: str, name: str, write, num_examples: int) -> dict:
+        """Publishes the shard `write(out)` writes; its metadata dict."""
+        written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
+                                        temp_dir=self._temp_dir)
+        self._examples.inc(num_examples)
+        self._bytes.inc(written)
+        self._shards.inc()
+        return {"split": split, "file": name, "num_examples": num_examples,
+                "num_bytes": written, "sha256": sha256}
+
+
+class _WriteShardFn(_ShardFileFn):
+    """((split, shard), [spec, pieces...]) -> shard metadata dict."""
 
     def process(self, item):
         (split, index), values = item
@@ -752,8 +771,7 @@ class _WriteShardFn(beam.DoFn):
             if spec is None:
                 raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
             count, num_examples, num_bytes = spec
-            name = SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                          suffix=self._suffix)
+            name = self._name(split, index, count)
             position = 0
             for offset in sorted(placed):
                 if offset != position:
@@ -771,13 +789,7 @@ class _WriteShardFn(beam.DoFn):
                         break
                     out.write(block)
 
-            written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
-                                            temp_dir=self._temp_dir)
-        self._examples.inc(num_examples)
-        self._bytes.inc(written)
-        self._shards.inc()
-        yield {"split": split, "file": name, "num_examples": num_examples,
-               "num_bytes": written, "sha256": sha256}
+            yield self._published(split, name, write, num_examples)
 
 
 class _BucketSizesFn(beam.CombineFn):
@@ -889,19 +901,8 @@ class _CutBucketFn(beam.DoFn):
             yield (split, shard), ("end", (bucket, tuple(sent.get(shard, (0, 0, 0)))))
 
 
-class _WriteCutShardFn(beam.DoFn):
+class _WriteCutShardFn(_ShardFileFn):
     """((split, shard), [spec, pieces, ends...]) -> shard metadata dict."""
-
-    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, memory_bytes: int):
-        self._staging_dir = staging_dir
-        self._temp_dir = temp_dir
-        self._suffix = suffix
-        self._memory_bytes = memory_bytes
-
-    def setup(self):
-        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
-        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
-        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
 
     def process(self, item):
         (split, index), values = item
@@ -924,8 +925,7 @@ class _WriteCutShardFn(beam.DoFn):
             if spec is None:
                 raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
             count, buckets = spec
-            name = SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                          suffix=self._suffix)
+            name = self._name(split, index, count)
             order = assemble_shard(name, buckets, ends, where)
             num_examples = sum(ends[bucket][1] for bucket in buckets)
             num_bytes = sum(ends[bucket][2] for bucket in buckets)
@@ -939,16 +939,11 @@ class _WriteCutShardFn(beam.DoFn):
                         out.write(block)
                         length -= len(block)
 
-            written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
-                                            temp_dir=self._temp_dir)
-        if written != num_bytes:
-            raise spill.RunFileError(f"{name}: wrote {written} bytes, the buckets sent "
-                                     f"{num_bytes}")
-        self._examples.inc(num_examples)
-        self._bytes.inc(written)
-        self._shards.inc()
-        yield {"split": split, "file": name, "num_examples": num_examples,
-               "num_bytes": written, "sha256": sha256}
+            shard = self._published(split, name, write, num_examples)
+        if shard["num_bytes"] != num_bytes:
+            raise spill.RunFileError(f"{name}: wrote {shard['num_bytes']} bytes, the buckets "
+                                     f"sent {num_bytes}")
+        yield shard
 
 
 class ShuffleExchange(beam.PTransform):
