@@ -205,9 +205,11 @@ class PieceWriter:
         if self._local:
             os.replace(path, self._path(name))
 
-    def commit(self) -> tuple[list[CachedRun], int]:
-        """Writes the runs, then the summary; returns the runs and the
-        piece's size in bytes (runs and summary)."""
+    def commit(self, remember: bool = True) -> tuple[list[CachedRun], int]:
+        """Writes the runs, then (with `remember`) the summary; returns the
+        runs and the piece's size in bytes. Without the summary the runs
+        serve this build only: the piece is not complete, so no later build
+        reuses it, and the next one to convert the unit writes them again."""
         runs, entries, size = [], [], 0
         names = self._assigner.names
         for split in self._buffer.splits_held():
@@ -226,6 +228,9 @@ class PieceWriter:
                             "sample": encode_value(sample)})
             size += checked.size
         statistics = [partial_to_json((key, self._merged[key])) for key in sorted(self._merged)]
+        if not remember:
+            self._temporary.clear()
+            return runs, size
         summary = {"format": FORMAT, "examples": self.examples, "runs": entries,
                    **self._summary,
                    "statistics": statistics + self._summary["statistics"]}

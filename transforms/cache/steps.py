@@ -92,8 +92,9 @@ class Work(NamedTuple):
 
 
 class _PlanOrReuse(beam.DoFn):
-    """fs path -> Work per unit (its piece reused when the file is whole in
-    the cache), or read dead letters for a file that vanished."""
+    """fs path -> Work per unit: the file's pieces when every unit of it has
+    one, else its units as planned (a file that cannot be planned is one
+    unit, whose reading reports the problem)."""
 
     def __init__(self, pattern: str, format: str, range_bytes: int, options,
                  encoding_key: str, whole_files: Mapping[str, int]):
@@ -108,9 +109,9 @@ class _PlanOrReuse(beam.DoFn):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
     def process(self, fs_path: str):
-        print_name = fingerprint(self._fs, fs_path)
-        key = file_key(self._encoding_key, print_name)
-        source = print_name["path"]
+        version = fingerprint(self._fs, fs_path)
+        key = file_key(self._encoding_key, version)
+        source = version["path"]
         count = self._whole_files.get(key)
         if count is not None:
             for index in range(count):
@@ -211,6 +212,7 @@ class _ConvertUnits(beam.DoFn):
                              prefix_len=tuning.prefix_len, index_every=tuning.index_every)
         try:
             rows = 0
+            unreadable = False  # an I/O error, which the next build may not meet
             for tag, value in batched(read_range(self._fs, unit, self._format, self._options),
                                       self._batch_size, unit.source):
                 if tag == ROWS:
@@ -222,10 +224,14 @@ class _ConvertUnits(beam.DoFn):
                     out_tag = READ_DEAD_LETTER if tag == DEAD else COUNTS
                     if tag == COUNTS:
                         rows += value[1]
+                    else:
+                        unreadable = unreadable or value["reason"] == "read_error"
                     writer.add(out_tag, value)
                     yield out_tag, value
             examples = writer.examples
-            runs, size = writer.commit()
+            # A unit that met an I/O error is read again next build, not
+            # remembered as failed: its runs serve this build only.
+            runs, size = writer.commit(remember=not unreadable)
         except BaseException:
             writer.abort()
             raise
