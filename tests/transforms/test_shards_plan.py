@@ -260,9 +260,9 @@ def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():
     assert len(plan_row_shards("train", large, 30_000)) == total // 45_000
 
 
-@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
-def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
-    rng = random.Random(11)
+def _written_and_planned(tmp_path, rng, memory_bytes: int, fan_in: int):
+    """(runs, bucket, sort options, the bucket sorted and written as plain
+    chunks, the same bucket only planned) of 7 runs of 300 random rows."""
     runs = _write_runs(tmp_path, rng, 300, 7)
     bucket = BucketRange("train", 3, b"\x10", None)
     options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
@@ -270,6 +270,14 @@ def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_byt
     written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
                                 compression="none", chunk_bytes=6000, gzip_level=3, **options)
     planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    return runs, bucket, options, written, planned
+
+
+@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
+def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
+    rng = random.Random(11)
+    runs, bucket, options, written, planned = _written_and_planned(tmp_path, rng, memory_bytes,
+                                                                   fan_in)
     data = open(written.path, "rb").read()
     records, position = [], 0
     while position < len(data):
@@ -465,13 +473,8 @@ def test_a_planned_bucket_has_the_chunks_and_any_range_the_bytes_of_the_written_
     # straight from the runs. Both must match the bucket written as chunks,
     # sorted in memory or merged as streams.
     rng = random.Random(6)
-    runs = _write_runs(tmp_path, rng, 300, 7)
-    bucket = BucketRange("train", 3, b"\x10", None)
-    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
-                   fan_in=fan_in, prefix_len=8, index_every=4096)
-    written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
-                                compression="none", chunk_bytes=6000, gzip_level=3, **options)
-    planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    runs, bucket, options, written, planned = _written_and_planned(tmp_path, rng, memory_bytes,
+                                                                   fan_in)
     assert planned.chunks == written.chunks and len(planned.chunks) > 5
     assert spill.parse_bucket_reference(planned.path) == ("plans/runs.json", bucket)
     assert spill.parse_bucket_reference(written.path) is None

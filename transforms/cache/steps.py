@@ -35,7 +35,6 @@ gone or damaged when it is read is not an error: the unit is read again.
 from __future__ import annotations
 
 import logging
-import posixpath
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -187,21 +186,23 @@ class _ConvertUnits(beam.DoFn):
         return units[work.index]
 
     def _reused_outputs(self, piece: PieceContents):
-        """The outputs of a reused piece, as its unit gave them."""
-        yield from self._rows_of(piece.runs, piece)
+        """The outputs of a reused piece, as its unit gave them: its rows as
+        runs, or read back from them as ExampleBatches."""
+        if self._give_runs:
+            yield from self._spill_records(piece.runs)
+        else:
+            for batch in piece.example_batches(self._cache_fs, self._assigner.salt):
+                yield EXAMPLES, batch
         for tag in (READ_DEAD_LETTER, DEAD_LETTER, LABEL_COUNTS, STATISTICS, COLUMNS_SEEN,
                     COUNTS):
             for value in piece.values(tag):
                 yield tag, value
 
-    def _rows_of(self, runs, piece: PieceContents | None = None):
-        if self._give_runs:
-            for run in runs:
-                yield RUNS, SpillRecord(run.split, run.path, run.num_records, run.num_bytes,
-                                        run.sample)
-        elif piece is not None:
-            for batch in piece.example_batches(self._cache_fs, self._assigner.salt):
-                yield EXAMPLES, batch
+    @staticmethod
+    def _spill_records(runs):
+        for run in runs:
+            yield RUNS, SpillRecord(run.split, run.path, run.num_records, run.num_bytes,
+                                    run.sample)
 
     def _convert(self, work: Work, unit: FileRange, name: str, damaged: bool):
         # Each unit names its own columns seen: its piece may be reused alone.
@@ -235,7 +236,8 @@ class _ConvertUnits(beam.DoFn):
         except BaseException:
             writer.abort()
             raise
-        yield from self._rows_of(runs)
+        if self._give_runs:  # else its Examples went on as they were converted
+            yield from self._spill_records(runs)
         yield CACHE_USE, {"source": work.source, "reused": False, "damaged": damaged,
                           "rows": rows, "examples": examples, "bytes": size}
 
