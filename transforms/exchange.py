@@ -86,25 +86,21 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import hashlib
 import os
-import posixpath
 import shutil
 import tempfile
 import uuid
 from typing import BinaryIO, Iterable, Sequence
 
 import apache_beam as beam
-import fsspec
 import numpy as np
 from apache_beam.metrics import Metrics
-from fsspec.implementations.local import LocalFileSystem
 
 from . import spill, tfrecordio
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME
 from .metrics import METRICS_NAMESPACE
-from .page_cache import WriteBehind
+from .shard_files import publish_shard, shard_metadata
 from .shard_plan import (
     HASH_SIZE,
     BucketChunks,
@@ -123,7 +119,7 @@ from .shard_plan import (
 
 __all__ = ["METRICS_NAMESPACE", "ShardCutter", "ShuffleExchange", "assemble_shard",
            "bucket_of_keys", "cut_packet", "merge_split_stats", "place_chunks",
-           "publish_shard", "sort_bucket_packets"]
+           "sort_bucket_packets"]
 
 
 _HEADER = 12  # TFRecord bytes before the example
@@ -133,20 +129,6 @@ _SIZE = np.dtype("<u4")
 # Filesystems on which a written object appears only once complete (a PUT,
 # or a multipart upload's completion): a shard is written at its final name.
 _ATOMIC_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "az", "abfss"})
-
-
-class HashingWriter:
-    """Writes to a file, hashing and counting what passes through."""
-
-    def __init__(self, out: BinaryIO):
-        self._out = out
-        self.digest = hashlib.sha256()
-        self.written = 0
-
-    def write(self, data) -> None:
-        self.digest.update(data)
-        self._out.write(data)
-        self.written += len(data)
 
 
 def _tag(kind: str):
@@ -451,43 +433,6 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
     return order
 
 
-def _writes_atomically(fs) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return bool(getattr(fs, "atomic_writes", False)) or bool(
-        set(protocols) & _ATOMIC_PROTOCOLS)
-
-
-def publish_shard(name: str, write, *, staging_dir: str, temp_dir: str) -> tuple[int, str]:
-    """Writes a shard once and gives it its final name in `staging_dir`:
-    `write(out)` writes its bytes. Returns (bytes written, sha256 hex).
-
-    Local filesystem: a temporary name in `temp_dir`, synced, then an atomic
-    rename. Object stores, where an object appears only when complete:
-    the final name directly (no copy). Other filesystems: a temporary
-    name, then a move. Rerunning writes the same bytes under the same name."""
-    final_path = spill.join_path(staging_dir, name)
-    fs, fs_final = fsspec.core.url_to_fs(final_path)
-    if _writes_atomically(fs) and not isinstance(fs, LocalFileSystem):
-        with fs.open(fs_final, "wb") as fileobj:
-            out = HashingWriter(fileobj)
-            write(out)
-        return out.written, out.digest.hexdigest()
-    temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
-    _, fs_temp = fsspec.core.url_to_fs(temp_path)
-    fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
-    with fs.open(fs_temp, "wb") as fileobj:
-        on_disk = WriteBehind(fileobj)  # durable before its rename (page_cache)
-        out = HashingWriter(on_disk)
-        write(out)
-        on_disk.finish()
-    fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
-    if isinstance(fs, LocalFileSystem):
-        os.replace(fs_temp, fs_final)
-    else:
-        fs.mv(fs_temp, fs_final)
-    return out.written, out.digest.hexdigest()
-
-
 # -- Beam steps ---------------------------------------------------------------
 
 
@@ -721,10 +666,10 @@ class _ShardFileFn(beam.DoFn):
     """What the two shard-writing steps share: where shards go, the
     counters, and publishing one assembled shard (`_published`)."""
 
-    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, memory_bytes: int):
+    def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
-        self._suffix = suffix
+        self._compression = compression
         self._memory_bytes = memory_bytes
 
     def setup(self):
@@ -734,17 +679,17 @@ class _ShardFileFn(beam.DoFn):
 
     def _name(self, split: str, index: int, count: int) -> str:
         return SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                      suffix=self._suffix)
+                                      suffix=tfrecordio.suffix_for(self._compression))
 
     def _published(self, split: str, name: str, write, num_examples: int) -> dict:
-        """Publishes the shard `write(out)` writes; its metadata dict."""
-        written, sha256 = publish_shard(name, write, staging_dir=self._staging_dir,
-                                        temp_dir=self._temp_dir)
+        """Publishes the shard `write(out)` writes (`num_examples` records,
+        which it returns); its metadata dict."""
+        shard = publish_shard(name, write, staging_dir=self._staging_dir,
+                              temp_dir=self._temp_dir, compression=self._compression)
         self._examples.inc(num_examples)
-        self._bytes.inc(written)
+        self._bytes.inc(shard.num_bytes)
         self._shards.inc()
-        return {"split": split, "file": name, "num_examples": num_examples,
-                "num_bytes": written, "sha256": sha256}
+        return shard_metadata(split, name, shard)
 
 
 class _WriteShardFn(_ShardFileFn):
@@ -781,12 +726,12 @@ class _WriteShardFn(_ShardFileFn):
                 raise spill.RunFileError(f"{name}: assembled {position} bytes, planned "
                                          f"{num_bytes}")
 
-            def write(out):
+            def write(out) -> int:
                 spool.seek(0)
                 while True:
                     block = spool.read(_BLOCK)
                     if not block:
-                        break
+                        return num_examples
                     out.write(block)
 
             yield self._published(split, name, write, num_examples)
@@ -930,7 +875,7 @@ class _WriteCutShardFn(_ShardFileFn):
             num_examples = sum(ends[bucket][1] for bucket in buckets)
             num_bytes = sum(ends[bucket][2] for bucket in buckets)
 
-            def write(out):
+            def write(out) -> int:
                 for key in order:
                     position, length = where[key]
                     spool.seek(position)
@@ -938,6 +883,7 @@ class _WriteCutShardFn(_ShardFileFn):
                         block = spool.read(min(_BLOCK, length))
                         out.write(block)
                         length -= len(block)
+                return num_examples
 
             shard = self._published(split, name, write, num_examples)
         if shard["num_bytes"] != num_bytes:
@@ -957,7 +903,7 @@ class ShuffleExchange(beam.PTransform):
 
     def __init__(self, staging_dir: str, *, shard_temp_dir: str, dataset_name: str,
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
-                 compression: str, chunk_bytes: int, gzip_level: int, suffix: str, tuning):
+                 compression: str, chunk_bytes: int, gzip_level: int, tuning):
         super().__init__()
         self._staging_dir = staging_dir
         self._shard_temp_dir = shard_temp_dir
@@ -968,7 +914,6 @@ class ShuffleExchange(beam.PTransform):
         self._compression = compression
         self._chunk_bytes = chunk_bytes
         self._gzip_level = gzip_level
-        self._suffix = suffix
         self._tuning = tuning
         if cuts_at_rows(shuffle, compression) and not 1 <= tuning.hash_buckets <= 1 << 24:
             raise ValueError(f"hash_buckets must be between 1 and {1 << 24}, got "
@@ -1006,7 +951,7 @@ class ShuffleExchange(beam.PTransform):
                 | "FlattenShards" >> beam.Flatten()
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
                 | "WriteShardFiles" >> beam.ParDo(_WriteCutShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._suffix,
+                    self._staging_dir, self._shard_temp_dir, self._compression,
                     tuning.memory_bytes)))  # metadata dict
 
     def _cut_at_chunks(self, batches):
@@ -1050,5 +995,5 @@ class ShuffleExchange(beam.PTransform):
                 | "FlattenShards" >> beam.Flatten()
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces])
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._suffix,
+                    self._staging_dir, self._shard_temp_dir, self._compression,
                     tuning.memory_bytes)))  # metadata dict

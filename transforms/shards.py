@@ -44,8 +44,6 @@ complete. Output bytes depend on content and config only.
 from __future__ import annotations
 
 import dataclasses
-import os
-import posixpath
 import tempfile
 import uuid
 from typing import Callable, Sequence
@@ -56,10 +54,11 @@ from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
 from . import spill, tfrecordio
-from .exchange import HashingWriter, ShuffleExchange
+from .exchange import ShuffleExchange
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
+from .shard_files import publish_shard, shard_metadata
 from .shard_plan import (
     RunInfo,
     ShardSpec,
@@ -324,30 +323,22 @@ class _SortBucketFn(beam.DoFn):
         spill.release_read_arena()
 
 
-def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str,
+def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None) -> dict:
-    """Concatenates a shard's chunk ranges into a new file under `temp_dir`,
-    hashing as it copies, then renames it to its final name in
-    `staging_dir`. A range of a planned bucket (plain output) is written
-    from the runs (`runs_of`: run list file -> runs; `bucket_options`: see
+    """Writes a shard from its chunk ranges, hashing as it copies, and puts
+    it at its final name in `staging_dir` (`shard_files.publish_shard`). A
+    range of a planned bucket (plain output) is written from the runs
+    (`runs_of`: run list file -> runs; `bucket_options`: see
     `_bucket_options`); with `spec.cut`, the rows of each listed bucket
     that the shard holds (`spill.write_bucket_rows`). Returns the shard's
     metadata dict. Rerunning it writes the same bytes under the same final
     name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
-                                  suffix=suffix)
-    final_path = spill.join_path(staging_dir, name)
-    temp_path = spill.join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
-    fs, fs_temp = fsspec.core.url_to_fs(temp_path)
-    fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
-    with fs.open(fs_temp, "wb") as fileobj:
-        # A shard is read back once (verification), then left for its
-        # readers: it goes to the disk as it is written, and is durable
-        # before its rename (see page_cache).
-        on_disk = WriteBehind(fileobj)
-        out = HashingWriter(on_disk)
-        thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
+                                  suffix=tfrecordio.suffix_for(compression))
+    thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
+
+    def write(out) -> int:
         num_examples = 0
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
@@ -356,51 +347,50 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, suffix: str
                 rows, _ = spill.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
                                                   runs_of(runs_file), **bucket_options)
                 num_examples += rows
-                continue
-            if planned is not None:
+            elif planned is not None:
                 runs_file, bucket = planned
                 spill.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
                                          **bucket_options)
-                continue
-            source_fs, source_path = fsspec.core.url_to_fs(path)
-            with source_fs.open(source_path, "rb") as source:
-                source.seek(offset)
-                remaining = length
-                while remaining:
-                    block = source.read(min(_COPY_BLOCK, remaining))
-                    if not block:
-                        raise spill.RunFileError(
-                            f"{path}: ends before byte {offset + length} while writing {name}")
-                    out.write(block)
-                    remaining -= len(block)
-                drop_behind(source, offset, length)
-        on_disk.finish()
-    written = out.written
-    if spec.cut:
+            else:
+                _copy_range(out, path, offset, length, name)
+        if not spec.cut:
+            return spec.num_examples
         if not num_examples:
             raise spill.RunFileError(f"{name}: no row of its buckets falls in it")
-    elif written != spec.num_bytes:
-        raise spill.RunFileError(f"{name}: assembled {written} bytes, planned {spec.num_bytes}")
-    else:
-        num_examples = spec.num_examples
-    _, fs_final = fsspec.core.url_to_fs(final_path)
-    fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
-    if isinstance(fs, LocalFileSystem):
-        os.replace(fs_temp, fs_final)  # atomic on one filesystem
-    else:
-        fs.mv(fs_temp, fs_final)  # object stores: the object appears once complete
-    return {"split": spec.split, "file": name, "num_examples": num_examples,
-            "num_bytes": written, "sha256": out.digest.hexdigest()}
+        return num_examples
+
+    shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
+                          compression=compression)
+    if not spec.cut and shard.num_bytes != spec.num_bytes:
+        raise spill.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
+                                 f"{spec.num_bytes}")
+    return shard_metadata(spec.split, name, shard)
+
+
+def _copy_range(out, path: str, offset: int, length: int, name: str) -> None:
+    """Copies `length` bytes at `offset` of the file at `path` to `out`."""
+    source_fs, source_path = fsspec.core.url_to_fs(path)
+    with source_fs.open(source_path, "rb") as source:
+        source.seek(offset)
+        remaining = length
+        while remaining:
+            block = source.read(min(_COPY_BLOCK, remaining))
+            if not block:
+                raise spill.RunFileError(
+                    f"{path}: ends before byte {offset + length} while writing {name}")
+            out.write(block)
+            remaining -= len(block)
+        drop_behind(source, offset, length)
 
 
 class _WriteShardFn(beam.DoFn):
     """ShardSpec -> shard metadata dict (the file is at its final name)."""
 
-    def __init__(self, staging_dir: str, temp_dir: str, suffix: str, work_dir: str,
+    def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
                  tuning: ShardTuning):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
-        self._suffix = suffix
+        self._compression = compression
         self._work_dir = work_dir
         self._tuning = tuning
 
@@ -412,7 +402,7 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, spec: ShardSpec):
         metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
-                               suffix=self._suffix, runs_of=self._runs,
+                               compression=self._compression, runs_of=self._runs,
                                bucket_options=_bucket_options(self._work_dir, self._tuning))
         self._examples.inc(metadata["num_examples"])
         self._bytes.inc(metadata["num_bytes"])
@@ -548,8 +538,7 @@ class WriteShards(beam.PTransform):
                 self._staging_dir, shard_temp_dir=shard_temp_dir,
                 dataset_name=self._dataset_name, splits=self._splits, shuffle=self._shuffle,
                 shard_size=self._shard_size, compression=self._compression,
-                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level,
-                suffix=tfrecordio.suffix_for(self._compression), tuning=tuning)
+                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level, tuning=tuning)
         else:
             work_dir = spill.join_path(_local_temp_dir(self._temp_dir), writer_id)
             shards = self._file_exchange(batches, work_dir, shard_temp_dir, chunk_bytes)
@@ -582,8 +571,7 @@ class WriteShards(beam.PTransform):
                     cut_at_rows=cut_at_rows)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
-                    self._staging_dir, shard_temp_dir,
-                    tfrecordio.suffix_for(self._compression), work_dir,
+                    self._staging_dir, shard_temp_dir, self._compression, work_dir,
                     tuning)))  # metadata dict
 
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):

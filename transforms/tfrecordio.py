@@ -36,6 +36,7 @@ from .layout import shard_suffix
 __all__ = [
     "DEFAULT_GZIP_LEVEL",
     "MAX_RECORD_BYTES",
+    "RecordStreamCheck",
     "TFRecordError",
     "TFRecordWriter",
     "count_records",
@@ -239,26 +240,32 @@ class _GzipStreamError(Exception):
     with the record position by the framing loop."""
 
 
-def _gunzip_blocks(fileobj: BinaryIO) -> Iterator[bytes]:
-    """Decompressed blocks of a stream of one or more gzip members."""
-    pending = b""
-    while True:
-        # At a member boundary: the stream ends here or a new member starts.
-        while len(pending) < 2:
-            more = fileobj.read(_READ_BLOCK)
-            if not more:
-                break
-            pending += more
-        if not pending:
-            return
-        if pending[:2] != _GZIP_MAGIC:
-            raise _GzipStreamError("invalid gzip stream (no gzip member starts here)")
-        decompressor = isal_zlib.decompressobj(_GZIP_WBITS)
-        data, pending = pending, b""
-        while True:
+class _Gunzip:
+    """Decompresses a stream of one or more gzip members fed in pieces of
+    any size (`feed`), checking that each member starts with the gzip magic
+    and that the stream does not end inside one (`finish`). Raises
+    `_GzipStreamError`."""
+
+    def __init__(self):
+        self._decompressor = None  # None: at a member boundary
+        self._pending = b""  # bytes after a member's end, before the next is known
+
+    def feed(self, data) -> Iterator[bytes]:
+        """The decompressed blocks of `data` (each at most `_READ_BLOCK`
+        bytes, so a tiny, highly compressible member cannot expand into one
+        unbounded buffer)."""
+        while data:
+            if self._decompressor is None:
+                data = self._pending + bytes(data)
+                if len(data) < 2:
+                    self._pending = data
+                    return
+                self._pending = b""
+                if data[:2] != _GZIP_MAGIC:
+                    raise _GzipStreamError("invalid gzip stream (no gzip member starts here)")
+                self._decompressor = isal_zlib.decompressobj(_GZIP_WBITS)
+            decompressor = self._decompressor
             try:
-                # Output is capped per call so a tiny, highly compressible
-                # member cannot expand into one unbounded buffer.
                 out = decompressor.decompress(data, _READ_BLOCK)
                 if out:
                     yield out
@@ -268,12 +275,28 @@ def _gunzip_blocks(fileobj: BinaryIO) -> Iterator[bytes]:
                         yield out
             except isal_zlib.error as error:
                 raise _GzipStreamError(f"invalid gzip stream ({error})") from None
-            if decompressor.eof:
-                pending = decompressor.unused_data
-                break
-            data = fileobj.read(_READ_BLOCK)
-            if not data:
-                raise _GzipStreamError("truncated gzip stream")
+            if not decompressor.eof:
+                return
+            data = decompressor.unused_data
+            self._decompressor = None
+
+    def finish(self) -> None:
+        """Raises `_GzipStreamError` when the stream ended inside a member."""
+        if self._decompressor is not None:
+            raise _GzipStreamError("truncated gzip stream")
+        if self._pending:
+            raise _GzipStreamError("invalid gzip stream (no gzip member starts here)")
+
+
+def _gunzip_blocks(fileobj: BinaryIO) -> Iterator[bytes]:
+    """Decompressed blocks of a stream of one or more gzip members."""
+    gunzip = _Gunzip()
+    while True:
+        data = fileobj.read(_READ_BLOCK)
+        if not data:
+            gunzip.finish()
+            return
+        yield from gunzip.feed(data)
 
 
 def _blocks_for(fileobj: BinaryIO, path: str, compression: str) -> Iterator[bytes]:
@@ -343,6 +366,73 @@ def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto
     return sum(len(starts) for _, starts, _ in _checked_spans(fileobj, path, compression))
 
 
+class RecordStreamCheck:
+    """Checks a TFRecord stream as it is written, with every check
+    `iter_records` makes: a writable sink (`write`) that keeps no more than
+    the bytes of records not yet complete. `finish()` returns the number of
+    records. Raises `TFRecordError` at the first damage, naming `path`, the
+    offset in the uncompressed stream and the record index.
+
+    For writers whose output is not read back before it is published: the
+    bytes checked are the bytes written, in the same pass."""
+
+    # Records are walked once this many bytes are waiting, so that the walk
+    # and the CRCs run over many records per call however small the writes.
+    _WALK_FROM = 1 << 20
+
+    def __init__(self, path: str, compression: str):
+        _check_compression(compression)
+        self._path = path
+        self._gunzip = _Gunzip() if compression == "gzip" else None
+        self._buffer = bytearray()
+        self._position = 0  # offset of buffer[0] in the uncompressed stream
+        self.records = 0
+
+    def write(self, data) -> None:
+        if self._gunzip is None:
+            self._take(data)
+            return
+        try:
+            for block in self._gunzip.feed(data):
+                self._take(block)
+        except _GzipStreamError as error:
+            raise self._error(str(error), len(self._buffer)) from None
+
+    def finish(self) -> int:
+        """The number of records; raises `TFRecordError` for a stream that
+        ends inside a record or a gzip member."""
+        if self._gunzip is not None:
+            try:
+                self._gunzip.finish()
+            except _GzipStreamError as error:
+                raise self._error(str(error), len(self._buffer)) from None
+        self._walk()
+        if self._buffer:
+            raise self._error(f"truncated record ({len(self._buffer)} bytes left at end of "
+                              "stream)", 0)
+        return self.records
+
+    def _take(self, data) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._WALK_FROM:
+            self._walk()
+
+    def _walk(self) -> None:
+        starts, ends, damage = _complete_records(self._buffer, self._position, self.records,
+                                                 self._path)
+        if damage is not None:
+            raise damage
+        if ends:
+            del self._buffer[:ends[-1]]
+            self._position += ends[-1]
+            self.records += len(starts)
+
+    def _error(self, problem: str, past_buffer_start: int) -> TFRecordError:
+        return TFRecordError(problem, path=self._path,
+                             offset=self._position + past_buffer_start,
+                             record_index=self.records)
+
+
 def _checked_spans(fileobj: BinaryIO, path: str, compression: str
                    ) -> Iterator[tuple[bytearray, list[int], list[int]]]:
     """``(buffer, starts, ends)``: where each complete record of the buffer
@@ -377,12 +467,7 @@ def _checked_spans(fileobj: BinaryIO, path: str, compression: str
         return len(buffer) >= needed
 
     while True:
-        starts, ends, damage = _walk_headers(buffer, position, index, path)
-        bad_data = _first_bad_data_crc(buffer, starts, ends)
-        if bad_data is not None:
-            damage = TFRecordError("bad data CRC", path=path, offset=position + starts[bad_data],
-                                   record_index=index + bad_data)
-            starts, ends = starts[:bad_data], ends[:bad_data]
+        starts, ends, damage = _complete_records(buffer, position, index, path)
         if starts:
             yield buffer, starts, ends
             index += len(starts)
@@ -412,6 +497,21 @@ def _checked_spans(fileobj: BinaryIO, path: str, compression: str
             if buffer:
                 continue
         return
+
+
+def _complete_records(buffer: bytearray, position: int, index: int, path: str
+                      ) -> tuple[list[int], list[int], TFRecordError | None]:
+    """Starts and ends of the intact complete records at the head of
+    `buffer` (both CRCs checked), and the damage that stopped them (None
+    when they stopped at the end of the complete records). position: the
+    offset of buffer[0] in the stream; index: records before it."""
+    starts, ends, damage = _walk_headers(buffer, position, index, path)
+    bad_data = _first_bad_data_crc(buffer, starts, ends)
+    if bad_data is not None:
+        damage = TFRecordError("bad data CRC", path=path, offset=position + starts[bad_data],
+                               record_index=index + bad_data)
+        starts, ends = starts[:bad_data], ends[:bad_data]
+    return starts, ends, damage
 
 
 def _walk_headers(buffer: bytearray, position: int, index: int, path: str

@@ -20,8 +20,9 @@ from ...schemas.example import ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 from ...transforms import tfrecordio
 from ...transforms.page_cache import drop_behind
+from ...transforms.readers.inputs import fingerprint
 
-__all__ = ["FileCheck", "Problem", "check_file", "example_problem"]
+__all__ = ["FileCheck", "Problem", "check_file", "check_stored", "example_problem"]
 
 _BLOCK = 1 << 20
 _DROP_EVERY = 8 << 20
@@ -190,6 +191,34 @@ def check_file(url: str, file: str, *, compression: str | None = None,
                     "container bytes (such as the gzip header)")
         check.problems.append(Problem(file, f"sha256 {check.sha256[:16]}… does not match the "
                                       f"expected {expected_sha256[:16]}…{hint}", code="sha256"))
+    return check
+
+
+def check_stored(url: str, file: str, *, stored: Mapping, expected_size: int,
+                 expected_sha256: str, expected_records: int) -> FileCheck:
+    """Checks a shard whose records were checked as they were written
+    (`transforms.shard_files`) without reading it again: the object must
+    still be the one its writer checked, with the size and version token
+    (GCS generation, S3 ETag) the writer took from the store (`stored`).
+    Its sha256 and record count are those the writer measured."""
+    fs, fs_path = fsspec.core.url_to_fs(url)
+    now = fingerprint(fs, fs_path)
+    check = FileCheck(file=file, sha256=expected_sha256, records=expected_records)
+    if now.get("missing"):
+        check.exists = False
+        check.problems.append(Problem(file, "missing", code="missing"))
+        return check
+    check.size = now["size"]
+    if check.size != expected_size:
+        check.problems.append(Problem(file, f"is {check.size} bytes, manifest says "
+                                      f"{expected_size}", code="size"))
+    changed = sorted(key for key in set(stored) | set(now)
+                     if key != "path" and stored.get(key) != now.get(key))
+    if changed:
+        was = ", ".join(f"{key} {stored.get(key)}" for key in changed)
+        found = ", ".join(f"{key} {now.get(key)}" for key in changed)
+        check.problems.append(Problem(file, f"is not the object its writer checked ({was} "
+                                      f"when written, now {found})", code="replaced"))
     return check
 
 

@@ -173,7 +173,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         out.write_atomic(f"{staging.directory}/{MANIFEST_FILE}",
                          manifest_lib.dumps_manifest(manifest))
         if verify:
-            _verify_staged(staging, verify_workers, _verify_executor(out, manifest))
+            _verify_staged(staging, verify_workers, _verify_executor(out, manifest),
+                           _checked_as_written(result))
         # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
         # renames finish and the build reports what it published.
         with signals.deferred():
@@ -287,8 +288,18 @@ def _verify_executor(out: Output, manifest: Mapping[str, Any]) -> str:
     return "thread"
 
 
-def _verify_staged(staging: Staging, workers: int | None, executor: str = "thread") -> None:
-    report = verify_dataset(staging.url, workers=workers, executor=executor)
+def _checked_as_written(result: Mapping[str, Any]) -> dict[str, dict]:
+    """file -> the store's fingerprint, for the shards whose writer checked
+    their records as it wrote them (`transforms.shard_files`: those not on
+    the local disk), which verification does not read again."""
+    return {shard["file"]: shard["stored"] for shard in result["shards"]
+            if isinstance(shard.get("stored"), dict)}
+
+
+def _verify_staged(staging: Staging, workers: int | None, executor: str = "thread",
+                   checked_as_written: Mapping[str, dict] | None = None) -> None:
+    report = verify_dataset(staging.url, workers=workers, executor=executor,
+                            checked_as_written=checked_as_written)
     if not report.ok:
         lines = [f"the staged build failed verification ({len(report.problems)} problems); "
                  "nothing was published:"] + [f"  {problem}" for problem in report.problems[:20]]

@@ -50,7 +50,7 @@ from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
                             load_version_manifest, locate_version, read_limited)
-from .file_checks import FileCheck, Problem, check_file
+from .file_checks import FileCheck, Problem, check_file, check_stored
 
 __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 
@@ -145,11 +145,16 @@ def _protocols(fs) -> tuple[str, ...]:
 
 
 def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
-                   executor: str = "thread") -> VerifyReport:
+                   executor: str = "thread",
+                   checked_as_written: Mapping[str, Mapping] | None = None) -> VerifyReport:
     """Verifies the dataset at `path` (version directory or output root with
     LATEST). Returns a `VerifyReport`; raises `DatasetNotFoundError` only
     when `path` does not exist. `workers` defaults to the CPU count;
-    `executor` is "thread" or "process"."""
+    `executor` is "thread" or "process". checked_as_written: shards whose
+    records their writer checked as it wrote them (file -> the store's
+    fingerprint it took then; `transforms.shard_files`), which are not read
+    again: each must still be that object (`file_checks.check_stored`)."""
+    checked_as_written = checked_as_written or {}
     started = time.monotonic()
     located = locate_version(path)
     fs, version_dir, version_url = located.fs, located.version_dir, located.url
@@ -185,16 +190,21 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
               for shard in summary["shards"]}
     owner_of_sha = {shard["sha256"]: file for file, (_, shard) in shards.items()}
 
-    tasks = []  # (size hint, file, kwargs)
+    tasks = []  # (size hint, file, check function, kwargs)
     checks: dict[str, FileCheck] = {}
     for file, (_, shard) in shards.items():
         if file in links:
             checks[file] = FileCheck(file=file, exists=False)  # reported above, not read
             continue
-        tasks.append((shard["num_bytes"], file, dict(
-            compression=compression, expected_size=shard["num_bytes"],
-            expected_sha256=shard["sha256"], expected_records=shard["num_examples"],
-            features=features, vocabulary_sizes=vocabulary_sizes)))
+        if file in checked_as_written and not deep:
+            tasks.append((0, file, check_stored, dict(
+                stored=checked_as_written[file], expected_size=shard["num_bytes"],
+                expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
+        else:
+            tasks.append((shard["num_bytes"], file, check_file, dict(
+                compression=compression, expected_size=shard["num_bytes"],
+                expected_sha256=shard["sha256"], expected_records=shard["num_examples"],
+                features=features, vocabulary_sizes=vocabulary_sizes)))
         listed = sums.get(file)
         if sums and listed != shard["sha256"]:
             report.problems.append(Problem(SHA256SUMS_FILE, (
@@ -229,7 +239,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
         if file not in present:
             report.problems.append(Problem(file, "missing (listed in SHA256SUMS)", code="missing"))
             continue
-        tasks.append((0, file, dict(expected_sha256=digest)))
+        tasks.append((0, file, check_file, dict(expected_sha256=digest)))
     accounted = set(shards) | set(sums) | set(manifest["dead_letter"]["files"]) | {
         MANIFEST_FILE, SHA256SUMS_FILE}
     for file in sorted(present - accounted):
@@ -240,8 +250,8 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     tasks.sort(key=lambda task: (-task[0], task[1]))
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks) or 1))
     with _make_executor(executor, workers, fs) as pool:
-        futures = {pool.submit(check_file, f"{version_url}/{file}", file, **kwargs): file
-                   for _, file, kwargs in tasks}
+        futures = {pool.submit(check, f"{version_url}/{file}", file, **kwargs): file
+                   for _, file, check, kwargs in tasks}
         for future in concurrent.futures.as_completed(futures):
             check = future.result()
             checks[check.file] = check

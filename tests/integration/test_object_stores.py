@@ -89,6 +89,53 @@ def test_build_verify_inspect_on_an_object_store(store, local_digests, support, 
     # regression that lists or polls per row or per shard pair shows here.
     assert sum(counts["build"].values()) < 60 * published, counts["build"]
     assert sum(counts["verify --deep"].values()) < 10 * published, counts["verify --deep"]
+    # Shards are checked as they are written, not read back by the build
+    # (which would move the dataset once more): it reads only the first
+    # records of the first shard, for report.html's thumbnails. `verify`
+    # reads every shard.
+    shards = [shard["file"] for split in manifest["splits"].values()
+              for shard in split["shards"]]
+    assert len(shards) > 1
+    for requests in (build_requests, overwrite_requests):
+        assert _shards_read(requests, shards) == {shards[0]}
+    assert _shards_read(verify_requests, shards) == set(shards)
+
+
+def _shards_read(requests: list[tuple[str, str]], shards: list[str]) -> set[str]:
+    return {name for kind, url in requests if kind in ("GetObject", "objects.get (media)")
+            for name in shards if name in url}
+
+
+def test_a_shard_replaced_after_its_writer_checked_it_is_found(store, support):
+    """What publishing checks instead of reading a shard back: the object
+    is still the one its writer checked (S3 ETag, GCS generation), even
+    when the replacement has the same size."""
+    from recordforge.pipelines.publish.file_checks import check_stored
+    from recordforge.transforms import shard_files, tfrecordio
+
+    scheme, server, bucket = store
+    server.filesystem()  # the clients' endpoint variables, for this process too
+    records = [b"%05d" % n for n in range(100)]
+    data = tfrecordio.frame_records(records)
+
+    def write(out) -> int:
+        out.write(data)
+        return len(records)
+
+    staging = f"{bucket}/staging"
+    shard = shard_files.publish_shard("s.tfrecord", write, staging_dir=staging,
+                                      temp_dir=f"{staging}/_tmp", compression="none")
+    assert shard.fingerprint["size"] == len(data) and len(shard.fingerprint) == 3
+    url = f"{staging}/s.tfrecord"
+    expected = dict(stored=shard.fingerprint, expected_size=len(data),
+                    expected_sha256=shard.sha256, expected_records=len(records))
+    assert check_stored(url, "s.tfrecord", **expected).problems == []
+    same_size = tfrecordio.frame_records([b"%05d" % (n + 1) for n in range(100)])
+    assert len(same_size) == len(data)
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, same_size)
+    [problem] = check_stored(url, "s.tfrecord", **expected).problems
+    assert problem.code == "replaced", problem
 
 
 def test_a_table_build_reuses_its_cache_on_an_object_store(store, support, tmp_path, capsys):

@@ -110,9 +110,8 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
         # Plain buckets were only planned: shards are written from the runs.
         assert not os.path.exists(os.path.join(work, "buckets"))
     metadata = []
-    suffix = tfrecordio.suffix_for(compression)
-    writer = shards._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"), suffix,
-                                  work, tuning)
+    writer = shards._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
+                                  compression, work, tuning)
     writer.setup()
     for spec in specs:
         for _ in range(attempts):

@@ -1,0 +1,109 @@
+"""Putting a shard in staging: written once, hashed, and checked as written off the local disk."""
+
+import hashlib
+import io
+import uuid
+
+import fsspec
+import pytest
+
+from recordforge.pipelines.publish.file_checks import check_stored
+from recordforge.transforms import shard_files, tfrecordio
+
+RECORDS = [bytes([n]) * (n * 7 % 300) for n in range(200)]
+
+
+def _framed(compression: str) -> bytes:
+    buffer = io.BytesIO()
+    with tfrecordio.TFRecordWriter(buffer, compression) as writer:
+        writer.write_many(RECORDS)
+    return buffer.getvalue()
+
+
+def _writer(data: bytes, records: int, piece: int = 4096):
+    def write(out) -> int:
+        for start in range(0, len(data), piece):
+            out.write(data[start:start + piece])
+        return records
+    return write
+
+
+@pytest.fixture
+def memory_staging():
+    root = f"memory://shard-files-{uuid.uuid4().hex}"
+    yield root
+    fs, path = fsspec.core.url_to_fs(root)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_shard_off_the_local_disk_is_checked_and_fingerprinted(memory_staging, compression):
+    data = _framed(compression)
+    shard = shard_files.publish_shard("train-00000-of-00001.tfrecord", _writer(data, 200),
+                                      staging_dir=memory_staging,
+                                      temp_dir=f"{memory_staging}/_tmp", compression=compression)
+    assert (shard.num_bytes, shard.sha256, shard.num_examples) == (
+        len(data), hashlib.sha256(data).hexdigest(), 200)
+    assert shard.fingerprint["size"] == len(data)
+    fs, path = fsspec.core.url_to_fs(f"{memory_staging}/train-00000-of-00001.tfrecord")
+    assert fs.cat_file(path) == data
+    metadata = shard_files.shard_metadata("train", "train-00000-of-00001.tfrecord", shard)
+    assert metadata["stored"] == shard.fingerprint and metadata["num_examples"] == 200
+
+
+def test_a_shard_on_the_local_disk_is_left_for_verification(tmp_path):
+    data = _framed("none")
+    shard = shard_files.publish_shard("s.tfrecord", _writer(data, 200),
+                                      staging_dir=str(tmp_path / "staging"),
+                                      temp_dir=str(tmp_path / "tmp"), compression="none")
+    assert shard.fingerprint is None
+    assert "stored" not in shard_files.shard_metadata("train", "s.tfrecord", shard)
+    assert (tmp_path / "staging" / "s.tfrecord").read_bytes() == data
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_damage_written_off_the_local_disk_is_refused(memory_staging, compression):
+    data = bytearray(_framed("none"))
+    data[5000] ^= 0x40  # inside some record
+    damaged = bytes(data) if compression == "none" else tfrecordio.gzip_compress(bytes(data))
+    with pytest.raises(shard_files.ShardCheckError, match="CRC"):
+        shard_files.publish_shard("s.tfrecord", _writer(damaged, 200),
+                                  staging_dir=memory_staging,
+                                  temp_dir=f"{memory_staging}/_tmp", compression=compression)
+
+
+def test_a_record_count_other_than_the_writers_is_refused(memory_staging):
+    with pytest.raises(shard_files.ShardCheckError, match="holds 200 records, its writer "
+                                                          "wrote 199"):
+        shard_files.publish_shard("s.tfrecord", _writer(_framed("none"), 199),
+                                  staging_dir=memory_staging,
+                                  temp_dir=f"{memory_staging}/_tmp", compression="none")
+
+
+def test_a_stream_cut_inside_a_record_is_refused(memory_staging):
+    data = _framed("none")
+    with pytest.raises(shard_files.ShardCheckError, match="truncated record"):
+        shard_files.publish_shard("s.tfrecord", _writer(data[:-3], 200),
+                                  staging_dir=memory_staging,
+                                  temp_dir=f"{memory_staging}/_tmp", compression="none")
+
+
+def test_check_stored_finds_a_missing_or_resized_object(memory_staging):
+    data = _framed("none")
+    shard = shard_files.publish_shard("s.tfrecord", _writer(data, 200),
+                                      staging_dir=memory_staging,
+                                      temp_dir=f"{memory_staging}/_tmp", compression="none")
+    url = f"{memory_staging}/s.tfrecord"
+    expected = dict(stored=shard.fingerprint, expected_size=len(data),
+                    expected_sha256=shard.sha256, expected_records=200)
+    intact = check_stored(url, "s.tfrecord", **expected)
+    assert (intact.problems, intact.size, intact.records) == ([], len(data), 200)
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.pipe_file(path, data + b"x")
+    resized = check_stored(url, "s.tfrecord", **expected)
+    assert {problem.code for problem in resized.problems} == {"size", "replaced"}
+    fs.rm_file(path)
+    gone = check_stored(url, "s.tfrecord", **expected)
+    assert not gone.exists and gone.problems[0].code == "missing"
