@@ -96,11 +96,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import spill, tfrecordio
+from . import bucket_sort, bucket_writers, row_order, run_files, tfrecordio
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME
 from .metrics import METRICS_NAMESPACE
 from .shard_files import publish_shard, shard_metadata
+from .spill import ROW_OVERHEAD
 from .shard_plan import (
     HASH_SIZE,
     BucketChunks,
@@ -122,9 +123,6 @@ __all__ = ["METRICS_NAMESPACE", "ShardCutter", "ShuffleExchange", "assemble_shar
            "sort_bucket_packets"]
 
 
-_HEADER = 12  # TFRecord bytes before the example
-_ROW_OVERHEAD = 160  # bytes of Python/numpy objects per row sorted in memory
-_BLOCK = 4 << 20  # bytes gathered or copied in one go
 _SIZE = np.dtype("<u4")
 # Filesystems on which a written object appears only once complete (a PUT,
 # or a multipart upload's completion): a shard is written at its final name.
@@ -167,7 +165,7 @@ def bucket_of_keys(lower_bounds: Sequence[bytes], key_width: int, keys) -> np.nd
     fixed-width keys (key_width > 0) or a sequence of bytes."""
     if key_width > 0:
         # Bounds are key prefixes; padded with zero bytes they compare with
-        # fixed-width keys as the bytes do (see spill._bound).
+        # fixed-width keys as the bytes do (see run_files._bound).
         bounds = np.array([bound[:key_width].ljust(key_width, b"\0")
                            for bound in lower_bounds], dtype=f"S{key_width}")
         array = np.frombuffer(keys, dtype=f"S{key_width}")
@@ -184,7 +182,7 @@ def _packet_rows(packet) -> tuple[int, object, memoryview, np.ndarray]:
 
 
 def _examples_of(data: memoryview, sizes: np.ndarray) -> list[bytes]:
-    return spill.RunSlice(None, data, sizes).examples()
+    return run_files.RunSlice(None, data, sizes).examples()
 
 
 def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple]]:
@@ -195,7 +193,7 @@ def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple
         return []
     if len(lower_bounds) == 1:
         return [(0, packet)]
-    route_keys = keys if key_width != spill.KEY_IS_EXAMPLE else _examples_of(data, sizes)
+    route_keys = keys if key_width != run_files.KEY_IS_EXAMPLE else _examples_of(data, sizes)
     return cut_packet(packet, bucket_of_keys(lower_bounds, key_width, route_keys))
 
 
@@ -222,8 +220,8 @@ def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:
         if key_width > 0:
             part_keys = b"".join([keys[row * key_width:(row + 1) * key_width]
                                   for row in rows.tolist()])
-        elif key_width == spill.KEY_VARIABLE:
-            part_keys = tuple(spill.take(keys, rows.tolist()))
+        elif key_width == run_files.KEY_VARIABLE:
+            part_keys = tuple(row_order.take(keys, rows.tolist()))
         else:
             part_keys = None
         pieces.append((int(ordered[first]),
@@ -237,12 +235,12 @@ def _merge_packets(packets: list[tuple]) -> tuple:
     if len(packets) == 1:
         return packets[0]
     widths = {packet[0] for packet in packets}
-    width = widths.pop() if len(widths) == 1 else spill.KEY_VARIABLE
+    width = widths.pop() if len(widths) == 1 else run_files.KEY_VARIABLE
     data = b"".join(packet[2] for packet in packets)
     sizes = b"".join(packet[3] for packet in packets)
     if width > 0:
         keys = b"".join(packet[1] for packet in packets)
-    elif width == spill.KEY_IS_EXAMPLE:
+    elif width == run_files.KEY_IS_EXAMPLE:
         keys = None
     else:
         keys = tuple(key for packet in packets for key in _keys_as_bytes(packet))
@@ -253,14 +251,14 @@ def _keys_as_bytes(packet) -> list[bytes]:
     key_width, keys, data, sizes = _packet_rows(packet)
     if key_width > 0:
         return [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
-    if key_width == spill.KEY_IS_EXAMPLE:
+    if key_width == run_files.KEY_IS_EXAMPLE:
         return _examples_of(data, sizes)
     return list(keys)
 
 
 def _write_sorted(writer, packets: list[tuple]) -> None:
-    """Gives `writer` (a spill.ChunkWriter) the rows of `packets` ordered by
-    ``(key, example)``, as `spill` orders a bucket, a block at a time."""
+    """Gives `writer` (a bucket_writers.ChunkWriter) the rows of `packets` ordered by
+    ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time."""
     packets = [packet for packet in packets if packet[3]]
     if not packets:
         return
@@ -270,15 +268,15 @@ def _write_sorted(writer, packets: list[tuple]) -> None:
 
     def example_at(row: int) -> bytes:
         start = int(starts[row])
-        return bytes(data[start + _HEADER:start + int(sizes[row]) - 4])
+        return bytes(data[start + run_files.RECORD_HEADER:start + int(sizes[row]) - 4])
 
     if key_width > 0:
         order_keys = np.frombuffer(keys, dtype=f"S{key_width}")
     else:
         order_keys = _keys_as_bytes(merged)
-    order = np.asarray(spill.sorted_order(order_keys, example_at), dtype=np.int64)
+    order = np.asarray(row_order.sorted_order(order_keys, example_at), dtype=np.int64)
     del order_keys
-    step = max(1, len(order) * _BLOCK // max(1, int(sizes.sum())))
+    step = max(1, len(order) * run_files.BLOCK // max(1, int(sizes.sum())))
     for first in range(0, len(order), step):
         rows = order[first:first + step]
         row_sizes = sizes[rows]
@@ -290,31 +288,31 @@ def _write_sorted(writer, packets: list[tuple]) -> None:
 
 def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
                index_every: int) -> RunInfo:
-    """Sorts packets into a run file on local disk (spill's format)."""
+    """Sorts packets into a run file on local disk (the `run_files` format)."""
     merged = _merge_packets([packet for packet in packets if packet[3]])
     key_width, keys, data, sizes = _packet_rows(merged)
     examples = _examples_of(data, sizes)
     if key_width > 0:
         key_list = [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
-    elif key_width == spill.KEY_VARIABLE:
+    elif key_width == run_files.KEY_VARIABLE:
         key_list = list(keys)
     else:
         key_list = None
     path = os.path.join(directory, f"{uuid.uuid4().hex}.run")
     with open(path, "wb") as fileobj:
-        count = spill.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
-                                       prefix_len=prefix_len, index_every=index_every)
+        count = run_files.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
+                                           prefix_len=prefix_len, index_every=index_every)
     return RunInfo("", path, count, int(sizes.sum()))
 
 
 def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, fan_in: int,
                         prefix_len: int, index_every: int) -> None:
-    """Sorts a bucket's packets into `writer` (a spill.ChunkWriter).
+    """Sorts a bucket's packets into `writer` (a bucket_writers.ChunkWriter).
 
     Up to `memory_bytes` (record bytes plus a per-row allowance) are held
     in memory; above it, each `memory_bytes` is sorted into a run file in a
     temporary directory of the worker's local disk (removed at the end),
-    and the runs are merged as streams (`spill.merge_runs`)."""
+    and the runs are merged as streams (`bucket_sort.merge_runs`)."""
     held: list[tuple] = []
     held_bytes = 0
     runs: list[RunInfo] = []
@@ -322,7 +320,7 @@ def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, 
     try:
         for packet in packets:
             held.append(packet)
-            held_bytes += len(packet[2]) + len(packet[3]) // 4 * _ROW_OVERHEAD
+            held_bytes += len(packet[2]) + len(packet[3]) // 4 * ROW_OVERHEAD
             if held_bytes > memory_bytes:
                 if scratch is None:
                     scratch = tempfile.mkdtemp(prefix="recordforge-sort-")
@@ -336,8 +334,8 @@ def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, 
             runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
                                    index_every=index_every))
         held = []
-        spill.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
-                         prefix_len=prefix_len, index_every=index_every)
+        bucket_sort.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
+                               prefix_len=prefix_len, index_every=index_every)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -363,7 +361,7 @@ def place_chunks(places: Sequence[tuple], chunks: Iterable[tuple]):
 
 class ShardCutter:
     """Takes a sorted bucket's framed records in order (like a
-    spill.ChunkWriter) and writes them to `out`, noting which shard each
+    bucket_writers.ChunkWriter) and writes them to `out`, noting which shard each
     run of records belongs to: records are placed by their bytes' midpoint
     in the split (`shard_plan.shards_of_rows`), from the bucket's first
     byte `start` in the split. `segments` lists ``[shard, offset in out,
@@ -414,22 +412,22 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
     (bucket, piece number) -> anything."""
     missing = sorted(set(buckets) - set(ends))
     if missing:
-        raise spill.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
+        raise run_files.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
     extra = sorted(set(ends) - set(buckets))
     if extra:
-        raise spill.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
-                                 f"place in this shard")
+        raise run_files.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
+                                     f"place in this shard")
     order = []
     for bucket in sorted(buckets):
         count = ends[bucket][0]
         for number in range(count):
             if (bucket, number) not in pieces:
-                raise spill.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
-                                         f"missing")
+                raise run_files.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
+                                             f"missing")
             order.append((bucket, number))
     if len(order) != len(pieces):
-        raise spill.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
-                                 f"{len(order)}")
+        raise run_files.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
+                                     f"{len(order)}")
     return order
 
 
@@ -466,16 +464,16 @@ class _PackFn(beam.DoFn):
             return
         names = self._assigner.names
         for split, rows, selected in prepared.by_split():
-            examples = spill.take(prepared.examples, selected)
+            examples = row_order.take(prepared.examples, selected)
             sizes = prepared.sizes[rows]
             if self._shuffle:
                 width = HASH_SIZE
-                keys = b"".join(spill.take(prepared.order_keys, selected))
+                keys = b"".join(row_order.take(prepared.order_keys, selected))
             elif prepared.keyed:
-                width = spill.KEY_VARIABLE
-                keys = tuple(spill.take(prepared.order_keys, selected))
+                width = run_files.KEY_VARIABLE
+                keys = tuple(row_order.take(prepared.order_keys, selected))
             else:
-                width, keys = spill.KEY_IS_EXAMPLE, None
+                width, keys = run_files.KEY_IS_EXAMPLE, None
             data = tfrecordio.frame_records(examples)
             packet = (width, keys, data, sizes.astype(_SIZE).tobytes())
             self._exchanged.inc(len(data))
@@ -616,9 +614,9 @@ class _SortBucketFn(beam.DoFn):
         (split, index), packets = item
         tuning = self._tuning
         with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
-            writer = spill.ChunkWriter(out, compression=self._compression,
-                                       chunk_bytes=self._chunk_bytes,
-                                       gzip_level=self._gzip_level)
+            writer = bucket_writers.ChunkWriter(out, compression=self._compression,
+                                                chunk_bytes=self._chunk_bytes,
+                                                gzip_level=self._gzip_level)
             sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
                                 fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                                 index_every=tuning.index_every)
@@ -628,8 +626,8 @@ class _SortBucketFn(beam.DoFn):
             for chunk in chunks:
                 data = out.read(chunk.length)
                 if len(data) != chunk.length:
-                    raise spill.RunFileError(f"bucket {index} of split {split!r}: chunk at "
-                                             f"byte {chunk.offset} cut short")
+                    raise run_files.RunFileError(f"bucket {index} of split {split!r}: chunk at "
+                                                 f"byte {chunk.offset} cut short")
                 self._exchanged.inc(len(data))
                 yield ("chunk", ((split, index), ("chunk", (chunk.offset, data))))
 
@@ -720,16 +718,16 @@ class _WriteShardFn(_ShardFileFn):
             position = 0
             for offset in sorted(placed):
                 if offset != position:
-                    raise spill.RunFileError(f"{name}: no piece at byte {position}")
+                    raise run_files.RunFileError(f"{name}: no piece at byte {position}")
                 position += placed[offset]
             if position != num_bytes:
-                raise spill.RunFileError(f"{name}: assembled {position} bytes, planned "
-                                         f"{num_bytes}")
+                raise run_files.RunFileError(f"{name}: assembled {position} bytes, planned "
+                                             f"{num_bytes}")
 
             def write(out) -> int:
                 spool.seek(0)
                 while True:
-                    block = spool.read(_BLOCK)
+                    block = spool.read(run_files.BLOCK)
                     if not block:
                         return num_examples
                     out.write(block)
@@ -819,7 +817,7 @@ class _CutBucketFn(beam.DoFn):
                                 fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                                 index_every=tuning.index_every)
             if cutter.offset != start + size:
-                raise spill.RunFileError(
+                raise run_files.RunFileError(
                     f"split {split!r}, bucket {bucket}: sorted {cutter.offset - start} bytes, "
                     f"the plan counted {size}")
             sent: dict[int, list[int]] = {}
@@ -831,8 +829,8 @@ class _CutBucketFn(beam.DoFn):
                 while length:
                     data = out.read(min(length, tuning.route_bytes))
                     if not data:
-                        raise spill.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
-                                                 f"rows cut short")
+                        raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
+                                                     f"rows cut short")
                     length -= len(data)
                     self._exchanged.inc(len(data))
                     yield (split, shard), ("piece", (bucket, counts[0], data))
@@ -880,15 +878,15 @@ class _WriteCutShardFn(_ShardFileFn):
                     position, length = where[key]
                     spool.seek(position)
                     while length:
-                        block = spool.read(min(_BLOCK, length))
+                        block = spool.read(min(run_files.BLOCK, length))
                         out.write(block)
                         length -= len(block)
                 return num_examples
 
             shard = self._published(split, name, write, num_examples)
         if shard["num_bytes"] != num_bytes:
-            raise spill.RunFileError(f"{name}: wrote {shard['num_bytes']} bytes, the buckets "
-                                     f"sent {num_bytes}")
+            raise run_files.RunFileError(f"{name}: wrote {shard['num_bytes']} bytes, the buckets "
+                                         f"sent {num_bytes}")
         yield shard
 
 

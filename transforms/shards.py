@@ -53,7 +53,7 @@ import fsspec
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
-from . import spill, tfrecordio
+from . import bucket_sort, run_files, spill, tfrecordio
 from .exchange import ShuffleExchange
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME, TMP_DIR
@@ -273,7 +273,7 @@ class _RunLists:
 
 
 def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
-    """How buckets are sorted, for `spill.plan_bucket` and `write_bucket_range`."""
+    """How buckets are sorted, for `bucket_sort.plan_bucket` and `write_bucket_range`."""
     return {"scratch_dir": spill.join_path(work_dir, "merge"),
             "memory_bytes": tuning.memory_bytes, "fan_in": tuning.fan_in,
             "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
@@ -288,7 +288,7 @@ class _SortBucketFn(beam.DoFn):
     the runs: one write and one read of every byte fewer. Shards cut at
     rows (shuffled plain output) need only the bucket's size and largest
     row, which are added up from the runs without sorting
-    (`spill.measure_bucket`).
+    (`bucket_sort.measure_bucket`).
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
@@ -307,20 +307,20 @@ class _SortBucketFn(beam.DoFn):
         runs_file, bucket = task
         runs = self._runs(runs_file)
         if self._cut_at_rows:
-            yield runs_file, spill.measure_bucket(bucket, runs, runs_file)
+            yield runs_file, bucket_sort.measure_bucket(bucket, runs, runs_file)
             return
         if self._compression == "none":
-            yield runs_file, spill.plan_bucket(
+            yield runs_file, bucket_sort.plan_bucket(
                 bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
                 **_bucket_options(self._work_dir, self._tuning))
             return
-        yield runs_file, spill.sort_bucket(
+        yield runs_file, bucket_sort.sort_bucket(
             bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
             compression=self._compression, chunk_bytes=self._chunk_bytes,
             gzip_level=self._gzip_level, **_bucket_options(self._work_dir, self._tuning))
 
     def finish_bundle(self):
-        spill.release_read_arena()
+        bucket_sort.release_read_arena()
 
 
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
@@ -331,7 +331,7 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
     range of a planned bucket (plain output) is written from the runs
     (`runs_of`: run list file -> runs; `bucket_options`: see
     `_bucket_options`); with `spec.cut`, the rows of each listed bucket
-    that the shard holds (`spill.write_bucket_rows`). Returns the shard's
+    that the shard holds (`bucket_sort.write_bucket_rows`). Returns the shard's
     metadata dict. Rerunning it writes the same bytes under the same final
     name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
@@ -344,25 +344,25 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
             planned = spill.parse_bucket_reference(path)
             if planned is not None and spec.cut:
                 runs_file, bucket = planned
-                rows, _ = spill.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
-                                                  runs_of(runs_file), **bucket_options)
+                rows, _ = bucket_sort.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
+                                                        runs_of(runs_file), **bucket_options)
                 num_examples += rows
             elif planned is not None:
                 runs_file, bucket = planned
-                spill.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
-                                         **bucket_options)
+                bucket_sort.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
+                                               **bucket_options)
             else:
                 _copy_range(out, path, offset, length, name)
         if not spec.cut:
             return spec.num_examples
         if not num_examples:
-            raise spill.RunFileError(f"{name}: no row of its buckets falls in it")
+            raise run_files.RunFileError(f"{name}: no row of its buckets falls in it")
         return num_examples
 
     shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
                           compression=compression)
     if not spec.cut and shard.num_bytes != spec.num_bytes:
-        raise spill.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
+        raise run_files.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
                                  f"{spec.num_bytes}")
     return shard_metadata(spec.split, name, shard)
 
@@ -376,7 +376,7 @@ def _copy_range(out, path: str, offset: int, length: int, name: str) -> None:
         while remaining:
             block = source.read(min(_COPY_BLOCK, remaining))
             if not block:
-                raise spill.RunFileError(
+                raise run_files.RunFileError(
                     f"{path}: ends before byte {offset + length} while writing {name}")
             out.write(block)
             remaining -= len(block)
@@ -410,7 +410,7 @@ class _WriteShardFn(beam.DoFn):
         yield metadata
 
     def finish_bundle(self):
-        spill.release_read_arena()
+        bucket_sort.release_read_arena()
 
 
 def default_exchange(runner) -> str:

@@ -13,10 +13,11 @@ from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_na
                                                 whole_files)
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
+from recordforge.transforms.run_files import RunFile
 from recordforge.transforms.shard_plan import SplitAssigner
 from recordforge.transforms.statistics import partial_from_json, partial_to_json
 from recordforge.transforms.shards import ShardTuning
-from recordforge.transforms.spill import RunBuffer, RunFile
+from recordforge.transforms.spill import RunBuffer
 from recordforge.transforms.tfrecordio import iter_records
 
 LOCAL = fsspec.filesystem("file")

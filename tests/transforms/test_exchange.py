@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from recordforge.transforms import exchange, spill, tfrecordio
+from recordforge.transforms import bucket_writers, exchange, run_files, tfrecordio
 from recordforge.transforms.shard_plan import SampleEntry, SpillRecord, sample_of
 from recordforge.transforms.shards import ShardTuning, WriteShards
 
@@ -45,7 +45,7 @@ def _packet(keys, examples, width):
     sizes = np.array([len(example) + 16 for example in examples], dtype="<u4")
     if width > 0:
         key_field = b"".join(keys)
-    elif width == spill.KEY_VARIABLE:
+    elif width == run_files.KEY_VARIABLE:
         key_field = tuple(keys)
     else:
         key_field = None
@@ -69,7 +69,7 @@ def test_split_stats_add_up_and_keep_the_sample_as_the_file_exchange_does():
     assert exchange.merge_split_stats(halves, 50) == (rows, nbytes, sample)
 
 
-@pytest.mark.parametrize("width", [16, spill.KEY_VARIABLE])
+@pytest.mark.parametrize("width", [16, run_files.KEY_VARIABLE])
 def test_bucket_of_keys_is_the_range_holding_each_key(width):
     rng = random.Random(2)
     if width > 0:
@@ -87,7 +87,7 @@ def test_bucket_of_keys_is_the_range_holding_each_key(width):
     assert got == [bisect.bisect_right(bounds, key) - 1 for key in keys]
 
 
-@pytest.mark.parametrize("width", [16, spill.KEY_VARIABLE, spill.KEY_IS_EXAMPLE])
+@pytest.mark.parametrize("width", [16, run_files.KEY_VARIABLE, run_files.KEY_IS_EXAMPLE])
 def test_split_packet_gives_every_row_to_its_bucket_once(width):
     rng = random.Random(3)
     examples = [rng.randbytes(rng.randint(1, 50)) for _ in range(500)]
@@ -97,18 +97,18 @@ def test_split_packet_gives_every_row_to_its_bucket_once(width):
     seen = []
     for bucket, (piece_width, piece_keys, data, sizes) in pieces:
         assert piece_width == width
-        rows = spill.RunSlice(None, memoryview(data),
-                              np.frombuffer(sizes, "<u4").astype(np.int64)).examples()
+        rows = run_files.RunSlice(None, memoryview(data),
+                                  np.frombuffer(sizes, "<u4").astype(np.int64)).examples()
         if width > 0:
             row_keys = [piece_keys[i:i + 16] for i in range(0, len(piece_keys), 16)]
-        elif width == spill.KEY_VARIABLE:
+        elif width == run_files.KEY_VARIABLE:
             row_keys = list(piece_keys)
         else:
             row_keys = rows
         for key in row_keys:
             assert bisect.bisect_right(bounds, key) - 1 == bucket
         seen += list(zip(row_keys, rows))
-    expected = list(zip(keys if width != spill.KEY_IS_EXAMPLE else examples, examples))
+    expected = list(zip(keys if width != run_files.KEY_IS_EXAMPLE else examples, examples))
     assert sorted(seen) == sorted(expected)
 
 
@@ -123,8 +123,8 @@ def test_a_bucket_sorted_on_local_disk_equals_the_one_sorted_in_memory(tmp_path,
 
     def sort(memory_bytes, fan_in):
         with open(tmp_path / f"{memory_bytes}-{fan_in}", "w+b") as out:
-            writer = spill.ChunkWriter(out, compression=compression, chunk_bytes=20_000,
-                                       gzip_level=3)
+            writer = bucket_writers.ChunkWriter(out, compression=compression, chunk_bytes=20_000,
+                                                gzip_level=3)
             exchange.sort_bucket_packets(iter(packets), writer, memory_bytes=memory_bytes,
                                          fan_in=fan_in, prefix_len=64, index_every=1000)
             chunks = writer.close()
@@ -194,13 +194,13 @@ def test_a_shard_is_assembled_only_when_every_bucket_reported():
     ends = {3: (2, 10, 900), 4: (0, 0, 0), 5: (1, 4, 300)}
     pieces = {(3, 0): 1, (3, 1): 1, (5, 0): 1}
     assert exchange.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
-    with pytest.raises(spill.RunFileError, match="bucket 6 did not report"):
+    with pytest.raises(run_files.RunFileError, match="bucket 6 did not report"):
         exchange.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
-    with pytest.raises(spill.RunFileError, match="piece 1 of bucket 3 is missing"):
+    with pytest.raises(run_files.RunFileError, match="piece 1 of bucket 3 is missing"):
         exchange.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
-    with pytest.raises(spill.RunFileError, match="bucket 5 sent rows the plan did not"):
+    with pytest.raises(run_files.RunFileError, match="bucket 5 sent rows the plan did not"):
         exchange.assemble_shard("s", (3, 4), ends, pieces)
-    with pytest.raises(spill.RunFileError, match="got 4 pieces"):
+    with pytest.raises(run_files.RunFileError, match="got 4 pieces"):
         exchange.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
 
 

@@ -17,7 +17,7 @@ import random
 import pytest
 from tfrecord import example_pb2
 
-from recordforge.transforms import shards, spill, tfrecordio
+from recordforge.transforms import bucket_sort, shards, spill, tfrecordio
 from recordforge.transforms.shard_plan import SplitAssigner
 
 SPLITS = [("train", 0.75), ("test", 0.25)]
@@ -312,10 +312,10 @@ def test_measuring_a_bucket_gives_what_planning_it_does(tmp_path, seed):
     bounds = sorted(rng.randbytes(16) for _ in range(2))
     for lo, hi in ((b"", None), (bounds[0], bounds[1]), (b"", bounds[0]), (bounds[1], None)):
         bucket = BucketRange("train", 0, lo, hi)
-        measured = spill.measure_bucket(bucket, runs, "runs.json")
-        planned = spill.plan_bucket(bucket, runs, "runs.json", scratch_dir=str(tmp_path),
-                                    chunk_bytes=4096, memory_bytes=1 << 30, fan_in=64,
-                                    prefix_len=tuning.prefix_len, index_every=256)
+        measured = bucket_sort.measure_bucket(bucket, runs, "runs.json")
+        planned = bucket_sort.plan_bucket(bucket, runs, "runs.json", scratch_dir=str(tmp_path),
+                                          chunk_bytes=4096, memory_bytes=1 << 30, fan_in=64,
+                                          prefix_len=tuning.prefix_len, index_every=256)
         assert sum(c.length for c in measured.chunks) == sum(c.length for c in planned.chunks)
         assert sum(c.num_records for c in measured.chunks) == sum(
             c.num_records for c in planned.chunks)

@@ -12,7 +12,8 @@ import fsspec
 import numpy as np
 import pytest
 
-from recordforge.transforms import spill, tfrecordio
+from recordforge.transforms import (bucket_sort, bucket_writers, row_order, run_files, spill,
+                                    tfrecordio)
 from recordforge.transforms.shard_plan import (
     BucketChunks,
     BucketRange,
@@ -267,9 +268,9 @@ def _written_and_planned(tmp_path, rng, memory_bytes: int, fan_in: int):
     bucket = BucketRange("train", 3, b"\x10", None)
     options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
                    fan_in=fan_in, prefix_len=8, index_every=4096)
-    written = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
-                                compression="none", chunk_bytes=6000, gzip_level=3, **options)
-    planned = spill.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
+    written = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
+                                      compression="none", chunk_bytes=6000, gzip_level=3, **options)
+    planned = bucket_sort.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
     return runs, bucket, options, written, planned
 
 
@@ -293,8 +294,8 @@ def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_byt
     pieces, rows = [], []
     for shard in shards_touched(start, start + len(data), thresholds):
         out = io.BytesIO()
-        got_rows, got_bytes = spill.write_bucket_rows(out, bucket, start, thresholds, shard,
-                                                      runs, **options)
+        got_rows, got_bytes = bucket_sort.write_bucket_rows(out, bucket, start, thresholds, shard,
+                                                            runs, **options)
         assert got_bytes == len(out.getvalue())
         pieces.append(out.getvalue())
         rows += [shard] * got_rows
@@ -323,9 +324,10 @@ def _rows(rng, count, key_is_example=False, width=None):
 
 def _write_rows(fileobj, rows, kind, **options):
     keys = None if kind == "example" else [key for key, _ in rows]
-    width = {"example": spill.KEY_IS_EXAMPLE, "variable": spill.KEY_VARIABLE, "fixed": 6}[kind]
-    return spill.write_sorted_run(fileobj, keys, [example for _, example in rows],
-                                  key_width=width, **options)
+    width = {"example": run_files.KEY_IS_EXAMPLE, "variable": run_files.KEY_VARIABLE,
+             "fixed": 6}[kind]
+    return run_files.write_sorted_run(fileobj, keys, [example for _, example in rows],
+                                      key_width=width, **options)
 
 
 def _pairs(run_slice):
@@ -345,7 +347,7 @@ def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
         shuffled = rows[:]
         rng.shuffle(shuffled)  # write_sorted_run sorts
         assert _write_rows(fileobj, shuffled, kind, prefix_len=6, index_every=2000) == len(rows)
-    run = spill.RunFile(path)
+    run = run_files.RunFile(path)
     assert run.num_records == len(rows) and len(run.offsets) > 50
     assert _pairs(run.read(b"", None)) == rows
     for _ in range(60):
@@ -367,8 +369,8 @@ def test_sorted_order_breaks_ties_by_example():
     examples = [b"3", b"9", b"1", b"2", b"0", b"2"]
     fixed = np.frombuffer(b"".join(keys), dtype="S1")
     expected = sorted(range(6), key=lambda row: (keys[row], examples[row]))
-    assert spill.sorted_order(fixed, examples.__getitem__) == expected
-    assert spill.sorted_order(keys, examples.__getitem__) == expected
+    assert row_order.sorted_order(fixed, examples.__getitem__) == expected
+    assert row_order.sorted_order(keys, examples.__getitem__) == expected
 
 
 def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
@@ -376,8 +378,8 @@ def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
     buffer = io.BytesIO()
     _write_rows(buffer, _rows(random.Random(1), 50), "variable", prefix_len=8, index_every=100)
     path.write_bytes(buffer.getvalue()[:-3])
-    with pytest.raises(spill.RunFileError, match="r.run"):
-        spill.RunFile(str(path))
+    with pytest.raises(run_files.RunFileError, match="r.run"):
+        run_files.RunFile(str(path))
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
@@ -388,7 +390,7 @@ def test_run_file_reads_mapped_local_runs_and_other_filesystems_alike(tmp_path, 
             else f"memory://{tmp_path.name}-{where}/r.run")
     with fsspec.open(path, "wb") as fileobj:
         _write_rows(fileobj, rows, "variable", prefix_len=8, index_every=2000)
-    run = spill.RunFile(path)
+    run = run_files.RunFile(path)
     lo, hi = rows[200][0], rows[600][0]
     for mapped in (False, True):
         assert _pairs(run.read(b"", None, mapped)) == rows
@@ -408,8 +410,8 @@ def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
     struct.pack_into("<I", data, sizes_offset + 4 * 49, 1 << 20)  # the last row's size
     path.write_bytes(bytes(data))
     for mapped in (False, True):
-        with pytest.raises(spill.RunFileError, match="r.run: record cut short"):
-            spill.RunFile(str(path)).read(b"", None, mapped)
+        with pytest.raises(run_files.RunFileError, match="r.run: record cut short"):
+            run_files.RunFile(str(path)).read(b"", None, mapped)
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):
@@ -417,7 +419,7 @@ def test_run_stream_reads_records_larger_than_a_block(tmp_path):
     path = str(tmp_path / "big.run")
     with open(path, "wb") as fileobj:
         _write_rows(fileobj, rows, "variable", prefix_len=4, index_every=1 << 30)
-    run = spill.RunFile(path)
+    run = run_files.RunFile(path)
     assert [(key, example) for key, example, _ in run.stream(b"", None)] == rows
 
 
@@ -441,19 +443,19 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, c
     bucket = BucketRange("train", 0, b"\x20", b"\xe0")
     options = dict(compression=compression, chunk_bytes=8000, gzip_level=3, prefix_len=8,
                    index_every=4096)
-    in_memory = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "a"),
-                                  scratch_dir=str(tmp_path / "sa"), memory_bytes=1 << 30,
-                                  fan_in=64, **options)
-    merged = spill.sort_bucket(bucket, runs, out_dir=str(tmp_path / "b"),
-                               scratch_dir=str(tmp_path / "sb"), memory_bytes=0, fan_in=2,
-                               **options)
+    in_memory = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "a"),
+                                        scratch_dir=str(tmp_path / "sa"), memory_bytes=1 << 30,
+                                        fan_in=64, **options)
+    merged = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "b"),
+                                     scratch_dir=str(tmp_path / "sb"), memory_bytes=0, fan_in=2,
+                                     **options)
     with open(in_memory.path, "rb") as one, open(merged.path, "rb") as two:
         assert one.read() == two.read()
     assert in_memory.chunks == merged.chunks
     assert not list((tmp_path / "sb").iterdir())  # intermediate merges removed
 
     expected = sorted(row for run in runs
-                      for row in _pairs(spill.RunFile(run.path).read(bucket.lo, bucket.hi)))
+                      for row in _pairs(run_files.RunFile(run.path).read(bucket.lo, bucket.hi)))
     data = open(in_memory.path, "rb").read()
     records = []
     for chunk in in_memory.chunks:
@@ -483,10 +485,10 @@ def test_a_planned_bucket_has_the_chunks_and_any_range_the_bytes_of_the_written_
     ends = [chunk.offset + chunk.length for chunk in written.chunks]
     for start, stop in [(0, len(data)), (0, ends[0]), (ends[1], ends[4]), (ends[-2], len(data))]:
         out = io.BytesIO()
-        spill.write_bucket_range(out, bucket, start, stop - start, runs, **options)
+        bucket_sort.write_bucket_range(out, bucket, start, stop - start, runs, **options)
         assert out.getvalue() == data[start:stop]
-    with pytest.raises(spill.RunFileError, match="ends before byte"):
-        spill.write_bucket_range(io.BytesIO(), bucket, 0, len(data) + 1, runs, **options)
+    with pytest.raises(run_files.RunFileError, match="ends before byte"):
+        bucket_sort.write_bucket_range(io.BytesIO(), bucket, 0, len(data) + 1, runs, **options)
 
 
 def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path):
@@ -503,23 +505,23 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
         for bucket in buckets:
             # What the bucket holds, read without the shared buffer.
             expected = sorted(row for run in runs for row in
-                              _pairs(spill.RunFile(run.path).read(bucket.lo, bucket.hi)))
+                              _pairs(run_files.RunFile(run.path).read(bucket.lo, bucket.hi)))
             size = sum(len(tfrecordio.frame_records([example])) for _, example in expected)
             out = io.BytesIO()
-            spill.write_bucket_range(out, bucket, 0, size, runs, **options)
+            bucket_sort.write_bucket_range(out, bucket, 0, size, runs, **options)
             records = list(tfrecordio.iter_records(io.BytesIO(out.getvalue()), compression="none"))
             assert records == [example for _, example in expected] and records
-        spill.release_read_arena()
+        bucket_sort.release_read_arena()
 
 
 def test_sort_bucket_rejects_a_run_that_does_not_match_its_report(tmp_path):
     runs = _write_runs(tmp_path, random.Random(2), 20, 1)
     wrong = [runs[0]._replace(num_records=21)]
-    with pytest.raises(spill.RunFileError, match="run0.run"):
-        spill.sort_bucket(BucketRange("train", 0, b"", None), wrong, out_dir=str(tmp_path),
-                          scratch_dir=str(tmp_path), compression="none", chunk_bytes=100,
-                          gzip_level=3, memory_bytes=1 << 20, fan_in=4, prefix_len=8,
-                          index_every=4096)
+    with pytest.raises(run_files.RunFileError, match="run0.run"):
+        bucket_sort.sort_bucket(BucketRange("train", 0, b"", None), wrong, out_dir=str(tmp_path),
+                                scratch_dir=str(tmp_path), compression="none", chunk_bytes=100,
+                                gzip_level=3, memory_bytes=1 << 20, fan_in=4, prefix_len=8,
+                                index_every=4096)
 
 
 def test_gzip_chunks_track_the_target_size_on_disk():
@@ -527,7 +529,8 @@ def test_gzip_chunks_track_the_target_size_on_disk():
     words = [rng.randbytes(4).hex() for _ in range(300)]
     examples = [" ".join(rng.choices(words, k=rng.randint(20, 80))).encode() for _ in range(20000)]
     buffer = io.BytesIO()
-    writer = spill.ChunkWriter(buffer, compression="gzip", chunk_bytes=20_000, gzip_level=3)
+    writer = bucket_writers.ChunkWriter(buffer, compression="gzip", chunk_bytes=20_000,
+                                        gzip_level=3)
     writer.write_many(examples)
     chunks = writer.close()
     sizes = [chunk.length for chunk in chunks[1:-1]]  # the first learns the ratio

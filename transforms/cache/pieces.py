@@ -6,7 +6,7 @@ A piece is a summary file and one run file per split the unit had rows of:
     <file key>.<unit>-of-<count>.s<split>.run   the split's rows, sorted
 
 The run files are the shard writer's own sorted runs (`spill.RunBuffer`,
-the format `spill` documents), so a reused unit's rows go to the shard
+the format `run_files` documents), so a reused unit's rows go to the shard
 writer as they are: not read, hashed, sorted or written again. The summary
 holds the rest of what the unit gave, as the converting step gave it: dead
 letters of reading and checking, label counts, statistics (the unit's
@@ -45,14 +45,15 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
-from ..spill import KEY_VARIABLE, RunBuffer, RunFile
+from ..run_files import KEY_VARIABLE, RunFile
+from ..spill import RunBuffer
 from ..statistics import partial_from_json, partial_to_json
 from ..tfrecordio import TFRecordError, frame_records, iter_records
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
 
-# The summary's format and, with it, the runs' (`spill`'s run format): change it
+# The summary's format and, with it, the runs' (`run_files`' format): change it
 # when either changes, and every cached piece is rebuilt (it is part of the
 # encoding key, `pipelines.cache.encoding_key`).
 FORMAT = "recordforge.piece/2"

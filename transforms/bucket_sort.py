@@ -1,0 +1,334 @@
+"""Sorting a bucket from the runs of its split, and writing it out.
+
+No Beam. A bucket is a key range of one split (`shard_plan.BucketRange`).
+Its rows are read from every run of the split (`run_files.RunFile`) and
+given in ``(key, example)`` order to a writer (`bucket_writers`):
+
+- `sort_bucket` (gzip output) writes a bucket file: the bucket's rows in
+  order, as consecutive chunks, each one gzip member (`ChunkWriter`);
+- `plan_bucket` (plain output) plans the same chunks without writing
+  anything (they depend on the records' sizes only) and names the bucket
+  by a `spill.bucket_reference`; each shard then writes its byte range of
+  the sorted bucket straight from the runs (`write_bucket_range`), or,
+  when shards are cut at rows, its rows (`write_bucket_rows`), for which
+  `measure_bucket` adds up a bucket's size and largest row instead of
+  sorting it; `sort_bucket` still writes plain chunks, with the same
+  boundaries, for tests and tools;
+- `merge_runs` gives a writer every row of some runs (the shuffle
+  exchange's sorts on local disk).
+
+Memory: a bucket is sorted in memory only when its key ranges fit
+`memory_bytes`; otherwise the sorted ranges are merged as streams, with
+intermediate merges when there are more than `fan_in` of them. While a
+bucket is only planned, local runs' records are mapped rather than read
+(`RunFile._records`): planning needs their sizes, not their bytes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import uuid
+from typing import BinaryIO, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .bucket_writers import ChunkWriter, ShardRowsWriter, WindowWriter
+from .page_cache import WriteBehind
+from .row_order import sorted_order
+from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
+                        RunFileError, RunSlice, RunWriter)
+from .shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
+from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
+
+__all__ = [
+    "measure_bucket",
+    "merge_runs",
+    "plan_bucket",
+    "release_read_arena",
+    "sort_bucket",
+    "write_bucket_range",
+    "write_bucket_rows",
+]
+
+
+def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
+                scratch_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
+                memory_bytes: int, fan_in: int, prefix_len: int,
+                index_every: int) -> BucketChunks:
+    """Reads the bucket's key range from every run of its split, sorts it and
+    writes it as chunks to a new file (unique name) under `out_dir`.
+
+    Sorting happens in memory when the ranges add up to at most
+    `memory_bytes`, else by a streaming k-way merge (the runs are sorted),
+    with intermediate merge files under `scratch_dir` when there are more
+    than `fan_in` ranges. Raises RunFileError when a run's record count
+    differs from what the spill step reported.
+    """
+    out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
+    with open_for_write(out_path) as fileobj:
+        on_disk = WriteBehind(fileobj)  # read once, by the shard that copies it
+        writer = ChunkWriter(on_disk, compression=compression, chunk_bytes=chunk_bytes,
+                             gzip_level=gzip_level)
+        _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+                   fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+        chunks = writer.close()
+        on_disk.finish(durable=False)
+    return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
+
+
+def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
+                scratch_dir: str, chunk_bytes: int, memory_bytes: int, fan_in: int,
+                prefix_len: int, index_every: int) -> BucketChunks:
+    """`sort_bucket` for plain output, writing nothing: the chunks (which
+    depend on the sorted records' sizes only) are planned, and the
+    BucketChunks' path is a `spill.bucket_reference` from which
+    `write_bucket_range` writes any planned byte range later, straight
+    from the runs. Same chunks as `sort_bucket`; also the largest row."""
+    writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    chunks = tuple(writer.close())
+    return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
+                        chunks, writer.max_record)
+
+
+def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str
+                   ) -> BucketChunks:
+    """`plan_bucket` for shards cut at rows, which need only a bucket's size
+    and its largest row (`shard_plan.plan_row_shards`): the rows' sizes in
+    the bucket's key range of every run are added up, not sorted. The one
+    chunk spans the whole bucket."""
+    total = count = largest = 0
+    for run in runs:
+        part = RunFile(run.path)
+        try:
+            rows = part.read(bucket.lo, bucket.hi, mapped=True)
+            if len(rows.sizes):
+                total += int(rows.sizes.sum())
+                count += len(rows.sizes)
+                largest = max(largest, int(rows.sizes.max()))
+            del rows
+        finally:
+            part.release()
+    chunks = (Chunk(0, total, count),) if count else ()
+    return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
+                        chunks, largest)
+
+
+def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,
+                       runs: Iterable[RunInfo], *, scratch_dir: str, memory_bytes: int,
+                       fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Writes bytes ``[start, start + length)`` of a planned bucket (see
+    `plan_bucket`; `spill.parse_bucket_reference` gives the bucket and its run
+    list) to `out`, sorting its rows from the runs again. Raises
+    RunFileError when the bucket is shorter."""
+    writer = WindowWriter(out, start, start + length)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    if not writer.done:
+        raise RunFileError(f"bucket {bucket.index} of split {bucket.split!r} ends before "
+                           f"byte {start + length}")
+
+
+def write_bucket_rows(out: BinaryIO, bucket: BucketRange, start: int, thresholds: np.ndarray,
+                      shard: int, runs: Iterable[RunInfo], *, scratch_dir: str,
+                      memory_bytes: int, fan_in: int, prefix_len: int,
+                      index_every: int) -> tuple[int, int]:
+    """Writes to `out` the rows of a planned bucket (see `plan_bucket`)
+    that shard `shard` holds when shards are cut at rows, sorting the
+    bucket from the runs again; `start` is the bucket's first byte in the
+    split. Returns (rows, bytes) written."""
+    writer = ShardRowsWriter(out, start, thresholds, shard)
+    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+    return writer.rows, writer.written
+
+
+def merge_runs(writer, runs: Sequence[RunInfo], *, scratch_dir: str, memory_bytes: int,
+               fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Gives `writer` (a ChunkWriter) every row of `runs` (run files of one
+    split) in ``(key, example)`` order: sorted in memory when they fit
+    `memory_bytes`, else merged as streams (intermediate merge runs under
+    `scratch_dir` when there are more than `fan_in`)."""
+    splits = {run.split for run in runs}
+    if len(splits) > 1:
+        raise ValueError(f"runs of several splits: {sorted(splits)}")
+    whole = BucketRange(splits.pop() if splits else "", 0, b"", None)
+    _sort_into(writer, whole, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
+               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
+
+
+def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_dir: str,
+               memory_bytes: int, fan_in: int, prefix_len: int, index_every: int) -> None:
+    """Gives `writer` (one of `bucket_writers`) the bucket's records
+    in order: sorted in memory, or merged as streams (see `sort_bucket`)."""
+    parts: list[RunFile] = []
+    estimate = 0
+    for run in sorted(runs, key=lambda run: run.path):
+        if run.split != bucket.split:
+            continue
+        run_file = RunFile(run.path)
+        if run_file.num_records != run.num_records:
+            raise RunFileError(
+                f"{run.path}: holds {run_file.num_records} records, the spill step "
+                f"reported {run.num_records}")
+        rows, size = run_file.estimate(bucket.lo, bucket.hi)
+        if rows:
+            parts.append(run_file)
+            estimate += size + rows * ROW_OVERHEAD
+    try:
+        if estimate <= memory_bytes:
+            _sort_in_memory(writer, bucket, parts)
+            return
+        scratch: list[str] = []
+        try:
+            streams = _reduce_fan_in(parts, bucket, scratch_dir, scratch, fan_in=fan_in,
+                                     prefix_len=prefix_len, index_every=index_every)
+            _write_stream(writer, heapq.merge(*streams))
+        finally:
+            for path in scratch:
+                remove_file(path)
+    finally:
+        for run_file in parts:
+            run_file.release()
+
+
+def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
+    if not writer.writes_bytes:
+        slices = [run_file.read(bucket.lo, bucket.hi, mapped=True) for run_file in parts]
+    else:
+        sizes = [run_file.estimate(bucket.lo, bucket.hi)[1] for run_file in parts]
+        arena = _read_arena(sum(sizes))
+        slices = []
+        for run_file, start, size in zip(parts, np.cumsum(sizes) - sizes, sizes):
+            slices.append(run_file.read(bucket.lo, bucket.hi, into=arena[start:start + size]))
+    slices = [rows for rows in slices if len(rows.sizes)]
+    if slices:
+        # Fixed-width keys are sorted by numpy; a mix of key kinds (no
+        # shuffle) is compared as bytes.
+        fixed = {run_file.key_width for run_file in parts}
+        width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
+        if width == KEY_IS_EXAMPLE:
+            width = KEY_VARIABLE
+        _write_in_order(writer, slices, width)
+
+
+def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
+    """Writes the rows of several sorted slices in ``(key, example)`` order,
+    gathering a block of rows at a time from the slices (no copy of the
+    whole bucket)."""
+    if len(slices) == 1:
+        only = slices[0]
+        writer.write_framed(only.data if writer.needs_bytes(len(only.data)) else None,
+                            only.sizes)
+        return
+    views = [rows.data for rows in slices]
+    sizes = np.concatenate([rows.sizes for rows in slices])
+    starts = np.concatenate([np.cumsum(rows.sizes) - rows.sizes for rows in slices])
+    sources = np.repeat(np.arange(len(slices)), [len(rows.sizes) for rows in slices])
+
+    def example_at(row: int) -> bytes:
+        start = int(starts[row])
+        return bytes(views[sources[row]][start + RECORD_HEADER:start + int(sizes[row]) - 4])
+
+    if key_width > 0:
+        keys = np.concatenate([rows.keys for rows in slices])
+    else:
+        keys = [key for rows in slices for key in rows.keys]
+    order = np.asarray(sorted_order(keys, example_at), dtype=np.int64)
+    del keys
+    step = max(1, len(order) * BLOCK // max(1, int(sizes.sum())))
+    for first in range(0, len(order), step):
+        rows = order[first:first + step]
+        row_sizes = sizes[rows]
+        if not writer.needs_bytes(int(row_sizes.sum())):
+            writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
+            continue
+        row_starts = starts[rows]
+        block = b"".join([views[source][start:stop] for source, start, stop in
+                          zip(sources[rows].tolist(), row_starts.tolist(),
+                              (row_starts + row_sizes).tolist())])
+        writer.write_framed(block, row_sizes)
+
+
+def _write_stream(writer: ChunkWriter, rows: Iterator[tuple]) -> None:
+    """Writes merged ``(key, example, framed)`` rows a block at a time."""
+    block: list = []
+    pending = 0
+    for row in rows:
+        block.append(row[2])
+        pending += len(row[2])
+        if pending >= BLOCK:
+            _write_framed_list(writer, block)
+            block, pending = [], 0
+    _write_framed_list(writer, block)
+
+
+def _write_framed_list(writer: ChunkWriter, framed: list) -> None:
+    if framed:
+        sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
+        writer.write_framed(b"".join(framed), sizes)
+
+
+_ARENAS = threading.local()
+
+
+def _read_arena(nbytes: int) -> memoryview:
+    """A buffer of at least `nbytes` for one bucket's records, kept for the
+    same thread's next buckets. A new buffer per bucket is memory fresh from
+    the kernel every time (large allocations are mapped and unmapped), whose
+    page faults cost as much as the read itself; one per thread is safe with
+    runners that process bundles in several threads. `release_read_arena`
+    frees it."""
+    arena = getattr(_ARENAS, "buffer", None)
+    if arena is None or len(arena) < nbytes:
+        arena = bytearray(nbytes)
+        _ARENAS.buffer = arena
+    return memoryview(arena)
+
+
+def release_read_arena() -> None:
+    """Frees this thread's bucket buffer (at the end of a bundle: it should
+    not add to the memory of whatever the worker does next)."""
+    _ARENAS.buffer = None
+
+
+def _reduce_fan_in(parts: list[RunFile], bucket: BucketRange, scratch_dir: str,
+                   scratch: list[str], *, fan_in: int, prefix_len: int,
+                   index_every: int) -> list[Iterator[tuple]]:
+    """Streams over the bucket's ranges, merged into at most `fan_in` streams
+    by writing intermediate sorted runs (their names appended to `scratch`)."""
+    while len(parts) > fan_in:
+        merged = []
+        for group_start in range(0, len(parts), fan_in):
+            group = parts[group_start:group_start + fan_in]
+            if len(group) == 1:
+                merged.append(group[0])
+                continue
+            path = join_path(scratch_dir, f"{uuid.uuid4().hex}.merge")
+            scratch.append(path)
+            widths = {run_file.key_width for run_file in group}
+            width = widths.pop() if len(widths) == 1 else KEY_VARIABLE
+            _merge_to_run(path, heapq.merge(*(run.stream(bucket.lo, bucket.hi) for run in group)),
+                          key_width=width, prefix_len=prefix_len, index_every=index_every)
+            merged.append(RunFile(path))
+        parts = merged
+    return [run.stream(bucket.lo, bucket.hi) for run in parts]
+
+
+def _merge_to_run(path: str, rows: Iterator[tuple], **options) -> None:
+    with open_for_write(path) as fileobj:
+        writer = RunWriter(fileobj, **options)
+        keys: list[bytes] = []
+        examples: list[bytes] = []
+        pending = 0
+        for key, example, _ in rows:
+            keys.append(key)
+            examples.append(example)
+            pending += len(example)
+            if pending >= BLOCK:
+                writer.add(None if options["key_width"] == KEY_IS_EXAMPLE else keys, examples)
+                keys, examples, pending = [], [], 0
+        writer.add(None if options["key_width"] == KEY_IS_EXAMPLE else keys, examples)
+        writer.close()
