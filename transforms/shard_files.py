@@ -1,7 +1,8 @@
 """Putting one shard file in staging: written once, under its final name, hashed as it goes.
 
 Both shard writers (the file exchange of `shards.py` and the shuffle
-exchange of `exchange.py`) end in `publish_shard`:
+exchange of `exchange.py`, through `exchange_steps.ShardFileFn`) end in
+`publish_shard`:
 
 - On the local disk a shard is written under a temporary name, synced,
   then renamed; on an object store, whose objects appear only when

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from recordforge.transforms import bucket_writers, exchange, run_files, tfrecordio
+from recordforge.transforms import (bucket_writers, exchange_chunks, exchange_packets,
+                                    exchange_rows, run_files, tfrecordio)
 from recordforge.transforms.shard_plan import SampleEntry, SpillRecord, sample_of
 from recordforge.transforms.shards import ShardTuning, WriteShards
 
@@ -60,13 +61,14 @@ def test_split_stats_add_up_and_keep_the_sample_as_the_file_exchange_does():
     entries = [SampleEntry(rng.randrange(1 << 40), rng.randbytes(16), rng.randrange(100, 999))
                for _ in range(300)]
     parts = [(3, 300, tuple(entries[i:i + 40])) for i in range(0, 300, 20)]  # overlapping
-    rows, nbytes, sample = exchange.merge_split_stats(parts, sample_size=50)
+    rows, nbytes, sample = exchange_chunks.merge_split_stats(parts, sample_size=50)
     assert (rows, nbytes) == (45, 4500)
     records = [SpillRecord("train", "run", 1, 1, part[2]) for part in parts]
     assert list(sample) == sample_of(records, 50)
     # Merging in any grouping gives the same result (a combine's contract).
-    halves = [exchange.merge_split_stats(parts[:7], 50), exchange.merge_split_stats(parts[7:], 50)]
-    assert exchange.merge_split_stats(halves, 50) == (rows, nbytes, sample)
+    halves = [exchange_chunks.merge_split_stats(parts[:7], 50),
+              exchange_chunks.merge_split_stats(parts[7:], 50)]
+    assert exchange_chunks.merge_split_stats(halves, 50) == (rows, nbytes, sample)
 
 
 @pytest.mark.parametrize("width", [16, run_files.KEY_VARIABLE])
@@ -80,7 +82,7 @@ def test_bucket_of_keys_is_the_range_holding_each_key(width):
         keys = [rng.randbytes(rng.randint(0, 6)) for _ in range(2000)] + [b"ab", b"ab\0"]
     bounds = [b""] + sorted({key[:rng.randint(1, 3)] for key in rng.sample(keys, 30)} | {b"ab"})
     field = b"".join(keys) if width > 0 else keys
-    got = exchange.bucket_of_keys(bounds, width, field).tolist()
+    got = exchange_packets.bucket_of_keys(bounds, width, field).tolist()
     for key, bucket in zip(keys, got):
         upper = bounds[bucket + 1] if bucket + 1 < len(bounds) else None
         assert bounds[bucket] <= key and (upper is None or key < upper), (key, bucket)
@@ -93,7 +95,7 @@ def test_split_packet_gives_every_row_to_its_bucket_once(width):
     examples = [rng.randbytes(rng.randint(1, 50)) for _ in range(500)]
     keys = [rng.randbytes(16) if width > 0 else rng.randbytes(3) for _ in examples]
     bounds = [b""] + sorted({key[:2] for key in rng.sample(keys, 9)})
-    pieces = exchange.split_packet(_packet(keys, examples, width), bounds)
+    pieces = exchange_packets.split_packet(_packet(keys, examples, width), bounds)
     seen = []
     for bucket, (piece_width, piece_keys, data, sizes) in pieces:
         assert piece_width == width
@@ -125,8 +127,9 @@ def test_a_bucket_sorted_on_local_disk_equals_the_one_sorted_in_memory(tmp_path,
         with open(tmp_path / f"{memory_bytes}-{fan_in}", "w+b") as out:
             writer = bucket_writers.ChunkWriter(out, compression=compression, chunk_bytes=20_000,
                                                 gzip_level=3)
-            exchange.sort_bucket_packets(iter(packets), writer, memory_bytes=memory_bytes,
-                                         fan_in=fan_in, prefix_len=64, index_every=1000)
+            exchange_packets.sort_bucket_packets(iter(packets), writer,
+                                                 memory_bytes=memory_bytes, fan_in=fan_in,
+                                                 prefix_len=64, index_every=1000)
             chunks = writer.close()
             out.seek(0)
             return chunks, out.read()
@@ -173,9 +176,10 @@ def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_pa
     results = []
     for memory_bytes in (1 << 30, 50_000):  # in memory, and through local runs
         with open(tmp_path / f"{memory_bytes}", "w+b") as out:
-            cutter = exchange.ShardCutter(out, start, thresholds)
-            exchange.sort_bucket_packets(iter(packets), cutter, memory_bytes=memory_bytes,
-                                         fan_in=3, prefix_len=64, index_every=1000)
+            cutter = exchange_rows.ShardCutter(out, start, thresholds)
+            exchange_packets.sort_bucket_packets(iter(packets), cutter,
+                                                 memory_bytes=memory_bytes, fan_in=3,
+                                                 prefix_len=64, index_every=1000)
             out.seek(0)
             results.append((cutter.segments, out.read(), cutter.offset))
     assert results[0] == results[1]
@@ -193,24 +197,24 @@ def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_pa
 def test_a_shard_is_assembled_only_when_every_bucket_reported():
     ends = {3: (2, 10, 900), 4: (0, 0, 0), 5: (1, 4, 300)}
     pieces = {(3, 0): 1, (3, 1): 1, (5, 0): 1}
-    assert exchange.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
+    assert exchange_rows.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
     with pytest.raises(run_files.RunFileError, match="bucket 6 did not report"):
-        exchange.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
+        exchange_rows.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
     with pytest.raises(run_files.RunFileError, match="piece 1 of bucket 3 is missing"):
-        exchange.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
+        exchange_rows.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
     with pytest.raises(run_files.RunFileError, match="bucket 5 sent rows the plan did not"):
-        exchange.assemble_shard("s", (3, 4), ends, pieces)
+        exchange_rows.assemble_shard("s", (3, 4), ends, pieces)
     with pytest.raises(run_files.RunFileError, match="got 4 pieces"):
-        exchange.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
+        exchange_rows.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
 
 
 def test_place_chunks_maps_bucket_bytes_into_shards():
     places = [(0, 30, 0, 70), (30, 50, 1, 0)]  # bucket bytes 0-30 end shard 0; 30-80 start shard 1
     chunks = [(0, b"a" * 10), (10, b"b" * 20), (30, b"c" * 25), (55, b"d" * 25)]
-    assert list(exchange.place_chunks(places, chunks)) == [
+    assert list(exchange_chunks.place_chunks(places, chunks)) == [
         (0, 70, b"a" * 10), (0, 80, b"b" * 20), (1, 0, b"c" * 25), (1, 25, b"d" * 25)]
     with pytest.raises(ValueError, match="overruns"):
-        list(exchange.place_chunks(places, [(20, b"x" * 20)]))
+        list(exchange_chunks.place_chunks(places, [(20, b"x" * 20)]))
 
 
 # -- in Beam -------------------------------------------------------------------

@@ -1,0 +1,220 @@
+"""The shuffle exchange's packets: a batch's rows of one split, cut by bucket and sorted.
+
+No Beam. Rows cross the runner's shuffle (`exchange`) as packets, plain
+tuples ``(key_width, keys, framed records, sizes)``: key_width
+`shard_plan.HASH_SIZE` with keys the concatenated digests,
+`run_files.KEY_VARIABLE` with a tuple of keys, `run_files.KEY_IS_EXAMPLE`
+with keys None (a row's key is its example); sizes are the framed
+records' sizes as little-endian uint32 (`SIZE_DTYPE`). Plain tuples of
+bytes and ints cross Beam's coders without pickling.
+
+A packet is cut into one packet per bucket (`split_packet` by the
+bucket lower bounds, `cut_packet` by each row's bucket), packets are
+joined (`merge_packets`), and a bucket's packets are sorted by
+``(key, example)`` into a writer (`sort_bucket_packets`): in memory up to
+memory_bytes, above it in sorted runs on the worker's local disk
+(`run_files`) merged as streams (`bucket_sort.merge_runs`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import bucket_sort, row_order, run_files
+from .shard_plan import RunInfo
+from .spill import ROW_OVERHEAD
+
+__all__ = ["SIZE_DTYPE", "bucket_of_keys", "cut_packet", "merge_packets", "sort_bucket_packets",
+           "split_packet"]
+
+# A packet's row sizes: little-endian uint32, one per framed record.
+SIZE_DTYPE = np.dtype("<u4")
+
+
+def bucket_of_keys(lower_bounds: Sequence[bytes], key_width: int, keys) -> np.ndarray:
+    """The bucket of each row: the last bucket whose lower bound is at or
+    below the row's key (bounds sorted, the first b""). keys: concatenated
+    fixed-width keys (key_width > 0) or a sequence of bytes."""
+    if key_width > 0:
+        # Bounds are key prefixes; padded with zero bytes they compare with
+        # fixed-width keys as the bytes do (see run_files._bound).
+        bounds = np.array([bound[:key_width].ljust(key_width, b"\0")
+                           for bound in lower_bounds], dtype=f"S{key_width}")
+        array = np.frombuffer(keys, dtype=f"S{key_width}")
+        return np.searchsorted(bounds, array, "right").astype(np.int64) - 1
+    bounds = list(lower_bounds)
+    return np.fromiter((bisect.bisect_right(bounds, key) - 1 for key in keys),
+                       dtype=np.int64, count=len(keys))
+
+
+def _packet_rows(packet) -> tuple[int, object, memoryview, np.ndarray]:
+    key_width, keys, data, raw_sizes = packet
+    return key_width, keys, memoryview(data), np.frombuffer(raw_sizes, dtype=SIZE_DTYPE).astype(
+        np.int64)
+
+
+def _examples_of(data: memoryview, sizes: np.ndarray) -> list[bytes]:
+    return run_files.RunSlice(None, data, sizes).examples()
+
+
+def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple]]:
+    """Cuts a packet into one packet per bucket its rows fall in:
+    ``[(bucket, packet), ...]``."""
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if not len(sizes):
+        return []
+    if len(lower_bounds) == 1:
+        return [(0, packet)]
+    route_keys = keys if key_width != run_files.KEY_IS_EXAMPLE else _examples_of(data, sizes)
+    return cut_packet(packet, bucket_of_keys(lower_bounds, key_width, route_keys))
+
+
+def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:
+    """Cuts a packet into one packet per bucket, given each row's bucket:
+    ``[(bucket, packet), ...]`` in bucket order, rows in packet order."""
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if not len(sizes):
+        return []
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    edges = np.flatnonzero(np.diff(ordered)) + 1
+    starts = np.cumsum(sizes) - sizes
+    pieces = []
+    for first, last in zip([0, *edges.tolist()], [*edges.tolist(), len(order)]):
+        rows = order[first:last]
+        row_sizes = sizes[rows]
+        if last - first == len(sizes):
+            pieces.append((int(ordered[first]), packet))
+            break
+        row_starts = starts[rows].tolist()
+        blob = b"".join([data[start:start + size] for start, size in
+                         zip(row_starts, row_sizes.tolist())])
+        if key_width > 0:
+            part_keys = b"".join([keys[row * key_width:(row + 1) * key_width]
+                                  for row in rows.tolist()])
+        elif key_width == run_files.KEY_VARIABLE:
+            part_keys = tuple(row_order.take(keys, rows.tolist()))
+        else:
+            part_keys = None
+        pieces.append((int(ordered[first]),
+                       (key_width, part_keys, blob, row_sizes.astype(SIZE_DTYPE).tobytes())))
+    return pieces
+
+
+def merge_packets(packets: list[tuple]) -> tuple:
+    """One packet holding the rows of several (same key kind, else keys
+    spelled out as bytes)."""
+    if len(packets) == 1:
+        return packets[0]
+    widths = {packet[0] for packet in packets}
+    width = widths.pop() if len(widths) == 1 else run_files.KEY_VARIABLE
+    data = b"".join(packet[2] for packet in packets)
+    sizes = b"".join(packet[3] for packet in packets)
+    if width > 0:
+        keys = b"".join(packet[1] for packet in packets)
+    elif width == run_files.KEY_IS_EXAMPLE:
+        keys = None
+    else:
+        keys = tuple(key for packet in packets for key in _keys_as_bytes(packet))
+    return width, keys, data, sizes
+
+
+def _keys_as_bytes(packet) -> list[bytes]:
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if key_width > 0:
+        return [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
+    if key_width == run_files.KEY_IS_EXAMPLE:
+        return _examples_of(data, sizes)
+    return list(keys)
+
+
+def _write_sorted(writer, packets: list[tuple]) -> None:
+    """Gives `writer` (a bucket_writers.ChunkWriter) the rows of `packets` ordered by
+    ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time."""
+    packets = [packet for packet in packets if packet[3]]
+    if not packets:
+        return
+    merged = merge_packets(packets)
+    key_width, keys, data, sizes = _packet_rows(merged)
+    starts = np.cumsum(sizes) - sizes
+
+    def example_at(row: int) -> bytes:
+        start = int(starts[row])
+        return bytes(data[start + run_files.RECORD_HEADER:start + int(sizes[row]) - 4])
+
+    if key_width > 0:
+        order_keys = np.frombuffer(keys, dtype=f"S{key_width}")
+    else:
+        order_keys = _keys_as_bytes(merged)
+    order = np.asarray(row_order.sorted_order(order_keys, example_at), dtype=np.int64)
+    del order_keys
+    step = max(1, len(order) * run_files.BLOCK // max(1, int(sizes.sum())))
+    for first in range(0, len(order), step):
+        rows = order[first:first + step]
+        row_sizes = sizes[rows]
+        row_starts = starts[rows].tolist()
+        block = b"".join([data[start:start + size] for start, size in
+                          zip(row_starts, row_sizes.tolist())])
+        writer.write_framed(block, row_sizes)
+
+
+def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
+               index_every: int) -> RunInfo:
+    """Sorts packets into a run file on local disk (the `run_files` format)."""
+    merged = merge_packets([packet for packet in packets if packet[3]])
+    key_width, keys, data, sizes = _packet_rows(merged)
+    examples = _examples_of(data, sizes)
+    if key_width > 0:
+        key_list = [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
+    elif key_width == run_files.KEY_VARIABLE:
+        key_list = list(keys)
+    else:
+        key_list = None
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.run")
+    with open(path, "wb") as fileobj:
+        count = run_files.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
+                                           prefix_len=prefix_len, index_every=index_every)
+    return RunInfo("", path, count, int(sizes.sum()))
+
+
+def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, fan_in: int,
+                        prefix_len: int, index_every: int) -> None:
+    """Sorts a bucket's packets into `writer` (a bucket_writers.ChunkWriter).
+
+    Up to `memory_bytes` (record bytes plus a per-row allowance) are held
+    in memory; above it, each `memory_bytes` is sorted into a run file in a
+    temporary directory of the worker's local disk (removed at the end),
+    and the runs are merged as streams (`bucket_sort.merge_runs`)."""
+    held: list[tuple] = []
+    held_bytes = 0
+    runs: list[RunInfo] = []
+    scratch = None
+    try:
+        for packet in packets:
+            held.append(packet)
+            held_bytes += len(packet[2]) + len(packet[3]) // 4 * ROW_OVERHEAD
+            if held_bytes > memory_bytes:
+                if scratch is None:
+                    scratch = tempfile.mkdtemp(prefix="recordforge-sort-")
+                runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
+                                       index_every=index_every))
+                held, held_bytes = [], 0
+        if not runs:
+            _write_sorted(writer, held)
+            return
+        if any(packet[3] for packet in held):
+            runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
+                                   index_every=index_every))
+        held = []
+        bucket_sort.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
+                               prefix_len=prefix_len, index_every=index_every)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,264 @@
+"""The shuffle exchange's steps when shards are cut at rows (shuffled plain output).
+
+A batch's rows are cut by hash bucket as they are packed
+(`exchange_steps.PackFn`); only their counts cross a combine
+(`BucketSizesFn`), from which each bucket learns its first byte in the
+split and each shard the buckets that may hold its rows
+(`plan_row_cuts`). A bucket's rows are sorted (`CutBucketFn`) through a
+`ShardCutter`, which sends every row to the shard holding its bytes'
+midpoint in the split (`shard_plan.shards_of_rows`), in pieces; a shard
+checks that it got every piece (`assemble_shard`) and is written
+(`WriteCutShardFn`). See `exchange` for the whole path.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import BinaryIO, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from . import run_files
+from .exchange_packets import sort_bucket_packets
+from .exchange_steps import ShardFileFn
+from .gc_tuning import relax_young_collections
+from .metrics import METRICS_NAMESPACE
+from .shard_plan import row_shard_count, row_shard_thresholds, shards_of_rows, shards_touched
+
+__all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "assemble_shard",
+           "plan_row_cuts"]
+
+
+# -- plain logic (no Beam) ---------------------------------------------------
+
+
+class ShardCutter:
+    """Takes a sorted bucket's framed records in order (like a
+    bucket_writers.ChunkWriter) and writes them to `out`, noting which shard each
+    run of records belongs to: records are placed by their bytes' midpoint
+    in the split (`shard_plan.shards_of_rows`), from the bucket's first
+    byte `start` in the split. `segments` lists ``[shard, offset in out,
+    length, rows]`` in order."""
+
+    writes_bytes = True
+
+    def __init__(self, out: BinaryIO, start: int, thresholds: np.ndarray):
+        self._out = out
+        self._thresholds = thresholds
+        self.start = start
+        self.offset = start  # the next record's first byte in the split
+        self.written = 0
+        self.segments: list[list[int]] = []
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return True
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if not len(sizes):
+            return
+        view = memoryview(data)
+        ends = np.cumsum(sizes)
+        shards = shards_of_rows(self.offset + ends - sizes, sizes, self._thresholds)
+        edges = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(sizes)]
+        for first, last in zip(edges[:-1], edges[1:]):
+            shard = int(shards[first])
+            lo = int(ends[first] - sizes[first])
+            hi = int(ends[last - 1])
+            self._out.write(view[lo:hi])
+            if self.segments and self.segments[-1][0] == shard:
+                self.segments[-1][2] += hi - lo
+                self.segments[-1][3] += last - first
+            else:
+                self.segments.append([shard, self.written, hi - lo, last - first])
+            self.written += hi - lo
+        self.offset += int(ends[-1])
+
+
+def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
+                   ) -> list[tuple[int, int]]:
+    """Checks that a shard cut at rows got everything, and gives the order
+    of its pieces: ``[(bucket, piece number), ...]``.
+
+    buckets: the buckets the plan says may hold its rows; ends: bucket ->
+    (pieces sent, rows, bytes), one per bucket that sorted its rows; pieces:
+    (bucket, piece number) -> anything."""
+    missing = sorted(set(buckets) - set(ends))
+    if missing:
+        raise run_files.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
+    extra = sorted(set(ends) - set(buckets))
+    if extra:
+        raise run_files.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
+                                     f"place in this shard")
+    order = []
+    for bucket in sorted(buckets):
+        count = ends[bucket][0]
+        for number in range(count):
+            if (bucket, number) not in pieces:
+                raise run_files.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
+                                             f"missing")
+            order.append((bucket, number))
+    if len(order) != len(pieces):
+        raise run_files.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
+                                     f"{len(order)}")
+    return order
+
+
+# -- Beam steps ---------------------------------------------------------------
+
+
+class BucketSizesFn(beam.CombineFn):
+    """(buckets, rows, bytes, largest row) of a split's batches -> (rows per
+    bucket, bytes per bucket, largest row): int64 arrays of `count`
+    entries. Only counts cross, never rows."""
+
+    def __init__(self, count: int):
+        self._count = count
+
+    def create_accumulator(self):
+        return [np.zeros(self._count, dtype=np.int64), np.zeros(self._count, dtype=np.int64), 0]
+
+    def add_input(self, accumulator, element):
+        present, rows, nbytes, largest = element
+        present = np.frombuffer(present, dtype="<u4").astype(np.intp)
+        accumulator[0][present] += np.frombuffer(rows, dtype="<i8")
+        accumulator[1][present] += np.frombuffer(nbytes, dtype="<i8")
+        accumulator[2] = max(accumulator[2], largest)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = self.create_accumulator()
+        for rows, nbytes, largest in accumulators:
+            merged[0] += rows
+            merged[1] += nbytes
+            merged[2] = max(merged[2], largest)
+        return merged
+
+    def extract_output(self, accumulator):
+        return tuple(accumulator)
+
+
+def plan_row_cuts(split_sizes, *, shard_size: int):
+    """(split, (rows per bucket, bytes per bucket, largest row)) -> for each
+    bucket holding rows, ((split, bucket), ("plan", (first byte, bytes,
+    total, shard count))); for each shard, ((split, shard), ("spec",
+    (shard count, buckets that may hold its rows)))."""
+    split, (rows, nbytes, largest) = split_sizes
+    total = int(nbytes.sum())
+    count = row_shard_count(total, shard_size, largest)
+    thresholds = row_shard_thresholds(total, count)
+    starts = np.cumsum(nbytes) - nbytes
+    expected: list[list[int]] = [[] for _ in range(count)]
+    for bucket in np.flatnonzero(rows).tolist():
+        start, size = int(starts[bucket]), int(nbytes[bucket])
+        yield ((split, bucket), ("plan", (start, size, total, count)))
+        for shard in shards_touched(start, start + size, thresholds):
+            expected[shard].append(bucket)
+    for shard in range(count):
+        yield ((split, shard), ("spec", (count, tuple(expected[shard]))))
+
+
+class CutBucketFn(beam.DoFn):
+    """((split, bucket), [plan, packets...]) -> ((split, shard), ("piece",
+    (bucket, number, bytes))) for each piece of the bucket's sorted rows,
+    and ((split, shard), ("end", (bucket, (pieces, rows, bytes)))) for each
+    shard the plan says the bucket may reach."""
+
+    def __init__(self, tuning):
+        self._tuning = tuning
+
+    def setup(self):
+        relax_young_collections()
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, bucket), values = item
+        tuning = self._tuning
+        # The values are iterated twice (runners give re-iterables): the plan
+        # is found first, then the rows stream into the sort.
+        plan = next((value for tag, value in values if tag == "plan"), None)
+        if plan is None:
+            raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
+                             f"split's plan")
+        start, size, total, count = plan
+        thresholds = row_shard_thresholds(total, count)
+        packets = (value for tag, value in values if tag == "rows")
+        with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
+            cutter = ShardCutter(out, start, thresholds)
+            sort_bucket_packets(packets, cutter, memory_bytes=tuning.memory_bytes,
+                                fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
+                                index_every=tuning.index_every)
+            if cutter.offset != start + size:
+                raise run_files.RunFileError(
+                    f"split {split!r}, bucket {bucket}: sorted {cutter.offset - start} bytes, "
+                    f"the plan counted {size}")
+            sent: dict[int, list[int]] = {}
+            out.seek(0)
+            for shard, _, length, rows in cutter.segments:
+                counts = sent.setdefault(shard, [0, 0, 0])
+                counts[1] += rows
+                counts[2] += length
+                while length:
+                    data = out.read(min(length, tuning.route_bytes))
+                    if not data:
+                        raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
+                                                     f"rows cut short")
+                    length -= len(data)
+                    self._exchanged.inc(len(data))
+                    yield (split, shard), ("piece", (bucket, counts[0], data))
+                    counts[0] += 1
+        touched = shards_touched(start, start + size, thresholds)
+        stray = sorted(set(sent) - set(touched))
+        if stray:
+            raise ValueError(f"split {split!r}, bucket {bucket}: rows for shard {stray[0]}, "
+                             f"outside the planned {touched}")
+        for shard in touched:
+            yield (split, shard), ("end", (bucket, tuple(sent.get(shard, (0, 0, 0)))))
+
+
+class WriteCutShardFn(ShardFileFn):
+    """((split, shard), [spec, pieces, ends...]) -> shard metadata dict."""
+
+    def process(self, item):
+        (split, index), values = item
+        spec = None
+        ends: dict[int, tuple] = {}
+        where: dict[tuple[int, int], tuple[int, int]] = {}
+        # Pieces come in any order: they are appended to a spooled file
+        # (memory up to memory_bytes, local disk beyond), then copied once
+        # in key order.
+        with tempfile.SpooledTemporaryFile(max_size=self._memory_bytes) as spool:
+            for tag, value in values:
+                if tag == "spec":
+                    spec = value
+                elif tag == "end":
+                    ends[value[0]] = value[1]
+                elif (value[0], value[1]) not in where:  # delivered twice: the same bytes
+                    bucket, number, data = value
+                    where[(bucket, number)] = (spool.tell(), len(data))
+                    spool.write(data)
+            if spec is None:
+                raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
+            count, buckets = spec
+            name = self._name(split, index, count)
+            order = assemble_shard(name, buckets, ends, where)
+            num_examples = sum(ends[bucket][1] for bucket in buckets)
+            num_bytes = sum(ends[bucket][2] for bucket in buckets)
+
+            def write(out) -> int:
+                for key in order:
+                    position, length = where[key]
+                    spool.seek(position)
+                    while length:
+                        block = spool.read(min(run_files.BLOCK, length))
+                        out.write(block)
+                        length -= len(block)
+                return num_examples
+
+            shard = self._published(split, name, write, num_examples)
+        if shard["num_bytes"] != num_bytes:
+            raise run_files.RunFileError(f"{name}: wrote {shard['num_bytes']} bytes, the buckets "
+                                         f"sent {num_bytes}")
+        yield shard

@@ -1,0 +1,124 @@
+"""The steps both ways through the shuffle exchange share: the first and the last.
+
+`PackFn` turns an ExampleBatch into packets (`exchange_packets`), one
+per split it holds, or one per split and bucket when shards are cut at
+rows, with what the plan needs of them (sizes, or the split's sample).
+`ShardFileFn` is the base of both shard-writing steps
+(`exchange_rows.WriteCutShardFn`, `exchange_chunks.WriteShardFn`): where
+shards go, their counters, and publishing one assembled shard
+(`shard_files.publish_shard`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from . import row_order, run_files, tfrecordio
+from .exchange_packets import SIZE_DTYPE, cut_packet
+from .gc_tuning import relax_young_collections
+from .layout import SHARD_FILE_NAME
+from .metrics import METRICS_NAMESPACE
+from .shard_files import publish_shard, shard_metadata
+from .shard_plan import HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch
+
+__all__ = ["PackFn", "ShardFileFn"]
+
+
+class PackFn(beam.DoFn):
+    """ExampleBatch -> per split in the batch: ("stats", (split, (rows,
+    bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
+    with `hash_buckets` (shards cut at rows), ("sizes", (split, (buckets,
+    rows, bytes, largest row))) and ("rows", ((split, bucket), ("rows",
+    packet))) per bucket the batch's rows fall in."""
+
+    def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
+                 hash_buckets: int | None = None):
+        self._dataset_name = dataset_name
+        self._splits = tuple(splits)
+        self._shuffle = shuffle
+        self._tuning = tuning
+        self._hash_buckets = hash_buckets
+
+    def setup(self):
+        relax_young_collections()  # a batch's rows should die young
+        self._assigner = SplitAssigner(self._dataset_name, self._splits)
+        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        self._lane = int.from_bytes(os.urandom(4), "little")
+
+    def process(self, batch):
+        prepared = prepare_batch(self._assigner, batch, shuffle=self._shuffle,
+                                 sample_every=self._tuning.sample_every(),
+                                 prefix_len=self._tuning.prefix_len)
+        if prepared is None:
+            return
+        names = self._assigner.names
+        for split, rows, selected in prepared.by_split():
+            examples = row_order.take(prepared.examples, selected)
+            sizes = prepared.sizes[rows]
+            if self._shuffle:
+                width = HASH_SIZE
+                keys = b"".join(row_order.take(prepared.order_keys, selected))
+            elif prepared.keyed:
+                width = run_files.KEY_VARIABLE
+                keys = tuple(row_order.take(prepared.order_keys, selected))
+            else:
+                width, keys = run_files.KEY_IS_EXAMPLE, None
+            data = tfrecordio.frame_records(examples)
+            packet = (width, keys, data, sizes.astype(SIZE_DTYPE).tobytes())
+            self._exchanged.inc(len(data))
+            if self._hash_buckets:
+                yield from self._by_bucket(names[split], packet, sizes)
+                continue
+            # Lanes only spread the waiting rows over workers: any lane will
+            # do, and none changes the output.
+            self._lane += 1
+            yield ("rows", ((names[split], self._lane % self._tuning.lanes), ("rows", packet)))
+            yield ("stats", (names[split], (len(selected), int(sizes.sum()),
+                                            tuple(prepared.samples.get(split, ())))))
+        self._rows.inc(len(prepared.examples))
+
+    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray):
+        buckets = hash_buckets_of(packet[1], self._hash_buckets)
+        for bucket, piece in cut_packet(packet, buckets):
+            yield ("rows", ((split, bucket), ("rows", piece)))
+        present, inverse = np.unique(buckets, return_inverse=True)
+        rows = np.bincount(inverse).astype("<i8")
+        nbytes = np.zeros(len(present), dtype="<i8")
+        np.add.at(nbytes, inverse, sizes)
+        yield ("sizes", (split, (present.astype("<u4").tobytes(), rows.tobytes(),
+                                 nbytes.tobytes(), int(sizes.max()))))
+
+
+class ShardFileFn(beam.DoFn):
+    """What the two shard-writing steps share: where shards go, the
+    counters, and publishing one assembled shard (`_published`)."""
+
+    def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int):
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+        self._compression = compression
+        self._memory_bytes = memory_bytes
+
+    def setup(self):
+        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def _name(self, split: str, index: int, count: int) -> str:
+        return SHARD_FILE_NAME.format(split=split, index=index, count=count,
+                                      suffix=tfrecordio.suffix_for(self._compression))
+
+    def _published(self, split: str, name: str, write, num_examples: int) -> dict:
+        """Publishes the shard `write(out)` writes (`num_examples` records,
+        which it returns); its metadata dict."""
+        shard = publish_shard(name, write, staging_dir=self._staging_dir,
+                              temp_dir=self._temp_dir, compression=self._compression)
+        self._examples.inc(num_examples)
+        self._bytes.inc(shard.num_bytes)
+        self._shards.inc()
+        return shard_metadata(split, name, shard)
