@@ -14,8 +14,9 @@ given in ``(key, example)`` order to a writer (`bucket_writers`):
   `measure_bucket` adds up a bucket's size and largest row instead of
   sorting it; `sort_bucket` still writes plain chunks, with the same
   boundaries, for tests and tools;
-- `merge_runs` gives a writer every row of some runs (the shuffle
-  exchange's sorts on local disk).
+- `merge_runs` gives a writer every row of some runs, and `write_sorted`
+  every row of some slices held in memory, sorted or not (the shuffle
+  exchange's sorts on local disk and in memory).
 
 Memory: a bucket is sorted in memory only when its key ranges fit
 `memory_bytes`; otherwise the sorted ranges are merged as streams, with
@@ -49,6 +50,7 @@ __all__ = [
     "sort_bucket",
     "write_bucket_range",
     "write_bucket_rows",
+    "write_sorted",
 ]
 
 
@@ -215,14 +217,22 @@ def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
 
 
 def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
-    """Writes the rows of several sorted slices in ``(key, example)`` order,
-    gathering a block of rows at a time from the slices (no copy of the
-    whole bucket)."""
+    """Writes the rows of several sorted slices in ``(key, example)`` order
+    (one sorted slice as it is)."""
     if len(slices) == 1:
         only = slices[0]
         writer.write_framed(only.data if writer.needs_bytes(len(only.data)) else None,
                             only.sizes)
         return
+    write_sorted(writer, slices, key_width)
+
+
+def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
+    """Gives `writer` (one of `bucket_writers`) the rows of `slices`, sorted
+    or not, in ``(key, example)`` order (`row_order.sorted_order`),
+    gathering a block of rows at a time from the slices (no copy of the
+    whole bucket). key_width: the slices' keys are numpy arrays of
+    fixed-width bytes (> 0), or lists of bytes."""
     views = [rows.data for rows in slices]
     sizes = np.concatenate([rows.sizes for rows in slices])
     starts = np.concatenate([np.cumsum(rows.sizes) - rows.sizes for rows in slices])

@@ -12,8 +12,9 @@ A packet is cut into one packet per bucket (`split_packet` by the
 bucket lower bounds, `cut_packet` by each row's bucket), packets are
 joined (`merge_packets`), and a bucket's packets are sorted by
 ``(key, example)`` into a writer (`sort_bucket_packets`): in memory up to
-memory_bytes, above it in sorted runs on the worker's local disk
-(`run_files`) merged as streams (`bucket_sort.merge_runs`).
+memory_bytes (`bucket_sort.write_sorted`), above it in sorted runs on the
+worker's local disk (`run_files`) merged as streams
+(`bucket_sort.merge_runs`).
 """
 
 from __future__ import annotations
@@ -137,32 +138,21 @@ def _keys_as_bytes(packet) -> list[bytes]:
 
 def _write_sorted(writer, packets: list[tuple]) -> None:
     """Gives `writer` (a bucket_writers.ChunkWriter) the rows of `packets` ordered by
-    ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time."""
+    ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time
+    (`bucket_sort.write_sorted`, each packet a slice: no copy of them all)."""
     packets = [packet for packet in packets if packet[3]]
     if not packets:
         return
-    merged = merge_packets(packets)
-    key_width, keys, data, sizes = _packet_rows(merged)
-    starts = np.cumsum(sizes) - sizes
-
-    def example_at(row: int) -> bytes:
-        start = int(starts[row])
-        return bytes(data[start + run_files.RECORD_HEADER:start + int(sizes[row]) - 4])
-
-    if key_width > 0:
-        order_keys = np.frombuffer(keys, dtype=f"S{key_width}")
-    else:
-        order_keys = _keys_as_bytes(merged)
-    order = np.asarray(row_order.sorted_order(order_keys, example_at), dtype=np.int64)
-    del order_keys
-    step = max(1, len(order) * run_files.BLOCK // max(1, int(sizes.sum())))
-    for first in range(0, len(order), step):
-        rows = order[first:first + step]
-        row_sizes = sizes[rows]
-        row_starts = starts[rows].tolist()
-        block = b"".join([data[start:start + size] for start, size in
-                          zip(row_starts, row_sizes.tolist())])
-        writer.write_framed(block, row_sizes)
+    widths = {packet[0] for packet in packets}
+    # One key kind is compared as it is; a mix, as `merge_packets` spells it.
+    width = widths.pop() if len(widths) == 1 else run_files.KEY_VARIABLE
+    slices = []
+    for packet in packets:
+        _, keys, data, sizes = _packet_rows(packet)
+        order_keys = (np.frombuffer(keys, dtype=f"S{width}") if width > 0
+                      else _keys_as_bytes(packet))
+        slices.append(run_files.RunSlice(order_keys, data, sizes))
+    bucket_sort.write_sorted(writer, slices, width)
 
 
 def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
