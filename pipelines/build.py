@@ -154,7 +154,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
 
     started = time.monotonic()
     _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
-                  cache_state)
+                  cache_state, input_bytes=sum(entry.get("size", 0) for entry in inputs["files"]))
     _check_inputs_unchanged(staging, config, inputs)
 
     # stats.json, drift.json against the version LATEST names, the gates.
@@ -240,10 +240,13 @@ def _prune_cache(state: CacheState, inputs: Mapping, keep_unused_days: float) ->
 def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
                   vocabularies: Mapping[str, Sequence[str]], options: PipelineOptions,
                   requested_runner: str | None, show_progress: bool,
-                  cache_state: CacheState | None = None) -> None:
+                  cache_state: CacheState | None = None, input_bytes: int | None = None
+                  ) -> None:
     """Runs the build's pipeline into `staging` until it finishes. On any
     failure or interruption the staging directory is deleted (nothing is
-    published) and `PipelineFailed` (or the KeyboardInterrupt) is raised."""
+    published) and `PipelineFailed` (or the KeyboardInterrupt) is raised.
+    input_bytes: the inputs' size, from their fingerprints
+    (`graph.stage_build`)."""
     watcher = progress.BuildProgress(staging.url, enabled=show_progress,
                                      cache_url=cache_state.url if cache_state else None)
     try:
@@ -252,7 +255,7 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
                 runner=local_runner(options) if is_local(requested_runner) else None,
                 options=options)
             build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies,
-                           cache=cache_state)
+                           cache=cache_state, input_bytes=input_bytes)
             result = pipeline.run()
             watcher.attach(result)
             result.wait_until_finish()

@@ -22,7 +22,7 @@ from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, R
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
-from ..transforms.shards import WriteShards, default_exchange
+from ..transforms.shards import ShardTuning, WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
@@ -156,7 +156,8 @@ def _conversion_options(config: DatasetConfig, vocabularies: Mapping[str, Sequen
 
 
 def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *,
-                staging_url: str, vocabularies: Mapping[str, Sequence[str]]) -> StagedBuild:
+                staging_url: str, vocabularies: Mapping[str, Sequence[str]],
+                input_bytes: int | None = None) -> StagedBuild:
     """Wires checks, encoding, shards and dead letters after a source.
 
     `source` is what a source gives (`transforms.sources.ReadOutputs`: row
@@ -164,7 +165,9 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     by `ConvertTablesWithCache` (`CachedConversion`); the shards and
     dead-letter files are written into `staging_url`. Used by
     `build_pipeline` and by `WriteDataset`, so both write the same bytes for
-    the same rows.
+    the same rows. input_bytes: the size of the input, when known, which
+    sizes the shard writer's sort buckets (`ShardTuning.for_input`; never
+    the bytes it writes).
     """
     output = config.output
     if isinstance(source, CachedConversion):
@@ -185,7 +188,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
         compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}",
-        spilled=spilled)
+        spilled=spilled, tuning=ShardTuning.for_input(input_bytes))
     # dead-letter dicts, read and check stages
     read_failures = read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key)
     all_dead = (read_failures, converted.dead_letter) | "AllDeadLetters" >> beam.Flatten()
@@ -222,7 +225,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
                    vocabularies: Mapping[str, Sequence[str]],
-                   cache: CacheState | None = None) -> None:
+                   cache: CacheState | None = None, input_bytes: int | None = None) -> None:
     """Wires a build into `pipeline`.
 
     The pipeline reads the source, checks and encodes every row, writes the
@@ -230,7 +233,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     ``_pipeline_result.json`` (shard metadata, dead-letter summary, rows read)
     for `publish.finalize`. With `cache` (`pipelines.cache.open_cache`) a
     table source reuses the cached pieces of unchanged files and caches
-    the rest (`ConvertTablesWithCache`).
+    the rest (`ConvertTablesWithCache`). input_bytes: see `stage_build`.
     """
     if cache is not None:
         source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(
@@ -244,7 +247,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
         source = pipeline | "Read" >> _read_source(config)
-    staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies)
+    staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies,
+                         input_bytes=input_bytes)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
                                                   watched=watched_columns(config))
 

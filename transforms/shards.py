@@ -89,6 +89,11 @@ _LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunne
 _COPY_BLOCK = 4 << 20
 
 
+# ShardTuning.for_input: hash buckets per byte of input, and their most.
+INPUT_BYTES_PER_HASH_BUCKET = 1 << 30
+MAX_HASH_BUCKETS = 4096
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardTuning:
     """Internal sizes of the shard writer.
@@ -117,7 +122,7 @@ class ShardTuning:
       shuffle exchange: equal ranges of the digest order, so a row's bucket
       is known as soon as it is hashed. Each is sorted on one worker
       (memory_bytes in memory, the rest on its local disk); their number
-      never changes the output.
+      never changes the output. `for_input` sizes it to the input.
     """
 
     run_bytes: int = 64 << 20
@@ -133,6 +138,22 @@ class ShardTuning:
     lanes: int = 64
     route_bytes: int = 1 << 20
     hash_buckets: int = 256
+
+    @classmethod
+    def for_input(cls, input_bytes: int | None) -> "ShardTuning":
+        """The tuning for a build reading `input_bytes` (None: unknown):
+        one hash bucket per `INPUT_BYTES_PER_HASH_BUCKET` of input, at
+        least the default 256 and at most `MAX_HASH_BUCKETS`. A bucket is
+        what one worker sorts: with a fixed 256, a 10 TB build would sort
+        ~40 GB per worker and keep at most 256 workers busy; with 4,096 it
+        is ~2.5 GB each. The bound keeps the per-bundle byte counts that
+        cross the combine (16 bytes a bucket) at 64 KB."""
+        default = cls()
+        if not input_bytes:
+            return default
+        wanted = -(-input_bytes // INPUT_BYTES_PER_HASH_BUCKET)
+        return dataclasses.replace(
+            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)))
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)

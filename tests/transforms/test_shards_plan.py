@@ -238,6 +238,19 @@ def test_hash_buckets_are_equal_ranges_in_digest_order():
         assert buckets == [int.from_bytes(d[:4], "big") * count >> 32 for d in digests]
 
 
+def test_hash_buckets_follow_the_input_size_within_bounds():
+    from recordforge.transforms.shards import MAX_HASH_BUCKETS, ShardTuning
+    default = ShardTuning().hash_buckets
+    assert [ShardTuning.for_input(size).hash_buckets for size in (None, 0, 1, 100 << 30)] == [
+        default] * 4
+    assert ShardTuning.for_input((300 << 30) + 1).hash_buckets == 301
+    assert ShardTuning.for_input(10 * 10**12).hash_buckets == MAX_HASH_BUCKETS == 4096
+    # Only the bucket count follows the input: every size that decides bytes stays.
+    sized = ShardTuning.for_input(1 << 40)
+    assert sized.hash_buckets == 1024
+    assert {**vars(sized), "hash_buckets": default} == vars(ShardTuning())
+
+
 def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():
     sizes = [40_000, 0, 25_000, 7_000, 50_000]
     buckets = [BucketChunks("train", index, f"ref/{index}",
