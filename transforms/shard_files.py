@@ -19,7 +19,8 @@ exchange of `exchange.py`, through `exchange_steps.ShardFileFn`) end in
   it checks instead is that each object is still the one its writer
   checked: the store's size and version token (GCS generation, S3 ETag),
   which the writer takes after the upload (`PublishedShard.fingerprint`;
-  `pipelines.publish.file_checks.check_stored`).
+  `pipelines.publish.file_checks.check_stored`, which reads back an object
+  that changed since).
   A shard on the local disk is read back in full before publishing, by
   processes, which costs little there (`pipelines.publish.finalizing`).
 

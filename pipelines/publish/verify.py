@@ -198,7 +198,8 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             continue
         if file in checked_as_written and not deep:
             tasks.append((0, file, check_stored, dict(
-                stored=checked_as_written[file], expected_size=shard["num_bytes"],
+                stored=checked_as_written[file], compression=compression,
+                expected_size=shard["num_bytes"],
                 expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
         else:
             tasks.append((shard["num_bytes"], file, check_file, dict(
