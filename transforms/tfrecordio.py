@@ -520,28 +520,33 @@ def _walk_headers(buffer: bytearray, position: int, index: int, path: str
     length CRC checks out, and the damage that stopped the walk (None when
     it stopped at the end of the complete records)."""
     starts: list[int] = []
-    ends: list[int] = []
+    keep = starts.append  # one list: each record ends where the next starts
     available = len(buffer)
+    last_header = available - _HEADER_SIZE
     cursor = 0
     unpack_header = _HEADER.unpack_from
     cached_crc = _length_crc_cache.get
-    while available - cursor >= _HEADER_SIZE:
+    damage = None
+    while cursor <= last_header:
         length, crc = unpack_header(buffer, cursor)
-        if crc != (cached_crc(length) or _length_crc(length)):
-            return starts, ends, TFRecordError("bad length CRC", path=path,
-                                               offset=position + cursor,
-                                               record_index=index + len(starts))
+        if crc != cached_crc(length) and crc != _length_crc(length):
+            damage = TFRecordError("bad length CRC", path=path, offset=position + cursor,
+                                   record_index=index + len(starts))
+            break
         if length > MAX_RECORD_BYTES:
-            return starts, ends, TFRecordError(
+            damage = TFRecordError(
                 f"record length {length} exceeds the 2 GiB limit of a serialized protobuf",
                 path=path, offset=position + cursor, record_index=index + len(starts))
+            break
         end = cursor + _HEADER_SIZE + length + _FOOTER_SIZE
         if end > available:
             break
-        starts.append(cursor)
-        ends.append(end)
+        keep(cursor)
         cursor = end
-    return starts, ends, None
+    ends = starts[1:]
+    if starts:
+        ends.append(cursor)  # the walk stopped at the end of the last record kept
+    return starts, ends, damage
 
 
 def _first_bad_data_crc(buffer: bytearray, starts: list[int], ends: list[int]) -> int | None:
