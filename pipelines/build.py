@@ -180,7 +180,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise BuildFailed(f"publishing failed; nothing was published: "
                           f"{type(error).__name__}: {error}") from error
     if cache_state is not None:
-        _prune_cache(cache_state, inputs, config.cache.keep_unused_days)
+        _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
     if show_progress:
         progress.print_summary(result.manifest, output=result.url,
                                wall_seconds=time.monotonic() - started)
@@ -226,10 +226,20 @@ def _open_cache(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
         return None
 
 
-def _prune_cache(state: CacheState, inputs: Mapping, keep_unused_days: float) -> None:
-    """Deletes what the published build did not use (`prune_cache`); a
-    failure is reported, not fatal: the version is published."""
+def _prune_cache(state: CacheState, inputs: Mapping, keep_unused_days: float,
+                 staging: publish.Staging) -> None:
+    """Deletes what the published build did not use (`prune_cache`), unless
+    another build of the output is running: it may be reading pieces this
+    build did not use, and a later build prunes them. A failure is
+    reported, not fatal: the version is published."""
     try:
+        others = [key for key in publish.live_builds(staging.out, staging.stale_after)
+                  if key != (staging.version, staging.build_id)]
+        if others:
+            print(f"recordforge build: the cache at {state.display_url} is left as it is: "
+                  f"{len(others)} other build(s) of this output are running and may be "
+                  "reading it; a later build prunes it", file=sys.stderr)
+            return
         prune_cache(state, inputs, keep_unused_days)
     except (OSError, ValueError) as error:
         print(f"recordforge build: pruning the cache at {state.display_url} failed "

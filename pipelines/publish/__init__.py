@@ -33,10 +33,11 @@ from .commit import read_latest
 from .errors import (BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishError,
                      PublishedWithErrors, VersionExistsError)
 from .finalizing import PublishResult, finalize, finish_latest
+from .recovery import live_builds
 from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
 from .versions import check_version_name, resolve_version
 
 __all__ = ["BuildFailed", "ConcurrentBuildError", "LatestNotUpdated", "PublishError",
            "PublishResult", "PublishedWithErrors", "Staging", "StagingRef", "VersionExistsError",
            "begin_build", "begin_pipeline_build", "check_version_name", "finalize",
-           "finish_latest", "read_latest", "resolve_version"]
+           "finish_latest", "live_builds", "read_latest", "resolve_version"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ...transforms.files import sync_directory
 from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LOCK_SUFFIX, MANIFEST_FILE,
@@ -30,7 +31,7 @@ from .lock import CommitLock
 from .output import Output, load_json, published_identity
 from .owners import BUILD_ID, being_born, owner_is_stale
 
-__all__ = ["recover", "remove_version"]
+__all__ = ["live_builds", "recover", "remove_version"]
 
 _SUFFIXES = "|".join(re.escape(suffix) for suffix in STAGING_SUFFIXES)
 # <version>.<build_id>[<suffix>][<temporary tail>]: everything a build makes
@@ -54,6 +55,27 @@ def _staging_entries(out: Output) -> tuple[dict[tuple[str, str], set[str]], list
     return entries, locked
 
 
+def live_builds(out: Output, stale_after: float) -> list[tuple[str, str]]:
+    """(version, build id) of every build of `out` that is running: its
+    owner file in .staging is not stale, or it is still writing it
+    (`owners.being_born`)."""
+    entries, _ = _staging_entries(out)
+    return [key for key, names in sorted(entries.items())
+            if _alive(key, names, _owner_of(out, key), stale_after)]
+
+
+def _owner_of(out: Output, key: tuple[str, str]) -> Any:
+    """The owner record of build `key` ((version, build id)); None when it
+    is missing or unreadable."""
+    version, build_id = key
+    return load_json(out.read_bytes(out.path(STAGING_DIR, f"{version}.{build_id}{OWNER_SUFFIX}")))
+
+
+def _alive(key: tuple[str, str], names: set[str], owner: Any, stale_after: float) -> bool:
+    return not owner_is_stale(owner, stale_after) or being_born(key[0], key[1], names, owner,
+                                                                 stale_after)
+
+
 def recover(out: Output, version: str, stale_after: float, build_id: str) -> None:
     """Cleans up after dead builds of any version (see the module docstring),
     leaving `build_id` (the caller's own build of `version`) and live builds
@@ -63,10 +85,8 @@ def recover(out: Output, version: str, stale_after: float, build_id: str) -> Non
     """
     entries, locked = _staging_entries(out)
     entries.pop((version, build_id), None)  # our own
-    owners = {key: load_json(out.read_bytes(
-        out.path(STAGING_DIR, f"{key[0]}.{key[1]}{OWNER_SUFFIX}"))) for key in entries}
-    dead = {key for key in entries if owner_is_stale(owners[key], stale_after)
-            and not being_born(key[0], key[1], entries[key], owners[key], stale_after)}
+    dead = {key for key in entries
+            if not _alive(key, entries[key], _owner_of(out, key), stale_after)}
     # Only the local rename-aside commit makes aside copies.
     asides: dict[str, list[str]] = {}
     for other_version, other in sorted(dead):

@@ -180,6 +180,28 @@ def test_pieces_of_removed_inputs_are_kept_for_the_configured_days(tmp_path):
     assert len(_pieces(tmp_path / "out" / ".cache")) == 2  # keep_unused_days: 0
 
 
+def test_no_piece_is_pruned_while_another_build_of_the_output_runs(tmp_path, capsys):
+    """Another build of the same output may be reading pieces this one did
+    not use (other inputs, another config): pruning waits for a build that
+    finds no other running."""
+    from recordforge.pipelines import publish
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(3):
+        (source / f"part-{index}.csv").write_text(_rows(index, 100))
+    recordforge.build(_config(source, tmp_path / "out", "v1"), beam_args=IN_MEMORY)
+    (source / "part-2.csv").unlink()
+    running = publish.begin_build(str(tmp_path / "out"), "v-other")  # alive: its heartbeat runs
+    try:
+        recordforge.build(_config(source, tmp_path / "out", "v2"), beam_args=IN_MEMORY)
+        assert len(_pieces(tmp_path / "out" / ".cache")) == 3
+        assert "1 other build(s) of this output are running" in capsys.readouterr().err
+    finally:
+        running.abort()
+    recordforge.build(_config(source, tmp_path / "out", "v3"), beam_args=IN_MEMORY)
+    assert len(_pieces(tmp_path / "out" / ".cache")) == 2
+
+
 def test_a_separate_cache_path_and_a_multi_process_build(tmp_path):
     source = tmp_path / "in"
     source.mkdir()
