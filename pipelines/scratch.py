@@ -9,10 +9,20 @@ removed when the build ends; and before making it, removes such directories
 whose process is gone (the pid and the kernel's start time of that pid are
 in the name, so a reused pid is told apart), which a build killed on this
 machine left behind.
+
+One thing in it may outlive the build: the root directory (``beam-temp*``)
+of a portable job server that Beam's PrismRunner starts in the build's
+process and keeps for the process's life, stopping it from an exit hook
+that first deletes that directory. Deleting it earlier made that hook fail
+before it stopped the server, which then ran on after the process. Such a
+directory is left for the hook; the rest of the build's directory goes at
+the end of the build, and what is left at the exit of the process
+(`atexit`, registered before Beam's hook, so it runs after it).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -56,6 +66,7 @@ def private_tempdir() -> Iterator[str]:
     clean_dead_tempdirs(base)
     pid = os.getpid()
     path = tempfile.mkdtemp(prefix=f"{PREFIX}{pid}-{process_start(pid) or 'x'}-", dir=base)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     previous_dir, previous_env = tempfile.tempdir, os.environ.get("TMPDIR")
     tempfile.tempdir = path
     os.environ["TMPDIR"] = path
@@ -67,4 +78,32 @@ def private_tempdir() -> Iterator[str]:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = previous_env
+        _remove_but_job_servers(path)
+
+
+# What Beam's SubprocessJobServer names the root directory of a job server.
+_JOB_SERVER_ROOT = "beam-temp"
+
+
+def _remove_but_job_servers(path: str) -> None:
+    """Removes `path` with everything in it, but for the root directories
+    of job servers still running (see the module docstring)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    kept = False
+    for name in names:
+        if name.startswith(_JOB_SERVER_ROOT):
+            kept = True
+            continue
+        target = os.path.join(path, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            try:
+                os.remove(target)
+            except OSError:
+                pass
+    if not kept:
         shutil.rmtree(path, ignore_errors=True)

@@ -13,6 +13,7 @@ to the package registries these machines reach (configs/runners/README.md).
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 
@@ -57,15 +58,33 @@ def test_prism_builds_the_same_bytes_as_the_direct_runner(prism_binary, direct, 
     env = support.base_env()
     profile = support.run_recordforge("runner-args", "prism", env=env).stdout.split()
     assert profile[:2] == ["--runner=PrismRunner", f"--prism_location={prism_binary}"]
+    running = _processes_of(prism_binary)
     for name, config in (("flowers", FLOWERS), ("table", table_config)):
-        support.run_recordforge("build", config, "--output", tmp_path / name, "--", *profile,
-                                env=env)
+        built = support.run_recordforge("build", config, "--output", tmp_path / name, "--",
+                                        *profile, env=env)
+        # The Prism server Beam started for the build stopped with it, cleanly.
+        assert _processes_of(prism_binary) <= running
+        assert "Exception ignored" not in built.stderr, built.stderr
         got, manifest = _built(support, tmp_path / name)
         assert manifest["tool"]["runner"] == "PrismRunner"
         assert got == direct[name], f"{name}: Prism's shards differ from the DirectRunner's"
     table = json.loads((tmp_path / "table" / "1.0.0" / "manifest.json").read_text())
     assert table["num_input_rows"] == TABLE_ROWS
     assert sum(len(split["shards"]) for split in table["splits"].values()) > 3
+
+
+def _processes_of(binary) -> set[int]:
+    """The pids of the processes running `binary`."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if cmdline.read().split(b"\0")[0] == os.fsencode(str(binary)):
+                        found.add(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 @pytest.fixture
