@@ -53,8 +53,9 @@ def main(argv=None) -> int:
     parser.add_argument("--scratch", type=Path, default=None)
     args = parser.parse_args(argv)
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="rf-stats-bench-"))
-    workloads = [make_table(scratch / "table", args.rows)[0],
-                 make_images(scratch / "images", args.images)]
+    workloads = [make_table(scratch / "table", args.rows)[0]]
+    if args.images:
+        workloads.append(make_images(scratch / "images", args.images))
     try:
         for workload in workloads:
             config = scratch / f"{workload.name}.yaml"

@@ -23,12 +23,24 @@ import numpy as np
 from .fast_paths import FastBounds, fast_bounds
 from .features import FeatureSpec
 
-__all__ = ["ColumnEncoder", "bytes_by_length", "rows_as_bytes"]
+__all__ = ["CheckedNumbers", "ColumnEncoder", "bytes_by_length", "rows_as_bytes"]
 
 # Entry heads remembered per value size (bytes and text features).
 _MAX_HEADS = 4096
 # uint64 thresholds where a varint grows by a byte: 2**7, 2**14, ... 2**63.
 _VARINT_STEPS = tuple(np.uint64(1 << (7 * k)) for k in range(1, 10))
+
+
+class CheckedNumbers(list):
+    """A numeric column's checked values: the list of Python numbers, with
+    the numpy array (int64 or float64) its check made of them, which the
+    statistics take rather than converting the list once more."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, values: list, array: np.ndarray):
+        super().__init__(values)
+        self.array = array
 
 
 class ColumnEncoder:
@@ -111,7 +123,8 @@ class ColumnEncoder:
                 return None
             if allowed is not None and not allowed.issuperset(values):
                 return None
-            return _varint_entries(np.array(values, dtype=np.int64), heads), values
+            array = np.array(values, dtype=np.int64)
+            return _varint_entries(array, heads), CheckedNumbers(values, array)
         return ints
 
     def _floats(self, bounds: FastBounds):
@@ -130,7 +143,7 @@ class ColumnEncoder:
                 return None
             # The same C cast to float32 as struct.pack("<f") in the row path.
             body = array.astype("<f4").view(np.uint8).reshape(-1, 4)
-            return _fixed_width_entries(head, body), values
+            return _fixed_width_entries(head, body), CheckedNumbers(values, array)
         return floats
 
     def _texts(self, bounds: FastBounds):

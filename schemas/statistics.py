@@ -1,8 +1,10 @@
 """Dataset statistics: mergeable per-feature summaries of the checked values, and `stats.json`.
 
 `FeatureStatistics` summarises one feature in one split. It is built from a
-batch's checked values (`from_values`), merged with others (`merge`), and
-rendered as its ``stats.json`` entry (`to_json`). The exact parts are plain
+batch's checked values (`from_values`, or `add_values` to add a batch to
+it), merged with others (`merge`), and rendered as its ``stats.json``
+entry (`to_json`); `batch_statistics` gives a batch's per split and
+feature, `StatisticsAccumulator` those of a run of batches. The exact parts are plain
 arithmetic: counts, min, max, and sums kept as exact integers (floats
 through their binary mantissa and exponent), so mean and standard
 deviation are the same bits whatever the batches and the order they merge
@@ -31,7 +33,6 @@ import base64
 import collections
 import dataclasses
 import hashlib
-import heapq
 import itertools
 import json
 import math
@@ -45,9 +46,9 @@ import numpy as np
 from .features import FeatureSpec
 
 __all__ = ["FORMAT", "HISTOGRAM_BUCKETS", "KINDS", "MERGE_LEVELS", "QUANTILE_RANKS",
-           "FeatureStatistics", "FrequentValues", "StatisticsPlan", "ValueHistogram",
-           "batch_statistics", "feature_kind", "merge_group", "merge_order", "merge_partials",
-           "partial_digest", "sketch_from_json", "statistics_json"]
+           "FeatureStatistics", "FrequentValues", "StatisticsAccumulator", "StatisticsPlan",
+           "ValueHistogram", "batch_statistics", "feature_kind", "merge_group", "merge_order",
+           "merge_partials", "partial_digest", "sketch_from_json", "statistics_json"]
 
 FORMAT = "recordforge.stats/1"
 KINDS = ("numeric", "vocabulary", "string", "bytes")
@@ -69,6 +70,9 @@ _MANTISSA_BITS = 53
 _HALF = 26
 _EXACT_INT = 1 << 53  # ints up to this convert to float64 exactly
 _CHUNK = 1 << 24  # bincount sums of 27-bit parts stay exact below 2**26 values
+# Integers below 2**_SPLIT_BITS have their sums of squares taken in int64
+# (`_integer_sums`): chunks of at least 2**14 values.
+_SPLIT_BITS = 48
 # The canonical merge of partials whose merge depends on the order (text
 # features): level 1 groups them by the top 16 bits of their digest, level 2
 # by the top 8, level 3 is one group; each group merges in the order of
@@ -133,16 +137,75 @@ def _exact_sum(values: np.ndarray) -> int:
     return total
 
 
-def _exact_int_sums(values: np.ndarray, as_list: list | None) -> tuple[int, int]:
-    """(sum, sum of squares) of int64 values, exactly, scaled by 2**_SHIFT."""
-    if len(values) == 0:
-        return 0, 0
-    biggest = max(abs(int(values.min())), abs(int(values.max())))
-    if biggest < (1 << 26):  # squares below 2**52: exact as float64
-        floats = values.astype(np.float64)
-        return _exact_sum(floats), _exact_sum(floats * floats)
+def _exact_int_sums(values: np.ndarray, as_list: list | None, low: int, high: int
+                    ) -> tuple[int, int]:
+    """(sum, sum of squares) of int64 values between low and high, exactly,
+    scaled by 2**_SHIFT."""
+    bits = max(abs(low), abs(high)).bit_length()
+    if bits <= _SPLIT_BITS:
+        total, squares = _integer_sums(values, bits)
+        return total << _SHIFT, squares << _SHIFT
     items = as_list if as_list is not None else values.tolist()
     return sum(items) << _SHIFT, sum(x * x for x in items) << _SHIFT
+
+
+def _exact_float_sums(floats: np.ndarray) -> tuple[int, int]:
+    """(sum, sum of squares) of finite float64 values, each the exact
+    `_exact_sum` of the values and of their float64 squares.
+
+    Values of at most 26 significant bits (float32 values are such) whose
+    magnitudes span at most _SPLIT_BITS bits are integers times one power
+    of two, whose squares are exact doubles: their sums are two int64 sums
+    (`_integer_sums`), several times cheaper than `_exact_sum`'s sums per
+    exponent, and the same integers. Others take `_exact_sum`."""
+    scaled = _scaled_integers(floats)
+    if scaled is not None:
+        integers, lowest, bits = scaled
+        if 2 * lowest + _SHIFT >= 0:
+            total, squares = _integer_sums(integers, bits)
+            return total << (lowest + _SHIFT), squares << (2 * lowest + _SHIFT)
+    return _exact_sum(floats), _exact_sum(floats * floats)
+
+
+def _scaled_integers(floats: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """(integers, lowest, bits) with floats == integers * 2**lowest exactly
+    and |integers| < 2**bits <= 2**_SPLIT_BITS, when each value has at most
+    26 significant bits (its square is then an exact double); else None."""
+    mantissa, exponent = np.frexp(floats)  # floats == mantissa * 2**exponent, |mantissa| < 1
+    whole = (mantissa * float(1 << _MANTISSA_BITS)).astype(np.int64)  # 53-bit integers
+    if (whole & ((1 << (_MANTISSA_BITS - 26)) - 1)).any():
+        return None
+    nonzero = whole != 0
+    if not nonzero.all():
+        whole, exponent = whole[nonzero], exponent[nonzero]
+        if not len(whole):
+            return np.zeros(len(floats), dtype=np.int64), 0, 0
+    # The value of each one's lowest set bit: 2**(exponent - 53 + trailing zeros).
+    trailing = np.frexp((whole & -whole).astype(np.float64))[1] - 1
+    lowest = int((exponent + trailing).min()) - _MANTISSA_BITS
+    bits = int(exponent.max()) - lowest
+    if bits > _SPLIT_BITS:
+        return None
+    return np.ldexp(floats, -lowest).astype(np.int64), lowest, bits
+
+
+def _integer_sums(integers: np.ndarray, bits: int) -> tuple[int, int]:
+    """(sum, sum of squares) of int64 values below 2**bits in magnitude
+    (bits <= _SPLIT_BITS), exactly. Each value is split in a high and a low
+    half of ``half`` bits, so that the square's three parts (high², high *
+    low, low²) stay below 2**(2 * half) and int64 sums of chunks of
+    2**(62 - 2 * half) values cannot overflow."""
+    half = (bits + 1) // 2
+    chunk = 1 << (62 - 2 * half)
+    total = squares = 0
+    for start in range(0, len(integers), chunk):
+        part = integers[start:start + chunk]
+        high = part >> half  # floor: part == high * 2**half + low
+        low = part & ((1 << half) - 1)
+        total += int(part.sum())
+        squares += ((int((high * high).sum()) << (2 * half))
+                    + (int((high * low).sum()) << (half + 1)) + int((low * low).sum()))
+    return total, squares
 
 
 # --- value histograms: the quantile sketch ----------------------------------------
@@ -214,11 +277,25 @@ class ValueHistogram:
         self.shift, self.keys, self.counts, self.low, self.high = shift, keys, counts, low, high
 
     @classmethod
-    def of(cls, floats: np.ndarray) -> "ValueHistogram":
-        """The sketch of finite float64 values (-0.0 counts as 0.0), at least one."""
-        keys, counts = np.unique(_ordered(floats + 0.0), return_counts=True)
-        return cls._fitted(0, keys, counts.astype(np.int64), float(floats.min()) + 0.0,
-                           float(floats.max()) + 0.0)
+    def of(cls, floats: np.ndarray, into: "ValueHistogram | None" = None) -> "ValueHistogram":
+        """The sketch of finite float64 values (-0.0 counts as 0.0), at least
+        one; with `into`, merged with that sketch (`of_counts`)."""
+        return cls.of_counts(*np.unique(_ordered(floats + 0.0), return_counts=True), into)
+
+    @classmethod
+    def of_counts(cls, keys: np.ndarray, counts: np.ndarray,
+                  into: "ValueHistogram | None" = None) -> "ValueHistogram":
+        """The sketch of values given as their `_ordered` keys, distinct and
+        sorted, and how often each occurs (what np.unique gives), at least
+        one; with `into`, merged with that sketch (of other values). The
+        values then go straight to its resolution, which the union needs at
+        least, rather than first to their own (which the merge would coarsen)."""
+        low, high = _unordered(keys[[0, -1]]).tolist()
+        counts = counts.astype(np.int64)
+        if into is None:
+            return cls._fitted(0, keys, counts, low, high)
+        keys, counts = _coarsened(keys, counts, into.shift)
+        return into.merge(cls(into.shift, keys, counts, low, high))
 
     @classmethod
     def _fitted(cls, shift: int, keys, counts, low, high) -> "ValueHistogram":
@@ -370,18 +447,32 @@ class FrequentValues:
         self.counts, self.offset = counts, offset
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> "FrequentValues":
+    def of(cls, counts: Mapping[str, int]) -> "FrequentValues":
         """The summary of values counted exactly (value -> count)."""
         return cls._purged(counts, 0)
 
     @classmethod
-    def _purged(cls, counts: dict[str, int], offset: int) -> "FrequentValues":
-        if len(counts) > FREQUENT_CAPACITY:
-            threshold = heapq.nlargest(FREQUENT_CAPACITY + 1, counts.values())[-1]
-            counts = {value: count - threshold for value, count in counts.items()
-                      if count > threshold}
-            offset += threshold
-        return cls(counts, offset)
+    def _purged(cls, counts: Mapping[str, int], offset: int) -> "FrequentValues":
+        if len(counts) <= FREQUENT_CAPACITY:
+            return cls(dict(counts), offset)
+        # The (capacity + 1)-th largest count is 1 when at most `capacity`
+        # counts are above 1, as when the excess over 1 of all counts (each
+        # at least 1) is at most that: mostly distinct values (free text)
+        # need no partition, and values each seen once are all dropped.
+        excess = sum(counts.values()) - len(counts)
+        if not excess:
+            return cls({}, offset + 1)
+        # The threshold, and the counts above it, with numpy: a batch of
+        # text may hold thousands of distinct values.
+        numbers = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+        if excess <= FREQUENT_CAPACITY:
+            threshold = 1
+        else:
+            cut = len(numbers) - FREQUENT_CAPACITY - 1
+            threshold = int(np.partition(numbers, cut)[cut])
+        kept = numbers > threshold
+        return cls(dict(zip(itertools.compress(counts, kept.tolist()),
+                            (numbers[kept] - threshold).tolist())), offset + threshold)
 
     def merge(self, other: "FrequentValues") -> "FrequentValues":
         """The summary of both summaries' values (neither is changed)."""
@@ -456,51 +547,63 @@ class FeatureStatistics:
         vocabulary ids, numbers, bytes). per_row: the number of values each
         present example holds (None: one value per example, all present)."""
         stats = cls(kind, stored, is_list, vocabulary)
-        stats.rows = rows
-        if per_row is None:
-            stats.present = len(values)
-            if len(values):
-                stats.min_count = stats.max_count = 1
-        else:
-            stats.present = len(per_row)
-            if len(per_row):
-                stats.min_count, stats.max_count = min(per_row), max(per_row)
-        stats.num_values = len(values)
-        if len(values):
-            getattr(stats, f"_add_{kind}")(values)
+        stats.add_values(rows, values, per_row)
         return stats
+
+    def add_values(self, rows: int, values: Sequence,
+                   per_row: Sequence[int] | None = None) -> "FeatureStatistics":
+        """Adds `rows` more examples, as `from_values` takes them; returns
+        self. The result is that of merging `from_values` of them, without
+        a second set of sketches to make and merge: a theta sketch being
+        updated (not yet merged or pickled) takes the new values itself."""
+        self.rows += rows
+        if per_row is None:
+            present, fewest, most = len(values), 1, 1
+        else:
+            present = len(per_row)
+            fewest, most = (min(per_row), max(per_row)) if present else (None, None)
+        self.present += present
+        if present:
+            self.min_count = _pick(min, self.min_count, fewest)
+            self.max_count = _pick(max, self.max_count, most)
+        self.num_values += len(values)
+        if len(values):
+            getattr(self, f"_add_{self.kind}")(values)
+        return self
 
     def _add_numeric(self, values: Sequence) -> None:
         as_list = values if isinstance(values, list) else None
+        # The array a column's check made (`columns.CheckedNumbers`), if any.
+        array = getattr(values, "array", values)
         if self.stored == "int64":
-            array = np.asarray(values, dtype=np.int64)
-            finite = array
-            self.sum, self.sum_squares = _exact_int_sums(array, as_list)
-            self.finite = len(array)
-            floats = array.astype(np.float64)
+            finite = np.asarray(array, dtype=np.int64)
+            if not len(finite):
+                return
+            low, high = finite.min().item(), finite.max().item()
+            total, squares = _exact_int_sums(finite, as_list, low, high)
         else:
             # Statistics describe the stored float32 values.
             # (+ 0.0 makes -0.0 a plain zero, so min and max do not depend on the order)
-            floats = np.asarray(values, dtype=np.float64).astype(np.float32).astype(
+            floats = np.asarray(array, dtype=np.float64).astype(np.float32).astype(
                 np.float64) + 0.0
             is_finite = np.isfinite(floats)
             if not is_finite.all():
-                self.nan = int(np.isnan(floats).sum())
-                self.inf = int(len(floats) - is_finite.sum()) - self.nan
+                nan = int(np.isnan(floats).sum())
+                self.nan += nan
+                self.inf += int(len(floats) - is_finite.sum()) - nan
                 floats = floats[is_finite]
             finite = floats
-            self.finite = len(floats)
-            if len(floats):
-                self.sum = _exact_sum(floats)
-                self.sum_squares = _exact_sum(floats * floats)
-        if not len(finite):
-            return
-        self.low, self.high = finite.min().item(), finite.max().item()
-        self.histogram = ValueHistogram.of(floats)
-        self.theta = datasketches.update_theta_sketch(THETA_LG_K)
-        # The checked ints themselves when the batch gave a list of them.
-        items = as_list if as_list is not None and self.stored == "int64" else finite.tolist()
-        collections.deque(map(self.theta.update, items), 0)
+            if not len(finite):
+                return
+            low, high = finite.min().item(), finite.max().item()
+            total, squares = _exact_float_sums(finite)
+        self.finite += len(finite)
+        self.sum += total
+        self.sum_squares += squares
+        self.low, self.high = _pick(min, self.low, low), _pick(max, self.high, high)
+        keys, counts = _counted_keys(finite, low, high)
+        self.histogram = ValueHistogram.of_counts(keys, counts, self.histogram)
+        self._add_theta(_distinct_numbers(finite, as_list, keys, low, high))
 
     def _add_vocabulary(self, values: Sequence) -> None:
         self.labels += np.bincount(np.asarray(values, dtype=np.int64),
@@ -513,15 +616,32 @@ class FeatureStatistics:
         texts = list(counts)
         if type(texts[0]) is bytes:
             texts = [value.decode("utf-8") for value in texts]
-        self.frequent = FrequentValues.of(dict(zip(texts, counts.values())))
-        self.theta = datasketches.update_theta_sketch(THETA_LG_K)
-        collections.deque(map(self.theta.update, texts), 0)
+            counts = dict(zip(texts, counts.values()))
+        frequent = FrequentValues.of(counts)
+        self.frequent = frequent if self.frequent is None else self.frequent.merge(frequent)
+        self._add_theta(texts)
 
     def _add_bytes(self, values: Sequence) -> None:
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        self.low, self.high = int(lengths.min()), int(lengths.max())
-        self.sum = int(lengths.sum())
-        self.histogram = ValueHistogram.of(lengths.astype(np.float64))
+        self.low = _pick(min, self.low, int(lengths.min()))
+        self.high = _pick(max, self.high, int(lengths.max()))
+        self.sum += int(lengths.sum())
+        self.histogram = ValueHistogram.of(lengths.astype(np.float64), self.histogram)
+
+    def _add_theta(self, items: Iterable) -> None:
+        """Adds items to the theta sketch: one being updated takes them as
+        they are (one call per item: DataSketches updates one value at a
+        time); a compact one (merged, or read back) is united with a new
+        sketch of them."""
+        if isinstance(self.theta, datasketches.update_theta_sketch):
+            sketch = self.theta
+        else:
+            sketch = datasketches.update_theta_sketch(THETA_LG_K)
+        collections.deque(map(sketch.update, items), 0)
+        if self.theta is None:
+            self.theta = sketch
+        elif sketch is not self.theta:
+            self.theta = _theta_union(self.theta, sketch)
 
     # -- merging ----------------------------------------------------------------
 
@@ -547,11 +667,8 @@ class FeatureStatistics:
             self.histogram = (other.histogram if self.histogram is None
                               else self.histogram.merge(other.histogram))
         if other.theta is not None:
-            union = datasketches.theta_union(THETA_LG_K)
-            if self.theta is not None:
-                union.update(self.theta)
-            union.update(other.theta)
-            self.theta = union.get_result()
+            self.theta = (_compact_theta(other.theta) if self.theta is None
+                          else _theta_union(self.theta, other.theta))
         if other.frequent is not None:
             self.frequent = (other.frequent if self.frequent is None
                              else self.frequent.merge(other.frequent))
@@ -564,7 +681,7 @@ class FeatureStatistics:
     def order_free(self) -> bool:
         """Whether merging this with others gives the same in any order and
         grouping: all but text, whose frequent items depend on the order."""
-        return self.kind != "string"
+        return _order_free(self.kind)
 
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__}
@@ -672,6 +789,10 @@ class FeatureStatistics:
         return section
 
 
+def _order_free(kind: str) -> bool:
+    return kind != "string"
+
+
 def _pick(choose, a, b):
     if a is None:
         return b
@@ -694,6 +815,49 @@ def _compact_theta(sketch):
     union = datasketches.theta_union(THETA_LG_K)
     union.update(sketch)
     return union.get_result()
+
+
+def _counted_keys(finite: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `_ordered` keys of finite numbers between low and high
+    (int64, or float64 holding float32 values, no -0.0), sorted, and how
+    often each occurs: np.unique of their keys. The numbers are sorted in
+    32 bits where they fit (ints below 2**31; float32 values always), about
+    twice as fast as their 64-bit keys; sorted numbers give sorted keys."""
+    if finite.dtype != np.int64:
+        narrow = finite.astype(np.float32)
+    elif -(1 << 31) <= low and high < (1 << 31):
+        narrow = finite.astype(np.int32)
+    else:
+        narrow = finite
+    keys = _ordered(np.sort(narrow).astype(np.float64))
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    return keys[starts], np.diff(np.append(starts, len(keys)))
+
+
+def _theta_union(a, b):
+    """The union of two theta sketches, compact (canonical)."""
+    union = datasketches.theta_union(THETA_LG_K)
+    union.update(a)
+    union.update(b)
+    return union.get_result()
+
+
+def _distinct_numbers(finite: np.ndarray, as_list: list | None, keys: np.ndarray,
+                      low, high) -> list:
+    """The values of a numeric feature for its theta sketch (as Python
+    floats or ints, which the sketch hashes as doubles or int64), each
+    distinct value once where that saves calls: the sketch is the same for
+    repeats, which only cost one call each. Floats, and ints of which a
+    quarter or more repeat (a list of the distinct ones costs about a fifth
+    of the calls it saves), come from their distinct sorted `_ordered` keys
+    (ints only up to 2**53 in magnitude, which doubles hold exactly); other
+    ints are the checked ints themselves when the batch gave a list of them."""
+    if finite.dtype != np.int64:
+        return _unordered(keys).tolist()
+    exact = max(abs(low), abs(high)) <= _EXACT_INT
+    if exact and (as_list is None or 4 * len(keys) <= 3 * len(finite)):
+        return _unordered(keys).astype(np.int64).tolist()
+    return as_list if as_list is not None else finite.tolist()
 
 
 def _estimate(theta) -> int | None:
@@ -840,6 +1004,73 @@ def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
     of the batch's good examples; split_of: each example's split index.
     """
     out = []
+    for (split, name), (kind, stored, is_list, vocabulary), rows, values, per_row in \
+            _split_values(plan, values_of, split_of, split_names):
+        stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list, vocabulary,
+                                              per_row)
+        stats.origin = origin
+        out.append(((split, name), stats))
+    return out
+
+
+class StatisticsAccumulator:
+    """The statistics partials of a run of batches (a reading unit):
+    `batch_statistics` of each, with the partials whose merge does not
+    depend on the order (`FeatureStatistics.order_free`) added up.
+
+    `add` takes a batch as `batch_statistics` does and returns its text
+    partials, each with the batch's origin (their merge order rests on it);
+    the values of every other feature are added to the statistics held for
+    their (split, feature) (`FeatureStatistics.add_values`: one theta sketch
+    per feature updated by every batch, where a partial per batch would
+    make one per batch and unite them twice on its way, in the cache's piece
+    and in `MergeStatistics`). `flush` gives what it holds, one partial per
+    (split, feature) for the run, without an origin, and starts anew. The
+    merged result is the same: these partials merge in any grouping to the
+    statistics of all their values."""
+
+    def __init__(self, plan: StatisticsPlan, split_names: Sequence[str]):
+        self._plan = plan
+        self._split_names = tuple(split_names)
+        self._held: dict[tuple[str, str], FeatureStatistics] = {}
+
+    def add(self, values_of, split_of: np.ndarray, origin: str | None = None
+            ) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+        out = []
+        for key, (kind, stored, is_list, vocabulary), rows, values, per_row in \
+                _split_values(self._plan, values_of, split_of, self._split_names):
+            if _order_free(kind):
+                held = self._held.get(key)
+                if held is None:
+                    held = self._held[key] = FeatureStatistics(kind, stored, is_list, vocabulary)
+                held.add_values(rows, values, per_row)
+                continue
+            stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list,
+                                                  vocabulary, per_row)
+            stats.origin = origin
+            # Its canonical theta once, for the merge order, the cache and pickling.
+            stats.theta = _compact_theta(stats.theta) if stats.theta is not None else None
+            out.append((key, stats))
+        return out
+
+    def flush(self) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+        """The order-free partials of every batch added since the last
+        flush, in (split, feature) order; none are held afterwards."""
+        out = []
+        for key in sorted(self._held):
+            stats = self._held[key]
+            if stats.theta is not None:
+                stats.theta = _compact_theta(stats.theta)
+            out.append((key, stats))
+        self._held = {}
+        return out
+
+
+def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
+                  split_names: Sequence[str]):
+    """((split, feature), (kind, stored, is a list, vocabulary), rows, values,
+    per_row) of a batch, per feature and split with rows: its values as
+    `FeatureStatistics.from_values` takes them."""
     splits = [np.flatnonzero(split_of == index) for index in range(len(split_names))]
     for name, kind, stored, is_list, vocabulary in plan.features:
         form, values = values_of(name)
@@ -850,18 +1081,13 @@ def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
                 chosen = values
             else:
                 chosen = list(map(values.__getitem__, rows.tolist()))
+            feature = (kind, stored, is_list, vocabulary)
             if form == "scalars":
-                stats = FeatureStatistics.from_values(kind, stored, len(rows), chosen, is_list,
-                                                      vocabulary)
+                yield (split, name), feature, len(rows), chosen, None
             else:
                 present = [row for row in chosen if row is not None]
                 flat = [value for row in present for value in row]
-                stats = FeatureStatistics.from_values(
-                    kind, stored, len(rows), flat, is_list, vocabulary,
-                    per_row=list(map(len, present)))
-            stats.origin = origin
-            out.append(((split, name), stats))
-    return out
+                yield (split, name), feature, len(rows), flat, list(map(len, present))
 
 
 def statistics_json(by_key: Iterable[tuple[tuple[str, str], FeatureStatistics]],

@@ -1,8 +1,9 @@
 """Statistics in the pipeline: a converted batch's checked values -> merged statistics per (split, feature).
 
 `RowsToExamples` (with a `StatisticsSetup`) summarises each batch where its
-checked values are at hand (`CheckedValues`, `schemas.statistics.batch_statistics`)
-and emits ``((split, feature), FeatureStatistics)``, a *partial*;
+checked values are at hand (`CheckedValues`, `schemas.statistics.StatisticsAccumulator`)
+and emits ``((split, feature), FeatureStatistics)``, a *partial*, per batch
+(the cached table path: text's per batch, the others' per reading unit);
 `MergeStatistics` merges the partials per key so that the result depends
 only on the set of partials, never on workers, bundles or order: partials
 whose merge gives the same in any order (all but text) go through a
@@ -43,7 +44,7 @@ class StatisticsSetup(NamedTuple):
 class CheckedValues:
     """feature name -> the checked values of a batch's good examples, in
     the order the examples were emitted (the `values_of` of
-    `batch_statistics`).
+    `batch_statistics` and `StatisticsAccumulator.add`).
 
     A feature whose whole column took the column path has its checked value
     per row at hand ("scalars"; a string feature's raw text, which is what

@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from ..schemas.features import FeatureSpec
-from ..schemas.statistics import batch_statistics
+from ..schemas.statistics import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .readers.rows import ColumnBatch
@@ -57,9 +57,10 @@ class BatchConversion:
     per bundle, `convert(batch)` per batch, which yields ("examples",
     ExampleBatch), ("dead_letter", dead-letter dict), with label counting
     ("label_counts", ((split, label, examples), ...)), with statistics
-    ("statistics", ((split, feature), FeatureStatistics)), each carrying
-    the batch's origin (`statistics.batch_origin`; `statistics.partial_to_json`
-    gives it as JSON) and ("columns_seen", names)."""
+    ("statistics", ((split, feature), FeatureStatistics)), per batch (text's
+    carrying the batch's origin, `statistics.batch_origin`) or, held, per
+    run of batches (`convert`; `statistics.partial_to_json` gives one as
+    JSON) and ("columns_seen", names)."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
@@ -86,6 +87,9 @@ class BatchConversion:
         # Per bundle, so that a retried bundle says again what it saw.
         self._unseen = set(self._watch_columns)
         self._named = False
+        self._held_statistics = (
+            StatisticsAccumulator(self._statistics.plan, self._assigner.names)
+            if self._statistics is not None else None)
 
     def _columns_seen(self, batch):
         """("columns_seen", names): the watched columns this batch holds that
@@ -110,7 +114,12 @@ class BatchConversion:
         if hits:
             yield COLUMNS_SEEN, tuple(sorted(hits))
 
-    def convert(self, batch):
+    def convert(self, batch, hold_statistics: bool = False):
+        """The tagged outputs of one batch. With `hold_statistics`, the
+        statistics partials whose merge does not depend on the order are
+        added up across batches until `held_statistics` gives them, for a
+        caller that knows where a run of batches ends (the build cache's
+        reading unit); without, each batch gives its own."""
         if self._unseen:
             yield from self._columns_seen(batch)
         counting, statistics = self._counting, self._statistics
@@ -125,9 +134,11 @@ class BatchConversion:
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
-                    for keyed in batch_statistics(statistics.plan, values, split_of,
-                                                  self._assigner.names, batch_origin(batch)):
+                    for keyed in self._held_statistics.add(values, split_of,
+                                                           batch_origin(batch)):
                         yield STATISTICS, keyed
+                    if not hold_statistics:
+                        yield from self.held_statistics()
             yield EXAMPLES, examples
         if dead_letters:
             self._dead_letters.inc(len(dead_letters))
@@ -141,6 +152,14 @@ class BatchConversion:
                 counter.inc(count)
             for record in dead_letters:
                 yield DEAD_LETTER, record
+
+    def held_statistics(self):
+        """("statistics", ((split, feature), FeatureStatistics)): the partials
+        `convert` held (one per split and feature for all its batches since
+        the last call or `start_bundle`)."""
+        if self._held_statistics is not None:
+            for keyed in self._held_statistics.flush():
+                yield STATISTICS, keyed
 
     def _count(self, examples: list, labels: list[str | None]
                ) -> tuple[HashedExamples, np.ndarray, tuple]:

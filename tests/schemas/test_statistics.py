@@ -11,9 +11,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from recordforge.schemas.columns import CheckedNumbers
 from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.statistics import (HISTOGRAM_BUCKETS, FeatureStatistics, StatisticsPlan,
-                                            ValueHistogram, _SHIFT, _exact_sum, batch_statistics,
+                                            ValueHistogram, _SHIFT, _exact_float_sums,
+                                            _exact_int_sums, _exact_sum, batch_statistics,
                                             feature_kind, sketch_from_json)
 
 EXACT_KEYS = ("count", "min", "max", "mean", "std", "sum", "nan", "inf", "distinct")
@@ -38,6 +40,45 @@ def test_exact_sum_is_the_exact_sum_in_any_order():
     assert Fraction(_exact_sum(np.array(values)), 1 << _SHIFT) == exact
     rng.shuffle(values)
     assert Fraction(_exact_sum(np.array(values)), 1 << _SHIFT) == exact
+
+
+@pytest.mark.parametrize("scale", [1e-40, 1e-3, 1.0, 1e5])
+def test_fast_float_sums_are_the_exact_sums(scale):
+    # float32 values, as statistics keep them: narrow spreads take the int64
+    # sums, wide ones (and subnormal float32s' squares) the sums per exponent
+    rng = np.random.default_rng(5)
+    for decades in (0, 3, 12, 30):
+        magnitudes = scale * 10.0 ** rng.uniform(0, decades, 3000)
+        values = (rng.standard_normal(3000) * magnitudes).astype(np.float32).astype(np.float64)
+        values[:3] = 0.0
+        assert _exact_float_sums(values) == (_exact_sum(values), _exact_sum(values * values))
+        total, squares = _exact_float_sums(values)
+        assert Fraction(total, 1 << _SHIFT) == sum(map(Fraction, values.tolist()))
+        assert Fraction(squares, 1 << _SHIFT) == sum(Fraction(v) ** 2 for v in values.tolist())
+    # doubles of more than 26 significant bits: squares rounded, as ever
+    values = rng.standard_normal(1000) * scale
+    assert _exact_float_sums(values) == (_exact_sum(values), _exact_sum(values * values))
+
+
+@pytest.mark.parametrize("bits", [3, 26, 31, 47, 48, 49, 62])
+def test_fast_int_sums_are_the_exact_sums(bits):
+    rng = random.Random(bits)
+    values = [rng.randrange(-(1 << bits), 1 << bits) for _ in range(5000)] + [(1 << bits) - 1]
+    array = np.array(values, dtype=np.int64)
+    sums = (sum(values) << _SHIFT, sum(v * v for v in values) << _SHIFT)
+    low, high = min(values), max(values)
+    assert _exact_int_sums(array, values, low, high) == sums
+    assert _exact_int_sums(array, None, low, high) == sums
+
+
+def test_checked_numbers_give_the_statistics_of_their_list():
+    rng = random.Random(4)
+    ints = [rng.randrange(-10**6, 10**6) for _ in range(2000)]
+    floats = [rng.uniform(-5, 5) for _ in range(2000)] + [float("nan")]
+    for stored, values, dtype in (("int64", ints, np.int64), ("float", floats, np.float64)):
+        checked = CheckedNumbers(values, np.array(values, dtype=dtype))
+        assert checked == values
+        assert (_numeric(checked, stored).to_state() == _numeric(values, stored).to_state())
 
 
 def test_int_statistics_match_python():

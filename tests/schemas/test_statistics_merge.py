@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import copy
+import heapq
 import json
 import random
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from recordforge.schemas.statistics import (FeatureStatistics, ValueHistogram, merge_order,
-                                            merge_partials)
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.statistics import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
+                                            StatisticsAccumulator, StatisticsPlan, ValueHistogram,
+                                            batch_statistics, merge_order, merge_partials)
 
 KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
 VOCABULARY = ("a", "b", "c", "d")
@@ -83,6 +86,94 @@ def test_partials_merge_to_the_same_json_in_any_order_and_grouping(batches, rng)
     assert _json(_random_tree(partials, rng)) == expected
     # merged partials give what one batch of all the values gives
     assert _json(one) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(_batches(), st.randoms(use_true_random=False))
+def test_added_values_give_what_merged_partials_give(batches, rng):
+    kind, values = batches
+    partials = [_partial(kind, batch) for batch in values]
+    added = FeatureStatistics(partials[0].kind, partials[0].stored,
+                              vocabulary=VOCABULARY if kind == "vocabulary" else None)
+    for batch in values:
+        added.add_values(len(batch), batch)
+    merged = copy.deepcopy(partials[0])
+    for stats in partials[1:]:  # text: merged in the order the values were added
+        merged.merge(stats)
+    assert _json(added) == _json(merged)
+    # the same sketches, to the byte (the theta sketch in its canonical form)
+    assert added.to_state() == merged.to_state()
+    if kind != "string":
+        assert added.to_state() == _random_tree(partials, rng).to_state()
+
+
+def _plan_and_batches(seed: int):
+    specs = parse_features({"n": {"type": "int64"}, "x": {"type": "float"},
+                            "city": {"type": "string"},
+                            "label": {"type": "int64", "vocabulary": list(VOCABULARY)},
+                            "blob": {"type": "bytes"},
+                            "tags": {"type": "int64", "shape": [-1], "required": False}})
+    rng = random.Random(seed)
+    batches = []
+    for index in range(30):
+        size = rng.choice((1, 40, 700))
+        columns = {"n": ("scalars", [rng.randrange(-10**9, 10**9) for _ in range(size)]),
+                   "x": ("scalars", [rng.gauss(0, 1e4) for _ in range(size)]),
+                   "city": ("scalars", [str(rng.randrange(2000)) for _ in range(size)]),
+                   "label": ("scalars", [rng.randrange(len(VOCABULARY)) for _ in range(size)]),
+                   "blob": ("scalars", [b"x" * rng.randrange(50) for _ in range(size)]),
+                   "tags": ("rows", [None if rng.random() < 0.2 else
+                                     [rng.randrange(9) for _ in range(rng.randrange(3))]
+                                     for _ in range(size)])}
+        split_of = np.array([rng.randrange(2) for _ in range(size)])
+        batches.append((columns, split_of, f"t.csv\n{index * 1000 + 1}"))
+    return StatisticsPlan.from_specs(specs, {}), batches
+
+
+def _merged_by_key(partials) -> dict:
+    by_key = {}
+    for key, stats in partials:
+        by_key.setdefault(key, []).append(stats)
+    return {key: merge_partials(members).to_state() for key, members in by_key.items()}
+
+
+def test_an_accumulator_gives_what_batch_partials_give():
+    plan, batches = _plan_and_batches(5)
+    names = ["train", "test"]
+    expected = _merged_by_key([partial for columns, split_of, origin in batches
+                               for partial in batch_statistics(plan, columns.__getitem__,
+                                                               split_of, names, origin)])
+    for flush_every in (1, 7, len(batches)):
+        accumulator = StatisticsAccumulator(plan, names)
+        partials = []
+        for index, (columns, split_of, origin) in enumerate(batches):
+            text = accumulator.add(columns.__getitem__, split_of, origin)
+            # only text partials come per batch, each with its batch's origin
+            assert {key[1] for key, _ in text} <= {"city"}
+            assert all(stats.origin == origin for _, stats in text)
+            partials += text
+            if index % flush_every == flush_every - 1:
+                partials += accumulator.flush()
+        partials += accumulator.flush()
+        assert not accumulator.flush()
+        assert _merged_by_key(partials) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=FREQUENT_CAPACITY - 3,
+                max_size=3 * FREQUENT_CAPACITY), st.integers(0, 3000))
+def test_a_purge_subtracts_the_count_past_the_capacity(counts, excess):
+    # mostly ones (free text) as well as many repeats
+    counts = [1] * excess + counts
+    values = {f"v{index}": count for index, count in enumerate(counts)}
+    summary = FrequentValues.of(values)
+    if len(values) <= FREQUENT_CAPACITY:
+        assert (summary.counts, summary.offset) == (values, 0)
+        return
+    threshold = heapq.nlargest(FREQUENT_CAPACITY + 1, values.values())[-1]
+    assert summary.offset == threshold
+    assert summary.counts == {value: count - threshold for value, count in values.items()
+                              if count > threshold}
 
 
 @settings(max_examples=60, deadline=None)

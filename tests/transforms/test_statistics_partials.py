@@ -86,18 +86,41 @@ def test_exact_parts_survive_json():
     assert labels.dtype.name == "int64" and labels.tolist() == [1, 1, 2]
 
 
-def _table_partials() -> list:
+def _table_batches() -> list[list[SourceRow]]:
     rng = random.Random(3)
+    return [[SourceRow("shop.jsonl", i + 1, {
+        "id": i, "price": rng.uniform(-10, 10), "label": rng.choice(["cat", "dog"]),
+        "city": str(rng.randrange(3000)) if rng.random() < 0.7 else "oslo",
+        "tags": [rng.random() for _ in range(i % 3)]})
+        for i in range(start, start + 500)] for start in range(0, 12_000, 500)]
+
+
+def _table_partials() -> list:
     conversion = _conversion()
-    partials = []
-    for start in range(0, 12_000, 500):
-        rows = [SourceRow("shop.jsonl", i + 1, {
-            "id": i, "price": rng.uniform(-10, 10), "label": rng.choice(["cat", "dog"]),
-            "city": str(rng.randrange(3000)) if rng.random() < 0.7 else "oslo",
-            "tags": [rng.random() for _ in range(i % 3)]})
-            for i in range(start, start + 500)]
-        partials += _partials(conversion, rows)
-    return partials
+    return [partial for rows in _table_batches() for partial in _partials(conversion, rows)]
+
+
+def _merged_states(partials: list) -> dict:
+    by_key = {}
+    for key, stats in partials:
+        by_key.setdefault(key, []).append(stats)
+    return {key: merge_partials(members).to_state() for key, members in by_key.items()}
+
+
+def test_held_statistics_merge_to_what_each_batch_gives():
+    conversion = _conversion()
+    held = []
+    for rows in _table_batches():
+        held += [value for tag, value in conversion.convert(rows, hold_statistics=True)
+                 if tag == STATISTICS]
+    text = len(held)
+    held += [value for _, value in conversion.held_statistics()]
+    # text partials come per batch (their merge order rests on their
+    # origin), the others once for all the batches, one per split and feature
+    assert {key[1] for key, _ in held[:text]} == {"city"}
+    assert len(held) - text == len({key for key, _ in held[text:]})
+    assert not list(conversion.held_statistics())
+    assert _merged_states(held) == _merged_states(_table_partials())
 
 
 def test_merge_statistics_gives_the_canonical_merge_in_any_order():

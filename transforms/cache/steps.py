@@ -217,7 +217,8 @@ class _ConvertUnits(beam.DoFn):
             for tag, value in batched(read_range(self._fs, unit, self._format, self._options),
                                       self._batch_size, unit.source):
                 if tag == ROWS:
-                    for out_tag, out_value in self._conversion.convert(value):
+                    for out_tag, out_value in self._conversion.convert(value,
+                                                                       hold_statistics=True):
                         writer.add(out_tag, out_value)
                         if out_tag != EXAMPLES or not self._give_runs:
                             yield out_tag, out_value
@@ -229,6 +230,11 @@ class _ConvertUnits(beam.DoFn):
                         unreadable = unreadable or value["reason"] == "read_error"
                     writer.add(out_tag, value)
                     yield out_tag, value
+            # The unit's order-free statistics, one partial per split and
+            # feature, as its piece keeps them and gives them when reused.
+            for out_tag, out_value in self._conversion.held_statistics():
+                writer.add(out_tag, out_value)
+                yield out_tag, out_value
             examples = writer.examples
             # A unit that met an I/O error is read again next build, not
             # remembered as failed: its runs serve this build only.
