@@ -117,10 +117,8 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
     local = isinstance(fs, LocalFileSystem)
     check = None if local else RecordStreamCheck(final_path, compression)
 
-    records = 0
-
-    def written_through(fileobj: BinaryIO) -> HashingWriter:
-        nonlocal records
+    def written_through(fileobj: BinaryIO) -> tuple[HashingWriter, int]:
+        """(the writer's hashing sink, the records it wrote)."""
         out = HashingWriter(fileobj) if check is None else _CheckingWriter(fileobj, check)
         records = write(out)
         if check is not None:
@@ -131,18 +129,18 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
             if checked != records:
                 raise ShardCheckError(f"{name}: holds {checked} records, its writer wrote "
                                       f"{records}")
-        return out
+        return out, records
 
     if _writes_atomically(fs) and not local:
         with fs.open(fs_final, "wb") as fileobj:
-            out = written_through(fileobj)
+            out, records = written_through(fileobj)
     else:
         temp_path = join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
         _, fs_temp = fsspec.core.url_to_fs(temp_path)
         fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
         with fs.open(fs_temp, "wb") as fileobj:
             on_disk = WriteBehind(fileobj)  # durable before its rename (page_cache)
-            out = written_through(on_disk)
+            out, records = written_through(on_disk)
             on_disk.finish()
         fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
         if local:
