@@ -20,6 +20,7 @@ interrupted by SIGINT / SIGTERM, nothing published (`signals`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -153,38 +154,44 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         return BuildResult.from_manifest(finished.manifest, finished.url, True)
 
     started = time.monotonic()
-    _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
-                  cache_state, input_bytes=sum(entry.get("size", 0) for entry in inputs["files"]))
-    _check_inputs_unchanged(staging, config, inputs)
+    total_input = sum(entry.get("size", 0) for entry in inputs["files"])
+    # A large local build reads its shards back as they are written, on a
+    # core the pipeline leaves idle, instead of all of them at the end.
+    early_checks = publish.early_shard_checks(staging, config.output.compression,
+                                              total_input) if verify else None
+    with early_checks or contextlib.nullcontext():
+        _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
+                      cache_state, input_bytes=total_input)
+        _check_inputs_unchanged(staging, config, inputs)
 
-    # stats.json, drift.json against the version LATEST names, the gates.
-    statistics = StatisticsCheck.for_config(config)
+        # stats.json, drift.json against the version LATEST names, the gates.
+        statistics = StatisticsCheck.for_config(config)
 
-    def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
-        report.write_staged_report(staging_url, manifest, label_counts=label_counts,
-                                   wall_seconds=time.monotonic() - started,
-                                   **(statistics.report_sections if statistics else {}))
+        def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
+            report.write_staged_report(staging_url, manifest, label_counts=label_counts,
+                                       wall_seconds=time.monotonic() - started,
+                                       **(statistics.report_sections if statistics else {}))
 
-    try:
-        result = publish.finalize(
-            staging, name=config.name, compression=config.output.compression,
-            features=manifest_features(config.features,
-                                       stored_defaults(config.features, vocabularies)),
-            vocabularies=vocabularies,
-            config=config.resolved, split_names=[name for name, _ in config.splits],
-            max_error_rate=config.dead_letter.max_error_rate,
-            max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
-            report_hook=write_report, describe=True, update_latest=update_latest,
-            inputs=inputs, statistics_hook=statistics)
-    except OSError as error:  # the filesystem failed (disk full, I/O error) before the commit
-        raise BuildFailed(f"publishing failed; nothing was published: "
-                          f"{type(error).__name__}: {error}") from error
-    if cache_state is not None:
-        _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
-    if show_progress:
-        progress.print_summary(result.manifest, output=result.url,
-                               wall_seconds=time.monotonic() - started)
-    return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
+        try:
+            result = publish.finalize(
+                staging, name=config.name, compression=config.output.compression,
+                features=manifest_features(config.features,
+                                           stored_defaults(config.features, vocabularies)),
+                vocabularies=vocabularies,
+                config=config.resolved, split_names=[name for name, _ in config.splits],
+                max_error_rate=config.dead_letter.max_error_rate,
+                max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
+                report_hook=write_report, describe=True, update_latest=update_latest,
+                inputs=inputs, statistics_hook=statistics, early_checks=early_checks)
+        except OSError as error:  # the filesystem failed (disk full, I/O error), not committed
+            raise BuildFailed(f"publishing failed; nothing was published: "
+                              f"{type(error).__name__}: {error}") from error
+        if cache_state is not None:
+            _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
+        if show_progress:
+            progress.print_summary(result.manifest, output=result.url,
+                                   wall_seconds=time.monotonic() - started)
+        return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
 
 
 def _source_inputs(config: DatasetConfig) -> dict:

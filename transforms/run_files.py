@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import shutil
 import struct
 import tempfile
@@ -222,29 +223,87 @@ def _parse_index(raw: bytes, entries: int) -> tuple[list, list, list, list[bytes
     return rows, offsets, key_offsets, prefixes
 
 
+class _Layout(NamedTuple):
+    """A run file's footer and parsed index."""
+
+    sizes_offset: int
+    keys_offset: int
+    key_sizes_offset: int
+    num_records: int
+    key_width: int
+    rows: list
+    offsets: list
+    key_offsets: list
+    prefixes: list
+
+
+def _read_layout(fs, fs_path: str, path: str) -> _Layout:
+    with fs.open(fs_path, "rb") as fileobj:
+        size = fs.size(fs_path)
+        if size < _FOOTER.size:
+            raise RunFileError(f"{path}: spill file is truncated ({size} bytes)")
+        fileobj.seek(size - _FOOTER.size)
+        (sizes_offset, keys_offset, key_sizes_offset, index_offset, entries, records,
+         key_width, magic) = _FOOTER.unpack(fileobj.read(_FOOTER.size))
+        if magic != _MAGIC or index_offset > size - _FOOTER.size:
+            raise RunFileError(f"{path}: not a complete spill file (bad footer)")
+        fileobj.seek(index_offset)
+        raw_index = fileobj.read(size - _FOOTER.size - index_offset)
+    return _Layout(sizes_offset, keys_offset, key_sizes_offset, records, key_width,
+                   *_parse_index(raw_index, entries))
+
+
+# Layouts of local run files, by path: every bucket opens every run of its
+# split, and parsing the same index again for each of them cost about a
+# tenth of a rebuild from the cache. An entry is used only while the file
+# is the same one (device, inode, size and modification time).
+_LAYOUTS: dict[str, tuple[tuple, _Layout]] = {}
+_LAYOUTS_KEPT = 4096
+
+
+def _layout(fs, fs_path: str, path: str) -> _Layout:
+    if not isinstance(fs, LocalFileSystem):
+        return _read_layout(fs, fs_path, path)
+    try:
+        stat = os.stat(fs_path)
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: spill file is missing") from None
+    identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    known = _LAYOUTS.get(fs_path)
+    if known is not None and known[0] == identity:
+        return known[1]
+    layout = _read_layout(fs, fs_path, path)
+    if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+        _LAYOUTS.pop(next(iter(_LAYOUTS)))  # the oldest entry
+    _LAYOUTS[fs_path] = (identity, layout)
+    return layout
+
+
+def _filesystem(path: str) -> tuple:
+    if "://" not in path and "::" not in path:
+        return _LOCAL, path  # a plain local path: url_to_fs costs more than the lookup
+    return fsspec.core.url_to_fs(path)
+
+
+_LOCAL = LocalFileSystem()
+
+
 class RunFile:
     """Reads a run file's footer and index, and its rows in a key range."""
 
     def __init__(self, path: str, fs=None):
         self.path = path
-        self._fs, self._fs_path = (fs, path) if fs is not None else fsspec.core.url_to_fs(path)
-        with self._fs.open(self._fs_path, "rb") as fileobj:
-            size = self._fs.size(self._fs_path)
-            if size < _FOOTER.size:
-                raise RunFileError(f"{path}: spill file is truncated ({size} bytes)")
-            fileobj.seek(size - _FOOTER.size)
-            (self._sizes_offset, self._keys_offset, self._key_sizes_offset, index_offset,
-             entries, records, self.key_width, magic) = _FOOTER.unpack(
-                 fileobj.read(_FOOTER.size))
-            if magic != _MAGIC or index_offset > size - _FOOTER.size:
-                raise RunFileError(f"{path}: not a complete spill file (bad footer)")
-            fileobj.seek(index_offset)
-            raw_index = fileobj.read(size - _FOOTER.size - index_offset)
-        self.data_size = self._sizes_offset
-        self.num_records = records
+        self._fs, self._fs_path = (fs, path) if fs is not None else _filesystem(path)
+        layout = _layout(self._fs, self._fs_path, path)
+        self._sizes_offset = layout.sizes_offset
+        self._keys_offset = layout.keys_offset
+        self._key_sizes_offset = layout.key_sizes_offset
+        self.key_width = layout.key_width
+        self.data_size = layout.sizes_offset
+        self.num_records = layout.num_records
         self._map: mmap.mmap | None = None  # the whole file, mapped (see _records)
-        self.rows, self.offsets, self.key_offsets, self.prefixes = _parse_index(raw_index,
-                                                                                entries)
+        self.rows, self.offsets = layout.rows, layout.offsets
+        self.key_offsets, self.prefixes = layout.key_offsets, layout.prefixes
 
     def row_range(self, lo: bytes, hi: bytes | None) -> tuple[int, int, int, int]:
         """``(first row, end row, record offset, key offset)`` of the smallest

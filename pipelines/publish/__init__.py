@@ -14,6 +14,7 @@ meets them (on-disk names: `transforms.layout`):
 - `manifest`: building, writing and checking manifest.json
 - `checksums`: SHA256SUMS
 - `file_checks`: reading one file back (size, sha256, framing, Examples)
+- `early_checks`: reading a local build's shards back while the pipeline runs
 - `dataset_paths`: which files of a version a reader opens (verify, inspect)
 - `verify`: verifying a staged or published version; `recordforge verify`
 - `report`: report.html (gathering from the shards, writing);
@@ -32,12 +33,12 @@ LATEST update that failed) and the errors.
 from .commit import read_latest
 from .errors import (BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishError,
                      PublishedWithErrors, VersionExistsError)
-from .finalizing import PublishResult, finalize, finish_latest
+from .finalizing import PublishResult, early_shard_checks, finalize, finish_latest
 from .recovery import live_builds
 from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
 from .versions import check_version_name, resolve_version
 
 __all__ = ["BuildFailed", "ConcurrentBuildError", "LatestNotUpdated", "PublishError",
            "PublishResult", "PublishedWithErrors", "Staging", "StagingRef", "VersionExistsError",
-           "begin_build", "begin_pipeline_build", "check_version_name", "finalize",
-           "finish_latest", "live_builds", "read_latest", "resolve_version"]
+           "begin_build", "begin_pipeline_build", "check_version_name", "early_shard_checks",
+           "finalize", "finish_latest", "live_builds", "read_latest", "resolve_version"]

@@ -10,7 +10,9 @@ not match the manifest's features. `verify` runs these over a version.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import BinaryIO, Mapping
 
@@ -22,7 +24,8 @@ from ...transforms import tfrecordio
 from ...transforms.page_cache import drop_behind
 from ...transforms.readers.inputs import fingerprint
 
-__all__ = ["FileCheck", "Problem", "check_file", "check_stored", "example_problem"]
+__all__ = ["FileCheck", "Problem", "ReadBack", "check_file", "check_read_back", "check_stored",
+           "example_problem", "read_back"]
 
 _BLOCK = 1 << 20
 _DROP_EVERY = 8 << 20
@@ -148,6 +151,14 @@ def check_file(url: str, file: str, *, compression: str | None = None,
     record's framing and CRCs, counts records and, with `features`, checks
     each Example. Always: size and sha256 against the expected values.
     Returns a `FileCheck`; never raises for damaged data."""
+    check = _read_file(url, file, compression, features, vocabulary_sizes)
+    return _against_expected(check, compression, expected_size, expected_sha256,
+                             expected_records)
+
+
+def _read_file(url: str, file: str, compression: str | None, features: Mapping | None,
+               vocabulary_sizes: Mapping | None) -> FileCheck:
+    """What reading the file finds, before comparing it with what was expected."""
     check = FileCheck(file=file)
     try:
         handle = fsspec.open(url, "rb").open()
@@ -173,7 +184,17 @@ def check_file(url: str, file: str, *, compression: str | None = None,
                                       code="framing"))
     check.size = reader.size
     check.sha256 = reader.digest.hexdigest()
+    return check
+
+
+def _against_expected(check: FileCheck, compression: str | None, expected_size: int | None,
+                      expected_sha256: str | None, expected_records: int | None) -> FileCheck:
+    """`check` with the problems of a size, record count or sha256 other than
+    expected added."""
+    if not check.exists:
+        return check
     framing_broken = any(p.offset is not None for p in check.problems)
+    file = check.file
     if expected_size is not None and check.size != expected_size:
         check.problems.append(Problem(file, f"is {check.size} bytes, manifest says {expected_size}"
                                       + (" (truncated)" if check.size < expected_size else ""),
@@ -192,6 +213,54 @@ def check_file(url: str, file: str, *, compression: str | None = None,
         check.problems.append(Problem(file, f"sha256 {check.sha256[:16]}… does not match the "
                                       f"expected {expected_sha256[:16]}…{hint}", code="sha256"))
     return check
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """A local shard read back before its expected size, sha256 and count
+    were known (`read_back`): what reading found, and which file it read
+    (device, inode, size, modification time)."""
+
+    identity: tuple
+    check: FileCheck
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def read_back(path: str, file: str, *, compression: str) -> ReadBack | None:
+    """Reads the local shard at `path` as `check_file` does (framing, CRCs,
+    count, sha256), to be judged later by `check_read_back`. None when the
+    file changed or went while it was read (a writer that was retried
+    replaced it): what was read is then no file's content."""
+    before = _identity(path)
+    check = _read_file(path, file, compression, None, None)
+    after = _identity(path)
+    if before is None or before != after:
+        return None
+    return ReadBack(after, check)
+
+
+def check_read_back(url: str, file: str, *, read: ReadBack, compression: str,
+                    expected_size: int, expected_sha256: str,
+                    expected_records: int) -> FileCheck:
+    """`check_file` of a local shard already read by `read_back`: what was
+    read then is judged against the expected values, provided the file is
+    still the one read (same device, inode, size and modification time; a
+    shard is renamed into place once written, never changed in place).
+    Otherwise it is read again."""
+    _, path = fsspec.core.url_to_fs(url)
+    if _identity(path) != read.identity:
+        return check_file(url, file, compression=compression, expected_size=expected_size,
+                          expected_sha256=expected_sha256, expected_records=expected_records)
+    check = copy.deepcopy(read.check)
+    return _against_expected(check, compression, expected_size, expected_sha256,
+                             expected_records)
 
 
 def check_stored(url: str, file: str, *, stored: Mapping, compression: str,

@@ -35,7 +35,8 @@ it writes the descriptions for other readers (``dataset_info.json`` and
 letters, manifest and SHA256SUMS is listed in the manifest's ``files`` with
 its size and sha256. It then writes ``SHA256SUMS`` (`checksums`), writes ``manifest.json`` into the
 staging directory, runs `verify.verify_dataset` on it (unless
-``verify=False``), commits (`commit.commit`) and replaces ``LATEST``
+``verify=False``; shards an `early_checks.EarlyShardChecks` read back while
+the pipeline ran are judged from that reading), commits (`commit.commit`) and replaces ``LATEST``
 (``update_latest=False`` leaves it alone, e.g. for a backfill of an old
 version).
 
@@ -68,13 +69,15 @@ from .checksums import write_sha256sums
 from .croissant import croissant_files
 from .commit import (check_still_publishable, commit, latest_is_behind, point_latest,
                      write_latest)
+from .early_checks import EarlyShardChecks
 from .errors import BuildFailed, ConcurrentBuildError
+from .file_checks import ReadBack
 from .output import Output, load_json, published_identity
 from .staging import Staging
 from .tfds_metadata import tfds_files
 from .verify import verify_dataset
 
-__all__ = ["PublishResult", "finalize", "finish_latest"]
+__all__ = ["PublishResult", "early_shard_checks", "finalize", "finish_latest"]
 
 
 def _redact_values(value: Any) -> Any:
@@ -111,8 +114,8 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              report_hook: Callable[[str, dict, dict | None], None] | None = None,
              update_latest: bool = True, verify_workers: int | None = None,
              describe: bool = False, inputs: Mapping[str, Any] | None = None,
-             statistics_hook: Callable[[str, dict, dict], str | None] | None = None
-             ) -> PublishResult:
+             statistics_hook: Callable[[str, dict, dict], str | None] | None = None,
+             early_checks: EarlyShardChecks | None = None) -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
@@ -173,8 +176,10 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         out.write_atomic(f"{staging.directory}/{MANIFEST_FILE}",
                          manifest_lib.dumps_manifest(manifest))
         if verify:
-            _verify_staged(staging, verify_workers, _verify_executor(out, manifest),
-                           _checked_as_written(result))
+            read_already = early_checks.results() if early_checks is not None else {}
+            _verify_staged(staging, verify_workers,
+                           "thread" if read_already else _verify_executor(out, manifest),
+                           _checked_as_written(result), read_already)
         # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
         # renames finish and the build reports what it published.
         with signals.deferred():
@@ -288,6 +293,18 @@ def _verify_executor(out: Output, manifest: Mapping[str, Any]) -> str:
     return "thread"
 
 
+def early_shard_checks(staging: Staging, compression: str,
+                       expected_bytes: int) -> EarlyShardChecks | None:
+    """An `EarlyShardChecks` (not started) for a build expected to stage
+    about `expected_bytes` of shards, where verification would read them
+    by processes (`_verify_executor`): on the local disk, large, with more
+    than one core. Else None."""
+    if (staging.out.local and expected_bytes >= VERIFY_PROCESSES_FROM
+            and (os.cpu_count() or 1) > 1):
+        return EarlyShardChecks(staging.directory, compression, workers=os.cpu_count() or 1)
+    return None
+
+
 def _checked_as_written(result: Mapping[str, Any]) -> dict[str, dict]:
     """file -> the store's fingerprint, for the shards whose writer checked
     their records as it wrote them (`transforms.shard_files`: those not on
@@ -297,9 +314,10 @@ def _checked_as_written(result: Mapping[str, Any]) -> dict[str, dict]:
 
 
 def _verify_staged(staging: Staging, workers: int | None, executor: str = "thread",
-                   checked_as_written: Mapping[str, dict] | None = None) -> None:
+                   checked_as_written: Mapping[str, dict] | None = None,
+                   read_already: Mapping[str, ReadBack] | None = None) -> None:
     report = verify_dataset(staging.url, workers=workers, executor=executor,
-                            checked_as_written=checked_as_written)
+                            checked_as_written=checked_as_written, read_already=read_already)
     if not report.ok:
         lines = [f"the staged build failed verification ({len(report.problems)} problems); "
                  "nothing was published:"] + [f"  {problem}" for problem in report.problems[:20]]

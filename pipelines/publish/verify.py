@@ -50,7 +50,7 @@ from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
                             load_version_manifest, locate_version, read_limited)
-from .file_checks import FileCheck, Problem, check_file, check_stored
+from .file_checks import FileCheck, Problem, ReadBack, check_file, check_read_back, check_stored
 
 __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 
@@ -146,15 +146,20 @@ def _protocols(fs) -> tuple[str, ...]:
 
 def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                    executor: str = "thread",
-                   checked_as_written: Mapping[str, Mapping] | None = None) -> VerifyReport:
+                   checked_as_written: Mapping[str, Mapping] | None = None,
+                   read_already: Mapping[str, ReadBack] | None = None) -> VerifyReport:
     """Verifies the dataset at `path` (version directory or output root with
     LATEST). Returns a `VerifyReport`; raises `DatasetNotFoundError` only
     when `path` does not exist. `workers` defaults to the CPU count;
     `executor` is "thread" or "process". checked_as_written: shards whose
     records their writer checked as it wrote them (file -> the store's
     fingerprint it took then; `transforms.shard_files`), which are not read
-    again: each must still be that object (`file_checks.check_stored`)."""
+    again: each must still be that object (`file_checks.check_stored`).
+    read_already: local shards read back while the build ran
+    (`early_checks`), judged without reading them again while each is
+    still the file read (`file_checks.check_read_back`)."""
     checked_as_written = checked_as_written or {}
+    read_already = read_already or {}
     started = time.monotonic()
     located = locate_version(path)
     fs, version_dir, version_url = located.fs, located.version_dir, located.url
@@ -199,6 +204,11 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
         if file in checked_as_written and not deep:
             tasks.append((0, file, check_stored, dict(
                 stored=checked_as_written[file], compression=compression,
+                expected_size=shard["num_bytes"],
+                expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
+        elif file in read_already and not deep:
+            tasks.append((0, file, check_read_back, dict(
+                read=read_already[file], compression=compression,
                 expected_size=shard["num_bytes"],
                 expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
         else:

@@ -333,6 +333,9 @@ def test_a_large_local_build_is_verified_by_processes(tmp_path, monkeypatch):
 
 
 def test_a_build_verified_by_processes_publishes(tmp_path, monkeypatch):
+    """A large local build reads its shards back by processes while the
+    pipeline runs (`early_checks`); verification then judges every shard
+    from that reading, in threads."""
     import recordforge
     from recordforge.pipelines.publish import finalizing
 
@@ -340,7 +343,7 @@ def test_a_build_verified_by_processes_publishes(tmp_path, monkeypatch):
     verify_dataset = finalizing.verify_dataset
 
     def watched(*args, **kwargs):
-        used.append(kwargs.get("executor"))
+        used.append((kwargs.get("executor"), sorted(kwargs.get("read_already") or {})))
         return verify_dataset(*args, **kwargs)
 
     monkeypatch.setattr(finalizing, "VERIFY_PROCESSES_FROM", 0)
@@ -350,4 +353,6 @@ def test_a_build_verified_by_processes_publishes(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     result = recordforge.build(str(config), output=str(tmp_path / "out"),
                                beam_args=["--direct_running_mode=in_memory"])
-    assert used == ["process"] and result.num_examples > 0
+    shards = sorted(shards_of(tmp_path / "out" / result.version))
+    assert used == [("thread", shards)] and result.num_examples > 0
+    assert verify.verify_dataset(str(tmp_path / "out")).ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import os
 import random
 import struct
 
@@ -425,6 +426,29 @@ def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
     for mapped in (False, True):
         with pytest.raises(run_files.RunFileError, match="r.run: record cut short"):
             run_files.RunFile(str(path)).read(b"", None, mapped)
+
+
+@pytest.mark.parametrize("how", ["renamed", "rewritten", "removed"])
+def test_a_run_file_replaced_at_its_path_is_read_anew(tmp_path, how):
+    """Local run layouts are kept by path between buckets; another file at
+    the path (or none) is never read through the kept layout."""
+    path = tmp_path / "r.run"
+    first, second = _rows(random.Random(3), 300), _rows(random.Random(4), 500)
+    with open(path, "wb") as fileobj:
+        _write_rows(fileobj, first, "variable", prefix_len=8, index_every=500)
+    assert _pairs(run_files.RunFile(str(path)).read(b"", None)) == first
+    if how == "removed":
+        path.unlink()
+        with pytest.raises(run_files.RunFileError, match="r.run"):
+            run_files.RunFile(str(path))
+        return
+    target = tmp_path / "new.run" if how == "renamed" else path
+    with open(target, "wb") as fileobj:
+        _write_rows(fileobj, second, "variable", prefix_len=8, index_every=500)
+    if how == "renamed":
+        os.replace(target, path)
+    run = run_files.RunFile(str(path))
+    assert run.num_records == len(second) and _pairs(run.read(b"", None)) == second
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):

@@ -1,0 +1,162 @@
+"""Tests for recordforge.pipelines.publish.early_checks and the read-back it
+hands to verification: a shard read while the pipeline ran is judged as if
+it were read at the end, and one that changed since is read again."""
+
+import hashlib
+import os
+import pathlib
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recordforge.pipelines.publish import file_checks, finalizing
+from recordforge.pipelines.publish.early_checks import EarlyShardChecks
+from recordforge.schemas.example import encode_example
+from recordforge.transforms import tfrecordio
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def shard_bytes(count: int, first: int = 0, compression: str = "none") -> bytes:
+    data = tfrecordio.frame_records([encode_example({"id": first + row, "text": f"row {row}"})
+                                     for row in range(count)])
+    return tfrecordio.gzip_compress(data) if compression == "gzip" else data
+
+
+def expected(data: bytes, count: int) -> dict:
+    return {"expected_size": len(data), "expected_sha256": hashlib.sha256(data).hexdigest(),
+            "expected_records": count}
+
+
+def replace_file(path: pathlib.Path, data: bytes) -> None:
+    """Puts `data` at `path` the way a shard writer does: a new file renamed
+    over the old one."""
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_shard_read_back_early_is_judged_like_one_read_at_the_end(tmp_path, compression):
+    data = shard_bytes(40, compression=compression)
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    path.write_bytes(data)
+    read = file_checks.read_back(str(path), path.name, compression=compression)
+    assert read is not None and read.check.records == 40 and not read.check.problems
+
+    judged = file_checks.check_read_back(str(path), path.name, read=read,
+                                         compression=compression, **expected(data, 40))
+    at_the_end = file_checks.check_file(str(path), path.name, compression=compression,
+                                        **expected(data, 40))
+    assert judged == at_the_end and not judged.problems
+    # Judged against other expectations, it fails as a late reading would.
+    other = shard_bytes(41, compression=compression)
+    assert (file_checks.check_read_back(str(path), path.name, read=read,
+                                        compression=compression, **expected(other, 41))
+            == file_checks.check_file(str(path), path.name, compression=compression,
+                                      **expected(other, 41)))
+    assert read.check.problems == []  # judging does not change what was read
+
+
+@settings(max_examples=25, deadline=None)
+@given(offset=st.integers(min_value=0), flip=st.integers(min_value=1, max_value=255),
+       replace=st.booleans())
+def test_a_shard_changed_after_it_was_read_is_read_again(tmp_path_factory, offset, flip,
+                                                         replace):
+    """Whatever byte changes after the early reading, in place or by a new
+    file renamed over it, verification finds it as if it had read the shard
+    only then."""
+    directory = tmp_path_factory.mktemp("changed")
+    data = shard_bytes(12)
+    path = directory / "train-00000-of-00001.tfrecord"
+    path.write_bytes(data)
+    read = file_checks.read_back(str(path), path.name, compression="none")
+    damaged = bytearray(data)
+    damaged[offset % len(data)] ^= flip
+    if replace:
+        replace_file(path, bytes(damaged))
+    else:
+        time.sleep(0.02)  # a later modification time, as any later write has
+        with open(path, "r+b") as handle:
+            handle.seek(offset % len(data))
+            handle.write(bytes([damaged[offset % len(data)]]))
+    judged = file_checks.check_read_back(str(path), path.name, read=read,
+                                         compression="none", **expected(data, 12))
+    assert judged.problems
+    assert judged == file_checks.check_file(str(path), path.name, compression="none",
+                                            **expected(data, 12))
+
+
+def test_a_shard_that_changes_while_it_is_read_gives_no_reading(tmp_path, monkeypatch):
+    data = shard_bytes(5)
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    path.write_bytes(data)
+    read_file = file_checks._read_file
+
+    def replaced_meanwhile(*args, **kwargs):
+        found = read_file(*args, **kwargs)
+        replace_file(path, data)  # the same bytes, another file
+        return found
+
+    monkeypatch.setattr(file_checks, "_read_file", replaced_meanwhile)
+    assert file_checks.read_back(str(path), path.name, compression="none") is None
+
+
+def test_early_checks_read_each_shard_as_it_appears(tmp_path):
+    first, second = shard_bytes(3), shard_bytes(4, first=3)
+    with EarlyShardChecks(str(tmp_path), "none", workers=1, interval=0.05) as checks:
+        (tmp_path / "train-00000-of-00002.tfrecord").write_bytes(first)
+        (tmp_path / "notes.txt").write_bytes(b"not a shard")
+        (tmp_path / "train-00001-of-00002.tfrecord.3f2a").write_bytes(b"a writer's temp file")
+        deadline = time.monotonic() + 30
+        while not checks._futures and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(checks._futures) == ["train-00000-of-00002.tfrecord"]  # read while running
+        replace_file(tmp_path / "train-00000-of-00002.tfrecord", second)  # a retried writer
+        (tmp_path / "train-00001-of-00002.tfrecord").write_bytes(first)  # after the last look
+        found = checks.results()
+    assert sorted(found) == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    assert found["train-00000-of-00002.tfrecord"].check.records == 4  # the replacement's
+    assert found["train-00001-of-00002.tfrecord"].check.records == 3
+
+
+def test_early_checks_of_a_directory_that_never_appears(tmp_path):
+    with EarlyShardChecks(str(tmp_path / "gone"), "none", interval=0.01) as checks:
+        time.sleep(0.05)
+        assert checks.results() == {}
+
+
+def test_a_shard_damaged_after_its_early_reading_is_not_published(tmp_path, monkeypatch):
+    """End to end: a shard is damaged between its early reading and
+    publishing; the build fails, nothing is published."""
+    import recordforge
+    from recordforge.pipelines.publish import BuildFailed
+    from recordforge.pipelines.publish.early_checks import EarlyShardChecks as Checks
+
+    results = Checks.results
+    damaged = []
+
+    def damage_then_results(self):
+        found = results(self)
+        name = sorted(found)[0]
+        path = pathlib.Path(self._directory) / name
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        time.sleep(0.02)
+        with open(path, "r+b") as handle:
+            handle.write(bytes(data))
+        damaged.append(name)
+        return found
+
+    monkeypatch.setattr(finalizing, "VERIFY_PROCESSES_FROM", 0)
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(Checks, "results", damage_then_results)
+    monkeypatch.chdir(REPO)
+    with pytest.raises(BuildFailed) as failure:
+        recordforge.build(str(REPO / "configs" / "examples" / "flights.yaml"),
+                          output=str(tmp_path / "out"),
+                          beam_args=["--direct_running_mode=in_memory"])
+    assert damaged and damaged[0] in str(failure.value)
+    assert not (tmp_path / "out" / "LATEST").exists()
