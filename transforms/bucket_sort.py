@@ -170,7 +170,7 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
     for run in sorted(runs, key=lambda run: run.path):
         if run.split != bucket.split:
             continue
-        run_file = RunFile(run.path)
+        run_file = RunFile(run.path, keep_pages=run.kept)
         if run_file.num_records != run.num_records:
             raise RunFileError(
                 f"{run.path}: holds {run_file.num_records} records, the spill step "

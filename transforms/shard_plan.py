@@ -91,6 +91,7 @@ class SpillRecord(NamedTuple):
     num_records: int
     num_bytes: int
     sample: tuple[SampleEntry, ...]  # this batch's sampled rows of the split
+    kept: bool = False  # the run is the build cache's, read again by later builds
 
 
 class RunInfo(NamedTuple):
@@ -100,6 +101,7 @@ class RunInfo(NamedTuple):
     path: str
     num_records: int
     num_bytes: int
+    kept: bool = False  # the build cache's run (`SpillRecord.kept`)
 
 
 class BucketRange(NamedTuple):
@@ -289,7 +291,7 @@ def runs_of(records: Iterable[SpillRecord]) -> list[RunInfo]:
         known = runs.get(record.path)
         if known is None or record.num_records > known.num_records:
             runs[record.path] = RunInfo(record.split, record.path, record.num_records,
-                                        record.num_bytes)
+                                        record.num_bytes, record.kept)
     return [runs[path] for path in sorted(runs)]
 
 

@@ -140,7 +140,8 @@ def parse_bucket_reference(path: str) -> tuple[str, BucketRange] | None:
 
 def write_run_list(path: str, runs: Sequence[RunInfo]) -> None:
     """Writes the run files of a split (JSON) for the bucket sorters."""
-    payload = {"runs": [[run.split, run.path, run.num_records, run.num_bytes] for run in runs]}
+    payload = {"runs": [[run.split, run.path, run.num_records, run.num_bytes, run.kept]
+                        for run in runs]}
     with open_for_write(path) as fileobj:
         fileobj.write(json.dumps(payload).encode("utf-8"))
 

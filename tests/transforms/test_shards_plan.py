@@ -13,8 +13,8 @@ import fsspec
 import numpy as np
 import pytest
 
-from recordforge.transforms import (bucket_sort, bucket_writers, row_order, run_files, spill,
-                                    tfrecordio)
+from recordforge.transforms import (bucket_sort, bucket_writers, row_order, run_files, shard_plan,
+                                    spill, tfrecordio)
 from recordforge.transforms.shard_plan import (
     BucketChunks,
     BucketRange,
@@ -449,6 +449,30 @@ def test_a_run_file_replaced_at_its_path_is_read_anew(tmp_path, how):
         os.replace(target, path)
     run = run_files.RunFile(str(path))
     assert run.num_records == len(second) and _pairs(run.read(b"", None)) == second
+
+
+def test_runs_of_the_build_cache_stay_in_the_page_cache_when_read(tmp_path, monkeypatch):
+    """A spill run's pages are dropped as the bucket reads them; the build
+    cache's runs (read again by the next build) are not, and say so from
+    the spill record to the run list the bucket sorters read."""
+    path = tmp_path / "r.run"
+    with open(path, "wb") as fileobj:
+        _write_rows(fileobj, _rows(random.Random(5), 200), "variable", prefix_len=8,
+                    index_every=500)
+    dropped = []
+    monkeypatch.setattr(run_files, "drop_behind", lambda *args: dropped.append(args[1:]))
+    size = run_files.RunFile(str(path)).estimate(b"", None)[1]
+    for keep in (False, True):
+        arena = memoryview(bytearray(size))
+        run_files.RunFile(str(path), keep_pages=keep).read(b"", None, into=arena)
+    assert dropped == [(0, size)]
+
+    records = [shard_plan.SpillRecord("train", str(path), 200, size, (), kept=True),
+               shard_plan.SpillRecord("train", str(tmp_path / "s.run"), 5, 50, ())]
+    runs = shard_plan.runs_of(records)
+    assert [run.kept for run in runs] == [True, False]
+    spill.write_run_list(str(tmp_path / "runs.json"), runs)
+    assert spill.read_run_list(str(tmp_path / "runs.json")) == runs
 
 
 def test_run_stream_reads_records_larger_than_a_block(tmp_path):

@@ -202,7 +202,7 @@ class _ConvertUnits(beam.DoFn):
     def _spill_records(runs):
         for run in runs:
             yield RUNS, SpillRecord(run.split, run.path, run.num_records, run.num_bytes,
-                                    run.sample)
+                                    run.sample, kept=True)
 
     def _convert(self, work: Work, unit: FileRange, name: str, damaged: bool):
         # Each unit names its own columns seen: its piece may be reused alone.
