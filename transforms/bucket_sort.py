@@ -27,12 +27,14 @@ bucket is only planned, local runs' records are mapped rather than read
 
 from __future__ import annotations
 
+import concurrent.futures
 import heapq
 import threading
 import uuid
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from .bucket_writers import ChunkWriter, ShardRowsWriter, WindowWriter
 from .page_cache import WriteBehind
@@ -248,18 +250,48 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
         keys = [key for rows in slices for key in rows.keys]
     order = np.asarray(sorted_order(keys, example_at), dtype=np.int64)
     del keys
+    records = _as_arrow(slices)
     step = max(1, len(order) * BLOCK // max(1, int(sizes.sum())))
-    for first in range(0, len(order), step):
-        rows = order[first:first + step]
-        row_sizes = sizes[rows]
-        if not writer.needs_bytes(int(row_sizes.sum())):
-            writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
-            continue
-        row_starts = starts[rows]
-        block = b"".join([views[source][start:stop] for source, start, stop in
-                          zip(sources[rows].tolist(), row_starts.tolist(),
-                              (row_starts + row_sizes).tolist())])
-        writer.write_framed(block, row_sizes)
+    blocks = [order[first:first + step] for first in range(0, len(order), step)]
+    # The next block is gathered while the writer hashes and writes this one:
+    # both release the GIL, so a worker's second core shares the copying.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gather") as gatherer:
+        ahead: tuple[int, concurrent.futures.Future] | None = None
+        for index, rows in enumerate(blocks):
+            row_sizes = sizes[rows]
+            if not writer.needs_bytes(int(row_sizes.sum())):
+                writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
+                continue
+            if ahead is not None and ahead[0] == index:
+                block = ahead[1].result()
+            else:
+                block = _gather(records, rows)
+            if index + 1 < len(blocks):
+                ahead = (index + 1, gatherer.submit(_gather, records, blocks[index + 1]))
+            writer.write_framed(block, row_sizes)
+
+
+def _as_arrow(slices: Sequence[RunSlice]) -> pa.ChunkedArray:
+    """The slices' framed records as one Arrow array of binary values, one
+    chunk per slice, without copying their bytes."""
+    chunks = []
+    for rows in slices:
+        offsets = np.zeros(len(rows.sizes) + 1, dtype=np.int64)
+        np.cumsum(rows.sizes, out=offsets[1:])
+        chunks.append(pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(rows.sizes),
+            [None, pa.py_buffer(offsets), pa.py_buffer(rows.data)]))
+    return pa.chunked_array(chunks, type=pa.large_binary())
+
+
+def _gather(records: pa.ChunkedArray, rows: np.ndarray) -> memoryview:
+    """The framed records at positions `rows` of `records`, back to back,
+    copied by Arrow's take (in C, without the GIL; a Python loop over the
+    rows cost about 0.3 µs a row)."""
+    taken = records.take(pa.array(rows, type=pa.int64())).combine_chunks()
+    offsets = np.frombuffer(taken.buffers()[1], dtype=np.int64)
+    first, end = int(offsets[taken.offset]), int(offsets[taken.offset + len(taken)])
+    return memoryview(taken.buffers()[2])[first:end]
 
 
 def _write_stream(writer: ChunkWriter, rows: Iterator[tuple]) -> None:
