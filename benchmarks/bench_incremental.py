@@ -1,7 +1,7 @@
 """Incremental and resumed builds against full builds, on a table in many files.
 
-    python benchmarks/bench_incremental.py                  # 1 GB in 100 files (~10 minutes)
-    python benchmarks/bench_incremental.py --gigabytes 0.2  # a quicker look
+    python benchmarks/bench_incremental.py                  # 1 GB in 100 files (~12 minutes)
+    python benchmarks/bench_incremental.py --gigabytes 0.2 --rounds 1  # a quicker look
     python benchmarks/bench_incremental.py --json OUT.json
 
 Steps, each `recordforge build` as its own process tree, timed by wall
@@ -10,17 +10,22 @@ clock and CPU seconds (the children's rusage):
 1. ``full``: the table built from scratch with ``cache.enabled: false``;
 2. ``cached``: the same build with the cache on (it writes the pieces):
    what a first nightly build costs;
-3. ``incremental``: 5% of the files changed or added (half rewritten,
-   half new), built again into the same output; then ``full-after``, the
-   same inputs from scratch, whose shard checksums must equal
-   ``incremental``'s;
-4. ``resume``: a build into a fresh output killed (SIGKILL to its process
-   group) once 70% of the units have pieces, then run again; its shards
-   must equal ``full-after``'s.
+3. then 5% of the files are changed or added (half rewritten, half new),
+   and ``--rounds`` times in turn (3 by default):
 
-Ratios are within this run: incremental / full-after and resume /
-full-after (the resumed run alone, and with the killed run's time added).
-The cache's size is given relative to the published shards.
+   - ``incremental``: built again into the same output, from the cache as
+     the first build left it (restored before each round);
+   - ``full-after``: the same inputs from scratch, whose shard checksums
+     must equal ``incremental``'s;
+   - ``resume``: a build into a fresh output killed (SIGKILL to its
+     process group) once 70% of the units have pieces, then run again; its
+     shards must equal ``full-after``'s.
+
+Ratios are within each round (incremental / full-after, resume /
+full-after, alone and with the killed run's time added), so that a slower
+spell of a shared machine falls on both sides of a ratio; the summary
+gives their medians. The cache's size is given relative to the published
+shards.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import random
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,6 +118,36 @@ def pieces(cache: Path) -> list[Path]:
     return [path for path in cache.glob("*.piece")] if cache.exists() else []
 
 
+def restore_cache(snapshot: Path, cache: Path) -> None:
+    """Puts the cache back as `snapshot` holds it (hard links: builds never
+    change a file in place), out of the page cache as a first build leaves
+    it (its writer hands what it writes to the disk and drops it)."""
+    shutil.rmtree(cache, ignore_errors=True)
+    shutil.copytree(snapshot, cache, copy_function=os.link)
+    for path in cache.iterdir():
+        with open(path, "rb") as fileobj:
+            os.posix_fadvise(fileobj.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def kill_at(config_path: Path, cache: Path, pieces_wanted: float, units: int) -> dict:
+    """Runs a build and kills its process group (SIGKILL) once the cache
+    holds `pieces_wanted` pieces; returns its wall and CPU seconds."""
+    cpu, started = _children_cpu(), time.monotonic()
+    process = subprocess.Popen([*RECORDFORGE, "build", str(config_path)],
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    while len(pieces(cache)) < pieces_wanted and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    killed = {"wall_s": round(time.monotonic() - started, 2),
+              "cpu_s": round(_children_cpu() - cpu, 2),
+              "pieces_left": len(pieces(cache)), "units": units}
+    print(f"killed after {killed['wall_s']} s with {killed['pieces_left']} of {units} pieces",
+          flush=True)
+    return killed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--changed", type=float, default=0.05)
     parser.add_argument("--kill-at", type=float, default=0.7)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="incremental, full-after and resumed builds, this many times in "
+                             "turn; ratios are within each round, the summary their medians")
     parser.add_argument("--scratch", help="working directory (default: a temporary one)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
@@ -143,56 +182,61 @@ def main(argv: list[str] | None = None) -> int:
         run_build(write_config("full", scratch / "full", False), "full", results)
         cached = scratch / "cached"
         run_build(write_config("cached", cached, True), "cached", results)
+        # The cache as a first build left it, restored before every incremental build.
+        before = scratch / "cache-before"
+        shutil.copytree(cached / ".cache", before, copy_function=os.link)
         # 5% of the files: half rewritten, half added.
         changed = max(2, round(args.files * args.changed))
         for index in range(changed // 2):
             write_part(source / f"part-{index * 7 % args.files:04d}.csv", part_bytes, 1000 + index)
         for index in range(changed - changed // 2):
             write_part(source / f"part-new-{index:04d}.csv", part_bytes, 2000 + index)
-        run_build(write_config("cached", cached, True), "incremental", results)
-        results["incremental_cache"] = manifest_cache(cached)
+        units = len(pieces(before))
         full_after = scratch / "full-after"
-        run_build(write_config("full-after", full_after, False), "full-after", results)
-        expected = shard_checksums(full_after)
-        results["incremental_identical"] = shard_checksums(cached) == expected
-
-        # Resume: kill at ~70% of the units, run again.
         resumed = scratch / "resumed"
-        resume_config = write_config("resumed", resumed, True)
-        units = len(pieces(cached / ".cache"))
-        cpu, started = _children_cpu(), time.monotonic()
-        process = subprocess.Popen([*RECORDFORGE, "build", str(resume_config)],
-                                   start_new_session=True, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-        while len(pieces(resumed / ".cache")) < args.kill_at * units and process.poll() is None:
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        killed = {"wall_s": round(time.monotonic() - started, 2),
-                  "cpu_s": round(_children_cpu() - cpu, 2),
-                  "pieces_left": len(pieces(resumed / ".cache")), "units": units}
-        results["killed"] = killed
-        print(f"killed after {killed['wall_s']} s with {killed['pieces_left']} of {units} "
-              "pieces", flush=True)
-        run_build(resume_config, "resume", results)
-        results["resume_cache"] = manifest_cache(resumed)
-        results["resume_identical"] = shard_checksums(resumed) == expected
+        results["rounds"] = []
+        for round_index in range(args.rounds):
+            figures: dict = {}
+            restore_cache(before, cached / ".cache")
+            run_build(write_config("cached", cached, True), "incremental", figures)
+            figures["incremental_cache"] = manifest_cache(cached)
+            run_build(write_config("full-after", full_after, False), "full-after", figures)
+            expected = shard_checksums(full_after)
+            figures["incremental_identical"] = shard_checksums(cached) == expected
+            # Resume: kill at ~70% of the units, run again.
+            shutil.rmtree(resumed, ignore_errors=True)
+            resume_config = write_config("resumed", resumed, True)
+            figures["killed"] = kill_at(resume_config, resumed / ".cache", args.kill_at * units,
+                                        units)
+            run_build(resume_config, "resume", figures)
+            figures["resume_cache"] = manifest_cache(resumed)
+            figures["resume_identical"] = shard_checksums(resumed) == expected
+            base = figures["full-after"]
+            figures["ratios"] = {
+                "incremental_speedup_wall": round(base["wall_s"] / figures["incremental"]["wall_s"],
+                                                  2),
+                "incremental_speedup_cpu": round(base["cpu_s"] / figures["incremental"]["cpu_s"], 2),
+                "resume_cost_wall": round(figures["resume"]["wall_s"] / base["wall_s"], 3),
+                "resume_cost_cpu": round(figures["resume"]["cpu_s"] / base["cpu_s"], 3),
+                "killed_plus_resume_cpu": round((figures["killed"]["cpu_s"]
+                                                 + figures["resume"]["cpu_s"]) / base["cpu_s"], 3),
+            }
+            print(f"round {round_index + 1}: " + json.dumps(figures["ratios"]), flush=True)
+            results["rounds"].append(figures)
 
-        base = results["full-after"]
         shards_bytes = sum(path.stat().st_size for path in (cached / "bench").glob("*.tfrecord"))
         cache_bytes = sum(path.stat().st_size for path in (cached / ".cache").iterdir())
-        results["ratios"] = {
-            "incremental_speedup_wall": round(base["wall_s"] / results["incremental"]["wall_s"], 2),
-            "incremental_speedup_cpu": round(base["cpu_s"] / results["incremental"]["cpu_s"], 2),
-            "resume_cost_wall": round(results["resume"]["wall_s"] / base["wall_s"], 3),
-            "resume_cost_cpu": round(results["resume"]["cpu_s"] / base["cpu_s"], 3),
-            "killed_plus_resume_cpu": round((killed["cpu_s"] + results["resume"]["cpu_s"])
-                                            / base["cpu_s"], 3),
-            "cached_build_cost_cpu": round(results["cached"]["cpu_s"] / results["full"]["cpu_s"],
-                                           3),
-            "cache_bytes_per_shard_byte": round(cache_bytes / shards_bytes, 3),
-        }
-        print(json.dumps(results["ratios"], indent=1))
+        rounds = [figures["ratios"] for figures in results["rounds"]]
+        results["ratios"] = {key: round(statistics.median(ratios[key] for ratios in rounds), 3)
+                             for key in rounds[0]}
+        results["ratios"]["cached_build_cost_cpu"] = round(
+            results["cached"]["cpu_s"] / results["full"]["cpu_s"], 3)
+        results["ratios"]["cache_bytes_per_shard_byte"] = round(cache_bytes / shards_bytes, 3)
+        results["incremental_identical"] = all(figures["incremental_identical"]
+                                               for figures in results["rounds"])
+        results["resume_identical"] = all(figures["resume_identical"]
+                                          for figures in results["rounds"])
+        print("medians: " + json.dumps(results["ratios"], indent=1))
         print(f"identical: incremental {results['incremental_identical']}, "
               f"resume {results['resume_identical']}")
     finally:

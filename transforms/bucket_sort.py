@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from .bucket_writers import ChunkWriter, ShardRowsWriter, WindowWriter
 from .page_cache import WriteBehind
-from .row_order import sorted_order
+from .row_order import sorted_order, sorted_positions
 from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
                         RunFileError, RunSlice, RunWriter)
 from .shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
@@ -245,11 +245,10 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
         return bytes(views[sources[row]][start + RECORD_HEADER:start + int(sizes[row]) - 4])
 
     if key_width > 0:
-        keys = np.concatenate([rows.keys for rows in slices])
+        order = sorted_positions(np.concatenate([rows.keys for rows in slices]), example_at)
     else:
-        keys = [key for rows in slices for key in rows.keys]
-    order = np.asarray(sorted_order(keys, example_at), dtype=np.int64)
-    del keys
+        order = np.asarray(sorted_order([key for rows in slices for key in rows.keys],
+                                        example_at), dtype=np.int64)
     records = _as_arrow(slices)
     step = max(1, len(order) * BLOCK // max(1, int(sizes.sum())))
     blocks = [order[first:first + step] for first in range(0, len(order), step)]

@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["sorted_order", "take"]
+__all__ = ["sorted_order", "sorted_positions", "take"]
 
 
 def take(items: Sequence, order: list[int]) -> list:
@@ -46,10 +46,14 @@ def sorted_order(keys, example_at) -> list[int]:
     keys pay for), or a list of bytes (sorted by Python).
     """
     if isinstance(keys, np.ndarray):
-        order = np.argsort(keys, kind="stable")
-        groups = list(_tie_groups(keys[order]))
-        order = order.tolist()
-        for start, end in groups:
-            order[start:end] = sorted(order[start:end], key=example_at)
-        return order
+        return sorted_positions(keys, example_at).tolist()
     return sorted(range(len(keys)), key=lambda row: (keys[row], example_at(row)))
+
+
+def sorted_positions(keys: np.ndarray, example_at) -> np.ndarray:
+    """`sorted_order` of fixed-width keys as a numpy array of positions
+    (int64), for callers that index numpy arrays with it."""
+    order = np.argsort(keys, kind="stable").astype(np.int64, copy=False)
+    for start, end in _tie_groups(keys[order]):
+        order[start:end] = sorted(order[start:end].tolist(), key=example_at)
+    return order

@@ -12,6 +12,8 @@ import struct
 import fsspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recordforge.transforms import (bucket_sort, bucket_writers, row_order, run_files, shard_plan,
                                     spill, tfrecordio)
@@ -385,6 +387,19 @@ def test_sorted_order_breaks_ties_by_example():
     expected = sorted(range(6), key=lambda row: (keys[row], examples[row]))
     assert row_order.sorted_order(fixed, examples.__getitem__) == expected
     assert row_order.sorted_order(keys, examples.__getitem__) == expected
+    assert row_order.sorted_positions(fixed, examples.__getitem__).tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.binary(min_size=2, max_size=2).filter(lambda k: k[-1:] != b"\0"),
+                               st.binary(max_size=3)), max_size=200))
+def test_sorted_positions_order_by_key_then_example(rows):
+    keys = np.array([key for key, _ in rows], dtype="S2")
+    examples = [example for _, example in rows]
+    expected = sorted(range(len(rows)), key=lambda row: (rows[row][0], examples[row]))
+    positions = row_order.sorted_positions(keys, examples.__getitem__)
+    assert positions.dtype == np.int64
+    assert [rows[row] for row in positions.tolist()] == [rows[row] for row in expected]
 
 
 def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
