@@ -191,7 +191,6 @@ def main(argv: list[str] | None = None) -> int:
             write_part(source / f"part-{index * 7 % args.files:04d}.csv", part_bytes, 1000 + index)
         for index in range(changed - changed // 2):
             write_part(source / f"part-new-{index:04d}.csv", part_bytes, 2000 + index)
-        units = len(pieces(before))
         full_after = scratch / "full-after"
         resumed = scratch / "resumed"
         results["rounds"] = []
@@ -200,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             restore_cache(before, cached / ".cache")
             run_build(write_config("cached", cached, True), "incremental", figures)
             figures["incremental_cache"] = manifest_cache(cached)
+            units = len(pieces(cached / ".cache"))  # the changed inputs' units included
             run_build(write_config("full-after", full_after, False), "full-after", figures)
             expected = shard_checksums(full_after)
             figures["incremental_identical"] = shard_checksums(cached) == expected
