@@ -4,15 +4,18 @@ No Beam. A bucket is a key range of one split (`shard_plan.BucketRange`).
 Its rows are read from every run of the split (`run_files.RunFile`) and
 given in ``(key, example)`` order to a writer (`bucket_writers`):
 
-- `sort_bucket` (gzip output) writes a bucket file: the bucket's rows in
-  order, as consecutive chunks, each one gzip member (`ChunkWriter`);
-- `plan_bucket` (plain output) plans the same chunks without writing
-  anything (they depend on the records' sizes only) and names the bucket
-  by a `spill.bucket_reference`; each shard then writes its byte range of
-  the sorted bucket straight from the runs (`write_bucket_range`), or,
-  when shards are cut at rows, its rows (`write_bucket_rows`), for which
-  `measure_bucket` adds up a bucket's size and largest row instead of
-  sorting it; `sort_bucket` still writes plain chunks, with the same
+- `sort_bucket` (key-ordered gzip output) writes a bucket file: the
+  bucket's rows in order, as consecutive chunks, each one gzip member
+  (`ChunkWriter`);
+- `plan_bucket` (key-ordered plain output) plans the same chunks without
+  writing anything (they depend on the records' sizes only) and names
+  the bucket by a `spill.bucket_reference`; each shard then writes its
+  byte range of the sorted bucket straight from the runs
+  (`write_bucket_range`), or, when shards are cut at rows (shuffled
+  output, plain or gzip), its rows (`write_bucket_rows`, into a gzip
+  stream for gzip), for which `measure_bucket` adds up a bucket's size
+  and largest row instead of sorting it, and reads its rows in the gzip
+  ratio sample; `sort_bucket` still writes plain chunks, with the same
   boundaries, for tests and tools;
 - `merge_runs` gives a writer every row of some runs, and `write_sorted`
   every row of some slices held in memory, sorted or not (the shuffle
@@ -41,7 +44,8 @@ from .page_cache import WriteBehind
 from .row_order import sorted_order, sorted_positions
 from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
                         RunFileError, RunSlice, RunWriter)
-from .shard_plan import BucketChunks, BucketRange, Chunk, RunInfo
+from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, bound_key,
+                         ratio_sample_of)
 from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
 
 __all__ = [
@@ -97,13 +101,19 @@ def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
                         chunks, writer.max_record)
 
 
-def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str
-                   ) -> BucketChunks:
+def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
+                   ratio_bound: int | None = None) -> BucketChunks:
     """`plan_bucket` for shards cut at rows, which need only a bucket's size
     and its largest row (`shard_plan.plan_row_shards`): the rows' sizes in
     the bucket's key range of every run are added up, not sorted. The one
-    chunk spans the whole bucket."""
+    chunk spans the whole bucket. With `ratio_bound` (gzip), the bucket's
+    rows whose digest is below it are read too, for the split's ratio
+    sample (`shard_plan.ratio_sample_bound`; only the lowest buckets have
+    any), cut as the sample is (`shard_plan.ratio_sample_of`)."""
     total = count = largest = 0
+    below = None if ratio_bound is None else bound_key(ratio_bound)
+    sampled = ratio_bound is not None and (below is None or bucket.lo < below)
+    sample: list[tuple[bytes, bytes]] = []
     for run in runs:
         part = RunFile(run.path)
         try:
@@ -113,11 +123,29 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str
                 count += len(rows.sizes)
                 largest = max(largest, int(rows.sizes.max()))
             del rows
+            if sampled:
+                hi = bucket.hi if below is None or (bucket.hi is not None and bucket.hi < below) \
+                    else below
+                sample += _keyed_records(part.read(bucket.lo, hi), part.key_width)
         finally:
             part.release()
     chunks = (Chunk(0, total, count),) if count else ()
     return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
-                        chunks, largest)
+                        chunks, largest, tuple(ratio_sample_of(sample)))
+
+
+def _keyed_records(rows: RunSlice, key_width: int) -> list[tuple[bytes, bytes]]:
+    """``(order key, framed record)`` of each row of a slice of a shuffled
+    run (fixed-width digest keys, taken from their raw bytes: numpy drops
+    a fixed-width key's trailing zero bytes when it gives one)."""
+    if key_width != HASH_SIZE:
+        raise RunFileError(f"a ratio sample needs digest keys, the run has width {key_width}")
+    raw = np.ascontiguousarray(rows.keys).tobytes()
+    ends = np.cumsum(rows.sizes).tolist()
+    starts = [0] + ends[:-1]
+    data = rows.data
+    return [(raw[row * HASH_SIZE:(row + 1) * HASH_SIZE], bytes(data[start:end]))
+            for row, (start, end) in enumerate(zip(starts, ends))]
 
 
 def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,
@@ -135,7 +163,7 @@ def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: i
                            f"byte {start + length}")
 
 
-def write_bucket_rows(out: BinaryIO, bucket: BucketRange, start: int, thresholds: np.ndarray,
+def write_bucket_rows(out, bucket: BucketRange, start: int, thresholds: np.ndarray,
                       shard: int, runs: Iterable[RunInfo], *, scratch_dir: str,
                       memory_bytes: int, fan_in: int, prefix_len: int,
                       index_every: int) -> tuple[int, int]:

@@ -12,7 +12,9 @@ plain output a chunk's size on disk is the sum of its records' framed
 sizes, so the chunks can be planned without writing anything.
 `WindowWriter` writes one byte range of a planned bucket (a shard's
 piece); `ShardRowsWriter` writes the rows one shard holds when shards are
-cut at rows.
+cut at rows (gzip: into a `tfrecordio.GzipStream`, one member a shard, the
+way `gzip_written_size` compresses the ratio sample the shard count comes
+from).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from . import tfrecordio
 from .shard_plan import FRAMING, Chunk, shards_of_rows, shards_touched
 
-__all__ = ["ChunkWriter", "ShardRowsWriter", "WindowWriter"]
+__all__ = ["ChunkWriter", "ShardRowsWriter", "WindowWriter", "gzip_written_size"]
 
 # Upper bound on one uncompressed chunk, whatever the estimated gzip ratio.
 _MAX_RAW_CHUNK = 64 << 20
@@ -193,3 +195,25 @@ class ShardRowsWriter:
                 self.rows += len(mine)
                 self.written += hi - lo
         self._offset += int(ends[-1])
+
+
+class _Counter:
+    """A sink that only counts what is written to it."""
+
+    def __init__(self):
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.written += len(data)
+
+
+def gzip_written_size(sample: Sequence[tuple[bytes, bytes]], level: int) -> int:
+    """The bytes on disk of a ratio sample's framed records (``(key,
+    framed record)`` in order, `shard_plan.ratio_sample_of`) written as a
+    gzip shard is: one `tfrecordio.GzipStream` member at `level`."""
+    counter = _Counter()
+    stream = tfrecordio.GzipStream(counter, level)
+    for _, record in sample:
+        stream.write(record)
+    stream.close()
+    return counter.written

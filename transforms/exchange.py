@@ -7,15 +7,18 @@ metadata dicts, with the shards written once, under their final names in
 `shards.py` (same split, order key, bucket sort, shard cuts, all from
 `shard_plan`). There are two ways through it.
 
-Shuffled plain output (the default config), shards cut at rows
+Shuffled output (the default config; plain or gzip), shards cut at rows
 (`shard_plan.cuts_at_rows`)::
 
   ExampleBatch
-  | Pack               -> ("sizes", (split, (buckets, rows, bytes, largest row)))
+  | Pack               -> ("sizes", (split, (buckets, rows, bytes, largest row,
+                                             ratio sample)))
                           ("rows", ((split, bucket), ("rows", packet)))
                           a batch's rows of one split, framed once (CRCs),
                           cut by bucket: `hash_buckets` equal ranges of
-                          the digest order, known as soon as a row is hashed
+                          the digest order, known as soon as a row is hashed;
+                          gzip: the rows whose digest is below the ratio
+                          sample's bound go with the sizes
   | BucketSizes (CombinePerKey) | PlanCuts
                        -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
                           ((split, shard), ("spec", (shards, buckets it may get)))
@@ -27,14 +30,21 @@ Shuffled plain output (the default config), shards cut at rows
                           every row sent to the shard holding its bytes'
                           midpoint in the split
   | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
+                          gzip: the shard's framed records compressed as
+                          one gzip member as they are written
 
 Rows cross the runner's shuffle once (to their bucket) and again as the
-bytes of the shard they land in: with the shard written once, 3 bytes
-moved per dataset byte. Only counts cross the combine.
+bytes of the shard they land in: with the shard written once (c·D for
+gzip, c its compression ratio), 2 + c bytes moved per dataset byte (3
+plain). Only counts cross the combine, and for gzip the ratio sample
+(about `shard_plan.RATIO_SAMPLE_BYTES` of each split, at most
+`shard_plan.RATIO_SAMPLE_LIMIT`), from which a gzip split's shard count
+is estimated: a gzip shard holds the rows a plain one would, of a
+1/N share of the split's framed bytes, so gzip shard sizes follow the
+sample's ratio.
 
-Everything else (gzip, whose cuts need every compressed chunk's size;
-key-ordered output, whose bucket bounds come from a sample), shards cut
-at chunks::
+Key-ordered output (its bucket bounds come from a sample of the whole
+split, plain or gzip), shards cut at chunks::
 
   ExampleBatch
   | Pack               -> ("stats", (split, (rows, bytes, sample)))
@@ -114,8 +124,8 @@ def _untag(item):
 class ShuffleExchange(beam.PTransform):
     """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
 
-    Shuffled plain output is cut at rows, everything else at chunks (see
-    the module docstring). The shards are written to `staging_dir`;
+    Shuffled output is cut at rows, key-ordered output at chunks (see the
+    module docstring). The shards are written to `staging_dir`;
     `shard_temp_dir` holds a shard only while it is written, on
     filesystems that need a temporary name. `tuning` is a
     `shards.ShardTuning`."""
@@ -134,28 +144,31 @@ class ShuffleExchange(beam.PTransform):
         self._chunk_bytes = chunk_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
-        if cuts_at_rows(shuffle, compression) and not 1 <= tuning.hash_buckets <= 1 << 24:
+        if cuts_at_rows(shuffle) and not 1 <= tuning.hash_buckets <= 1 << 24:
             raise ValueError(f"hash_buckets must be between 1 and {1 << 24}, got "
                              f"{tuning.hash_buckets!r}")
 
     def expand(self, batches):
-        if cuts_at_rows(self._shuffle, self._compression):
+        if cuts_at_rows(self._shuffle):
             return self._cut_at_rows(batches)
         return self._cut_at_chunks(batches)
 
     def _cut_at_rows(self, batches):
         tuning = self._tuning
-        # ("sizes", (split, (buckets, rows, bytes, largest row)))
+        gzip = self._compression == "gzip"
+        # ("sizes", (split, (buckets, rows, bytes, largest row, ratio sample)))
         # | ("rows", ((split, bucket), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
             self._dataset_name, self._splits, self._shuffle, tuning,
-            hash_buckets=tuning.hash_buckets))
+            hash_buckets=tuning.hash_buckets,
+            ratio_bound=tuning.ratio_sample_bound if gzip else None))
         # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
         plan = (packed
                 | "SizesOnly" >> beam.Filter(_is("sizes"))
                 | "Sizes" >> beam.Map(_untag)
                 | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn(tuning.hash_buckets))
-                | "PlanCuts" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size))
+                | "PlanCuts" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
+                                             gzip_level=self._gzip_level if gzip else None))
         placements = plan | "PlacementsOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
         specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
         rows = (packed
@@ -171,7 +184,7 @@ class ShuffleExchange(beam.PTransform):
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
                 | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
                     self._staging_dir, self._shard_temp_dir, self._compression,
-                    tuning.memory_bytes)))  # metadata dict
+                    tuning.memory_bytes, self._gzip_level)))  # metadata dict
 
     def _cut_at_chunks(self, batches):
         tuning = self._tuning

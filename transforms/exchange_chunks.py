@@ -1,4 +1,4 @@
-"""The shuffle exchange's steps when shards are cut at chunks (gzip or key-ordered output).
+"""The shuffle exchange's steps when shards are cut at chunks (key-ordered output, plain or gzip).
 
 Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then

@@ -1,14 +1,17 @@
-"""The shuffle exchange's steps when shards are cut at rows (shuffled plain output).
+"""The shuffle exchange's steps when shards are cut at rows (shuffled output, plain or gzip).
 
 A batch's rows are cut by hash bucket as they are packed
 (`exchange_steps.PackFn`); only their counts cross a combine
-(`BucketSizesFn`), from which each bucket learns its first byte in the
-split and each shard the buckets that may hold its rows
-(`plan_row_cuts`). A bucket's rows are sorted (`CutBucketFn`) through a
+(`BucketSizesFn`), with, for gzip, the rows of the split's ratio sample
+(`shard_plan.ratio_sample_bound`), from which each bucket learns its
+first byte in the split and each shard the buckets that may hold its
+rows (`plan_row_cuts`; gzip: as many shards as the sample's compression
+ratio says). A bucket's rows are sorted (`CutBucketFn`) through a
 `ShardCutter`, which sends every row to the shard holding its bytes'
 midpoint in the split (`shard_plan.shards_of_rows`), in pieces; a shard
 checks that it got every piece (`assemble_shard`) and is written
-(`WriteCutShardFn`). See `exchange` for the whole path.
+(`WriteCutShardFn`; gzip: its framed records compressed as one gzip
+member, `tfrecordio.GzipStream`). See `exchange` for the whole path.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import run_files
+from . import run_files, tfrecordio
+from .bucket_writers import gzip_written_size
 from .exchange_packets import sort_bucket_packets
 from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
 from .metrics import METRICS_NAMESPACE
-from .shard_plan import row_shard_count, row_shard_thresholds, shards_of_rows, shards_touched
+from .shard_plan import (RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of,
+                         row_shard_count, row_shard_thresholds, shards_of_rows, shards_touched)
 
 __all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "assemble_shard",
            "plan_row_cuts"]
@@ -110,44 +115,71 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
 
 
 class BucketSizesFn(beam.CombineFn):
-    """(buckets, rows, bytes, largest row) of a split's batches -> (rows per
-    bucket, bytes per bucket, largest row): int64 arrays of `count`
-    entries. Only counts cross, never rows."""
+    """(buckets, rows, bytes, largest row, ratio sample) of a split's
+    batches -> (rows per bucket, bytes per bucket, largest row, ratio
+    sample): int64 arrays of `count` entries, and the sample's rows
+    (`shard_plan.ratio_sample_of`: cut at its limit, which changes
+    nothing, so that an accumulator stays small). Only counts cross, and
+    for gzip the few rows of the ratio sample."""
 
     def __init__(self, count: int):
         self._count = count
 
     def create_accumulator(self):
-        return [np.zeros(self._count, dtype=np.int64), np.zeros(self._count, dtype=np.int64), 0]
+        return [np.zeros(self._count, dtype=np.int64), np.zeros(self._count, dtype=np.int64), 0,
+                [], 0]
 
     def add_input(self, accumulator, element):
-        present, rows, nbytes, largest = element
+        present, rows, nbytes, largest, sample = element
         present = np.frombuffer(present, dtype="<u4").astype(np.intp)
         accumulator[0][present] += np.frombuffer(rows, dtype="<i8")
         accumulator[1][present] += np.frombuffer(nbytes, dtype="<i8")
         accumulator[2] = max(accumulator[2], largest)
+        if sample:
+            accumulator[3].extend(sample)
+            accumulator[4] += sum(len(record) for _, record in sample)
+            if accumulator[4] > 2 * RATIO_SAMPLE_LIMIT:
+                accumulator[3] = ratio_sample_of(accumulator[3])
+                accumulator[4] = sum(len(record) for _, record in accumulator[3])
         return accumulator
 
     def merge_accumulators(self, accumulators):
         merged = self.create_accumulator()
-        for rows, nbytes, largest in accumulators:
+        for rows, nbytes, largest, sample, _ in accumulators:
             merged[0] += rows
             merged[1] += nbytes
             merged[2] = max(merged[2], largest)
+            merged[3].extend(sample)
+        merged[3] = ratio_sample_of(merged[3])
+        merged[4] = sum(len(record) for _, record in merged[3])
         return merged
 
+    def compact(self, accumulator):
+        accumulator[3] = ratio_sample_of(accumulator[3])
+        accumulator[4] = sum(len(record) for _, record in accumulator[3])
+        return accumulator
+
     def extract_output(self, accumulator):
-        return tuple(accumulator)
+        rows, nbytes, largest, sample, _ = accumulator
+        return rows, nbytes, largest, tuple(ratio_sample_of(sample))
 
 
-def plan_row_cuts(split_sizes, *, shard_size: int):
-    """(split, (rows per bucket, bytes per bucket, largest row)) -> for each
-    bucket holding rows, ((split, bucket), ("plan", (first byte, bytes,
-    total, shard count))); for each shard, ((split, shard), ("spec",
-    (shard count, buckets that may hold its rows)))."""
-    split, (rows, nbytes, largest) = split_sizes
+def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None):
+    """(split, (rows per bucket, bytes per bucket, largest row, ratio
+    sample)) -> for each bucket holding rows, ((split, bucket), ("plan",
+    (first byte, bytes, total, shard count))); for each shard, ((split,
+    shard), ("spec", (shard count, buckets that may hold its rows))).
+    With `gzip_level`, the shard count follows the bytes the split is
+    estimated to take compressed (its ratio sample compressed as a shard
+    is, `bucket_writers.gzip_written_size`)."""
+    split, (rows, nbytes, largest, sample) = split_sizes
     total = int(nbytes.sum())
-    count = row_shard_count(total, shard_size, largest)
+    written = None
+    if gzip_level is not None:
+        sample = ratio_sample_of(sample)
+        written = estimated_written_bytes(total, gzip_written_size(sample, gzip_level),
+                                          sum(len(record) for _, record in sample))
+    count = row_shard_count(total, shard_size, largest, written)
     thresholds = row_shard_thresholds(total, count)
     starts = np.cumsum(nbytes) - nbytes
     expected: list[list[int]] = [[] for _ in range(count)]
@@ -219,7 +251,8 @@ class CutBucketFn(beam.DoFn):
 
 
 class WriteCutShardFn(ShardFileFn):
-    """((split, shard), [spec, pieces, ends...]) -> shard metadata dict."""
+    """((split, shard), [spec, pieces, ends...]) -> shard metadata dict
+    (gzip: the pieces, framed records, compressed as one gzip member)."""
 
     def process(self, item):
         (split, index), values = item
@@ -247,18 +280,26 @@ class WriteCutShardFn(ShardFileFn):
             num_examples = sum(ends[bucket][1] for bucket in buckets)
             num_bytes = sum(ends[bucket][2] for bucket in buckets)
 
+            plain = [0]  # framed bytes written (gzip: into the compressor)
+
             def write(out) -> int:
+                sink = (tfrecordio.GzipStream(out, self._gzip_level)
+                        if self._compression == "gzip" else out)
                 for key in order:
                     position, length = where[key]
                     spool.seek(position)
                     while length:
                         block = spool.read(min(run_files.BLOCK, length))
-                        out.write(block)
+                        sink.write(block)
+                        plain[0] += len(block)
                         length -= len(block)
+                if sink is not out:
+                    sink.close()
                 return num_examples
 
             shard = self._published(split, name, write, num_examples)
-        if shard["num_bytes"] != num_bytes:
-            raise run_files.RunFileError(f"{name}: wrote {shard['num_bytes']} bytes, the buckets "
+        if plain[0] != num_bytes or (self._compression == "none"
+                                     and shard["num_bytes"] != num_bytes):
+            raise run_files.RunFileError(f"{name}: wrote {plain[0]} bytes, the buckets "
                                          f"sent {num_bytes}")
         yield shard

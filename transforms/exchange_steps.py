@@ -2,7 +2,8 @@
 
 `PackFn` turns an ExampleBatch into packets (`exchange_packets`), one
 per split it holds, or one per split and bucket when shards are cut at
-rows, with what the plan needs of them (sizes, or the split's sample).
+rows, with what the plan needs of them (sizes, and for gzip the rows in
+the split's ratio sample; or the split's bucket-bound sample).
 `ShardFileFn` is the base of both shard-writing steps
 (`exchange_rows.WriteCutShardFn`, `exchange_chunks.WriteShardFn`): where
 shards go, their counters, and publishing one assembled shard
@@ -23,7 +24,7 @@ from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME
 from .metrics import METRICS_NAMESPACE
 from .shard_files import publish_shard, shard_metadata
-from .shard_plan import HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch
+from .shard_plan import HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch, rows_below
 
 __all__ = ["PackFn", "ShardFileFn"]
 
@@ -32,16 +33,20 @@ class PackFn(beam.DoFn):
     """ExampleBatch -> per split in the batch: ("stats", (split, (rows,
     bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
     with `hash_buckets` (shards cut at rows), ("sizes", (split, (buckets,
-    rows, bytes, largest row))) and ("rows", ((split, bucket), ("rows",
-    packet))) per bucket the batch's rows fall in."""
+    rows, bytes, largest row, ratio sample))) and ("rows", ((split,
+    bucket), ("rows", packet))) per bucket the batch's rows fall in. The
+    ratio sample: with `ratio_bound` (gzip), ``((digest, framed record),
+    ...)`` of the batch's rows whose digest is below it
+    (`shard_plan.rows_below`); else empty."""
 
     def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
-                 hash_buckets: int | None = None):
+                 hash_buckets: int | None = None, ratio_bound: int | None = None):
         self._dataset_name = dataset_name
         self._splits = tuple(splits)
         self._shuffle = shuffle
         self._tuning = tuning
         self._hash_buckets = hash_buckets
+        self._ratio_bound = ratio_bound
 
     def setup(self):
         relax_young_collections()  # a batch's rows should die young
@@ -91,18 +96,37 @@ class PackFn(beam.DoFn):
         nbytes = np.zeros(len(present), dtype="<i8")
         np.add.at(nbytes, inverse, sizes)
         yield ("sizes", (split, (present.astype("<u4").tobytes(), rows.tobytes(),
-                                 nbytes.tobytes(), int(sizes.max()))))
+                                 nbytes.tobytes(), int(sizes.max()),
+                                 self._ratio_sample(packet, sizes))))
+
+    def _ratio_sample(self, packet: tuple, sizes: np.ndarray) -> tuple:
+        if self._ratio_bound is None:
+            return ()
+        _, keys, data, _ = packet
+        sampled = rows_below(keys, self._ratio_bound).tolist()
+        if not sampled:
+            return ()
+        ends = np.cumsum(sizes).tolist()
+        view = memoryview(data)
+        sample = tuple((keys[row * HASH_SIZE:(row + 1) * HASH_SIZE],
+                        bytes(view[ends[row] - int(sizes[row]):ends[row]])) for row in sampled)
+        # They cross the shuffle beside the counts (at most, as the combine
+        # may cut a bundle's sample first).
+        self._exchanged.inc(sum(len(record) for _, record in sample))
+        return sample
 
 
 class ShardFileFn(beam.DoFn):
     """What the two shard-writing steps share: where shards go, the
     counters, and publishing one assembled shard (`_published`)."""
 
-    def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int):
+    def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int,
+                 gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._memory_bytes = memory_bytes
+        self._gzip_level = gzip_level
 
     def setup(self):
         self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")

@@ -11,7 +11,10 @@ shards byte-identical on every runner:
 - buckets (the units sorted in parallel) are key ranges whose boundaries come
   from a content-selected sample of keys, so the same rows always land in the
   same bucket;
-- shards are cut at chunk boundaries chosen from the chunk sizes alone.
+- shards are cut at chunk boundaries chosen from the chunk sizes alone
+  (key order), or at rows by their byte midpoints (shuffled output; gzip
+  shards are counted from the compression ratio of a sample that is a
+  function of content alone, `ratio_sample_bound`).
 
 The records passed between the Beam steps are the NamedTuples below; they
 carry file names, counts and a few key prefixes, never example bytes.
@@ -23,7 +26,7 @@ import bisect
 import hashlib
 import heapq
 import math
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -41,7 +44,12 @@ __all__ = [
     "PreparedBatch",
     "assign_split",
     "batch_columns",
+    "RATIO_SAMPLE_BYTES",
     "cuts_at_rows",
+    "estimated_written_bytes",
+    "ratio_sample_bound",
+    "ratio_sample_of",
+    "rows_below",
     "hash_buckets_of",
     "plan_row_shards",
     "row_shard_count",
@@ -126,13 +134,15 @@ class Chunk(NamedTuple):
 class BucketChunks(NamedTuple):
     """A sorted bucket written as consecutive chunks in the file `path`;
     max_row: its largest framed row, when shards are cut at rows
-    (`plan_row_shards`)."""
+    (`plan_row_shards`); ratio_sample: its rows in the split's gzip ratio
+    sample, ``((order key, framed record), ...)`` (`ratio_sample_bound`)."""
 
     split: str
     index: int
     path: str
     chunks: tuple[Chunk, ...]
     max_row: int = 0
+    ratio_sample: tuple = ()
 
 
 class ShardSpec(NamedTuple):
@@ -406,7 +416,7 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
     return tuple(merged)
 
 
-# -- shards cut at rows (shuffled plain output) --------------------------------
+# -- shards cut at rows (shuffled output) --------------------------------------
 #
 # When rows are ordered by their digests and written as plain framed records,
 # a shard is a run of rows cut where the rows' byte midpoints cross
@@ -417,21 +427,97 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
 # seeing the others, and the cuts do not depend on how rows were bucketed.
 
 
-def cuts_at_rows(shuffle: bool, compression: str) -> bool:
-    """Whether a split's shards are cut at rows (shuffled plain output) rather
-    than at chunks (gzip, whose chunk sizes are known only once compressed,
-    and key-ordered output)."""
-    return bool(shuffle) and compression == "none"
+def cuts_at_rows(shuffle: bool) -> bool:
+    """Whether a split's shards are cut at rows (shuffled output, plain or
+    gzip) rather than at chunks (key-ordered output, whose bucket bounds
+    come from a sample of the whole split)."""
+    return bool(shuffle)
 
 
-def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int) -> int:
-    """Shards of a split cut at rows: ceil(total / shard_size), but never
+def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int,
+                    written_bytes: int | None = None) -> int:
+    """Shards of a split cut at rows: ceil(written / shard_size), written
+    the bytes the shards will hold on disk (`total_bytes`, the framed
+    bytes, when not given; gzip: `estimated_written_bytes`), but never
     more than total // largest row, so that every shard holds a row (each
-    shard spans total / count >= the largest row's bytes of midpoints)."""
+    shard spans total / count >= the largest row's bytes of midpoints:
+    the cut is on the framed bytes, whatever is written)."""
     if total_bytes <= 0:
         return 0
-    wanted = -(-total_bytes // shard_size)
+    written = total_bytes if written_bytes is None else written_bytes
+    wanted = -(-written // shard_size)
     return max(1, min(wanted, total_bytes // max(1, max_row_bytes)))
+
+
+# -- the gzip ratio sample (shuffled gzip output) ------------------------------
+#
+# Gzip shards cut at rows are cut on the framed bytes like plain ones; only
+# their number follows the compressed size, estimated from a sample: the
+# split's rows whose order key (the 16-byte digest, read big-endian) is
+# below a bound K, all of them, in (key, framed record) order, cut to the
+# first RATIO_SAMPLE_LIMIT framed bytes. A set defined by content alone,
+# so every exchange, bundling and worker count sees the same sample.
+
+# Framed bytes of a split the ratio sample aims at (K follows the input size).
+RATIO_SAMPLE_BYTES = 4 << 20
+# The most framed bytes kept in a sample, whatever K gives (a bound on the
+# planning step's memory when the input is larger than expected).
+RATIO_SAMPLE_LIMIT = 4 * RATIO_SAMPLE_BYTES
+_TWO_128 = 1 << 128
+
+
+def ratio_sample_bound(expected_bytes: int) -> int:
+    """K for a split of about `expected_bytes`: 2**128 * RATIO_SAMPLE_BYTES
+    // expected_bytes, so the digests below it hold about
+    RATIO_SAMPLE_BYTES; 2**128 (every row) when the split is not larger."""
+    if expected_bytes <= RATIO_SAMPLE_BYTES:
+        return _TWO_128
+    return _TWO_128 * RATIO_SAMPLE_BYTES // expected_bytes
+
+
+def bound_key(bound: int) -> bytes | None:
+    """K as a 16-byte key (digests below it are the keys below these bytes);
+    None when K is 2**128 (every digest)."""
+    return None if bound >= _TWO_128 else bound.to_bytes(HASH_SIZE, "big")
+
+
+def rows_below(digests: bytes, bound: int) -> np.ndarray:
+    """Positions of the rows whose digest (concatenated HASH_SIZE-byte
+    keys) is below `bound`, read big-endian."""
+    count = len(digests) // HASH_SIZE
+    key = bound_key(bound)
+    if key is None:
+        return np.arange(count)
+    # Fixed-width bytes compare in numpy as their zero-padded bytes do.
+    keys = np.frombuffer(digests, dtype=f"S{HASH_SIZE}")
+    return np.flatnonzero(keys < np.bytes_(key))
+
+
+def ratio_sample_of(rows: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The sample from any superset of its rows that holds every row below
+    K with a lower key than a row it holds (a bundle's, a bucket's, several
+    merged): ``(key, framed record)`` sorted, cut where the framed bytes
+    would pass RATIO_SAMPLE_LIMIT. The rows kept are the first of the
+    split's own sample, so cutting partial samples changes nothing."""
+    ordered = sorted(rows)
+    kept, running = [], 0
+    for row in ordered:
+        running += len(row[1])
+        if running > RATIO_SAMPLE_LIMIT:
+            break
+        kept.append(row)
+    return kept
+
+
+def estimated_written_bytes(total_bytes: int, sample_written: int, sample_bytes: int) -> int:
+    """A split's bytes on disk estimated from its sample's: total *
+    sample_written // sample_bytes, at least 1 when total > 0; total when
+    the sample is empty (ratio 1)."""
+    if total_bytes <= 0:
+        return 0
+    if sample_bytes <= 0:
+        return total_bytes
+    return max(1, total_bytes * sample_written // sample_bytes)
 
 
 def row_shard_thresholds(total_bytes: int, count: int) -> np.ndarray:
@@ -465,14 +551,17 @@ def hash_buckets_of(digests: bytes, count: int) -> np.ndarray:
     return ((top["top"].astype(np.uint64) * np.uint64(count)) >> np.uint64(32)).astype(np.int64)
 
 
-def plan_row_shards(split: str, buckets: Iterable[BucketChunks],
-                    shard_size: int) -> list[ShardSpec]:
+def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int,
+                    written_size: Callable[[list], int] | None = None) -> list[ShardSpec]:
     """Shards of a split cut at rows, as described above, from its planned
     buckets' sizes (the sum of their chunks) and largest rows: each shard
     lists, in key order, the buckets that may hold its rows (each bucket's
     first byte in the split from a prefix sum), and which of their rows it
     holds is decided as they are written. Small metadata: a few numbers
-    per bucket, nothing per row."""
+    per bucket, nothing per row. written_size (gzip): the bytes on disk
+    of the split's ratio sample (`ratio_sample_of` of the buckets'
+    ratio_sample), from which the shard count is estimated
+    (`estimated_written_bytes`)."""
     by_index: dict[int, BucketChunks] = {}
     for bucket in buckets:
         if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
@@ -487,7 +576,13 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks],
             largest = max(largest, bucket.max_row)
     if not placed:
         return []
-    count = row_shard_count(total, shard_size, largest)
+    written = None
+    if written_size is not None:
+        sample = ratio_sample_of(row for bucket in by_index.values()
+                                 for row in bucket.ratio_sample)
+        written = estimated_written_bytes(total, written_size(sample),
+                                          sum(len(record) for _, record in sample))
+    count = row_shard_count(total, shard_size, largest, written)
     thresholds = row_shard_thresholds(total, count)
     pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
     for path, start, size in placed:

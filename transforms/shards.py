@@ -12,17 +12,21 @@ one metadata dict per shard. Steps and the elements between them::
   | KeySpills | GroupSpills            -> (split, [SpillRecord])
   | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
   | SpreadBuckets | SortBuckets        -> (run list file, BucketChunks)  each range
-                                       read from every run of its split and sorted;
-                                       gzip: written as compressed chunks; plain:
+                                       read from every run of its split: shuffled
+                                       output: only measured (and, gzip, its rows
+                                       in the ratio sample read); key order: sorted,
+                                       gzip written as compressed chunks, plain
                                        chunks only planned (no bytes written)
-  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cuts at chunk boundaries
-                                       (shuffled plain output: at rows, each
-                                       shard taking its rows of the buckets it
-                                       reaches as it writes them); gzip: the
-                                       split's runs are deleted
-  | SpreadShards | WriteShardFiles     -> shard metadata dict  gzip: chunk ranges
-                                       copied; plain: each bucket range sorted
-                                       again from the runs and written
+  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  shuffled output: cut
+                                       at rows, each shard taking its rows of the
+                                       buckets it reaches as it writes them (gzip:
+                                       as many shards as the sample's ratio says);
+                                       key order: cut at chunk boundaries, and
+                                       gzip deletes the split's runs
+  | SpreadShards | WriteShardFiles     -> shard metadata dict  bucket ranges or
+                                       rows sorted again from the runs and written
+                                       (gzip: into one gzip member); key-ordered
+                                       gzip: chunk ranges copied
   | KeyAll (+ CleanupTrigger) | GatherShards | Cleanup  -> shard metadata dict
 
 Example bytes only ever travel inside the Spill step (which receives them
@@ -44,6 +48,7 @@ complete. Output bytes depend on content and config only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 import uuid
 from typing import Callable, Sequence
@@ -53,7 +58,7 @@ import fsspec
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
-from . import bucket_sort, run_files, spill, tfrecordio
+from . import bucket_sort, bucket_writers, run_files, spill, tfrecordio
 from .exchange import ShuffleExchange
 from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME, TMP_DIR
@@ -68,6 +73,7 @@ from .shard_plan import (
     cuts_at_rows,
     plan_bucket_ranges,
     plan_row_shards,
+    ratio_sample_bound,
     row_shard_thresholds,
     plan_shards,
     runs_of,
@@ -92,6 +98,10 @@ _COPY_BLOCK = 4 << 20
 # ShardTuning.for_input: hash buckets per byte of input, and their most.
 INPUT_BYTES_PER_HASH_BUCKET = 1 << 30
 MAX_HASH_BUCKETS = 4096
+# The input size the ratio sample's bound assumes when it is not known
+# (WriteDataset): a split much larger samples more, cut at
+# shard_plan.RATIO_SAMPLE_LIMIT bytes; one much smaller, fewer rows.
+DEFAULT_EXPECTED_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,11 +128,16 @@ class ShardTuning:
       bounds (shuffle exchange; more lanes, more workers route rows).
     route_bytes: rows of one bucket gathered into one element before the
       shuffle exchange sends them on.
-    hash_buckets: buckets per split of shuffled plain output in the
-      shuffle exchange: equal ranges of the digest order, so a row's bucket
-      is known as soon as it is hashed. Each is sorted on one worker
+    hash_buckets: buckets per split of shuffled output in the shuffle
+      exchange: equal ranges of the digest order, so a row's bucket is
+      known as soon as it is hashed. Each is sorted on one worker
       (memory_bytes in memory, the rest on its local disk); their number
       never changes the output. `for_input` sizes it to the input.
+    ratio_sample_bound: K of shuffled gzip output's ratio sample (the rows
+      whose digest is below it, `shard_plan.ratio_sample_bound`), from
+      which a split's shard count is estimated: it changes the output.
+      `for_input` sizes it to the input; unknown, to
+      `DEFAULT_EXPECTED_BYTES`.
     """
 
     run_bytes: int = 64 << 20
@@ -138,6 +153,7 @@ class ShardTuning:
     lanes: int = 64
     route_bytes: int = 1 << 20
     hash_buckets: int = 256
+    ratio_sample_bound: int = ratio_sample_bound(DEFAULT_EXPECTED_BYTES)
 
     @classmethod
     def for_input(cls, input_bytes: int | None) -> "ShardTuning":
@@ -147,13 +163,16 @@ class ShardTuning:
         what one worker sorts: with a fixed 256, a 10 TB build would sort
         ~40 GB per worker and keep at most 256 workers busy; with 4,096 it
         is ~2.5 GB each. The bound keeps the per-bundle byte counts that
-        cross the combine (16 bytes a bucket) at 64 KB."""
+        cross the combine (16 bytes a bucket) at 64 KB. The ratio sample's
+        bound aims at `shard_plan.RATIO_SAMPLE_BYTES` of the input's bytes
+        (a split holding a fraction of the rows samples that fraction)."""
         default = cls()
         if not input_bytes:
             return default
         wanted = -(-input_bytes // INPUT_BYTES_PER_HASH_BUCKET)
         return dataclasses.replace(
-            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)))
+            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)),
+            ratio_sample_bound=ratio_sample_bound(input_bytes))
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)
@@ -257,20 +276,28 @@ def _key_sorted_bucket(item):
 
 
 def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
-                       cut_at_rows: bool = False):
+                       cut_at_rows: bool = False, gzip_level: int | None = None):
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
-    cut at rows (`plan_row_shards`, shuffled plain output) or at chunks.
+    cut at rows (`plan_row_shards`, shuffled output; with `gzip_level`,
+    gzip shards counted from the buckets' ratio sample) or at chunks.
 
-    With `delete_runs` (gzip: every bucket is written as chunk files by
-    now), the split's runs are no longer needed and are deleted here rather
-    than at the end: that halves the temporary disk space at the peak, and
-    the shards that follow are written into memory the page cache has just
-    released. Plain shards are written from the runs themselves.
+    With `delete_runs` (key-ordered gzip: every bucket is written as chunk
+    files by now), the split's runs are no longer needed and are deleted
+    here rather than at the end: that halves the temporary disk space at
+    the peak, and the shards that follow are written into memory the page
+    cache has just released. Shards cut at rows are written from the runs
+    themselves.
     """
     split, items = split_buckets
     items = list(items)
-    plan = plan_row_shards if cut_at_rows else plan_shards
-    shards = plan(split, [bucket for _, bucket in items], shard_size)
+    buckets = [bucket for _, bucket in items]
+    if not cut_at_rows:
+        shards = plan_shards(split, buckets, shard_size)
+    elif gzip_level is None:
+        shards = plan_row_shards(split, buckets, shard_size)
+    else:
+        shards = plan_row_shards(split, buckets, shard_size, written_size=functools.partial(
+            bucket_writers.gzip_written_size, level=gzip_level))
     if delete_runs:
         for runs_file in sorted({runs_file for runs_file, _ in items}):
             spill.remove_runs(runs_file)
@@ -307,9 +334,9 @@ class _SortBucketFn(beam.DoFn):
     chunks are only planned (their bytes are the framed records, whose sizes
     are known), and each shard writes its part of the bucket straight from
     the runs: one write and one read of every byte fewer. Shards cut at
-    rows (shuffled plain output) need only the bucket's size and largest
-    row, which are added up from the runs without sorting
-    (`bucket_sort.measure_bucket`).
+    rows (shuffled output) need only the bucket's size and largest row,
+    which are added up from the runs without sorting, and for gzip its
+    rows in the ratio sample (`bucket_sort.measure_bucket`).
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
@@ -328,7 +355,9 @@ class _SortBucketFn(beam.DoFn):
         runs_file, bucket = task
         runs = self._runs(runs_file)
         if self._cut_at_rows:
-            yield runs_file, bucket_sort.measure_bucket(bucket, runs, runs_file)
+            ratio_bound = (self._tuning.ratio_sample_bound if self._compression == "gzip"
+                           else None)
+            yield runs_file, bucket_sort.measure_bucket(bucket, runs, runs_file, ratio_bound)
             return
         if self._compression == "none":
             yield runs_file, bucket_sort.plan_bucket(
@@ -346,27 +375,33 @@ class _SortBucketFn(beam.DoFn):
 
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
-                bucket_options: dict | None = None) -> dict:
+                bucket_options: dict | None = None,
+                gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL) -> dict:
     """Writes a shard from its chunk ranges, hashing as it copies, and puts
     it at its final name in `staging_dir` (`shard_files.publish_shard`). A
-    range of a planned bucket (plain output) is written from the runs
+    range of a planned bucket (key-ordered plain output) is written from the runs
     (`runs_of`: run list file -> runs; `bucket_options`: see
     `_bucket_options`); with `spec.cut`, the rows of each listed bucket
-    that the shard holds (`bucket_sort.write_bucket_rows`). Returns the shard's
-    metadata dict. Rerunning it writes the same bytes under the same final
-    name."""
+    that the shard holds (`bucket_sort.write_bucket_rows`), for gzip into
+    one gzip member at `gzip_level` (`tfrecordio.GzipStream`). Returns the
+    shard's metadata dict. Rerunning it writes the same bytes under the
+    same final name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
                                   suffix=tfrecordio.suffix_for(compression))
     thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
 
     def write(out) -> int:
         num_examples = 0
+        sink = out
+        if spec.cut and compression == "gzip":
+            sink = tfrecordio.GzipStream(out, gzip_level)
         for path, offset, length in spec.pieces:
             planned = spill.parse_bucket_reference(path)
             if planned is not None and spec.cut:
                 runs_file, bucket = planned
-                rows, _ = bucket_sort.write_bucket_rows(out, bucket, offset, thresholds, spec.index,
-                                                        runs_of(runs_file), **bucket_options)
+                rows, _ = bucket_sort.write_bucket_rows(sink, bucket, offset, thresholds,
+                                                        spec.index, runs_of(runs_file),
+                                                        **bucket_options)
                 num_examples += rows
             elif planned is not None:
                 runs_file, bucket = planned
@@ -376,6 +411,8 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
                 _copy_range(out, path, offset, length, name)
         if not spec.cut:
             return spec.num_examples
+        if sink is not out:
+            sink.close()
         if not num_examples:
             raise run_files.RunFileError(f"{name}: no row of its buckets falls in it")
         return num_examples
@@ -408,12 +445,13 @@ class _WriteShardFn(beam.DoFn):
     """ShardSpec -> shard metadata dict (the file is at its final name)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
-                 tuning: ShardTuning):
+                 tuning: ShardTuning, gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._work_dir = work_dir
         self._tuning = tuning
+        self._gzip_level = gzip_level
 
     def setup(self):
         self._runs = _RunLists()
@@ -424,7 +462,8 @@ class _WriteShardFn(beam.DoFn):
     def process(self, spec: ShardSpec):
         metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
                                compression=self._compression, runs_of=self._runs,
-                               bucket_options=_bucket_options(self._work_dir, self._tuning))
+                               bucket_options=_bucket_options(self._work_dir, self._tuning),
+                               gzip_level=self._gzip_level)
         self._examples.inc(metadata["num_examples"])
         self._bytes.inc(metadata["num_bytes"])
         self._shards.inc()
@@ -567,7 +606,8 @@ class WriteShards(beam.PTransform):
 
     def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
         tuning = self._tuning
-        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
+        cut_at_rows = cuts_at_rows(self._shuffle)
+        gzip = self._compression == "gzip"
         if self._spilled:
             spills = batches  # SpillRecord of runs that are not this writer's to delete
         else:
@@ -588,12 +628,13 @@ class WriteShards(beam.PTransform):
                 | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
                 | "PlanShards" >> beam.FlatMap(
                     _plan_split_shards, self._shard_size,
-                    delete_runs=self._compression == "gzip" and not self._spilled,
-                    cut_at_rows=cut_at_rows)
+                    delete_runs=gzip and not cut_at_rows and not self._spilled,
+                    cut_at_rows=cut_at_rows,
+                    gzip_level=self._gzip_level if gzip else None)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._staging_dir, shard_temp_dir, self._compression, work_dir,
-                    tuning)))  # metadata dict
+                    tuning, self._gzip_level)))  # metadata dict
 
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
         # The trigger makes the gather non-empty, so cleanup also runs when

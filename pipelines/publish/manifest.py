@@ -135,10 +135,13 @@ def _shard_entry(shard: Mapping[str, Any]) -> dict:
 SPREAD_LIMIT = 0.10
 
 
-def shard_size_spread(shards: Sequence[Mapping[str, Any]]) -> dict:
+def shard_size_spread(shards: Sequence[Mapping[str, Any]], *,
+                      compressed_at_rows: bool = False) -> dict:
     """``{"max_deviation": d}``: the largest deviation of a shard's size from
     the split's mean, as a fraction of the mean (rounded to 4 places), plus
-    ``"why"`` when it exceeds `SPREAD_LIMIT`."""
+    ``"why"`` when it exceeds `SPREAD_LIMIT`. compressed_at_rows: gzip
+    shards cut at rows (shuffled gzip output), whose compressed sizes
+    follow their own rows' compression ratio."""
     sizes = [int(shard["num_bytes"]) for shard in shards]
     mean = sum(sizes) / len(sizes)
     deviation = max(abs(size - mean) for size in sizes) / mean if mean else 0.0
@@ -152,6 +155,11 @@ def shard_size_spread(shards: Sequence[Mapping[str, Any]]) -> dict:
                              f"{per_shard:.1f} records of {record:,.0f} bytes per shard, and "
                              "shards are cut between records, so their sizes cannot come "
                              "closer; a larger output.shard_size evens them out")
+        elif compressed_at_rows:
+            spread["why"] = ("gzip shards hold equal shares of the split's uncompressed "
+                             "records, so their sizes on disk differ as much as their rows' "
+                             "compression ratios do: rows that compress unequally across the "
+                             "split spread them")
         else:
             spread["why"] = ("shards are cut at the boundaries of chunks of about "
                              "output.shard_size / 50; records larger than a chunk, or very "
@@ -197,7 +205,9 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
             "shards": entries,
         }
         if entries:
-            splits[split]["shard_size_spread"] = shard_size_spread(entries)
+            splits[split]["shard_size_spread"] = shard_size_spread(
+                entries, compressed_at_rows=compression_label(compression) == "GZIP"
+                and bool((config.get("output") or {}).get("shuffle", True)))
     manifest = {
         "format": FORMAT,
         "name": name,

@@ -308,6 +308,7 @@ def test_shard_size_spread_says_why_beyond_ten_percent():
     assert spread["max_deviation"] == 0.2 and "records are large" in spread["why"]
     coarse = [{"num_bytes": 1300, "num_examples": 500}, {"num_bytes": 700, "num_examples": 500}]
     assert "chunks" in shard_size_spread(coarse)["why"]
+    assert "compression ratios" in shard_size_spread(coarse, compressed_at_rows=True)["why"]
 
 
 def test_tfrecord_labels_give_an_auto_vocabulary(tmp_path):

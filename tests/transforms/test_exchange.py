@@ -12,11 +12,15 @@ import os
 import pathlib
 import random
 import tempfile
+import zlib
 
 import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recordforge.transforms import (bucket_writers, exchange_chunks, exchange_packets,
                                     exchange_rows, run_files, tfrecordio)
@@ -40,6 +44,14 @@ def _rows(count=3000, seed=0, keyed=False):
     rng = random.Random(seed)
     return [(f"key-{rng.randrange(count // 3)}".encode() if keyed and index % 4 else None,
              rng.randbytes(rng.randint(80, 1200))) for index in range(count)]
+
+
+def _table_rows(count=4000, seed=0):
+    """Text rows that gzip shrinks ~3x."""
+    rng = random.Random(seed)
+    words = [rng.randbytes(3).hex().encode() for _ in range(400)]
+    return [(None, b"id=%d " % index + b" ".join(rng.choices(words, k=rng.randint(40, 140))))
+            for index in range(count)]
 
 
 def _packet(keys, examples, width):
@@ -238,8 +250,15 @@ def _digests(staging):
             for name in sorted(os.listdir(staging))}
 
 
+# A quarter of each split in the gzip ratio sample, so that it is neither
+# empty nor everything.
+SAMPLED = ShardTuning(run_bytes=400_000, bucket_bytes=300_000, ratio_sample_bound=1 << 126)
 CASES = [
     ("gzip", True, TUNING),
+    ("gzip", True, SAMPLED),
+    ("gzip", True, ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=40_000,
+                               fan_in=2, hash_buckets=3, route_bytes=30_000,
+                               ratio_sample_bound=1 << 126)),
     ("none", True, TUNING),
     ("none", True, ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=40_000,
                                fan_in=2, hash_buckets=3, route_bytes=30_000)),
@@ -249,16 +268,20 @@ CASES = [
 
 
 @pytest.mark.parametrize("compression, shuffle, tuning", CASES,
-                         ids=["gzip-shuffled", "plain-shuffled", "plain-shuffled-spilled",
-                              "plain-key-order-spilled"])
+                         ids=["gzip-shuffled", "gzip-shuffled-sampled",
+                              "gzip-shuffled-sampled-spilled", "plain-shuffled",
+                              "plain-shuffled-spilled", "plain-key-order-spilled"])
 def test_shuffle_exchange_writes_the_file_exchange_bytes(tmp_path, compression, shuffle,
                                                          tuning):
-    rows = _rows(keyed=not shuffle)
+    rows, shard_size = _rows(keyed=not shuffle), 1_000_000
+    if tuning.ratio_sample_bound == SAMPLED.ratio_sample_bound:
+        rows, shard_size = _table_rows(), 150_000  # compressible, sampled
     _write(str(tmp_path / "files"), rows, exchange_name="files", compression=compression,
-           shuffle=shuffle, tuning=tuning)
+           shuffle=shuffle, tuning=tuning, shard_size=shard_size)
     reordered = list(reversed(rows))
     _write(str(tmp_path / "shuffle"), reordered, exchange_name="shuffle",
-           compression=compression, shuffle=shuffle, tuning=tuning, batch=61)
+           compression=compression, shuffle=shuffle, tuning=tuning, batch=61,
+           shard_size=shard_size)
     files = _digests(tmp_path / "files")
     assert len(files) >= 3 and all(".tfrecord" in name for name in files)
     assert _digests(tmp_path / "shuffle") == files  # nothing else left in staging either
@@ -332,3 +355,127 @@ def test_requests_grow_linearly_with_the_data():
     # Four times the data: four times the shards and parts, nothing that
     # grows with runs x buckets (the file exchange's term).
     assert 3.0 <= requests[4000] / requests[1000] <= 4.6, requests
+
+
+# -- shuffled gzip: shards cut at rows ----------------------------------------
+
+
+def _pack_sample(rows, batches, bundles, tuning):
+    """The ratio sample of split "train" as the shuffle exchange's combine
+    finds it: rows cut into batches at `batches`, the batches' outputs
+    added into one accumulator per bundle (cut at `bundles`), merged."""
+    from recordforge.transforms.exchange_steps import PackFn
+    pack = PackFn("exchange", SPLITS, True, tuning, hash_buckets=tuning.hash_buckets,
+                  ratio_bound=tuning.ratio_sample_bound)
+    pack.setup()
+    edges = sorted({0, len(rows), *batches})
+    sizes = [value for batch in (rows[a:b] for a, b in zip(edges[:-1], edges[1:]))
+             for tag, value in pack.process(batch) if tag == "sizes" and value[0] == "train"]
+    combine = exchange_rows.BucketSizesFn(tuning.hash_buckets)
+    cuts = sorted({0, len(sizes), *(cut % (len(sizes) + 1) for cut in bundles)})
+    accumulators = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        accumulator = combine.create_accumulator()
+        for _, element in sizes[a:b]:
+            accumulator = combine.add_input(accumulator, element)
+        accumulators.append(combine.compact(accumulator))
+    return combine.extract_output(combine.merge_accumulators(accumulators[::-1]))[3]
+
+
+def _file_exchange_sample(tmp_path, rows, tuning):
+    """The ratio sample of split "train" as the file exchange finds it:
+    runs spilled, bucket ranges planned, each measured."""
+    from recordforge.transforms import bucket_sort, shard_plan, shards, spill
+    work = tempfile.mkdtemp(dir=tmp_path)
+    spill_fn = shards._SpillFn(os.path.join(work, "runs"), "exchange", SPLITS, True, tuning)
+    spill_fn.setup()
+    spill_fn.start_bundle()
+    records = [record for i in range(0, len(rows), 300)
+               for record in spill_fn.process(rows[i:i + 300])]
+    spill_fn.finish_bundle()
+    tasks = shards._plan_split_buckets(
+        ("train", [record for record in records if record.split == "train"]),
+        plan_dir=os.path.join(work, "plans"), tuning=tuning)
+    assert len(tasks) > 2
+    measured = [bucket_sort.measure_bucket(bucket, spill.read_run_list(runs_file), runs_file,
+                                           tuning.ratio_sample_bound)
+                for runs_file, bucket in tasks]
+    if tuning.ratio_sample_bound < 1 << 128:
+        assert measured[-1].ratio_sample == ()  # only the lowest buckets have any
+    return shard_plan.ratio_sample_of(row for bucket in measured for row in bucket.ratio_sample)
+
+
+def test_the_ratio_sample_is_the_rows_below_the_bound_in_both_exchanges(tmp_path):
+    from recordforge.transforms import shard_plan
+    rows = _table_rows(3000, seed=3)
+    tuning = ShardTuning(run_bytes=200_000, bucket_bytes=100_000, hash_buckets=7,
+                         ratio_sample_bound=(1 << 128) // 5)
+    assigner = shard_plan.SplitAssigner("exchange", SPLITS)
+    expected = sorted(
+        (assigner.digest(example), tfrecordio.frame_records([example]))
+        for _, example in rows if assigner.split_of(example) == "train"
+        and int.from_bytes(assigner.digest(example), "big") < tuning.ratio_sample_bound)
+    assert 300 < len(expected) < 700
+    assert list(_pack_sample(rows, range(0, 3000, 100), [3, 9], tuning)) == expected
+    assert _file_exchange_sample(tmp_path, rows, tuning) == expected
+    # Past the limit, both keep the same first rows.
+    few = ShardTuning(run_bytes=200_000, bucket_bytes=100_000, hash_buckets=7,
+                      ratio_sample_bound=1 << 128)
+    import unittest.mock
+    with unittest.mock.patch.object(shard_plan, "RATIO_SAMPLE_LIMIT", 40_000):
+        limited = _file_exchange_sample(tmp_path, rows, few)
+        assert 0 < sum(len(record) for _, record in limited) <= 40_000
+        assert list(_pack_sample(rows, range(0, 3000, 77), [5], few)) == limited
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, 600), max_size=12), st.lists(st.integers(0, 50), max_size=5))
+def test_the_ratio_sample_does_not_depend_on_batches_or_bundles(batches, bundles):
+    rows = _TABLE_ROWS
+    tuning = ShardTuning(hash_buckets=5, ratio_sample_bound=(1 << 128) // 3)
+    assert _pack_sample(rows, batches, bundles, tuning) == _pack_sample(
+        rows, [300], [], tuning)
+
+
+_TABLE_ROWS = _table_rows(600, seed=4)
+
+
+def _read_shards(staging):
+    """Every shard of a staging directory read by Python's gzip and the
+    framing parsed by hand: name -> records."""
+    return {name: _parse(gzip.decompress((pathlib.Path(staging) / name).read_bytes()))
+            for name in sorted(os.listdir(staging))}
+
+
+@pytest.mark.parametrize("exchange_name", ["files", "shuffle"])
+def test_gzip_shards_cut_at_rows_are_one_member_near_the_target_size(tmp_path, exchange_name):
+    rows = _table_rows(6000, seed=5)
+    shard_size = 150_000
+    staging = tmp_path / exchange_name
+    _write(str(staging), rows, exchange_name=exchange_name, shard_size=shard_size,
+           tuning=ShardTuning(run_bytes=400_000, bucket_bytes=300_000, memory_bytes=200_000,
+                              ratio_sample_bound=(1 << 128) // 4))
+    shards = _read_shards(staging)
+    assert sorted(record for records in shards.values() for record in records) == sorted(
+        example for _, example in rows)
+    plain = sum(len(example) + 16 for _, example in rows)
+    written = sum((staging / name).stat().st_size for name in shards)
+    assert written < 0.5 * plain
+    for split in ("train", "test"):
+        names = [name for name in shards if name.startswith(split)]
+        sizes = [(staging / name).stat().st_size for name in names]
+        assert len(names) == int(names[0].split("-of-")[1].split(".")[0]) >= 2
+        # The count came from the sample's ratio: every shard near the target.
+        assert all(0.5 * shard_size <= size <= 1.6 * shard_size for size in sizes[:-1]), sizes
+        assert abs(len(sizes) - sum(sizes) / shard_size) <= 1, sizes
+        for name in names:
+            data = (staging / name).read_bytes()
+            # One gzip member, with the deterministic header (mtime 0, no name).
+            assert data[:4] == b"\x1f\x8b\x08\x00" and data[4:8] == b"\0" * 4
+            member = zlib.decompressobj(31)
+            member.decompress(data)
+            assert member.eof and member.unused_data == b""
+    # Beam's own reader reads the shards.
+    with beam.Pipeline() as pipeline:
+        read = pipeline | beam.io.ReadFromTFRecord(str(staging / "*.tfrecord.gz"))
+        assert_that(read, equal_to([example for _, example in rows]))

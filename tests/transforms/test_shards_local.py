@@ -18,10 +18,12 @@ import pytest
 from tfrecord import example_pb2
 
 from recordforge.transforms import bucket_sort, shards, spill, tfrecordio
-from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.shard_plan import SplitAssigner, cuts_at_rows, ratio_sample_bound
 
 SPLITS = [("train", 0.75), ("test", 0.25)]
-TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
+# The gzip ratio sample as a build of ~10 MB of input sizes it (ShardTuning.for_input).
+TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000,
+                            ratio_sample_bound=ratio_sample_bound(10 << 20))
 split_of = SplitAssigner("dataset", SPLITS).split_of
 
 
@@ -88,7 +90,10 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
                                                 plan_dir=os.path.join(work, "plans"),
                                                 tuning=tuning)
         tasks += output
-    sorter = shards._SortBucketFn(work, compression, tuning.chunk_bytes(shard_size), 3, tuning)
+    cut_at_rows = cuts_at_rows(shuffle)
+    gzip = compression == "gzip"
+    sorter = shards._SortBucketFn(work, compression, tuning.chunk_bytes(shard_size), 3, tuning,
+                                  cut_at_rows)
     sorter.setup()
     buckets = collections.defaultdict(list)
     for task in tasks:
@@ -100,18 +105,22 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     for split in sorted(buckets):
         for _ in range(attempts):
             output = shards._plan_split_shards((split, buckets[split]), shard_size,
-                                               delete_runs=compression == "gzip")
+                                               delete_runs=gzip and not cut_at_rows,
+                                               cut_at_rows=cut_at_rows,
+                                               gzip_level=3 if gzip else None)
         specs += output
-    if compression == "gzip":
+    if gzip and not cut_at_rows:
         # Planning deleted the reported runs (a failed attempt's runs wait
-        # for the writer's cleanup): gzip shards are assembled from chunks.
+        # for the writer's cleanup): key-ordered gzip shards are assembled
+        # from chunks.
         assert not any(os.path.exists(record.path) for record in records)
     else:
-        # Plain buckets were only planned: shards are written from the runs.
+        # Buckets were only planned or measured: shards are written from the runs.
         assert not os.path.exists(os.path.join(work, "buckets"))
+        assert all(os.path.exists(record.path) for record in records)
     metadata = []
     writer = shards._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
-                                  compression, work, tuning)
+                                  compression, work, tuning, 3)
     writer.setup()
     for spec in specs:
         for _ in range(attempts):
@@ -169,23 +178,31 @@ def _digests(metadata):
     return {item["file"]: item["sha256"] for item in metadata}
 
 
-def test_retried_bundles_and_steps_change_nothing(tmp_path):
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_retried_bundles_and_steps_change_nothing(tmp_path, shuffle):
     examples = uniform_small(random.Random(1))[:6000]
-    clean = _write_locally(_bundles(examples), str(tmp_path / "clean"), shard_size=1_000_000,
-                           compression="gzip")
-    retried = _write_locally(_bundles(examples), str(tmp_path / "retried"),
-                             shard_size=1_000_000, compression="gzip", retry=True)
+    keys = None if shuffle else [b"%05d" % index for index in range(len(examples))]
+    clean = _write_locally(_bundles(examples, keys), str(tmp_path / "clean"),
+                           shard_size=1_000_000, compression="gzip", shuffle=shuffle)
+    retried = _write_locally(_bundles(examples, keys), str(tmp_path / "retried"),
+                             shard_size=1_000_000, compression="gzip", shuffle=shuffle,
+                             retry=True)
     assert _digests(retried) == _digests(clean)
     assert len(clean) >= 2
     # The failed attempts' runs are still there (the cleanup step removes
-    # them) but were never read: no row was lost or written twice. The
-    # committed attempts' runs were deleted once every bucket was sorted.
-    assert not os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs")
+    # them) but were never read: no row was lost or written twice.
     work = tmp_path / "retried" / "_tmp" / "work"
     left = {str(work / "runs" / name) for name in os.listdir(work / "runs")}
     listed = {run.path for plan in os.listdir(work / "plans")
               for run in spill.read_run_list(str(work / "plans" / plan))}
-    assert left and listed and not left & listed
+    if shuffle:
+        # Shards cut at rows are written from the runs, kept to the end.
+        assert listed and left > listed
+    else:
+        # Key-ordered gzip: the committed attempts' runs were deleted once
+        # every bucket was sorted into chunks.
+        assert not os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs")
+        assert left and listed and not left & listed
     assert sorted(_read_split(str(tmp_path / "retried"), retried, "train")
                   + _read_split(str(tmp_path / "retried"), retried, "test")) == sorted(examples)
     # Nothing but complete shards carries a final name.
@@ -209,7 +226,8 @@ def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path, shuffle):
         str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=shuffle,
         # Other memory settings: bigger runs, every bucket merged as streams.
         tuning=shards.ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
-                                  memory_bytes=0, fan_in=2, index_every=1000))
+                                  memory_bytes=0, fan_in=2, index_every=1000,
+                                  ratio_sample_bound=TUNING.ratio_sample_bound))
     assert _digests(first) == _digests(second)
 
 

@@ -248,10 +248,87 @@ def test_hash_buckets_follow_the_input_size_within_bounds():
         default] * 4
     assert ShardTuning.for_input((300 << 30) + 1).hash_buckets == 301
     assert ShardTuning.for_input(10 * 10**12).hash_buckets == MAX_HASH_BUCKETS == 4096
-    # Only the bucket count follows the input: every size that decides bytes stays.
+    # Only the bucket count and the gzip ratio sample's bound follow the
+    # input: every other size that decides bytes stays.
     sized = ShardTuning.for_input(1 << 40)
     assert sized.hash_buckets == 1024
-    assert {**vars(sized), "hash_buckets": default} == vars(ShardTuning())
+    assert sized.ratio_sample_bound == shard_plan.ratio_sample_bound(1 << 40)
+    assert {**vars(sized), "hash_buckets": default,
+            "ratio_sample_bound": ShardTuning().ratio_sample_bound} == vars(ShardTuning())
+
+
+def test_the_ratio_sample_bound_follows_the_input_and_is_the_same_when_unknown():
+    from recordforge.transforms.shards import DEFAULT_EXPECTED_BYTES, ShardTuning
+    two_128 = 1 << 128
+    assert shard_plan.ratio_sample_bound(1) == two_128
+    assert shard_plan.ratio_sample_bound(shard_plan.RATIO_SAMPLE_BYTES) == two_128
+    assert shard_plan.ratio_sample_bound(1 << 30) == two_128 * (4 << 20) // (1 << 30)
+    assert shard_plan.ratio_sample_bound(1 << 30) == two_128 >> 8
+    assert ShardTuning.for_input(3 << 30).ratio_sample_bound == two_128 * (4 << 20) // (3 << 30)
+    unknown = shard_plan.ratio_sample_bound(DEFAULT_EXPECTED_BYTES)
+    assert [ShardTuning.for_input(size).ratio_sample_bound for size in (None, 0)] == [unknown] * 2
+    assert ShardTuning().ratio_sample_bound == unknown
+
+
+def test_gzip_shard_counts_follow_the_estimated_compressed_size_in_integers():
+    # total * sample_written // sample_bytes, at least 1, the plain total
+    # without a sample.
+    assert shard_plan.estimated_written_bytes(10_000, 2_500, 10_000) == 2_500
+    assert shard_plan.estimated_written_bytes(10_001, 1, 3) == 3_333
+    assert shard_plan.estimated_written_bytes(7, 1, 1_000) == 1
+    assert shard_plan.estimated_written_bytes(10_000, 0, 0) == 10_000
+    assert shard_plan.estimated_written_bytes(0, 5, 10) == 0
+    huge = 10**15  # exact far beyond a float's 53 bits
+    assert shard_plan.estimated_written_bytes(huge + 1, 333_333_333_333, 10**12) == (
+        (huge + 1) * 333_333_333_333 // 10**12)
+    # The count follows the written bytes; the cap stays on the framed
+    # bytes, so that every shard holds a row.
+    assert row_shard_count(10_000, 1_000, 100, 2_500) == 3
+    assert row_shard_count(10_000, 1_000, 100, 2_000) == 2
+    assert row_shard_count(10_000, 1_000, 100, 1) == 1
+    assert row_shard_count(10_000, 1_000, 4_000, 9_000) == 2  # 10_000 // 4_000
+    assert row_shard_count(10_000, 1_000, 100, 30_000) == 30  # data gzip grows
+    assert row_shard_count(10_000, 1_000, 100, None) == row_shard_count(10_000, 1_000, 100)
+
+
+def test_rows_below_the_bound_compare_whole_digests_big_endian():
+    rng = random.Random(8)
+    bound = (1 << 128) // 7
+    key = bound.to_bytes(16, "big")
+    digests = [rng.randbytes(16) for _ in range(3000)]
+    # Edges: equal to K, one below, trailing zero bytes (which numpy's
+    # fixed-width bytes drop when they give one).
+    digests += [key, (bound - 1).to_bytes(16, "big"), key[:8] + b"\0" * 8,
+                (bound + 1).to_bytes(16, "big"), b"\0" * 16]
+    below = shard_plan.rows_below(b"".join(digests), bound).tolist()
+    assert below == [row for row, digest in enumerate(digests)
+                     if int.from_bytes(digest, "big") < bound]
+    assert shard_plan.rows_below(b"".join(digests), 1 << 128).tolist() == list(
+        range(len(digests)))
+    assert shard_plan.rows_below(b"".join(digests), 0).tolist() == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=16, max_size=16), st.integers(1, 40)),
+                max_size=60),
+       st.lists(st.integers(0, 60), max_size=8), st.integers(1, 3))
+def test_the_ratio_sample_does_not_depend_on_how_its_rows_are_grouped(rows, cuts, repeats):
+    """Any grouping of the rows below K (batches, bundles, buckets), each
+    group cut to the limit and the cut groups merged, gives the sample of
+    all of them: the first rows in key order up to the limit."""
+    import unittest.mock
+    limit_rows = [(key, bytes([size % 251]) * size)
+                  for key, size in rows] * repeats  # duplicate rows are kept, like rows
+    with unittest.mock.patch.object(shard_plan, "RATIO_SAMPLE_LIMIT", 200):
+        whole = shard_plan.ratio_sample_of(limit_rows)
+        assert sum(len(record) for _, record in whole) <= 200
+        assert whole == sorted(limit_rows)[:len(whole)]
+        if sum(len(record) for _, record in limit_rows) > 200:
+            assert len(whole) < len(limit_rows)  # the limit cut it
+        edges = sorted({0, len(limit_rows), *(cut % (len(limit_rows) + 1) for cut in cuts)})
+        groups = [limit_rows[a:b] for a, b in zip(edges[:-1], edges[1:])]
+        cut = [row for group in reversed(groups) for row in shard_plan.ratio_sample_of(group)]
+        assert shard_plan.ratio_sample_of(cut) == whole
 
 
 def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():

@@ -430,3 +430,52 @@ def test_a_stream_check_names_the_first_damaged_record():
         _check_in_pieces(bytes(data), "none", [5, offset + 2])
     assert (info.value.path, info.value.offset, info.value.record_index) == (
         "shard.bin", offset, 4)
+
+
+def _table_bytes(count, seed=0):
+    rng = random.Random(seed)
+    words = [rng.randbytes(3).hex().encode() for _ in range(300)]
+    return tfrecordio.frame_records([b" ".join(rng.choices(words, k=rng.randint(5, 80)))
+                                     for _ in range(count)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["text", "random"]), st.integers(0, 120_000),
+       st.lists(st.integers(1, 40_000), max_size=12))
+def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, pieces):
+    data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
+    block = 16_384  # several blocks, with a probe of 64 KB spanning four
+    whole = io.BytesIO()
+    stream = tfrecordio.GzipStream(whole, 1, block=block)
+    stream.write(data)
+    stream.close()
+    cut = io.BytesIO()
+    stream = tfrecordio.GzipStream(cut, 1, block=block)
+    position = 0
+    for piece in pieces:
+        stream.write(memoryview(data)[position:position + piece])
+        position += piece
+    stream.write(data[position:])
+    stream.close()
+    assert cut.getvalue() == whole.getvalue()
+    assert stream.plain_bytes == len(data)
+    assert gzip.decompress(whole.getvalue()) == data
+    # One member with the deterministic header (mtime 0, no file name).
+    assert whole.getvalue()[:4] == b"\x1f\x8b\x08\x00" and whole.getvalue()[4:8] == b"\0" * 4
+    if len(data) <= block:
+        assert whole.getvalue() == tfrecordio.gzip_compress(data, 1)
+
+
+def test_a_gzip_stream_stores_what_deflate_barely_shrinks_as_gzip_compress_does():
+    noise = random.Random(1).randbytes(3 << 20)
+    text = _table_bytes(30_000)[:3 << 20]
+    for data, stored in ((noise, True), (text, False)):
+        out = io.BytesIO()
+        stream = tfrecordio.GzipStream(out, tfrecordio.DEFAULT_GZIP_LEVEL)
+        for start in range(0, len(data), 100_000):
+            stream.write(data[start:start + 100_000])
+        stream.close()
+        assert gzip.decompress(out.getvalue()) == data
+        assert (len(out.getvalue()) > len(data)) == stored
+        assert (len(tfrecordio.gzip_compress(data)) > len(data)) == stored
+        assert len(out.getvalue()) < (1.01 * len(data) if stored else 0.6 * len(data))
