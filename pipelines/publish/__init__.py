@@ -15,6 +15,7 @@ meets them (on-disk names: `transforms.layout`):
 - `checksums`: SHA256SUMS
 - `file_checks`: reading one file back (size, sha256, framing, Examples)
 - `early_checks`: reading a local build's shards back while the pipeline runs
+- `reading_processes`: the processes that read back, which end with the build
 - `dataset_paths`: which files of a version a reader opens (verify, inspect)
 - `verify`: verifying a staged or published version; `recordforge verify`
 - `report`: report.html (gathering from the shards, writing);

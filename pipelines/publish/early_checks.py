@@ -17,12 +17,12 @@ read early passes or fails exactly as if it were read at the end.
 from __future__ import annotations
 
 import concurrent.futures
-import multiprocessing
 import os
 import re
 import threading
 
 from .file_checks import ReadBack, read_back
+from .reading_processes import reading_pool
 
 __all__ = ["EarlyShardChecks"]
 
@@ -54,9 +54,7 @@ class EarlyShardChecks:
         self.close()
 
     def start(self) -> None:
-        # spawn, not fork: the build runs threads (the pipeline, its heartbeat).
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            self._workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = reading_pool(self._workers)
         self._thread = threading.Thread(target=self._watch, name="early-shard-checks",
                                         daemon=True)
         self._thread.start()

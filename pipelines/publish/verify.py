@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import multiprocessing
 import os
 import sys
 import time
@@ -51,6 +50,7 @@ from .checksums import parse_sha256sums
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
                             load_version_manifest, locate_version, read_limited)
 from .file_checks import FileCheck, Problem, ReadBack, check_file, check_read_back, check_stored
+from .reading_processes import reading_pool
 
 __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 
@@ -134,9 +134,7 @@ def _declared_features(manifest: Mapping) -> dict:
 
 def _make_executor(kind: str, workers: int, fs) -> concurrent.futures.Executor:
     if kind == "process" and "memory" not in _protocols(fs):
-        # spawn, not fork: the caller may run threads (a build's heartbeat).
-        return concurrent.futures.ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"))
+        return reading_pool(workers)
     return concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="verify")
 
 
