@@ -45,7 +45,7 @@ from .row_order import sorted_order, sorted_positions
 from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
                         RunFileError, RunSlice, RunWriter)
 from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, bound_key,
-                         ratio_sample_of)
+                         ratio_sample_of, ratio_sample_rows)
 from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
 
 __all__ = [
@@ -122,11 +122,9 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
                 total += int(rows.sizes.sum())
                 count += len(rows.sizes)
                 largest = max(largest, int(rows.sizes.max()))
+                if sampled:
+                    sample += _sample_of_slice(rows, part.key_width, ratio_bound)
             del rows
-            if sampled:
-                hi = bucket.hi if below is None or (bucket.hi is not None and bucket.hi < below) \
-                    else below
-                sample += _keyed_records(part.read(bucket.lo, hi), part.key_width)
         finally:
             part.release()
     chunks = (Chunk(0, total, count),) if count else ()
@@ -134,18 +132,15 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
                         chunks, largest, tuple(ratio_sample_of(sample)))
 
 
-def _keyed_records(rows: RunSlice, key_width: int) -> list[tuple[bytes, bytes]]:
-    """``(order key, framed record)`` of each row of a slice of a shuffled
-    run (fixed-width digest keys, taken from their raw bytes: numpy drops
-    a fixed-width key's trailing zero bytes when it gives one)."""
+def _sample_of_slice(rows: RunSlice, key_width: int, bound: int) -> list[tuple[bytes, bytes]]:
+    """``(digest, framed record)`` of the rows of a slice of a shuffled run
+    whose digest is below `bound` (`shard_plan.ratio_sample_rows`, on the
+    keys' raw bytes: numpy drops a fixed-width key's trailing zero bytes
+    when it gives one). Only those rows' mapped pages are read."""
     if key_width != HASH_SIZE:
         raise RunFileError(f"a ratio sample needs digest keys, the run has width {key_width}")
-    raw = np.ascontiguousarray(rows.keys).tobytes()
-    ends = np.cumsum(rows.sizes).tolist()
-    starts = [0] + ends[:-1]
-    data = rows.data
-    return [(raw[row * HASH_SIZE:(row + 1) * HASH_SIZE], bytes(data[start:end]))
-            for row, (start, end) in enumerate(zip(starts, ends))]
+    digests = np.ascontiguousarray(rows.keys).tobytes()
+    return ratio_sample_rows(digests, rows.data, rows.sizes, bound)
 
 
 def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,

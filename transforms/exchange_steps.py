@@ -24,7 +24,8 @@ from .gc_tuning import relax_young_collections
 from .layout import SHARD_FILE_NAME
 from .metrics import METRICS_NAMESPACE
 from .shard_files import publish_shard, shard_metadata
-from .shard_plan import HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch, rows_below
+from .shard_plan import (HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch,
+                         ratio_sample_rows)
 
 __all__ = ["PackFn", "ShardFileFn"]
 
@@ -37,7 +38,7 @@ class PackFn(beam.DoFn):
     bucket), ("rows", packet))) per bucket the batch's rows fall in. The
     ratio sample: with `ratio_bound` (gzip), ``((digest, framed record),
     ...)`` of the batch's rows whose digest is below it
-    (`shard_plan.rows_below`); else empty."""
+    (`shard_plan.ratio_sample_rows`); else empty."""
 
     def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
                  hash_buckets: int | None = None, ratio_bound: int | None = None):
@@ -103,13 +104,7 @@ class PackFn(beam.DoFn):
         if self._ratio_bound is None:
             return ()
         _, keys, data, _ = packet
-        sampled = rows_below(keys, self._ratio_bound).tolist()
-        if not sampled:
-            return ()
-        ends = np.cumsum(sizes).tolist()
-        view = memoryview(data)
-        sample = tuple((keys[row * HASH_SIZE:(row + 1) * HASH_SIZE],
-                        bytes(view[ends[row] - int(sizes[row]):ends[row]])) for row in sampled)
+        sample = tuple(ratio_sample_rows(keys, data, sizes, self._ratio_bound))
         # They cross the shuffle beside the counts (at most, as the combine
         # may cut a bundle's sample first).
         self._exchanged.inc(sum(len(record) for _, record in sample))

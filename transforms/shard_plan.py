@@ -49,6 +49,7 @@ __all__ = [
     "estimated_written_bytes",
     "ratio_sample_bound",
     "ratio_sample_of",
+    "ratio_sample_rows",
     "rows_below",
     "hash_buckets_of",
     "plan_row_shards",
@@ -491,6 +492,21 @@ def rows_below(digests: bytes, bound: int) -> np.ndarray:
     # Fixed-width bytes compare in numpy as their zero-padded bytes do.
     keys = np.frombuffer(digests, dtype=f"S{HASH_SIZE}")
     return np.flatnonzero(keys < np.bytes_(key))
+
+
+def ratio_sample_rows(digests: bytes, data, sizes: np.ndarray, bound: int
+                      ) -> list[tuple[bytes, bytes]]:
+    """``(digest, framed record)`` of the rows of a batch or run slice whose
+    digest is below `bound` (`rows_below`): digests, the rows' concatenated
+    HASH_SIZE-byte keys; data, their framed records back to back; sizes,
+    the records' framed sizes."""
+    sampled = rows_below(digests, bound).tolist()
+    if not sampled:
+        return []
+    ends = np.cumsum(sizes).tolist()
+    view = memoryview(data)
+    return [(digests[row * HASH_SIZE:(row + 1) * HASH_SIZE],
+             bytes(view[ends[row] - int(sizes[row]):ends[row]])) for row in sampled]
 
 
 def ratio_sample_of(rows: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import re
 import threading
 
-from .file_checks import ReadBack, read_back
+from ...transforms.layout import parse_shard_file_name
+from .file_checks import ReadBack, file_identity, read_back
 from .reading_processes import reading_pool
 
 __all__ = ["EarlyShardChecks"]
-
-# <split>-<index>-of-<count>.tfrecord[.gz] (`transforms.layout.shard_name`).
-_SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
 
 
 class EarlyShardChecks:
@@ -69,13 +66,11 @@ class EarlyShardChecks:
         except OSError:  # not there yet, or removed by an aborted build
             return
         for entry in entries:
-            if not _SHARD_NAME.search(entry.name):
+            if parse_shard_file_name(entry.name) is None:
                 continue
-            try:
-                stat = entry.stat(follow_symlinks=False)
-            except OSError:
+            identity = file_identity(entry.path)
+            if identity is None:  # gone since the listing
                 continue
-            identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
             known = self._futures.get(entry.name)
             if known is not None and known[0] == identity:
                 continue

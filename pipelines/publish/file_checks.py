@@ -25,7 +25,7 @@ from ...transforms.page_cache import drop_behind
 from ...transforms.readers.inputs import fingerprint
 
 __all__ = ["FileCheck", "Problem", "ReadBack", "check_file", "check_read_back", "check_stored",
-           "example_problem", "read_back"]
+           "example_problem", "file_identity", "read_back"]
 
 _BLOCK = 1 << 20
 _DROP_EVERY = 8 << 20
@@ -225,7 +225,9 @@ class ReadBack:
     check: FileCheck
 
 
-def _identity(path: str) -> tuple | None:
+def file_identity(path: str) -> tuple | None:
+    """(device, inode, size, modification time) of the local file at `path`,
+    or None when it cannot be read."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -238,9 +240,9 @@ def read_back(path: str, file: str, *, compression: str) -> ReadBack | None:
     count, sha256), to be judged later by `check_read_back`. None when the
     file changed or went while it was read (a writer that was retried
     replaced it): what was read is then no file's content."""
-    before = _identity(path)
+    before = file_identity(path)
     check = _read_file(path, file, compression, None, None)
-    after = _identity(path)
+    after = file_identity(path)
     if before is None or before != after:
         return None
     return ReadBack(after, check)
@@ -255,7 +257,7 @@ def check_read_back(url: str, file: str, *, read: ReadBack, compression: str,
     shard is renamed into place once written, never changed in place).
     Otherwise it is read again."""
     _, path = fsspec.core.url_to_fs(url)
-    if _identity(path) != read.identity:
+    if file_identity(path) != read.identity:
         return check_file(url, file, compression=compression, expected_size=expected_size,
                           expected_sha256=expected_sha256, expected_records=expected_records)
     check = copy.deepcopy(read.check)
