@@ -53,7 +53,32 @@ def sorted_order(keys, example_at) -> list[int]:
 def sorted_positions(keys: np.ndarray, example_at) -> np.ndarray:
     """`sorted_order` of fixed-width keys as a numpy array of positions
     (int64), for callers that index numpy arrays with it."""
+    order = _order_by_head(keys)
+    if order is not None:
+        return order
     order = np.argsort(keys, kind="stable").astype(np.int64, copy=False)
     for start, end in _tie_groups(keys[order]):
         order[start:end] = sorted(order[start:end].tolist(), key=example_at)
     return order
+
+
+def _order_by_head(keys: np.ndarray) -> np.ndarray | None:
+    """The order of fixed-width keys by their first 8 bytes, read as one
+    big-endian integer, when no two keys share those bytes (then it is
+    their byte order, and no example is compared); else None.
+
+    Shuffled rows are ordered by digests, whose first 8 bytes all differ
+    in practice, and sorting integers costs about two thirds of sorting
+    the keys as bytes (less on runs already in order)."""
+    width = keys.dtype.itemsize
+    if len(keys) < 2 or width == 0:
+        return None
+    head = np.zeros((len(keys), 8), dtype=np.uint8)
+    head[:, :min(8, width)] = np.ascontiguousarray(keys).view(np.uint8).reshape(
+        len(keys), width)[:, :8]
+    values = head.view(">u8").ravel().astype(np.uint64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    if (ordered[1:] == ordered[:-1]).any():
+        return None
+    return order.astype(np.int64, copy=False)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recordforge
+from recordforge.transforms.cache import steps as cache_steps
 from recordforge.transforms.cache.names import parse_piece_name
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -164,6 +165,30 @@ def test_a_damaged_piece_is_read_again_never_published(tmp_path):
     third = recordforge.build(_config(source, tmp_path / "out", "v3"), beam_args=IN_MEMORY)
     assert third.manifest["cache"]["units_damaged"] == 0  # written again, whole
     assert third.manifest["cache"]["files_reused"] == 3
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 32])
+def test_pieces_checked_ahead_give_every_unit_once(tmp_path, monkeypatch, ahead):
+    """Reused pieces are checked by a thread, up to `ahead` of them before
+    their outputs are given, while new files are converted: a damaged
+    run among them is read again, and nothing is lost or given twice."""
+    monkeypatch.setattr(cache_steps, "_CHECKS_AHEAD", ahead)
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(6):
+        (source / f"part-{index}.csv").write_text(_rows(index, 150))
+    recordforge.build(_config(source, tmp_path / "out", "v1"), beam_args=IN_MEMORY)
+    cache = tmp_path / "out" / ".cache"
+    run = sorted(cache.glob("*.run"))[3]
+    data = bytearray(run.read_bytes())
+    data[len(data) // 3] ^= 0x01  # only the run's CRC32C can tell
+    run.write_bytes(bytes(data))
+    (source / "part-6.csv").write_text(_rows(6, 150))  # a new file, converted
+    second = recordforge.build(_config(source, tmp_path / "out", "v2"), beam_args=IN_MEMORY)
+    assert second.manifest["cache"]["units_damaged"] == 1
+    assert second.manifest["cache"]["units_converted"] == 2
+    assert second.manifest["cache"]["files_reused"] == 5
+    assert _published(second) == _from_scratch(source, tmp_path / "scratch", "v2")
 
 
 def test_pieces_of_removed_inputs_are_kept_for_the_configured_days(tmp_path):

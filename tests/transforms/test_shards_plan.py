@@ -690,3 +690,23 @@ def test_gzip_chunks_track_the_target_size_on_disk():
     assert len(chunks) > 20
     assert max(sizes) < 1.3 * 20_000 and min(sizes) > 0.7 * 20_000, sizes
     assert gzip.decompress(buffer.getvalue()) == tfrecordio.frame_records(examples)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([b"\0" * 8, b"\x7f" * 7 + b"\xff"])
+                               | st.binary(min_size=8, max_size=8),
+                               st.binary(min_size=8, max_size=8), st.binary(max_size=3)),
+                     max_size=120))
+def test_sorted_positions_of_digest_wide_keys(rows):
+    """Keys of 16 bytes whose first 8 bytes may repeat (then the order
+    falls back to whole keys and examples) or not (then it is taken from
+    those 8 bytes alone): either way, byte order of the keys, then the
+    examples."""
+    raw = [head + tail for head, tail, _ in rows]
+    keys = np.frombuffer(b"".join(raw), dtype="S16") if rows else np.array([], dtype="S16")
+    examples = [example for _, _, example in rows]
+    expected = sorted(range(len(rows)), key=lambda row: (raw[row], examples[row]))
+    positions = row_order.sorted_positions(keys, examples.__getitem__)
+    assert positions.dtype == np.int64
+    assert [(raw[row], examples[row]) for row in positions.tolist()] == [
+        (raw[row], examples[row]) for row in expected]

@@ -12,7 +12,11 @@ with the build cache between them:
                           piece's outputs; any other is read, checked and
                           encoded (`BatchConversion`) and its piece written:
                           its rows sorted into runs as the shard writer's
-                          spill step would (`pieces`)
+                          spill step would (`pieces`). Checking a piece reads
+                          its runs whole from the disk, so a thread checks
+                          the next pieces while changed units are converted;
+                          their outputs follow, at the latest when the
+                          bundle ends
       -> SplitOutputs     `CachedConversion`
 
 Reading and converting happen in one DoFn, so a unit's every output (its
@@ -34,11 +38,14 @@ gone or damaged when it is read is not an error: the unit is read again.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import logging
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 import fsspec
+from apache_beam.transforms.window import GlobalWindows
 
 from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
@@ -75,6 +82,10 @@ class RowLayout(NamedTuple):
     tuning: ShardTuning = ShardTuning()
 
 _log = logging.getLogger(__name__)
+
+# Pieces checked ahead of the oldest reused unit whose outputs are not given
+# yet: each holds its summary until then (its runs' bytes only pass through).
+_CHECKS_AHEAD = 32
 
 
 class Work(NamedTuple):
@@ -152,29 +163,69 @@ class _ConvertUnits(beam.DoFn):
         self._reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_reused")
         self._rebuilt = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_converted")
         self._damaged = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_damaged")
+        # Reading a piece's runs to check them waits on the disk: a thread
+        # does it for the next pieces while this one converts changed units.
+        self._checker = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="cache-piece-checks")
+
+    def start_bundle(self):
+        # Reused units wait here (small: a Work each), then are checked by a
+        # thread, at most _CHECKS_AHEAD at a time, oldest first.
+        self._waiting: collections.deque[tuple[Work, str]] = collections.deque()
+        self._checking: collections.deque[tuple[Work, str, concurrent.futures.Future]] = (
+            collections.deque())
 
     def process(self, work: Work):
         name = piece_name(work.key, work.index, work.count)
-        damaged = False
         if work.unit is None or name in self._pieces:
+            self._waiting.append((work, name))
+            yield from self._checked_outputs(wait=False)
+            return
+        yield from self._checked_outputs(wait=False)
+        self._rebuilt.inc()
+        yield from self._convert(work, work.unit, name, damaged=False)
+
+    def finish_bundle(self):
+        while self._checking or self._waiting:
+            for value in self._checked_outputs(wait=True):
+                yield GlobalWindows.windowed_value(value)
+
+    def teardown(self):
+        checker = getattr(self, "_checker", None)  # None when setup failed before it
+        if checker is not None:
+            checker.shutdown(wait=False, cancel_futures=True)
+
+    def _check_more(self) -> None:
+        while self._waiting and len(self._checking) < _CHECKS_AHEAD:
+            work, name = self._waiting.popleft()
+            self._checking.append((work, name, self._checker.submit(
+                read_piece, self._cache_fs, self._cache_path, name)))
+
+    def _checked_outputs(self, wait: bool):
+        """The outputs of the oldest reused units whose pieces' checks have
+        ended, in the order they came; with `wait`, at least the oldest's. A
+        damaged piece's unit is converted instead."""
+        self._check_more()
+        while self._checking and (wait or self._checking[0][2].done()):
+            wait = False
+            work, name, check = self._checking.popleft()
+            self._check_more()
             try:
-                piece = read_piece(self._cache_fs, self._cache_path, name)
+                piece = check.result()
             except DamagedPiece as error:
                 _log.warning("cache piece for %s (unit %d of %d) cannot be reused, reading "
                              "the unit again: %s", work.source, work.index + 1, work.count,
                              error)
                 self._damaged.inc()
-                damaged = True
-            else:
-                self._reused.inc()
-                yield from self._reused_outputs(piece)
-                yield CACHE_USE, {"source": work.source, "reused": True, "damaged": False,
-                                  "rows": _rows(piece.values(COUNTS)),
-                                  "examples": piece.examples, "bytes": piece.size}
-                return
-        unit = work.unit if work.unit is not None else self._planned_unit(work)
-        self._rebuilt.inc()
-        yield from self._convert(work, unit, name, damaged)
+                unit = work.unit if work.unit is not None else self._planned_unit(work)
+                self._rebuilt.inc()
+                yield from self._convert(work, unit, name, damaged=True)
+                continue
+            self._reused.inc()
+            yield from self._reused_outputs(piece)
+            yield CACHE_USE, {"source": work.source, "reused": True, "damaged": False,
+                              "rows": _rows(piece.values(COUNTS)),
+                              "examples": piece.examples, "bytes": piece.size}
 
     def _planned_unit(self, work: Work) -> FileRange:
         units = plan_table_ranges(self._fs, work.fs_path, self._format, self._range_bytes,
