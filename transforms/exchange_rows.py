@@ -280,26 +280,27 @@ class WriteCutShardFn(ShardFileFn):
             num_examples = sum(ends[bucket][1] for bucket in buckets)
             num_bytes = sum(ends[bucket][2] for bucket in buckets)
 
-            plain = [0]  # framed bytes written (gzip: into the compressor)
-
             def write(out) -> int:
                 sink = (tfrecordio.GzipStream(out, self._gzip_level)
                         if self._compression == "gzip" else out)
+                framed = 0  # framed bytes written (gzip: into the compressor)
                 for key in order:
                     position, length = where[key]
                     spool.seek(position)
                     while length:
                         block = spool.read(min(run_files.BLOCK, length))
                         sink.write(block)
-                        plain[0] += len(block)
+                        framed += len(block)
                         length -= len(block)
                 if sink is not out:
                     sink.close()
+                if framed != num_bytes:  # before the shard gets its name
+                    raise run_files.RunFileError(f"{name}: wrote {framed} bytes, the buckets "
+                                                 f"sent {num_bytes}")
                 return num_examples
 
             shard = self._published(split, name, write, num_examples)
-        if plain[0] != num_bytes or (self._compression == "none"
-                                     and shard["num_bytes"] != num_bytes):
-            raise run_files.RunFileError(f"{name}: wrote {plain[0]} bytes, the buckets "
-                                         f"sent {num_bytes}")
+        if self._compression == "none" and shard["num_bytes"] != num_bytes:
+            raise run_files.RunFileError(f"{name}: {shard['num_bytes']} bytes on disk, the "
+                                         f"buckets sent {num_bytes}")
         yield shard

@@ -220,6 +220,25 @@ def test_a_shard_is_assembled_only_when_every_bucket_reported():
         exchange_rows.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
+    """The buckets' end markers say how many framed bytes the shard gets;
+    a shard writer given fewer fails before the shard has its name."""
+    framed = tfrecordio.frame_records([b"a" * 20, b"b" * 30])
+    writer = exchange_rows.WriteCutShardFn(str(tmp_path / "staging"), str(tmp_path / "tmp"),
+                                           compression, 1 << 20)
+    writer.setup()
+    good = [("spec", (1, (0,))), ("end", (0, (1, 2, len(framed)))), ("piece", (0, 0, framed))]
+    (shard,) = writer.process((("train", 0), good))
+    assert shard["num_examples"] == 2
+    (tmp_path / "staging" / shard["file"]).unlink()
+    short = [("spec", (1, (0,))), ("end", (0, (1, 2, len(framed) + 7))),
+             ("piece", (0, 0, framed))]
+    with pytest.raises(run_files.RunFileError, match=f"wrote {len(framed)} bytes"):
+        list(writer.process((("train", 0), short)))
+    assert not list((tmp_path / "staging").iterdir())
+
+
 def test_place_chunks_maps_bucket_bytes_into_shards():
     places = [(0, 30, 0, 70), (30, 50, 1, 0)]  # bucket bytes 0-30 end shard 0; 30-80 start shard 1
     chunks = [(0, b"a" * 10), (10, b"b" * 20), (30, b"c" * 25), (55, b"d" * 25)]
