@@ -241,10 +241,14 @@ class GzipStream:
             self._compressor = isal_zlib.compressobj(self._level, isal_zlib.DEFLATED,
                                                      _GZIP_WBITS)
         whole = len(buffer) - len(buffer) % self._block
-        with memoryview(buffer) as view:
-            for start in range(0, whole, self._block):
-                self._compress(view[start:start + self._block])
-        del buffer[:whole]
+        view = memoryview(buffer)
+        for start in range(0, whole, self._block):
+            self._compress(view[start:start + self._block])
+        # A new buffer for the rest, not the old one cut in place: a view of
+        # it may outlive the call it was passed to (a sampling profiler, like
+        # Dask workers run, holds the frames it samples, locals and all), and
+        # a bytearray cannot be resized while any view of it is alive.
+        self._buffer = bytearray(view[whole:])
 
     def _compress(self, data) -> None:
         compressed = self._compressor.compress(data)

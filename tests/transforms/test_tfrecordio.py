@@ -466,6 +466,51 @@ def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, 
         assert whole.getvalue() == tfrecordio.gzip_compress(data, 1)
 
 
+class _KeepingCompressor:
+    """A compressor that keeps every buffer it is given alive, as a sampling
+    profiler does when it holds a frame that was compressing (Dask workers
+    run one)."""
+
+    def __init__(self, compressor, kept: list):
+        self._compressor = compressor
+        self._kept = kept
+
+    def compress(self, data):
+        self._kept.append(data)
+        return self._compressor.compress(data)
+
+    def flush(self):
+        return self._compressor.flush()
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(["text", "random"]), st.integers(0, 120_000),
+       st.lists(st.integers(1, 40_000), max_size=8))
+def test_a_gzip_stream_never_resizes_a_buffer_whose_views_live_on(kind, size, pieces):
+    data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
+    expected = io.BytesIO()
+    stream = tfrecordio.GzipStream(expected, 1, block=16_384)
+    stream.write(data)
+    stream.close()
+    kept: list = []
+    stores = tfrecordio._stores
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(tfrecordio, "_stores",
+                        lambda probe, level: kept.append(probe) or stores(probe, level))
+        for module in (tfrecordio.zlib, tfrecordio.isal_zlib):
+            patched.setattr(module, "compressobj", lambda *args, _make=module.compressobj:
+                            _KeepingCompressor(_make(*args), kept))
+        out = io.BytesIO()
+        stream = tfrecordio.GzipStream(out, 1, block=16_384)
+        position = 0
+        for piece in pieces:
+            stream.write(memoryview(data)[position:position + piece])
+            position += piece
+        stream.write(data[position:])
+        stream.close()
+    assert out.getvalue() == expected.getvalue()
+
+
 def test_a_gzip_stream_stores_what_deflate_barely_shrinks_as_gzip_compress_does():
     noise = random.Random(1).randbytes(3 << 20)
     text = _table_bytes(30_000)[:3 << 20]
