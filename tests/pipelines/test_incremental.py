@@ -147,17 +147,25 @@ def test_an_unchanged_rebuild_reuses_everything_and_config_changes_invalidate(tm
     assert "Build cache" in report
 
 
-def test_a_damaged_piece_is_read_again_never_published(tmp_path):
+def _built_with_cache(tmp_path: Path, files: int, rows: int) -> tuple[Path, Path]:
+    """(source, cache) after a first build of `files` CSV files of `rows` rows."""
     source = tmp_path / "in"
     source.mkdir()
-    for index in range(3):
-        (source / f"part-{index}.csv").write_text(_rows(index, 300))
+    for index in range(files):
+        (source / f"part-{index}.csv").write_text(_rows(index, rows))
     recordforge.build(_config(source, tmp_path / "out", "v1"), beam_args=IN_MEMORY)
-    cache = tmp_path / "out" / ".cache"
-    victim = cache / _pieces(cache)[1]
-    data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0x40  # inside an Example: only the digest can tell
-    victim.write_bytes(bytes(data))
+    return source, tmp_path / "out" / ".cache"
+
+
+def _flip_bit(path: Path, at: float, bit: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= bit
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_piece_is_read_again_never_published(tmp_path):
+    source, cache = _built_with_cache(tmp_path, files=3, rows=300)
+    _flip_bit(cache / _pieces(cache)[1], 0.5, 0x40)  # in an Example: only the digest can tell
     second = recordforge.build(_config(source, tmp_path / "out", "v2"), beam_args=IN_MEMORY)
     assert second.manifest["cache"]["units_damaged"] == 1
     assert second.manifest["cache"]["units_converted"] == 1
@@ -173,16 +181,8 @@ def test_pieces_checked_ahead_give_every_unit_once(tmp_path, monkeypatch, ahead)
     their outputs are given, while new files are converted: a damaged
     run among them is read again, and nothing is lost or given twice."""
     monkeypatch.setattr(cache_steps, "_CHECKS_AHEAD", ahead)
-    source = tmp_path / "in"
-    source.mkdir()
-    for index in range(6):
-        (source / f"part-{index}.csv").write_text(_rows(index, 150))
-    recordforge.build(_config(source, tmp_path / "out", "v1"), beam_args=IN_MEMORY)
-    cache = tmp_path / "out" / ".cache"
-    run = sorted(cache.glob("*.run"))[3]
-    data = bytearray(run.read_bytes())
-    data[len(data) // 3] ^= 0x01  # only the run's CRC32C can tell
-    run.write_bytes(bytes(data))
+    source, cache = _built_with_cache(tmp_path, files=6, rows=150)
+    _flip_bit(sorted(cache.glob("*.run"))[3], 1 / 3, 0x01)  # only the run's CRC32C can tell
     (source / "part-6.csv").write_text(_rows(6, 150))  # a new file, converted
     second = recordforge.build(_config(source, tmp_path / "out", "v2"), beam_args=IN_MEMORY)
     assert second.manifest["cache"]["units_damaged"] == 1

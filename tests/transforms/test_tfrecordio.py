@@ -444,26 +444,33 @@ def _table_bytes(count, seed=0):
        st.lists(st.integers(1, 40_000), max_size=12))
 def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, pieces):
     data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
-    block = 16_384  # several blocks, with a probe of 64 KB spanning four
-    whole = io.BytesIO()
-    stream = tfrecordio.GzipStream(whole, 1, block=block)
-    stream.write(data)
-    stream.close()
-    cut = io.BytesIO()
-    stream = tfrecordio.GzipStream(cut, 1, block=block)
+    whole, _ = _gzip_streamed(data, [])
+    cut, stream = _gzip_streamed(data, pieces)
+    assert cut == whole
+    assert stream.plain_bytes == len(data)
+    assert gzip.decompress(whole) == data
+    # One member with the deterministic header (mtime 0, no file name).
+    assert whole[:4] == b"\x1f\x8b\x08\x00" and whole[4:8] == b"\0" * 4
+    if len(data) <= _STREAM_TEST_BLOCK:
+        assert whole == tfrecordio.gzip_compress(data, 1)
+
+
+# Several blocks, with a probe of 64 KB spanning four.
+_STREAM_TEST_BLOCK = 16_384
+
+
+def _gzip_streamed(data: bytes, pieces) -> tuple[bytes, tfrecordio.GzipStream]:
+    """`data` through a level-1 GzipStream, written as `pieces` (sizes) and
+    then the rest; the member and the closed stream."""
+    out = io.BytesIO()
+    stream = tfrecordio.GzipStream(out, 1, block=_STREAM_TEST_BLOCK)
     position = 0
     for piece in pieces:
         stream.write(memoryview(data)[position:position + piece])
         position += piece
     stream.write(data[position:])
     stream.close()
-    assert cut.getvalue() == whole.getvalue()
-    assert stream.plain_bytes == len(data)
-    assert gzip.decompress(whole.getvalue()) == data
-    # One member with the deterministic header (mtime 0, no file name).
-    assert whole.getvalue()[:4] == b"\x1f\x8b\x08\x00" and whole.getvalue()[4:8] == b"\0" * 4
-    if len(data) <= block:
-        assert whole.getvalue() == tfrecordio.gzip_compress(data, 1)
+    return out.getvalue(), stream
 
 
 class _KeepingCompressor:
@@ -488,10 +495,7 @@ class _KeepingCompressor:
        st.lists(st.integers(1, 40_000), max_size=8))
 def test_a_gzip_stream_never_resizes_a_buffer_whose_views_live_on(kind, size, pieces):
     data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
-    expected = io.BytesIO()
-    stream = tfrecordio.GzipStream(expected, 1, block=16_384)
-    stream.write(data)
-    stream.close()
+    expected, _ = _gzip_streamed(data, [])
     kept: list = []
     stores = tfrecordio._stores
     with pytest.MonkeyPatch.context() as patched:
@@ -500,15 +504,8 @@ def test_a_gzip_stream_never_resizes_a_buffer_whose_views_live_on(kind, size, pi
         for module in (tfrecordio.zlib, tfrecordio.isal_zlib):
             patched.setattr(module, "compressobj", lambda *args, _make=module.compressobj:
                             _KeepingCompressor(_make(*args), kept))
-        out = io.BytesIO()
-        stream = tfrecordio.GzipStream(out, 1, block=16_384)
-        position = 0
-        for piece in pieces:
-            stream.write(memoryview(data)[position:position + piece])
-            position += piece
-        stream.write(data[position:])
-        stream.close()
-    assert out.getvalue() == expected.getvalue()
+        streamed, _ = _gzip_streamed(data, pieces)
+    assert streamed == expected
 
 
 def test_a_gzip_stream_stores_what_deflate_barely_shrinks_as_gzip_compress_does():
