@@ -300,7 +300,4 @@ class WriteCutShardFn(ShardFileFn):
                 return num_examples
 
             shard = self._published(split, name, write, num_examples)
-        if self._compression == "none" and shard["num_bytes"] != num_bytes:
-            raise run_files.RunFileError(f"{name}: {shard['num_bytes']} bytes on disk, the "
-                                         f"buckets sent {num_bytes}")
         yield shard
