@@ -396,6 +396,64 @@ def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_byt
     assert rows == expected and len(set(rows)) >= 3
 
 
+
+class _CollectingWriter:
+    """A bucket writer that keeps every byte it is given."""
+
+    writes_bytes = True
+
+    def __init__(self):
+        self.data = bytearray()
+        self.sizes: list[int] = []
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return True
+
+    def write_framed(self, data, sizes) -> None:
+        assert len(data) == int(sizes.sum())
+        self.data += data
+        self.sizes += sizes.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(slices=st.lists(st.lists(st.tuples(st.binary(min_size=1, max_size=3),
+                                          st.binary(max_size=40)), max_size=30),
+                       min_size=1, max_size=6),
+       gaps=st.lists(st.integers(0, 50), min_size=7, max_size=7),
+       one_buffer=st.booleans(), block=st.sampled_from([1, 64, 1 << 20]))
+def test_write_sorted_gathers_the_rows_of_slices_in_one_buffer_or_in_several(
+        slices, gaps, one_buffer, block):
+    """Slices read into one buffer with other bytes between them (the rows
+    of a run outside the bucket), or each in a buffer of its own, give the
+    rows in (key, example) order, a block at a time."""
+    slices = [sorted(rows) for rows in slices if rows] or [[(b"k", b"")]]
+    framed = [tfrecordio.frame_records([example for _, example in rows]) for rows in slices]
+    if one_buffer:
+        arena = bytearray()
+        places = []
+        for data, gap in zip(framed, gaps):
+            arena += b"\xee" * gap  # bytes no slice holds
+            places.append((len(arena), len(data)))
+            arena += data
+        whole = memoryview(arena)
+        views = [whole[start:start + size] for start, size in places]
+    else:
+        views = [memoryview(bytes(data)) for data in framed]
+    run_slices = [run_files.RunSlice([key for key, _ in rows], view, np.array(
+        [len(example) + 16 for _, example in rows], dtype=np.int64))
+        for rows, view in zip(slices, views)]
+    writer = _CollectingWriter()
+    original = bucket_sort.BLOCK
+    bucket_sort.BLOCK = block  # several blocks: gathered ahead of the one written
+    try:
+        bucket_sort.write_sorted(writer, run_slices, run_files.KEY_VARIABLE)
+    finally:
+        bucket_sort.BLOCK = original
+    ordered = sorted(row for rows in slices for row in rows)
+    assert bytes(writer.data) == tfrecordio.frame_records([example for _, example in ordered])
+    assert writer.sizes == [len(example) + 16 for _, example in ordered]
+
+
 # --- run files ----------------------------------------------------------------
 
 def _rows(rng, count, key_is_example=False, width=None):
