@@ -24,6 +24,7 @@ from . import bucket_writers, run_files
 from .exchange_packets import merge_packets, sort_bucket_packets, split_packet
 from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
+from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import BucketChunks, plan_bucket_ranges, plan_shards
 
@@ -130,6 +131,7 @@ class RouteFn(beam.DoFn):
         self._route_bytes = route_bytes
 
     def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):
@@ -178,6 +180,7 @@ class SortBucketFn(beam.DoFn):
 
     def setup(self):
         relax_young_collections()
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):
@@ -219,6 +222,7 @@ class PlaceFn(beam.DoFn):
     (offset in the shard, bytes)))."""
 
     def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):

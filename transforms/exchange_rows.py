@@ -28,6 +28,7 @@ from .bucket_writers import gzip_written_size
 from .exchange_packets import sort_bucket_packets
 from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
+from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import (RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of,
                          row_shard_count, row_shard_thresholds, shards_of_rows, shards_touched)
@@ -203,6 +204,7 @@ class CutBucketFn(beam.DoFn):
 
     def setup(self):
         relax_young_collections()
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):

@@ -21,6 +21,7 @@ from apache_beam.metrics import Metrics
 from . import row_order, run_files, tfrecordio
 from .exchange_packets import SIZE_DTYPE, cut_packet
 from .gc_tuning import relax_young_collections
+from .malloc_tuning import keep_freed_memory
 from .layout import SHARD_FILE_NAME
 from .metrics import METRICS_NAMESPACE
 from .shard_files import publish_shard, shard_metadata
@@ -51,6 +52,7 @@ class PackFn(beam.DoFn):
 
     def setup(self):
         relax_young_collections()  # a batch's rows should die young
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
         self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
@@ -124,6 +126,7 @@ class ShardFileFn(beam.DoFn):
         self._gzip_level = gzip_level
 
     def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")

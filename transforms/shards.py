@@ -61,6 +61,7 @@ from fsspec.implementations.local import LocalFileSystem
 from . import bucket_sort, bucket_writers, run_files, spill, tfrecordio
 from .exchange import ShuffleExchange
 from .gc_tuning import relax_young_collections
+from .malloc_tuning import keep_freed_memory
 from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_files import publish_shard, shard_metadata
@@ -201,6 +202,7 @@ class _SpillFn(beam.DoFn):
 
     def setup(self):
         relax_young_collections()  # a batch's rows should die young
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
         fs, path = fsspec.core.url_to_fs(self._run_dir)
         fs.makedirs(path, exist_ok=True)
@@ -349,6 +351,7 @@ class _SortBucketFn(beam.DoFn):
         self._tuning = tuning
 
     def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._runs = _RunLists()
 
     def process(self, task):
@@ -454,6 +457,7 @@ class _WriteShardFn(beam.DoFn):
         self._gzip_level = gzip_level
 
     def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._runs = _RunLists()
         self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")

@@ -23,6 +23,7 @@ from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
+from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import HashedExamples, SplitAssigner
 from .statistics import StatisticsSetup, batch_origin
@@ -185,6 +186,7 @@ class _ConvertBatchesFn(beam.DoFn):
 
     def setup(self):
         relax_young_collections()  # a batch's rows and examples should die young
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._conversion.setup()
 
     def start_bundle(self):

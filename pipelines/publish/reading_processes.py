@@ -7,7 +7,8 @@ queue for as long as any process holds the queue's other end, which every
 worker does: when the build is killed (SIGKILL from a scheduler's timeout,
 the OOM killer), its idle readers would stay, each holding its memory, until
 the machine restarts. `reading_pool` gives each worker a thread that ends it
-once the process that started it is gone.
+once the process that started it is gone, and malloc settings that keep the
+blocks it reads from costing fresh pages (`transforms.malloc_tuning`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import multiprocessing
 import os
 import threading
 import time
+
+from ...transforms.malloc_tuning import keep_freed_memory
 
 __all__ = ["PARENT_CHECK_SECONDS", "reading_pool"]
 
@@ -29,7 +32,12 @@ def reading_pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
     # spawn, not fork: the caller runs threads (the pipeline, a heartbeat).
     return concurrent.futures.ProcessPoolExecutor(
         workers, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_end_with_parent, initargs=(os.getpid(),))
+        initializer=_start_reader, initargs=(os.getpid(),))
+
+
+def _start_reader(parent: int) -> None:
+    keep_freed_memory()
+    _end_with_parent(parent)
 
 
 def _end_with_parent(parent: int) -> None:

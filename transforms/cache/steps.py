@@ -49,6 +49,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
+from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
 from ..readers.inputs import fingerprint
 from ..readers.listing import normalized_extensions
@@ -158,6 +159,7 @@ class _ConvertUnits(beam.DoFn):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
         self._cache_fs, self._cache_path = fsspec.core.url_to_fs(self._cache_url)
         relax_young_collections()  # rows are made here, a batch at a time
+        keep_freed_memory()  # buffers are freed and made again all the time
         self._conversion.setup()
         self._assigner = SplitAssigner(self._layout.dataset_name, self._layout.splits)
         self._reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "cache_units_reused")

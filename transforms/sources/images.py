@@ -15,6 +15,7 @@ import fsspec
 from ...schemas.dead_letters import counted_rows
 from ..batch_coder import TaggedBatch
 from ..gc_tuning import relax_young_collections
+from ..malloc_tuning import keep_freed_memory
 from ..readers.image_items import (DEFAULT_IMAGE_BATCH_SIZE, ImageItem, plan_images,
                                    read_image_items)
 from ..readers.images import ImageOptions
@@ -59,6 +60,7 @@ class _ReadImageBatches(beam.DoFn):
         self._fs = fsspec.core.url_to_fs(self._path)[0]
         self._source = redact_url(self._path)
         relax_young_collections()  # rows are made here, a batch at a time
+        keep_freed_memory()  # buffers are freed and made again all the time
 
     def process(self, items: list[tuple[str, str, str]]):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (root, n))

@@ -19,6 +19,7 @@ import fsspec
 from ...schemas.dead_letters import counted_rows, dead_letter
 from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
+from ..malloc_tuning import keep_freed_memory
 from ..readers.listing import list_tables, normalized_extensions
 from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, plan_table_ranges,
                               read_range)
@@ -84,6 +85,7 @@ class _ReadTableRanges(beam.DoFn):
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
         relax_young_collections()  # rows are made here, a batch at a time
+        keep_freed_memory()  # buffers are freed and made again all the time
 
     def process(self, unit: FileRange):
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
