@@ -310,12 +310,11 @@ def _as_arrow(slices: Sequence[RunSlice], sizes: np.ndarray
     counts = [len(rows.sizes) for rows in slices]
     if sum(len(rows.data) for rows in slices) != int(sizes.sum()):
         raise ValueError("the slices' bytes do not match their record sizes")
-    owner = slices[0].data.obj
-    whole = pa.py_buffer(owner)
-    starts = [pa.py_buffer(rows.data).address - whole.address for rows in slices]
+    whole = _common_buffer(slices)
+    starts = ([pa.py_buffer(rows.data).address - whole.address for rows in slices]
+              if whole is not None else [])
     ends = [start + len(rows.data) for start, rows in zip(starts, slices)]
-    if (all(rows.data.obj is owner for rows in slices)
-            and all(end <= start for end, start in zip([0] + ends, starts))):
+    if whole is not None and all(end <= start for end, start in zip([0] + ends, starts)):
         offsets = np.concatenate(
             [[0]] + [np.concatenate(([start], start + np.cumsum(rows.sizes)))
                      for start, rows in zip(starts, slices)]).astype(np.int64)
@@ -329,6 +328,17 @@ def _as_arrow(slices: Sequence[RunSlice], sizes: np.ndarray
     array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
                                              [None, pa.py_buffer(offsets), data])
     return array, positions
+
+
+def _common_buffer(slices: Sequence[RunSlice]) -> pa.Buffer | None:
+    """The one buffer every slice's bytes are a view of, or None."""
+    owner = slices[0].data.obj
+    if owner is None or any(rows.data.obj is not owner for rows in slices):
+        return None
+    try:
+        return pa.py_buffer(owner)
+    except (TypeError, ValueError, BufferError):  # not one contiguous buffer
+        return None
 
 
 def _gather(records: pa.LargeBinaryArray, rows: np.ndarray) -> memoryview:

@@ -56,7 +56,7 @@ def _set_thresholds() -> bool:
     try:
         if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
             return False
-    except (ValueError, OSError):  # no such name: not glibc
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name: not glibc
         return False
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     if any(name in os.environ for name in _ENVIRONMENT) or any(
