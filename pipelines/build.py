@@ -274,14 +274,27 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
             build_pipeline(pipeline, config, staging_url=staging.url, vocabularies=vocabularies,
                            cache=cache_state, input_bytes=input_bytes)
             result = pipeline.run()
-            watcher.attach(result)
-            result.wait_until_finish()
+            try:
+                watcher.attach(result)
+                result.wait_until_finish()
+            finally:
+                _close_runner_client(result)
     except KeyboardInterrupt:
         staging.abort()
         raise
     except Exception as error:  # the pipeline failed: report it, publish nothing
         staging.abort()
         raise PipelineFailed(error) from error
+
+
+def _close_runner_client(result) -> None:
+    """Closes the client Beam's Dask runner opened for the run, which only
+    its result holds: left open, it keeps its connection and thread, and
+    once the cluster is gone tries to reconnect for as long as the process
+    lives (a scheduler, a notebook, a test session)."""
+    close = getattr(getattr(result, "client", None), "close", None)
+    if callable(close):
+        close()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -65,6 +65,9 @@ def test_dask_runner_gives_the_same_bytes(reference, tmp_path):
         got = _build(FLIGHTS, tmp_path / "flights",
                      "--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
                      f"--dask_client_address={cluster.scheduler_address}")
+        # The runner's client is closed with the build, not left to reconnect.
+        with pytest.raises(ValueError):
+            distributed.default_client()
     assert got == reference["flights"]
 
 
