@@ -247,9 +247,14 @@ def test_write_dataset_on_the_dask_runner_gives_the_cli_bytes(tmp_path, cli_flig
                                   dashboard_address=None) as cluster:
         options = PipelineOptions(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
                                    f"--dask_client_address={cluster.scheduler_address}"])
-        with beam.Pipeline(options=options) as p:
-            _ = p | beam.Create(rows) | recordforge.WriteDataset(
-                _flights_config(), **{"output.path": str(out)})
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | beam.Create(rows) | recordforge.WriteDataset(
+            _flights_config(), **{"output.path": str(out)})
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            result.client.close()  # the runner's own client to the cluster
     assert _shard_digests(out / "1.0.0") == _shard_digests(cli_flights)
     manifest = json.loads((out / "1.0.0" / "manifest.json").read_text())
     assert manifest["tool"]["runner"] == "DaskRunner"

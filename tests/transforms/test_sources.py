@@ -360,10 +360,15 @@ def test_read_table_on_dask(csv_corpus):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
         options = PipelineOptions([f"--dask_client_address={cluster.scheduler_address}"])
-        with beam.Pipeline(runner=DaskRunner(), options=options) as p:
-            out = p | sources.ReadTable(str(root), "csv", batch_size=2, range_bytes=16)
-            assert_that(flat_rows(out.rows), equal_to(sorted(rows)), label="rows")
-            assert_that(out.dead_letter | beam.Map(lambda d: d["reason"]),
-                        equal_to(sorted(r for _, _, r in dead)), label="dead")
-            assert_that(out.counts | beam.Values() | beam.CombineGlobally(sum),
-                        equal_to([total]), label="counts")
+        pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
+        out = pipeline | sources.ReadTable(str(root), "csv", batch_size=2, range_bytes=16)
+        assert_that(flat_rows(out.rows), equal_to(sorted(rows)), label="rows")
+        assert_that(out.dead_letter | beam.Map(lambda d: d["reason"]),
+                    equal_to(sorted(r for _, _, r in dead)), label="dead")
+        assert_that(out.counts | beam.Values() | beam.CombineGlobally(sum),
+                    equal_to([total]), label="counts")
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            result.client.close()  # the runner's own client to the cluster
