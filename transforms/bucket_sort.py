@@ -285,7 +285,7 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
                 writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
                 continue
             if records is None:
-                records, positions = _as_arrow(slices, sizes)
+                records, positions = _as_arrow(slices, sizes, sources)
             if ahead is not None and ahead[0] == index:
                 block = ahead[1].result()
             else:
@@ -296,10 +296,11 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
             writer.write_framed(block, row_sizes)
 
 
-def _as_arrow(slices: Sequence[RunSlice], sizes: np.ndarray
+def _as_arrow(slices: Sequence[RunSlice], sizes: np.ndarray, sources: np.ndarray
               ) -> tuple[pa.LargeBinaryArray, np.ndarray]:
-    """The slices' framed records (`sizes`, in slice order) as one Arrow
-    array of binary values, and the position of each record in it.
+    """The slices' framed records (`sizes`, in slice order; `sources`: the
+    slice of each) as one Arrow array of binary values, and the position of
+    each record in it.
 
     Where the slices lie in order in one buffer (as `_sort_in_memory` reads
     them, with the rows outside the bucket left between them), the array
@@ -307,27 +308,27 @@ def _as_arrow(slices: Sequence[RunSlice], sizes: np.ndarray
     before it; else over one copy of the slices. Either way Arrow takes from
     one array: its take on a chunked binary array joins every chunk again on
     each call, 3-10 times the cost with a bucket's ~100 run slices."""
-    counts = [len(rows.sizes) for rows in slices]
     if sum(len(rows.data) for rows in slices) != int(sizes.sum()):
         raise ValueError("the slices' bytes do not match their record sizes")
     whole = _common_buffer(slices)
-    starts = ([pa.py_buffer(rows.data).address - whole.address for rows in slices]
-              if whole is not None else [])
-    ends = [start + len(rows.data) for start, rows in zip(starts, slices)]
-    if whole is not None and all(end <= start for end, start in zip([0] + ends, starts)):
-        offsets = np.concatenate(
-            [[0]] + [np.concatenate(([start], start + np.cumsum(rows.sizes)))
-                     for start, rows in zip(starts, slices)]).astype(np.int64)
-        positions = np.arange(len(sizes)) + np.repeat(np.arange(1, len(slices) + 1), counts)
-        data = whole
-    else:
-        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        positions = np.arange(len(sizes))
-        data = pa.py_buffer(b"".join(rows.data for rows in slices))
-    array = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
-                                             [None, pa.py_buffer(offsets), data])
-    return array, positions
+    if whole is not None:
+        starts = [pa.py_buffer(rows.data).address - whole.address for rows in slices]
+        ends = [start + len(rows.data) for start, rows in zip(starts, slices)]
+        if all(end <= start for end, start in zip([0] + ends, starts)):
+            offsets = np.concatenate(
+                [[0]] + [np.concatenate(([start], start + np.cumsum(rows.sizes)))
+                         for start, rows in zip(starts, slices)]).astype(np.int64)
+            return (_binary_array(offsets, whole),
+                    np.arange(len(sizes)) + sources + 1)  # past each slice's gap value
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    joined = pa.py_buffer(b"".join(rows.data for rows in slices))
+    return _binary_array(offsets, joined), np.arange(len(sizes))
+
+
+def _binary_array(offsets: np.ndarray, data: pa.Buffer) -> pa.LargeBinaryArray:
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                            [None, pa.py_buffer(offsets), data])
 
 
 def _common_buffer(slices: Sequence[RunSlice]) -> pa.Buffer | None:
