@@ -443,7 +443,7 @@ def _table_bytes(count, seed=0):
 @given(st.sampled_from(["text", "random"]), st.integers(0, 120_000),
        st.lists(st.integers(1, 40_000), max_size=12))
 def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, pieces):
-    data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
+    data = _stream_input(kind, size)
     whole, _ = _gzip_streamed(data, [])
     cut, stream = _gzip_streamed(data, pieces)
     assert cut == whole
@@ -453,6 +453,11 @@ def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, 
     assert whole[:4] == b"\x1f\x8b\x08\x00" and whole[4:8] == b"\0" * 4
     if len(data) <= _STREAM_TEST_BLOCK:
         assert whole == tfrecordio.gzip_compress(data, 1)
+
+
+def _stream_input(kind: str, size: int) -> bytes:
+    """`size` bytes of table rows ("text") or of random bytes."""
+    return (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
 
 
 # Several blocks, with a probe of 64 KB spanning four.
@@ -494,7 +499,7 @@ class _KeepingCompressor:
 @given(st.sampled_from(["text", "random"]), st.integers(0, 120_000),
        st.lists(st.integers(1, 40_000), max_size=8))
 def test_a_gzip_stream_never_resizes_a_buffer_whose_views_live_on(kind, size, pieces):
-    data = (_table_bytes(2000) if kind == "text" else random.Random(size).randbytes(150_000))[:size]
+    data = _stream_input(kind, size)
     expected, _ = _gzip_streamed(data, [])
     kept: list = []
     stores = tfrecordio._stores
