@@ -4,6 +4,7 @@ exchange it replaced (commit 302206e), projected to 1 TB and 10 TB.
 
     python benchmarks/scale_model.py --quick --json OUT.json   # a few minutes
     python benchmarks/scale_model.py --json OUT.json           # larger sizes, gzip too
+    python benchmarks/scale_model.py --quick --order key       # key-ordered output
 
 Every size of the writer is divided by one factor, SCALE = 1024, so that a
 build of D bytes here stands for a build of D × 1024 bytes with the
@@ -29,6 +30,13 @@ not given). At every size the new one must write the same shard bytes as
 this tree's file exchange (``exchange="files"``, what the DirectRunner
 runs; built too, its costs not reported). 302206e cut shuffled plain
 shards at chunks, which is why its bytes are compared with nothing.
+
+With ``--order key`` the rows have random keys and are written in key
+order (``shuffle=False``). "new" then routes rows by bucket bounds taken
+before the run from the first rows of evenly spread batches (what a
+build reading tables does, `pipelines.key_sample`), and "lanes" is the
+shuffle exchange without such bounds (rows wait for their split's
+sample, as in `WriteDataset`).
 
 Projection: the fitted power law of each measure at D / SCALE, bytes times
 SCALE. Hours: requests × 30 ms + bytes / 100 MB/s, over 1,000 parallel
@@ -78,12 +86,12 @@ def scaled(name: str) -> int:
 # -- one measured build (run in its own process, with the design's code) ------
 
 
-def _batches(total: int, seed: int = 0):
+def _batches(total: int, seed: int = 0, keyed: bool = False):
     rng = random.Random(seed)
     batch, batch_bytes, produced = [], 0, 0
     while produced < total:
         row = rng.randbytes(rng.randint(*ROW_BYTES))
-        batch.append((None, row))
+        batch.append((b"key-%012d" % rng.randrange(10 ** 12) if keyed else None, row))
         batch_bytes += len(row) + 16
         produced += len(row) + 16
         if batch_bytes >= scaled("batch_bytes"):
@@ -93,7 +101,17 @@ def _batches(total: int, seed: int = 0):
         yield batch
 
 
-def _worker(design: str, size: int, compression: str) -> dict:
+def _sampled_bounds(batches: list, tuning) -> tuple:
+    """Bucket bounds from the first 64 rows of up to 256 evenly spread
+    batches, as a build samples its first table files' heads."""
+    from recordforge.transforms.shard_plan import bucket_bounds_of
+
+    chosen = batches[::max(1, len(batches) // 256)]
+    keys = [key for batch in chosen for key, _ in batch[:64]]
+    return bucket_bounds_of(keys, tuning.hash_buckets, tuning.prefix_len)
+
+
+def _worker(design: str, size: int, compression: str, order: str = "shuffled") -> dict:
     import counting_fs
     import apache_beam as beam
     from apache_beam.metrics.metric import MetricsFilter
@@ -111,20 +129,23 @@ def _worker(design: str, size: int, compression: str) -> dict:
              "max_chunk_bytes": scaled("max_chunk_bytes"),
              "index_every": scaled("index_every")}
     extra = {}
-    if design == "new":
+    if design in ("new", "lanes"):
         sizes["route_bytes"] = scaled("route_bytes")
         extra["exchange"] = "shuffle"
     elif design == "files":
         extra["exchange"] = "files"
     tuning = ShardTuning(**sizes)
-    batches = list(_batches(size))
+    keyed = order == "key"
+    batches = list(_batches(size, keyed=keyed))
+    if keyed and design == "new":
+        extra["key_bounds"] = _sampled_bounds(batches, tuning)
     options = PipelineOptions(["--direct_running_mode=in_memory", "--direct_num_workers=1"])
     pipeline = beam.Pipeline(runner=local_runner(options), options=options)
     staging = "counted://bench/out/.staging/v1"
     _ = (pipeline
          | "Batches" >> beam.Create(batches)
          | "Write" >> WriteShards(staging, dataset_name="scale-model", splits=[("train", 1.0)],
-                                  shuffle=True, shard_size=scaled("shard_size"),
+                                  shuffle=not keyed, shard_size=scaled("shard_size"),
                                   compression=compression, tuning=tuning, **extra))
     started = time.perf_counter()
     result = pipeline.run()
@@ -142,7 +163,8 @@ def _worker(design: str, size: int, compression: str) -> dict:
     # The dataset's bytes: every row framed as a TFRecord (what plain shards
     # hold); the generator stops at the first batch that reaches `size`.
     dataset_bytes = sum(len(example) + 16 for batch in batches for _, example in batch)
-    return {"design": design, "size": size, "compression": compression, "seconds": seconds,
+    return {"design": design, "size": size, "compression": compression, "order": order,
+            "seconds": seconds,
             "rows": sum(map(len, batches)), "dataset_bytes": dataset_bytes,
             "exchange_bytes": exchange, **summary,
             "shards": shards, "left_behind": left}
@@ -164,14 +186,14 @@ def _old_tree(path: str | None) -> str:
     return root
 
 
-def _measure(design: str, size: int, compression: str, old_tree: str) -> dict:
+def _measure(design: str, size: int, compression: str, order: str, old_tree: str) -> dict:
     env = dict(os.environ)
     paths = [str(HERE)]
     if design == "old":
         paths.append(old_tree)
     env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), "--worker",
-                           design, str(size), compression], env=env, capture_output=True,
+                           design, str(size), compression, order], env=env, capture_output=True,
                           text=True)
     if done.returncode:
         raise RuntimeError(f"{design} at {size} bytes failed:\n{done.stderr[-4000:]}")
@@ -243,22 +265,25 @@ def main(argv=None) -> int:
     parser.add_argument("--compressions", default=None,
                         help="comma-separated: none,gzip (default: none with --quick, "
                              "else both)")
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--order", choices=("shuffled", "key"), default="shuffled",
+                        help="shuffled rows (default) or rows in key order")
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        design, size, compression = args.worker
-        print(json.dumps(_worker(design, int(size), compression)))
+        design, size, compression, order = args.worker
+        print(json.dumps(_worker(design, int(size), compression, order)))
         return 0
+    designs = ("new", "lanes", "files", "old") if args.order == "key" else ("new", "files", "old")
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     compressions = (args.compressions or ("none" if args.quick else "none,gzip")).split(",")
     old_tree = _old_tree(args.old_tree)
     runs = []
     for compression in compressions:
         for size in sizes:
-            for design in ("new", "files", "old"):
+            for design in designs:
                 if design == "old" and not args.quick and size > FULL_OLD_LIMIT:
                     continue
-                run = _measure(design, size, compression, old_tree)
+                run = _measure(design, size, compression, args.order, old_tree)
                 runs.append(run)
                 print(f"{design} {compression} {size / MB:g} MB: {run['requests']:,} requests, "
                       f"{_moved(run) / _data(run):.4f}x bytes moved, {run['seconds']:.2f} s",
@@ -266,15 +291,18 @@ def main(argv=None) -> int:
     identical = {}
     for run in runs:
         if run["design"] == "files":
-            new = next(other for other in runs if other["design"] == "new"
-                       and other["size"] == run["size"]
-                       and other["compression"] == run["compression"])
-            identical[f"{run['compression']}-{run['size']}"] = new["shards"] == run["shards"]
-    results = {"scale": SCALE, "production_sizes": PRODUCTION, "runs": runs,
+            for other in runs:
+                if (other["design"] in ("new", "lanes") and other["size"] == run["size"]
+                        and other["compression"] == run["compression"]):
+                    name = f"{run['compression']}-{run['size']}"
+                    if other["design"] == "lanes":
+                        name = f"lanes-{name}"
+                    identical[name] = other["shards"] == run["shards"]
+    results = {"scale": SCALE, "production_sizes": PRODUCTION, "order": args.order, "runs": runs,
                "identical_shards": identical, "exponents": {}, "projection": {},
                "assumptions": {"latency_s": LATENCY_S, "stream_bytes_per_s": STREAM_BYTES_PER_S,
                                "streams": STREAMS, "price_per_1000_requests": PRICE_PER_1000}}
-    for design in ("new", "old"):
+    for design in [design for design in designs if design != "files"]:
         for compression in compressions:
             chosen = [run for run in runs if run["design"] == design
                       and run["compression"] == compression]

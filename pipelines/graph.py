@@ -16,6 +16,7 @@ import fsspec
 
 from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
+from .key_sample import sample_bucket_bounds, uses_sampled_bounds
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.statistics import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
@@ -157,7 +158,8 @@ def _conversion_options(config: DatasetConfig, vocabularies: Mapping[str, Sequen
 
 def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *,
                 staging_url: str, vocabularies: Mapping[str, Sequence[str]],
-                input_bytes: int | None = None) -> StagedBuild:
+                input_bytes: int | None = None,
+                key_bounds: Sequence[bytes] | None = None) -> StagedBuild:
     """Wires checks, encoding, shards and dead letters after a source.
 
     `source` is what a source gives (`transforms.sources.ReadOutputs`: row
@@ -167,7 +169,9 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     `build_pipeline` and by `WriteDataset`, so both write the same bytes for
     the same rows. input_bytes: the size of the input, when known, which
     sizes the shard writer's sort buckets (`ShardTuning.for_input`; never
-    the bytes it writes).
+    the bytes it writes). key_bounds: bucket bounds sampled before the run
+    (`key_sample.sample_bucket_bounds`; `WriteShards`), which never change
+    the bytes either.
     """
     output = config.output
     if isinstance(source, CachedConversion):
@@ -188,7 +192,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
         compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}",
-        spilled=spilled, tuning=ShardTuning.for_input(input_bytes))
+        spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages
     read_failures = read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key)
     all_dead = (read_failures, converted.dead_letter) | "AllDeadLetters" >> beam.Flatten()
@@ -234,6 +238,9 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     for `publish.finalize`. With `cache` (`pipelines.cache.open_cache`) a
     table source reuses the cached pieces of unchanged files and caches
     the rest (`ConvertTablesWithCache`). input_bytes: see `stage_build`.
+    Key-ordered plain output read from tables on a runner with the
+    shuffle exchange gets bucket bounds from the first rows of some input
+    files, read here (`key_sample`).
     """
     if cache is not None:
         source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(
@@ -247,8 +254,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
         source = pipeline | "Read" >> _read_source(config)
+    key_bounds = None
+    if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
+        key_bounds = sample_bucket_bounds(config, vocabularies,
+                                          ShardTuning.for_input(input_bytes))
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies,
-                         input_bytes=input_bytes)
+                         input_bytes=input_bytes, key_bounds=key_bounds)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
                                                   watched=watched_columns(config))
 

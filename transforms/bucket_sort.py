@@ -6,17 +6,13 @@ given in ``(key, example)`` order to a writer (`bucket_writers`):
 
 - `sort_bucket` (key-ordered gzip output) writes a bucket file: the
   bucket's rows in order, as consecutive chunks, each one gzip member
-  (`ChunkWriter`);
-- `plan_bucket` (key-ordered plain output) plans the same chunks without
-  writing anything (they depend on the records' sizes only) and names
-  the bucket by a `spill.bucket_reference`; each shard then writes its
-  byte range of the sorted bucket straight from the runs
-  (`write_bucket_range`), or, when shards are cut at rows (shuffled
-  output, plain or gzip), its rows (`write_bucket_rows`, into a gzip
-  stream for gzip), for which `measure_bucket` adds up a bucket's size
-  and largest row instead of sorting it, and reads its rows in the gzip
-  ratio sample; `sort_bucket` still writes plain chunks, with the same
-  boundaries, for tests and tools;
+  (`ChunkWriter`; plain chunks too, for tests and tools);
+- when shards are cut at rows (every other output), `measure_bucket`
+  adds up a bucket's size and largest row instead of sorting it (and
+  reads its rows in the gzip ratio sample), names the bucket by a
+  `spill.bucket_reference`, and each shard later writes its rows of the
+  sorted bucket straight from the runs (`write_bucket_rows`, into a gzip
+  stream for gzip);
 - `merge_runs` gives a writer every row of some runs, and `write_sorted`
   every row of some slices held in memory, sorted or not (the shuffle
   exchange's sorts on local disk and in memory).
@@ -24,8 +20,8 @@ given in ``(key, example)`` order to a writer (`bucket_writers`):
 Memory: a bucket is sorted in memory only when its key ranges fit
 `memory_bytes`; otherwise the sorted ranges are merged as streams, with
 intermediate merges when there are more than `fan_in` of them. While a
-bucket is only planned, local runs' records are mapped rather than read
-(`RunFile._records`): planning needs their sizes, not their bytes.
+bucket is only measured, local runs' records are mapped rather than read
+(`RunFile._records`): measuring needs their sizes, not their bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +35,7 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .bucket_writers import ChunkWriter, ShardRowsWriter, WindowWriter
+from .bucket_writers import ChunkWriter, ShardRowsWriter
 from .page_cache import WriteBehind
 from .row_order import sorted_order, sorted_positions
 from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
@@ -51,10 +47,8 @@ from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, re
 __all__ = [
     "measure_bucket",
     "merge_runs",
-    "plan_bucket",
     "release_read_arena",
     "sort_bucket",
-    "write_bucket_range",
     "write_bucket_rows",
     "write_sorted",
 ]
@@ -85,28 +79,13 @@ def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
     return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
 
 
-def plan_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str, *,
-                scratch_dir: str, chunk_bytes: int, memory_bytes: int, fan_in: int,
-                prefix_len: int, index_every: int) -> BucketChunks:
-    """`sort_bucket` for plain output, writing nothing: the chunks (which
-    depend on the sorted records' sizes only) are planned, and the
-    BucketChunks' path is a `spill.bucket_reference` from which
-    `write_bucket_range` writes any planned byte range later, straight
-    from the runs. Same chunks as `sort_bucket`; also the largest row."""
-    writer = ChunkWriter(None, compression="none", chunk_bytes=chunk_bytes, gzip_level=0)
-    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
-               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
-    chunks = tuple(writer.close())
-    return BucketChunks(bucket.split, bucket.index, bucket_reference(runs_file, bucket),
-                        chunks, writer.max_record)
-
-
 def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
                    ratio_bound: int | None = None) -> BucketChunks:
-    """`plan_bucket` for shards cut at rows, which need only a bucket's size
-    and its largest row (`shard_plan.plan_row_shards`): the rows' sizes in
-    the bucket's key range of every run are added up, not sorted. The one
-    chunk spans the whole bucket. With `ratio_bound` (gzip), the bucket's
+    """What shards cut at rows need of a bucket: its size and its largest
+    row (`shard_plan.plan_row_shards`), the rows' sizes in the bucket's
+    key range of every run added up, not sorted. The one chunk spans the
+    whole bucket; the path is a `spill.bucket_reference`, from which
+    `write_bucket_rows` sorts and writes a shard's rows later. With `ratio_bound` (gzip), the bucket's
     rows whose digest is below it are read too, for the split's ratio
     sample (`shard_plan.ratio_sample_bound`; only the lowest buckets have
     any), cut as the sample is (`shard_plan.ratio_sample_of`)."""
@@ -143,26 +122,11 @@ def _sample_of_slice(rows: RunSlice, key_width: int, bound: int) -> list[tuple[b
     return ratio_sample_rows(digests, rows.data, rows.sizes, bound)
 
 
-def write_bucket_range(out: BinaryIO, bucket: BucketRange, start: int, length: int,
-                       runs: Iterable[RunInfo], *, scratch_dir: str, memory_bytes: int,
-                       fan_in: int, prefix_len: int, index_every: int) -> None:
-    """Writes bytes ``[start, start + length)`` of a planned bucket (see
-    `plan_bucket`; `spill.parse_bucket_reference` gives the bucket and its run
-    list) to `out`, sorting its rows from the runs again. Raises
-    RunFileError when the bucket is shorter."""
-    writer = WindowWriter(out, start, start + length)
-    _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
-               fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
-    if not writer.done:
-        raise RunFileError(f"bucket {bucket.index} of split {bucket.split!r} ends before "
-                           f"byte {start + length}")
-
-
 def write_bucket_rows(out, bucket: BucketRange, start: int, thresholds: np.ndarray,
                       shard: int, runs: Iterable[RunInfo], *, scratch_dir: str,
                       memory_bytes: int, fan_in: int, prefix_len: int,
                       index_every: int) -> tuple[int, int]:
-    """Writes to `out` the rows of a planned bucket (see `plan_bucket`)
+    """Writes to `out` the rows of a measured bucket (see `measure_bucket`)
     that shard `shard` holds when shards are cut at rows, sorting the
     bucket from the runs again; `start` is the bucket's first byte in the
     split. Returns (rows, bytes) written."""

@@ -1,4 +1,4 @@
-"""Where a bucket's sorted records go: chunks, a byte range, a shard's rows.
+"""Where a bucket's sorted records go: chunks, or a shard's rows.
 
 No Beam. Bucket sorting (`bucket_sort`) and the shuffle exchange give a
 writer a bucket's framed records in order, a block at a time
@@ -7,11 +7,8 @@ that nothing writes are never gathered.
 
 `ChunkWriter` cuts the bucket into consecutive chunks by size on disk, for
 gzip output each exactly one gzip member of framed records, so that shards
-are assembled from chunks by concatenation, without recompressing. For
-plain output a chunk's size on disk is the sum of its records' framed
-sizes, so the chunks can be planned without writing anything.
-`WindowWriter` writes one byte range of a planned bucket (a shard's
-piece); `ShardRowsWriter` writes the rows one shard holds when shards are
+are assembled from chunks by concatenation, without recompressing (key-ordered
+gzip output). `ShardRowsWriter` writes the rows one shard holds when shards are
 cut at rows (gzip: into a `tfrecordio.GzipStream`, one member a shard, the
 way `gzip_written_size` compresses the ratio sample the shard count comes
 from).
@@ -26,7 +23,7 @@ import numpy as np
 from . import tfrecordio
 from .shard_plan import FRAMING, Chunk, shards_of_rows, shards_touched
 
-__all__ = ["ChunkWriter", "ShardRowsWriter", "WindowWriter", "gzip_written_size"]
+__all__ = ["ChunkWriter", "ShardRowsWriter", "gzip_written_size"]
 
 # Upper bound on one uncompressed chunk, whatever the estimated gzip ratio.
 _MAX_RAW_CHUNK = 64 << 20
@@ -40,15 +37,12 @@ class ChunkWriter:
     gzip the target (uncompressed) is `chunk_bytes` times the compression
     ratio seen so far in this bucket; the ratio depends on the bucket's
     content only, so chunk boundaries are deterministic.
-
-    With `fileobj` None (plain output only) nothing is written: the writer
-    only plans the chunks, which depend on the records' sizes alone.
     """
 
-    def __init__(self, fileobj: BinaryIO | None, *, compression: str, chunk_bytes: int,
+    writes_bytes = True
+
+    def __init__(self, fileobj: BinaryIO, *, compression: str, chunk_bytes: int,
                  gzip_level: int):
-        if fileobj is None and compression == "gzip":
-            raise ValueError("gzip chunks can only be planned by compressing them")
         self._fileobj = fileobj
         self._gzip = compression == "gzip"
         self._chunk_bytes = chunk_bytes
@@ -61,7 +55,6 @@ class ChunkWriter:
         self._offset = 0
         self._target = chunk_bytes
         self.chunks: list[Chunk] = []
-        self.max_record = 0  # the largest framed record written
 
     def write_many(self, examples: Sequence[bytes]) -> None:
         """Frames and writes examples."""
@@ -70,21 +63,13 @@ class ChunkWriter:
         self.write_framed(tfrecordio.frame_records(examples), sizes)
 
     def needs_bytes(self, nbytes: int) -> bool:
-        """Whether the next `nbytes` of records must be given as bytes (False
-        when only planning: their sizes are enough)."""
-        return self._fileobj is not None
-
-    @property
-    def writes_bytes(self) -> bool:
-        return self._fileobj is not None
+        """Whether the next `nbytes` of records must be given as bytes."""
+        return True
 
     def write_framed(self, data, sizes: np.ndarray) -> None:
         """Writes framed records held back to back in `data` (not modified
-        afterwards; None when `needs_bytes` said so), with `sizes` their
-        framed sizes."""
-        view = memoryview(data) if data is not None else None
-        if len(sizes):
-            self.max_record = max(self.max_record, int(sizes.max()))
+        afterwards), with `sizes` their framed sizes."""
+        view = memoryview(data)
         ends = np.cumsum(sizes)
         count = len(ends)
         row = start = 0
@@ -93,14 +78,12 @@ class ChunkWriter:
             last = int(np.searchsorted(ends, start + self._target - self._pending_bytes, "left"))
             last = max(last, row)
             if last >= count:
-                if view is not None:
-                    self._pending.append(view[start:])
+                self._pending.append(view[start:])
                 self._pending_bytes += int(ends[-1]) - start
                 self._pending_rows += count - row
                 return
             stop = int(ends[last])
-            if view is not None:
-                self._pending.append(view[start:stop])
+            self._pending.append(view[start:stop])
             self._pending_bytes += stop - start
             self._pending_rows += last + 1 - row
             self._flush()
@@ -121,44 +104,13 @@ class ChunkWriter:
             self._fileobj.write(data)
             length = len(data)
         else:
-            if self._fileobj is not None:
-                for piece in self._pending:
-                    self._fileobj.write(piece)
+            for piece in self._pending:
+                self._fileobj.write(piece)
             length = self._pending_bytes
         self.chunks.append(Chunk(self._offset, length, self._pending_rows))
         self._offset += length
         self._pending = []
         self._pending_bytes = self._pending_rows = 0
-
-
-class WindowWriter:
-    """Takes a bucket's framed records in order, like ChunkWriter, and
-    writes only bytes ``[start, end)`` of them to `out`: the part of a
-    planned bucket that one shard holds."""
-
-    def __init__(self, out, start: int, end: int):
-        self._out = out
-        self._start = start
-        self._end = end
-        self._offset = 0
-
-    def needs_bytes(self, nbytes: int) -> bool:
-        return self._offset < self._end and self._offset + nbytes > self._start
-
-    writes_bytes = True
-
-    def write_framed(self, data, sizes: np.ndarray) -> None:
-        nbytes = int(sizes.sum())
-        if data is not None:
-            first = max(0, self._start - self._offset)
-            last = min(nbytes, self._end - self._offset)
-            if first < last:
-                self._out.write(memoryview(data)[first:last])
-        self._offset += nbytes
-
-    @property
-    def done(self) -> bool:
-        return self._offset >= self._end
 
 
 class ShardRowsWriter:

@@ -5,20 +5,23 @@ runner's own GroupByKey, never through files on the output store.
 metadata dicts, with the shards written once, under their final names in
 `staging_dir`. It writes the same bytes as the file exchange of
 `shards.py` (same split, order key, bucket sort, shard cuts, all from
-`shard_plan`). There are two ways through it.
+`shard_plan`). There are two ways through it, by what decides the cuts
+(`shard_plan.cuts_at_rows`).
 
-Shuffled output (the default config; plain or gzip), shards cut at rows
-(`shard_plan.cuts_at_rows`)::
+Shards cut at rows: shuffled output (the default config; plain or gzip)
+and key-ordered plain output::
 
   ExampleBatch
   | Pack               -> ("sizes", (split, (buckets, rows, bytes, largest row,
                                              ratio sample)))
                           ("rows", ((split, bucket), ("rows", packet)))
                           a batch's rows of one split, framed once (CRCs),
-                          cut by bucket: `hash_buckets` equal ranges of
-                          the digest order, known as soon as a row is hashed;
-                          gzip: the rows whose digest is below the ratio
-                          sample's bound go with the sizes
+                          cut by bucket: shuffled, `hash_buckets` equal
+                          ranges of the digest order, known as soon as a
+                          row is hashed; key order, the `key_bounds` given
+                          (sampled before the run); gzip: the rows whose
+                          digest is below the ratio sample's bound go with
+                          the sizes
   | BucketSizes (CombinePerKey) | PlanCuts
                        -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
                           ((split, shard), ("spec", (shards, buckets it may get)))
@@ -41,10 +44,12 @@ plain). Only counts cross the combine, and for gzip the ratio sample
 `shard_plan.RATIO_SAMPLE_LIMIT`), from which a gzip split's shard count
 is estimated: a gzip shard holds the rows a plain one would, of a
 1/N share of the split's framed bytes, so gzip shard sizes follow the
-sample's ratio.
+sample's ratio. A row's shard is a function of its place in the split,
+so the buckets (their number, their bounds) never change the bytes.
 
-Key-ordered output (its bucket bounds come from a sample of the whole
-split, plain or gzip), shards cut at chunks::
+Key-ordered plain output without `key_bounds` (`WriteDataset`, image
+sources, or tables read whole) first learns its buckets from a sample of
+the whole split, for which its rows wait in lanes::
 
   ExampleBatch
   | Pack               -> ("stats", (split, (rows, bytes, sample)))
@@ -53,7 +58,18 @@ split, plain or gzip), shards cut at chunks::
                        -> ((split, lane), ("plan", bucket lower bounds))
                           for each of the split's `lanes` lanes
   | JoinPlan (Flatten + GroupByKey)   -> ((split, lane), [plan, packets...])
-  | Route              -> ((split, bucket), packet)     rows cut by bucket
+  | Route              -> ("sizes", ...), ("rows", ...) as Pack gives them above
+
+and goes on as above: rows cross three times, 4 bytes moved per dataset
+byte.
+
+Key-ordered gzip output, shards cut at chunks (a shard's rows are a key
+range, whose compression ratio may differ from the next range's: a shard
+counted from a sample would miss the ±10% size the shards keep)::
+
+  ExampleBatch
+  | Pack | SplitStats | PlanBuckets | JoinPlan | Route  (as just above)
+                       -> ((split, bucket), packet)     rows cut by bucket
   | GroupBuckets | SortBuckets
                        -> ("meta", (split, BucketChunks))
                           ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
@@ -66,7 +82,9 @@ split, plain or gzip), shards cut at chunks::
 Here rows cross twice (keyed by a lane, where they wait for the split's
 sampled bucket bounds, then by bucket) and chunks twice (waiting for the
 shard plan, then to their shard): (2 + 3c) bytes moved per dataset byte,
-c the compression ratio.
+c the compression ratio. The bounds decide the chunks, hence the bytes,
+so they must come from the split's own content sample, which every
+exchange and `WriteDataset` take alike.
 
 Where each part lives:
 
@@ -77,7 +95,8 @@ Where each part lives:
 - `exchange_steps`: the steps both ways share, Pack (`PackFn`) and the
   base of WriteShardFiles (`ShardFileFn`);
 - `exchange_rows`: the steps of shards cut at rows;
-- `exchange_chunks`: the steps of shards cut at chunks;
+- `exchange_chunks`: lanes and routing (key order without bounds given),
+  and the steps of shards cut at chunks;
 - here, `ShuffleExchange`, which picks the way and wires its steps.
 
 Why it is built this way:
@@ -113,26 +132,35 @@ from .shard_plan import cuts_at_rows
 __all__ = ["ShuffleExchange"]
 
 
-def _is(kind: str):
-    return lambda item: item[0] == kind
+def _part(tagged, kind: str, label: str):
+    """The values of a step's (kind, value) outputs of one kind."""
+    return (tagged
+            | f"{label}Only" >> beam.Filter(lambda item: item[0] == kind)
+            | label >> beam.Map(lambda item: item[1]))
 
 
-def _untag(item):
-    return item[1]
+def _sizes_and_rows(tagged):
+    """(sizes, rows) of a step's ("sizes", ...) and ("rows", ...) outputs."""
+    return _part(tagged, "sizes", "Sizes"), _part(tagged, "rows", "Rows")
 
 
 class ShuffleExchange(beam.PTransform):
     """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
 
-    Shuffled output is cut at rows, key-ordered output at chunks (see the
+    Key-ordered gzip output is cut at chunks, the rest at rows (see the
     module docstring). The shards are written to `staging_dir`;
     `shard_temp_dir` holds a shard only while it is written, on
     filesystems that need a temporary name. `tuning` is a
-    `shards.ShardTuning`."""
+    `shards.ShardTuning`. `key_bounds` (key-ordered plain output):
+    bucket lower bounds known before the run (`shard_plan.bucket_bounds_of`
+    a sample of the input's order keys), so that rows go to their bucket
+    as they are packed instead of waiting in lanes for their split's
+    sample; any bounds give the same bytes."""
 
     def __init__(self, staging_dir: str, *, shard_temp_dir: str, dataset_name: str,
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
-                 compression: str, chunk_bytes: int, gzip_level: int, tuning):
+                 compression: str, chunk_bytes: int, gzip_level: int, tuning,
+                 key_bounds: Sequence[bytes] | None = None):
         super().__init__()
         self._staging_dir = staging_dir
         self._shard_temp_dir = shard_temp_dir
@@ -144,36 +172,71 @@ class ShuffleExchange(beam.PTransform):
         self._chunk_bytes = chunk_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
-        if cuts_at_rows(shuffle) and not 1 <= tuning.hash_buckets <= 1 << 24:
+        self._key_bounds = tuple(key_bounds) if key_bounds else None
+        if self._key_bounds is not None and self._key_bounds[0] != b"":
+            raise ValueError(f"key_bounds must start with b'', got {self._key_bounds[0]!r}")
+        if shuffle and not 1 <= tuning.hash_buckets <= 1 << 24:
             raise ValueError(f"hash_buckets must be between 1 and {1 << 24}, got "
                              f"{tuning.hash_buckets!r}")
 
     def expand(self, batches):
-        if cuts_at_rows(self._shuffle):
-            return self._cut_at_rows(batches)
-        return self._cut_at_chunks(batches)
+        if not cuts_at_rows(self._shuffle, self._compression):
+            return self._cut_at_chunks(batches)
+        if self._shuffle or self._key_bounds:
+            sizes, rows = self._cut_as_packed(batches)
+        else:
+            sizes, rows = self._route_by_key(batches)
+        return self._cut_at_rows(sizes, rows)
 
-    def _cut_at_rows(self, batches):
+    def _cut_as_packed(self, batches):
+        """(sizes, rows), each batch's rows cut by bucket as they are
+        packed: hash buckets (shuffled output) or the given key bounds."""
         tuning = self._tuning
         gzip = self._compression == "gzip"
         # ("sizes", (split, (buckets, rows, bytes, largest row, ratio sample)))
         # | ("rows", ((split, bucket), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
             self._dataset_name, self._splits, self._shuffle, tuning,
-            hash_buckets=tuning.hash_buckets,
-            ratio_bound=tuning.ratio_sample_bound if gzip else None))
+            hash_buckets=tuning.hash_buckets if self._shuffle else None,
+            ratio_bound=tuning.ratio_sample_bound if gzip else None,
+            key_bounds=None if self._shuffle else self._key_bounds))
+        return _sizes_and_rows(packed)
+
+    def _route_by_key(self, batches):
+        """Key-ordered plain output: (sizes, rows), each lane's rows cut by
+        the split's bucket bounds once they are known."""
+        # ("sizes", (split, (buckets, rows, bytes, largest row, ())))
+        # | ("rows", ((split, bucket), ("rows", packet)))
+        return _sizes_and_rows(self._routed(batches, counts=True))
+
+    def _routed(self, batches, *, counts: bool):
+        """Key-ordered output: rows wait in lanes for their split's bucket
+        bounds, then go to their bucket (`RouteFn`)."""
+        tuning = self._tuning
+        # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
+        packed = batches | "Pack" >> beam.ParDo(PackFn(
+            self._dataset_name, self._splits, self._shuffle, tuning))
+        # ((split, lane), ("plan", bucket lower bounds))
+        plans = (_part(packed, "stats", "Stats")
+                 | "SplitStats" >> beam.CombinePerKey(SplitStatsFn(tuning.sample_size))
+                 | "PlanBuckets" >> beam.FlatMap(plan_lanes, tuning=tuning))
+        rows = _part(packed, "rows", "LaneRows")
+        return ((plans, rows)
+                | "FlattenLanes" >> beam.Flatten()
+                | "JoinPlan" >> beam.GroupByKey()  # ((split, lane), [plan, packets])
+                | "Route" >> beam.ParDo(RouteFn(tuning.route_bytes, counts=counts)))
+
+    def _cut_at_rows(self, sizes, rows):
+        tuning = self._tuning
+        gzip = self._compression == "gzip"
         # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
-        plan = (packed
-                | "SizesOnly" >> beam.Filter(_is("sizes"))
-                | "Sizes" >> beam.Map(_untag)
-                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn(tuning.hash_buckets))
+        plan = (sizes
+                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn(
+                    tuning.hash_buckets if self._shuffle else 1))
                 | "PlanCuts" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
                                              gzip_level=self._gzip_level if gzip else None))
         placements = plan | "PlacementsOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
         specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
-        rows = (packed
-                | "RowsOnly" >> beam.Filter(_is("rows"))
-                | "Rows" >> beam.Map(_untag))
         # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
         pieces = ((placements, rows)
                   | "FlattenBuckets" >> beam.Flatten()
@@ -188,35 +251,16 @@ class ShuffleExchange(beam.PTransform):
 
     def _cut_at_chunks(self, batches):
         tuning = self._tuning
-        # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
-        packed = batches | "Pack" >> beam.ParDo(PackFn(
-            self._dataset_name, self._splits, self._shuffle, tuning))
-        # ((split, lane), ("plan", bucket lower bounds))
-        plans = (packed
-                 | "StatsOnly" >> beam.Filter(_is("stats"))
-                 | "Stats" >> beam.Map(_untag)
-                 | "SplitStats" >> beam.CombinePerKey(SplitStatsFn(tuning.sample_size))
-                 | "PlanBuckets" >> beam.FlatMap(plan_lanes, tuning=tuning))
-        rows = (packed
-                | "RowsOnly" >> beam.Filter(_is("rows"))
-                | "Rows" >> beam.Map(_untag))
         # ("meta", (split, BucketChunks)) | ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
-        sorted_buckets = ((plans, rows)
-                          | "FlattenLanes" >> beam.Flatten()
-                          | "JoinPlan" >> beam.GroupByKey()  # ((split, lane), [plan, packets])
-                          | "Route" >> beam.ParDo(RouteFn(tuning.route_bytes))
+        sorted_buckets = (self._routed(batches, counts=False)  # ((split, bucket), packet)
                           | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [packet])
                           | "SortBuckets" >> beam.ParDo(SortBucketFn(
                               self._compression, self._chunk_bytes, self._gzip_level, tuning)))
         # ((split, shard), ("spec", counts)) | ((split, bucket), ("place", piece))
-        plan = (sorted_buckets
-                | "MetaOnly" >> beam.Filter(_is("meta"))
-                | "Meta" >> beam.Map(_untag)
+        plan = (_part(sorted_buckets, "meta", "Meta")
                 | "GroupSplitChunks" >> beam.GroupByKey()  # (split, [BucketChunks])
                 | "PlanShards" >> beam.FlatMap(plan_split_shards, shard_size=self._shard_size))
-        chunks = (sorted_buckets
-                  | "ChunksOnly" >> beam.Filter(_is("chunk"))
-                  | "Chunks" >> beam.Map(_untag))
+        chunks = _part(sorted_buckets, "chunk", "Chunks")
         places = plan | "PlacesOnly" >> beam.Filter(lambda item: item[1][0] == "place")
         specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
         pieces = ((places, chunks)

@@ -1,9 +1,10 @@
-"""The shuffle exchange's steps when shards are cut at chunks (key-ordered output, plain or gzip).
+"""The shuffle exchange's steps for key-ordered output: lanes and routing, and shards cut at chunks.
 
 Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then
-go to their bucket (`RouteFn`). A bucket is sorted into chunks
-(`SortBucketFn`, a `bucket_writers.ChunkWriter`), the split's shards are
+go to their bucket (`RouteFn`). Plain output goes on as shuffled output
+does, its shards cut at rows (`exchange_rows`). Gzip: a bucket is sorted
+into chunks (`SortBucketFn`, a `bucket_writers.ChunkWriter`), the split's shards are
 planned from the chunks' sizes (`plan_split_shards`,
 `shard_plan.plan_shards`), each chunk is sent to its place in its shard
 (`PlaceFn`, `place_chunks`), and each shard is written from its pieces
@@ -18,10 +19,11 @@ import tempfile
 from typing import Iterable, Sequence
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 
 from . import bucket_writers, run_files
-from .exchange_packets import merge_packets, sort_bucket_packets, split_packet
+from .exchange_packets import SIZE_DTYPE, merge_packets, sort_bucket_packets, split_packet
 from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -125,10 +127,15 @@ class RouteFn(beam.DoFn):
 
     A bucket's rows are gathered into packets of about `route_bytes`
     before they go on; when `route_bytes` are held in all, every bucket's
-    are sent."""
+    are sent. With `counts` (key-ordered plain output, whose shards are
+    cut at rows), the packets go on as ("rows", ((split, bucket), ("rows",
+    packet))), and the lane's rows and bytes per bucket and its largest row
+    as ("sizes", (split, (buckets, rows, bytes, largest row, ()))), what
+    `exchange_rows.BucketSizesFn` adds up."""
 
-    def __init__(self, route_bytes: int):
+    def __init__(self, route_bytes: int, counts: bool = False):
         self._route_bytes = route_bytes
+        self._counts = counts
 
     def setup(self):
         keep_freed_memory()  # buffers are freed and made again all the time
@@ -145,10 +152,12 @@ class RouteFn(beam.DoFn):
         held: dict[int, list] = {}
         held_bytes: dict[int, int] = {}
         total = 0
+        counted = _BucketCounts()
         for tag, packet in values:
             if tag != "rows":
                 continue
             for bucket, piece in split_packet(packet, bounds):
+                counted.add(bucket, piece)
                 held.setdefault(bucket, []).append(piece)
                 held_bytes[bucket] = held_bytes.get(bucket, 0) + len(piece[2])
                 total += len(piece[2])
@@ -161,11 +170,40 @@ class RouteFn(beam.DoFn):
                     held, held_bytes, total = {}, {}, 0
         for waiting in sorted(held):
             yield from self._send(split, waiting, held[waiting])
+        if self._counts and counted.rows:
+            yield ("sizes", (split, counted.summary()))
 
     def _send(self, split, bucket, pieces):
         packet = merge_packets(pieces)
         self._exchanged.inc(len(packet[2]))
-        yield (split, bucket), packet
+        if self._counts:
+            yield ("rows", ((split, bucket), ("rows", packet)))
+        else:
+            yield (split, bucket), packet
+
+
+class _BucketCounts:
+    """Rows, bytes and the largest row per bucket of the packets routed by a lane."""
+
+    def __init__(self):
+        self.rows: dict[int, int] = {}
+        self._bytes: dict[int, int] = {}
+        self._largest = 0
+
+    def add(self, bucket: int, packet: tuple) -> None:
+        sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE)
+        if not len(sizes):
+            return
+        self.rows[bucket] = self.rows.get(bucket, 0) + len(sizes)
+        self._bytes[bucket] = self._bytes.get(bucket, 0) + len(packet[2])
+        self._largest = max(self._largest, int(sizes.max()))
+
+    def summary(self) -> tuple:
+        buckets = sorted(self.rows)
+        return (np.array(buckets, dtype="<u4").tobytes(),
+                np.array([self.rows[bucket] for bucket in buckets], dtype="<i8").tobytes(),
+                np.array([self._bytes[bucket] for bucket in buckets], dtype="<i8").tobytes(),
+                self._largest, ())
 
 
 class SortBucketFn(beam.DoFn):

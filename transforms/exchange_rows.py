@@ -1,7 +1,8 @@
-"""The shuffle exchange's steps when shards are cut at rows (shuffled output, plain or gzip).
+"""The shuffle exchange's steps when shards are cut at rows (all but key-ordered gzip).
 
-A batch's rows are cut by hash bucket as they are packed
-(`exchange_steps.PackFn`); only their counts cross a combine
+A batch's rows are cut by bucket as they are packed (shuffled output:
+`exchange_steps.PackFn`) or routed (key order: `exchange_chunks.RouteFn`,
+once the split's bucket bounds are known); only their counts cross a combine
 (`BucketSizesFn`), with, for gzip, the rows of the split's ratio sample
 (`shard_plan.ratio_sample_bound`), from which each bucket learns its
 first byte in the split and each shard the buckets that may hold its
@@ -118,10 +119,12 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
 class BucketSizesFn(beam.CombineFn):
     """(buckets, rows, bytes, largest row, ratio sample) of a split's
     batches -> (rows per bucket, bytes per bucket, largest row, ratio
-    sample): int64 arrays of `count` entries, and the sample's rows
-    (`shard_plan.ratio_sample_of`: cut at its limit, which changes
-    nothing, so that an accumulator stays small). Only counts cross, and
-    for gzip the few rows of the ratio sample."""
+    sample): int64 arrays of at least `count` entries (more when a bucket
+    beyond it has rows: key-ordered splits have as many buckets as their
+    bounds say), and the sample's rows (`shard_plan.ratio_sample_of`: cut
+    at its limit, which changes nothing, so that an accumulator stays
+    small). Only counts cross, and for gzip the few rows of the ratio
+    sample."""
 
     def __init__(self, count: int):
         self._count = count
@@ -133,6 +136,8 @@ class BucketSizesFn(beam.CombineFn):
     def add_input(self, accumulator, element):
         present, rows, nbytes, largest, sample = element
         present = np.frombuffer(present, dtype="<u4").astype(np.intp)
+        if len(present):
+            _grow(accumulator, int(present.max()) + 1)
         accumulator[0][present] += np.frombuffer(rows, dtype="<i8")
         accumulator[1][present] += np.frombuffer(nbytes, dtype="<i8")
         accumulator[2] = max(accumulator[2], largest)
@@ -147,8 +152,9 @@ class BucketSizesFn(beam.CombineFn):
     def merge_accumulators(self, accumulators):
         merged = self.create_accumulator()
         for rows, nbytes, largest, sample, _ in accumulators:
-            merged[0] += rows
-            merged[1] += nbytes
+            _grow(merged, len(rows))
+            merged[0][:len(rows)] += rows
+            merged[1][:len(nbytes)] += nbytes
             merged[2] = max(merged[2], largest)
             merged[3].extend(sample)
         merged[3] = ratio_sample_of(merged[3])
@@ -163,6 +169,15 @@ class BucketSizesFn(beam.CombineFn):
     def extract_output(self, accumulator):
         rows, nbytes, largest, sample, _ = accumulator
         return rows, nbytes, largest, tuple(ratio_sample_of(sample))
+
+
+def _grow(accumulator: list, count: int) -> None:
+    """Makes a BucketSizesFn accumulator's count arrays at least `count` long."""
+    for position in (0, 1):
+        if len(accumulator[position]) < count:
+            grown = np.zeros(count, dtype=np.int64)
+            grown[:len(accumulator[position])] = accumulator[position]
+            accumulator[position] = grown
 
 
 def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None):

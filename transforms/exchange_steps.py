@@ -1,8 +1,9 @@
 """The steps both ways through the shuffle exchange share: the first and the last.
 
 `PackFn` turns an ExampleBatch into packets (`exchange_packets`), one
-per split it holds, or one per split and bucket when shards are cut at
-rows, with what the plan needs of them (sizes, and for gzip the rows in
+per split it holds, or one per split and bucket when a row's bucket is
+known as it is packed (hash buckets, or key bounds given before the
+run), with what the plan needs of them (sizes, and for gzip the rows in
 the split's ratio sample; or the split's bucket-bound sample).
 `ShardFileFn` is the base of both shard-writing steps
 (`exchange_rows.WriteCutShardFn`, `exchange_chunks.WriteShardFn`): where
@@ -19,7 +20,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from . import row_order, run_files, tfrecordio
-from .exchange_packets import SIZE_DTYPE, cut_packet
+from .exchange_packets import SIZE_DTYPE, bucket_of_keys, cut_packet
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .layout import SHARD_FILE_NAME
@@ -34,21 +35,24 @@ __all__ = ["PackFn", "ShardFileFn"]
 class PackFn(beam.DoFn):
     """ExampleBatch -> per split in the batch: ("stats", (split, (rows,
     bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
-    with `hash_buckets` (shards cut at rows), ("sizes", (split, (buckets,
-    rows, bytes, largest row, ratio sample))) and ("rows", ((split,
-    bucket), ("rows", packet))) per bucket the batch's rows fall in. The
-    ratio sample: with `ratio_bound` (gzip), ``((digest, framed record),
-    ...)`` of the batch's rows whose digest is below it
+    with `hash_buckets` (shuffled output) or `key_bounds` (key-ordered
+    plain output whose bucket bounds are known before the run), ("sizes",
+    (split, (buckets, rows, bytes, largest row, ratio sample))) and
+    ("rows", ((split, bucket), ("rows", packet))) per bucket the batch's
+    rows fall in. The ratio sample: with `ratio_bound` (gzip), ``((digest,
+    framed record), ...)`` of the batch's rows whose digest is below it
     (`shard_plan.ratio_sample_rows`); else empty."""
 
     def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
-                 hash_buckets: int | None = None, ratio_bound: int | None = None):
+                 hash_buckets: int | None = None, ratio_bound: int | None = None,
+                 key_bounds: tuple[bytes, ...] | None = None):
         self._dataset_name = dataset_name
         self._splits = tuple(splits)
         self._shuffle = shuffle
         self._tuning = tuning
         self._hash_buckets = hash_buckets
         self._ratio_bound = ratio_bound
+        self._key_bounds = key_bounds
 
     def setup(self):
         relax_young_collections()  # a batch's rows should die young
@@ -80,7 +84,13 @@ class PackFn(beam.DoFn):
             packet = (width, keys, data, sizes.astype(SIZE_DTYPE).tobytes())
             self._exchanged.inc(len(data))
             if self._hash_buckets:
-                yield from self._by_bucket(names[split], packet, sizes)
+                buckets = hash_buckets_of(keys, self._hash_buckets)
+                yield from self._by_bucket(names[split], packet, sizes, buckets)
+                continue
+            if self._key_bounds:
+                buckets = bucket_of_keys(self._key_bounds, width,
+                                         examples if keys is None else keys)
+                yield from self._by_bucket(names[split], packet, sizes, buckets)
                 continue
             # Lanes only spread the waiting rows over workers: any lane will
             # do, and none changes the output.
@@ -90,8 +100,7 @@ class PackFn(beam.DoFn):
                                             tuple(prepared.samples.get(split, ())))))
         self._rows.inc(len(prepared.examples))
 
-    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray):
-        buckets = hash_buckets_of(packet[1], self._hash_buckets)
+    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray):
         for bucket, piece in cut_packet(packet, buckets):
             yield ("rows", ((split, bucket), ("rows", piece)))
         present, inverse = np.unique(buckets, return_inverse=True)

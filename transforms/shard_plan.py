@@ -12,7 +12,7 @@ shards byte-identical on every runner:
   from a content-selected sample of keys, so the same rows always land in the
   same bucket;
 - shards are cut at chunk boundaries chosen from the chunk sizes alone
-  (key order), or at rows by their byte midpoints (shuffled output; gzip
+  (key-ordered gzip), or at rows by their byte midpoints (the rest; gzip
   shards are counted from the compression ratio of a sample that is a
   function of content alone, `ratio_sample_bound`).
 
@@ -45,6 +45,7 @@ __all__ = [
     "assign_split",
     "batch_columns",
     "RATIO_SAMPLE_BYTES",
+    "bucket_bounds_of",
     "cuts_at_rows",
     "estimated_written_bytes",
     "ratio_sample_bound",
@@ -352,6 +353,20 @@ def plan_bucket_ranges(split: str, total_bytes: int, sample: Iterable[SampleEntr
             for index in range(len(edges) - 1)]
 
 
+def bucket_bounds_of(keys: Iterable[bytes], count: int, prefix_len: int) -> tuple[bytes, ...]:
+    """Lower bounds of about `count` buckets holding equal shares of the
+    sampled order `keys` (b"" first): the keys' prefixes at the 1/count
+    quantiles, so that, as with `plan_bucket_ranges`, equal prefixes share
+    a bucket. For the shuffle exchange's key-ordered plain output, whose
+    shards are cut at rows: the bounds spread the sorting over workers and
+    never change the bytes."""
+    prefixes = sorted(key[:prefix_len] for key in keys)
+    if count <= 1 or not prefixes:
+        return (b"",)
+    picks = {prefixes[len(prefixes) * step // count] for step in range(1, count)}
+    return (b"", *sorted(pick for pick in picks if pick))
+
+
 def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) -> list[ShardSpec]:
     """Groups a split's chunks, in key order, into
     ``ceil(bytes on disk / shard_size)`` shards of near-equal size.
@@ -417,22 +432,29 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
     return tuple(merged)
 
 
-# -- shards cut at rows (shuffled output) --------------------------------------
+# -- shards cut at rows (all but key-ordered gzip) ------------------------------
 #
-# When rows are ordered by their digests and written as plain framed records,
-# a shard is a run of rows cut where the rows' byte midpoints cross
-# i * total / count: row r (global start s, framed size n) belongs to shard
+# When rows are written as plain framed records (or, shuffled, as gzip
+# shards counted from the ratio sample), a shard is a run of rows cut where
+# the rows' byte midpoints cross i * total / count: row r (global start s, framed size n) belongs to shard
 # floor(count * (2s + n) / (2 * total)). That is a function of each row's
 # own place in the split alone, so a worker holding any key range of the
 # split, and knowing how many bytes come before it, places its rows without
 # seeing the others, and the cuts do not depend on how rows were bucketed.
 
 
-def cuts_at_rows(shuffle: bool) -> bool:
+def cuts_at_rows(shuffle: bool, compression: str) -> bool:
     """Whether a split's shards are cut at rows (shuffled output, plain or
-    gzip) rather than at chunks (key-ordered output, whose bucket bounds
-    come from a sample of the whole split)."""
-    return bool(shuffle)
+    gzip, and key-ordered plain output) rather than at chunks (key-ordered
+    gzip output). A plain shard's bytes are its framed rows, so rows cut
+    at their place in the split give exact sizes in any order. Gzip
+    shards cut at rows are counted from a ratio sample and hold a 1/N
+    share of the framed bytes: shuffled, every shard is a random share
+    of the split and compresses alike; in key order a shard's rows are a
+    range of keys, whose ratio may differ from the next range's, so
+    their sizes would miss the ±10% the shards must keep. Key-ordered
+    gzip is cut at chunks, measured once compressed."""
+    return bool(shuffle) or compression != "gzip"
 
 
 def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int,

@@ -12,21 +12,20 @@ one metadata dict per shard. Steps and the elements between them::
   | KeySpills | GroupSpills            -> (split, [SpillRecord])
   | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
   | SpreadBuckets | SortBuckets        -> (run list file, BucketChunks)  each range
-                                       read from every run of its split: shuffled
-                                       output: only measured (and, gzip, its rows
-                                       in the ratio sample read); key order: sorted,
-                                       gzip written as compressed chunks, plain
-                                       chunks only planned (no bytes written)
-  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  shuffled output: cut
-                                       at rows, each shard taking its rows of the
-                                       buckets it reaches as it writes them (gzip:
+                                       read from every run of its split: only
+                                       measured (and, shuffled gzip, its rows in
+                                       the ratio sample read); key-ordered gzip:
+                                       sorted and written as compressed chunks
+  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cut at rows, each
+                                       shard taking its rows of the buckets it
+                                       reaches as it writes them (shuffled gzip:
                                        as many shards as the sample's ratio says);
-                                       key order: cut at chunk boundaries, and
-                                       gzip deletes the split's runs
-  | SpreadShards | WriteShardFiles     -> shard metadata dict  bucket ranges or
-                                       rows sorted again from the runs and written
-                                       (gzip: into one gzip member); key-ordered
-                                       gzip: chunk ranges copied
+                                       key-ordered gzip: cut at chunk boundaries,
+                                       and the split's runs deleted
+  | SpreadShards | WriteShardFiles     -> shard metadata dict  rows sorted again
+                                       from the runs and written (gzip: into one
+                                       gzip member); key-ordered gzip: chunk
+                                       ranges copied
   | KeyAll (+ CleanupTrigger) | GatherShards | Cleanup  -> shard metadata dict
 
 Example bytes only ever travel inside the Spill step (which receives them
@@ -280,8 +279,9 @@ def _key_sorted_bucket(item):
 def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
                        cut_at_rows: bool = False, gzip_level: int | None = None):
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
-    cut at rows (`plan_row_shards`, shuffled output; with `gzip_level`,
-    gzip shards counted from the buckets' ratio sample) or at chunks.
+    cut at rows (`plan_row_shards`; with `gzip_level`, shuffled gzip
+    shards counted from the buckets' ratio sample) or at chunks
+    (key-ordered gzip).
 
     With `delete_runs` (key-ordered gzip: every bucket is written as chunk
     files by now), the split's runs are no longer needed and are deleted
@@ -323,7 +323,7 @@ class _RunLists:
 
 
 def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
-    """How buckets are sorted, for `bucket_sort.plan_bucket` and `write_bucket_range`."""
+    """How buckets are sorted, for `bucket_sort.sort_bucket` and `write_bucket_rows`."""
     return {"scratch_dir": spill.join_path(work_dir, "merge"),
             "memory_bytes": tuning.memory_bytes, "fan_in": tuning.fan_in,
             "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
@@ -332,13 +332,13 @@ def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
 class _SortBucketFn(beam.DoFn):
     """(run list file, BucketRange) -> (run list file, BucketChunks).
 
-    gzip: the bucket is sorted and written as compressed chunks. Plain: the
-    chunks are only planned (their bytes are the framed records, whose sizes
-    are known), and each shard writes its part of the bucket straight from
-    the runs: one write and one read of every byte fewer. Shards cut at
-    rows (shuffled output) need only the bucket's size and largest row,
-    which are added up from the runs without sorting, and for gzip its
-    rows in the ratio sample (`bucket_sort.measure_bucket`).
+    Shards cut at rows (all but key-ordered gzip) need only the bucket's
+    size and largest row, which are added up from the runs without
+    sorting, and for shuffled gzip its rows in the ratio sample
+    (`bucket_sort.measure_bucket`); each shard then writes its rows of the
+    bucket straight from the runs: one write and one read of every byte
+    fewer. Key-ordered gzip: the bucket is sorted and written as
+    compressed chunks, whose sizes the shards are cut from.
     """
 
     def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
@@ -362,11 +362,6 @@ class _SortBucketFn(beam.DoFn):
                            else None)
             yield runs_file, bucket_sort.measure_bucket(bucket, runs, runs_file, ratio_bound)
             return
-        if self._compression == "none":
-            yield runs_file, bucket_sort.plan_bucket(
-                bucket, runs, runs_file, chunk_bytes=self._chunk_bytes,
-                **_bucket_options(self._work_dir, self._tuning))
-            return
         yield runs_file, bucket_sort.sort_bucket(
             bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
             compression=self._compression, chunk_bytes=self._chunk_bytes,
@@ -380,13 +375,13 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None,
                 gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL) -> dict:
-    """Writes a shard from its chunk ranges, hashing as it copies, and puts
-    it at its final name in `staging_dir` (`shard_files.publish_shard`). A
-    range of a planned bucket (key-ordered plain output) is written from the runs
-    (`runs_of`: run list file -> runs; `bucket_options`: see
-    `_bucket_options`); with `spec.cut`, the rows of each listed bucket
-    that the shard holds (`bucket_sort.write_bucket_rows`), for gzip into
-    one gzip member at `gzip_level` (`tfrecordio.GzipStream`). Returns the
+    """Writes a shard, hashing as it goes, and puts it at its final name in
+    `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
+    of each listed bucket that the shard holds, sorted from the runs
+    (`bucket_sort.write_bucket_rows`; `runs_of`: run list file -> runs;
+    `bucket_options`: see `_bucket_options`), for gzip into one gzip
+    member at `gzip_level` (`tfrecordio.GzipStream`); else its chunk
+    ranges of bucket files, copied (key-ordered gzip). Returns the
     shard's metadata dict. Rerunning it writes the same bytes under the
     same final name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
@@ -399,17 +394,13 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
         if spec.cut and compression == "gzip":
             sink = tfrecordio.GzipStream(out, gzip_level)
         for path, offset, length in spec.pieces:
-            planned = spill.parse_bucket_reference(path)
-            if planned is not None and spec.cut:
-                runs_file, bucket = planned
+            measured = spill.parse_bucket_reference(path) if spec.cut else None
+            if measured is not None:
+                runs_file, bucket = measured
                 rows, _ = bucket_sort.write_bucket_rows(sink, bucket, offset, thresholds,
                                                         spec.index, runs_of(runs_file),
                                                         **bucket_options)
                 num_examples += rows
-            elif planned is not None:
-                runs_file, bucket = planned
-                bucket_sort.write_bucket_range(out, bucket, offset, length, runs_of(runs_file),
-                                               **bucket_options)
             else:
                 _copy_range(out, path, offset, length, name)
         if not spec.cut:
@@ -550,6 +541,15 @@ class WriteShards(beam.PTransform):
     rather than ExampleBatches: the file exchange takes them as its own
     spill runs and never deletes them. Only with the file exchange.
 
+    key_bounds: for key-ordered plain output on the shuffle exchange,
+    bucket lower bounds known before the run (b"" first;
+    `shard_plan.bucket_bounds_of` a sample of the input's order keys):
+    rows go to their bucket as they are packed, instead of crossing the
+    shuffle once more to wait for their split's sample. Any bounds give
+    the same bytes (such shards are cut at rows); bounds far from the
+    data's quantiles only load some workers more than others. Ignored
+    elsewhere.
+
     Shards are assembled under
     ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
     the final rename stays on one filesystem); temporary files are removed
@@ -560,8 +560,10 @@ class WriteShards(beam.PTransform):
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
                  compression: str, temp_dir: str | None = None,
                  gzip_level: int | None = None, tuning: ShardTuning | None = None,
-                 exchange: str = "auto", spilled: bool = False):
+                 exchange: str = "auto", spilled: bool = False,
+                 key_bounds: Sequence[bytes] | None = None):
         super().__init__()
+        self._key_bounds = tuple(key_bounds) if key_bounds else None
         self._spilled = spilled
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
@@ -602,7 +604,8 @@ class WriteShards(beam.PTransform):
                 self._staging_dir, shard_temp_dir=shard_temp_dir,
                 dataset_name=self._dataset_name, splits=self._splits, shuffle=self._shuffle,
                 shard_size=self._shard_size, compression=self._compression,
-                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level, tuning=tuning)
+                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level, tuning=tuning,
+                key_bounds=self._key_bounds)
         else:
             work_dir = spill.join_path(_local_temp_dir(self._temp_dir), writer_id)
             shards = self._file_exchange(batches, work_dir, shard_temp_dir, chunk_bytes)
@@ -610,7 +613,7 @@ class WriteShards(beam.PTransform):
 
     def _file_exchange(self, batches, work_dir: str, shard_temp_dir: str, chunk_bytes: int):
         tuning = self._tuning
-        cut_at_rows = cuts_at_rows(self._shuffle)
+        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
         gzip = self._compression == "gzip"
         if self._spilled:
             spills = batches  # SpillRecord of runs that are not this writer's to delete

@@ -4,9 +4,9 @@ No Beam. The shard writer's spill step (`shards`) and the build cache
 (`cache.pieces`) hold ExampleBatches' rows in a `RunBuffer` and write each
 split's rows as a sorted run file (`run_files`). A split's runs are listed
 in a small JSON file (`write_run_list`) that the bucket sorters read
-(`read_run_list`) and that a planned bucket of plain output is named by
-(`bucket_reference`: the run list and the bucket's key range, standing in
-for a bucket file); `remove_runs` deletes the runs and their list. The
+(`read_run_list`) and that a measured bucket of shards cut at rows is
+named by (`bucket_reference`: the run list and the bucket's key range,
+standing in for a bucket file); `remove_runs` deletes the runs and their list. The
 paths of the writer's temporary files are made, opened and removed here.
 """
 
@@ -122,7 +122,7 @@ _BUCKET_REFERENCE = "bucket:"
 
 
 def bucket_reference(runs_file: str, bucket: BucketRange) -> str:
-    """A planned bucket's stand-in for a file path: its run list and key range."""
+    """A measured bucket's stand-in for a file path: its run list and key range."""
     return _BUCKET_REFERENCE + json.dumps(
         [runs_file, bucket.split, bucket.index, bucket.lo.hex(),
          None if bucket.hi is None else bucket.hi.hex()])

@@ -334,10 +334,11 @@ def prism_binary():
 
 def write_table(directory: pathlib.Path, rows: int, *, name: str = "trips",
                 output: str = "out", shard_size: str = "1MB",
-                compression: str = "none") -> pathlib.Path:
+                compression: str = "none", shuffle: bool = True) -> pathlib.Path:
     """A CSV of `rows` rows (every 997th row out of range: dead letters) and
     its config; returns the config's path. Deterministic: the same call
-    writes the same bytes."""
+    writes the same bytes. shuffle False: the rows are published in key
+    (trip_id) order."""
     import random
 
     import yaml
@@ -364,7 +365,8 @@ def write_table(directory: pathlib.Path, rows: int, *, name: str = "trips",
         },
         "splits": {"train": 0.8, "validation": 0.1, "test": 0.1},
         "key": "trip_id",
-        "output": {"path": output, "compression": compression, "shard_size": shard_size},
+        "output": {"path": output, "compression": compression, "shard_size": shard_size,
+                   "shuffle": shuffle},
         "dead_letter": {"max_error_rate": 0.01},
     }
     path = directory / f"{name}.yaml"

@@ -33,12 +33,20 @@ def table_config(tmp_path_factory, support):
 
 
 @pytest.fixture(scope="module")
-def direct(tmp_path_factory, table_config, support):
-    """The DirectRunner's (recordforge's local default) digests of both builds."""
+def key_order_config(tmp_path_factory, support):
+    """The table in key order: on Prism, its rows go to buckets whose
+    bounds the build sampled from the CSV before the run."""
+    return support.write_table(tmp_path_factory.mktemp("ordered"), TABLE_ROWS, shuffle=False)
+
+
+@pytest.fixture(scope="module")
+def direct(tmp_path_factory, table_config, key_order_config, support):
+    """The DirectRunner's (recordforge's local default) digests of the builds."""
     import fsspec
     out = tmp_path_factory.mktemp("direct")
     found = {}
-    for name, config in (("flowers", FLOWERS), ("table", table_config)):
+    for name, config in (("flowers", FLOWERS), ("table", table_config),
+                         ("key-order", key_order_config)):
         support.run_recordforge("build", config, "--output", out / name, env=support.base_env())
         found[name] = support.digests(fsspec.filesystem("file"), str(out / name / "1.0.0"))
     return found
@@ -54,12 +62,13 @@ def _built(support, output) -> tuple[dict, dict]:
 
 
 def test_prism_builds_the_same_bytes_as_the_direct_runner(prism_binary, direct, table_config,
-                                                           tmp_path, support):
+                                                           key_order_config, tmp_path, support):
     env = support.base_env()
     profile = support.run_recordforge("runner-args", "prism", env=env).stdout.split()
     assert profile[:2] == ["--runner=PrismRunner", f"--prism_location={prism_binary}"]
     running = _processes_of(prism_binary)
-    for name, config in (("flowers", FLOWERS), ("table", table_config)):
+    for name, config in (("flowers", FLOWERS), ("table", table_config),
+                         ("key-order", key_order_config)):
         built = support.run_recordforge("build", config, "--output", tmp_path / name, "--",
                                         *profile, env=env)
         # The Prism server Beam started for the build stopped with it, cleanly.

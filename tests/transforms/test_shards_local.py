@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import math
 import os
 import random
@@ -90,7 +91,7 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
                                                 plan_dir=os.path.join(work, "plans"),
                                                 tuning=tuning)
         tasks += output
-    cut_at_rows = cuts_at_rows(shuffle)
+    cut_at_rows = cuts_at_rows(shuffle, compression)
     gzip = compression == "gzip"
     sorter = shards._SortBucketFn(work, compression, tuning.chunk_bytes(shard_size), 3, tuning,
                                   cut_at_rows)
@@ -310,9 +311,9 @@ def test_every_shard_is_synced_to_disk_before_its_rename(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_measuring_a_bucket_gives_what_planning_it_does(tmp_path, seed):
+def test_measuring_a_bucket_gives_what_sorting_it_does(tmp_path, seed):
     """Shards cut at rows plan from a bucket's size and largest row, added
-    up from the runs without sorting: the same numbers the sorted plan gives."""
+    up from the runs without sorting: the numbers of the bucket sorted."""
     from recordforge.transforms.shard_plan import BucketRange, RunInfo
 
     rng = random.Random(seed)
@@ -331,11 +332,14 @@ def test_measuring_a_bucket_gives_what_planning_it_does(tmp_path, seed):
     for lo, hi in ((b"", None), (bounds[0], bounds[1]), (b"", bounds[0]), (bounds[1], None)):
         bucket = BucketRange("train", 0, lo, hi)
         measured = bucket_sort.measure_bucket(bucket, runs, "runs.json")
-        planned = bucket_sort.plan_bucket(bucket, runs, "runs.json", scratch_dir=str(tmp_path),
-                                          chunk_bytes=4096, memory_bytes=1 << 30, fan_in=64,
-                                          prefix_len=tuning.prefix_len, index_every=256)
-        assert sum(c.length for c in measured.chunks) == sum(c.length for c in planned.chunks)
-        assert sum(c.num_records for c in measured.chunks) == sum(
-            c.num_records for c in planned.chunks)
-        assert measured.max_row == planned.max_row
-        assert measured.path == planned.path
+        written = bucket_sort.sort_bucket(
+            bucket, runs, out_dir=str(tmp_path / "sorted"), scratch_dir=str(tmp_path),
+            compression="none", chunk_bytes=4096, gzip_level=0, memory_bytes=1 << 30, fan_in=64,
+            prefix_len=tuning.prefix_len, index_every=256)
+        data = open(written.path, "rb").read()
+        sizes = [len(record) + 16 for record in
+                 tfrecordio.iter_records(io.BytesIO(data), compression="none")]
+        assert sum(c.length for c in measured.chunks) == len(data) == sum(sizes)
+        assert sum(c.num_records for c in measured.chunks) == len(sizes)
+        assert measured.max_row == max(sizes, default=0)
+        assert spill.parse_bucket_reference(measured.path) == ("runs.json", bucket)

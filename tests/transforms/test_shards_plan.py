@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.transforms import (bucket_sort, bucket_writers, row_order, run_files, shard_plan,
-                                    spill, tfrecordio)
+from recordforge.transforms import (bucket_sort, bucket_writers, exchange_packets, row_order,
+                                    run_files, shard_plan, spill, tfrecordio)
 from recordforge.transforms.shard_plan import (
     BucketChunks,
     BucketRange,
@@ -26,6 +26,7 @@ from recordforge.transforms.shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
+    bucket_bounds_of,
     hash_buckets_of,
     plan_bucket_ranges,
     plan_row_shards,
@@ -354,31 +355,54 @@ def test_row_shard_plan_lists_the_buckets_each_shard_may_take_rows_from():
     assert len(plan_row_shards("train", large, 30_000)) == total // 45_000
 
 
-def _written_and_planned(tmp_path, rng, memory_bytes: int, fan_in: int):
+@settings(max_examples=150, deadline=None)
+@given(keys=st.lists(st.binary(max_size=6), max_size=300), count=st.integers(1, 40),
+       prefix_len=st.integers(1, 8))
+def test_bounds_of_sampled_keys_share_them_evenly_and_keep_equal_prefixes_together(
+        keys, count, prefix_len):
+    bounds = bucket_bounds_of(keys, count, prefix_len)
+    assert bounds[0] == b"" and list(bounds) == sorted(set(bounds)) and len(bounds) <= count
+    buckets = exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys).tolist()
+    assert all(0 <= bucket < len(bounds) for bucket in buckets)
+    # Key order is bucket order, and keys of one prefix share a bucket.
+    ordered = [bucket for _, bucket in sorted(zip(keys, buckets))]
+    assert ordered == sorted(ordered)
+    by_prefix: dict[bytes, set] = {}
+    for key, bucket in zip(keys, buckets):
+        by_prefix.setdefault(key[:prefix_len], set()).add(bucket)
+    assert all(len(found) == 1 for found in by_prefix.values())
+    if len(by_prefix) == len(keys):  # distinct prefixes: no bucket above its share
+        sizes = [buckets.count(bucket) for bucket in range(len(bounds))]
+        assert max(sizes, default=0) <= -(-len(keys) // count)
+
+
+def _written_and_measured(tmp_path, rng, memory_bytes: int, fan_in: int):
     """(runs, bucket, sort options, the bucket sorted and written as plain
-    chunks, the same bucket only planned) of 7 runs of 300 random rows."""
+    chunks, the same bucket only measured) of 7 runs of 300 random rows."""
     runs = _write_runs(tmp_path, rng, 300, 7)
     bucket = BucketRange("train", 3, b"\x10", None)
     options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
                    fan_in=fan_in, prefix_len=8, index_every=4096)
     written = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
                                       compression="none", chunk_bytes=6000, gzip_level=3, **options)
-    planned = bucket_sort.plan_bucket(bucket, runs, "plans/runs.json", chunk_bytes=6000, **options)
-    return runs, bucket, options, written, planned
+    measured = bucket_sort.measure_bucket(bucket, runs, "plans/runs.json")
+    return runs, bucket, options, written, measured
 
 
 @pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
-def test_a_planned_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
+def test_a_measured_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_bytes, fan_in):
     rng = random.Random(11)
-    runs, bucket, options, written, planned = _written_and_planned(tmp_path, rng, memory_bytes,
-                                                                   fan_in)
+    runs, bucket, options, written, measured = _written_and_measured(tmp_path, rng, memory_bytes,
+                                                                     fan_in)
     data = open(written.path, "rb").read()
     records, position = [], 0
     while position < len(data):
         size = int.from_bytes(data[position:position + 8], "little") + 16
         records.append(size)
         position += size
-    assert planned.max_row == max(records)
+    assert measured.max_row == max(records)
+    assert [chunk.length for chunk in measured.chunks] == [len(data)]
+    assert spill.parse_bucket_reference(measured.path) == ("plans/runs.json", bucket)
     # The bucket sits inside a larger split, cut into shards smaller than it.
     start, total = 5_000, len(data) + 9_000
     count = row_shard_count(total, len(data) // 4, max(records))
@@ -679,29 +703,6 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, c
     assert records == [example for _, example in expected]
 
 
-@pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (0, 2)])
-def test_a_planned_bucket_has_the_chunks_and_any_range_the_bytes_of_the_written_one(
-        tmp_path, memory_bytes, fan_in):
-    # Plain buckets are only planned; shards later write their ranges
-    # straight from the runs. Both must match the bucket written as chunks,
-    # sorted in memory or merged as streams.
-    rng = random.Random(6)
-    runs, bucket, options, written, planned = _written_and_planned(tmp_path, rng, memory_bytes,
-                                                                   fan_in)
-    assert planned.chunks == written.chunks and len(planned.chunks) > 5
-    assert spill.parse_bucket_reference(planned.path) == ("plans/runs.json", bucket)
-    assert spill.parse_bucket_reference(written.path) is None
-    assert not (tmp_path / "out").exists() or len(list((tmp_path / "out").iterdir())) == 1
-    data = open(written.path, "rb").read()
-    ends = [chunk.offset + chunk.length for chunk in written.chunks]
-    for start, stop in [(0, len(data)), (0, ends[0]), (ends[1], ends[4]), (ends[-2], len(data))]:
-        out = io.BytesIO()
-        bucket_sort.write_bucket_range(out, bucket, start, stop - start, runs, **options)
-        assert out.getvalue() == data[start:stop]
-    with pytest.raises(run_files.RunFileError, match="ends before byte"):
-        bucket_sort.write_bucket_range(io.BytesIO(), bucket, 0, len(data) + 1, runs, **options)
-
-
 def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path):
     # Shards read their buckets into one buffer per thread, reused from
     # bucket to bucket (larger, smaller, after a release): every range must
@@ -719,7 +720,8 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
                               _pairs(run_files.RunFile(run.path).read(bucket.lo, bucket.hi)))
             size = sum(len(tfrecordio.frame_records([example])) for _, example in expected)
             out = io.BytesIO()
-            bucket_sort.write_bucket_range(out, bucket, 0, size, runs, **options)
+            bucket_sort.write_bucket_rows(out, bucket, 0, row_shard_thresholds(size, 1), 0, runs,
+                                          **options)
             records = list(tfrecordio.iter_records(io.BytesIO(out.getvalue()), compression="none"))
             assert records == [example for _, example in expected] and records
         bucket_sort.release_read_arena()

@@ -1,0 +1,141 @@
+"""Bucket bounds sampled before the run for key-ordered plain output."""
+
+from __future__ import annotations
+
+import collections
+import json
+import pathlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import recordforge
+from recordforge.pipelines import key_sample
+from recordforge.pipelines.graph import known_vocabularies
+from recordforge.schemas.keys import sortable_key
+from recordforge.transforms import exchange_packets, run_files
+from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.readers.tables import iter_table
+from recordforge.transforms.shards import ShardTuning
+
+TUNING = ShardTuning(hash_buckets=8)
+
+
+def _config(path, source_type, *, key="id", shuffle=False, compression="none", **source):
+    return recordforge.load_config({
+        "name": "sampled", "version": "1",
+        "source": {"type": source_type, "path": str(path), **source},
+        "features": {"id": {"type": "int64"}, "name": {"type": "string"}},
+        **({"key": key} if key else {}),
+        "output": {"path": str(path.parent / "out"), "shuffle": shuffle,
+                   "compression": compression, "shard_size": "1MB"},
+    })
+
+
+def _write_tables(directory, source_type, files=12, rows=500):
+    """Files whose ids run in ranges interleaved by file name, so that
+    neither file order nor text order is key order."""
+    directory.mkdir()
+    for index in range(files):
+        ids = [(index % 3) * 100_000 + index * 1000 + row for row in range(rows)]
+        path = directory / f"part-{index:03d}.{source_type}"
+        if source_type == "csv":
+            path.write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in ids))
+        elif source_type == "jsonl":
+            path.write_text("".join(json.dumps({"id": i, "name": f"n{i}"}) + "\n" for i in ids))
+        elif source_type == "json":  # one JSON array, read whole
+            path.write_text(json.dumps([{"id": i, "name": f"n{i}"} for i in ids]))
+        else:
+            pq.write_table(pa.table({"id": ids, "name": [f"n{i}" for i in ids]}), path)
+
+
+def _pipeline_keys(config) -> list[bytes]:
+    """Every row's order key as the pipeline's conversion gives it."""
+    converter = BatchConverter(config.features, known_vocabularies(config), config.key)
+    keys = []
+    for path in sorted(pathlib.Path(config.source.path).iterdir()):
+        rows = key_sample._first_rows(
+            iter_table(str(path), config.source.type, config.source.csv), 1 << 30)
+        examples, dead = converter.convert_batch(rows)
+        assert not dead
+        keys += [example if key is None else key for key, example in examples]
+    return keys
+
+
+@pytest.mark.parametrize("source_type", ["csv", "jsonl", "parquet"])
+def test_sampled_bounds_split_the_keys_the_pipeline_gives_evenly(tmp_path, source_type):
+    _write_tables(tmp_path / "in", source_type)
+    config = _config(tmp_path / "in", source_type)
+    assert key_sample.uses_sampled_bounds(config, "shuffle")
+    bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    assert bounds[0] == b"" and list(bounds) == sorted(set(bounds))
+    keys = _pipeline_keys(config)
+    # CSV ids are converted to int64 keys, so 99,999 sorts before 100,000.
+    assert sortable_key(99_999) < sortable_key(100_000) and keys[0] == sortable_key(0)
+    buckets = exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys)
+    counts = collections.Counter(buckets.tolist())
+    assert len(counts) == TUNING.hash_buckets
+    assert max(counts.values()) <= 1.5 * len(keys) / TUNING.hash_buckets
+
+
+def test_only_the_first_rows_of_some_files_are_read(tmp_path, monkeypatch):
+    _write_tables(tmp_path / "in", "csv", files=12, rows=500)
+    monkeypatch.setattr(key_sample, "SAMPLE_FILES", 4)
+    monkeypatch.setattr(key_sample, "SAMPLE_ROWS", 8)
+    bounds = key_sample.sample_bucket_bounds(_config(tmp_path / "in", "csv"), {}, TUNING)
+    # Files 0, 3, 6 and 9 of the sorted listing, two rows each.
+    read = {sortable_key(index % 3 * 100_000 + index * 1000 + row)
+            for index in (0, 3, 6, 9) for row in (0, 1)}
+    assert set(bounds[1:]) <= read and len(bounds) > 2
+
+
+def test_without_a_key_the_examples_are_the_order_keys(tmp_path):
+    _write_tables(tmp_path / "in", "jsonl", files=3, rows=200)
+    config = _config(tmp_path / "in", "jsonl", key=None)
+    bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    keys = _pipeline_keys(config)
+    assert set(bounds[1:]) <= {key[:TUNING.prefix_len] for key in keys} and len(bounds) > 2
+
+
+def test_rows_that_fail_their_checks_are_left_out_and_empty_inputs_give_one_bucket(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bad.csv").write_text("id,name\nnot-a-number,x\n")
+    assert key_sample.sample_bucket_bounds(_config(tmp_path / "in", "csv"), {}, TUNING) == (b"",)
+
+
+@pytest.mark.parametrize("changes, exchange, expected", [
+    ({}, "shuffle", True),
+    ({}, "files", False),
+    ({"shuffle": True}, "shuffle", False),
+    ({"compression": "gzip"}, "shuffle", False),
+    ({"source_type": "json"}, "shuffle", False),
+    ({"csv": {"quote": None}}, "shuffle", False),
+])
+def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange(
+        tmp_path, changes, exchange, expected):
+    changes = dict(changes)
+    source_type = changes.pop("source_type", "csv")
+    source = {"csv": changes.pop("csv")} if "csv" in changes else {}
+    _write_tables(tmp_path / "in", source_type, files=1, rows=2)
+    config = _config(tmp_path / "in", source_type, **changes, **source)
+    assert key_sample.uses_sampled_bounds(config, exchange) is expected
+
+
+@pytest.mark.parametrize("compression, lanes", [("none", False), ("gzip", True)])
+def test_a_build_on_a_distributed_runner_packs_key_ordered_plain_rows_by_sampled_bounds(
+        tmp_path, compression, lanes):
+    """The build's graph: sampled bounds spare key-ordered plain rows the
+    lane join that key-ordered gzip rows still wait in."""
+    import apache_beam as beam
+    dask_runner = pytest.importorskip("apache_beam.runners.dask.dask_runner")
+    from recordforge.pipelines.graph import build_pipeline
+
+    _write_tables(tmp_path / "in", "csv", files=2, rows=50)
+    config = _config(tmp_path / "in", "csv", compression=compression)
+    pipeline = beam.Pipeline(runner=dask_runner.DaskRunner())
+    build_pipeline(pipeline, config, staging_url=str(tmp_path / "staging"), vocabularies={})
+    names = [transform.unique_name
+             for transform in pipeline.to_runner_api().components.transforms.values()]
+    assert any(name.endswith("/Exchange/Pack") for name in names)
+    assert any(name.endswith("/Exchange/JoinPlan") for name in names) is lanes
