@@ -4,84 +4,143 @@ On a runner with the shuffle exchange, key-ordered rows must reach the
 worker that sorts their key range. Without bounds known in advance they
 cross the shuffle once more, to wait for a sample of their whole split
 (`transforms.exchange`): 4 bytes moved per dataset byte instead of 3.
-A build that reads tables can learn bounds before the pipeline starts,
-as sorting jobs usually do: it reads the first rows of some of its files
-(`SAMPLE_FILES` of them, spread over the sorted listing, `SAMPLE_ROWS` in
-all), converts them as the pipeline will (`BatchConverter`, so that keys
-are the same bytes), and takes the quantiles of their order keys
-(`shard_plan.bucket_bounds_of`).
+A build can learn bounds before the pipeline starts, as sorting jobs
+usually do:
+
+- from tables, it reads the first rows of some of its files
+  (`SAMPLE_FILES` of them, spread over the sorted listing, `SAMPLE_ROWS`
+  in all) and converts them as the pipeline will (`BatchConverter`, so
+  that keys are the same bytes);
+- from images keyed by a column the listing gives (`path`, `label`), it
+  reads nothing: the keys of up to `SAMPLE_ROWS` listed images, spread
+  over the listing, are made from those values as the pipeline makes
+  them (`BatchConverter.key_of`);
+
+and takes the quantiles of the order keys (`shard_plan.bucket_bounds_of`).
 
 Such shards are cut at rows, so the bounds never change the output: a
 sample that misjudges the keys (files sorted by key and only their heads
 read) only gives some workers more rows to sort than others, each
 within its memory budget and local disk. The cost is a read of at most
-`SAMPLE_FILES` file heads from the driver, however large the input.
+`SAMPLE_FILES` file heads from the driver (images: none), however large
+the input.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 from typing import Iterable, Mapping, Sequence
 
 from .config import DatasetConfig
 from ..transforms.batch_converter import BatchConverter
+from ..schemas.dead_letters import RowError
 from ..transforms.readers.common import display_name
+from ..transforms.readers.image_items import plan_images
 from ..transforms.readers.listing import list_files
 from ..transforms.readers.rows import ColumnBatch, SourceRow
 from ..transforms.readers.tables import iter_table
 from ..transforms.shard_plan import bucket_bounds_of
 from ..transforms.shards import ShardTuning
 
-__all__ = ["SAMPLE_FILES", "SAMPLE_ROWS", "sample_bucket_bounds", "uses_sampled_bounds"]
+__all__ = ["READERS", "SAMPLE_FILES", "SAMPLE_ROWS", "sample_bucket_bounds",
+           "uses_sampled_bounds"]
 
 # Most input files whose first rows are read, and most rows read in all.
 SAMPLE_FILES = 256
 SAMPLE_ROWS = 1 << 16
+# Files read at once.
+READERS = 8
 # Table formats read as streams: their first rows cost only those rows.
 _STREAMED = ("csv", "jsonl", "parquet")
+# Columns of image rows that the listing gives, without reading an image.
+_LISTED_IMAGE_COLUMNS = ("path", "label")
 
 
 def uses_sampled_bounds(config: DatasetConfig, exchange: str) -> bool:
     """Whether a build of `config` on `exchange` ("files" or "shuffle")
     routes key-ordered rows by bounds sampled before the run: key-ordered
-    plain output read from tables of a streamed format, on the shuffle
-    exchange (the file exchange plans its buckets from its own runs)."""
+    plain output read from tables of a streamed format, or from images
+    keyed by their path or label, on the shuffle exchange (the file
+    exchange plans its buckets from its own runs)."""
     source, output = config.source, config.output
-    streamed = source.type in _STREAMED and (source.type != "csv" or source.csv is None
-                                             or source.csv.is_default)
+    if source.type == "images":
+        known = config.key in _LISTED_IMAGE_COLUMNS
+    else:
+        known = source.type in _STREAMED and (source.type != "csv" or source.csv is None
+                                              or source.csv.is_default)
     return (exchange == "shuffle" and not output.shuffle and output.compression != "gzip"
-            and streamed)
+            and known)
 
 
 def sample_bucket_bounds(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]],
                          tuning: ShardTuning) -> tuple[bytes, ...]:
     """Bucket lower bounds (b"" first) for `tuning.hash_buckets` buckets,
-    from the order keys of the first rows of up to `SAMPLE_FILES` of the
-    source's table files: each row's key, or its example when the config
-    has no key, as the pipeline's conversion gives them. Rows that fail
-    their checks are left out; a source with no readable row gives one
-    bucket."""
+    from the order keys of a sample of the source (see the module
+    docstring; `uses_sampled_bounds` says which sources can give one): the
+    keys as the pipeline's conversion gives them, or the examples when the
+    config has no key. A source with no usable row gives one bucket."""
+    if config.source.type == "images":
+        keys = _image_keys(config, vocabularies)
+    else:
+        keys = _table_keys(config, vocabularies)
+    return bucket_bounds_of(keys, tuning.hash_buckets, tuning.prefix_len)
+
+
+def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                ) -> list[bytes]:
+    """The order keys of the first rows of up to `SAMPLE_FILES` table
+    files, read `READERS` at a time (object stores answer slowly, not
+    little). Rows that fail their checks are left out, and so are those
+    the reader cannot read (a file that vanished or is no table gives a
+    dead letter, which the pipeline reports)."""
     source = config.source
     fs, files = list_files(source.path, tuple(source.extensions) or None)
     if not files:
-        return (b"",)
-    chosen = [files[index * len(files) // min(len(files), SAMPLE_FILES)]
-              for index in range(min(len(files), SAMPLE_FILES))]
-    per_file = -(-SAMPLE_ROWS // len(chosen))
-    converter = BatchConverter(config.features, vocabularies, config.key)
-    keys: list[bytes] = []
-    for fs_path in chosen:
+        return []
+    count = min(len(files), SAMPLE_FILES)
+    chosen = [files[index * len(files) // count] for index in range(count)]
+    per_file = -(-SAMPLE_ROWS // count)
+
+    def first_rows(fs_path: str) -> list[SourceRow]:
         rows = iter_table(fs_path, source.type, source.csv, fs=fs,
                           source=display_name(fs, fs_path))
         try:
-            batch = _first_rows(rows, per_file)
+            return _first_rows(rows, per_file)
         finally:
             close = getattr(rows, "close", None)
             if close is not None:
                 close()  # the rest of the file is never read
-        examples, _ = converter.convert_batch(batch)
-        keys.extend(example if key is None else key for key, example in examples)
-    return bucket_bounds_of(keys, tuning.hash_buckets, tuning.prefix_len)
+
+    converter = BatchConverter(config.features, vocabularies, config.key)
+    keys: list[bytes] = []
+    with concurrent.futures.ThreadPoolExecutor(READERS) as pool:
+        for rows in pool.map(first_rows, chosen):
+            examples, _ = converter.convert_batch(rows)
+            keys.extend(example if key is None else key for key, example in examples)
+    return keys
+
+
+def _image_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
+                ) -> list[bytes]:
+    """The order keys of up to `SAMPLE_ROWS` listed images, from the
+    column (path or label) the listing gives; an image whose key the
+    pipeline would refuse is left out."""
+    source = config.source
+    batches, _ = plan_images(source.path, source.extensions, source.labels)
+    items = [item for batch in batches for item in batch]
+    if not items:
+        return []
+    count = min(len(items), SAMPLE_ROWS)
+    converter = BatchConverter(config.features, vocabularies, config.key)
+    keys = []
+    for index in range(count):
+        item = items[index * len(items) // count]
+        try:
+            keys.append(converter.key_of(item.rel if config.key == "path" else item.label))
+        except RowError:
+            continue
+    return keys
 
 
 def _first_rows(items: Iterable, count: int) -> list[SourceRow]:

@@ -176,7 +176,7 @@ class BatchConverter:
             key = None
             if examples[index] is not None:
                 try:
-                    key = self._key_of(raw_key)
+                    key = self.key_of(raw_key)
                 except Exception:
                     examples[index] = None
             keys.append(key)
@@ -215,7 +215,7 @@ class BatchConverter:
         # Encoding first: a row with a bad value reports the same error whether
         # or not its key is also unusable.
         example = self._encoder.encode(values)
-        return self._key_of(raw_key), example
+        return self.key_of(raw_key), example
 
     def _check_key_present(self, raw_key: Any) -> None:
         if raw_key is None or (type(raw_key) is str and not (
@@ -224,8 +224,9 @@ class BatchConverter:
             raise RowError("missing_value", f"key column {self._key_column!r} has no value",
                            feature=self._key_column)
 
-    def _key_of(self, raw_key: Any) -> bytes:
-        """The sortable key of a raw key value; raises RowError."""
+    def key_of(self, raw_key: Any) -> bytes:
+        """The sortable key of a raw value of the key column: what a row
+        holding it is ordered and split by. Raises RowError."""
         self._check_key_present(raw_key)
         column = self._key_column
         if self._key_feature is not None:
@@ -246,7 +247,7 @@ class BatchConverter:
         more = []
         if self._key_column is not None:
             try:
-                self._key_of(row.values.get(self._key_column))
+                self.key_of(row.values.get(self._key_column))
             except RowError as error:
                 more.append(error)
         try:

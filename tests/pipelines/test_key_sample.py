@@ -6,9 +6,11 @@ import collections
 import json
 import pathlib
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 import recordforge
 from recordforge.pipelines import key_sample
@@ -20,6 +22,7 @@ from recordforge.transforms.readers.tables import iter_table
 from recordforge.transforms.shards import ShardTuning
 
 TUNING = ShardTuning(hash_buckets=8)
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _config(path, source_type, *, key="id", shuffle=False, compression="none", **source):
@@ -98,6 +101,18 @@ def test_without_a_key_the_examples_are_the_order_keys(tmp_path):
     assert set(bounds[1:]) <= {key[:TUNING.prefix_len] for key in keys} and len(bounds) > 2
 
 
+def test_a_file_that_cannot_be_read_is_left_to_the_pipeline(tmp_path, monkeypatch):
+    _write_tables(tmp_path / "in", "parquet", files=2, rows=300)
+    (tmp_path / "in" / "part-999.parquet").write_bytes(b"not a Parquet file")
+    config = _config(tmp_path / "in", "parquet")
+    listed = key_sample.list_files(str(tmp_path / "in"), None)
+    vanished = (listed[0], [*listed[1], str(tmp_path / "in" / "vanished.parquet")])
+    monkeypatch.setattr(key_sample, "list_files", lambda *args: vanished)
+    bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    good = {sortable_key(index * 101_000 + row) for index in range(2) for row in range(300)}
+    assert set(bounds[1:]) <= {key[:TUNING.prefix_len] for key in good} and len(bounds) > 2
+
+
 def test_rows_that_fail_their_checks_are_left_out_and_empty_inputs_give_one_bucket(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "bad.csv").write_text("id,name\nnot-a-number,x\n")
@@ -122,20 +137,71 @@ def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange
     assert key_sample.uses_sampled_bounds(config, exchange) is expected
 
 
-@pytest.mark.parametrize("compression, lanes", [("none", False), ("gzip", True)])
+@pytest.mark.parametrize("source, compression, lanes", [
+    ("table", "none", False), ("table", "gzip", True), ("images", "none", False)])
 def test_a_build_on_a_distributed_runner_packs_key_ordered_plain_rows_by_sampled_bounds(
-        tmp_path, compression, lanes):
+        tmp_path, source, compression, lanes):
     """The build's graph: sampled bounds spare key-ordered plain rows the
     lane join that key-ordered gzip rows still wait in."""
     import apache_beam as beam
     dask_runner = pytest.importorskip("apache_beam.runners.dask.dask_runner")
     from recordforge.pipelines.graph import build_pipeline
 
-    _write_tables(tmp_path / "in", "csv", files=2, rows=50)
-    config = _config(tmp_path / "in", "csv", compression=compression)
+    if source == "table":
+        _write_tables(tmp_path / "in", "csv", files=2, rows=50)
+        config = _config(tmp_path / "in", "csv", compression=compression)
+    else:
+        config = _flowers(tmp_path, "path")
     pipeline = beam.Pipeline(runner=dask_runner.DaskRunner())
-    build_pipeline(pipeline, config, staging_url=str(tmp_path / "staging"), vocabularies={})
+    build_pipeline(pipeline, config, staging_url=str(tmp_path / "staging"),
+                   vocabularies=known_vocabularies(config))
     names = [transform.unique_name
              for transform in pipeline.to_runner_api().components.transforms.values()]
     assert any(name.endswith("/Exchange/Pack") for name in names)
     assert any(name.endswith("/Exchange/JoinPlan") for name in names) is lanes
+
+
+def _flowers(tmp_path, key):
+    config = yaml.safe_load((REPO / "configs" / "examples" / "flowers.yaml").read_text())
+    config["source"]["path"] = str(REPO / "examples" / "flowers")
+    config["key"] = key
+    config["output"] = {"path": str(tmp_path / "out"), "shuffle": False, "compression": "none"}
+    return recordforge.load_config(config)
+
+
+@pytest.mark.parametrize("key", ["path", "label"])
+def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
+        tmp_path, monkeypatch, key):
+    from recordforge.transforms.readers import image_items
+
+    config = _flowers(tmp_path, key)
+    vocabularies = known_vocabularies(config)
+    assert key_sample.uses_sampled_bounds(config, "shuffle")
+    # Every image's key as the pipeline gives it.
+    converter = BatchConverter(config.features, vocabularies, config.key)
+    batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
+                                         config.source.labels)
+    rows = key_sample._first_rows(image_items.read_image_items(
+        fsspec.filesystem("file"), [item for batch in batches for item in batch], config.source.image),
+        1 << 30)
+    examples, _ = converter.convert_batch(rows)
+    keys = [row_key for row_key, _ in examples]
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("an image was read")
+
+    monkeypatch.setattr(image_items, "read_file_once", no_reading)
+    bounds = key_sample.sample_bucket_bounds(config, vocabularies, TUNING)
+    assert set(bounds[1:]) <= {row_key[:TUNING.prefix_len] for row_key in keys}
+    buckets = collections.Counter(
+        exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys).tolist())
+    if key == "path":  # distinct keys: shared evenly
+        assert len(buckets) == TUNING.hash_buckets
+        assert max(buckets.values()) <= 1.5 * len(keys) / TUNING.hash_buckets
+    else:  # one key per class: a bucket per class at most
+        assert 1 < len(buckets) <= len(vocabularies["label"])
+
+
+def test_images_keyed_by_what_only_the_image_gives_wait_for_their_sample(tmp_path):
+    assert not key_sample.uses_sampled_bounds(_flowers(tmp_path, "height"), "shuffle")
+    assert not key_sample.uses_sampled_bounds(_flowers(tmp_path, None), "shuffle")
