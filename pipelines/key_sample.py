@@ -51,8 +51,6 @@ SAMPLE_FILES = 256
 SAMPLE_ROWS = 1 << 16
 # Files read at once.
 READERS = 8
-# Table formats read as streams: their first rows cost only those rows.
-_STREAMED = ("csv", "jsonl", "parquet")
 # Columns of image rows that the listing gives, without reading an image.
 _LISTED_IMAGE_COLUMNS = ("path", "label")
 
@@ -60,15 +58,12 @@ _LISTED_IMAGE_COLUMNS = ("path", "label")
 def uses_sampled_bounds(config: DatasetConfig, exchange: str) -> bool:
     """Whether a build of `config` on `exchange` ("files" or "shuffle")
     routes key-ordered rows by bounds sampled before the run: key-ordered
-    plain output read from tables of a streamed format, or from images
-    keyed by their path or label, on the shuffle exchange (the file
-    exchange plans its buckets from its own runs)."""
+    plain output read from tables, or from images keyed by their path or
+    label, on the shuffle exchange (the file exchange plans its buckets
+    from its own runs)."""
     source, output = config.source, config.output
-    if source.type == "images":
-        known = config.key in _LISTED_IMAGE_COLUMNS
-    else:
-        known = source.type in _STREAMED and (source.type != "csv" or source.csv is None
-                                              or source.csv.is_default)
+    # Every table reader streams, so a file's first rows cost only those rows.
+    known = source.type != "images" or config.key in _LISTED_IMAGE_COLUMNS
     return (exchange == "shuffle" and not output.shuffle and output.compression != "gzip"
             and known)
 

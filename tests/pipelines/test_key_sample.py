@@ -66,7 +66,7 @@ def _pipeline_keys(config) -> list[bytes]:
     return keys
 
 
-@pytest.mark.parametrize("source_type", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("source_type", ["csv", "jsonl", "parquet", "json"])
 def test_sampled_bounds_split_the_keys_the_pipeline_gives_evenly(tmp_path, source_type):
     _write_tables(tmp_path / "in", source_type)
     config = _config(tmp_path / "in", source_type)
@@ -91,6 +91,28 @@ def test_only_the_first_rows_of_some_files_are_read(tmp_path, monkeypatch):
     read = {sortable_key(index % 3 * 100_000 + index * 1000 + row)
             for index in (0, 3, 6, 9) for row in (0, 1)}
     assert set(bounds[1:]) <= read and len(bounds) > 2
+
+
+def test_a_file_read_as_one_unit_is_still_read_only_up_to_its_first_rows(tmp_path,
+                                                                        monkeypatch):
+    # A JSON array whose end is broken: reading its first rows never gets there.
+    _write_tables(tmp_path / "in", "json", files=1, rows=400)
+    path = tmp_path / "in" / "part-000.json"
+    path.write_text(path.read_text()[:-200] + "}, {broken")
+    monkeypatch.setattr(key_sample, "SAMPLE_ROWS", 50)
+    config = _config(tmp_path / "in", "json")
+    reads = []
+    real = key_sample.iter_table
+
+    def counted(*args, **kwargs):
+        for item in real(*args, **kwargs):
+            reads.append(item)
+            yield item
+
+    monkeypatch.setattr(key_sample, "iter_table", counted)
+    bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    assert len(bounds) > 2 and not any(isinstance(item, dict) for item in reads)
+    assert sum(len(item) if hasattr(item, "columns") else 1 for item in reads) < 400
 
 
 def test_without_a_key_the_examples_are_the_order_keys(tmp_path):
@@ -124,8 +146,8 @@ def test_rows_that_fail_their_checks_are_left_out_and_empty_inputs_give_one_buck
     ({}, "files", False),
     ({"shuffle": True}, "shuffle", False),
     ({"compression": "gzip"}, "shuffle", False),
-    ({"source_type": "json"}, "shuffle", False),
-    ({"csv": {"quote": None}}, "shuffle", False),
+    ({"source_type": "json"}, "shuffle", True),
+    ({"csv": {"quote": None}}, "shuffle", True),
 ])
 def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange(
         tmp_path, changes, exchange, expected):
