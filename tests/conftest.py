@@ -8,6 +8,10 @@ Prism first: offline, each try leaves an empty /tmp/beam-temp* directory
 behind; online, the tests would run on an engine that builds never use.
 Tests that name another runner (Dask) are not affected.
 
+A pipeline that is built but never run (tests of the graph) keeps the
+empty /tmp/beam-pipeline-temp* directory Beam made for it; the suite
+removes those it made when it ends.
+
 `table_dir` is a CSV directory that the listing tests of the readers and
 of the config checks share: both must list it by one rule.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import gzip
 import os
 
+import apache_beam as beam
 import pytest
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 
@@ -31,6 +36,25 @@ def direct_runner_is_the_build_engine():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SwitchingDirectRunner, "run_pipeline", run_pipeline)
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def unrun_pipelines_leave_no_temp_dirs():
+    made = []
+    init = beam.Pipeline.__init__
+
+    def remembering_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self.local_tempdir)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(beam.Pipeline, "__init__", remembering_init)
+        yield
+    for path in made:
+        try:
+            os.rmdir(path)  # gone already when the pipeline ran; kept if not empty
+        except OSError:
+            continue
 
 
 @pytest.fixture

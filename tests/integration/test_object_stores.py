@@ -14,6 +14,7 @@ import pathlib
 
 import fsspec
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -172,3 +173,33 @@ def test_a_table_build_reuses_its_cache_on_an_object_store(store, support, tmp_p
 
     assert shards(support.digests(fs, f"{root}/1.0.0")) == shards(support.digests(
         fsspec.filesystem("file"), str(tmp_path / "local-out" / "1.0.0")))
+
+
+def test_key_ordered_bounds_are_sampled_from_tables_on_the_store(store, support, tmp_path):
+    """A key-ordered plain build on a distributed runner reads the first
+    rows of its tables from the driver (`pipelines.key_sample`): the same
+    bounds from s3:// or gs:// as from the local copy."""
+    import recordforge
+    from recordforge.pipelines.graph import known_vocabularies
+    from recordforge.pipelines.key_sample import sample_bucket_bounds
+    from recordforge.transforms.shards import ShardTuning
+
+    _, server, bucket = store
+    config_path = support.write_table(tmp_path, 3000, shuffle=False)
+    fs = server.filesystem()  # also sets the client's endpoint variable
+    root = bucket.split("://", 1)[1]
+    (tmp_path / "tables").mkdir()
+    for index in range(3):  # three files, so that several are sampled
+        (tmp_path / "tables" / f"part-{index}.csv").write_bytes((tmp_path / "trips.csv")
+                                                                 .read_bytes())
+        fs.put_file(str(tmp_path / "trips.csv"), f"{root}/tables/part-{index}.csv")
+    text = yaml.safe_load(config_path.read_text())
+
+    def reading(path: str):
+        return recordforge.load_config({**text, "source": {**text["source"], "path": path}})
+
+    local, remote = reading(str(tmp_path / "tables")), reading(f"{bucket}/tables")
+    tuning = ShardTuning(hash_buckets=16)
+    bounds = sample_bucket_bounds(remote, known_vocabularies(remote), tuning)
+    assert bounds == sample_bucket_bounds(local, known_vocabularies(local), tuning)
+    assert len(bounds) == 16
