@@ -22,8 +22,9 @@ Such shards are cut at rows, so the bounds never change the output: a
 sample that misjudges the keys (files sorted by key and only their heads
 read) only gives some workers more rows to sort than others, each
 within its memory budget and local disk. The cost is a read of at most
-`SAMPLE_FILES` file heads from the driver (images: none), however large
-the input.
+`SAMPLE_FILES` file heads from the driver, about 1 MB each (a Parquet
+file's first pages, not its first row group; images: none), however
+large the input.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..schemas.dead_letters import RowError
 from ..transforms.readers.common import display_name
 from ..transforms.readers.image_items import plan_images
 from ..transforms.readers.listing import list_files
+from ..transforms.readers.parquet import iter_parquet
 from ..transforms.readers.rows import ColumnBatch, SourceRow
 from ..transforms.readers.tables import iter_table
 from ..transforms.shard_plan import bucket_bounds_of
@@ -98,8 +100,11 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     per_file = -(-SAMPLE_ROWS // count)
 
     def first_rows(fs_path: str) -> list[SourceRow]:
-        rows = iter_table(fs_path, source.type, source.csv, fs=fs,
-                          source=display_name(fs, fs_path))
+        name = display_name(fs, fs_path)
+        if source.type == "parquet":  # its first pages, not its first row group
+            rows = iter_parquet(fs_path, fs=fs, source=name, pages=True)
+        else:
+            rows = iter_table(fs_path, source.type, source.csv, fs=fs, source=name)
         try:
             return _first_rows(rows, per_file)
         finally:

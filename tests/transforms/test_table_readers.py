@@ -512,6 +512,8 @@ def test_parquet_rows_and_row_groups(tmp_path):
     batches = list(parquet.iter_parquet(str(path), batch_size=300, columns=True))
     assert all(isinstance(batch, ColumnBatch) for batch in batches)
     assert list(each_row(batches)) == got
+    # Column chunks read page by page give the same rows.
+    assert list(parquet.iter_parquet(str(path), batch_size=300, pages=True)) == got
 
 
 def test_parquet_batches_hold_about_a_megabyte_of_rows(tmp_path):

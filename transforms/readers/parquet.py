@@ -28,8 +28,14 @@ _BATCH_BYTES = 1 << 20
 _PARQUET_BATCH_ROWS = (16, 16384)
 
 
-def _parquet_file(f: IO[bytes]):
+# Read buffer of a column chunk read page by page (`iter_parquet(pages=True)`).
+_PAGE_BUFFER = 1 << 16
+
+
+def _parquet_file(f: IO[bytes], pages: bool = False):
     import pyarrow.parquet as pq  # imported here: only Parquet sources need it
+    if pages:
+        return pq.ParquetFile(f, buffer_size=_PAGE_BUFFER, pre_buffer=False)
     return pq.ParquetFile(f)
 
 
@@ -45,7 +51,7 @@ def parquet_row_groups(path: str, *, fs: fsspec.AbstractFileSystem | None = None
 
 def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                  batch_size: int | None = None, fs: fsspec.AbstractFileSystem | None = None,
-                 source: str | None = None, columns: bool = False
+                 source: str | None = None, columns: bool = False, pages: bool = False
                  ) -> Iterator[SourceRow | ColumnBatch | dict]:
     """Reads the rows of the given row groups (default: all) of a Parquet file,
     one record batch of `batch_size` rows at a time (default: about 1 MB of
@@ -57,6 +63,10 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
     ``parquet_invalid`` (an unreadable footer stands for the file; a row group
     that fails to decode stands for its unread rows), ``read_error``.
     `columns`: each record batch comes as one `ColumnBatch` instead.
+    `pages`: column chunks are read page by page as batches need them, not
+    whole: the first rows of a file cost its first pages (a few MB) rather
+    than its first row group (often hundreds of MB); reading everything
+    is slower so.
     """
     import pyarrow as pa
 
@@ -68,7 +78,7 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                 return
             f.seek(0)
             try:
-                parquet = _parquet_file(f)
+                parquet = _parquet_file(f, pages)
             except (pa.ArrowException, ValueError, OSError) as exc:
                 if not _damaged(exc):
                     raise
