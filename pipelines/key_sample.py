@@ -34,8 +34,8 @@ import itertools
 from typing import Iterable, Mapping, Sequence
 
 from .config import DatasetConfig
-from ..transforms.batch_converter import BatchConverter
 from ..schemas.dead_letters import RowError
+from ..transforms.batch_converter import BatchConverter
 from ..transforms.readers.common import display_name
 from ..transforms.readers.image_items import plan_images
 from ..transforms.readers.listing import list_files
@@ -108,9 +108,7 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
         try:
             return _first_rows(rows, per_file)
         finally:
-            close = getattr(rows, "close", None)
-            if close is not None:
-                close()  # the rest of the file is never read
+            rows.close()  # the rest of the file is never read
 
     converter = BatchConverter(config.features, vocabularies, config.key)
     keys: list[bytes] = []

@@ -231,7 +231,7 @@ def test_images_keyed_by_what_only_the_image_gives_wait_for_their_sample(tmp_pat
 
 def test_a_parquet_file_gives_its_first_rows_from_its_first_pages(tmp_path, monkeypatch):
     """A row group is often hundreds of MB: the sample reads the pages its
-    first rows are in, not the whole row group (here 1 of ~24 MB)."""
+    first rows are in, not the whole row group (here under 1/8 of 20 MB)."""
     import os
 
     (tmp_path / "in").mkdir()
