@@ -10,7 +10,10 @@ usually do:
 - from tables, it reads the first rows of some of its files
   (`SAMPLE_FILES` of them, spread over the sorted listing, `SAMPLE_ROWS`
   in all) and converts them as the pipeline will (`BatchConverter`, so
-  that keys are the same bytes);
+  that keys are the same bytes); from Parquet files, the first values of
+  the key column only (every column of a row starts a page of its own,
+  about 1 MB, and a row group is often hundreds of MB), made into keys as
+  the pipeline makes them (`BatchConverter.key_of`);
 - from images keyed by a column the listing gives (`path`, `label`), it
   reads nothing: the keys of up to `SAMPLE_ROWS` listed images, spread
   over the listing, are made from those values as the pipeline makes
@@ -22,9 +25,9 @@ Such shards are cut at rows, so the bounds never change the output: a
 sample that misjudges the keys (files sorted by key and only their heads
 read) only gives some workers more rows to sort than others, each
 within its memory budget and local disk. The cost is a read of at most
-`SAMPLE_FILES` file heads from the driver, about 1 MB each (a Parquet
-file's first pages, not its first row group; images: none), however
-large the input.
+`SAMPLE_FILES` file heads from the driver, in `HEAD_BLOCK` reads (an
+object store client would otherwise fetch tens of MB at the first read),
+about 1-2 MB each (images: none), however large the input.
 """
 
 from __future__ import annotations
@@ -39,13 +42,13 @@ from ..transforms.batch_converter import BatchConverter
 from ..transforms.readers.common import display_name
 from ..transforms.readers.image_items import plan_images
 from ..transforms.readers.listing import list_files
-from ..transforms.readers.parquet import iter_parquet
+from ..transforms.readers.parquet import read_parquet_column_head
 from ..transforms.readers.rows import ColumnBatch, SourceRow
 from ..transforms.readers.tables import iter_table
 from ..transforms.shard_plan import bucket_bounds_of
 from ..transforms.shards import ShardTuning
 
-__all__ = ["READERS", "SAMPLE_FILES", "SAMPLE_ROWS", "sample_bucket_bounds",
+__all__ = ["HEAD_BLOCK", "READERS", "SAMPLE_FILES", "SAMPLE_ROWS", "sample_bucket_bounds",
            "uses_sampled_bounds"]
 
 # Most input files whose first rows are read, and most rows read in all.
@@ -53,6 +56,9 @@ SAMPLE_FILES = 256
 SAMPLE_ROWS = 1 << 16
 # Files read at once.
 READERS = 8
+# Read block of a sampled file, so that a head costs about what is read
+# rather than a store client's readahead (s3fs fetches 50 MB at a time).
+HEAD_BLOCK = 1 << 20
 # Columns of image rows that the listing gives, without reading an image.
 _LISTED_IMAGE_COLUMNS = ("path", "label")
 
@@ -60,12 +66,17 @@ _LISTED_IMAGE_COLUMNS = ("path", "label")
 def uses_sampled_bounds(config: DatasetConfig, exchange: str) -> bool:
     """Whether a build of `config` on `exchange` ("files" or "shuffle")
     routes key-ordered rows by bounds sampled before the run: key-ordered
-    plain output read from tables, or from images keyed by their path or
-    label, on the shuffle exchange (the file exchange plans its buckets
-    from its own runs)."""
+    plain output read from tables (Parquet: keyed by a column), or from
+    images keyed by their path or label, on the shuffle exchange (the
+    file exchange plans its buckets from its own runs)."""
     source, output = config.source, config.output
-    # Every table reader streams, so a file's first rows cost only those rows.
-    known = source.type != "images" or config.key in _LISTED_IMAGE_COLUMNS
+    if source.type == "images":
+        known = config.key in _LISTED_IMAGE_COLUMNS
+    else:
+        # Every table reader streams, so a file's first rows cost only those
+        # rows; but a Parquet row's columns each start a page of their own,
+        # so only a key column is read there.
+        known = source.type != "parquet" or config.key is not None
     return (exchange == "shuffle" and not output.shuffle and output.compression != "gzip"
             and known)
 
@@ -99,12 +110,14 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     chosen = [files[index * len(files) // count] for index in range(count)]
     per_file = -(-SAMPLE_ROWS // count)
 
-    def first_rows(fs_path: str) -> list[SourceRow]:
-        name = display_name(fs, fs_path)
-        if source.type == "parquet":  # its first pages, not its first row group
-            rows = iter_parquet(fs_path, fs=fs, source=name, pages=True)
-        else:
-            rows = iter_table(fs_path, source.type, source.csv, fs=fs, source=name)
+    heads = _SmallBlocks(fs)
+    parquet = source.type == "parquet"
+
+    def head(fs_path: str) -> list:
+        if parquet:  # the key column's first pages, not the first row group
+            return read_parquet_column_head(fs_path, config.key, per_file, fs=heads)
+        rows = iter_table(fs_path, source.type, source.csv, fs=heads,
+                          source=display_name(fs, fs_path))
         try:
             return _first_rows(rows, per_file)
         finally:
@@ -113,8 +126,11 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     converter = BatchConverter(config.features, vocabularies, config.key)
     keys: list[bytes] = []
     with concurrent.futures.ThreadPoolExecutor(READERS) as pool:
-        for rows in pool.map(first_rows, chosen):
-            examples, _ = converter.convert_batch(rows)
+        for found in pool.map(head, chosen):
+            if parquet:
+                keys += _keys_of_values(converter, found)
+                continue
+            examples, _ = converter.convert_batch(found)
             keys.extend(example if key is None else key for key, example in examples)
     return keys
 
@@ -130,15 +146,35 @@ def _image_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     if not items:
         return []
     count = min(len(items), SAMPLE_ROWS)
+    chosen = [items[index * len(items) // count] for index in range(count)]
     converter = BatchConverter(config.features, vocabularies, config.key)
+    return _keys_of_values(converter, [item.rel if config.key == "path" else item.label
+                                       for item in chosen])
+
+
+def _keys_of_values(converter: BatchConverter, values: Iterable) -> list[bytes]:
+    """The order keys of rows holding these values in the key column; a
+    value the pipeline would refuse as a key is left out."""
     keys = []
-    for index in range(count):
-        item = items[index * len(items) // count]
+    for value in values:
         try:
-            keys.append(converter.key_of(item.rel if config.key == "path" else item.label))
+            keys.append(converter.key_of(value))
         except RowError:
             continue
     return keys
+
+
+class _SmallBlocks:
+    """`fs`, but opening files with `HEAD_BLOCK` read blocks."""
+
+    def __init__(self, fs):
+        self._fs = fs
+
+    def open(self, path: str, mode: str = "rb", **kwargs):
+        return self._fs.open(path, mode, block_size=HEAD_BLOCK, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._fs, name)
 
 
 def _first_rows(items: Iterable, count: int) -> list[SourceRow]:

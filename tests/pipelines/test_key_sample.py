@@ -147,6 +147,8 @@ def test_rows_that_fail_their_checks_are_left_out_and_empty_inputs_give_one_buck
     ({"shuffle": True}, "shuffle", False),
     ({"compression": "gzip"}, "shuffle", False),
     ({"source_type": "json"}, "shuffle", True),
+    ({"source_type": "parquet"}, "shuffle", True),
+    ({"source_type": "parquet", "key": None}, "shuffle", False),  # a row's every column
     ({"csv": {"quote": None}}, "shuffle", True),
 ])
 def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange(
@@ -229,9 +231,10 @@ def test_images_keyed_by_what_only_the_image_gives_wait_for_their_sample(tmp_pat
     assert not key_sample.uses_sampled_bounds(_flowers(tmp_path, None), "shuffle")
 
 
-def test_a_parquet_file_gives_its_first_rows_from_its_first_pages(tmp_path, monkeypatch):
-    """A row group is often hundreds of MB: the sample reads the pages its
-    first rows are in, not the whole row group (here under 1/8 of 20 MB)."""
+def test_a_parquet_file_gives_its_first_keys_from_the_key_columns_first_pages(tmp_path,
+                                                                              monkeypatch):
+    """A row group is often hundreds of MB: the sample reads the key
+    column's first pages, not the whole row group (here under 1/8 of 20 MB)."""
     import os
 
     (tmp_path / "in").mkdir()

@@ -16,7 +16,8 @@ import fsspec
 from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_columns"]
+__all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_column_head",
+           "read_parquet_columns"]
 
 # Parquet record batches hold about _BATCH_BYTES bytes of column data (as the
 # file's metadata counts them, uncompressed), within these many rows: every
@@ -28,7 +29,7 @@ _BATCH_BYTES = 1 << 20
 _PARQUET_BATCH_ROWS = (16, 16384)
 
 
-# Read buffer of a column chunk read page by page (`iter_parquet(pages=True)`).
+# Read buffer of a column chunk read page by page (`read_parquet_column_head`).
 _PAGE_BUFFER = 1 << 16
 
 
@@ -51,7 +52,7 @@ def parquet_row_groups(path: str, *, fs: fsspec.AbstractFileSystem | None = None
 
 def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                  batch_size: int | None = None, fs: fsspec.AbstractFileSystem | None = None,
-                 source: str | None = None, columns: bool = False, pages: bool = False
+                 source: str | None = None, columns: bool = False
                  ) -> Iterator[SourceRow | ColumnBatch | dict]:
     """Reads the rows of the given row groups (default: all) of a Parquet file,
     one record batch of `batch_size` rows at a time (default: about 1 MB of
@@ -63,10 +64,6 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
     ``parquet_invalid`` (an unreadable footer stands for the file; a row group
     that fails to decode stands for its unread rows), ``read_error``.
     `columns`: each record batch comes as one `ColumnBatch` instead.
-    `pages`: column chunks are read page by page as batches need them, not
-    whole: the first rows of a file cost its first pages (a few MB) rather
-    than its first row group (often hundreds of MB); reading everything
-    is slower so.
     """
     import pyarrow as pa
 
@@ -78,7 +75,7 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                 return
             f.seek(0)
             try:
-                parquet = _parquet_file(f, pages)
+                parquet = _parquet_file(f)
             except (pa.ArrowException, ValueError, OSError) as exc:
                 if not _damaged(exc):
                     raise
@@ -148,6 +145,32 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
             source, row + 1, "parquet_invalid",
             f"{source}: row group {group} cannot be decoded from row {row + 1} on "
             f"({end_row - row} rows lost): {exc}", {"row_group": group}, rows=end_row - row)
+
+
+def read_parquet_column_head(path: str, column: str, rows: int, *,
+                             fs: fsspec.AbstractFileSystem | None = None) -> list:
+    """The first `rows` values of `column` in a Parquet file, the Python
+    values `iter_parquet` gives in its rows, read from that column's first
+    pages only: a file's first row group, which `iter_parquet` reads whole,
+    is often hundreds of MB. Empty when the file or the column cannot be
+    read (`iter_parquet` reports why)."""
+    import pyarrow as pa
+
+    fs, fs_path, _ = resolve(path, fs, None)
+    values: list = []
+    try:
+        with open_file(fs, fs_path) as f:
+            parquet = _parquet_file(f, pages=True)
+            if column not in parquet.schema_arrow.names:
+                return []
+            for batch in parquet.iter_batches(batch_size=rows, columns=[column],
+                                              use_threads=False):
+                values += batch.column(0).to_pylist()
+                if len(values) >= rows:
+                    break
+    except (*READ_ERRORS, pa.ArrowException, ValueError):
+        return values
+    return values[:rows]
 
 
 def read_parquet_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None
