@@ -104,11 +104,10 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     dead letter, which the pipeline reports)."""
     source = config.source
     fs, files = list_files(source.path, tuple(source.extensions) or None)
-    if not files:
+    chosen = _spread(files, SAMPLE_FILES)
+    if not chosen:
         return []
-    count = min(len(files), SAMPLE_FILES)
-    chosen = [files[index * len(files) // count] for index in range(count)]
-    per_file = -(-SAMPLE_ROWS // count)
+    per_file = -(-SAMPLE_ROWS // len(chosen))
 
     heads = _SmallBlocks(fs)
     parquet = source.type == "parquet"
@@ -142,14 +141,16 @@ def _image_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     pipeline would refuse is left out."""
     source = config.source
     batches, _ = plan_images(source.path, source.extensions, source.labels)
-    items = [item for batch in batches for item in batch]
-    if not items:
-        return []
-    count = min(len(items), SAMPLE_ROWS)
-    chosen = [items[index * len(items) // count] for index in range(count)]
+    chosen = _spread([item for batch in batches for item in batch], SAMPLE_ROWS)
     converter = BatchConverter(config.features, vocabularies, config.key)
     return _keys_of_values(converter, [item.rel if config.key == "path" else item.label
                                        for item in chosen])
+
+
+def _spread(items: Sequence, most: int) -> list:
+    """At most `most` of `items`, evenly spaced over them, the first included."""
+    count = min(len(items), most)
+    return [items[index * len(items) // count] for index in range(count)]
 
 
 def _keys_of_values(converter: BatchConverter, values: Iterable) -> list[bytes]:

@@ -231,8 +231,7 @@ class ShuffleExchange(beam.PTransform):
         gzip = self._compression == "gzip"
         # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
         plan = (sizes
-                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn(
-                    tuning.hash_buckets if self._shuffle else 1))
+                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn())
                 | "PlanCuts" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
                                              gzip_level=self._gzip_level if gzip else None))
         placements = plan | "PlacementsOnly" >> beam.Filter(lambda item: item[1][0] == "plan")

@@ -1,4 +1,4 @@
-"""The shuffle exchange's steps for key-ordered output: lanes and routing, and shards cut at chunks.
+"""The shuffle exchange's key-ordered steps: lanes and routing, and shards cut at chunks.
 
 Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then
@@ -23,7 +23,8 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from . import bucket_writers, run_files
-from .exchange_packets import SIZE_DTYPE, merge_packets, sort_bucket_packets, split_packet
+from .exchange_packets import (SIZE_DTYPE, bucket_sizes, cut_packet, merge_packets,
+                               packet_buckets, sort_bucket_packets)
 from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -129,9 +130,9 @@ class RouteFn(beam.DoFn):
     before they go on; when `route_bytes` are held in all, every bucket's
     are sent. With `counts` (key-ordered plain output, whose shards are
     cut at rows), the packets go on as ("rows", ((split, bucket), ("rows",
-    packet))), and the lane's rows and bytes per bucket and its largest row
-    as ("sizes", (split, (buckets, rows, bytes, largest row, ()))), what
-    `exchange_rows.BucketSizesFn` adds up."""
+    packet))), and each packet's rows and bytes per bucket and its largest
+    row as ("sizes", (split, (buckets, rows, bytes, largest row, ()))), as
+    `exchange_steps.PackFn` gives them for `exchange_rows.BucketSizesFn`."""
 
     def __init__(self, route_bytes: int, counts: bool = False):
         self._route_bytes = route_bytes
@@ -152,12 +153,14 @@ class RouteFn(beam.DoFn):
         held: dict[int, list] = {}
         held_bytes: dict[int, int] = {}
         total = 0
-        counted = _BucketCounts()
         for tag, packet in values:
             if tag != "rows":
                 continue
-            for bucket, piece in split_packet(packet, bounds):
-                counted.add(bucket, piece)
+            buckets = packet_buckets(packet, bounds)
+            if self._counts and len(buckets):
+                sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE).astype(np.int64)
+                yield ("sizes", (split, (*bucket_sizes(buckets, sizes), ())))
+            for bucket, piece in cut_packet(packet, buckets):
                 held.setdefault(bucket, []).append(piece)
                 held_bytes[bucket] = held_bytes.get(bucket, 0) + len(piece[2])
                 total += len(piece[2])
@@ -170,8 +173,6 @@ class RouteFn(beam.DoFn):
                     held, held_bytes, total = {}, {}, 0
         for waiting in sorted(held):
             yield from self._send(split, waiting, held[waiting])
-        if self._counts and counted.rows:
-            yield ("sizes", (split, counted.summary()))
 
     def _send(self, split, bucket, pieces):
         packet = merge_packets(pieces)
@@ -180,30 +181,6 @@ class RouteFn(beam.DoFn):
             yield ("rows", ((split, bucket), ("rows", packet)))
         else:
             yield (split, bucket), packet
-
-
-class _BucketCounts:
-    """Rows, bytes and the largest row per bucket of the packets routed by a lane."""
-
-    def __init__(self):
-        self.rows: dict[int, int] = {}
-        self._bytes: dict[int, int] = {}
-        self._largest = 0
-
-    def add(self, bucket: int, packet: tuple) -> None:
-        sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE)
-        if not len(sizes):
-            return
-        self.rows[bucket] = self.rows.get(bucket, 0) + len(sizes)
-        self._bytes[bucket] = self._bytes.get(bucket, 0) + len(packet[2])
-        self._largest = max(self._largest, int(sizes.max()))
-
-    def summary(self) -> tuple:
-        buckets = sorted(self.rows)
-        return (np.array(buckets, dtype="<u4").tobytes(),
-                np.array([self.rows[bucket] for bucket in buckets], dtype="<i8").tobytes(),
-                np.array([self._bytes[bucket] for bucket in buckets], dtype="<i8").tobytes(),
-                self._largest, ())
 
 
 class SortBucketFn(beam.DoFn):

@@ -32,8 +32,8 @@ from . import bucket_sort, row_order, run_files
 from .shard_plan import RunInfo
 from .spill import ROW_OVERHEAD
 
-__all__ = ["SIZE_DTYPE", "bucket_of_keys", "cut_packet", "merge_packets", "sort_bucket_packets",
-           "split_packet"]
+__all__ = ["SIZE_DTYPE", "bucket_of_keys", "bucket_sizes", "cut_packet", "merge_packets",
+           "packet_buckets", "sort_bucket_packets", "split_packet"]
 
 # A packet's row sizes: little-endian uint32, one per framed record.
 SIZE_DTYPE = np.dtype("<u4")
@@ -65,16 +65,31 @@ def _examples_of(data: memoryview, sizes: np.ndarray) -> list[bytes]:
     return run_files.RunSlice(None, data, sizes).examples()
 
 
+def packet_buckets(packet, lower_bounds: Sequence[bytes]) -> np.ndarray:
+    """The bucket of each row of a packet, by the bucket lower bounds."""
+    key_width, keys, data, sizes = _packet_rows(packet)
+    if len(lower_bounds) == 1:
+        return np.zeros(len(sizes), dtype=np.int64)
+    route_keys = keys if key_width != run_files.KEY_IS_EXAMPLE else _examples_of(data, sizes)
+    return bucket_of_keys(lower_bounds, key_width, route_keys)
+
+
 def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple]]:
     """Cuts a packet into one packet per bucket its rows fall in:
     ``[(bucket, packet), ...]``."""
-    key_width, keys, data, sizes = _packet_rows(packet)
-    if not len(sizes):
-        return []
-    if len(lower_bounds) == 1:
-        return [(0, packet)]
-    route_keys = keys if key_width != run_files.KEY_IS_EXAMPLE else _examples_of(data, sizes)
-    return cut_packet(packet, bucket_of_keys(lower_bounds, key_width, route_keys))
+    return cut_packet(packet, packet_buckets(packet, lower_bounds))
+
+
+def bucket_sizes(buckets: np.ndarray, sizes: np.ndarray) -> tuple[bytes, bytes, bytes, int]:
+    """What the shuffle exchange's plan counts of some rows (each row's
+    bucket and framed size, at least one row): the buckets present
+    (uint32), their rows and bytes (int64), and the largest row."""
+    present, inverse = np.unique(buckets, return_inverse=True)
+    rows = np.bincount(inverse).astype("<i8")
+    nbytes = np.zeros(len(present), dtype="<i8")
+    np.add.at(nbytes, inverse, sizes)
+    return (present.astype("<u4").tobytes(), rows.tobytes(), nbytes.tobytes(),
+            int(sizes.max()))
 
 
 def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:

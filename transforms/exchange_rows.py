@@ -119,19 +119,14 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
 class BucketSizesFn(beam.CombineFn):
     """(buckets, rows, bytes, largest row, ratio sample) of a split's
     batches -> (rows per bucket, bytes per bucket, largest row, ratio
-    sample): int64 arrays of at least `count` entries (more when a bucket
-    beyond it has rows: key-ordered splits have as many buckets as their
-    bounds say), and the sample's rows (`shard_plan.ratio_sample_of`: cut
-    at its limit, which changes nothing, so that an accumulator stays
-    small). Only counts cross, and for gzip the few rows of the ratio
-    sample."""
-
-    def __init__(self, count: int):
-        self._count = count
+    sample): int64 arrays up to the highest bucket holding rows (a split
+    has as many buckets as its hash bucket count or key bounds say), and
+    the sample's rows (`shard_plan.ratio_sample_of`: cut at its limit,
+    which changes nothing, so that an accumulator stays small). Only
+    counts cross, and for gzip the few rows of the ratio sample."""
 
     def create_accumulator(self):
-        return [np.zeros(self._count, dtype=np.int64), np.zeros(self._count, dtype=np.int64), 0,
-                [], 0]
+        return [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0, [], 0]
 
     def add_input(self, accumulator, element):
         present, rows, nbytes, largest, sample = element

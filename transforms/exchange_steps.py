@@ -20,7 +20,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from . import row_order, run_files, tfrecordio
-from .exchange_packets import SIZE_DTYPE, bucket_of_keys, cut_packet
+from .exchange_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .layout import SHARD_FILE_NAME
@@ -83,13 +83,8 @@ class PackFn(beam.DoFn):
             data = tfrecordio.frame_records(examples)
             packet = (width, keys, data, sizes.astype(SIZE_DTYPE).tobytes())
             self._exchanged.inc(len(data))
-            if self._hash_buckets:
-                buckets = hash_buckets_of(keys, self._hash_buckets)
-                yield from self._by_bucket(names[split], packet, sizes, buckets)
-                continue
-            if self._key_bounds:
-                buckets = bucket_of_keys(self._key_bounds, width,
-                                         examples if keys is None else keys)
+            buckets = self._buckets(width, keys, examples)
+            if buckets is not None:
                 yield from self._by_bucket(names[split], packet, sizes, buckets)
                 continue
             # Lanes only spread the waiting rows over workers: any lane will
@@ -100,15 +95,19 @@ class PackFn(beam.DoFn):
                                             tuple(prepared.samples.get(split, ())))))
         self._rows.inc(len(prepared.examples))
 
+    def _buckets(self, width: int, keys, examples) -> np.ndarray | None:
+        """Each row's bucket when it is known as the row is packed (hash
+        buckets, or key bounds given before the run); None: lanes."""
+        if self._hash_buckets:
+            return hash_buckets_of(keys, self._hash_buckets)
+        if self._key_bounds:
+            return bucket_of_keys(self._key_bounds, width, examples if keys is None else keys)
+        return None
+
     def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray):
         for bucket, piece in cut_packet(packet, buckets):
             yield ("rows", ((split, bucket), ("rows", piece)))
-        present, inverse = np.unique(buckets, return_inverse=True)
-        rows = np.bincount(inverse).astype("<i8")
-        nbytes = np.zeros(len(present), dtype="<i8")
-        np.add.at(nbytes, inverse, sizes)
-        yield ("sizes", (split, (present.astype("<u4").tobytes(), rows.tobytes(),
-                                 nbytes.tobytes(), int(sizes.max()),
+        yield ("sizes", (split, (*bucket_sizes(buckets, sizes),
                                  self._ratio_sample(packet, sizes))))
 
     def _ratio_sample(self, packet: tuple, sizes: np.ndarray) -> tuple:

@@ -436,8 +436,8 @@ def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, i
 #
 # When rows are written as plain framed records (or, shuffled, as gzip
 # shards counted from the ratio sample), a shard is a run of rows cut where
-# the rows' byte midpoints cross i * total / count: row r (global start s, framed size n) belongs to shard
-# floor(count * (2s + n) / (2 * total)). That is a function of each row's
+# the rows' byte midpoints cross i * total / count: row r (global start s,
+# framed size n) belongs to shard floor(count * (2s + n) / (2 * total)). That is a function of each row's
 # own place in the split alone, so a worker holding any key range of the
 # split, and knowing how many bytes come before it, places its rows without
 # seeing the others, and the cuts do not depend on how rows were bucketed.

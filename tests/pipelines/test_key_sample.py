@@ -205,9 +205,9 @@ def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
     converter = BatchConverter(config.features, vocabularies, config.key)
     batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
                                          config.source.labels)
+    items = [item for batch in batches for item in batch]
     rows = key_sample._first_rows(image_items.read_image_items(
-        fsspec.filesystem("file"), [item for batch in batches for item in batch], config.source.image),
-        1 << 30)
+        fsspec.filesystem("file"), items, config.source.image), 1 << 30)
     examples, _ = converter.convert_batch(rows)
     keys = [row_key for row_key, _ in examples]
 

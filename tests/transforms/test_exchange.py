@@ -430,7 +430,7 @@ def _pack_sample(rows, batches, bundles, tuning):
     edges = sorted({0, len(rows), *batches})
     sizes = [value for batch in (rows[a:b] for a, b in zip(edges[:-1], edges[1:]))
              for tag, value in pack.process(batch) if tag == "sizes" and value[0] == "train"]
-    combine = exchange_rows.BucketSizesFn(tuning.hash_buckets)
+    combine = exchange_rows.BucketSizesFn()
     cuts = sorted({0, len(sizes), *(cut % (len(sizes) + 1) for cut in bundles)})
     accumulators = []
     for a, b in zip(cuts[:-1], cuts[1:]):
