@@ -238,9 +238,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     for `publish.finalize`. With `cache` (`pipelines.cache.open_cache`) a
     table source reuses the cached pieces of unchanged files and caches
     the rest (`ConvertTablesWithCache`). input_bytes: see `stage_build`.
-    Key-ordered plain output read from tables on a runner with the
-    shuffle exchange gets bucket bounds from the first rows of some input
-    files, read here (`key_sample`).
+    Key-ordered plain output on a runner with the shuffle exchange gets
+    bucket bounds from a sample of the input read here (`key_sample`).
     """
     if cache is not None:
         source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(

@@ -7,7 +7,14 @@
 
 The rows go through the same steps as a `build` (`graph.stage_build`:
 checks, encoding, dead letters, shards), so the same rows and settings give
-the same shard bytes. The pipeline's last step publishes (`publish.finalize`:
+the same shard bytes. Key-ordered plain output (``shuffle: false``) moves
+its rows through a distributed runner's shuffle three times unless the
+bounds of the key ranges workers sort are known before the run:
+``WriteDataset(config, key_sample=rows)`` takes them from a few thousand
+rows like the input's (the first rows of some of its files, say), and the
+rows then cross twice (`key_sample.bounds_of_rows`). A sample that
+misjudges the keys changes no byte of the output, only how evenly the
+workers share the sorting. The pipeline's last step publishes (`publish.finalize`:
 error budget, manifest, checksums, verification, commit, LATEST), the way
 Beam's file sinks finalize in a last step: a pipeline that completes has
 published, with no call after it; one that fails has published nothing.
@@ -33,14 +40,16 @@ summary without publishing twice.
 
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple
 
 import apache_beam as beam
 
 from . import publish
 from .config import DatasetConfig, load_config
 from .graph import known_vocabularies, stage_build, write_result
+from .key_sample import SAMPLE_ROWS, bounds_of_rows, uses_sampled_bounds
 from .publish import BuildFailed, report
 from .publish.manifest import load_manifest
 from .publish.statistics import StatisticsCheck
@@ -49,6 +58,7 @@ from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.layout import FAILED_DIR, FINALIZE_FILES, MANIFEST_FILE
+from ..transforms.shards import ShardTuning, default_exchange
 from ..transforms.sources import RowsFromElements
 
 __all__ = ["WriteDataset", "WriteDatasetResult"]
@@ -158,6 +168,10 @@ class WriteDataset(beam.PTransform):
     overwrite: replace a published version; update_latest: False leaves
     LATEST alone; verify: False skips re-reading the staged shards;
     lease: seconds the build owns its staging directory (module docstring).
+    key_sample: rows like the input's, whose keys give key-ordered plain
+    output the bounds of its workers' key ranges before the run (module
+    docstring; the first `key_sample.SAMPLE_ROWS` are used); ignored by
+    other output and by local runners.
 
     Input: dicts, column name -> raw value (what a table row holds). Output:
     `WriteDatasetResult` (dead letters, publish summary). The pipeline fails,
@@ -168,9 +182,12 @@ class WriteDataset(beam.PTransform):
 
     def __init__(self, config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                  overwrite: bool = False, update_latest: bool = True, verify: bool = True,
-                 lease: float = PIPELINE_LEASE, **overrides: Any):
+                 lease: float = PIPELINE_LEASE,
+                 key_sample: Iterable[Mapping[str, Any]] | None = None, **overrides: Any):
         super().__init__()
         self._config = load_config(config, overrides or None, rows_given=True)
+        self._key_sample = (None if key_sample is None
+                            else list(itertools.islice(key_sample, SAMPLE_ROWS)))
         self._overwrite = overwrite
         self._update_latest = update_latest
         self._verify = verify
@@ -200,8 +217,13 @@ class WriteDataset(beam.PTransform):
             # rows: RowBatch; dead_letter: dict; counts: (source, rows)
             source = rows | "ToRows" >> RowsFromElements(
                 source=self.label, batch_size=1 if runner in _DROPS_BUNDLE_END else 1000)
+            key_bounds = None
+            if self._key_sample is not None and uses_sampled_bounds(
+                    config, default_exchange(rows.pipeline.runner)):
+                key_bounds = bounds_of_rows(config, vocabularies, self._key_sample,
+                                            ShardTuning.for_input(None))
             staged = stage_build(source, config, staging_url=staging.url,
-                                 vocabularies=vocabularies)
+                                 vocabularies=vocabularies, key_bounds=key_bounds)
             job = _Publish(
                 staging=staging.ref, name=config.name, compression=config.output.compression,
                 features=manifest_features(config.features,

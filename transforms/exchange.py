@@ -47,9 +47,9 @@ is estimated: a gzip shard holds the rows a plain one would, of a
 sample's ratio. A row's shard is a function of its place in the split,
 so the buckets (their number, their bounds) never change the bytes.
 
-Key-ordered plain output without `key_bounds` (`WriteDataset`, Parquet
-without a key, images keyed by what only the image gives) first learns its buckets from a sample of
-the whole split, for which its rows wait in lanes::
+Key-ordered plain output without `key_bounds` (`WriteDataset` given no
+key sample) first learns its buckets from a sample of the whole split,
+for which its rows wait in lanes::
 
   ExampleBatch
   | Pack               -> ("stats", (split, (rows, bytes, sample)))

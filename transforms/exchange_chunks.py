@@ -14,6 +14,7 @@ planned from the chunks' sizes (`plan_split_shards`,
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import tempfile
 from typing import Iterable, Sequence
@@ -283,12 +284,15 @@ class WriteShardFn(ShardFileFn):
                 raise run_files.RunFileError(f"{name}: assembled {position} bytes, planned "
                                              f"{num_bytes}")
 
-            def write(out) -> int:
-                spool.seek(0)
-                while True:
-                    block = spool.read(run_files.BLOCK)
-                    if not block:
-                        return num_examples
-                    out.write(block)
-
+            # (a function, not a closure: Beam warns of a process that returns)
+            write = functools.partial(_copy_spool, spool, num_examples)
             yield self._published(split, name, write, num_examples)
+
+
+def _copy_spool(spool, num_examples: int, out) -> int:
+    """Copies a shard's assembled bytes from `spool` into `out`; the
+    shard's records, `num_examples`."""
+    spool.seek(0)
+    while block := spool.read(run_files.BLOCK):
+        out.write(block)
+    return num_examples

@@ -17,6 +17,7 @@ member, `tfrecordio.GzipStream`). See `exchange` for the whole path.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from typing import BinaryIO, Sequence
 
@@ -292,24 +293,33 @@ class WriteCutShardFn(ShardFileFn):
             num_examples = sum(ends[bucket][1] for bucket in buckets)
             num_bytes = sum(ends[bucket][2] for bucket in buckets)
 
-            def write(out) -> int:
-                sink = (tfrecordio.GzipStream(out, self._gzip_level)
-                        if self._compression == "gzip" else out)
-                framed = 0  # framed bytes written (gzip: into the compressor)
-                for key in order:
-                    position, length = where[key]
-                    spool.seek(position)
-                    while length:
-                        block = spool.read(min(run_files.BLOCK, length))
-                        sink.write(block)
-                        framed += len(block)
-                        length -= len(block)
-                if sink is not out:
-                    sink.close()
-                if framed != num_bytes:  # before the shard gets its name
-                    raise run_files.RunFileError(f"{name}: wrote {framed} bytes, the buckets "
-                                                 f"sent {num_bytes}")
-                return num_examples
-
+            # (a method, not a closure: Beam warns of a process that returns)
+            write = functools.partial(self._copy_pieces, spool=spool, order=order,
+                                      where=where, name=name, num_bytes=num_bytes,
+                                      num_examples=num_examples)
             shard = self._published(split, name, write, num_examples)
         yield shard
+
+    def _copy_pieces(self, out, *, spool, order, where, name: str, num_bytes: int,
+                     num_examples: int) -> int:
+        """Copies the spooled pieces into `out` in key `order` (gzip: into
+        one compressor); checks that they are the `num_bytes` framed bytes
+        the buckets sent, before the shard gets its `name`. Returns the
+        records written, `num_examples`."""
+        sink = (tfrecordio.GzipStream(out, self._gzip_level)
+                if self._compression == "gzip" else out)
+        framed = 0
+        for key in order:
+            position, length = where[key]
+            spool.seek(position)
+            while length:
+                block = spool.read(min(run_files.BLOCK, length))
+                sink.write(block)
+                framed += len(block)
+                length -= len(block)
+        if sink is not out:
+            sink.close()
+        if framed != num_bytes:
+            raise run_files.RunFileError(f"{name}: wrote {framed} bytes, the buckets "
+                                         f"sent {num_bytes}")
+        return num_examples

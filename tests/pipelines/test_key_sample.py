@@ -148,10 +148,10 @@ def test_rows_that_fail_their_checks_are_left_out_and_empty_inputs_give_one_buck
     ({"compression": "gzip"}, "shuffle", False),
     ({"source_type": "json"}, "shuffle", True),
     ({"source_type": "parquet"}, "shuffle", True),
-    ({"source_type": "parquet", "key": None}, "shuffle", False),  # a row's every column
+    ({"source_type": "parquet", "key": None}, "shuffle", True),
     ({"csv": {"quote": None}}, "shuffle", True),
 ])
-def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange(
+def test_bounds_are_sampled_for_key_ordered_plain_output_on_the_shuffle_exchange(
         tmp_path, changes, exchange, expected):
     changes = dict(changes)
     source_type = changes.pop("source_type", "csv")
@@ -162,7 +162,8 @@ def test_bounds_are_sampled_for_key_ordered_plain_tables_on_the_shuffle_exchange
 
 
 @pytest.mark.parametrize("source, compression, lanes", [
-    ("table", "none", False), ("table", "gzip", True), ("images", "none", False)])
+    ("table", "none", False), ("table", "gzip", True), ("images", "none", False),
+    ("unkeyed images", "none", False)])
 def test_a_build_on_a_distributed_runner_packs_key_ordered_plain_rows_by_sampled_bounds(
         tmp_path, source, compression, lanes):
     """The build's graph: sampled bounds spare key-ordered plain rows the
@@ -175,7 +176,7 @@ def test_a_build_on_a_distributed_runner_packs_key_ordered_plain_rows_by_sampled
         _write_tables(tmp_path / "in", "csv", files=2, rows=50)
         config = _config(tmp_path / "in", "csv", compression=compression)
     else:
-        config = _flowers(tmp_path, "path")
+        config = _flowers(tmp_path, None if source.startswith("unkeyed") else "path")
     pipeline = beam.Pipeline(runner=dask_runner.DaskRunner())
     build_pipeline(pipeline, config, staging_url=str(tmp_path / "staging"),
                    vocabularies=known_vocabularies(config))
@@ -226,9 +227,41 @@ def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
         assert 1 < len(buckets) <= len(vocabularies["label"])
 
 
-def test_images_keyed_by_what_only_the_image_gives_wait_for_their_sample(tmp_path):
-    assert not key_sample.uses_sampled_bounds(_flowers(tmp_path, "height"), "shuffle")
-    assert not key_sample.uses_sampled_bounds(_flowers(tmp_path, None), "shuffle")
+@pytest.mark.parametrize("key", ["height", None])
+def test_images_keyed_by_what_only_the_image_gives_read_a_few_images(tmp_path, monkeypatch,
+                                                                    key):
+    from recordforge.transforms.readers import image_items
+
+    config = _flowers(tmp_path, key)
+    vocabularies = known_vocabularies(config)
+    assert key_sample.uses_sampled_bounds(config, "shuffle")
+    converter = BatchConverter(config.features, vocabularies, config.key)
+    batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
+                                         config.source.labels)
+    items = [item for batch in batches for item in batch]
+    rows = key_sample._first_rows(image_items.read_image_items(
+        fsspec.filesystem("file"), items, config.source.image), 1 << 30)
+    examples, _ = converter.convert_batch(rows)
+    keys = [example if row_key is None else row_key for row_key, example in examples]
+
+    read = []
+    real_read = image_items.read_file_once
+
+    def counted(fs, path):
+        read.append(path)
+        return real_read(fs, path)
+
+    monkeypatch.setattr(image_items, "read_file_once", counted)
+    monkeypatch.setattr(key_sample, "SAMPLE_IMAGES", 40)
+    bounds = key_sample.sample_bucket_bounds(config, vocabularies, TUNING)
+    # 40 of the listed images, spread over the listing (both ends' classes).
+    assert len(read) == len(set(read)) == 40 < len(items)
+    assert {path.rsplit("/", 2)[-2] for path in read} == set(vocabularies["label"])
+    assert 2 < len(bounds) and set(bounds[1:]) <= {row_key[:TUNING.prefix_len]
+                                                   for row_key in keys}
+    buckets = collections.Counter(
+        exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys).tolist())
+    assert len(buckets) > 2
 
 
 def test_a_parquet_file_gives_its_first_keys_from_the_key_columns_first_pages(tmp_path,
@@ -266,3 +299,78 @@ def test_a_parquet_file_gives_its_first_keys_from_the_key_columns_first_pages(tm
     assert len(bounds) == TUNING.hash_buckets and set(bounds[1:]) <= {
         sortable_key(i) for i in range(20_000)}
     assert 0 < sum(read) < size / 8, (sum(read), size)
+
+
+def test_unkeyed_parquet_reads_the_first_pages_of_the_feature_columns_only(tmp_path,
+                                                                           monkeypatch):
+    """Without a key the examples are the order keys, so every feature's
+    column is read, from its first pages; a column no feature reads is not
+    (here a 20 MB one)."""
+    import os
+
+    (tmp_path / "in").mkdir()
+    count = 50_000
+    ids = list(range(count))
+    table = pa.table({"id": ids, "name": [f"n{i}" for i in ids],
+                      "unused": [os.urandom(400) for _ in ids]})
+    pq.write_table(table, tmp_path / "in" / "one.parquet", row_group_size=count,
+                   compression="none")
+    size = (tmp_path / "in" / "one.parquet").stat().st_size
+    config = _config(tmp_path / "in", "parquet", key=None)
+    assert key_sample.uses_sampled_bounds(config, "shuffle")
+    keys = _pipeline_keys(config)[:1000]
+    fs, files = key_sample.list_files(str(tmp_path / "in"), None)
+    read = []
+    real_open = fs.open
+
+    def counting_open(path, mode="rb", **kwargs):
+        handle = real_open(path, mode, **kwargs)
+        real_read = handle.read
+
+        def counted(*args):
+            data = real_read(*args)
+            read.append(len(data))
+            return data
+
+        handle.read = counted
+        return handle
+
+    monkeypatch.setattr(fs, "open", counting_open)
+    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    monkeypatch.setattr(key_sample, "SAMPLE_ROWS", 1000)
+    bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    assert len(bounds) == TUNING.hash_buckets
+    assert set(bounds[1:]) <= {key[:TUNING.prefix_len] for key in keys}
+    assert 0 < sum(read) < size / 8, (sum(read), size)
+
+
+def test_a_wide_unkeyed_parquet_source_reads_fewer_files(tmp_path, monkeypatch):
+    """A page per column read: SAMPLE_FILES column heads in all."""
+    _write_tables(tmp_path / "in", "parquet", files=12, rows=100)
+    monkeypatch.setattr(key_sample, "SAMPLE_FILES", 8)
+    opened = []
+    real = key_sample.read_parquet_head
+
+    def counted(path, rows, columns, **kwargs):
+        opened.append((path, tuple(columns)))
+        return real(path, rows, columns, **kwargs)
+
+    monkeypatch.setattr(key_sample, "read_parquet_head", counted)
+    key_sample.sample_bucket_bounds(_config(tmp_path / "in", "parquet", key=None), {}, TUNING)
+    assert len(opened) == 4 and {columns for _, columns in opened} == {("id", "name")}
+    opened.clear()
+    key_sample.sample_bucket_bounds(_config(tmp_path / "in", "parquet"), {}, TUNING)
+    assert len(opened) == 8 and {columns for _, columns in opened} == {("id",)}
+
+
+def test_bounds_of_given_rows_are_those_of_the_same_rows_read_from_files(tmp_path):
+    """WriteDataset's key sample: raw row dicts give the bounds their
+    rows give when read from a table (text values converted alike)."""
+    _write_tables(tmp_path / "in", "csv", files=1, rows=500)
+    config = _config(tmp_path / "in", "csv")
+    from_files = key_sample.sample_bucket_bounds(config, {}, TUNING)
+    lines = (tmp_path / "in" / "part-000.csv").read_text().splitlines()[1:]
+    rows = iter([dict(zip(("id", "name"), line.split(","))) for line in lines]
+                + [{"id": "not a number", "name": "x"}])  # left out
+    assert key_sample.bounds_of_rows(config, {}, rows, TUNING) == from_files
+    assert key_sample.bounds_of_rows(config, {}, [], TUNING) == (b"",)

@@ -512,13 +512,18 @@ def test_parquet_rows_and_row_groups(tmp_path):
     batches = list(parquet.iter_parquet(str(path), batch_size=300, columns=True))
     assert all(isinstance(batch, ColumnBatch) for batch in batches)
     assert list(each_row(batches)) == got
-    # The first values of one column, read from its first pages.
+    # The first rows of some columns, read from their first pages.
     for rows in (1, 1500, 5000):
-        assert parquet.read_parquet_column_head(str(path), "id", rows) == [
-            row["id"] for row in table.to_pylist()[:rows]]
-    assert parquet.read_parquet_column_head(str(path), "absent", 10) == []
+        head = parquet.read_parquet_head(str(path), rows, ["id", "absent"])
+        assert [r.values for r in head] == [{"id": row["id"]}
+                                            for row in table.to_pylist()[:rows]]
+        assert [r.row for r in head] == list(range(1, min(rows, 2500) + 1))
+        assert {r.source for r in head} == {str(path)}
+    whole = parquet.read_parquet_head(str(path), 10, table.column_names)
+    assert [r.values for r in whole] == table.to_pylist()[:10]
+    assert parquet.read_parquet_head(str(path), 10, ["absent"]) == []
     (tmp_path / "bad.parquet").write_bytes(b"not Parquet")
-    assert parquet.read_parquet_column_head(str(tmp_path / "bad.parquet"), "id", 10) == []
+    assert parquet.read_parquet_head(str(tmp_path / "bad.parquet"), 10, ["id"]) == []
 
 
 def test_parquet_batches_hold_about_a_megabyte_of_rows(tmp_path):

@@ -16,8 +16,8 @@ import fsspec
 from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_column_head",
-           "read_parquet_columns"]
+__all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_columns",
+           "read_parquet_head"]
 
 # Parquet record batches hold about _BATCH_BYTES bytes of column data (as the
 # file's metadata counts them, uncompressed), within these many rows: every
@@ -29,7 +29,7 @@ _BATCH_BYTES = 1 << 20
 _PARQUET_BATCH_ROWS = (16, 16384)
 
 
-# Read buffer of a column chunk read page by page (`read_parquet_column_head`).
+# Read buffer of a column chunk read page by page (`read_parquet_head`).
 _PAGE_BUFFER = 1 << 16
 
 
@@ -147,30 +147,35 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
             f"({end_row - row} rows lost): {exc}", {"row_group": group}, rows=end_row - row)
 
 
-def read_parquet_column_head(path: str, column: str, rows: int, *,
-                             fs: fsspec.AbstractFileSystem | None = None) -> list:
-    """The first `rows` values of `column` in a Parquet file, the Python
-    values `iter_parquet` gives in its rows, read from that column's first
-    pages only: a file's first row group, which `iter_parquet` reads whole,
-    is often hundreds of MB. Empty when the file or the column cannot be
-    read (`iter_parquet` reports why)."""
+def read_parquet_head(path: str, rows: int, columns: Iterable[str], *,
+                      fs: fsspec.AbstractFileSystem | None = None,
+                      source: str | None = None) -> list[SourceRow]:
+    """The first `rows` rows of a Parquet file, holding those of `columns`
+    the file has (the values `iter_parquet` gives), read from those
+    columns' first pages only: a file's first row group, which
+    `iter_parquet` reads whole, is often hundreds of MB. Empty when the
+    file cannot be read or has none of `columns`; a file damaged further
+    on gives the rows before the damage (`iter_parquet` reports it)."""
     import pyarrow as pa
 
-    fs, fs_path, _ = resolve(path, fs, None)
-    values: list = []
+    fs, fs_path, source = resolve(path, fs, source)
+    values: list[dict] = []
     try:
         with open_file(fs, fs_path) as f:
             parquet = _parquet_file(f, pages=True)
-            if column not in parquet.schema_arrow.names:
+            present = set(parquet.schema_arrow.names)
+            wanted = [column for column in dict.fromkeys(columns) if column in present]
+            if not wanted:
                 return []
-            for batch in parquet.iter_batches(batch_size=rows, columns=[column],
+            for batch in parquet.iter_batches(batch_size=rows, columns=wanted,
                                               use_threads=False):
-                values += batch.column(0).to_pylist()
+                values += batch.to_pylist()
                 if len(values) >= rows:
                     break
     except (*READ_ERRORS, pa.ArrowException, ValueError):
-        return values
-    return values[:rows]
+        pass
+    return [SourceRow(source, row, row_values)
+            for row, row_values in enumerate(values[:rows], start=1)]
 
 
 def read_parquet_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None
