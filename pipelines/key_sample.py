@@ -32,15 +32,16 @@ sample that misjudges the keys (files sorted by key and only their heads
 read) only gives some workers more rows to sort than others, each
 within its memory budget and local disk. The cost is a read of at most
 `SAMPLE_FILES` file heads, in `HEAD_BLOCK` reads (an object store client
-would otherwise fetch tens of MB at the first read), about 1-2 MB each,
-or of `SAMPLE_IMAGES` images, however large the input.
+would otherwise fetch tens of MB at the first read), about `SAMPLE_BYTES`
+in all (rows of image bytes give fewer rows, not a longer read), or of
+`SAMPLE_IMAGES` images, however large the input.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import itertools
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from fsspec.core import url_to_fs
 
@@ -56,8 +57,8 @@ from ..transforms.readers.tables import iter_table
 from ..transforms.shard_plan import bucket_bounds_of
 from ..transforms.shards import ShardTuning
 
-__all__ = ["HEAD_BLOCK", "READERS", "SAMPLE_FILES", "SAMPLE_IMAGES", "SAMPLE_ROWS",
-           "bounds_of_rows", "sample_bucket_bounds", "uses_sampled_bounds"]
+__all__ = ["HEAD_BLOCK", "READERS", "SAMPLE_BYTES", "SAMPLE_FILES", "SAMPLE_IMAGES",
+           "SAMPLE_ROWS", "bounds_of_rows", "sample_bucket_bounds", "uses_sampled_bounds"]
 
 # Most input files whose first rows are read, and most rows read in all.
 SAMPLE_FILES = 256
@@ -70,6 +71,10 @@ READERS = 8
 # Read block of a sampled file, so that a head costs about what is read
 # rather than a store client's readahead (s3fs fetches 50 MB at a time).
 HEAD_BLOCK = 1 << 20
+# Bytes of rows read from the sampled files in all (each read in whole
+# blocks): wide rows (image bytes in a table) give fewer rows, not a
+# longer read.
+SAMPLE_BYTES = 1 << 26
 # Columns of image rows that the listing gives, without reading an image.
 _LISTED_IMAGE_COLUMNS = ("path", "label")
 
@@ -127,15 +132,17 @@ def _table_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
     if not chosen:
         return []
     per_file = -(-SAMPLE_ROWS // len(chosen))
-    heads = _SmallBlocks(fs)
+    budget = SAMPLE_BYTES // len(chosen)
 
     def head(fs_path: str) -> list[SourceRow]:
         source_name = display_name(fs, fs_path)
+        heads = _HeadReads(fs)
         if parquet:
-            return read_parquet_head(fs_path, per_file, columns, fs=heads, source=source_name)
+            return read_parquet_head(fs_path, per_file, columns, max_bytes=budget, fs=heads,
+                                     source=source_name)
         rows = iter_table(fs_path, source.type, source.csv, fs=heads, source=source_name)
         try:
-            return _first_rows(rows, per_file)
+            return _first_rows(rows, per_file, lambda: heads.position() < budget)
         finally:
             rows.close()  # the rest of the file is never read
 
@@ -212,27 +219,37 @@ def _keys_of_values(converter: BatchConverter, values: Iterable) -> list[bytes]:
     return keys
 
 
-class _SmallBlocks:
-    """`fs`, but opening files with `HEAD_BLOCK` read blocks."""
+class _HeadReads:
+    """`fs`, opening files with `HEAD_BLOCK` read blocks and keeping them,
+    so that a head can tell how far into its file it has read."""
 
     def __init__(self, fs):
         self._fs = fs
+        self._opened: list = []
 
     def open(self, path: str, mode: str = "rb", **kwargs):
-        return self._fs.open(path, mode, block_size=HEAD_BLOCK, **kwargs)
+        handle = self._fs.open(path, mode, block_size=HEAD_BLOCK, **kwargs)
+        self._opened.append(handle)
+        return handle
+
+    def position(self) -> int:
+        """Bytes read so far from the files still open (decompressed)."""
+        return sum(handle.tell() for handle in self._opened if not handle.closed)
 
     def __getattr__(self, name: str):
         return getattr(self._fs, name)
 
 
-def _first_rows(items: Iterable, count: int) -> list[SourceRow]:
-    """The first `count` good rows a table reader gives (dead letters skipped)."""
+def _first_rows(items: Iterable, count: int,
+                within_budget: Callable[[], bool] | None = None) -> list[SourceRow]:
+    """The first `count` good rows a table reader gives (dead letters
+    skipped), fewer once `within_budget()` says no."""
     rows: list[SourceRow] = []
     for item in items:
         if isinstance(item, ColumnBatch):
             rows.extend(itertools.islice(item, count - len(rows)))
         elif isinstance(item, SourceRow):
             rows.append(item)
-        if len(rows) >= count:
+        if len(rows) >= count or (within_budget is not None and not within_budget()):
             break
     return rows

@@ -374,3 +374,49 @@ def test_bounds_of_given_rows_are_those_of_the_same_rows_read_from_files(tmp_pat
                 + [{"id": "not a number", "name": "x"}])  # left out
     assert key_sample.bounds_of_rows(config, {}, rows, TUNING) == from_files
     assert key_sample.bounds_of_rows(config, {}, [], TUNING) == (b"",)
+
+
+@pytest.mark.parametrize("source_type", ["csv", "jsonl", "parquet"])
+def test_wide_rows_give_fewer_rows_not_a_longer_read(tmp_path, monkeypatch, source_type):
+    """20 MB of 10 KB rows in one file: the sample stops near SAMPLE_BYTES
+    (here 2 MB) instead of reading SAMPLE_ROWS rows (the whole file)."""
+    (tmp_path / "in").mkdir()
+    count, wide = 2000, "x" * 10_000
+    path = tmp_path / "in" / f"wide.{source_type}"
+    if source_type == "csv":
+        path.write_text("id,name\n" + "".join(f"{i},{wide}{i}\n" for i in range(count)))
+    elif source_type == "jsonl":
+        path.write_text("".join(json.dumps({"id": i, "name": f"{wide}{i}"}) + "\n"
+                                for i in range(count)))
+    else:
+        # Pages of about 1 MB (a page is read whole; by default Arrow
+        # checks a page's size every 1024 values, here 10 MB), no dictionary.
+        pq.write_table(pa.table({"id": list(range(count)),
+                                 "name": [f"{wide}{i}" for i in range(count)]}), path,
+                       row_group_size=count, compression="none", write_batch_size=100,
+                       use_dictionary=False)
+    size = path.stat().st_size
+    fs, files = key_sample.list_files(str(tmp_path / "in"), None)
+    read = []
+    real_open = fs.open
+
+    def counting_open(path, mode="rb", **kwargs):
+        handle = real_open(path, mode, **kwargs)
+        real_read = handle.read
+
+        def counted(*args):
+            data = real_read(*args)
+            read.append(len(data))
+            return data
+
+        handle.read = counted
+        return handle
+
+    monkeypatch.setattr(fs, "open", counting_open)
+    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    monkeypatch.setattr(key_sample, "SAMPLE_BYTES", 2 << 20)
+    # Without a key, so that the wide column is part of every key.
+    bounds = key_sample.sample_bucket_bounds(_config(tmp_path / "in", source_type, key=None),
+                                             {}, TUNING)
+    assert len(bounds) == TUNING.hash_buckets
+    assert 2 << 20 <= sum(read) < 5 << 20 < size, (sum(read), size)

@@ -526,6 +526,27 @@ def test_parquet_rows_and_row_groups(tmp_path):
     assert parquet.read_parquet_head(str(tmp_path / "bad.parquet"), 10, ["id"]) == []
 
 
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(0, 300), group=st.integers(1, 120), rows=st.integers(0, 400),
+       columns=st.lists(st.sampled_from(["id", "name", "tags", "absent"]), max_size=4),
+       max_bytes=st.one_of(st.none(), st.integers(1, 4000)))
+def test_a_parquet_head_is_the_first_rows_of_the_columns_asked_for(tmp_path_factory, count,
+                                                                   group, rows, columns,
+                                                                   max_bytes):
+    path = tmp_path_factory.mktemp("head") / "t.parquet"
+    table = write_parquet(path, n=count, row_group_size=group)
+    head = parquet.read_parquet_head(str(path), rows, columns, max_bytes=max_bytes)
+    present = [column for column in dict.fromkeys(columns) if column != "absent"]
+    expected = [{column: row[column] for column in present}
+                for row in table.to_pylist()] if present else []
+    if max_bytes is None:
+        assert [r.values for r in head] == expected[:rows]
+    else:  # fewer rows, always the first ones
+        assert [r.values for r in head] == expected[:len(head)]
+        assert len(head) >= min(1, rows, len(expected))
+    assert [r.row for r in head] == list(range(1, len(head) + 1))
+
+
 def test_parquet_batches_hold_about_a_megabyte_of_rows(tmp_path):
     narrow, wide = tmp_path / "narrow.parquet", tmp_path / "wide.parquet"
     pq.write_table(pa.table({"id": list(range(100_000))}), narrow, row_group_size=50_000)

@@ -31,6 +31,8 @@ _PARQUET_BATCH_ROWS = (16, 16384)
 
 # Read buffer of a column chunk read page by page (`read_parquet_head`).
 _PAGE_BUFFER = 1 << 16
+# Rows of a batch `read_parquet_head` reads before it looks at their size.
+_HEAD_BATCH_ROWS = 64
 
 
 def _parquet_file(f: IO[bytes], pages: bool = False):
@@ -148,34 +150,48 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
 
 
 def read_parquet_head(path: str, rows: int, columns: Iterable[str], *,
+                      max_bytes: int | None = None,
                       fs: fsspec.AbstractFileSystem | None = None,
                       source: str | None = None) -> list[SourceRow]:
     """The first `rows` rows of a Parquet file, holding those of `columns`
     the file has (the values `iter_parquet` gives), read from those
-    columns' first pages only: a file's first row group, which
-    `iter_parquet` reads whole, is often hundreds of MB. Empty when the
-    file cannot be read or has none of `columns`; a file damaged further
-    on gives the rows before the damage (`iter_parquet` reports it)."""
+    columns' first pages only, a column after the other (a store client
+    reading ahead in one place would fetch again at every turn between
+    columns): a file's first row group, which `iter_parquet` reads whole,
+    is often hundreds of MB. `max_bytes`: fewer rows, about as many as
+    hold `max_bytes` of values (wide values: image bytes in a column).
+    Empty when the file cannot be read or has none of `columns`; a file
+    damaged further on gives the rows read before the damage
+    (`iter_parquet` reports it)."""
     import pyarrow as pa
 
     fs, fs_path, source = resolve(path, fs, source)
-    values: list[dict] = []
+    values: dict[str, list] = {}
     try:
         with open_file(fs, fs_path) as f:
             parquet = _parquet_file(f, pages=True)
             present = set(parquet.schema_arrow.names)
             wanted = [column for column in dict.fromkeys(columns) if column in present]
-            if not wanted:
-                return []
-            for batch in parquet.iter_batches(batch_size=rows, columns=wanted,
-                                              use_threads=False):
-                values += batch.to_pylist()
-                if len(values) >= rows:
+            values = {column: [] for column in wanted}
+            per_column = None if max_bytes is None else max(1, max_bytes // max(1, len(wanted)))
+            for column in wanted:
+                if rows < 1:
                     break
+                held = 0
+                for batch in parquet.iter_batches(batch_size=min(rows, _HEAD_BATCH_ROWS),
+                                                  columns=[column], use_threads=False):
+                    values[column] += batch.column(0).to_pylist()
+                    held += batch.nbytes
+                    if len(values[column]) >= rows or (per_column is not None
+                                                       and held >= per_column):
+                        break
+                rows = min(rows, len(values[column]))  # no column needs more
     except (*READ_ERRORS, pa.ArrowException, ValueError):
         pass
-    return [SourceRow(source, row, row_values)
-            for row, row_values in enumerate(values[:rows], start=1)]
+    count = min((len(column_values) for column_values in values.values()), default=0)
+    return [SourceRow(source, row + 1, {column: column_values[row]
+                                        for column, column_values in values.items()})
+            for row in range(min(count, rows))]
 
 
 def read_parquet_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None
