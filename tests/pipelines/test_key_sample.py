@@ -66,6 +66,30 @@ def _pipeline_keys(config) -> list[bytes]:
     return keys
 
 
+def _count_reads(monkeypatch, directory) -> list[int]:
+    """The sizes of the reads the sample makes from `directory`'s files
+    (appended as they happen)."""
+    fs, files = key_sample.list_files(str(directory), None)
+    read: list[int] = []
+    real_open = fs.open
+
+    def counting_open(path, mode="rb", **kwargs):
+        handle = real_open(path, mode, **kwargs)
+        real_read = handle.read
+
+        def counted(*args):
+            data = real_read(*args)
+            read.append(len(data))
+            return data
+
+        handle.read = counted
+        return handle
+
+    monkeypatch.setattr(fs, "open", counting_open)
+    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    return read
+
+
 @pytest.mark.parametrize("source_type", ["csv", "jsonl", "parquet", "json"])
 def test_sampled_bounds_split_the_keys_the_pipeline_gives_evenly(tmp_path, source_type):
     _write_tables(tmp_path / "in", source_type)
@@ -194,6 +218,21 @@ def _flowers(tmp_path, key):
     return recordforge.load_config(config)
 
 
+def _image_keys(config, vocabularies):
+    """(every listed image, every image's order key as the pipeline gives
+    it: the example when there is no key)."""
+    from recordforge.transforms.readers import image_items
+
+    converter = BatchConverter(config.features, vocabularies, config.key)
+    batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
+                                         config.source.labels)
+    items = [item for batch in batches for item in batch]
+    rows = key_sample._first_rows(image_items.read_image_items(
+        fsspec.filesystem("file"), items, config.source.image), 1 << 30)
+    examples, _ = converter.convert_batch(rows)
+    return items, [example if row_key is None else row_key for row_key, example in examples]
+
+
 @pytest.mark.parametrize("key", ["path", "label"])
 def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
         tmp_path, monkeypatch, key):
@@ -202,15 +241,7 @@ def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
     config = _flowers(tmp_path, key)
     vocabularies = known_vocabularies(config)
     assert key_sample.uses_sampled_bounds(config, "shuffle")
-    # Every image's key as the pipeline gives it.
-    converter = BatchConverter(config.features, vocabularies, config.key)
-    batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
-                                         config.source.labels)
-    items = [item for batch in batches for item in batch]
-    rows = key_sample._first_rows(image_items.read_image_items(
-        fsspec.filesystem("file"), items, config.source.image), 1 << 30)
-    examples, _ = converter.convert_batch(rows)
-    keys = [row_key for row_key, _ in examples]
+    _, keys = _image_keys(config, vocabularies)
 
     def no_reading(*args, **kwargs):
         raise AssertionError("an image was read")
@@ -235,14 +266,7 @@ def test_images_keyed_by_what_only_the_image_gives_read_a_few_images(tmp_path, m
     config = _flowers(tmp_path, key)
     vocabularies = known_vocabularies(config)
     assert key_sample.uses_sampled_bounds(config, "shuffle")
-    converter = BatchConverter(config.features, vocabularies, config.key)
-    batches, _ = image_items.plan_images(config.source.path, config.source.extensions,
-                                         config.source.labels)
-    items = [item for batch in batches for item in batch]
-    rows = key_sample._first_rows(image_items.read_image_items(
-        fsspec.filesystem("file"), items, config.source.image), 1 << 30)
-    examples, _ = converter.convert_batch(rows)
-    keys = [example if row_key is None else row_key for row_key, example in examples]
+    items, keys = _image_keys(config, vocabularies)
 
     read = []
     real_read = image_items.read_file_once
@@ -276,24 +300,7 @@ def test_a_parquet_file_gives_its_first_keys_from_the_key_columns_first_pages(tm
     pq.write_table(pa.table({"id": ids, "name": [os.urandom(48).hex() for _ in ids]}),
                    tmp_path / "in" / "one.parquet", row_group_size=count)
     size = (tmp_path / "in" / "one.parquet").stat().st_size
-    fs, files = key_sample.list_files(str(tmp_path / "in"), None)
-    read = []
-    real_open = fs.open
-
-    def counting_open(path, mode="rb", **kwargs):
-        handle = real_open(path, mode, **kwargs)
-        real_read = handle.read
-
-        def counted(*args):
-            data = real_read(*args)
-            read.append(len(data))
-            return data
-
-        handle.read = counted
-        return handle
-
-    monkeypatch.setattr(fs, "open", counting_open)
-    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    read = _count_reads(monkeypatch, tmp_path / "in")
     monkeypatch.setattr(key_sample, "SAMPLE_ROWS", 1000)
     bounds = key_sample.sample_bucket_bounds(_config(tmp_path / "in", "parquet"), {}, TUNING)
     assert len(bounds) == TUNING.hash_buckets and set(bounds[1:]) <= {
@@ -319,24 +326,7 @@ def test_unkeyed_parquet_reads_the_first_pages_of_the_feature_columns_only(tmp_p
     config = _config(tmp_path / "in", "parquet", key=None)
     assert key_sample.uses_sampled_bounds(config, "shuffle")
     keys = _pipeline_keys(config)[:1000]
-    fs, files = key_sample.list_files(str(tmp_path / "in"), None)
-    read = []
-    real_open = fs.open
-
-    def counting_open(path, mode="rb", **kwargs):
-        handle = real_open(path, mode, **kwargs)
-        real_read = handle.read
-
-        def counted(*args):
-            data = real_read(*args)
-            read.append(len(data))
-            return data
-
-        handle.read = counted
-        return handle
-
-    monkeypatch.setattr(fs, "open", counting_open)
-    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    read = _count_reads(monkeypatch, tmp_path / "in")
     monkeypatch.setattr(key_sample, "SAMPLE_ROWS", 1000)
     bounds = key_sample.sample_bucket_bounds(config, {}, TUNING)
     assert len(bounds) == TUNING.hash_buckets
@@ -396,24 +386,7 @@ def test_wide_rows_give_fewer_rows_not_a_longer_read(tmp_path, monkeypatch, sour
                        row_group_size=count, compression="none", write_batch_size=100,
                        use_dictionary=False)
     size = path.stat().st_size
-    fs, files = key_sample.list_files(str(tmp_path / "in"), None)
-    read = []
-    real_open = fs.open
-
-    def counting_open(path, mode="rb", **kwargs):
-        handle = real_open(path, mode, **kwargs)
-        real_read = handle.read
-
-        def counted(*args):
-            data = real_read(*args)
-            read.append(len(data))
-            return data
-
-        handle.read = counted
-        return handle
-
-    monkeypatch.setattr(fs, "open", counting_open)
-    monkeypatch.setattr(key_sample, "list_files", lambda *args: (fs, files))
+    read = _count_reads(monkeypatch, tmp_path / "in")
     monkeypatch.setattr(key_sample, "SAMPLE_BYTES", 2 << 20)
     # Without a key, so that the wide column is part of every key.
     bounds = key_sample.sample_bucket_bounds(_config(tmp_path / "in", source_type, key=None),
