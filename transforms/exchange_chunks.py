@@ -17,7 +17,7 @@ import bisect
 import functools
 import heapq
 import tempfile
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -235,7 +235,12 @@ def plan_split_shards(split_buckets, *, shard_size: int):
 
 class PlaceFn(beam.DoFn):
     """((split, bucket), [places and chunks]) -> ((split, shard), ("piece",
-    (offset in the shard, bytes)))."""
+    (offset in the shard, bytes))).
+
+    The values are read twice, as a GroupByKey's values may be: the
+    bucket's few places first, then its chunks one at a time, so that a
+    bucket of any size (every row of a key shared by most of the data
+    lands in one) passes through in one chunk's memory."""
 
     def setup(self):
         keep_freed_memory()  # buffers are freed and made again all the time
@@ -244,10 +249,19 @@ class PlaceFn(beam.DoFn):
     def process(self, item):
         (split, bucket), values = item
         places = [value for tag, value in values if tag == "place"]
-        chunks = {value[0]: value[1] for tag, value in values if tag == "chunk"}
-        for shard, offset, data in place_chunks(places, sorted(chunks.items())):
+        for shard, offset, data in place_chunks(places, _chunks_once(values)):
             self._exchanged.inc(len(data))
             yield (split, shard), ("piece", (offset, data))
+
+
+def _chunks_once(values: Iterable[tuple]) -> Iterator[tuple]:
+    """The ``(offset, bytes)`` chunks among a bucket's tagged values, each
+    once (a retried step may deliver one twice: the same bytes)."""
+    seen: set[int] = set()
+    for tag, value in values:
+        if tag == "chunk" and value[0] not in seen:
+            seen.add(value[0])
+            yield value
 
 
 class WriteShardFn(ShardFileFn):

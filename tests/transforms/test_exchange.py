@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import collections
 import hashlib
 import importlib.util
 import os
@@ -248,6 +249,45 @@ def test_place_chunks_maps_bucket_bytes_into_shards():
         (0, 70, b"a" * 10), (0, 80, b"b" * 20), (1, 0, b"c" * 25), (1, 25, b"d" * 25)]
     with pytest.raises(ValueError, match="overruns"):
         list(exchange_chunks.place_chunks(places, [(20, b"x" * 20)]))
+
+
+class _BucketValues:
+    """A bucket's (places, chunks) as a GroupByKey gives them: iterable
+    again and again, each chunk's bytes made as it is reached, as a
+    runner reads a large group from its shuffle."""
+
+    def __init__(self, chunks: int, chunk_bytes: int):
+        self.chunks, self.chunk_bytes = chunks, chunk_bytes
+
+    def __iter__(self):
+        total = self.chunks * self.chunk_bytes
+        yield "place", (0, total // 2, 0, 0)
+        for index in range(self.chunks):
+            yield "chunk", (index * self.chunk_bytes, bytes([index % 251]) * self.chunk_bytes)
+            if index == 3:  # a retried step's chunk, delivered again
+                yield "chunk", (0, bytes([0]) * self.chunk_bytes)
+        yield "place", (total // 2, total - total // 2, 1, 0)
+
+
+def test_placing_a_bucket_holds_one_chunk_at_a_time():
+    """A key shared by most rows puts them in one bucket: placing its
+    chunks must not hold them all (here 64 MB in 256 KB chunks)."""
+    import tracemalloc
+
+    values = _BucketValues(chunks=256, chunk_bytes=256 << 10)
+    place = exchange_chunks.PlaceFn()
+    place.setup()
+    tracemalloc.start()
+    try:
+        pieces = collections.Counter()
+        for (split, shard), (_, (offset, data)) in place.process((("train", 0), values)):
+            assert data == bytes([(offset + (shard * 32 << 20)) // (256 << 10) % 251]) * len(data)
+            pieces[shard] += len(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert pieces == {0: 32 << 20, 1: 32 << 20}
+    assert peak < 4 << 20, peak
 
 
 # -- in Beam -------------------------------------------------------------------
