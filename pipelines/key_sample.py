@@ -233,8 +233,15 @@ class _HeadReads:
         return handle
 
     def position(self) -> int:
-        """Bytes read so far from the files still open (decompressed)."""
-        return sum(handle.tell() for handle in self._opened if not handle.closed)
+        """Bytes read so far from the files still open (decompressed; a
+        handle that cannot tell counts none, leaving the row limit)."""
+        read = 0
+        for handle in self._opened:
+            try:
+                read += 0 if handle.closed else handle.tell()
+            except (OSError, ValueError):
+                continue
+        return read
 
     def __getattr__(self, name: str):
         return getattr(self._fs, name)

@@ -393,3 +393,25 @@ def test_wide_rows_give_fewer_rows_not_a_longer_read(tmp_path, monkeypatch, sour
                                              {}, TUNING)
     assert len(bounds) == TUNING.hash_buckets
     assert 2 << 20 <= sum(read) < 5 << 20 < size, (sum(read), size)
+
+
+def test_a_file_that_cannot_tell_its_place_leaves_the_row_limit(tmp_path):
+    """A decompressing reader without tell() must not fail the sample."""
+    import io
+
+    class NoTell(io.BytesIO):
+        def tell(self):
+            raise io.UnsupportedOperation("tell")
+
+    class Store:
+        def open(self, path, mode="rb", **kwargs):
+            return NoTell(b"id,name\n1,a\n")
+
+    heads = key_sample._HeadReads(Store())
+    handle = heads.open("any")
+    other = key_sample._HeadReads(fsspec.filesystem("file"))
+    (tmp_path / "t.csv").write_bytes(b"0123456789")
+    with other.open(str(tmp_path / "t.csv")) as opened:
+        opened.read(4)
+        assert other.position() == 4
+    assert heads.position() == 0 and not handle.closed and other.position() == 0
