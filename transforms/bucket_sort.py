@@ -187,14 +187,11 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
 
 
 def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
-    if not writer.writes_bytes:
-        slices = [run_file.read(bucket.lo, bucket.hi, mapped=True) for run_file in parts]
-    else:
-        sizes = [run_file.estimate(bucket.lo, bucket.hi)[1] for run_file in parts]
-        arena = _read_arena(sum(sizes))
-        slices = []
-        for run_file, start, size in zip(parts, np.cumsum(sizes) - sizes, sizes):
-            slices.append(run_file.read(bucket.lo, bucket.hi, into=arena[start:start + size]))
+    sizes = [run_file.estimate(bucket.lo, bucket.hi)[1] for run_file in parts]
+    arena = _read_arena(sum(sizes))
+    slices = []
+    for run_file, start, size in zip(parts, np.cumsum(sizes) - sizes, sizes):
+        slices.append(run_file.read(bucket.lo, bucket.hi, into=arena[start:start + size]))
     slices = [rows for rows in slices if len(rows.sizes)]
     if slices:
         # Fixed-width keys are sorted by numpy; a mix of key kinds (no

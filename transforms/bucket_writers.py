@@ -39,8 +39,6 @@ class ChunkWriter:
     content only, so chunk boundaries are deterministic.
     """
 
-    writes_bytes = True
-
     def __init__(self, fileobj: BinaryIO, *, compression: str, chunk_bytes: int,
                  gzip_level: int):
         self._fileobj = fileobj
@@ -118,8 +116,6 @@ class ShardRowsWriter:
     writes to `out` only those that belong to shard `shard` when shards are
     cut at rows (`shard_plan.shards_of_rows`; `start`: the bucket's first
     byte in the split), counting them."""
-
-    writes_bytes = True
 
     def __init__(self, out, start: int, thresholds: np.ndarray, shard: int):
         self._out = out

@@ -50,8 +50,6 @@ class ShardCutter:
     byte `start` in the split. `segments` lists ``[shard, offset in out,
     length, rows]`` in order."""
 
-    writes_bytes = True
-
     def __init__(self, out: BinaryIO, start: int, thresholds: np.ndarray):
         self._out = out
         self._thresholds = thresholds

@@ -359,9 +359,9 @@ class RunFile:
                  into: memoryview | None = None) -> memoryview:
         """Bytes ``[offset, offset + length)`` of the records section.
 
-        `mapped` (planning): a local run is mapped rather than read, so
-        that bytes never looked at cost nothing: planning a bucket needs
-        only the sizes and keys, unless keys tie or the key is the example.
+        `mapped` (measuring): a local run is mapped rather than read, so
+        that bytes never looked at cost nothing: measuring a bucket needs
+        only the sizes (and, for the ratio sample, the keys and a few rows).
         Pages looked at count in the process's RSS until `release`, which
         is why writing reads instead (mapped, peak RSS followed the largest
         bucket: 1.26x higher at 4 GB than at 1 GB).

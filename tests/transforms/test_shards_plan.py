@@ -424,8 +424,6 @@ def test_a_measured_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_by
 class _CollectingWriter:
     """A bucket writer that keeps every byte it is given."""
 
-    writes_bytes = True
-
     def __init__(self):
         self.data = bytearray()
         self.sizes: list[int] = []
