@@ -158,6 +158,17 @@ def _already_published(staging: publish.Staging, parts: tuple) -> dict:
                       f"without publishing (its staging directory is gone){where}")
 
 
+def _sample_rows(key_sample: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The first `SAMPLE_ROWS` rows of a key sample. Raises TypeError, before
+    any pipeline runs, for one that is no mapping of column -> value."""
+    rows = list(itertools.islice(key_sample, SAMPLE_ROWS))
+    for index, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"key_sample row {index + 1} is a {type(row).__name__}, not a "
+                            f"mapping of column -> value like the input's rows")
+    return rows
+
+
 class WriteDataset(beam.PTransform):
     """Checks, encodes, shards and publishes a PCollection of row dicts.
 
@@ -170,8 +181,9 @@ class WriteDataset(beam.PTransform):
     lease: seconds the build owns its staging directory (module docstring).
     key_sample: rows like the input's, whose keys give key-ordered plain
     output the bounds of its workers' key ranges before the run (module
-    docstring; the first `key_sample.SAMPLE_ROWS` are used); ignored by
-    other output and by local runners.
+    docstring; the first `key_sample.SAMPLE_ROWS` are used, and one that is
+    no mapping raises TypeError here); ignored by other output and by local
+    runners.
 
     Input: dicts, column name -> raw value (what a table row holds). Output:
     `WriteDatasetResult` (dead letters, publish summary). The pipeline fails,
@@ -186,8 +198,7 @@ class WriteDataset(beam.PTransform):
                  key_sample: Iterable[Mapping[str, Any]] | None = None, **overrides: Any):
         super().__init__()
         self._config = load_config(config, overrides or None, rows_given=True)
-        self._key_sample = (None if key_sample is None
-                            else list(itertools.islice(key_sample, SAMPLE_ROWS)))
+        self._key_sample = None if key_sample is None else _sample_rows(key_sample)
         self._overwrite = overwrite
         self._update_latest = update_latest
         self._verify = verify

@@ -209,6 +209,10 @@ def test_write_dataset_refuses_a_bad_config_before_the_pipeline_runs(tmp_path):
     config["features"]["carrier_id"]["vocabulary"] = "auto"
     with pytest.raises(recordforge.ConfigError, match="list the values"):
         recordforge.WriteDataset(config, **{"output.path": str(tmp_path)})
+    # A key sample must hold rows like the input's, checked before any run.
+    with pytest.raises(TypeError, match="key_sample row 2 is a str, not a mapping"):
+        recordforge.WriteDataset(_flights_config(), key_sample=iter([{"flight_id": "1"}, "2"]),
+                                 **{"output.path": str(tmp_path)})
 
 
 def test_publish_step_run_again_after_it_committed_returns_the_same_summary(tmp_path):
