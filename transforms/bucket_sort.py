@@ -87,7 +87,7 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
     whole bucket; the path is a `spill.bucket_reference`, from which
     `write_bucket_rows` sorts and writes a shard's rows later. With
     `ratio_bound` (gzip), the bucket's rows whose digest is below it are
-    read too, for the split's ratio sample (`shard_plan.ratio_sample_bound`;
+    read too, for the split's ratio sample (`shard_plan.RATIO_SAMPLE_BOUND`;
     only the lowest buckets have any), cut as the sample is
     (`shard_plan.ratio_sample_of`)."""
     total = count = largest = 0

@@ -40,7 +40,7 @@ Rows cross the runner's shuffle once (to their bucket) and again as the
 bytes of the shard they land in: with the shard written once (c·D for
 gzip, c its compression ratio), 2 + c bytes moved per dataset byte (3
 plain). Only counts cross the combine, and for gzip the ratio sample
-(about `shard_plan.RATIO_SAMPLE_BYTES` of each split, at most
+(1/64 of each split's rows, `shard_plan.RATIO_SAMPLE_BOUND`, at most
 `shard_plan.RATIO_SAMPLE_LIMIT`), from which a gzip split's shard count
 is estimated: a gzip shard holds the rows a plain one would, of a
 1/N share of the split's framed bytes, so gzip shard sizes follow the

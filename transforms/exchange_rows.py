@@ -4,7 +4,7 @@ A batch's rows are cut by bucket as they are packed (shuffled output:
 `exchange_steps.PackFn`) or routed (key order: `exchange_chunks.RouteFn`,
 once the split's bucket bounds are known); only their counts cross a combine
 (`BucketSizesFn`), with, for gzip, the rows of the split's ratio sample
-(`shard_plan.ratio_sample_bound`), from which each bucket learns its
+(`shard_plan.RATIO_SAMPLE_BOUND`), from which each bucket learns its
 first byte in the split and each shard the buckets that may hold its
 rows (`plan_row_cuts`; gzip: as many shards as the sample's compression
 ratio says). A bucket's rows are sorted (`CutBucketFn`) through a

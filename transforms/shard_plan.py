@@ -14,7 +14,7 @@ shards byte-identical on every runner:
 - shards are cut at chunk boundaries chosen from the chunk sizes alone
   (key-ordered gzip), or at rows by their byte midpoints (the rest; gzip
   shards are counted from the compression ratio of a sample that is a
-  function of content alone, `ratio_sample_bound`).
+  function of content alone, `RATIO_SAMPLE_BOUND`).
 
 The records passed between the Beam steps are the NamedTuples below; they
 carry file names, counts and a few key prefixes, never example bytes.
@@ -44,11 +44,10 @@ __all__ = [
     "PreparedBatch",
     "assign_split",
     "batch_columns",
-    "RATIO_SAMPLE_BYTES",
+    "RATIO_SAMPLE_BOUND",
     "bucket_bounds_of",
     "cuts_at_rows",
     "estimated_written_bytes",
-    "ratio_sample_bound",
     "ratio_sample_of",
     "ratio_sample_rows",
     "rows_below",
@@ -137,7 +136,7 @@ class BucketChunks(NamedTuple):
     """A sorted bucket written as consecutive chunks in the file `path`;
     max_row: its largest framed row, when shards are cut at rows
     (`plan_row_shards`); ratio_sample: its rows in the split's gzip ratio
-    sample, ``((order key, framed record), ...)`` (`ratio_sample_bound`)."""
+    sample, ``((order key, framed record), ...)`` (`RATIO_SAMPLE_BOUND`)."""
 
     split: str
     index: int
@@ -480,22 +479,24 @@ def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int,
 # below a bound K, all of them, in (key, framed record) order, cut to the
 # first RATIO_SAMPLE_LIMIT framed bytes. A set defined by content alone,
 # so every exchange, bundling and worker count sees the same sample.
+#
+# K is one constant, not sized to the input: `WriteDataset` cannot know
+# its input's size, and must give `build`'s bytes. A bound that followed
+# the input sampled 4 MB of a small build but 1/256 of the same rows
+# through `WriteDataset`, so the two estimates, and at times the shard
+# counts and every byte, differed.
 
-# Framed bytes of a split the ratio sample aims at (K follows the input size).
-RATIO_SAMPLE_BYTES = 4 << 20
-# The most framed bytes kept in a sample, whatever K gives (a bound on the
-# planning step's memory when the input is larger than expected).
-RATIO_SAMPLE_LIMIT = 4 * RATIO_SAMPLE_BYTES
+# Rows whose digest starts with six zero bits: 1/64 of a split, so a split
+# of 1 GiB or more samples RATIO_SAMPLE_LIMIT and a smaller one 1/64 of its
+# rows. Small samples misjudge small splits (benchmarks/bench_ratio_sample.py:
+# a 3 MB split's estimate off by up to 3.6% with 1/64, 6.9% with 1/256); at
+# most 1/64 of the data, and RATIO_SAMPLE_LIMIT of a bundle, crosses the
+# combine.
+RATIO_SAMPLE_BOUND = 1 << 122
+# The most framed bytes kept in a sample (a bound on the planning step's
+# memory, and on what one bundle sends).
+RATIO_SAMPLE_LIMIT = 16 << 20
 _TWO_128 = 1 << 128
-
-
-def ratio_sample_bound(expected_bytes: int) -> int:
-    """K for a split of about `expected_bytes`: 2**128 * RATIO_SAMPLE_BYTES
-    // expected_bytes, so the digests below it hold about
-    RATIO_SAMPLE_BYTES; 2**128 (every row) when the split is not larger."""
-    if expected_bytes <= RATIO_SAMPLE_BYTES:
-        return _TWO_128
-    return _TWO_128 * RATIO_SAMPLE_BYTES // expected_bytes
 
 
 def bound_key(bound: int) -> bytes | None:

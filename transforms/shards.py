@@ -73,7 +73,7 @@ from .shard_plan import (
     cuts_at_rows,
     plan_bucket_ranges,
     plan_row_shards,
-    ratio_sample_bound,
+    RATIO_SAMPLE_BOUND,
     row_shard_thresholds,
     plan_shards,
     runs_of,
@@ -98,10 +98,6 @@ _COPY_BLOCK = 4 << 20
 # ShardTuning.for_input: hash buckets per byte of input, and their most.
 INPUT_BYTES_PER_HASH_BUCKET = 1 << 30
 MAX_HASH_BUCKETS = 4096
-# The input size the ratio sample's bound assumes when it is not known
-# (WriteDataset): a split much larger samples more, cut at
-# shard_plan.RATIO_SAMPLE_LIMIT bytes; one much smaller, fewer rows.
-DEFAULT_EXPECTED_BYTES = 1 << 30
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +130,9 @@ class ShardTuning:
       (memory_bytes in memory, the rest on its local disk); their number
       never changes the output. `for_input` sizes it to the input.
     ratio_sample_bound: K of shuffled gzip output's ratio sample (the rows
-      whose digest is below it, `shard_plan.ratio_sample_bound`), from
-      which a split's shard count is estimated: it changes the output.
-      `for_input` sizes it to the input; unknown, to
-      `DEFAULT_EXPECTED_BYTES`.
+      whose digest is below it, `shard_plan.RATIO_SAMPLE_BOUND`), from
+      which a split's shard count is estimated: it changes the output,
+      so it never follows the input size (`WriteDataset` does not know it).
     """
 
     run_bytes: int = 64 << 20
@@ -153,7 +148,7 @@ class ShardTuning:
     lanes: int = 64
     route_bytes: int = 1 << 20
     hash_buckets: int = 256
-    ratio_sample_bound: int = ratio_sample_bound(DEFAULT_EXPECTED_BYTES)
+    ratio_sample_bound: int = RATIO_SAMPLE_BOUND
 
     @classmethod
     def for_input(cls, input_bytes: int | None) -> "ShardTuning":
@@ -163,16 +158,16 @@ class ShardTuning:
         what one worker sorts: with a fixed 256, a 10 TB build would sort
         ~40 GB per worker and keep at most 256 workers busy; with 4,096 it
         is ~2.5 GB each. The bound keeps the per-bundle byte counts that
-        cross the combine (16 bytes a bucket) at 64 KB. The ratio sample's
-        bound aims at `shard_plan.RATIO_SAMPLE_BYTES` of the input's bytes
-        (a split holding a fraction of the rows samples that fraction)."""
+        cross the combine (16 bytes a bucket) at 64 KB. Nothing else
+        follows the input: the bucket count never changes the output,
+        and `WriteDataset`, which cannot know its input's size, must give
+        a build's bytes."""
         default = cls()
         if not input_bytes:
             return default
         wanted = -(-input_bytes // INPUT_BYTES_PER_HASH_BUCKET)
         return dataclasses.replace(
-            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)),
-            ratio_sample_bound=ratio_sample_bound(input_bytes))
+            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)))
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)

@@ -12,6 +12,7 @@ import io
 import json
 import pathlib
 import py_compile
+import random
 import re
 import subprocess
 import sys
@@ -30,6 +31,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 FLIGHTS = REPO / "configs" / "examples" / "flights.yaml"
 FLIGHTS_CSV = REPO / "examples" / "tables" / "flights.csv"
 FLOWERS = REPO / "configs" / "examples" / "flowers.yaml"
+ROWS_OF_NOTES = 14000
 
 
 def _shard_digests(version_dir: pathlib.Path) -> dict[str, str]:
@@ -160,6 +162,37 @@ def test_write_dataset_from_a_text_source_gives_the_cli_bytes(tmp_path, cli_flig
     assert _shard_digests(out / "1.0.0") == _shard_digests(cli_flights)
     assert verify.verify_dataset(str(out / "1.0.0"), deep=True).ok
     assert list((out / ".staging").iterdir()) == []
+
+
+def _notes(count: int) -> list[dict]:
+    """Rows of words and hex that gzip shrinks about 2x (some more, some less)."""
+    rng = random.Random(11)
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    return [{"id": i, "text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 60))),
+             "blob": rng.randbytes(rng.randint(1, 100)).hex()} for i in range(count)]
+
+
+def test_write_dataset_gives_the_cli_bytes_for_shuffled_gzip(tmp_path):
+    """A gzip split's shard count comes from a ratio sample. When a build
+    sized the sample to its input and `WriteDataset`, which cannot know
+    its input, assumed 1 GiB, these rows gave 2 shards through the
+    command line and 3 through `WriteDataset`."""
+    rows = _notes(ROWS_OF_NOTES)
+    table = tmp_path / "notes.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = {"name": "notes", "version": "1.0.0", "key": "id", "splits": {"train": 1.0},
+              "features": {"id": {"type": "int64"}, "text": {"type": "string"},
+                           "blob": {"type": "string"}},
+              "output": {"compression": "gzip", "shard_size": "1MB", "shuffle": True}}
+    built = recordforge.build({**config, "source": {"type": "jsonl", "path": str(table)},
+                               "output": {**config["output"], "path": str(tmp_path / "cli")}},
+                              beam_args=["--direct_running_mode=in_memory"])
+    with beam.Pipeline() as p:
+        _ = p | beam.Create(rows) | recordforge.WriteDataset(
+            config, **{"output.path": str(tmp_path / "lib")})
+    cli = _shard_digests(tmp_path / "cli" / "1.0.0")
+    assert len(cli) > 1 and built.splits == {"train": len(rows)}
+    assert _shard_digests(tmp_path / "lib" / "1.0.0") == cli
 
 
 def test_write_dataset_of_created_dicts_and_a_non_mapping(tmp_path):

@@ -19,12 +19,10 @@ import pytest
 from tfrecord import example_pb2
 
 from recordforge.transforms import bucket_sort, shards, spill, tfrecordio
-from recordforge.transforms.shard_plan import SplitAssigner, cuts_at_rows, ratio_sample_bound
+from recordforge.transforms.shard_plan import SplitAssigner, cuts_at_rows
 
 SPLITS = [("train", 0.75), ("test", 0.25)]
-# The gzip ratio sample as a build of ~10 MB of input sizes it (ShardTuning.for_input).
-TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000,
-                            ratio_sample_bound=ratio_sample_bound(10 << 20))
+TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
 split_of = SplitAssigner("dataset", SPLITS).split_of
 
 
@@ -227,8 +225,7 @@ def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path, shuffle):
         str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=shuffle,
         # Other memory settings: bigger runs, every bucket merged as streams.
         tuning=shards.ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
-                                  memory_bytes=0, fan_in=2, index_every=1000,
-                                  ratio_sample_bound=TUNING.ratio_sample_bound))
+                                  memory_bytes=0, fan_in=2, index_every=1000))
     assert _digests(first) == _digests(second)
 
 
