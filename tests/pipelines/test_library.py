@@ -172,18 +172,21 @@ def _notes(count: int) -> list[dict]:
              "blob": rng.randbytes(rng.randint(1, 100)).hex()} for i in range(count)]
 
 
-def test_write_dataset_gives_the_cli_bytes_for_shuffled_gzip(tmp_path):
-    """A gzip split's shard count comes from a ratio sample. When a build
-    sized the sample to its input and `WriteDataset`, which cannot know
-    its input, assumed 1 GiB, these rows gave 2 shards through the
-    command line and 3 through `WriteDataset`."""
+@pytest.mark.parametrize("shuffle", [True, False], ids=["shuffled", "key order"])
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+def test_write_dataset_gives_the_cli_bytes_in_every_output_mode(tmp_path, shuffle, compression):
+    """Several shards in each mode. Shuffled gzip: a split's shard count
+    comes from a ratio sample; when a build sized the sample to its input
+    and `WriteDataset`, which cannot know its input, assumed 1 GiB, these
+    rows gave 2 shards through the command line and 3 through
+    `WriteDataset`."""
     rows = _notes(ROWS_OF_NOTES)
     table = tmp_path / "notes.jsonl"
     table.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = {"name": "notes", "version": "1.0.0", "key": "id", "splits": {"train": 1.0},
               "features": {"id": {"type": "int64"}, "text": {"type": "string"},
                            "blob": {"type": "string"}},
-              "output": {"compression": "gzip", "shard_size": "1MB", "shuffle": True}}
+              "output": {"compression": compression, "shard_size": "1MB", "shuffle": shuffle}}
     built = recordforge.build({**config, "source": {"type": "jsonl", "path": str(table)},
                                "output": {**config["output"], "path": str(tmp_path / "cli")}},
                               beam_args=["--direct_running_mode=in_memory"])
