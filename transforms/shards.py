@@ -65,6 +65,7 @@ from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_files import publish_shard, shard_metadata
 from .shard_plan import (
+    RATIO_SAMPLE_BOUND,
     RunInfo,
     ShardSpec,
     SpillRecord,
@@ -73,7 +74,6 @@ from .shard_plan import (
     cuts_at_rows,
     plan_bucket_ranges,
     plan_row_shards,
-    RATIO_SAMPLE_BOUND,
     row_shard_thresholds,
     plan_shards,
     runs_of,
