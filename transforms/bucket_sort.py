@@ -30,7 +30,7 @@ import concurrent.futures
 import heapq
 import threading
 import uuid
-from typing import BinaryIO, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa

@@ -71,20 +71,29 @@ counted from a sample would miss the ±10% size the shards keep)::
   | Pack | SplitStats | PlanBuckets | JoinPlan | Route  (as just above)
                        -> ((split, bucket), packet)     rows cut by bucket
   | GroupBuckets | SortBuckets
-                       -> ("meta", (split, BucketChunks))
+                       -> ("sizes", (split, (bucket, chunks, bytes, largest chunk, ())))
+                          ("chunk", ((split, bucket), ("layout", chunk sizes and rows)))
                           ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
-  | GroupSplitChunks | PlanShards   -> ((split, bucket), ("place", piece))
-                                       ((split, shard), ("spec", counts))
+  | BucketSizes (CombinePerKey) | PlanShards
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
+                          ((split, shard), ("spec", (shards, buckets it may get)))
+                          as PlanCuts, on the chunks' bytes on disk
   | JoinPlaces (Flatten + GroupByKey) | Place
-                       -> ((split, shard), ("piece", (offset, bytes)))
+                       -> ((split, shard), ("piece", (bucket, number, bytes)))
+                          ((split, shard), ("end", (bucket, (pieces, rows, bytes))))
+                          every chunk sent to the shard holding its bytes'
+                          midpoint in the split
   | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
+                          the pieces copied as they are
 
 Here rows cross twice (keyed by a lane, where they wait for the split's
 sampled bucket bounds, then by bucket) and chunks twice (waiting for the
 shard plan, then to their shard): (2 + 3c) bytes moved per dataset byte,
 c the compression ratio. The bounds decide the chunks, hence the bytes,
 so they must come from the split's own content sample, which every
-exchange and `WriteDataset` take alike.
+exchange and `WriteDataset` take alike. The plan is made of a few
+numbers per bucket (as for rows), nothing per chunk: a chunk's shard
+follows from its own place in the split (`shard_plan.plan_shards`).
 
 Where each part lives:
 
@@ -123,8 +132,7 @@ from typing import Sequence
 
 import apache_beam as beam
 
-from .exchange_chunks import (PlaceFn, RouteFn, SortBucketFn, SplitStatsFn, WriteShardFn,
-                              plan_lanes, plan_split_shards)
+from .exchange_chunks import PlaceFn, RouteFn, SortBucketFn, SplitStatsFn, plan_lanes
 from .exchange_rows import BucketSizesFn, CutBucketFn, WriteCutShardFn, plan_row_cuts
 from .exchange_steps import PackFn
 from .shard_plan import cuts_at_rows
@@ -250,25 +258,27 @@ class ShuffleExchange(beam.PTransform):
 
     def _cut_at_chunks(self, batches):
         tuning = self._tuning
-        # ("meta", (split, BucketChunks)) | ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
+        # ("sizes", (split, (buckets, chunks, bytes, largest chunk, ())))
+        # | ("chunk", ((split, bucket), ("layout", sizes) | ("chunk", (offset, bytes))))
         sorted_buckets = (self._routed(batches, counts=False)  # ((split, bucket), packet)
                           | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [packet])
                           | "SortBuckets" >> beam.ParDo(SortBucketFn(
                               self._compression, self._chunk_bytes, self._gzip_level, tuning)))
-        # ((split, shard), ("spec", counts)) | ((split, bucket), ("place", piece))
-        plan = (_part(sorted_buckets, "meta", "Meta")
-                | "GroupSplitChunks" >> beam.GroupByKey()  # (split, [BucketChunks])
-                | "PlanShards" >> beam.FlatMap(plan_split_shards, shard_size=self._shard_size))
+        # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
+        plan = (_part(sorted_buckets, "sizes", "ChunkSizes")
+                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn())
+                | "PlanShards" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size))
         chunks = _part(sorted_buckets, "chunk", "Chunks")
-        places = plan | "PlacesOnly" >> beam.Filter(lambda item: item[1][0] == "place")
+        places = plan | "PlacesOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
         specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
+        # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
         pieces = ((places, chunks)
                   | "FlattenChunks" >> beam.Flatten()
-                  | "JoinPlaces" >> beam.GroupByKey()  # ((split, bucket), [places, chunks])
-                  | "Place" >> beam.ParDo(PlaceFn()))  # ((split, shard), ("piece", ...))
+                  | "JoinPlaces" >> beam.GroupByKey()  # ((split, bucket), [plan, layout, chunks])
+                  | "Place" >> beam.ParDo(PlaceFn()))
         return ((specs, pieces)
                 | "FlattenShards" >> beam.Flatten()
-                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces])
-                | "WriteShardFiles" >> beam.ParDo(WriteShardFn(
+                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
+                | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
                     self._staging_dir, self._shard_temp_dir, self._compression,
-                    tuning.memory_bytes)))  # metadata dict
+                    tuning.memory_bytes, compress=False)))  # metadata dict

@@ -4,20 +4,22 @@ Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then
 go to their bucket (`RouteFn`). Plain output goes on as shuffled output
 does, its shards cut at rows (`exchange_rows`). Gzip: a bucket is sorted
-into chunks (`SortBucketFn`, a `bucket_writers.ChunkWriter`), the split's shards are
-planned from the chunks' sizes (`plan_split_shards`,
-`shard_plan.plan_shards`), each chunk is sent to its place in its shard
-(`PlaceFn`, `place_chunks`), and each shard is written from its pieces
-(`WriteShardFn`). See `exchange` for the whole path.
+into chunks (`SortBucketFn`, a `bucket_writers.ChunkWriter`); only their
+sizes cross a combine (`exchange_rows.BucketSizesFn`), from which each
+bucket learns its first byte on disk and each shard the buckets that may
+hold its chunks (`exchange_rows.plan_row_cuts`, as for rows). A chunk
+belongs to the shard holding its bytes' midpoint (`shard_plan.plan_shards`
+says the same for the file exchange), so each bucket places its own
+chunks (`PlaceFn`, `place_chunks`), and each shard is written from its
+pieces as a shard cut at rows is (`exchange_rows.WriteCutShardFn`, the
+pieces copied as they are). See `exchange` for the whole path.
 """
 
 from __future__ import annotations
 
-import bisect
-import functools
 import heapq
 import tempfile
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -26,14 +28,14 @@ from apache_beam.metrics import Metrics
 from . import bucket_writers, run_files
 from .exchange_packets import (SIZE_DTYPE, bucket_sizes, cut_packet, merge_packets,
                                packet_buckets, sort_bucket_packets)
-from .exchange_steps import ShardFileFn
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
-from .shard_plan import BucketChunks, plan_bucket_ranges, plan_shards
+from .shard_plan import (plan_bucket_ranges, row_shard_thresholds, shards_of_rows,
+                         shards_touched)
 
-__all__ = ["PlaceFn", "RouteFn", "SortBucketFn", "SplitStatsFn", "WriteShardFn",
-           "merge_split_stats", "place_chunks", "plan_lanes", "plan_split_shards"]
+__all__ = ["PlaceFn", "RouteFn", "SortBucketFn", "SplitStatsFn", "merge_split_stats",
+           "place_chunks", "plan_lanes"]
 
 
 # -- plain logic (no Beam) ---------------------------------------------------
@@ -54,22 +56,29 @@ def merge_split_stats(parts: Iterable[tuple], sample_size: int) -> tuple:
     return rows, nbytes, tuple(heapq.nlargest(sample_size, entries))
 
 
-def place_chunks(places: Sequence[tuple], chunks: Iterable[tuple]):
-    """Yields ``(shard index, offset in the shard, chunk bytes)`` for a
-    bucket's chunks ``(offset in the bucket, bytes)``, given its places
-    ``(offset in the bucket, length, shard index, offset in the shard)``
-    from the split's shard plan. Every chunk lies within one place."""
-    places = sorted(places)
-    starts = [place[0] for place in places]
-    for offset, data in chunks:
-        position = bisect.bisect_right(starts, offset) - 1
-        if position < 0:
-            raise ValueError(f"chunk at byte {offset} is before the first planned piece")
-        start, length, shard, shard_offset = places[position]
-        if offset + len(data) > start + length:
-            raise ValueError(f"chunk at byte {offset} ({len(data)} bytes) overruns its planned "
-                             f"piece [{start}, {start + length})")
-        yield shard, shard_offset + offset - start, data
+def place_chunks(lengths: np.ndarray, records: np.ndarray, start: int, total: int,
+                 count: int) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int, int]]]:
+    """Where a bucket's chunks go: their `lengths` and `records` in bucket
+    order (int64 arrays), the bucket's first byte on disk in the split
+    `start`, the split's `total` bytes and its shard `count`. Gives each
+    chunk's shard and piece number (from 0 in each shard), and for each
+    shard the bucket may reach (`shard_plan.shards_touched`) the
+    ``(pieces, rows, bytes)`` it sends there, as
+    `exchange_rows.assemble_shard` checks them. A chunk's shard is the one
+    holding its bytes' midpoint, as in `shard_plan.plan_shards`."""
+    thresholds = row_shard_thresholds(total, count)
+    shards = shards_of_rows(start + np.cumsum(lengths) - lengths, lengths, thresholds)
+    touched = shards_touched(start, start + int(lengths.sum()), thresholds)
+    if len(shards) and (shards[0] < touched.start or shards[-1] >= touched.stop):
+        raise ValueError(f"chunks fall in shards {int(shards[0])}-{int(shards[-1])}, outside "
+                         f"the planned {touched}")
+    # Chunks come in order, so each shard's are consecutive.
+    numbers = np.arange(len(shards)) - np.searchsorted(shards, shards, "left")
+    sent = {}
+    for shard in touched:
+        lo, hi = np.searchsorted(shards, [shard, shard + 1], "left").tolist()
+        sent[shard] = (hi - lo, int(records[lo:hi].sum()), int(lengths[lo:hi].sum()))
+    return shards, numbers, sent
 
 
 # -- Beam steps ---------------------------------------------------------------
@@ -185,8 +194,11 @@ class RouteFn(beam.DoFn):
 
 
 class SortBucketFn(beam.DoFn):
-    """((split, bucket), [packet]) -> ("meta", (split, BucketChunks)) and
-    ("chunk", ((split, bucket), ("chunk", (offset, bytes)))) per chunk."""
+    """((split, bucket), [packet]) -> ("sizes", (split, sizes)) with the
+    bucket's chunk sizes as `exchange_rows.BucketSizesFn` counts them (a
+    chunk for a row), ("chunk", ((split, bucket), ("layout", (lengths,
+    records)))) its chunks' sizes and records (int64 arrays as bytes), and ("chunk", ((split, bucket), ("chunk", (offset,
+    bytes)))) per chunk."""
 
     def __init__(self, compression: str, chunk_bytes: int, gzip_level: int, tuning):
         self._compression = compression
@@ -209,8 +221,13 @@ class SortBucketFn(beam.DoFn):
             sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
                                 fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                                 index_every=tuning.index_every)
-            chunks = writer.close()
-            yield ("meta", (split, BucketChunks(split, index, str(index), tuple(chunks))))
+            chunks = [chunk for chunk in writer.close() if chunk.num_records]
+            if not chunks:
+                return
+            lengths = np.array([chunk.length for chunk in chunks], dtype="<i8")
+            records = np.array([chunk.num_records for chunk in chunks], dtype="<i8")
+            yield ("sizes", (split, (*bucket_sizes(np.full(len(chunks), index), lengths), ())))
+            yield ("chunk", ((split, index), ("layout", (lengths.tobytes(), records.tobytes()))))
             out.seek(0)
             for chunk in chunks:
                 data = out.read(chunk.length)
@@ -221,25 +238,15 @@ class SortBucketFn(beam.DoFn):
                 yield ("chunk", ((split, index), ("chunk", (chunk.offset, data))))
 
 
-def plan_split_shards(split_buckets, *, shard_size: int):
-    """(split, [BucketChunks]) -> each shard's counts, keyed (split, shard),
-    and each bucket's places in the shards, keyed (split, bucket)."""
-    split, buckets = split_buckets
-    for spec in plan_shards(split, list(buckets), shard_size):
-        yield ((split, spec.index), ("spec", (spec.count, spec.num_examples, spec.num_bytes)))
-        shard_offset = 0
-        for bucket, offset, length in spec.pieces:
-            yield ((split, int(bucket)), ("place", (offset, length, spec.index, shard_offset)))
-            shard_offset += length
-
-
 class PlaceFn(beam.DoFn):
-    """((split, bucket), [places and chunks]) -> ((split, shard), ("piece",
-    (offset in the shard, bytes))).
+    """((split, bucket), [plan, layout, chunks...]) -> ((split, shard),
+    ("piece", (bucket, number, bytes))) per chunk, and ((split, shard),
+    ("end", (bucket, (pieces, rows, bytes)))) for each shard the plan says
+    the bucket may reach.
 
     The values are read twice, as a GroupByKey's values may be: the
-    bucket's few places first, then its chunks one at a time, so that a
-    bucket of any size (every row of a key shared by most of the data
+    bucket's plan and layout first, then its chunks one at a time, so that
+    a bucket of any size (every row of a key shared by most of the data
     lands in one) passes through in one chunk's memory."""
 
     def setup(self):
@@ -248,10 +255,36 @@ class PlaceFn(beam.DoFn):
 
     def process(self, item):
         (split, bucket), values = item
-        places = [value for tag, value in values if tag == "place"]
-        for shard, offset, data in place_chunks(places, _chunks_once(values)):
+        plan = layout = None
+        for tag, value in values:
+            if tag == "plan":
+                plan = value
+            elif tag == "layout":
+                layout = value
+        if plan is None or layout is None:
+            raise ValueError(f"split {split!r}, bucket {bucket}: chunks came without the "
+                             f"split's plan or the bucket's layout")
+        start, size, total, count = plan
+        lengths, records = (np.frombuffer(part, dtype="<i8") for part in layout)
+        if int(lengths.sum()) != size:
+            raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunks of "
+                                         f"{int(lengths.sum())} bytes, the plan counted {size}")
+        shards, numbers, sent = place_chunks(lengths, records, start, total, count)
+        offsets = np.cumsum(lengths) - lengths
+        placed = np.zeros(len(lengths), dtype=bool)
+        for offset, data in _chunks_once(values):
+            chunk = int(np.searchsorted(offsets, offset))
+            if chunk == len(offsets) or offsets[chunk] != offset or lengths[chunk] != len(data):
+                raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunk at "
+                                             f"byte {offset} is not in the bucket's layout")
+            placed[chunk] = True
             self._exchanged.inc(len(data))
-            yield (split, shard), ("piece", (offset, data))
+            yield (split, int(shards[chunk])), ("piece", (bucket, int(numbers[chunk]), data))
+        if not placed.all():
+            raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunk at byte "
+                                         f"{int(offsets[np.argmin(placed)])} is missing")
+        for shard, counts in sent.items():
+            yield (split, shard), ("end", (bucket, counts))
 
 
 def _chunks_once(values: Iterable[tuple]) -> Iterator[tuple]:
@@ -262,51 +295,3 @@ def _chunks_once(values: Iterable[tuple]) -> Iterator[tuple]:
         if tag == "chunk" and value[0] not in seen:
             seen.add(value[0])
             yield value
-
-
-class WriteShardFn(ShardFileFn):
-    """((split, shard), [spec, pieces...]) -> shard metadata dict."""
-
-    def process(self, item):
-        (split, index), values = item
-        spec = None
-        placed: dict[int, int] = {}
-        name = None
-        # Pieces come in any order: they are put in place in a spooled file
-        # (memory up to memory_bytes, local disk beyond), then copied once.
-        with tempfile.SpooledTemporaryFile(max_size=self._memory_bytes) as spool:
-            for tag, value in values:
-                if tag == "spec":
-                    spec = value
-                    continue
-                offset, data = value
-                if offset in placed:
-                    continue  # delivered twice: the same bytes
-                spool.seek(offset)
-                spool.write(data)
-                placed[offset] = len(data)
-            if spec is None:
-                raise ValueError(f"split {split!r}, shard {index}: pieces came without a plan")
-            count, num_examples, num_bytes = spec
-            name = self._name(split, index, count)
-            position = 0
-            for offset in sorted(placed):
-                if offset != position:
-                    raise run_files.RunFileError(f"{name}: no piece at byte {position}")
-                position += placed[offset]
-            if position != num_bytes:
-                raise run_files.RunFileError(f"{name}: assembled {position} bytes, planned "
-                                             f"{num_bytes}")
-
-            # (a function, not a closure: Beam warns of a process that returns)
-            write = functools.partial(_copy_spool, spool, num_examples)
-            yield self._published(split, name, write, num_examples)
-
-
-def _copy_spool(spool, num_examples: int, out) -> int:
-    """Copies a shard's assembled bytes from `spool` into `out`; the
-    shard's records, `num_examples`."""
-    spool.seek(0)
-    while block := spool.read(run_files.BLOCK):
-        out.write(block)
-    return num_examples

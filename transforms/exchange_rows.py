@@ -156,22 +156,36 @@ class BucketSizesFn(beam.CombineFn):
         return merged
 
     def compact(self, accumulator):
+        _trim(accumulator)
         accumulator[3] = ratio_sample_of(accumulator[3])
         accumulator[4] = sum(len(record) for _, record in accumulator[3])
         return accumulator
 
     def extract_output(self, accumulator):
+        _trim(accumulator)
         rows, nbytes, largest, sample, _ = accumulator
         return rows, nbytes, largest, tuple(ratio_sample_of(sample))
 
 
 def _grow(accumulator: list, count: int) -> None:
-    """Makes a BucketSizesFn accumulator's count arrays at least `count` long."""
+    """Makes a BucketSizesFn accumulator's count arrays at least `count`
+    long, doubling them at least: key-ordered gzip adds one bucket at a
+    time, and ~300,000 of them at 10 TB, which growing by one would copy
+    quadratically often."""
     for position in (0, 1):
-        if len(accumulator[position]) < count:
-            grown = np.zeros(count, dtype=np.int64)
-            grown[:len(accumulator[position])] = accumulator[position]
+        length = len(accumulator[position])
+        if length < count:
+            grown = np.zeros(max(count, 2 * length), dtype=np.int64)
+            grown[:length] = accumulator[position]
             accumulator[position] = grown
+
+
+def _trim(accumulator: list) -> None:
+    """Cuts a BucketSizesFn accumulator's count arrays after the highest
+    bucket holding rows (`_grow` leaves room beyond it)."""
+    present = np.flatnonzero(accumulator[0])
+    used = int(present[-1]) + 1 if len(present) else 0
+    accumulator[0], accumulator[1] = accumulator[0][:used], accumulator[1][:used]
 
 
 def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None):
@@ -263,7 +277,14 @@ class CutBucketFn(beam.DoFn):
 
 class WriteCutShardFn(ShardFileFn):
     """((split, shard), [spec, pieces, ends...]) -> shard metadata dict
-    (gzip: the pieces, framed records, compressed as one gzip member)."""
+    (gzip: the pieces, framed records, compressed as one gzip member).
+    With `compress` False the pieces are already what the shard holds
+    (key-ordered gzip output's chunks, each a gzip member) and are copied
+    as they are."""
+
+    def __init__(self, *args, compress: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._compress = compress
 
     def process(self, item):
         (split, index), values = item
@@ -301,11 +322,11 @@ class WriteCutShardFn(ShardFileFn):
     def _copy_pieces(self, out, *, spool, order, where, name: str, num_bytes: int,
                      num_examples: int) -> int:
         """Copies the spooled pieces into `out` in key `order` (gzip: into
-        one compressor); checks that they are the `num_bytes` framed bytes
-        the buckets sent, before the shard gets its `name`. Returns the
-        records written, `num_examples`."""
+        one compressor, unless they are compressed); checks that they are
+        the `num_bytes` the buckets sent, before the shard gets its `name`.
+        Returns the records written, `num_examples`."""
         sink = (tfrecordio.GzipStream(out, self._gzip_level)
-                if self._compression == "gzip" else out)
+                if self._compression == "gzip" and self._compress else out)
         framed = 0
         for key in order:
             position, length = where[key]

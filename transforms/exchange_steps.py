@@ -5,10 +5,9 @@ per split it holds, or one per split and bucket when a row's bucket is
 known as it is packed (hash buckets, or key bounds given before the
 run), with what the plan needs of them (sizes, and for gzip the rows in
 the split's ratio sample; or the split's bucket-bound sample).
-`ShardFileFn` is the base of both shard-writing steps
-(`exchange_rows.WriteCutShardFn`, `exchange_chunks.WriteShardFn`): where
-shards go, their counters, and publishing one assembled shard
-(`shard_files.publish_shard`).
+`ShardFileFn` is the base of the shard-writing step both ways end with
+(`exchange_rows.WriteCutShardFn`): where shards go, their counters, and
+publishing one assembled shard (`shard_files.publish_shard`).
 """
 
 from __future__ import annotations

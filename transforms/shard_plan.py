@@ -367,57 +367,42 @@ def bucket_bounds_of(keys: Iterable[bytes], count: int, prefix_len: int) -> tupl
 
 
 def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) -> list[ShardSpec]:
-    """Groups a split's chunks, in key order, into
-    ``ceil(bytes on disk / shard_size)`` shards of near-equal size.
+    """Groups a split's chunks, in key order, into shards cut as rows are
+    (see "shards cut at rows" below): a chunk belongs to the shard holding
+    its bytes' midpoint in the split, among ``min(ceil(bytes on disk /
+    shard_size), bytes // largest chunk)`` shards (`row_shard_count`).
 
-    Each cut is the chunk boundary nearest to ``i * total / count``, so every
-    shard is within one chunk of the mean; chunks are far smaller than a
-    shard. (A split with fewer chunks than that count, which needs records
-    larger than a shard, gets one shard per chunk.)
+    Every shard is then within one chunk of the mean and holds a chunk,
+    and a chunk's shard follows from its own place in the split, so a
+    worker holding one bucket's chunks places them knowing only the bytes
+    before it (`exchange_chunks.PlaceFn`).
     """
-    chunks: list[tuple[str, Chunk]] = []
     by_index: dict[int, BucketChunks] = {}
     for bucket in buckets:
         # A runner that delivers an output twice (seen with Beam's Dask
         # runner) gives a bucket twice, with identical bytes: keep one copy.
         if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
             by_index[bucket.index] = bucket
-    for _, bucket in sorted(by_index.items()):
-        chunks.extend((bucket.path, chunk) for chunk in bucket.chunks if chunk.num_records)
-    total = sum(chunk.length for _, chunk in chunks)
+    chunks = [(bucket.path, chunk) for _, bucket in sorted(by_index.items())
+              for chunk in bucket.chunks if chunk.num_records]
     if not chunks:
         return []
-    count = min(len(chunks), max(1, math.ceil(total / shard_size)))
-    ends = []  # ends[j]: bytes in chunks[:j + 1]
-    running = 0
-    for _, chunk in chunks:
-        running += chunk.length
-        ends.append(running)
-    cuts = [0]  # chunk index where each shard starts
-    for shard in range(1, count):
-        target = total * shard / count
-        position = bisect.bisect_left(ends, target)  # first chunk ending at/after target
-        candidates = (position - 1, position)
-        best = min((candidate for candidate in candidates if 0 <= candidate < len(ends)),
-                   key=lambda candidate: (abs(ends[candidate] - target), candidate))
-        start = best + 1
-        # Every shard keeps at least one chunk, and leaves one for each later shard.
-        start = max(start, cuts[-1] + 1)
-        start = min(start, len(chunks) - (count - shard))
-        cuts.append(start)
-    cuts.append(len(chunks))
-    shards = []
-    for shard in range(count):
-        selected = chunks[cuts[shard]:cuts[shard + 1]]
-        shards.append(ShardSpec(
-            split=split,
-            index=shard,
-            count=count,
-            pieces=_coalesce((path, chunk.offset, chunk.length) for path, chunk in selected),
-            num_examples=sum(chunk.num_records for _, chunk in selected),
-            num_bytes=sum(chunk.length for _, chunk in selected),
-        ))
-    return shards
+    lengths = np.array([chunk.length for _, chunk in chunks], dtype=np.int64)
+    total = int(lengths.sum())
+    count = row_shard_count(total, shard_size, int(lengths.max()))
+    shard_of = shards_of_rows(np.cumsum(lengths) - lengths, lengths,
+                              row_shard_thresholds(total, count)).tolist()
+    selected: list[list[tuple[str, Chunk]]] = [[] for _ in range(count)]
+    for shard, chunk in zip(shard_of, chunks):
+        selected[shard].append(chunk)
+    return [ShardSpec(
+        split=split,
+        index=shard,
+        count=count,
+        pieces=_coalesce((path, chunk.offset, chunk.length) for path, chunk in selected[shard]),
+        num_examples=sum(chunk.num_records for _, chunk in selected[shard]),
+        num_bytes=sum(chunk.length for _, chunk in selected[shard]),
+    ) for shard in range(count)]
 
 
 def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, int], ...]:

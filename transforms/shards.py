@@ -20,8 +20,9 @@ one metadata dict per shard. Steps and the elements between them::
                                        shard taking its rows of the buckets it
                                        reaches as it writes them (shuffled gzip:
                                        as many shards as the sample's ratio says);
-                                       key-ordered gzip: cut at chunk boundaries,
-                                       and the split's runs deleted
+                                       key-ordered gzip: each chunk in the shard
+                                       holding its midpoint, and the split's
+                                       runs deleted
   | SpreadShards | WriteShardFiles     -> shard metadata dict  rows sorted again
                                        from the runs and written (gzip: into one
                                        gzip member); key-ordered gzip: chunk

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from recordforge.transforms import (bucket_writers, exchange_chunks, exchange_packets,
                                     exchange_rows, run_files, tfrecordio)
-from recordforge.transforms.shard_plan import (SampleEntry, SpillRecord, bucket_bounds_of,
-                                               sample_of)
+from recordforge.transforms.shard_plan import (BucketChunks, Chunk, SampleEntry, SpillRecord,
+                                               bucket_bounds_of, plan_shards, sample_of)
 from recordforge.transforms.shards import ShardTuning, WriteShards
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -242,31 +242,67 @@ def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
     assert not list((tmp_path / "staging").iterdir())
 
 
-def test_place_chunks_maps_bucket_bytes_into_shards():
-    places = [(0, 30, 0, 70), (30, 50, 1, 0)]  # bucket bytes 0-30 end shard 0; 30-80 start shard 1
-    chunks = [(0, b"a" * 10), (10, b"b" * 20), (30, b"c" * 25), (55, b"d" * 25)]
-    assert list(exchange_chunks.place_chunks(places, chunks)) == [
-        (0, 70, b"a" * 10), (0, 80, b"b" * 20), (1, 0, b"c" * 25), (1, 25, b"d" * 25)]
-    with pytest.raises(ValueError, match="overruns"):
-        list(exchange_chunks.place_chunks(places, [(20, b"x" * 20)]))
+def test_place_chunks_numbers_each_shards_pieces_and_counts_what_it_sends():
+    lengths, records = np.array([10, 20, 25, 25]), np.array([1, 2, 3, 4])
+    # The bucket starts at byte 95 of 200 in 2 shards: midpoints 100, 115, 137.5, 162.5.
+    shards, numbers, sent = exchange_chunks.place_chunks(lengths, records, 95, 200, 2)
+    assert shards.tolist() == [1, 1, 1, 1] and numbers.tolist() == [0, 1, 2, 3]
+    assert sent == {0: (0, 0, 0), 1: (4, 10, 80)}  # shard 0, which it might reach, gets nothing
+    shards, numbers, sent = exchange_chunks.place_chunks(lengths, records, 60, 200, 2)
+    assert shards.tolist() == [0, 0, 1, 1] and numbers.tolist() == [0, 1, 0, 1]
+    assert sent == {0: (2, 3, 30), 1: (2, 7, 50)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 3_000), min_size=1, max_size=6), min_size=1,
+                max_size=6), st.integers(1, 8_000))
+def test_each_bucket_places_its_chunks_as_the_whole_plan_does(sizes_per_bucket, shard_size):
+    """A bucket knowing only the bytes before it places every chunk where
+    `plan_shards`, seeing the whole split, puts it (the file exchange)."""
+    buckets = [BucketChunks("train", index, str(index), tuple(
+        Chunk(sum(sizes[:j]), size, 2) for j, size in enumerate(sizes)))
+        for index, sizes in enumerate(sizes_per_bucket)]
+    plan = plan_shards("train", buckets, shard_size)
+    expected = {(int(path), offset, length): spec.index for spec in plan
+                for path, offset, length in spec.pieces}
+    total = sum(map(sum, sizes_per_bucket))
+    start, got, pieces = 0, {}, collections.Counter()
+    for bucket in buckets:
+        lengths = np.array([chunk.length for chunk in bucket.chunks])
+        shards, numbers, sent = exchange_chunks.place_chunks(
+            lengths, np.full(len(lengths), 2), start, total, len(plan))
+        for chunk, shard, number in zip(bucket.chunks, shards.tolist(), numbers.tolist()):
+            got[(bucket.index, chunk.offset, chunk.length)] = shard
+            assert number == pieces[(bucket.index, shard)]
+            pieces[(bucket.index, shard)] += 1
+        assert all(sent[shard][0] == pieces[(bucket.index, shard)] for shard in sent)
+        start += int(lengths.sum())
+    # The plan merges a bucket's consecutive chunks into one piece.
+    for (bucket, offset, length), shard in got.items():
+        assert any(b == bucket and o <= offset and offset + length <= o + n and s == shard
+                   for (b, o, n), s in expected.items())
+    assert [spec.num_bytes for spec in plan] == [
+        sum(length for (_, _, length), shard in got.items() if shard == index)
+        for index in range(len(plan))]
 
 
 class _BucketValues:
-    """A bucket's (places, chunks) as a GroupByKey gives them: iterable
-    again and again, each chunk's bytes made as it is reached, as a
-    runner reads a large group from its shuffle."""
+    """A bucket's (plan, layout, chunks) as a GroupByKey gives them:
+    iterable again and again, each chunk's bytes made as it is reached, as
+    a runner reads a large group from its shuffle."""
 
     def __init__(self, chunks: int, chunk_bytes: int):
         self.chunks, self.chunk_bytes = chunks, chunk_bytes
 
     def __iter__(self):
         total = self.chunks * self.chunk_bytes
-        yield "place", (0, total // 2, 0, 0)
+        lengths = np.full(self.chunks, self.chunk_bytes, dtype="<i8")
+        yield "layout", (lengths.tobytes(), np.ones(self.chunks, dtype="<i8").tobytes())
         for index in range(self.chunks):
             yield "chunk", (index * self.chunk_bytes, bytes([index % 251]) * self.chunk_bytes)
             if index == 3:  # a retried step's chunk, delivered again
                 yield "chunk", (0, bytes([0]) * self.chunk_bytes)
-        yield "place", (total // 2, total - total // 2, 1, 0)
+        yield "plan", (0, total, total, 2)
 
 
 def test_placing_a_bucket_holds_one_chunk_at_a_time():
@@ -279,15 +315,34 @@ def test_placing_a_bucket_holds_one_chunk_at_a_time():
     place.setup()
     tracemalloc.start()
     try:
-        pieces = collections.Counter()
-        for (split, shard), (_, (offset, data)) in place.process((("train", 0), values)):
-            assert data == bytes([(offset + (shard * 32 << 20)) // (256 << 10) % 251]) * len(data)
+        pieces, ends = collections.Counter(), {}
+        for (split, shard), (tag, value) in place.process((("train", 0), values)):
+            if tag == "end":
+                ends[shard] = value
+                continue
+            bucket, number, data = value
+            assert data == bytes([(number + 128 * shard) % 251]) * len(data)
             pieces[shard] += len(data)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert pieces == {0: 32 << 20, 1: 32 << 20}
+    assert ends == {0: (0, (128, 128, 32 << 20)), 1: (0, (128, 128, 32 << 20))}
     assert peak < 4 << 20, peak
+
+
+def test_placing_a_bucket_fails_on_a_missing_or_stray_chunk():
+    values = list(_BucketValues(chunks=4, chunk_bytes=10))
+    place = exchange_chunks.PlaceFn()
+    place.setup()
+    missing = [value for value in values if value[0] != "chunk" or value[1][0] != 20]
+    with pytest.raises(run_files.RunFileError, match="chunk at byte 20 is missing"):
+        list(place.process((("train", 0), missing)))
+    stray = values + [("chunk", (5, b"x" * 10))]
+    with pytest.raises(run_files.RunFileError, match="byte 5 is not in the bucket's layout"):
+        list(place.process((("train", 0), stray)))
+    with pytest.raises(ValueError, match="without the split's plan"):
+        list(place.process((("train", 0), [value for value in values if value[0] != "plan"])))
 
 
 # -- in Beam -------------------------------------------------------------------
@@ -457,6 +512,32 @@ def test_requests_grow_linearly_with_the_data():
 
 
 # -- shuffled gzip: shards cut at rows ----------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(1, 5), st.integers(1, 10_000)),
+                min_size=1, max_size=60), st.lists(st.integers(0, 60), max_size=4))
+def test_bucket_sizes_add_up_whatever_the_bundles(elements, cuts):
+    """One bucket at a time (key-ordered gzip's chunk sizes, ~300,000
+    buckets at 10 TB), any bundling: the counts of every bucket, arrays
+    ending at the highest bucket holding rows."""
+    combine = exchange_rows.BucketSizesFn()
+    edges = sorted({0, len(elements), *(cut % (len(elements) + 1) for cut in cuts)})
+    accumulators = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        accumulator = combine.create_accumulator()
+        for bucket, rows, nbytes in elements[a:b]:
+            sizes = np.full(rows, nbytes // rows + 1, dtype=np.int64)
+            accumulator = combine.add_input(accumulator, (
+                *exchange_packets.bucket_sizes(np.full(rows, bucket), sizes), ()))
+        accumulators.append(combine.compact(accumulator))
+    rows, nbytes, largest, _ = combine.extract_output(combine.merge_accumulators(accumulators))
+    highest = max(bucket for bucket, _, _ in elements)
+    assert len(rows) == len(nbytes) == highest + 1
+    for bucket in range(highest + 1):
+        mine = [(r, r * (n // r + 1)) for b, r, n in elements if b == bucket]
+        assert (rows[bucket], nbytes[bucket]) == (sum(r for r, _ in mine), sum(n for _, n in mine))
+    assert largest == max(n // r + 1 for _, r, n in elements)
 
 
 def _pack_sample(rows, batches, bundles, tuning):

@@ -180,10 +180,38 @@ def test_shard_plan_ignores_bucket_order_and_repeats():
 
 
 def test_shard_plan_with_records_larger_than_a_shard():
+    # As with rows: no more shards than total // largest chunk, so none is empty.
     buckets = _buckets([[3_000_000, 2_000_000]])
     shards = plan_shards("train", buckets, 1_000_000)
-    assert [shard.num_bytes for shard in shards] == [3_000_000, 2_000_000]
+    assert [shard.num_bytes for shard in shards] == [5_000_000]
+    buckets = _buckets([[3_000_000, 2_000_000], [1_000_000] * 4])
+    assert [shard.num_bytes for shard in plan_shards("train", buckets, 1_000_000)] == [
+        3_000_000, 3_000_000, 3_000_000]
     assert plan_shards("train", [], 1_000_000) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 5_000), max_size=8), min_size=1, max_size=8),
+       st.integers(1, 20_000))
+def test_a_chunks_shard_follows_from_its_own_place(sizes_per_bucket, shard_size):
+    """Every chunk is in the shard holding its midpoint, whichever bucket
+    holds it; no shard is empty; shards follow one another in key order."""
+    buckets = _buckets(sizes_per_bucket)
+    shards = plan_shards("train", buckets, shard_size)
+    lengths = [size for sizes in sizes_per_bucket for size in sizes]
+    if not lengths:
+        assert shards == []
+        return
+    total = sum(lengths)
+    count = min(math.ceil(total / shard_size), total // max(lengths))
+    assert len(shards) == max(1, count)
+    assert all(shard.num_bytes > 0 for shard in shards)
+    assert sum(shard.num_bytes for shard in shards) == total
+    start, expected = 0, [0] * len(shards)
+    for length in lengths:
+        expected[min(len(shards) - 1, (2 * start + length) * len(shards) // (2 * total))] += length
+        start += length
+    assert [shard.num_bytes for shard in shards] == expected
 
 
 # --- shards cut at rows (shuffled plain output) ---------------------------------
