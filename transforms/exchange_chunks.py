@@ -196,9 +196,10 @@ class RouteFn(beam.DoFn):
 class SortBucketFn(beam.DoFn):
     """((split, bucket), [packet]) -> ("sizes", (split, sizes)) with the
     bucket's chunk sizes as `exchange_rows.BucketSizesFn` counts them (a
-    chunk for a row), ("chunk", ((split, bucket), ("layout", (lengths,
-    records)))) its chunks' sizes and records (int64 arrays as bytes), and ("chunk", ((split, bucket), ("chunk", (offset,
-    bytes)))) per chunk."""
+    chunk for a row); ("chunk", ((split, bucket), ("layout", (lengths,
+    records)))), its chunks' sizes and records (int64 arrays as bytes);
+    and ("chunk", ((split, bucket), ("chunk", (offset, bytes)))) per
+    chunk, the chunks one after another from offset 0."""
 
     def __init__(self, compression: str, chunk_bytes: int, gzip_level: int, tuning):
         self._compression = compression
@@ -221,7 +222,7 @@ class SortBucketFn(beam.DoFn):
             sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
                                 fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                                 index_every=tuning.index_every)
-            chunks = [chunk for chunk in writer.close() if chunk.num_records]
+            chunks = writer.close()
             if not chunks:
                 return
             lengths = np.array([chunk.length for chunk in chunks], dtype="<i8")

@@ -149,11 +149,14 @@ def test_same_bytes_on_multi_processing_direct_runner(reference, tmp_path):
 def test_same_bytes_on_dask_runner(reference, tmp_path):
     distributed = pytest.importorskip("distributed")
     staging, _ = reference
-    # Key-ordered plain output as the DirectRunner's file exchange writes it:
-    # on Dask its rows wait in lanes for their split's sample, then are cut
-    # at rows like shuffled ones.
+    # Key-ordered output as the DirectRunner's file exchange writes it: on
+    # Dask its rows wait in lanes for their split's sample, then are cut at
+    # rows like shuffled ones (plain), or sorted into chunks that each
+    # bucket places by their midpoint (gzip).
     ordered = str(tmp_path / "ordered")
     _run(ordered, _batches(EXAMPLES), compression="none", shuffle=False)
+    ordered_gzip = str(tmp_path / "ordered-gzip")
+    _run(ordered_gzip, _batches(EXAMPLES), shuffle=False)
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
                                   dashboard_address=None) as cluster:
         dask = ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
@@ -161,8 +164,12 @@ def test_same_bytes_on_dask_runner(reference, tmp_path):
         _run(str(tmp_path / "dask"), _batches(EXAMPLES), args=dask).client.close()
         _run(str(tmp_path / "dask-ordered"), _batches(EXAMPLES[::-1]), args=dask,
              compression="none", shuffle=False).client.close()
+        _run(str(tmp_path / "dask-ordered-gzip"), _batches(EXAMPLES[::-1]), args=dask,
+             shuffle=False).client.close()
     assert _assert_consistent(str(tmp_path / "dask")) == _disk_digests(staging)
     assert _assert_consistent(str(tmp_path / "dask-ordered")) == _disk_digests(ordered)
+    gzip_shards = _assert_consistent(str(tmp_path / "dask-ordered-gzip"))
+    assert len(gzip_shards) > 2 and gzip_shards == _disk_digests(ordered_gzip)
 
 
 def _hand_parse(stream: bytes) -> list[bytes]:
