@@ -44,6 +44,7 @@ __all__ = [
     "PreparedBatch",
     "assign_split",
     "batch_columns",
+    "MAX_BUCKETS",
     "RATIO_SAMPLE_BOUND",
     "bucket_bounds_of",
     "cuts_at_rows",
@@ -70,6 +71,12 @@ HASH_SIZE = 16  # blake2b digest bytes: the shuffle order key
 FRAMING = 16  # TFRecord bytes around each record
 _SALT_LIMIT = 64  # blake2b's longest key
 _TWO_64 = 1 << 64
+
+
+# The most buckets a split is sorted in, by key ranges or hash ranges
+# (`ShardTuning.for_input`): 4,096 workers at once, and per-split plans of
+# a few numbers a bucket that do not grow with the data.
+MAX_BUCKETS = 4096
 
 
 class SampleEntry(NamedTuple):
@@ -317,7 +324,11 @@ def plan_bucket_ranges(split: str, total_bytes: int, sample: Iterable[SampleEntr
                        bucket_bytes: int, *, sample_bytes: int,
                        sample_size: int) -> list[BucketRange]:
     """Cuts a split's key space into about ``total_bytes / bucket_bytes``
-    ranges holding similar byte counts, at weighted quantiles of the sample.
+    ranges, at most `MAX_BUCKETS`, holding similar byte counts, at weighted
+    quantiles of the sample. (Past 4,096 × 32 MB a bucket grows instead:
+    what is planned per bucket, the bounds every lane gets and the sizes
+    the plan adds up, stays bounded, and a bucket larger than a worker's
+    sort memory is merged from its local disk.)
 
     The sample holds the rows whose priority (see `sample_priority`) reached
     `sample_bytes`, cut to the `sample_size` highest. Each entry stands for
@@ -328,8 +339,8 @@ def plan_bucket_ranges(split: str, total_bytes: int, sample: Iterable[SampleEntr
     prefix alone and equal keys share a bucket.
     """
     entries = sorted(sample, key=lambda entry: (entry.prefix, entry.priority, entry.size))
-    wanted = max(1, math.ceil(total_bytes / bucket_bytes)) if total_bytes > 0 else 1
-    if wanted == 1 or not entries:
+    wanted = min(MAX_BUCKETS, math.ceil(total_bytes / bucket_bytes)) if total_bytes > 0 else 1
+    if wanted <= 1 or not entries:
         return [BucketRange(split, 0, b"", None)]
     threshold = sample_bytes
     if len(entries) >= sample_size:

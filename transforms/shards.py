@@ -66,6 +66,7 @@ from .layout import SHARD_FILE_NAME, TMP_DIR
 from .page_cache import WriteBehind, drop_behind
 from .shard_files import publish_shard, shard_metadata
 from .shard_plan import (
+    MAX_BUCKETS,
     RATIO_SAMPLE_BOUND,
     RunInfo,
     ShardSpec,
@@ -96,9 +97,9 @@ _LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunne
 _COPY_BLOCK = 4 << 20
 
 
-# ShardTuning.for_input: hash buckets per byte of input, and their most.
+# ShardTuning.for_input: hash buckets per byte of input (at most
+# shard_plan.MAX_BUCKETS).
 INPUT_BYTES_PER_HASH_BUCKET = 1 << 30
-MAX_HASH_BUCKETS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +156,7 @@ class ShardTuning:
     def for_input(cls, input_bytes: int | None) -> "ShardTuning":
         """The tuning for a build reading `input_bytes` (None: unknown):
         one hash bucket per `INPUT_BYTES_PER_HASH_BUCKET` of input, at
-        least the default 256 and at most `MAX_HASH_BUCKETS`. A bucket is
+        least the default 256 and at most `shard_plan.MAX_BUCKETS`. A bucket is
         what one worker sorts: with a fixed 256, a 10 TB build would sort
         ~40 GB per worker and keep at most 256 workers busy; with 4,096 it
         is ~2.5 GB each. The bound keeps the per-bundle byte counts that
@@ -168,7 +169,7 @@ class ShardTuning:
             return default
         wanted = -(-input_bytes // INPUT_BYTES_PER_HASH_BUCKET)
         return dataclasses.replace(
-            default, hash_buckets=max(default.hash_buckets, min(MAX_HASH_BUCKETS, wanted)))
+            default, hash_buckets=max(default.hash_buckets, min(MAX_BUCKETS, wanted)))
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)

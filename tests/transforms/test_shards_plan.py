@@ -144,6 +144,16 @@ def test_bucket_ranges_do_not_depend_on_sample_order():
     assert one == two and len(one) > 1
 
 
+def test_a_split_is_never_cut_into_more_than_max_buckets_key_ranges():
+    """10 TB in 32 MB buckets would be 312,500 ranges: bounds every lane
+    gets, and sizes the plan adds up, growing with the data."""
+    rows = [(index.to_bytes(4, "big"), 200) for index in range(100_000)]
+    ranges = plan_bucket_ranges("s", 10 * 10**12, _sample(rows, 1), 32 << 20, sample_bytes=1,
+                                sample_size=100_000)
+    assert 4000 <= len(ranges) <= shard_plan.MAX_BUCKETS == 4096
+    assert ranges[0].lo == b"" and ranges[-1].hi is None
+
+
 # --- shard plan ---------------------------------------------------------------
 
 def _buckets(sizes_per_bucket):
@@ -271,12 +281,12 @@ def test_hash_buckets_are_equal_ranges_in_digest_order():
 
 
 def test_hash_buckets_follow_the_input_size_within_bounds():
-    from recordforge.transforms.shards import MAX_HASH_BUCKETS, ShardTuning
+    from recordforge.transforms.shards import ShardTuning
     default = ShardTuning().hash_buckets
     assert [ShardTuning.for_input(size).hash_buckets for size in (None, 0, 1, 100 << 30)] == [
         default] * 4
     assert ShardTuning.for_input((300 << 30) + 1).hash_buckets == 301
-    assert ShardTuning.for_input(10 * 10**12).hash_buckets == MAX_HASH_BUCKETS == 4096
+    assert ShardTuning.for_input(10 * 10**12).hash_buckets == shard_plan.MAX_BUCKETS == 4096
 
 
 # Every size but the bucket count decides bytes: none may follow the input,
