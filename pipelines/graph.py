@@ -47,7 +47,7 @@ def watched_columns(config: DatasetConfig) -> dict[str, str]:
     """Feature name -> the top-level column it reads, for the features a
     missing column would not fail row by row (optional, or with a default):
     a build in which no row holds such a column fails (`unseen_columns`)."""
-    return {spec.name: spec.path[0] if spec.path else spec.source
+    return {spec.name: spec.column
             for spec in config.features if not spec.required or spec.default is not None}
 
 

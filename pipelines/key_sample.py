@@ -163,8 +163,7 @@ def _columns_of_keys(config: DatasetConfig) -> tuple[str, ...]:
     without a key the columns of the features (the example is the key)."""
     if config.key is not None:
         return (config.key,)
-    return tuple(dict.fromkeys(spec.path[0] if spec.path else spec.source
-                               for spec in config.features))
+    return tuple(dict.fromkeys(spec.column for spec in config.features))
 
 
 def _image_keys(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

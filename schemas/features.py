@@ -83,6 +83,12 @@ class FeatureSpec:
     timezone: str | None = None
 
     @property
+    def column(self) -> str:
+        """The top-level input column the feature reads (a nested value's
+        first key)."""
+        return self.path[0] if self.path else self.source
+
+    @property
     def stored_kind(self) -> str:
         """The Example list this feature is stored in: "int64", "float" or "bytes"."""
         return _STORED_KIND[self.type]
