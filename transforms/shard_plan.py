@@ -388,12 +388,7 @@ def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) ->
     worker holding one bucket's chunks places them knowing only the bytes
     before it (`exchange_chunks.PlaceFn`).
     """
-    by_index: dict[int, BucketChunks] = {}
-    for bucket in buckets:
-        # A runner that delivers an output twice (seen with Beam's Dask
-        # runner) gives a bucket twice, with identical bytes: keep one copy.
-        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
-            by_index[bucket.index] = bucket
+    by_index = _one_per_bucket(buckets)
     chunks = [(bucket.path, chunk) for _, bucket in sorted(by_index.items())
               for chunk in bucket.chunks if chunk.num_records]
     if not chunks:
@@ -414,6 +409,17 @@ def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) ->
         num_examples=sum(chunk.num_records for _, chunk in selected[shard]),
         num_bytes=sum(chunk.length for _, chunk in selected[shard]),
     ) for shard in range(count)]
+
+
+def _one_per_bucket(buckets: Iterable[BucketChunks]) -> dict[int, BucketChunks]:
+    """Bucket index -> its BucketChunks. A runner that delivers an output
+    twice (seen with Beam's Dask runner) gives a bucket twice, with
+    identical bytes: one copy is kept, the same whichever came first."""
+    by_index: dict[int, BucketChunks] = {}
+    for bucket in buckets:
+        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
+            by_index[bucket.index] = bucket
+    return by_index
 
 
 def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, int], ...]:
@@ -597,10 +603,7 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
     of the split's ratio sample (`ratio_sample_of` of the buckets'
     ratio_sample), from which the shard count is estimated
     (`estimated_written_bytes`)."""
-    by_index: dict[int, BucketChunks] = {}
-    for bucket in buckets:
-        if bucket.index not in by_index or bucket.path < by_index[bucket.index].path:
-            by_index[bucket.index] = bucket
+    by_index = _one_per_bucket(buckets)
     placed = []
     total = largest = 0
     for _, bucket in sorted(by_index.items()):
