@@ -262,6 +262,8 @@ class PlaceFn(beam.DoFn):
                 plan = value
             elif tag == "layout":
                 layout = value
+            if plan is not None and layout is not None:
+                break  # the chunks are read once more below: stop as soon as can be
         if plan is None or layout is None:
             raise ValueError(f"split {split!r}, bucket {bucket}: chunks came without the "
                              f"split's plan or the bucket's layout")
