@@ -101,14 +101,17 @@ def _batches(total: int, seed: int = 0, keyed: bool = False):
         yield batch
 
 
-def _sampled_bounds(batches: list, tuning) -> tuple:
+def _sampled_bounds(batches: list, tuning, *, compression: str, input_bytes: int) -> tuple:
     """Bucket bounds from the first 64 rows of up to 256 evenly spread
-    batches, as a build samples its first table files' heads."""
+    batches, as a build samples its first table files' heads, as many as
+    a build of `input_bytes` takes (`ShardTuning.key_bucket_count`)."""
     from recordforge.transforms.shard_plan import bucket_bounds_of
 
     chosen = batches[::max(1, len(batches) // 256)]
     keys = [key for batch in chosen for key, _ in batch[:64]]
-    return bucket_bounds_of(keys, tuning.hash_buckets, tuning.prefix_len)
+    count = tuning.key_bucket_count(compression=compression, shard_size=scaled("shard_size"),
+                                    input_bytes=input_bytes)
+    return bucket_bounds_of(keys, count, tuning.prefix_len)
 
 
 def _worker(design: str, size: int, compression: str, order: str = "shuffled") -> dict:
@@ -138,7 +141,8 @@ def _worker(design: str, size: int, compression: str, order: str = "shuffled") -
     keyed = order == "key"
     batches = list(_batches(size, keyed=keyed))
     if keyed and design == "new":
-        extra["key_bounds"] = _sampled_bounds(batches, tuning)
+        extra["key_bounds"] = _sampled_bounds(batches, tuning, compression=compression,
+                                              input_bytes=size)
     options = PipelineOptions(["--direct_running_mode=in_memory", "--direct_num_workers=1"])
     pipeline = beam.Pipeline(runner=local_runner(options), options=options)
     staging = "counted://bench/out/.staging/v1"

@@ -256,7 +256,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     key_bounds = None
     if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
         key_bounds = sample_bucket_bounds(config, vocabularies,
-                                          ShardTuning.for_input(input_bytes))
+                                          ShardTuning.for_input(input_bytes), input_bytes)
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies,
                          input_bytes=input_bytes, key_bounds=key_bounds)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,

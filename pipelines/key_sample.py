@@ -1,9 +1,10 @@
-"""Bucket bounds for key-ordered plain output, from rows read before the run.
+"""Bucket bounds for key-ordered output, from rows read before the run.
 
 On a runner with the shuffle exchange, key-ordered rows must reach the
 worker that sorts their key range. Without bounds known in advance they
 cross the shuffle once more, to wait for a sample of their whole split
-(`transforms.exchange`): 4 bytes moved per dataset byte instead of 3.
+(`transforms.exchange`): 4 bytes moved per dataset byte instead of 3
+(plain; gzip, of compression ratio c: 2 + 3c instead of 1 + 3c).
 A build can learn bounds before the pipeline starts, as sorting jobs
 usually do. It reads, from the driver:
 
@@ -27,7 +28,8 @@ It takes the quantiles of the order keys (`shard_plan.bucket_bounds_of`).
 `WriteDataset`, whose input is a PCollection, takes them from rows its
 caller gives (`bounds_of_rows`).
 
-Such shards are cut at rows, so the bounds never change the output: a
+Plain shards are cut at rows and gzip ones at cells of the split's
+framed bytes, so the bounds never change the output: a
 sample that misjudges the keys (files sorted by key and only their heads
 read) only gives some workers more rows to sort than others, each
 within its memory budget and local disk. The cost is a read of at most
@@ -82,25 +84,30 @@ _LISTED_IMAGE_COLUMNS = ("path", "label")
 def uses_sampled_bounds(config: DatasetConfig, exchange: str) -> bool:
     """Whether a build of `config` on `exchange` ("files" or "shuffle")
     routes key-ordered rows by bounds sampled before the run: key-ordered
-    plain output on the shuffle exchange (the file exchange plans its
-    buckets from its own runs; key-ordered gzip output is cut at chunks,
-    which its split's own sample decides)."""
+    output on the shuffle exchange (the file exchange plans its buckets
+    from its own runs). The bounds never change the bytes: plain shards
+    are cut at rows, gzip ones at cells of the split's framed bytes."""
     output = config.output
-    return exchange == "shuffle" and not output.shuffle and output.compression != "gzip"
+    return exchange == "shuffle" and not output.shuffle
 
 
 def sample_bucket_bounds(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]],
-                         tuning: ShardTuning) -> tuple[bytes, ...]:
-    """Bucket lower bounds (b"" first) for `tuning.hash_buckets` buckets,
-    from the order keys of a sample of the source (see the module
-    docstring): the keys as the pipeline's conversion gives them, or the
-    examples when the config has no key. A source with no usable row
-    gives one bucket."""
+                         tuning: ShardTuning, input_bytes: int | None = None
+                         ) -> tuple[bytes, ...]:
+    """Bucket lower bounds (b"" first) for `ShardTuning.key_bucket_count`
+    buckets (`tuning.hash_buckets`, fewer for gzip output of a small
+    `input_bytes`), from the order keys of a sample of the source (see the
+    module docstring): the keys as the pipeline's conversion gives them,
+    or the examples when the config has no key. A source with no usable
+    row gives one bucket."""
     if config.source.type == "images":
         keys = _image_keys(config, vocabularies)
     else:
         keys = _table_keys(config, vocabularies)
-    return bucket_bounds_of(keys, tuning.hash_buckets, tuning.prefix_len)
+    count = tuning.key_bucket_count(compression=config.output.compression,
+                                    shard_size=config.output.shard_size,
+                                    input_bytes=input_bytes)
+    return bucket_bounds_of(keys, count, tuning.prefix_len)
 
 
 def bounds_of_rows(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]],

@@ -7,12 +7,13 @@
 
 The rows go through the same steps as a `build` (`graph.stage_build`:
 checks, encoding, dead letters, shards), so the same rows and settings give
-the same shard bytes. Key-ordered plain output (``shuffle: false``) moves
-its rows through a distributed runner's shuffle three times unless the
-bounds of the key ranges workers sort are known before the run:
-``WriteDataset(config, key_sample=rows)`` takes them from a few thousand
-rows like the input's (the first rows of some of its files, say), and the
-rows then cross twice (`key_sample.bounds_of_rows`). A sample that
+the same shard bytes. Key-ordered output (``shuffle: false``) moves its
+rows through a distributed runner's shuffle once more (plain: three times;
+gzip: twice) unless the bounds of the key ranges workers sort are known
+before the run: ``WriteDataset(config, key_sample=rows)`` takes them from
+a few thousand rows like the input's (the first rows of some of its
+files, say), and the rows then cross once fewer
+(`key_sample.bounds_of_rows`). A sample that
 misjudges the keys changes no byte of the output, only how evenly the
 workers share the sorting. The pipeline's last step publishes (`publish.finalize`:
 error budget, manifest, checksums, verification, commit, LATEST), the way
@@ -179,8 +180,8 @@ class WriteDataset(beam.PTransform):
     overwrite: replace a published version; update_latest: False leaves
     LATEST alone; verify: False skips re-reading the staged shards;
     lease: seconds the build owns its staging directory (module docstring).
-    key_sample: rows like the input's, whose keys give key-ordered plain
-    output the bounds of its workers' key ranges before the run (module
+    key_sample: rows like the input's, whose keys give key-ordered output
+    the bounds of its workers' key ranges before the run (module
     docstring; the first `key_sample.SAMPLE_ROWS` are used, and one that is
     no mapping raises TypeError here); ignored by other output and by local
     runners.

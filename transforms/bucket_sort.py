@@ -4,9 +4,10 @@ No Beam. A bucket is a key range of one split (`shard_plan.BucketRange`).
 Its rows are read from every run of the split (`run_files.RunFile`) and
 given in ``(key, example)`` order to a writer (`bucket_writers`):
 
-- `sort_bucket` (key-ordered gzip output) writes a bucket file: the
-  bucket's rows in order, as consecutive chunks, each one gzip member
-  (`ChunkWriter`; plain chunks too, for tests and tools);
+- `sort_bucket_cells` (key-ordered gzip output) writes a bucket file: the
+  split's cells within the bucket, in order, each one gzip member
+  (`CellWriter`), and gives its rows in the cells it may share with its
+  neighbours;
 - when shards are cut at rows (every other output), `measure_bucket`
   adds up a bucket's size and largest row instead of sorting it (and
   reads its rows in the gzip ratio sample), names the bucket by a
@@ -35,48 +36,58 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .bucket_writers import ChunkWriter, ShardRowsWriter
+from .bucket_writers import CellWriter, ShardRowsWriter
 from .page_cache import WriteBehind
 from .row_order import sorted_order, sorted_positions
 from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
                         RunFileError, RunSlice, RunWriter)
 from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, bound_key,
-                         ratio_sample_of, ratio_sample_rows)
+                         interior_unit, ratio_sample_of, ratio_sample_rows)
 from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
 
 __all__ = [
     "measure_bucket",
     "merge_runs",
     "release_read_arena",
-    "sort_bucket",
+    "sort_bucket_cells",
     "write_bucket_rows",
     "write_sorted",
 ]
 
 
-def sort_bucket(bucket: BucketRange, runs: Iterable[RunInfo], *, out_dir: str,
-                scratch_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
-                memory_bytes: int, fan_in: int, prefix_len: int,
-                index_every: int) -> BucketChunks:
-    """Reads the bucket's key range from every run of its split, sorts it and
-    writes it as chunks to a new file (unique name) under `out_dir`.
+def sort_bucket_cells(bucket: BucketRange, runs: Iterable[RunInfo], *, start: int, size: int,
+                      total: int, cell_bytes: int, gzip_level: int, out_dir: str,
+                      scratch_dir: str, memory_bytes: int, fan_in: int, prefix_len: int,
+                      index_every: int) -> tuple[BucketChunks, dict[int, tuple[bytes, int]]]:
+    """Reads the bucket's key range from every run of its split, sorts it
+    and writes the cells within it to a new file (unique name) under
+    `out_dir`, each one gzip member (`CellWriter`; `start`, `size`: the
+    bucket's first byte in the split and its bytes, as measured by
+    `measure_bucket`; `total`: the split's). Gives those chunks, as unit
+    `shard_plan.interior_unit` of the split, and the bucket's rows in the
+    cells it may share with its neighbours (`CellWriter.seams`).
 
     Sorting happens in memory when the ranges add up to at most
     `memory_bytes`, else by a streaming k-way merge (the runs are sorted),
     with intermediate merge files under `scratch_dir` when there are more
     than `fan_in` ranges. Raises RunFileError when a run's record count
-    differs from what the spill step reported.
+    differs from what the spill step reported, or the bucket's bytes from
+    `size`.
     """
     out_path = join_path(out_dir, f"{uuid.uuid4().hex}.chunks")
     with open_for_write(out_path) as fileobj:
         on_disk = WriteBehind(fileobj)  # read once, by the shard that copies it
-        writer = ChunkWriter(on_disk, compression=compression, chunk_bytes=chunk_bytes,
-                             gzip_level=gzip_level)
+        writer = CellWriter(on_disk, start=start, size=size, total=total,
+                            cell_bytes=cell_bytes, gzip_level=gzip_level)
         _sort_into(writer, bucket, runs, scratch_dir=scratch_dir, memory_bytes=memory_bytes,
                    fan_in=fan_in, prefix_len=prefix_len, index_every=index_every)
         chunks = writer.close()
         on_disk.finish(durable=False)
-    return BucketChunks(bucket.split, bucket.index, out_path, tuple(chunks))
+    if writer.offset != start + size:
+        raise RunFileError(f"bucket {bucket.index} of split {bucket.split!r}: sorted "
+                           f"{writer.offset - start} bytes, measured {size}")
+    return (BucketChunks(bucket.split, interior_unit(bucket.index), out_path, tuple(chunks)),
+            writer.seams)
 
 
 def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
@@ -139,7 +150,7 @@ def write_bucket_rows(out, bucket: BucketRange, start: int, thresholds: np.ndarr
 
 def merge_runs(writer, runs: Sequence[RunInfo], *, scratch_dir: str, memory_bytes: int,
                fan_in: int, prefix_len: int, index_every: int) -> None:
-    """Gives `writer` (a ChunkWriter) every row of `runs` (run files of one
+    """Gives `writer` (a `bucket_writers` writer) every row of `runs` (run files of one
     split) in ``(key, example)`` order: sorted in memory when they fit
     `memory_bytes`, else merged as streams (intermediate merge runs under
     `scratch_dir` when there are more than `fan_in`)."""
@@ -203,7 +214,7 @@ def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
         _write_in_order(writer, slices, width)
 
 
-def _write_in_order(writer: ChunkWriter, slices: list[RunSlice], key_width: int) -> None:
+def _write_in_order(writer, slices: list[RunSlice], key_width: int) -> None:
     """Writes the rows of several sorted slices in ``(key, example)`` order
     (one sorted slice as it is)."""
     if len(slices) == 1:
@@ -314,7 +325,7 @@ def _gather(records: pa.LargeBinaryArray, rows: np.ndarray) -> memoryview:
     return memoryview(taken.buffers()[2])[first:end]
 
 
-def _write_stream(writer: ChunkWriter, rows: Iterator[tuple]) -> None:
+def _write_stream(writer, rows: Iterator[tuple]) -> None:
     """Writes merged ``(key, example, framed)`` rows a block at a time."""
     block: list = []
     pending = 0
@@ -327,7 +338,7 @@ def _write_stream(writer: ChunkWriter, rows: Iterator[tuple]) -> None:
     _write_framed_list(writer, block)
 
 
-def _write_framed_list(writer: ChunkWriter, framed: list) -> None:
+def _write_framed_list(writer, framed: list) -> None:
     if framed:
         sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
         writer.write_framed(b"".join(framed), sizes)

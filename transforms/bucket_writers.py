@@ -5,10 +5,9 @@ writer a bucket's framed records in order, a block at a time
 (`write_framed`); `needs_bytes` says when their sizes are enough, so rows
 that nothing writes are never gathered.
 
-`ChunkWriter` cuts the bucket into consecutive chunks by size on disk, for
-gzip output each exactly one gzip member of framed records, so that shards
-are assembled from chunks by concatenation, without recompressing (key-ordered
-gzip output). `ShardRowsWriter` writes the rows one shard holds when shards are
+`CellWriter` cuts the bucket into the split's cells (key-ordered gzip
+output), each one gzip member of framed records, so that shards are
+assembled from them by concatenation, without recompressing. `ShardRowsWriter` writes the rows one shard holds when shards are
 cut at rows (gzip: into a `tfrecordio.GzipStream`, one member a shard, the
 way `gzip_written_size` compresses the ratio sample the shard count comes
 from).
@@ -21,44 +20,38 @@ from typing import BinaryIO, Sequence
 import numpy as np
 
 from . import tfrecordio
-from .shard_plan import FRAMING, Chunk, shards_of_rows, shards_touched
+from .shard_plan import Chunk, cells_of_rows, seam_cells, shards_of_rows, shards_touched
 
-__all__ = ["ChunkWriter", "ShardRowsWriter", "gzip_written_size"]
+__all__ = ["CellWriter", "ShardRowsWriter", "gzip_written_size"]
 
-# Upper bound on one uncompressed chunk, whatever the estimated gzip ratio.
-_MAX_RAW_CHUNK = 64 << 20
+class CellWriter:
+    """Takes a sorted bucket's framed records in order and writes them to
+    `out` as the split's cells, each one gzip member at `gzip_level`
+    (`shard_plan.cells_of_rows`: a cell's rows are those whose bytes'
+    midpoint lies in it; `start`, `size`: the bucket's first byte in the
+    split and its bytes; `total`: the split's). `chunks` lists what was
+    written (offsets in `out`).
 
+    Rows in a cell the bucket may share with a neighbour
+    (`shard_plan.seam_cells`) are not compressed here but kept, as they
+    are, in `seams`: cell -> (framed records, rows), for the step that
+    joins a seam's pieces."""
 
-class ChunkWriter:
-    """Writes framed records to a bucket file as chunks of about
-    `chunk_bytes` on disk: framed records, or one gzip member per chunk.
-
-    A chunk ends with the record that brings it to its target size. For
-    gzip the target (uncompressed) is `chunk_bytes` times the compression
-    ratio seen so far in this bucket; the ratio depends on the bucket's
-    content only, so chunk boundaries are deterministic.
-    """
-
-    def __init__(self, fileobj: BinaryIO, *, compression: str, chunk_bytes: int,
+    def __init__(self, out: BinaryIO, *, start: int, size: int, total: int, cell_bytes: int,
                  gzip_level: int):
-        self._fileobj = fileobj
-        self._gzip = compression == "gzip"
-        self._chunk_bytes = chunk_bytes
+        self._out = out
+        self._cell_bytes = cell_bytes
         self._level = gzip_level
+        self.start = start
+        self.offset = start  # the next record's first byte in the split
+        self._written = 0
+        self._seam_pieces: dict[int, list] = {
+            cell: [] for cell in seam_cells(start, size, total, cell_bytes)}
+        self._seam_rows = dict.fromkeys(self._seam_pieces, 0)
+        self._cell: int | None = None
         self._pending: list[memoryview] = []
-        self._pending_bytes = 0
         self._pending_rows = 0
-        self._raw_total = 0
-        self._disk_total = 0
-        self._offset = 0
-        self._target = chunk_bytes
         self.chunks: list[Chunk] = []
-
-    def write_many(self, examples: Sequence[bytes]) -> None:
-        """Frames and writes examples."""
-        examples = list(examples)
-        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + FRAMING
-        self.write_framed(tfrecordio.frame_records(examples), sizes)
 
     def needs_bytes(self, nbytes: int) -> bool:
         """Whether the next `nbytes` of records must be given as bytes."""
@@ -66,53 +59,51 @@ class ChunkWriter:
 
     def write_framed(self, data, sizes: np.ndarray) -> None:
         """Writes framed records held back to back in `data` (not modified
-        afterwards), with `sizes` their framed sizes."""
+        until the bucket is written), with `sizes` their framed sizes."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if not len(sizes):
+            return
         view = memoryview(data)
         ends = np.cumsum(sizes)
-        count = len(ends)
-        row = start = 0
-        while row < count:
-            # First record that brings the pending chunk to its target.
-            last = int(np.searchsorted(ends, start + self._target - self._pending_bytes, "left"))
-            last = max(last, row)
-            if last >= count:
-                self._pending.append(view[start:])
-                self._pending_bytes += int(ends[-1]) - start
-                self._pending_rows += count - row
-                return
-            stop = int(ends[last])
-            self._pending.append(view[start:stop])
-            self._pending_bytes += stop - start
-            self._pending_rows += last + 1 - row
-            self._flush()
-            row, start = last + 1, stop
+        cells = cells_of_rows(self.offset + ends - sizes, sizes, self._cell_bytes)
+        edges = [0, *(np.flatnonzero(np.diff(cells)) + 1).tolist(), len(sizes)]
+        for first, last in zip(edges[:-1], edges[1:]):
+            cell = int(cells[first])
+            piece = view[int(ends[first] - sizes[first]):int(ends[last - 1])]
+            if cell in self._seam_pieces:
+                self._seam_pieces[cell].append(bytes(piece))
+                self._seam_rows[cell] += last - first
+                continue
+            if cell != self._cell:
+                self._flush()
+                self._cell = cell
+            self._pending.append(piece)
+            self._pending_rows += last - first
+        self.offset += int(ends[-1])
 
     def close(self) -> list[Chunk]:
-        if self._pending_rows:
-            self._flush()
+        self._flush()
         return self.chunks
 
+    @property
+    def seams(self) -> dict[int, tuple[bytes, int]]:
+        """Seam cell -> (the bucket's framed records in it, their count)."""
+        return {cell: (b"".join(pieces), self._seam_rows[cell])
+                for cell, pieces in self._seam_pieces.items()}
+
     def _flush(self) -> None:
-        if self._gzip:
-            data = tfrecordio.gzip_compress(b"".join(self._pending), self._level)
-            self._raw_total += self._pending_bytes
-            self._disk_total += len(data)
-            self._target = min(_MAX_RAW_CHUNK,
-                               self._chunk_bytes * self._raw_total // max(1, self._disk_total))
-            self._fileobj.write(data)
-            length = len(data)
-        else:
-            for piece in self._pending:
-                self._fileobj.write(piece)
-            length = self._pending_bytes
-        self.chunks.append(Chunk(self._offset, length, self._pending_rows))
-        self._offset += length
+        if not self._pending_rows:
+            return
+        data = tfrecordio.gzip_compress(b"".join(self._pending), self._level)
+        self._out.write(data)
+        self.chunks.append(Chunk(self._written, len(data), self._pending_rows))
+        self._written += len(data)
         self._pending = []
-        self._pending_bytes = self._pending_rows = 0
+        self._pending_rows = 0
 
 
 class ShardRowsWriter:
-    """Takes a bucket's framed records in order, like ChunkWriter, and
+    """Takes a bucket's framed records in order, like CellWriter, and
     writes to `out` only those that belong to shard `shard` when shards are
     cut at rows (`shard_plan.shards_of_rows`; `start`: the bucket's first
     byte in the split), counting them."""

@@ -47,9 +47,9 @@ is estimated: a gzip shard holds the rows a plain one would, of a
 sample's ratio. A row's shard is a function of its place in the split,
 so the buckets (their number, their bounds) never change the bytes.
 
-Key-ordered plain output without `key_bounds` (`WriteDataset` given no
-key sample) first learns its buckets from a sample of the whole split,
-for which its rows wait in lanes::
+Key-ordered output without `key_bounds` (`WriteDataset` given no key
+sample) first learns its buckets from a sample of the whole split, for
+which its rows wait in lanes::
 
   ExampleBatch
   | Pack               -> ("stats", (split, (rows, bytes, sample)))
@@ -60,39 +60,54 @@ for which its rows wait in lanes::
   | JoinPlan (Flatten + GroupByKey)   -> ((split, lane), [plan, packets...])
   | Route              -> ("sizes", ...), ("rows", ...) as Pack gives them above
 
-and goes on as above: rows cross three times, 4 bytes moved per dataset
-byte.
+and goes on as with bounds: plain rows cross three times, 4 bytes moved
+per dataset byte.
 
-Key-ordered gzip output, shards cut at chunks (a shard's rows are a key
+Key-ordered gzip output, shards cut at cells (a shard's rows are a key
 range, whose compression ratio may differ from the next range's: a shard
-counted from a sample would miss the ±10% size the shards keep)::
+counted from a sample would miss the ±10% size the shards keep, so it is
+cut between chunks whose compressed sizes are known). Chunk j is the
+rows whose framed bytes' midpoint lies in cell j of the split, bytes
+[j, j + 1) × `chunk_bytes` in key order, one gzip member: a function of
+the rows alone, so the bucket bounds (sampled before the run or not)
+never change the bytes::
 
   ExampleBatch
-  | Pack | SplitStats | PlanBuckets | JoinPlan | Route  (as just above)
-                       -> ((split, bucket), packet)     rows cut by bucket
-  | GroupBuckets | SortBuckets
-                       -> ("sizes", (split, (bucket, chunks, bytes, largest chunk, ())))
-                          ("chunk", ((split, bucket), ("layout", chunk sizes and rows)))
-                          ("chunk", ((split, bucket), ("chunk", (offset, bytes))))
-  | BucketSizes (CombinePerKey) | PlanShards
-                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
-                          ((split, shard), ("spec", (shards, buckets it may get)))
+  | Pack (with key_bounds) or Pack | ... | Route (without)  as above
+                       -> ("sizes", ...), ("rows", ((split, bucket), ("rows", packet)))
+  | BucketSizes (CombinePerKey) | PlanStarts
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, _)))
+  | GroupBuckets (Flatten + GroupByKey) | SortBuckets
+                       -> ("sizes", (split, (unit, chunks, bytes, largest chunk, ())))
+                          ("chunk", ((split, unit), ("layout", chunk sizes and rows)))
+                          ("chunk", ((split, unit), ("chunk", (offset, bytes))))
+                          the cells within the bucket, compressed: unit 2b + 1
+                          ("seam", ((split, cell), (bucket, start, end, total, rows, bytes)))
+                          its rows, as they are, in the (at most two) cells
+                          it may share with a neighbour
+  | GroupSeams (GroupByKey) | CompressSeams
+                       -> ("sizes", ...), ("chunk", ...) of a seam: its buckets'
+                          rows joined in key order, compressed as one cell,
+                          unit 2b of the last of them
+  | UnitSizes (CombinePerKey) | PlanShards
+                       -> ((split, unit), ("plan", (first byte, bytes, total, shards)))
+                          ((split, shard), ("spec", (shards, units it may get)))
                           as PlanCuts, on the chunks' bytes on disk
   | JoinPlaces (Flatten + GroupByKey) | Place
-                       -> ((split, shard), ("piece", (bucket, number, bytes)))
-                          ((split, shard), ("end", (bucket, (pieces, rows, bytes))))
+                       -> ((split, shard), ("piece", (unit, number, bytes)))
+                          ((split, shard), ("end", (unit, (pieces, rows, bytes))))
                           every chunk sent to the shard holding its bytes'
                           midpoint in the split
   | JoinShards (Flatten + GroupByKey) | WriteShardFiles  -> metadata dict
                           the pieces copied as they are
 
-Here rows cross twice (keyed by a lane, where they wait for the split's
-sampled bucket bounds, then by bucket) and chunks twice (waiting for the
-shard plan, then to their shard): (2 + 3c) bytes moved per dataset byte,
-c the compression ratio. The bounds decide the chunks, hence the bytes,
-so they must come from the split's own content sample, which every
-exchange and `WriteDataset` take alike. The plan is made of a few
-numbers per bucket (as for rows), nothing per chunk: a chunk's shard
+Here rows cross once (to their bucket; twice without bounds, waiting in
+lanes first), chunks twice (waiting for the shard plan, then to their
+shard), and the rows of the shared cells once more (a cell of
+`chunk_bytes`, at most 4 MB, at each bucket boundary: under 1% of a
+bucket of 1 GB): (1 + 3c) bytes moved per dataset byte with bounds,
+(2 + 3c) without, c the compression ratio. The plan is made of a few
+numbers per unit (as for rows), nothing per chunk: a chunk's shard
 follows from its own place in the split (`shard_plan.plan_shards`).
 
 Where each part lives:
@@ -105,7 +120,7 @@ Where each part lives:
   base of WriteShardFiles (`ShardFileFn`);
 - `exchange_rows`: the steps of shards cut at rows;
 - `exchange_chunks`: lanes and routing (key order without bounds given),
-  and the steps of shards cut at chunks;
+  and the steps of shards cut at cells;
 - here, `ShuffleExchange`, which picks the way and wires its steps.
 
 Why it is built this way:
@@ -132,7 +147,7 @@ from typing import Sequence
 
 import apache_beam as beam
 
-from .exchange_chunks import PlaceFn, RouteFn, SortBucketFn, SplitStatsFn, plan_lanes
+from .exchange_chunks import PlaceFn, RouteFn, SeamFn, SortCellsFn, SplitStatsFn, plan_lanes
 from .exchange_rows import BucketSizesFn, CutBucketFn, WriteCutShardFn, plan_row_cuts
 from .exchange_steps import PackFn
 from .shard_plan import cuts_at_rows
@@ -155,15 +170,15 @@ def _sizes_and_rows(tagged):
 class ShuffleExchange(beam.PTransform):
     """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
 
-    Key-ordered gzip output is cut at chunks, the rest at rows (see the
+    Key-ordered gzip output is cut at cells, the rest at rows (see the
     module docstring). The shards are written to `staging_dir`;
     `shard_temp_dir` holds a shard only while it is written, on
     filesystems that need a temporary name. `tuning` is a
-    `shards.ShardTuning`. `key_bounds` (key-ordered plain output):
-    bucket lower bounds known before the run (`shard_plan.bucket_bounds_of`
-    a sample of the input's order keys), so that rows go to their bucket
-    as they are packed instead of waiting in lanes for their split's
-    sample; any bounds give the same bytes."""
+    `shards.ShardTuning`. `key_bounds` (key-ordered output): bucket lower
+    bounds known before the run (`shard_plan.bucket_bounds_of` a sample of
+    the input's order keys), so that rows go to their bucket as they are
+    packed instead of waiting in lanes for their split's sample; any
+    bounds give the same bytes."""
 
     def __init__(self, staging_dir: str, *, shard_temp_dir: str, dataset_name: str,
                  splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
@@ -188,97 +203,112 @@ class ShuffleExchange(beam.PTransform):
                              f"{tuning.hash_buckets!r}")
 
     def expand(self, batches):
-        if not cuts_at_rows(self._shuffle, self._compression):
-            return self._cut_at_chunks(batches)
         if self._shuffle or self._key_bounds:
             sizes, rows = self._cut_as_packed(batches)
         else:
             sizes, rows = self._route_by_key(batches)
-        return self._cut_at_rows(sizes, rows)
+        if cuts_at_rows(self._shuffle, self._compression):
+            return self._cut_at_rows(sizes, rows)
+        return self._cut_at_cells(sizes, rows)
 
     def _cut_as_packed(self, batches):
         """(sizes, rows), each batch's rows cut by bucket as they are
         packed: hash buckets (shuffled output) or the given key bounds."""
         tuning = self._tuning
-        gzip = self._compression == "gzip"
+        shuffled_gzip = self._shuffle and self._compression == "gzip"
         # ("sizes", (split, (buckets, rows, bytes, largest row, ratio sample)))
         # | ("rows", ((split, bucket), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
             self._dataset_name, self._splits, self._shuffle, tuning,
             hash_buckets=tuning.hash_buckets if self._shuffle else None,
-            ratio_bound=tuning.ratio_sample_bound if gzip else None,
+            ratio_bound=tuning.ratio_sample_bound if shuffled_gzip else None,
             key_bounds=None if self._shuffle else self._key_bounds))
         return _sizes_and_rows(packed)
 
     def _route_by_key(self, batches):
-        """Key-ordered plain output: (sizes, rows), each lane's rows cut by
-        the split's bucket bounds once they are known."""
+        """Key-ordered output without bounds known before the run: (sizes,
+        rows), each lane's rows cut by the split's bucket bounds once they
+        are known."""
         # ("sizes", (split, (buckets, rows, bytes, largest row, ())))
         # | ("rows", ((split, bucket), ("rows", packet)))
-        return _sizes_and_rows(self._routed(batches, counts=True))
+        return _sizes_and_rows(self._routed(batches))
 
-    def _routed(self, batches, *, counts: bool):
+    def _routed(self, batches):
         """Key-ordered output: rows wait in lanes for their split's bucket
         bounds, then go to their bucket (`RouteFn`)."""
         tuning = self._tuning
+        bucket_bytes = tuning.bucket_bytes
+        if self._compression == "gzip":  # fewer cells shared by two buckets
+            bucket_bytes = tuning.key_gzip_bucket_bytes(self._shard_size)
         # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
             self._dataset_name, self._splits, self._shuffle, tuning))
         # ((split, lane), ("plan", bucket lower bounds))
         plans = (_part(packed, "stats", "Stats")
                  | "SplitStats" >> beam.CombinePerKey(SplitStatsFn(tuning.sample_size))
-                 | "PlanBuckets" >> beam.FlatMap(plan_lanes, tuning=tuning))
+                 | "PlanBuckets" >> beam.FlatMap(plan_lanes, tuning=tuning,
+                                                 bucket_bytes=bucket_bytes))
         rows = _part(packed, "rows", "LaneRows")
         return ((plans, rows)
                 | "FlattenLanes" >> beam.Flatten()
                 | "JoinPlan" >> beam.GroupByKey()  # ((split, lane), [plan, packets])
-                | "Route" >> beam.ParDo(RouteFn(tuning.route_bytes, counts=counts)))
+                | "Route" >> beam.ParDo(RouteFn(tuning.route_bytes)))
+
+    def _plan(self, sizes, *, step: str, added_up: str, gzip_level: int | None = None):
+        """(placements, specs): `plan_row_cuts` on `sizes` added up per
+        bucket (or unit of chunks). Placements: ((split, bucket), ("plan",
+        (first byte, bytes, total, shards))); specs: ((split, shard),
+        ("spec", (shards, buckets it may get)))."""
+        plan = (sizes
+                | added_up >> beam.CombinePerKey(BucketSizesFn())
+                | step >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
+                                       gzip_level=gzip_level))
+        return (plan | f"{step}Placements" >> beam.Filter(lambda item: item[1][0] == "plan"),
+                plan | f"{step}Specs" >> beam.Filter(lambda item: item[1][0] == "spec"))
+
+    def _write_shards(self, specs, pieces, *, compress: bool):
+        """Each shard's spec and pieces joined, and the shard written:
+        metadata dicts."""
+        return ((specs, pieces)
+                | "FlattenShards" >> beam.Flatten()
+                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
+                | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
+                    self._staging_dir, self._shard_temp_dir, self._compression,
+                    self._tuning.memory_bytes, self._gzip_level, compress=compress)))
 
     def _cut_at_rows(self, sizes, rows):
-        tuning = self._tuning
         gzip = self._compression == "gzip"
-        # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
-        plan = (sizes
-                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn())
-                | "PlanCuts" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
-                                             gzip_level=self._gzip_level if gzip else None))
-        placements = plan | "PlacementsOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
-        specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
+        placements, specs = self._plan(sizes, step="PlanCuts", added_up="BucketSizes",
+                                       gzip_level=self._gzip_level if gzip else None)
         # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
         pieces = ((placements, rows)
                   | "FlattenBuckets" >> beam.Flatten()
                   | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [plan, packets])
-                  | "SortBuckets" >> beam.ParDo(CutBucketFn(tuning)))
-        return ((specs, pieces)
-                | "FlattenShards" >> beam.Flatten()
-                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
-                | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._compression,
-                    tuning.memory_bytes, self._gzip_level)))  # metadata dict
+                  | "SortBuckets" >> beam.ParDo(CutBucketFn(self._tuning)))
+        return self._write_shards(specs, pieces, compress=True)
 
-    def _cut_at_chunks(self, batches):
-        tuning = self._tuning
-        # ("sizes", (split, (buckets, chunks, bytes, largest chunk, ())))
-        # | ("chunk", ((split, bucket), ("layout", sizes) | ("chunk", (offset, bytes))))
-        sorted_buckets = (self._routed(batches, counts=False)  # ((split, bucket), packet)
-                          | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [packet])
-                          | "SortBuckets" >> beam.ParDo(SortBucketFn(
-                              self._compression, self._chunk_bytes, self._gzip_level, tuning)))
-        # ((split, bucket), ("plan", placement)) | ((split, shard), ("spec", buckets))
-        plan = (_part(sorted_buckets, "sizes", "ChunkSizes")
-                | "BucketSizes" >> beam.CombinePerKey(BucketSizesFn())
-                | "PlanShards" >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size))
-        chunks = _part(sorted_buckets, "chunk", "Chunks")
-        places = plan | "PlacesOnly" >> beam.Filter(lambda item: item[1][0] == "plan")
-        specs = plan | "SpecsOnly" >> beam.Filter(lambda item: item[1][0] == "spec")
-        # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
+    def _cut_at_cells(self, sizes, rows):
+        # ((split, bucket), ("plan", (first byte, bytes, total, _)))
+        starts, _ = self._plan(sizes, step="PlanStarts", added_up="BucketSizes")
+        # ("sizes", (split, (units, chunks, bytes, largest chunk, ())))
+        # | ("chunk", ((split, unit), ("layout", sizes) | ("chunk", (offset, bytes))))
+        # | ("seam", ((split, cell), (bucket, start, end, total, rows, bytes)))
+        cells = ((starts, rows)
+                 | "FlattenBuckets" >> beam.Flatten()
+                 | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [plan, packets])
+                 | "SortBuckets" >> beam.ParDo(SortCellsFn(
+                     self._chunk_bytes, self._gzip_level, self._tuning)))
+        seams = (_part(cells, "seam", "Seams")
+                 | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
+                 | "CompressSeams" >> beam.ParDo(SeamFn(self._chunk_bytes, self._gzip_level)))
+        chunk_sizes = ((_part(cells, "sizes", "CellSizes"), _part(seams, "sizes", "SeamSizes"))
+                       | "FlattenChunkSizes" >> beam.Flatten())
+        chunks = ((_part(cells, "chunk", "CellChunks"), _part(seams, "chunk", "SeamChunks"))
+                  | "FlattenChunks" >> beam.Flatten())
+        places, specs = self._plan(chunk_sizes, step="PlanShards", added_up="UnitSizes")
+        # ((split, shard), ("piece", (unit, number, bytes)) | ("end", (unit, counts)))
         pieces = ((places, chunks)
-                  | "FlattenChunks" >> beam.Flatten()
-                  | "JoinPlaces" >> beam.GroupByKey()  # ((split, bucket), [plan, layout, chunks])
+                  | "FlattenPlaces" >> beam.Flatten()
+                  | "JoinPlaces" >> beam.GroupByKey()  # ((split, unit), [plan, layout, chunks])
                   | "Place" >> beam.ParDo(PlaceFn()))
-        return ((specs, pieces)
-                | "FlattenShards" >> beam.Flatten()
-                | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
-                | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._compression,
-                    tuning.memory_bytes, compress=False)))  # metadata dict
+        return self._write_shards(specs, pieces, compress=False)

@@ -1,40 +1,47 @@
-"""The shuffle exchange's key-ordered steps: lanes and routing, and shards cut at chunks.
+"""The shuffle exchange's key-ordered steps: lanes and routing, and shards cut at cells.
 
 Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then
-go to their bucket (`RouteFn`). Plain output goes on as shuffled output
-does, its shards cut at rows (`exchange_rows`). Gzip: a bucket is sorted
-into chunks (`SortBucketFn`, a `bucket_writers.ChunkWriter`); only their
-sizes cross a combine (`exchange_rows.BucketSizesFn`), from which each
-bucket learns its first byte on disk and each shard the buckets that may
-hold its chunks (`exchange_rows.plan_row_cuts`, as for rows). A chunk
-belongs to the shard holding its bytes' midpoint (`shard_plan.plan_shards`
-says the same for the file exchange), so each bucket places its own
-chunks (`PlaceFn`, `place_chunks`), and each shard is written from its
-pieces as a shard cut at rows is (`exchange_rows.WriteCutShardFn`, the
-pieces copied as they are). See `exchange` for the whole path.
+go to their bucket (`RouteFn`), when no bounds were sampled before the
+run. Plain output goes on as shuffled output does, its shards cut at rows
+(`exchange_rows`).
+
+Gzip: knowing its first byte in the split, a bucket is sorted into the
+split's cells (`SortCellsFn`, a `bucket_writers.CellWriter`): the cells
+within it are compressed there, the rows of a cell it may share with a
+neighbour go to that seam, which compresses them as one cell (`SeamFn`).
+Only the chunks' sizes cross a combine (`exchange_rows.BucketSizesFn`, per
+unit: a bucket's interior or a seam), from which each unit learns its
+first byte on disk and each shard the units that may hold its chunks
+(`exchange_rows.plan_row_cuts`, as for rows). A chunk belongs to the
+shard holding its bytes' midpoint (`shard_plan.plan_shards` says the same
+for the file exchange), so each unit places its own chunks (`PlaceFn`,
+`place_chunks`), and each shard is written from its pieces as a shard cut
+at rows is (`exchange_rows.WriteCutShardFn`, the pieces copied as they
+are). See `exchange` for the whole path.
 """
 
 from __future__ import annotations
 
 import heapq
+import io
 import tempfile
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import bucket_writers, run_files
+from . import bucket_writers, run_files, tfrecordio
 from .exchange_packets import (SIZE_DTYPE, bucket_sizes, cut_packet, merge_packets,
                                packet_buckets, sort_bucket_packets)
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
-from .shard_plan import (plan_bucket_ranges, row_shard_thresholds, shards_of_rows,
-                         shards_touched)
+from .shard_plan import (Chunk, check_seam, interior_unit, plan_bucket_ranges,
+                         row_shard_thresholds, shards_of_rows, shards_touched)
 
-__all__ = ["PlaceFn", "RouteFn", "SortBucketFn", "SplitStatsFn", "merge_split_stats",
+__all__ = ["PlaceFn", "RouteFn", "SeamFn", "SortCellsFn", "SplitStatsFn", "merge_split_stats",
            "place_chunks", "plan_lanes"]
 
 
@@ -58,11 +65,12 @@ def merge_split_stats(parts: Iterable[tuple], sample_size: int) -> tuple:
 
 def place_chunks(lengths: np.ndarray, records: np.ndarray, start: int, total: int,
                  count: int) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, int, int]]]:
-    """Where a bucket's chunks go: their `lengths` and `records` in bucket
-    order (int64 arrays), the bucket's first byte on disk in the split
-    `start`, the split's `total` bytes and its shard `count`. Gives each
-    chunk's shard and piece number (from 0 in each shard), and for each
-    shard the bucket may reach (`shard_plan.shards_touched`) the
+    """Where a unit's chunks go (a bucket's interior cells, or a seam):
+    their `lengths` and `records` in key order (int64 arrays), the unit's
+    first byte on disk in the split `start`, the split's `total` bytes and
+    its shard `count`. Gives each chunk's shard and piece number (from 0 in
+    each shard), and for each shard the unit may reach
+    (`shard_plan.shards_touched`) the
     ``(pieces, rows, bytes)`` it sends there, as
     `exchange_rows.assemble_shard` checks them. A chunk's shard is the one
     holding its bytes' midpoint, as in `shard_plan.plan_shards`."""
@@ -122,11 +130,11 @@ class SplitStatsFn(beam.CombineFn):
                                  self._sample_size)
 
 
-def plan_lanes(split_stats, *, tuning):
-    """(split, (rows, bytes, sample)) -> the split's bucket lower bounds,
-    once for each lane."""
+def plan_lanes(split_stats, *, tuning, bucket_bytes: int):
+    """(split, (rows, bytes, sample)) -> the split's bucket lower bounds
+    (buckets of about `bucket_bytes`), once for each lane."""
     split, (_, nbytes, sample) = split_stats
-    ranges = plan_bucket_ranges(split, nbytes, sample, tuning.bucket_bytes,
+    ranges = plan_bucket_ranges(split, nbytes, sample, bucket_bytes,
                                 sample_bytes=tuning.sample_every(),
                                 sample_size=tuning.sample_size)
     bounds = tuple(bucket.lo for bucket in ranges)
@@ -134,19 +142,18 @@ def plan_lanes(split_stats, *, tuning):
 
 
 class RouteFn(beam.DoFn):
-    """((split, lane), [plan, packets...]) -> ((split, bucket), packet).
+    """((split, lane), [plan, packets...]) -> ("rows", ((split, bucket),
+    ("rows", packet))), and each packet's rows and bytes per bucket and its
+    largest row as ("sizes", (split, (buckets, rows, bytes, largest row,
+    ()))): what `exchange_steps.PackFn` gives when the bounds are known
+    before the run.
 
     A bucket's rows are gathered into packets of about `route_bytes`
     before they go on; when `route_bytes` are held in all, every bucket's
-    are sent. With `counts` (key-ordered plain output, whose shards are
-    cut at rows), the packets go on as ("rows", ((split, bucket), ("rows",
-    packet))), and each packet's rows and bytes per bucket and its largest
-    row as ("sizes", (split, (buckets, rows, bytes, largest row, ()))), as
-    `exchange_steps.PackFn` gives them for `exchange_rows.BucketSizesFn`."""
+    are sent."""
 
-    def __init__(self, route_bytes: int, counts: bool = False):
+    def __init__(self, route_bytes: int):
         self._route_bytes = route_bytes
-        self._counts = counts
 
     def setup(self):
         keep_freed_memory()  # buffers are freed and made again all the time
@@ -167,7 +174,7 @@ class RouteFn(beam.DoFn):
             if tag != "rows":
                 continue
             buckets = packet_buckets(packet, bounds)
-            if self._counts and len(buckets):
+            if len(buckets):
                 sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE).astype(np.int64)
                 yield ("sizes", (split, (*bucket_sizes(buckets, sizes), ())))
             for bucket, piece in cut_packet(packet, buckets):
@@ -187,23 +194,42 @@ class RouteFn(beam.DoFn):
     def _send(self, split, bucket, pieces):
         packet = merge_packets(pieces)
         self._exchanged.inc(len(packet[2]))
-        if self._counts:
-            yield ("rows", ((split, bucket), ("rows", packet)))
-        else:
-            yield (split, bucket), packet
+        yield ("rows", ((split, bucket), ("rows", packet)))
 
 
-class SortBucketFn(beam.DoFn):
-    """((split, bucket), [packet]) -> ("sizes", (split, sizes)) with the
-    bucket's chunk sizes as `exchange_rows.BucketSizesFn` counts them (a
-    chunk for a row); ("chunk", ((split, bucket), ("layout", (lengths,
-    records)))), its chunks' sizes and records (int64 arrays as bytes);
-    and ("chunk", ((split, bucket), ("chunk", (offset, bytes)))) per
-    chunk, the chunks one after another from offset 0."""
+def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
+                  exchanged) -> Iterator[tuple]:
+    """What a unit of chunks (a bucket's interior, or a seam) sends on:
+    ("sizes", (split, sizes)), its chunk count and bytes as
+    `exchange_rows.BucketSizesFn` adds them up (a chunk for a row);
+    ("chunk", ((split, unit), ("layout", (lengths, records)))), its chunks'
+    sizes and records (int64 arrays as bytes); and ("chunk", ((split,
+    unit), ("chunk", (offset, bytes)))) per chunk, read in order by
+    `read(length)` and counted by the `exchanged` counter."""
+    lengths = np.array([chunk.length for chunk in chunks], dtype="<i8")
+    records = np.array([chunk.num_records for chunk in chunks], dtype="<i8")
+    yield ("sizes", (split, (*bucket_sizes(np.full(len(chunks), unit), lengths), ())))
+    yield ("chunk", ((split, unit), ("layout", (lengths.tobytes(), records.tobytes()))))
+    for chunk in chunks:
+        data = read(chunk.length)
+        if len(data) != chunk.length:
+            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
+                                         f"{chunk.offset} cut short")
+        exchanged.inc(len(data))
+        yield ("chunk", ((split, unit), ("chunk", (chunk.offset, data))))
 
-    def __init__(self, compression: str, chunk_bytes: int, gzip_level: int, tuning):
-        self._compression = compression
-        self._chunk_bytes = chunk_bytes
+
+class SortCellsFn(beam.DoFn):
+    """((split, bucket), [plan, packets...]) -> the bucket's rows sorted
+    and cut into the split's cells (`bucket_writers.CellWriter`, from the
+    bucket's first byte in the split that the plan gives): the cells
+    within it, compressed, as unit `shard_plan.interior_unit` (see
+    `_unit_outputs`), and for each cell it may share with a neighbour
+    ("seam", ((split, cell), (bucket, start, end, total, rows, framed
+    records))), its rows there as they are (possibly none)."""
+
+    def __init__(self, cell_bytes: int, gzip_level: int, tuning):
+        self._cell_bytes = cell_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
 
@@ -213,40 +239,74 @@ class SortBucketFn(beam.DoFn):
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):
-        (split, index), packets = item
+        (split, bucket), values = item
         tuning = self._tuning
+        # The values are iterated twice (runners give re-iterables): the plan
+        # is found first, then the rows stream into the sort.
+        plan = next((value for tag, value in values if tag == "plan"), None)
+        if plan is None:
+            raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
+                             f"split's plan")
+        start, size, total, _ = plan
+        packets = (value for tag, value in values if tag == "rows")
         with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
-            writer = bucket_writers.ChunkWriter(out, compression=self._compression,
-                                                chunk_bytes=self._chunk_bytes,
-                                                gzip_level=self._gzip_level)
+            writer = bucket_writers.CellWriter(out, start=start, size=size, total=total,
+                                               cell_bytes=self._cell_bytes,
+                                               gzip_level=self._gzip_level)
             sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
                                 fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                                 index_every=tuning.index_every)
             chunks = writer.close()
-            if not chunks:
-                return
-            lengths = np.array([chunk.length for chunk in chunks], dtype="<i8")
-            records = np.array([chunk.num_records for chunk in chunks], dtype="<i8")
-            yield ("sizes", (split, (*bucket_sizes(np.full(len(chunks), index), lengths), ())))
-            yield ("chunk", ((split, index), ("layout", (lengths.tobytes(), records.tobytes()))))
-            out.seek(0)
-            for chunk in chunks:
-                data = out.read(chunk.length)
-                if len(data) != chunk.length:
-                    raise run_files.RunFileError(f"bucket {index} of split {split!r}: chunk at "
-                                                 f"byte {chunk.offset} cut short")
-                self._exchanged.inc(len(data))
-                yield ("chunk", ((split, index), ("chunk", (chunk.offset, data))))
+            if writer.offset != start + size:
+                raise run_files.RunFileError(
+                    f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "
+                    f"the plan counted {size}")
+            if chunks:
+                out.seek(0)
+                yield from _unit_outputs(split, interior_unit(bucket), chunks, out.read,
+                                         self._exchanged)
+        for cell, (data, rows) in writer.seams.items():
+            self._exchanged.inc(len(data))
+            yield ("seam", ((split, cell), (bucket, start, start + size, total, rows, data)))
+
+
+class SeamFn(beam.DoFn):
+    """((split, cell), [pieces...]) -> the seam's rows, joined in bucket
+    order and compressed as one cell (the bytes a bucket holding them all
+    would give), as the unit `shard_plan.check_seam` names (see
+    `_unit_outputs`); nothing when no bucket had rows there."""
+
+    def __init__(self, cell_bytes: int, gzip_level: int):
+        self._cell_bytes = cell_bytes
+        self._gzip_level = gzip_level
+
+    def setup(self):
+        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+
+    def process(self, item):
+        (split, cell), values = item
+        pieces = {}
+        for bucket, start, end, total, rows, data in values:
+            pieces.setdefault(bucket, (start, end, total, rows, data))  # twice: the same
+        unit = check_seam(split, cell, self._cell_bytes,
+                          [(bucket, *piece[:3]) for bucket, piece in pieces.items()])
+        rows = sum(piece[3] for piece in pieces.values())
+        if not rows:
+            return
+        data = tfrecordio.gzip_compress(b"".join(pieces[bucket][4] for bucket in sorted(pieces)),
+                                        self._gzip_level)
+        yield from _unit_outputs(split, unit, [Chunk(0, len(data), rows)],
+                                 io.BytesIO(data).read, self._exchanged)
 
 
 class PlaceFn(beam.DoFn):
-    """((split, bucket), [plan, layout, chunks...]) -> ((split, shard),
-    ("piece", (bucket, number, bytes))) per chunk, and ((split, shard),
-    ("end", (bucket, (pieces, rows, bytes)))) for each shard the plan says
-    the bucket may reach.
+    """((split, unit), [plan, layout, chunks...]) -> ((split, shard),
+    ("piece", (unit, number, bytes))) per chunk, and ((split, shard),
+    ("end", (unit, (pieces, rows, bytes)))) for each shard the plan says
+    the unit may reach (a unit: a bucket's interior cells, or a seam).
 
     The values are read twice, as a GroupByKey's values may be: the
-    bucket's plan and layout first, then its chunks one at a time, so that
+    unit's plan and layout first, then its chunks one at a time, so that
     a bucket of any size (every row of a key shared by most of the data
     lands in one) passes through in one chunk's memory."""
 
@@ -255,7 +315,7 @@ class PlaceFn(beam.DoFn):
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):
-        (split, bucket), values = item
+        (split, unit), values = item
         plan = layout = None
         for tag, value in values:
             if tag == "plan":
@@ -265,12 +325,12 @@ class PlaceFn(beam.DoFn):
             if plan is not None and layout is not None:
                 break  # the chunks are read once more below: stop as soon as can be
         if plan is None or layout is None:
-            raise ValueError(f"split {split!r}, bucket {bucket}: chunks came without the "
-                             f"split's plan or the bucket's layout")
+            raise ValueError(f"split {split!r}, unit {unit}: chunks came without the "
+                             f"split's plan or the unit's layout")
         start, size, total, count = plan
         lengths, records = (np.frombuffer(part, dtype="<i8") for part in layout)
         if int(lengths.sum()) != size:
-            raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunks of "
+            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunks of "
                                          f"{int(lengths.sum())} bytes, the plan counted {size}")
         shards, numbers, sent = place_chunks(lengths, records, start, total, count)
         offsets = np.cumsum(lengths) - lengths
@@ -278,20 +338,20 @@ class PlaceFn(beam.DoFn):
         for offset, data in _chunks_once(values):
             chunk = int(np.searchsorted(offsets, offset))
             if chunk == len(offsets) or offsets[chunk] != offset or lengths[chunk] != len(data):
-                raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunk at "
-                                             f"byte {offset} is not in the bucket's layout")
+                raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at "
+                                             f"byte {offset} is not in the unit's layout")
             placed[chunk] = True
             self._exchanged.inc(len(data))
-            yield (split, int(shards[chunk])), ("piece", (bucket, int(numbers[chunk]), data))
+            yield (split, int(shards[chunk])), ("piece", (unit, int(numbers[chunk]), data))
         if not placed.all():
-            raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: chunk at byte "
+            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
                                          f"{int(offsets[np.argmin(placed)])} is missing")
         for shard, counts in sent.items():
-            yield (split, shard), ("end", (bucket, counts))
+            yield (split, shard), ("end", (unit, counts))
 
 
 def _chunks_once(values: Iterable[tuple]) -> Iterator[tuple]:
-    """The ``(offset, bytes)`` chunks among a bucket's tagged values, each
+    """The ``(offset, bytes)`` chunks among a unit's tagged values, each
     once (a retried step may deliver one twice: the same bytes)."""
     seen: set[int] = set()
     for tag, value in values:

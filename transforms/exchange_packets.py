@@ -152,7 +152,7 @@ def _keys_as_bytes(packet) -> list[bytes]:
 
 
 def _write_sorted(writer, packets: list[tuple]) -> None:
-    """Gives `writer` (a bucket_writers.ChunkWriter) the rows of `packets` ordered by
+    """Gives `writer` (a `bucket_writers` writer, or `exchange_rows.ShardCutter`) the rows of `packets` ordered by
     ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time
     (`bucket_sort.write_sorted`, each packet a slice: no copy of them all)."""
     packets = [packet for packet in packets if packet[3]]
@@ -191,7 +191,7 @@ def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
 
 def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, fan_in: int,
                         prefix_len: int, index_every: int) -> None:
-    """Sorts a bucket's packets into `writer` (a bucket_writers.ChunkWriter).
+    """Sorts a bucket's packets into `writer` (a `bucket_writers` writer, or `exchange_rows.ShardCutter`).
 
     Up to `memory_bytes` (record bytes plus a per-row allowance) are held
     in memory; above it, each `memory_bytes` is sorted into a run file in a

@@ -44,7 +44,7 @@ __all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "as
 
 class ShardCutter:
     """Takes a sorted bucket's framed records in order (like a
-    bucket_writers.ChunkWriter) and writes them to `out`, noting which shard each
+    bucket_writers.CellWriter) and writes them to `out`, noting which shard each
     run of records belongs to: records are placed by their bytes' midpoint
     in the split (`shard_plan.shards_of_rows`), from the bucket's first
     byte `start` in the split. `segments` lists ``[shard, offset in out,

@@ -12,11 +12,23 @@ one metadata dict per shard. Steps and the elements between them::
   | KeySpills | GroupSpills            -> (split, [SpillRecord])
   | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
   | SpreadBuckets | SortBuckets        -> (run list file, BucketChunks)  each range
-                                       read from every run of its split: only
-                                       measured (and, shuffled gzip, its rows in
-                                       the ratio sample read); key-ordered gzip:
-                                       sorted and written as compressed chunks
-  | KeyBuckets | GroupBuckets | PlanShards  -> ShardSpec  cut at rows, each
+                                       read from every run of its split and
+                                       measured, not sorted (shuffled gzip: its
+                                       rows in the ratio sample read too)
+  | KeyBuckets | GroupBuckets          -> (split, [(run list file, BucketChunks)])
+  key-ordered gzip only (`_cells`), the split's cells as units of chunks:
+  | PlanCells | SpreadCells | SortCells  -> ("unit", (run list file, BucketChunks))
+                                       the cells within a bucket, sorted and
+                                       compressed into a chunk file, knowing its
+                                       first byte in the split;
+                                       ("seam", ((split, cell), piece))  its rows
+                                       in a cell it may share, as they are, in a
+                                       small file
+  | GroupSeams | CompressSeams         -> (run list file, BucketChunks)  a seam's
+                                       pieces joined and compressed as one cell
+  | FlattenUnits | KeyUnits | GroupUnits -> (split, [(run list file, BucketChunks)])
+  then:
+  | PlanShards                         -> ShardSpec  cut at rows, each
                                        shard taking its rows of the buckets it
                                        reaches as it writes them (shuffled gzip:
                                        as many shards as the sample's ratio says);
@@ -68,11 +80,14 @@ from .shard_files import publish_shard, shard_metadata
 from .shard_plan import (
     MAX_BUCKETS,
     RATIO_SAMPLE_BOUND,
+    BucketChunks,
+    Chunk,
     RunInfo,
     ShardSpec,
     SpillRecord,
     SplitAssigner,
     assign_split,
+    check_seam,
     cuts_at_rows,
     plan_bucket_ranges,
     plan_row_shards,
@@ -100,6 +115,10 @@ _COPY_BLOCK = 4 << 20
 # ShardTuning.for_input: hash buckets per byte of input (at most
 # shard_plan.MAX_BUCKETS).
 INPUT_BYTES_PER_HASH_BUCKET = 1 << 30
+# Key-ordered gzip buckets on the shuffle exchange hold at least this
+# many cells (`ShardTuning.key_bucket_count`): the rows of the cell at each
+# bucket boundary cross the shuffle once more, about 1/64 of the data.
+KEY_GZIP_BUCKET_CELLS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,8 +135,13 @@ class ShardTuning:
     memory_bytes: largest bucket sorted in memory; larger ones are merged
       as streams from the sorted runs.
     fan_in: most sorted streams merged at once.
-    chunks_per_shard, max_chunk_bytes: chunks (the pieces shards are cut
-      from) are shard_size / chunks_per_shard on disk, at most max_chunk_bytes.
+    chunks_per_shard, max_chunk_bytes: key-ordered gzip shards are cut
+      from chunks, the rows of cells of shard_size / chunks_per_shard
+      framed bytes, at most max_chunk_bytes (`shard_plan.cells_of_rows`).
+      A shard is within one chunk of its split's mean, which may be just
+      over half a shard (two shards for 1.01 shard sizes): 25 keeps that
+      within ±8% for bytes gzip cannot shrink; more, smaller gzip members
+      would compress text worse.
     sample_bytes: one sampled key per this many bytes, on average (default
       bucket_bytes / 64); sample_size: most sampled keys kept per split.
     prefix_len: bytes of an order key kept in samples and run indexes.
@@ -141,7 +165,7 @@ class ShardTuning:
     bucket_bytes: int = 32 << 20
     memory_bytes: int = 256 << 20
     fan_in: int = 64
-    chunks_per_shard: int = 50
+    chunks_per_shard: int = 25
     max_chunk_bytes: int = 4 << 20
     sample_bytes: int | None = None
     sample_size: int = 65536
@@ -170,6 +194,25 @@ class ShardTuning:
         wanted = -(-input_bytes // INPUT_BYTES_PER_HASH_BUCKET)
         return dataclasses.replace(
             default, hash_buckets=max(default.hash_buckets, min(MAX_BUCKETS, wanted)))
+
+    def key_bucket_count(self, *, compression: str, shard_size: int,
+                         input_bytes: int | None) -> int:
+        """Buckets of key-ordered output whose bounds are sampled before
+        the run: `hash_buckets`; for gzip, whose rows in a cell that two
+        buckets share cross the shuffle once more (about a cell per bucket
+        boundary), at most one per `KEY_GZIP_BUCKET_CELLS` cells of the
+        input when its size is known. The count never changes the bytes."""
+        if compression != "gzip" or not input_bytes:
+            return self.hash_buckets
+        wanted = input_bytes // (KEY_GZIP_BUCKET_CELLS * self.chunk_bytes(shard_size))
+        return max(1, min(self.hash_buckets, wanted))
+
+    def key_gzip_bucket_bytes(self, shard_size: int) -> int:
+        """Bucket size of key-ordered gzip output planned from its split's
+        own sample on the shuffle exchange: `bucket_bytes`, or
+        `KEY_GZIP_BUCKET_CELLS` cells when that is more (see
+        `key_bucket_count`)."""
+        return max(self.bucket_bytes, KEY_GZIP_BUCKET_CELLS * self.chunk_bytes(shard_size))
 
     def sample_every(self) -> int:
         return self.sample_bytes or max(1, self.bucket_bytes // 64)
@@ -278,9 +321,10 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
     cut at rows (`plan_row_shards`; with `gzip_level`, shuffled gzip
     shards counted from the buckets' ratio sample) or at chunks
-    (key-ordered gzip).
+    (key-ordered gzip: the BucketChunks are units of cells, the buckets'
+    interiors and the seams).
 
-    With `delete_runs` (key-ordered gzip: every bucket is written as chunk
+    With `delete_runs` (key-ordered gzip: every cell is written as chunk
     files by now), the split's runs are no longer needed and are deleted
     here rather than at the end: that halves the temporary disk space at
     the peak, and the shards that follow are written into memory the page
@@ -326,24 +370,59 @@ def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
             "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
 
 
-class _SortBucketFn(beam.DoFn):
-    """(run list file, BucketRange) -> (run list file, BucketChunks).
+class _MeasureBucketFn(beam.DoFn):
+    """(run list file, BucketRange) -> (run list file, BucketChunks): the
+    bucket's size and largest row, added up from the runs without sorting
+    (`bucket_sort.measure_bucket`; with `ratio_bound`, shuffled gzip, its
+    rows in the ratio sample too). Shards cut at rows then write their
+    rows of the bucket straight from the runs: one write and one read of
+    every byte fewer; key-ordered gzip learns each bucket's first byte in
+    the split, where its cells start."""
 
-    Shards cut at rows (all but key-ordered gzip) need only the bucket's
-    size and largest row, which are added up from the runs without
-    sorting, and for shuffled gzip its rows in the ratio sample
-    (`bucket_sort.measure_bucket`); each shard then writes its rows of the
-    bucket straight from the runs: one write and one read of every byte
-    fewer. Key-ordered gzip: the bucket is sorted and written as
-    compressed chunks, whose sizes the shards are cut from.
-    """
+    def __init__(self, ratio_bound: int | None):
+        self._ratio_bound = ratio_bound
 
-    def __init__(self, work_dir: str, compression: str, chunk_bytes: int, gzip_level: int,
-                 tuning: ShardTuning, cut_at_rows: bool = False):
-        self._cut_at_rows = cut_at_rows
+    def setup(self):
+        keep_freed_memory()  # buffers are freed and made again all the time
+        self._runs = _RunLists()
+
+    def process(self, task):
+        runs_file, bucket = task
+        yield runs_file, bucket_sort.measure_bucket(bucket, self._runs(runs_file), runs_file,
+                                                    self._ratio_bound)
+
+
+def _plan_split_cells(split_buckets):
+    """(split, [(run list file, measured BucketChunks)]) -> (run list file,
+    BucketRange, first byte in the split, bytes, split total) per bucket
+    holding rows, in key order."""
+    _, items = split_buckets
+    measured = {}
+    for runs_file, bucket in items:
+        measured.setdefault(bucket.index, (runs_file, bucket))  # twice: the same
+    sizes = {index: sum(chunk.length for chunk in bucket.chunks)
+             for index, (_, bucket) in measured.items()}
+    total = sum(sizes.values())
+    start = 0
+    for index in sorted(measured):
+        runs_file, bucket = measured[index]
+        if sizes[index]:
+            _, bucket_range = spill.parse_bucket_reference(bucket.path)
+            yield runs_file, bucket_range, start, sizes[index], total
+        start += sizes[index]
+
+
+class _SortCellsFn(beam.DoFn):
+    """(run list file, BucketRange, start, bytes, total) -> ("unit", (run
+    list file, BucketChunks)): the cells within the bucket, sorted and
+    compressed into a chunk file (`bucket_sort.sort_bucket_cells`); and
+    ("seam", ((split, cell), (bucket, start, end, total, rows, file))) for
+    each cell it may share with a neighbour, its rows there written as
+    they are to a small file (possibly empty) for `_CompressSeamFn`."""
+
+    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int, tuning: ShardTuning):
         self._work_dir = work_dir
-        self._compression = compression
-        self._chunk_bytes = chunk_bytes
+        self._cell_bytes = cell_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
 
@@ -352,20 +431,55 @@ class _SortBucketFn(beam.DoFn):
         self._runs = _RunLists()
 
     def process(self, task):
-        runs_file, bucket = task
-        runs = self._runs(runs_file)
-        if self._cut_at_rows:
-            ratio_bound = (self._tuning.ratio_sample_bound if self._compression == "gzip"
-                           else None)
-            yield runs_file, bucket_sort.measure_bucket(bucket, runs, runs_file, ratio_bound)
-            return
-        yield runs_file, bucket_sort.sort_bucket(
-            bucket, runs, out_dir=spill.join_path(self._work_dir, "buckets"),
-            compression=self._compression, chunk_bytes=self._chunk_bytes,
-            gzip_level=self._gzip_level, **_bucket_options(self._work_dir, self._tuning))
+        runs_file, bucket, start, size, total = task
+        unit, seams = bucket_sort.sort_bucket_cells(
+            bucket, self._runs(runs_file), start=start, size=size, total=total,
+            cell_bytes=self._cell_bytes, gzip_level=self._gzip_level,
+            out_dir=spill.join_path(self._work_dir, "buckets"),
+            **_bucket_options(self._work_dir, self._tuning))
+        yield "unit", (runs_file, unit)
+        for cell, (data, rows) in seams.items():
+            path = spill.join_path(self._work_dir, "seams", f"{uuid.uuid4().hex}.seam")
+            with spill.open_for_write(path) as fileobj:
+                fileobj.write(data)
+            yield "seam", ((bucket.split, cell),
+                           (bucket.index, start, start + size, total, rows, path, runs_file))
 
     def finish_bundle(self):
         bucket_sort.release_read_arena()
+
+
+class _CompressSeamFn(beam.DoFn):
+    """((split, cell), [pieces]) -> (run list file, BucketChunks): the
+    seam's rows from every bucket sharing it, joined in bucket order and
+    compressed as one cell into a chunk file, as the unit
+    `shard_plan.check_seam` names; nothing when no bucket had rows there."""
+
+    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
+        self._work_dir = work_dir
+        self._cell_bytes = cell_bytes
+        self._gzip_level = gzip_level
+
+    def process(self, item):
+        (split, cell), values = item
+        pieces = {}
+        for bucket, *piece in values:
+            pieces.setdefault(bucket, piece)  # twice: the same rows
+        unit = check_seam(split, cell, self._cell_bytes,
+                          [(bucket, *piece[:3]) for bucket, piece in pieces.items()])
+        rows = sum(piece[3] for piece in pieces.values())
+        if not rows:
+            return
+        parts = []
+        for bucket in sorted(pieces):
+            with open(pieces[bucket][4], "rb") as fileobj:
+                parts.append(fileobj.read())
+        data = tfrecordio.gzip_compress(b"".join(parts), self._gzip_level)
+        path = spill.join_path(self._work_dir, "buckets", f"{uuid.uuid4().hex}.chunks")
+        with spill.open_for_write(path) as fileobj:
+            fileobj.write(data)
+        runs_file = pieces[min(pieces)][5]
+        yield runs_file, BucketChunks(split, unit, path, (Chunk(0, len(data), rows),))
 
 
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
@@ -538,14 +652,14 @@ class WriteShards(beam.PTransform):
     rather than ExampleBatches: the file exchange takes them as its own
     spill runs and never deletes them. Only with the file exchange.
 
-    key_bounds: for key-ordered plain output on the shuffle exchange,
-    bucket lower bounds known before the run (b"" first;
+    key_bounds: for key-ordered output on the shuffle exchange, bucket
+    lower bounds known before the run (b"" first;
     `shard_plan.bucket_bounds_of` a sample of the input's order keys):
     rows go to their bucket as they are packed, instead of crossing the
     shuffle once more to wait for their split's sample. Any bounds give
-    the same bytes (such shards are cut at rows); bounds far from the
-    data's quantiles only load some workers more than others. Ignored
-    elsewhere.
+    the same bytes (plain shards are cut at rows, gzip ones at cells of
+    the framed bytes); bounds far from the data's quantiles only load
+    some workers more than others. Ignored elsewhere.
 
     Shards are assembled under
     ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
@@ -618,27 +732,53 @@ class WriteShards(beam.PTransform):
             spills = batches | "Spill" >> beam.ParDo(_SpillFn(
                 spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
                 self._shuffle, tuning))  # SpillRecord
-        return (spills
-                | "KeySpills" >> beam.Map(_key_by_split)
-                | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
-                | "PlanBuckets" >> beam.FlatMap(
-                    _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
-                    tuning=tuning)  # (run list file, BucketRange)
-                | "SpreadBuckets" >> beam.Reshuffle()
-                | "SortBuckets" >> beam.ParDo(_SortBucketFn(
-                    work_dir, self._compression, chunk_bytes, self._gzip_level,
-                    tuning, cut_at_rows))  # (run list file, BucketChunks)
-                | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
-                | "GroupBuckets" >> beam.GroupByKey()  # (split, [(run list, BucketChunks)])
+        ratio_bound = tuning.ratio_sample_bound if gzip and self._shuffle else None
+        measured = (spills
+                    | "KeySpills" >> beam.Map(_key_by_split)
+                    | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
+                    | "PlanBuckets" >> beam.FlatMap(
+                        _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
+                        tuning=tuning)  # (run list file, BucketRange)
+                    | "SpreadBuckets" >> beam.Reshuffle()
+                    | "SortBuckets" >> beam.ParDo(_MeasureBucketFn(ratio_bound))
+                    | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
+                    | "GroupBuckets" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])
+        if not cut_at_rows:
+            measured = self._cells(measured, work_dir, chunk_bytes)
+        return (measured
                 | "PlanShards" >> beam.FlatMap(
                     _plan_split_shards, self._shard_size,
-                    delete_runs=gzip and not cut_at_rows and not self._spilled,
+                    delete_runs=not cut_at_rows and not self._spilled,
                     cut_at_rows=cut_at_rows,
                     gzip_level=self._gzip_level if gzip else None)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._staging_dir, shard_temp_dir, self._compression, work_dir,
                     tuning, self._gzip_level)))  # metadata dict
+
+    def _cells(self, measured, work_dir: str, cell_bytes: int):
+        """Key-ordered gzip: (split, [(run list, measured BucketChunks)]) ->
+        (split, [(run list, BucketChunks)]) of the split's cells, in units
+        (the buckets' interiors and the seams)."""
+        # ("unit", (run list, BucketChunks)) | ("seam", ((split, cell), piece))
+        cells = (measured
+                 | "PlanCells" >> beam.FlatMap(_plan_split_cells)
+                 | "SpreadCells" >> beam.Reshuffle()
+                 | "SortCells" >> beam.ParDo(_SortCellsFn(
+                     work_dir, cell_bytes, self._gzip_level, self._tuning)))
+        units = (cells
+                 | "UnitsOnly" >> beam.Filter(lambda item: item[0] == "unit")
+                 | "Units" >> beam.Map(lambda item: item[1]))
+        seams = (cells
+                 | "SeamsOnly" >> beam.Filter(lambda item: item[0] == "seam")
+                 | "Seams" >> beam.Map(lambda item: item[1])
+                 | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
+                 | "CompressSeams" >> beam.ParDo(_CompressSeamFn(
+                     work_dir, cell_bytes, self._gzip_level)))
+        return ((units, seams)
+                | "FlattenUnits" >> beam.Flatten()
+                | "KeyUnits" >> beam.Map(_key_sorted_bucket)
+                | "GroupUnits" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])
 
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
         # The trigger makes the gather non-empty, so cleanup also runs when

@@ -161,9 +161,9 @@ def shard_size_spread(shards: Sequence[Mapping[str, Any]], *,
                              "compression ratios do: rows that compress unequally across the "
                              "split spread them")
         else:
-            spread["why"] = ("shards are cut at the boundaries of chunks of about "
-                             "output.shard_size / 50; records larger than a chunk, or very "
-                             "unequal record sizes, make those cuts coarser than ±10%")
+            spread["why"] = ("shards are cut between chunks of at most output.shard_size "
+                             "/ 25 of uncompressed records; records larger than a chunk, or "
+                             "very unequal record sizes, make those cuts coarser than ±10%")
     return spread
 
 

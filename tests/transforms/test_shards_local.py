@@ -9,6 +9,7 @@ few seconds; the Beam pipeline itself is tested in test_shards_beam.py.
 from __future__ import annotations
 
 import collections
+import gzip
 import hashlib
 import io
 import math
@@ -91,15 +92,16 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
         tasks += output
     cut_at_rows = cuts_at_rows(shuffle, compression)
     gzip = compression == "gzip"
-    sorter = shards._SortBucketFn(work, compression, tuning.chunk_bytes(shard_size), 3, tuning,
-                                  cut_at_rows)
-    sorter.setup()
+    measurer = shards._MeasureBucketFn(tuning.ratio_sample_bound if gzip and shuffle else None)
+    measurer.setup()
     buckets = collections.defaultdict(list)
     for task in tasks:
         for _ in range(attempts):
-            output = list(sorter.process(task))
+            output = list(measurer.process(task))
         for item in output:
             buckets[item[1].split].append(item)
+    if not cut_at_rows:
+        buckets = _cells_locally(buckets, work, tuning.chunk_bytes(shard_size), tuning, attempts)
     specs = []
     for split in sorted(buckets):
         for _ in range(attempts):
@@ -126,6 +128,31 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
             [output] = writer.process(spec)
         metadata.append(output)
     return metadata
+
+
+def _cells_locally(measured, work, cell_bytes, tuning, attempts):
+    """Key-ordered gzip: the split's cells of the measured buckets, in
+    units, as the file exchange's cell steps give them (each step run
+    `attempts` times, the last attempt's output kept)."""
+    sorter = shards._SortCellsFn(work, cell_bytes, 3, tuning)
+    sorter.setup()
+    compressor = shards._CompressSeamFn(work, cell_bytes, 3)
+    units = collections.defaultdict(list)
+    seams = collections.defaultdict(list)
+    for split in sorted(measured):
+        for task in shards._plan_split_cells((split, measured[split])):
+            for _ in range(attempts):
+                output = list(sorter.process(task))
+            for kind, value in output:
+                if kind == "unit":
+                    units[split].append(value)
+                else:
+                    seams[value[0]].append(value[1])
+    for key in sorted(seams):
+        for _ in range(attempts):
+            output = list(compressor.process((key, seams[key])))
+        units[key[0]] += output
+    return units
 
 
 def _read_split(staging, metadata, split):
@@ -329,11 +356,13 @@ def test_measuring_a_bucket_gives_what_sorting_it_does(tmp_path, seed):
     for lo, hi in ((b"", None), (bounds[0], bounds[1]), (b"", bounds[0]), (bounds[1], None)):
         bucket = BucketRange("train", 0, lo, hi)
         measured = bucket_sort.measure_bucket(bucket, runs, "runs.json")
-        written = bucket_sort.sort_bucket(
-            bucket, runs, out_dir=str(tmp_path / "sorted"), scratch_dir=str(tmp_path),
-            compression="none", chunk_bytes=4096, gzip_level=0, memory_bytes=1 << 30, fan_in=64,
-            prefix_len=tuning.prefix_len, index_every=256)
-        data = open(written.path, "rb").read()
+        size = sum(c.length for c in measured.chunks)
+        written, seams = bucket_sort.sort_bucket_cells(
+            bucket, runs, start=0, size=size, total=size, cell_bytes=4096, gzip_level=0,
+            out_dir=str(tmp_path / "sorted"), scratch_dir=str(tmp_path), memory_bytes=1 << 30,
+            fan_in=64, prefix_len=tuning.prefix_len, index_every=256)
+        assert not seams  # the whole split: no neighbour to share a cell with
+        data = gzip.decompress(open(written.path, "rb").read())
         sizes = [len(record) + 16 for record in
                  tfrecordio.iter_records(io.BytesIO(data), compression="none")]
         assert sum(c.length for c in measured.chunks) == len(data) == sum(sizes)

@@ -165,7 +165,7 @@ def _buckets(sizes_per_bucket):
 @pytest.mark.parametrize("shard_size", [1_000_000, 1_300_000, 2_500_000, 7_000_000])
 def test_shard_plan_sizes(shard_size):
     rng = random.Random(shard_size)
-    chunk = shard_size // 50
+    chunk = shard_size // 25  # the largest cell: a shard within one of the mean
     buckets = _buckets([[rng.randint(chunk // 2, chunk) for _ in range(rng.randint(1, 60))]
                         for _ in range(12)])
     shards = plan_shards("train", buckets, shard_size)
@@ -222,6 +222,78 @@ def test_a_chunks_shard_follows_from_its_own_place(sizes_per_bucket, shard_size)
         expected[min(len(shards) - 1, (2 * start + length) * len(shards) // (2 * total))] += length
         start += length
     assert [shard.num_bytes for shard in shards] == expected
+
+
+# --- cells: the chunks of key-ordered gzip output ---------------------------------
+
+
+def _cells_of(rows: list[bytes], cuts: list[int], cell_bytes: int) -> list[bytes]:
+    """The split's chunks, in key order, when its sorted `rows` (examples)
+    are cut into buckets at row positions `cuts`: each bucket's interior
+    cells written by its own CellWriter, each seam joined from its
+    buckets' pieces and compressed, the units ordered as the plan orders
+    them."""
+    framed = [tfrecordio.frame_records([row]) for row in rows]
+    total = sum(map(len, framed))
+    edges = sorted({0, len(rows), *cuts})
+    units: dict[int, list[bytes]] = {}
+    seams: dict[int, list[tuple]] = {}
+    start = 0
+    for bucket, (first, last) in enumerate(zip(edges[:-1], edges[1:])):
+        size = sum(len(record) for record in framed[first:last])
+        if not size:
+            continue  # no rows: not in the plan
+        out = io.BytesIO()
+        writer = bucket_writers.CellWriter(out, start=start, size=size, total=total,
+                                           cell_bytes=cell_bytes, gzip_level=1)
+        for record in framed[first:last]:
+            writer.write_framed(record, np.array([len(record)]))
+        chunks = writer.close()
+        assert writer.offset == start + size
+        data = out.getvalue()
+        units[shard_plan.interior_unit(bucket)] = [
+            data[chunk.offset:chunk.offset + chunk.length] for chunk in chunks]
+        for cell, (piece, count) in writer.seams.items():
+            seams.setdefault(cell, []).append((bucket, start, start + size, total, count, piece))
+        start += size
+    for cell, pieces in seams.items():
+        unit = shard_plan.check_seam("train", cell, cell_bytes,
+                                     [piece[:4] for piece in pieces])
+        joined = b"".join(piece[5] for piece in sorted(pieces))
+        if sum(piece[4] for piece in pieces):
+            assert unit not in units
+            units[unit] = [tfrecordio.gzip_compress(joined, 1)]
+    return [chunk for unit in sorted(units) for chunk in units[unit]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=60),
+       cut_at=st.lists(st.integers(0, 60), max_size=12),
+       cell_bytes=st.sampled_from([1, 40, 200, 1000, 1 << 20]))
+def test_a_splits_cells_do_not_depend_on_its_buckets(sizes, cut_at, cell_bytes):
+    """Cut into any buckets (empty ones, one per row, one in all), the
+    chunks are those of the split written as one bucket: each the rows
+    whose midpoint is in one cell, one gzip member."""
+    rows = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
+    whole = _cells_of(rows, [], cell_bytes)
+    assert _cells_of(rows, [cut % (len(rows) + 1) for cut in cut_at], cell_bytes) == whole
+    framed = [tfrecordio.frame_records([row]) for row in rows]
+    starts = np.cumsum([len(record) for record in framed]) - [len(record) for record in framed]
+    cells = shard_plan.cells_of_rows(starts, np.array([len(record) for record in framed]),
+                                     cell_bytes).tolist()
+    expected = [b"".join(record for record, cell in zip(framed, cells) if cell == wanted)
+                for wanted in sorted(set(cells))]
+    assert [gzip.decompress(chunk) for chunk in whole] == expected
+
+
+def test_a_seam_missing_a_bucket_is_refused():
+    # Buckets 0-2 cover bytes 0-120, 120-150, 150-400 of a split of 400;
+    # cell 1 (bytes 100-200) holds the boundaries 120 and 150.
+    pieces = [(0, 0, 120, 400), (1, 120, 150, 400), (2, 150, 400, 400)]
+    assert shard_plan.check_seam("train", 1, 100, pieces) == 4  # the last bucket's seam unit
+    for missing in range(3):
+        with pytest.raises(ValueError, match="cell 1"):
+            shard_plan.check_seam("train", 1, 100, pieces[:missing] + pieces[missing + 1:])
 
 
 # --- shards cut at rows (shuffled plain output) ---------------------------------
@@ -298,6 +370,25 @@ def test_only_the_bucket_count_follows_the_input_size(input_bytes):
     from recordforge.transforms.shards import ShardTuning
     sized = ShardTuning.for_input(input_bytes)
     assert {**vars(sized), "hash_buckets": 0} == {**vars(ShardTuning()), "hash_buckets": 0}
+
+
+def test_key_ordered_gzip_buckets_hold_enough_cells_that_few_are_shared():
+    from recordforge.transforms.shards import KEY_GZIP_BUCKET_CELLS, ShardTuning
+    tuning = ShardTuning.for_input(10 << 30)  # 256 buckets
+    cell = tuning.chunk_bytes(256 << 20)  # 4 MB
+    assert cell == 4 << 20
+
+    def count(compression, input_bytes):
+        return tuning.key_bucket_count(compression=compression, shard_size=256 << 20,
+                                       input_bytes=input_bytes)
+
+    assert count("none", 10 << 30) == 256  # plain: no cell is shared
+    assert count("gzip", None) == 256  # size unknown (`WriteDataset`)
+    assert count("gzip", 10 << 30) == (10 << 30) // (KEY_GZIP_BUCKET_CELLS * cell) == 40
+    assert count("gzip", 1) == 1
+    assert count("gzip", 1 << 50) == 256  # never more than the tuning's
+    assert tuning.key_gzip_bucket_bytes(256 << 20) == KEY_GZIP_BUCKET_CELLS * cell
+    assert tuning.key_gzip_bucket_bytes(1 << 20) == tuning.bucket_bytes  # 20 KB cells
 
 
 def test_the_ratio_sample_is_the_rows_whose_digest_starts_with_six_zero_bits():
@@ -419,10 +510,20 @@ def _written_and_measured(tmp_path, rng, memory_bytes: int, fan_in: int):
     bucket = BucketRange("train", 3, b"\x10", None)
     options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=memory_bytes,
                    fan_in=fan_in, prefix_len=8, index_every=4096)
-    written = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "out"),
-                                      compression="none", chunk_bytes=6000, gzip_level=3, **options)
     measured = bucket_sort.measure_bucket(bucket, runs, "plans/runs.json")
+    written = _sorted_whole(bucket, runs, sum(chunk.length for chunk in measured.chunks),
+                            out_dir=str(tmp_path / "out"), **options)
     return runs, bucket, options, written, measured
+
+
+def _sorted_whole(bucket, runs, size, *, out_dir, cell_bytes=6000, gzip_level=3, **options):
+    """The bucket sorted as a whole split (no seams) into cells; the chunk
+    file's path and chunks, as BucketChunks."""
+    written, seams = bucket_sort.sort_bucket_cells(bucket, runs, start=0, size=size, total=size,
+                                                   cell_bytes=cell_bytes, gzip_level=gzip_level,
+                                                   out_dir=out_dir, **options)
+    assert not seams
+    return written
 
 
 @pytest.mark.parametrize("memory_bytes, fan_in", [(1 << 30, 64), (20_000, 2)])
@@ -430,7 +531,7 @@ def test_a_measured_bucket_gives_each_shard_exactly_its_rows(tmp_path, memory_by
     rng = random.Random(11)
     runs, bucket, options, written, measured = _written_and_measured(tmp_path, rng, memory_bytes,
                                                                      fan_in)
-    data = open(written.path, "rb").read()
+    data = gzip.decompress(open(written.path, "rb").read())
     records, position = [], 0
     while position < len(data):
         size = int.from_bytes(data[position:position + 8], "little") + 16
@@ -705,19 +806,18 @@ def _write_runs(tmp_path, rng, count_per_run, runs):
     return infos
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip"])
-def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, compression):
+def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path):
     rng = random.Random(5)
     runs = _write_runs(tmp_path, rng, 400, 9)
     bucket = BucketRange("train", 0, b"\x20", b"\xe0")
-    options = dict(compression=compression, chunk_bytes=8000, gzip_level=3, prefix_len=8,
-                   index_every=4096)
-    in_memory = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "a"),
-                                        scratch_dir=str(tmp_path / "sa"), memory_bytes=1 << 30,
-                                        fan_in=64, **options)
-    merged = bucket_sort.sort_bucket(bucket, runs, out_dir=str(tmp_path / "b"),
-                                     scratch_dir=str(tmp_path / "sb"), memory_bytes=0, fan_in=2,
-                                     **options)
+    size = sum(chunk.length for chunk in
+               bucket_sort.measure_bucket(bucket, runs, "runs.json").chunks)
+    options = dict(cell_bytes=8000, gzip_level=3, prefix_len=8, index_every=4096)
+    in_memory = _sorted_whole(bucket, runs, size, out_dir=str(tmp_path / "a"),
+                              scratch_dir=str(tmp_path / "sa"), memory_bytes=1 << 30,
+                              fan_in=64, **options)
+    merged = _sorted_whole(bucket, runs, size, out_dir=str(tmp_path / "b"),
+                           scratch_dir=str(tmp_path / "sb"), memory_bytes=0, fan_in=2, **options)
     with open(in_memory.path, "rb") as one, open(merged.path, "rb") as two:
         assert one.read() == two.read()
     assert in_memory.chunks == merged.chunks
@@ -728,13 +828,13 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path, c
     data = open(in_memory.path, "rb").read()
     records = []
     for chunk in in_memory.chunks:
-        piece = data[chunk.offset:chunk.offset + chunk.length]
-        if compression == "gzip":
-            piece = gzip.decompress(piece)  # each chunk is one complete member
+        # each chunk is one complete member
+        piece = gzip.decompress(data[chunk.offset:chunk.offset + chunk.length])
         chunk_records = list(tfrecordio.iter_records(io.BytesIO(piece), compression="none"))
         assert len(chunk_records) == chunk.num_records
         records += chunk_records
     assert records == [example for _, example in expected]
+    assert len(in_memory.chunks) > 3
 
 
 def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path):
@@ -761,29 +861,24 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
         bucket_sort.release_read_arena()
 
 
-def test_sort_bucket_rejects_a_run_that_does_not_match_its_report(tmp_path):
+def test_sort_bucket_cells_rejects_a_run_that_does_not_match_its_report(tmp_path):
     runs = _write_runs(tmp_path, random.Random(2), 20, 1)
     wrong = [runs[0]._replace(num_records=21)]
     with pytest.raises(run_files.RunFileError, match="run0.run"):
-        bucket_sort.sort_bucket(BucketRange("train", 0, b"", None), wrong, out_dir=str(tmp_path),
-                                scratch_dir=str(tmp_path), compression="none", chunk_bytes=100,
-                                gzip_level=3, memory_bytes=1 << 20, fan_in=4, prefix_len=8,
-                                index_every=4096)
+        _sorted_whole(BucketRange("train", 0, b"", None), wrong, 10_000, out_dir=str(tmp_path),
+                      scratch_dir=str(tmp_path), cell_bytes=100, memory_bytes=1 << 20, fan_in=4,
+                      prefix_len=8, index_every=4096)
 
 
-def test_gzip_chunks_track_the_target_size_on_disk():
-    rng = random.Random(9)
-    words = [rng.randbytes(4).hex() for _ in range(300)]
-    examples = [" ".join(rng.choices(words, k=rng.randint(20, 80))).encode() for _ in range(20000)]
-    buffer = io.BytesIO()
-    writer = bucket_writers.ChunkWriter(buffer, compression="gzip", chunk_bytes=20_000,
-                                        gzip_level=3)
-    writer.write_many(examples)
-    chunks = writer.close()
-    sizes = [chunk.length for chunk in chunks[1:-1]]  # the first learns the ratio
-    assert len(chunks) > 20
-    assert max(sizes) < 1.3 * 20_000 and min(sizes) > 0.7 * 20_000, sizes
-    assert gzip.decompress(buffer.getvalue()) == tfrecordio.frame_records(examples)
+def test_sort_bucket_cells_rejects_a_bucket_of_other_bytes_than_measured(tmp_path):
+    runs = _write_runs(tmp_path, random.Random(2), 20, 1)
+    bucket = BucketRange("train", 0, b"", None)
+    size = sum(chunk.length for chunk in
+               bucket_sort.measure_bucket(bucket, runs, "runs.json").chunks)
+    with pytest.raises(run_files.RunFileError, match="sorted .* bytes, measured"):
+        _sorted_whole(bucket, runs, size + 1, out_dir=str(tmp_path), scratch_dir=str(tmp_path),
+                      cell_bytes=100, memory_bytes=1 << 20, fan_in=4, prefix_len=8,
+                      index_every=4096)
 
 
 @settings(max_examples=60, deadline=None)
