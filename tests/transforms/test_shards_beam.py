@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from tfrecord import example_pb2
 
-from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.shard_plan import SplitAssigner, bucket_bounds_of
 from recordforge.transforms.shards import METRICS_NAMESPACE, ShardTuning, WriteShards
 
 SPLITS = [("train", 0.8), ("test", 0.2)]
@@ -64,13 +64,14 @@ class _SaveJson(beam.DoFn):
             json.dump(element, out)
 
 
-def _build(pipeline, staging, batches, *, compression="gzip", shuffle=True, temp_dir=None):
+def _build(pipeline, staging, batches, *, compression="gzip", shuffle=True, temp_dir=None,
+           key_bounds=None):
     metadata = (pipeline
                 | "Batches" >> beam.Create(batches)
                 | "Write" >> WriteShards(staging, dataset_name="flowers", splits=SPLITS,
                                          shuffle=shuffle, shard_size=SHARD_SIZE,
                                          compression=compression, temp_dir=temp_dir,
-                                         tuning=TUNING))
+                                         tuning=TUNING, key_bounds=key_bounds))
     metadata | "Save" >> beam.ParDo(_SaveJson(staging + "-metadata"))
     return metadata
 
@@ -141,18 +142,25 @@ def test_same_bytes_for_a_rerun_and_for_other_batching_and_order(reference, tmp_
 
 def test_same_bytes_on_multi_processing_direct_runner(reference, tmp_path):
     staging, _ = reference
-    _run(str(tmp_path / "multi"), _batches(EXAMPLES),
-         args=["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    multi = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    _run(str(tmp_path / "multi"), _batches(EXAMPLES), args=multi)
     assert _assert_consistent(str(tmp_path / "multi")) == _disk_digests(staging)
+    # Key-ordered gzip: cells sorted, and seams compressed, in two processes.
+    _run(str(tmp_path / "ordered-gzip"), _batches(EXAMPLES), shuffle=False)
+    _run(str(tmp_path / "multi-ordered-gzip"), _batches(EXAMPLES[::-1]), args=multi,
+         shuffle=False)
+    assert (_assert_consistent(str(tmp_path / "multi-ordered-gzip"))
+            == _disk_digests(str(tmp_path / "ordered-gzip")))
 
 
 def test_same_bytes_on_dask_runner(reference, tmp_path):
     distributed = pytest.importorskip("distributed")
     staging, _ = reference
     # Key-ordered output as the DirectRunner's file exchange writes it: on
-    # Dask its rows wait in lanes for their split's sample, then are cut at
-    # rows like shuffled ones (plain), or sorted into chunks that each
-    # bucket places by their midpoint (gzip).
+    # Dask its rows wait in lanes for their split's sample (or go to the
+    # buckets of bounds known before the run), then are cut at rows like
+    # shuffled ones (plain), or sorted into cells, those two buckets share
+    # compressed by a seam step, each placed by its midpoint (gzip).
     ordered = str(tmp_path / "ordered")
     _run(ordered, _batches(EXAMPLES), compression="none", shuffle=False)
     ordered_gzip = str(tmp_path / "ordered-gzip")
@@ -166,10 +174,14 @@ def test_same_bytes_on_dask_runner(reference, tmp_path):
              compression="none", shuffle=False).client.close()
         _run(str(tmp_path / "dask-ordered-gzip"), _batches(EXAMPLES[::-1]), args=dask,
              shuffle=False).client.close()
+        _run(str(tmp_path / "dask-ordered-gzip-bounds"), _batches(EXAMPLES[::-1]), args=dask,
+             shuffle=False, key_bounds=bucket_bounds_of(EXAMPLES[::7], 9, TUNING.prefix_len)
+             ).client.close()
     assert _assert_consistent(str(tmp_path / "dask")) == _disk_digests(staging)
     assert _assert_consistent(str(tmp_path / "dask-ordered")) == _disk_digests(ordered)
     gzip_shards = _assert_consistent(str(tmp_path / "dask-ordered-gzip"))
     assert len(gzip_shards) > 2 and gzip_shards == _disk_digests(ordered_gzip)
+    assert _assert_consistent(str(tmp_path / "dask-ordered-gzip-bounds")) == gzip_shards
 
 
 def _hand_parse(stream: bytes) -> list[bytes]:

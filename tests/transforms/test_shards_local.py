@@ -229,6 +229,10 @@ def test_retried_bundles_and_steps_change_nothing(tmp_path, shuffle):
         # every bucket was sorted into chunks.
         assert not os.listdir(tmp_path / "clean" / "_tmp" / "work" / "runs")
         assert left and listed and not left & listed
+        # Several buckets, so cells two of them share, joined through seam
+        # files: every attempt wrote its own.
+        seams = len(os.listdir(tmp_path / "clean" / "_tmp" / "work" / "seams"))
+        assert seams > 2 and len(os.listdir(work / "seams")) == 2 * seams
     assert sorted(_read_split(str(tmp_path / "retried"), retried, "train")
                   + _read_split(str(tmp_path / "retried"), retried, "test")) == sorted(examples)
     # Nothing but complete shards carries a final name.
