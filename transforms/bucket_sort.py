@@ -96,11 +96,12 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
     row (`shard_plan.plan_row_shards`), the rows' sizes in the bucket's
     key range of every run added up, not sorted. The one chunk spans the
     whole bucket; the path is a `spill.bucket_reference`, from which
-    `write_bucket_rows` sorts and writes a shard's rows later. With
-    `ratio_bound` (gzip), the bucket's rows whose digest is below it are
-    read too, for the split's ratio sample (`shard_plan.RATIO_SAMPLE_BOUND`;
-    only the lowest buckets have any), cut as the sample is
-    (`shard_plan.ratio_sample_of`)."""
+    `write_bucket_rows` sorts and writes a shard's rows later (key-ordered
+    gzip: `sort_bucket_cells` sorts it once its first byte in the split
+    is known). With `ratio_bound` (shuffled gzip), the bucket's rows whose
+    digest is below it are read too, for the split's ratio sample
+    (`shard_plan.RATIO_SAMPLE_BOUND`; only the lowest buckets have any),
+    cut as the sample is (`shard_plan.ratio_sample_of`)."""
     total = count = largest = 0
     below = None if ratio_bound is None else bound_key(ratio_bound)
     sampled = ratio_bound is not None and (below is None or bucket.lo < below)
