@@ -147,6 +147,31 @@ def test_an_unchanged_rebuild_reuses_everything_and_config_changes_invalidate(tm
     assert "Build cache" in report
 
 
+def test_key_ordered_gzip_from_the_cache_gives_the_bytes_of_a_build_without_it(tmp_path):
+    """Key-ordered gzip shards are sorted into cells from the runs the
+    cache kept (which the writer must not delete), as from its own."""
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(3):
+        (source / f"part-{index}.csv").write_text(_rows(index, 300))
+    output = {"compression": "gzip", "shuffle": False}
+
+    def shards(result) -> dict:
+        return {path.name: path.read_bytes() for path in Path(result.path).glob("*.tfrecord.gz")}
+
+    scratch = recordforge.build(_config(source, tmp_path / "scratch", "v1", output=output,
+                                        cache={"enabled": False}), beam_args=IN_MEMORY)
+    first = recordforge.build(_config(source, tmp_path / "out", "v1", output=output),
+                              beam_args=IN_MEMORY)
+    again = recordforge.build(_config(source, tmp_path / "out", "v2", output=output),
+                              beam_args=IN_MEMORY)
+    assert again.manifest["cache"]["files_reused"] == 3
+    assert shards(scratch) and shards(first) == shards(scratch) == shards(again)
+    third = recordforge.build(_config(source, tmp_path / "out", "v3", output=output),
+                              beam_args=IN_MEMORY)  # the kept runs are still whole
+    assert third.manifest["cache"]["files_reused"] == 3 and shards(third) == shards(scratch)
+
+
 def _built_with_cache(tmp_path: Path, files: int, rows: int) -> tuple[Path, Path]:
     """(source, cache) after a first build of `files` CSV files of `rows` rows."""
     source = tmp_path / "in"
