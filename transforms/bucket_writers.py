@@ -15,14 +15,15 @@ from).
 
 from __future__ import annotations
 
-from typing import BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
 from . import tfrecordio
-from .shard_plan import Chunk, cells_of_rows, seam_cells, shards_of_rows, shards_touched
+from .shard_plan import (Chunk, cells_of_rows, check_seam, seam_cells, shards_of_rows,
+                         shards_touched)
 
-__all__ = ["CellWriter", "ShardRowsWriter", "gzip_written_size"]
+__all__ = ["CellWriter", "ShardRowsWriter", "gzip_written_size", "join_seam"]
 
 class CellWriter:
     """Takes a sorted bucket's framed records in order and writes them to
@@ -100,6 +101,29 @@ class CellWriter:
         self._written += len(data)
         self._pending = []
         self._pending_rows = 0
+
+
+def join_seam(split: str, cell: int, cell_bytes: int, pieces: Iterable[tuple], gzip_level: int,
+              read: Callable[[Any], bytes] | None = None) -> tuple[int, bytes, int] | None:
+    """The chunk of a cell that several buckets share (a seam), from the
+    pieces they sent: ``(bucket, bucket start, bucket end, split total,
+    rows, records)``, in any order, a piece delivered twice (a retried
+    step) counted once. Their framed records are joined in bucket order
+    and compressed as one gzip member at `gzip_level`: the bytes a
+    `CellWriter` holding them all would give. `read` turns a piece's
+    `records` into bytes (None: they are bytes). Gives (unit, member,
+    rows), the unit `shard_plan.check_seam` names after checking that no
+    piece is missing, or None when no bucket had rows there."""
+    once: dict[int, tuple] = {}
+    for piece in pieces:
+        once.setdefault(piece[0], piece)
+    unit = check_seam(split, cell, cell_bytes, [piece[:4] for piece in once.values()])
+    rows = sum(piece[4] for piece in once.values())
+    if not rows:
+        return None
+    records = (once[bucket][5] for bucket in sorted(once))
+    framed = b"".join(records if read is None else map(read, records))
+    return unit, tfrecordio.gzip_compress(framed, gzip_level), rows
 
 
 class ShardRowsWriter:

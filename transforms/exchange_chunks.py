@@ -32,14 +32,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import bucket_writers, run_files, tfrecordio
+from . import bucket_writers, run_files
 from .exchange_packets import (SIZE_DTYPE, bucket_sizes, cut_packet, merge_packets,
                                packet_buckets, sort_bucket_packets)
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
-from .shard_plan import (Chunk, check_seam, interior_unit, plan_bucket_ranges,
-                         row_shard_thresholds, shards_of_rows, shards_touched)
+from .shard_plan import (Chunk, interior_unit, plan_bucket_ranges, row_shard_thresholds,
+                         shards_of_rows, shards_touched)
 
 __all__ = ["PlaceFn", "RouteFn", "SeamFn", "SortCellsFn", "SplitStatsFn", "merge_split_stats",
            "place_chunks", "plan_lanes"]
@@ -271,9 +271,8 @@ class SortCellsFn(beam.DoFn):
 
 
 class SeamFn(beam.DoFn):
-    """((split, cell), [pieces...]) -> the seam's rows, joined in bucket
-    order and compressed as one cell (the bytes a bucket holding them all
-    would give), as the unit `shard_plan.check_seam` names (see
+    """((split, cell), [pieces...]) -> the seam's chunk
+    (`bucket_writers.join_seam`) as its unit's outputs (see
     `_unit_outputs`); nothing when no bucket had rows there."""
 
     def __init__(self, cell_bytes: int, gzip_level: int):
@@ -284,19 +283,12 @@ class SeamFn(beam.DoFn):
         self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
 
     def process(self, item):
-        (split, cell), values = item
-        pieces = {}
-        for bucket, start, end, total, rows, data in values:
-            pieces.setdefault(bucket, (start, end, total, rows, data))  # twice: the same
-        unit = check_seam(split, cell, self._cell_bytes,
-                          [(bucket, *piece[:3]) for bucket, piece in pieces.items()])
-        rows = sum(piece[3] for piece in pieces.values())
-        if not rows:
-            return
-        data = tfrecordio.gzip_compress(b"".join(pieces[bucket][4] for bucket in sorted(pieces)),
-                                        self._gzip_level)
-        yield from _unit_outputs(split, unit, [Chunk(0, len(data), rows)],
-                                 io.BytesIO(data).read, self._exchanged)
+        (split, cell), pieces = item
+        seam = bucket_writers.join_seam(split, cell, self._cell_bytes, pieces, self._gzip_level)
+        if seam is not None:
+            unit, data, rows = seam
+            yield from _unit_outputs(split, unit, [Chunk(0, len(data), rows)],
+                                     io.BytesIO(data).read, self._exchanged)
 
 
 class PlaceFn(beam.DoFn):

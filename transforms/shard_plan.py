@@ -48,6 +48,7 @@ __all__ = [
     "MAX_BUCKETS",
     "RATIO_SAMPLE_BOUND",
     "bucket_bounds_of",
+    "bucket_places",
     "cells_of_rows",
     "check_seam",
     "interior_unit",
@@ -497,6 +498,22 @@ def _one_per_bucket(buckets: Iterable[BucketChunks]) -> dict[int, BucketChunks]:
     return by_index
 
 
+def bucket_places(buckets: Iterable[BucketChunks]
+                  ) -> tuple[list[tuple[BucketChunks, int, int]], int]:
+    """A split's buckets that hold rows, in key order, each with its first
+    byte in the split and its bytes (the sum of its chunks), and the
+    split's total bytes; a bucket delivered twice counts once
+    (`_one_per_bucket`)."""
+    placed = []
+    total = 0
+    for _, bucket in sorted(_one_per_bucket(buckets).items()):
+        size = sum(chunk.length for chunk in bucket.chunks)
+        if size:
+            placed.append((bucket, total, size))
+            total += size
+    return placed, total
+
+
 def _coalesce(pieces: Iterable[tuple[str, int, int]]) -> tuple[tuple[str, int, int], ...]:
     """Merges byte ranges that continue one another in the same file."""
     merged: list[tuple[str, int, int]] = []
@@ -679,29 +696,21 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
     of the split's ratio sample (`ratio_sample_of` of the buckets'
     ratio_sample), from which the shard count is estimated
     (`estimated_written_bytes`)."""
-    by_index = _one_per_bucket(buckets)
-    placed = []
-    total = largest = 0
-    for _, bucket in sorted(by_index.items()):
-        size = sum(chunk.length for chunk in bucket.chunks)
-        if size:
-            placed.append((bucket.path, total, size))
-            total += size
-            largest = max(largest, bucket.max_row)
+    placed, total = bucket_places(buckets)
     if not placed:
         return []
+    largest = max(bucket.max_row for bucket, _, _ in placed)
     written = None
     if written_size is not None:
-        sample = ratio_sample_of(row for bucket in by_index.values()
-                                 for row in bucket.ratio_sample)
+        sample = ratio_sample_of(row for bucket, _, _ in placed for row in bucket.ratio_sample)
         written = estimated_written_bytes(total, written_size(sample),
                                           sum(len(record) for _, record in sample))
     count = row_shard_count(total, shard_size, largest, written)
     thresholds = row_shard_thresholds(total, count)
     pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
-    for path, start, size in placed:
+    for bucket, start, size in placed:
         for shard in shards_touched(start, start + size, thresholds):
-            pieces[shard].append((path, start, size))
+            pieces[shard].append((bucket.path, start, size))
     return [ShardSpec(split, shard, count, tuple(pieces[shard]), -1, -1, (total, count))
             for shard in range(count)]
 

@@ -87,7 +87,7 @@ from .shard_plan import (
     SpillRecord,
     SplitAssigner,
     assign_split,
-    check_seam,
+    bucket_places,
     cuts_at_rows,
     plan_bucket_ranges,
     plan_row_shards,
@@ -397,19 +397,10 @@ def _plan_split_cells(split_buckets):
     BucketRange, first byte in the split, bytes, split total) per bucket
     holding rows, in key order."""
     _, items = split_buckets
-    measured = {}
-    for runs_file, bucket in items:
-        measured.setdefault(bucket.index, (runs_file, bucket))  # twice: the same
-    sizes = {index: sum(chunk.length for chunk in bucket.chunks)
-             for index, (_, bucket) in measured.items()}
-    total = sum(sizes.values())
-    start = 0
-    for index in sorted(measured):
-        runs_file, bucket = measured[index]
-        if sizes[index]:
-            _, bucket_range = spill.parse_bucket_reference(bucket.path)
-            yield runs_file, bucket_range, start, sizes[index], total
-        start += sizes[index]
+    placed, total = bucket_places(bucket for _, bucket in items)
+    for bucket, start, size in placed:
+        runs_file, bucket_range = spill.parse_bucket_reference(bucket.path)
+        yield runs_file, bucket_range, start, size, total
 
 
 class _SortCellsFn(beam.DoFn):
@@ -451,9 +442,9 @@ class _SortCellsFn(beam.DoFn):
 
 class _CompressSeamFn(beam.DoFn):
     """((split, cell), [pieces]) -> (run list file, BucketChunks): the
-    seam's rows from every bucket sharing it, joined in bucket order and
-    compressed as one cell into a chunk file, as the unit
-    `shard_plan.check_seam` names; nothing when no bucket had rows there."""
+    seam's chunk (`bucket_writers.join_seam`, each bucket's rows read from
+    its seam file) in a chunk file of its own; nothing when no bucket had
+    rows there."""
 
     def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
         self._work_dir = work_dir
@@ -462,24 +453,23 @@ class _CompressSeamFn(beam.DoFn):
 
     def process(self, item):
         (split, cell), values = item
-        pieces = {}
-        for bucket, *piece in values:
-            pieces.setdefault(bucket, piece)  # twice: the same rows
-        unit = check_seam(split, cell, self._cell_bytes,
-                          [(bucket, *piece[:3]) for bucket, piece in pieces.items()])
-        rows = sum(piece[3] for piece in pieces.values())
-        if not rows:
+        values = list(values)  # a piece from each of a few buckets
+        seam = bucket_writers.join_seam(split, cell, self._cell_bytes,
+                                        (value[:6] for value in values), self._gzip_level,
+                                        read=_read_file)
+        if seam is None:
             return
-        parts = []
-        for bucket in sorted(pieces):
-            with open(pieces[bucket][4], "rb") as fileobj:
-                parts.append(fileobj.read())
-        data = tfrecordio.gzip_compress(b"".join(parts), self._gzip_level)
+        unit, data, rows = seam
         path = spill.join_path(self._work_dir, "buckets", f"{uuid.uuid4().hex}.chunks")
         with spill.open_for_write(path) as fileobj:
             fileobj.write(data)
-        runs_file = pieces[min(pieces)][5]
+        runs_file = values[0][6]  # a split's buckets share its run list
         yield runs_file, BucketChunks(split, unit, path, (Chunk(0, len(data), rows),))
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as fileobj:
+        return fileobj.read()
 
 
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
