@@ -82,7 +82,7 @@ def main() -> int:
     import recordforge
     from recordforge.pipelines import key_sample
     from recordforge.transforms.readers.parquet import iter_parquet
-    from recordforge.transforms.shards import ShardTuning
+    from recordforge.transforms.writer import ShardTuning
 
     fetched: list[int] = []
     fetch = s3fs.core.S3File._fetch_range

@@ -6,7 +6,7 @@ the share of rows it samples.
 A shuffled gzip split's shard count is ceil(estimated bytes on disk /
 shard_size), the estimate being total framed bytes × the ratio of its
 ratio sample compressed as a shard is (`shard_plan.RATIO_SAMPLE_BOUND`,
-`bucket_writers.gzip_written_size`). This takes rows of words and hex
+`bucket_output.gzip_written_size`). This takes rows of words and hex
 (gzip shrinks them about 2x), frames them, and for splits of several sizes
 compares the whole split compressed in digest order (what its shards
 hold, give or take a member per shard) with the estimate from the rows
@@ -21,14 +21,15 @@ from __future__ import annotations
 import random
 import statistics
 
-from recordforge.transforms import tfrecordio
-from recordforge.transforms.bucket_writers import gzip_written_size
-from recordforge.transforms.shard_plan import SplitAssigner, estimated_written_bytes
+from recordforge.transforms import tfrecord
+from recordforge.transforms.writer.bucket_output import gzip_written_size
+from recordforge.transforms.splits import SplitAssigner
+from recordforge.transforms.writer.ratio_sample import estimated_written_bytes
 
 SIZES = (2_000, 10_000, 50_000)
 SHARES = (256, 64, 16)
 NAMES = 30
-LEVEL = tfrecordio.DEFAULT_GZIP_LEVEL
+LEVEL = tfrecord.DEFAULT_GZIP_LEVEL
 
 
 def _rows(count: int) -> list[bytes]:
@@ -57,7 +58,7 @@ def main() -> None:
     print("| split | sampled | mean error | spread (sd) | largest |")
     print("|---|---|---:|---:|---:|")
     for count in SIZES:
-        framed = [tfrecordio.frame_records([row]) for row in _rows(count)]
+        framed = [tfrecord.frame_records([row]) for row in _rows(count)]
         megabytes = sum(map(len, framed)) / 1e6
         for share in SHARES:
             errors = _errors(framed, share)

@@ -41,7 +41,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from recordforge.pipelines.runners import local_runner  # the engine of a local build
 from recordforge.schemas.example import encode_example
-from recordforge.transforms.shards import WriteShards
+from recordforge.transforms.writer import WriteShards
 
 ROWS_PER_BATCH = 1000
 BATCHES_PER_SEED = 16

@@ -105,7 +105,7 @@ def _sampled_bounds(batches: list, tuning, *, compression: str, input_bytes: int
     """Bucket bounds from the first 64 rows of up to 256 evenly spread
     batches, as a build samples its first table files' heads, as many as
     a build of `input_bytes` takes (`ShardTuning.key_bucket_count`)."""
-    from recordforge.transforms.shard_plan import bucket_bounds_of
+    from recordforge.transforms.writer import bucket_bounds_of
 
     chosen = batches[::max(1, len(batches) // 256)]
     keys = [key for batch in chosen for key, _ in batch[:64]]
@@ -123,7 +123,7 @@ def _worker(design: str, size: int, compression: str, order: str = "shuffled") -
         from recordforge.pipelines.runners import local_runner
     except ImportError:  # the old design's tree had it in the build module
         from recordforge.pipelines.build import _local_runner as local_runner
-    from recordforge.transforms.shards import ShardTuning, WriteShards
+    from recordforge.transforms.writer import ShardTuning, WriteShards
 
     store = counting_fs.register()
     store.reset(part_bytes=scaled("part_bytes"))

@@ -23,7 +23,7 @@ from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, R
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
-from ..transforms.shards import ShardTuning, WriteShards, default_exchange
+from ..transforms.writer import ShardTuning, WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable

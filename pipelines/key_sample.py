@@ -24,7 +24,7 @@ usually do. It reads, from the driver:
   examples are the keys), `SAMPLE_IMAGES` images spread over the
   listing, read and converted as the pipeline will.
 
-It takes the quantiles of the order keys (`shard_plan.bucket_bounds_of`).
+It takes the quantiles of the order keys (`writer.bucket_bounds_of`).
 `WriteDataset`, whose input is a PCollection, takes them from rows its
 caller gives (`bounds_of_rows`).
 
@@ -56,8 +56,7 @@ from ..transforms.readers.listing import list_files
 from ..transforms.readers.parquet import read_parquet_head
 from ..transforms.readers.rows import ColumnBatch, SourceRow
 from ..transforms.readers.tables import iter_table
-from ..transforms.shard_plan import bucket_bounds_of
-from ..transforms.shards import ShardTuning
+from ..transforms.writer import ShardTuning, bucket_bounds_of
 
 __all__ = ["HEAD_BLOCK", "READERS", "SAMPLE_BYTES", "SAMPLE_FILES", "SAMPLE_IMAGES",
            "SAMPLE_ROWS", "bounds_of_rows", "sample_bucket_bounds", "uses_sampled_bounds"]

@@ -59,7 +59,7 @@ from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.layout import FAILED_DIR, FINALIZE_FILES, MANIFEST_FILE
-from ..transforms.shards import ShardTuning, default_exchange
+from ..transforms.writer import ShardTuning, default_exchange
 from ..transforms.sources import RowsFromElements
 
 __all__ = ["WriteDataset", "WriteDatasetResult"]

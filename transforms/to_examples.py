@@ -25,7 +25,7 @@ from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
-from .shard_plan import HashedExamples, SplitAssigner
+from .splits import HashedExamples, SplitAssigner
 from .statistics import StatisticsSetup, batch_origin
 from .tagged import select
 

@@ -113,12 +113,13 @@ def test_a_shard_replaced_after_its_writer_checked_it_is_found(store, support):
     is not is read back: a replacement of the same size is found by its
     sha256, a rewrite of the same bytes (a retried writer) passes."""
     from recordforge.pipelines.publish.file_checks import check_stored
-    from recordforge.transforms import shard_files, tfrecordio
+    from recordforge.transforms import tfrecord
+    from recordforge.transforms.writer import shard_files
 
     scheme, server, bucket = store
     server.filesystem()  # the clients' endpoint variables, for this process too
     records = [b"%05d" % n for n in range(100)]
-    data = tfrecordio.frame_records(records)
+    data = tfrecord.frame_records(records)
 
     def write(out) -> int:
         out.write(data)
@@ -132,7 +133,7 @@ def test_a_shard_replaced_after_its_writer_checked_it_is_found(store, support):
     expected = dict(stored=shard.fingerprint, compression="none", expected_size=len(data),
                     expected_sha256=shard.sha256, expected_records=len(records))
     assert check_stored(url, "s.tfrecord", **expected).problems == []
-    same_size = tfrecordio.frame_records([b"%05d" % (n + 1) for n in range(100)])
+    same_size = tfrecord.frame_records([b"%05d" % (n + 1) for n in range(100)])
     assert len(same_size) == len(data)
     fs, path = fsspec.core.url_to_fs(url)
     fs.pipe_file(path, same_size)
@@ -182,7 +183,7 @@ def test_key_ordered_bounds_are_sampled_from_tables_on_the_store(store, support,
     import recordforge
     from recordforge.pipelines.graph import known_vocabularies
     from recordforge.pipelines.key_sample import sample_bucket_bounds
-    from recordforge.transforms.shards import ShardTuning
+    from recordforge.transforms.writer import ShardTuning
 
     _, server, bucket = store
     config_path = support.write_table(tmp_path, 3000, shuffle=False)

@@ -16,10 +16,10 @@ import recordforge
 from recordforge.pipelines import key_sample
 from recordforge.pipelines.graph import known_vocabularies
 from recordforge.schemas.keys import sortable_key
-from recordforge.transforms import exchange_packets, run_files
+from recordforge.transforms.writer import run_format, shuffle_packets
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers.tables import iter_table
-from recordforge.transforms.shards import ShardTuning
+from recordforge.transforms.writer import ShardTuning
 
 TUNING = ShardTuning(hash_buckets=8)
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_sampled_bounds_split_the_keys_the_pipeline_gives_evenly(tmp_path, sourc
     keys = _pipeline_keys(config)
     # CSV ids are converted to int64 keys, so 99,999 sorts before 100,000.
     assert sortable_key(99_999) < sortable_key(100_000) and keys[0] == sortable_key(0)
-    buckets = exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys)
+    buckets = shuffle_packets.bucket_of_keys(bounds, run_format.KEY_VARIABLE, keys)
     counts = collections.Counter(buckets.tolist())
     assert len(counts) == TUNING.hash_buckets
     assert max(counts.values()) <= 1.5 * len(keys) / TUNING.hash_buckets
@@ -261,7 +261,7 @@ def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
     bounds = key_sample.sample_bucket_bounds(config, vocabularies, TUNING)
     assert set(bounds[1:]) <= {row_key[:TUNING.prefix_len] for row_key in keys}
     buckets = collections.Counter(
-        exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys).tolist())
+        shuffle_packets.bucket_of_keys(bounds, run_format.KEY_VARIABLE, keys).tolist())
     if key == "path":  # distinct keys: shared evenly
         assert len(buckets) == TUNING.hash_buckets
         assert max(buckets.values()) <= 1.5 * len(keys) / TUNING.hash_buckets
@@ -295,7 +295,7 @@ def test_images_keyed_by_what_only_the_image_gives_read_a_few_images(tmp_path, m
     assert 2 < len(bounds) and set(bounds[1:]) <= {row_key[:TUNING.prefix_len]
                                                    for row_key in keys}
     buckets = collections.Counter(
-        exchange_packets.bucket_of_keys(bounds, run_files.KEY_VARIABLE, keys).tolist())
+        shuffle_packets.bucket_of_keys(bounds, run_format.KEY_VARIABLE, keys).tolist())
     assert len(buckets) > 2
 
 

@@ -8,7 +8,7 @@ from apache_beam.coders import registry
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms.batch_coder import BatchCoder, estimated_size
 from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
-from recordforge.transforms.shard_plan import HashedExamples
+from recordforge.transforms.splits import HashedExamples
 from recordforge.transforms.sources import ReadTable
 from recordforge.transforms.to_examples import RowsToExamples
 

@@ -13,12 +13,11 @@ from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_na
                                                 whole_files)
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
-from recordforge.transforms.run_files import RunFile
-from recordforge.transforms.shard_plan import SplitAssigner
+from recordforge.transforms.writer import RunFile
+from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.statistics import partial_from_json, partial_to_json
-from recordforge.transforms.shards import ShardTuning
-from recordforge.transforms.spill import RunBuffer
-from recordforge.transforms.tfrecordio import iter_records
+from recordforge.transforms.writer import RunBuffer, ShardTuning
+from recordforge.transforms.tfrecord import iter_records
 
 LOCAL = fsspec.filesystem("file")
 
@@ -129,7 +128,7 @@ def test_a_summary_cannot_name_a_file_outside_its_runs(tmp_path):
     import hashlib
     import json
 
-    from recordforge.transforms.tfrecordio import frame_records
+    from recordforge.transforms.tfrecord import frame_records
 
     _write(tmp_path, [(None, b"a")])
     (tmp_path / "secret").write_bytes(b"x")

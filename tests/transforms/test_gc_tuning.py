@@ -3,7 +3,6 @@
 import gc
 
 import pytest
-
 from recordforge.transforms.gc_tuning import YOUNG_THRESHOLD, relax_young_collections
 
 
@@ -29,9 +28,10 @@ def test_a_higher_threshold_or_a_disabled_collector_is_left_alone(setting):
 
 def test_row_making_steps_relax_the_threshold_in_their_setup():
     from recordforge.schemas.feature_config import parse_features
-    from recordforge.transforms.shards import ShardTuning, _SpillFn
     from recordforge.transforms.sources.tables import _ReadTableRanges
     from recordforge.transforms.to_examples import _ConvertBatchesFn
+    from recordforge.transforms.writer import ShardTuning
+    from recordforge.transforms.writer.file_exchange import _SpillFn
 
     specs = parse_features({"x": {"type": "int64"}})
     for dofn in (_ReadTableRanges("memory://t/*.csv", "csv", 10),

@@ -14,7 +14,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 
 def _records(seed=0, count=300):
@@ -24,7 +24,7 @@ def _records(seed=0, count=300):
 
 def _write(records, compression, batches=3):
     buffer = io.BytesIO()
-    with tfrecordio.TFRecordWriter(buffer, compression) as writer:
+    with tfrecord.TFRecordWriter(buffer, compression) as writer:
         step = max(1, len(records) // batches)
         for start in range(0, len(records), step):
             writer.write_many(records[start:start + step])
@@ -51,8 +51,8 @@ def _hand_parse(stream):
 
 def test_masked_crc_matches_the_published_definition():
     # Known value: TensorFlow's masked CRC of an empty record's 8 length bytes.
-    assert tfrecordio.masked_crc32c(b"\x00" * 8) == _masked(b"\x00" * 8)
-    assert tfrecordio.frame_records([b""]) == b"\x00" * 8 + struct.pack("<I", _masked(b"\x00" * 8)) + struct.pack("<I", _masked(b""))
+    assert tfrecord.masked_crc32c(b"\x00" * 8) == _masked(b"\x00" * 8)
+    assert tfrecord.frame_records([b""]) == b"\x00" * 8 + struct.pack("<I", _masked(b"\x00" * 8)) + struct.pack("<I", _masked(b""))
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
@@ -66,7 +66,7 @@ def test_written_files_parse_with_python_gzip_and_a_hand_parser(compression):
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_beam_reads_our_files(tmp_path, compression):
     records = _records(seed=1)
-    path = tmp_path / ("data" + tfrecordio.suffix_for(compression))
+    path = tmp_path / ("data" + tfrecord.suffix_for(compression))
     path.write_bytes(_write(records, compression))
     with TestPipeline() as p:
         read = p | beam.io.ReadFromTFRecord(
@@ -84,16 +84,16 @@ def test_we_read_files_written_by_beam(tmp_path, compression):
              | beam.io.WriteToTFRecord(prefix, file_name_suffix=suffix, num_shards=1,
                                        compression_type=beam.io.filesystem.CompressionTypes.AUTO))
     [path] = list(tmp_path.glob("beam*"))
-    assert sorted(tfrecordio.read_records(str(path))) == sorted(records)
+    assert sorted(tfrecord.read_records(str(path))) == sorted(records)
 
 
 def test_multi_member_gzip_reads_as_one_stream():
     records = _records(seed=3)
-    pieces = [tfrecordio.gzip_compress(tfrecordio.frame_records(records[i:i + 37]))
+    pieces = [tfrecord.gzip_compress(tfrecord.frame_records(records[i:i + 37]))
               for i in range(0, len(records), 37)]
     data = b"".join(pieces)
-    assert list(tfrecordio.iter_records(io.BytesIO(data), compression="gzip")) == records
-    assert gzip.decompress(data) == tfrecordio.frame_records(records)
+    assert list(tfrecord.iter_records(io.BytesIO(data), compression="gzip")) == records
+    assert gzip.decompress(data) == tfrecord.frame_records(records)
 
 
 def _jpegs(count: int) -> list[bytes]:
@@ -119,10 +119,10 @@ def _first_block_type(member: bytes) -> int:
 
 
 def test_gzip_stores_what_deflate_barely_shrinks_and_deflates_the_rest(tmp_path):
-    images = tfrecordio.frame_records(_jpegs(6))
-    rows = tfrecordio.frame_records([b"id=%d,label=class_%d,text=recordforge row" % (i, i % 10)
+    images = tfrecord.frame_records(_jpegs(6))
+    rows = tfrecord.frame_records([b"id=%d,label=class_%d,text=recordforge row" % (i, i % 10)
                                      for i in range(5000)])
-    stored, deflated = tfrecordio.gzip_compress(images), tfrecordio.gzip_compress(rows)
+    stored, deflated = tfrecord.gzip_compress(images), tfrecord.gzip_compress(rows)
     assert _first_block_type(stored) == 0
     assert len(stored) <= len(images) * 1.001 + 64
     assert _first_block_type(deflated) != 0 and len(deflated) < len(rows) / 4
@@ -130,8 +130,8 @@ def test_gzip_stores_what_deflate_barely_shrinks_and_deflates_the_rest(tmp_path)
     path = tmp_path / "mixed.tfrecord.gz"
     path.write_bytes(stored + deflated + stored)
     assert gzip.decompress(path.read_bytes()) == images + rows + images
-    expected = (list(tfrecordio.iter_records(io.BytesIO(images), compression="none")) * 2
-                + list(tfrecordio.iter_records(io.BytesIO(rows), compression="none")))
+    expected = (list(tfrecord.iter_records(io.BytesIO(images), compression="none")) * 2
+                + list(tfrecord.iter_records(io.BytesIO(rows), compression="none")))
     with TestPipeline() as p:
         read = p | beam.io.ReadFromTFRecord(
             str(path), compression_type=beam.io.filesystem.CompressionTypes.AUTO)
@@ -139,41 +139,41 @@ def test_gzip_stores_what_deflate_barely_shrinks_and_deflates_the_rest(tmp_path)
 
 
 def test_gzip_members_are_deterministic():
-    data = tfrecordio.frame_records(_records(seed=4))
-    assert tfrecordio.gzip_compress(data) == tfrecordio.gzip_compress(data)
+    data = tfrecord.frame_records(_records(seed=4))
+    assert tfrecord.gzip_compress(data) == tfrecord.gzip_compress(data)
 
 
 def test_auto_detection_by_name_and_by_content():
     records = _records(seed=5, count=20)
     plain, packed = _write(records, "none"), _write(records, "gzip")
-    assert list(tfrecordio.iter_records(io.BytesIO(packed), path="x.tfrecord")) == records
-    assert list(tfrecordio.iter_records(io.BytesIO(plain), path="x.tfrecord")) == records
-    assert list(tfrecordio.iter_records(io.BytesIO(packed), path="x.tfrecord.gz")) == records
+    assert list(tfrecord.iter_records(io.BytesIO(packed), path="x.tfrecord")) == records
+    assert list(tfrecord.iter_records(io.BytesIO(plain), path="x.tfrecord")) == records
+    assert list(tfrecord.iter_records(io.BytesIO(packed), path="x.tfrecord.gz")) == records
 
 
 def test_a_plain_record_whose_length_starts_with_the_gzip_magic_is_not_gunzipped():
     record = b"r" * 0x8B1F  # little-endian length begins 1f 8b
-    data = tfrecordio.frame_records([record])
+    data = tfrecord.frame_records([record])
     assert data[:2] == b"\x1f\x8b"
-    assert list(tfrecordio.iter_records(io.BytesIO(data), path="x.tfrecord")) == [record]
+    assert list(tfrecord.iter_records(io.BytesIO(data), path="x.tfrecord")) == [record]
 
 
 def test_huge_declared_length_is_not_allocated():
     length = struct.pack("<Q", 1 << 60)
-    data = length + struct.pack("<I", tfrecordio.masked_crc32c(length)) + b"tiny"
-    with pytest.raises(tfrecordio.TFRecordError, match="exceeds the 2 GiB limit") as info:
-        list(tfrecordio.iter_records(io.BytesIO(data), path="big.tfrecord", compression="none"))
+    data = length + struct.pack("<I", tfrecord.masked_crc32c(length)) + b"tiny"
+    with pytest.raises(tfrecord.TFRecordError, match="exceeds the 2 GiB limit") as info:
+        list(tfrecord.iter_records(io.BytesIO(data), path="big.tfrecord", compression="none"))
     assert info.value.offset == 0 and info.value.record_index == 0
 
 
 def _read_all(data, compression, path):
-    return list(tfrecordio.iter_records(io.BytesIO(data), path=path, compression=compression))
+    return list(tfrecord.iter_records(io.BytesIO(data), path=path, compression=compression))
 
 
 def _expect_error_or_same(data, compression, records, path):
     try:
         got = _read_all(data, compression, path)
-    except tfrecordio.TFRecordError as error:
+    except tfrecord.TFRecordError as error:
         assert error.path == path and path in str(error)
         assert 0 <= error.offset and f"byte offset {error.offset}" in str(error)
         return "error"
@@ -231,23 +231,23 @@ def test_records_before_damage_are_yielded_then_error_names_record():
     data = bytearray(_write(records, "none"))
     offset = sum(16 + len(r) for r in records[:4])
     data[offset + 13] ^= 0xFF  # inside record 4's data
-    reader = tfrecordio.iter_records(io.BytesIO(bytes(data)), path="s.tfrecord")
+    reader = tfrecord.iter_records(io.BytesIO(bytes(data)), path="s.tfrecord")
     got = [next(reader) for _ in range(4)]
     assert got == records[:4]
-    with pytest.raises(tfrecordio.TFRecordError, match="bad data CRC") as info:
+    with pytest.raises(tfrecord.TFRecordError, match="bad data CRC") as info:
         next(reader)
     assert (info.value.offset, info.value.record_index) == (offset, 4)
 
 
 def test_garbage_after_last_gzip_member_is_an_error():
     data = _write(_records(seed=8, count=5), "gzip") + b"junk"
-    with pytest.raises(tfrecordio.TFRecordError, match="gzip"):
+    with pytest.raises(tfrecord.TFRecordError, match="gzip"):
         _read_all(data, "gzip", "x.gz")
 
 
 def test_writer_rejects_unknown_compression():
     with pytest.raises(ValueError, match="compression"):
-        tfrecordio.TFRecordWriter(io.BytesIO(), "zstd")
+        tfrecord.TFRecordWriter(io.BytesIO(), "zstd")
 
 
 def test_read_records_through_fsspec_memory_filesystem():
@@ -255,7 +255,7 @@ def test_read_records_through_fsspec_memory_filesystem():
     records = _records(seed=9, count=12)
     with fsspec.open("memory://codec/test.tfrecord.gz", "wb") as f:
         f.write(_write(records, "gzip"))
-    assert list(tfrecordio.read_records("memory://codec/test.tfrecord.gz")) == records
+    assert list(tfrecord.read_records("memory://codec/test.tfrecord.gz")) == records
 
 
 def test_a_deflate_bit_gzip_ignores_leaves_the_records_intact():
@@ -313,7 +313,7 @@ def test_batched_reader_and_counter_match_a_record_at_a_time_reading(read_block,
 @given(data=st.data())
 def _compare_with_reference(data):
     records = data.draw(st.lists(st.binary(max_size=200), max_size=12), label="records")
-    stream = bytearray(tfrecordio.frame_records(records))
+    stream = bytearray(tfrecord.frame_records(records))
     for _ in range(data.draw(st.integers(0, 3), label="damages")):
         kind = data.draw(st.sampled_from(["flip", "cut", "insert"]), label="kind")
         position = data.draw(st.integers(0, len(stream)), label="position")
@@ -327,15 +327,15 @@ def _compare_with_reference(data):
     expected_records, expected_error = _reference_read(stream)
     got, error = [], None
     try:
-        for record in tfrecordio.iter_records(io.BytesIO(stream), path="s", compression="none"):
+        for record in tfrecord.iter_records(io.BytesIO(stream), path="s", compression="none"):
             got.append(record)
-    except tfrecordio.TFRecordError as raised:
+    except tfrecord.TFRecordError as raised:
         error = raised
     assert got == expected_records
     try:
-        counted = tfrecordio.count_records(io.BytesIO(stream), path="s", compression="none")
+        counted = tfrecord.count_records(io.BytesIO(stream), path="s", compression="none")
         count_error = None
-    except tfrecordio.TFRecordError as raised:
+    except tfrecord.TFRecordError as raised:
         counted, count_error = None, raised
     if expected_error is None:
         assert error is None and count_error is None and counted == len(expected_records)
@@ -348,11 +348,11 @@ def _compare_with_reference(data):
 
 def test_count_records_reads_multi_member_gzip():
     records = _records(seed=9, count=50)
-    members = b"".join(tfrecordio.gzip_compress(tfrecordio.frame_records(records[i:i + 10]))
+    members = b"".join(tfrecord.gzip_compress(tfrecord.frame_records(records[i:i + 10]))
                        for i in range(0, 50, 10))
-    assert tfrecordio.count_records(io.BytesIO(members), compression="gzip") == 50
-    with pytest.raises(tfrecordio.TFRecordError, match="truncated gzip"):
-        tfrecordio.count_records(io.BytesIO(members[:-3]), compression="gzip")
+    assert tfrecord.count_records(io.BytesIO(members), compression="gzip") == 50
+    with pytest.raises(tfrecord.TFRecordError, match="truncated gzip"):
+        tfrecord.count_records(io.BytesIO(members[:-3]), compression="gzip")
 
 
 # --- checking a stream as it is written ---------------------------------------------------
@@ -361,7 +361,7 @@ def test_count_records_reads_multi_member_gzip():
 def _check_in_pieces(data: bytes, compression: str, cuts: list[int], walk_from: int = 1) -> int:
     """RecordStreamCheck fed `data` cut at `cuts`, walking its records
     whenever `walk_from` bytes wait; its record count."""
-    check = tfrecordio.RecordStreamCheck("shard.bin", compression)
+    check = tfrecord.RecordStreamCheck("shard.bin", compression)
     check._WALK_FROM = walk_from
     for start, end in itertools.pairwise([0, *sorted(set(cuts)), len(data)]):
         check.write(data[start:end])
@@ -371,16 +371,16 @@ def _check_in_pieces(data: bytes, compression: str, cuts: list[int], walk_from: 
 def _pull_outcome(data: bytes, compression: str):
     """count_records' answer: the count, or the damage's (offset, index)."""
     try:
-        return tfrecordio.count_records(io.BytesIO(data), path="shard.bin",
+        return tfrecord.count_records(io.BytesIO(data), path="shard.bin",
                                         compression=compression)
-    except tfrecordio.TFRecordError as error:
+    except tfrecord.TFRecordError as error:
         return ("error", error.offset, error.record_index)
 
 
 def _push_outcome(data: bytes, compression: str, cuts: list[int], walk_from: int):
     try:
         return _check_in_pieces(data, compression, cuts, walk_from)
-    except tfrecordio.TFRecordError as error:
+    except tfrecord.TFRecordError as error:
         return ("error", error.offset, error.record_index)
 
 
@@ -426,7 +426,7 @@ def test_a_stream_check_names_the_first_damaged_record():
     data = bytearray(_write(records, "none"))
     offset = sum(16 + len(r) for r in records[:4])
     data[offset + 13] ^= 0xFF  # inside record 4's data
-    with pytest.raises(tfrecordio.TFRecordError, match="bad data CRC") as info:
+    with pytest.raises(tfrecord.TFRecordError, match="bad data CRC") as info:
         _check_in_pieces(bytes(data), "none", [5, offset + 2])
     assert (info.value.path, info.value.offset, info.value.record_index) == (
         "shard.bin", offset, 4)
@@ -435,7 +435,7 @@ def test_a_stream_check_names_the_first_damaged_record():
 def _table_bytes(count, seed=0):
     rng = random.Random(seed)
     words = [rng.randbytes(3).hex().encode() for _ in range(300)]
-    return tfrecordio.frame_records([b" ".join(rng.choices(words, k=rng.randint(5, 80)))
+    return tfrecord.frame_records([b" ".join(rng.choices(words, k=rng.randint(5, 80)))
                                      for _ in range(count)])
 
 
@@ -452,7 +452,7 @@ def test_a_gzip_stream_is_a_function_of_its_bytes_not_of_its_writes(kind, size, 
     # One member with the deterministic header (mtime 0, no file name).
     assert whole[:4] == b"\x1f\x8b\x08\x00" and whole[4:8] == b"\0" * 4
     if len(data) <= _STREAM_TEST_BLOCK:
-        assert whole == tfrecordio.gzip_compress(data, 1)
+        assert whole == tfrecord.gzip_compress(data, 1)
 
 
 def _stream_input(kind: str, size: int) -> bytes:
@@ -464,11 +464,11 @@ def _stream_input(kind: str, size: int) -> bytes:
 _STREAM_TEST_BLOCK = 16_384
 
 
-def _gzip_streamed(data: bytes, pieces) -> tuple[bytes, tfrecordio.GzipStream]:
+def _gzip_streamed(data: bytes, pieces) -> tuple[bytes, tfrecord.GzipStream]:
     """`data` through a level-1 GzipStream, written as `pieces` (sizes) and
     then the rest; the member and the closed stream."""
     out = io.BytesIO()
-    stream = tfrecordio.GzipStream(out, 1, block=_STREAM_TEST_BLOCK)
+    stream = tfrecord.GzipStream(out, 1, block=_STREAM_TEST_BLOCK)
     position = 0
     for piece in pieces:
         stream.write(memoryview(data)[position:position + piece])
@@ -502,11 +502,11 @@ def test_a_gzip_stream_never_resizes_a_buffer_whose_views_live_on(kind, size, pi
     data = _stream_input(kind, size)
     expected, _ = _gzip_streamed(data, [])
     kept: list = []
-    stores = tfrecordio._stores
+    stores = tfrecord._stores
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(tfrecordio, "_stores",
                         lambda probe, level: kept.append(probe) or stores(probe, level))
-        for module in (tfrecordio.zlib, tfrecordio.isal_zlib):
+        for module in (tfrecord.zlib, tfrecord.isal_zlib):
             patched.setattr(module, "compressobj", lambda *args, _make=module.compressobj:
                             _KeepingCompressor(_make(*args), kept))
         streamed, _ = _gzip_streamed(data, pieces)
@@ -518,11 +518,11 @@ def test_a_gzip_stream_stores_what_deflate_barely_shrinks_as_gzip_compress_does(
     text = _table_bytes(30_000)[:3 << 20]
     for data, stored in ((noise, True), (text, False)):
         out = io.BytesIO()
-        stream = tfrecordio.GzipStream(out, tfrecordio.DEFAULT_GZIP_LEVEL)
+        stream = tfrecord.GzipStream(out, tfrecord.DEFAULT_GZIP_LEVEL)
         for start in range(0, len(data), 100_000):
             stream.write(data[start:start + 100_000])
         stream.close()
         assert gzip.decompress(out.getvalue()) == data
         assert (len(out.getvalue()) > len(data)) == stored
-        assert (len(tfrecordio.gzip_compress(data)) > len(data)) == stored
+        assert (len(tfrecord.gzip_compress(data)) > len(data)) == stored
         assert len(out.getvalue()) < (1.01 * len(data) if stored else 0.6 * len(data))

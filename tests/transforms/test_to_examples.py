@@ -17,7 +17,7 @@ from tfrecord import example_pb2
 from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.keys import sortable_key
 from recordforge.transforms.readers.rows import SourceRow
-from recordforge.transforms.shard_plan import HashedExamples, SplitAssigner, assign_split
+from recordforge.transforms.splits import HashedExamples, SplitAssigner, assign_split
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.to_examples import LabelCounting, RowsToExamples, _ConvertBatchesFn
 

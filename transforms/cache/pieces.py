@@ -5,8 +5,8 @@ A piece is a summary file and one run file per split the unit had rows of:
     <file key>.<unit>-of-<count>.piece          summary (TFRecord-framed)
     <file key>.<unit>-of-<count>.s<split>.run   the split's rows, sorted
 
-The run files are the shard writer's own sorted runs (`spill.RunBuffer`,
-the format `run_files` documents), so a reused unit's rows go to the shard
+The run files are the shard writer's own sorted runs (`writer.RunBuffer`,
+the format `writer.run_format` documents), so a reused unit's rows go to the shard
 writer as they are: not read, hashed, sorted or written again. The summary
 holds the rest of what the unit gave, as the converting step gave it: dead
 letters of reading and checking, label counts, statistics (the unit's
@@ -44,16 +44,15 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
-from ..run_files import KEY_VARIABLE, RunFile
-from ..spill import RunBuffer
+from ..splits import HashedExamples, SplitAssigner
+from ..writer import KEY_VARIABLE, RunBuffer, RunFile, SampleEntry
 from ..statistics import partial_from_json, partial_to_json
-from ..tfrecordio import TFRecordError, frame_records, iter_records
+from ..tfrecord import TFRecordError, frame_records, iter_records
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
 
-# The summary's format and, with it, the runs' (`run_files`' format): change it
+# The summary's format and, with it, the runs' (`writer.run_format`'s format): change it
 # when either changes, and every cached piece is rebuilt (it is part of the
 # encoding key, `pipelines.cache.encoding_key`).
 FORMAT = "recordforge.piece/2"
@@ -149,7 +148,7 @@ class PieceWriter:
     """Writes one piece as its unit is converted: `add(tag, value)` for every
     output, `commit()` at the end, `abort()` on failure.
 
-    Rows wait in a `spill.RunBuffer` (the unit's Examples, held until the
+    Rows wait in a `writer.RunBuffer` (the unit's Examples, held until the
     unit ends: a unit is ~16 MB of input), the rest for the summary. Files
     are written under temporary names and renamed locally; on object stores
     each upload completes at once or not at all. A retried unit writes the

@@ -60,8 +60,8 @@ from ..tagged import select
 from ..to_examples import (COLUMNS_SEEN, DEAD_LETTER, EXAMPLES, LABEL_COUNTS, STATISTICS,
                            BatchConversion, LabelCounting)
 from ..statistics import StatisticsSetup
-from ..shard_plan import SpillRecord, SplitAssigner
-from ..shards import ShardTuning
+from ..splits import SplitAssigner
+from ..writer import ShardTuning, SpillRecord
 from .names import file_key, piece_name
 from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece
 

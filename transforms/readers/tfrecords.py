@@ -22,7 +22,7 @@ from typing import Iterator
 import fsspec
 
 from ...schemas.example import ExampleDecodeError, decode_example
-from ..tfrecordio import TFRecordError, iter_records
+from ..tfrecord import TFRecordError, iter_records
 from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
 from .rows import SourceRow
 

@@ -19,10 +19,10 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from recordforge.transforms.metrics import METRICS_NAMESPACE
+from recordforge.transforms.splits import SplitAssigner
+from recordforge.transforms.writer import ShardTuning, WriteShards, bucket_bounds_of
 from tfrecord import example_pb2
-
-from recordforge.transforms.shard_plan import SplitAssigner, bucket_bounds_of
-from recordforge.transforms.shards import METRICS_NAMESPACE, ShardTuning, WriteShards
 
 SPLITS = [("train", 0.8), ("test", 0.2)]
 TUNING = ShardTuning(run_bytes=400_000, bucket_bytes=300_000)

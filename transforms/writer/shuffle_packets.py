@@ -2,8 +2,8 @@
 
 No Beam. Rows cross the runner's shuffle (`exchange`) as packets, plain
 tuples ``(key_width, keys, framed records, sizes)``: key_width
-`shard_plan.HASH_SIZE` with keys the concatenated digests,
-`run_files.KEY_VARIABLE` with a tuple of keys, `run_files.KEY_IS_EXAMPLE`
+`splits.HASH_SIZE` with keys the concatenated digests,
+`run_format.KEY_VARIABLE` with a tuple of keys, `run_format.KEY_IS_EXAMPLE`
 with keys None (a row's key is its example); sizes are the framed
 records' sizes as little-endian uint32 (`SIZE_DTYPE`). Plain tuples of
 bytes and ints cross Beam's coders without pickling.
@@ -12,27 +12,28 @@ A packet is cut into one packet per bucket (`split_packet` by the
 bucket lower bounds, `cut_packet` by each row's bucket), packets are
 joined (`merge_packets`), and a bucket's packets are sorted by
 ``(key, example)`` into a writer (`sort_bucket_packets`): in memory up to
-memory_bytes (`bucket_sort.write_sorted`), above it in sorted runs on the
-worker's local disk (`run_files`) merged as streams
-(`bucket_sort.merge_runs`).
+memory_bytes (`sorting.write_sorted`), above it in sorted runs on the
+worker's local disk (`run_format`) merged as streams
+(`sorting.merge_runs`).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import shutil
 import tempfile
 import uuid
-from typing import Iterable, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import bucket_sort, row_order, run_files
-from .shard_plan import RunInfo
+from . import row_order, run_format, sorting
+from .elements import RunInfo
 from .spill import ROW_OVERHEAD
 
-__all__ = ["SIZE_DTYPE", "bucket_of_keys", "bucket_sizes", "cut_packet", "merge_packets",
+__all__ = ["SIZE_DTYPE", "sorted_bucket", "bucket_of_keys", "bucket_sizes", "cut_packet", "merge_packets",
            "packet_buckets", "sort_bucket_packets", "split_packet"]
 
 # A packet's row sizes: little-endian uint32, one per framed record.
@@ -45,7 +46,7 @@ def bucket_of_keys(lower_bounds: Sequence[bytes], key_width: int, keys) -> np.nd
     fixed-width keys (key_width > 0) or a sequence of bytes."""
     if key_width > 0:
         # Bounds are key prefixes; padded with zero bytes they compare with
-        # fixed-width keys as the bytes do (see run_files._bound).
+        # fixed-width keys as the bytes do (see run_format._bound).
         bounds = np.array([bound[:key_width].ljust(key_width, b"\0")
                            for bound in lower_bounds], dtype=f"S{key_width}")
         array = np.frombuffer(keys, dtype=f"S{key_width}")
@@ -62,7 +63,7 @@ def _packet_rows(packet) -> tuple[int, object, memoryview, np.ndarray]:
 
 
 def _examples_of(data: memoryview, sizes: np.ndarray) -> list[bytes]:
-    return run_files.RunSlice(None, data, sizes).examples()
+    return run_format.RunSlice(None, data, sizes).examples()
 
 
 def packet_buckets(packet, lower_bounds: Sequence[bytes]) -> np.ndarray:
@@ -70,7 +71,7 @@ def packet_buckets(packet, lower_bounds: Sequence[bytes]) -> np.ndarray:
     key_width, keys, data, sizes = _packet_rows(packet)
     if len(lower_bounds) == 1:
         return np.zeros(len(sizes), dtype=np.int64)
-    route_keys = keys if key_width != run_files.KEY_IS_EXAMPLE else _examples_of(data, sizes)
+    route_keys = keys if key_width != run_format.KEY_IS_EXAMPLE else _examples_of(data, sizes)
     return bucket_of_keys(lower_bounds, key_width, route_keys)
 
 
@@ -115,7 +116,7 @@ def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:
         if key_width > 0:
             part_keys = b"".join([keys[row * key_width:(row + 1) * key_width]
                                   for row in rows.tolist()])
-        elif key_width == run_files.KEY_VARIABLE:
+        elif key_width == run_format.KEY_VARIABLE:
             part_keys = tuple(row_order.take(keys, rows.tolist()))
         else:
             part_keys = None
@@ -130,12 +131,12 @@ def merge_packets(packets: list[tuple]) -> tuple:
     if len(packets) == 1:
         return packets[0]
     widths = {packet[0] for packet in packets}
-    width = widths.pop() if len(widths) == 1 else run_files.KEY_VARIABLE
+    width = widths.pop() if len(widths) == 1 else run_format.KEY_VARIABLE
     data = b"".join(packet[2] for packet in packets)
     sizes = b"".join(packet[3] for packet in packets)
     if width > 0:
         keys = b"".join(packet[1] for packet in packets)
-    elif width == run_files.KEY_IS_EXAMPLE:
+    elif width == run_format.KEY_IS_EXAMPLE:
         keys = None
     else:
         keys = tuple(key for packet in packets for key in _keys_as_bytes(packet))
@@ -146,57 +147,57 @@ def _keys_as_bytes(packet) -> list[bytes]:
     key_width, keys, data, sizes = _packet_rows(packet)
     if key_width > 0:
         return [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
-    if key_width == run_files.KEY_IS_EXAMPLE:
+    if key_width == run_format.KEY_IS_EXAMPLE:
         return _examples_of(data, sizes)
     return list(keys)
 
 
 def _write_sorted(writer, packets: list[tuple]) -> None:
-    """Gives `writer` (a `bucket_writers` writer, or `exchange_rows.ShardCutter`) the rows of `packets` ordered by
-    ``(key, example)``, as `bucket_sort` orders a bucket, a block at a time
-    (`bucket_sort.write_sorted`, each packet a slice: no copy of them all)."""
+    """Gives `writer` (a `bucket_output` writer, or `shuffle_rows.ShardCutter`) the rows of `packets` ordered by
+    ``(key, example)``, as `sorting` orders a bucket, a block at a time
+    (`sorting.write_sorted`, each packet a slice: no copy of them all)."""
     packets = [packet for packet in packets if packet[3]]
     if not packets:
         return
     widths = {packet[0] for packet in packets}
     # One key kind is compared as it is; a mix, as `merge_packets` spells it.
-    width = widths.pop() if len(widths) == 1 else run_files.KEY_VARIABLE
+    width = widths.pop() if len(widths) == 1 else run_format.KEY_VARIABLE
     slices = []
     for packet in packets:
         _, keys, data, sizes = _packet_rows(packet)
         order_keys = (np.frombuffer(keys, dtype=f"S{width}") if width > 0
                       else _keys_as_bytes(packet))
-        slices.append(run_files.RunSlice(order_keys, data, sizes))
-    bucket_sort.write_sorted(writer, slices, width)
+        slices.append(run_format.RunSlice(order_keys, data, sizes))
+    sorting.write_sorted(writer, slices, width)
 
 
 def _spill_run(directory: str, packets: list[tuple], *, prefix_len: int,
                index_every: int) -> RunInfo:
-    """Sorts packets into a run file on local disk (the `run_files` format)."""
+    """Sorts packets into a run file on local disk (the `run_format` format)."""
     merged = merge_packets([packet for packet in packets if packet[3]])
     key_width, keys, data, sizes = _packet_rows(merged)
     examples = _examples_of(data, sizes)
     if key_width > 0:
         key_list = [keys[start:start + key_width] for start in range(0, len(keys), key_width)]
-    elif key_width == run_files.KEY_VARIABLE:
+    elif key_width == run_format.KEY_VARIABLE:
         key_list = list(keys)
     else:
         key_list = None
     path = os.path.join(directory, f"{uuid.uuid4().hex}.run")
     with open(path, "wb") as fileobj:
-        count = run_files.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
+        count = run_format.write_sorted_run(fileobj, key_list, examples, key_width=key_width,
                                            prefix_len=prefix_len, index_every=index_every)
     return RunInfo("", path, count, int(sizes.sum()))
 
 
 def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, fan_in: int,
                         prefix_len: int, index_every: int) -> None:
-    """Sorts a bucket's packets into `writer` (a `bucket_writers` writer, or `exchange_rows.ShardCutter`).
+    """Sorts a bucket's packets into `writer` (a `bucket_output` writer, or `shuffle_rows.ShardCutter`).
 
     Up to `memory_bytes` (record bytes plus a per-row allowance) are held
     in memory; above it, each `memory_bytes` is sorted into a run file in a
     temporary directory of the worker's local disk (removed at the end),
-    and the runs are merged as streams (`bucket_sort.merge_runs`)."""
+    and the runs are merged as streams (`sorting.merge_runs`)."""
     held: list[tuple] = []
     held_bytes = 0
     runs: list[RunInfo] = []
@@ -218,8 +219,38 @@ def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, 
             runs.append(_spill_run(scratch, held, prefix_len=prefix_len,
                                    index_every=index_every))
         held = []
-        bucket_sort.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
+        sorting.merge_runs(writer, runs, scratch_dir=scratch, memory_bytes=0, fan_in=fan_in,
                                prefix_len=prefix_len, index_every=index_every)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, BinaryIO]]:
+    """Sorts one bucket of the shuffle exchange into a writer over a
+    spooled file; yields ``(plan, writer, file)`` once every row is in.
+
+    item: ``((split, bucket), [("plan", (start, size, total, count)),
+    ("rows", packet), ...])``. The values are iterated twice (runners give
+    re-iterables): the plan is found first, then the rows stream into the
+    sort. make_writer(file, plan): the writer the sorted rows go to, with
+    an `offset` (the next row's first byte in the split), which must end
+    where the plan says the bucket does."""
+    (split, bucket), values = item
+    plan = next((value for tag, value in values if tag == "plan"), None)
+    if plan is None:
+        raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
+                         f"split's plan")
+    start, size = plan[0], plan[1]
+    packets = (value for tag, value in values if tag == "rows")
+    with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
+        writer = make_writer(out, plan)
+        sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
+                            fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
+                            index_every=tuning.index_every)
+        if writer.offset != start + size:
+            raise run_format.RunFileError(
+                f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "
+                f"the plan counted {size}")
+        yield plan, writer, out

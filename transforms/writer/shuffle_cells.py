@@ -4,20 +4,20 @@ Rows wait in lanes for their split's bucket bounds, planned from the
 split's sample (`SplitStatsFn`, `merge_split_stats`, `plan_lanes`), then
 go to their bucket (`RouteFn`), when no bounds were sampled before the
 run. Plain output goes on as shuffled output does, its shards cut at rows
-(`exchange_rows`).
+(`shuffle_rows`).
 
 Gzip: knowing its first byte in the split, a bucket is sorted into the
-split's cells (`SortCellsFn`, a `bucket_writers.CellWriter`): the cells
+split's cells (`SortCellsFn`, a `bucket_output.CellWriter`): the cells
 within it are compressed there, the rows of a cell it may share with a
 neighbour go to that seam, which compresses them as one cell (`SeamFn`).
-Only the chunks' sizes cross a combine (`exchange_rows.BucketSizesFn`, per
+Only the chunks' sizes cross a combine (`shuffle_rows.BucketSizesFn`, per
 unit: a bucket's interior or a seam), from which each unit learns its
 first byte on disk and each shard the units that may hold its chunks
-(`exchange_rows.plan_row_cuts`, as for rows). A chunk belongs to the
-shard holding its bytes' midpoint (`shard_plan.plan_shards` says the same
+(`shuffle_rows.plan_row_cuts`, as for rows). A chunk belongs to the
+shard holding its bytes' midpoint (`shard_cuts.plan_shards` says the same
 for the file exchange), so each unit places its own chunks (`PlaceFn`,
 `place_chunks`), and each shard is written from its pieces as a shard cut
-at rows is (`exchange_rows.WriteCutShardFn`, the pieces copied as they
+at rows is (`shuffle_rows.WriteCutShardFn`, the pieces copied as they
 are). See `exchange` for the whole path.
 """
 
@@ -25,21 +25,25 @@ from __future__ import annotations
 
 import heapq
 import io
-import tempfile
 from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
-from . import bucket_writers, run_files
-from .exchange_packets import (SIZE_DTYPE, bucket_sizes, cut_packet, merge_packets,
-                               packet_buckets, sort_bucket_packets)
-from .gc_tuning import relax_young_collections
-from .malloc_tuning import keep_freed_memory
-from .metrics import METRICS_NAMESPACE
-from .shard_plan import (Chunk, interior_unit, plan_bucket_ranges, row_shard_thresholds,
-                         shards_of_rows, shards_touched)
+from . import bucket_output, run_format
+from .bucket_plan import plan_bucket_ranges
+from .cells import interior_unit
+from .elements import Chunk
+from .shard_cuts import row_shard_thresholds, shards_of_rows, shards_touched
+from .shuffle_packets import (
+    SIZE_DTYPE,
+    bucket_sizes,
+    cut_packet,
+    merge_packets,
+    packet_buckets,
+    sorted_bucket,
+)
+from .step_setup import counter, set_up_worker
 
 __all__ = ["PlaceFn", "RouteFn", "SeamFn", "SortCellsFn", "SplitStatsFn", "merge_split_stats",
            "place_chunks", "plan_lanes"]
@@ -50,7 +54,7 @@ __all__ = ["PlaceFn", "RouteFn", "SeamFn", "SortCellsFn", "SplitStatsFn", "merge
 
 def merge_split_stats(parts: Iterable[tuple], sample_size: int) -> tuple:
     """Adds up ``(rows, bytes, sample)`` triples of one split; the sample is
-    the `sample_size` highest distinct entries, as `shard_plan.sample_of`
+    the `sample_size` highest distinct entries, as `bucket_plan.sample_of`
     keeps them (a set: an entry seen twice counts once)."""
     rows = nbytes = 0
     entries: set = set()
@@ -70,10 +74,10 @@ def place_chunks(lengths: np.ndarray, records: np.ndarray, start: int, total: in
     first byte on disk in the split `start`, the split's `total` bytes and
     its shard `count`. Gives each chunk's shard and piece number (from 0 in
     each shard), and for each shard the unit may reach
-    (`shard_plan.shards_touched`) the
+    (`shard_cuts.shards_touched`) the
     ``(pieces, rows, bytes)`` it sends there, as
-    `exchange_rows.assemble_shard` checks them. A chunk's shard is the one
-    holding its bytes' midpoint, as in `shard_plan.plan_shards`."""
+    `shuffle_rows.assemble_shard` checks them. A chunk's shard is the one
+    holding its bytes' midpoint, as in `shard_cuts.plan_shards`."""
     thresholds = row_shard_thresholds(total, count)
     shards = shards_of_rows(start + np.cumsum(lengths) - lengths, lengths, thresholds)
     touched = shards_touched(start, start + int(lengths.sum()), thresholds)
@@ -145,7 +149,7 @@ class RouteFn(beam.DoFn):
     """((split, lane), [plan, packets...]) -> ("rows", ((split, bucket),
     ("rows", packet))), and each packet's rows and bytes per bucket and its
     largest row as ("sizes", (split, (buckets, rows, bytes, largest row,
-    ()))): what `exchange_steps.PackFn` gives when the bounds are known
+    ()))): what `shuffle_steps.PackFn` gives when the bounds are known
     before the run.
 
     A bucket's rows are gathered into packets of about `route_bytes`
@@ -156,8 +160,8 @@ class RouteFn(beam.DoFn):
         self._route_bytes = route_bytes
 
     def setup(self):
-        keep_freed_memory()  # buffers are freed and made again all the time
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        set_up_worker()
+        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
         (split, lane), values = item
@@ -201,7 +205,7 @@ def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
                   exchanged) -> Iterator[tuple]:
     """What a unit of chunks (a bucket's interior, or a seam) sends on:
     ("sizes", (split, sizes)), its chunk count and bytes as
-    `exchange_rows.BucketSizesFn` adds them up (a chunk for a row);
+    `shuffle_rows.BucketSizesFn` adds them up (a chunk for a row);
     ("chunk", ((split, unit), ("layout", (lengths, records)))), its chunks'
     sizes and records (int64 arrays as bytes); and ("chunk", ((split,
     unit), ("chunk", (offset, bytes)))) per chunk, read in order by
@@ -213,7 +217,7 @@ def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
     for chunk in chunks:
         data = read(chunk.length)
         if len(data) != chunk.length:
-            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
+            raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
                                          f"{chunk.offset} cut short")
         exchanged.inc(len(data))
         yield ("chunk", ((split, unit), ("chunk", (chunk.offset, data))))
@@ -221,9 +225,9 @@ def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
 
 class SortCellsFn(beam.DoFn):
     """((split, bucket), [plan, packets...]) -> the bucket's rows sorted
-    and cut into the split's cells (`bucket_writers.CellWriter`, from the
+    and cut into the split's cells (`bucket_output.CellWriter`, from the
     bucket's first byte in the split that the plan gives): the cells
-    within it, compressed, as unit `shard_plan.interior_unit` (see
+    within it, compressed, as unit `cells.interior_unit` (see
     `_unit_outputs`), and for each cell it may share with a neighbour
     ("seam", ((split, cell), (bucket, start, end, total, rows, framed
     records))), its rows there as they are (possibly none)."""
@@ -234,33 +238,21 @@ class SortCellsFn(beam.DoFn):
         self._tuning = tuning
 
     def setup(self):
-        relax_young_collections()
-        keep_freed_memory()  # buffers are freed and made again all the time
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        set_up_worker(rows_die_young=True)
+        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
-        (split, bucket), values = item
-        tuning = self._tuning
-        # The values are iterated twice (runners give re-iterables): the plan
-        # is found first, then the rows stream into the sort.
-        plan = next((value for tag, value in values if tag == "plan"), None)
-        if plan is None:
-            raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
-                             f"split's plan")
-        start, size, total, _ = plan
-        packets = (value for tag, value in values if tag == "rows")
-        with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
-            writer = bucket_writers.CellWriter(out, start=start, size=size, total=total,
-                                               cell_bytes=self._cell_bytes,
-                                               gzip_level=self._gzip_level)
-            sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
-                                fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
-                                index_every=tuning.index_every)
+        (split, bucket), _ = item
+
+        def cell_writer(out, plan):
+            start, size, total, _ = plan
+            return bucket_output.CellWriter(out, start=start, size=size, total=total,
+                                            cell_bytes=self._cell_bytes,
+                                            gzip_level=self._gzip_level)
+
+        with sorted_bucket(item, self._tuning, cell_writer) as ((start, size, total, _),
+                                                                 writer, out):
             chunks = writer.close()
-            if writer.offset != start + size:
-                raise run_files.RunFileError(
-                    f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "
-                    f"the plan counted {size}")
             if chunks:
                 out.seek(0)
                 yield from _unit_outputs(split, interior_unit(bucket), chunks, out.read,
@@ -272,7 +264,7 @@ class SortCellsFn(beam.DoFn):
 
 class SeamFn(beam.DoFn):
     """((split, cell), [pieces...]) -> the seam's chunk
-    (`bucket_writers.join_seam`) as its unit's outputs (see
+    (`bucket_output.join_seam`) as its unit's outputs (see
     `_unit_outputs`); nothing when no bucket had rows there."""
 
     def __init__(self, cell_bytes: int, gzip_level: int):
@@ -280,11 +272,11 @@ class SeamFn(beam.DoFn):
         self._gzip_level = gzip_level
 
     def setup(self):
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
         (split, cell), pieces = item
-        seam = bucket_writers.join_seam(split, cell, self._cell_bytes, pieces, self._gzip_level)
+        seam = bucket_output.join_seam(split, cell, self._cell_bytes, pieces, self._gzip_level)
         if seam is not None:
             unit, data, rows = seam
             yield from _unit_outputs(split, unit, [Chunk(0, len(data), rows)],
@@ -303,8 +295,8 @@ class PlaceFn(beam.DoFn):
     lands in one) passes through in one chunk's memory."""
 
     def setup(self):
-        keep_freed_memory()  # buffers are freed and made again all the time
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        set_up_worker()
+        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
         (split, unit), values = item
@@ -322,7 +314,7 @@ class PlaceFn(beam.DoFn):
         start, size, total, count = plan
         lengths, records = (np.frombuffer(part, dtype="<i8") for part in layout)
         if int(lengths.sum()) != size:
-            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunks of "
+            raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunks of "
                                          f"{int(lengths.sum())} bytes, the plan counted {size}")
         shards, numbers, sent = place_chunks(lengths, records, start, total, count)
         offsets = np.cumsum(lengths) - lengths
@@ -330,13 +322,13 @@ class PlaceFn(beam.DoFn):
         for offset, data in _chunks_once(values):
             chunk = int(np.searchsorted(offsets, offset))
             if chunk == len(offsets) or offsets[chunk] != offset or lengths[chunk] != len(data):
-                raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at "
+                raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunk at "
                                              f"byte {offset} is not in the unit's layout")
             placed[chunk] = True
             self._exchanged.inc(len(data))
             yield (split, int(shards[chunk])), ("piece", (unit, int(numbers[chunk]), data))
         if not placed.all():
-            raise run_files.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
+            raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunk at byte "
                                          f"{int(offsets[np.argmin(placed)])} is missing")
         for shard, counts in sent.items():
             yield (split, shard), ("end", (unit, counts))

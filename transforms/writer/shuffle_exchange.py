@@ -4,9 +4,9 @@ runner's own GroupByKey, never through files on the output store.
 `ShuffleExchange` takes ExampleBatches and gives ShardSpec-like shard
 metadata dicts, with the shards written once, under their final names in
 `staging_dir`. It writes the same bytes as the file exchange of
-`shards.py` (same split, order key, bucket sort, shard cuts, all from
-`shard_plan`). There are two ways through it, by what decides the cuts
-(`shard_plan.cuts_at_rows`).
+`file_exchange.py` (same split, order key, bucket sort, shard cuts, all from
+the planning modules (`bucket_plan`, `shard_cuts`, `cells`)). There are two ways through it, by what decides the cuts
+(`shard_cuts.cuts_at_rows`).
 
 Shards cut at rows: shuffled output (the default config; plain or gzip)
 and key-ordered plain output::
@@ -40,8 +40,8 @@ Rows cross the runner's shuffle once (to their bucket) and again as the
 bytes of the shard they land in: with the shard written once (c·D for
 gzip, c its compression ratio), 2 + c bytes moved per dataset byte (3
 plain). Only counts cross the combine, and for gzip the ratio sample
-(1/64 of each split's rows, `shard_plan.RATIO_SAMPLE_BOUND`, at most
-`shard_plan.RATIO_SAMPLE_LIMIT`), from which a gzip split's shard count
+(1/64 of each split's rows, `tuning.RATIO_SAMPLE_BOUND`, at most
+`ratio_sample.RATIO_SAMPLE_LIMIT`), from which a gzip split's shard count
 is estimated: a gzip shard holds the rows a plain one would, of a
 1/N share of the split's framed bytes, so gzip shard sizes follow the
 sample's ratio. A row's shard is a function of its place in the split,
@@ -108,18 +108,18 @@ shard), and the rows of the shared cells once more (a cell of
 bucket of 1 GB): (1 + 3c) bytes moved per dataset byte with bounds,
 (2 + 3c) without, c the compression ratio. The plan is made of a few
 numbers per unit (as for rows), nothing per chunk: a chunk's shard
-follows from its own place in the split (`shard_plan.plan_shards`).
+follows from its own place in the split (`shard_cuts.plan_shards`).
 
 Where each part lives:
 
-- `exchange_packets` (no Beam): packets, a batch's rows of one split as
+- `shuffle_packets` (no Beam): packets, a batch's rows of one split as
   they cross the shuffle (plain tuples of bytes and ints, which Beam's
   coders carry without pickling); cutting them by bucket, and sorting a
   bucket's packets;
-- `exchange_steps`: the steps both ways share, Pack (`PackFn`) and the
+- `shuffle_steps`: the steps both ways share, Pack (`PackFn`) and the
   base of WriteShardFiles (`ShardFileFn`);
-- `exchange_rows`: the steps of shards cut at rows;
-- `exchange_chunks`: lanes and routing (key order without bounds given),
+- `shuffle_rows`: the steps of shards cut at rows;
+- `shuffle_cells`: lanes and routing (key order without bounds given),
   and the steps of shards cut at cells;
 - here, `ShuffleExchange`, which picks the way and wires its steps.
 
@@ -147,10 +147,17 @@ from typing import Sequence
 
 import apache_beam as beam
 
-from .exchange_chunks import PlaceFn, RouteFn, SeamFn, SortCellsFn, SplitStatsFn, plan_lanes
-from .exchange_rows import BucketSizesFn, CutBucketFn, WriteCutShardFn, plan_row_cuts
-from .exchange_steps import PackFn
-from .shard_plan import cuts_at_rows
+from .shard_cuts import cuts_at_rows
+from .shuffle_cells import (
+    PlaceFn,
+    RouteFn,
+    SeamFn,
+    SortCellsFn,
+    SplitStatsFn,
+    plan_lanes,
+)
+from .shuffle_rows import BucketSizesFn, CutBucketFn, WriteCutShardFn, plan_row_cuts
+from .shuffle_steps import PackFn
 
 __all__ = ["ShuffleExchange"]
 
@@ -174,8 +181,8 @@ class ShuffleExchange(beam.PTransform):
     module docstring). The shards are written to `staging_dir`;
     `shard_temp_dir` holds a shard only while it is written, on
     filesystems that need a temporary name. `tuning` is a
-    `shards.ShardTuning`. `key_bounds` (key-ordered output): bucket lower
-    bounds known before the run (`shard_plan.bucket_bounds_of` a sample of
+    `tuning.ShardTuning`. `key_bounds` (key-ordered output): bucket lower
+    bounds known before the run (`bucket_plan.bucket_bounds_of` a sample of
     the input's order keys), so that rows go to their bucket as they are
     packed instead of waiting in lanes for their split's sample; any
     bounds give the same bytes."""

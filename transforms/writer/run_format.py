@@ -38,10 +38,10 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from . import tfrecordio
-from .page_cache import drop_behind
+from .. import tfrecord
+from ..page_cache import drop_behind
+from ..tfrecord import FRAMING
 from .row_order import sorted_order, take
-from .shard_plan import FRAMING
 
 __all__ = [
     "BLOCK",
@@ -124,7 +124,7 @@ class RunWriter:
                 raise ValueError(f"run keys must all be {self._key_width} bytes")
             self._keys.write(blob)
         self._sizes.write(sizes.astype(_SIZE).tobytes())
-        self._fileobj.write(tfrecordio.frame_records(list(examples)))
+        self._fileobj.write(tfrecord.frame_records(list(examples)))
         self._offset += int(sizes.sum())
         self._records += count
 
@@ -367,7 +367,7 @@ class RunFile:
         bucket: 1.26x higher at 4 GB than at 1 GB).
 
         `into` (writing): read into this buffer (at least `length` bytes)
-        instead of a new one; see `bucket_sort._read_arena`.
+        instead of a new one; see `sorting._read_arena`.
         """
         if into is not None and not mapped:
             fileobj.seek(offset)

@@ -2,7 +2,7 @@
 
 No Beam. The shard writer's spill step (`shards`) and the build cache
 (`cache.pieces`) hold ExampleBatches' rows in a `RunBuffer` and write each
-split's rows as a sorted run file (`run_files`). A split's runs are listed
+split's rows as a sorted run file (`run_format`). A split's runs are listed
 in a small JSON file (`write_run_list`) that the bucket sorters read
 (`read_run_list`) and that a measured bucket of shards cut at rows is
 named by (`bucket_reference`: the run list and the bucket's key range,
@@ -18,10 +18,11 @@ from typing import BinaryIO, NamedTuple, Sequence
 
 import fsspec
 
+from ..splits import HASH_SIZE, SplitAssigner
+from .elements import BucketRange, RunInfo, SampleEntry
+from .prepare import prepare_batch
 from .row_order import take
-from .run_files import KEY_IS_EXAMPLE, KEY_VARIABLE, write_sorted_run
-from .shard_plan import (HASH_SIZE, BucketRange, RunInfo, SampleEntry, SplitAssigner,
-                         prepare_batch)
+from .run_format import KEY_IS_EXAMPLE, KEY_VARIABLE, write_sorted_run
 
 __all__ = [
     "ROW_OVERHEAD",
@@ -62,7 +63,7 @@ class RunBuffer:
     hold between two writes.
 
     `add` hashes a batch's rows, picks each row's split and order key
-    (`shard_plan.prepare_batch`, on whole batches) and keeps them; `write`
+    (`prepare.prepare_batch`, on whole batches) and keeps them; `write`
     writes a split's rows as a sorted run; `clear` empties the buffer.
     `buffered_bytes` estimates the memory held."""
 

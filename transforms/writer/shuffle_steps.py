@@ -1,12 +1,12 @@
 """The steps both ways through the shuffle exchange share: the first and the last.
 
-`PackFn` turns an ExampleBatch into packets (`exchange_packets`), one
+`PackFn` turns an ExampleBatch into packets (`shuffle_packets`), one
 per split it holds, or one per split and bucket when a row's bucket is
 known as it is packed (hash buckets, or key bounds given before the
 run), with what the plan needs of them (sizes, and for gzip the rows in
 the split's ratio sample; or the split's bucket-bound sample).
 `ShardFileFn` is the base of the shard-writing step both ways end with
-(`exchange_rows.WriteCutShardFn`): where shards go, their counters, and
+(`shuffle_rows.WriteCutShardFn`): where shards go, their counters, and
 publishing one assembled shard (`shard_files.publish_shard`).
 """
 
@@ -16,17 +16,17 @@ import os
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
-from . import row_order, run_files, tfrecordio
-from .exchange_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
-from .gc_tuning import relax_young_collections
-from .malloc_tuning import keep_freed_memory
-from .layout import SHARD_FILE_NAME
-from .metrics import METRICS_NAMESPACE
+from .. import tfrecord
+from ..layout import SHARD_FILE_NAME
+from ..splits import HASH_SIZE, SplitAssigner
+from . import row_order, run_format
+from .bucket_plan import hash_buckets_of
+from .prepare import prepare_batch
+from .ratio_sample import ratio_sample_rows
 from .shard_files import publish_shard, shard_metadata
-from .shard_plan import (HASH_SIZE, SplitAssigner, hash_buckets_of, prepare_batch,
-                         ratio_sample_rows)
+from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
+from .step_setup import ShardCounters, counter, set_up_worker
 
 __all__ = ["PackFn", "ShardFileFn"]
 
@@ -40,7 +40,7 @@ class PackFn(beam.DoFn):
     ("rows", ((split, bucket), ("rows", packet))) per bucket the batch's
     rows fall in. The ratio sample: with `ratio_bound` (gzip), ``((digest,
     framed record), ...)`` of the batch's rows whose digest is below it
-    (`shard_plan.ratio_sample_rows`); else empty."""
+    (`ratio_sample.ratio_sample_rows`); else empty."""
 
     def __init__(self, dataset_name: str, splits, shuffle: bool, tuning,
                  hash_buckets: int | None = None, ratio_bound: int | None = None,
@@ -54,11 +54,10 @@ class PackFn(beam.DoFn):
         self._key_bounds = key_bounds
 
     def setup(self):
-        relax_young_collections()  # a batch's rows should die young
-        keep_freed_memory()  # buffers are freed and made again all the time
+        set_up_worker(rows_die_young=True)
         self._assigner = SplitAssigner(self._dataset_name, self._splits)
-        self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_spilled")
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        self._rows = counter("rows_spilled")
+        self._exchanged = counter("exchange_bytes")
         self._lane = int.from_bytes(os.urandom(4), "little")
 
     def process(self, batch):
@@ -75,11 +74,11 @@ class PackFn(beam.DoFn):
                 width = HASH_SIZE
                 keys = b"".join(row_order.take(prepared.order_keys, selected))
             elif prepared.keyed:
-                width = run_files.KEY_VARIABLE
+                width = run_format.KEY_VARIABLE
                 keys = tuple(row_order.take(prepared.order_keys, selected))
             else:
-                width, keys = run_files.KEY_IS_EXAMPLE, None
-            data = tfrecordio.frame_records(examples)
+                width, keys = run_format.KEY_IS_EXAMPLE, None
+            data = tfrecord.frame_records(examples)
             packet = (width, keys, data, sizes.astype(SIZE_DTYPE).tobytes())
             self._exchanged.inc(len(data))
             buckets = self._buckets(width, keys, examples)
@@ -125,7 +124,7 @@ class ShardFileFn(beam.DoFn):
     counters, and publishing one assembled shard (`_published`)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int,
-                 gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL):
+                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
@@ -133,21 +132,17 @@ class ShardFileFn(beam.DoFn):
         self._gzip_level = gzip_level
 
     def setup(self):
-        keep_freed_memory()  # buffers are freed and made again all the time
-        self._examples = Metrics.counter(METRICS_NAMESPACE, "examples_written")
-        self._bytes = Metrics.counter(METRICS_NAMESPACE, "bytes_written")
-        self._shards = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+        set_up_worker()
+        self._counters = ShardCounters()
 
     def _name(self, split: str, index: int, count: int) -> str:
         return SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                      suffix=tfrecordio.suffix_for(self._compression))
+                                      suffix=tfrecord.suffix_for(self._compression))
 
     def _published(self, split: str, name: str, write, num_examples: int) -> dict:
         """Publishes the shard `write(out)` writes (`num_examples` records,
         which it returns); its metadata dict."""
         shard = publish_shard(name, write, staging_dir=self._staging_dir,
                               temp_dir=self._temp_dir, compression=self._compression)
-        self._examples.inc(num_examples)
-        self._bytes.inc(shard.num_bytes)
-        self._shards.inc()
+        self._counters.count(num_examples, shard.num_bytes)
         return shard_metadata(split, name, shard)

@@ -1,6 +1,6 @@
 """Where a bucket's sorted records go: chunks, or a shard's rows.
 
-No Beam. Bucket sorting (`bucket_sort`) and the shuffle exchange give a
+No Beam. Bucket sorting (`sorting`) and the shuffle exchange give a
 writer a bucket's framed records in order, a block at a time
 (`write_framed`); `needs_bytes` says when their sizes are enough, so rows
 that nothing writes are never gathered.
@@ -8,7 +8,7 @@ that nothing writes are never gathered.
 `CellWriter` cuts the bucket into the split's cells (key-ordered gzip
 output), each one gzip member of framed records, so that shards are
 assembled from them by concatenation, without recompressing. `ShardRowsWriter` writes the rows one shard holds when shards are
-cut at rows (gzip: into a `tfrecordio.GzipStream`, one member a shard, the
+cut at rows (gzip: into a `tfrecord.GzipStream`, one member a shard, the
 way `gzip_written_size` compresses the ratio sample the shard count comes
 from).
 """
@@ -19,22 +19,23 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import tfrecordio
-from .shard_plan import (Chunk, cells_of_rows, check_seam, seam_cells, shards_of_rows,
-                         shards_touched)
+from .. import tfrecord
+from .cells import cells_of_rows, check_seam, seam_cells
+from .elements import Chunk
+from .shard_cuts import shards_of_rows, shards_touched
 
 __all__ = ["CellWriter", "ShardRowsWriter", "gzip_written_size", "join_seam"]
 
 class CellWriter:
     """Takes a sorted bucket's framed records in order and writes them to
     `out` as the split's cells, each one gzip member at `gzip_level`
-    (`shard_plan.cells_of_rows`: a cell's rows are those whose bytes'
+    (`cells.cells_of_rows`: a cell's rows are those whose bytes'
     midpoint lies in it; `start`, `size`: the bucket's first byte in the
     split and its bytes; `total`: the split's). `chunks` lists what was
     written (offsets in `out`).
 
     Rows in a cell the bucket may share with a neighbour
-    (`shard_plan.seam_cells`) are not compressed here but kept, as they
+    (`cells.seam_cells`) are not compressed here but kept, as they
     are, in `seams`: cell -> (framed records, rows), for the step that
     joins a seam's pieces."""
 
@@ -95,7 +96,7 @@ class CellWriter:
     def _flush(self) -> None:
         if not self._pending_rows:
             return
-        data = tfrecordio.gzip_compress(b"".join(self._pending), self._level)
+        data = tfrecord.gzip_compress(b"".join(self._pending), self._level)
         self._out.write(data)
         self.chunks.append(Chunk(self._written, len(data), self._pending_rows))
         self._written += len(data)
@@ -112,7 +113,7 @@ def join_seam(split: str, cell: int, cell_bytes: int, pieces: Iterable[tuple], g
     and compressed as one gzip member at `gzip_level`: the bytes a
     `CellWriter` holding them all would give. `read` turns a piece's
     `records` into bytes (None: they are bytes). Gives (unit, member,
-    rows), the unit `shard_plan.check_seam` names after checking that no
+    rows), the unit `cells.check_seam` names after checking that no
     piece is missing, or None when no bucket had rows there."""
     once: dict[int, tuple] = {}
     for piece in pieces:
@@ -123,13 +124,13 @@ def join_seam(split: str, cell: int, cell_bytes: int, pieces: Iterable[tuple], g
         return None
     records = (once[bucket][5] for bucket in sorted(once))
     framed = b"".join(records if read is None else map(read, records))
-    return unit, tfrecordio.gzip_compress(framed, gzip_level), rows
+    return unit, tfrecord.gzip_compress(framed, gzip_level), rows
 
 
 class ShardRowsWriter:
     """Takes a bucket's framed records in order, like CellWriter, and
     writes to `out` only those that belong to shard `shard` when shards are
-    cut at rows (`shard_plan.shards_of_rows`; `start`: the bucket's first
+    cut at rows (`shard_cuts.shards_of_rows`; `start`: the bucket's first
     byte in the split), counting them."""
 
     def __init__(self, out, start: int, thresholds: np.ndarray, shard: int):
@@ -172,10 +173,10 @@ class _Counter:
 
 def gzip_written_size(sample: Sequence[tuple[bytes, bytes]], level: int) -> int:
     """The bytes on disk of a ratio sample's framed records (``(key,
-    framed record)`` in order, `shard_plan.ratio_sample_of`) written as a
-    gzip shard is: one `tfrecordio.GzipStream` member at `level`."""
+    framed record)`` in order, `ratio_sample.ratio_sample_of`) written as a
+    gzip shard is: one `tfrecord.GzipStream` member at `level`."""
     counter = _Counter()
-    stream = tfrecordio.GzipStream(counter, level)
+    stream = tfrecord.GzipStream(counter, level)
     for _, record in sample:
         stream.write(record)
     stream.close()

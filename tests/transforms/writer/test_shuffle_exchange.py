@@ -5,8 +5,8 @@ requests that grow with the data, not with its square."""
 from __future__ import annotations
 
 import bisect
-import gzip
 import collections
+import gzip
 import hashlib
 import importlib.util
 import os
@@ -23,14 +23,33 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recordforge.transforms import tfrecord
+from recordforge.transforms.splits import SplitAssigner
+from recordforge.transforms.writer import (
+    ShardTuning,
+    WriteShards,
+    bucket_bounds_of,
+    bucket_output,
+    file_exchange,
+    ratio_sample,
+    run_format,
+    shuffle_cells,
+    shuffle_packets,
+    shuffle_rows,
+    sorting,
+    spill,
+)
+from recordforge.transforms.writer.bucket_plan import sample_of
+from recordforge.transforms.writer.elements import (
+    BucketChunks,
+    Chunk,
+    SampleEntry,
+    SpillRecord,
+)
+from recordforge.transforms.writer.ratio_sample import ratio_sample_of
+from recordforge.transforms.writer.shard_cuts import plan_shards
 
-from recordforge.transforms import (bucket_writers, exchange_chunks, exchange_packets,
-                                    exchange_rows, run_files, tfrecordio)
-from recordforge.transforms.shard_plan import (BucketChunks, Chunk, SampleEntry, SpillRecord,
-                                               bucket_bounds_of, plan_shards, sample_of)
-from recordforge.transforms.shards import ShardTuning, WriteShards
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 SPLITS = [("train", 0.8), ("test", 0.2)]
 TUNING = ShardTuning(run_bytes=400_000, bucket_bytes=300_000)
 
@@ -61,11 +80,11 @@ def _packet(keys, examples, width):
     sizes = np.array([len(example) + 16 for example in examples], dtype="<u4")
     if width > 0:
         key_field = b"".join(keys)
-    elif width == run_files.KEY_VARIABLE:
+    elif width == run_format.KEY_VARIABLE:
         key_field = tuple(keys)
     else:
         key_field = None
-    return width, key_field, tfrecordio.frame_records(examples), sizes.tobytes()
+    return width, key_field, tfrecord.frame_records(examples), sizes.tobytes()
 
 
 # -- plain logic -------------------------------------------------------------
@@ -76,17 +95,17 @@ def test_split_stats_add_up_and_keep_the_sample_as_the_file_exchange_does():
     entries = [SampleEntry(rng.randrange(1 << 40), rng.randbytes(16), rng.randrange(100, 999))
                for _ in range(300)]
     parts = [(3, 300, tuple(entries[i:i + 40])) for i in range(0, 300, 20)]  # overlapping
-    rows, nbytes, sample = exchange_chunks.merge_split_stats(parts, sample_size=50)
+    rows, nbytes, sample = shuffle_cells.merge_split_stats(parts, sample_size=50)
     assert (rows, nbytes) == (45, 4500)
     records = [SpillRecord("train", "run", 1, 1, part[2]) for part in parts]
     assert list(sample) == sample_of(records, 50)
     # Merging in any grouping gives the same result (a combine's contract).
-    halves = [exchange_chunks.merge_split_stats(parts[:7], 50),
-              exchange_chunks.merge_split_stats(parts[7:], 50)]
-    assert exchange_chunks.merge_split_stats(halves, 50) == (rows, nbytes, sample)
+    halves = [shuffle_cells.merge_split_stats(parts[:7], 50),
+              shuffle_cells.merge_split_stats(parts[7:], 50)]
+    assert shuffle_cells.merge_split_stats(halves, 50) == (rows, nbytes, sample)
 
 
-@pytest.mark.parametrize("width", [16, run_files.KEY_VARIABLE])
+@pytest.mark.parametrize("width", [16, run_format.KEY_VARIABLE])
 def test_bucket_of_keys_is_the_range_holding_each_key(width):
     rng = random.Random(2)
     if width > 0:
@@ -97,35 +116,35 @@ def test_bucket_of_keys_is_the_range_holding_each_key(width):
         keys = [rng.randbytes(rng.randint(0, 6)) for _ in range(2000)] + [b"ab", b"ab\0"]
     bounds = [b""] + sorted({key[:rng.randint(1, 3)] for key in rng.sample(keys, 30)} | {b"ab"})
     field = b"".join(keys) if width > 0 else keys
-    got = exchange_packets.bucket_of_keys(bounds, width, field).tolist()
+    got = shuffle_packets.bucket_of_keys(bounds, width, field).tolist()
     for key, bucket in zip(keys, got):
         upper = bounds[bucket + 1] if bucket + 1 < len(bounds) else None
         assert bounds[bucket] <= key and (upper is None or key < upper), (key, bucket)
     assert got == [bisect.bisect_right(bounds, key) - 1 for key in keys]
 
 
-@pytest.mark.parametrize("width", [16, run_files.KEY_VARIABLE, run_files.KEY_IS_EXAMPLE])
+@pytest.mark.parametrize("width", [16, run_format.KEY_VARIABLE, run_format.KEY_IS_EXAMPLE])
 def test_split_packet_gives_every_row_to_its_bucket_once(width):
     rng = random.Random(3)
     examples = [rng.randbytes(rng.randint(1, 50)) for _ in range(500)]
     keys = [rng.randbytes(16) if width > 0 else rng.randbytes(3) for _ in examples]
     bounds = [b""] + sorted({key[:2] for key in rng.sample(keys, 9)})
-    pieces = exchange_packets.split_packet(_packet(keys, examples, width), bounds)
+    pieces = shuffle_packets.split_packet(_packet(keys, examples, width), bounds)
     seen = []
     for bucket, (piece_width, piece_keys, data, sizes) in pieces:
         assert piece_width == width
-        rows = run_files.RunSlice(None, memoryview(data),
+        rows = run_format.RunSlice(None, memoryview(data),
                                   np.frombuffer(sizes, "<u4").astype(np.int64)).examples()
         if width > 0:
             row_keys = [piece_keys[i:i + 16] for i in range(0, len(piece_keys), 16)]
-        elif width == run_files.KEY_VARIABLE:
+        elif width == run_format.KEY_VARIABLE:
             row_keys = list(piece_keys)
         else:
             row_keys = rows
         for key in row_keys:
             assert bisect.bisect_right(bounds, key) - 1 == bucket
         seen += list(zip(row_keys, rows))
-    expected = list(zip(keys if width != run_files.KEY_IS_EXAMPLE else examples, examples))
+    expected = list(zip(keys if width != run_format.KEY_IS_EXAMPLE else examples, examples))
     assert sorted(seen) == sorted(expected)
 
 
@@ -140,9 +159,9 @@ def test_a_bucket_sorted_on_local_disk_equals_the_one_sorted_in_memory(tmp_path)
 
     def sort(memory_bytes, fan_in):
         with open(tmp_path / f"{memory_bytes}-{fan_in}", "w+b") as out:
-            writer = bucket_writers.CellWriter(out, start=0, size=size, total=size,
+            writer = bucket_output.CellWriter(out, start=0, size=size, total=size,
                                                cell_bytes=20_000, gzip_level=3)
-            exchange_packets.sort_bucket_packets(iter(packets), writer,
+            shuffle_packets.sort_bucket_packets(iter(packets), writer,
                                                  memory_bytes=memory_bytes, fan_in=fan_in,
                                                  prefix_len=64, index_every=1000)
             chunks = writer.close()
@@ -173,8 +192,12 @@ def _parse(stream: bytes) -> list[bytes]:
 
 
 def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_path):
-    from recordforge.transforms.shard_plan import (row_shard_count, row_shard_thresholds,
-                                                   shards_of_rows, shards_touched)
+    from recordforge.transforms.writer.shard_cuts import (
+        row_shard_count,
+        row_shard_thresholds,
+        shards_of_rows,
+        shards_touched,
+    )
     rng = random.Random(8)
     examples = [rng.randbytes(rng.randint(20, 400)) for _ in range(2000)]
     keys = [hashlib.blake2b(example, digest_size=16).digest() for example in examples]
@@ -191,8 +214,8 @@ def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_pa
     results = []
     for memory_bytes in (1 << 30, 50_000):  # in memory, and through local runs
         with open(tmp_path / f"{memory_bytes}", "w+b") as out:
-            cutter = exchange_rows.ShardCutter(out, start, thresholds)
-            exchange_packets.sort_bucket_packets(iter(packets), cutter,
+            cutter = shuffle_rows.ShardCutter(out, start, thresholds)
+            shuffle_packets.sort_bucket_packets(iter(packets), cutter,
                                                  memory_bytes=memory_bytes, fan_in=3,
                                                  prefix_len=64, index_every=1000)
             out.seek(0)
@@ -212,23 +235,23 @@ def test_a_bucket_cut_at_rows_sends_each_row_to_the_shard_of_its_midpoint(tmp_pa
 def test_a_shard_is_assembled_only_when_every_bucket_reported():
     ends = {3: (2, 10, 900), 4: (0, 0, 0), 5: (1, 4, 300)}
     pieces = {(3, 0): 1, (3, 1): 1, (5, 0): 1}
-    assert exchange_rows.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
-    with pytest.raises(run_files.RunFileError, match="bucket 6 did not report"):
-        exchange_rows.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
-    with pytest.raises(run_files.RunFileError, match="piece 1 of bucket 3 is missing"):
-        exchange_rows.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
-    with pytest.raises(run_files.RunFileError, match="bucket 5 sent rows the plan did not"):
-        exchange_rows.assemble_shard("s", (3, 4), ends, pieces)
-    with pytest.raises(run_files.RunFileError, match="got 4 pieces"):
-        exchange_rows.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
+    assert shuffle_rows.assemble_shard("s", (3, 4, 5), ends, pieces) == [(3, 0), (3, 1), (5, 0)]
+    with pytest.raises(run_format.RunFileError, match="bucket 6 did not report"):
+        shuffle_rows.assemble_shard("s", (3, 4, 5, 6), ends, pieces)
+    with pytest.raises(run_format.RunFileError, match="piece 1 of bucket 3 is missing"):
+        shuffle_rows.assemble_shard("s", (3, 4, 5), ends, {(3, 0): 1, (5, 0): 1})
+    with pytest.raises(run_format.RunFileError, match="bucket 5 sent rows the plan did not"):
+        shuffle_rows.assemble_shard("s", (3, 4), ends, pieces)
+    with pytest.raises(run_format.RunFileError, match="got 4 pieces"):
+        shuffle_rows.assemble_shard("s", (3, 4, 5), ends, {**pieces, (4, 0): 1})
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
     """The buckets' end markers say how many framed bytes the shard gets;
     a shard writer given fewer fails before the shard has its name."""
-    framed = tfrecordio.frame_records([b"a" * 20, b"b" * 30])
-    writer = exchange_rows.WriteCutShardFn(str(tmp_path / "staging"), str(tmp_path / "tmp"),
+    framed = tfrecord.frame_records([b"a" * 20, b"b" * 30])
+    writer = shuffle_rows.WriteCutShardFn(str(tmp_path / "staging"), str(tmp_path / "tmp"),
                                            compression, 1 << 20)
     writer.setup()
     good = [("spec", (1, (0,))), ("end", (0, (1, 2, len(framed)))), ("piece", (0, 0, framed))]
@@ -237,7 +260,7 @@ def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
     (tmp_path / "staging" / shard["file"]).unlink()
     short = [("spec", (1, (0,))), ("end", (0, (1, 2, len(framed) + 7))),
              ("piece", (0, 0, framed))]
-    with pytest.raises(run_files.RunFileError, match=f"wrote {len(framed)} bytes"):
+    with pytest.raises(run_format.RunFileError, match=f"wrote {len(framed)} bytes"):
         list(writer.process((("train", 0), short)))
     assert not list((tmp_path / "staging").iterdir())
 
@@ -245,10 +268,10 @@ def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
 def test_place_chunks_numbers_each_shards_pieces_and_counts_what_it_sends():
     lengths, records = np.array([10, 20, 25, 25]), np.array([1, 2, 3, 4])
     # The bucket starts at byte 95 of 200 in 2 shards: midpoints 100, 115, 137.5, 162.5.
-    shards, numbers, sent = exchange_chunks.place_chunks(lengths, records, 95, 200, 2)
+    shards, numbers, sent = shuffle_cells.place_chunks(lengths, records, 95, 200, 2)
     assert shards.tolist() == [1, 1, 1, 1] and numbers.tolist() == [0, 1, 2, 3]
     assert sent == {0: (0, 0, 0), 1: (4, 10, 80)}  # shard 0, which it might reach, gets nothing
-    shards, numbers, sent = exchange_chunks.place_chunks(lengths, records, 60, 200, 2)
+    shards, numbers, sent = shuffle_cells.place_chunks(lengths, records, 60, 200, 2)
     assert shards.tolist() == [0, 0, 1, 1] and numbers.tolist() == [0, 1, 0, 1]
     assert sent == {0: (2, 3, 30), 1: (2, 7, 50)}
 
@@ -269,7 +292,7 @@ def test_each_bucket_places_its_chunks_as_the_whole_plan_does(sizes_per_bucket, 
     start, got, pieces = 0, {}, collections.Counter()
     for bucket in buckets:
         lengths = np.array([chunk.length for chunk in bucket.chunks])
-        shards, numbers, sent = exchange_chunks.place_chunks(
+        shards, numbers, sent = shuffle_cells.place_chunks(
             lengths, np.full(len(lengths), 2), start, total, len(plan))
         for chunk, shard, number in zip(bucket.chunks, shards.tolist(), numbers.tolist()):
             got[(bucket.index, chunk.offset, chunk.length)] = shard
@@ -311,7 +334,7 @@ def test_placing_a_bucket_holds_one_chunk_at_a_time():
     import tracemalloc
 
     values = _BucketValues(chunks=256, chunk_bytes=256 << 10)
-    place = exchange_chunks.PlaceFn()
+    place = shuffle_cells.PlaceFn()
     place.setup()
     tracemalloc.start()
     try:
@@ -333,13 +356,13 @@ def test_placing_a_bucket_holds_one_chunk_at_a_time():
 
 def test_placing_a_bucket_fails_on_a_missing_or_stray_chunk():
     values = list(_BucketValues(chunks=4, chunk_bytes=10))
-    place = exchange_chunks.PlaceFn()
+    place = shuffle_cells.PlaceFn()
     place.setup()
     missing = [value for value in values if value[0] != "chunk" or value[1][0] != 20]
-    with pytest.raises(run_files.RunFileError, match="chunk at byte 20 is missing"):
+    with pytest.raises(run_format.RunFileError, match="chunk at byte 20 is missing"):
         list(place.process((("train", 0), missing)))
     stray = values + [("chunk", (5, b"x" * 10))]
-    with pytest.raises(run_files.RunFileError, match="byte 5 is not in the unit's layout"):
+    with pytest.raises(run_format.RunFileError, match="byte 5 is not in the unit's layout"):
         list(place.process((("train", 0), stray)))
     with pytest.raises(ValueError, match="without the split's plan"):
         list(place.process((("train", 0), [value for value in values if value[0] != "plan"])))
@@ -485,7 +508,7 @@ def test_shuffle_exchange_on_two_worker_processes_gives_the_same_bytes(tmp_path)
 
 
 def test_auto_picks_files_on_the_direct_runner_and_shuffle_elsewhere():
-    from recordforge.transforms.shards import default_exchange
+    from recordforge.transforms.writer import default_exchange
 
     class DaskRunner:
         pass
@@ -536,7 +559,7 @@ def test_bucket_sizes_add_up_whatever_the_bundles(elements, cuts):
     """One bucket at a time (key-ordered gzip's chunk sizes, ~300,000
     buckets at 10 TB), any bundling: the counts of every bucket, arrays
     ending at the highest bucket holding rows."""
-    combine = exchange_rows.BucketSizesFn()
+    combine = shuffle_rows.BucketSizesFn()
     edges = sorted({0, len(elements), *(cut % (len(elements) + 1) for cut in cuts)})
     accumulators = []
     for a, b in zip(edges[:-1], edges[1:]):
@@ -544,7 +567,7 @@ def test_bucket_sizes_add_up_whatever_the_bundles(elements, cuts):
         for bucket, rows, nbytes in elements[a:b]:
             sizes = np.full(rows, nbytes // rows + 1, dtype=np.int64)
             accumulator = combine.add_input(accumulator, (
-                *exchange_packets.bucket_sizes(np.full(rows, bucket), sizes), ()))
+                *shuffle_packets.bucket_sizes(np.full(rows, bucket), sizes), ()))
         accumulators.append(combine.compact(accumulator))
     rows, nbytes, largest, _ = combine.extract_output(combine.merge_accumulators(accumulators))
     highest = max(bucket for bucket, _, _ in elements)
@@ -559,14 +582,14 @@ def _pack_sample(rows, batches, bundles, tuning):
     """The ratio sample of split "train" as the shuffle exchange's combine
     finds it: rows cut into batches at `batches`, the batches' outputs
     added into one accumulator per bundle (cut at `bundles`), merged."""
-    from recordforge.transforms.exchange_steps import PackFn
+    from recordforge.transforms.writer.shuffle_steps import PackFn
     pack = PackFn("exchange", SPLITS, True, tuning, hash_buckets=tuning.hash_buckets,
                   ratio_bound=tuning.ratio_sample_bound)
     pack.setup()
     edges = sorted({0, len(rows), *batches})
     sizes = [value for batch in (rows[a:b] for a, b in zip(edges[:-1], edges[1:]))
              for tag, value in pack.process(batch) if tag == "sizes" and value[0] == "train"]
-    combine = exchange_rows.BucketSizesFn()
+    combine = shuffle_rows.BucketSizesFn()
     cuts = sorted({0, len(sizes), *(cut % (len(sizes) + 1) for cut in bundles)})
     accumulators = []
     for a, b in zip(cuts[:-1], cuts[1:]):
@@ -580,34 +603,32 @@ def _pack_sample(rows, batches, bundles, tuning):
 def _file_exchange_sample(tmp_path, rows, tuning):
     """The ratio sample of split "train" as the file exchange finds it:
     runs spilled, bucket ranges planned, each measured."""
-    from recordforge.transforms import bucket_sort, shard_plan, shards, spill
     work = tempfile.mkdtemp(dir=tmp_path)
-    spill_fn = shards._SpillFn(os.path.join(work, "runs"), "exchange", SPLITS, True, tuning)
+    spill_fn = file_exchange._SpillFn(os.path.join(work, "runs"), "exchange", SPLITS, True, tuning)
     spill_fn.setup()
     spill_fn.start_bundle()
     records = [record for i in range(0, len(rows), 300)
                for record in spill_fn.process(rows[i:i + 300])]
     spill_fn.finish_bundle()
-    tasks = shards._plan_split_buckets(
+    tasks = file_exchange._plan_split_buckets(
         ("train", [record for record in records if record.split == "train"]),
         plan_dir=os.path.join(work, "plans"), tuning=tuning)
     assert len(tasks) > 2
-    measured = [bucket_sort.measure_bucket(bucket, spill.read_run_list(runs_file), runs_file,
+    measured = [sorting.measure_bucket(bucket, spill.read_run_list(runs_file), runs_file,
                                            tuning.ratio_sample_bound)
                 for runs_file, bucket in tasks]
     if tuning.ratio_sample_bound < 1 << 128:
         assert measured[-1].ratio_sample == ()  # only the lowest buckets have any
-    return shard_plan.ratio_sample_of(row for bucket in measured for row in bucket.ratio_sample)
+    return ratio_sample_of(row for bucket in measured for row in bucket.ratio_sample)
 
 
 def test_the_ratio_sample_is_the_rows_below_the_bound_in_both_exchanges(tmp_path):
-    from recordforge.transforms import shard_plan
     rows = _table_rows(3000, seed=3)
     tuning = ShardTuning(run_bytes=200_000, bucket_bytes=100_000, hash_buckets=7,
                          ratio_sample_bound=(1 << 128) // 5)
-    assigner = shard_plan.SplitAssigner("exchange", SPLITS)
+    assigner = SplitAssigner("exchange", SPLITS)
     expected = sorted(
-        (assigner.digest(example), tfrecordio.frame_records([example]))
+        (assigner.digest(example), tfrecord.frame_records([example]))
         for _, example in rows if assigner.split_of(example) == "train"
         and int.from_bytes(assigner.digest(example), "big") < tuning.ratio_sample_bound)
     assert 300 < len(expected) < 700
@@ -617,7 +638,7 @@ def test_the_ratio_sample_is_the_rows_below_the_bound_in_both_exchanges(tmp_path
     few = ShardTuning(run_bytes=200_000, bucket_bytes=100_000, hash_buckets=7,
                       ratio_sample_bound=1 << 128)
     import unittest.mock
-    with unittest.mock.patch.object(shard_plan, "RATIO_SAMPLE_LIMIT", 40_000):
+    with unittest.mock.patch.object(ratio_sample, "RATIO_SAMPLE_LIMIT", 40_000):
         limited = _file_exchange_sample(tmp_path, rows, few)
         assert 0 < sum(len(record) for _, record in limited) <= 40_000
         assert list(_pack_sample(rows, range(0, 3000, 77), [5], few)) == limited

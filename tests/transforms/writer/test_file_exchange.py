@@ -3,7 +3,7 @@ shard sizes, key order, and retried bundles.
 
 `_write_locally` drives the same DoFns and plain functions that `WriteShards`
 wires together, in the same order, so that many configurations fit in a
-few seconds; the Beam pipeline itself is tested in test_shards_beam.py.
+few seconds; the Beam pipeline itself is tested in test_write_shards.py.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import os
 import random
 
 import pytest
+from recordforge.transforms import tfrecord
+from recordforge.transforms.splits import SplitAssigner
+from recordforge.transforms.writer import ShardTuning, file_exchange, sorting, spill
+from recordforge.transforms.writer.shard_cuts import cuts_at_rows
 from tfrecord import example_pb2
 
-from recordforge.transforms import bucket_sort, shards, spill, tfrecordio
-from recordforge.transforms.shard_plan import SplitAssigner, cuts_at_rows
-
 SPLITS = [("train", 0.75), ("test", 0.25)]
-TUNING = shards.ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
+TUNING = ShardTuning(run_bytes=700_000, bucket_bytes=400_000)
 split_of = SplitAssigner("dataset", SPLITS).split_of
 
 
@@ -71,7 +72,7 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     runner does after a failed attempt (the first attempt's files remain)."""
     attempts = 2 if retry else 1
     work = os.path.join(staging, "_tmp", "work")
-    spill_fn = shards._SpillFn(os.path.join(work, "runs"), "dataset", splits, shuffle, tuning)
+    spill_fn = file_exchange._SpillFn(os.path.join(work, "runs"), "dataset", splits, shuffle, tuning)
     spill_fn.setup()
     records = []
     for bundle in bundles:
@@ -86,13 +87,13 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     tasks = []
     for split in sorted(by_split):
         for _ in range(attempts):
-            output = shards._plan_split_buckets((split, by_split[split]),
+            output = file_exchange._plan_split_buckets((split, by_split[split]),
                                                 plan_dir=os.path.join(work, "plans"),
                                                 tuning=tuning)
         tasks += output
     cut_at_rows = cuts_at_rows(shuffle, compression)
     gzip = compression == "gzip"
-    measurer = shards._MeasureBucketFn(tuning.ratio_sample_bound if gzip and shuffle else None)
+    measurer = file_exchange._MeasureBucketFn(tuning.ratio_sample_bound if gzip and shuffle else None)
     measurer.setup()
     buckets = collections.defaultdict(list)
     for task in tasks:
@@ -105,7 +106,7 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     specs = []
     for split in sorted(buckets):
         for _ in range(attempts):
-            output = shards._plan_split_shards((split, buckets[split]), shard_size,
+            output = file_exchange._plan_split_shards((split, buckets[split]), shard_size,
                                                delete_runs=gzip and not cut_at_rows,
                                                cut_at_rows=cut_at_rows,
                                                gzip_level=3 if gzip else None)
@@ -120,7 +121,7 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
         assert not os.path.exists(os.path.join(work, "buckets"))
         assert all(os.path.exists(record.path) for record in records)
     metadata = []
-    writer = shards._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
+    writer = file_exchange._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
                                   compression, work, tuning, 3)
     writer.setup()
     for spec in specs:
@@ -134,13 +135,13 @@ def _cells_locally(measured, work, cell_bytes, tuning, attempts):
     """Key-ordered gzip: the split's cells of the measured buckets, in
     units, as the file exchange's cell steps give them (each step run
     `attempts` times, the last attempt's output kept)."""
-    sorter = shards._SortCellsFn(work, cell_bytes, 3, tuning)
+    sorter = file_exchange._SortRunCellsFn(work, cell_bytes, 3, tuning)
     sorter.setup()
-    compressor = shards._CompressSeamFn(work, cell_bytes, 3)
+    compressor = file_exchange._CompressSeamFn(work, cell_bytes, 3)
     units = collections.defaultdict(list)
     seams = collections.defaultdict(list)
     for split in sorted(measured):
-        for task in shards._plan_split_cells((split, measured[split])):
+        for task in file_exchange._plan_split_cells((split, measured[split])):
             for _ in range(attempts):
                 output = list(sorter.process(task))
             for kind, value in output:
@@ -159,7 +160,7 @@ def _read_split(staging, metadata, split):
     records = []
     for item in metadata:
         if item["split"] == split:
-            records += tfrecordio.read_records(os.path.join(staging, item["file"]))
+            records += tfrecord.read_records(os.path.join(staging, item["file"]))
     return records
 
 
@@ -255,7 +256,7 @@ def test_output_does_not_depend_on_batching_or_arrival_order(tmp_path, shuffle):
                  per_bundle=1),
         str(tmp_path / "b"), shard_size=1_000_000, compression="gzip", shuffle=shuffle,
         # Other memory settings: bigger runs, every bucket merged as streams.
-        tuning=shards.ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
+        tuning=ShardTuning(run_bytes=2_000_000, bucket_bytes=TUNING.bucket_bytes,
                                   memory_bytes=0, fan_in=2, index_every=1000))
     assert _digests(first) == _digests(second)
 
@@ -274,7 +275,7 @@ def test_without_shuffle_rows_are_in_key_order_across_shards(tmp_path):
         files = sorted(item["file"] for item in metadata if item["split"] == split)
         assert len(files) >= 2
         written = [record for name in files
-                   for record in tfrecordio.read_records(str(tmp_path / name))]
+                   for record in tfrecord.read_records(str(tmp_path / name))]
         expected = sorted((by_example[e], e) for e in examples
                           if split_of(by_example[e]) == split)
         assert written == [example for _, example in expected]
@@ -294,7 +295,7 @@ def test_key_none_and_duplicate_rows(tmp_path):
 
 
 def test_bad_rows_name_the_row(tmp_path):
-    spill_fn = shards._SpillFn(str(tmp_path), "d", SPLITS, True, TUNING)
+    spill_fn = file_exchange._SpillFn(str(tmp_path), "d", SPLITS, True, TUNING)
     spill_fn.setup()
     spill_fn.start_bundle()
     with pytest.raises(TypeError, match="row 1: key must be bytes"):
@@ -342,11 +343,11 @@ def test_every_shard_is_synced_to_disk_before_its_rename(tmp_path, monkeypatch, 
 def test_measuring_a_bucket_gives_what_sorting_it_does(tmp_path, seed):
     """Shards cut at rows plan from a bucket's size and largest row, added
     up from the runs without sorting: the numbers of the bucket sorted."""
-    from recordforge.transforms.shard_plan import BucketRange, RunInfo
+    from recordforge.transforms.writer.elements import BucketRange, RunInfo
 
     rng = random.Random(seed)
     assigner = SplitAssigner("measure", (("train", 1.0),))
-    tuning = shards.ShardTuning()
+    tuning = ShardTuning()
     runs = []
     for index in range(3):
         buffer = spill.RunBuffer(assigner, shuffle=True, sample_every=tuning.sample_every(),
@@ -359,16 +360,16 @@ def test_measuring_a_bucket_gives_what_sorting_it_does(tmp_path, seed):
     bounds = sorted(rng.randbytes(16) for _ in range(2))
     for lo, hi in ((b"", None), (bounds[0], bounds[1]), (b"", bounds[0]), (bounds[1], None)):
         bucket = BucketRange("train", 0, lo, hi)
-        measured = bucket_sort.measure_bucket(bucket, runs, "runs.json")
+        measured = sorting.measure_bucket(bucket, runs, "runs.json")
         size = sum(c.length for c in measured.chunks)
-        written, seams = bucket_sort.sort_bucket_cells(
+        written, seams = sorting.sort_bucket_cells(
             bucket, runs, start=0, size=size, total=size, cell_bytes=4096, gzip_level=0,
             out_dir=str(tmp_path / "sorted"), scratch_dir=str(tmp_path), memory_bytes=1 << 30,
             fan_in=64, prefix_len=tuning.prefix_len, index_every=256)
         assert not seams  # the whole split: no neighbour to share a cell with
         data = gzip.decompress(open(written.path, "rb").read())
         sizes = [len(record) + 16 for record in
-                 tfrecordio.iter_records(io.BytesIO(data), compression="none")]
+                 tfrecord.iter_records(io.BytesIO(data), compression="none")]
         assert sum(c.length for c in measured.chunks) == len(data) == sum(sizes)
         assert sum(c.num_records for c in measured.chunks) == len(sizes)
         assert measured.max_row == max(sizes, default=0)

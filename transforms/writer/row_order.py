@@ -1,7 +1,7 @@
 """The order of rows: by ``(order key, example)``, and gathering by an order.
 
 No Beam. Every sorted thing the shard writer makes orders its rows this way
-(a spill run, `run_files.write_sorted_run`; a bucket, `bucket_sort`; a
+(a spill run, `run_format.write_sorted_run`; a bucket, `sorting`; a
 bucket of the shuffle exchange): numpy sorts fixed-width keys, and only rows
 whose keys tie compare their examples.
 """

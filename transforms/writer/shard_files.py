@@ -1,7 +1,7 @@
 """Putting one shard file in staging: written once, under its final name, hashed as it goes.
 
-Both shard writers (the file exchange of `shards.py` and the shuffle
-exchange of `exchange.py`, through `exchange_steps.ShardFileFn`) end in
+Both shard writers (the file exchange of `file_exchange.py` and the shuffle
+exchange of `shuffle_exchange.py`, through `shuffle_steps.ShardFileFn`) end in
 `publish_shard`:
 
 - On the local disk a shard is written under a temporary name, synced,
@@ -11,7 +11,7 @@ exchange of `exchange.py`, through `exchange_steps.ShardFileFn`) end in
 - Its sha256 and size are taken from the bytes as they are written.
 - Where the shard is not on the local disk, its records are also checked
   as they are written: every record's framing and both CRCs, and their
-  number against the writer's own count (`tfrecordio.RecordStreamCheck`).
+  number against the writer's own count (`tfrecord.RecordStreamCheck`).
   Publishing then does not read such shards back (the metadata dict's
   ``stored``, `shard_metadata`):
   re-reading a 10 TB build on the one machine that publishes it would
@@ -39,10 +39,10 @@ from typing import BinaryIO, Callable
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from .page_cache import WriteBehind
-from .readers.inputs import fingerprint
+from ..page_cache import WriteBehind
+from ..readers.inputs import fingerprint
+from ..tfrecord import RecordStreamCheck, TFRecordError
 from .spill import join_path
-from .tfrecordio import RecordStreamCheck, TFRecordError
 
 __all__ = ["HashingWriter", "PublishedShard", "ShardCheckError", "publish_shard",
            "shard_metadata"]

@@ -1,18 +1,18 @@
 """The shuffle exchange's steps when shards are cut at rows (all but key-ordered gzip).
 
 A batch's rows are cut by bucket as they are packed (shuffled output:
-`exchange_steps.PackFn`) or routed (key order: `exchange_chunks.RouteFn`,
+`shuffle_steps.PackFn`) or routed (key order: `shuffle_cells.RouteFn`,
 once the split's bucket bounds are known); only their counts cross a combine
 (`BucketSizesFn`), with, for gzip, the rows of the split's ratio sample
-(`shard_plan.RATIO_SAMPLE_BOUND`), from which each bucket learns its
+(`tuning.RATIO_SAMPLE_BOUND`), from which each bucket learns its
 first byte in the split and each shard the buckets that may hold its
 rows (`plan_row_cuts`; gzip: as many shards as the sample's compression
 ratio says). A bucket's rows are sorted (`CutBucketFn`) through a
 `ShardCutter`, which sends every row to the shard holding its bytes'
-midpoint in the split (`shard_plan.shards_of_rows`), in pieces; a shard
+midpoint in the split (`shard_cuts.shards_of_rows`), in pieces; a shard
 checks that it got every piece (`assemble_shard`) and is written
 (`WriteCutShardFn`; gzip: its framed records compressed as one gzip
-member, `tfrecordio.GzipStream`). See `exchange` for the whole path.
+member, `tfrecord.GzipStream`). See `exchange` for the whole path.
 """
 
 from __future__ import annotations
@@ -23,17 +23,20 @@ from typing import BinaryIO, Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.metrics import Metrics
 
-from . import run_files, tfrecordio
-from .bucket_writers import gzip_written_size
-from .exchange_packets import sort_bucket_packets
-from .exchange_steps import ShardFileFn
-from .gc_tuning import relax_young_collections
-from .malloc_tuning import keep_freed_memory
-from .metrics import METRICS_NAMESPACE
-from .shard_plan import (RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of,
-                         row_shard_count, row_shard_thresholds, shards_of_rows, shards_touched)
+from .. import tfrecord
+from . import run_format
+from .bucket_output import gzip_written_size
+from .ratio_sample import RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of
+from .shard_cuts import (
+    row_shard_count,
+    row_shard_thresholds,
+    shards_of_rows,
+    shards_touched,
+)
+from .shuffle_packets import sorted_bucket
+from .shuffle_steps import ShardFileFn
+from .step_setup import counter, set_up_worker
 
 __all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "assemble_shard",
            "plan_row_cuts"]
@@ -44,15 +47,15 @@ __all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "as
 
 class ShardCutter:
     """Takes a sorted bucket's framed records in order (like a
-    bucket_writers.CellWriter) and writes them to `out`, noting which shard each
+    bucket_output.CellWriter) and writes them to `out`, noting which shard each
     run of records belongs to: records are placed by their bytes' midpoint
-    in the split (`shard_plan.shards_of_rows`), from the bucket's first
+    in the split (`shard_cuts.shards_of_rows`), from the bucket's first
     byte `start` in the split. `segments` lists ``[shard, offset in out,
     length, rows]`` in order."""
 
     def __init__(self, out: BinaryIO, start: int, thresholds: np.ndarray):
         self._out = out
-        self._thresholds = thresholds
+        self.thresholds = thresholds
         self.start = start
         self.offset = start  # the next record's first byte in the split
         self.written = 0
@@ -67,7 +70,7 @@ class ShardCutter:
             return
         view = memoryview(data)
         ends = np.cumsum(sizes)
-        shards = shards_of_rows(self.offset + ends - sizes, sizes, self._thresholds)
+        shards = shards_of_rows(self.offset + ends - sizes, sizes, self.thresholds)
         edges = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(sizes)]
         for first, last in zip(edges[:-1], edges[1:]):
             shard = int(shards[first])
@@ -93,21 +96,21 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
     (bucket, piece number) -> anything."""
     missing = sorted(set(buckets) - set(ends))
     if missing:
-        raise run_files.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
+        raise run_format.RunFileError(f"{name}: bucket {missing[0]} did not report its rows")
     extra = sorted(set(ends) - set(buckets))
     if extra:
-        raise run_files.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
+        raise run_format.RunFileError(f"{name}: bucket {extra[0]} sent rows the plan did not "
                                      f"place in this shard")
     order = []
     for bucket in sorted(buckets):
         count = ends[bucket][0]
         for number in range(count):
             if (bucket, number) not in pieces:
-                raise run_files.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
+                raise run_format.RunFileError(f"{name}: piece {number} of bucket {bucket} is "
                                              f"missing")
             order.append((bucket, number))
     if len(order) != len(pieces):
-        raise run_files.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
+        raise run_format.RunFileError(f"{name}: got {len(pieces)} pieces, the buckets sent "
                                      f"{len(order)}")
     return order
 
@@ -120,7 +123,7 @@ class BucketSizesFn(beam.CombineFn):
     batches -> (rows per bucket, bytes per bucket, largest row, ratio
     sample): int64 arrays up to the highest bucket holding rows (a split
     has as many buckets as its hash bucket count or key bounds say), and
-    the sample's rows (`shard_plan.ratio_sample_of`: cut at its limit,
+    the sample's rows (`ratio_sample.ratio_sample_of`: cut at its limit,
     which changes nothing, so that an accumulator stays small). Only
     counts cross, and for gzip the few rows of the ratio sample."""
 
@@ -195,7 +198,7 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
     shard), ("spec", (shard count, buckets that may hold its rows))).
     With `gzip_level`, the shard count follows the bytes the split is
     estimated to take compressed (its ratio sample compressed as a shard
-    is, `bucket_writers.gzip_written_size`)."""
+    is, `bucket_output.gzip_written_size`)."""
     split, (rows, nbytes, largest, sample) = split_sizes
     total = int(nbytes.sum())
     written = None
@@ -226,31 +229,18 @@ class CutBucketFn(beam.DoFn):
         self._tuning = tuning
 
     def setup(self):
-        relax_young_collections()
-        keep_freed_memory()  # buffers are freed and made again all the time
-        self._exchanged = Metrics.counter(METRICS_NAMESPACE, "exchange_bytes")
+        set_up_worker(rows_die_young=True)
+        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
-        (split, bucket), values = item
+        (split, bucket), _ = item
         tuning = self._tuning
-        # The values are iterated twice (runners give re-iterables): the plan
-        # is found first, then the rows stream into the sort.
-        plan = next((value for tag, value in values if tag == "plan"), None)
-        if plan is None:
-            raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
-                             f"split's plan")
-        start, size, total, count = plan
-        thresholds = row_shard_thresholds(total, count)
-        packets = (value for tag, value in values if tag == "rows")
-        with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
-            cutter = ShardCutter(out, start, thresholds)
-            sort_bucket_packets(packets, cutter, memory_bytes=tuning.memory_bytes,
-                                fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
-                                index_every=tuning.index_every)
-            if cutter.offset != start + size:
-                raise run_files.RunFileError(
-                    f"split {split!r}, bucket {bucket}: sorted {cutter.offset - start} bytes, "
-                    f"the plan counted {size}")
+
+        def make_cutter(out, plan):
+            start, _, total, count = plan
+            return ShardCutter(out, start, row_shard_thresholds(total, count))
+
+        with sorted_bucket(item, tuning, make_cutter) as ((start, size, _, _), cutter, out):
             sent: dict[int, list[int]] = {}
             out.seek(0)
             for shard, _, length, rows in cutter.segments:
@@ -260,13 +250,13 @@ class CutBucketFn(beam.DoFn):
                 while length:
                     data = out.read(min(length, tuning.route_bytes))
                     if not data:
-                        raise run_files.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
+                        raise run_format.RunFileError(f"split {split!r}, bucket {bucket}: sorted "
                                                      f"rows cut short")
                     length -= len(data)
                     self._exchanged.inc(len(data))
                     yield (split, shard), ("piece", (bucket, counts[0], data))
                     counts[0] += 1
-        touched = shards_touched(start, start + size, thresholds)
+        touched = shards_touched(start, start + size, cutter.thresholds)
         stray = sorted(set(sent) - set(touched))
         if stray:
             raise ValueError(f"split {split!r}, bucket {bucket}: rows for shard {stray[0]}, "
@@ -325,20 +315,20 @@ class WriteCutShardFn(ShardFileFn):
         one compressor, unless they are compressed); checks that they are
         the `num_bytes` the buckets sent, before the shard gets its `name`.
         Returns the records written, `num_examples`."""
-        sink = (tfrecordio.GzipStream(out, self._gzip_level)
+        sink = (tfrecord.GzipStream(out, self._gzip_level)
                 if self._compression == "gzip" and self._compress else out)
         framed = 0
         for key in order:
             position, length = where[key]
             spool.seek(position)
             while length:
-                block = spool.read(min(run_files.BLOCK, length))
+                block = spool.read(min(run_format.BLOCK, length))
                 sink.write(block)
                 framed += len(block)
                 length -= len(block)
         if sink is not out:
             sink.close()
         if framed != num_bytes:
-            raise run_files.RunFileError(f"{name}: wrote {framed} bytes, the buckets "
+            raise run_format.RunFileError(f"{name}: wrote {framed} bytes, the buckets "
                                          f"sent {num_bytes}")
         return num_examples

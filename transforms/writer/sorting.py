@@ -1,8 +1,8 @@
 """Sorting a bucket from the runs of its split, and writing it out.
 
-No Beam. A bucket is a key range of one split (`shard_plan.BucketRange`).
-Its rows are read from every run of the split (`run_files.RunFile`) and
-given in ``(key, example)`` order to a writer (`bucket_writers`):
+No Beam. A bucket is a key range of one split (`elements.BucketRange`).
+Its rows are read from every run of the split (`run_format.RunFile`) and
+given in ``(key, example)`` order to a writer (`bucket_output`):
 
 - `sort_bucket_cells` (key-ordered gzip output) writes a bucket file: the
   split's cells within the bucket, in order, each one gzip member
@@ -36,14 +36,30 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .bucket_writers import CellWriter, ShardRowsWriter
-from .page_cache import WriteBehind
+from ..page_cache import WriteBehind
+from ..splits import HASH_SIZE
+from .bucket_output import CellWriter, ShardRowsWriter
+from .cells import interior_unit
+from .elements import BucketChunks, BucketRange, Chunk, RunInfo
+from .ratio_sample import bound_key, ratio_sample_of, ratio_sample_rows
 from .row_order import sorted_order, sorted_positions
-from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
-                        RunFileError, RunSlice, RunWriter)
-from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, bound_key,
-                         interior_unit, ratio_sample_of, ratio_sample_rows)
-from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
+from .run_format import (
+    BLOCK,
+    KEY_IS_EXAMPLE,
+    KEY_VARIABLE,
+    RECORD_HEADER,
+    RunFile,
+    RunFileError,
+    RunSlice,
+    RunWriter,
+)
+from .spill import (
+    ROW_OVERHEAD,
+    bucket_reference,
+    join_path,
+    open_for_write,
+    remove_file,
+)
 
 __all__ = [
     "measure_bucket",
@@ -64,7 +80,7 @@ def sort_bucket_cells(bucket: BucketRange, runs: Iterable[RunInfo], *, start: in
     `out_dir`, each one gzip member (`CellWriter`; `start`, `size`: the
     bucket's first byte in the split and its bytes, as measured by
     `measure_bucket`; `total`: the split's). Gives those chunks, as unit
-    `shard_plan.interior_unit` of the split, and the bucket's rows in the
+    `cells.interior_unit` of the split, and the bucket's rows in the
     cells it may share with its neighbours (`CellWriter.seams`).
 
     Sorting happens in memory when the ranges add up to at most
@@ -93,15 +109,15 @@ def sort_bucket_cells(bucket: BucketRange, runs: Iterable[RunInfo], *, start: in
 def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
                    ratio_bound: int | None = None) -> BucketChunks:
     """What shards cut at rows need of a bucket: its size and its largest
-    row (`shard_plan.plan_row_shards`), the rows' sizes in the bucket's
+    row (`shard_cuts.plan_row_shards`), the rows' sizes in the bucket's
     key range of every run added up, not sorted. The one chunk spans the
     whole bucket; the path is a `spill.bucket_reference`, from which
     `write_bucket_rows` sorts and writes a shard's rows later (key-ordered
     gzip: `sort_bucket_cells` sorts it once its first byte in the split
     is known). With `ratio_bound` (shuffled gzip), the bucket's rows whose
     digest is below it are read too, for the split's ratio sample
-    (`shard_plan.RATIO_SAMPLE_BOUND`; only the lowest buckets have any),
-    cut as the sample is (`shard_plan.ratio_sample_of`)."""
+    (`tuning.RATIO_SAMPLE_BOUND`; only the lowest buckets have any),
+    cut as the sample is (`ratio_sample.ratio_sample_of`)."""
     total = count = largest = 0
     below = None if ratio_bound is None else bound_key(ratio_bound)
     sampled = ratio_bound is not None and (below is None or bucket.lo < below)
@@ -126,7 +142,7 @@ def measure_bucket(bucket: BucketRange, runs: Iterable[RunInfo], runs_file: str,
 
 def _sample_of_slice(rows: RunSlice, key_width: int, bound: int) -> list[tuple[bytes, bytes]]:
     """``(digest, framed record)`` of the rows of a slice of a shuffled run
-    whose digest is below `bound` (`shard_plan.ratio_sample_rows`, on the
+    whose digest is below `bound` (`ratio_sample.ratio_sample_rows`, on the
     keys' raw bytes: numpy drops a fixed-width key's trailing zero bytes
     when it gives one). Only those rows' mapped pages are read."""
     if key_width != HASH_SIZE:
@@ -151,7 +167,7 @@ def write_bucket_rows(out, bucket: BucketRange, start: int, thresholds: np.ndarr
 
 def merge_runs(writer, runs: Sequence[RunInfo], *, scratch_dir: str, memory_bytes: int,
                fan_in: int, prefix_len: int, index_every: int) -> None:
-    """Gives `writer` (a `bucket_writers` writer) every row of `runs` (run files of one
+    """Gives `writer` (a `bucket_output` writer) every row of `runs` (run files of one
     split) in ``(key, example)`` order: sorted in memory when they fit
     `memory_bytes`, else merged as streams (intermediate merge runs under
     `scratch_dir` when there are more than `fan_in`)."""
@@ -165,7 +181,7 @@ def merge_runs(writer, runs: Sequence[RunInfo], *, scratch_dir: str, memory_byte
 
 def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_dir: str,
                memory_bytes: int, fan_in: int, prefix_len: int, index_every: int) -> None:
-    """Gives `writer` (one of `bucket_writers`) the bucket's records
+    """Gives `writer` (one of `bucket_output`) the bucket's records
     in order: sorted in memory, or merged as streams (see `sort_bucket`)."""
     parts: list[RunFile] = []
     estimate = 0
@@ -227,7 +243,7 @@ def _write_in_order(writer, slices: list[RunSlice], key_width: int) -> None:
 
 
 def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
-    """Gives `writer` (one of `bucket_writers`) the rows of `slices`, sorted
+    """Gives `writer` (one of `bucket_output`) the rows of `slices`, sorted
     or not, in ``(key, example)`` order (`row_order.sorted_order`),
     gathering a block of rows at a time from the slices (no copy of the
     whole bucket). key_width: the slices' keys are numpy arrays of

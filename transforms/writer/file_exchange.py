@@ -1,0 +1,501 @@
+"""The file exchange: rows meet their bucket through sorted run files on the local disk.
+
+The exchange `WriteShards` uses on runners whose workers share one
+machine's disk and keep what crosses a GroupByKey in memory (the
+DirectRunner). Example bytes travel only inside the Spill step and through
+files; every PCollection after it holds small metadata. Steps and the
+elements between them::
+
+  ExampleBatch (or the build cache's SpillRecords, `spilled`)
+  | Spill            -> SpillRecord    rows hashed, split, buffered; each full
+                                       buffer is sorted and written as one run
+                                       file per split (fused with the source)
+  | KeySpills | GroupSpills            -> (split, [SpillRecord])
+  | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
+  | SpreadBuckets | MeasureBuckets     -> (run list file, BucketChunks)  each range
+                                       read from every run of its split and
+                                       measured, not sorted (shuffled gzip: its
+                                       rows in the ratio sample read too)
+  | KeyBuckets | GroupBuckets          -> (split, [(run list file, BucketChunks)])
+  key-ordered gzip only (`_cells`), the split's cells as units of chunks:
+  | PlanCells | SpreadCells | SortCells  -> ("unit", (run list file, BucketChunks))
+                                       the cells within a bucket, sorted and
+                                       compressed into a chunk file, knowing its
+                                       first byte in the split;
+                                       ("seam", ((split, cell), piece))  its rows
+                                       in a cell it may share, as they are, in a
+                                       small file
+  | GroupSeams | CompressSeams         -> (run list file, BucketChunks)  a seam's
+                                       pieces joined and compressed as one cell
+  | FlattenUnits | KeyUnits | GroupUnits -> (split, [(run list file, BucketChunks)])
+  then:
+  | PlanShards                         -> ShardSpec  cut at rows, each
+                                       shard taking its rows of the buckets it
+                                       reaches as it writes them (shuffled gzip:
+                                       as many shards as the sample's ratio says);
+                                       key-ordered gzip: each chunk in the shard
+                                       holding its midpoint, and the split's
+                                       runs deleted
+  | SpreadShards | WriteShardFiles     -> shard metadata dict  rows sorted again
+                                       from the runs and written (gzip: into one
+                                       gzip member); key-ordered gzip: chunk
+                                       ranges copied
+
+There are no side inputs (Beam's Dask runner recomputes their producers
+and can repeat their elements): the run list each bucket needs is a small
+file written by the planning step. And no element is emitted from
+`finish_bundle` (the Dask runner drops those): the Spill step reports each
+batch's rows as it receives them, naming the run file its current buffer
+will be written to by the end of the bundle.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import Callable
+
+import apache_beam as beam
+import fsspec
+
+from .. import tfrecord
+from ..layout import SHARD_FILE_NAME
+from ..page_cache import WriteBehind, drop_behind
+from ..splits import SplitAssigner
+from . import bucket_output, run_format, sorting, spill
+from .bucket_plan import bucket_places, plan_bucket_ranges, runs_of, sample_of
+from .elements import BucketChunks, Chunk, RunInfo, ShardSpec, SpillRecord
+from .shard_cuts import cuts_at_rows, plan_row_shards, plan_shards, row_shard_thresholds
+from .shard_files import publish_shard, shard_metadata
+from .step_setup import ShardCounters, counter, set_up_worker
+from .tuning import ShardTuning
+
+__all__ = ["FileExchange", "write_shard"]
+
+_COPY_BLOCK = 4 << 20
+
+
+class _SpillFn(beam.DoFn):
+    """ExampleBatch -> SpillRecord per split present in the batch.
+
+    Hashes each row, picks its split and order key, and buffers it; when
+    the buffer reaches run_bytes (and at the end of the bundle) each split's
+    rows are sorted and written as a run file named for this bundle attempt.
+    The per-row work is done on whole batches (C loops and numpy); only
+    sampled rows are looked at one by one.
+    """
+
+    def __init__(self, run_dir: str, dataset_name: str, splits, shuffle: bool,
+                 tuning: ShardTuning):
+        self._run_dir = run_dir
+        self._dataset_name = dataset_name
+        self._splits = tuple(splits)
+        self._shuffle = shuffle
+        self._tuning = tuning
+
+    def setup(self):
+        set_up_worker(rows_die_young=True)
+        self._assigner = SplitAssigner(self._dataset_name, self._splits)
+        fs, path = fsspec.core.url_to_fs(self._run_dir)
+        fs.makedirs(path, exist_ok=True)
+        self._spilled_rows = counter("rows_spilled")
+        tuning = self._tuning
+        self._buffer = spill.RunBuffer(self._assigner, shuffle=self._shuffle,
+                                       sample_every=tuning.sample_every(),
+                                       prefix_len=tuning.prefix_len,
+                                       index_every=tuning.index_every)
+
+    def start_bundle(self):
+        self._new_buffer()
+
+    def _new_buffer(self):
+        self._generation = uuid.uuid4().hex
+        self._buffer.clear()
+
+    def _run_path(self, split_index: int) -> str:
+        return spill.join_path(self._run_dir, f"{self._generation}-{split_index}.run")
+
+    def process(self, batch):
+        names = self._assigner.names
+        held = self._buffer.add(batch)
+        for split, num_records, num_bytes, sample in held:
+            yield SpillRecord(names[split], self._run_path(split), num_records, num_bytes,
+                              sample)
+        if held:
+            self._spilled_rows.inc(len(batch))
+        if self._buffer.buffered_bytes >= self._tuning.run_bytes:
+            self._flush()
+
+    def finish_bundle(self):
+        self._flush()
+
+    def _flush(self):
+        for split in self._buffer.splits_held():
+            path = self._run_path(split)
+            fs, fs_path = fsspec.core.url_to_fs(path)
+            with fs.open(fs_path, "wb") as fileobj:
+                # Read back once, soon: handed to the disk as it is written,
+                # so that the cache does not grow by every run (page_cache).
+                run = WriteBehind(fileobj)
+                self._buffer.write(split, run)
+                run.finish(durable=False)
+        self._new_buffer()
+
+
+def _key_by_split(item):
+    return item.split, item
+
+
+def _plan_split_buckets(split_spills, *, plan_dir: str, tuning: ShardTuning):
+    """(split, [SpillRecord]) -> (run list file, BucketRange) per bucket.
+
+    Writes the split's run list to a new file that every bucket reads,
+    rather than copying it into each bucket's element.
+    """
+    split, records = split_spills
+    records = list(records)
+    runs = runs_of(records)
+    ranges = plan_bucket_ranges(split, sum(run.num_bytes for run in runs),
+                                sample_of(records, tuning.sample_size), tuning.bucket_bytes,
+                                sample_bytes=tuning.sample_every(),
+                                sample_size=tuning.sample_size)
+    runs_file = spill.join_path(plan_dir, f"{uuid.uuid4().hex}.json")
+    spill.write_run_list(runs_file, runs)
+    return [(runs_file, bucket) for bucket in ranges]
+
+
+def _key_sorted_bucket(item):
+    _, bucket = item
+    return bucket.split, item
+
+
+def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
+                       cut_at_rows: bool = False, gzip_level: int | None = None):
+    """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
+    cut at rows (`plan_row_shards`; with `gzip_level`, shuffled gzip
+    shards counted from the buckets' ratio sample) or at chunks
+    (key-ordered gzip: the BucketChunks are units of cells, the buckets'
+    interiors and the seams).
+
+    With `delete_runs` (key-ordered gzip: every cell is written as chunk
+    files by now), the split's runs are no longer needed and are deleted
+    here rather than at the end: that halves the temporary disk space at
+    the peak, and the shards that follow are written into memory the page
+    cache has just released. Shards cut at rows are written from the runs
+    themselves.
+    """
+    split, items = split_buckets
+    items = list(items)
+    buckets = [bucket for _, bucket in items]
+    if not cut_at_rows:
+        shards = plan_shards(split, buckets, shard_size)
+    elif gzip_level is None:
+        shards = plan_row_shards(split, buckets, shard_size)
+    else:
+        shards = plan_row_shards(split, buckets, shard_size, written_size=functools.partial(
+            bucket_output.gzip_written_size, level=gzip_level))
+    if delete_runs:
+        for runs_file in sorted({runs_file for runs_file, _ in items}):
+            spill.remove_runs(runs_file)
+    return shards
+
+
+class _RunLists:
+    """Run list file -> its runs, read once; buckets of one split share a
+    run list, so a few are kept."""
+
+    def __init__(self):
+        self._lists: dict[str, list[RunInfo]] = {}
+
+    def __call__(self, runs_file: str) -> list[RunInfo]:
+        runs = self._lists.get(runs_file)
+        if runs is None:
+            if len(self._lists) >= 8:
+                self._lists.clear()
+            runs = self._lists[runs_file] = spill.read_run_list(runs_file)
+        return runs
+
+
+def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
+    """How buckets are sorted, for `sorting.sort_bucket` and `write_bucket_rows`."""
+    return {"scratch_dir": spill.join_path(work_dir, "merge"),
+            "memory_bytes": tuning.memory_bytes, "fan_in": tuning.fan_in,
+            "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
+
+
+class _MeasureBucketFn(beam.DoFn):
+    """(run list file, BucketRange) -> (run list file, BucketChunks): the
+    bucket's size and largest row, added up from the runs without sorting
+    (`sorting.measure_bucket`; with `ratio_bound`, shuffled gzip, its
+    rows in the ratio sample too). Shards cut at rows then write their
+    rows of the bucket straight from the runs: one write and one read of
+    every byte fewer; key-ordered gzip learns each bucket's first byte in
+    the split, where its cells start."""
+
+    def __init__(self, ratio_bound: int | None):
+        self._ratio_bound = ratio_bound
+
+    def setup(self):
+        set_up_worker()
+        self._runs = _RunLists()
+
+    def process(self, task):
+        runs_file, bucket = task
+        yield runs_file, sorting.measure_bucket(bucket, self._runs(runs_file), runs_file,
+                                                    self._ratio_bound)
+
+
+def _plan_split_cells(split_buckets):
+    """(split, [(run list file, measured BucketChunks)]) -> (run list file,
+    BucketRange, first byte in the split, bytes, split total) per bucket
+    holding rows, in key order."""
+    _, items = split_buckets
+    placed, total = bucket_places(bucket for _, bucket in items)
+    for bucket, start, size in placed:
+        runs_file, bucket_range = spill.parse_bucket_reference(bucket.path)
+        yield runs_file, bucket_range, start, size, total
+
+
+class _SortRunCellsFn(beam.DoFn):
+    """(run list file, BucketRange, start, bytes, total) -> ("unit", (run
+    list file, BucketChunks)): the cells within the bucket, sorted and
+    compressed into a chunk file (`sorting.sort_bucket_cells`); and
+    ("seam", ((split, cell), (bucket, start, end, total, rows, file))) for
+    each cell it may share with a neighbour, its rows there written as
+    they are to a small file (possibly empty) for `_CompressSeamFn`."""
+
+    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int, tuning: ShardTuning):
+        self._work_dir = work_dir
+        self._cell_bytes = cell_bytes
+        self._gzip_level = gzip_level
+        self._tuning = tuning
+
+    def setup(self):
+        set_up_worker()
+        self._runs = _RunLists()
+
+    def process(self, task):
+        runs_file, bucket, start, size, total = task
+        unit, seams = sorting.sort_bucket_cells(
+            bucket, self._runs(runs_file), start=start, size=size, total=total,
+            cell_bytes=self._cell_bytes, gzip_level=self._gzip_level,
+            out_dir=spill.join_path(self._work_dir, "buckets"),
+            **_bucket_options(self._work_dir, self._tuning))
+        yield "unit", (runs_file, unit)
+        for cell, (data, rows) in seams.items():
+            path = spill.join_path(self._work_dir, "seams", f"{uuid.uuid4().hex}.seam")
+            with spill.open_for_write(path) as fileobj:
+                fileobj.write(data)
+            yield "seam", ((bucket.split, cell),
+                           (bucket.index, start, start + size, total, rows, path, runs_file))
+
+    def finish_bundle(self):
+        sorting.release_read_arena()
+
+
+class _CompressSeamFn(beam.DoFn):
+    """((split, cell), [pieces]) -> (run list file, BucketChunks): the
+    seam's chunk (`bucket_output.join_seam`, each bucket's rows read from
+    its seam file) in a chunk file of its own; nothing when no bucket had
+    rows there."""
+
+    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
+        self._work_dir = work_dir
+        self._cell_bytes = cell_bytes
+        self._gzip_level = gzip_level
+
+    def process(self, item):
+        (split, cell), values = item
+        values = list(values)  # a piece from each of a few buckets
+        seam = bucket_output.join_seam(split, cell, self._cell_bytes,
+                                        (value[:6] for value in values), self._gzip_level,
+                                        read=_read_file)
+        if seam is None:
+            return
+        unit, data, rows = seam
+        path = spill.join_path(self._work_dir, "buckets", f"{uuid.uuid4().hex}.chunks")
+        with spill.open_for_write(path) as fileobj:
+            fileobj.write(data)
+        runs_file = values[0][6]  # a split's buckets share its run list
+        yield runs_file, BucketChunks(split, unit, path, (Chunk(0, len(data), rows),))
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as fileobj:
+        return fileobj.read()
+
+
+def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
+                runs_of: Callable[[str], list[RunInfo]] | None = None,
+                bucket_options: dict | None = None,
+                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL) -> dict:
+    """Writes a shard, hashing as it goes, and puts it at its final name in
+    `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
+    of each listed bucket that the shard holds, sorted from the runs
+    (`sorting.write_bucket_rows`; `runs_of`: run list file -> runs;
+    `bucket_options`: see `_bucket_options`), for gzip into one gzip
+    member at `gzip_level` (`tfrecord.GzipStream`); else its chunk
+    ranges of bucket files, copied (key-ordered gzip). Returns the
+    shard's metadata dict. Rerunning it writes the same bytes under the
+    same final name."""
+    name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
+                                  suffix=tfrecord.suffix_for(compression))
+    thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
+
+    def write(out) -> int:
+        num_examples = 0
+        sink = out
+        if spec.cut and compression == "gzip":
+            sink = tfrecord.GzipStream(out, gzip_level)
+        for path, offset, length in spec.pieces:
+            measured = spill.parse_bucket_reference(path) if spec.cut else None
+            if measured is not None:
+                runs_file, bucket = measured
+                rows, _ = sorting.write_bucket_rows(sink, bucket, offset, thresholds,
+                                                        spec.index, runs_of(runs_file),
+                                                        **bucket_options)
+                num_examples += rows
+            else:
+                _copy_range(out, path, offset, length, name)
+        if not spec.cut:
+            return spec.num_examples
+        if sink is not out:
+            sink.close()
+        if not num_examples:
+            raise run_format.RunFileError(f"{name}: no row of its buckets falls in it")
+        return num_examples
+
+    shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
+                          compression=compression)
+    if not spec.cut and shard.num_bytes != spec.num_bytes:
+        raise run_format.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
+                                 f"{spec.num_bytes}")
+    return shard_metadata(spec.split, name, shard)
+
+
+def _copy_range(out, path: str, offset: int, length: int, name: str) -> None:
+    """Copies `length` bytes at `offset` of the file at `path` to `out`."""
+    source_fs, source_path = fsspec.core.url_to_fs(path)
+    with source_fs.open(source_path, "rb") as source:
+        source.seek(offset)
+        remaining = length
+        while remaining:
+            block = source.read(min(_COPY_BLOCK, remaining))
+            if not block:
+                raise run_format.RunFileError(
+                    f"{path}: ends before byte {offset + length} while writing {name}")
+            out.write(block)
+            remaining -= len(block)
+        drop_behind(source, offset, length)
+
+
+class _WriteShardFn(beam.DoFn):
+    """ShardSpec -> shard metadata dict (the file is at its final name)."""
+
+    def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
+                 tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+        self._compression = compression
+        self._work_dir = work_dir
+        self._tuning = tuning
+        self._gzip_level = gzip_level
+
+    def setup(self):
+        set_up_worker()
+        self._runs = _RunLists()
+        self._counters = ShardCounters()
+
+    def process(self, spec: ShardSpec):
+        metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
+                               compression=self._compression, runs_of=self._runs,
+                               bucket_options=_bucket_options(self._work_dir, self._tuning),
+                               gzip_level=self._gzip_level)
+        self._counters.count(metadata["num_examples"], metadata["num_bytes"])
+        yield metadata
+
+    def finish_bundle(self):
+        sorting.release_read_arena()
+
+
+class FileExchange(beam.PTransform):
+    """ExampleBatch (or, `spilled`, SpillRecords of the build cache's
+    runs) -> shard metadata dict, through sorted run files under
+    `work_dir` (the steps in the module docstring). Gives the bytes the
+    shuffle exchange gives."""
+
+    def __init__(self, staging_dir: str, *, work_dir: str, shard_temp_dir: str,
+                 dataset_name: str, splits, shuffle: bool, shard_size: int, compression: str,
+                 chunk_bytes: int, gzip_level: int, tuning: ShardTuning, spilled: bool):
+        super().__init__()
+        self._staging_dir = staging_dir
+        self._work_dir = work_dir
+        self._shard_temp_dir = shard_temp_dir
+        self._dataset_name = dataset_name
+        self._splits = splits
+        self._shuffle = shuffle
+        self._shard_size = shard_size
+        self._compression = compression
+        self._chunk_bytes = chunk_bytes
+        self._gzip_level = gzip_level
+        self._tuning = tuning
+        self._spilled = spilled
+
+    def expand(self, batches):
+        tuning = self._tuning
+        work_dir, chunk_bytes = self._work_dir, self._chunk_bytes
+        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
+        gzip = self._compression == "gzip"
+        if self._spilled:
+            spills = batches  # SpillRecord of runs that are not this writer's to delete
+        else:
+            spills = batches | "Spill" >> beam.ParDo(_SpillFn(
+                spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
+                self._shuffle, tuning))  # SpillRecord
+        ratio_bound = tuning.ratio_sample_bound if gzip and self._shuffle else None
+        measured = (spills
+                    | "KeySpills" >> beam.Map(_key_by_split)
+                    | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
+                    | "PlanBuckets" >> beam.FlatMap(
+                        _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
+                        tuning=tuning)  # (run list file, BucketRange)
+                    | "SpreadBuckets" >> beam.Reshuffle()
+                    | "MeasureBuckets" >> beam.ParDo(_MeasureBucketFn(ratio_bound))
+                    | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
+                    | "GroupBuckets" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])
+        if not cut_at_rows:
+            measured = self._cells(measured, work_dir, chunk_bytes)
+        return (measured
+                | "PlanShards" >> beam.FlatMap(
+                    _plan_split_shards, self._shard_size,
+                    delete_runs=not cut_at_rows and not self._spilled,
+                    cut_at_rows=cut_at_rows,
+                    gzip_level=self._gzip_level if gzip else None)
+                | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
+                | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
+                    self._staging_dir, self._shard_temp_dir, self._compression, work_dir,
+                    tuning, self._gzip_level)))  # metadata dict
+
+    def _cells(self, measured, work_dir: str, cell_bytes: int):
+        """Key-ordered gzip: (split, [(run list, measured BucketChunks)]) ->
+        (split, [(run list, BucketChunks)]) of the split's cells, in units
+        (the buckets' interiors and the seams)."""
+        # ("unit", (run list, BucketChunks)) | ("seam", ((split, cell), piece))
+        cells = (measured
+                 | "PlanCells" >> beam.FlatMap(_plan_split_cells)
+                 | "SpreadCells" >> beam.Reshuffle()
+                 | "SortCells" >> beam.ParDo(_SortRunCellsFn(
+                     work_dir, cell_bytes, self._gzip_level, self._tuning)))
+        units = (cells
+                 | "UnitsOnly" >> beam.Filter(lambda item: item[0] == "unit")
+                 | "Units" >> beam.Map(lambda item: item[1]))
+        seams = (cells
+                 | "SeamsOnly" >> beam.Filter(lambda item: item[0] == "seam")
+                 | "Seams" >> beam.Map(lambda item: item[1])
+                 | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
+                 | "CompressSeams" >> beam.ParDo(_CompressSeamFn(
+                     work_dir, cell_bytes, self._gzip_level)))
+        return ((units, seams)
+                | "FlattenUnits" >> beam.Flatten()
+                | "KeyUnits" >> beam.Map(_key_sorted_bucket)
+                | "GroupUnits" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])

@@ -1,0 +1,110 @@
+"""What the shard writer knows of a row before it buffers it: split, order key, framed size, sample.
+
+Every exchange of the shard writer starts here (`prepare_batch`), so all of
+them place rows alike.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from ..splits import SplitAssigner
+from ..tfrecord import FRAMING
+from .elements import SampleEntry
+
+__all__ = ["PreparedBatch", "batch_columns", "prepare_batch"]
+
+
+def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:
+    """(keys, examples) of an ExampleBatch, checked: examples bytes, keys
+    bytes or None. Errors name the row."""
+    if not batch:
+        return (), ()
+    keys, examples = zip(*batch)
+    if set(map(type, examples)) != {bytes}:
+        for position, (key, example) in enumerate(batch):
+            if type(example) is not bytes:
+                raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must "
+                                f"be bytes, got {type(example).__name__}")
+    if not set(map(type, keys)) <= {bytes, type(None)}:
+        for position, key in enumerate(keys):
+            if key is not None and type(key) is not bytes:
+                raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
+                                f"got {type(key).__name__} {key!r:.80}")
+    return keys, examples
+
+
+class PreparedBatch(NamedTuple):
+    """An ExampleBatch's rows as the shard writer sees them, as columns.
+
+    examples: the serialized Examples; order_keys: what each row is sorted
+    by (its digest when shuffling, else its key, or its example when it has
+    none); splits: each row's split index; sizes: framed sizes (int64);
+    samples: split index -> the rows of the batch sampled for bucket
+    boundaries; keyed: some row has a key of its own (no shuffle: the order
+    keys are not all the examples themselves).
+    """
+
+    examples: Sequence[bytes]
+    order_keys: Sequence[bytes]
+    splits: np.ndarray
+    sizes: np.ndarray
+    samples: dict
+    keyed: bool
+
+    def by_split(self) -> Iterator[tuple[int, np.ndarray, list[int]]]:
+        """(split index, row positions as an array, the same as a list) for
+        each split the batch has rows of, in split order."""
+        for split in np.unique(self.splits).tolist():
+            rows = np.flatnonzero(self.splits == split)
+            yield split, rows, rows.tolist()
+
+
+def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every: int,
+                  prefix_len: int) -> PreparedBatch | None:
+    """Hashes an ExampleBatch's rows, picks each row's split and order key,
+    and samples rows for the bucket boundaries; None for an empty batch.
+    The per-row work is done on the whole batch (C loops and numpy); only
+    sampled rows are looked at one by one. Every exchange of the shard
+    writer starts here, so all of them place rows alike."""
+    keys, examples = batch_columns(batch)
+    count = len(examples)
+    if not count:
+        return None
+    key_types = set(map(type, keys))
+    if type(None) not in key_types:
+        sources = keys
+    elif bytes not in key_types:
+        sources = examples  # no keys: rows are hashed and ordered by content
+    else:
+        sources = [example if key is None else key for key, example in zip(keys, examples)]
+    digests, words = assigner.hash_batch(batch, sources)
+    splits = assigner.split_indices(words)
+    sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
+    order_keys = digests if shuffle else sources
+    samples = sample_rows(words[:, 1], sizes, splits, order_keys, sample_every=sample_every,
+                          prefix_len=prefix_len)
+    return PreparedBatch(examples, order_keys, splits, sizes, samples,
+                         keyed=not shuffle and sources is not examples)
+
+
+def sample_rows(words: np.ndarray, sizes: np.ndarray, splits: np.ndarray,
+                order_keys: Sequence[bytes], *, sample_every: int,
+                prefix_len: int) -> dict[int, list[SampleEntry]]:
+    """Priority sampling on content alone: the sample, hence the bucket
+    boundaries, never depends on bundling. A row is sampled when
+    ``size << 64 >= sample_every * (u64 + 1)`` (u64: hash bytes 8-15, in
+    `words`); a float test with slack picks the candidates, the exact test
+    decides. Returns split index -> sampled rows."""
+    scale = float(1 << 64) / sample_every * (1 + 1e-9)
+    candidates = np.flatnonzero(words.astype(np.float64) <= sizes * scale + 2)
+    samples: dict[int, list[SampleEntry]] = {}
+    for row in candidates.tolist():
+        size = int(sizes[row])
+        u64 = int(words[row])
+        if (size << 64) >= sample_every * (u64 + 1):
+            samples.setdefault(int(splits[row]), []).append(
+                SampleEntry((size << 64) // (u64 + 1), order_keys[row][:prefix_len], size))
+    return samples
