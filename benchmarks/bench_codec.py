@@ -6,7 +6,7 @@ Baselines, measured in the same run on the same records:
 - Python's `gzip` module at level 6 over the same framed stream (what a
   hand-written gzip writer, or Beam's gzip sink, costs);
 - for the shard writer's gzip chunks (one member per ~4 MB,
-  `tfrecordio.gzip_compress`, which stores data deflate barely shrinks):
+  `tfrecord.gzip_compress`, which stores data deflate barely shrinks):
   every chunk deflated at isal's level, as before storing was chosen, written
   and read back.
 
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from e2e_workloads import _render_jpegs  # noqa: E402
 from recordforge.schemas.example import encode_example  # noqa: E402
-from recordforge.transforms import tfrecordio  # noqa: E402
+from recordforge.transforms import tfrecord  # noqa: E402
 
 CHUNK_BYTES = 4 << 20
 
@@ -91,7 +91,7 @@ def bench(size: int, megabytes: int) -> list[tuple]:
 
     def ours(compression):
         buffer = io.BytesIO()
-        with tfrecordio.TFRecordWriter(buffer, compression) as writer:
+        with tfrecord.TFRecordWriter(buffer, compression) as writer:
             for start in range(0, len(records), 1000):
                 writer.write_many(records[start:start + 1000])
         return buffer.getvalue()
@@ -115,19 +115,19 @@ def bench(size: int, megabytes: int) -> list[tuple]:
     t_gz6, gz6_bytes = best_of(python_gzip6, repeats=1)
     t_gz, gz_bytes = best_of(lambda: ours("gzip"))
     t_read_plain, read_plain = best_of(
-        lambda: sum(1 for _ in tfrecordio.iter_records(io.BytesIO(plain_bytes), compression="none")))
+        lambda: sum(1 for _ in tfrecord.iter_records(io.BytesIO(plain_bytes), compression="none")))
     t_read_gz, read_gz = best_of(
-        lambda: sum(1 for _ in tfrecordio.iter_records(io.BytesIO(gz_bytes), compression="gzip")))
+        lambda: sum(1 for _ in tfrecord.iter_records(io.BytesIO(gz_bytes), compression="gzip")))
     t_read_py, _ = best_of(lambda: gzip.decompress(gz6_bytes), repeats=1)
     assert read_plain == read_gz == len(records)
     chunks = [plain_bytes[i:i + CHUNK_BYTES] for i in range(0, len(plain_bytes), CHUNK_BYTES)]
-    t_members, members = best_of(lambda: b"".join(map(tfrecordio.gzip_compress, chunks)))
+    t_members, members = best_of(lambda: b"".join(map(tfrecord.gzip_compress, chunks)))
     t_deflated, deflated = best_of(lambda: b"".join(
-        isal_zlib.compress(chunk, tfrecordio.DEFAULT_GZIP_LEVEL, 31) for chunk in chunks))
+        isal_zlib.compress(chunk, tfrecord.DEFAULT_GZIP_LEVEL, 31) for chunk in chunks))
     t_read_members, read_members = best_of(
-        lambda: sum(1 for _ in tfrecordio.iter_records(io.BytesIO(members), compression="gzip")))
+        lambda: sum(1 for _ in tfrecord.iter_records(io.BytesIO(members), compression="gzip")))
     t_read_deflated, read_deflated = best_of(
-        lambda: sum(1 for _ in tfrecordio.iter_records(io.BytesIO(deflated), compression="gzip")))
+        lambda: sum(1 for _ in tfrecord.iter_records(io.BytesIO(deflated), compression="gzip")))
     assert read_members == read_deflated == len(records)
     label = "JPEG" if size >= 50_000 else f"{size // 1000} KB" if size >= 1000 else f"{size} B"
     rows.append((label, "write plain", mb / t_plain, "Beam write_record loop", mb / t_beam))
@@ -148,7 +148,7 @@ def main(argv=None) -> None:
     parser.add_argument("--megabytes", type=int, default=64, help="data per record size")
     args = parser.parse_args(argv)
     print(f"# codec benchmark, {args.megabytes} MB per record size, "
-          f"gzip level {tfrecordio.DEFAULT_GZIP_LEVEL}, {os.cpu_count()} cores")
+          f"gzip level {tfrecord.DEFAULT_GZIP_LEVEL}, {os.cpu_count()} cores")
     print(f"{'records':>8} | {'ours':<12} | {'MB/s':>7} | {'baseline':<36} | {'MB/s':>7} | "
           f"{'ratio':>6} | size vs baseline")
     for size in (100, 1000, 100_000):

@@ -21,14 +21,14 @@ from __future__ import annotations
 import random
 import statistics
 
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.bucket_writers import gzip_written_size
 from recordforge.transforms.shard_plan import SplitAssigner, estimated_written_bytes
 
 SIZES = (2_000, 10_000, 50_000)
 SHARES = (256, 64, 16)
 NAMES = 30
-LEVEL = tfrecordio.DEFAULT_GZIP_LEVEL
+LEVEL = tfrecord.DEFAULT_GZIP_LEVEL
 
 
 def _rows(count: int) -> list[bytes]:
@@ -57,7 +57,7 @@ def main() -> None:
     print("| split | sampled | mean error | spread (sd) | largest |")
     print("|---|---|---:|---:|---:|")
     for count in SIZES:
-        framed = [tfrecordio.frame_records([row]) for row in _rows(count)]
+        framed = [tfrecord.frame_records([row]) for row in _rows(count)]
         megabytes = sum(map(len, framed)) / 1e6
         for share in SHARES:
             errors = _errors(framed, share)

@@ -10,7 +10,7 @@ letters, no shuffle and no manifest:
   Example -> ``WriteToTFRecord`` with the same shard count recordforge writes.
   Beam options after ``--`` (default: DirectRunner, Beam's own defaults).
 * ``script``: one process, one loop: ``csv`` / ``pyarrow`` / ``os.walk`` ->
-  the same per-row function -> `tfrecordio.TFRecordWriter`, one record at a
+  the same per-row function -> `tfrecord.TFRecordWriter`, one record at a
   time, starting a new file every ``rows / num_shards`` rows.
 
     python benchmarks/e2e_baselines.py beam WORKLOAD.json OUT_DIR --compression gzip
@@ -143,7 +143,7 @@ def _script_examples(workload: Workload):
 
 def run_script(workload: Workload, output: str, compression: str) -> None:
     """The single-process loop: one record at a time into rotating files."""
-    from recordforge.transforms.tfrecordio import TFRecordWriter, suffix_for
+    from recordforge.transforms.tfrecord import TFRecordWriter, suffix_for
 
     os.makedirs(output, exist_ok=True)
     per_shard = math.ceil(workload.rows / workload.num_shards)

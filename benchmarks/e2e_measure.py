@@ -110,7 +110,7 @@ def shard_stats(files: list[str]) -> dict:
 
 def example_digests(files: list[str]) -> list[str]:
     """Sorted sha256 hex digests of every record in `files` (any compression)."""
-    from recordforge.transforms.tfrecordio import read_records
+    from recordforge.transforms.tfrecord import read_records
 
     digests = []
     for path in files:

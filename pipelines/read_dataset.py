@@ -24,7 +24,7 @@ from .publish.manifest import load_manifest
 from .publish.output import Output
 from ..schemas.example import decode_example
 from ..transforms.layout import LATEST_FILE, MANIFEST_FILE
-from ..transforms.tfrecordio import iter_records
+from ..transforms.tfrecord import iter_records
 
 __all__ = ["DatasetCorrupt", "ReadDataset", "decode_row", "resolve_version_dir"]
 

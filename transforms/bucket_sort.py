@@ -39,11 +39,12 @@ import pyarrow as pa
 from .bucket_writers import CellWriter, ShardRowsWriter
 from .page_cache import WriteBehind
 from .row_order import sorted_order, sorted_positions
-from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RECORD_HEADER, RunFile,
-                        RunFileError, RunSlice, RunWriter)
+from .run_files import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RunFile, RunFileError, RunSlice,
+                        RunWriter)
 from .shard_plan import (HASH_SIZE, BucketChunks, BucketRange, Chunk, RunInfo, bound_key,
                          interior_unit, ratio_sample_of, ratio_sample_rows)
 from .spill import ROW_OVERHEAD, bucket_reference, join_path, open_for_write, remove_file
+from .tfrecord import FOOTER_SIZE, HEADER_SIZE
 
 __all__ = [
     "measure_bucket",
@@ -239,7 +240,8 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
 
     def example_at(row: int) -> bytes:
         start = int(starts[row])
-        return bytes(views[sources[row]][start + RECORD_HEADER:start + int(sizes[row]) - 4])
+        end = start + int(sizes[row])
+        return bytes(views[sources[row]][start + HEADER_SIZE:end - FOOTER_SIZE])
 
     if key_width > 0:
         order = sorted_positions(np.concatenate([rows.keys for rows in slices]), example_at)

@@ -8,7 +8,7 @@ that nothing writes are never gathered.
 `CellWriter` cuts the bucket into the split's cells (key-ordered gzip
 output), each one gzip member of framed records, so that shards are
 assembled from them by concatenation, without recompressing. `ShardRowsWriter` writes the rows one shard holds when shards are
-cut at rows (gzip: into a `tfrecordio.GzipStream`, one member a shard, the
+cut at rows (gzip: into a `tfrecord.GzipStream`, one member a shard, the
 way `gzip_written_size` compresses the ratio sample the shard count comes
 from).
 """
@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import tfrecordio
+from . import tfrecord
 from .shard_plan import (Chunk, cells_of_rows, check_seam, seam_cells, shards_of_rows,
                          shards_touched)
 
@@ -95,7 +95,7 @@ class CellWriter:
     def _flush(self) -> None:
         if not self._pending_rows:
             return
-        data = tfrecordio.gzip_compress(b"".join(self._pending), self._level)
+        data = tfrecord.gzip_compress(b"".join(self._pending), self._level)
         self._out.write(data)
         self.chunks.append(Chunk(self._written, len(data), self._pending_rows))
         self._written += len(data)
@@ -123,7 +123,7 @@ def join_seam(split: str, cell: int, cell_bytes: int, pieces: Iterable[tuple], g
         return None
     records = (once[bucket][5] for bucket in sorted(once))
     framed = b"".join(records if read is None else map(read, records))
-    return unit, tfrecordio.gzip_compress(framed, gzip_level), rows
+    return unit, tfrecord.gzip_compress(framed, gzip_level), rows
 
 
 class ShardRowsWriter:
@@ -173,9 +173,9 @@ class _Counter:
 def gzip_written_size(sample: Sequence[tuple[bytes, bytes]], level: int) -> int:
     """The bytes on disk of a ratio sample's framed records (``(key,
     framed record)`` in order, `shard_plan.ratio_sample_of`) written as a
-    gzip shard is: one `tfrecordio.GzipStream` member at `level`."""
+    gzip shard is: one `tfrecord.GzipStream` member at `level`."""
     counter = _Counter()
-    stream = tfrecordio.GzipStream(counter, level)
+    stream = tfrecord.GzipStream(counter, level)
     for _, record in sample:
         stream.write(record)
     stream.close()

@@ -12,7 +12,7 @@ ratio says). A bucket's rows are sorted (`CutBucketFn`) through a
 midpoint in the split (`shard_plan.shards_of_rows`), in pieces; a shard
 checks that it got every piece (`assemble_shard`) and is written
 (`WriteCutShardFn`; gzip: its framed records compressed as one gzip
-member, `tfrecordio.GzipStream`). See `exchange` for the whole path.
+member, `tfrecord.GzipStream`). See `exchange` for the whole path.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import run_files, tfrecordio
+from . import run_files, tfrecord
 from .bucket_writers import gzip_written_size
 from .exchange_packets import sort_bucket_packets
 from .exchange_steps import ShardFileFn
@@ -325,7 +325,7 @@ class WriteCutShardFn(ShardFileFn):
         one compressor, unless they are compressed); checks that they are
         the `num_bytes` the buckets sent, before the shard gets its `name`.
         Returns the records written, `num_examples`."""
-        sink = (tfrecordio.GzipStream(out, self._gzip_level)
+        sink = (tfrecord.GzipStream(out, self._gzip_level)
                 if self._compression == "gzip" and self._compress else out)
         framed = 0
         for key in order:

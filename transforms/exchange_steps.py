@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from . import row_order, run_files, tfrecordio
+from . import row_order, run_files, tfrecord
 from .exchange_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -79,7 +79,7 @@ class PackFn(beam.DoFn):
                 keys = tuple(row_order.take(prepared.order_keys, selected))
             else:
                 width, keys = run_files.KEY_IS_EXAMPLE, None
-            data = tfrecordio.frame_records(examples)
+            data = tfrecord.frame_records(examples)
             packet = (width, keys, data, sizes.astype(SIZE_DTYPE).tobytes())
             self._exchanged.inc(len(data))
             buckets = self._buckets(width, keys, examples)
@@ -125,7 +125,7 @@ class ShardFileFn(beam.DoFn):
     counters, and publishing one assembled shard (`_published`)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int,
-                 gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL):
+                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
@@ -140,7 +140,7 @@ class ShardFileFn(beam.DoFn):
 
     def _name(self, split: str, index: int, count: int) -> str:
         return SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                      suffix=tfrecordio.suffix_for(self._compression))
+                                      suffix=tfrecord.suffix_for(self._compression))
 
     def _published(self, split: str, name: str, write, num_examples: int) -> dict:
         """Publishes the shard `write(out)` writes (`num_examples` records,

@@ -38,16 +38,14 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from . import tfrecordio
 from .page_cache import drop_behind
 from .row_order import sorted_order, take
-from .shard_plan import FRAMING
+from .tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE, frame_records
 
 __all__ = [
     "BLOCK",
     "KEY_IS_EXAMPLE",
     "KEY_VARIABLE",
-    "RECORD_HEADER",
     "RunFile",
     "RunFileError",
     "RunSlice",
@@ -57,7 +55,6 @@ __all__ = [
 
 KEY_IS_EXAMPLE = 0  # key_width: the order key is the example; no key section
 KEY_VARIABLE = -1  # key_width: keys of any length, stored with their sizes
-RECORD_HEADER = 12  # TFRecord bytes before the example
 BLOCK = 4 << 20  # bytes of rows framed, gathered or read in one go
 
 _SIZE = np.dtype("<u4")
@@ -124,7 +121,7 @@ class RunWriter:
                 raise ValueError(f"run keys must all be {self._key_width} bytes")
             self._keys.write(blob)
         self._sizes.write(sizes.astype(_SIZE).tobytes())
-        self._fileobj.write(tfrecordio.frame_records(list(examples)))
+        self._fileobj.write(frame_records(list(examples)))
         self._offset += int(sizes.sum())
         self._records += count
 
@@ -180,7 +177,8 @@ class RunSlice(NamedTuple):
         ends = np.cumsum(self.sizes).tolist()
         starts = [0] + ends[:-1]
         data = self.data
-        return [bytes(data[start + RECORD_HEADER:end - 4]) for start, end in zip(starts, ends)]
+        return [bytes(data[start + HEADER_SIZE:end - FOOTER_SIZE])
+                for start, end in zip(starts, ends)]
 
 
 def _bound(keys, bound: bytes | None, width: int) -> int:

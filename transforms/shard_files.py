@@ -11,7 +11,7 @@ exchange of `exchange.py`, through `exchange_steps.ShardFileFn`) end in
 - Its sha256 and size are taken from the bytes as they are written.
 - Where the shard is not on the local disk, its records are also checked
   as they are written: every record's framing and both CRCs, and their
-  number against the writer's own count (`tfrecordio.RecordStreamCheck`).
+  number against the writer's own count (`tfrecord.RecordStreamCheck`).
   Publishing then does not read such shards back (the metadata dict's
   ``stored``, `shard_metadata`):
   re-reading a 10 TB build on the one machine that publishes it would
@@ -42,7 +42,7 @@ from fsspec.implementations.local import LocalFileSystem
 from .page_cache import WriteBehind
 from .readers.inputs import fingerprint
 from .spill import join_path
-from .tfrecordio import RecordStreamCheck, TFRecordError
+from .tfrecord import RecordStreamCheck, TFRecordError
 
 __all__ = ["HashingWriter", "PublishedShard", "ShardCheckError", "publish_shard",
            "shard_metadata"]

@@ -31,6 +31,8 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from .tfrecord import FRAMING
+
 __all__ = [
     "BucketChunks",
     "BucketRange",
@@ -74,7 +76,6 @@ __all__ = [
 ]
 
 HASH_SIZE = 16  # blake2b digest bytes: the shuffle order key
-FRAMING = 16  # TFRecord bytes around each record
 _SALT_LIMIT = 64  # blake2b's longest key
 _TWO_64 = 1 << 64
 

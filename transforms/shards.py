@@ -70,7 +70,7 @@ import fsspec
 from apache_beam.metrics import Metrics
 from fsspec.implementations.local import LocalFileSystem
 
-from . import bucket_sort, bucket_writers, run_files, spill, tfrecordio
+from . import bucket_sort, bucket_writers, run_files, spill, tfrecord
 from .exchange import ShuffleExchange
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -475,25 +475,25 @@ def _read_file(path: str) -> bytes:
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None,
-                gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL) -> dict:
+                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL) -> dict:
     """Writes a shard, hashing as it goes, and puts it at its final name in
     `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
     of each listed bucket that the shard holds, sorted from the runs
     (`bucket_sort.write_bucket_rows`; `runs_of`: run list file -> runs;
     `bucket_options`: see `_bucket_options`), for gzip into one gzip
-    member at `gzip_level` (`tfrecordio.GzipStream`); else its chunk
+    member at `gzip_level` (`tfrecord.GzipStream`); else its chunk
     ranges of bucket files, copied (key-ordered gzip). Returns the
     shard's metadata dict. Rerunning it writes the same bytes under the
     same final name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
-                                  suffix=tfrecordio.suffix_for(compression))
+                                  suffix=tfrecord.suffix_for(compression))
     thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
 
     def write(out) -> int:
         num_examples = 0
         sink = out
         if spec.cut and compression == "gzip":
-            sink = tfrecordio.GzipStream(out, gzip_level)
+            sink = tfrecord.GzipStream(out, gzip_level)
         for path, offset, length in spec.pieces:
             measured = spill.parse_bucket_reference(path) if spec.cut else None
             if measured is not None:
@@ -540,7 +540,7 @@ class _WriteShardFn(beam.DoFn):
     """ShardSpec -> shard metadata dict (the file is at its final name)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
-                 tuning: ShardTuning, gzip_level: int = tfrecordio.DEFAULT_GZIP_LEVEL):
+                 tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
@@ -668,8 +668,8 @@ class WriteShards(beam.PTransform):
         self._spilled = spilled
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-        if compression not in tfrecordio.COMPRESSIONS:
-            raise ValueError(f"compression must be one of {tfrecordio.COMPRESSIONS}, "
+        if compression not in tfrecord.COMPRESSIONS:
+            raise ValueError(f"compression must be one of {tfrecord.COMPRESSIONS}, "
                              f"got {compression!r}")
         if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
@@ -680,7 +680,7 @@ class WriteShards(beam.PTransform):
         self._shard_size = shard_size
         self._compression = compression
         self._temp_dir = (temp_dir or spill.join_path(self._staging_dir, TMP_DIR)).rstrip("/")
-        self._gzip_level = tfrecordio.DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
+        self._gzip_level = tfrecord.DEFAULT_GZIP_LEVEL if gzip_level is None else gzip_level
         self._tuning = tuning or ShardTuning()
         self._exchange = exchange
 

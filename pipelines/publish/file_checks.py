@@ -20,7 +20,7 @@ import fsspec
 
 from ...schemas.example import ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
-from ...transforms import tfrecordio
+from ...transforms import tfrecord
 from ...transforms.page_cache import drop_behind
 from ...transforms.readers.inputs import fingerprint
 
@@ -297,12 +297,12 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
     try:
         if features is None:
             # Framing and CRCs only: no object per record.
-            count = tfrecordio.count_records(reader, path=file, compression=compression)
+            count = tfrecord.count_records(reader, path=file, compression=compression)
             records = ()
         else:
             # Views, not copies: a gzip shard of a few hundred KB can hold a
             # record of hundreds of MB, which is then held once.
-            records = tfrecordio.iter_record_views(reader, path=file, compression=compression)
+            records = tfrecord.iter_record_views(reader, path=file, compression=compression)
         for index, record in enumerate(records):
             count = index + 1
             try:
@@ -317,7 +317,7 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
                 bad += 1
                 if first_bad is None:
                     first_bad = Problem(file, problem, record_index=index, code="example")
-    except tfrecordio.TFRecordError as error:
+    except tfrecord.TFRecordError as error:
         count = error.record_index  # the intact records before the damage
         # Offsets of gzip shards count uncompressed bytes (what TFRecord
         # readers see); say so, or a user would seek the compressed file.

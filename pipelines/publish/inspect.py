@@ -32,7 +32,7 @@ import fsspec
 
 from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
-from ...transforms.tfrecordio import TFRecordError, iter_record_views
+from ...transforms.tfrecord import TFRecordError, iter_record_views
 from ...transforms.urls import redact_url
 from .dataset_paths import (DatasetNotFoundError, list_version, load_version_manifest,
                             locate_version)

@@ -26,7 +26,7 @@ from ...schemas.example import ExampleDecodeError, decode_features
 from ...schemas.features import label_feature, label_text
 from ...transforms.files import write_atomic
 from ...transforms.layout import REPORT_FILE
-from ...transforms.tfrecordio import TFRecordError, read_records
+from ...transforms.tfrecord import TFRecordError, read_records
 from .report_html import render_report
 
 __all__ = [

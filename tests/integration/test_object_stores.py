@@ -113,12 +113,12 @@ def test_a_shard_replaced_after_its_writer_checked_it_is_found(store, support):
     is not is read back: a replacement of the same size is found by its
     sha256, a rewrite of the same bytes (a retried writer) passes."""
     from recordforge.pipelines.publish.file_checks import check_stored
-    from recordforge.transforms import shard_files, tfrecordio
+    from recordforge.transforms import shard_files, tfrecord
 
     scheme, server, bucket = store
     server.filesystem()  # the clients' endpoint variables, for this process too
     records = [b"%05d" % n for n in range(100)]
-    data = tfrecordio.frame_records(records)
+    data = tfrecord.frame_records(records)
 
     def write(out) -> int:
         out.write(data)
@@ -132,7 +132,7 @@ def test_a_shard_replaced_after_its_writer_checked_it_is_found(store, support):
     expected = dict(stored=shard.fingerprint, compression="none", expected_size=len(data),
                     expected_sha256=shard.sha256, expected_records=len(records))
     assert check_stored(url, "s.tfrecord", **expected).problems == []
-    same_size = tfrecordio.frame_records([b"%05d" % (n + 1) for n in range(100)])
+    same_size = tfrecord.frame_records([b"%05d" % (n + 1) for n in range(100)])
     assert len(same_size) == len(data)
     fs, path = fsspec.core.url_to_fs(url)
     fs.pipe_file(path, same_size)

@@ -20,7 +20,7 @@ from tfrecord import example_pb2
 
 from recordforge.pipelines import build
 from recordforge.schemas.dead_letters import counted_rows
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 
 def _run_build(tmp_path, source, features, **extra):
@@ -36,7 +36,7 @@ def _run_build(tmp_path, source, features, **extra):
     examples = []
     for split in manifest["splits"].values():
         for shard in split["shards"]:
-            for record in tfrecordio.read_records(str(version_dir / shard["file"])):
+            for record in tfrecord.read_records(str(version_dir / shard["file"])):
                 message = example_pb2.Example()
                 message.ParseFromString(record)
                 examples.append(message.features.feature)

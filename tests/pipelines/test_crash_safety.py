@@ -45,7 +45,7 @@ DRIVER = textwrap.dedent('''
     from recordforge.pipelines.publish import commit
     from recordforge.transforms.layout import shard_file_name
     from recordforge.schemas.example import encode_example
-    from recordforge.transforms import tfrecordio
+    from recordforge.transforms import tfrecord
 
     root, version, mode, seed = sys.argv[1:5]
     rng = random.Random(int(seed))
@@ -77,7 +77,7 @@ DRIVER = textwrap.dedent('''
             records = [encode_example({"id": row + i, "text": f"row {row + i}"})
                        for i in range(40)]
             row += 40
-            data = tfrecordio.gzip_compress(tfrecordio.frame_records(records))
+            data = tfrecord.gzip_compress(tfrecord.frame_records(records))
             file = shard_file_name(split, index, count, "gzip")
             with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
                 for start in range(0, len(data), 64):
@@ -178,12 +178,12 @@ def _publish_base(root: Path) -> None:
     staging = publish.begin_build(str(root), BASE_VERSION)
     from recordforge.transforms.layout import shard_file_name
     from recordforge.schemas.example import encode_example
-    from recordforge.transforms import tfrecordio
+    from recordforge.transforms import tfrecord
     import hashlib
 
     shards = []
     for split in ("train", "test"):
-        data = tfrecordio.frame_records([encode_example({"id": 1, "text": split})])
+        data = tfrecord.frame_records([encode_example({"id": 1, "text": split})])
         file = shard_file_name(split, 0, 1, "none")
         (Path(staging.url) / file).write_bytes(data)
         shards.append({"split": split, "file": file, "num_examples": 1, "num_bytes": len(data),

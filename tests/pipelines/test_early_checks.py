@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 from recordforge.pipelines.publish import file_checks, finalizing
 from recordforge.pipelines.publish.early_checks import EarlyShardChecks
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def shard_bytes(count: int, first: int = 0, compression: str = "none") -> bytes:
-    data = tfrecordio.frame_records([encode_example({"id": first + row, "text": f"row {row}"})
+    data = tfrecord.frame_records([encode_example({"id": first + row, "text": f"row {row}"})
                                      for row in range(count)])
-    return tfrecordio.gzip_compress(data) if compression == "gzip" else data
+    return tfrecord.gzip_compress(data) if compression == "gzip" else data
 
 
 def expected(data: bytes, count: int) -> dict:

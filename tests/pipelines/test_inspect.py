@@ -8,7 +8,7 @@ import pytest
 
 from recordforge.pipelines.publish import inspect
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 IMAGE = b"\xff\xd8\xff\xe0" + bytes(range(256))
 
@@ -19,7 +19,7 @@ def _examples(n):
 
 
 def _write(path, records, compression):
-    with open(path, "wb") as f, tfrecordio.TFRecordWriter(f, compression) as writer:
+    with open(path, "wb") as f, tfrecord.TFRecordWriter(f, compression) as writer:
         writer.write_many(records)
 
 
@@ -31,7 +31,7 @@ def _run(argv):
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_prints_every_record_as_a_json_line(tmp_path, compression):
-    path = tmp_path / ("s" + tfrecordio.suffix_for(compression))
+    path = tmp_path / ("s" + tfrecord.suffix_for(compression))
     _write(path, _examples(3), compression)
     code, lines = _run([str(path)])
     assert code == 0 and len(lines) == 3
@@ -56,7 +56,7 @@ def _publish(root, counts=(4, 4)):
     staging = publish.begin_build(str(root), "v1")
     shards = []
     for index, count in enumerate(counts):
-        data = tfrecordio.frame_records(_examples(count))
+        data = tfrecord.frame_records(_examples(count))
         file = shard_file_name("train", index, len(counts), "none")
         with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
             handle.write(data)
@@ -94,7 +94,7 @@ def test_a_directory_without_a_manifest_is_not_published(tmp_path, capsys):
 
 def test_damaged_file_prints_records_before_the_damage_then_fails(tmp_path, capsys):
     records = _examples(5)
-    data = bytearray(tfrecordio.frame_records(records))
+    data = bytearray(tfrecord.frame_records(records))
     offset = sum(16 + len(r) for r in records[:3])
     data[offset + 20] ^= 0x40
     path = tmp_path / "bad.tfrecord"

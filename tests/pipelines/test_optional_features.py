@@ -30,7 +30,7 @@ from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.features import manifest_features
 from recordforge.schemas.row_encoder import RowEncoder
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.layout import shard_file_name
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -98,7 +98,7 @@ def _publish(root, features_config, rows_):
         except RowError:
             dead += 1
     staging = publish.begin_build(root, "1")
-    data = tfrecordio.frame_records(records)
+    data = tfrecord.frame_records(records)
     shards = []
     if records:
         file = shard_file_name("train", 0, 1, "none")
@@ -224,7 +224,7 @@ def test_every_published_schema_verifies_deeply_and_reads_with_the_readme_snippe
 
     seen = _run_readme_snippet(workdir, monkeypatch)
     assert set(seen["spec"]) == set(features_config)
-    for record in tfrecordio.read_records(str(root / "1" / shard_file_name("train", 0, 1, "none"))) \
+    for record in tfrecord.read_records(str(root / "1" / shard_file_name("train", 0, 1, "none"))) \
             if examples else ():
         _tf_parse(record, seen["spec"])
 

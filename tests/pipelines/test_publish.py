@@ -1,6 +1,6 @@
 """Tests for recordforge.pipelines.publish: staging, budget, manifest, commit.
 
-Builds are staged by hand (shards written with tfrecordio + encode_example,
+Builds are staged by hand (shards written with tfrecord + encode_example,
 plus a _pipeline_result.json), so these tests do not run a Beam pipeline.
 """
 
@@ -29,7 +29,7 @@ from recordforge.transforms import layout
 from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 FEATURES = {"id": {"type": "int64", "shape": []},
             "label": {"type": "int64", "shape": []},
@@ -48,9 +48,9 @@ def write_staged_build(url, *, splits=SPLITS, compression="gzip", salt="", dead_
             records = [encode_example({"id": row + i, "label": (row + i) % 3,
                                        "text": f"{salt}row {row + i}"}) for i in range(count)]
             row += count
-            data = tfrecordio.frame_records(records)
+            data = tfrecord.frame_records(records)
             if compression == "gzip":
-                data = tfrecordio.gzip_compress(data)
+                data = tfrecord.gzip_compress(data)
             file = shard_file_name(split, index, len(counts), compression)
             with fsspec.open(f"{url}/{file}", "wb") as handle:
                 handle.write(data)

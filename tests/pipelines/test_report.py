@@ -17,7 +17,7 @@ from PIL import Image
 
 from recordforge.pipelines.publish import report, report_html
 from recordforge.schemas.example import encode_example
-from recordforge.transforms.tfrecordio import TFRecordWriter
+from recordforge.transforms.tfrecord import TFRecordWriter
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EVIL = '</pre><script>alert("x")</script><img src=x onerror=alert(1)>'

@@ -207,7 +207,7 @@ def test_avro_with_nested_records_and_logical_types(tmp_path):
 
 def test_existing_tfrecords_are_checked_resharded_and_corrupt_records_dead_lettered(tmp_path):
     from recordforge.schemas.example import encode_example
-    from recordforge.transforms.tfrecordio import frame_records, gzip_compress
+    from recordforge.transforms.tfrecord import frame_records, gzip_compress
     src = tmp_path / "in"
     src.mkdir()
     examples = [encode_example({"x": [i], "name": [f"r{i}".encode()]}) for i in range(300)]
@@ -313,7 +313,7 @@ def test_shard_size_spread_says_why_beyond_ten_percent():
 
 def test_tfrecord_labels_give_an_auto_vocabulary(tmp_path):
     from recordforge.schemas.example import encode_example
-    from recordforge.transforms.tfrecordio import frame_records
+    from recordforge.transforms.tfrecord import frame_records
     (tmp_path / "a.tfrecord").write_bytes(frame_records(
         [encode_example({"label": [name.encode()]}) for name in ("dog", "cat", "dog")]))
     code, out = _build(tmp_path, {

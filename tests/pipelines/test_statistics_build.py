@@ -69,7 +69,7 @@ def _published(out):
 def _split_of_ids(version_dir):
     """id -> split, read back from the published shards (an independent reader)."""
     from tfrecord import example_pb2
-    from recordforge.transforms.tfrecordio import read_records
+    from recordforge.transforms.tfrecord import read_records
 
     manifest = json.loads((version_dir / "manifest.json").read_text())
     found = {}

@@ -18,7 +18,7 @@ from recordforge.pipelines.publish import file_checks, verify
 REPO = pathlib.Path(__file__).resolve().parents[2]
 from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 FEATURES = {"id": {"type": "int64", "shape": []},
             "label": {"type": "int64", "shape": []},
@@ -42,9 +42,9 @@ def publish_dataset(root, *, compression="gzip", splits=None, examples=_example,
         for index, count in enumerate(counts):
             records = [encode_example(examples(row + i)) for i in range(count)]
             row += count
-            data = tfrecordio.frame_records(records)
+            data = tfrecord.frame_records(records)
             if compression == "gzip":
-                data = tfrecordio.gzip_compress(data)
+                data = tfrecord.gzip_compress(data)
             file = shard_file_name(split, index, len(counts), compression)
             with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
                 handle.write(data)
@@ -175,7 +175,7 @@ def test_truncated_plain_shard_offset_is_the_cut_record(tmp_path):
     path.write_bytes(data[:-3])
     [framing] = [p for p in verify.verify_dataset(str(tmp_path)).problems if p.code == "framing"]
     assert framing.record_index == 4
-    assert framing.offset == sum(len(tfrecordio.frame_records([encode_example(_example(r))]))
+    assert framing.offset == sum(len(tfrecord.frame_records([encode_example(_example(r))]))
                                  for r in range(13, 17))
 
 
@@ -210,9 +210,9 @@ def test_same_size_record_swap_inside_a_shard_is_caught(tmp_path):
                     examples=lambda row: {"id": 1000 + row, "label": 0, "scores": ("float", []),
                                           "text": "x"})
     path = tmp_path / "v1" / "test-00000-of-00001.tfrecord"
-    records = list(tfrecordio.iter_records(path.open("rb")))
+    records = list(tfrecord.iter_records(path.open("rb")))
     records[0], records[1] = records[1], records[0]
-    path.write_bytes(tfrecordio.frame_records(records))
+    path.write_bytes(tfrecord.frame_records(records))
     report = verify.verify_dataset(str(tmp_path))
     assert [p.code for p in report.problems] == ["sha256"]
 

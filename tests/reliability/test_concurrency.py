@@ -18,7 +18,7 @@ import pytest
 
 from recordforge.pipelines.publish import verify
 from recordforge.schemas.example import decode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 
 CONFIG = textwrap.dedent("""\
     name: race
@@ -61,7 +61,7 @@ def test_two_builds_of_one_version_publish_exactly_one(tmp_path, cli_command):
     version = output / "1.0.0"
     writers = {decode_example(record)["who"][1][0]
                for shard in version.glob("*.tfrecord*")
-               for record in tfrecordio.read_records(str(shard))}
+               for record in tfrecord.read_records(str(shard))}
     assert len(writers) == 1, writers  # never a mix of the two builds
     assert (output / "LATEST").read_text() == "1.0.0\n"
     assert sorted(p.name for p in (output / ".staging").iterdir()) == []

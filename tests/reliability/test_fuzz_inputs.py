@@ -2,7 +2,7 @@
 
 Every reader that takes outside input is fed arbitrary and mutated input:
 
-* the TFRecord reader (`tfrecordio.iter_records`) yields records or raises
+* the TFRecord reader (`tfrecord.iter_records`) yields records or raises
   `TFRecordError`;
 * the Example decoder (`example.decode_example`) returns features or raises
   `ExampleDecodeError`;
@@ -39,10 +39,10 @@ from recordforge.pipelines.config import DatasetConfig, config_from_dict, load_c
 from recordforge.schemas.dead_letters import REASONS
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.example import ExampleDecodeError, decode_example, encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.readers import csv as csv_reader, jsonl
 from recordforge.transforms.readers.rows import SourceRow
-from recordforge.transforms.tfrecordio import TFRecordError
+from recordforge.transforms.tfrecord import TFRecordError
 
 EXAMPLES = int(os.environ.get("RECORDFORGE_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -97,7 +97,7 @@ def mutate(data: bytes, edits: list[tuple[int, int, int]]) -> bytes:
             out[at:at] = bytes([value])
         else:
             length = struct.pack("<Q", 1 << (40 + value % 24))
-            out[at:at] = length + struct.pack("<I", tfrecordio.masked_crc32c(length))
+            out[at:at] = length + struct.pack("<I", tfrecord.masked_crc32c(length))
     return bytes(out)
 
 
@@ -109,7 +109,7 @@ payloads = st.lists(st.binary(max_size=300), max_size=8)
 # --- TFRecord reader -----------------------------------------------------------------
 
 def _read_all(data: bytes, compression: str, path: str = "") -> list[bytes]:
-    return list(tfrecordio.iter_records(io.BytesIO(data), path=path, compression=compression))
+    return list(tfrecord.iter_records(io.BytesIO(data), path=path, compression=compression))
 
 
 @FUZZ
@@ -126,11 +126,11 @@ def test_tfrecord_reader_arbitrary_bytes(data, compression):
 @given(records=payloads, compression=st.sampled_from(["none", "gzip"]),
        members=st.integers(1, 3), edits=edits)
 def test_tfrecord_reader_mutated_files(records, compression, members, edits):
-    framed = tfrecordio.frame_records(records)
+    framed = tfrecord.frame_records(records)
     if compression == "gzip":
         # Several gzip members, as recordforge's own shards are assembled.
         cut = [len(framed) * i // members for i in range(members + 1)]
-        framed = b"".join(tfrecordio.gzip_compress(framed[a:b]) for a, b in zip(cut, cut[1:]))
+        framed = b"".join(tfrecord.gzip_compress(framed[a:b]) for a, b in zip(cut, cut[1:]))
     damaged = mutate(framed, edits)
     with bounded():
         try:
@@ -374,10 +374,10 @@ def test_config_from_arbitrary_yaml(text):
 
 def test_a_record_claiming_two_to_the_sixty_bytes_in_a_gzip_bomb_is_refused_early():
     length = struct.pack("<Q", 1 << 60)
-    header = length + struct.pack("<I", tfrecordio.masked_crc32c(length))
+    header = length + struct.pack("<I", tfrecord.masked_crc32c(length))
     # ~100 KB of gzip expanding to 100 MB of zeros behind the header: reading
     # on would buffer all of it waiting for a record that can never complete.
-    bomb = tfrecordio.gzip_compress(header + bytes(100 << 20), level=3)
+    bomb = tfrecord.gzip_compress(header + bytes(100 << 20), level=3)
     assert len(bomb) < 1 << 20
     with bounded(peak_bytes=16 << 20):
         try:

@@ -19,7 +19,7 @@ import pytest
 
 from recordforge.pipelines import publish
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.layout import shard_file_name
 
 RECORD_MB = 32
@@ -43,7 +43,7 @@ _MEASURE = textwrap.dedent("""\
 
 def _bomb(root, features, kind, stored):
     record = encode_example(features)
-    data = tfrecordio.gzip_compress(tfrecordio.frame_records([record]))
+    data = tfrecord.gzip_compress(tfrecord.frame_records([record]))
     staging = publish.begin_build(str(root), "v1")
     file = shard_file_name("train", 0, 1, "gzip")
     with fsspec.open(f"{staging.url}/{file}", "wb") as handle:

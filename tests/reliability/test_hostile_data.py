@@ -21,7 +21,7 @@ from pathlib import Path
 from PIL import Image
 
 from recordforge.schemas.example import decode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.readers import image_items, jsonl, listing, tables
 from recordforge.transforms.readers.images import ImageOptions
 from recordforge.transforms.readers.rows import SourceRow, each_row
@@ -108,7 +108,7 @@ def build_images(tmp_path: Path, run_build, root: Path, transforms: str = "") ->
     version = output / "1.0.0"
     rows = {}
     for shard in version.glob("*.tfrecord*"):
-        for record in tfrecordio.read_records(str(shard)):
+        for record in tfrecord.read_records(str(shard)):
             features = {name: values[0] for name, (_, values) in decode_example(record).items()}
             rows[features["path"].decode("utf-8")] = features
     letters = {}
@@ -257,7 +257,7 @@ def test_hostile_tables_build(tmp_path, run_build):
     assert "uncounted" not in manifest["dead_letter"]
     texts = {}
     for shard in version.glob("*.tfrecord*"):
-        for record in tfrecordio.read_records(str(shard)):
+        for record in tfrecord.read_records(str(shard)):
             example = decode_example(record)
             texts[example["id"][1][0]] = example["text"][1][0]
     assert texts == {1: huge.encode(), 2: b"nul\x00inside", 3: long_line.encode()}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from recordforge.pipelines import publish
 from recordforge.pipelines.publish import inspect, verify
 from recordforge.schemas.example import encode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.layout import shard_file_name
 
 SECRET = "TOPSECRET-outside-the-dataset"
@@ -34,7 +34,7 @@ def _publish(root, version="v1"):
     staging = publish.begin_build(str(root), version)
     shards = []
     for index, rows in enumerate([range(0, 3), range(3, 5)]):
-        data = tfrecordio.frame_records([encode_example({"id": i}) for i in rows])
+        data = tfrecord.frame_records([encode_example({"id": i}) for i in rows])
         file = shard_file_name("train", index, 2, "none")
         with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
             handle.write(data)
@@ -59,7 +59,7 @@ def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
     outside = base / "outside"
     outside.mkdir()
-    secret_shard = tfrecordio.frame_records([encode_example({"secret": SECRET})])
+    secret_shard = tfrecord.frame_records([encode_example({"secret": SECRET})])
     (outside / "train-00000-of-00002.tfrecord").write_bytes(secret_shard)
     (outside / "secret.txt").write_text(SECRET)
     (outside / "part-00000.jsonl").write_text(json.dumps({"secret": SECRET}) + "\n")

@@ -30,7 +30,7 @@ from PIL import Image
 from recordforge.pipelines import cli
 from recordforge.schemas.dead_letters import MAX_INLINE_CHARS
 from recordforge.schemas.example import decode_example
-from recordforge.transforms import tfrecordio
+from recordforge.transforms import tfrecord
 from recordforge.transforms.readers import csv as csv_reader
 
 PACKAGE = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def image_config(tmp_path: Path, root: Path, labels: str, output: Path, **extra)
 
 def all_records(version_dir: Path) -> list[dict]:
     return [decode_example(record) for shard in sorted(version_dir.glob("*.tfrecord*"))
-            for record in tfrecordio.read_records(str(shard))]
+            for record in tfrecord.read_records(str(shard))]
 
 
 def dead_letters(version_dir: Path) -> list[dict]:

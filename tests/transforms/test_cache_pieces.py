@@ -18,7 +18,7 @@ from recordforge.transforms.shard_plan import SplitAssigner
 from recordforge.transforms.statistics import partial_from_json, partial_to_json
 from recordforge.transforms.shards import ShardTuning
 from recordforge.transforms.spill import RunBuffer
-from recordforge.transforms.tfrecordio import iter_records
+from recordforge.transforms.tfrecord import iter_records
 
 LOCAL = fsspec.filesystem("file")
 
@@ -129,7 +129,7 @@ def test_a_summary_cannot_name_a_file_outside_its_runs(tmp_path):
     import hashlib
     import json
 
-    from recordforge.transforms.tfrecordio import frame_records
+    from recordforge.transforms.tfrecord import frame_records
 
     _write(tmp_path, [(None, b"a")])
     (tmp_path / "secret").write_bytes(b"x")

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recordforge.transforms import (bucket_writers, exchange_chunks, exchange_packets,
-                                    exchange_rows, run_files, tfrecordio)
+                                    exchange_rows, run_files, tfrecord)
 from recordforge.transforms.shard_plan import (BucketChunks, Chunk, SampleEntry, SpillRecord,
                                                bucket_bounds_of, plan_shards, sample_of)
 from recordforge.transforms.shards import ShardTuning, WriteShards
@@ -65,7 +65,7 @@ def _packet(keys, examples, width):
         key_field = tuple(keys)
     else:
         key_field = None
-    return width, key_field, tfrecordio.frame_records(examples), sizes.tobytes()
+    return width, key_field, tfrecord.frame_records(examples), sizes.tobytes()
 
 
 # -- plain logic -------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_a_shard_is_assembled_only_when_every_bucket_reported():
 def test_a_shard_whose_pieces_miss_bytes_is_never_named(tmp_path, compression):
     """The buckets' end markers say how many framed bytes the shard gets;
     a shard writer given fewer fails before the shard has its name."""
-    framed = tfrecordio.frame_records([b"a" * 20, b"b" * 30])
+    framed = tfrecord.frame_records([b"a" * 20, b"b" * 30])
     writer = exchange_rows.WriteCutShardFn(str(tmp_path / "staging"), str(tmp_path / "tmp"),
                                            compression, 1 << 20)
     writer.setup()
@@ -607,7 +607,7 @@ def test_the_ratio_sample_is_the_rows_below_the_bound_in_both_exchanges(tmp_path
                          ratio_sample_bound=(1 << 128) // 5)
     assigner = shard_plan.SplitAssigner("exchange", SPLITS)
     expected = sorted(
-        (assigner.digest(example), tfrecordio.frame_records([example]))
+        (assigner.digest(example), tfrecord.frame_records([example]))
         for _, example in rows if assigner.split_of(example) == "train"
         and int.from_bytes(assigner.digest(example), "big") < tuning.ratio_sample_bound)
     assert 300 < len(expected) < 700

@@ -159,11 +159,11 @@ def test_a_durable_finish_leaves_no_page_of_the_file_cached(tmp_path):
 @linux_only
 def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
     from recordforge.pipelines.publish import file_checks
-    from recordforge.transforms import tfrecordio
+    from recordforge.transforms import tfrecord
 
     records = [os.urandom(3000 + i) for i in range(4000)]  # ~12 MB: more than one drop
     path = tmp_path / "train-00000-of-00001.tfrecord"
-    path.write_bytes(tfrecordio.frame_records(records))
+    path.write_bytes(tfrecord.frame_records(records))
     path = _cached_file(tmp_path, path.name, path.read_bytes())
     assert all(_residency(path))
     check = file_checks.check_file(path, "train-00000-of-00001.tfrecord", compression="none",

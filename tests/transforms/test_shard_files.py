@@ -8,14 +8,14 @@ import fsspec
 import pytest
 
 from recordforge.pipelines.publish.file_checks import check_stored
-from recordforge.transforms import shard_files, tfrecordio
+from recordforge.transforms import shard_files, tfrecord
 
 RECORDS = [bytes([n]) * (n * 7 % 300) for n in range(200)]
 
 
 def _framed(compression: str) -> bytes:
     buffer = io.BytesIO()
-    with tfrecordio.TFRecordWriter(buffer, compression) as writer:
+    with tfrecord.TFRecordWriter(buffer, compression) as writer:
         writer.write_many(RECORDS)
     return buffer.getvalue()
 
@@ -67,7 +67,7 @@ def test_a_shard_on_the_local_disk_is_left_for_verification(tmp_path):
 def test_damage_written_off_the_local_disk_is_refused(memory_staging, compression):
     data = bytearray(_framed("none"))
     data[5000] ^= 0x40  # inside some record
-    damaged = bytes(data) if compression == "none" else tfrecordio.gzip_compress(bytes(data))
+    damaged = bytes(data) if compression == "none" else tfrecord.gzip_compress(bytes(data))
     with pytest.raises(shard_files.ShardCheckError, match="CRC"):
         shard_files.publish_shard("s.tfrecord", _writer(damaged, 200),
                                   staging_dir=memory_staging,

@@ -19,7 +19,7 @@ import random
 import pytest
 from tfrecord import example_pb2
 
-from recordforge.transforms import bucket_sort, shards, spill, tfrecordio
+from recordforge.transforms import bucket_sort, shards, spill, tfrecord
 from recordforge.transforms.shard_plan import SplitAssigner, cuts_at_rows
 
 SPLITS = [("train", 0.75), ("test", 0.25)]
@@ -159,7 +159,7 @@ def _read_split(staging, metadata, split):
     records = []
     for item in metadata:
         if item["split"] == split:
-            records += tfrecordio.read_records(os.path.join(staging, item["file"]))
+            records += tfrecord.read_records(os.path.join(staging, item["file"]))
     return records
 
 
@@ -274,7 +274,7 @@ def test_without_shuffle_rows_are_in_key_order_across_shards(tmp_path):
         files = sorted(item["file"] for item in metadata if item["split"] == split)
         assert len(files) >= 2
         written = [record for name in files
-                   for record in tfrecordio.read_records(str(tmp_path / name))]
+                   for record in tfrecord.read_records(str(tmp_path / name))]
         expected = sorted((by_example[e], e) for e in examples
                           if split_of(by_example[e]) == split)
         assert written == [example for _, example in expected]
@@ -368,7 +368,7 @@ def test_measuring_a_bucket_gives_what_sorting_it_does(tmp_path, seed):
         assert not seams  # the whole split: no neighbour to share a cell with
         data = gzip.decompress(open(written.path, "rb").read())
         sizes = [len(record) + 16 for record in
-                 tfrecordio.iter_records(io.BytesIO(data), compression="none")]
+                 tfrecord.iter_records(io.BytesIO(data), compression="none")]
         assert sum(c.length for c in measured.chunks) == len(data) == sum(sizes)
         assert sum(c.num_records for c in measured.chunks) == len(sizes)
         assert measured.max_row == max(sizes, default=0)

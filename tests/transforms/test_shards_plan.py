@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recordforge.transforms import (bucket_sort, bucket_writers, exchange_packets, row_order,
-                                    run_files, shard_plan, spill, tfrecordio)
+                                    run_files, shard_plan, spill, tfrecord)
 from recordforge.transforms.shard_plan import (
     BucketChunks,
     BucketRange,
@@ -233,7 +233,7 @@ def _cells_of(rows: list[bytes], cuts: list[int], cell_bytes: int) -> list[bytes
     cells written by its own CellWriter, each seam joined from its
     buckets' pieces and compressed, the units ordered as the plan orders
     them."""
-    framed = [tfrecordio.frame_records([row]) for row in rows]
+    framed = [tfrecord.frame_records([row]) for row in rows]
     total = sum(map(len, framed))
     edges = sorted({0, len(rows), *cuts})
     units: dict[int, list[bytes]] = {}
@@ -278,7 +278,7 @@ def test_a_splits_cells_do_not_depend_on_its_buckets(sizes, cut_at, cell_bytes):
     rows = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
     whole = _cells_of(rows, [], cell_bytes)
     assert _cells_of(rows, [cut % (len(rows) + 1) for cut in cut_at], cell_bytes) == whole
-    framed = [tfrecordio.frame_records([row]) for row in rows]
+    framed = [tfrecord.frame_records([row]) for row in rows]
     starts = np.cumsum([len(record) for record in framed]) - [len(record) for record in framed]
     cells = shard_plan.cells_of_rows(starts, np.array([len(record) for record in framed]),
                                      cell_bytes).tolist()
@@ -587,7 +587,7 @@ def test_write_sorted_gathers_the_rows_of_slices_in_one_buffer_or_in_several(
     of a run outside the bucket), or each in a buffer of its own, give the
     rows in (key, example) order, a block at a time."""
     slices = [sorted(rows) for rows in slices if rows] or [[(b"k", b"")]]
-    framed = [tfrecordio.frame_records([example for _, example in rows]) for rows in slices]
+    framed = [tfrecord.frame_records([example for _, example in rows]) for rows in slices]
     if one_buffer:
         arena = bytearray()
         places = []
@@ -610,7 +610,7 @@ def test_write_sorted_gathers_the_rows_of_slices_in_one_buffer_or_in_several(
     finally:
         bucket_sort.BLOCK = original
     ordered = sorted(row for rows in slices for row in rows)
-    assert bytes(writer.data) == tfrecordio.frame_records([example for _, example in ordered])
+    assert bytes(writer.data) == tfrecord.frame_records([example for _, example in ordered])
     assert writer.sizes == [len(example) + 16 for _, example in ordered]
 
 
@@ -671,7 +671,7 @@ def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
         assert _pairs(run.read(lo, hi)) == expected, (lo, hi)
         streamed = list(run.stream(lo, hi))
         assert [(key, example) for key, example, _ in streamed] == expected
-        assert b"".join(framed for _, _, framed in streamed) == tfrecordio.frame_records(
+        assert b"".join(framed for _, _, framed in streamed) == tfrecord.frame_records(
             [example for _, example in expected])
 
 
@@ -831,7 +831,7 @@ def test_external_merge_writes_the_same_bucket_as_the_in_memory_sort(tmp_path):
     for chunk in in_memory.chunks:
         # each chunk is one complete member
         piece = gzip.decompress(data[chunk.offset:chunk.offset + chunk.length])
-        chunk_records = list(tfrecordio.iter_records(io.BytesIO(piece), compression="none"))
+        chunk_records = list(tfrecord.iter_records(io.BytesIO(piece), compression="none"))
         assert len(chunk_records) == chunk.num_records
         records += chunk_records
     assert records == [example for _, example in expected]
@@ -853,11 +853,11 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
             # What the bucket holds, read without the shared buffer.
             expected = sorted(row for run in runs for row in
                               _pairs(run_files.RunFile(run.path).read(bucket.lo, bucket.hi)))
-            size = sum(len(tfrecordio.frame_records([example])) for _, example in expected)
+            size = sum(len(tfrecord.frame_records([example])) for _, example in expected)
             out = io.BytesIO()
             bucket_sort.write_bucket_rows(out, bucket, 0, row_shard_thresholds(size, 1), 0, runs,
                                           **options)
-            records = list(tfrecordio.iter_records(io.BytesIO(out.getvalue()), compression="none"))
+            records = list(tfrecord.iter_records(io.BytesIO(out.getvalue()), compression="none"))
             assert records == [example for _, example in expected] and records
         bucket_sort.release_read_arena()
 

@@ -48,7 +48,7 @@ from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
 from ..run_files import KEY_VARIABLE, RunFile
 from ..spill import RunBuffer
 from ..statistics import partial_from_json, partial_to_json
-from ..tfrecordio import TFRecordError, frame_records, iter_records
+from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
@@ -60,7 +60,7 @@ FORMAT = "recordforge.piece/2"
 # The tags of everything but Examples, in the order a reused piece gives them.
 SUMMARY_TAGS = ("read_dead_letter", "dead_letter", "label_counts", "statistics",
                 "columns_seen", "counts")
-_DIGEST_RECORD_BYTES = 12 + 1 + 32 + 4  # header, tag, sha256, data CRC
+_DIGEST_RECORD_BYTES = FRAMING + 1 + 32  # framing, tag, sha256
 _BATCH_EXAMPLES = 1000
 _READ_BLOCK = 8 << 20
 
