@@ -1,4 +1,4 @@
-"""Finding damage: the intact records at a buffer's head, and a stream checked as it is written.
+"""Finding damage: the intact records at a buffer's head; a stream checked as it is written.
 
 The reader (`reading`) and `RecordStreamCheck` walk buffers of framed bytes
 with the same functions, so a stream checked as it is written fails exactly

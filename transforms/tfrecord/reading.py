@@ -1,4 +1,4 @@
-"""Reading TFRecord files: compression detection, and records yielded, viewed or counted, every one checked.
+"""Reading TFRecord files: compression detected, records yielded, viewed or counted, all checked.
 
 Raises one exception type, `TFRecordError`, for every kind of damage, naming
 the file, the byte offset (in the uncompressed stream) and the index of the

@@ -1,4 +1,4 @@
-"""`RecordStreamCheck` (`transforms.tfrecord.damage`): a stream checked as it is written finds what reading it back finds."""
+"""`RecordStreamCheck` (`damage`): checked as it is written, a stream fails where reading would."""
 
 import io
 import itertools

@@ -10,7 +10,9 @@ from recordforge.transforms import tfrecord
 def test_masked_crc_matches_the_published_definition(spec_masked_crc):
     # Known value: TensorFlow's masked CRC of an empty record's 8 length bytes.
     assert tfrecord.masked_crc32c(b"\x00" * 8) == spec_masked_crc(b"\x00" * 8)
-    assert tfrecord.frame_records([b""]) == (b"\x00" * 8 + struct.pack("<I", spec_masked_crc(b"\x00" * 8))
+    empty_length = b"\x00" * 8
+    assert tfrecord.frame_records([b""]) == (empty_length
+                                             + struct.pack("<I", spec_masked_crc(empty_length))
                                              + struct.pack("<I", spec_masked_crc(b"")))
 
 

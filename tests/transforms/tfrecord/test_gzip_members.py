@@ -1,4 +1,4 @@
-"""Gzip members (`transforms.tfrecord.gzip_members`): written whole or streamed, stored or deflated, read as one stream."""
+"""Gzip members (`gzip_members`): whole or streamed, stored or deflated, read as one stream."""
 
 import gzip
 import io

@@ -1,4 +1,4 @@
-"""The reader (`transforms.tfrecord.reading`): independent writers' files, compression detection, and damage."""
+"""The reader (`tfrecord.reading`): other writers' files, compression detection, and damage."""
 
 import gzip
 import io

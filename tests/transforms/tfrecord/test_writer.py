@@ -26,8 +26,8 @@ def _hand_parse(stream, masked):
 
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
-def test_written_files_parse_with_python_gzip_and_a_hand_parser(compression, make_records, write_file,
-                                                                spec_masked_crc):
+def test_written_files_parse_with_python_gzip_and_a_hand_parser(compression, make_records,
+                                                                write_file, spec_masked_crc):
     records = make_records()
     data = write_file(records, compression)
     stream = gzip.decompress(data) if compression == "gzip" else data
