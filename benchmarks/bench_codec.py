@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from e2e_workloads import _render_jpegs  # noqa: E402
 from recordforge.schemas.example import encode_example  # noqa: E402
-from recordforge.transforms import tfrecordio  # noqa: E402
+from recordforge.transforms import tfrecord  # noqa: E402
 
 CHUNK_BYTES = 4 << 20
 

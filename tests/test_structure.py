@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = "recordforge"
@@ -123,6 +124,49 @@ def test_imports_go_only_down_the_layers():
             if own is not None and theirs is not None and theirs > own:
                 upward.append(f"{modules[name].relative_to(REPO)}:{line} imports {target}")
     assert upward == []
+
+
+# Wings: packages that do one big job behind one door (docs/DESIGN.md). Code
+# outside a wing imports its `__init__`, never one of its modules, so the
+# modules can be split or renamed without touching their users. Tests and
+# benchmarks may open the room they measure.
+WINGS = ("recordforge.transforms.tfrecord", "recordforge.transforms.writer")
+
+
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _rooms_entered(imports: dict[str, list[tuple[str, int]]], wings=WINGS) -> list[str]:
+    """``importer:line imports room`` for every import, by a module outside
+    a wing, of a module inside it other than its door. imports: importing
+    module (dotted name, or a file for code outside the package) -> (imported
+    module, line)."""
+    entered = []
+    for name, targets in imports.items():
+        for target, line in targets:
+            entered += [f"{name}:{line} imports {target}" for wing in wings
+                        if _inside(target, wing) and target != wing and not _inside(name, wing)]
+    return entered
+
+
+def test_code_outside_a_wing_imports_only_its_door():
+    modules = _modules()
+    imports = {name: _imports(name, modules) for name in modules}
+    assert _rooms_entered(imports) == []
+
+
+@given(st.sampled_from(["framing", "damage", "reading", "writer", "gzip_members", "a.b"]),
+       st.sampled_from(["recordforge.transforms.shards", "recordforge.pipelines.build",
+                        "benchmarks/bench_codec.py", "recordforge.transforms"]),
+       st.integers(1, 10_000))
+def test_a_room_entered_from_outside_its_wing_is_found(room, importer, line):
+    wing = "recordforge.transforms.tfrecord"
+    room = f"{wing}.{room}"
+    imports = {importer: [(wing, 1), (room, line)],
+               f"{wing}.reading": [(room, 3), (wing, 4)],  # rooms may use each other
+               "recordforge.transforms.tfrecords": [(room.replace(wing, wing + "s"), 5)]}
+    assert _rooms_entered(imports, (wing,)) == [f"{importer}:{line} imports {room}"]
 
 
 @pytest.mark.parametrize("folder", LAYERS)

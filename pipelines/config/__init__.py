@@ -19,8 +19,8 @@ fault. Nothing here imports Beam.
 """
 
 from .dataset import config_from_dict, load_config
-from .model import (COMPRESSIONS, DEFAULT_SHARD_SIZE, IMAGE_COLUMNS, MIN_SHARD_SIZE, SOURCE_TYPES,
-                    ConfigWarning, DatasetConfig, DeadLetterConfig, OutputConfig, SourceConfig)
+from .model import (DEFAULT_SHARD_SIZE, IMAGE_COLUMNS, MIN_SHARD_SIZE, SOURCE_TYPES, ConfigWarning,
+                    DatasetConfig, DeadLetterConfig, OutputConfig, SourceConfig)
 from .output import parse_size
 from .overrides import apply_override
 from .runners import load_runner_profile, runner_profile_names
@@ -30,7 +30,6 @@ from .validation import ValidationConfig
 __all__ = [
     "CacheConfig",
     "SOURCE_TYPES",
-    "COMPRESSIONS",
     "IMAGE_COLUMNS",
     "DEFAULT_SHARD_SIZE",
     "MIN_SHARD_SIZE",

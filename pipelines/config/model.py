@@ -10,7 +10,6 @@ from .cache import CacheConfig
 from .validation import ValidationConfig
 
 __all__ = [
-    "COMPRESSIONS",
     "DEFAULT_EXTENSIONS",
     "DEFAULT_MAX_ERROR_RATE",
     "DEFAULT_SHARD_SIZE",
@@ -31,9 +30,6 @@ SOURCE_TYPES = ("images", "csv", "jsonl", "json", "parquet", "avro", "tfrecord")
 # Sources whose rows may hold nested values, so that a dotted `from:` is a
 # path of keys (elsewhere it is one column's name).
 NESTED_SOURCE_TYPES = ("jsonl", "json", "parquet", "avro")
-
-
-COMPRESSIONS = ("gzip", "none")
 
 
 # The columns an image row offers (the product contract's list).

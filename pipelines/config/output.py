@@ -9,9 +9,10 @@ import warnings
 from typing import Any
 
 from ...schemas.errors import ConfigError
+from ...transforms.tfrecord import COMPRESSIONS
 from .keys import section
-from .model import (COMPRESSIONS, DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE,
-                    MIN_SHARD_SIZE, ConfigWarning, DeadLetterConfig, OutputConfig)
+from .model import (DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE, MIN_SHARD_SIZE,
+                    ConfigWarning, DeadLetterConfig, OutputConfig)
 from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
 __all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]

@@ -1,6 +1,6 @@
 """Tests for recordforge.pipelines.publish: staging, budget, manifest, commit.
 
-Builds are staged by hand (shards written with tfrecordio + encode_example,
+Builds are staged by hand (shards written with tfrecord + encode_example,
 plus a _pipeline_result.json), so these tests do not run a Beam pipeline.
 """
 

@@ -45,9 +45,9 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..splits import HashedExamples, SplitAssigner
-from ..writer import KEY_VARIABLE, RunBuffer, RunFile, SampleEntry
 from ..statistics import partial_from_json, partial_to_json
-from ..tfrecord import TFRecordError, frame_records, iter_records
+from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
+from ..writer import KEY_VARIABLE, RunBuffer, RunFile, SampleEntry
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
@@ -59,7 +59,7 @@ FORMAT = "recordforge.piece/2"
 # The tags of everything but Examples, in the order a reused piece gives them.
 SUMMARY_TAGS = ("read_dead_letter", "dead_letter", "label_counts", "statistics",
                 "columns_seen", "counts")
-_DIGEST_RECORD_BYTES = 12 + 1 + 32 + 4  # header, tag, sha256, data CRC
+_DIGEST_RECORD_BYTES = FRAMING + 1 + 32  # framing, tag, sha256
 _BATCH_EXAMPLES = 1000
 _READ_BLOCK = 8 << 20
 

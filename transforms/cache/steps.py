@@ -53,14 +53,26 @@ from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
 from ..readers.inputs import fingerprint
 from ..readers.listing import normalized_extensions
-from ..readers.tables import DEFAULT_RANGE_BYTES, FileRange, plan_table_ranges, read_range
+from ..readers.tables import (
+    DEFAULT_RANGE_BYTES,
+    FileRange,
+    plan_table_ranges,
+    read_range,
+)
 from ..sources.outputs import COUNTS, DEAD, ROWS, UNIT, batched
 from ..sources.tables import ListTableFiles
-from ..tagged import select
-from ..to_examples import (COLUMNS_SEEN, DEAD_LETTER, EXAMPLES, LABEL_COUNTS, STATISTICS,
-                           BatchConversion, LabelCounting)
-from ..statistics import StatisticsSetup
 from ..splits import SplitAssigner
+from ..statistics import StatisticsSetup
+from ..tagged import select
+from ..to_examples import (
+    COLUMNS_SEEN,
+    DEAD_LETTER,
+    EXAMPLES,
+    LABEL_COUNTS,
+    STATISTICS,
+    BatchConversion,
+    LabelCounting,
+)
 from ..writer import ShardTuning, SpillRecord
 from .names import file_key, piece_name
 from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece

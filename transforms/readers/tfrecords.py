@@ -1,6 +1,6 @@
 """The TFRecord reader: existing tf.Example files (plain or gzip) as rows and dead letters.
 
-Read without TensorFlow by the project's own codec (`transforms.tfrecordio`:
+Read without TensorFlow by the project's own codec (`transforms.tfrecord`:
 both CRCs of every record checked; gzip found by suffix or by sniffing) and
 Example parser (`schemas.example.decode_example`). A row's values are its
 features, name -> list of values (int64 as int, float as the float32 value,

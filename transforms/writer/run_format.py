@@ -40,14 +40,13 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import tfrecord
 from ..page_cache import drop_behind
-from ..tfrecord import FRAMING
+from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import sorted_order, take
 
 __all__ = [
     "BLOCK",
     "KEY_IS_EXAMPLE",
     "KEY_VARIABLE",
-    "RECORD_HEADER",
     "RunFile",
     "RunFileError",
     "RunSlice",
@@ -57,7 +56,6 @@ __all__ = [
 
 KEY_IS_EXAMPLE = 0  # key_width: the order key is the example; no key section
 KEY_VARIABLE = -1  # key_width: keys of any length, stored with their sizes
-RECORD_HEADER = 12  # TFRecord bytes before the example
 BLOCK = 4 << 20  # bytes of rows framed, gathered or read in one go
 
 _SIZE = np.dtype("<u4")
@@ -180,7 +178,8 @@ class RunSlice(NamedTuple):
         ends = np.cumsum(self.sizes).tolist()
         starts = [0] + ends[:-1]
         data = self.data
-        return [bytes(data[start + RECORD_HEADER:end - 4]) for start, end in zip(starts, ends)]
+        return [bytes(data[start + HEADER_SIZE:end - FOOTER_SIZE])
+                for start, end in zip(starts, ends)]
 
 
 def _bound(keys, bound: bytes | None, width: int) -> int:

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from ..page_cache import WriteBehind
 from ..splits import HASH_SIZE
+from ..tfrecord import FOOTER_SIZE, HEADER_SIZE
 from .bucket_output import CellWriter, ShardRowsWriter
 from .cells import interior_unit
 from .elements import BucketChunks, BucketRange, Chunk, RunInfo
@@ -47,7 +48,6 @@ from .run_format import (
     BLOCK,
     KEY_IS_EXAMPLE,
     KEY_VARIABLE,
-    RECORD_HEADER,
     RunFile,
     RunFileError,
     RunSlice,
@@ -255,7 +255,8 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
 
     def example_at(row: int) -> bytes:
         start = int(starts[row])
-        return bytes(views[sources[row]][start + RECORD_HEADER:start + int(sizes[row]) - 4])
+        end = start + int(sizes[row])
+        return bytes(views[sources[row]][start + HEADER_SIZE:end - FOOTER_SIZE])
 
     if key_width > 0:
         order = sorted_positions(np.concatenate([rows.keys for rows in slices]), example_at)

@@ -126,9 +126,7 @@ class WriteShards(beam.PTransform):
         self._spilled = spilled
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
-        if compression not in tfrecord.COMPRESSIONS:
-            raise ValueError(f"compression must be one of {tfrecord.COMPRESSIONS}, "
-                             f"got {compression!r}")
+        tfrecord.check_compression(compression)
         if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
             raise ValueError(f"shard_size must be a positive number of bytes, got {shard_size!r}")
         self._staging_dir = staging_dir.rstrip("/")

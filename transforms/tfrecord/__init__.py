@@ -1,0 +1,44 @@
+"""The TFRecord file codec: framing, gzip members, a writer, and a damage-checking reader.
+
+Plain code, no Beam: the Beam steps that write shards call its batch
+functions, so no hot path pays per-record Python overhead twice. Other code
+imports this door only, never its modules:
+
+* `framing`: a record's bytes (length header, masked CRC32Cs), `FRAMING`,
+  `TFRecordError`;
+* `gzip_members`: deterministic gzip members (stored when deflate barely
+  shrinks the data), written whole or streamed, and gunzipped back;
+* `writer`: `TFRecordWriter`, the compressions a file may have, its suffix;
+* `damage`: the intact records at a buffer's head, and `RecordStreamCheck`,
+  which checks a stream as it is written exactly as the reader would;
+* `reading`: records read, viewed or counted, every CRC checked.
+"""
+
+from .damage import RecordStreamCheck
+from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
+                      frame_records, masked_crc32c)
+from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
+from .reading import count_records, iter_record_views, iter_records, read_records
+from .writer import COMPRESSIONS, TFRecordWriter, check_compression, suffix_for
+
+__all__ = [
+    "COMPRESSIONS",
+    "DEFAULT_GZIP_LEVEL",
+    "FOOTER_SIZE",
+    "FRAMING",
+    "GzipStream",
+    "HEADER_SIZE",
+    "MAX_RECORD_BYTES",
+    "RecordStreamCheck",
+    "TFRecordError",
+    "TFRecordWriter",
+    "check_compression",
+    "count_records",
+    "frame_records",
+    "gzip_compress",
+    "iter_record_views",
+    "iter_records",
+    "masked_crc32c",
+    "read_records",
+    "suffix_for",
+]
