@@ -5,7 +5,7 @@ the share of rows it samples.
 
 A shuffled gzip split's shard count is ceil(estimated bytes on disk /
 shard_size), the estimate being total framed bytes × the ratio of its
-ratio sample compressed as a shard is (`shard_plan.RATIO_SAMPLE_BOUND`,
+ratio sample compressed as a shard is (`tuning.RATIO_SAMPLE_BOUND`,
 `bucket_output.gzip_written_size`). This takes rows of words and hex
 (gzip shrinks them about 2x), frames them, and for splits of several sizes
 compares the whole split compressed in digest order (what its shards
