@@ -68,7 +68,7 @@ from .elements import BucketChunks, Chunk, RunInfo, ShardSpec, SpillRecord
 from .shard_cuts import cuts_at_rows, plan_row_shards, plan_shards, row_shard_thresholds
 from .shard_files import publish_shard, shard_metadata
 from .step_setup import ShardCounters, counter, set_up_worker
-from .tuning import ShardTuning
+from .tuning import ShardJob, ShardTuning
 
 __all__ = ["FileExchange", "write_shard"]
 
@@ -424,35 +424,24 @@ class FileExchange(beam.PTransform):
     `work_dir` (the steps in the module docstring). Gives the bytes the
     shuffle exchange gives."""
 
-    def __init__(self, staging_dir: str, *, work_dir: str, shard_temp_dir: str,
-                 dataset_name: str, splits, shuffle: bool, shard_size: int, compression: str,
-                 chunk_bytes: int, gzip_level: int, tuning: ShardTuning, spilled: bool):
+    def __init__(self, job: ShardJob, *, work_dir: str, spilled: bool):
         super().__init__()
-        self._staging_dir = staging_dir
+        self._job = job
         self._work_dir = work_dir
-        self._shard_temp_dir = shard_temp_dir
-        self._dataset_name = dataset_name
-        self._splits = splits
-        self._shuffle = shuffle
-        self._shard_size = shard_size
-        self._compression = compression
-        self._chunk_bytes = chunk_bytes
-        self._gzip_level = gzip_level
-        self._tuning = tuning
         self._spilled = spilled
 
     def expand(self, batches):
-        tuning = self._tuning
-        work_dir, chunk_bytes = self._work_dir, self._chunk_bytes
-        cut_at_rows = cuts_at_rows(self._shuffle, self._compression)
-        gzip = self._compression == "gzip"
+        tuning = self._job.tuning
+        work_dir, chunk_bytes = self._work_dir, self._job.chunk_bytes
+        cut_at_rows = cuts_at_rows(self._job.shuffle, self._job.compression)
+        gzip = self._job.compression == "gzip"
         if self._spilled:
             spills = batches  # SpillRecord of runs that are not this writer's to delete
         else:
             spills = batches | "Spill" >> beam.ParDo(_SpillFn(
-                spill.join_path(work_dir, "runs"), self._dataset_name, self._splits,
-                self._shuffle, tuning))  # SpillRecord
-        ratio_bound = tuning.ratio_sample_bound if gzip and self._shuffle else None
+                spill.join_path(work_dir, "runs"), self._job.dataset_name, self._job.splits,
+                self._job.shuffle, tuning))  # SpillRecord
+        ratio_bound = tuning.ratio_sample_bound if gzip and self._job.shuffle else None
         measured = (spills
                     | "KeySpills" >> beam.Map(_key_by_split)
                     | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
@@ -467,14 +456,14 @@ class FileExchange(beam.PTransform):
             measured = self._cells(measured, work_dir, chunk_bytes)
         return (measured
                 | "PlanShards" >> beam.FlatMap(
-                    _plan_split_shards, self._shard_size,
+                    _plan_split_shards, self._job.shard_size,
                     delete_runs=not cut_at_rows and not self._spilled,
                     cut_at_rows=cut_at_rows,
-                    gzip_level=self._gzip_level if gzip else None)
+                    gzip_level=self._job.gzip_level if gzip else None)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._compression, work_dir,
-                    tuning, self._gzip_level)))  # metadata dict
+                    self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,
+                    tuning, self._job.gzip_level)))  # metadata dict
 
     def _cells(self, measured, work_dir: str, cell_bytes: int):
         """Key-ordered gzip: (split, [(run list, measured BucketChunks)]) ->
@@ -485,7 +474,7 @@ class FileExchange(beam.PTransform):
                  | "PlanCells" >> beam.FlatMap(_plan_split_cells)
                  | "SpreadCells" >> beam.Reshuffle()
                  | "SortCells" >> beam.ParDo(_SortRunCellsFn(
-                     work_dir, cell_bytes, self._gzip_level, self._tuning)))
+                     work_dir, cell_bytes, self._job.gzip_level, self._job.tuning)))
         units = (cells
                  | "UnitsOnly" >> beam.Filter(lambda item: item[0] == "unit")
                  | "Units" >> beam.Map(lambda item: item[1]))
@@ -494,7 +483,7 @@ class FileExchange(beam.PTransform):
                  | "Seams" >> beam.Map(lambda item: item[1])
                  | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
                  | "CompressSeams" >> beam.ParDo(_CompressSeamFn(
-                     work_dir, cell_bytes, self._gzip_level)))
+                     work_dir, cell_bytes, self._job.gzip_level)))
         return ((units, seams)
                 | "FlattenUnits" >> beam.Flatten()
                 | "KeyUnits" >> beam.Map(_key_sorted_bucket)

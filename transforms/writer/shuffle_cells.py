@@ -43,6 +43,7 @@ from .shuffle_packets import (
     packet_buckets,
     sorted_bucket,
 )
+from .shuffle_steps import BucketSortFn
 from .step_setup import counter, set_up_worker
 
 __all__ = ["PlaceFn", "RouteFn", "SeamFn", "SortCellsFn", "SplitStatsFn", "merge_split_stats",
@@ -223,7 +224,7 @@ def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
         yield ("chunk", ((split, unit), ("chunk", (chunk.offset, data))))
 
 
-class SortCellsFn(beam.DoFn):
+class SortCellsFn(BucketSortFn):
     """((split, bucket), [plan, packets...]) -> the bucket's rows sorted
     and cut into the split's cells (`bucket_output.CellWriter`, from the
     bucket's first byte in the split that the plan gives): the cells
@@ -236,10 +237,6 @@ class SortCellsFn(beam.DoFn):
         self._cell_bytes = cell_bytes
         self._gzip_level = gzip_level
         self._tuning = tuning
-
-    def setup(self):
-        set_up_worker(rows_die_young=True)
-        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
         (split, bucket), _ = item

@@ -158,6 +158,7 @@ from .shuffle_cells import (
 )
 from .shuffle_rows import BucketSizesFn, CutBucketFn, WriteCutShardFn, plan_row_cuts
 from .shuffle_steps import PackFn
+from .tuning import ShardJob
 
 __all__ = ["ShuffleExchange"]
 
@@ -178,58 +179,44 @@ class ShuffleExchange(beam.PTransform):
     """ExampleBatches -> shard metadata dicts, through the runner's shuffle.
 
     Key-ordered gzip output is cut at cells, the rest at rows (see the
-    module docstring). The shards are written to `staging_dir`;
-    `shard_temp_dir` holds a shard only while it is written, on
-    filesystems that need a temporary name. `tuning` is a
-    `tuning.ShardTuning`. `key_bounds` (key-ordered output): bucket lower
+    module docstring). `job`: what to write, and where (`tuning.ShardJob`).
+    `key_bounds` (key-ordered output): bucket lower
     bounds known before the run (`bucket_plan.bucket_bounds_of` a sample of
     the input's order keys), so that rows go to their bucket as they are
     packed instead of waiting in lanes for their split's sample; any
     bounds give the same bytes."""
 
-    def __init__(self, staging_dir: str, *, shard_temp_dir: str, dataset_name: str,
-                 splits: Sequence[tuple[str, float]], shuffle: bool, shard_size: int,
-                 compression: str, chunk_bytes: int, gzip_level: int, tuning,
-                 key_bounds: Sequence[bytes] | None = None):
+    def __init__(self, job: ShardJob, *, key_bounds: Sequence[bytes] | None = None):
         super().__init__()
-        self._staging_dir = staging_dir
-        self._shard_temp_dir = shard_temp_dir
-        self._dataset_name = dataset_name
-        self._splits = tuple(splits)
-        self._shuffle = shuffle
-        self._shard_size = shard_size
-        self._compression = compression
-        self._chunk_bytes = chunk_bytes
-        self._gzip_level = gzip_level
-        self._tuning = tuning
+        self._job = job
         self._key_bounds = tuple(key_bounds) if key_bounds else None
         if self._key_bounds is not None and self._key_bounds[0] != b"":
             raise ValueError(f"key_bounds must start with b'', got {self._key_bounds[0]!r}")
-        if shuffle and not 1 <= tuning.hash_buckets <= 1 << 24:
+        if job.shuffle and not 1 <= job.tuning.hash_buckets <= 1 << 24:
             raise ValueError(f"hash_buckets must be between 1 and {1 << 24}, got "
-                             f"{tuning.hash_buckets!r}")
+                             f"{job.tuning.hash_buckets!r}")
 
     def expand(self, batches):
-        if self._shuffle or self._key_bounds:
+        if self._job.shuffle or self._key_bounds:
             sizes, rows = self._cut_as_packed(batches)
         else:
             sizes, rows = self._route_by_key(batches)
-        if cuts_at_rows(self._shuffle, self._compression):
+        if cuts_at_rows(self._job.shuffle, self._job.compression):
             return self._cut_at_rows(sizes, rows)
         return self._cut_at_cells(sizes, rows)
 
     def _cut_as_packed(self, batches):
         """(sizes, rows), each batch's rows cut by bucket as they are
         packed: hash buckets (shuffled output) or the given key bounds."""
-        tuning = self._tuning
-        shuffled_gzip = self._shuffle and self._compression == "gzip"
+        tuning = self._job.tuning
+        shuffled_gzip = self._job.shuffle and self._job.compression == "gzip"
         # ("sizes", (split, (buckets, rows, bytes, largest row, ratio sample)))
         # | ("rows", ((split, bucket), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
-            self._dataset_name, self._splits, self._shuffle, tuning,
-            hash_buckets=tuning.hash_buckets if self._shuffle else None,
+            self._job.dataset_name, self._job.splits, self._job.shuffle, tuning,
+            hash_buckets=tuning.hash_buckets if self._job.shuffle else None,
             ratio_bound=tuning.ratio_sample_bound if shuffled_gzip else None,
-            key_bounds=None if self._shuffle else self._key_bounds))
+            key_bounds=None if self._job.shuffle else self._key_bounds))
         return _sizes_and_rows(packed)
 
     def _route_by_key(self, batches):
@@ -243,13 +230,13 @@ class ShuffleExchange(beam.PTransform):
     def _routed(self, batches):
         """Key-ordered output: rows wait in lanes for their split's bucket
         bounds, then go to their bucket (`RouteFn`)."""
-        tuning = self._tuning
+        tuning = self._job.tuning
         bucket_bytes = tuning.bucket_bytes
-        if self._compression == "gzip":  # fewer cells shared by two buckets
-            bucket_bytes = tuning.key_gzip_bucket_bytes(self._shard_size)
+        if self._job.compression == "gzip":  # fewer cells shared by two buckets
+            bucket_bytes = tuning.key_gzip_bucket_bytes(self._job.shard_size)
         # ("stats", (split, (rows, bytes, sample))) | ("rows", ((split, lane), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
-            self._dataset_name, self._splits, self._shuffle, tuning))
+            self._job.dataset_name, self._job.splits, self._job.shuffle, tuning))
         # ((split, lane), ("plan", bucket lower bounds))
         plans = (_part(packed, "stats", "Stats")
                  | "SplitStats" >> beam.CombinePerKey(SplitStatsFn(tuning.sample_size))
@@ -268,7 +255,7 @@ class ShuffleExchange(beam.PTransform):
         ("spec", (shards, buckets it may get)))."""
         plan = (sizes
                 | added_up >> beam.CombinePerKey(BucketSizesFn())
-                | step >> beam.FlatMap(plan_row_cuts, shard_size=self._shard_size,
+                | step >> beam.FlatMap(plan_row_cuts, shard_size=self._job.shard_size,
                                        gzip_level=gzip_level))
         return (plan | f"{step}Placements" >> beam.Filter(lambda item: item[1][0] == "plan"),
                 plan | f"{step}Specs" >> beam.Filter(lambda item: item[1][0] == "spec"))
@@ -280,18 +267,18 @@ class ShuffleExchange(beam.PTransform):
                 | "FlattenShards" >> beam.Flatten()
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
                 | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
-                    self._staging_dir, self._shard_temp_dir, self._compression,
-                    self._tuning.memory_bytes, self._gzip_level, compress=compress)))
+                    self._job.staging_dir, self._job.shard_temp_dir, self._job.compression,
+                    self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress)))
 
     def _cut_at_rows(self, sizes, rows):
-        gzip = self._compression == "gzip"
+        gzip = self._job.compression == "gzip"
         placements, specs = self._plan(sizes, step="PlanCuts", added_up="BucketSizes",
-                                       gzip_level=self._gzip_level if gzip else None)
+                                       gzip_level=self._job.gzip_level if gzip else None)
         # ((split, shard), ("piece", (bucket, number, bytes)) | ("end", (bucket, counts)))
         pieces = ((placements, rows)
                   | "FlattenBuckets" >> beam.Flatten()
                   | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [plan, packets])
-                  | "SortBuckets" >> beam.ParDo(CutBucketFn(self._tuning)))
+                  | "SortBuckets" >> beam.ParDo(CutBucketFn(self._job.tuning)))
         return self._write_shards(specs, pieces, compress=True)
 
     def _cut_at_cells(self, sizes, rows):
@@ -304,10 +291,10 @@ class ShuffleExchange(beam.PTransform):
                  | "FlattenBuckets" >> beam.Flatten()
                  | "GroupBuckets" >> beam.GroupByKey()  # ((split, bucket), [plan, packets])
                  | "SortBuckets" >> beam.ParDo(SortCellsFn(
-                     self._chunk_bytes, self._gzip_level, self._tuning)))
+                     self._job.chunk_bytes, self._job.gzip_level, self._job.tuning)))
         seams = (_part(cells, "seam", "Seams")
                  | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
-                 | "CompressSeams" >> beam.ParDo(SeamFn(self._chunk_bytes, self._gzip_level)))
+                 | "CompressSeams" >> beam.ParDo(SeamFn(self._job.chunk_bytes, self._job.gzip_level)))
         chunk_sizes = ((_part(cells, "sizes", "CellSizes"), _part(seams, "sizes", "SeamSizes"))
                        | "FlattenChunkSizes" >> beam.Flatten())
         chunks = ((_part(cells, "chunk", "CellChunks"), _part(seams, "chunk", "SeamChunks"))

@@ -35,8 +35,7 @@ from .shard_cuts import (
     shards_touched,
 )
 from .shuffle_packets import sorted_bucket
-from .shuffle_steps import ShardFileFn
-from .step_setup import counter, set_up_worker
+from .shuffle_steps import BucketSortFn, ShardFileFn
 
 __all__ = ["BucketSizesFn", "CutBucketFn", "ShardCutter", "WriteCutShardFn", "assemble_shard",
            "plan_row_cuts"]
@@ -219,7 +218,7 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
         yield ((split, shard), ("spec", (count, tuple(expected[shard]))))
 
 
-class CutBucketFn(beam.DoFn):
+class CutBucketFn(BucketSortFn):
     """((split, bucket), [plan, packets...]) -> ((split, shard), ("piece",
     (bucket, number, bytes))) for each piece of the bucket's sorted rows,
     and ((split, shard), ("end", (bucket, (pieces, rows, bytes)))) for each
@@ -227,10 +226,6 @@ class CutBucketFn(beam.DoFn):
 
     def __init__(self, tuning):
         self._tuning = tuning
-
-    def setup(self):
-        set_up_worker(rows_die_young=True)
-        self._exchanged = counter("exchange_bytes")
 
     def process(self, item):
         (split, bucket), _ = item

@@ -28,7 +28,7 @@ from .shard_files import publish_shard, shard_metadata
 from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
 from .step_setup import ShardCounters, counter, set_up_worker
 
-__all__ = ["PackFn", "ShardFileFn"]
+__all__ = ["BucketSortFn", "PackFn", "ShardFileFn"]
 
 
 class PackFn(beam.DoFn):
@@ -117,6 +117,15 @@ class PackFn(beam.DoFn):
         # may cut a bundle's sample first).
         self._exchanged.inc(sum(len(record) for _, record in sample))
         return sample
+
+
+class BucketSortFn(beam.DoFn):
+    """What the steps that sort a bucket's packets share (`sorted_bucket`):
+    their worker set-up and the exchange counter."""
+
+    def setup(self):
+        set_up_worker(rows_die_young=True)
+        self._exchanged = counter("exchange_bytes")
 
 
 class ShardFileFn(beam.DoFn):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 __all__ = ["INPUT_BYTES_PER_HASH_BUCKET", "KEY_GZIP_BUCKET_CELLS", "MAX_BUCKETS",
-           "RATIO_SAMPLE_BOUND", "ShardTuning"]
+           "RATIO_SAMPLE_BOUND", "ShardJob", "ShardTuning"]
 
 # The most buckets a split is sorted in, by key ranges or hash ranges
 # (`ShardTuning.for_input`): 4,096 workers at once, and per-split plans of
@@ -132,3 +132,22 @@ class ShardTuning:
 
     def chunk_bytes(self, shard_size: int) -> int:
         return max(1, min(self.max_chunk_bytes, shard_size // self.chunks_per_shard))
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardJob:
+    """What `WriteShards` asks of either exchange: which rows go where,
+    and how they are cut. `shard_temp_dir` holds a shard only while it is
+    written, on filesystems that need a temporary name; `chunk_bytes`:
+    the cells of key-ordered gzip (`ShardTuning.chunk_bytes`)."""
+
+    staging_dir: str
+    shard_temp_dir: str
+    dataset_name: str
+    splits: tuple[tuple[str, float], ...]
+    shuffle: bool
+    shard_size: int
+    compression: str
+    chunk_bytes: int
+    gzip_level: int
+    tuning: ShardTuning

@@ -16,7 +16,7 @@ from ..splits import validate_splits
 from .file_exchange import FileExchange
 from .shuffle_exchange import ShuffleExchange
 from .spill import join_path
-from .tuning import ShardTuning
+from .tuning import ShardJob, ShardTuning
 
 __all__ = ["EXCHANGES", "WriteShards", "default_exchange"]
 
@@ -155,22 +155,16 @@ class WriteShards(beam.PTransform):
             raise ValueError("WriteShards(spilled=True) takes sorted runs, which only the "
                              "files exchange reads; this runner's exchange is "
                              f"{exchange!r}")
+        job = ShardJob(self._staging_dir, shard_temp_dir, self._dataset_name, self._splits,
+                       self._shuffle, self._shard_size, self._compression, chunk_bytes,
+                       self._gzip_level, tuning)
         if exchange == "shuffle":
             work_dir = shard_temp_dir
-            shards = batches | "Exchange" >> ShuffleExchange(
-                self._staging_dir, shard_temp_dir=shard_temp_dir,
-                dataset_name=self._dataset_name, splits=self._splits, shuffle=self._shuffle,
-                shard_size=self._shard_size, compression=self._compression,
-                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level, tuning=tuning,
-                key_bounds=self._key_bounds)
+            shards = batches | "Exchange" >> ShuffleExchange(job, key_bounds=self._key_bounds)
         else:
             work_dir = join_path(_local_temp_dir(self._temp_dir), writer_id)
-            shards = batches | "FileExchange" >> FileExchange(
-                self._staging_dir, work_dir=work_dir, shard_temp_dir=shard_temp_dir,
-                dataset_name=self._dataset_name, splits=self._splits, shuffle=self._shuffle,
-                shard_size=self._shard_size, compression=self._compression,
-                chunk_bytes=chunk_bytes, gzip_level=self._gzip_level, tuning=tuning,
-                spilled=self._spilled)
+            shards = batches | "FileExchange" >> FileExchange(job, work_dir=work_dir,
+                                                              spilled=self._spilled)
         return self._cleanup(batches, shards, work_dir, staging_temp, writer_id)
 
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
