@@ -9,7 +9,12 @@ extracted from the Example feature of the same name: ``int64`` as
 ``cr:Int64``, ``float`` as ``cr:Float32``, text as ``sc:Text``, an image
 source's encoded image as ``sc:ImageObject``, other bytes as ``sc:Text``
 (base64 by readers that need text). Features of shape ``[N]`` or ``[-1]``
-are arrays (``isArray``, ``arrayShape``).
+are arrays (``isArray``, ``arrayShape``). A timestamp field's description
+gives its unit and epoch. A feature with a vocabulary references a
+``sc:Enumeration`` record set (``<feature>-labels``) that lists each id
+with its label inline, as Croissant describes categorical data. The
+config's ``dataset:`` section gives ``description``, ``license`` and
+``citeAs``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 from typing import Any, Mapping
 
 from ...transforms.layout import CROISSANT_FILE
-from .tfds_metadata import image_features
+from .tfds_metadata import about, image_features, timestamp_text
 
 __all__ = ["croissant", "croissant_files"]
 
@@ -67,15 +72,43 @@ _CONTEXT = {
 _DATA_TYPES = {"int64": "cr:Int64", "float": "cr:Float32", "bytes": "sc:Text"}
 
 
-def _field(split: str, name: str, spec: Mapping[str, Any], is_image: bool) -> dict:
+def _field(split: str, name: str, spec: Mapping[str, Any], is_image: bool,
+           labels: bool) -> dict:
+    description = f"Example feature {name!r} ({spec['type']}, shape {spec['shape']})"
+    stamp = timestamp_text(spec)
+    if stamp is not None:
+        description += f": {stamp}"
     field = {"@type": "cr:Field", "@id": f"{split}/{name}", "name": name,
-             "description": f"Example feature {name!r} ({spec['type']}, shape {spec['shape']})",
+             "description": description,
              "dataType": "sc:ImageObject" if is_image else _DATA_TYPES[spec["type"]],
              "source": {"fileSet": {"@id": f"{split}-shards"}, "extract": {"column": name}}}
+    if labels:
+        field["references"] = {"field": {"@id": f"{_labels_id(name)}/id"}}
     if spec["shape"]:
         field["isArray"] = True
         field["arrayShape"] = ",".join(str(d) for d in spec["shape"])
     return field
+
+
+def _labels_id(name: str) -> str:
+    return f"{name}-labels"
+
+
+def _labels_record_set(name: str, vocabulary: list) -> dict:
+    """The ids and labels of feature `name`'s vocabulary, inline."""
+    record_set = _labels_id(name)
+    return {
+        "@type": "cr:RecordSet", "@id": record_set, "name": record_set,
+        "description": f"The labels of feature {name!r}: the id stored in the Example, "
+                       "and the label it stands for.",
+        "dataType": "sc:Enumeration", "key": {"@id": f"{record_set}/id"},
+        "field": [{"@type": "cr:Field", "@id": f"{record_set}/id", "name": "id",
+                   "dataType": "cr:Int64"},
+                  {"@type": "cr:Field", "@id": f"{record_set}/label", "name": "label",
+                   "dataType": "sc:Text"}],
+        "data": [{f"{record_set}/id": index, f"{record_set}/label": label}
+                 for index, label in enumerate(vocabulary)],
+    }
 
 
 def croissant(manifest: Mapping[str, Any]) -> dict:
@@ -84,8 +117,11 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
     encoding = "application/x-tfrecord+gzip" if gzip else "application/x-tfrecord"
     suffix = ".tfrecord.gz" if gzip else ".tfrecord"
     images = image_features(manifest.get("config") or {})
+    vocabularies = {name: list(labels) for name, labels in
+                    (manifest.get("vocabularies") or {}).items()
+                    if name in manifest["features"]}
     distribution: list[dict] = []
-    record_sets = []
+    record_sets = [_labels_record_set(name, labels) for name, labels in vocabularies.items()]
     for split, summary in manifest["splits"].items():
         for shard in summary["shards"]:
             distribution.append({
@@ -100,20 +136,26 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
         record_sets.append({
             "@type": "cr:RecordSet", "@id": split, "name": split,
             "description": f"Split {split!r}: {summary['num_examples']} examples.",
-            "field": [_field(split, name, spec, name in images)
+            "field": [_field(split, name, spec, name in images, name in vocabularies)
                       for name, spec in manifest["features"].items()]})
-    return {
+    given = about(manifest)
+    description = (f"{manifest['name']} version {manifest['version']}: TFRecord files of "
+                   "tf.train.Example records, built by recordforge.")
+    document = {
         "@context": _CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": manifest["name"],
-        "description": f"{manifest['name']} version {manifest['version']}: TFRecord files of "
-                       "tf.train.Example records, built by recordforge.",
+        "description": (f"{given['description']}\n\n{description}" if "description" in given
+                        else description),
         "version": manifest["version"],
         "datePublished": manifest["created"],
-        "distribution": distribution,
-        "recordSet": record_sets,
     }
+    if "license" in given:
+        document["license"] = given["license"]
+    if "citation" in given:
+        document["citeAs"] = given["citation"]
+    return {**document, "distribution": distribution, "recordSet": record_sets}
 
 
 def croissant_files(manifest: Mapping[str, Any]) -> dict[str, bytes]:
