@@ -121,7 +121,7 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
                     (manifest.get("vocabularies") or {}).items()
                     if name in manifest["features"]}
     distribution: list[dict] = []
-    record_sets = [_labels_record_set(name, labels) for name, labels in vocabularies.items()]
+    record_sets = []
     for split, summary in manifest["splits"].items():
         for shard in summary["shards"]:
             distribution.append({
@@ -138,6 +138,8 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
             "description": f"Split {split!r}: {summary['num_examples']} examples.",
             "field": [_field(split, name, spec, name in images, name in vocabularies)
                       for name, spec in manifest["features"].items()]})
+    # The splits first: readers that take the first record set get rows.
+    record_sets += [_labels_record_set(name, labels) for name, labels in vocabularies.items()]
     given = about(manifest)
     description = (f"{manifest['name']} version {manifest['version']}: TFRecord files of "
                    "tf.train.Example records, built by recordforge.")
