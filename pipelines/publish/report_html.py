@@ -19,7 +19,7 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
-from ..progress import human_bytes
+from ..progress import describe_inputs, human_bytes
 from .report_statistics import render_statistics
 
 __all__ = ["render_report", "thumbnail_data_uri"]
@@ -286,14 +286,11 @@ def render_report(manifest: Mapping[str, Any], *,
                             "labels</p>")
 
     # Input files: read and skipped (the manifest's fingerprints).
-    inputs = manifest.get("inputs") or {}
+    inputs = describe_inputs(manifest)
     if inputs:
-        skipped = inputs.get("skipped") or {}
-        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
         body.append("<h2 id='inputs'>Input files</h2>")
-        body.append(f"<p class='note'>{len(inputs.get('files') or []):,} files read, "
-                    f"{sum(skipped.values()):,} skipped{_e(f' ({reasons})' if reasons else '')}; "
-                    "each read file's size and version are in manifest.json (inputs).</p>")
+        body.append(f"<p class='note'>input files: {_e(inputs)}; each input file's size and "
+                    "version are in manifest.json (inputs).</p>")
     body.append(_cache_section(manifest.get("cache")))
     # Gates, drift and per-feature statistics.
     body.append(render_statistics(statistics, drift))
