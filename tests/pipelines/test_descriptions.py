@@ -122,12 +122,12 @@ def test_a_vocabulary_feature_keeps_its_labels(vocabularies, plain):
     document = croissant(manifest)
     sets = {record_set["@id"]: record_set for record_set in document["recordSet"]}
     for name, labels in vocabularies.items():
-        listed = sets[f"{name}-labels"]
+        listed = sets[f"labels/{name}"]
         assert listed["dataType"] == "sc:Enumeration"
-        assert [row[f"{name}-labels/label"] for row in listed["data"]] == labels
-        assert [row[f"{name}-labels/id"] for row in listed["data"]] == list(range(len(labels)))
+        assert [row[f"labels/{name}/label"] for row in listed["data"]] == labels
+        assert [row[f"labels/{name}/id"] for row in listed["data"]] == list(range(len(labels)))
         field = next(f for f in sets["train"]["field"] if f["name"] == name)
-        assert field["references"] == {"field": {"@id": f"{name}-labels/id"}}
+        assert field["references"] == {"field": {"@id": f"labels/{name}/id"}}
     assert _mlcroissant_issues(document) == (set(), set())
 
 
@@ -144,3 +144,20 @@ def test_a_timestamp_says_its_unit(unit, timezone, name):
     field = croissant(manifest)["recordSet"][0]["field"][0]
     assert f"{words} since 1970-01-01T00:00:00Z" in field["description"]
     assert _mlcroissant_issues(croissant(manifest)) == (set(), set())
+
+
+@SETTINGS
+@given(names=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1,
+                              max_size=10), min_size=1, max_size=5, unique=True),
+       labelled=st.data())
+def test_croissant_validates_whatever_the_feature_names(names, labelled):
+    vocabularies = {name: ["a", "b"] for name in names if labelled.draw(st.booleans())}
+    manifest = _manifest({name: {"type": "int64", "shape": []} for name in names},
+                         vocabularies, ABOUT)
+    document = croissant(manifest)
+    assert _mlcroissant_issues(document) == (set(), set())
+    fields = document["recordSet"][0]["field"]
+    assert [field["name"] for field in fields] == names
+    assert [field["source"]["extract"]["column"] for field in fields] == names
+    ids = [field["@id"] for field in fields]
+    assert len(set(ids)) == len(ids)
