@@ -16,9 +16,10 @@ The driver calls::
                               statistics_hook=None)
 
 `finalize` checks, in order: the pipeline result, its row accounting, the
-error budget and that some row became an example (`budget`), shard naming (`manifest.build_manifest`), and
-that no split is empty. Any failure raises `BuildFailed`; the dead-letter
-files are then moved to ``<output>/.failed/<version>.<build_id>/dead_letter/``.
+error budget and that some row became an example (`budget`), shard naming
+(`manifest.build_manifest`), and that no split is empty. Any failure
+raises `BuildFailed`; the dead-letter files are then moved to
+``<output>/.failed/<version>.<build_id>/dead_letter/``.
 Otherwise it deletes ``_tmp``, calls ``report_hook(staging.url, manifest,
 label_counts)`` (which may add files such as ``report.html``;
 `label_counts` are the pipeline's ``{split: {label: examples}}`` or None).

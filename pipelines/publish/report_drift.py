@@ -215,11 +215,11 @@ def _distances_chart(split: str, info: Mapping[str, Any], limits: Mapping[str, f
         measure = (info["features"][name] or {}).get("measure", "")
         width = max(1.0, _BAR_W * value / top) if value > 0 else 0
         limit = limits.get(name)
-        over = limit is not None and value > limit
+        color = "#b3261e" if limit is not None and value > limit else CURRENT_COLOR
         parts.append(f'<text x="{_LABEL_W - 6}" y="{y + 12}" text-anchor="end" class="lbl">'
                      f"{_e(name if len(name) <= 20 else name[:19] + '…')}<title>{_e(name)}"
                      f"</title></text><rect class=\"bar\" x=\"{_LABEL_W}\" y=\"{y + 2}\" "
-                     f'width="{width:.2f}" height="12" fill="{"#b3261e" if over else CURRENT_COLOR}">'
+                     f'width="{width:.2f}" height="12" fill="{color}">'
                      f"<title>{_e(name)}: {_e(measure)} {_e(_number(value))}</title></rect>"
                      f'<text x="{_LABEL_W + width + 4:.2f}" y="{y + 12}" class="val">'
                      f"{_e(measure)} {_e(_number(value))}</text>")

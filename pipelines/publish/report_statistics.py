@@ -134,9 +134,10 @@ def _summary(entry: Mapping[str, Any], unit: str | None = None) -> str:
     section = entry.get(kind) or {}
     if kind == "numeric":
         shown = value_formatter(unit)
-        text = (f"min {_e(shown(section.get('min')))} · mean {_e(shown(section.get('mean')))} · "
-                f"max {_e(shown(section.get('max')))} · std {_e(_spread(section.get('std'), unit))}"
-                f" · distinct ≈ {_number(section.get('distinct'))}")
+        text = (f"min {_e(shown(section.get('min')))} · mean {_e(shown(section.get('mean')))}"
+                f" · max {_e(shown(section.get('max')))} · std "
+                f"{_e(_spread(section.get('std'), unit))} · distinct ≈ "
+                f"{_number(section.get('distinct'))}")
         if section.get("nan") or section.get("inf"):
             text += f" · NaN {_number(section.get('nan'))} · inf {_number(section.get('inf'))}"
         quantiles = section.get("quantiles") or {}
