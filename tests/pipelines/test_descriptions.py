@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,7 @@ from recordforge.pipelines.publish.tfds_metadata import dataset_info, features_j
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.features import TIMESTAMP_UNITS
 
+FLIGHTS_CSV = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tables" / "flights.csv"
 # Configs are only loaded, never built: the output is never written.
 OUT = "/nonexistent/recordforge-out"
 SETTINGS = settings(max_examples=25, deadline=None,
@@ -161,3 +163,22 @@ def test_croissant_validates_whatever_the_feature_names(names, labelled):
     assert [field["source"]["extract"]["column"] for field in fields] == names
     ids = [field["@id"] for field in fields]
     assert len(set(ids)) == len(ids)
+
+
+@SETTINGS
+@given(first=st.fixed_dictionaries({}, optional={"description": TEXT, "license": TEXT,
+                                                 "citation": TEXT}),
+       second=st.fixed_dictionaries({}, optional={"description": TEXT, "license": TEXT,
+                                                  "citation": TEXT}))
+def test_the_dataset_section_leaves_the_build_cache_valid(first, second):
+    from recordforge.pipelines.cache import encoding_key
+
+    def key(about):
+        config = load_config({"name": "things", "version": "1.0.0",
+                              "source": {"type": "csv", "path": str(FLIGHTS_CSV)},
+                              "features": {"flight_id": {"type": "int64"}},
+                              "output": {"path": OUT},
+                              "dataset": about})
+        return encoding_key(config, {})
+
+    assert key(first) == key(second)
