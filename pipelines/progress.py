@@ -49,6 +49,7 @@ __all__ = [
     "scan_staging",
     "format_line",
     "human_bytes",
+    "describe_inputs",
     "format_summary",
     "print_summary",
     "hide_beam_noise",
@@ -378,18 +379,35 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     for reason, count in sorted((dead.get("by_reason") or {}).items(),
                                 key=lambda item: (-item[1], item[0])):
         out.append(f"  {reason:<28} {count:>8,}")
-    inputs = manifest.get("inputs") or {}
+    inputs = describe_inputs(manifest)
     if inputs:
-        skipped = inputs.get("skipped") or {}
-        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
-        out.append(f"input files: {len(inputs.get('files') or []):,} read, "
-                   f"{sum(skipped.values()):,} skipped" + (f" ({reasons})" if reasons else ""))
+        out.append(f"input files: {inputs}")
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
         out.append(f"wall time: {_duration(wall_seconds)}{rate}")
     if output:
         out.append(f"output: {output}")
     return "\n".join(out)
+
+
+def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
+    """The input files of a build in words, from its manifest's ``inputs``
+    and ``cache`` blocks: ``"1 read, 3 from the cache, 0 skipped"``.
+    None for a build from a PCollection (no ``inputs``). Shared by the
+    summary and the report, so both count as the manifest does."""
+    inputs = manifest.get("inputs") or {}
+    if not inputs:
+        return None
+    files = len(inputs.get("files") or [])
+    cache = manifest.get("cache") or {}
+    reused = cache.get("files_reused") if isinstance(cache, Mapping) else None
+    if isinstance(reused, int) and not isinstance(reused, bool) and 0 < reused <= files:
+        used = f"{files - reused:,} read, {reused:,} from the cache"
+    else:
+        used = f"{files:,} read"
+    skipped = inputs.get("skipped") or {}
+    reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
+    return f"{used}, {sum(skipped.values()):,} skipped" + (f" ({reasons})" if reasons else "")
 
 
 def print_summary(manifest: Mapping[str, Any], *, output: str | None = None,

@@ -11,6 +11,7 @@ Modules, in the order a config is read:
     paths      local paths and URLs
     validation the ``validation:`` section: statistics and gates
     cache      the ``cache:`` section: the build cache
+    about      the ``dataset:`` section: description, license, citation
     model      the frozen dataclasses and defaults
     runners    runner profiles (``configs/runners/*.yaml``)
 

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 from ...schemas.errors import ConfigError
 from ...schemas.feature_config import parse_features
 from ..publish import resolve_version
+from .about import parse_about
 from .cache import parse_cache
 from .keys import check_keys, describe
 from .model import NESTED_SOURCE_TYPES, DatasetConfig
@@ -35,7 +36,7 @@ from .yaml_safe import MAX_CONFIG_BYTES, check_shape, safe_load
 __all__ = ["config_from_dict", "load_config"]
 
 _TOP_KEYS = ("name", "version", "source", "features", "splits", "key", "output", "dead_letter",
-             "validation", "cache")
+             "validation", "cache", "dataset")
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -141,6 +142,7 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
     dead_letter = parse_dead_letter(data.get("dead_letter"))
     validation, validation_resolved = parse_validation(data.get("validation"), features)
     cache, cache_resolved = parse_cache(data.get("cache"))
+    about, about_resolved = parse_about(data.get("dataset"))
     resolved = {
         "name": name,
         "version": version,
@@ -152,10 +154,11 @@ def parse_dataset(data: dict, *, rows_given: bool = False) -> DatasetConfig:
         "dead_letter": dataclasses.asdict(dead_letter),
         "validation": validation_resolved,
         "cache": cache_resolved,
+        "dataset": about_resolved,
     }
     return DatasetConfig(name=name, version=version, source=source, features=features,
                          splits=splits, key=key, output=output, dead_letter=dead_letter,
-                         validation=validation, cache=cache, resolved=resolved)
+                         validation=validation, cache=cache, about=about, resolved=resolved)
 
 
 def _reloadable(resolved: Mapping[str, Any]) -> dict:

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from ...schemas.features import FeatureSpec
+from .about import AboutConfig
 from .cache import CacheConfig
 from .validation import ValidationConfig
 
@@ -125,6 +126,7 @@ class DatasetConfig:
     key: the column whose value assigns split and order, or None (row content).
     validation: statistics on or off and the gates (the ``validation:`` section).
     cache: the build cache (the ``cache:`` section).
+    about: the description, license and citation (the ``dataset:`` section).
     resolved: the whole config as plain JSON-safe data (defaults filled,
       overrides applied, paths as written) for the manifest.
     """
@@ -139,6 +141,7 @@ class DatasetConfig:
     dead_letter: DeadLetterConfig
     validation: ValidationConfig = ValidationConfig()
     cache: CacheConfig = CacheConfig()
+    about: AboutConfig = AboutConfig()
     resolved: dict = dataclasses.field(default_factory=dict, compare=False)
 
     @property

@@ -15,7 +15,9 @@ accounting invariant (``num_input_rows == Σ num_examples +
 dead_letter.num_rows``; a failure is a bug that lost or duplicated rows);
 `check_error_budget` the error budget (`max_error_rate` of the input rows,
 and `max_errors` rows if given), naming the top reasons with a sample row
-each. Each raises `BuildFailed`.
+each; `check_some_examples` that some row became an example (when every
+row failed, a budget that admits it must not end in a message about split
+fractions). Each raises `BuildFailed`.
 
 Rows are input rows: a dead letter for a file that could not be read
 stands for every row it held when that is known (the rows of a Parquet row
@@ -37,7 +39,8 @@ from ...transforms.urls import redact_url
 from .errors import BuildFailed
 from .output import Output, load_json
 
-__all__ = ["check_accounting", "check_error_budget", "read_pipeline_result"]
+__all__ = ["check_accounting", "check_error_budget", "check_some_examples",
+           "read_pipeline_result"]
 
 _TOP_REASONS = 5
 _MAX_SAMPLE_CHARS = 240
@@ -159,9 +162,32 @@ def check_error_budget(result: dict, max_error_rate: float | None,
         lines = [f"build failed: {uncounted} input file(s), or the rest of them, could not "
                  "be read, so how many rows were lost is unknown and the error budget cannot "
                  "be met; nothing was published (their dead letters say \"rows\": null)"]
-    lines.append("top reasons:")
+    raise BuildFailed("\n".join(lines + _reason_lines(reasons)), reasons=reasons)
+
+
+def _reason_lines(reasons: list[tuple[str, int, Any]]) -> list[str]:
+    lines = ["top reasons:"]
     for reason, count, sample in reasons:
         line = f"  {reason}: {count} rows"
         example = _format_sample(sample)
         lines.append(f"{line}, e.g. {example}" if example else line)
-    raise BuildFailed("\n".join(lines), reasons=reasons)
+    return lines
+
+
+def check_some_examples(result: dict) -> None:
+    """Raises `BuildFailed` when no row became an example, saying why: the
+    inputs held no rows, or every row failed (with the top reasons)."""
+    if any(shard["num_examples"] for shard in result["shards"]):
+        return
+    rows = result["num_input_rows"]
+    dead = result["dead_letter"]
+    if not dead["num_rows"]:
+        raise BuildFailed("build failed: the inputs held no rows, so every split is empty; "
+                          "nothing was published")
+    uncounted = dead.get("uncounted", 0)
+    unknown = (f", {uncounted} of them for input file(s) that could not be read (how many "
+               "rows those held is unknown)" if uncounted else "")
+    reasons = _top_reasons(dead)
+    lines = [f"build failed: every input row failed ({dead['num_rows']} of {rows} rows are "
+             f"dead letters{unknown}), so every split is empty; nothing was published"]
+    raise BuildFailed("\n".join(lines + _reason_lines(reasons)), reasons=reasons)

@@ -9,16 +9,26 @@ extracted from the Example feature of the same name: ``int64`` as
 ``cr:Int64``, ``float`` as ``cr:Float32``, text as ``sc:Text``, an image
 source's encoded image as ``sc:ImageObject``, other bytes as ``sc:Text``
 (base64 by readers that need text). Features of shape ``[N]`` or ``[-1]``
-are arrays (``isArray``, ``arrayShape``).
+are arrays (``isArray``, ``arrayShape``). A field's ``@id`` is
+``<split>/<feature>`` with what an IRI path segment may not hold as
+itself (spaces, control characters, ``/``, ``#``, ``?``, ``%``, ...)
+replaced by ``_`` (and a ``~N`` suffix should two names meet); its
+``name`` and column are the feature's own. A timestamp field's description
+gives its unit and epoch. A feature with a vocabulary references a
+``sc:Enumeration`` record set (``labels/<feature>``) that lists each id
+with its label inline, as Croissant describes categorical data. The
+config's ``dataset:`` section gives ``description``, ``license`` and
+``citeAs``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import unicodedata
+from typing import Any, Iterable, Mapping
 
 from ...transforms.layout import CROISSANT_FILE
-from .tfds_metadata import image_features
+from .tfds_metadata import about, image_features, timestamp_text
 
 __all__ = ["croissant", "croissant_files"]
 
@@ -65,17 +75,75 @@ _CONTEXT = {
     "transform": "cr:transform",
 }
 _DATA_TYPES = {"int64": "cr:Int64", "float": "cr:Float32", "bytes": "sc:Text"}
+# Besides letters, digits and marks, what a path segment of an IRI may hold
+# as itself (RFC 3987 ipchar, less "/": mlcroissant folds empty segments).
+# Anything else (spaces, which mlcroissant refuses even escaped, control
+# characters, which it drops, "/", "#", "?", "%") becomes "_" in an @id.
+_ID_PUNCTUATION = set("-._~!$&'()*+,;=:@")
 
 
-def _field(split: str, name: str, spec: Mapping[str, Any], is_image: bool) -> dict:
-    field = {"@type": "cr:Field", "@id": f"{split}/{name}", "name": name,
-             "description": f"Example feature {name!r} ({spec['type']}, shape {spec['shape']})",
+def _id_safe(name: str) -> str:
+    text = "".join(char if char in _ID_PUNCTUATION or unicodedata.category(char)[0] in "LNM"
+                   else "_" for char in name)
+    # A "." or ".." segment would be resolved away ("train/.." is "").
+    return "_" * len(text) if text.strip(".") == "" else text
+
+
+def _id_tokens(names: Iterable[str]) -> dict[str, str]:
+    """feature name -> the text its @ids use: the name with what @ids may
+    not hold replaced by ``_``, made unique by a ``~N`` suffix. The field's
+    ``name`` and the column it extracts stay the feature's own name."""
+    tokens: dict[str, str] = {}
+    used: set[str] = set()
+    for name in names:
+        token = base = _id_safe(name)
+        suffix = 1
+        while token in used:
+            suffix += 1
+            token = f"{base}~{suffix}"
+        used.add(token)
+        tokens[name] = token
+    return tokens
+
+
+def _field(split: str, name: str, token: str, spec: Mapping[str, Any], is_image: bool,
+           labels: bool) -> dict:
+    description = f"Example feature {name!r} ({spec['type']}, shape {spec['shape']})"
+    stamp = timestamp_text(spec)
+    if stamp is not None:
+        description += f": {stamp}"
+    field = {"@type": "cr:Field", "@id": f"{split}/{token}", "name": name,
+             "description": description,
              "dataType": "sc:ImageObject" if is_image else _DATA_TYPES[spec["type"]],
              "source": {"fileSet": {"@id": f"{split}-shards"}, "extract": {"column": name}}}
+    if labels:
+        field["references"] = {"field": {"@id": f"{_labels_id(token)}/id"}}
     if spec["shape"]:
         field["isArray"] = True
         field["arrayShape"] = ",".join(str(d) for d in spec["shape"])
     return field
+
+
+def _labels_id(token: str) -> str:
+    # A prefix without ":" keeps any token a relative path (never a scheme).
+    return f"labels/{token}"
+
+
+def _labels_record_set(name: str, token: str, vocabulary: list) -> dict:
+    """The ids and labels of feature `name`'s vocabulary, inline."""
+    record_set = _labels_id(token)
+    return {
+        "@type": "cr:RecordSet", "@id": record_set, "name": record_set,
+        "description": f"The labels of feature {name!r}: the id stored in the Example, "
+                       "and the label it stands for.",
+        "dataType": "sc:Enumeration", "key": {"@id": f"{record_set}/id"},
+        "field": [{"@type": "cr:Field", "@id": f"{record_set}/id", "name": "id",
+                   "dataType": "cr:Int64"},
+                  {"@type": "cr:Field", "@id": f"{record_set}/label", "name": "label",
+                   "dataType": "sc:Text"}],
+        "data": [{f"{record_set}/id": index, f"{record_set}/label": label}
+                 for index, label in enumerate(vocabulary)],
+    }
 
 
 def croissant(manifest: Mapping[str, Any]) -> dict:
@@ -84,6 +152,10 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
     encoding = "application/x-tfrecord+gzip" if gzip else "application/x-tfrecord"
     suffix = ".tfrecord.gz" if gzip else ".tfrecord"
     images = image_features(manifest.get("config") or {})
+    vocabularies = {name: list(labels) for name, labels in
+                    (manifest.get("vocabularies") or {}).items()
+                    if name in manifest["features"]}
+    tokens = _id_tokens(manifest["features"])
     distribution: list[dict] = []
     record_sets = []
     for split, summary in manifest["splits"].items():
@@ -100,20 +172,30 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
         record_sets.append({
             "@type": "cr:RecordSet", "@id": split, "name": split,
             "description": f"Split {split!r}: {summary['num_examples']} examples.",
-            "field": [_field(split, name, spec, name in images)
+            "field": [_field(split, name, tokens[name], spec, name in images,
+                             name in vocabularies)
                       for name, spec in manifest["features"].items()]})
-    return {
+    # The splits first: readers that take the first record set get rows.
+    record_sets += [_labels_record_set(name, tokens[name], labels)
+                    for name, labels in vocabularies.items()]
+    given = about(manifest)
+    description = (f"{manifest['name']} version {manifest['version']}: TFRecord files of "
+                   "tf.train.Example records, built by recordforge.")
+    document = {
         "@context": _CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": manifest["name"],
-        "description": f"{manifest['name']} version {manifest['version']}: TFRecord files of "
-                       "tf.train.Example records, built by recordforge.",
+        "description": (f"{given['description']}\n\n{description}" if "description" in given
+                        else description),
         "version": manifest["version"],
         "datePublished": manifest["created"],
-        "distribution": distribution,
-        "recordSet": record_sets,
     }
+    if "license" in given:
+        document["license"] = given["license"]
+    if "citation" in given:
+        document["citeAs"] = given["citation"]
+    return {**document, "distribution": distribution, "recordSet": record_sets}
 
 
 def croissant_files(manifest: Mapping[str, Any]) -> dict[str, bytes]:

@@ -15,10 +15,11 @@ The driver calls::
                               verify=True, report_hook=None,
                               statistics_hook=None)
 
-`finalize` checks, in order: the pipeline result, its row accounting and
-the error budget (`budget`), shard naming (`manifest.build_manifest`), and
-that no split is empty. Any failure raises `BuildFailed`; the dead-letter
-files are then moved to ``<output>/.failed/<version>.<build_id>/dead_letter/``.
+`finalize` checks, in order: the pipeline result, its row accounting, the
+error budget and that some row became an example (`budget`), shard naming
+(`manifest.build_manifest`), and that no split is empty. Any failure
+raises `BuildFailed`; the dead-letter files are then moved to
+``<output>/.failed/<version>.<build_id>/dead_letter/``.
 Otherwise it deletes ``_tmp``, calls ``report_hook(staging.url, manifest,
 label_counts)`` (which may add files such as ``report.html``;
 `label_counts` are the pipeline's ``{split: {label: examples}}`` or None).
@@ -63,7 +64,8 @@ from ...transforms.layout import (DEAD_LETTER_DIR, DRIFT_FILE, FAILED_DIR, MANIF
 from ...transforms.urls import redact_url
 from .. import signals
 from . import manifest as manifest_lib
-from .budget import check_accounting, check_error_budget, read_pipeline_result
+from .budget import (check_accounting, check_error_budget, check_some_examples,
+                     read_pipeline_result)
 from .columns_seen import check_columns_seen
 from .checksums import write_sha256sums
 from .croissant import croissant_files
@@ -128,6 +130,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         result = read_pipeline_result(out, staging.directory, staging.display_url)
         check_accounting(result)
         check_error_budget(result, max_error_rate, max_errors)
+        check_some_examples(result)
         check_columns_seen(result)
         dead_files = _dead_letter_files(out, staging, result)
         try:

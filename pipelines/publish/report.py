@@ -25,11 +25,13 @@ from ..progress import human_bytes
 from ...schemas.example import ExampleDecodeError, decode_features
 from ...schemas.features import label_feature, label_text
 from ...transforms.files import write_atomic
-from ...transforms.layout import REPORT_FILE
+from ...transforms.layout import REPORT_FILE, STAGING_DIR
 from ...transforms.tfrecord import TFRecordError, read_records
 from .report_html import render_report
+from .statistics import load_statistics
 
 __all__ = [
+    "previous_statistics",
     "write_report",
     "write_staged_report",
     "gather_samples",
@@ -171,19 +173,39 @@ def dead_letter_samples(version_dir: str, manifest: Mapping[str, Any], *,
     return samples
 
 
+def previous_statistics(staging_url: str, drift: Mapping[str, Any] | None
+                        ) -> dict | None:
+    """The ``stats.json`` of the version `drift` compares with, read from
+    the output that holds staging directory `staging_url`
+    (``<output>/.staging/<version>.<build_id>``), for the drift charts.
+    None when there is none, or it cannot be read: the charts are then
+    drawn from drift.json alone (the gates never depend on this)."""
+    version = drift.get("previous_version") if isinstance(drift, Mapping) else None
+    parts = staging_url.rstrip("/").rsplit("/", 2)
+    if not isinstance(version, str) or len(parts) != 3 or parts[1] != STAGING_DIR \
+            or not parts[0]:
+        return None
+    try:
+        return load_statistics(parts[0], version)
+    except Exception:  # noqa: BLE001 - an earlier build's file: the charts do without it
+        return None
+
+
 def write_report(version_dir: str, manifest: Mapping[str, Any], *,
                  thumbnails: Mapping[str, Sequence[bytes]] | None = None,
                  label_counts: Mapping[str, Mapping[str, int]] | None = None,
                  throughput: Mapping[str, Any] | None = None,
                  statistics: Mapping[str, Any] | None = None,
-                 drift: Mapping[str, Any] | None = None) -> str:
+                 drift: Mapping[str, Any] | None = None,
+                 previous: Mapping[str, Any] | None = None) -> str:
     """Writes ``<version_dir>/report.html`` (local path or fsspec URL) and
     returns its path. Dead-letter samples are read from the version's
-    dead-letter files. Written under a temporary name, then renamed."""
+    dead-letter files. previous: the stats.json drift compares with, for
+    the drift charts. Written under a temporary name, then renamed."""
     page = render_report(manifest, thumbnails=thumbnails, label_counts=label_counts,
                          throughput=throughput,
                          dead_letter_samples=dead_letter_samples(version_dir, manifest),
-                         statistics=statistics, drift=drift)
+                         statistics=statistics, drift=drift, previous=previous)
     target = _join(version_dir, REPORT_FILE)
     fs, path = fsspec.core.url_to_fs(target)
     write_atomic(fs, path, page.encode("utf-8"))
@@ -211,7 +233,9 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
                         statistics: Mapping[str, Any] | None = None,
                         drift: Mapping[str, Any] | None = None) -> str:
     """Writes the report into the staging directory (the `publish.finalize`
-    report hook), with the build's statistics and drift when given. Label counts are the pipeline's when given (split ->
+    report hook), with the build's statistics and drift when given (and the
+    previous version's statistics for the drift charts, `previous_statistics`).
+    Label counts are the pipeline's when given (split ->
     label -> examples), else counted from the staged shards; thumbnails
     come from the first records of the shards."""
     if label_counts is not None and _label_feature(manifest)[0] is not None:
@@ -222,4 +246,5 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
         label_counts, thumbnails = gather_samples(staging_url, manifest)
     return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
                         throughput=_throughput(manifest, wall_seconds),
-                        statistics=statistics, drift=drift)
+                        statistics=statistics, drift=drift,
+                        previous=previous_statistics(staging_url, drift) if statistics else None)

@@ -19,8 +19,9 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
-from ..progress import human_bytes
-from .report_statistics import render_statistics
+from ..progress import describe_inputs, human_bytes
+from .report_statistics import failure_banner, render_statistics
+from .report_values import timestamp_units
 
 __all__ = ["render_report", "thumbnail_data_uri"]
 
@@ -152,6 +153,8 @@ margin:0;font-size:12px;background:#f7f7f9;padding:6px}
 .thumbs img{width:96px;height:96px;object-fit:contain;background:#eee;border:1px solid #ccc}
 .caption{margin:10px 0 0;color:#444;font-weight:600;font-size:13px}
 .ok{color:#2e7d32}.bad{color:#b3261e}.note{color:#666;font-size:12px}
+.banner{border:2px solid #b3261e;background:#fdecea;color:#5f1410;padding:10px 14px;
+margin:8px 0 16px;border-radius:4px}.banner ul{margin:6px 0 0;padding-left:20px}
 """
 
 
@@ -213,10 +216,13 @@ def render_report(manifest: Mapping[str, Any], *,
                   throughput: Mapping[str, Any] | None = None,
                   dead_letter_samples: Mapping[str, Mapping] | None = None,
                   statistics: Mapping[str, Any] | None = None,
-                  drift: Mapping[str, Any] | None = None) -> str:
+                  drift: Mapping[str, Any] | None = None,
+                  previous: Mapping[str, Any] | None = None) -> str:
     """The report page as HTML text. statistics/drift: the build's
     stats.json and drift.json documents (gates, drift and per-feature
-    sections, `report_statistics`)."""
+    sections, `report_statistics`); previous: the stats.json drift compares
+    with (the drift charts draw both distributions). A build whose gates
+    failed opens with a banner saying so (`failure_banner`)."""
     name, version = manifest.get("name", ""), manifest.get("version", "")
     splits = manifest.get("splits") or {}
     config = manifest.get("config") or {}
@@ -225,6 +231,9 @@ def render_report(manifest: Mapping[str, Any], *,
     shard_size = shard_size if isinstance(shard_size, int) else None
     body: list[str] = []
     body.append(f"<h1>{_e(name)} <span class='meta'>{_e(version)}</span></h1>")
+    # A failed build says so before anything else: the page reads like a
+    # published version's otherwise.
+    body.append(failure_banner(drift))
     tool = manifest.get("tool") or {}
     body.append(f"<p class='meta'>created {_e(manifest.get('created', '?'))} · compression "
                 f"{_e(manifest.get('compression', '?'))} · runner {_e(tool.get('runner', '?'))}"
@@ -286,17 +295,15 @@ def render_report(manifest: Mapping[str, Any], *,
                             "labels</p>")
 
     # Input files: read and skipped (the manifest's fingerprints).
-    inputs = manifest.get("inputs") or {}
+    inputs = describe_inputs(manifest)
     if inputs:
-        skipped = inputs.get("skipped") or {}
-        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(skipped.items()))
         body.append("<h2 id='inputs'>Input files</h2>")
-        body.append(f"<p class='note'>{len(inputs.get('files') or []):,} files read, "
-                    f"{sum(skipped.values()):,} skipped{_e(f' ({reasons})' if reasons else '')}; "
-                    "each read file's size and version are in manifest.json (inputs).</p>")
+        body.append(f"<p class='note'>input files: {_e(inputs)}; each input file's size and "
+                    "version are in manifest.json (inputs).</p>")
     body.append(_cache_section(manifest.get("cache")))
     # Gates, drift and per-feature statistics.
-    body.append(render_statistics(statistics, drift))
+    body.append(render_statistics(statistics, drift,
+                                  timestamp_units(manifest.get("features") or {}), previous))
 
     # Dead letters.
     dead = manifest.get("dead_letter") or {}

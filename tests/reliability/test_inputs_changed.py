@@ -142,4 +142,4 @@ def test_the_report_counts_the_input_files(tmp_path, run_build):
     status, _, err = run_build(_table_config(tmp_path, data))
     assert status == 0, err
     page = (tmp_path / "out" / "1.0.0" / "report.html").read_text()
-    assert "1 files read, 2 skipped (extension 1, hidden 1)" in page
+    assert "input files: 1 read, 2 skipped (extension 1, hidden 1)" in page
