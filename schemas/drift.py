@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .statistics import sketch_from_json
+from .stats import sketch_from_json
 
 __all__ = ["FORMAT", "MEASURES", "Gate", "GateResult", "check_gates", "compare",
            "failure_message", "jensen_shannon", "linf_distance"]

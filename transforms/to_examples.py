@@ -3,7 +3,7 @@
 `RowsToExamples` takes batches of `SourceRow` and gives batches of
 ``(key, serialized Example)`` plus a ``dead_letter`` PCollection with one record
 per row that failed and, when asked, the examples counted per split and
-label, and statistics per split and feature (`transforms/statistics.py`).
+label, and statistics per split and feature (`transforms/merge_statistics.py`).
 The per-row work is `batch_converter.BatchConverter`, a plain class tested
 without Beam; the DoFn only wraps it and counts.
 """
@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from ..schemas.features import FeatureSpec
-from ..schemas.statistics import StatisticsAccumulator
+from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .readers.rows import ColumnBatch
@@ -26,7 +26,7 @@ from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .shard_plan import HashedExamples, SplitAssigner
-from .statistics import StatisticsSetup, batch_origin
+from .merge_statistics import StatisticsSetup, batch_origin
 from .tagged import select
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",

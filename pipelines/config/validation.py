@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from ...schemas.drift import Gate
 from ...schemas.errors import ConfigError
 from ...schemas.features import FeatureSpec
-from ...schemas.statistics import feature_kind
+from ...schemas.stats import feature_kind
 from .keys import describe, section
 
 __all__ = ["ValidationConfig", "parse_validation"]

@@ -11,7 +11,7 @@ import pytest
 
 from recordforge.schemas.drift import (Gate, check_gates, compare, failure_message,
                                        jensen_shannon, linf_distance)
-from recordforge.schemas.statistics import FeatureStatistics
+from recordforge.schemas.stats import FeatureStatistics
 
 
 def _stats(numbers, labels, vocabulary=("a", "b", "c"), texts=None, missing=0):

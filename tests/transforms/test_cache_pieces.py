@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.statistics import FeatureStatistics, merge_partials
+from recordforge.schemas.stats import FeatureStatistics, merge_partials
 from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_name, piece_name,
                                                 whole_files)
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
 from recordforge.transforms.run_files import RunFile
 from recordforge.transforms.shard_plan import SplitAssigner
-from recordforge.transforms.statistics import partial_from_json, partial_to_json
+from recordforge.transforms.merge_statistics import partial_from_json, partial_to_json
 from recordforge.transforms.shards import ShardTuning
 from recordforge.transforms.spill import RunBuffer
 from recordforge.transforms.tfrecordio import iter_records

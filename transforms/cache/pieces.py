@@ -47,7 +47,7 @@ from fsspec.implementations.local import LocalFileSystem
 from ..shard_plan import HashedExamples, SampleEntry, SplitAssigner
 from ..run_files import KEY_VARIABLE, RunFile
 from ..spill import RunBuffer
-from ..statistics import partial_from_json, partial_to_json
+from ..merge_statistics import partial_from_json, partial_to_json
 from ..tfrecordio import TFRecordError, frame_records, iter_records
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
@@ -91,7 +91,7 @@ def run_file_name(piece: str, split: int) -> str:
 def encode_value(value: Any) -> Any:
     """A JSON-safe form of a value a converting step gives: JSON values,
     tuples, bytes and numpy arrays (statistics partials have their own,
-    `transforms.statistics.partial_to_json`)."""
+    `transforms.merge_statistics.partial_to_json`)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):

@@ -59,7 +59,7 @@ from ..sources.tables import ListTableFiles
 from ..tagged import select
 from ..to_examples import (COLUMNS_SEEN, DEAD_LETTER, EXAMPLES, LABEL_COUNTS, STATISTICS,
                            BatchConversion, LabelCounting)
-from ..statistics import StatisticsSetup
+from ..merge_statistics import StatisticsSetup
 from ..shard_plan import SpillRecord, SplitAssigner
 from ..shards import ShardTuning
 from .names import file_key, piece_name

@@ -1,4 +1,4 @@
-"""Statistics partials as JSON, and MergeStatistics on a runner (transforms/statistics.py)."""
+"""Statistics partials as JSON, and MergeStatistics on a runner (transforms/merge_statistics.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import FeatureStatistics, StatisticsPlan, merge_partials
+from recordforge.schemas.stats import FeatureStatistics, StatisticsPlan, merge_partials
 from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
-from recordforge.transforms.statistics import (MergeStatistics, StatisticsSetup, batch_origin,
-                                               partial_from_json, partial_to_json)
+from recordforge.transforms.merge_statistics import (MergeStatistics, StatisticsSetup, batch_origin,
+                                                     partial_from_json, partial_to_json)
 from recordforge.transforms.to_examples import STATISTICS, BatchConversion
 
 SPECS = parse_features({

@@ -1,7 +1,7 @@
 """Statistics in the pipeline: a converted batch's checked values -> merged statistics per (split, feature).
 
 `RowsToExamples` (with a `StatisticsSetup`) summarises each batch where its
-checked values are at hand (`CheckedValues`, `schemas.statistics.StatisticsAccumulator`)
+checked values are at hand (`CheckedValues`, `schemas.stats.StatisticsAccumulator`)
 and emits ``((split, feature), FeatureStatistics)``, a *partial*, per batch
 (the cached table path: text's per batch, the others' per reading unit);
 `MergeStatistics` merges the partials per key so that the result depends
@@ -11,7 +11,7 @@ whose merge gives the same in any order (all but text) go through a
 after it, so one set of sketches per bundle and key crosses it; the
 partials of text features, whose top-values summary depends on the merge
 order, are merged in a tree ordered by their batch's origin
-(`batch_origin`, `schemas.statistics.merge_partials`), a GroupByKey per
+(`batch_origin`, `schemas.stats.merge_partials`), a GroupByKey per
 level.
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 
 from ..schemas.row_encoder import RowEncoder
-from ..schemas.statistics import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
-                                  merge_order)
+from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
+                             merge_order)
 from .readers.rows import ColumnBatch
 
 __all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "batch_origin",
@@ -165,7 +165,7 @@ def _last_group(grouped) -> tuple[tuple[str, str], FeatureStatistics]:
 
 class _MergeInOrder(beam.PTransform):
     """``((split, feature), FeatureStatistics)`` partials -> one merged per
-    key, in the tree of `schemas.statistics.merge_partials`: a GroupByKey
+    key, in the tree of `schemas.stats.merge_partials`: a GroupByKey
     per level (MERGE_LEVELS), no level holding more than a 2**16th (level
     1) or 256 (further levels) of a key's partials."""
 

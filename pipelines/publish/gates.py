@@ -1,29 +1,27 @@
-"""A staged build's statistics: `stats.json`, `drift.json` against the version LATEST names, and the gates.
+"""The statistics gates of a staged build: `finalize`'s statistics hook, which writes the statistics files, compares with the baseline and checks the gates.
 
 The pipeline merges the statistics per split and feature and hands them to
 the driver in ``_pipeline_result.json``; `check_statistics` (called by
 `publish.finalize` through its ``statistics_hook``, before the report and
 before anything is published) writes them as ``stats.json`` into the
 staging directory, compares them with the previous version's
-(`load_statistics`) as ``drift.json``, and evaluates the configured gates.
+(`baseline.load_statistics`) as ``drift.json``, and evaluates the configured gates.
 A crossed gate fails the build: `finalize` then publishes nothing, leaves
 LATEST alone and keeps the report under ``<output>/.failed/``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ...schemas.drift import Gate, GateResult, check_gates, compare, failure_message
-from ...schemas.statistics import FORMAT
-from ...transforms.layout import DRIFT_FILE, STATS_FILE
+from .baseline import load_statistics
 from .commit import read_latest
-from .output import Output, load_json
+from .stats_files import statistics_document, write_statistics
 
-__all__ = ["DRIFT_FILE", "STATS_FILE", "StatisticsCheck", "StatisticsOutcome", "check_statistics",
-           "dumps_json", "load_statistics", "statistics_document"]
+__all__ = ["StatisticsCheck", "StatisticsOutcome", "check_statistics"]
+
 
 @dataclass
 class StatisticsOutcome:
@@ -34,39 +32,6 @@ class StatisticsOutcome:
     drift: dict
     gates: list[GateResult] = field(default_factory=list)
     failure: str | None = None
-
-
-def dumps_json(document: Mapping[str, Any]) -> bytes:
-    """A statistics or drift document as UTF-8 JSON (2-space indent, final newline)."""
-    return (json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False)
-            + "\n").encode("utf-8")
-
-
-def statistics_document(entries: Mapping[str, Mapping[str, dict]], manifest: Mapping[str, Any],
-                        feature_order: Sequence[str]) -> dict:
-    """``stats.json`` from the pipeline's entries (split -> feature ->
-    entry): splits in the manifest's order with its example counts,
-    features in schema order."""
-    splits = {}
-    for split, summary in (manifest.get("splits") or {}).items():
-        found = entries.get(split) or {}
-        splits[split] = {"num_examples": summary.get("num_examples", 0),
-                         "features": {name: found[name] for name in feature_order
-                                      if name in found}}
-    return {"format": FORMAT, "name": manifest.get("name"), "version": manifest.get("version"),
-            "splits": splits}
-
-
-def load_statistics(output_path: str, version: str | None) -> dict | None:
-    """The ``stats.json`` of a published version, or None (no version, a
-    version built without statistics, an unreadable or foreign file)."""
-    if not version:
-        return None
-    out = Output(output_path)
-    stats = load_json(out.read_bytes(out.path(version, STATS_FILE)))
-    if not isinstance(stats, dict) or stats.get("format") != FORMAT:
-        return None
-    return stats
 
 
 def check_statistics(staging_url: str, manifest: Mapping[str, Any],
@@ -84,9 +49,7 @@ def check_statistics(staging_url: str, manifest: Mapping[str, Any],
                        "limit": result.gate.limit, "value": result.value,
                        "passed": result.passed, "message": result.message}
                       for result in results]
-    out = Output(staging_url)
-    out.write_atomic(out.path(STATS_FILE), dumps_json(stats))
-    out.write_atomic(out.path(DRIFT_FILE), dumps_json(drift))
+    write_statistics(staging_url, stats, drift)
     return StatisticsOutcome(stats=stats, drift=drift, gates=results,
                              failure=failure_message(results))
 

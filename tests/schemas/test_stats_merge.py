@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
-                                            StatisticsAccumulator, StatisticsPlan, ValueHistogram,
-                                            batch_statistics, merge_order, merge_partials)
+from recordforge.schemas.stats import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
+                                       StatisticsAccumulator, StatisticsPlan, ValueHistogram,
+                                       batch_statistics, merge_order, merge_partials)
 
 KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
 VOCABULARY = ("a", "b", "c", "d")
