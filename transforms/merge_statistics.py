@@ -10,9 +10,8 @@ whose merge gives the same in any order (all but text) go through a
 `CombinePerKey`, which runners apply before the shuffle (per bundle) and
 after it, so one set of sketches per bundle and key crosses it; the
 partials of text features, whose top-values summary depends on the merge
-order, are merged in a tree ordered by their batch's origin
-(`batch_origin`, `schemas.stats.merge_partials`), a GroupByKey per
-level.
+order, are merged in a tree ordered by their content
+(`schemas.stats.merge_partials`), a GroupByKey per level.
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 
@@ -25,10 +24,9 @@ import apache_beam as beam
 from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
                              merge_order)
-from .readers.rows import ColumnBatch
 
-__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "batch_origin",
-           "partial_from_json", "partial_to_json"]
+__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
+           "partial_to_json"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -79,20 +77,6 @@ def _converted(convert, raw: Any) -> Any:
     except Exception:  # cannot happen for a row that was encoded; statistics never fail a row
         return None
     return None if values is None else list(values)
-
-
-def batch_origin(batch) -> str | None:
-    """Where a RowBatch was read, as text no other batch of a build has:
-    its first row's source and row number (a ColumnBatch's first row), or
-    for rows without a number (images: one file per row) the source alone.
-    Batches come from one reading unit in a fixed order, so this does not
-    depend on the runner. None for an empty batch."""
-    if isinstance(batch, ColumnBatch):
-        return f"{batch.source}\n{batch.first_row}"
-    if not batch:
-        return None
-    first = batch[0]
-    return first.source if first.row is None else f"{first.source}\n{first.row}"
 
 
 def partial_to_json(value: tuple[tuple[str, str], FeatureStatistics]) -> list:

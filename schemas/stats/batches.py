@@ -14,11 +14,11 @@ __all__ = ["StatisticsAccumulator", "batch_statistics"]
 
 
 def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
-                     split_names: Sequence[str], origin: str | None = None
+                     split_names: Sequence[str]
                      ) -> list[tuple[tuple[str, str], FeatureStatistics]]:
-    """The statistics of one batch, per (split, feature), each carrying the
-    batch's `origin` (text no other batch of the build has, from where the
-    batch was read: `transforms.merge_statistics.batch_origin`; None if unknown).
+    """The statistics of one batch, per (split, feature): of its values
+    alone (not of where they were read, so that the merged statistics
+    depend only on the rows).
 
     values_of(feature) -> ("scalars", [value per example]) or ("rows",
     [list of values, or None when absent, per example]), the checked values
@@ -29,7 +29,6 @@ def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
             _split_values(plan, values_of, split_of, split_names):
         stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list, vocabulary,
                                               per_row)
-        stats.origin = origin
         out.append(((split, name), stats))
     return out
 
@@ -40,13 +39,13 @@ class StatisticsAccumulator:
     depend on the order (`FeatureStatistics.order_free`) added up.
 
     `add` takes a batch as `batch_statistics` does and returns its text
-    partials, each with the batch's origin (their merge order rests on it);
+    partials (merged later in an order fixed by their content);
     the values of every other feature are added to the statistics held for
     their (split, feature) (`FeatureStatistics.add_values`: one theta sketch
     per feature updated by every batch, where a partial per batch would
     make one per batch and unite them twice on its way, in the cache's piece
     and in `MergeStatistics`). `flush` gives what it holds, one partial per
-    (split, feature) for the run, without an origin, and starts anew. The
+    (split, feature) for the run, and starts anew. The
     merged result is the same: these partials merge in any grouping to the
     statistics of all their values."""
 
@@ -55,8 +54,7 @@ class StatisticsAccumulator:
         self._split_names = tuple(split_names)
         self._held: dict[tuple[str, str], FeatureStatistics] = {}
 
-    def add(self, values_of, split_of: np.ndarray, origin: str | None = None
-            ) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+    def add(self, values_of, split_of: np.ndarray) -> list[tuple[tuple[str, str], FeatureStatistics]]:
         out = []
         for key, (kind, stored, is_list, vocabulary), rows, values, per_row in \
                 _split_values(self._plan, values_of, split_of, self._split_names):
@@ -68,7 +66,6 @@ class StatisticsAccumulator:
                 continue
             stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list,
                                                   vocabulary, per_row)
-            stats.origin = origin
             # Its canonical theta once, for the merge order, the cache and pickling.
             stats.theta = compact_theta(stats.theta) if stats.theta is not None else None
             out.append((key, stats))

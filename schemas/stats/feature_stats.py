@@ -44,7 +44,7 @@ class FeatureStatistics:
 
     __slots__ = ("kind", "stored", "is_list", "vocabulary", "rows", "present", "num_values",
                  "min_count", "max_count", "finite", "nan", "inf", "low", "high", "sum",
-                 "sum_squares", "histogram", "theta", "frequent", "labels", "origin")
+                 "sum_squares", "histogram", "theta", "frequent", "labels")
 
     def __init__(self, kind: str, stored: str, is_list: bool = False,
                  vocabulary: Sequence[str] | None = None):
@@ -62,9 +62,6 @@ class FeatureStatistics:
         self.frequent = None
         self.labels = (np.zeros(len(self.vocabulary), dtype=np.int64)
                        if kind == "vocabulary" else None)
-        # the batch a partial summarises (`batch_statistics`): its place in
-        # the canonical merge order; None once merged
-        self.origin = None
 
     # -- building ---------------------------------------------------------------
 
@@ -189,7 +186,6 @@ class FeatureStatistics:
                              else self.frequent.merge(other.frequent))
         if other.labels is not None:
             self.labels = self.labels + other.labels
-        self.origin = None
         return self
 
     @property
@@ -218,7 +214,7 @@ class FeatureStatistics:
         theta sketch in its canonical form)."""
         state: dict[str, Any] = {name: getattr(self, name) for name in (
             "kind", "stored", "is_list", "rows", "present", "num_values", "min_count",
-            "max_count", "finite", "nan", "inf", "low", "high", "origin")}
+            "max_count", "finite", "nan", "inf", "low", "high")}
         state["vocabulary"] = list(self.vocabulary) if self.vocabulary is not None else None
         state["sum"], state["sum_squares"] = hex(self.sum), hex(self.sum_squares)
         state["labels"] = self.labels.tolist() if self.labels is not None else None
@@ -235,7 +231,7 @@ class FeatureStatistics:
         """The statistics `to_state` gave `state` for."""
         stats = cls(state["kind"], state["stored"], state["is_list"], state["vocabulary"])
         for name in ("rows", "present", "num_values", "min_count", "max_count", "finite", "nan",
-                     "inf", "low", "high", "origin"):
+                     "inf", "low", "high"):
             setattr(stats, name, state[name])
         stats.sum, stats.sum_squares = int(state["sum"], 16), int(state["sum_squares"], 16)
         if state["labels"] is not None:

@@ -6,7 +6,6 @@ import collections
 import hashlib
 import itertools
 import json
-import struct
 from typing import Any, Iterable
 
 from .distinct import compact_theta
@@ -28,29 +27,27 @@ def partial_digest(stats: FeatureStatistics) -> bytes:
 
 
 def merge_order(stats: FeatureStatistics) -> tuple[bytes, int]:
-    """(sort key, level-1 group) of a partial in `merge_partials`: its
-    batch's origin, which no other batch has, then a fingerprint of its
-    content (origin, counts and the canonical theta sketch: cheap, and
-    enough to spread partials without an origin, as the batches of
-    `WriteDataset` cut by the runner, over the groups)."""
-    origin = (stats.origin or "").encode("utf-8", "surrogatepass")
+    """(sort key, level-1 group) of a partial in `merge_partials`: a
+    fingerprint of its content (counts and the canonical theta sketch:
+    cheap, and enough to spread partials over the groups). Nothing of where
+    its rows were read (a path, a row number) takes part: the same rows
+    give the same statistics wherever their files sit and whatever they
+    are named."""
     theta = b""
     if stats.theta is not None:
         stats.theta = compact_theta(stats.theta)  # as pickling would
         theta = stats.theta.serialize()
     offset = stats.frequent.offset if stats.frequent is not None else 0
     fingerprint = hashlib.sha256(b"".join((
-        struct.pack("<Q", len(origin)), origin,
         repr((stats.kind, stats.rows, stats.present, stats.num_values, offset)).encode("ascii"),
         theta))).digest()
-    return (origin + b"\0" + fingerprint,
-            int.from_bytes(fingerprint[:4], "big") >> (32 - MERGE_LEVELS[0]))
+    return fingerprint, int.from_bytes(fingerprint[:4], "big") >> (32 - MERGE_LEVELS[0])
 
 
 def merge_group(members: Iterable[tuple[Any, FeatureStatistics]]) -> FeatureStatistics:
     """Merges ``(order, statistics)`` pairs in the order of `order`; pairs
-    of one order (partials alike in origin and fingerprint) in the order of
-    their whole content (`partial_digest`)."""
+    of one order (partials alike in fingerprint) in the order of their
+    whole content (`partial_digest`)."""
     ordered = sorted(members, key=lambda member: member[0])
     merged = None
     for _, run in itertools.groupby(ordered, key=lambda member: member[0]):
@@ -64,12 +61,12 @@ def merge_group(members: Iterable[tuple[Any, FeatureStatistics]]) -> FeatureStat
 
 def merge_partials(partials: Iterable[FeatureStatistics]) -> FeatureStatistics | None:
     """All partials of one (split, feature) merged in the canonical tree
-    that `transforms.merge_statistics.MergeStatistics` runs on a runner: level 1
-    groups them by `MERGE_LEVELS[0]` bits of their fingerprint and merges
-    each group in origin order (`merge_order`), each further level groups
-    the results by fewer bits and merges them in the order of their group
-    keys. The result depends only on the set of (origin, partial), never
-    on the order they come in."""
+    that `transforms.merge_statistics.MergeStatistics` runs on a runner:
+    level 1 groups them by `MERGE_LEVELS[0]` bits of their fingerprint and
+    merges each group in fingerprint order (`merge_order`), each further
+    level groups the results by fewer bits and merges them in the order of
+    their group keys. The result depends only on the set of partials, never
+    on the order they come in or where their rows were read."""
     level: dict[int, list] = collections.defaultdict(list)
     for stats in partials:
         key, group = merge_order(stats)
