@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Sequence
 
@@ -210,6 +211,14 @@ class ValueHistogram:
                 if size else np.zeros(0, dtype=np.uint64))
         counts = np.frombuffer(data, dtype=f"<u{count_width}", count=size,
                                offset=steps_end).astype(np.int64)
+        # What `of` makes, and what the answers divide by and clamp to:
+        # keys strictly rising (a wrapped sum of steps falls), counts of at
+        # least 1 summing below 2**62, a finite low at most high.
+        if size and (not (np.diff(keys) > 0).all() or counts.min() < 1
+                     or sum(counts.tolist()) >= 1 << 62 or not math.isfinite(low)
+                     or not math.isfinite(high) or low > high):
+            raise ValueError("a recordforge value histogram whose keys, counts or bounds "
+                             "are not ones it can hold")
         return cls(shift, keys, counts, low, high)
 
     def __eq__(self, other) -> bool:
