@@ -8,11 +8,13 @@ L-infinity between the value frequencies of vocabulary and string features
 comparator), Jensen-Shannon divergence (base 2, 0 to 1) for numeric
 features and byte lengths over bins the two share (the deciles of both
 versions; masses from both versions' stored sketches: value histograms, or
-the KLL sketch of a version written before them).
+the KLL sketch of a version written before them), NaN and infinity each a
+bin of its own.
 
 `check_gates(gates, stats, drift)` evaluates the configured `Gate`s and
-returns one `GateResult` per gate and split. Nothing here knows about Beam
-or files.
+returns one `GateResult` per gate and split, for a gate that compares one
+per baseline (`baselines_of`). Nothing here knows about Beam or files; the
+previous document was checked before (`stats.stored_statistics_problem`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...schemas.stats.stored import stored_statistics_problem
+from ...schemas.stats import stored_statistics_problem
 from ...transforms.layout import MANIFEST_FILE, STATS_FILE
 from ...transforms.urls import redact_url
 from .dataset_paths import (DatasetNotFoundError, Located, load_version_manifest, locate_root,

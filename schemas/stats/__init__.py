@@ -12,6 +12,7 @@ Its rooms, each one job:
     entries        a FeatureStatistics as its stats.json entry; a stored sketch read back
     merge          the canonical merge order of partials whose merge depends on it
     batches        a batch's checked values -> partials per (split, feature)
+    stored         an earlier version's stats.json checked before drift reads it
 
 Every part but the top values of text gives the same result in any merge
 order; `merge_partials` makes that one the same too, so stats.json depends
@@ -26,8 +27,10 @@ from .frequent import FREQUENT_CAPACITY, FrequentValues
 from .histogram import HISTOGRAM_BUCKETS, ValueHistogram
 from .merge import MERGE_LEVELS, merge_group, merge_order, merge_partials, partial_digest
 from .plan import FORMAT, KINDS, StatisticsPlan, feature_kind
+from .stored import stored_statistics_problem
 
 __all__ = ["FORMAT", "FREQUENT_CAPACITY", "HISTOGRAM_BUCKETS", "KINDS", "MERGE_LEVELS",
            "QUANTILE_RANKS", "FeatureStatistics", "FrequentValues", "StatisticsAccumulator",
            "StatisticsPlan", "ValueHistogram", "batch_statistics", "feature_kind", "merge_group",
-           "merge_order", "merge_partials", "partial_digest", "sketch_from_json"]
+           "merge_order", "merge_partials", "partial_digest", "sketch_from_json",
+           "stored_statistics_problem"]
