@@ -211,12 +211,7 @@ class ValueHistogram:
                 if size else np.zeros(0, dtype=np.uint64))
         counts = np.frombuffer(data, dtype=f"<u{count_width}", count=size,
                                offset=steps_end).astype(np.int64)
-        # What `of` makes, and what the answers divide by and clamp to:
-        # keys strictly rising (a wrapped sum of steps falls), counts of at
-        # least 1 summing below 2**62, a finite low at most high.
-        if size and (not (np.diff(keys) > 0).all() or counts.min() < 1
-                     or sum(counts.tolist()) >= 1 << 62 or not math.isfinite(low)
-                     or not math.isfinite(high) or low > high):
+        if size and not _holdable(shift, keys, counts, low, high):
             raise ValueError("a recordforge value histogram whose keys, counts or bounds "
                              "are not ones it can hold")
         return cls(shift, keys, counts, low, high)
@@ -230,6 +225,22 @@ class ValueHistogram:
     def __repr__(self) -> str:
         return (f"ValueHistogram({len(self.keys)} buckets, shift {self.shift}, n {self.n}, "
                 f"[{self.low}, {self.high}])")
+
+
+def _holdable(shift: int, keys: np.ndarray, counts: np.ndarray, low: float, high: float
+              ) -> bool:
+    """Whether read-back parts are what `of` makes, which the answers rely
+    on (they divide by the counts and clamp buckets to the bounds): keys
+    strictly rising (a wrapped sum of steps falls), counts of at least 1
+    summing below 2**62, finite bounds, the min in the first bucket and the
+    max in the last (so no bucket lies outside them, and no key shifted
+    back overflows)."""
+    if (np.diff(keys) <= 0).any() or counts.min() < 1 or sum(counts.tolist()) >= 1 << 62:
+        return False
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        return False
+    low_key, high_key = ordered_keys(np.array([low, high])) >> np.uint64(shift)
+    return bool(low_key == keys[0] and high_key == keys[-1])
 
 
 def _width(largest: int) -> int:

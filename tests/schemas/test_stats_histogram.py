@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from recordforge.schemas.stats.histogram import HISTOGRAM_BUCKETS, ValueHistogram, ordered_keys
 
@@ -31,3 +32,33 @@ def test_value_histogram_orders_signs_and_zero():
         -1e300, -3.5, -1e-300, 0.0, 0.0, 2.0, 1e300]
     # (-inf, -1), [-1, 0), [0, 1), [1, inf)
     assert sketch.get_pmf([-1.0, 0.0, 1.0]) == [0.25, 0.125, 0.375, 0.25]
+
+
+# --- a stored sketch read back is untrusted ------------------------------------------------
+
+import struct  # noqa: E402
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_HEADER = struct.Struct("<4sBBBxIddQ")
+
+
+@settings(max_examples=200, deadline=None)
+@given(shift=st.integers(0, 63), steps=st.lists(st.integers(0, 2**64 - 1), max_size=6),
+       counts=st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=7),
+       low=st.floats(), high=st.floats(), first=st.integers(0, 2**64 - 1))
+def test_a_read_back_histogram_answers_with_finite_fractions_or_is_refused(shift, steps, counts,
+                                                                           low, high, first):
+    """Any bytes of the right length: deserialize either refuses them
+    (ValueError) or gives a histogram whose masses are fractions summing to
+    1 (drift divides by its counts and bins by its keys and bounds)."""
+    steps = steps[:len(counts) - 1] + [1] * max(0, len(counts) - 1 - len(steps))
+    data = (_HEADER.pack(b"RFH1", shift, 8, 8, len(counts), low, high, first)
+            + np.array(steps, dtype="<u8").tobytes() + np.array(counts, dtype="<u8").tobytes())
+    try:
+        sketch = ValueHistogram.deserialize(data)
+    except ValueError:
+        return
+    masses = sketch.get_pmf(sketch.get_quantiles([0.1, 0.5, 0.9]))
+    assert all(0 <= mass <= 1 for mass in masses) and sum(masses) == pytest.approx(1)
+    assert all(np.isfinite(sketch.get_quantiles([0.0, 0.5, 1.0])))
