@@ -70,8 +70,11 @@ def load_baselines(output_path: str, choice: BaselineChoice = BaselineChoice()
     problem, also given as a warning."""
     try:
         root = locate_root(output_path)
-    except (DatasetNotFoundError, OSError, ValueError, ImportError):
+    except DatasetNotFoundError:
         return [], []  # nothing published there yet: no baseline, nothing to warn of
+    except (OSError, ValueError, ImportError) as error:
+        return [], [f"the output {redact_url(output_path)} cannot be read for a baseline "
+                    f"({type(error).__name__}: {error}); the build compares with nothing"]
     if choice.version is not None:
         baselines = [_load(_in_root(root), choice.version)]
     elif choice.last is not None:

@@ -216,3 +216,10 @@ def test_no_earlier_version_needs_no_warning(tmp_path, capsys):
                if result.gate.measure in COMPARING)
     assert "warning" not in capsys.readouterr().err
 
+
+
+def test_an_output_that_cannot_be_read_is_warned_of(tmp_path):
+    from recordforge.pipelines.publish.baseline import load_baselines
+    baselines, warnings = load_baselines("nosuchprotocol://bucket/out")
+    assert baselines == [] and len(warnings) == 1
+    assert "nosuchprotocol://bucket/out cannot be read for a baseline" in warnings[0]
