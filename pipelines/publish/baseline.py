@@ -57,7 +57,7 @@ class Baseline:
     """One version compared with. stats: its checked stats.json, or None
     with `problem` saying why it cannot be used (naming the file)."""
 
-    version: str
+    version: str | None
     stats: dict | None = None
     problem: str | None = None
 
@@ -102,7 +102,7 @@ def _latest(output_path: str) -> list[Baseline]:
         return []  # no LATEST: nothing published yet
     if located.problems:
         where = redact_url(located.url)
-        return [Baseline(located.latest or "?", problem=f"named by {where}/"
+        return [Baseline(located.latest, problem=f"named by {where}/"
                          f"{located.problems[0]}")]
     return [_stats_of(located, located.latest)]
 
