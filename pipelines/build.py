@@ -38,7 +38,7 @@ from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies
 from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExistsError,
                       report)
-from .publish.statistics import StatisticsCheck
+from .publish.gates import StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError

@@ -18,7 +18,7 @@ from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from .key_sample import sample_bucket_bounds, uses_sampled_bounds
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
-from ..schemas.statistics import StatisticsPlan
+from ..schemas.stats import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.files import write_atomic
@@ -27,7 +27,7 @@ from ..transforms.writer import ShardTuning, WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
-from ..transforms.statistics import MergeStatistics, StatisticsSetup
+from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
 from ..transforms.to_examples import LabelCounting, RowsToExamples
 

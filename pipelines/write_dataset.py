@@ -53,7 +53,7 @@ from .graph import known_vocabularies, stage_build, write_result
 from .key_sample import SAMPLE_ROWS, bounds_of_rows, uses_sampled_bounds
 from .publish import BuildFailed, report
 from .publish.manifest import load_manifest
-from .publish.statistics import StatisticsCheck
+from .publish.gates import StatisticsCheck
 from .publish.staging import PIPELINE_LEASE, StagingRef
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError

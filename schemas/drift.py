@@ -8,11 +8,13 @@ L-infinity between the value frequencies of vocabulary and string features
 comparator), Jensen-Shannon divergence (base 2, 0 to 1) for numeric
 features and byte lengths over bins the two share (the deciles of both
 versions; masses from both versions' stored sketches: value histograms, or
-the KLL sketch of a version written before them).
+the KLL sketch of a version written before them), NaN and infinity each a
+bin of its own.
 
 `check_gates(gates, stats, drift)` evaluates the configured `Gate`s and
-returns one `GateResult` per gate and split. Nothing here knows about Beam
-or files.
+returns one `GateResult` per gate and split, for a gate that compares one
+per baseline (`baselines_of`). Nothing here knows about Beam or files; the
+previous document was checked before (`stats.stored_statistics_problem`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .statistics import sketch_from_json
+from .stats import sketch_from_json
 
-__all__ = ["FORMAT", "MEASURES", "Gate", "GateResult", "check_gates", "compare",
-           "failure_message", "jensen_shannon", "linf_distance"]
+__all__ = ["FORMAT", "MEASURES", "Gate", "GateResult", "baselines_of", "check_gates", "compare",
+           "failure_message", "jensen_shannon", "linf_distance", "nonfinite_share"]
 
 FORMAT = "recordforge.drift/1"
 # measure -> (what it is, where it comes from)
@@ -32,7 +34,10 @@ MEASURES = {
     "linf": "L-infinity distance between value frequencies against the previous version",
     "js": "Jensen-Shannon divergence against the previous version",
     "missing": "fraction of the split's examples without the feature",
+    "nonfinite": "fraction of a numeric feature's values that are NaN or infinite",
 }
+# Measures of the build alone; the others compare with a baseline.
+_OF_THIS_BUILD = ("missing", "nonfinite")
 # Ranks whose quantiles (of both versions) make the shared bins.
 _BIN_RANKS = tuple(i / 10 for i in range(1, 10))
 
@@ -49,15 +54,17 @@ class Gate(NamedTuple):
 
 
 class GateResult(NamedTuple):
-    """A gate evaluated in one split: passed, the measured value (None when
-    it cannot be measured: no previous version, a new split or feature),
-    and a sentence saying so."""
+    """A gate evaluated in one split (against one baseline: its version,
+    for gates that compare): passed, the measured value (None when it
+    cannot be measured: no baseline or an unusable one, a new split or
+    feature), and a sentence saying so."""
 
     gate: Gate
     split: str
     value: float | None
     passed: bool
     message: str
+    baseline: str | None = None
 
 
 # --- distances ---------------------------------------------------------------------
@@ -111,20 +118,45 @@ def _value_counts(entry: Mapping[str, Any]) -> tuple[dict[str, float], bool] | N
     return counts, bool(section.get("exact"))
 
 
-def _shared_edges(mine, theirs) -> list[float]:
-    """Bin edges both versions are counted on: the deciles of both."""
-    return sorted(set(mine.get_quantiles(list(_BIN_RANKS)))
-                  | set(theirs.get_quantiles(list(_BIN_RANKS))))
+def _value_shares(entry: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(finite values, NaN, infinities) of a numeric or bytes entry: the
+    parts of its value distribution (a byte length is always finite)."""
+    section = entry.get(entry.get("kind"))
+    if entry.get("kind") == "bytes" or not isinstance(section, Mapping):
+        return entry.get("num_values") or 0, 0, 0
+    return section.get("count") or 0, section.get("nan") or 0, section.get("inf") or 0
 
 
 def _numeric_js(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> float | None:
+    """Jensen-Shannon divergence of the whole value distributions: the
+    finite values over bins both versions share (the deciles of both), and
+    NaN and infinity each a bin of its own, so a feature turning NaN moves
+    it as much as one whose values move. None when a version holds finite
+    values but no sketch of them (nothing to bin them by)."""
     kind = entry.get("kind")
-    mine, theirs = sketch_from_json(entry.get(kind)), sketch_from_json(previous.get(kind))
-    if mine is None or theirs is None or mine.is_empty() or theirs.is_empty():
-        return None
-    edges = _shared_edges(mine, theirs)
-    # get_pmf bins: (-inf, e0), [e0, e1), ..., [e_last, inf)
-    return jensen_shannon(mine.get_pmf(edges), theirs.get_pmf(edges))
+    sides = []
+    for version in (entry, previous):
+        shares = _value_shares(version)
+        sketch = sketch_from_json(version.get(kind)) if shares[0] else None
+        if shares[0] and (sketch is None or sketch.is_empty()):
+            return None
+        sides.append((sketch, shares))
+    edges = sorted({edge for sketch, _ in sides if sketch is not None
+                    for edge in sketch.get_quantiles(list(_BIN_RANKS))})
+    masses = []
+    for sketch, (finite, nan, inf) in sides:
+        # get_pmf bins: (-inf, e0), [e0, e1), ..., [e_last, inf)
+        body = sketch.get_pmf(edges) if sketch is not None else [0.0] * (len(edges) + 1)
+        masses.append([share * finite for share in body] + [nan, inf])
+    return jensen_shannon(*masses)
+
+
+def nonfinite_share(entry: Mapping[str, Any]) -> float | None:
+    """The share of a numeric feature's values that are NaN or infinite
+    (0 for int64), None when it holds no values."""
+    finite, nan, inf = _value_shares(entry)
+    total = finite + nan + inf
+    return (nan + inf) / total if total else None
 
 
 def _feature_drift(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> dict | None:
@@ -142,9 +174,14 @@ def _feature_drift(entry: Mapping[str, Any], previous: Mapping[str, Any]) -> dic
                               previous.get("num_values") or sum(theirs[0].values()))
         return {"measure": "linf", "value": round(value, 6), "exact": mine[1] and theirs[1]}
     value = _numeric_js(entry, previous)
-    if value is None:
+    if value is None or not math.isfinite(value):
         return None
-    return {"measure": "js", "value": round(value, 6), "exact": False}
+    found = {"measure": "js", "value": round(value, 6), "exact": False}
+    if kind == "numeric" and entry.get("type") == "float":
+        share, before = nonfinite_share(entry), nonfinite_share(previous)
+        found["nonfinite_share"] = None if share is None else round(share, 6)
+        found["previous_nonfinite_share"] = None if before is None else round(before, 6)
+    return found
 
 
 # --- the comparison ----------------------------------------------------------------
@@ -203,49 +240,91 @@ def compare(current: Mapping[str, Any], previous: Mapping[str, Any] | None,
 # --- gates -------------------------------------------------------------------------
 
 
-def _measure(gate: Gate, split: str, stats: Mapping[str, Any], drift: Mapping[str, Any]
-             ) -> tuple[float | None, str]:
-    """(value, why it is None)."""
+def _entry(stats: Mapping[str, Any], split: str, feature: str | None) -> Mapping | None:
+    return ((stats.get("splits") or {}).get(split, {}).get("features") or {}).get(feature)
+
+
+def _measure_now(gate: Gate, split: str, stats: Mapping[str, Any]) -> tuple[float | None, str]:
+    """(value, why it is None) of a measure of this build alone."""
+    entry = _entry(stats, split, gate.feature)
+    if entry is None:
+        return None, f"feature {gate.feature!r} has no statistics"
     if gate.measure == "missing":
-        entry = ((stats.get("splits") or {}).get(split, {}).get("features") or {}).get(
-            gate.feature)
-        if entry is None:
-            return None, f"feature {gate.feature!r} has no statistics"
         return entry.get("missing_fraction") or 0.0, ""
-    if drift.get("previous_version") is None:
-        return None, "no previous version with statistics to compare with"
-    split_drift = (drift.get("splits") or {}).get(split) or {}
+    share = nonfinite_share(entry)
+    return (share, "") if share is not None else (None, f"feature {gate.feature!r} holds no "
+                                                  "values")
+
+
+def _measure_against(gate: Gate, split: str, comparison: Mapping[str, Any]
+                     ) -> tuple[float | None, str]:
+    """(value, why it is None) of a measure against one baseline."""
+    split_drift = (comparison.get("splits") or {}).get(split) or {}
     if gate.measure == "row_change":
         if split_drift.get("previous_num_examples") is None:
             return None, f"split {split!r} is new"
+        if split_drift.get("row_change") is None:
+            return None, f"split {split!r} held no examples in the baseline"
         return split_drift.get("row_change"), ""
     found = (split_drift.get("features") or {}).get(gate.feature)
     if found is None or found.get("measure") != gate.measure:
-        return None, f"feature {gate.feature!r} has nothing to compare in the previous version"
+        return None, f"feature {gate.feature!r} has nothing to compare in the baseline"
     return found.get("value"), ""
+
+
+def baselines_of(drift: Mapping[str, Any]) -> list[tuple[str | None, Mapping | None, str]]:
+    """(version, comparison or None, why None) for each baseline of a
+    ``drift.json`` document: its ``baselines`` list (each usable one's
+    comparison is the document itself, then ``earlier`` in order), or
+    without one the single comparison `compare` made."""
+    listed = drift.get("baselines")
+    if listed is None:
+        if drift.get("previous_version") is None:
+            return [(None, None, "no previous version with statistics to compare with")]
+        return [(drift.get("previous_version"), drift, "")]
+    if not listed:
+        return [(None, None, "no published version to compare with")]
+    comparisons = iter([drift, *(drift.get("earlier") or [])])
+    return [(item.get("version"), None, f"the baseline is unusable: {item['problem']}")
+            if item.get("problem") else (item.get("version"), next(comparisons), "")
+            for item in listed]
 
 
 def check_gates(gates: Iterable[Gate], stats: Mapping[str, Any],
                 drift: Mapping[str, Any]) -> list[GateResult]:
-    """Every gate in every split of `stats`, in gate then split order. A gate
-    that cannot be measured (no previous version, a new split or feature)
-    passes and says why."""
+    """Every gate in every split of `stats`, in gate then split order, a
+    gate that compares once per baseline (`baselines_of`). A gate that
+    cannot be measured (no baseline, an unusable one, a new split or
+    feature) passes and says why."""
     results = []
     splits = list((stats.get("splits") or {}).keys())
+    baselines = baselines_of(drift)
     for gate in gates:
         for split in splits:
-            value, why = _measure(gate, split, stats, drift)
             where = f"split {split!r}" + (f", feature {gate.feature!r}" if gate.feature else "")
-            if value is None:
-                results.append(GateResult(gate, split, None, True,
-                                          f"{gate.key}: not checked in {where}: {why}"))
+            if gate.measure in _OF_THIS_BUILD:
+                results.append(_result(gate, split, where, *_measure_now(gate, split, stats)))
                 continue
-            passed = value <= gate.limit
-            verb = "is within" if passed else "exceeds"
-            results.append(GateResult(gate, split, value, passed, (
-                f"{gate.key}: {where}: {gate.measure} = {value:.4g} {verb} the limit "
-                f"{gate.limit:g}")))
+            for version, comparison, why in baselines:
+                if comparison is not None:
+                    value, why = _measure_against(gate, split, comparison)
+                    where_against = f"{where}, against version {version!r}"
+                else:
+                    value, where_against = None, where
+                results.append(_result(gate, split, where_against, value, why, version))
     return results
+
+
+def _result(gate: Gate, split: str, where: str, value: float | None, why: str,
+            baseline: str | None = None) -> GateResult:
+    if value is None:
+        return GateResult(gate, split, None, True, f"{gate.key}: not checked in {where}: {why}",
+                          baseline)
+    passed = value <= gate.limit
+    verb = "is within" if passed else "exceeds"
+    return GateResult(gate, split, value, passed, (
+        f"{gate.key}: {where}: {gate.measure} = {value:.4g} {verb} the limit {gate.limit:g}"),
+        baseline)
 
 
 def failure_message(results: Sequence[GateResult]) -> str | None:

@@ -19,7 +19,7 @@ from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
 from .readers.rows import ColumnBatch, SourceRow
-from .statistics import CheckedValues
+from .merge_statistics import CheckedValues
 
 __all__ = ["BatchConverter"]
 
@@ -94,7 +94,7 @@ class BatchConverter:
                                plan=None) -> tuple[list, list[str | None], list[dict], Any]:
         """Like `convert_labelled_batch`, plus the good rows' checked values
         for statistics: a `statistics.CheckedValues` for `plan` (a
-        `schemas.statistics.StatisticsPlan`), or None without one."""
+        `schemas.stats.StatisticsPlan`), or None without one."""
         if isinstance(batch, ColumnBatch):
             column, row_at, count = batch.column, batch.row, len(batch)
         else:

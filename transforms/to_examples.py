@@ -3,7 +3,7 @@
 `RowsToExamples` takes batches of `SourceRow` and gives batches of
 ``(key, serialized Example)`` plus a ``dead_letter`` PCollection with one record
 per row that failed and, when asked, the examples counted per split and
-label, and statistics per split and feature (`transforms/statistics.py`).
+label, and statistics per split and feature (`transforms/merge_statistics.py`).
 The per-row work is `batch_converter.BatchConverter`, a plain class tested
 without Beam; the DoFn only wraps it and counts.
 """
@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from ..schemas.features import FeatureSpec
-from ..schemas.statistics import StatisticsAccumulator
+from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .readers.rows import ColumnBatch
@@ -26,7 +26,7 @@ from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .splits import HashedExamples, SplitAssigner
-from .statistics import StatisticsSetup, batch_origin
+from .merge_statistics import StatisticsSetup
 from .tagged import select
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
@@ -58,10 +58,9 @@ class BatchConversion:
     per bundle, `convert(batch)` per batch, which yields ("examples",
     ExampleBatch), ("dead_letter", dead-letter dict), with label counting
     ("label_counts", ((split, label, examples), ...)), with statistics
-    ("statistics", ((split, feature), FeatureStatistics)), per batch (text's
-    carrying the batch's origin, `statistics.batch_origin`) or, held, per
-    run of batches (`convert`; `statistics.partial_to_json` gives one as
-    JSON) and ("columns_seen", names)."""
+    ("statistics", ((split, feature), FeatureStatistics)), per batch (text's)
+    or, held, per run of batches (`convert`; `merge_statistics.partial_to_json`
+    gives one as JSON) and ("columns_seen", names)."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
@@ -135,8 +134,7 @@ class BatchConversion:
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
-                    for keyed in self._held_statistics.add(values, split_of,
-                                                           batch_origin(batch)):
+                    for keyed in self._held_statistics.add(values, split_of):
                         yield STATISTICS, keyed
                     if not hold_statistics:
                         yield from self.held_statistics()

@@ -3,10 +3,13 @@
 ```yaml
 validation:
   statistics: true           # compute stats.json (default); false also turns off drift and gates
-  max_row_change: 0.5        # relative change in examples per split vs the previous version
+  baseline: latest           # compare with the version LATEST names (default); a version
+                             # name pins one; {last: N} the last N published versions
+  max_row_change: 0.5        # relative change in examples per split vs the baseline
   features:
     label: {max_linf: 0.2}   # vocabulary and string features
-    price: {max_js: 0.1, max_missing: 0.01}   # numeric and bytes features; any feature
+    price: {max_js: 0.1, max_missing: 0.01, max_nonfinite: 0}
+                             # numeric and bytes features; any feature; numeric features
 ```
 
 A limit of ``null`` turns that gate off, so ``--set
@@ -23,28 +26,38 @@ from typing import Any, Sequence
 from ...schemas.drift import Gate
 from ...schemas.errors import ConfigError
 from ...schemas.features import FeatureSpec
-from ...schemas.statistics import feature_kind
+from ...schemas.stats import feature_kind
+from ..publish.versions import check_version_name
 from .keys import describe, section
 
 __all__ = ["ValidationConfig", "parse_validation"]
 
-_KEYS = ("statistics", "max_row_change", "features")
-_FEATURE_KEYS = ("max_linf", "max_js", "max_missing")
+_KEYS = ("statistics", "baseline", "max_row_change", "features")
+_FEATURE_KEYS = ("max_linf", "max_js", "max_missing", "max_nonfinite")
+# More earlier versions than this is no longer a baseline but an archive
+# read on every build.
+MAX_BASELINE_VERSIONS = 100
 # gate key -> (measure, the kinds of feature it applies to)
 _FEATURE_GATES = {
     "max_linf": ("linf", ("vocabulary", "string")),
     "max_js": ("js", ("numeric", "bytes")),
     "max_missing": ("missing", ("numeric", "vocabulary", "string", "bytes")),
+    "max_nonfinite": ("nonfinite", ("numeric",)),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class ValidationConfig:
     """statistics: compute stats.json, drift.json and check the gates.
-    gates: every configured gate (`schemas.drift.Gate`), in config order."""
+    gates: every configured gate (`schemas.drift.Gate`), in config order.
+    baseline_version: the version compared with, pinned; baseline_last:
+    compare with the last N published versions; both None: the version
+    LATEST names."""
 
     statistics: bool = True
     gates: tuple[Gate, ...] = ()
+    baseline_version: str | None = None
+    baseline_last: int | None = None
 
 
 def _limit(value: Any, key: str, upper: float | None) -> float | None:
@@ -59,6 +72,29 @@ def _limit(value: Any, key: str, upper: float | None) -> float | None:
     return float(value)
 
 
+def _baseline(value: Any) -> tuple[str | None, int | None]:
+    """(pinned version, last N) of ``validation.baseline``."""
+    key = "validation.baseline"
+    if value is None or value == "latest":
+        return None, None
+    if isinstance(value, str):
+        try:
+            check_version_name(value)
+        except ConfigError as error:
+            raise ConfigError(key, f"must be latest, a version name or {{last: N}}: "
+                              f"{error.problem}") from None
+        return value, None
+    if isinstance(value, dict):
+        last = section(value, key, ("last",), required=True).get("last")
+        if isinstance(last, bool) or not isinstance(last, int) \
+                or not 1 <= last <= MAX_BASELINE_VERSIONS:
+            raise ConfigError(f"{key}.last", f"must be a whole number from 1 to "
+                              f"{MAX_BASELINE_VERSIONS}, not {describe(last)}")
+        return None, last
+    raise ConfigError(key, f"must be latest, a version name (quote one that YAML reads as a "
+                      f"number) or {{last: N}}, not {describe(value)}")
+
+
 def parse_validation(value: Any, features: Sequence[FeatureSpec]) -> tuple[ValidationConfig,
                                                                            dict]:
     """(ValidationConfig, the section as resolved for the manifest)."""
@@ -67,6 +103,7 @@ def parse_validation(value: Any, features: Sequence[FeatureSpec]) -> tuple[Valid
     if not isinstance(statistics, bool):
         raise ConfigError("validation.statistics", f"must be true or false, not "
                           f"{describe(statistics)}")
+    baseline_version, baseline_last = _baseline(data.get("baseline"))
     gates: list[Gate] = []
     row_change = _limit(data.get("max_row_change"), "validation.max_row_change", None)
     if row_change is not None:
@@ -90,7 +127,7 @@ def parse_validation(value: Any, features: Sequence[FeatureSpec]) -> tuple[Valid
             measure, kinds = _FEATURE_GATES[gate_key]
             if kind not in kinds:
                 other = next(k for k, (_, ks) in _FEATURE_GATES.items()
-                             if kind in ks and k != "max_missing")
+                             if kind in ks and k not in ("max_missing", "max_nonfinite"))
                 raise ConfigError(f"{key}.{gate_key}", f"applies to {' and '.join(kinds)} "
                                   f"features; {name!r} is a {kind} feature: use {other}")
             gates.append(Gate(f"{key}.{gate_key}", measure, limit, name))
@@ -98,6 +135,10 @@ def parse_validation(value: Any, features: Sequence[FeatureSpec]) -> tuple[Valid
         raise ConfigError("validation.statistics", "is false, but gates are configured; the "
                           "gates need statistics: remove the gates or set it to true")
     resolved = {"statistics": statistics,
+                "baseline": (baseline_version or ({"last": baseline_last} if baseline_last
+                                                  else "latest")),
                 "max_row_change": row_change,
                 "features": {name: dict(body) for name, body in (per_feature or {}).items()}}
-    return ValidationConfig(statistics=statistics, gates=tuple(gates)), resolved
+    return ValidationConfig(statistics=statistics, gates=tuple(gates),
+                            baseline_version=baseline_version,
+                            baseline_last=baseline_last), resolved

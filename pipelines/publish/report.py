@@ -28,7 +28,7 @@ from ...transforms.files import write_atomic
 from ...transforms.layout import REPORT_FILE, STAGING_DIR
 from ...transforms.tfrecord import TFRecordError, read_records
 from .report_html import render_report
-from .statistics import load_statistics
+from .baseline import BaselineChoice, load_baselines
 
 __all__ = [
     "previous_statistics",
@@ -185,10 +185,10 @@ def previous_statistics(staging_url: str, drift: Mapping[str, Any] | None
     if not isinstance(version, str) or len(parts) != 3 or parts[1] != STAGING_DIR \
             or not parts[0]:
         return None
-    try:
-        return load_statistics(parts[0], version)
-    except Exception:  # noqa: BLE001 - an earlier build's file: the charts do without it
-        return None
+    # The same checked read as the gates' baseline: an earlier version's
+    # files are untrusted input (links, FIFOs, sizes, nesting).
+    baselines, _ = load_baselines(parts[0], BaselineChoice(version=version))
+    return baselines[0].stats if baselines else None
 
 
 def write_report(version_dir: str, manifest: Mapping[str, Any], *,

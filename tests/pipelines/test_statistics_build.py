@@ -181,7 +181,8 @@ def test_a_crossed_gate_fails_the_build_and_keeps_its_report(tmp_path, capsys):
     assert _run(config_path, "--set", "version=v3") == 1
     error = capsys.readouterr().err
     assert "validation gate(s) crossed; nothing was published" in error
-    assert "validation.features.price.max_js: split 'train', feature 'price': js = " in error
+    assert ("validation.features.price.max_js: split 'train', feature 'price', against version "
+            "'v2': js = ") in error
     assert "exceeds the limit 0.2" in error
     assert not (out / "v3").exists()
     assert (out / "LATEST").read_text().strip() == "v2"
@@ -272,3 +273,33 @@ def test_statistics_sections_render_in_chromium(tmp_path):
     histogram = dom.split('data-chart="feature-train-price"', 1)[1].split("</svg>", 1)[0]
     assert histogram.count('class="bar"') == 10
     assert "Validation gates" in dom and "Drift" in dom and "<script" not in dom
+
+
+@pytest.mark.slow
+def test_a_pinned_or_last_n_baseline_replaces_the_version_latest_names(tmp_path, capsys):
+    """v2 is published with its price gate relaxed (prices in cents); v3
+    brings the prices back. Against LATEST (v2) the gate fails; pinned to
+    v1 it passes; against the last 2 versions it fails, naming v2."""
+    table = tmp_path / "shop.csv"
+    out = tmp_path / "out"
+    config_path = _write_config(tmp_path, _config(table, out, features={
+        "price": {"max_js": 0.2}}))
+    _write_table(table, ROWS)
+    assert _run(config_path) == 0
+    _write_table(table, ROWS, price_scale=100)
+    assert _run(config_path, "--set", "version=v2",
+                "--set", "validation.features.price.max_js=null") == 0
+    _write_table(table, ROWS)
+    capsys.readouterr()
+    assert _run(config_path, "--set", "version=v3") == 1
+    assert "against version 'v2'" in capsys.readouterr().err
+    assert _run(config_path, "--set", "version=v3", "--set", "validation.baseline=v1") == 0
+    drift = json.loads((out / "v3" / "drift.json").read_text())
+    assert drift["previous_version"] == "v1"
+    assert {gate["baseline"] for gate in drift["gates"]} == {"v1"}
+    capsys.readouterr()
+    assert _run(config_path, "--set", "version=v4",
+                "--set", "validation.baseline={last: 2}") == 1
+    error = capsys.readouterr().err
+    assert "against version 'v2'" in error and "against version 'v3'" not in error
+    assert (out / "LATEST").read_text().strip() == "v3"

@@ -11,7 +11,7 @@ import pytest
 
 from recordforge.schemas.drift import (Gate, check_gates, compare, failure_message,
                                        jensen_shannon, linf_distance)
-from recordforge.schemas.statistics import FeatureStatistics
+from recordforge.schemas.stats import FeatureStatistics
 
 
 def _stats(numbers, labels, vocabulary=("a", "b", "c"), texts=None, missing=0):
@@ -87,9 +87,10 @@ def test_drifted_distributions_fail_the_gates_with_the_measured_values():
     assert [result.passed for result in results] == [False, False, False]
     message = failure_message(results)
     assert "3 validation gate(s) crossed" in message
-    assert "validation.max_row_change: split 'train': row_change = 0.5 exceeds the limit 0.4" \
-        in message
-    assert "validation.features.label.max_linf: split 'train', feature 'label': linf = 0.3" \
+    assert ("validation.max_row_change: split 'train', against version 'v1': row_change = 0.5 "
+            "exceeds the limit 0.4") in message
+    assert ("validation.features.label.max_linf: split 'train', feature 'label', against "
+            "version 'v1': linf = 0.3") \
         in message
 
 
@@ -149,3 +150,52 @@ def test_a_sketch_that_cannot_be_read_is_not_compared():
                           _stats([1.0], [0]), drift)
     assert results[0].passed and results[0].value is None
     assert "nothing to compare" in results[0].message
+
+
+# --- NaN and infinities are part of the distribution ------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_FINITE = st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=_FINITE, share=st.one_of(st.floats(0.05, 0.99), st.just(1.0)),
+       infinite=st.booleans(), repeat=st.integers(1, 5))
+def test_values_turning_nan_or_infinite_drift_and_cross_their_gate(values, share, infinite,
+                                                                   repeat):
+    """The same finite values, a `share` of all values now NaN (or
+    infinite): js is the divergence of the whole distributions, which with
+    the finite part unchanged is (1 - s) log2((1 - s) / (1 - s/2)) + s,
+    halved, plus log2(1 / (1 - s/2)), halved; max_nonfinite sees the
+    share itself, without a previous version."""
+    finite = values * repeat
+    bad = max(1, round(share * len(finite) / (1 - share))) if share < 1 else len(finite)
+    share = bad / (len(finite) + bad)
+    before = {"format": "recordforge.stats/1", "splits": {"train": {
+        "num_examples": len(finite), "features": {"x": FeatureStatistics.from_values(
+            "numeric", "float", len(finite), finite).to_json()}}}}
+    now = ([] if share == 1 else finite) + [math.inf if infinite else math.nan] * bad
+    after = {"format": "recordforge.stats/1", "splits": {"train": {
+        "num_examples": len(now), "features": {"x": FeatureStatistics.from_values(
+            "numeric", "float", len(now), now).to_json()}}}}
+    if share == 1:
+        share = 1.0
+    drift = compare(after, before, "v1")
+    found = drift["splits"]["train"]["features"]["x"]
+    kept = 1 - share
+    expected = 0.5 * ((kept * math.log2(kept / (1 - share / 2)) if kept else 0) + share) \
+        + 0.5 * math.log2(1 / (1 - share / 2))
+    assert found["measure"] == "js" and found["value"] == pytest.approx(expected, abs=2e-6)
+    assert found["nonfinite_share"] == pytest.approx(share, abs=1e-6)
+    assert found["previous_nonfinite_share"] == 0
+    limit = share / 2
+    results = check_gates([Gate("validation.features.x.max_js", "js", expected / 2, "x"),
+                           Gate("validation.features.x.max_nonfinite", "nonfinite", limit,
+                                "x")], after, drift)
+    assert [result.passed for result in results] == [False, False]
+    assert results[1].value == pytest.approx(share)
+    # the share gate needs no previous version
+    alone = check_gates([Gate("validation.features.x.max_nonfinite", "nonfinite", limit, "x")],
+                        after, compare(after, None, None))
+    assert not alone[0].passed and alone[0].value == pytest.approx(share)

@@ -45,7 +45,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..splits import HashedExamples, SplitAssigner
-from ..statistics import partial_from_json, partial_to_json
+from ..merge_statistics import partial_from_json, partial_to_json
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 from ..writer import KEY_VARIABLE, RunBuffer, RunFile, SampleEntry
 
@@ -90,7 +90,7 @@ def run_file_name(piece: str, split: int) -> str:
 def encode_value(value: Any) -> Any:
     """A JSON-safe form of a value a converting step gives: JSON values,
     tuples, bytes and numpy arrays (statistics partials have their own,
-    `transforms.statistics.partial_to_json`)."""
+    `transforms.merge_statistics.partial_to_json`)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tuple):

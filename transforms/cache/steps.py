@@ -62,7 +62,7 @@ from ..readers.tables import (
 from ..sources.outputs import COUNTS, DEAD, ROWS, UNIT, batched
 from ..sources.tables import ListTableFiles
 from ..splits import SplitAssigner
-from ..statistics import StatisticsSetup
+from ..merge_statistics import StatisticsSetup
 from ..tagged import select
 from ..to_examples import (
     COLUMNS_SEEN,

@@ -1,7 +1,7 @@
 """Statistics in the pipeline: a converted batch's checked values -> merged statistics per (split, feature).
 
 `RowsToExamples` (with a `StatisticsSetup`) summarises each batch where its
-checked values are at hand (`CheckedValues`, `schemas.statistics.StatisticsAccumulator`)
+checked values are at hand (`CheckedValues`, `schemas.stats.StatisticsAccumulator`)
 and emits ``((split, feature), FeatureStatistics)``, a *partial*, per batch
 (the cached table path: text's per batch, the others' per reading unit);
 `MergeStatistics` merges the partials per key so that the result depends
@@ -10,9 +10,8 @@ whose merge gives the same in any order (all but text) go through a
 `CombinePerKey`, which runners apply before the shuffle (per bundle) and
 after it, so one set of sketches per bundle and key crosses it; the
 partials of text features, whose top-values summary depends on the merge
-order, are merged in a tree ordered by their batch's origin
-(`batch_origin`, `schemas.statistics.merge_partials`), a GroupByKey per
-level.
+order, are merged in a tree ordered by their content
+(`schemas.stats.merge_partials`), a GroupByKey per level.
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 
@@ -23,12 +22,11 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import apache_beam as beam
 
 from ..schemas.row_encoder import RowEncoder
-from ..schemas.statistics import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
-                                  merge_order)
-from .readers.rows import ColumnBatch
+from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
+                             merge_order)
 
-__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "batch_origin",
-           "partial_from_json", "partial_to_json"]
+__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
+           "partial_to_json"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -79,20 +77,6 @@ def _converted(convert, raw: Any) -> Any:
     except Exception:  # cannot happen for a row that was encoded; statistics never fail a row
         return None
     return None if values is None else list(values)
-
-
-def batch_origin(batch) -> str | None:
-    """Where a RowBatch was read, as text no other batch of a build has:
-    its first row's source and row number (a ColumnBatch's first row), or
-    for rows without a number (images: one file per row) the source alone.
-    Batches come from one reading unit in a fixed order, so this does not
-    depend on the runner. None for an empty batch."""
-    if isinstance(batch, ColumnBatch):
-        return f"{batch.source}\n{batch.first_row}"
-    if not batch:
-        return None
-    first = batch[0]
-    return first.source if first.row is None else f"{first.source}\n{first.row}"
 
 
 def partial_to_json(value: tuple[tuple[str, str], FeatureStatistics]) -> list:
@@ -165,7 +149,7 @@ def _last_group(grouped) -> tuple[tuple[str, str], FeatureStatistics]:
 
 class _MergeInOrder(beam.PTransform):
     """``((split, feature), FeatureStatistics)`` partials -> one merged per
-    key, in the tree of `schemas.statistics.merge_partials`: a GroupByKey
+    key, in the tree of `schemas.stats.merge_partials`: a GroupByKey
     per level (MERGE_LEVELS), no level holding more than a 2**16th (level
     1) or 256 (further levels) of a key's partials."""
 

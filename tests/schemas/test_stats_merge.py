@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
-                                            StatisticsAccumulator, StatisticsPlan, ValueHistogram,
-                                            batch_statistics, merge_order, merge_partials)
+from recordforge.schemas.stats import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
+                                       StatisticsAccumulator, StatisticsPlan, ValueHistogram,
+                                       batch_statistics, merge_order, merge_partials)
 
 KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
 VOCABULARY = ("a", "b", "c", "d")
@@ -126,7 +126,7 @@ def _plan_and_batches(seed: int):
                                      [rng.randrange(9) for _ in range(rng.randrange(3))]
                                      for _ in range(size)])}
         split_of = np.array([rng.randrange(2) for _ in range(size)])
-        batches.append((columns, split_of, f"t.csv\n{index * 1000 + 1}"))
+        batches.append((columns, split_of))
     return StatisticsPlan.from_specs(specs, {}), batches
 
 
@@ -140,17 +140,16 @@ def _merged_by_key(partials) -> dict:
 def test_an_accumulator_gives_what_batch_partials_give():
     plan, batches = _plan_and_batches(5)
     names = ["train", "test"]
-    expected = _merged_by_key([partial for columns, split_of, origin in batches
+    expected = _merged_by_key([partial for columns, split_of in batches
                                for partial in batch_statistics(plan, columns.__getitem__,
-                                                               split_of, names, origin)])
+                                                               split_of, names)])
     for flush_every in (1, 7, len(batches)):
         accumulator = StatisticsAccumulator(plan, names)
         partials = []
-        for index, (columns, split_of, origin) in enumerate(batches):
-            text = accumulator.add(columns.__getitem__, split_of, origin)
-            # only text partials come per batch, each with its batch's origin
+        for index, (columns, split_of) in enumerate(batches):
+            text = accumulator.add(columns.__getitem__, split_of)
+            # only text partials come per batch
             assert {key[1] for key, _ in text} <= {"city"}
-            assert all(stats.origin == origin for _, stats in text)
             partials += text
             if index % flush_every == flush_every - 1:
                 partials += accumulator.flush()
@@ -247,16 +246,9 @@ def _merged_in_shuffled_orders(partials, rng, times=3) -> set:
     return results
 
 
-def test_partials_merge_in_the_order_of_their_origins():
+def test_partials_merge_in_the_order_of_their_content():
     partials = _text_partials(2)
-    for index, stats in enumerate(partials):
-        stats.origin = f"part-{index % 3}.jsonl\n{index * 1000 + 1}"
     rng = random.Random(3)
     assert len(_merged_in_shuffled_orders(partials, rng)) == 1
-    # batches sharing one origin (rows a pipeline handed over) still merge
-    # in one order (by content), spread over the level-1 groups
-    for stats in partials:
-        stats.origin = "pipeline rows"
-    assert len(_merged_in_shuffled_orders(partials, rng)) == 1
+    # spread over the level-1 groups by their content alone
     assert len({merge_order(stats)[1] for stats in partials}) > len(partials) // 2
-

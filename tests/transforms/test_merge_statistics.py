@@ -1,4 +1,4 @@
-"""Statistics partials as JSON, and MergeStatistics on a runner (transforms/statistics.py)."""
+"""Statistics partials as JSON, and MergeStatistics on a runner (transforms/merge_statistics.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import FeatureStatistics, StatisticsPlan, merge_partials
-from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
-from recordforge.transforms.statistics import (MergeStatistics, StatisticsSetup, batch_origin,
-                                               partial_from_json, partial_to_json)
+from recordforge.schemas.stats import FeatureStatistics, StatisticsPlan, merge_partials
+from recordforge.transforms.readers.rows import SourceRow
+from recordforge.transforms.merge_statistics import (MergeStatistics, StatisticsSetup,
+                                                     partial_from_json, partial_to_json)
 from recordforge.transforms.to_examples import STATISTICS, BatchConversion
 
 SPECS = parse_features({
@@ -141,11 +141,27 @@ def test_merge_statistics_gives_the_canonical_merge_in_any_order():
         assert_that(entries, equal_to(list(expected.values())))
 
 
-def test_batch_origins():
-    assert batch_origin(ColumnBatch("t/a.csv", 1001, {"x": [1, 2]})) == "t/a.csv\n1001"
-    assert batch_origin([SourceRow("t/b.jsonl", 7, {}), SourceRow("t/b.jsonl", 8, {})]) \
-        == "t/b.jsonl\n7"
-    # images: a file per row
-    assert batch_origin([SourceRow("img/cat/1.jpg", None, {"path": "cat/1.jpg"})]) \
-        == "img/cat/1.jpg"
-    assert batch_origin([]) is None
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.text("abz_/-.", min_size=1, max_size=16).filter(
+    lambda folder: folder.strip("/") and ".." not in folder), min_size=2, max_size=3,
+    unique=True), st.integers(0, 2**16))
+def test_statistics_depend_only_on_the_rows_not_where_they_were_read(folders, seed):
+    """The same rows read from files in another folder (or another output's
+    copy of the inputs) give the same stats.json entry, also above the
+    frequent values' capacity, where text partials merge in a fixed order:
+    nothing of a path or a row number takes part in it."""
+    rng = random.Random(seed)
+    rows = [{"id": i, "label": "cat", "city": str(rng.randrange(4000)) if rng.random() < 0.8
+             else "oslo"} for i in range(9000)]
+    merged = set()
+    for folder in folders:
+        conversion = _conversion()
+        partials = [partial for start in range(0, len(rows), 500)
+                    for partial in _partials(conversion, [
+                        SourceRow(f"/{folder.strip('/')}/part-{start // 3000}.jsonl", i + 1,
+                                  row) for i, row in enumerate(rows[start:start + 500], start)])]
+        city = [stats for key, stats in partials if key == ("train", "city")]
+        entry = merge_partials(city).to_json()
+        assert entry["string"]["exact"] is False  # above the capacity: the ordered merge
+        merged.add(json.dumps(entry, sort_keys=True))
+    assert len(merged) == 1

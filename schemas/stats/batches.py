@@ -1,0 +1,108 @@
+"""A batch's statistics: its checked values -> one FeatureStatistics partial per (split, feature)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .distinct import compact_theta
+from .feature_stats import FeatureStatistics
+from .plan import StatisticsPlan, order_free
+
+__all__ = ["StatisticsAccumulator", "batch_statistics"]
+
+
+def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
+                     split_names: Sequence[str]
+                     ) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+    """The statistics of one batch, per (split, feature): of its values
+    alone (not of where they were read, so that the merged statistics
+    depend only on the rows).
+
+    values_of(feature) -> ("scalars", [value per example]) or ("rows",
+    [list of values, or None when absent, per example]), the checked values
+    of the batch's good examples; split_of: each example's split index.
+    """
+    out = []
+    for (split, name), (kind, stored, is_list, vocabulary), rows, values, per_row in \
+            _split_values(plan, values_of, split_of, split_names):
+        stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list, vocabulary,
+                                              per_row)
+        out.append(((split, name), stats))
+    return out
+
+
+class StatisticsAccumulator:
+    """The statistics partials of a run of batches (a reading unit):
+    `batch_statistics` of each, with the partials whose merge does not
+    depend on the order (`FeatureStatistics.order_free`) added up.
+
+    `add` takes a batch as `batch_statistics` does and returns its text
+    partials (merged later in an order fixed by their content);
+    the values of every other feature are added to the statistics held for
+    their (split, feature) (`FeatureStatistics.add_values`: one theta sketch
+    per feature updated by every batch, where a partial per batch would
+    make one per batch and unite them twice on its way, in the cache's piece
+    and in `MergeStatistics`). `flush` gives what it holds, one partial per
+    (split, feature) for the run, and starts anew. The
+    merged result is the same: these partials merge in any grouping to the
+    statistics of all their values."""
+
+    def __init__(self, plan: StatisticsPlan, split_names: Sequence[str]):
+        self._plan = plan
+        self._split_names = tuple(split_names)
+        self._held: dict[tuple[str, str], FeatureStatistics] = {}
+
+    def add(self, values_of, split_of: np.ndarray) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+        out = []
+        for key, (kind, stored, is_list, vocabulary), rows, values, per_row in \
+                _split_values(self._plan, values_of, split_of, self._split_names):
+            if order_free(kind):
+                held = self._held.get(key)
+                if held is None:
+                    held = self._held[key] = FeatureStatistics(kind, stored, is_list, vocabulary)
+                held.add_values(rows, values, per_row)
+                continue
+            stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list,
+                                                  vocabulary, per_row)
+            # Its canonical theta once, for the merge order, the cache and pickling.
+            stats.theta = compact_theta(stats.theta) if stats.theta is not None else None
+            out.append((key, stats))
+        return out
+
+    def flush(self) -> list[tuple[tuple[str, str], FeatureStatistics]]:
+        """The order-free partials of every batch added since the last
+        flush, in (split, feature) order; none are held afterwards."""
+        out = []
+        for key in sorted(self._held):
+            stats = self._held[key]
+            if stats.theta is not None:
+                stats.theta = compact_theta(stats.theta)
+            out.append((key, stats))
+        self._held = {}
+        return out
+
+
+def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
+                  split_names: Sequence[str]):
+    """((split, feature), (kind, stored, is a list, vocabulary), rows, values,
+    per_row) of a batch, per feature and split with rows: its values as
+    `FeatureStatistics.from_values` takes them."""
+    splits = [np.flatnonzero(split_of == index) for index in range(len(split_names))]
+    for name, kind, stored, is_list, vocabulary in plan.features:
+        form, values = values_of(name)
+        for split, rows in zip(split_names, splits):
+            if not len(rows):
+                continue
+            if len(rows) == len(split_of):
+                chosen = values
+            else:
+                chosen = list(map(values.__getitem__, rows.tolist()))
+            feature = (kind, stored, is_list, vocabulary)
+            if form == "scalars":
+                yield (split, name), feature, len(rows), chosen, None
+            else:
+                present = [row for row in chosen if row is not None]
+                flat = [value for row in present for value in row]
+                yield (split, name), feature, len(rows), flat, list(map(len, present))

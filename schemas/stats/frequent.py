@@ -1,0 +1,101 @@
+"""Frequent values: the top values of text, a mergeable Misra-Gries summary."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["FREQUENT_CAPACITY", "TOP_VALUES", "FrequentValues", "top_values"]
+
+# Top values of text: exact while a split holds at most this many distinct
+# values; above, counts carry bounds (FrequentValues).
+FREQUENT_CAPACITY = 1024
+# The top values stats.json lists per text or vocabulary feature.
+TOP_VALUES = 50
+
+
+class FrequentValues:
+    """The most frequent values of text: a Misra-Gries summary, merged as in
+    Agarwal et al., "Mergeable summaries" (2012).
+
+    counts: value -> count, at most `FREQUENT_CAPACITY` of them; offset: the
+    total subtracted by purges. A value's true count lies between its count
+    (0 when not held) and count + offset; while a split holds at most
+    FREQUENT_CAPACITY distinct values nothing is purged and every count is
+    exact. Merging adds the counts and, above the capacity, subtracts the
+    (capacity + 1)-th largest count from all and drops those left at 0 or
+    less. The summary is a plain value (its dict order plays no part), and
+    merging two is symmetric, but not associative once purges happen: a
+    canonical merge order (`merge_partials`) makes the result one thing.
+    """
+
+    __slots__ = ("counts", "offset")
+
+    def __init__(self, counts: dict[str, int], offset: int = 0):
+        self.counts, self.offset = counts, offset
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> "FrequentValues":
+        """The summary of values counted exactly (value -> count)."""
+        return cls._purged(counts, 0)
+
+    @classmethod
+    def _purged(cls, counts: Mapping[str, int], offset: int) -> "FrequentValues":
+        if len(counts) <= FREQUENT_CAPACITY:
+            return cls(dict(counts), offset)
+        # The (capacity + 1)-th largest count is 1 when at most `capacity`
+        # counts are above 1, as when the excess over 1 of all counts (each
+        # at least 1) is at most that: mostly distinct values (free text)
+        # need no partition, and values each seen once are all dropped.
+        excess = sum(counts.values()) - len(counts)
+        if not excess:
+            return cls({}, offset + 1)
+        # The threshold, and the counts above it, with numpy: a batch of
+        # text may hold thousands of distinct values.
+        numbers = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+        if excess <= FREQUENT_CAPACITY:
+            threshold = 1
+        else:
+            cut = len(numbers) - FREQUENT_CAPACITY - 1
+            threshold = int(np.partition(numbers, cut)[cut])
+        kept = numbers > threshold
+        return cls(dict(zip(itertools.compress(counts, kept.tolist()),
+                            (numbers[kept] - threshold).tolist())), offset + threshold)
+
+    def merge(self, other: "FrequentValues") -> "FrequentValues":
+        """The summary of both summaries' values (neither is changed)."""
+        counts = dict(self.counts)
+        get = counts.get
+        for value, count in other.counts.items():
+            counts[value] = get(value, 0) + count
+        return self._purged(counts, self.offset + other.offset)
+
+    def to_state(self) -> dict:
+        return {"offset": self.offset, "items": sorted(map(list, self.counts.items()))}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "FrequentValues":
+        return cls({value: count for value, count in state["items"]}, state["offset"])
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, FrequentValues) and self.offset == other.offset
+                and self.counts == other.counts)
+
+    def __repr__(self) -> str:
+        return f"FrequentValues({len(self.counts)} values, offset {self.offset})"
+
+
+def top_values(frequent: "FrequentValues | None") -> tuple[list[dict], bool]:
+    if frequent is None or not frequent.counts:
+        return [], True
+    exact = frequent.offset == 0
+    ranked = sorted(frequent.counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_VALUES]
+    top = []
+    for item, lower in ranked:
+        entry = {"value": item, "count": lower + frequent.offset}
+        if not exact:
+            entry["lower_bound"], entry["upper_bound"] = lower, lower + frequent.offset
+        top.append(entry)
+    return top, exact

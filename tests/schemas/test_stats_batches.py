@@ -1,0 +1,54 @@
+"""A batch's statistics per split and feature (schemas/stats/batches.py, plan.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.stats import StatisticsPlan, batch_statistics, feature_kind
+
+
+def test_batch_statistics_partitions_by_split():
+    specs = parse_features({"x": {"type": "int64"}, "tag": {"type": "string"},
+                            "v": {"type": "float", "shape": [-1], "required": False}})
+    plan = StatisticsPlan.from_specs(specs, {})
+    assert [kind for _, kind, *_ in plan.features] == ["numeric", "string", "numeric"]
+    columns = {"x": ("scalars", [1, 2, 3, 4]), "tag": ("scalars", ["a", "b", "a", "a"]),
+               "v": ("rows", [[1.0], None, [2.0, 3.0], None])}
+    out = dict(batch_statistics(plan, columns.__getitem__, np.array([0, 1, 0, 0]),
+                                ["train", "test"]))
+    assert out["train", "x"].to_json()["numeric"]["sum"] == 8
+    assert out["test", "x"].to_json()["numeric"]["sum"] == 2
+    assert out["train", "v"].to_json()["missing"] == 1
+    assert out["test", "v"].to_json()["missing"] == 1
+    assert out["train", "tag"].to_json()["string"]["top_values"] == [{"value": "a", "count": 3}]
+
+
+def test_feature_kinds():
+    specs = parse_features({"a": {"type": "int64", "vocabulary": ["x"]}, "b": {"type": "float"},
+                            "c": {"type": "string"}, "d": {"type": "bytes"}})
+    assert [feature_kind(spec) for spec in specs] == ["vocabulary", "numeric", "string", "bytes"]
+
+
+def test_nested_and_listed_features_take_their_checked_values():
+    from recordforge.transforms.batch_converter import BatchConverter
+    from recordforge.transforms.readers.rows import SourceRow
+
+    specs = parse_features({"city": {"type": "string", "from": "place.city"},
+                            "n": {"type": "int64", "from": ["place", "n"]},
+                            "tags": {"type": "int64", "shape": [-1], "required": False}})
+    rows = [SourceRow("f.jsonl", i, {"place": {"city": ["oslo", "rome"][i % 2], "n": i},
+                                     "tags": list(range(i % 3)) if i % 4 else None})
+            for i in range(40)]
+    converter = BatchConverter(specs, {}, None)
+    plan = StatisticsPlan.from_specs(specs, {})
+    examples, _, dead, values = converter.convert_observed_batch(rows, None, None, plan)
+    assert len(examples) == 40 and not dead
+    out = dict(batch_statistics(plan, values, np.zeros(40, dtype=np.intp), ["train"]))
+    assert out["train", "city"].to_json()["string"]["top_values"] == [
+        {"value": "oslo", "count": 20}, {"value": "rome", "count": 20}]
+    assert out["train", "n"].to_json()["numeric"]["sum"] == sum(range(40))
+    tags = out["train", "tags"].to_json()
+    present = [list(range(i % 3)) for i in range(40) if i % 4]
+    assert tags["missing"] == 10 and tags["num_values"] == sum(map(len, present))
+    assert tags["values_per_example"]["max"] == 2
