@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 
+from ...schemas.features import nested_path_hint
 from .errors import BuildFailed
 
 __all__ = ["check_columns_seen"]
@@ -30,8 +31,13 @@ def check_columns_seen(result: dict) -> None:
              + ("a feature" if len(unseen) == 1 else f"{len(unseen)} features")
              + "; nothing was published"]
     for feature, column in sorted(unseen.items()):
+        # a dotted name starting with a column seen is most likely a path
+        # meant as one, which `from:` writes as a list of keys
+        suggestion = nested_path_hint(str(column), seen)
         close = difflib.get_close_matches(str(column), seen, n=1, cutoff=0.6)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
+        if suggestion is None and close:
+            suggestion = f"`{close[0]}`"
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
         lines.append(f"  features.{feature}.from: column {column!r} appears in no row{hint}")
     if seen:
         lines.append(f"  columns seen: {', '.join(seen[:50])}" + (" ..." if len(seen) > 50

@@ -68,7 +68,7 @@ def test_json_array_with_nested_paths_lists_and_timestamps(tmp_path):
         "name": "j", "version": "1",
         "source": {"type": "json", "path": str(data)},
         "features": {"id": {"type": "int64"},
-                     "city": {"type": "string", "from": "user.address.city"},
+                     "city": {"type": "string", "from": ["user", "address", "city"]},
                      "ab": {"type": "int64", "from": ["user", "a.b"]},
                      "tags": {"type": "string", "shape": [-1]},
                      "seen": {"type": "timestamp", "unit": "ms"}},
@@ -102,7 +102,7 @@ def test_parquet_dates_timestamps_and_structs(tmp_path):
         "source": {"type": "parquet", "path": str(tmp_path / "t.parquet")},
         "features": {"day": {"type": "timestamp", "unit": "days"},
                      "at": {"type": "timestamp", "unit": "s", "timezone": "Europe/Oslo"},
-                     "v": {"type": "int64", "from": "s.v"}},
+                     "v": {"type": "int64", "from": ["s", "v"]}},
         "output": {"path": str(tmp_path / "out")}})
     assert code == 0
     rows = sorted(_records(out), key=lambda r: r["v"])
@@ -182,8 +182,8 @@ def test_avro_with_nested_records_and_logical_types(tmp_path):
     code, out = _build(tmp_path, {
         "name": "a", "version": "1",
         "source": {"type": "avro", "path": str(tmp_path / "r.avro")},
-        "features": {"id": {"type": "int64"}, "name": {"type": "string", "from": "user.name"},
-                     "tags": {"type": "string", "from": "user.tags", "shape": [-1]},
+        "features": {"id": {"type": "int64"}, "name": {"type": "string", "from": ["user", "name"]},
+                     "tags": {"type": "string", "from": ["user", "tags"], "shape": [-1]},
                      "born": {"type": "timestamp", "unit": "days"},
                      "blob": {"type": "bytes", "required": False}},
         "output": {"path": str(tmp_path / "out")}})
@@ -285,7 +285,7 @@ def test_report_shows_the_schema_and_the_manifest_the_shard_size_spread(tmp_path
     code, out = _build(tmp_path, {
         "name": "r", "version": "1", "source": {"type": "json", "path": str(data)},
         "features": {"id": {"type": "int64"},
-                     "when": {"type": "timestamp", "from": "u.t", "unit": "days"},
+                     "when": {"type": "timestamp", "from": ["u", "t"], "unit": "days"},
                      "note": {"type": "string", "default": "n/a", "from": "n"}},
         "output": {"path": str(tmp_path / "out")}})
     assert code == 0
@@ -325,3 +325,26 @@ def test_tfrecord_labels_give_an_auto_vocabulary(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["vocabularies"] == {"label": ["cat", "dog"]}
     assert sorted(r["label"][0] for r in _records(out)) == [0, 1, 1]
+
+
+def test_a_dotted_column_and_a_nested_path_of_the_same_keys_each_read_their_own(tmp_path, capsys):
+    # issue 38.2: `from: a.b` is the column "a.b", `from: [a, b]` the key b of a
+    data = tmp_path / "a.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "a.b": i, "a": {"b": -i}}) + "\n"
+                            for i in range(1, 6)))
+    config = {"name": "t", "version": "1", "source": {"type": "jsonl", "path": str(data)},
+              "features": {"id": {"type": "int64"}, "col": {"type": "int64", "from": "a.b"},
+                           "path": {"type": "int64", "from": ["a", "b"]}},
+              "output": {"path": str(tmp_path / "out")}}
+    code, out = _build(tmp_path, config)
+    assert code == 0
+    assert sorted(_records(out), key=lambda r: r["id"]) == [
+        {"id": [i], "col": [i], "path": [-i]} for i in range(1, 6)]
+    # a dotted text meant as a path fails the build with the list form
+    config["features"] = {"id": {"type": "int64"},
+                          "city": {"type": "string", "from": "a.c", "required": False}}
+    config["version"] = "2"
+    code, _ = _build(tmp_path, config)
+    assert code == 1
+    assert ("features.city.from: column 'a.c' appears in no row; did you mean "
+            "`from: [a, c]` (a path into nested values)?") in capsys.readouterr().err
