@@ -348,3 +348,25 @@ def test_a_dotted_column_and_a_nested_path_of_the_same_keys_each_read_their_own(
     assert code == 1
     assert ("features.city.from: column 'a.c' appears in no row; did you mean "
             "`from: [a, c]` (a path into nested values)?") in capsys.readouterr().err
+
+
+def test_json_array_rows_read_are_examples_plus_dead_letters(tmp_path):
+    # issues 38.5, 38.7: a large number or a lone surrogate is that row's
+    # dead letter, as in JSONL; the rows after it are still read (the
+    # variants are generated in tests/transforms/test_json_array.py)
+    literals = ["1", "-9223372036854775808", "9223372036854775808", "1e400", '"\\ud800"',
+                '"\\udc00"', '"x"', "-1E999", '"y"']
+    data = tmp_path / "a.json"
+    data.write_text("[" + ",".join(f'{{"id": {i}, "v": {v}}}' for i, v in enumerate(literals))
+                    + "]")
+    code, out = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "json", "path": str(data)},
+        "features": {"id": {"type": "int64"}, "v": {"type": "string", "required": False}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    examples = sum(s["num_examples"] for s in manifest["splits"].values())
+    assert manifest["num_input_rows"] == len(literals) == examples + manifest["dead_letter"][
+        "num_rows"]
+    assert sorted(r["v"][0] for r in _records(out)) == [b"x", b"y"]
+    assert manifest["dead_letter"]["by_reason"] == {"type_mismatch": 5, "invalid_utf8": 2}
