@@ -370,3 +370,26 @@ def test_json_array_rows_read_are_examples_plus_dead_letters(tmp_path):
         "num_rows"]
     assert sorted(r["v"][0] for r in _records(out)) == [b"x", b"y"]
     assert manifest["dead_letter"]["by_reason"] == {"type_mismatch": 5, "invalid_utf8": 2}
+
+
+@pytest.mark.parametrize("csv_options, text", [
+    ({"delimiter": ";"}, 'name\na\n""\nb\n'),
+    ({"header": False, "columns": ["name"]}, 'a\n""\nb\n'),
+    ({"encoding": "cp1252"}, '\ufeffname\na\n""\nb\n'),
+])
+def test_a_dialects_quoted_empty_row_is_counted_and_a_bom_is_not_data(tmp_path, csv_options,
+                                                                      text):
+    # issues 38.3, 38.6: rows read = examples + dead letters in every dialect
+    data = tmp_path / "a.csv"
+    data.write_bytes(text.encode("utf-8"))
+    code, out = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "csv", "path": str(data),
+                                               "csv": csv_options},
+        "features": {"name": {"type": "string"}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    examples = sum(s["num_examples"] for s in manifest["splits"].values())
+    assert (manifest["num_input_rows"], examples, manifest["dead_letter"]["by_reason"]) == (
+        3, 2, {"missing_value": 1})
+    assert sorted(r["name"][0] for r in _records(out)) == [b"a", b"b"]

@@ -10,8 +10,10 @@ stream, so the default path pays nothing for the options.
 Rows follow the same rules as `iter_csv`: values are ``str``, one `SourceRow`
 or read dead letter per record (``csv_ragged_row``, ``csv_malformed``),
 ``row`` is the line where the record starts (line 1 is the header when
-there is one), blank lines are not rows, and a file whose header is
-unusable is one ``csv_bad_header`` dead letter. Text that is not valid in
+there is one), blank lines are not rows (a quoted empty record, ``""``, is
+one: a record of one empty field), a UTF-8 byte-order mark opening the file
+is dropped whatever the encoding, and a file whose header is unusable is one
+``csv_bad_header`` dead letter. Text that is not valid in
 the declared encoding stops the file with one ``invalid_encoding`` dead
 letter: text is decoded 8 KB at a time, so the rows before the fault in the
 same 8 KB are not read either (the dead letter names the line reading had
@@ -29,7 +31,8 @@ from typing import Iterator
 import fsspec
 
 from .csv import _csv_limit_lock
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve,
+                     skip_utf8_bom)
 from .rows import SourceRow
 
 __all__ = ["CSV_ENCODINGS", "CsvOptions", "iter_csv_dialect", "read_dialect_header"]
@@ -85,9 +88,13 @@ def _next_record(records) -> list[str] | None:
 
 
 def _text(raw, encoding: str) -> io.TextIOWrapper:
-    # utf-8 is read as utf-8-sig: a byte-order mark is never data. newline=""
-    # leaves line ends to the csv module (quoted fields may hold them).
-    codec = "utf-8-sig" if encoding == "utf-8" else encoding
+    # A UTF-8 byte-order mark is never data, in any declared encoding
+    # (`skip_utf8_bom`); UTF-16 decodes its own. Once it is skipped, utf-8-sig
+    # is utf-8: a second mark would be data, as in the default reader.
+    # newline="" leaves line ends to the csv module (quoted fields may hold them).
+    if encoding != "utf-16":
+        skip_utf8_bom(raw)
+    codec = "utf-8" if encoding == "utf-8-sig" else encoding
     return io.TextIOWrapper(raw, encoding=codec, errors="strict", newline="")
 
 
@@ -120,8 +127,8 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
                     continue
                 if fields is None:
                     break
-                if not fields or fields == [""] and records.line_num == line:
-                    continue  # a blank line is not a row
+                if not fields:
+                    continue  # a blank line is not a row (a quoted "" is one empty field)
                 seen_any = True
                 if names is None:
                     problem = _header_problem(fields, source, line)
@@ -176,7 +183,7 @@ def read_dialect_header(path: str, options: CsvOptions, *,
         with open_file(fs, fs_path) as raw:
             text = _text(raw, options.encoding)
             for fields in _reader(text, options):
-                if not fields or fields == [""]:
+                if not fields:
                     continue
                 return None if _header_problem(fields, source, 1) else fields
     except (*READ_ERRORS, UnicodeError, csv.Error):

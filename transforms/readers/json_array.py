@@ -27,14 +27,14 @@ from typing import IO, Iterator
 
 import fsspec
 
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve,
+                     skip_utf8_bom)
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds, kind_of
 from .rows import SourceRow
 
 __all__ = ["iter_json_array"]
 
 _BUFFER = 1 << 16
-_BOM = b"\xef\xbb\xbf"
 _SPACE = re.compile(r"[ \t\n\r]*")
 # Bytes that are not UTF-8 are decoded as lone surrogates U+DC80..U+DCFF
 # (surrogateescape), which valid UTF-8 can never give, so an element's text
@@ -57,9 +57,8 @@ class _Text:
     """The decoded text of a byte stream, read in blocks on demand: `text`
     from `pos` on is what is not yet parsed."""
 
-    def __init__(self, f: IO[bytes], head: bytes):
+    def __init__(self, f: IO[bytes]):
         self._f = f
-        self._pending = head
         self._decode = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode
         self.text, self.pos, self.eof = "", 0, False
         self.dirty = False  # some text read so far held bytes that are not UTF-8
@@ -69,8 +68,7 @@ class _Text:
         a large element costs linear time); False at the end of the file."""
         if self.eof:
             return False
-        data = self._pending + self._f.read(max(_BUFFER, len(self.text) - self.pos))
-        self._pending = b""
+        data = self._f.read(max(_BUFFER, len(self.text) - self.pos))
         self.eof = not data
         chunk = self._decode(data, final=self.eof)
         self.dirty = self.dirty or _NOT_UTF8.search(chunk) is not None
@@ -96,8 +94,8 @@ def iter_json_array(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     index = 0
     try:
         with open_file(fs, fs_path) as f:
-            head = f.read(3)
-            text = _Text(f, head[3:] if head == _BOM else head)
+            skip_utf8_bom(f)
+            text = _Text(f)
             first = text.skip_space()
             if not first:
                 yield empty_file(source)
