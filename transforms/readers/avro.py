@@ -7,12 +7,19 @@ aware `datetime.datetime`, ``decimal`` a `decimal.Decimal`), so nested
 fields are reached with paths in ``from:``. ``row`` is the record's 1-based
 index in the file; each file is one unit of work. A file whose header cannot
 be read, or a block that does not decode, is one ``avro_invalid`` dead
-letter for the file or its unread rest.
+letter for the file or its unread rest; so is a file whose records end
+before its bytes do (a damaged block count), and one whose schema is not a
+record schema.
+
+Lengths read from the file (a header entry's, a block's, a string's) are
+never trusted for an allocation: `_BoundedReads` hands fastavro at most the
+bytes the file holds, read a block at a time, so a length of 2^45 is a short
+read, which fastavro reports as a decoding error, not a MemoryError.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import IO, Iterator
 
 import fsspec
 
@@ -21,6 +28,59 @@ from .rows import SourceRow
 
 __all__ = ["iter_avro", "read_avro_columns"]
 
+# fastavro's decoding errors on damaged data (a short read is EOFError or
+# ValueError, a bad length ValueError, an unknown type KeyError ...)
+_DECODE_ERRORS = (ValueError, EOFError, TypeError, IndexError, KeyError, StopIteration,
+                  UnicodeDecodeError, OverflowError)
+# The most one read asks of the file at once, whatever length it was given.
+_READ_CHUNK = 1 << 20
+
+
+class _BoundedReads:
+    """A file whose reads allocate no more than the bytes the file holds: a
+    read of n bytes is made a chunk at a time and stops at the end of the
+    file, and a negative length (never valid in Avro, and -1 would read
+    the whole rest) is a ValueError."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            raise ValueError(f"a negative length ({size}) in the data")
+        if size <= _READ_CHUNK:
+            return self._f.read(size)
+        parts = []
+        while size > 0:
+            part = self._f.read(min(size, _READ_CHUNK))
+            if not part:
+                break
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _block_records(block) -> Iterator[dict]:
+    """The records of one fastavro block, checking that its count of
+    records is what its bytes hold: fastavro takes a count of -1 or 1 for a
+    block of three records as given, and the other records would be lost
+    without a word. Raises ValueError."""
+    if block.num_records < 0:
+        raise ValueError(f"a block claims {block.num_records} records")
+    yield from block
+    data = block.bytes_
+    used = data.tell()
+    if data.seek(0, 2) != used:
+        raise ValueError(f"a block of {block.num_records} records holds more bytes than "
+                         "they take (a damaged count of records)")
+
+
+def _is_record_schema(schema) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "record"
+
 
 def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
               source: str | None = None) -> Iterator[SourceRow | dict]:
@@ -28,7 +88,7 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     import fastavro  # imported here: only Avro sources need it
 
     fs, fs_path, source = resolve(path, fs, source)
-    index = 0
+    index, blocks = 0, None
     try:
         with open_file(fs, fs_path) as f:
             if f.seek(0, 2) == 0:
@@ -36,18 +96,19 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                 return
             f.seek(0)
             try:
-                for record in fastavro.reader(f):
-                    index += 1
-                    if not isinstance(record, dict):
-                        yield read_dead_letter(
-                            source, index, "avro_invalid",
-                            f"{source} record {index}: the file's schema is not a record "
-                            f"schema (a {type(record).__name__})", None)
-                        continue
-                    yield SourceRow(source, index, record)
-            except (ValueError, EOFError, TypeError, IndexError, KeyError, StopIteration,
-                    UnicodeDecodeError) as exc:
-                where = "header" if index == 0 else f"data after record {index}"
+                blocks = fastavro.block_reader(_BoundedReads(f))
+                if not _is_record_schema(blocks.writer_schema):
+                    yield read_dead_letter(
+                        source, None, "avro_invalid",
+                        f"{source}: the file's schema is not a record schema, so its values "
+                        "are not rows with columns", source, rows=None)
+                    return
+                for block in blocks:
+                    for record in _block_records(block):
+                        index += 1
+                        yield SourceRow(source, index, record)
+            except _DECODE_ERRORS as exc:
+                where = "header" if blocks is None else f"data after record {index}"
                 yield read_dead_letter(
                     source, index + 1 if index else None, "avro_invalid",
                     f"{source}: the Avro {where} cannot be decoded ({type(exc).__name__}: "
@@ -65,9 +126,9 @@ def read_avro_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None
     fs, fs_path, _ = resolve(path, fs, None)
     try:
         with open_file(fs, fs_path) as f:
-            schema = fastavro.reader(f).writer_schema
-    except (*READ_ERRORS, ValueError, TypeError, KeyError, IndexError, StopIteration):
+            schema = fastavro.reader(_BoundedReads(f)).writer_schema
+    except (*READ_ERRORS, *_DECODE_ERRORS):
         return None
-    if not isinstance(schema, dict) or schema.get("type") != "record":
+    if not _is_record_schema(schema):
         return None
     return [field["name"] for field in schema.get("fields", [])]
