@@ -393,3 +393,19 @@ def test_a_dialects_quoted_empty_row_is_counted_and_a_bom_is_not_data(tmp_path, 
     assert (manifest["num_input_rows"], examples, manifest["dead_letter"]["by_reason"]) == (
         3, 2, {"missing_value": 1})
     assert sorted(r["name"][0] for r in _records(out)) == [b"a", b"b"]
+
+
+def test_a_json_object_file_says_it_is_not_an_array_when_no_row_holds_the_column(tmp_path,
+                                                                                 capsys):
+    # issue 38.18: the build said only "column 'v' appears in no row"
+    data = tmp_path / "a.json"
+    data.write_text('{"v": [1, 2]}')
+    code, _ = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "json", "path": str(data)},
+        "features": {"v": {"type": "int64", "required": False}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "features.v.from: column 'v' appears in no row" in err
+    assert "no row was read: every input was a dead letter" in err
+    assert "json_array_invalid: 1 rows" in err and "one JSON object, not an array" in err
