@@ -129,8 +129,8 @@ def _elements(text: _Text, source: str) -> Iterator[SourceRow | dict]:
     after = text.skip_space()
     while after != "]":
         index += 1
-        value, raw = _parse_element(text, source, index)
-        yield _row(source, index, value, raw)
+        value, raw, nests = _parse_element(text, source, index)
+        yield _row(source, index, value, raw, nests)
         after = text.skip_space()
         if after == ",":
             text.pos += 1
@@ -143,10 +143,10 @@ def _elements(text: _Text, source: str) -> Iterator[SourceRow | dict]:
         raise _broken(source, index, text, "text after the array's closing ']'")
 
 
-def _parse_element(text: _Text, source: str, index: int) -> tuple[object, str]:
-    """(value, its text when some text read held bytes that are not UTF-8,
-    else "") of element `index`, which starts at `text.pos`; `pos` is left
-    after it. A value is taken only once a character follows it, so that a
+def _parse_element(text: _Text, source: str, index: int) -> tuple[object, str, bool]:
+    """(value, its text when some text read held bytes that are not UTF-8
+    else "", whether its text opens more than MAX_JSON_DEPTH brackets) of
+    element `index`, which starts at `text.pos`; `pos` is left after it. A value is taken only once a character follows it, so that a
     number cut by the end of a block is never taken for a shorter one."""
     while True:
         try:
@@ -162,11 +162,15 @@ def _parse_element(text: _Text, source: str, index: int) -> tuple[object, str]:
             raise _broken(source, index - 1, text, _reason_of(exc)) from None
         if end < len(text.text) or text.eof or not text.more():
             raw = text.text[text.pos:end] if text.dirty else ""
+            # Counting brackets first keeps the exact depth walk off the
+            # common path, as in the JSONL reader.
+            nests = (text.text.count("{", text.pos, end) + text.text.count("[", text.pos, end)
+                     > MAX_JSON_DEPTH)
             text.pos = end
-            return value, raw
+            return value, raw, nests
 
 
-def _row(source: str, index: int, value, raw: str) -> SourceRow | dict:
+def _row(source: str, index: int, value, raw: str, nests: bool) -> SourceRow | dict:
     if raw and _NOT_UTF8.search(raw):
         bad = _NOT_UTF8.search(raw).group()
         return read_dead_letter(
@@ -177,7 +181,7 @@ def _row(source: str, index: int, value, raw: str) -> SourceRow | dict:
             source, index, "json_array_invalid",
             f"{source} element {index}: a JSON {kind_of(value)} where each element must be an "
             "object", value if _small(value) else None)
-    if json_depth_exceeds(value, MAX_JSON_DEPTH):
+    if nests and json_depth_exceeds(value, MAX_JSON_DEPTH):
         return read_dead_letter(
             source, index, "json_array_invalid",
             f"{source} element {index}: JSON nested deeper than {MAX_JSON_DEPTH} levels", None)
