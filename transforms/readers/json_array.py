@@ -196,8 +196,9 @@ def _broken(source: str, index: int, text: _Text, why: str) -> _BadJson:
         reason, why = "invalid_utf8", "bytes that are not UTF-8 outside a string"
     else:
         reason = "json_array_invalid"
-    return _BadJson(index + 1, f"{source}: invalid JSON after element {index}: {why}; the "
-                    "rest of the file is not read", reason)
+    where = f"after element {index}" if index else "in its first element"
+    return _BadJson(index + 1, f"{source}: invalid JSON {where}: {why}; the rest of the file "
+                    "is not read", reason)
 
 
 def _reason_of(exc: ValueError) -> str:
