@@ -13,11 +13,15 @@ or read dead letter per record (``csv_ragged_row``, ``csv_malformed``),
 there is one), blank lines are not rows (a quoted empty record, ``""``, is
 one: a record of one empty field), a UTF-8 byte-order mark opening the file
 is dropped whatever the encoding, and a file whose header is unusable is one
-``csv_bad_header`` dead letter. Text that is not valid in
-the declared encoding stops the file with one ``invalid_encoding`` dead
-letter: text is decoded 8 KB at a time, so the rows before the fault in the
-same 8 KB are not read either (the dead letter names the line reading had
-reached).
+``csv_bad_header`` dead letter. A record holding bytes that are not valid
+in the declared encoding is that record's dead letter and reading goes on,
+as in the default reader: ``invalid_utf8`` for UTF-8 (the default reader's
+reason), ``invalid_encoding`` for the others (a header holding them makes
+the file's one ``invalid_encoding`` dead letter). UTF-16 text that does not
+decode (an unpaired surrogate) still stops the file with one
+``invalid_encoding`` dead letter for its rest: that codec cannot escape
+what it cannot decode, and decodes 8 KB at a time, so the rows of that
+8 KB before the fault are not read either.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import codecs
 import csv
 import dataclasses
 import io
+import re
 from typing import Iterator
 
 import fsspec
@@ -87,6 +92,13 @@ def _next_record(records) -> list[str] | None:
             csv.field_size_limit(previous)
 
 
+# Bytes the encoding cannot decode are decoded as lone surrogates
+# U+DC80..U+DCFF (surrogateescape), which no valid text in any of
+# CSV_ENCODINGS decodes to, so a record holding one held such bytes and
+# the records around it are still read.
+_NOT_DECODED = re.compile("[\udc80-\udcff]")
+
+
 def _text(raw, encoding: str) -> io.TextIOWrapper:
     # A UTF-8 byte-order mark is never data, in any declared encoding
     # (`skip_utf8_bom`); UTF-16 decodes its own. Once it is skipped, utf-8-sig
@@ -95,7 +107,7 @@ def _text(raw, encoding: str) -> io.TextIOWrapper:
     if encoding != "utf-16":
         skip_utf8_bom(raw)
     codec = "utf-8" if encoding == "utf-8-sig" else encoding
-    return io.TextIOWrapper(raw, encoding=codec, errors="strict", newline="")
+    return io.TextIOWrapper(raw, encoding=codec, errors="surrogateescape", newline="")
 
 
 def iter_csv_dialect(path: str, options: CsvOptions, *,
@@ -130,6 +142,12 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
                 if not fields:
                     continue  # a blank line is not a row (a quoted "" is one empty field)
                 seen_any = True
+                undecoded = _undecoded(fields, options.encoding, source, line, names is None)
+                if undecoded is not None:
+                    yield undecoded
+                    if names is None:
+                        return
+                    continue
                 if names is None:
                     problem = _header_problem(fields, source, line)
                     if problem is not None:
@@ -154,6 +172,23 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
             "rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, line if line > 1 else None, exc)
+
+
+def _undecoded(fields: list[str], encoding: str, source: str, line: int,
+               header: bool) -> dict | None:
+    """The dead letter of a record holding bytes `encoding` cannot decode
+    (for the header: of the file), or None."""
+    found = _NOT_DECODED.search("\x00".join(fields))
+    if found is None:
+        return None
+    byte = ord(found.group()) - 0xDC00
+    utf8 = encoding in ("utf-8", "utf-8-sig")
+    reason = "invalid_utf8" if utf8 and not header else "invalid_encoding"
+    what = "the header line" if header else f"line {line}"
+    return read_dead_letter(
+        source, line, reason,
+        f"{source} {what}: not valid {encoding} text (byte 0x{byte:02x})", fields,
+        rows=None if header else 1)
 
 
 def _header_problem(names: list[str], source: str, line: int) -> dict | None:
@@ -185,7 +220,9 @@ def read_dialect_header(path: str, options: CsvOptions, *,
             for fields in _reader(text, options):
                 if not fields:
                     continue
-                return None if _header_problem(fields, source, 1) else fields
+                bad = (_undecoded(fields, options.encoding, source, 1, True)
+                       or _header_problem(fields, source, 1))
+                return None if bad else fields
     except (*READ_ERRORS, UnicodeError, csv.Error):
         return None
     return None
