@@ -72,3 +72,54 @@ def test_lying_lengths_are_avro_invalid_and_no_record_is_lost(tmp_path_factory, 
     assert [letter["reason"] for letter in letters] in (["avro_invalid"], [])
     if len(rows) < count:
         assert letters and read[-1] is letters[0] and "\n" not in letters[0]["message"]
+
+
+# item schema -> (takes no bytes, a value of it)
+_ITEMS = {
+    "null": (True, None),
+    "long": (False, 3),
+    "string": (False, "s"),
+    "empty": (True, {}),
+    "of_null": (True, {"n": None}),
+    "fixed0": (True, b""),
+    "fixed1": (False, b"x"),
+    "union": (False, None),
+    "again": (True, {}),  # a reference to the empty record defined before it
+}
+
+
+def _item_schema(kind: str, index: int):
+    return {
+        "null": "null", "long": "long", "string": "string",
+        "empty": {"type": "record", "name": f"e{index}", "fields": []},
+        "of_null": {"type": "record", "name": f"n{index}",
+                    "fields": [{"name": "n", "type": "null"}]},
+        "fixed0": {"type": "fixed", "name": f"f{index}", "size": 0},
+        "fixed1": {"type": "fixed", "name": f"g{index}", "size": 1},
+        "union": ["null", "long"],
+        "again": "defined",
+    }[kind]
+
+
+@settings(max_examples=100, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(_ITEMS)), min_size=1, max_size=3),
+       count=st.integers(0, 3))
+def test_an_array_of_items_taking_no_bytes_is_refused_before_it_is_built(tmp_path_factory,
+                                                                          kinds, count):
+    """Issue 38.10: such an array's count is the only measure of its size."""
+    fields = [{"name": "defined_here", "type": {"type": "record", "name": "defined",
+                                                "fields": []}}]
+    fields += [{"name": f"a{i}", "type": {"type": "array", "items": _item_schema(kind, i)}}
+               for i, kind in enumerate(kinds)]
+    schema = {"type": "record", "name": "r", "fields": fields}
+    record = {"defined_here": {}, **{f"a{i}": [_ITEMS[kind][1]] * count
+                                     for i, kind in enumerate(kinds)}}
+    path = tmp_path_factory.mktemp("a") / "r.avro"
+    with open(path, "wb") as out:
+        fastavro.writer(out, schema, [record])
+    read = list(iter_avro(str(path)))
+    if any(_ITEMS[kind][0] for kind in kinds):
+        [letter] = read
+        assert letter["reason"] == "avro_invalid" and "take no bytes" in letter["message"]
+    else:
+        assert [item.values for item in read] == [record]

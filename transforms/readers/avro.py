@@ -82,6 +82,73 @@ def _is_record_schema(schema) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "record"
 
 
+# --- arrays whose count no byte checks -------------------------------------------
+# fastavro builds an array item by item, so a false count of items that take
+# at least one byte each ends at the end of the block's bytes; items that take
+# none (null, an empty record, fixed of size 0) are built from the count alone,
+# and a count of 2^40 fills the memory. Such an array holds nothing a feature
+# could use, so a file whose schema has one is refused as a whole.
+
+
+def _named_types(schema, names: dict) -> dict:
+    """name (and namespace.name) -> definition, for every named type in `schema`."""
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if isinstance(item.get("name"), str) and item.get("type") in ("record", "error",
+                                                                         "enum", "fixed"):
+                names[item["name"]] = item
+                if isinstance(item.get("namespace"), str):
+                    names[f"{item['namespace']}.{item['name']}"] = item
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            stack.extend(f.get("type") for f in item.get("fields") or ()
+                         if isinstance(f, dict))
+    return names
+
+
+def _takes_no_bytes(schema, names: dict, seen: frozenset = frozenset()) -> bool:
+    """True when a value of `schema` may be encoded in zero bytes."""
+    if isinstance(schema, str):
+        if schema == "null":
+            return True
+        named = names.get(schema)
+        return named is not None and schema not in seen and _takes_no_bytes(
+            named, names, seen | {schema})
+    if not isinstance(schema, dict):
+        return False  # a union writes its branch's index: at least one byte
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        name = schema.get("name")
+        inner = seen | {name} if isinstance(name, str) else seen
+        return all(isinstance(f, dict) and _takes_no_bytes(f.get("type"), names, inner)
+                   for f in schema.get("fields") or ())
+    if kind == "fixed":
+        return schema.get("size") == 0
+    if isinstance(kind, str) and kind not in ("array", "map", "enum"):
+        return _takes_no_bytes(kind, names, seen)  # {"type": "null"}, logical types
+    return isinstance(kind, dict) and _takes_no_bytes(kind, names, seen)
+
+
+def _unbounded_array(schema) -> bool:
+    """True when `schema` holds an array whose items may take no bytes."""
+    names = _named_types(schema, {})
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if item.get("type") == "array" and _takes_no_bytes(item.get("items"), names):
+                return True
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            stack.extend(f.get("type") for f in item.get("fields") or ()
+                         if isinstance(f, dict))
+    return False
+
+
 def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
               source: str | None = None) -> Iterator[SourceRow | dict]:
     """The rows and read dead letters of one Avro file (see the module)."""
@@ -102,6 +169,13 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                         source, None, "avro_invalid",
                         f"{source}: the file's schema is not a record schema, so its values "
                         "are not rows with columns", source, rows=None)
+                    return
+                if _unbounded_array(blocks.writer_schema):
+                    yield read_dead_letter(
+                        source, None, "avro_invalid",
+                        f"{source}: the file's schema has an array of items that take no "
+                        "bytes (null, an empty record), whose length cannot be checked "
+                        "before it is built; the file is not read", source, rows=None)
                     return
                 for block in blocks:
                     for record in _block_records(block):
