@@ -14,7 +14,9 @@ record schema.
 Lengths read from the file (a header entry's, a block's, a string's) are
 never trusted for an allocation: `_BoundedReads` hands fastavro at most the
 bytes the file holds, read a block at a time, so a length of 2^45 is a short
-read, which fastavro reports as a decoding error, not a MemoryError.
+read, which fastavro reports as a decoding error, not a MemoryError. The
+one count no byte checks, an array's of items that take no bytes, is
+refused with the schema (`_unbounded_array`).
 """
 
 from __future__ import annotations
