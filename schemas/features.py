@@ -14,7 +14,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+import re
 from typing import Any, Mapping, Sequence
+
+import yaml
 
 from .errors import ConfigError
 
@@ -67,15 +70,32 @@ def source_path(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+# keys YAML reads as plain text inside [...]; others are written quoted
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
+
+
+def _plain(key: str) -> bool:
+    return _PLAIN_KEY.fullmatch(key) is not None and key.lower() not in _YAML_WORDS
+
+
 def path_text(keys: Sequence[str]) -> str:
-    """A path of keys as the config writes it: ``[user, address, city]``."""
-    return "[" + ", ".join(keys) + "]"
+    """A path of keys as the config writes it: ``[user, address, city]``
+    (a key YAML would read otherwise quoted: ``[user, "a, b"]``)."""
+    return "[" + ", ".join(k if _plain(k) else _quoted(k) for k in keys) + "]"
+
+
+def _quoted(key: str) -> str:
+    # YAML's own double-quoted form, so that any key (controls, commas,
+    # YAML words) reads back as itself
+    return yaml.safe_dump(key, default_style='"', width=math.inf,
+                          allow_unicode=True).rstrip("\n")
 
 
 def nested_path_hint(column: str, columns: Sequence[str]) -> str | None:
     """For a dotted column name that no row holds but whose leading part is a
     column of `columns`: the list form the user probably meant
-    (```from: [user, city]```), else None."""
+    (``from: [user, city]``), else None."""
     parts = column.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         head = ".".join(parts[:cut])

@@ -68,3 +68,15 @@ def test_csv_rows_refuse_a_path_and_take_a_dotted_column():
     assert spec.path is None and spec.column == "a.b"
     with pytest.raises(ConfigError, match="list of keys"):
         parse_features({"f": {"type": "int64", "from": ["a", "b"]}}, nested=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=2, max_size=4))
+def test_a_path_as_messages_write_it_reads_back_as_the_same_keys_in_yaml(keys):
+    # the list form a hint suggests must mean, pasted into a config, the keys
+    import yaml
+    from recordforge.schemas.features import path_text
+    try:
+        assert yaml.safe_load(f"from: {path_text(keys)}") == {"from": keys}
+    except yaml.YAMLError:
+        raise AssertionError(path_text(keys)) from None
