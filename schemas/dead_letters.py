@@ -30,7 +30,7 @@ REASONS: dict[str, str] = {
     "path_outside_root": "a path taken from the data points outside source.path (absolute, `..`, or a symlink leading out)",
     "csv_ragged_row": "a CSV row has more or fewer fields than the header",
     "json_invalid": "a JSONL line is not valid JSON or not a JSON object",
-    "invalid_utf8": "text (a CSV/JSONL line, a JSON array element, a `string` feature value, a file or folder name) is not valid UTF-8",
+    "invalid_utf8": "text (a CSV/JSONL line, a JSON array element, a Parquet row's text, a `string` feature value, a file or folder name) is not valid UTF-8",
     "csv_bad_header": "a CSV file has no usable header row (empty, or duplicate column names); the file is not read",
     "csv_malformed": "a CSV record has broken quoting (an unterminated quoted field, text after a closing quote, or a bare CR)",
     "parquet_invalid": "a Parquet file or one of its row groups cannot be decoded",
