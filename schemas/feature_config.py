@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .checks import validate_default
 from .errors import ConfigError
-from .features import FEATURE_TYPES, INT64_MAX, INT64_MIN, TIMESTAMP_UNITS, FeatureSpec
+from .features import (FEATURE_TYPES, INT64_MAX, INT64_MIN, TIMESTAMP_UNITS, FeatureSpec,
+                       nested_path_hint, path_text, source_path)
 
 __all__ = ["FEATURE_KEYS", "parse_features"]
 
@@ -55,8 +56,9 @@ def parse_features(mapping: Any, *, key_path: str = "features",
     known_columns: the columns the source offers, when known before the run
       (image sources, table headers); a ``from`` naming another column is an error.
     nested: rows may hold nested values (JSON, JSONL, Parquet, Avro, rows
-      handed over), so a dotted ``from`` is a path of keys; False (CSV,
-      images): a dotted ``from`` is one column's name.
+      handed over), so ``from`` may be a list of keys; False (CSV, images):
+      it is refused. A ``from`` text is one column's name, dots included,
+      in every source (`features.source_path`).
     null_values: the source's text values read as missing (`source.csv`),
       for features that set none; None: the standard rule.
     Raises ConfigError naming the offending key (e.g. ``features.label.vocabulary``).
@@ -144,37 +146,36 @@ def _parse_type(value: Any, path: str) -> str:
 def _parse_source(name: str, value: Any, path: str, explicit: bool,
                   columns: list[str] | None, nested: bool = True
                   ) -> tuple[str, tuple[str, ...] | None]:
-    """(column the rows carry the value under, path of keys or None)."""
-    keys = None
-    if isinstance(value, (list, tuple)):
-        if not value or not all(isinstance(k, str) and k for k in value):
-            raise ConfigError(path, "a list of keys must hold non-empty text keys, e.g. "
-                              "[user, address.city] for a key containing dots")
-        if not nested:
-            raise ConfigError(path, "a list of keys addresses nested values, which this "
-                              "source's rows do not hold; name one column")
-        keys = tuple(value)
-    elif not isinstance(value, str) or not value:
-        raise ConfigError(path, "must be the name of a source column (text), a dotted path "
-                          "(user.address.city) or a list of keys")
-    elif nested and "." in value.strip("."):
-        keys = tuple(value.split("."))
-        if not all(keys):
-            raise ConfigError(path, f"{value!r} has an empty key between dots; write the keys "
-                              "as a list to name keys containing dots")
-    if keys is not None and len(keys) == 1:
-        value, keys = keys[0], None  # [name]: one top-level column, dots and all
-    elif keys is not None:
-        value = ".".join(keys) if not any("." in k for k in keys) else repr(list(keys))
-    top = keys[0] if keys is not None else value
+    """(name shown for the column, path of keys or None), by `source_path`'s rule."""
+    try:
+        keys = source_path(value)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from None
+    if keys is not None and not nested:
+        raise ConfigError(path, "a list of keys addresses nested values, which this "
+                          "source's rows do not hold; name one column")
+    if keys is None:
+        shown = top = value[0] if isinstance(value, (list, tuple)) else value
+    else:
+        shown, top = path_text(keys), keys[0]
     if columns is not None and top not in columns:
         hint = "" if explicit else (" (without `from`, the feature's name is used as the "
                                     "column name)")
-        close = difflib.get_close_matches(top, columns, n=1, cutoff=0.6)
-        did_you_mean = f"; did you mean `{close[0]}`?" if close else ""
-        raise ConfigError(path, f"the source has no column {top!r}{hint}{did_you_mean}; "
+        raise ConfigError(path, f"the source has no column {top!r}{hint}"
+                          f"{_column_hint(top, columns, nested)}; "
                           f"columns: {', '.join(sorted(columns))}")
-    return value, keys
+    return shown, keys
+
+
+def _column_hint(column: str, columns: Sequence[str], nested: bool) -> str:
+    """"; did you mean ...?" for a column the source lacks: the list form
+    when a dotted name starts with a column (a path into nested values is
+    written as a list of keys), else the closest column's name."""
+    suggestion = nested_path_hint(column, columns) if nested else None
+    if suggestion is None:
+        close = difflib.get_close_matches(column, columns, n=1, cutoff=0.6)
+        suggestion = f"`{close[0]}`" if close else None
+    return f"; did you mean {suggestion}?" if suggestion else ""
 
 
 def _parse_null_values(value: Any, path: str) -> tuple[str, ...] | None:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+import re
 from typing import Any, Mapping, Sequence
+
+import yaml
 
 from .errors import ConfigError
 
@@ -29,6 +32,9 @@ __all__ = [
     "resolve_vocabularies",
     "label_feature",
     "label_text",
+    "nested_path_hint",
+    "path_text",
+    "source_path",
 ]
 
 # declared type -> stored kind in the Example (string = UTF-8 text in a BytesList;
@@ -40,6 +46,62 @@ FEATURE_TYPES = tuple(_STORED_KIND)
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
+
+
+# --- the `from:` rule -------------------------------------------------------------
+# A `from:` text is exactly one top-level column's name, dots and all, in every
+# source; a path into nested objects or structs is only ever a list of keys.
+# Reading a dotted text as a path would make `a.b` ambiguous between the column
+# "a.b" and the key "b" of column "a" (one silently shadowing the other).
+
+
+def source_path(value: Any) -> tuple[str, ...] | None:
+    """The keys of a ``from:`` value that is a path into nested values (a list
+    of two or more keys), or None when it names one top-level column (a text,
+    or a one-key list). Raises ValueError saying what a valid value is."""
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(k, str) and k for k in value):
+            raise ValueError("a list of keys must hold non-empty text keys, e.g. "
+                             "[user, address, city]")
+        return tuple(value) if len(value) > 1 else None
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be the name of a source column (text, dots included) or a "
+                         "list of keys into nested values, e.g. [user, address, city]")
+    return None
+
+
+# keys YAML reads as plain text inside [...]; others are written quoted
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
+
+
+def _plain(key: str) -> bool:
+    return _PLAIN_KEY.fullmatch(key) is not None and key.lower() not in _YAML_WORDS
+
+
+def path_text(keys: Sequence[str]) -> str:
+    """A path of keys as the config writes it: ``[user, address, city]``
+    (a key YAML would read otherwise quoted: ``[user, "a, b"]``)."""
+    return "[" + ", ".join(k if _plain(k) else _quoted(k) for k in keys) + "]"
+
+
+def _quoted(key: str) -> str:
+    # YAML's own double-quoted form, so that any key (controls, commas,
+    # YAML words) reads back as itself
+    return yaml.safe_dump(key, default_style='"', width=math.inf,
+                          allow_unicode=True).rstrip("\n")
+
+
+def nested_path_hint(column: str, columns: Sequence[str]) -> str | None:
+    """For a dotted column name that no row holds but whose leading part is a
+    column of `columns`: the list form the user probably meant
+    (``from: [user, city]``), else None."""
+    parts = column.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        head = ".".join(parts[:cut])
+        if head in columns and all(parts[cut:]):
+            return f"`from: {path_text([head, *parts[cut:]])}` (a path into nested values)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +116,10 @@ class FeatureSpec:
       list shapes); converted and checked like a row value.
     values: allowed values (ints, floats or strings as written in the config).
     vocabulary: allowed labels, in id order; ``"auto"`` until resolved.
-    path: the keys leading to a nested value (``from: user.address.city`` in
-      a JSON, JSONL, Parquet or Avro source, or a list of keys), or None for a
-      top-level column; then `source` is the name rows carry it under.
+    path: the keys leading to a nested value (``from: [user, address, city]``
+      in a JSON, JSONL, Parquet or Avro source), or None for a top-level
+      column (`source`). `source` is then the path as the config writes it,
+      for messages (`path_text`).
     null_values: text values read as missing, or None for the standard rule
       (None and ``""``; for numbers also blank text).
     unit, format, timezone: timestamp features only: the stored unit, how
@@ -87,6 +150,13 @@ class FeatureSpec:
         """The top-level input column the feature reads (a nested value's
         first key)."""
         return self.path[0] if self.path else self.source
+
+    @property
+    def read_key(self) -> str | tuple[str, ...]:
+        """The key the feature's raw value is found under once nested paths
+        are resolved (`row_encoder.with_paths`): the column's name, or the
+        tuple of keys for a path, which no top-level column's name can equal."""
+        return self.path if self.path else self.source
 
     @property
     def stored_kind(self) -> str:

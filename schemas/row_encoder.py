@@ -47,7 +47,7 @@ class RowEncoder:
                                   "`auto` has not been resolved; call resolve_vocabularies "
                                   "with the values known before the run")
             convert = checked_converter(spec, vocabulary, f"features.{spec.name}.default")
-            plan.append((spec.name, spec.source, convert, vocabulary))
+            plan.append((spec.name, spec.read_key, convert, vocabulary))
         self._plan = tuple((name, source, convert) for name, source, convert, _ in plan)
         self._encoder = ExampleEncoder({spec.name: spec.stored_kind for spec in self._specs})
         by_name = {spec.name: (spec, vocabulary) for spec, (*_, vocabulary)
@@ -60,13 +60,14 @@ class RowEncoder:
             scalar_entry = scalar_entry_encoder(name, spec.stored_kind)
             row_entry = compile_entry(spec, vocabulary, self._encoder.entry_encoder(name),
                                       scalar_entry)
-            entries.append((spec.source, row_entry))
-            columns.append((name, spec.source,
+            entries.append((spec.read_key, row_entry))
+            columns.append((name, spec.read_key,
                             ColumnEncoder(spec, vocabulary, row_entry, scalar_entry)))
         self._entries = tuple(entries)
         self._columns = tuple(columns)
-        # column name -> keys, for features read from nested values
-        self._paths = {spec.source: spec.path for spec in self._specs if spec.path}
+        # read key (the tuple of keys) -> keys, for features read from nested
+        # values: a tuple cannot collide with a top-level column's name
+        self._paths = {spec.path: spec.path for spec in self._specs if spec.path}
 
     def __reduce__(self):
         return (RowEncoder, (self._specs, self._vocabularies))
@@ -113,11 +114,11 @@ class RowEncoder:
 
     def columns_as_read(self, column: Callable[[str], list]) -> Callable[[str], list]:
         """`column` as `encode_columns` reads it: a nested ``from:`` path's
-        source name gives the values at that path."""
+        read key (`FeatureSpec.read_key`) gives the values at that path."""
         return _column_with_paths(column, self._paths) if self._paths else column
 
-    def source_of(self, name: str) -> str:
-        """The column feature `name` reads."""
+    def source_of(self, name: str) -> str | tuple[str, ...]:
+        """The read key of feature `name` (`FeatureSpec.read_key`)."""
         for feature, source, _ in self._plan:
             if feature == name:
                 return source
@@ -193,18 +194,18 @@ def dig(value: Any, keys: Sequence[str]) -> Any:
     return value
 
 
-def with_paths(values: Mapping[str, Any], paths: Mapping[str, Sequence[str]]) -> dict:
-    """`values` plus, for each (column, keys) of `paths`, the nested value at
-    keys under that column name."""
+def with_paths(values: Mapping[str, Any], paths: Mapping[Any, Sequence[str]]) -> dict:
+    """`values` plus, for each (read key, keys) of `paths`, the nested value at
+    keys under that read key (a tuple, so no column of the row is replaced)."""
     out = dict(values)
     for column, keys in paths.items():
         out[column] = dig(values.get(keys[0]), keys[1:])
     return out
 
 
-def _column_with_paths(column: Callable[[str], list], paths: Mapping[str, Sequence[str]]
-                       ) -> Callable[[str], list]:
-    def nested_column(name: str) -> list:
+def _column_with_paths(column: Callable[[str], list], paths: Mapping[Any, Sequence[str]]
+                       ) -> Callable[[Any], list]:
+    def nested_column(name) -> list:
         keys = paths.get(name)
         if keys is None:
             return column(name)

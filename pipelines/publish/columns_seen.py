@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import difflib
 
+from ...schemas.features import nested_path_hint
+# (the error budget's own summary of the dead letters, reused)
+from .budget import _format_sample, _top_reasons
 from .errors import BuildFailed
 
 __all__ = ["check_columns_seen"]
@@ -30,10 +33,31 @@ def check_columns_seen(result: dict) -> None:
              + ("a feature" if len(unseen) == 1 else f"{len(unseen)} features")
              + "; nothing was published"]
     for feature, column in sorted(unseen.items()):
+        # a dotted name starting with a column seen is most likely a path
+        # meant as one, which `from:` writes as a list of keys
+        suggestion = nested_path_hint(str(column), seen)
         close = difflib.get_close_matches(str(column), seen, n=1, cutoff=0.6)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
+        if suggestion is None and close:
+            suggestion = f"`{close[0]}`"
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
         lines.append(f"  features.{feature}.from: column {column!r} appears in no row{hint}")
     if seen:
         lines.append(f"  columns seen: {', '.join(seen[:50])}" + (" ..." if len(seen) > 50
                                                                    else ""))
+    else:
+        lines.append(_why_no_row(result))
     raise BuildFailed("\n".join(lines))
+
+
+def _why_no_row(result: dict) -> str:
+    """Says that no row was read at all, with the dead letters' top reasons
+    and a sample each (a JSON file holding one object, not an array; a file
+    that is not UTF-8 ...): the missing columns only follow from them."""
+    reasons = _top_reasons(result.get("dead_letter") or {})
+    if not reasons:
+        return "  no row was read"
+    lines = ["  no row was read: every input was a dead letter; top reasons:"]
+    for reason, count, sample in reasons:
+        example = _format_sample(sample)
+        lines.append(f"    {reason}: {count} rows" + (f", e.g. {example}" if example else ""))
+    return "\n".join(lines)

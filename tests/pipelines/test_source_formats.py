@@ -68,7 +68,7 @@ def test_json_array_with_nested_paths_lists_and_timestamps(tmp_path):
         "name": "j", "version": "1",
         "source": {"type": "json", "path": str(data)},
         "features": {"id": {"type": "int64"},
-                     "city": {"type": "string", "from": "user.address.city"},
+                     "city": {"type": "string", "from": ["user", "address", "city"]},
                      "ab": {"type": "int64", "from": ["user", "a.b"]},
                      "tags": {"type": "string", "shape": [-1]},
                      "seen": {"type": "timestamp", "unit": "ms"}},
@@ -102,7 +102,7 @@ def test_parquet_dates_timestamps_and_structs(tmp_path):
         "source": {"type": "parquet", "path": str(tmp_path / "t.parquet")},
         "features": {"day": {"type": "timestamp", "unit": "days"},
                      "at": {"type": "timestamp", "unit": "s", "timezone": "Europe/Oslo"},
-                     "v": {"type": "int64", "from": "s.v"}},
+                     "v": {"type": "int64", "from": ["s", "v"]}},
         "output": {"path": str(tmp_path / "out")}})
     assert code == 0
     rows = sorted(_records(out), key=lambda r: r["v"])
@@ -182,8 +182,8 @@ def test_avro_with_nested_records_and_logical_types(tmp_path):
     code, out = _build(tmp_path, {
         "name": "a", "version": "1",
         "source": {"type": "avro", "path": str(tmp_path / "r.avro")},
-        "features": {"id": {"type": "int64"}, "name": {"type": "string", "from": "user.name"},
-                     "tags": {"type": "string", "from": "user.tags", "shape": [-1]},
+        "features": {"id": {"type": "int64"}, "name": {"type": "string", "from": ["user", "name"]},
+                     "tags": {"type": "string", "from": ["user", "tags"], "shape": [-1]},
                      "born": {"type": "timestamp", "unit": "days"},
                      "blob": {"type": "bytes", "required": False}},
         "output": {"path": str(tmp_path / "out")}})
@@ -285,7 +285,7 @@ def test_report_shows_the_schema_and_the_manifest_the_shard_size_spread(tmp_path
     code, out = _build(tmp_path, {
         "name": "r", "version": "1", "source": {"type": "json", "path": str(data)},
         "features": {"id": {"type": "int64"},
-                     "when": {"type": "timestamp", "from": "u.t", "unit": "days"},
+                     "when": {"type": "timestamp", "from": ["u", "t"], "unit": "days"},
                      "note": {"type": "string", "default": "n/a", "from": "n"}},
         "output": {"path": str(tmp_path / "out")}})
     assert code == 0
@@ -325,3 +325,87 @@ def test_tfrecord_labels_give_an_auto_vocabulary(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["vocabularies"] == {"label": ["cat", "dog"]}
     assert sorted(r["label"][0] for r in _records(out)) == [0, 1, 1]
+
+
+def test_a_dotted_column_and_a_nested_path_of_the_same_keys_each_read_their_own(tmp_path, capsys):
+    # issue 38.2: `from: a.b` is the column "a.b", `from: [a, b]` the key b of a
+    data = tmp_path / "a.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "a.b": i, "a": {"b": -i}}) + "\n"
+                            for i in range(1, 6)))
+    config = {"name": "t", "version": "1", "source": {"type": "jsonl", "path": str(data)},
+              "features": {"id": {"type": "int64"}, "col": {"type": "int64", "from": "a.b"},
+                           "path": {"type": "int64", "from": ["a", "b"]}},
+              "output": {"path": str(tmp_path / "out")}}
+    code, out = _build(tmp_path, config)
+    assert code == 0
+    assert sorted(_records(out), key=lambda r: r["id"]) == [
+        {"id": [i], "col": [i], "path": [-i]} for i in range(1, 6)]
+    # a dotted text meant as a path fails the build with the list form
+    config["features"] = {"id": {"type": "int64"},
+                          "city": {"type": "string", "from": "a.c", "required": False}}
+    config["version"] = "2"
+    code, _ = _build(tmp_path, config)
+    assert code == 1
+    assert ("features.city.from: column 'a.c' appears in no row; did you mean "
+            "`from: [a, c]` (a path into nested values)?") in capsys.readouterr().err
+
+
+def test_json_array_rows_read_are_examples_plus_dead_letters(tmp_path):
+    # issues 38.5, 38.7: a large number or a lone surrogate is that row's
+    # dead letter, as in JSONL; the rows after it are still read (the
+    # variants are generated in tests/transforms/test_json_array.py)
+    literals = ["1", "-9223372036854775808", "9223372036854775808", "1e400", '"\\ud800"',
+                '"\\udc00"', '"x"', "-1E999", '"y"']
+    data = tmp_path / "a.json"
+    data.write_text("[" + ",".join(f'{{"id": {i}, "v": {v}}}' for i, v in enumerate(literals))
+                    + "]")
+    code, out = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "json", "path": str(data)},
+        "features": {"id": {"type": "int64"}, "v": {"type": "string", "required": False}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    examples = sum(s["num_examples"] for s in manifest["splits"].values())
+    assert manifest["num_input_rows"] == len(literals) == examples + manifest["dead_letter"][
+        "num_rows"]
+    assert sorted(r["v"][0] for r in _records(out)) == [b"x", b"y"]
+    assert manifest["dead_letter"]["by_reason"] == {"type_mismatch": 5, "invalid_utf8": 2}
+
+
+@pytest.mark.parametrize("csv_options, text", [
+    ({"delimiter": ";"}, 'name\na\n""\nb\n'),
+    ({"header": False, "columns": ["name"]}, 'a\n""\nb\n'),
+    ({"encoding": "cp1252"}, '\ufeffname\na\n""\nb\n'),
+])
+def test_a_dialects_quoted_empty_row_is_counted_and_a_bom_is_not_data(tmp_path, csv_options,
+                                                                      text):
+    # issues 38.3, 38.6: rows read = examples + dead letters in every dialect
+    data = tmp_path / "a.csv"
+    data.write_bytes(text.encode("utf-8"))
+    code, out = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "csv", "path": str(data),
+                                               "csv": csv_options},
+        "features": {"name": {"type": "string"}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    examples = sum(s["num_examples"] for s in manifest["splits"].values())
+    assert (manifest["num_input_rows"], examples, manifest["dead_letter"]["by_reason"]) == (
+        3, 2, {"missing_value": 1})
+    assert sorted(r["name"][0] for r in _records(out)) == [b"a", b"b"]
+
+
+def test_a_json_object_file_says_it_is_not_an_array_when_no_row_holds_the_column(tmp_path,
+                                                                                 capsys):
+    # issue 38.18: the build said only "column 'v' appears in no row"
+    data = tmp_path / "a.json"
+    data.write_text('{"v": [1, 2]}')
+    code, _ = _build(tmp_path, {
+        "name": "t", "version": "1", "source": {"type": "json", "path": str(data)},
+        "features": {"v": {"type": "int64", "required": False}},
+        "dead_letter": {"max_error_rate": 1.0}, "output": {"path": str(tmp_path / "out")}})
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "features.v.from: column 'v' appears in no row" in err
+    assert "no row was read: every input was a dead letter" in err
+    assert "json_array_invalid: 1 rows" in err and "one JSON object, not an array" in err

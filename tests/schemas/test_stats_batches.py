@@ -34,7 +34,7 @@ def test_nested_and_listed_features_take_their_checked_values():
     from recordforge.transforms.batch_converter import BatchConverter
     from recordforge.transforms.readers.rows import SourceRow
 
-    specs = parse_features({"city": {"type": "string", "from": "place.city"},
+    specs = parse_features({"city": {"type": "string", "from": ["place", "city"]},
                             "n": {"type": "int64", "from": ["place", "n"]},
                             "tags": {"type": "int64", "shape": [-1], "required": False}})
     rows = [SourceRow("f.jsonl", i, {"place": {"city": ["oslo", "rome"][i % 2], "n": i},

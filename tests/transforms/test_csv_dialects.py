@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from recordforge.transforms.readers.csv_dialect import (CsvOptions, iter_csv_dialect,
                                                         read_dialect_header)
+from recordforge.transforms.readers.csv import iter_csv
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.readers.tables import (iter_table, plan_table_ranges,
                                                    read_range)
@@ -94,14 +95,15 @@ def test_ragged_rows_bad_header_and_bad_encoding_are_dead_letters(tmp_path):
     dup.write_bytes(b"a|a\n1|2\n")
     [problem] = iter_csv_dialect(str(dup), CsvOptions(delimiter="|"))
     assert problem["reason"] == "csv_bad_header" and "'a'" in problem["message"]
-    # cp1252 has no character for byte 0x81: the file stops there (text is
-    # decoded 8 KB at a time, so the rows of that chunk are not read)
+    # cp1252 has no character for byte 0x81: that record is the dead letter,
+    # and every row around it is read
     bad = tmp_path / "bad.csv"
-    bad.write_bytes(b"a;b\n" + b"1;2\n" * 5000 + b"3;\x81\n")
+    bad.write_bytes(b"a;b\n" + b"1;2\n" * 5000 + b"3;\x81\n" + b"4;5\n")
     out = list(iter_csv_dialect(str(bad), CsvOptions(delimiter=";", encoding="cp1252")))
     assert isinstance(out[0], SourceRow) and out[0].values == {"a": "1", "b": "2"}
-    assert out[-1]["reason"] == "invalid_encoding" and "cp1252" in out[-1]["message"]
-    assert sum(isinstance(item, SourceRow) for item in out) < 5000
+    assert out[-2]["reason"] == "invalid_encoding" and "cp1252" in out[-2]["message"]
+    assert out[-2]["row"] == 5002 and "byte 0x81" in out[-2]["message"]
+    assert sum(isinstance(item, SourceRow) for item in out) == 5001
     empty = tmp_path / "empty.csv"
     empty.write_bytes(b"")
     assert [r["reason"] for r in iter_csv_dialect(str(empty), CsvOptions(delimiter=";"))] == [
@@ -140,3 +142,49 @@ def test_every_encoding_reads_non_ascii_text(tmp_path, encoding):
     path.write_bytes(f"name|v\n{text}|1\n".encode(encoding))
     [row] = iter_csv_dialect(str(path), CsvOptions(delimiter="|", encoding=encoding))
     assert row.values == {"name": text, "v": "1"}
+
+
+def _csv_text(rows, names, delimiter, header) -> str:
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, delimiter=delimiter, lineterminator="\n")
+    if header:
+        writer.writerow(names)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(width=st.integers(1, 3), data=st.data(), delimiter=st.sampled_from([",", ";", "\t"]),
+       header=st.booleans(), encoding=st.sampled_from(ENCODINGS), bom=st.booleans(),
+       bad=st.booleans())
+def test_every_dialect_reads_what_the_default_reader_reads(tmp_path, width, data, delimiter,
+                                                         header, encoding, bom, bad):
+    """Issues 38.3 and 38.6: a quoted empty record ``""`` is a row, a UTF-8
+    byte-order mark is dropped, and a record that is not UTF-8 is that
+    record's dead letter, in every dialect and encoding, as the default
+    reader does: the same records give the same rows and dead letters."""
+    rows = data.draw(st.lists(st.lists(TEXT, min_size=width, max_size=width), min_size=1,
+                              max_size=6))
+    if bad and encoding in ("utf-8", "utf-8-sig"):  # a byte that is not UTF-8 in one value
+        at = data.draw(st.integers(0, len(rows) - 1))
+        rows[at][0] += "\u00a4"  # (replaced by 0xff in both files below)
+    names = ["a", "b", "c"][:width]
+    mark = b"\xef\xbb\xbf" if bom else b""
+    default = tmp_path / "default.csv"
+    unbreak = lambda raw: raw.replace("\u00a4".encode(), b"\xff")  # noqa: E731
+    default.write_bytes(mark + unbreak(_csv_text(rows, names, ",", True).encode("utf-8")))
+    options = CsvOptions(delimiter=delimiter, header=header,
+                         columns=None if header else tuple(names), encoding=encoding)
+    dialect = tmp_path / "dialect.csv"
+    # (Python's utf-8-sig and utf-16 codecs write their own mark)
+    dialect.write_bytes((b"" if encoding == "utf-16" else mark) + unbreak(_csv_text(
+        rows, names, delimiter, header).encode("utf-8" if encoding == "utf-8-sig" else encoding)))
+    expected = [(item.row, item.values) if isinstance(item, SourceRow)
+                else (item["row"], item["reason"]) for item in iter_csv(str(default))]
+    shift = 0 if header else 1  # the default file's header is its line 1
+    got = [(item.row + shift, item.values) if isinstance(item, SourceRow)
+           else (item["row"] + shift, item["reason"])
+           for item in iter_csv_dialect(str(dialect), options)]
+    assert got == expected
+    assert len(got) == len(rows)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms.batch_converter import BatchConverter
-from recordforge.transforms.readers import jsonl
+from recordforge.transforms.readers import json_values, jsonl
 
 
 @settings(max_examples=100, deadline=None)
@@ -32,4 +32,4 @@ def test_json_numbers_beyond_a_double_are_float32_overflow(tmp_path_factory, man
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_finite_json_numbers_parse_as_json_loads_does(number):
     line = json.dumps({"x": number})
-    assert jsonl._DECODER.decode(line) == json.loads(line)
+    assert json_values.DECODER.decode(line) == json.loads(line)

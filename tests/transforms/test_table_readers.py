@@ -602,3 +602,34 @@ def test_parquet_damage(tmp_path):
 def test_iter_table_rejects_unknown_format():
     with pytest.raises(ValueError, match="unknown table format"):
         tables.iter_table("x", "xml")
+
+
+def _string_array(raw: list[bytes]) -> pa.Array:
+    """A Parquet/Arrow string column holding `raw` as they are, UTF-8 or not
+    (Arrow checks nothing when a string array is made from buffers)."""
+    return pa.Array.from_buffers(pa.string(), len(raw), pa.array(raw, pa.binary()).buffers())
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.one_of(st.text(max_size=5).map(str.encode),
+                                 st.binary(min_size=1, max_size=5)), min_size=1, max_size=12),
+       nested=st.booleans(), columns=st.booleans(), batch=st.integers(1, 5))
+def test_parquet_text_that_is_not_utf8_is_that_rows_dead_letter(tmp_path_factory, values,
+                                                                 nested, columns, batch):
+    """Issue 38.5, one rule for text: as in CSV and JSON, a row whose text is
+    not UTF-8 is its own invalid_utf8, and the rows around it are read."""
+    text = _string_array(values)
+    column = pa.StructArray.from_arrays([text], ["t"]) if nested else text
+    path = tmp_path_factory.mktemp("p") / "t.parquet"
+    pq.write_table(pa.table({"n": list(range(len(values))), "v": column}), path)
+    read = list(each_row(parquet.iter_parquet(str(path), batch_size=batch, columns=columns)))
+    assert len(read) == len(values)
+    for index, (raw, item) in enumerate(zip(values, read)):
+        try:
+            expected = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            assert item["reason"] == "invalid_utf8" and item["row"] == index + 1
+            assert "column 'v'" in item["message"]
+            continue
+        assert item == SourceRow(str(path), index + 1, {
+            "n": index, "v": {"t": expected} if nested else expected})

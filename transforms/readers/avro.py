@@ -7,12 +7,21 @@ aware `datetime.datetime`, ``decimal`` a `decimal.Decimal`), so nested
 fields are reached with paths in ``from:``. ``row`` is the record's 1-based
 index in the file; each file is one unit of work. A file whose header cannot
 be read, or a block that does not decode, is one ``avro_invalid`` dead
-letter for the file or its unread rest.
+letter for the file or its unread rest; so is a file whose records end
+before its bytes do (a damaged block count), and one whose schema is not a
+record schema.
+
+Lengths read from the file (a header entry's, a block's, a string's) are
+never trusted for an allocation: `_BoundedReads` hands fastavro at most the
+bytes the file holds, read a block at a time, so a length of 2^45 is a short
+read, which fastavro reports as a decoding error, not a MemoryError. The
+one count no byte checks, an array's of items that take no bytes, is
+refused with the schema (`_unbounded_array`).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import IO, Iterator
 
 import fsspec
 
@@ -21,6 +30,126 @@ from .rows import SourceRow
 
 __all__ = ["iter_avro", "read_avro_columns"]
 
+# fastavro's decoding errors on damaged data (a short read is EOFError or
+# ValueError, a bad length ValueError, an unknown type KeyError ...)
+_DECODE_ERRORS = (ValueError, EOFError, TypeError, IndexError, KeyError, StopIteration,
+                  UnicodeDecodeError, OverflowError)
+# The most one read asks of the file at once, whatever length it was given.
+_READ_CHUNK = 1 << 20
+
+
+class _BoundedReads:
+    """A file whose reads allocate no more than the bytes the file holds: a
+    read of n bytes is made a chunk at a time and stops at the end of the
+    file, and a negative length (never valid in Avro, and -1 would read
+    the whole rest) is a ValueError."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            raise ValueError(f"a negative length ({size}) in the data")
+        if size <= _READ_CHUNK:
+            return self._f.read(size)
+        parts = []
+        while size > 0:
+            part = self._f.read(min(size, _READ_CHUNK))
+            if not part:
+                break
+            parts.append(part)
+            size -= len(part)
+        return b"".join(parts)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _block_records(block) -> Iterator[dict]:
+    """The records of one fastavro block, checking that its count of
+    records is what its bytes hold: fastavro takes a count of -1 or 1 for a
+    block of three records as given, and the other records would be lost
+    without a word. Raises ValueError."""
+    if block.num_records < 0:
+        raise ValueError(f"a block claims {block.num_records} records")
+    yield from block
+    data = block.bytes_
+    used = data.tell()
+    if data.seek(0, 2) != used:
+        raise ValueError(f"a block of {block.num_records} records holds more bytes than "
+                         "they take (a damaged count of records)")
+
+
+def _is_record_schema(schema) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "record"
+
+
+# --- arrays whose count no byte checks -------------------------------------------
+# fastavro builds an array item by item, so a false count of items that take
+# at least one byte each ends at the end of the block's bytes; items that take
+# none (null, an empty record, fixed of size 0) are built from the count alone,
+# and a count of 2^40 fills the memory. Such an array holds nothing a feature
+# could use, so a file whose schema has one is refused as a whole.
+
+
+def _named_types(schema, names: dict) -> dict:
+    """name (and namespace.name) -> definition, for every named type in `schema`."""
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if isinstance(item.get("name"), str) and item.get("type") in ("record", "error",
+                                                                         "enum", "fixed"):
+                names[item["name"]] = item
+                if isinstance(item.get("namespace"), str):
+                    names[f"{item['namespace']}.{item['name']}"] = item
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            stack.extend(f.get("type") for f in item.get("fields") or ()
+                         if isinstance(f, dict))
+    return names
+
+
+def _takes_no_bytes(schema, names: dict, seen: frozenset = frozenset()) -> bool:
+    """True when a value of `schema` may be encoded in zero bytes."""
+    if isinstance(schema, str):
+        if schema == "null":
+            return True
+        named = names.get(schema)
+        return named is not None and schema not in seen and _takes_no_bytes(
+            named, names, seen | {schema})
+    if not isinstance(schema, dict):
+        return False  # a union writes its branch's index: at least one byte
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        name = schema.get("name")
+        inner = seen | {name} if isinstance(name, str) else seen
+        return all(isinstance(f, dict) and _takes_no_bytes(f.get("type"), names, inner)
+                   for f in schema.get("fields") or ())
+    if kind == "fixed":
+        return schema.get("size") == 0
+    if isinstance(kind, str) and kind not in ("array", "map", "enum"):
+        return _takes_no_bytes(kind, names, seen)  # {"type": "null"}, logical types
+    return isinstance(kind, dict) and _takes_no_bytes(kind, names, seen)
+
+
+def _unbounded_array(schema) -> bool:
+    """True when `schema` holds an array whose items may take no bytes."""
+    names = _named_types(schema, {})
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if item.get("type") == "array" and _takes_no_bytes(item.get("items"), names):
+                return True
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            stack.extend(f.get("type") for f in item.get("fields") or ()
+                         if isinstance(f, dict))
+    return False
+
 
 def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
               source: str | None = None) -> Iterator[SourceRow | dict]:
@@ -28,7 +157,7 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     import fastavro  # imported here: only Avro sources need it
 
     fs, fs_path, source = resolve(path, fs, source)
-    index = 0
+    index, blocks = 0, None
     try:
         with open_file(fs, fs_path) as f:
             if f.seek(0, 2) == 0:
@@ -36,18 +165,26 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                 return
             f.seek(0)
             try:
-                for record in fastavro.reader(f):
-                    index += 1
-                    if not isinstance(record, dict):
-                        yield read_dead_letter(
-                            source, index, "avro_invalid",
-                            f"{source} record {index}: the file's schema is not a record "
-                            f"schema (a {type(record).__name__})", None)
-                        continue
-                    yield SourceRow(source, index, record)
-            except (ValueError, EOFError, TypeError, IndexError, KeyError, StopIteration,
-                    UnicodeDecodeError) as exc:
-                where = "header" if index == 0 else f"data after record {index}"
+                blocks = fastavro.block_reader(_BoundedReads(f))
+                if not _is_record_schema(blocks.writer_schema):
+                    yield read_dead_letter(
+                        source, None, "avro_invalid",
+                        f"{source}: the file's schema is not a record schema, so its values "
+                        "are not rows with columns", source, rows=None)
+                    return
+                if _unbounded_array(blocks.writer_schema):
+                    yield read_dead_letter(
+                        source, None, "avro_invalid",
+                        f"{source}: the file's schema has an array of items that take no "
+                        "bytes (null, an empty record), whose length cannot be checked "
+                        "before it is built; the file is not read", source, rows=None)
+                    return
+                for block in blocks:
+                    for record in _block_records(block):
+                        index += 1
+                        yield SourceRow(source, index, record)
+            except _DECODE_ERRORS as exc:
+                where = "header" if blocks is None else f"data after record {index}"
                 yield read_dead_letter(
                     source, index + 1 if index else None, "avro_invalid",
                     f"{source}: the Avro {where} cannot be decoded ({type(exc).__name__}: "
@@ -65,9 +202,9 @@ def read_avro_columns(path: str, *, fs: fsspec.AbstractFileSystem | None = None
     fs, fs_path, _ = resolve(path, fs, None)
     try:
         with open_file(fs, fs_path) as f:
-            schema = fastavro.reader(f).writer_schema
-    except (*READ_ERRORS, ValueError, TypeError, KeyError, IndexError, StopIteration):
+            schema = fastavro.reader(_BoundedReads(f)).writer_schema
+    except (*READ_ERRORS, *_DECODE_ERRORS):
         return None
-    if not isinstance(schema, dict) or schema.get("type") != "record":
+    if not _is_record_schema(schema):
         return None
     return [field["name"] for field in schema.get("fields", [])]

@@ -30,6 +30,7 @@ __all__ = [
     "read_dead_letter",
     "read_error",
     "resolve",
+    "skip_utf8_bom",
 ]
 
 # Exceptions that mean "this file cannot be read" rather than "this row is
@@ -88,6 +89,20 @@ def resolve(path: str, fs: fsspec.AbstractFileSystem | None,
     else:
         fs_path = path
     return fs, fs_path, source if source is not None else redact_url(path)
+
+
+# A file starting with these bytes starts with a UTF-8 byte-order mark: never
+# data, whatever encoding the file declares (an editor saving "UTF-8 with BOM"
+# a file declared latin-1 or cp1252 would otherwise give a first value or
+# column name beginning "ï»¿").
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def skip_utf8_bom(f: IO[bytes]) -> None:
+    """Leaves `f`, just opened, after a UTF-8 byte-order mark at its start,
+    else at its start."""
+    if f.read(3) != UTF8_BOM:
+        f.seek(0)
 
 
 def open_file(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:

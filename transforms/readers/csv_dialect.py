@@ -10,12 +10,18 @@ stream, so the default path pays nothing for the options.
 Rows follow the same rules as `iter_csv`: values are ``str``, one `SourceRow`
 or read dead letter per record (``csv_ragged_row``, ``csv_malformed``),
 ``row`` is the line where the record starts (line 1 is the header when
-there is one), blank lines are not rows, and a file whose header is
-unusable is one ``csv_bad_header`` dead letter. Text that is not valid in
-the declared encoding stops the file with one ``invalid_encoding`` dead
-letter: text is decoded 8 KB at a time, so the rows before the fault in the
-same 8 KB are not read either (the dead letter names the line reading had
-reached).
+there is one), blank lines are not rows (a quoted empty record, ``""``, is
+one: a record of one empty field), a UTF-8 byte-order mark opening the file
+is dropped whatever the encoding, and a file whose header is unusable is one
+``csv_bad_header`` dead letter. A record holding bytes that are not valid
+in the declared encoding is that record's dead letter and reading goes on,
+as in the default reader: ``invalid_utf8`` for UTF-8 (the default reader's
+reason), ``invalid_encoding`` for the others (a header holding them makes
+the file's one ``invalid_encoding`` dead letter). UTF-16 text that does not
+decode (an unpaired surrogate) still stops the file with one
+``invalid_encoding`` dead letter for its rest: that codec cannot escape
+what it cannot decode, and decodes 8 KB at a time, so the rows of that
+8 KB before the fault are not read either.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import codecs
 import csv
 import dataclasses
 import io
+import re
 from typing import Iterator
 
 import fsspec
 
 from .csv import _csv_limit_lock
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve,
+                     skip_utf8_bom)
 from .rows import SourceRow
 
 __all__ = ["CSV_ENCODINGS", "CsvOptions", "iter_csv_dialect", "read_dialect_header"]
@@ -84,11 +92,22 @@ def _next_record(records) -> list[str] | None:
             csv.field_size_limit(previous)
 
 
+# Bytes the encoding cannot decode are decoded as lone surrogates
+# U+DC80..U+DCFF (surrogateescape), which no valid text in any of
+# CSV_ENCODINGS decodes to, so a record holding one held such bytes and
+# the records around it are still read.
+_NOT_DECODED = re.compile("[\udc80-\udcff]")
+
+
 def _text(raw, encoding: str) -> io.TextIOWrapper:
-    # utf-8 is read as utf-8-sig: a byte-order mark is never data. newline=""
-    # leaves line ends to the csv module (quoted fields may hold them).
-    codec = "utf-8-sig" if encoding == "utf-8" else encoding
-    return io.TextIOWrapper(raw, encoding=codec, errors="strict", newline="")
+    # A UTF-8 byte-order mark is never data, in any declared encoding
+    # (`skip_utf8_bom`); UTF-16 decodes its own. Once it is skipped, utf-8-sig
+    # is utf-8: a second mark would be data, as in the default reader.
+    # newline="" leaves line ends to the csv module (quoted fields may hold them).
+    if encoding != "utf-16":
+        skip_utf8_bom(raw)
+    codec = "utf-8" if encoding == "utf-8-sig" else encoding
+    return io.TextIOWrapper(raw, encoding=codec, errors="surrogateescape", newline="")
 
 
 def iter_csv_dialect(path: str, options: CsvOptions, *,
@@ -120,9 +139,15 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
                     continue
                 if fields is None:
                     break
-                if not fields or fields == [""] and records.line_num == line:
-                    continue  # a blank line is not a row
+                if not fields:
+                    continue  # a blank line is not a row (a quoted "" is one empty field)
                 seen_any = True
+                undecoded = _undecoded(fields, options.encoding, source, line, names is None)
+                if undecoded is not None:
+                    yield undecoded
+                    if names is None:
+                        return
+                    continue
                 if names is None:
                     problem = _header_problem(fields, source, line)
                     if problem is not None:
@@ -147,6 +172,23 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
             "rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, line if line > 1 else None, exc)
+
+
+def _undecoded(fields: list[str], encoding: str, source: str, line: int,
+               header: bool) -> dict | None:
+    """The dead letter of a record holding bytes `encoding` cannot decode
+    (for the header: of the file), or None."""
+    found = _NOT_DECODED.search("\x00".join(fields))
+    if found is None:
+        return None
+    byte = ord(found.group()) - 0xDC00
+    utf8 = encoding in ("utf-8", "utf-8-sig")
+    reason = "invalid_utf8" if utf8 and not header else "invalid_encoding"
+    what = "the header line" if header else f"line {line}"
+    return read_dead_letter(
+        source, line, reason,
+        f"{source} {what}: not valid {encoding} text (byte 0x{byte:02x})", fields,
+        rows=None if header else 1)
 
 
 def _header_problem(names: list[str], source: str, line: int) -> dict | None:
@@ -176,9 +218,11 @@ def read_dialect_header(path: str, options: CsvOptions, *,
         with open_file(fs, fs_path) as raw:
             text = _text(raw, options.encoding)
             for fields in _reader(text, options):
-                if not fields or fields == [""]:
+                if not fields:
                     continue
-                return None if _header_problem(fields, source, 1) else fields
+                bad = (_undecoded(fields, options.encoding, source, 1, True)
+                       or _header_problem(fields, source, 1))
+                return None if bad else fields
     except (*READ_ERRORS, UnicodeError, csv.Error):
         return None
     return None

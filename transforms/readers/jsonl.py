@@ -1,8 +1,9 @@
 """The JSONL reader: the lines of a byte range of one file as rows and dead letters.
 
-Each line holds one JSON object; its values are the parsed object (duplicate
-keys keep the last value; a number too large for a double, ``1e999``, is
-kept as its text, so the checks report it rather than take it as inf).
+Each line holds one JSON object; its values are the parsed object, by the
+rule of `json_values` that the JSON-array reader shares (duplicate keys keep
+the last value; a number too large for a double, ``1e999``, is kept as an
+exact Decimal, so the checks report it rather than take it as inf).
 Every non-blank line yields exactly one `SourceRow` or read dead letter
 (stage ``read``); ``row`` is the 1-based line number. Blank lines are not rows; a UTF-8 byte-order mark on the first line is
 dropped; JSON nested deeper than 64 levels is refused here, before anything
@@ -11,34 +12,16 @@ walks it.
 
 from __future__ import annotations
 
-import json
-from typing import Any, Iterator
+from typing import Iterator
 
 import fsspec
 
 from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_error, resolve
+from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds
 from .ranges import Cursor, iter_lines, scan_split_points, seek_to_record
 from .rows import SourceRow
 
 __all__ = ["iter_jsonl", "jsonl_split_points"]
-
-# JSON nested deeper than this would exhaust the stack of whatever later walks
-# the value (checks, dead-letter serialisation), so it is refused at read time.
-_MAX_JSON_DEPTH = 64
-
-
-def _finite_or_text(literal: str) -> float | str:
-    """A JSON number with a fraction or exponent as Python's float, unless
-    even a double cannot hold it (``1e999``): then its text, which the
-    checks read as text, so that it is ``float32_overflow`` as in CSV rather
-    than a silent inf (which `allow_nan` would let through)."""
-    number = float(literal)
-    return number if number - number == 0.0 else literal
-
-
-# (the callback costs no more than json.loads's own float parsing: within
-# 3% on lines of four floats)
-_DECODER = json.JSONDecoder(parse_float=_finite_or_text)
 
 
 def jsonl_split_points(path: str, target_bytes: int, *,
@@ -46,22 +29,6 @@ def jsonl_split_points(path: str, target_bytes: int, *,
     """Byte offsets where JSONL lines start, about `target_bytes` apart; the
     first is 0."""
     return [p.offset for p in scan_split_points(path, target_bytes, quote_aware=False, fs=fs)]
-
-
-def _json_depth_exceeds(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
@@ -109,7 +76,7 @@ def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow 
     if not text.strip():
         return None
     try:
-        value = _DECODER.decode(text)
+        value = DECODER.decode(text)
     except RecursionError:
         return read_dead_letter(
             source, line_no, "json_invalid",
@@ -123,9 +90,9 @@ def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow 
             f"{source} line {line_no}: a JSON {type(value).__name__} where each line must hold "
             "one JSON object", raw)
     # Counting brackets first keeps the exact walk off the common path.
-    if (text.count("{") + text.count("[") > _MAX_JSON_DEPTH
-            and _json_depth_exceeds(value, _MAX_JSON_DEPTH)):
+    if (text.count("{") + text.count("[") > MAX_JSON_DEPTH
+            and json_depth_exceeds(value)):
         return read_dead_letter(
             source, line_no, "json_invalid",
-            f"{source} line {line_no}: JSON nested deeper than {_MAX_JSON_DEPTH} levels", raw)
+            f"{source} line {line_no}: JSON nested deeper than {MAX_JSON_DEPTH} levels", raw)
     return SourceRow(source, line_no, value)

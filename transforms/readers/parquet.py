@@ -3,7 +3,8 @@
 Values are `pyarrow`'s Python conversions (``to_pylist``, or ``to_pydict`` a
 record batch at a time as a `ColumnBatch`); ``row`` is the 1-based row index
 in the file. A footer that cannot be read stands for the file, a row group
-that does not decode for its unread rows. Arrow chooses its own reads, so
+that does not decode for its unread rows; a row holding text that is not
+UTF-8 is that row's ``invalid_utf8`` dead letter. Arrow chooses its own reads, so
 these files are left to the page cache.
 """
 
@@ -103,6 +104,40 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
         yield read_error(source, None, exc)
 
 
+def _rows_with_bad_text(batch, source: str, first_row: int) -> Iterator[SourceRow | dict]:
+    """The rows of `batch`, whose conversion met text that is not UTF-8
+    (Parquet does not check its text; Arrow finds out making Python strings,
+    for the whole batch): each row holding such text an ``invalid_utf8``
+    dead letter naming the column, as in every reader, the others rows.
+    Only such a batch pays for converting value by value."""
+    names = batch.schema.names
+    values: dict[str, list] = {}
+    bad: dict[int, tuple[str, UnicodeDecodeError]] = {}
+    for name, column in zip(names, batch.columns):
+        try:
+            values[name] = column.to_pylist()
+            continue
+        except UnicodeDecodeError:
+            pass
+        values[name] = []
+        for index in range(len(column)):
+            try:
+                values[name].append(column[index].as_py())
+            except UnicodeDecodeError as exc:
+                values[name].append(None)
+                bad.setdefault(index, (name, exc))
+    for index in range(batch.num_rows):
+        row = first_row + index
+        if index in bad:
+            name, exc = bad[index]
+            yield read_dead_letter(
+                source, row, "invalid_utf8",
+                f"{source} row {row}: column {name!r} is not valid UTF-8 ({exc.reason} at "
+                f"byte {exc.start} of the value)", {"column": name})
+        else:
+            yield SourceRow(source, row, {name: values[name][index] for name in names})
+
+
 def _damaged(exc: BaseException) -> bool:
     """Whether Arrow's `exc` means damaged Parquet data rather than a file that
     cannot be read: Arrow reports damage as ArrowInvalid, or as an OSError
@@ -129,12 +164,19 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
     try:
         for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group],
                                           use_threads=False):
-            if columns:
-                # (the same Python values as to_pylist's, a column at a time)
-                yield ColumnBatch(source, row + 1, batch.to_pydict())
+            try:
+                # (to_pydict: the same Python values as to_pylist's, a column
+                # at a time)
+                converted = batch.to_pydict() if columns else batch.to_pylist()
+            except UnicodeDecodeError:
+                yield from _rows_with_bad_text(batch, source, row + 1)
                 row += batch.num_rows
                 continue
-            for values in batch.to_pylist():
+            if columns:
+                yield ColumnBatch(source, row + 1, converted)
+                row += batch.num_rows
+                continue
+            for values in converted:
                 row += 1
                 yield SourceRow(source, row, values)
     except (pa.ArrowException, ValueError, OSError) as exc:

@@ -29,17 +29,27 @@ from .rows import SourceRow
 __all__ = ["iter_tfrecords"]
 
 
+def _open_tfrecord(fs: fsspec.AbstractFileSystem, fs_path: str):
+    """`fs_path` opened for the codec: gzip (by suffix, or sniffed in a file
+    without one) is left to the codec, which keeps the records before a
+    damaged stretch and reports it as ``tfrecord_corrupt`` with its offset;
+    fsspec's decompressor would raise on the read holding the damage and
+    lose every record decompressed with it. Other compressions fsspec knows
+    are decompressed by fsspec."""
+    if fsspec.utils.infer_compression(fs_path) in (None, "gzip"):
+        return fs.open(fs_path, "rb")
+    return open_file(fs, fs_path)
+
+
 def iter_tfrecords(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                    source: str | None = None) -> Iterator[SourceRow | dict]:
     """The rows and read dead letters of one TFRecord file (see the module)."""
     fs, fs_path, source = resolve(path, fs, source)
     index = 0
     try:
-        # fsspec decompresses a .gz suffix itself; a gzip file without one is
-        # sniffed by the codec.
-        with open_file(fs, fs_path) as f:
+        with _open_tfrecord(fs, fs_path) as f:
             try:
-                for record in iter_records(f, path="", compression="auto"):
+                for record in iter_records(f, path=fs_path, compression="auto"):
                     index += 1
                     try:
                         features = decode_example(record)
