@@ -57,8 +57,6 @@ setuptools.setup(
         "isal>=1.6,<2",
         "pyyaml>=6,<7",
         "pyarrow>=14",
-        # source.type json: one array of objects parsed as a stream.
-        "ijson>=3.2",
         # source.type avro.
         "fastavro>=1.9",
         # The shard writer sorts and frames rows in batches with numpy (also

@@ -176,8 +176,8 @@ def _schema_table(features: Mapping[str, Any], configured: Mapping[str, Any]) ->
         if isinstance(stamp, Mapping):
             kind += f", {stamp.get('unit')} since 1970 UTC; naive values in {stamp.get('timezone')}"
         source = body.get("from", name)
-        source = ".".join(map(str, source)) if isinstance(source, list) and not any(
-            "." in str(k) for k in source) else source
+        # A list is a path into nested values; dotted text names one column.
+        source = json.dumps(source, ensure_ascii=False) if isinstance(source, list) else source
         required = "no" if entry.get("required") is False else (
             "yes" if "default" not in entry else "no (default)")
         default = json.dumps(entry["default"], ensure_ascii=False) if "default" in entry else ""
