@@ -127,7 +127,8 @@ def _format_sample(record: Any) -> str:
     message = str(record.get("message", ""))
     if record.get("feature") and repr(record["feature"]) not in message:
         where += f" feature {record['feature']!r}"
-    text = f"{where}: {message}"
+    # A file-level message names its file already.
+    text = message if message.startswith(f"{where}:") else f"{where}: {message}"
     return redact_url(text if len(text) <= _MAX_SAMPLE_CHARS else text[:_MAX_SAMPLE_CHARS] + "…")
 
 

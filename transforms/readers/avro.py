@@ -25,7 +25,8 @@ from typing import IO, Iterator
 
 import fsspec
 
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, open_unless_empty, read_dead_letter,
+                     read_error, resolve)
 from .rows import SourceRow
 
 __all__ = ["iter_avro", "read_avro_columns"]
@@ -92,22 +93,30 @@ def _is_record_schema(schema) -> bool:
 # could use, so a file whose schema has one is refused as a whole.
 
 
-def _named_types(schema, names: dict) -> dict:
-    """name (and namespace.name) -> definition, for every named type in `schema`."""
+def _schema_nodes(schema) -> Iterator[dict]:
+    """Every mapping inside an Avro schema (named types, fields, the types
+    of fields, items and values), each at least once."""
     stack = [schema]
     while stack:
         item = stack.pop()
         if isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
-            if isinstance(item.get("name"), str) and item.get("type") in ("record", "error",
-                                                                         "enum", "fixed"):
-                names[item["name"]] = item
-                if isinstance(item.get("namespace"), str):
-                    names[f"{item['namespace']}.{item['name']}"] = item
+            yield item
             stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
             stack.extend(f.get("type") for f in item.get("fields") or ()
                          if isinstance(f, dict))
+
+
+def _named_types(schema) -> dict:
+    """name (and namespace.name) -> definition, for every named type in `schema`."""
+    names = {}
+    for item in _schema_nodes(schema):
+        if isinstance(item.get("name"), str) and item.get("type") in ("record", "error",
+                                                                     "enum", "fixed"):
+            names[item["name"]] = item
+            if isinstance(item.get("namespace"), str):
+                names[f"{item['namespace']}.{item['name']}"] = item
     return names
 
 
@@ -136,19 +145,9 @@ def _takes_no_bytes(schema, names: dict, seen: frozenset = frozenset()) -> bool:
 
 def _unbounded_array(schema) -> bool:
     """True when `schema` holds an array whose items may take no bytes."""
-    names = _named_types(schema, {})
-    stack = [schema]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            if item.get("type") == "array" and _takes_no_bytes(item.get("items"), names):
-                return True
-            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
-            stack.extend(f.get("type") for f in item.get("fields") or ()
-                         if isinstance(f, dict))
-    return False
+    names = _named_types(schema)
+    return any(item.get("type") == "array" and _takes_no_bytes(item.get("items"), names)
+               for item in _schema_nodes(schema))
 
 
 def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
@@ -159,11 +158,10 @@ def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     fs, fs_path, source = resolve(path, fs, source)
     index, blocks = 0, None
     try:
-        with open_file(fs, fs_path) as f:
-            if f.seek(0, 2) == 0:
+        with open_unless_empty(fs, fs_path) as f:
+            if f is None:
                 yield empty_file(source)
                 return
-            f.seek(0)
             try:
                 blocks = fastavro.block_reader(_BoundedReads(f))
                 if not _is_record_schema(blocks.writer_schema):

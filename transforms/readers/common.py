@@ -111,6 +111,18 @@ def open_file(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
 
 
 @contextlib.contextmanager
+def open_unless_empty(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[IO[bytes] | None]:
+    """`path` opened for reading at its start (`open_file`), or None when it
+    holds no byte: a reader then gives its one `empty_file` dead letter."""
+    with open_file(fs, path) as f:
+        if f.seek(0, 2) == 0:
+            yield None
+        else:
+            f.seek(0)
+            yield f
+
+
+@contextlib.contextmanager
 def open_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None,
                opener=open_file) -> Iterator[IO[bytes]]:
     """`path` opened (by `opener`, default `open_file`) for reading the records

@@ -14,7 +14,8 @@ from typing import IO, Iterable, Iterator
 
 import fsspec
 
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, open_unless_empty, read_dead_letter,
+                     read_error, resolve)
 from .rows import ColumnBatch, SourceRow
 
 __all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_columns",
@@ -72,11 +73,10 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
 
     fs, fs_path, source = resolve(path, fs, source)
     try:
-        with open_file(fs, fs_path) as f:
-            if f.seek(0, 2) == 0:
+        with open_unless_empty(fs, fs_path) as f:
+            if f is None:
                 yield empty_file(source)
                 return
-            f.seek(0)
             try:
                 parquet = _parquet_file(f)
             except (pa.ArrowException, ValueError, OSError) as exc:
