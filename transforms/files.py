@@ -36,12 +36,25 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
     parent directory must exist."""
     if isinstance(fs, LocalFileSystem):
         tmp = tmp or temporary_name(path)
-        with open(tmp, "wb") as handle:
-            write_durably(handle, data)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                write_durably(handle, data)
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk or a failed rename must not leave the temporary
+            # file behind: nothing else knows its name.
+            _discard(tmp)
+            raise
         sync_directory(os.path.dirname(path))
     else:
         fs.pipe_file(path, data)
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:  # never written, or already gone
+        pass
 
 
 def sync_directory(path: str) -> None:
