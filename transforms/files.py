@@ -59,13 +59,14 @@ def _discard(path: str) -> None:
 
 def sync_directory(path: str) -> None:
     """Makes the renames inside a local directory durable (fsync of the
-    directory). Raises the `OSError` of a failed sync (EIO: the renames may
-    not survive a crash of the machine); a filesystem that cannot sync a
-    directory at all (EINVAL, ENOTSUP: some network and FUSE filesystems)
-    is not an error, nor is a directory that is gone or cannot be opened."""
+    directory). Raises the `OSError` of a failed sync, or of a directory
+    that cannot be opened to sync it (EIO: the renames may not survive a
+    crash of the machine); a filesystem that cannot sync a directory at all
+    (EINVAL, ENOTSUP: some network and FUSE filesystems) is not an error,
+    nor is a directory that does not exist (nothing was renamed into it)."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except FileNotFoundError:
         return
     try:
         os.fsync(fd)

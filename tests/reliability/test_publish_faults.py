@@ -13,6 +13,7 @@ next build publishes.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from recordforge.pipelines.publish import verify
 from recordforge.pipelines.publish.lock import CommitLock
@@ -366,3 +369,48 @@ def test_a_failed_directory_sync_is_an_error_unless_the_filesystem_cannot_sync_d
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[0] == ("raised" if raised else "ok"), done.stdout
+
+
+_SYNC_SCRIPT = ("import sys\nfrom recordforge.transforms.files import sync_directory\n"
+                "try:\n    sync_directory(sys.argv[1])\nexcept OSError as e:\n"
+                "    print('raised', e.errno)\nelse:\n    print('ok')\n")
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=st.sampled_from(["EIO", "EACCES", "EMFILE", "ENFILE", "ENOMEM", "EPERM"]))
+def test_a_directory_that_cannot_be_opened_to_sync_is_an_error(tmp_path, error):
+    """Opening the directory is part of syncing it (issue 41.7): an open
+    that fails is the sync failing, never a sync skipped in silence."""
+    done = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(tmp_path),
+                           "-e", "trace=openat,open", "-e", f"inject=openat,open:error={error}",
+                           sys.executable, "-c", _SYNC_SCRIPT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["raised", str(getattr(errno, error))], done.stdout
+
+
+def test_a_directory_that_does_not_exist_needs_no_sync(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _SYNC_SCRIPT, str(tmp_path / "absent")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["ok"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("error", ["EIO", "EACCES"])
+def test_an_output_directory_that_cannot_be_opened_to_sync_after_the_commit_fails_the_build(
+        tmp_path, error):
+    """openat of the output directory fails after the commit's rename: the
+    commit is undone and the build says nothing was published; the same
+    build then publishes."""
+    root = tmp_path / "out"
+    root.mkdir()
+    config = _config(tmp_path, 100, root)
+    failed = _build(config, strace=["-P", str(root), "-e", "trace=openat,open",
+                                    "-e", f"inject=openat,open:error={error}"])
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "nothing was published" in _verdict(failed.stderr)
+    assert not (root / VERSION).exists() and not (root / "LATEST").exists()
+    assert list((root / ".staging").iterdir()) == []
+    done = _build(config)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert verify.verify_dataset(str(root / VERSION)).ok
