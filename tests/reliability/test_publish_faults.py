@@ -414,3 +414,58 @@ def test_an_output_directory_that_cannot_be_opened_to_sync_after_the_commit_fail
     done = _build(config)
     assert done.returncode == 0, done.stderr[-3000:]
     assert verify.verify_dataset(str(root / VERSION)).ok
+
+
+# --- after publishing: the status says what is on disk ---------------------------------
+
+def _build_with_stderr_file(config: Path, stderr: Path, strace: list[str]) -> int:
+    """A build whose stderr is the file `stderr`, so strace can fail its writes (-P)."""
+    command = ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(stderr), *strace,
+               _cli(), "build", str(config), "--", "--direct_running_mode=in_memory"]
+    with open(stderr, "w") as handle:
+        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=handle,
+                              timeout=300).returncode
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=st.sampled_from(["EIO", "ENOSPC", "EPIPE"]), when=st.sampled_from(["1", "2", "1+"]))
+def test_stderr_failing_after_the_version_is_published_does_not_fail_the_build(
+        tmp_path, error, when):
+    """Issue 41.6: the progress line (write 1), the summary (write 2) or every
+    write to stderr fails; the version is published, so the build exits 0."""
+    root = tmp_path / f"out-{error}-{when.replace('+', 'all')}"
+    status = _build_with_stderr_file(
+        _config(tmp_path, 100, root), tmp_path / "stderr.txt",
+        ["-e", "trace=write", "-e", f"inject=write:error={error}:when={when}"])
+    assert status == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+    assert (root / "LATEST").read_text() == f"{VERSION}\n"
+    assert verify.verify_dataset(str(root / VERSION)).ok
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_eio_syncing_latest_reports_what_latest_names_and_the_retry_finishes(tmp_path, first):
+    """Issue 41.6: fsync of the output directory fails after LATEST's rename
+    (the second sync of the root: the commit's is the first). LATEST is put
+    back, the build exits 3 naming what LATEST names (read back), and running
+    it again exits 0 with LATEST naming the version; then "already published"."""
+    root = tmp_path / "out"
+    if not first:
+        assert _build(_config(tmp_path, 100, root, version=BASE)).returncode == 0
+    config = _config(tmp_path, 100, root)
+    failed = _build(config, strace=["-P", str(root), "-e", "trace=fsync",
+                                    "-e", "inject=fsync:error=EIO:when=2"])
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    verdict = _verdict(failed.stderr)
+    named = None if first else BASE
+    assert f"still names {named!r}" in verdict, verdict
+    assert (root / "LATEST").exists() != first
+    if not first:
+        assert (root / "LATEST").read_text() == f"{BASE}\n"
+    assert verify.verify_dataset(str(root / VERSION)).ok
+    retry = _build(config)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert (root / "LATEST").read_text() == f"{VERSION}\n"
+    again = _build(config)
+    assert again.returncode == 2 and "already published" in again.stderr
+    assert list((root / ".staging").iterdir()) == []
