@@ -186,7 +186,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         except OSError as error:  # the filesystem failed (disk full, I/O error), not committed
             raise BuildFailed(f"publishing failed; nothing was published: "
                               f"{type(error).__name__}: {error}") from error
-        with _published_already():
+        with _stderr_may_fail():
             if cache_state is not None:
                 _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
             if show_progress:
@@ -196,12 +196,13 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
 
 
 @contextlib.contextmanager
-def _published_already():
-    """Around what a build says once its version is published (the cache's
-    pruning, the summary): stderr that cannot be written (EIO, a terminal
-    gone) changes nothing on disk, so it must not turn the published
-    version into a failed build; the exit status still says what is there.
-    (Pruning reports its own failures; any OSError left is the message's.)"""
+def _stderr_may_fail():
+    """Around what a build says once its outcome is decided (after the
+    publish: the cache's pruning, the summary; the verdict of `_fail`):
+    stderr that cannot be written (EIO, a terminal gone) changes nothing on
+    disk, so it must not turn a published version into a failed build; the
+    exit status still says what is there. (Pruning reports its own
+    failures; any OSError left is the message's.)"""
     try:
         yield
     except OSError:
@@ -361,7 +362,7 @@ def _error_summary(error: BaseException, verbose: bool) -> str:
 def _fail(message: str, code: int) -> int:
     # Messages quote paths and exception text, either of which may hold a URL
     # with credentials (s3://key:secret@bucket/...).
-    with _published_already():  # the status is the verdict even if stderr fails
+    with _stderr_may_fail():
         print(f"recordforge build: {redact_url(message)}", file=sys.stderr)
     return code
 
@@ -374,7 +375,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     with signals.interruptible(), scratch.private_tempdir():
         status = _run(args, beam_args, quiet_args)
     if status == 0 and signals.received() is not None:
-        with _published_already():
+        with _stderr_may_fail():
             print("recordforge build: interrupted after the version was published",
                   file=sys.stderr)
     return status
