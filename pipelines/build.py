@@ -186,12 +186,27 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         except OSError as error:  # the filesystem failed (disk full, I/O error), not committed
             raise BuildFailed(f"publishing failed; nothing was published: "
                               f"{type(error).__name__}: {error}") from error
-        if cache_state is not None:
-            _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
-        if show_progress:
-            progress.print_summary(result.manifest, output=result.url,
-                                   wall_seconds=time.monotonic() - started)
+        with _stderr_may_fail():
+            if cache_state is not None:
+                _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
+            if show_progress:
+                progress.print_summary(result.manifest, output=result.url,
+                                       wall_seconds=time.monotonic() - started)
         return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
+
+
+@contextlib.contextmanager
+def _stderr_may_fail():
+    """Around what a build says once its outcome is decided (after the
+    publish: the cache's pruning, the summary; the verdict of `_fail`):
+    stderr that cannot be written (EIO, a terminal gone) changes nothing on
+    disk, so it must not turn a published version into a failed build; the
+    exit status still says what is there. (Pruning reports its own
+    failures; any OSError left is the message's.)"""
+    try:
+        yield
+    except OSError:
+        pass  # the message is lost: stderr is where it would be reported
 
 
 def _source_inputs(config: DatasetConfig) -> dict:
@@ -347,7 +362,8 @@ def _error_summary(error: BaseException, verbose: bool) -> str:
 def _fail(message: str, code: int) -> int:
     # Messages quote paths and exception text, either of which may hold a URL
     # with credentials (s3://key:secret@bucket/...).
-    print(f"recordforge build: {redact_url(message)}", file=sys.stderr)
+    with _stderr_may_fail():
+        print(f"recordforge build: {redact_url(message)}", file=sys.stderr)
     return code
 
 
@@ -359,8 +375,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     with signals.interruptible(), scratch.private_tempdir():
         status = _run(args, beam_args, quiet_args)
     if status == 0 and signals.received() is not None:
-        print("recordforge build: interrupted after the version was published",
-              file=sys.stderr)
+        with _stderr_may_fail():
+            print("recordforge build: interrupted after the version was published",
+                  file=sys.stderr)
     return status
 
 

@@ -15,10 +15,16 @@ invalid config.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-from typing import Sequence
+# Before anything else: Ctrl-C while the command starts (importing Beam takes
+# seconds) then prints one line, not a traceback.
+from . import signals
+
+signals.install_first()
+
+import importlib  # noqa: E402 (after the signal handler, on purpose)
+import os  # noqa: E402
+import sys  # noqa: E402
+from typing import Sequence  # noqa: E402
 
 __all__ = ["COMMANDS", "main"]
 
@@ -81,6 +87,16 @@ def runner_args(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `recordforge` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    with signals.commanding():
+        try:
+            return _dispatch(argv)
+        except KeyboardInterrupt as interrupt:  # while a subcommand was imported or ran
+            command = argv[0] if argv else ""
+            print(f"recordforge {command}: interrupted", file=sys.stderr)
+            return getattr(interrupt, "exit_status", 130)
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write(_usage())
         return 2
@@ -116,9 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print(f"recordforge {command}: interrupted", file=sys.stderr)
-        return 130
     except SystemExit as exit_:  # argparse inside a subcommand
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     return int(status or 0)

@@ -16,6 +16,12 @@ the wakeup pipe before the main thread runs its handler).
 
 Inside `deferred` (the commit and the LATEST update) a signal is only
 recorded: the few renames finish, and the build reports what it published.
+
+Before any of that, `install_first` (called by the command line as its
+first statement) covers the seconds spent importing Beam: a signal inside
+`commanding` raises `Interrupted` for the command to report; one outside
+it (the command is not running yet, or has returned) exits at once with
+``128 + signal`` and one line, as nothing has been written yet.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["WORKER_GRACE", "Interrupted", "deferred", "interruptible", "received",
-           "stop_workers"]
+__all__ = ["WORKER_GRACE", "Interrupted", "commanding", "deferred", "install_first",
+           "interruptible", "received", "stop_workers"]
 
 WORKER_GRACE = 5.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -55,6 +61,8 @@ class _State:
         self.quieted = False
         self.wakeup: int | None = None
         self.excepthook = None
+        self.commanding = 0
+        self.first: dict | None = None  # the handlers `install_first` replaced
 
 
 _state = _State()
@@ -164,6 +172,45 @@ def _handle(signum: int, frame) -> None:
         _quiet()
         stop_workers()
     raise Interrupted(signum)
+
+
+def _handle_first(signum: int, frame) -> None:
+    if _state.commanding:
+        raise Interrupted(signum)
+    # Outside the command there is nothing to clean up and no code that could
+    # report an exception without a traceback.
+    os.write(2, b"recordforge: interrupted\n")
+    os._exit(128 + signum)
+
+
+def install_first() -> None:
+    """Handles SIGINT and SIGTERM from now on (main thread only), so that a
+    signal while the command starts prints one line, not a traceback."""
+    if threading.current_thread() is not threading.main_thread() or _state.first is not None:
+        return
+    _state.first = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    for signum in _SIGNALS:
+        signal.signal(signum, _handle_first)
+
+
+@contextmanager
+def commanding() -> Iterator[None]:
+    """While a command runs a signal raises `Interrupted` (which the command
+    reports); afterwards the handlers in place before `install_first` are
+    put back, so a process that calls the command (a test, a notebook)
+    keeps its own."""
+    install_first()
+    _state.commanding += 1
+    try:
+        yield
+    finally:
+        _state.commanding -= 1
+        first = _state.first
+        if not _state.commanding and first is not None:
+            _state.first = None
+            for signum, handler in first.items():
+                # None: a handler installed from C, which Python cannot put back.
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 @contextmanager

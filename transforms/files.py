@@ -36,23 +36,37 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes,
     parent directory must exist."""
     if isinstance(fs, LocalFileSystem):
         tmp = tmp or temporary_name(path)
-        with open(tmp, "wb") as handle:
-            write_durably(handle, data)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                write_durably(handle, data)
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk or a failed rename must not leave the temporary
+            # file behind: nothing else knows its name.
+            _discard(tmp)
+            raise
         sync_directory(os.path.dirname(path))
     else:
         fs.pipe_file(path, data)
 
 
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:  # never written, or already gone
+        pass
+
+
 def sync_directory(path: str) -> None:
     """Makes the renames inside a local directory durable (fsync of the
-    directory). Raises the `OSError` of a failed sync (EIO: the renames may
-    not survive a crash of the machine); a filesystem that cannot sync a
-    directory at all (EINVAL, ENOTSUP: some network and FUSE filesystems)
-    is not an error, nor is a directory that is gone or cannot be opened."""
+    directory). Raises the `OSError` of a failed sync, or of a directory
+    that cannot be opened to sync it (EIO: the renames may not survive a
+    crash of the machine); a filesystem that cannot sync a directory at all
+    (EINVAL, ENOTSUP: some network and FUSE filesystems) is not an error,
+    nor is a directory that does not exist (nothing was renamed into it)."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
+    except FileNotFoundError:
         return
     try:
         os.fsync(fd)

@@ -247,18 +247,55 @@ def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
 
 def write_latest(out: Output, staging: Staging) -> None:
     """Points ``<output>/LATEST`` at the version `staging` published. Raises
-    `LatestNotUpdated` (the version stays published) when it cannot."""
+    `LatestNotUpdated` (the version stays published) when it cannot, saying
+    what LATEST names, read back (`_latest_failure`)."""
+    before = read_latest(out.url)
     try:
         point_latest(out, staging.version, tmp=f"{staging.directory}{LATEST_TMP_SUFFIX}")
     except OSError as error:
-        # The version is complete and published; only the pointer is stale.
-        previous = read_latest(out.url)
-        raise LatestNotUpdated(
-            f"version {staging.version!r} is published at "
-            f"{out.display_of(out.path(staging.version))}, but {LATEST_FILE} could not be "
-            f"updated ({type(error).__name__}: {redact_url(str(error))}); it still names "
-            f"{previous!r}. Running the same build again (without --overwrite) moves "
-            f"{LATEST_FILE} to it", version=staging.version) from error
+        failure = _latest_failure(out, staging, before, error)
+        if failure is not None:
+            raise failure from error
+
+
+def _latest_failure(out: Output, staging: Staging, before: str | None,
+                    error: OSError) -> PublishedWithErrors | None:
+    """What a failed update of LATEST left, read back rather than assumed.
+    Locally the rename may have happened and only its sync failed: LATEST
+    then names the new version but may not after a crash of the machine, so
+    the previous pointer is put back (as the commit undoes an unsynced
+    rename) and the retry moves it again. On an object store a put that
+    reported an error but landed is a finished update (None)."""
+    reason = f"{type(error).__name__}: {redact_url(str(error))}"
+    where = out.display_of(out.path(staging.version))
+    if read_latest(out.url) == staging.version:
+        if not out.local:
+            return None
+        undo_error = _restore_latest(out, staging, before)
+        if read_latest(out.url) == staging.version:
+            return PublishedWithErrors(
+                f"version {staging.version!r} is published at {where} and {LATEST_FILE} "
+                f"names it, but that update could not be made durable ({reason}) nor undone "
+                f"({undo_error}): after a crash of the machine {LATEST_FILE} may name "
+                f"{before!r} again")
+    return LatestNotUpdated(
+        f"version {staging.version!r} is published at {where}, but {LATEST_FILE} could not "
+        f"be updated ({reason}); it still names {read_latest(out.url)!r}. Running the same build "
+        f"again (without --overwrite) moves {LATEST_FILE} to it", version=staging.version)
+
+
+def _restore_latest(out: Output, staging: Staging, before: str | None) -> str | None:
+    """Puts back the LATEST that named `before` (None: there was none);
+    returns the error that prevented it, as text, or None."""
+    try:
+        if before is None:
+            out.remove(out.path(LATEST_FILE))
+            sync_directory(out.root)
+        else:
+            point_latest(out, before, tmp=f"{staging.directory}{LATEST_TMP_SUFFIX}")
+    except OSError as error:
+        return f"{type(error).__name__}: {redact_url(str(error))}"
+    return None
 
 
 def _created(out: Output, version: str) -> str | None:

@@ -191,9 +191,12 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         staging.abort()
         raise
     except BuildFailed as failure:
-        kept_at = _keep_dead_letters(out, staging)
-        report_at = _keep_report(out, staging)
-        staging.abort()
+        try:
+            kept_at, report_at, lost = _keep_failed(out, staging)
+        finally:  # even when keeping fails (a full disk), nothing of the build stays staged
+            staging.abort()
+        if lost:
+            raise _not_kept(failure.with_kept_at(kept_at, report_at), lost) from None
         if kept_at or report_at:
             raise failure.with_kept_at(kept_at, report_at) from None
         raise
@@ -325,6 +328,34 @@ def _verify_staged(staging: Staging, workers: int | None, executor: str = "threa
         lines = [f"the staged build failed verification ({len(report.problems)} problems); "
                  "nothing was published:"] + [f"  {problem}" for problem in report.problems[:20]]
         raise BuildFailed("\n".join(lines), problems=report.problems)
+
+
+def _keep_failed(out: Output, staging: Staging) -> tuple[str | None, str | None, str | None]:
+    """Keeps a failed build's dead letters and report under ``.failed/``
+    (`_keep_dead_letters`, `_keep_report`). Returns where each went (or
+    None), and why keeping stopped (a full disk), as text, or None; a
+    folder left with nothing kept in it is removed."""
+    kept_at = report_at = None
+    try:
+        kept_at = _keep_dead_letters(out, staging)
+        report_at = _keep_report(out, staging)
+    except OSError as error:
+        if kept_at is None and report_at is None:
+            out.remove(out.path(FAILED_DIR, f"{staging.version}.{staging.build_id}"),
+                       recursive=True)
+            if not out.names(out.path(FAILED_DIR)):
+                out.remove(out.path(FAILED_DIR), recursive=True)
+        return kept_at, report_at, f"{type(error).__name__}: {error}"
+    return kept_at, report_at, None
+
+
+def _not_kept(failure: BuildFailed, lost: str) -> BuildFailed:
+    """`failure` saying that what it would have kept under .failed/ was not."""
+    extended = type(failure)(f"{failure}\nits dead letters and report could not all be kept "
+                             f"under .failed/ ({lost})", reasons=failure.reasons,
+                             kept_at=failure.kept_at, problems=failure.problems)
+    extended.report_at = failure.report_at
+    return extended
 
 
 def _keep_dead_letters(out: Output, staging: Staging) -> str | None:

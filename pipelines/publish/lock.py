@@ -19,6 +19,7 @@ holder's owner file is (`owners.owner_is_stale`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -214,14 +215,16 @@ class CommitLock:
         if self._out.local:
             # Not `write_atomic`: the lock must appear only if it is free,
             # which a rename (it replaces) cannot test and link(2) can.
-            with open(self._tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             try:
+                with open(self._tmp, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
                 os.link(self._tmp, self._path)  # fails with EEXIST: atomic test-and-set
             finally:
-                os.unlink(self._tmp)
+                # Also when the write fails (a full disk): nothing else knows its name.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._tmp)
             return
         try:
             with self._out.fs.open(self._path, "xb") as handle:

@@ -6,7 +6,10 @@ anything else and deletes it last; a `Heartbeat` thread rewrites it every
 `HEARTBEAT_INTERVAL` seconds. A build is dead when its owner file is
 missing or unreadable, its process is gone (same host only), or its
 heartbeat is older than `STALE_AFTER` seconds (`owner_is_stale`); a build
-still writing its first owner file is not (`being_born`).
+still writing its first owner file is not (`being_born`), but a temporary
+owner file that holds the record of a dead process, or that nobody has
+written for `BIRTH_GRACE` seconds, is a dead writer's leftover (a build
+killed while writing it): it never keeps a build counted as running.
 
 A build run by a pipeline (`WriteDataset`) has no driver process that lives
 as long as it does: its workers may run anywhere, and the process that
@@ -28,10 +31,11 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from ...transforms.layout import OWNER_SUFFIX
-from .output import Output
+from ...transforms.layout import OWNER_SUFFIX, STAGING_DIR
+from .output import Output, load_json
 
 __all__ = [
+    "BIRTH_GRACE",
     "BUILD_ID",
     "HEARTBEAT_INTERVAL",
     "STALE_AFTER",
@@ -44,6 +48,7 @@ __all__ = [
     "pipeline_owner_record",
     "process_alive",
     "process_start",
+    "read_owner",
 ]
 
 HEARTBEAT_INTERVAL = 30.0
@@ -51,6 +56,12 @@ HEARTBEAT_INTERVAL = 30.0
 # dead. A heavily loaded machine still runs the heartbeat thread every few
 # milliseconds, so false positives need a really frozen process.
 STALE_AFTER = 15 * 60.0
+
+# Writing an owner record (a few hundred bytes) takes milliseconds; a
+# temporary owner file untouched this long was left by a writer that died.
+BIRTH_GRACE = 60.0
+# An owner record is a few hundred bytes; a larger file is not one.
+_OWNER_LIMIT = 64 * 1024
 
 BUILD_ID = r"\d{8}T\d{6}Z-[0-9a-f]{12}"  # the pattern of `new_build_id`
 _BUILD_STAMP = "%Y%m%dT%H%M%SZ"  # a build id's leading UTC start time
@@ -142,17 +153,59 @@ def owner_is_stale(owner: Mapping | None, stale_after: float) -> bool:
     return time.time() - heartbeat > stale_after
 
 
-def being_born(version: str, build_id: str, names: set[str], owner: Any,
+def read_owner(out: Output, path: str) -> Any:
+    """The owner record (or whatever JSON) in file `path`; None when it is
+    missing, unreadable, not a regular file or larger than any record (it
+    is never opened then: a FIFO would block the build)."""
+    try:
+        info = out.fs.info(path)
+    except (OSError, ValueError):
+        return None
+    if info.get("type") != "file" or (info.get("size") or 0) > _OWNER_LIMIT:
+        return None
+    try:
+        return load_json(out.read_bytes(path))
+    except OSError:
+        return None
+
+
+def being_born(out: Output, version: str, build_id: str, names: set[str], owner: Any,
                stale_after: float) -> bool:
     """Whether `build_id`, with only `names` in .staging, is a build writing
-    its first owner file: it has nothing but that file's temporary copy (the
-    owner file comes first), and it started (its id begins with its UTC
-    start time) less than `stale_after` ago."""
+    its first owner file: it has nothing but that file's temporary copies
+    (the owner file comes first), it started (its id begins with its UTC
+    start time) less than `stale_after` ago, no copy holds the record of a
+    process that is gone (`owner_is_stale`), and one was written less than
+    `BIRTH_GRACE` seconds ago."""
     temporary = f"{version}.{build_id}{OWNER_SUFFIX}."
-    if owner is not None or not all(name.startswith(temporary) for name in names):
+    if owner is not None or not names or not all(name.startswith(temporary) for name in names):
         return False
     started = _dt.datetime.strptime(build_id.split("-", 1)[0], _BUILD_STAMP)
-    return time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() < stale_after
+    if time.time() - started.replace(tzinfo=_dt.timezone.utc).timestamp() >= stale_after:
+        return False
+    paths = [out.path(STAGING_DIR, name) for name in sorted(names)]
+    records = [read_owner(out, path) for path in paths]
+    if any(_complete(record) and owner_is_stale(record, stale_after) for record in records):
+        return False
+    written = [_written(out, path) for path in paths]
+    if any(when is None for when in written):  # a store without times: the id's stamp decides
+        return True
+    return time.time() - max(written) < BIRTH_GRACE
+
+
+def _complete(record: Any) -> bool:
+    """Whether `record` is a whole owner record (a half-written one is not)."""
+    return isinstance(record, Mapping) and "build_id" in record and "heartbeat" in record
+
+
+def _written(out: Output, path: str) -> float | None:
+    """When file `path` was last written (seconds since the epoch); None if
+    the filesystem does not say."""
+    try:
+        mtime = out.fs.info(path).get("mtime")
+    except (OSError, ValueError):
+        return None
+    return float(mtime) if isinstance(mtime, (int, float)) else None
 
 
 class NoHeartbeat:

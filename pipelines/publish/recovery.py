@@ -28,8 +28,8 @@ from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LOCK_SUFFIX, MANIFE
                                   OWNER_SUFFIX, STAGING_DIR, STAGING_SUFFIXES, TEMPORARY_TAIL,
                                   held_copy_name)
 from .lock import CommitLock
-from .output import Output, load_json, published_identity
-from .owners import BUILD_ID, being_born, owner_is_stale
+from .output import Output, published_identity
+from .owners import BUILD_ID, being_born, owner_is_stale, read_owner
 
 __all__ = ["live_builds", "recover", "remove_version"]
 
@@ -61,19 +61,20 @@ def live_builds(out: Output, stale_after: float) -> list[tuple[str, str]]:
     (`owners.being_born`)."""
     entries, _ = _staging_entries(out)
     return [key for key, names in sorted(entries.items())
-            if _alive(key, names, _owner_of(out, key), stale_after)]
+            if _alive(out, key, names, stale_after)]
 
 
 def _owner_of(out: Output, key: tuple[str, str]) -> Any:
     """The owner record of build `key` ((version, build id)); None when it
     is missing or unreadable."""
     version, build_id = key
-    return load_json(out.read_bytes(out.path(STAGING_DIR, f"{version}.{build_id}{OWNER_SUFFIX}")))
+    return read_owner(out, out.path(STAGING_DIR, f"{version}.{build_id}{OWNER_SUFFIX}"))
 
 
-def _alive(key: tuple[str, str], names: set[str], owner: Any, stale_after: float) -> bool:
-    return not owner_is_stale(owner, stale_after) or being_born(key[0], key[1], names, owner,
-                                                                 stale_after)
+def _alive(out: Output, key: tuple[str, str], names: set[str], stale_after: float) -> bool:
+    owner = _owner_of(out, key)
+    return not owner_is_stale(owner, stale_after) or being_born(out, key[0], key[1], names,
+                                                                 owner, stale_after)
 
 
 def recover(out: Output, version: str, stale_after: float, build_id: str) -> None:
@@ -86,7 +87,7 @@ def recover(out: Output, version: str, stale_after: float, build_id: str) -> Non
     entries, locked = _staging_entries(out)
     entries.pop((version, build_id), None)  # our own
     dead = {key for key in entries
-            if not _alive(key, entries[key], _owner_of(out, key), stale_after)}
+            if not _alive(out, key, entries[key], stale_after)}
     # Only the local rename-aside commit makes aside copies.
     asides: dict[str, list[str]] = {}
     for other_version, other in sorted(dead):

@@ -214,11 +214,13 @@ def open_staging(output_path: str, version: str, *, stale_after: float,
     # <version>.<build_id>, so a build killed at any point leaves nothing
     # that a later build cannot attribute and clean.
     out.fs.makedirs(out.path(STAGING_DIR), exist_ok=True)
-    out.write_atomic(owner_path, json.dumps(owner).encode())
     heartbeat = (NoHeartbeat() if heartbeat_interval is None
                  else Heartbeat(out, owner_path, owner, heartbeat_interval))
-    heartbeat.start()
     try:
+        # (a write that fails removes its temporary file; a rename that
+        # succeeded before the directory sync failed leaves the owner file)
+        out.write_atomic(owner_path, json.dumps(owner).encode())
+        heartbeat.start()
         recover(out, version, stale_after, build_id)
         identity = published_identity(out, version)
         admit(out, identity)

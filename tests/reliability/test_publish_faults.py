@@ -13,6 +13,7 @@ next build publishes.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from recordforge.pipelines.publish import verify
 from recordforge.pipelines.publish.lock import CommitLock
@@ -366,3 +369,103 @@ def test_a_failed_directory_sync_is_an_error_unless_the_filesystem_cannot_sync_d
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[0] == ("raised" if raised else "ok"), done.stdout
+
+
+_SYNC_SCRIPT = ("import sys\nfrom recordforge.transforms.files import sync_directory\n"
+                "try:\n    sync_directory(sys.argv[1])\nexcept OSError as e:\n"
+                "    print('raised', e.errno)\nelse:\n    print('ok')\n")
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=st.sampled_from(["EIO", "EACCES", "EMFILE", "ENFILE", "ENOMEM", "EPERM"]))
+def test_a_directory_that_cannot_be_opened_to_sync_is_an_error(tmp_path, error):
+    """Opening the directory is part of syncing it (issue 41.7): an open
+    that fails is the sync failing, never a sync skipped in silence."""
+    done = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(tmp_path),
+                           "-e", "trace=openat,open", "-e", f"inject=openat,open:error={error}",
+                           sys.executable, "-c", _SYNC_SCRIPT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["raised", str(getattr(errno, error))], done.stdout
+
+
+def test_a_directory_that_does_not_exist_needs_no_sync(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _SYNC_SCRIPT, str(tmp_path / "absent")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["ok"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("error", ["EIO", "EACCES"])
+def test_an_output_directory_that_cannot_be_opened_to_sync_after_the_commit_fails_the_build(
+        tmp_path, error):
+    """openat of the output directory fails after the commit's rename: the
+    commit is undone and the build says nothing was published; the same
+    build then publishes."""
+    root = tmp_path / "out"
+    root.mkdir()
+    config = _config(tmp_path, 100, root)
+    failed = _build(config, strace=["-P", str(root), "-e", "trace=openat,open",
+                                    "-e", f"inject=openat,open:error={error}"])
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "nothing was published" in _verdict(failed.stderr)
+    assert not (root / VERSION).exists() and not (root / "LATEST").exists()
+    assert list((root / ".staging").iterdir()) == []
+    done = _build(config)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert verify.verify_dataset(str(root / VERSION)).ok
+
+
+# --- after publishing: the status says what is on disk ---------------------------------
+
+def _build_with_stderr_file(config: Path, stderr: Path, strace: list[str]) -> int:
+    """A build whose stderr is the file `stderr`, so strace can fail its writes (-P)."""
+    command = ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(stderr), *strace,
+               _cli(), "build", str(config), "--", "--direct_running_mode=in_memory"]
+    with open(stderr, "w") as handle:
+        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=handle,
+                              timeout=300).returncode
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(error=st.sampled_from(["EIO", "ENOSPC", "EPIPE"]), when=st.sampled_from(["1", "2", "1+"]))
+def test_stderr_failing_after_the_version_is_published_does_not_fail_the_build(
+        tmp_path, error, when):
+    """Issue 41.6: the progress line (write 1), the summary (write 2) or every
+    write to stderr fails; the version is published, so the build exits 0."""
+    root = tmp_path / f"out-{error}-{when.replace('+', 'all')}"
+    status = _build_with_stderr_file(
+        _config(tmp_path, 100, root), tmp_path / "stderr.txt",
+        ["-e", "trace=write", "-e", f"inject=write:error={error}:when={when}"])
+    assert status == 0, (tmp_path / "stderr.txt").read_text()[-3000:]
+    assert (root / "LATEST").read_text() == f"{VERSION}\n"
+    assert verify.verify_dataset(str(root / VERSION)).ok
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_eio_syncing_latest_reports_what_latest_names_and_the_retry_finishes(tmp_path, first):
+    """Issue 41.6: fsync of the output directory fails after LATEST's rename
+    (the second sync of the root: the commit's is the first). LATEST is put
+    back, the build exits 3 naming what LATEST names (read back), and running
+    it again exits 0 with LATEST naming the version; then "already published"."""
+    root = tmp_path / "out"
+    if not first:
+        assert _build(_config(tmp_path, 100, root, version=BASE)).returncode == 0
+    config = _config(tmp_path, 100, root)
+    failed = _build(config, strace=["-P", str(root), "-e", "trace=fsync",
+                                    "-e", "inject=fsync:error=EIO:when=2"])
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    verdict = _verdict(failed.stderr)
+    named = None if first else BASE
+    assert f"still names {named!r}" in verdict, verdict
+    assert (root / "LATEST").exists() != first
+    if not first:
+        assert (root / "LATEST").read_text() == f"{BASE}\n"
+    assert verify.verify_dataset(str(root / VERSION)).ok
+    retry = _build(config)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert (root / "LATEST").read_text() == f"{VERSION}\n"
+    again = _build(config)
+    assert again.returncode == 2 and "already published" in again.stderr
+    assert list((root / ".staging").iterdir()) == []

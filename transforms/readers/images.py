@@ -9,8 +9,11 @@ What is reported:
 
 * ``decode: auto`` (the default) makes the cheapest check after which
   TensorFlow's decoder accepts the image (`_check_complete`: JPEG data must
-  reach its end-of-image marker; PNG chunk CRCs and image data stream
-  checked; other formats decoded in full); ``header`` parses only the file
+  reach its end-of-image marker; PNG chunk CRCs checked and the image data
+  stream inflated, to exactly the size its header describes, never more
+  than one byte past it; other formats decoded in full). Formats TensorFlow
+  cannot decode (TIFF) are refused in ``formats`` unless the images are
+  re-encoded or ``decode: header`` turns the checks off; ``header`` parses only the file
   header (fast; may pass truncated data); ``full`` also decodes every pixel
   of the first frame, and for PNG verifies every chunk's CRC, so truncated
   and corrupt data are caught. Pillow's ``LOAD_TRUNCATED_IMAGES``
@@ -56,10 +59,14 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ...schemas.dead_letters import RowError
 
-__all__ = ["DECODE_MODES", "ENCODE_FORMATS", "ImageOptions", "image_columns"]
+__all__ = ["DECODE_MODES", "ENCODE_FORMATS", "TENSORFLOW_FORMATS", "ImageOptions",
+           "image_columns"]
 
 DECODE_MODES = ("auto", "header", "full")
 ENCODE_FORMATS = ("JPEG", "PNG")
+# What `tf.io.decode_image` decodes: kept bytes of another format (TIFF)
+# would be published images no TensorFlow reader can open.
+TENSORFLOW_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
 _DEFAULT_JPEG_QUALITY = 90
 
 # Pillow raises a zoo of exception types for damaged data; these all mean
@@ -122,6 +129,11 @@ class ImageOptions:
             raise ValueError(f"encode.quality: expected an integer 1-100, got {self.encode_quality!r}")
         if self.modes is not None:
             set_(self, "modes", tuple(self.modes))
+        undecodable = [f for f in self.formats if f not in TENSORFLOW_FORMATS]
+        if undecodable and self.decode != "header" and not self.transforms:
+            raise ValueError(f"formats: TensorFlow cannot decode {', '.join(undecodable)}; "
+                             "re-encode such images (encode.format: PNG or JPEG), or set "
+                             "decode: header to keep their bytes without decoding checks")
 
     @property
     def transforms(self) -> bool:
@@ -264,32 +276,93 @@ def _check_jpeg_ends(data: bytes, path: str) -> None:
                      "marker after the image data)")
 
 
+# PNG colour type -> samples per pixel (the PNG specification, 11.2.2).
+_PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+# Adam7 passes: (first column, first row, column step, row step).
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+
+
+def _png_raw_size(data: bytes, path: str) -> int:
+    """The bytes a PNG's image data must inflate to, from its IHDR chunk:
+    each row of each (Adam7) pass is a filter byte and its packed samples.
+    libpng, as TensorFlow calls it, rejects image data of another size."""
+    start = len(_PNG_SIGNATURE)
+    length, kind = struct.unpack(">I4s", data[start:start + 8])
+    if kind != b"IHDR" or length != 13:
+        raise _error("image_corrupt", f"{path}: PNG data does not start with its IHDR chunk")
+    width, height, depth, colour, _, _, interlace = struct.unpack(
+        ">IIBBBBB", data[start + 8:start + 21])
+    if colour not in _PNG_SAMPLES:
+        raise _error("image_corrupt", f"{path}: PNG colour type {colour} does not exist")
+    bits = depth * _PNG_SAMPLES[colour]
+
+    def rows(columns: int, count: int) -> int:
+        return count * (1 + (columns * bits + 7) // 8) if columns and count else 0
+
+    if not interlace:
+        return rows(width, height)
+    return sum(rows(max(0, (width - x + dx - 1) // dx), max(0, (height - y + dy - 1) // dy))
+               for x, y, dx, dy in _ADAM7)
+
+
+class _BoundedInflate:
+    """A zlib stream inflated in steps, never past `limit` bytes of output
+    (a stream that would give more is refused as soon as it passes it)."""
+
+    def __init__(self, limit: int, path: str):
+        self.stream = zlib.decompressobj()
+        self.limit = limit
+        self.total = 0
+        self.path = path
+
+    def feed(self, chunk: bytes) -> None:
+        """Inflates `chunk` (b"": what the stream still holds back)."""
+        try:
+            while True:
+                room = self.limit + 1 - self.total
+                if room <= 0:
+                    raise _error("image_corrupt", f"{self.path}: PNG image data inflates to "
+                                 f"more than the {self.limit} bytes its header describes")
+                got = len(self.stream.decompress(chunk, min(room, _INFLATE_STEP)))
+                self.total += got
+                chunk = self.stream.unconsumed_tail
+                if not chunk and (got == 0 or self.stream.eof):
+                    return
+        except zlib.error as exc:
+            raise _error("image_corrupt", f"{self.path}: PNG image data does not inflate "
+                         f"({exc})") from None
+
+
 def _check_png_stream(data: bytes, path: str) -> None:
+    """The image data inflates to the end of its zlib stream, and to exactly
+    the size IHDR describes (`_png_raw_size`), inflating at most one byte more."""
+    expected = _png_raw_size(data, path)
+    inflate = _BoundedInflate(expected, path)
     pos, size = len(_PNG_SIGNATURE), len(data)
-    stream = zlib.decompressobj()
     while pos + 8 <= size:
         length, kind = struct.unpack(">I4s", data[pos:pos + 8])
         if kind == b"IDAT":
-            chunk = data[pos + 8:pos + 8 + length]
-            try:
-                while chunk:
-                    stream.decompress(chunk, _INFLATE_STEP)
-                    chunk = stream.unconsumed_tail
-            except zlib.error as exc:
-                raise _error("image_corrupt", f"{path}: PNG image data does not inflate "
-                             f"({exc})") from None
+            inflate.feed(data[pos + 8:pos + 8 + length])
         elif kind == b"IEND":
             break
         pos += 12 + length
-    try:
-        while not stream.eof and stream.decompress(b"", _INFLATE_STEP):
-            pass  # output still held back by the step limit
-    except zlib.error as exc:
-        raise _error("image_corrupt", f"{path}: PNG image data does not inflate "
-                     f"({exc})") from None
-    if not stream.eof:
+    inflate.feed(b"")
+    if inflate.total > expected:
+        raise _error("image_corrupt", f"{path}: PNG image data inflates to more than the "
+                     f"{expected} bytes its header describes")
+    if not inflate.stream.eof:
         raise _error("image_truncated", f"{path}: PNG image data ends before its zlib "
                      "stream does")
+    if inflate.total != expected:
+        raise _error("image_corrupt", f"{path}: PNG image data inflates to {inflate.total} "
+                     f"bytes; its header ({_png_header_text(data)}) needs {expected}")
+
+
+def _png_header_text(data: bytes) -> str:
+    start = len(_PNG_SIGNATURE) + 8
+    width, height, depth, colour = struct.unpack(">IIBB", data[start:start + 10])
+    return f"{width}x{height}, {depth}-bit, colour type {colour}"
 
 
 def _load(im: Image.Image, data: bytes, path: str) -> None:

@@ -28,8 +28,11 @@ link leading outside the root (for a glob: outside the folder the pattern
 starts in), or to nothing, is not read but is a dead letter
 (``path_outside_root``, ``read_error``), for tables and images alike.
 
-What a listing leaves out for its name is counted (`Listing.skipped`):
-hidden names and other extensions.
+What a listing leaves out is counted (`Listing.skipped`): hidden names,
+other extensions, and, on local disks, files that are not regular files
+(``special_file``: a FIFO, socket or device, or a link to one), which are
+never opened: opening a FIFO blocks until something writes to it, and a
+device can be read forever.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 from typing import Iterable, Iterator, NamedTuple
 
 import fsspec
@@ -96,8 +100,8 @@ class Listing(NamedTuple):
     cannot be read (links leading outside the root or to nothing; image
     names that are not UTF-8); skipped: files (and folders) left out by the
     rule, by reason: ``hidden`` (a name starting with ``.``, or ``_`` for
-    tables; a hidden folder counts once) and ``extension`` (another
-    extension)."""
+    tables; a hidden folder counts once), ``extension`` (another
+    extension) and ``special_file`` (not a regular file: never opened)."""
 
     fs: fsspec.AbstractFileSystem
     files: list
@@ -136,6 +140,9 @@ def list_tables(path: str, extensions: Iterable[str] | None = None) -> Listing:
                 if kind != "file":
                     problems.append(_link_problem(fs, match, match, kind, None))
                     continue
+                if _special(match):
+                    _count(skipped, "special_file")
+                    continue
             if fs.isfile(match):
                 files.append(match)
         return Listing(fs, files, problems, skipped)
@@ -148,14 +155,28 @@ def list_tables(path: str, extensions: Iterable[str] | None = None) -> Listing:
             elif kind == "outside" or (wanted is None or _table_name_matches(rel, wanted)):
                 if kind == "file":
                     files.append(fs_path)
+                elif kind == "special":
+                    _count(skipped, "special_file")
                 else:
                     problems.append(_link_problem(fs, fs_path, rel, kind, None))
-            elif kind == "file":
+            elif kind in ("file", "special"):
                 _count(skipped, "extension")
         return Listing(fs, sorted(files), problems, skipped)
+    if isinstance(fs, LocalFileSystem) and _special(root):
+        return Listing(fs, [], [], {"special_file": 1})
     if fs.exists(root):
         return Listing(fs, [root], [], {})
     return Listing(fs, [], [], {})
+
+
+def _special(path: str) -> bool:
+    """Whether local `path` (followed if a link) exists but is not a regular
+    file or a directory: a FIFO, socket or device. `stat` opens nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # gone or unreadable: the reader reports it by name
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _count(skipped: dict[str, int], reason: str) -> None:
@@ -226,7 +247,8 @@ def _walk(fs: fsspec.AbstractFileSystem, root: str, hidden) -> Iterator[tuple[st
 def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
     """Walks a local directory without following directory links. Yields
     ``(path, rel, kind)``; kind is "file" (a file, or a link to a file inside
-    the root), "outside" (a link leading out of the root), "dangling" (a link
+    the root), "special" (a FIFO, socket or device, or a link inside the root
+    to one), "outside" (a link leading out of the root), "dangling" (a link
     to nothing) or "hidden" (a file or folder skipped for its name; a hidden
     folder is not walked). Directory links inside the root are skipped:
     they alias directories that are listed anyway (or loops)."""
@@ -263,7 +285,7 @@ def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
                 if not inside(real):
                     yield full, rel_dir + name, "outside"
                     continue
-            yield full, rel_dir + name, "file"
+            yield full, rel_dir + name, "special" if _special(full) else "file"
 
 
 def list_images(path: str, extensions: Iterable[str]
@@ -281,7 +303,8 @@ def list_image_files(path: str, extensions: Iterable[str]) -> Listing:
     Files are sorted ``(fs_path, rel)`` pairs; problems are dead letters for
     links leading outside the root (``path_outside_root``), dangling links,
     a root that is not a directory (``read_error``) and paths that are not
-    UTF-8 (``invalid_utf8``)."""
+    UTF-8 (``invalid_utf8``); a FIFO, socket or device is counted as
+    skipped (``special_file``), never opened."""
     extensions = normalized_extensions(extensions)
     fs, root = fsspec.core.url_to_fs(path)
     if not fs.isdir(root):
@@ -295,8 +318,11 @@ def list_image_files(path: str, extensions: Iterable[str]) -> Listing:
             _count(skipped, "hidden")
             continue
         if kind != "outside" and not rel.lower().endswith(extensions):
-            if kind == "file":
+            if kind in ("file", "special"):
                 _count(skipped, "extension")
+            continue
+        if kind == "special":
+            _count(skipped, "special_file")
             continue
         if not is_utf8(rel):
             source = display_name(fs, fs_path)
