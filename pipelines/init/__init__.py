@@ -132,6 +132,7 @@ def _table_features(sample: Sample, kind: str, metadata: Metadata | None
         body, note = propose(column, sample.rows, kind)
         if metadata is not None and len(path) == 1 and path[0] in metadata.features:
             body = _as_declared(metadata.features[path[0]], body)
+            note = "; ".join(filter(None, (metadata.comments.get(path[0]), note)))
         if path in sample.objects:
             body, note = None, "it holds objects in some rows and other values in others"
         if "" in path:

@@ -30,11 +30,14 @@ _TFDS_TYPES = {"int64": "int64", "float32": "float", "string": "bytes", "uint8":
 
 class Metadata(NamedTuple):
     """features: name -> settings (type, shape, required); name: the
-    dataset's name; note: where they come from, or why they were not used."""
+    dataset's name; note: where they come from, or why they were not used;
+    comments: name -> what the writer said of a feature that its stored type
+    does not (a timestamp's unit)."""
 
     features: dict[str, dict]
     name: str | None
     note: str
+    comments: dict[str, str] = {}
 
 
 def _folder(path: str) -> str:
@@ -80,18 +83,21 @@ def read_metadata(path: str) -> Metadata | None:
 
 def _from_manifest(manifest: dict, where: str) -> Metadata:
     declared = (manifest.get("config") or {}).get("features") or {}
-    features = {}
+    features, comments = {}, {}
     for name, spec in manifest["features"].items():
         body: dict[str, Any] = {"type": spec["type"]}
         written = declared.get(name) if isinstance(declared.get(name), dict) else {}
         if spec["type"] == "bytes" and written.get("type") == "string":
             body["type"] = "string"
+        if written.get("type") == "timestamp":
+            comments[name] = (f"a timestamp: {written.get('unit', 's')} since "
+                              "1970-01-01T00:00:00Z")
         if spec.get("shape"):
             body["shape"] = list(spec["shape"])
         if spec.get("required") is False:
             body["required"] = False
         features[name] = body
-    return Metadata(features, manifest["name"], f"types and shapes from {where}")
+    return Metadata(features, manifest["name"], f"types and shapes from {where}", comments)
 
 
 def _from_tfds(document: dict, name: str | None, where: str) -> Metadata:

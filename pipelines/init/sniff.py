@@ -6,6 +6,7 @@ import os
 from collections import Counter
 
 from ...schemas.errors import ConfigError
+from ...transforms.layout import FEATURES_FILE, MANIFEST_FILE
 from ...transforms.readers.csv_dialect import CsvOptions
 from ...transforms.readers.listing import list_files
 from ..config.model import DEFAULT_EXTENSIONS
@@ -33,6 +34,8 @@ def detect_type(path: str) -> str:
         if name.endswith(suffix):
             return kind
     if os.path.isdir(path):
+        if _is_dataset_version(path):
+            return "tfrecord"
         counts: Counter = Counter()
         for _, _, files in os.walk(path):
             for file in files:
@@ -45,6 +48,14 @@ def detect_type(path: str) -> str:
             return counts.most_common(1)[0][0]
     raise ConfigError("source.type", f"cannot tell what {path} holds from its name; pass "
                       "--type (csv, jsonl, json, parquet, avro, tfrecord or images)")
+
+
+def _is_dataset_version(path: str) -> bool:
+    """A recordforge or TFDS version directory: its metadata is JSON, but
+    its data is the TFRecord files beside it."""
+    names = os.listdir(path)
+    return (any(name in (MANIFEST_FILE, FEATURES_FILE) for name in names)
+            and any(".tfrecord" in name for name in names))
 
 
 def csv_dialects(path: str) -> list[CsvOptions]:
