@@ -144,6 +144,12 @@ def _table_features(sample: Sample, kind: str, metadata: Metadata | None
             body = {"type": body.pop("type"), "from": list(path) if len(path) > 1 else path[0],
                     **body}
         features.append((name, body, note))
+    if metadata is not None:
+        # Declared but in no sampled record: the build refuses a feature no
+        # row holds, so it is named in a comment only.
+        for name in sorted(set(metadata.features) - {path[0] for path in sample.columns}):
+            features.append((name, None, f"declared {flow(metadata.features[name])}, but in "
+                             f"none of the {sample.rows} records sampled"))
     for path in sorted(sample.objects):
         if not any(key[:len(path)] == path for key in sample.columns):
             features.append(("/".join(path), None, "only empty objects {} seen"))
