@@ -111,6 +111,10 @@ def _table(path: str, kind: str, rows: int) -> _Table:
         sample = sample_table(path, kind, rows, None)
     if not sample.columns and not sample.objects:
         raise _nothing_read(path, kind, sample)
+    if sample.unread:
+        # The build would fail on it whatever the budget: say so now.
+        raise ConfigError("source.path", f"{sample.unread[0]}; a build cannot count the rows "
+                          "lost there, so it would fail: fix or remove that file first")
     metadata = read_metadata(path) if kind == "tfrecord" else None
     name = _name_of(path)
     if kind == "tfrecord":

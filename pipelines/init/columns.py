@@ -136,12 +136,12 @@ def propose(column: ColumnSample, rows: int, source_kind: str) -> Proposal:
         tokens = sorted(token for token in column.nulls if token is not None)
         if tokens and tokens != [""]:
             body["null_values"] = tokens
-        seen = ", ".join(json.dumps(t) for t in tokens) or "none"
+        seen = ", ".join(json.dumps(t, ensure_ascii=False) for t in tokens) or "none"
         notes.append(f"missing in {missing} of {rows} rows (null texts seen: {seen})")
     if column.low is not None and body["type"] in ("int64", "float"):
         notes.append(f"observed {column.low:g} .. {column.high:g}")
     if not column.many and column.values and body["type"] in ("int64", "string"):
-        shown = ", ".join(json.dumps(v) if isinstance(v, str) else str(v)
+        shown = ", ".join(json.dumps(v, ensure_ascii=False) if isinstance(v, str) else str(v)
                           for v in sorted(column.values, key=str))
         notes.append(f"values seen: {shown}")
     return Proposal(body, "; ".join(notes))

@@ -14,6 +14,7 @@ import os
 from collections import Counter
 from typing import Any, NamedTuple
 
+from ...schemas.dead_letters import rows_of
 from ...transforms.readers.csv_dialect import CsvOptions
 from ...transforms.readers.listing import list_files
 from ...transforms.readers.rows import SourceRow, each_row
@@ -28,19 +29,22 @@ class Sample(NamedTuple):
     """columns: path of keys -> what was seen; rows: rows sampled; failed:
     dead letters by reason; messages: the first message of each reason;
     objects: the paths where some row holds an object (its keys are
-    columns of their own)."""
+    columns of their own); unread: the messages of files (or their rest)
+    that could not be read, rows unknown: the build cannot meet any error
+    budget with them."""
 
     columns: dict[tuple[str, ...], ColumnSample]
     rows: int
     failed: Counter
     messages: dict[str, str]
     objects: set[tuple[str, ...]]
+    unread: list[str]
 
 
 def sample_table(path: str, kind: str, rows: int, options: CsvOptions | None) -> Sample:
     """The sample of the first `rows` rows of the `kind` table at `path`."""
     fs, files = list_files(path, DEFAULT_EXTENSIONS[kind] if os.path.isdir(path) else None)
-    sample = Sample({}, 0, Counter(), {}, set())
+    sample = Sample({}, 0, Counter(), {}, set(), [])
     text_source = kind == "csv"
     sampled = 0
     for fs_path in files:
@@ -63,6 +67,8 @@ def _count_failure(sample: Sample, dead_letter: dict) -> None:
         return  # holds no rows: nothing was lost
     sample.failed[reason] += 1
     sample.messages.setdefault(reason, str(dead_letter.get("message", "")))
+    if rows_of(dead_letter) is None:
+        sample.unread.append(f"{reason}: {dead_letter.get('message', '')}")
 
 
 def _add_row(columns: dict[tuple[str, ...], ColumnSample], flat: dict, before: int,
