@@ -99,8 +99,10 @@ def _nothing_read(path: str, kind: str, sample: Sample) -> ConfigError:
         return ConfigError("source.path", f"no rows in {path}")
     reasons = "; ".join(f"{reason} ({count}): {sample.messages[reason]}"
                         for reason, count in sample.failed.most_common(3))
-    return ConfigError("source.path", f"no readable rows in {path}: {reasons}. Is --type "
-                       f"{kind} right?")
+    # A file that does not parse at all may be another type than its name says.
+    hint = f" Is --type {kind} right?" if any(reason.endswith("_invalid")
+                                              for reason in sample.failed) else ""
+    return ConfigError("source.path", f"no readable rows in {path}: {reasons}.{hint}")
 
 
 def _table(path: str, kind: str, rows: int) -> _Table:

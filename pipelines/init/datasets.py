@@ -37,7 +37,7 @@ class Metadata(NamedTuple):
     features: dict[str, dict]
     name: str | None
     note: str
-    comments: dict[str, str] = {}
+    comments: dict[str, str]
 
 
 def _folder(path: str) -> str:
@@ -71,13 +71,13 @@ def read_metadata(path: str) -> Metadata | None:
             with open(manifest, "rb") as f:
                 return _from_manifest(load_manifest(f.read(_MAX_METADATA_BYTES)), manifest)
         except (OSError, ManifestError) as error:
-            return Metadata({}, None, f"{manifest} was not used: {error}")
+            return Metadata({}, None, f"{manifest} was not used: {error}", {})
     if os.path.isfile(features):
         try:
             return _from_tfds(_read_json(features), _tfds_name(folder), features)
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as error:
             return Metadata({}, None, f"{features} was not used: not TFDS features "
-                            f"({type(error).__name__}: {error})")
+                            f"({type(error).__name__}: {error})", {})
     return None
 
 
@@ -115,7 +115,7 @@ def _from_tfds(document: dict, name: str | None, where: str) -> Metadata:
         if dimensions:
             body["shape"] = dimensions
         features[feature] = body
-    return Metadata(features, name, f"types and shapes from {where}")
+    return Metadata(features, name, f"types and shapes from {where}", {})
 
 
 def _tfds_name(folder: str) -> str | None:
