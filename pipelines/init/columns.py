@@ -62,6 +62,7 @@ class ColumnSample:
         self.fractional = False  # some number is not whole
         self.inexact_ints = False  # some integer is not exact in float32
         self.off_midnight = False  # some native time is not midnight UTC
+        self.nanoseconds = False  # some native time has nanoseconds (pandas)
         self.formats: set[str] | None = None  # time formats every text value fits
         self.texts_with_time = False
         self.null_texts_are_data = False
@@ -115,8 +116,9 @@ class ColumnSample:
 
     def _time(self, moment: _dt.datetime) -> None:
         offset = moment.utcoffset()
-        self.off_midnight |= (moment.time() != _dt.time(0) or bool(offset)
-                              or bool(getattr(moment, "nanosecond", 0)))
+        nanoseconds = bool(getattr(moment, "nanosecond", 0))
+        self.nanoseconds |= nanoseconds
+        self.off_midnight |= moment.time() != _dt.time(0) or bool(offset) or nanoseconds
 
 
 def propose(column: ColumnSample, rows: int, source_kind: str) -> Proposal:
@@ -240,6 +242,8 @@ def _native_times(column: ColumnSample, kinds: set[str]) -> tuple[dict, str]:
     if not column.off_midnight:
         return {"type": "timestamp", "unit": "days"}, ("every time is midnight UTC (dates "
                                                        "stored as timestamps): days")
+    if column.nanoseconds:  # microseconds would drop them
+        return {"type": "timestamp", "unit": "ns"}, "times with nanoseconds: ns"
     return {"type": "timestamp", "unit": "us"}, ""
 
 

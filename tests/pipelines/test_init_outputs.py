@@ -69,11 +69,23 @@ def test_init_on_an_output_reads_its_metadata_and_rebuilds_the_same_records(tmp_
         stored = "int64" if written[name] == "timestamp" else written[name]
         assert again["features"][name] == {"type": stored}, (name, again, first)
     if any(maybe for *_, maybe in rows):
-        assert again["features"]["maybe"]["required"] is False
+        assert again["features"]["maybe"].get("required", True) == \
+            first["features"]["maybe"].get("required", True)
     else:  # no record holds it: the build would refuse it, so a comment names it
         assert "maybe" not in again["features"]
         assert "# maybe: no feature: declared {type: " in (tmp_path / "again.yaml").read_text()
     assert copied == records
+
+    # TFDS's metadata only (features.json, dataset_info.json): its dtypes
+    # (text is TFDS `string`, bytes here) and the dataset's name.
+    tfds = tmp_path / "tfds_copy" / "1.0.0"
+    shutil.copytree(version, tfds)
+    (tfds / "manifest.json").unlink()
+    from_tfds, via_tfds = _init_and_build(tmp_path, tfds, "tfds")
+    assert from_tfds["name"] == "cities"
+    assert "features.json" in (tmp_path / "tfds.yaml").read_text()
+    assert from_tfds["features"]["id"] == {"type": "int64"}
+    assert via_tfds == records
 
     # Without metadata, in a folder of its own: named after the folder, and
     # scalar where every record holds one value.

@@ -288,3 +288,26 @@ def test_a_repeated_header_name_is_reported_by_name_without_a_traceback(tmp_path
     repeated = sorted({n for n in names if names.count(n) > 1})
     assert "duplicate column names" in err and all(repr(n) in err for n in repeated), err
     assert "Traceback" not in err
+
+
+# --- 38.16: native times keep their precision, dates at midnight become days -------
+
+@settings(**_SETTINGS)
+@given(nanos=st.lists(st.one_of(st.integers(-2 ** 62, 2 ** 62),
+                                st.integers(-40_000, 40_000).map(lambda d: d * 86400 * 10 ** 9)),
+                      min_size=1, max_size=10),
+       unit=st.sampled_from(["ns", "us"]))
+def test_parquet_times_are_stored_to_their_last_digit(tmp_path, nanos, unit):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    if unit == "us":
+        nanos = [n // 1000 * 1000 for n in nanos]
+    values = pa.array([n // (1000 if unit == "us" else 1) for n in nanos], pa.timestamp(unit))
+    pq.write_table(pa.table({"t": values}), tmp_path / "t.parquet")
+    spec = _specs(infer_config(str(tmp_path / "t.parquet")))["t"]
+    convert = compile_feature(spec)[0]
+    read = [row.values["t"] for row in each_row(iter_table(str(tmp_path / "t.parquet"),
+                                                           "parquet"))]
+    for raw, n in zip(read, nanos, strict=True):
+        stored = convert(raw)[0] * UNIT_NANOS[spec.unit]
+        assert stored == n, (spec.unit, raw, n, stored)
