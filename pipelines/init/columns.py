@@ -95,16 +95,19 @@ class ColumnSample:
             self._text(value)
         elif kind == "datetime":
             self._time(value)
-        if not self.many and kind in ("int", "text", "bool"):
-            self.values[number_value(value) if kind != "text" else value] += 1
+        if not self.many and (text_source or kind in ("int", "text", "bool")):
+            # CSV text is counted as written: a string column of numbers and
+            # words shows both.
+            self.values[value if text_source or kind == "text" else number_value(value)] += 1
             self.many = len(self.values) > _SMALL_SET
 
     def _number(self, number: Any, kind: str) -> None:
         if kind == "float":
             whole = number == int(number)
             self.fractional |= not whole
-        else:
-            self.inexact_ints |= not float32_exact(int(number))
+        elif not float32_exact(int(number)):
+            self.inexact_ints = True
+            self.examples.setdefault("inexact", number)
         self.low = number if self.low is None else min(self.low, number)
         self.high = number if self.high is None else max(self.high, number)
 
@@ -143,8 +146,8 @@ def propose(column: ColumnSample, rows: int, source_kind: str) -> Proposal:
     if column.low is not None and body["type"] in ("int64", "float"):
         notes.append(f"observed {column.low:g} .. {column.high:g}")
     if not column.many and column.values and body["type"] in ("int64", "string"):
-        shown = ", ".join(json.dumps(v, ensure_ascii=False) if isinstance(v, str) else str(v)
-                          for v in sorted(column.values, key=str))
+        shown = ", ".join(json.dumps(v, ensure_ascii=False) if body["type"] == "string"
+                          else str(v).strip() for v in sorted(column.values, key=str))
         notes.append(f"values seen: {shown}")
     return Proposal(body, "; ".join(notes))
 
@@ -207,18 +210,13 @@ def _numbers(column: ColumnSample, kinds: set[str], source_kind: str
                                    "writes nullable integers): int64")
     if column.inexact_ints:
         return None, ("integers that float32 would round (e.g. "
-                      f"{_shown(_first_inexact(column))}) mixed with fractions")
+                      f"{_shown(column.examples['inexact'])}) mixed with fractions")
     body = {"type": "float"}
     if "nonfinite" in kinds:
         body["allow_nan"] = True
     decimal_note = ("decimal values stored as float32" if isinstance(
         column.examples.get("float"), decimal.Decimal) else "")
     return body, decimal_note
-
-
-def _first_inexact(column: ColumnSample) -> Any:
-    return column.high if column.high is not None and not float32_exact(int(column.high)) \
-        else column.low
 
 
 def _text_or_time(column: ColumnSample) -> tuple[dict, str]:
