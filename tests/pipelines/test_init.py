@@ -64,9 +64,9 @@ def _compare(frame, config: dict, rows: list[dict]) -> None:
     assert sorted(by_id) == sorted(frame["id"].tolist())
     for name, feature in config["features"].items():
         column = feature.get("from", name)
-        assert isinstance(column, str)
-        values = frame[column] if column in frame else frame[column.split(".")[0]].map(
-            lambda d, keys=column.split(".")[1:]: _dig(d, keys))
+        # A string is one top-level column; a nested value is a list of keys.
+        values = frame[column] if isinstance(column, str) else frame[column[0]].map(
+            lambda d, keys=column[1:]: _dig(d, keys))
         for ident, expected in zip(frame["id"], values):
             assert _same(expected, by_id[ident].get(name), feature), (name, ident, expected,
                                                                       by_id[ident].get(name))
@@ -111,7 +111,7 @@ def test_jsonl_with_nested_objects_lists_and_nulls(tmp_path):
                 row["note"] = "x" * (i % 4)
             out.write(json.dumps(row) + "\n")
     config, rows = _init_and_build(tmp_path, path)
-    assert config["features"]["user/name"]["from"] == "user.name"
+    assert config["features"]["user/name"]["from"] == ["user", "name"]
     assert config["features"]["note"]["required"] is False
     assert config["features"]["note"]["null_values"] == []  # "" is text here, as for pandas
     frame = pd.read_json(path, lines=True, dtype=False)
