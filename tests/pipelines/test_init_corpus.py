@@ -231,10 +231,6 @@ def test_init_then_build_reads_back_as_pandas_reads_the_table(tmp_path, table):
                 assert ours == _expected(value, feature), (name, ident, value, ours, text)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38.2, the readers' side (another engineer's "
-                   "change): a dotted `from:` string is still read as a nested path, so the "
-                   "plain column name init writes for a top-level `a.b` is refused or "
-                   "shadowed by a['b']")
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_dotted_top_level_names_are_plain_columns(tmp_path, fmt):
     rows = [{"id": i, "a.b": i * 7, "a": {"b": -i}} for i in range(4)]
