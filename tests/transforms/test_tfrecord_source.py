@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from recordforge.schemas.example import ExampleEncoder
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.readers.tfrecords import iter_tfrecords
-from recordforge.transforms.tfrecordio import frame_records
+from recordforge.transforms.tfrecord import frame_records
 
 
 def _intact_records(damaged: bytes, framed: bytes) -> int:

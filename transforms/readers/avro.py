@@ -25,7 +25,7 @@ from typing import IO, Iterator
 
 import fsspec
 
-from .common import (READ_ERRORS, empty_file, open_file, open_unless_empty, read_dead_letter,
+from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
 from .rows import SourceRow
 
@@ -153,40 +153,39 @@ def _unbounded_array(schema) -> bool:
 def iter_avro(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
               source: str | None = None) -> Iterator[SourceRow | dict]:
     """The rows and read dead letters of one Avro file (see the module)."""
+    return rows_of_whole_file(path, fs, source, _avro_rows)
+
+
+def _avro_rows(f, source: str) -> Iterator[SourceRow | dict]:
     import fastavro  # imported here: only Avro sources need it
 
-    fs, fs_path, source = resolve(path, fs, source)
     index, blocks = 0, None
     try:
-        with open_unless_empty(fs, fs_path) as f:
-            if f is None:
-                yield empty_file(source)
-                return
-            try:
-                blocks = fastavro.block_reader(_BoundedReads(f))
-                if not _is_record_schema(blocks.writer_schema):
-                    yield read_dead_letter(
-                        source, None, "avro_invalid",
-                        f"{source}: the file's schema is not a record schema, so its values "
-                        "are not rows with columns", source, rows=None)
-                    return
-                if _unbounded_array(blocks.writer_schema):
-                    yield read_dead_letter(
-                        source, None, "avro_invalid",
-                        f"{source}: the file's schema has an array of items that take no "
-                        "bytes (null, an empty record), whose length cannot be checked "
-                        "before it is built; the file is not read", source, rows=None)
-                    return
-                for block in blocks:
-                    for record in _block_records(block):
-                        index += 1
-                        yield SourceRow(source, index, record)
-            except _DECODE_ERRORS as exc:
-                where = "header" if blocks is None else f"data after record {index}"
+        try:
+            blocks = fastavro.block_reader(_BoundedReads(f))
+            if not _is_record_schema(blocks.writer_schema):
                 yield read_dead_letter(
-                    source, index + 1 if index else None, "avro_invalid",
-                    f"{source}: the Avro {where} cannot be decoded ({type(exc).__name__}: "
-                    f"{exc}); the rest of the file is not read", source, rows=None)
+                    source, None, "avro_invalid",
+                    f"{source}: the file's schema is not a record schema, so its values "
+                    "are not rows with columns", source, rows=None)
+                return
+            if _unbounded_array(blocks.writer_schema):
+                yield read_dead_letter(
+                    source, None, "avro_invalid",
+                    f"{source}: the file's schema has an array of items that take no "
+                    "bytes (null, an empty record), whose length cannot be checked "
+                    "before it is built; the file is not read", source, rows=None)
+                return
+            for block in blocks:
+                for record in _block_records(block):
+                    index += 1
+                    yield SourceRow(source, index, record)
+        except _DECODE_ERRORS as exc:
+            where = "header" if blocks is None else f"data after record {index}"
+            yield read_dead_letter(
+                source, index + 1 if index else None, "avro_invalid",
+                f"{source}: the Avro {where} cannot be decoded ({type(exc).__name__}: "
+                f"{exc}); the rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, index + 1 if index else None, exc)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -110,16 +110,23 @@ def open_file(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
     return fs.open(path, "rb", compression="infer")
 
 
-@contextlib.contextmanager
-def open_unless_empty(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[IO[bytes] | None]:
-    """`path` opened for reading at its start (`open_file`), or None when it
-    holds no byte: a reader then gives its one `empty_file` dead letter."""
-    with open_file(fs, path) as f:
-        if f.seek(0, 2) == 0:
-            yield None
-        else:
+def rows_of_whole_file(path: str, fs: fsspec.AbstractFileSystem | None, source: str | None,
+                       read_rows: Callable[[IO[bytes], str], Iterator[Any]]) -> Iterator[Any]:
+    """The rows and read dead letters of one file read whole from its
+    start: `read_rows(file, source)` gives them from the open file. A file
+    of no byte is one `empty_file` dead letter, and a failure to open or
+    read it a `read_error` (a reader that knows the row it reached catches
+    its own first)."""
+    fs, fs_path, source = resolve(path, fs, source)
+    try:
+        with open_file(fs, fs_path) as f:
+            if f.seek(0, 2) == 0:
+                yield empty_file(source)
+                return
             f.seek(0)
-            yield f
+            yield from read_rows(f, source)
+    except READ_ERRORS as exc:
+        yield read_error(source, None, exc)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import IO, Iterable, Iterator
 
 import fsspec
 
-from .common import (READ_ERRORS, empty_file, open_file, open_unless_empty, read_dead_letter,
+from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
 from .rows import ColumnBatch, SourceRow
 
@@ -69,39 +69,34 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
     that fails to decode stands for its unread rows), ``read_error``.
     `columns`: each record batch comes as one `ColumnBatch` instead.
     """
-    import pyarrow as pa
+    def read_rows(f, source: str) -> Iterator[SourceRow | ColumnBatch | dict]:
+        import pyarrow as pa
 
-    fs, fs_path, source = resolve(path, fs, source)
-    try:
-        with open_unless_empty(fs, fs_path) as f:
-            if f is None:
-                yield empty_file(source)
-                return
-            try:
-                parquet = _parquet_file(f)
-            except (pa.ArrowException, ValueError, OSError) as exc:
-                if not _damaged(exc):
-                    raise
-                yield read_dead_letter(source, None, "parquet_invalid",
-                                        f"{source} is not a readable Parquet file: {exc}", source,
-                                        rows=None)
-                return
-            metadata = parquet.metadata
-            firsts = [0]
-            for i in range(metadata.num_row_groups):
-                firsts.append(firsts[-1] + metadata.row_group(i).num_rows)
-            groups = range(metadata.num_row_groups) if row_groups is None else row_groups
-            for group in groups:
-                if not 0 <= group < metadata.num_row_groups:
-                    yield read_error(source, None, IndexError(
-                        f"row group {group} does not exist (the file has "
-                        f"{metadata.num_row_groups}; was it replaced after listing?)"))
-                    continue
-                rows = batch_size or _parquet_batch_rows(metadata.row_group(group))
-                yield from _parquet_group(parquet, group, firsts[group], firsts[group + 1],
-                                          rows, source, columns)
-    except READ_ERRORS as exc:
-        yield read_error(source, None, exc)
+        try:
+            parquet = _parquet_file(f)
+        except (pa.ArrowException, ValueError, OSError) as exc:
+            if not _damaged(exc):
+                raise
+            yield read_dead_letter(source, None, "parquet_invalid",
+                                   f"{source} is not a readable Parquet file: {exc}", source,
+                                   rows=None)
+            return
+        metadata = parquet.metadata
+        firsts = [0]
+        for i in range(metadata.num_row_groups):
+            firsts.append(firsts[-1] + metadata.row_group(i).num_rows)
+        groups = range(metadata.num_row_groups) if row_groups is None else row_groups
+        for group in groups:
+            if not 0 <= group < metadata.num_row_groups:
+                yield read_error(source, None, IndexError(
+                    f"row group {group} does not exist (the file has "
+                    f"{metadata.num_row_groups}; was it replaced after listing?)"))
+                continue
+            rows = batch_size or _parquet_batch_rows(metadata.row_group(group))
+            yield from _parquet_group(parquet, group, firsts[group], firsts[group + 1],
+                                      rows, source, columns)
+
+    return rows_of_whole_file(path, fs, source, read_rows)
 
 
 def _rows_with_bad_text(batch, source: str, first_row: int) -> Iterator[SourceRow | dict]:
