@@ -1,5 +1,5 @@
-"""Inputs are fingerprinted in the manifest (size and a version token per
-file, what the listing skipped); an input rewritten, truncated, appended to,
+"""Inputs are fingerprinted in the manifest (size, a version token and a
+content token per file, what the listing skipped); an input rewritten, truncated, appended to,
 removed or added while a build reads fails it, and nothing is published."""
 
 import json
@@ -7,6 +7,7 @@ import os
 import textwrap
 
 import pytest
+import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -35,11 +36,20 @@ def _rows(first: int, count: int) -> str:
     return "id\n" + "".join(f"{i}\n" for i in range(first, first + count))
 
 
+def _keeping_mtime(path, write):
+    before = os.stat(path)
+    write(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 CHANGES = {
     "truncated": lambda data: (data / "a.csv").write_text(_rows(0, 10)),
     "appended": lambda data: open(data / "a.csv", "a").write("999999\n"),
     "rewritten_same_size": lambda data: (data / "a.csv").write_text(
         _rows(0, 500).replace("1", "2")),
+    # rsync -t / cp -p: other bytes of the same size under the old mtime.
+    "rewritten_same_size_and_mtime": lambda data: _keeping_mtime(
+        data / "a.csv", lambda path: path.write_text(_rows(0, 500).replace("1", "2"))),
     "removed": lambda data: (data / "b.csv").unlink(),
     "added": lambda data: (data / "c.csv").write_text(_rows(5000, 5)),
 }
@@ -111,7 +121,8 @@ def test_the_manifest_fingerprints_every_input(tmp_path, run_build):
     assert "input files: 2 read, 2 skipped (extension 1, hidden 1)" in err
     manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
     expected = [{"path": str(data / name), "size": os.stat(data / name).st_size,
-                 "mtime_ns": os.stat(data / name).st_mtime_ns}
+                 "mtime_ns": os.stat(data / name).st_mtime_ns,
+                 "content": "xxh3_128:" + xxhash.xxh3_128((data / name).read_bytes()).hexdigest()}
                 for name in ("a.csv", "b.csv.gz")]
     assert manifest["inputs"] == {"files": expected, "skipped": {"extension": 1, "hidden": 1}}
     assert list(manifest).index("inputs") == list(manifest).index("dead_letter") + 1

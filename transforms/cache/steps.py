@@ -51,7 +51,7 @@ from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
-from ..readers.inputs import fingerprint
+from ..readers.inputs import input_fingerprint
 from ..readers.listing import normalized_extensions
 from ..readers.tables import DEFAULT_RANGE_BYTES, FileRange, plan_table_ranges, read_range
 from ..sources.outputs import COUNTS, DEAD, ROWS, UNIT, batched
@@ -120,7 +120,7 @@ class _PlanOrReuse(beam.DoFn):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
     def process(self, fs_path: str):
-        version = fingerprint(self._fs, fs_path)
+        version = input_fingerprint(self._fs, fs_path)
         key = file_key(self._encoding_key, version)
         source = version["path"]
         count = self._whole_files.get(key)
