@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 import xxhash
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -81,6 +81,42 @@ def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, mon
     assert not (tmp_path / "out" / "1.0.0").exists()
     assert not (tmp_path / "out" / "LATEST").exists()
     assert not any((tmp_path / "out" / ".staging").glob("*"))
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(change=st.sampled_from(["truncated", "appended", "rewritten_same_size",
+                               "rewritten_same_size_and_mtime"]))
+def test_pieces_of_a_file_written_while_read_are_never_reused(tmp_path_factory, run_build,
+                                                              monkeypatch, change):
+    # a.csv changes after its key is taken and before it is read; once it
+    # holds its first bytes again, its rows must be read again, not taken
+    # from pieces of the bytes read in between.
+    tmp_path = tmp_path_factory.mktemp("written-while-read")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(_rows(0, 500))
+    (data / "b.csv").write_text(_rows(1000, 500))
+    first_bytes = (data / "a.csv").read_bytes()
+    read_range = cached_source.read_range
+    changed = []
+
+    def read_and_change(fs, unit, *args, **kwargs):
+        if not changed and unit.source.endswith("a.csv"):
+            changed.append(change)
+            CHANGES[change](data)
+        return read_range(fs, unit, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cached_source, "read_range", read_and_change)
+        status, _, err = run_build(_table_config(tmp_path, data))
+    assert changed and status == 1, err
+    (data / "a.csv").write_bytes(first_bytes)
+    status, _, err = run_build(_table_config(tmp_path, data))
+    assert status == 0, err
+    manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
+    assert manifest["cache"]["files_reused"] == 1 and manifest["cache"]["files_converted"] == 1
+    assert manifest["num_input_rows"] == 1000
 
 
 def test_an_image_changed_while_the_build_reads_fails_it(tmp_path, run_build, monkeypatch):

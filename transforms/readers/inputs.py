@@ -39,7 +39,7 @@ from .common import display_name
 from .listing import list_image_files, list_tables
 
 __all__ = ["changed_inputs", "content_token", "fingerprint", "identity", "input_fingerprint",
-           "source_inputs"]
+           "source_inputs", "write_marks"]
 
 # Version tokens of object stores, in order of preference (fsspec `info` keys).
 _TOKENS = ("generation", "etag", "ETag", "mtime", "LastModified", "last_modified", "updated")
@@ -126,6 +126,22 @@ def input_fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
     except FileNotFoundError:  # gone between the two looks
         return {"path": entry["path"], "missing": True}
     return entry
+
+
+def write_marks(fs: fsspec.AbstractFileSystem, fs_path: str) -> tuple | None:
+    """What any write to a file changes, read cheaply (no bytes): a local
+    file's size, mtime, inode and ctime (the kernel sets ctime on every
+    write, and no tool can put it back as ``rsync -t`` puts mtime back); a
+    store's fingerprint (generation, ETag). None when the file is gone.
+    Equal marks before and after a read mean the read saw one file."""
+    if isinstance(fs, LocalFileSystem):
+        try:
+            stat = os.stat(fs_path)
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
+    entry = fingerprint(fs, fs_path)
+    return None if entry.get("missing") else tuple(sorted(entry.items()))
 
 
 def identity(entry: Mapping) -> dict:
