@@ -104,9 +104,9 @@ def content_token(fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) ->
         return f"md5:{info['md5Hash']}"
     if info.get("crc32c"):
         return f"crc32c:{info['crc32c']}@{info.get('generation')}"
-    etag = info.get("ETag") or info.get("etag")
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')  # S3 quotes it
     if etag:
-        return f"etag:{str(etag).strip(chr(34))}"
+        return f"etag:{etag}"
     if isinstance(fs, LocalFileSystem):
         with open(fs_path, "rb", buffering=0) as fileobj:
             return _hash_bytes(fileobj)
