@@ -81,10 +81,12 @@ def _pieces(cache: Path) -> list[str]:
 
 
 def _rewrite_keeping_size_and_mtime(path: Path) -> bool:
-    """Swaps labels a and b in `path` (same size), then puts its old
-    modification time back; whether the bytes changed."""
+    """Swaps the letters a and b in the rows of `path` (not its header: same
+    size, same columns), then puts its old modification time back; whether
+    the bytes changed."""
     before, stat = path.read_bytes(), os.stat(path)
-    path.write_bytes(before.translate(bytes.maketrans(b"ab", b"ba")))
+    header, rows = before.split(b"\n", 1)
+    path.write_bytes(header + b"\n" + rows.translate(bytes.maketrans(b"ab", b"ba")))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     return path.read_bytes() != before
 
