@@ -89,9 +89,10 @@ def _place(moment: _dt.datetime, tz: _dt.tzinfo, ambiguous: str,
 # ISO 8601 text's fraction of a second, read by hand: datetime keeps only
 # microseconds (123456789 ns would become 123456000, and -1 ns before 1970
 # -1000). Dates hold no '.' or ',', so the first one starts the fraction.
-_FRACTION = re.compile(r"^(?P<head>[^.,]*?)[.,](?P<digits>\d+)(?P<tail>.*)$", re.S)
+# ASCII digits only: \d would take other scripts' digits, which int() reads.
+_FRACTION = re.compile(r"^(?P<head>[^.,]*?)[.,](?P<digits>[0-9]+)(?P<tail>.*)$", re.S)
 # Where a fraction is one of a second: after hh:mm:ss or hhmmss.
-_SECONDS = re.compile(r"(?:^|[^\d:])(?:\d{2}:\d{2}:\d{2}|\d{6})$")
+_SECONDS = re.compile(r"(?:^|[^0-9:])(?:[0-9]{2}:[0-9]{2}:[0-9]{2}|[0-9]{6})$")
 _NO_MATCH = ("time data", "Invalid isoformat", "unconverted data")
 
 
@@ -127,14 +128,13 @@ def _text_reader(time_format: str, bad: Callable[[str, str], Exception]
 
     def read(text: str) -> tuple[_dt.datetime, int]:
         text = text.strip()
+        iso_text = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+        split = _split_fraction(iso_text) if iso else (text, 0)
+        if split is None:
+            raise refuse(text, None)
         try:
             if not iso:
                 return _dt.datetime.strptime(text, time_format), 0
-            if text.endswith(("Z", "z")):
-                text = text[:-1] + "+00:00"
-            split = _split_fraction(text)
-            if split is None:
-                raise refuse(text, None)
             return _dt.datetime.fromisoformat(split[0]), split[1]
         except ValueError as error:
             raise refuse(text, error) from None

@@ -210,3 +210,16 @@ def test_a_refused_bound_suggests_only_keys_the_type_takes(ftype, key):
             parse_features({"f": {"type": ftype, other: BOUND_KEYS[other]}})
     if ftype == "timestamp":
         assert "takes no bounds" in message
+
+
+@settings(max_examples=100, deadline=None)
+@given(digit=st.characters(categories=["Nd"]).filter(lambda c: not c.isascii()),
+       position=st.integers(0, 5))
+def test_a_fraction_with_digits_of_another_script_is_refused(digit, position):
+    # int() reads them; ISO 8601 and the original datetime parser do not.
+    digits = list("123456")
+    digits[position] = digit
+    with pytest.raises(RowError) as info:
+        converter(unit="ns")(f"2024-01-01T00:00:00.{''.join(digits)}Z")
+    assert info.value.reason == "invalid_timestamp"
+    assert "Z" in str(info.value) and "+00:00" not in str(info.value)
