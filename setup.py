@@ -62,6 +62,10 @@ setuptools.setup(
         # The shard writer sorts and frames rows in batches with numpy (also
         # a dependency of apache-beam).
         "numpy>=1.24",
+        # The build cache keys local inputs on a hash of their bytes (not
+        # their mtime, which rsync -t and cp -p restore): xxh3 hashes at
+        # memory speed, a small part of reading the file.
+        "xxhash>=3.4,<5",
     ],
     extras_require={
         "test": [

@@ -21,6 +21,21 @@ clock and CPU seconds (the children's rusage):
      process group) once 70% of the units have pieces, then run again; its
      shards must equal ``full-after``'s.
 
+With ``--scenario identical`` (issue 38.8's acceptance), ``full`` is not
+run and the steps after ``cached`` are instead: every file is written again, all but
+``--changed-files`` (2) with their own bytes (new modification times);
+``incremental`` and ``full-after`` as above, whose manifests must say
+that exactly the identical files were reused and whose shards must be
+equal; and ``fingerprint``: the build's fingerprinting of its inputs
+(`source_inputs`, which hashes every local input) timed in this process,
+once with the files in the page cache and once after dropping them from
+it. A build hashes each input three times (before the pipeline, when the
+worker plans the file, after the pipeline): ``hashing_share`` is three
+fingerprintings (warm) over the full-after build, ``hashing_share_cold``
+one cold and two warm ones.
+
+    python benchmarks/bench_incremental.py --scenario identical --gigabytes 0.1 --files 40
+
 Ratios are within each round (incremental / full-after, resume /
 full-after, alone and with the killed run's time added), so that a slower
 spell of a shared machine falls on both sides of a ratio; the summary
@@ -158,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="incremental, full-after and resumed builds, this many times in "
                              "turn; ratios are within each round, the summary their medians")
+    parser.add_argument("--scenario", choices=("changed", "identical"), default="changed",
+                        help="changed: 5%% of the files changed or added, and a resumed build; "
+                             "identical: every file rewritten, all but --changed-files with "
+                             "the same bytes")
+    parser.add_argument("--changed-files", type=int, default=2)
     parser.add_argument("--scratch", help="working directory (default: a temporary one)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
@@ -179,9 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         return path
 
     try:
-        run_build(write_config("full", scratch / "full", False), "full", results)
+        if args.scenario == "changed":  # identical compares with full-after only
+            run_build(write_config("full", scratch / "full", False), "full", results)
         cached = scratch / "cached"
         run_build(write_config("cached", cached, True), "cached", results)
+        if args.scenario == "identical":
+            identical_rewrites(args, source, part_bytes, scratch, write_config, cached, results)
+            return _finish(args, results, scratch, results["identical"])
         # The cache as a first build left it, restored before every incremental build.
         before = scratch / "cache-before"
         shutil.copytree(cached / ".cache", before, copy_function=os.link)
@@ -239,12 +263,72 @@ def main(argv: list[str] | None = None) -> int:
         print("medians: " + json.dumps(results["ratios"], indent=1))
         print(f"identical: incremental {results['incremental_identical']}, "
               f"resume {results['resume_identical']}")
-    finally:
-        if not args.scratch:
-            shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        _finish(args, results, scratch, False)
+        raise
+    return _finish(args, results, scratch,
+                   results["incremental_identical"] and results["resume_identical"])
+
+
+def _finish(args, results: dict, scratch: Path, ok: bool) -> int:
+    if not args.scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
-    return 0 if results.get("incremental_identical") and results.get("resume_identical") else 1
+    return 0 if ok else 1
+
+
+def time_fingerprints(source: Path, cold: bool) -> float:
+    """Seconds `source_inputs` takes on the table (what a build does before
+    and after its pipeline), after dropping the files from the page cache
+    when `cold`."""
+    from recordforge.transforms.readers.inputs import source_inputs
+    if cold:
+        for path in source.iterdir():
+            with open(path, "rb") as fileobj:
+                os.posix_fadvise(fileobj.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    started = time.monotonic()
+    source_inputs("csv", str(source))
+    return time.monotonic() - started
+
+
+def identical_rewrites(args, source: Path, part_bytes: int, scratch: Path, write_config,
+                       cached: Path, results: dict) -> None:
+    """Every file written again, all but `args.changed_files` with their own
+    bytes; the cached build against one from scratch (see the module)."""
+    paths = sorted(source.iterdir())
+    changed = set(range(0, len(paths), max(1, len(paths) // args.changed_files))[
+        :args.changed_files])
+    for index, path in enumerate(paths):
+        if index in changed:
+            write_part(path, part_bytes, 5000 + index)
+        else:
+            path.write_bytes(path.read_bytes())  # the same bytes, a new mtime
+    run_build(write_config("cached", cached, True), "incremental", results)
+    cache = manifest_cache(cached)
+    full_after = scratch / "full-after"
+    run_build(write_config("full-after", full_after, False), "full-after", results)
+    warm = min(time_fingerprints(source, cold=False) for _ in range(3))
+    cold = time_fingerprints(source, cold=True)
+    base = results["full-after"]["wall_s"]
+    input_bytes = sum(path.stat().st_size for path in paths)
+    results["fingerprint"] = {"warm_s": round(warm, 3), "cold_s": round(cold, 3),
+                              "input_bytes": input_bytes,
+                              "warm_gb_per_s": round(input_bytes / warm / 1e9, 2)}
+    results["incremental_cache"] = cache
+    results["identical"] = (shard_checksums(cached) == shard_checksums(full_after)
+                            and cache.get("files_reused") == len(paths) - len(changed))
+    results["ratios"] = {
+        "incremental_speedup_wall": round(base / results["incremental"]["wall_s"], 2),
+        "incremental_speedup_cpu": round(results["full-after"]["cpu_s"]
+                                         / results["incremental"]["cpu_s"], 2),
+        "hashing_share": round(3 * warm / base, 4),
+        "hashing_share_cold": round((cold + 2 * warm) / base, 4),
+    }
+    print(f"files reused {cache.get('files_reused')} of {len(paths)} "
+          f"({len(changed)} changed); identical shards and reuse: {results['identical']}")
+    print(f"fingerprinting {input_bytes / 1e9:.2f} GB: {warm:.2f} s warm, {cold:.2f} s cold")
+    print("ratios: " + json.dumps(results["ratios"]), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 A build of a table source keeps, for every reading unit of every input
 file, what reading, checking and encoding it gave (a piece,
 `transforms.cache`). The next build reuses the pieces of every file whose
-fingerprint is unchanged and reads only new or changed files; a build that
+path, size and bytes are unchanged (`transforms.readers.inputs.identity`:
+a hash of a local file's bytes, an object store's checksum; never a
+modification time) and reads only new or changed files; a build that
 was killed or failed leaves its pieces, so running it again reuses them
 (resuming). Shards do not depend on which rows came from the cache.
 

@@ -60,6 +60,8 @@ REASONS: dict[str, str] = {
     "float32_overflow": "a float's magnitude is too large for float32 (it would become inf)",
     "int64_overflow": "an integer does not fit in int64",
     "invalid_timestamp": "text of a timestamp feature is not ISO 8601 or does not match the feature's `format`",
+    "nonexistent_time": "a local time of a timestamp feature falls in a daylight-saving gap of its `timezone` (the clocks skip it)",
+    "ambiguous_time": "a local time of a timestamp feature happens twice in its `timezone` (a daylight-saving overlap) and `ambiguous` is `error`",
     # stage "encode"
     "internal_error": "an unexpected error while converting the row (a bug: the message holds the traceback)",
 }

@@ -17,13 +17,14 @@ from .checks import validate_default
 from .errors import ConfigError
 from .features import (FEATURE_TYPES, INT64_MAX, INT64_MIN, TIMESTAMP_UNITS, FeatureSpec,
                        nested_path_hint, path_text, source_path)
+from .timestamps import AMBIGUOUS, zone
 
 __all__ = ["FEATURE_KEYS", "parse_features"]
 
 FEATURE_KEYS = ("type", "from", "shape", "required", "default", "min", "max",
                 "values", "vocabulary", "max_bytes", "allow_nan", "null_values",
-                "unit", "format", "timezone")
-_TIMESTAMP_KEYS = ("unit", "format", "timezone")
+                "unit", "format", "timezone", "ambiguous")
+_TIMESTAMP_KEYS = ("unit", "format", "timezone", "ambiguous")
 
 # Names people reach for from other tools; difflib does not find these.
 _KEY_ALIASES = {
@@ -101,7 +102,7 @@ def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None,
     source, keys = _parse_source(name, body.get("from", name), f"{path}.from", "from" in body,
                                  columns, nested)
     null_values = _parse_null_values(body.get("null_values", source_nulls), f"{path}.null_values")
-    unit, time_format, timezone = _parse_timestamp(body, ftype, path)
+    unit, time_format, timezone, ambiguous = _parse_timestamp(body, ftype, path)
     shape = _parse_shape(body.get("shape", ()), f"{path}.shape")
     required = _parse_bool(body.get("required", True), f"{path}.required")
     allow_nan = _parse_bool(body.get("allow_nan", False), f"{path}.allow_nan")
@@ -122,7 +123,7 @@ def _parse_feature(name: str, body: Any, path: str, columns: list[str] | None,
                        default=default, min=lo, max=hi, values=values, vocabulary=vocabulary,
                        max_bytes=max_bytes, allow_nan=allow_nan, path=keys,
                        null_values=null_values, unit=unit, format=time_format,
-                       timezone=timezone)
+                       timezone=timezone, ambiguous=ambiguous)
 
 
 def _suggest(word: str, choices: Sequence[str], aliases: Mapping[str, str]) -> str:
@@ -191,13 +192,13 @@ def _parse_null_values(value: Any, path: str) -> tuple[str, ...] | None:
 
 
 def _parse_timestamp(body: Mapping, ftype: str, path: str
-                     ) -> tuple[str | None, str | None, str | None]:
+                     ) -> tuple[str | None, str | None, str | None, str | None]:
     if ftype != "timestamp":
         for key in _TIMESTAMP_KEYS:
             if key in body:
                 raise ConfigError(f"{path}.{key}", f"applies to timestamp features only; "
                                   f"remove it (this feature is {ftype})")
-        return None, None, None
+        return None, None, None, None
     unit = body.get("unit", "s")
     if unit not in TIMESTAMP_UNITS:
         raise ConfigError(f"{path}.unit", f"unknown unit {unit!r}; use one of "
@@ -213,12 +214,16 @@ def _parse_timestamp(body: Mapping, ftype: str, path: str
     if not isinstance(timezone, str):
         raise ConfigError(f"{path}.timezone", f"must be a zone name such as UTC or "
                           f"Europe/Paris, not {timezone!r}")
-    from .timestamps import zone
     try:
         zone(timezone)
     except ValueError as error:
         raise ConfigError(f"{path}.timezone", str(error)) from None
-    return unit, time_format, timezone
+    ambiguous = body.get("ambiguous", "error")
+    if ambiguous not in AMBIGUOUS:
+        raise ConfigError(f"{path}.ambiguous", f"unknown choice {ambiguous!r} for a local "
+                          f"time a daylight-saving change repeats; use one of "
+                          f"{', '.join(AMBIGUOUS)}")
+    return unit, time_format, timezone, ambiguous
 
 
 def _parse_shape(value: Any, path: str) -> tuple[int, ...]:
@@ -247,11 +252,24 @@ def _parse_max_bytes(body: Mapping, ftype: str, path: str) -> int | None:
         return None
     value = body["max_bytes"]
     if ftype not in ("bytes", "string"):
-        raise ConfigError(path, f"applies to bytes and string features only; remove it "
-                          f"(this feature is {ftype}) or use min/max")
+        raise _bound_for_other_type(path, "bytes and string", ftype)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(path, f"must be a positive integer (a byte count), not {value!r}")
     return value
+
+
+# The keys that bound a type's values: a bound given to another type points
+# to these, and only to keys that type accepts (timestamps take none).
+_BOUND_KEYS = {"int64": "min/max", "float": "min/max",
+               "bytes": "max_bytes to limit lengths", "string": "max_bytes to limit lengths"}
+
+
+def _bound_for_other_type(path: str, types: str, ftype: str) -> ConfigError:
+    instead = _BOUND_KEYS.get(ftype)
+    hint = f" or use {instead}" if instead else (
+        f"; a {ftype} feature takes no bounds (`values` can list the allowed ones)")
+    return ConfigError(path, f"applies to {types} features only; remove it "
+                       f"(this feature is {ftype}){hint}")
 
 
 def _parse_vocabulary(body: Mapping, ftype: str, path: str) -> tuple[str, ...] | str | None:
@@ -283,9 +301,7 @@ def _parse_bound(body: Mapping, key: str, ftype: str, vocabulary: Any, path: str
     value = body[key]
     path = f"{path}.{key}"
     if ftype not in ("int64", "float"):
-        hint = " (use max_bytes to limit lengths)" if key == "max" else ""
-        raise ConfigError(path, f"applies to int64 and float features only; remove it "
-                          f"(this feature is {ftype}){hint}")
+        raise _bound_for_other_type(path, "int64 and float", ftype)
     if vocabulary is not None:
         raise ConfigError(path, "cannot be combined with a vocabulary (ids are 0..N-1); "
                           "remove it")

@@ -125,6 +125,8 @@ class FeatureSpec:
     unit, format, timezone: timestamp features only: the stored unit, how
       text is parsed (``iso8601`` or a strptime pattern) and the zone of
       values that name none.
+    ambiguous: timestamp features only: how a local time that a
+      daylight-saving change repeats is read (``error``, ``earlier``, ``later``).
     """
 
     name: str
@@ -144,6 +146,7 @@ class FeatureSpec:
     unit: str | None = None
     format: str | None = None
     timezone: str | None = None
+    ambiguous: str | None = None
 
     @property
     def column(self) -> str:

@@ -255,7 +255,8 @@ def _int_element(spec: FeatureSpec) -> Callable[[Any], int]:
 
 def _timestamp_element(spec: FeatureSpec) -> Callable[[Any], int]:
     convert = timestamp_converter(spec.unit or "s", spec.format or "iso8601",
-                                  spec.timezone or "UTC", BadValue)
+                                  spec.timezone or "UTC", BadValue,
+                                  spec.ambiguous or "error")
     allowed = frozenset(spec.values) if spec.values is not None else None
 
     def element(raw):

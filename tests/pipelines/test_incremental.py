@@ -80,7 +80,18 @@ def _pieces(cache: Path) -> list[str]:
         if cache.exists() else []
 
 
-operations = st.lists(st.tuples(st.sampled_from(["add", "change", "delete", "touch"]),
+def _rewrite_keeping_size_and_mtime(path: Path) -> bool:
+    """Swaps the letters a and b in the rows of `path` (not its header: same
+    size, same columns), then puts its old modification time back; whether
+    the bytes changed."""
+    before, stat = path.read_bytes(), os.stat(path)
+    header, rows = before.split(b"\n", 1)
+    path.write_bytes(header + b"\n" + rows.translate(bytes.maketrans(b"ab", b"ba")))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return path.read_bytes() != before
+
+
+operations = st.lists(st.tuples(st.sampled_from(["add", "change", "delete", "touch", "sneak"]),
                                 st.integers(0, 5), st.integers(1, 400)),
                       min_size=1, max_size=4)
 
@@ -96,20 +107,24 @@ def test_incremental_builds_equal_builds_from_scratch(tmp_path_factory, steps, s
     for index in range(4):
         (source / f"part-{index}.csv").write_text(_rows(seed + index, 150 + 40 * index))
     version = 0
+    built: dict[str, bytes] = {}  # each file's bytes when the last build read it
     for step in [[]] + steps:
-        existed = {path.name for path in source.iterdir()}
-        written = set()
         for operation, index, size in step:
             path = source / f"part-{index}.csv"
             if operation == "delete" and len(list(source.iterdir())) > 1:
                 path.unlink(missing_ok=True)
             elif operation == "touch" and path.exists():
+                # The same bytes under a new time: still the cached file.
                 os.utime(path, ns=(time.time_ns(), time.time_ns() + 1000))
-                written.add(path.name)
+            elif operation == "sneak" and path.exists():
+                # Other bytes of the same size under the old time (rsync -t).
+                _rewrite_keeping_size_and_mtime(path)
             elif operation in ("add", "change"):
                 path.write_text(_rows(seed * 7 + size, size))
-                written.add(path.name)
-        unchanged = ({path.name for path in source.iterdir()} & existed) - written
+        # A file is the cached one when it holds the bytes the last build read.
+        now = {path.name: path.read_bytes() for path in source.iterdir()}
+        unchanged = {name for name, data in now.items() if built.get(name) == data}
+        built = now
         version += 1
         result = recordforge.build(_config(source, output, f"v{version}"), beam_args=IN_MEMORY)
         expected = _from_scratch(source, tmp / f"scratch{version}", f"v{version}")
@@ -117,10 +132,42 @@ def test_incremental_builds_equal_builds_from_scratch(tmp_path_factory, steps, s
         cache = result.manifest["cache"]
         assert cache["rows_reused"] + cache["rows_converted"] == expected["num_input_rows"]
         # Exactly the unchanged files are reused (none on the first build)...
-        assert cache["files_reused"] == (len(unchanged) if version > 1 else 0)
+        assert cache["files_reused"] == len(unchanged)
         assert cache["files_converted"] == len(list(source.iterdir())) - cache["files_reused"]
         # ...and the cache keeps exactly what this build used.
         assert len(_pieces(output / ".cache")) == cache["units_reused"] + cache["units_converted"]
+
+
+@settings(max_examples=3, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(fates=st.lists(st.sampled_from(["same", "same_kept_mtime", "sneaked", "changed"]),
+                      min_size=3, max_size=6), seed=st.integers(0, 1000))
+def test_rewritten_files_are_reused_exactly_when_their_bytes_are_the_same(
+        tmp_path_factory, fates, seed):
+    # Every file is written again: with the same bytes (a re-export), the
+    # same bytes and mtime kept (cp -p), other bytes of the same size under
+    # the old mtime (rsync -t), or other bytes.
+    tmp = tmp_path_factory.mktemp("rewrites")
+    source, output = tmp / "in", tmp / "out"
+    source.mkdir()
+    paths = [source / f"part-{index}.csv" for index in range(len(fates))]
+    for index, path in enumerate(paths):
+        path.write_text(_rows(seed + index, 60))
+    recordforge.build(_config(source, output, "v1"), beam_args=IN_MEMORY)
+    reused = 0
+    for index, (path, fate) in enumerate(zip(paths, fates)):
+        data, stat = path.read_bytes(), os.stat(path)
+        if fate == "sneaked":
+            reused += not _rewrite_keeping_size_and_mtime(path)
+            continue
+        path.write_bytes(data if fate != "changed" else _rows(seed + 500 + index, 61).encode())
+        if fate == "same_kept_mtime":
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        reused += fate != "changed"
+    result = recordforge.build(_config(source, output, "v2"), beam_args=IN_MEMORY)
+    assert result.manifest["cache"]["files_reused"] == reused
+    assert result.manifest["cache"]["files_converted"] == len(paths) - reused
+    assert _published(result) == _from_scratch(source, tmp / "scratch", "v2")
 
 
 def test_an_unchanged_rebuild_reuses_everything_and_config_changes_invalidate(tmp_path):

@@ -10,7 +10,6 @@ does not catch by itself).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

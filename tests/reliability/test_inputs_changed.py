@@ -1,5 +1,5 @@
-"""Inputs are fingerprinted in the manifest (size and a version token per
-file, what the listing skipped); an input rewritten, truncated, appended to,
+"""Inputs are fingerprinted in the manifest (size, a version token and a
+content token per file, what the listing skipped); an input rewritten, truncated, appended to,
 removed or added while a build reads fails it, and nothing is published."""
 
 import json
@@ -7,7 +7,8 @@ import os
 import textwrap
 
 import pytest
-from hypothesis import given, settings
+import xxhash
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -35,11 +36,20 @@ def _rows(first: int, count: int) -> str:
     return "id\n" + "".join(f"{i}\n" for i in range(first, first + count))
 
 
+def _keeping_mtime(path, write):
+    before = os.stat(path)
+    write(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 CHANGES = {
     "truncated": lambda data: (data / "a.csv").write_text(_rows(0, 10)),
     "appended": lambda data: open(data / "a.csv", "a").write("999999\n"),
     "rewritten_same_size": lambda data: (data / "a.csv").write_text(
         _rows(0, 500).replace("1", "2")),
+    # rsync -t / cp -p: other bytes of the same size under the old mtime.
+    "rewritten_same_size_and_mtime": lambda data: _keeping_mtime(
+        data / "a.csv", lambda path: path.write_text(_rows(0, 500).replace("1", "2"))),
     "removed": lambda data: (data / "b.csv").unlink(),
     "added": lambda data: (data / "c.csv").write_text(_rows(5000, 5)),
 }
@@ -71,6 +81,42 @@ def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, mon
     assert not (tmp_path / "out" / "1.0.0").exists()
     assert not (tmp_path / "out" / "LATEST").exists()
     assert not any((tmp_path / "out" / ".staging").glob("*"))
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(change=st.sampled_from(["truncated", "appended", "rewritten_same_size",
+                               "rewritten_same_size_and_mtime"]))
+def test_pieces_of_a_file_written_while_read_are_never_reused(tmp_path_factory, run_build,
+                                                              monkeypatch, change):
+    # a.csv changes after its key is taken and before it is read; once it
+    # holds its first bytes again, its rows must be read again, not taken
+    # from pieces of the bytes read in between.
+    tmp_path = tmp_path_factory.mktemp("written-while-read")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.csv").write_text(_rows(0, 500))
+    (data / "b.csv").write_text(_rows(1000, 500))
+    first_bytes = (data / "a.csv").read_bytes()
+    read_range = cached_source.read_range
+    changed = []
+
+    def read_and_change(fs, unit, *args, **kwargs):
+        if not changed and unit.source.endswith("a.csv"):
+            changed.append(change)
+            CHANGES[change](data)
+        return read_range(fs, unit, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cached_source, "read_range", read_and_change)
+        status, _, err = run_build(_table_config(tmp_path, data))
+    assert changed and status == 1, err
+    (data / "a.csv").write_bytes(first_bytes)
+    status, _, err = run_build(_table_config(tmp_path, data))
+    assert status == 0, err
+    manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
+    assert manifest["cache"]["files_reused"] == 1 and manifest["cache"]["files_converted"] == 1
+    assert manifest["num_input_rows"] == 1000
 
 
 def test_an_image_changed_while_the_build_reads_fails_it(tmp_path, run_build, monkeypatch):
@@ -111,7 +157,8 @@ def test_the_manifest_fingerprints_every_input(tmp_path, run_build):
     assert "input files: 2 read, 2 skipped (extension 1, hidden 1)" in err
     manifest = json.loads((tmp_path / "out" / "1.0.0" / "manifest.json").read_text())
     expected = [{"path": str(data / name), "size": os.stat(data / name).st_size,
-                 "mtime_ns": os.stat(data / name).st_mtime_ns}
+                 "mtime_ns": os.stat(data / name).st_mtime_ns,
+                 "content": "xxh3_128:" + xxhash.xxh3_128((data / name).read_bytes()).hexdigest()}
                 for name in ("a.csv", "b.csv.gz")]
     assert manifest["inputs"] == {"files": expected, "skipped": {"extension": 1, "hidden": 1}}
     assert list(manifest).index("inputs") == list(manifest).index("dead_letter") + 1

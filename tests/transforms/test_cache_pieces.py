@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import fsspec
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +16,7 @@ from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_na
                                                 whole_files)
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
+from recordforge.transforms.readers.inputs import changed_inputs, content_token, input_fingerprint
 from recordforge.transforms.writer import RunFile
 from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.merge_statistics import partial_from_json, partial_to_json
@@ -214,3 +218,50 @@ def test_names_say_which_files_are_whole():
     assert parse_piece_name("x" * 40 + ".00003-of-00002.piece") is None
     with pytest.raises(ValueError):
         piece_name(key, 2, 2)
+
+
+entries = st.fixed_dictionaries({
+    "path": st.sampled_from(["/d/a.csv", "gs://b/a.csv"]), "size": st.integers(0, 3),
+    "content": st.sampled_from(["xxh3_128:00", "xxh3_128:01", "md5:AA==", "etag:x-2"])},
+    optional={"mtime_ns": st.integers(0, 3), "generation": st.integers(0, 3),
+              "etag": st.sampled_from(["e1", "e2"])})
+
+
+@given(entries, entries)
+def test_a_file_key_follows_the_bytes_never_the_version_token(one, two):
+    # Same path, size and content: one key, whatever the mtime or generation
+    # (rsync -t, cp -p, a re-exported dump); anything else: two keys.
+    same = all(one[key] == two[key] for key in ("path", "size", "content"))
+    assert (file_key("enc", one) == file_key("enc", two)) == same
+    lines = changed_inputs({"files": [one]}, {"files": [two]})
+    assert (lines == []) == same
+
+
+@settings(max_examples=50, deadline=None)
+@given(first=st.binary(max_size=3 << 20), second=st.binary(max_size=64),
+       keep_mtime=st.booleans())
+def test_local_content_tokens_are_the_bytes_hash(tmp_path_factory, first, second, keep_mtime):
+    path = tmp_path_factory.mktemp("content") / "a.csv"
+    path.write_bytes(first)
+    fs = fsspec.filesystem("file")
+    before = input_fingerprint(fs, str(path))
+    assert before["content"] == "xxh3_128:" + xxhash.xxh3_128(first).hexdigest()
+    stat = os.stat(path)
+    path.write_bytes(first[:len(first) - len(second)] + second if second else first)
+    if keep_mtime:  # what rsync -t and cp -p do
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = input_fingerprint(fs, str(path))
+    assert (file_key("enc", before) == file_key("enc", after)) == (path.read_bytes() == first)
+
+
+def test_object_store_checksums_are_content_tokens():
+    fs = fsspec.filesystem("memory")
+    assert content_token(fs, "/x", {"md5Hash": "AA==", "crc32c": "c"}) == "md5:AA=="
+    # A composite GCS object: 32 bits of CRC alone could match other bytes.
+    assert content_token(fs, "/x", {"crc32c": "c", "generation": 7}) == "crc32c:c@7"
+    assert content_token(fs, "/x", {"ETag": '"9b2cf535f27731c974343645a3985328"'}) == (
+        "etag:9b2cf535f27731c974343645a3985328")
+    with fs.open("/y.csv", "wb") as out:  # a store with no checksum: its bytes are hashed
+        out.write(b"id\n1\n")
+    assert input_fingerprint(fs, "/y.csv")["content"] == (
+        "xxh3_128:" + xxhash.xxh3_128(b"id\n1\n").hexdigest())

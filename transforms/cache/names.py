@@ -9,10 +9,11 @@ names say which:
 
 The file key is a digest of the encoding key (everything in the config and
 the package that changes what a row becomes, `pipelines.cache`) and the
-input file's fingerprint (path, size and version token,
-`transforms.readers.inputs.fingerprint`): an edited file, or a config that
-encodes differently, gets new keys, and its old pieces are never read
-again. A file is reusable when every unit of it has a piece.
+input file's identity (path, size and content token,
+`transforms.readers.inputs.identity`): a file holding other bytes, or a
+config that encodes differently, gets new keys, and its old pieces are
+never read again; a file rewritten with the same bytes keeps its key. A
+file is reusable when every unit of it has a piece.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import hashlib
 import json
 import re
 from typing import Iterable, Mapping
+
+from ..readers.inputs import identity
 
 __all__ = ["PIECE_SUFFIX", "file_key", "key_of", "parse_piece_name", "piece_name",
            "whole_files"]
@@ -32,8 +35,9 @@ _CACHE_FILE = re.compile(r"^([0-9a-f]{40})\.\d{5,}-of-\d{5,}\.(?:piece|s\d+\.run
 
 
 def file_key(encoding_key: str, fingerprint: Mapping) -> str:
-    """The key of an input file's pieces under one encoding key."""
-    text = json.dumps(dict(fingerprint), sort_keys=True, ensure_ascii=True)
+    """The key of an input file's pieces under one encoding key, from the
+    file's `identity` (never its modification time)."""
+    text = json.dumps(identity(fingerprint), sort_keys=True, ensure_ascii=True)
     return hashlib.sha256(f"{encoding_key}\n{text}".encode("ascii")).hexdigest()[:_KEY_HEX]
 
 

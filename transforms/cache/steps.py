@@ -51,7 +51,7 @@ from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
-from ..readers.inputs import fingerprint
+from ..readers.inputs import input_fingerprint, write_marks
 from ..readers.listing import normalized_extensions
 from ..readers.tables import (
     DEFAULT_RANGE_BYTES,
@@ -104,7 +104,8 @@ _CHECKS_AHEAD = 32
 class Work(NamedTuple):
     """One unit of a file: its piece's file key, index and count, the file,
     and the byte range or row-group span to read (None: the unit is to be
-    reused, and found by planning the file again if its piece is damaged)."""
+    reused, and found by planning the file again if its piece is damaged),
+    and the file's `write_marks` taken before its key was."""
 
     key: str
     index: int
@@ -112,6 +113,7 @@ class Work(NamedTuple):
     fs_path: str
     source: str
     unit: FileRange | None
+    marks: tuple | None = None
 
 
 class _PlanOrReuse(beam.DoFn):
@@ -132,18 +134,21 @@ class _PlanOrReuse(beam.DoFn):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
     def process(self, fs_path: str):
-        version = fingerprint(self._fs, fs_path)
+        # Marked before hashing: a write during or after the hash changes
+        # the marks, and the pieces of what is then read are not kept.
+        marks = write_marks(self._fs, fs_path)
+        version = input_fingerprint(self._fs, fs_path)
         key = file_key(self._encoding_key, version)
         source = version["path"]
         count = self._whole_files.get(key)
         if count is not None:
             for index in range(count):
-                yield Work(key, index, count, fs_path, source, None)
+                yield Work(key, index, count, fs_path, source, None, marks)
             return
         units = plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
                                   self._options)
         for index, unit in enumerate(units):
-            yield Work(key, index, len(units), fs_path, unit.source, unit)
+            yield Work(key, index, len(units), fs_path, unit.source, unit, marks)
 
 
 class _ConvertUnits(beam.DoFn):
@@ -302,8 +307,13 @@ class _ConvertUnits(beam.DoFn):
                 yield out_tag, out_value
             examples = writer.examples
             # A unit that met an I/O error is read again next build, not
-            # remembered as failed: its runs serve this build only.
-            runs, size = writer.commit(remember=not unreadable)
+            # remembered as failed; nor is one whose file was written to
+            # since its key was taken (the key names other bytes than were
+            # read; the build fails when it checks its inputs): its runs
+            # serve this build only.
+            same_file = (work.marks is not None
+                         and write_marks(self._fs, work.fs_path) == work.marks)
+            runs, size = writer.commit(remember=not unreadable and same_file)
         except BaseException:
             writer.abort()
             raise

@@ -8,17 +8,22 @@ rewritten, truncated, added or removed while the build read would
 otherwise publish a mix of old and new data. The manifest keeps the first:
 
     "inputs": {"files": [{"path": "/data/part-0.csv", "size": 1048576,
-                          "mtime_ns": 1764100000123456789}, ...],
+                          "mtime_ns": 1764100000123456789,
+                          "content": "xxh3_128:5d0f..."}, ...],
                "skipped": {"hidden": 1, "extension": 2}}
 
 Each file entry has ``path`` (as rows and dead letters name the file: the
 local path, names that are not UTF-8 with their bytes as ``\\xNN``, or the
-URL without credentials), ``size`` in bytes, and one version token: local
-files ``mtime_ns`` (nanoseconds since the epoch), object stores what they
-give, ``generation`` (GCS), else ``etag`` (S3 ...), else ``mtime`` (text).
-Entries are sorted by path, so equal inputs give equal entries: a later
-build can compare them to tell unchanged inputs. ``skipped`` counts what
-the listing left out, by reason (`listing.Listing`).
+URL without credentials), ``size`` in bytes, one version token (local
+files ``mtime_ns``, nanoseconds since the epoch; object stores what they
+give, ``generation`` (GCS), else ``etag`` (S3 ...), else ``mtime`` (text))
+and ``content``, what the bytes are (`content_token`). Entries are sorted by
+path, so equal inputs give equal entries. ``skipped`` counts what the
+listing left out, by reason (`listing.Listing`).
+
+Whether an input is the same as before is decided by `identity`: its path,
+size and ``content``, never its modification time, which tools restore
+(``rsync -t``, ``cp -p``) over other bytes and change over the same ones.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import os
 from typing import Any, Iterable, Mapping
 
 import fsspec
+import xxhash
 from fsspec.implementations.local import LocalFileSystem
 
 from .common import display_name
 from .listing import list_image_files, list_tables
 
-__all__ = ["changed_inputs", "fingerprint", "source_inputs"]
+__all__ = ["changed_inputs", "content_token", "fingerprint", "identity", "input_fingerprint",
+           "source_inputs", "write_marks"]
 
 # Version tokens of object stores, in order of preference (fsspec `info` keys).
 _TOKENS = ("generation", "etag", "ETag", "mtime", "LastModified", "last_modified", "updated")
@@ -41,14 +48,19 @@ _TOKENS = ("generation", "etag", "ETag", "mtime", "LastModified", "last_modified
 def fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
     """``{"path", "size", <version token>}`` of one file (see the module);
     ``{"path", "missing": true}`` when it does not exist."""
+    return _look(fs, fs_path)[0]
+
+
+def _look(fs: fsspec.AbstractFileSystem, fs_path: str) -> tuple[dict, Mapping]:
+    """(`fingerprint`, the store's `info`: empty for a local file)."""
     path = display_name(fs, fs_path)
     try:
         if isinstance(fs, LocalFileSystem):
             stat = os.stat(fs_path)
-            return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+            return {"path": path, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}, {}
         info = fs.info(fs_path)
     except FileNotFoundError:
-        return {"path": path, "missing": True}
+        return {"path": path, "missing": True}, {}
     entry: dict[str, Any] = {"path": path, "size": int(info.get("size") or 0)}
     for token in _TOKENS:
         value = info.get(token)
@@ -57,37 +69,126 @@ def fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
                     "updated": "mtime"}.get(token, token)
             entry[name] = value if isinstance(value, (int, float)) else str(value)
             break
+    return entry, info
+
+
+# Bytes hashed per read: large enough that the hash, not the calls, is the cost.
+_HASH_CHUNK = 1 << 20
+
+
+def _hash_bytes(fileobj) -> str:
+    """``xxh3_128:<hex>`` of what `fileobj` holds, read to its end one chunk
+    at a time into one buffer (memory stays a chunk whatever the size)."""
+    digest = xxhash.xxh3_128()
+    buffer = bytearray(_HASH_CHUNK)
+    view = memoryview(buffer)
+    while count := fileobj.readinto(buffer):
+        digest.update(view[:count])
+    return f"xxh3_128:{digest.hexdigest()}"
+
+
+def content_token(fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) -> str:
+    """What a file's bytes are, as text naming its kind: the store's own
+    checksum where it keeps one, else a hash of the bytes read here.
+
+    - GCS: ``md5:<md5Hash>``; a composite object has only a CRC32C, whose 32
+      bits could match other bytes, so ``crc32c:<crc32c>@<generation>`` (a
+      rewrite of the same bytes is then read again, never the reverse).
+    - S3 and other stores with an ETag: ``etag:<ETag>``. Equal ETags mean
+      equal bytes (a single-part upload's is their MD5, a multipart one's
+      the MD5 of its parts' MD5s, an encrypted one's unique to the write),
+      though the same bytes uploaded another way get another one.
+    - Local files and stores with neither: ``xxh3_128:<hex>`` of the bytes.
+    """
+    if info.get("md5Hash"):
+        return f"md5:{info['md5Hash']}"
+    if info.get("crc32c"):
+        return f"crc32c:{info['crc32c']}@{info.get('generation')}"
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')  # S3 quotes it
+    if etag:
+        return f"etag:{etag}"
+    if isinstance(fs, LocalFileSystem):
+        with open(fs_path, "rb", buffering=0) as fileobj:
+            return _hash_bytes(fileobj)
+    with fs.open(fs_path, "rb") as fileobj:
+        return _hash_bytes(fileobj)
+
+
+def input_fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
+    """`fingerprint` plus ``content`` (`content_token`): what the build
+    cache and the check for inputs changed during a build compare. A local
+    file is read in full to hash it."""
+    entry, info = _look(fs, fs_path)
+    if entry.get("missing"):
+        return entry
+    try:
+        entry["content"] = content_token(fs, fs_path, info)
+    except FileNotFoundError:  # gone between the two looks
+        return {"path": entry["path"], "missing": True}
     return entry
+
+
+def write_marks(fs: fsspec.AbstractFileSystem, fs_path: str) -> tuple | None:
+    """What any write to a file changes, read cheaply (no bytes): a local
+    file's size, mtime, inode and ctime (the kernel sets ctime on every
+    write, and no tool can put it back as ``rsync -t`` puts mtime back); a
+    store's fingerprint (generation, ETag). None when the file is gone.
+    Equal marks before and after a read mean the read saw one file."""
+    if isinstance(fs, LocalFileSystem):
+        try:
+            stat = os.stat(fs_path)
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns
+    entry = fingerprint(fs, fs_path)
+    return None if entry.get("missing") else tuple(sorted(entry.items()))
+
+
+def identity(entry: Mapping) -> dict:
+    """What makes an input the same file with the same bytes: its path, size
+    and content token; the whole entry when it has no content token (an entry
+    of an older manifest), so that those are never taken as unchanged by a
+    weaker rule than they were made with."""
+    if "content" not in entry:
+        return dict(entry)
+    return {key: entry[key] for key in ("path", "size", "content") if key in entry}
 
 
 def source_inputs(type: str, path: str, extensions: Iterable[str] = (),
                   labels: str | None = None) -> dict:
     """The fingerprints of every file a source of `type` at `path` reads
     (listed as the build lists them), plus an image source's labels table,
-    and what the listing skipped."""
+    and what the listing skipped. Tables and labels tables get their
+    ``content`` (`input_fingerprint`); images their size and version token."""
     if type == "images":
         listing = list_image_files(path, extensions)
         paths = [fs_path for fs_path, _ in listing.files]
     else:
         listing = list_tables(path, tuple(extensions) or None)
         paths = list(listing.files)
-    files = [fingerprint(listing.fs, fs_path) for fs_path in paths]
+    # Tables are hashed: their fingerprints key the build cache. Images are
+    # not cached, and hashing every image would read each one once more.
+    look = fingerprint if type == "images" else input_fingerprint
+    files = [look(listing.fs, fs_path) for fs_path in paths]
     if type == "images" and labels not in (None, "directory"):
         labels_fs, labels_path = fsspec.core.url_to_fs(labels)
-        files.append(fingerprint(labels_fs, labels_path))
+        files.append(input_fingerprint(labels_fs, labels_path))
     files.sort(key=lambda entry: entry["path"])
     return {"files": files, "skipped": dict(sorted(listing.skipped.items()))}
 
 
 def changed_inputs(before: Mapping, after: Mapping, limit: int = 10) -> list[str]:
     """What differs between two `source_inputs`, one line per file (at most
-    `limit`, then a count of the rest); empty when nothing changed."""
+    `limit`, then a count of the rest); empty when nothing changed. A file
+    compares by its `identity`: one touched but holding the same bytes has
+    not changed."""
     old = {entry["path"]: entry for entry in before.get("files", [])}
     new = {entry["path"]: entry for entry in after.get("files", [])}
     lines = []
     for path in sorted(old.keys() | new.keys()):
         was, now = old.get(path), new.get(path)
-        if was == now:
+        if was == now or (was is not None and now is not None
+                          and identity(was) == identity(now)):
             continue
         if was is None:
             lines.append(f"{path} appeared")
