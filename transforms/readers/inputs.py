@@ -125,6 +125,11 @@ def input_fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
         entry["content"] = content_token(fs, fs_path, info)
     except FileNotFoundError:  # gone between the two looks
         return {"path": entry["path"], "missing": True}
+    except OSError as error:
+        # A file the build cannot read is a read_error dead letter when its
+        # unit is read, as before its bytes were hashed; its token names the
+        # failure, so that it never shares a cache key with readable bytes.
+        entry["content"] = f"unreadable:{type(error).__name__}"
     return entry
 
 
