@@ -17,6 +17,14 @@ from types import SimpleNamespace
 __all__ = ["PURE_PYTHON_VARIABLE", "kernels", "path_note"]
 
 PURE_PYTHON_VARIABLE = "RECORDFORGE_PURE_PYTHON"
+# The kernels and what each mirrors (the Python reference beside it).
+_KERNELS_USED = (
+    "CsvPlan",  # transforms/native_rows.py: a schema compiled for a CSV header
+    "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
+    "frame_records",  # transforms/tfrecord/framing.py: frame_records
+    "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
+    "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
+)
 
 
 def _load() -> tuple[SimpleNamespace | None, str]:
@@ -27,11 +35,14 @@ def _load() -> tuple[SimpleNamespace | None, str]:
         # tests/test_structure.py to follow, and `from .. import _native`
         # would read as an import of the whole package.
         native = importlib.import_module("._native", __package__.rpartition(".")[0])
+        missing = [name for name in _KERNELS_USED if not hasattr(native, name)]
+        if missing:
+            raise ImportError(f"an older build lacks {', '.join(missing)}")
     except ImportError as error:
         return None, (f"pure Python (the native extension is not installed: {error}; "
                       "install with cargo on PATH to build it)")
-    return SimpleNamespace(CsvPlan=native.CsvPlan, convert_csv_run=native.convert_csv_run,
-                           walk_records=native.walk_records), "native (recordforge._native)"
+    return SimpleNamespace(**{name: getattr(native, name) for name in _KERNELS_USED}), \
+        "native (recordforge._native)"
 
 
 # Read once per process: a build (and every worker) keeps the path it
@@ -40,8 +51,8 @@ _KERNELS, _NOTE = _load()
 
 
 def kernels() -> SimpleNamespace | None:
-    """The native kernels (`CsvPlan`, `convert_csv_run`, `walk_records`),
-    or None where the Python path runs."""
+    """The native kernels (`_KERNELS_USED`), or None where the Python path
+    runs (an extension without one of them counts as absent)."""
     return _KERNELS
 
 

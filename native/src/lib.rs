@@ -9,6 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+pub mod digest;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -159,8 +160,47 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
              PyList::new(py, checked)?.unbind())))
 }
 
+/// The `bytes` items of `items`, or None when one is of another type (the
+/// caller's Python path takes any buffer).
+fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes>>> {
+    items.iter().map(|item| item.downcast_into::<PyBytes>().ok()).collect()
+}
+
+/// `frame_records(records) -> bytes | None`: the TFRecord framing of a list
+/// of bytes, concatenated (`framing.frame_records`); None when an item is
+/// not bytes.
+#[pyfunction]
+fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(records) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    // The sizes of objects that exist: no length here comes from the input's bytes.
+    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
+    let framed = guarded(|| {
+        let mut out = Vec::with_capacity(total);
+        for slice in &slices {
+            walk::frame_into(&mut out, slice);
+        }
+        out
+    })?;
+    Ok(Some(PyBytes::new(py, &framed)))
+}
+
+/// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of
+/// each row (`splits.SplitAssigner.hash_rows`), concatenated; None when a
+/// row is not bytes.
+#[pyfunction]
+fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(rows) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let digests = guarded(|| digest::hash_rows(salt, slices.iter().copied()))?
+        .map_err(PyValueError::new_err)?;
+    Ok(Some(PyBytes::new(py, &digests)))
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(frame_records, module)?)?;
+    module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_class::<CsvPlan>()?;
