@@ -73,13 +73,14 @@ class NativeRows:
             return None
         examples, keys, columns = done
         checked = {}
-        for spec, kind, values in zip(self._specs, kinds, columns):
-            if values is not None and kind is not None:
-                checked[spec.name] = _checked(kind, values)
+        for spec, kind, packed in zip(self._specs, kinds, columns):
+            if packed is not None and kind is not None:
+                checked[spec.name] = _checked(kind, packed, batch, spec.source)
         return examples, keys, checked
 
     def _plan(self, names: tuple[str, ...]):
-        """(CsvPlan, checked kind per feature), or None for the Python path."""
+        """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
+        "text" or None), or None for the Python path."""
         try:
             columns = {name: index for index, name in enumerate(names)}
             features, kinds = [], []
@@ -116,7 +117,7 @@ class NativeRows:
                 labels = spec.vocabulary
             if labels is None:
                 raise _Unsupported(f"feature {spec.name!r} has no resolved vocabulary")
-            return ("label", [label.encode("utf-8") for label in labels]), "list"
+            return ("label", [label.encode("utf-8") for label in labels]), "ids"
         lo, hi, limit, allowed = fast_bounds(spec)
         if spec.stored_kind == "int64":
             return ("int", *_int_bounds(lo, hi), _int_allowed(allowed)), "int64"
@@ -127,13 +128,19 @@ class NativeRows:
         rule = ("text", limit, None if allowed is None else sorted(allowed))
         # The Python column path takes text columns whole, never bytes ones
         # (CSV gives text, which a bytes feature converts by its full rules).
-        return rule, ("list" if spec.is_text else None)
+        return rule, ("text" if spec.is_text else None)
 
 
-def _checked(kind: str, values: list) -> list:
-    if kind == "list":
-        return values
-    return CheckedNumbers(values, np.array(values, dtype=kind))
+def _checked(kind: str, packed: bytes, batch: CsvRunBatch, source: str) -> list:
+    """A column's checked values as the Python column path holds them,
+    from the kernel's packed numbers. Text: the reader's own str values
+    (what a string feature stores, encoded; `CheckedValues` reads those)."""
+    if kind == "text":
+        return batch.column(source)
+    if kind == "ids":
+        return np.frombuffer(packed, dtype="<i8").tolist()
+    array = np.frombuffer(packed, dtype="<i8" if kind == "int64" else "<f8").copy()
+    return CheckedNumbers(array.tolist(), array)
 
 
 def _int_bounds(lo, hi) -> tuple[int, int]:

@@ -124,40 +124,43 @@ impl CsvPlan {
     }
 }
 
-fn value_object(py: Python<'_>, value: &table::Value) -> PyResult<PyObject> {
-    Ok(match value {
-        table::Value::Int(number) => number.into_pyobject(py)?.into_any().unbind(),
-        table::Value::Float(number) => number.into_pyobject(py)?.into_any().unbind(),
-        table::Value::Bytes(data) => PyBytes::new(py, data).into_any().unbind(),
-    })
+/// A feature's checked column for Python: its numbers packed as
+/// little-endian int64 or float64 (numpy reads them in one call), or b""
+/// for text (the Python side holds the text already, as the reader's str).
+fn packed_column<'py>(py: Python<'py>, values: &[table::Value]) -> Bound<'py, PyBytes> {
+    let mut packed = Vec::with_capacity(values.len() * 8);
+    for value in values {
+        match value {
+            table::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            table::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            table::Value::Bytes(_) => return PyBytes::new(py, b""),
+        }
+    }
+    PyBytes::new(py, &packed)
 }
 
-fn optional_bytes(py: Python<'_>, items: &[Option<Vec<u8>>]) -> PyResult<Py<PyList>> {
-    let objects = items.iter().map(|item| item.as_ref().map(|data| PyBytes::new(py, data)));
-    Ok(PyList::new(py, objects)?.unbind())
+/// One bytes object (or None) per row, cut from a run's buffer.
+fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a [u8]>) -> PyResult<Py<PyList>> {
+    Ok(PyList::new(py, (0..count).map(|index| row(index).map(|data| PyBytes::new(py, data))))?.unbind())
 }
 
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked) | None`:
-/// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`);
-/// None when the run is not what the reader promises (the Python path
-/// takes the batch).
+/// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
+/// one bytes object (or None: declined) per row for examples and keys, and
+/// per feature None (a row failed it) or its `packed_column`. None when the
+/// run is not what the reader promises (the Python path takes the batch).
 #[pyfunction]
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
                    -> PyResult<Option<(Py<PyList>, Py<PyList>, Py<PyList>)>> {
-    let converted = with_bytes(py, &run, |bytes| guarded(|| table::convert_run(bytes, count, &plan.plan)))??;
-    let Ok(converted) = converted else { return Ok(None) };
-    let mut checked = Vec::with_capacity(converted.checked.len());
-    for column in &converted.checked {
-        checked.push(match column {
-            None => py.None(),
-            Some(values) => {
-                let objects = values.iter().map(|value| value_object(py, value)).collect::<PyResult<Vec<_>>>()?;
-                PyList::new(py, objects)?.into_any().unbind()
-            }
-        });
-    }
-    Ok(Some((optional_bytes(py, &converted.examples)?, optional_bytes(py, &converted.keys)?,
-             PyList::new(py, checked)?.unbind())))
+    with_bytes(py, &run, |bytes| {
+        let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
+            return Ok(None);
+        };
+        let checked = converted.checked.iter().map(|column| column.as_ref().map(|values| packed_column(py, values)));
+        Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
+                 row_bytes(py, count, |row| converted.key(row))?,
+                 PyList::new(py, checked)?.unbind())))
+    })?
 }
 
 /// The `bytes` items of `items`, or None when one is of another type (the

@@ -51,23 +51,38 @@ pub struct Plan {
     pub key: Key,
 }
 
-/// One checked value, as the Python path holds it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+/// One checked value, as the Python path holds it (text borrowed from the run).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
     Int(i64),
     Float(f64),
-    Bytes(Vec<u8>),
+    Bytes(&'a [u8]),
 }
 
-/// The kernel's answer for a run.
+/// The kernel's answer for a run. Examples and keys are written one after
+/// another into one buffer each (one allocation per run, not per row).
 #[derive(Debug, Default)]
-pub struct Converted {
-    /// Per row: its Example, or None for a declined row.
-    pub examples: Vec<Option<Vec<u8>>>,
-    /// Per row: its key (None for a declined row or without a key).
-    pub keys: Vec<Option<Vec<u8>>>,
+pub struct Converted<'a> {
+    pub example_bytes: Vec<u8>,
+    /// Per row: where its Example lies in `example_bytes`, or None for a
+    /// declined row.
+    pub examples: Vec<Option<std::ops::Range<usize>>>,
+    pub key_bytes: Vec<u8>,
+    /// Per row: where its key lies in `key_bytes` (None for a declined
+    /// row, or every row without a key).
+    pub keys: Vec<Option<std::ops::Range<usize>>>,
     /// Per feature: its value in every row, when every row's value passed.
-    pub checked: Vec<Option<Vec<Value>>>,
+    pub checked: Vec<Option<Vec<Value<'a>>>>,
+}
+
+impl Converted<'_> {
+    pub fn example(&self, row: usize) -> Option<&[u8]> {
+        self.examples[row].clone().map(|range| &self.example_bytes[range])
+    }
+
+    pub fn key(&self, row: usize) -> Option<&[u8]> {
+        self.keys[row].clone().map(|range| &self.key_bytes[range])
+    }
 }
 
 /// Why a run is handed back whole (the reader's promises do not hold).
@@ -150,7 +165,7 @@ fn parse_float(text: &[u8]) -> Option<f64> {
 
 /// The value `rule` stores for `field`, or None when the fast path would
 /// not take it as it stands.
-pub fn check(rule: &Rule, field: &[u8]) -> Option<Value> {
+pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     match rule {
         Rule::Int { lo, hi, allowed } => {
             let value = parse_int(field)?;
@@ -166,7 +181,7 @@ pub fn check(rule: &Rule, field: &[u8]) -> Option<Value> {
         }
         Rule::Text { limit, allowed } => {
             let fits = !field.is_empty() && (field.len() as u64) <= *limit;
-            (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then(|| Value::Bytes(field.to_vec()))
+            (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
         }
         Rule::Label { ids } => ids.get(field).map(|id| Value::Int(*id)),
     }
@@ -180,93 +195,95 @@ fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
     }
 }
 
-/// `keys.sortable_key` of a checked number.
-fn number_key(value: &Value) -> Vec<u8> {
+/// Appends `keys.sortable_key` of a checked value.
+fn put_value_key(out: &mut Vec<u8>, value: &Value) {
     match value {
-        Value::Int(number) => int_key(*number),
-        Value::Float(number) => float_key(*number),
-        Value::Bytes(data) => text_key(data),
+        Value::Int(number) => put_int_key(out, *number),
+        Value::Float(number) => put_float_key(out, *number),
+        Value::Bytes(data) => put_text_key(out, data),
     }
 }
 
-fn int_key(number: i64) -> Vec<u8> {
+fn put_int_key(out: &mut Vec<u8>, number: i64) {
     let magnitude = number.unsigned_abs();
     let size = (64 - magnitude.leading_zeros() as usize).div_ceil(8);
-    let mut key = vec![0x02];
+    out.push(0x02);
     if number >= 0 {
-        key.push(0x80 + size as u8);
-        key.extend_from_slice(&magnitude.to_be_bytes()[8 - size..]);
+        out.push(0x80 + size as u8);
+        out.extend_from_slice(&magnitude.to_be_bytes()[8 - size..]);
     } else {
-        // 256**size + number, the low `size` bytes of two's complement.
-        key.push(0x7F - size as u8);
-        key.extend_from_slice(&(number as u64).to_be_bytes()[8 - size..]);
+        // 256**size + number: the low `size` bytes of two's complement.
+        out.push(0x7F - size as u8);
+        out.extend_from_slice(&(number as u64).to_be_bytes()[8 - size..]);
     }
-    key
 }
 
-fn float_key(number: f64) -> Vec<u8> {
+fn put_float_key(out: &mut Vec<u8>, number: f64) {
+    // One NaN (sorting after +inf), and -0.0 == 0.0.
     let number = if number.is_nan() { f64::NAN } else if number == 0.0 { 0.0 } else { number };
     let bits = number.to_bits();
     let bits = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
-    let mut key = vec![0x03];
-    key.extend_from_slice(&bits.to_be_bytes());
-    key
+    out.push(0x03);
+    out.extend_from_slice(&bits.to_be_bytes());
 }
 
-fn text_key(text: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(text.len() + 1);
-    key.push(0x04);
-    key.extend_from_slice(text);
-    key
+fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(0x04);
+    out.extend_from_slice(text);
 }
 
-/// The lines of a plain run, checked against the reader's promises.
-fn run_lines(run: &[u8], count: usize, width: usize) -> Result<Vec<Vec<&[u8]>>, RunError> {
+/// The lines of a plain run (its final newline dropped), after the checks
+/// that need the whole run.
+fn run_body(run: &[u8]) -> Result<&[u8], RunError> {
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
-    let body = run.strip_suffix(b"\n").unwrap_or(run);
-    let mut rows = Vec::with_capacity(count.min(body.len() / 2 + 1));
-    if body.is_empty() {
-        return if count == 0 { Ok(rows) } else { Err(RunError::RowCount { expected: count, found: 0 }) };
+    Ok(run.strip_suffix(b"\n").unwrap_or(run))
+}
+
+/// Splits one line into `fields` (cleared first), checked against the
+/// reader's promises.
+fn split_line<'a>(line: &'a [u8], index: usize, width: usize, fields: &mut Vec<&'a [u8]>)
+                  -> Result<(), RunError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.contains(&b'\r') {
+        return Err(RunError::LoneCarriageReturn);
     }
-    for (line_index, line) in body.split(|b| *b == b'\n').enumerate() {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.contains(&b'\r') {
-            return Err(RunError::LoneCarriageReturn);
-        }
-        if line.is_empty() {
-            return Err(RunError::BlankLine { line: line_index });
-        }
-        let fields: Vec<&[u8]> = line.split(|b| *b == b',').collect();
-        if fields.len() != width {
-            return Err(RunError::FieldCount { line: line_index });
-        }
-        rows.push(fields);
+    if line.is_empty() {
+        return Err(RunError::BlankLine { line: index });
     }
-    if rows.len() != count {
-        return Err(RunError::RowCount { expected: count, found: rows.len() });
+    fields.clear();
+    fields.extend(line.split(|b| *b == b','));
+    if fields.len() != width {
+        return Err(RunError::FieldCount { line: index });
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Converts a plain run of `count` CSV lines by `plan`.
-pub fn convert_run(run: &[u8], count: usize, plan: &Plan) -> Result<Converted, RunError> {
-    let rows = run_lines(run, count, plan.width)?;
+pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Converted<'a>, RunError> {
+    let body = run_body(run)?;
+    // Capacities from what exists (the run's size), never from `count` alone.
+    let rows = count.min(body.len() / 2 + 1);
     let mut converted = Converted {
-        examples: Vec::with_capacity(rows.len()),
-        keys: Vec::with_capacity(rows.len()),
-        checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows.len()))).collect(),
+        example_bytes: Vec::with_capacity(body.len() + body.len() / 2),
+        examples: Vec::with_capacity(rows),
+        key_bytes: Vec::new(),
+        keys: Vec::with_capacity(rows),
+        checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows))).collect(),
     };
+    let mut fields: Vec<&[u8]> = Vec::with_capacity(plan.width);
     let mut entries = Vec::new();
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    for fields in rows {
+    let lines = if body.is_empty() { None } else { Some(body.split(|b| *b == b'\n')) };
+    for (index, line) in lines.into_iter().flatten().enumerate() {
+        split_line(line, index, plan.width, &mut fields)?;
         entries.clear();
         values.clear();
         for (position, feature) in plan.features.iter().enumerate() {
             let value = check(&feature.rule, fields[feature.column]);
-            match (&value, &mut converted.checked[position]) {
-                (Some(found), Some(column)) => column.push(found.clone()),
+            match (value, &mut converted.checked[position]) {
+                (Some(found), Some(column)) => column.push(found),
                 (None, column) => *column = None,
                 _ => {}
             }
@@ -275,21 +292,33 @@ pub fn convert_run(run: &[u8], count: usize, plan: &Plan) -> Result<Converted, R
             }
             values.push(value);
         }
-        let key = match plan.key {
-            Key::None => Some(None),
-            Key::Feature(position) => values[position].as_ref().map(|value| Some(number_key(value))),
-            Key::Text(column) => (!fields[column].is_empty()).then(|| Some(text_key(fields[column]))),
+        let key_start = converted.key_bytes.len();
+        let keyed = match plan.key {
+            Key::None => true,
+            Key::Feature(position) => match &values[position] {
+                Some(value) => { put_value_key(&mut converted.key_bytes, value); true }
+                None => false,
+            },
+            Key::Text(column) if !fields[column].is_empty() => {
+                put_text_key(&mut converted.key_bytes, fields[column]);
+                true
+            }
+            Key::Text(_) => false,
         };
-        match (values.iter().all(Option::is_some), key) {
-            (true, Some(key)) => {
-                converted.examples.push(Some(wire::example_from_entries(&entries)));
-                converted.keys.push(key);
-            }
-            _ => {
-                converted.examples.push(None);
-                converted.keys.push(None);
-            }
+        if keyed && values.iter().all(Option::is_some) {
+            let start = converted.example_bytes.len();
+            wire::put_example(&mut converted.example_bytes, &entries);
+            converted.examples.push(Some(start..converted.example_bytes.len()));
+            let key_end = converted.key_bytes.len();
+            converted.keys.push((!matches!(plan.key, Key::None)).then_some(key_start..key_end));
+        } else {
+            converted.key_bytes.truncate(key_start);
+            converted.examples.push(None);
+            converted.keys.push(None);
         }
+    }
+    if converted.examples.len() != count {
+        return Err(RunError::RowCount { expected: count, found: converted.examples.len() });
     }
     Ok(converted)
 }
@@ -328,6 +357,12 @@ mod tests {
         }
         assert_eq!(parse_float(b"1."), Some(1.0));
         assert_eq!(parse_float(b"-.5e-3"), Some(-0.0005));
+    }
+
+    fn int_key(number: i64) -> Vec<u8> {
+        let mut key = Vec::new();
+        put_int_key(&mut key, number);
+        key
     }
 
     #[test]

@@ -66,13 +66,12 @@ pub fn put_bytes_entry(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// A serialized Example from its map entries, concatenated in key order.
-pub fn example_from_entries(entries: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() + 6);
+/// Appends a serialized Example made of its map entries, concatenated in
+/// key order (`example_from_entries`).
+pub fn put_example(out: &mut Vec<u8>, entries: &[u8]) {
     out.push(0x0a);
-    put_varint(&mut out, entries.len() as u64);
+    put_varint(out, entries.len() as u64);
     out.extend_from_slice(entries);
-    out
 }
 
 #[cfg(test)]
@@ -98,6 +97,8 @@ mod tests {
         put_int64_entry(&mut entries, b"b", -3);
         put_float_entry(&mut entries, b"c", 1.5);
         put_bytes_entry(&mut entries, b"d", b"xy");
-        assert_eq!(example_from_entries(&entries), expected);
+        let mut example = Vec::new();
+        put_example(&mut example, &entries);
+        assert_eq!(example, expected);
     }
 }
