@@ -86,3 +86,16 @@ def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, whic
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)
     assert native == python
+
+
+def test_the_build_says_which_path_runs(tmp_path):
+    """Once, in the summary: the path and why (here: forced to Python)."""
+    env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1"}
+    code = ("import sys; from recordforge.pipelines import build; "
+            "sys.exit(build.run(sys.argv[1:]))")
+    run = subprocess.run([sys.executable, "-c", code, str(FLIGHTS), "--output",
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = [line for line in (run.stdout + run.stderr).splitlines() if "row path" in line]
+    assert said == ["row path: pure Python (RECORDFORGE_PURE_PYTHON is set)"]
