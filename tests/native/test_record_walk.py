@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pathlib
 import struct
 
 import pytest
@@ -79,3 +80,17 @@ def test_the_reader_yields_and_fails_alike_on_both_paths(native, buffer):
 @pytest.mark.parametrize("buffer", [bytearray(), b"", memoryview(b"\x00" * 11)])
 def test_the_walk_takes_any_buffer(native, buffer):
     assert native.walk_records(buffer) == ([], [], None)
+
+
+CORPUS = sorted((pathlib.Path(__file__).resolve().parents[2] / "native" / "corpus" / "walk")
+                .glob("*.bin"))
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda path: path.stem)
+def test_the_committed_corpus_walks_alike(native, path):
+    """The cargo tests' hostile buffers (native/corpus/walk), every prefix."""
+    data = path.read_bytes()
+    for cut in range(len(data) + 1):
+        buffer = bytearray(data[:cut])
+        assert _walked(damage.native_complete_records(native, buffer, 7, 3, "c")) \
+            == _walked(damage.python_complete_records(buffer, 7, 3, "c")), cut
