@@ -178,14 +178,18 @@ fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult
     let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
     // The sizes of objects that exist: no length here comes from the input's bytes.
     let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
-    let framed = guarded(|| {
-        let mut out = Vec::with_capacity(total);
-        for slice in &slices {
-            walk::frame_into(&mut out, slice);
-        }
-        out
+    // Written straight into the bytes object Python gets: no second copy
+    // of a shard's worth of records.
+    let framed = PyBytes::new_with(py, total, |out| {
+        // Unwind-safe: after a panic the half-written object is dropped.
+        guarded(std::panic::AssertUnwindSafe(|| {
+            let mut at = 0;
+            for slice in &slices {
+                at += walk::frame_at(&mut out[at..], slice);
+            }
+        }))
     })?;
-    Ok(Some(PyBytes::new(py, &framed)))
+    Ok(Some(framed))
 }
 
 /// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of

@@ -88,14 +88,23 @@ pub fn walk_records(buffer: &[u8]) -> Walk {
     walk
 }
 
-/// `records` framed as TFRecords, appended to `out` (the writer's framing;
-/// used by the tests and the table kernel).
+/// Appends `record` framed as a TFRecord to `out` (`framing.frame_records`).
 pub fn frame_into(out: &mut Vec<u8>, record: &[u8]) {
+    let start = out.len();
+    out.resize(start + HEADER_SIZE + record.len() + FOOTER_SIZE, 0);
+    frame_at(&mut out[start..], record);
+}
+
+/// Writes `record` framed as a TFRecord at the start of `out`, which must
+/// hold at least its framed size; returns that size.
+pub fn frame_at(out: &mut [u8], record: &[u8]) -> usize {
     let length = (record.len() as u64).to_le_bytes();
-    out.extend_from_slice(&length);
-    out.extend_from_slice(&masked_crc32c(&length).to_le_bytes());
-    out.extend_from_slice(record);
-    out.extend_from_slice(&masked_crc32c(record).to_le_bytes());
+    let end = HEADER_SIZE + record.len();
+    out[..8].copy_from_slice(&length);
+    out[8..HEADER_SIZE].copy_from_slice(&masked_crc32c(&length).to_le_bytes());
+    out[HEADER_SIZE..end].copy_from_slice(record);
+    out[end..end + FOOTER_SIZE].copy_from_slice(&masked_crc32c(record).to_le_bytes());
+    end + FOOTER_SIZE
 }
 
 #[cfg(test)]
