@@ -1,4 +1,4 @@
-"""The native table kernel on the row path: a plain CSV run converted in one call, rows it declines left to Python.
+"""The native table kernel on the row path: a plain CSV run in one call, declined rows to Python.
 
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each

@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..schemas.columns import rows_as_bytes
 from ..schemas.native import kernels
 
 __all__ = ["HASH_SIZE", "HashedExamples", "SplitAssigner", "assign_split", "dataset_salt",
@@ -102,10 +103,13 @@ class SplitAssigner:
         little-endian uint64 words (word 0 picks the split)."""
         native = kernels()
         if native is not None:
-            rows = keys_or_examples if isinstance(keys_or_examples, list) else list(keys_or_examples)
+            rows = (keys_or_examples if isinstance(keys_or_examples, list)
+                    else list(keys_or_examples))
             joined = native.hash_rows(self.salt, rows)
             if joined is not None:  # None: a row is not bytes; Python takes any buffer
-                return _digest_list(joined), _joined_words(joined, len(rows))
+                digests = rows_as_bytes(np.frombuffer(joined, dtype=np.uint8)
+                                        .reshape(len(rows), HASH_SIZE)) if rows else []
+                return digests, _joined_words(joined, len(rows))
         return self.python_hash_rows(keys_or_examples)
 
     def python_hash_rows(self, keys_or_examples: Sequence[bytes]
@@ -157,11 +161,6 @@ def _joined_words(joined: bytes, count: int) -> np.ndarray:
     """`count` digests, one after another -> (count, 2) little-endian uint64 words."""
     return np.frombuffer(joined, dtype="<u8").reshape(count, 2)
 
-
-def _digest_list(joined: bytes) -> list[bytes]:
-    """Digests one after another -> one bytes object each (a void item
-    converts to bytes whole, trailing NULs kept)."""
-    return np.frombuffer(joined, dtype=f"V{HASH_SIZE}").tolist()
 
 
 def assign_split(key_or_example: bytes, dataset_name: str,

@@ -1,4 +1,4 @@
-"""The native tests compare the extension with the Python reference; without the extension they skip."""
+"""The native tests compare the extension with the Python reference; without it they skip."""
 
 from __future__ import annotations
 

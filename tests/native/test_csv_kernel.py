@@ -1,4 +1,4 @@
-"""The native CSV table kernel against the Python path: same Examples, keys, labels, dead letters, statistics.
+"""The native CSV kernel against the Python path: Examples, keys, labels, dead letters, statistics.
 
 Generated schemas (int64, float, string, bytes and vocabulary features with
 bounds, allowed values, size limits, optional features and defaults) read

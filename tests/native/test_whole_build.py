@@ -1,4 +1,4 @@
-"""Whole builds with and without the native kernels: the same shards, dead letters and statistics, byte for byte."""
+"""Whole builds with and without the native kernels: same shards, dead letters, stats.json."""
 
 from __future__ import annotations
 
