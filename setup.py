@@ -9,11 +9,22 @@ leads to the file it names, in the repository as in site-packages.
 
 The same file serves as Beam's `--setup_file`: Dataflow and Flink workers
 build an sdist of it and install the package with its runtime dependencies.
+
+The native kernels (`native/`, a Rust crate, importable as
+`recordforge._native`) are an optional extension built by setuptools-rust
+(pyproject.toml's build requirements): without cargo, or without the crate
+(an sdist carries only the Python package), the install is pure Python and
+builds give the same bytes, slower (`schemas/native.py` chooses the path).
 """
 import pathlib
 import re
 
 import setuptools
+
+try:
+    from setuptools_rust import Binding, RustExtension
+except ImportError:  # `python setup.py sdist` from an environment without it
+    RustExtension = None
 
 HERE = pathlib.Path(__file__).parent
 VERSION = re.search(
@@ -26,6 +37,21 @@ VERSION = re.search(
 SUBPACKAGES = setuptools.find_packages(
     include=[f"{folder}{tail}" for folder in ("pipelines", "transforms", "schemas", "configs")
              for tail in ("", ".*")])
+
+
+def _native_options() -> dict:
+    """setup() options for the native kernels, optional: a failed or
+    impossible compile (no cargo) leaves a working pure-Python install."""
+    if RustExtension is None or not (HERE / "native" / "Cargo.toml").is_file():
+        return {}
+    return {
+        "rust_extensions": [RustExtension(
+            "recordforge._native", path="native/Cargo.toml", binding=Binding.PyO3,
+            features=["extension-module"], debug=False, optional=True)],
+        # A compiled module: the package cannot run from a zip.
+        "zip_safe": False,
+    }
+
 
 setuptools.setup(
     name="recordforge",
@@ -96,6 +122,7 @@ setuptools.setup(
         "s3": ["s3fs"],
         "dask": ["dask[distributed]>=2024.1"],
     },
+    **_native_options(),
     entry_points={"console_scripts": ["recordforge=recordforge.pipelines.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -39,6 +39,7 @@ import time
 import warnings
 from typing import Any, Callable, Mapping, TextIO
 
+from ..schemas.native import path_note
 from ..transforms.layout import TMP_DIR, is_shard_file
 from ..transforms.metrics import METRICS_NAMESPACE
 
@@ -382,6 +383,7 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     inputs = describe_inputs(manifest)
     if inputs:
         out.append(f"input files: {inputs}")
+    out.append(f"row path: {path_note()}")  # the native kernels or pure Python, and why
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
         out.append(f"wall time: {_duration(wall_seconds)}{rate}")

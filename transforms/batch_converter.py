@@ -18,6 +18,7 @@ from ..schemas.dead_letters import RowError, dead_letter, json_safe, row_faults
 from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
+from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
 
@@ -68,6 +69,7 @@ class BatchConverter:
                     self._key_feature = spec.name
                     self._key_convert = self._encoder.converter(spec.name)
                     break
+        self._native = NativeRows(specs, vocabularies, key_column, self._key_feature)
 
     def convert_batch(self, batch: Iterable[SourceRow]) -> tuple[list, list[dict]]:
         """RowBatch -> (ExampleBatch [(key, example)], [dead-letter dict]).
@@ -103,8 +105,9 @@ class BatchConverter:
             def column(name: str) -> list:
                 return [row.values.get(name) for row in rows]
             row_at, count = rows.__getitem__, len(rows)
-        fast_examples, keys, fast_labels, checked = self._column_path(column, count, label,
-                                                                      vocabulary)
+        fast = self._native_path(batch, label, vocabulary)
+        fast_examples, keys, fast_labels, checked = (
+            fast if fast is not None else self._column_path(column, count, label, vocabulary))
         label_of = self._labeller(label, vocabulary) if label is not None else None
         label_source = self._encoder.source_of(label) if label is not None else None
         if None not in fast_examples:
@@ -151,14 +154,27 @@ class BatchConverter:
         try:
             examples, checked = self._encoder.encode_columns(column, count)
             keys = self._column_keys(column, examples, checked)
-            labels = None
-            if label is not None and label in checked:
-                labels = _column_labels(checked[label], vocabulary)
-            return examples, keys, labels, checked
+            return examples, keys, _checked_labels(checked, label, vocabulary), checked
         except Exception:  # a bug here must cost speed, not rows: the row path decides
             _LOG.warning("column path failed; converting the batch row by row",
                          exc_info=True)
             return [None] * count, [], None, {}
+
+    def _native_path(self, batch: Any, label: str | None, vocabulary: Sequence[str] | None
+                     ) -> tuple[list, list, list | None, dict] | None:
+        """`_column_path`'s answer from the native table kernel, for a CSV
+        run when the kernel runs (`native_rows`); None otherwise. The rows
+        it declines take the row path, as the column path's do."""
+        try:
+            done = self._native.convert(batch)
+        except Exception:  # a bug here must cost speed, not rows: the column path decides
+            _LOG.warning("native table kernel failed; converting the batch in Python",
+                         exc_info=True)
+            return None
+        if done is None:
+            return None
+        examples, keys, checked = done
+        return examples, keys, _checked_labels(checked, label, vocabulary), checked
 
     def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:
@@ -262,6 +278,15 @@ class BatchConverter:
         return dead_letter(source=row.source, row=row.row, key=_render(key), stage=stage,
                            reason=reason, feature=feature, message=message,
                            input=_input_for_dead_letter(row.values), errors=errors)
+
+
+def _checked_labels(checked: Mapping[str, list], label: str | None,
+                    vocabulary: Sequence[str] | None) -> list[str] | None:
+    """Each row's label text from the label feature's checked values, or
+    None when its column has none."""
+    if label is None or label not in checked:
+        return None
+    return _column_labels(checked[label], vocabulary)
 
 
 def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:

@@ -17,6 +17,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..schemas.columns import rows_as_bytes
+from ..schemas.native import kernels
+
 __all__ = ["HASH_SIZE", "HashedExamples", "SplitAssigner", "assign_split", "dataset_salt",
            "validate_splits"]
 
@@ -98,6 +101,20 @@ class SplitAssigner:
     def hash_rows(self, keys_or_examples: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
         """The digests of many rows, and the same as an (n, 2) array of
         little-endian uint64 words (word 0 picks the split)."""
+        native = kernels()
+        if native is not None:
+            rows = (keys_or_examples if isinstance(keys_or_examples, list)
+                    else list(keys_or_examples))
+            joined = native.hash_rows(self.salt, rows)
+            if joined is not None:  # None: a row is not bytes; Python takes any buffer
+                digests = rows_as_bytes(np.frombuffer(joined, dtype=np.uint8)
+                                        .reshape(len(rows), HASH_SIZE)) if rows else []
+                return digests, _joined_words(joined, len(rows))
+        return self.python_hash_rows(keys_or_examples)
+
+    def python_hash_rows(self, keys_or_examples: Sequence[bytes]
+                         ) -> tuple[list[bytes], np.ndarray]:
+        """`hash_rows` in Python: the reference and the fallback."""
         # Copying a keyed hasher skips blake2b's keyword parsing per row.
         copy = hashlib.blake2b(key=self.salt, digest_size=HASH_SIZE).copy
 
@@ -137,7 +154,13 @@ class SplitAssigner:
 
 
 def _digest_words(digests: list[bytes]) -> np.ndarray:
-    return np.frombuffer(b"".join(digests), dtype="<u8").reshape(len(digests), 2)
+    return _joined_words(b"".join(digests), len(digests))
+
+
+def _joined_words(joined: bytes, count: int) -> np.ndarray:
+    """`count` digests, one after another -> (count, 2) little-endian uint64 words."""
+    return np.frombuffer(joined, dtype="<u8").reshape(count, 2)
+
 
 
 def assign_split(key_or_example: bytes, dataset_name: str,

@@ -34,7 +34,7 @@ from .ranges import (BLOCK, Cursor, block_lines, iter_line_blocks, scan_split_po
                      seek_to_record)
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["csv_split_points", "iter_csv", "read_csv_header"]
+__all__ = ["CsvRunBatch", "csv_split_points", "iter_csv", "read_csv_header"]
 
 # Bytes read at a time, and how the file is opened (module attributes, so
 # that tests can put block ends mid-line and fail reads).
@@ -43,6 +43,19 @@ _open = open_file
 # A quoted CSV record longer than this is an unterminated quote in practice;
 # reading stops there instead of holding the rest of the file in memory.
 _MAX_CSV_RECORD_BYTES = 256 << 20
+
+
+class CsvRunBatch(ColumnBatch):
+    """The ColumnBatch of a plain run of lines that also keeps the run's
+    bytes, for the native table kernel (`transforms/native_rows.py`) to
+    convert in one call. It pickles as a plain ColumnBatch: the bytes are a
+    speed-up, never needed (the kernel's answer equals the Python path's)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, source: str, first_row: int, columns: dict[str, list], run: bytes):
+        super().__init__(source, first_row, columns)
+        self.run = run
 
 
 def csv_split_points(path: str, target_bytes: int, *,
@@ -311,8 +324,8 @@ def _plain_csv_rows(run: bytes, line_no: int, names: list[str], source: str,
                 # them, in one list, hold column i at i, i + width, ...
                 fields = ",".join(lines).split(",")
                 width = len(names)
-                return iter([ColumnBatch(source, line_no, {
-                    name: fields[i::width] for i, name in enumerate(names)})])
+                return iter([CsvRunBatch(source, line_no, {
+                    name: fields[i::width] for i, name in enumerate(names)}, run)])
             # Commas are counted rather than fields, so that the field lists are
             # made one at a time below and freed at once: a block's worth of
             # them alive together would add to every garbage collection's work.

@@ -10,12 +10,14 @@ from __future__ import annotations
 import crc32c
 import numpy as np
 
+from ...schemas.native import kernels
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       cached_length_crc, length_crc, masked_crc32c_array)
 from .gzip_members import Gunzip, GzipStreamError
 from .writer import check_compression
 
-__all__ = ["RecordStreamCheck", "complete_records"]
+__all__ = ["RecordStreamCheck", "complete_records", "native_complete_records",
+           "python_complete_records"]
 
 
 class RecordStreamCheck:
@@ -90,11 +92,47 @@ def complete_records(buffer: bytearray, position: int, index: int, path: str
     """Starts and ends of the intact complete records at the head of
     `buffer` (both CRCs checked), and the damage that stopped them (None
     when they stopped at the end of the complete records). position: the
-    offset of buffer[0] in the stream; index: records before it."""
+    offset of buffer[0] in the stream; index: records before it.
+
+    The native record walk when the extension runs (`schemas.native`),
+    else `python_complete_records`, the reference: same records, same
+    damage, same message."""
+    native = kernels()
+    if native is None:
+        return python_complete_records(buffer, position, index, path)
+    return native_complete_records(native, buffer, position, index, path)
+
+
+def native_complete_records(native, buffer: bytearray, position: int, index: int, path: str
+                            ) -> tuple[list[int], list[int], TFRecordError | None]:
+    """`complete_records` by the extension's `walk_records` (`native`): the
+    kernel says which fault and where; the words are the reference's."""
+    starts, ends, fault = native.walk_records(buffer)
+    damage = None
+    if fault is not None:
+        kind, offset, length = fault
+        problem = _FAULT_PROBLEMS[kind].format(length=length)
+        damage = TFRecordError(problem, path=path, offset=position + offset,
+                               record_index=index + len(starts))
+    return starts, ends, damage
+
+
+# The kernel's fault kinds -> the problem the reference reports for each.
+_FAULT_PROBLEMS = {
+    "length_crc": "bad length CRC",
+    "too_long": "record length {length} exceeds the 2 GiB limit of a serialized protobuf",
+    "data_crc": "bad data CRC",
+}
+
+
+def python_complete_records(buffer: bytearray, position: int, index: int, path: str
+                            ) -> tuple[list[int], list[int], TFRecordError | None]:
+    """`complete_records` in Python: the reference and the fallback."""
     starts, ends, damage = _walk_headers(buffer, position, index, path)
     bad_data = _first_bad_data_crc(buffer, starts, ends)
     if bad_data is not None:
-        damage = TFRecordError("bad data CRC", path=path, offset=position + starts[bad_data],
+        damage = TFRecordError(_FAULT_PROBLEMS["data_crc"], path=path,
+                               offset=position + starts[bad_data],
                                record_index=index + bad_data)
         starts, ends = starts[:bad_data], ends[:bad_data]
     return starts, ends, damage
@@ -116,13 +154,14 @@ def _walk_headers(buffer: bytearray, position: int, index: int, path: str
     while cursor <= last_header:
         length, crc = unpack_header(buffer, cursor)
         if crc != cached_crc(length) and crc != length_crc(length):
-            damage = TFRecordError("bad length CRC", path=path, offset=position + cursor,
+            damage = TFRecordError(_FAULT_PROBLEMS["length_crc"], path=path,
+                                   offset=position + cursor,
                                    record_index=index + len(starts))
             break
         if length > MAX_RECORD_BYTES:
             damage = TFRecordError(
-                f"record length {length} exceeds the 2 GiB limit of a serialized protobuf",
-                path=path, offset=position + cursor, record_index=index + len(starts))
+                _FAULT_PROBLEMS["too_long"].format(length=length), path=path,
+                offset=position + cursor, record_index=index + len(starts))
             break
         end = cursor + HEADER_SIZE + length + FOOTER_SIZE
         if end > available:

@@ -17,6 +17,8 @@ from typing import Iterable
 import crc32c
 import numpy as np
 
+from ...schemas.native import kernels
+
 __all__ = [
     "FOOTER_SIZE",
     "FRAMING",
@@ -30,6 +32,7 @@ __all__ = [
     "length_crc",
     "masked_crc32c",
     "masked_crc32c_array",
+    "python_frame_records",
 ]
 
 # The largest record the reader accepts. A record is a serialized protobuf,
@@ -111,6 +114,16 @@ def length_crc(length: int) -> int:
 def frame_records(records: Iterable[bytes]) -> bytes:
     """The TFRecord framing of `records`, concatenated into one bytes object."""
     records = records if isinstance(records, list) else list(records)
+    native = kernels()
+    if native is not None:
+        framed = native.frame_records(records)
+        if framed is not None:  # None: an item is not bytes; Python takes any buffer
+            return framed
+    return python_frame_records(records)
+
+
+def python_frame_records(records: list) -> bytes:
+    """`frame_records` in Python: the reference and the fallback."""
     return b"".join(_framed_parts(records))
 
 

@@ -1,0 +1,89 @@
+"""The native row path against pure Python: the same table builds, alternating, in one run.
+
+    python benchmarks/bench_native.py                      # 3.8M rows (~400 MB CSV) and 200k rows
+    python benchmarks/bench_native.py --rows 200000 --repeat 3
+
+Generates the end-to-end benchmark's five-column table (`e2e_workloads.make_table`:
+id, count, score, 20-120 characters of text, a label of 10) and builds it
+with `recordforge build -- --direct_running_mode=in_memory --direct_num_workers=1`,
+once with the extension and once with ``RECORDFORGE_PURE_PYTHON=1``, in
+rounds (native, python, native, python ...), so that a slow spell of the
+shared machine falls on both. Per build: wall time, CPU seconds of the
+process tree (`e2e_measure.measure`, verification included), MB of CSV per
+CPU second, peak RSS; and the sha256 of every shard, which must be equal
+on both paths (the run fails otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from e2e_measure import measure  # noqa: E402
+from e2e_workloads import config_yaml, make_table  # noqa: E402
+
+BUILD = ("import sys; from recordforge.pipelines import build; "
+         "sys.exit(build.run(sys.argv[1:]))")
+
+
+def _shards(output: pathlib.Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(output.rglob("*.tfrecord*"))}
+
+
+def _build(config: pathlib.Path, output: pathlib.Path, pure: bool):
+    shutil.rmtree(output, ignore_errors=True)
+    env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1" if pure else "0"}
+    result = measure([sys.executable, "-c", BUILD, str(config), "--output", str(output), "--",
+                      "--direct_running_mode=in_memory", "--direct_num_workers=1"], env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"build failed:\n{result.stderr_tail}")
+    return result, _shards(output)
+
+
+def run_table(scratch: pathlib.Path, rows: int, repeat: int) -> None:
+    workload = make_table(scratch / f"table{rows}", rows)[0]
+    config = scratch / f"table{rows}.yaml"
+    output = scratch / "out"
+    config.write_text(config_yaml(workload, str(output), "none"))
+    megabytes = workload.input_bytes / 1e6
+    print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV")
+    print(f"{'path':<8} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}")
+    reference = None
+    for _ in range(repeat):
+        for pure in (False, True):
+            result, shards = _build(config, output, pure)
+            if reference is None:
+                reference = shards
+            elif shards != reference:
+                raise SystemExit("the two paths (or two runs) wrote different shards")
+            print(f"{'python' if pure else 'native':<8} {result.wall_s:>7.2f} "
+                  f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
+                  f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
+    print(f"every build wrote the same {len(reference)} shards (sha256)")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="*", default=[3_800_000, 200_000])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--scratch", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
+    try:
+        for rows in args.rows:
+            run_table(scratch, rows, args.repeat)
+    finally:
+        if args.scratch is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+//! recordforge's native kernels, loaded by Python as `recordforge._native`.
+//!
+//! Each kernel mirrors a Python reference function, one function per job;
+//! `schemas/native.py` decides which path runs. Kernels report faults as
+//! plain values and leave every message to the Python side, so both paths
+//! raise the same words.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+pub mod digest;
+pub mod table;
+pub mod walk;
+pub mod wire;
+
+use std::collections::{HashMap, HashSet};
+
+use pyo3::types::{PyBytes, PyList};
+
+/// A read-only byte view of any contiguous buffer (bytes, bytearray,
+/// memoryview), valid while the GIL is held.
+fn with_bytes<T>(py: Python<'_>, buffer: &PyBuffer<u8>, job: impl FnOnce(&[u8]) -> T) -> PyResult<T> {
+    if !buffer.is_c_contiguous() {
+        return Err(PyValueError::new_err("the buffer must be contiguous"));
+    }
+    let _ = py;
+    // SAFETY: PyBuffer holds the exporter's buffer (a bytearray cannot be
+    // resized while it is exported) for as long as `buffer` lives, the
+    // region is `len_bytes()` contiguous initialised bytes, and the GIL
+    // (held throughout: `py`) keeps other Python threads from writing it.
+    let bytes = unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
+    Ok(job(bytes))
+}
+
+/// Runs a kernel so that a panic (a bug: no input should cause one) comes
+/// back as a RuntimeError, an `Exception` the Python side catches to fall
+/// back to the reference, rather than PyO3's PanicException, which is not.
+fn guarded<T>(job: impl FnOnce() -> T + std::panic::UnwindSafe) -> PyResult<T> {
+    std::panic::catch_unwind(job).map_err(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|text| text.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        PyRuntimeError::new_err(format!("recordforge native kernel failed: {what}"))
+    })
+}
+
+/// `walk_records(buffer) -> (starts, ends, fault)`: the intact records at
+/// the head of `buffer`; fault is None or ``(kind, offset, length)`` with
+/// kind "length_crc", "too_long" or "data_crc", offset the faulty record's
+/// byte offset in `buffer` (its record index is ``len(starts)``) and length
+/// its length field (for "too_long").
+#[pyfunction]
+fn walk_records(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(Vec<usize>, Vec<usize>, Option<(&'static str, usize, u64)>)> {
+    let found = with_bytes(py, &buffer, |bytes| guarded(|| walk::walk_records(bytes)))??;
+    let fault = found.fault.map(|(fault, offset)| match fault {
+        walk::Fault::BadLengthCrc => ("length_crc", offset, 0),
+        walk::Fault::TooLong(length) => ("too_long", offset, length),
+        walk::Fault::BadDataCrc => ("data_crc", offset, 0),
+    });
+    Ok((found.starts, found.ends, fault))
+}
+
+/// A compiled table plan (`table::Plan`), made once per schema and header
+/// by `transforms/native_rows.py`.
+#[pyclass(frozen, module = "recordforge._native")]
+struct CsvPlan {
+    plan: table::Plan,
+}
+
+/// One feature's rule from its Python description: ("int", lo, hi,
+/// allowed | None), ("float", lo, hi, allowed | None), ("text", limit |
+/// None, allowed | None) or ("label", labels).
+fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
+    let kind: String = rule.get_item(0)?.extract()?;
+    Ok(match kind.as_str() {
+        "int" => table::Rule::Int {
+            lo: rule.get_item(1)?.extract()?,
+            hi: rule.get_item(2)?.extract()?,
+            allowed: rule.get_item(3)?.extract::<Option<HashSet<i64>>>()?,
+        },
+        "float" => table::Rule::Float {
+            lo: rule.get_item(1)?.extract()?,
+            hi: rule.get_item(2)?.extract()?,
+            allowed: rule.get_item(3)?.extract::<Option<Vec<f64>>>()?,
+        },
+        "text" => table::Rule::Text {
+            limit: rule.get_item(1)?.extract::<Option<u64>>()?.unwrap_or(u64::MAX),
+            allowed: rule.get_item(2)?.extract::<Option<HashSet<Vec<u8>>>>()?,
+        },
+        "label" => {
+            let labels: Vec<Vec<u8>> = rule.get_item(1)?.extract()?;
+            // As Python's {label: i for i, label in ...}: a repeated label keeps its last id.
+            let ids: HashMap<Vec<u8>, i64> = labels.into_iter().enumerate().map(|(id, label)| (label, id as i64)).collect();
+            table::Rule::Label { ids }
+        }
+        other => return Err(PyValueError::new_err(format!("unknown rule kind {other:?}"))),
+    })
+}
+
+#[pymethods]
+impl CsvPlan {
+    /// width: the header's column count; features: (name, column, rule) in
+    /// entry order; key: None, ("feature", position) or ("text", column).
+    #[new]
+    #[pyo3(signature = (width, features, key=None))]
+    fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>) -> PyResult<Self> {
+        let mut compiled = Vec::with_capacity(features.len());
+        for (name, column, rule) in features {
+            if column >= width {
+                return Err(PyValueError::new_err(format!("column {column} outside a header of {width}")));
+            }
+            compiled.push(table::Feature { name, column, rule: rule_from(&rule)? });
+        }
+        let key = match key {
+            None => table::Key::None,
+            Some((kind, at)) if kind == "feature" && at < compiled.len() => table::Key::Feature(at),
+            Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
+            Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
+        };
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key } })
+    }
+}
+
+/// A feature's checked column for Python: its numbers packed as
+/// little-endian int64 or float64 (numpy reads them in one call), or b""
+/// for text (the Python side holds the text already, as the reader's str).
+fn packed_column<'py>(py: Python<'py>, values: &[table::Value]) -> Bound<'py, PyBytes> {
+    let mut packed = Vec::with_capacity(values.len() * 8);
+    for value in values {
+        match value {
+            table::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            table::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            table::Value::Bytes(_) => return PyBytes::new(py, b""),
+        }
+    }
+    PyBytes::new(py, &packed)
+}
+
+/// One bytes object (or None) per row, cut from a run's buffer.
+fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a [u8]>) -> PyResult<Py<PyList>> {
+    Ok(PyList::new(py, (0..count).map(|index| row(index).map(|data| PyBytes::new(py, data))))?.unbind())
+}
+
+/// `convert_csv_run(run, count, plan) -> (examples, keys, checked) | None`:
+/// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
+/// one bytes object (or None: declined) per row for examples and keys, and
+/// per feature None (a row failed it) or its `packed_column`. None when the
+/// run is not what the reader promises (the Python path takes the batch).
+#[pyfunction]
+fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
+                   -> PyResult<Option<(Py<PyList>, Py<PyList>, Py<PyList>)>> {
+    with_bytes(py, &run, |bytes| {
+        let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
+            return Ok(None);
+        };
+        let checked = converted.checked.iter().map(|column| column.as_ref().map(|values| packed_column(py, values)));
+        Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
+                 row_bytes(py, count, |row| converted.key(row))?,
+                 PyList::new(py, checked)?.unbind())))
+    })?
+}
+
+/// The `bytes` items of `items`, or None when one is of another type (the
+/// caller's Python path takes any buffer).
+fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes>>> {
+    items.iter().map(|item| item.downcast_into::<PyBytes>().ok()).collect()
+}
+
+/// `frame_records(records) -> bytes | None`: the TFRecord framing of a list
+/// of bytes, concatenated (`framing.frame_records`); None when an item is
+/// not bytes.
+#[pyfunction]
+fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(records) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    // The sizes of objects that exist: no length here comes from the input's bytes.
+    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
+    // Written straight into the bytes object Python gets: no second copy
+    // of a shard's worth of records.
+    let framed = PyBytes::new_with(py, total, |out| {
+        // Unwind-safe: after a panic the half-written object is dropped.
+        guarded(std::panic::AssertUnwindSafe(|| {
+            let mut at = 0;
+            for slice in &slices {
+                at += walk::frame_at(&mut out[at..], slice);
+            }
+        }))
+    })?;
+    Ok(Some(framed))
+}
+
+/// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of
+/// each row (`splits.SplitAssigner.hash_rows`), concatenated; None when a
+/// row is not bytes.
+#[pyfunction]
+fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(rows) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let digests = guarded(|| digest::hash_rows(salt, slices.iter().copied()))?
+        .map_err(PyValueError::new_err)?;
+    Ok(Some(PyBytes::new(py, &digests)))
+}
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(frame_records, module)?)?;
+    module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
+    module.add_function(wrap_pyfunction!(walk_records, module)?)?;
+    module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
+    module.add_class::<CsvPlan>()?;
+    Ok(())
+}

@@ -1,0 +1,399 @@
+//! The table kernel for the default CSV dialect: a plain run of CSV lines
+//! (as `transforms/readers/csv.py` cuts them: no quotes, CR only in CRLF,
+//! one field per column, valid UTF-8) -> each row's serialized Example and
+//! key, the checked values per feature, and the rows it declines.
+//!
+//! It mirrors the Python fast path (`schemas/fast_paths.py`, `columns.py`)
+//! and nothing more: a row is taken only when every value is one the fast
+//! path stores as it stands; any other row (a missing value, whitespace, a
+//! number out of range or in another syntax, NaN, inf, ...) is declined and
+//! the Python path converts it or writes its dead letter, exactly as it does
+//! without the extension.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::wire;
+
+/// How one feature converts its field (the fast path's rules).
+#[derive(Debug, Clone)]
+pub enum Rule {
+    /// int64: `[+-]?[0-9]+`, lo <= value <= hi, in `allowed` if given.
+    Int { lo: i64, hi: i64, allowed: Option<HashSet<i64>> },
+    /// float: the decimal syntax both Python's float() and Rust read the
+    /// same way, lo <= value <= hi (finite), in `allowed` if given.
+    Float { lo: f64, hi: f64, allowed: Option<Vec<f64>> },
+    /// string or bytes: non-empty text, at most `limit` bytes, in `allowed`.
+    Text { limit: u64, allowed: Option<HashSet<Vec<u8>>> },
+    /// int64 with a vocabulary: the exact label -> its id.
+    Label { ids: HashMap<Vec<u8>, i64> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Feature {
+    pub name: Vec<u8>,
+    pub column: usize,
+    pub rule: Rule,
+}
+
+/// What orders rows: nothing, a feature's checked number, or a column's text.
+#[derive(Debug, Clone, Copy)]
+pub enum Key {
+    None,
+    Feature(usize),
+    Text(usize),
+}
+
+/// A compiled plan: the features in the order their entries are written.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub width: usize,
+    pub features: Vec<Feature>,
+    pub key: Key,
+}
+
+/// One checked value, as the Python path holds it (text borrowed from the run).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    Int(i64),
+    Float(f64),
+    Bytes(&'a [u8]),
+}
+
+/// The kernel's answer for a run. Examples and keys are written one after
+/// another into one buffer each (one allocation per run, not per row).
+#[derive(Debug, Default)]
+pub struct Converted<'a> {
+    pub example_bytes: Vec<u8>,
+    /// Per row: where its Example lies in `example_bytes`, or None for a
+    /// declined row.
+    pub examples: Vec<Option<std::ops::Range<usize>>>,
+    pub key_bytes: Vec<u8>,
+    /// Per row: where its key lies in `key_bytes` (None for a declined
+    /// row, or every row without a key).
+    pub keys: Vec<Option<std::ops::Range<usize>>>,
+    /// Per feature: its value in every row, when every row's value passed.
+    pub checked: Vec<Option<Vec<Value<'a>>>>,
+}
+
+impl Converted<'_> {
+    pub fn example(&self, row: usize) -> Option<&[u8]> {
+        self.examples[row].clone().map(|range| &self.example_bytes[range])
+    }
+
+    pub fn key(&self, row: usize) -> Option<&[u8]> {
+        self.keys[row].clone().map(|range| &self.key_bytes[range])
+    }
+}
+
+/// Why a run is handed back whole (the reader's promises do not hold).
+#[derive(Debug, PartialEq, Eq)]
+pub enum RunError {
+    NotUtf8,
+    LoneCarriageReturn,
+    RowCount { expected: usize, found: usize },
+    FieldCount { line: usize },
+    BlankLine { line: usize },
+}
+
+// Longer numbers are left to Python: no int64 needs more than 19 digits
+// past leading zeros, and no float32 needs more (float() still reads them).
+const MAX_NUMBER_TEXT: usize = 64;
+
+fn parse_int(text: &[u8]) -> Option<i64> {
+    if text.is_empty() || text.len() > MAX_NUMBER_TEXT {
+        return None;
+    }
+    let (negative, digits) = match text[0] {
+        b'+' => (false, &text[1..]),
+        b'-' => (true, &text[1..]),
+        _ => (false, text),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut magnitude: i128 = 0;
+    for digit in digits {
+        magnitude = magnitude * 10 + i128::from(digit - b'0');
+        if magnitude > 1 << 63 {
+            return None; // outside int64: Python reports int64_overflow
+        }
+    }
+    let value = if negative { -magnitude } else { magnitude };
+    i64::try_from(value).ok()
+}
+
+/// `[+-]?(D+(.D*)?|.D+)([eE][+-]?D+)?`: the syntax without whitespace,
+/// underscores or words (inf, nan) that Python's float() reads.
+fn plain_decimal(text: &[u8]) -> bool {
+    let mut at = 0;
+    let digits = |from: usize| text[from..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
+        at += 1;
+    }
+    let whole = digits(at);
+    at += whole;
+    let mut fraction = 0;
+    if at < text.len() && text[at] == b'.' {
+        at += 1;
+        fraction = digits(at);
+        at += fraction;
+    }
+    if whole + fraction == 0 {
+        return false;
+    }
+    if at < text.len() && (text[at] == b'e' || text[at] == b'E') {
+        at += 1;
+        if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
+            at += 1;
+        }
+        let exponent = digits(at);
+        if exponent == 0 {
+            return false;
+        }
+        at += exponent;
+    }
+    at == text.len()
+}
+
+fn parse_float(text: &[u8]) -> Option<f64> {
+    if text.len() > MAX_NUMBER_TEXT || !plain_decimal(text) {
+        return None;
+    }
+    // Both parsers round correctly, so the same text gives the same double.
+    std::str::from_utf8(text).ok()?.parse::<f64>().ok()
+}
+
+/// The value `rule` stores for `field`, or None when the fast path would
+/// not take it as it stands.
+pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
+    match rule {
+        Rule::Int { lo, hi, allowed } => {
+            let value = parse_int(field)?;
+            let inside = *lo <= value && value <= *hi;
+            (inside && allowed.as_ref().is_none_or(|set| set.contains(&value))).then_some(Value::Int(value))
+        }
+        Rule::Float { lo, hi, allowed } => {
+            let value = parse_float(field)?;
+            // NaN fails both comparisons; infinities are outside lo..hi.
+            let inside = *lo <= value && value <= *hi;
+            let listed = allowed.as_ref().is_none_or(|values| values.iter().any(|v| *v == value));
+            (inside && listed).then_some(Value::Float(value))
+        }
+        Rule::Text { limit, allowed } => {
+            let fits = !field.is_empty() && (field.len() as u64) <= *limit;
+            (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
+        }
+        Rule::Label { ids } => ids.get(field).map(|id| Value::Int(*id)),
+    }
+}
+
+fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
+    match value {
+        Value::Int(number) => wire::put_int64_entry(out, &feature.name, *number),
+        Value::Float(number) => wire::put_float_entry(out, &feature.name, *number as f32),
+        Value::Bytes(data) => wire::put_bytes_entry(out, &feature.name, data),
+    }
+}
+
+/// Appends `keys.sortable_key` of a checked value.
+fn put_value_key(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Int(number) => put_int_key(out, *number),
+        Value::Float(number) => put_float_key(out, *number),
+        Value::Bytes(data) => put_text_key(out, data),
+    }
+}
+
+fn put_int_key(out: &mut Vec<u8>, number: i64) {
+    let magnitude = number.unsigned_abs();
+    let size = (64 - magnitude.leading_zeros() as usize).div_ceil(8);
+    out.push(0x02);
+    if number >= 0 {
+        out.push(0x80 + size as u8);
+        out.extend_from_slice(&magnitude.to_be_bytes()[8 - size..]);
+    } else {
+        // 256**size + number: the low `size` bytes of two's complement.
+        out.push(0x7F - size as u8);
+        out.extend_from_slice(&(number as u64).to_be_bytes()[8 - size..]);
+    }
+}
+
+fn put_float_key(out: &mut Vec<u8>, number: f64) {
+    // One NaN (sorting after +inf), and -0.0 == 0.0.
+    let number = if number.is_nan() { f64::NAN } else if number == 0.0 { 0.0 } else { number };
+    let bits = number.to_bits();
+    let bits = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    out.push(0x03);
+    out.extend_from_slice(&bits.to_be_bytes());
+}
+
+fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(0x04);
+    out.extend_from_slice(text);
+}
+
+/// The lines of a plain run (its final newline dropped), after the checks
+/// that need the whole run.
+fn run_body(run: &[u8]) -> Result<&[u8], RunError> {
+    if std::str::from_utf8(run).is_err() {
+        return Err(RunError::NotUtf8);
+    }
+    Ok(run.strip_suffix(b"\n").unwrap_or(run))
+}
+
+/// Splits one line into `fields` (cleared first), checked against the
+/// reader's promises.
+fn split_line<'a>(line: &'a [u8], index: usize, width: usize, fields: &mut Vec<&'a [u8]>)
+                  -> Result<(), RunError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.contains(&b'\r') {
+        return Err(RunError::LoneCarriageReturn);
+    }
+    if line.is_empty() {
+        return Err(RunError::BlankLine { line: index });
+    }
+    fields.clear();
+    fields.extend(line.split(|b| *b == b','));
+    if fields.len() != width {
+        return Err(RunError::FieldCount { line: index });
+    }
+    Ok(())
+}
+
+/// Converts a plain run of `count` CSV lines by `plan`.
+pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Converted<'a>, RunError> {
+    let body = run_body(run)?;
+    // Capacities from what exists (the run's size), never from `count` alone.
+    let rows = count.min(body.len() / 2 + 1);
+    let mut converted = Converted {
+        example_bytes: Vec::with_capacity(body.len() + body.len() / 2),
+        examples: Vec::with_capacity(rows),
+        key_bytes: Vec::new(),
+        keys: Vec::with_capacity(rows),
+        checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows))).collect(),
+    };
+    let mut fields: Vec<&[u8]> = Vec::with_capacity(plan.width);
+    let mut entries = Vec::new();
+    let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
+    let lines = if body.is_empty() { None } else { Some(body.split(|b| *b == b'\n')) };
+    for (index, line) in lines.into_iter().flatten().enumerate() {
+        split_line(line, index, plan.width, &mut fields)?;
+        entries.clear();
+        values.clear();
+        for (position, feature) in plan.features.iter().enumerate() {
+            let value = check(&feature.rule, fields[feature.column]);
+            match (value, &mut converted.checked[position]) {
+                (Some(found), Some(column)) => column.push(found),
+                (None, column) => *column = None,
+                _ => {}
+            }
+            if let Some(found) = &value {
+                put_entry(&mut entries, feature, found);
+            }
+            values.push(value);
+        }
+        let key_start = converted.key_bytes.len();
+        let keyed = match plan.key {
+            Key::None => true,
+            Key::Feature(position) => match &values[position] {
+                Some(value) => { put_value_key(&mut converted.key_bytes, value); true }
+                None => false,
+            },
+            Key::Text(column) if !fields[column].is_empty() => {
+                put_text_key(&mut converted.key_bytes, fields[column]);
+                true
+            }
+            Key::Text(_) => false,
+        };
+        if keyed && values.iter().all(Option::is_some) {
+            let start = converted.example_bytes.len();
+            wire::put_example(&mut converted.example_bytes, &entries);
+            converted.examples.push(Some(start..converted.example_bytes.len()));
+            let key_end = converted.key_bytes.len();
+            converted.keys.push((!matches!(plan.key, Key::None)).then_some(key_start..key_end));
+        } else {
+            converted.key_bytes.truncate(key_start);
+            converted.examples.push(None);
+            converted.keys.push(None);
+        }
+    }
+    if converted.examples.len() != count {
+        return Err(RunError::RowCount { expected: count, found: converted.examples.len() });
+    }
+    Ok(converted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn plan() -> Plan {
+        Plan {
+            width: 3,
+            features: vec![
+                Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None } },
+                Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: None } },
+                Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: u64::MAX, allowed: None } },
+            ],
+            key: Key::Feature(0),
+        }
+    }
+
+    #[test]
+    fn int_syntax_is_the_strict_one() {
+        assert_eq!(parse_int(b"-0042"), Some(-42));
+        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
+        for declined in [&b"9223372036854775808"[..], b"1_000", b" 1", b"1 ", b"+", b"", b"0x1", b"1.0", b"true"] {
+            assert_eq!(parse_int(declined), None, "{:?}", declined);
+        }
+    }
+
+    #[test]
+    fn float_syntax_declines_words_and_spaces() {
+        for declined in [&b"nan"[..], b"inf", b"-Infinity", b" 1.5", b"1_0.5", b"1e", b".", b"e5", b"1.5f"] {
+            assert_eq!(parse_float(declined), None, "{:?}", declined);
+        }
+        assert_eq!(parse_float(b"1."), Some(1.0));
+        assert_eq!(parse_float(b"-.5e-3"), Some(-0.0005));
+    }
+
+    fn int_key(number: i64) -> Vec<u8> {
+        let mut key = Vec::new();
+        put_int_key(&mut key, number);
+        key
+    }
+
+    #[test]
+    fn int_keys_match_the_reference() {
+        // sortable_key(n) in Python for a few n.
+        assert_eq!(int_key(0), b"\x02\x80".to_vec());
+        assert_eq!(int_key(255), b"\x02\x81\xff".to_vec());
+        assert_eq!(int_key(-1), b"\x02\x7e\xff".to_vec());
+        assert_eq!(int_key(-256), b"\x02\x7d\xff\x00".to_vec());
+        assert_eq!(int_key(-257), b"\x02\x7d\xfe\xff".to_vec());
+    }
+
+    proptest! {
+        #[test]
+        fn any_run_converts_or_is_refused_without_panic(run in prop::collection::vec(
+                prop::sample::select(b"0123456789,.-+eE\r\n\"a \xff".to_vec()), 0..200),
+                count in 0usize..20) {
+            if let Ok(converted) = convert_run(&run, count, &plan()) {
+                prop_assert_eq!(converted.examples.len(), count);
+                prop_assert_eq!(converted.keys.len(), count);
+            }
+        }
+
+        #[test]
+        fn every_i64_reads_back(value in any::<i64>()) {
+            prop_assert_eq!(parse_int(value.to_string().as_bytes()), Some(value));
+        }
+
+        #[test]
+        fn int_keys_sort_like_the_numbers(a in any::<i64>(), b in any::<i64>()) {
+            prop_assert_eq!(a.cmp(&b), int_key(a).cmp(&int_key(b)));
+        }
+    }
+}

@@ -1,0 +1,61 @@
+"""Which row path runs: the compiled kernels (`recordforge._native`) or the pure-Python reference.
+
+The extension is optional: `pip install .` builds it where cargo is
+present (setup.py, setuptools-rust) and leaves it out elsewhere. Every
+kernel mirrors a Python function that stays the reference and the
+fallback; this module is the one place that chooses between them, so a
+build runs one path throughout. ``RECORDFORGE_PURE_PYTHON=1`` forces the
+Python path (to compare the two, or to rule the extension out).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import SimpleNamespace
+
+__all__ = ["PURE_PYTHON_VARIABLE", "kernels", "path_note"]
+
+PURE_PYTHON_VARIABLE = "RECORDFORGE_PURE_PYTHON"
+# The kernels and what each mirrors (the Python reference beside it).
+_KERNELS_USED = (
+    "CsvPlan",  # transforms/native_rows.py: a schema compiled for a CSV header
+    "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
+    "frame_records",  # transforms/tfrecord/framing.py: frame_records
+    "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
+    "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
+)
+
+
+def _load() -> tuple[SimpleNamespace | None, str]:
+    if os.environ.get(PURE_PYTHON_VARIABLE, "").strip() not in ("", "0"):
+        return None, f"pure Python ({PURE_PYTHON_VARIABLE} is set)"
+    try:
+        # Through importlib: the extension is compiled, with no .py file for
+        # tests/test_structure.py to follow, and `from .. import _native`
+        # would read as an import of the whole package.
+        native = importlib.import_module("._native", __package__.rpartition(".")[0])
+        missing = [name for name in _KERNELS_USED if not hasattr(native, name)]
+        if missing:
+            raise ImportError(f"an older build lacks {', '.join(missing)}")
+    except ImportError as error:
+        return None, (f"pure Python (the native extension is not installed: {error}; "
+                      "install with cargo on PATH to build it)")
+    return SimpleNamespace(**{name: getattr(native, name) for name in _KERNELS_USED}), \
+        "native (recordforge._native)"
+
+
+# Read once per process: a build (and every worker) keeps the path it
+# started with, whatever the environment does later.
+_KERNELS, _NOTE = _load()
+
+
+def kernels() -> SimpleNamespace | None:
+    """The native kernels (`_KERNELS_USED`), or None where the Python path
+    runs (an extension without one of them counts as absent)."""
+    return _KERNELS
+
+
+def path_note() -> str:
+    """Which path runs and why, for the build's one line saying so."""
+    return _NOTE

@@ -1,0 +1,101 @@
+"""Whole builds with and without the native kernels: same shards, dead letters, stats.json."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FLIGHTS = REPO / "configs" / "examples" / "flights.yaml"
+LABELS = [f"class_{i}" for i in range(10)]
+# Values of every class the rules judge, mixed into a clean table.
+BAD_FIELDS = {"id": ["", " 7", "1_0", "x", "-1", "9223372036854775808", "3.0"],
+              "count": ["", "1e3", "nan", "99999999999999999999", "+5", "0x1", "true"],
+              "score": ["", "nan", "inf", "1e40", "1_0.5", " 2.5", "-0", ".5", "1."],
+              "text": ["", "x" * 201, "\u00e9t\u00e9"],
+              "label": ["", "class_10", "Class_1", " class_1"]}
+
+
+def _digests(version_dir: pathlib.Path) -> dict[str, str]:
+    files = sorted(p for p in version_dir.rglob("*")
+                   if p.is_file() and (".tfrecord" in p.name or p.suffix == ".jsonl"
+                                       or p.name == "stats.json"))
+    assert files, f"nothing published under {version_dir}"
+    return {str(p.relative_to(version_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in files}
+
+
+def _build(config: pathlib.Path, output: pathlib.Path, pure_python: bool) -> dict[str, str]:
+    """A build in its own process (the path is chosen once per process)."""
+    env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1" if pure_python else "0"}
+    code = ("import sys; from recordforge.pipelines import build; "
+            "sys.exit(build.run(sys.argv[1:]))")
+    run = subprocess.run([sys.executable, "-c", code, str(config), "--output", str(output), "--",
+                          "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return _digests(output / (output / "LATEST").read_text().strip())
+
+
+def _table(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    rng = random.Random(37)
+    lines = ["id,count,score,text,label"]
+    for i in range(rows):
+        fields = {"id": str(i), "count": str(rng.randint(-1000, 100_000)),
+                  "score": repr(round(rng.uniform(-100.0, 100.0), 4)),
+                  "text": "word " * rng.randint(1, 20), "label": rng.choice(LABELS)}
+        if rng.random() < 0.02:
+            column = rng.choice(list(BAD_FIELDS))
+            fields[column] = rng.choice(BAD_FIELDS[column])
+        lines.append(",".join(fields.values()))
+    lines.insert(rows // 2, "1,2,3")  # a ragged row: the reader's dead letter
+    table = directory / "table.csv"
+    table.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = directory / "table.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "native_check", "version": "1",
+        "source": {"type": "csv", "path": str(table)},
+        "features": {"id": {"type": "int64", "min": 0}, "count": {"type": "int64"},
+                     "score": {"type": "float"},
+                     "text": {"type": "string", "max_bytes": 200},
+                     "label": {"type": "int64", "vocabulary": LABELS}},
+        "key": "id", "splits": {"train": 0.8, "test": 0.2},
+        "output": {"shard_size": "1MB", "shuffle": True},
+        "dead_letter": {"max_error_rate": 0.5}}, sort_keys=False))
+    return config
+
+
+@pytest.fixture(scope="module")
+def native_built():
+    try:
+        from recordforge import _native  # noqa: F401
+    except ImportError as error:
+        pytest.skip(f"the native extension is not built ({error})")
+
+
+@pytest.mark.parametrize("which", ["flights", "table"])
+def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
+    config = FLIGHTS if which == "flights" else _table(tmp_path, 20_000)
+    native = _build(config, tmp_path / "native", pure_python=False)
+    python = _build(config, tmp_path / "python", pure_python=True)
+    assert native == python
+
+
+def test_the_build_says_which_path_runs(tmp_path):
+    """Once, in the summary: the path and why (here: forced to Python)."""
+    env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1"}
+    code = ("import sys; from recordforge.pipelines import build; "
+            "sys.exit(build.run(sys.argv[1:]))")
+    run = subprocess.run([sys.executable, "-c", code, str(FLIGHTS), "--output",
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = [line for line in (run.stdout + run.stderr).splitlines() if "row path" in line]
+    assert said == ["row path: pure Python (RECORDFORGE_PURE_PYTHON is set)"]

@@ -1,0 +1,172 @@
+"""The native table kernel on the row path: a plain CSV run in one call, declined rows to Python.
+
+`NativeRows` compiles a schema's features, for a CSV header, into the
+kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
+`CsvRunBatch` with one `convert_csv_run` call: every row's Example and key,
+and the checked values of the features whose whole column passed, in the
+form `RowEncoder.encode_columns` gives them. The kernel takes only rows
+whose every value the fast path (`schemas/fast_paths.py`) stores as it
+stands; the rows it declines (examples[i] None) go down the Python row
+path, which converts them or writes their dead letter exactly as without
+the extension. A schema the kernel does not cover (lists, timestamps,
+declared null texts, nested paths, a feature or key whose column the header
+lacks) has no plan, and its batches take the Python path whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..schemas.columns import CheckedNumbers
+from ..schemas.example import ExampleEncoder
+from ..schemas.fast_paths import fast_bounds
+from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
+from ..schemas.native import kernels
+from .readers.csv import CsvRunBatch
+
+__all__ = ["NativeRows"]
+
+_LOG = logging.getLogger(__name__)
+
+
+class _Unsupported(Exception):
+    """The schema (or the header) needs a rule the kernel does not have."""
+
+
+class NativeRows:
+    """Converts CSV runs with the native kernel for one schema.
+
+    specs, vocabularies: as `RowEncoder`; key_column: as `BatchConverter`;
+    key_feature: the feature whose checked value is the key (the
+    converter's `_key_feature`), or None to key by the column's text."""
+
+    def __init__(self, specs: Sequence[FeatureSpec], vocabularies: Mapping[str, Sequence[str]],
+                 key_column: str | None, key_feature: str | None):
+        self._native = kernels()
+        by_name = {spec.name: spec for spec in specs}
+        # The entries' order is the Example encoder's (keys' UTF-8 bytes).
+        order = ExampleEncoder({spec.name: spec.stored_kind for spec in specs}).names
+        self._specs = [by_name[name] for name in order]
+        self._vocabularies = vocabularies
+        self._key_column = key_column
+        self._key_feature = key_feature
+        self._plans: dict[tuple[str, ...], Any] = {}
+
+    def convert(self, batch) -> tuple[list, list, dict[str, list]] | None:
+        """(examples, keys, checked) of a batch as `BatchConverter`'s column
+        path gives them, or None when the kernel does not take the batch."""
+        if self._native is None or not isinstance(batch, CsvRunBatch):
+            return None
+        names = tuple(batch.columns)
+        plan = self._plans.get(names, False)
+        if plan is False:
+            plan = self._plans[names] = self._plan(names)
+        if plan is None:
+            return None
+        kernel_plan, kinds = plan
+        done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
+        if done is None:
+            return None
+        examples, keys, columns = done
+        checked = {}
+        for spec, kind, packed in zip(self._specs, kinds, columns):
+            if packed is not None and kind is not None:
+                checked[spec.name] = _checked(kind, packed, batch, spec.source)
+        return examples, keys, checked
+
+    def _plan(self, names: tuple[str, ...]):
+        """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
+        "text" or None), or None for the Python path."""
+        try:
+            columns = {name: index for index, name in enumerate(names)}
+            features, kinds = [], []
+            for spec in self._specs:
+                rule, kind = self._rule(spec)
+                if spec.source not in columns:
+                    raise _Unsupported(f"column {spec.source!r} is not in the header")
+                features.append((spec.name.encode("utf-8"), columns[spec.source], rule))
+                kinds.append(kind)
+            key = self._key(columns)
+            return self._native.CsvPlan(len(names), features, key), kinds
+        except (_Unsupported, UnicodeEncodeError, OverflowError) as why:
+            _LOG.info("the native table kernel does not cover this schema (%s); "
+                      "its batches take the Python path", why)
+            return None
+
+    def _key(self, columns: Mapping[str, int]):
+        if self._key_column is None:
+            return None
+        if self._key_feature is not None:
+            return ("feature", [spec.name for spec in self._specs].index(self._key_feature))
+        if self._key_column not in columns:
+            raise _Unsupported(f"key column {self._key_column!r} is not in the header")
+        return ("text", columns[self._key_column])
+
+    def _rule(self, spec: FeatureSpec) -> tuple[tuple, str | None]:
+        """The kernel's rule for `spec` and how its checked values are held
+        (None: not reported, as the Python column path reports none)."""
+        if spec.shape or spec.null_values is not None or spec.type == "timestamp" or spec.path:
+            raise _Unsupported(f"feature {spec.name!r} is not a plain scalar")
+        if spec.vocabulary is not None:
+            labels = self._vocabularies.get(spec.name)
+            if labels is None and isinstance(spec.vocabulary, tuple):
+                labels = spec.vocabulary
+            if labels is None:
+                raise _Unsupported(f"feature {spec.name!r} has no resolved vocabulary")
+            return ("label", [label.encode("utf-8") for label in labels]), "ids"
+        lo, hi, limit, allowed = fast_bounds(spec)
+        if spec.stored_kind == "int64":
+            return ("int", *_int_bounds(lo, hi), _int_allowed(allowed)), "int64"
+        if spec.stored_kind == "float":
+            return ("float", _exact_float(lo), _exact_float(hi),
+                    None if allowed is None else sorted(allowed)), "float64"
+        limit = None if limit == math.inf else int(limit)
+        rule = ("text", limit, None if allowed is None else sorted(allowed))
+        # The Python column path takes text columns whole, never bytes ones
+        # (CSV gives text, which a bytes feature converts by its full rules).
+        return rule, ("text" if spec.is_text else None)
+
+
+def _checked(kind: str, packed: bytes, batch: CsvRunBatch, source: str) -> list:
+    """A column's checked values as the Python column path holds them,
+    from the kernel's packed numbers. Text: the reader's own str values
+    (what a string feature stores, encoded; `CheckedValues` reads those)."""
+    if kind == "text":
+        return batch.column(source)
+    if kind == "ids":
+        return np.frombuffer(packed, dtype="<i8").tolist()
+    array = np.frombuffer(packed, dtype="<i8" if kind == "int64" else "<f8").copy()
+    return CheckedNumbers(array.tolist(), array)
+
+
+def _int_bounds(lo, hi) -> tuple[int, int]:
+    """Integer bounds that hold exactly the ints lo <= value <= hi holds."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise _Unsupported("an int64 bound is not finite")
+    return max(math.ceil(lo), INT64_MIN), min(math.floor(hi), INT64_MAX)
+
+
+def _int_allowed(allowed) -> list[int] | None:
+    """The int64 values equal to a member of `allowed` (a 2.0 admits 2)."""
+    if allowed is None:
+        return None
+    found = []
+    for value in allowed:
+        if not isinstance(value, (int, float)):
+            raise _Unsupported(f"allowed value {value!r} is not a number")
+        if math.isfinite(value) and value == math.floor(value) and INT64_MIN <= value <= INT64_MAX:
+            found.append(int(value))
+    return found
+
+
+def _exact_float(bound) -> float:
+    """`bound` as a double, which must compare with every double as
+    `bound` does (an int beyond 2**53 may not)."""
+    value = float(bound)
+    if value != bound:
+        raise _Unsupported(f"bound {bound!r} is not exact as a double")
+    return value
