@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.statistics import StatisticsPlan, batch_statistics
+from recordforge.schemas.stats import StatisticsPlan, batch_statistics
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
@@ -144,7 +144,7 @@ def _outcome(converter, specs, batch, label):
     examples, labels, dead_letters, values = converter.convert_observed_batch(
         batch, label, vocabulary, plan)
     statistics = batch_statistics(plan, values, np.zeros(len(examples), dtype=np.int64),
-                                  ["all"], "origin")
+                                  ["all"])
     return (examples, labels, dead_letters,
             [(where, stats.to_state()) for where, stats in statistics])
 
