@@ -9,10 +9,11 @@ each shard is then checked against it as it streams (size and sha256,
 `publish.held_manifest`), and every record's CRCs as it is read. A shard
 that does not match raises `VersionReplaced` (an ``--overwrite`` committed
 while reading; the step fails, so no partial output is kept) or
-`DatasetCorrupt` (the manifest still lists it: the shard is damaged). A row is a dict feature name -> value: a scalar feature
-(shape ``[]``) gives one value (None when an optional feature is absent),
-others a list; ``string`` features give `str`, ``bytes`` features `bytes`,
-floats the float32 value stored.
+`DatasetCorrupt` (the manifest still lists it: the shard is damaged).
+A row is a dict feature name -> value: a scalar feature (shape ``[]``)
+gives one value (None when an optional feature is absent), others a list;
+``string`` features give `str`, ``bytes`` features `bytes`, floats the
+float32 value stored.
 """
 
 from __future__ import annotations

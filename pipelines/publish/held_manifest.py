@@ -135,7 +135,7 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         read = iter_record_views if views else iter_records
         try:
             yield from read(stream, path=shard.display, compression=compression)
-        except TFRecordError as error:
+        except TFRecordError:
             # Damaged framing in a replaced shard is the replacement's doing:
             # say so rather than report damage the version does not have.
             stream.finish()
