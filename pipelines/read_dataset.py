@@ -5,41 +5,38 @@
 
 `path` is a version directory (it holds manifest.json) or an output root
 whose LATEST names one. The manifest is read when the transform is applied;
-each shard is then checked against it (size and sha256, read once through)
-before any of its records is given, and every record's CRCs are checked as
-it is read. A row is a dict feature name -> value: a scalar feature
-(shape ``[]``) gives one value (None when an optional feature is absent),
-others a list; ``string`` features give `str`, ``bytes`` features `bytes`,
-floats the float32 value stored.
+each shard is then checked against it as it streams (size and sha256,
+`publish.held_manifest`), and every record's CRCs as it is read. A shard
+that does not match raises `VersionReplaced` (an ``--overwrite`` committed
+while reading; the step fails, so no partial output is kept) or
+`DatasetCorrupt` (the manifest still lists it: the shard is damaged).
+A row is a dict feature name -> value: a scalar feature (shape ``[]``)
+gives one value (None when an optional feature is absent), others a list;
+``string`` features give `str`, ``bytes`` features `bytes`, floats the
+float32 value stored.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from typing import Any, Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
 
-from .publish.manifest import load_manifest
+from .publish.held_manifest import (DatasetCorrupt, HeldShard, VersionReplaced,
+                                     checked_records, held_shards)
+from .publish.manifest import compression_from_label, load_manifest
 from .publish.output import Output
 from ..schemas.example import decode_example
 from ..transforms.layout import LATEST_FILE, MANIFEST_FILE
-from ..transforms.tfrecord import iter_records
 
-__all__ = ["DatasetCorrupt", "ReadDataset", "decode_row", "resolve_version_dir"]
-
-_BLOCK = 4 << 20
-
-
-class DatasetCorrupt(IOError):
-    """A shard does not match its manifest entry (size or sha256)."""
+__all__ = ["DatasetCorrupt", "ReadDataset", "VersionReplaced", "decode_row",
+           "resolve_version_dir"]
 
 
 class _Shard(NamedTuple):
-    url: str
-    split: str
-    num_bytes: int
-    sha256: str
+    version_url: str
+    held: HeldShard
     compression: str
 
 
@@ -79,20 +76,12 @@ def decode_row(record: bytes, features: Mapping[str, Mapping[str, Any]]) -> dict
 
 
 def _read_shard(shard: _Shard, features: Mapping[str, Mapping[str, Any]]) -> Iterator[dict]:
-    out = Output(shard.url.rsplit("/", 1)[0])
-    path = out.path(shard.url.rsplit("/", 1)[1])
-    digest, size = hashlib.sha256(), 0
-    with out.fs.open(path, "rb") as handle:
-        while block := handle.read(_BLOCK):
-            digest.update(block)
-            size += len(block)
-    if size != shard.num_bytes or digest.hexdigest() != shard.sha256:
-        raise DatasetCorrupt(f"{out.display_of(path)}: {size} bytes with sha256 "
-                             f"{digest.hexdigest()}, but the manifest says {shard.num_bytes} "
-                             f"bytes with sha256 {shard.sha256}")
-    with out.fs.open(path, "rb") as handle:
-        for record in iter_records(handle, path=path, compression=shard.compression):
-            yield decode_row(record, features)
+    out = Output(shard.version_url)
+    opener = functools.partial(out.fs.open, out.path(shard.held.file), "rb")
+    read_manifest = functools.partial(out.read_bytes, out.path(MANIFEST_FILE))
+    for record in checked_records(opener, shard.held, compression=shard.compression,
+                                  read_manifest=read_manifest):
+        yield decode_row(record, features)
 
 
 class ReadDataset(beam.PTransform):
@@ -117,11 +106,10 @@ class ReadDataset(beam.PTransform):
         if self._split is not None and self._split not in splits:
             raise ValueError(f"{url} has no split {self._split!r}; its splits: "
                              f"{', '.join(splits)}")
-        compression = "gzip" if manifest["compression"] == "GZIP" else "none"
-        shards = [_Shard(f"{url}/{shard['file']}", name, shard["num_bytes"], shard["sha256"],
-                         compression)
-                  for name, split in splits.items() if self._split in (None, name)
-                  for shard in split["shards"]]
+        compression = compression_from_label(manifest["compression"])
+        display = Output(url).display
+        shards = [_Shard(url, held, compression)
+                  for held in held_shards(manifest, self._split, f"{display}/{{}}".format)]
         return (pbegin
                 # _Shard, one per shard file
                 | "Shards" >> beam.Create(shards)

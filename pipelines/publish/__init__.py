@@ -17,6 +17,7 @@ meets them (on-disk names: `transforms.layout`):
 - `early_checks`: reading a local build's shards back while the pipeline runs
 - `reading_processes`: the processes that read back, which end with the build
 - `dataset_paths`: which files of a version a reader opens (verify, inspect)
+- `held_manifest`: a shard read against the manifest its reader holds (readers)
 - `verify`: verifying a staged or published version; `recordforge verify`
 - `report`: report.html (gathering from the shards, writing);
   `report_html` renders it

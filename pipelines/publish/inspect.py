@@ -5,8 +5,11 @@ PATH may be a shard file, a published version directory (holding
 JSONL file. A directory is read by the rules `verify` applies
 (`dataset_paths`): the version LATEST names must be a safe name of a real
 directory of the root, the manifest must be intact, and only the shards it
-lists are read, never through a symbolic link; a directory without
-``manifest.json`` is not a published version and is refused. Each Example
+lists are read, never through a symbolic link, each checked as it streams
+against the manifest read first (`held_manifest`: a version an
+``--overwrite`` replaced while it was read is an error, never a silent mix);
+a directory without ``manifest.json`` is not a published version and is
+refused. Each Example
 prints as ``{"file": ..., "record": i, "features": {name: [values]}}``;
 bytes print as text when they are valid UTF-8 of at most `MAX_TEXT_BYTES`
 bytes, otherwise as ``{"bytes": N, "head": "<base64 of the first 32>"}``.
@@ -20,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import itertools
 import json
 import math
 import posixpath
 import sys
 import zlib
-from typing import TextIO
+from typing import Callable, Iterator, NamedTuple, TextIO
 
 import fsspec
 
@@ -34,10 +38,12 @@ from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 from ...transforms.tfrecord import TFRecordError, iter_record_views
 from ...transforms.urls import redact_url
-from .dataset_paths import (DatasetNotFoundError, list_version, load_version_manifest,
-                            locate_version)
+from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, Located, list_version,
+                            load_version_manifest, locate_version, read_limited)
+from .held_manifest import DatasetCorrupt, HeldShard, checked_records, held_shards
+from .manifest import compression_from_label
 
-__all__ = ["main", "render_example", "shard_files"]
+__all__ = ["ShardSource", "main", "render_example", "shard_files"]
 
 MAX_TEXT_BYTES = 1024
 MAX_LIST_VALUES = 1000  # a longer list prints its length and its first HEAD_VALUES
@@ -81,10 +87,30 @@ def render_example(data) -> dict:
     return rendered
 
 
-def shard_files(path: str) -> tuple[list[str], list[str]]:
-    """(the shard files a dataset directory stands for, in manifest order;
-    the problems that stop it from being read). The version is located and
-    its manifest checked as `verify` does."""
+class ShardSource(NamedTuple):
+    """A shard to print. held: its entry in the manifest read first (None
+    for a shard file named alone, which no manifest describes);
+    compression: "auto" for a file named alone, else the manifest's;
+    read_manifest: the version's manifest.json as it is now (None: gone)."""
+
+    url: str
+    held: HeldShard | None = None
+    compression: str = "auto"
+    read_manifest: Callable[[], bytes | None] | None = None
+
+
+def _manifest_now(located: Located) -> bytes | None:
+    try:
+        return read_limited(located.fs, f"{located.version_dir}/manifest.json",
+                            MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return None
+
+
+def shard_files(path: str) -> tuple[list[ShardSource], list[str]]:
+    """(the shards a dataset directory stands for, in manifest order; the
+    problems that stop it from being read). The version is located and its
+    manifest checked as `verify` does."""
     located = locate_version(path)
     if located.problems:
         return [], [str(problem) for problem in located.problems]
@@ -92,14 +118,25 @@ def shard_files(path: str) -> tuple[list[str], list[str]]:
     if problem is not None:
         return [], [f"{redact_url(located.url)}: {problem}"]
     _, links = list_version(located.fs, located.version_dir)
-    files, problems = [], []
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            if shard["file"] in links:
-                problems.append(f"{redact_url(located.url)}: {shard['file']} is a symbolic "
-                                "link; a published version holds only regular files")
-            files.append(_join(located.url, shard["file"]))
-    return files, problems
+    compression = compression_from_label(manifest["compression"])
+    read_manifest = functools.partial(_manifest_now, located)
+    sources = [ShardSource(_join(located.url, held.file), held, compression, read_manifest)
+               for held in held_shards(manifest, None,
+                                       lambda file: redact_url(_join(located.url, file)))]
+    problems = [f"{redact_url(located.url)}: {source.held.file} is a symbolic link; a "
+                "published version holds only regular files"
+                for source in sources if source.held.file in links]
+    return sources, problems
+
+
+def _record_views(source: ShardSource) -> Iterator[memoryview]:
+    if source.held is None:
+        with fsspec.open(source.url, "rb") as handle:
+            yield from iter_record_views(handle, path=source.url)
+        return
+    yield from checked_records(functools.partial(fsspec.open, source.url, "rb"), source.held,
+                               compression=source.compression,
+                               read_manifest=source.read_manifest, views=True)
 
 
 def _join(base: str, name: str) -> str:
@@ -111,20 +148,19 @@ def _error(message: str) -> None:
     print(f"recordforge inspect: {redact_url(message)}", file=sys.stderr)
 
 
-def _inspect_shards(files: list[str], limit: int | None, out: TextIO) -> int:
+def _inspect_shards(sources: list[ShardSource], limit: int | None, out: TextIO) -> int:
     printed = 0
-    for file in files:
-        index = 0
+    for source in sources:
+        file, index = source.url, 0
         try:
-            with fsspec.open(file, "rb") as handle:
-                for index, data in enumerate(iter_record_views(handle, path=file)):
-                    if limit is not None and printed >= limit:
-                        return 0
-                    line = {"file": posixpath.basename(file), "record": index,
-                            "features": render_example(data)}
-                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    printed += 1
-        except TFRecordError as error:
+            for index, data in enumerate(_record_views(source)):
+                if limit is not None and printed >= limit:
+                    return 0
+                line = {"file": posixpath.basename(file), "record": index,
+                        "features": render_example(data)}
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                printed += 1
+        except (TFRecordError, DatasetCorrupt) as error:  # DatasetCorrupt names the file
             out.flush()
             _error(str(error))
             return 1
@@ -218,9 +254,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     if args.path.endswith((".jsonl", ".jsonl.gz")):
         return _inspect_jsonl(args.path, args.limit, out)
     if not fs.isdir(root):
-        return _inspect_shards([args.path], args.limit, out)
+        return _inspect_shards([ShardSource(args.path)], args.limit, out)
     try:
-        files, problems = shard_files(args.path)
+        sources, problems = shard_files(args.path)
     except DatasetNotFoundError as error:  # removed since it was found
         _error(str(error))
         return 2
@@ -231,4 +267,4 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         _error(problem)
     if problems:
         return 1
-    return _inspect_shards(files, args.limit, out)
+    return _inspect_shards(sources, args.limit, out)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .distinct import add_numbers, add_texts, compact_theta, theta_candidates, theta_union
 from .entries import feature_entry
-from .frequent import FrequentValues
+from .frequent import FrequentValues, bounded_texts
 from .histogram import ValueHistogram, counted_keys
 from .plan import KINDS, order_free
 from .sums import exact_float_sums, exact_int_sums
@@ -140,10 +140,10 @@ class FeatureStatistics:
         counts = collections.Counter(values)
         # A batch's values are all text (the column path's raw strings) or
         # all bytes (converted again): one type test, not one per value.
-        texts = list(counts)
-        if type(texts[0]) is bytes:
-            texts = [value.decode("utf-8") for value in texts]
-            counts = dict(zip(texts, counts.values()))
+        # Long values are counted (and their distinct hashes taken) as a
+        # bounded key, never copied whole (`bounded_text`).
+        texts = bounded_texts(counts, max(map(len, counts)))
+        counts = dict(zip(texts, counts.values()))
         frequent = FrequentValues.of(counts)
         self.frequent = frequent if self.frequent is None else self.frequent.merge(frequent)
         self.theta = add_texts(self.theta, texts)

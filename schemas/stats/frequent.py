@@ -2,18 +2,61 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["FREQUENT_CAPACITY", "TOP_VALUES", "FrequentValues", "top_values"]
+__all__ = ["FREQUENT_CAPACITY", "MAX_VALUE_BYTES", "TOP_VALUES", "FrequentValues",
+           "bounded_text", "bounded_texts", "top_values"]
 
 # Top values of text: exact while a split holds at most this many distinct
 # values; above, counts carry bounds (FrequentValues).
 FREQUENT_CAPACITY = 1024
 # The top values stats.json lists per text or vocabulary feature.
 TOP_VALUES = 50
+# Text of at most this many UTF-8 bytes is counted (and listed) whole; a
+# longer value as `bounded_text`'s key, so a 200 MB field costs stats.json
+# and report.html about this much, not its size again (issue 41.9).
+MAX_VALUE_BYTES = 1024
+
+
+def bounded_text(value: "str | bytes") -> str:
+    """The text statistics count for a value (text, or its UTF-8 bytes):
+    the value itself when it is at most `MAX_VALUE_BYTES` bytes long, else
+    its first bytes (whole characters only), "…", its length and sha256:
+    ``"abc…… [209715200 bytes, sha256 <hex>]"``. That key is always longer
+    than `MAX_VALUE_BYTES` bytes, so it never equals a value kept whole,
+    and two long values share it only if their sha256 do."""
+    if isinstance(value, bytes):
+        raw = value
+        if len(raw) <= MAX_VALUE_BYTES:
+            return raw.decode("utf-8")
+    else:
+        if len(value) <= MAX_VALUE_BYTES // 4:  # 4 bytes a character at most
+            return value
+        raw = value.encode("utf-8", "surrogatepass")
+        if len(raw) <= MAX_VALUE_BYTES:
+            return value
+    # errors="ignore" drops only a character the cut split in two: the
+    # value is valid UTF-8 (it was decoded, or checked, before).
+    head = raw[:MAX_VALUE_BYTES].decode("utf-8", "ignore")
+    return f"{head}… [{len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}]"
+
+
+def bounded_texts(values: Iterable["str | bytes"], longest: int) -> list[str]:
+    """`bounded_text` of each value; `longest` (the largest len() among
+    them) spares ordinary text the call per value: text of at most
+    MAX_VALUE_BYTES // 4 characters is kept as it is."""
+    values = list(values)
+    if not values:
+        return []
+    if type(values[0]) is str and longest <= MAX_VALUE_BYTES // 4:
+        return values
+    if type(values[0]) is bytes and longest <= MAX_VALUE_BYTES:
+        return [value.decode("utf-8") for value in values]
+    return list(map(bounded_text, values))
 
 
 class FrequentValues:
