@@ -12,24 +12,13 @@ file system reads, e.g. ``gs://``). The spec follows the manifest: shape
 default value), ``[-1]`` or a feature that may be absent
 (``"required": false``) a `VarLenFeature`;
 ``string``/``bytes`` features are `tf.string`, ``float`` `tf.float32`.
-
-`dataset` reads each shard through `publish.held_manifest.checked_records`
-(TensorFlow's file system, our record reader): its size and sha256 are
-checked against the manifest read first as it streams, so a version an
-``--overwrite`` replaced while it was read raises "version replaced while
-reading" (`VersionReplaced`, surfaced by tf.data as the error's message)
-instead of mixing two builds.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import json
-from typing import Any, Iterator, Mapping
-
-from .pipelines.publish.held_manifest import checked_records, held_shards
-from .pipelines.publish.manifest import compression_from_label
+from typing import Any, Mapping
 
 __all__ = ["dataset", "feature_spec", "manifest"]
 
@@ -59,32 +48,6 @@ def manifest(path: str) -> dict:
     tf = _tf()
     with tf.io.gfile.GFile(f"{_version_dir(path)}/manifest.json", "r") as handle:
         return json.loads(handle.read())
-
-
-def _manifest_now(version_dir: str) -> bytes | None:
-    tf = _tf()
-    try:
-        with tf.io.gfile.GFile(f"{version_dir}/manifest.json", "rb") as handle:
-            return handle.read()
-    except tf.errors.NotFoundError:
-        return None
-
-
-def _open_shard(path: str):
-    tf = _tf()
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(path)
-    return tf.io.gfile.GFile(path, "rb")
-
-
-def _records(version_dir: str, info: Mapping[str, Any], split: str) -> Iterator[bytes]:
-    """The records of `split`, every shard checked against `info`, the
-    manifest read first (module docstring)."""
-    compression = compression_from_label(info["compression"])
-    read_manifest = functools.partial(_manifest_now, version_dir)
-    for held in held_shards(info, split, f"{version_dir}/{{}}".format):
-        yield from checked_records(functools.partial(_open_shard, held.display), held,
-                                   compression=compression, read_manifest=read_manifest)
 
 
 def _stored(spec: Mapping[str, Any], value: Any) -> Any:
@@ -124,9 +87,9 @@ def dataset(path: str, split: str, *, parse: bool = True):
     if split not in info["splits"]:
         raise ValueError(f"{version_dir} has no split {split!r}; its splits: "
                          f"{', '.join(info['splits'])}")
-    records = tf.data.Dataset.from_generator(
-        functools.partial(_records, version_dir, info, split),
-        output_signature=tf.TensorSpec(shape=[], dtype=tf.string))
+    files = [f"{version_dir}/{shard['file']}" for shard in info["splits"][split]["shards"]]
+    records = tf.data.TFRecordDataset(
+        files, compression_type="GZIP" if info["compression"] == "GZIP" else "")
     if not parse:
         return records
     spec = {name: _spec(tf, feature) for name, feature in info["features"].items()}
