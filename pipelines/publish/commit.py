@@ -38,7 +38,7 @@ import errno
 import os
 import shutil
 import sys
-from typing import Callable, Mapping
+from typing import Callable
 
 from ...transforms.files import sync_directory
 from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE,
@@ -46,8 +46,8 @@ from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, 
 from ...transforms.urls import redact_url
 from .errors import BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishedWithErrors
 from .lock import CommitLock
-from .output import Output, load_json, published_identity
-from .recovery import remove_version
+from .output import Output, latest_name, load_json, point_latest, published_identity
+from .recovery import copy_version, remove_version
 from .staging import Staging
 
 __all__ = ["check_still_publishable", "commit", "latest_is_behind",
@@ -199,7 +199,7 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
     out.remove(f"{final}/{MANIFEST_FILE}")
     for file in sorted(set(out.files(final)) - set(staged_files)):
         out.remove(f"{final}/{file}")
-    _copy_version(out, staging.directory, final, staged_files)
+    copy_version(out, staging.directory, final, staged_files)
     if held is not None:
         point_latest(out, staging.version)
         remove_version(out, held)
@@ -220,29 +220,9 @@ def _hold_for_latest(out: Output, staging: Staging) -> str | None:
         return None
     held = held_copy_name(staging.version, staging.build_id)
     source, target = out.path(staging.version), out.path(held)
-    _copy_version(out, source, target, out.files(source))
+    copy_version(out, source, target, out.files(source))
     point_latest(out, held)
     return held
-
-
-def _copy_version(out: Output, source: str, target: str, files: Mapping[str, int]) -> None:
-    """Copies a version's `files` (name -> size) from `source` to `target`
-    server-side: every file but the manifest, their sizes checked, then the
-    manifest, so the copy is a version only once it is complete."""
-    for file in sorted(files):
-        if file != MANIFEST_FILE:
-            out.fs.copy(f"{source}/{file}", f"{target}/{file}")
-    copied = out.files(target)
-    for file, size in files.items():
-        if file != MANIFEST_FILE and copied.get(file) != size:
-            raise BuildFailed(f"copying {file} to {out.display_of(target)} gave "
-                              f"{copied.get(file)} bytes instead of {size}; nothing was published")
-    out.fs.copy(f"{source}/{MANIFEST_FILE}", f"{target}/{MANIFEST_FILE}")
-
-
-def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
-    """Replaces ``<output>/LATEST`` by `version` (one atomic write)."""
-    out.write_atomic(out.path(LATEST_FILE), f"{version}\n".encode(), tmp=tmp)
 
 
 def write_latest(out: Output, staging: Staging) -> None:
@@ -321,8 +301,4 @@ def latest_is_behind(out: Output, version: str) -> bool:
 
 def read_latest(output_path: str) -> str | None:
     """The version named by ``<output>/LATEST``, or None if there is none."""
-    out = Output(output_path)
-    data = out.read_bytes(out.path(LATEST_FILE))
-    if data is None:
-        return None
-    return data.decode("utf-8", "replace").strip() or None
+    return latest_name(Output(output_path))
