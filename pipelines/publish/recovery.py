@@ -13,8 +13,13 @@ this host, heartbeat older than the limit) is deleted, owner files last,
 and commit locks whose lease ran out are removed; a running build is never
 touched. On object stores, where a commit copies files, a build killed
 inside its commit may have left its version without a manifest, or a held
-copy of the version it was replacing (`commit`): under the version's commit
-lock, the first is deleted and the second once LATEST names something else.
+copy of the version it was replacing (`commit`). Held copies are found by
+listing the output root, not from the staging record (a kill may leave a
+copy that no record names), and the version each stands for is read from
+its manifest. Under the version's commit lock: when the version has no
+manifest, a held copy is copied back to its name (manifest last), LATEST is
+moved from the copy to it, and the copy is deleted (`settle_version`);
+whatever is left at a version's name without a manifest is deleted.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from .output import Output, latest_name, load_json, point_latest, published_iden
 from .owners import BUILD_ID, being_born, owner_is_stale, read_owner
 from .versions import check_version_name
 
-__all__ = ["copy_version", "live_builds", "recover", "remove_version"]
+__all__ = ["copy_version", "live_builds", "recover", "remove_version", "settle_version"]
 
 _SUFFIXES = "|".join(re.escape(suffix) for suffix in STAGING_SUFFIXES)
 # <version>.<build_id>[<suffix>][<temporary tail>]: everything a build makes
@@ -198,7 +203,7 @@ def _held_copies(out: Output, running: set[str]) -> tuple[dict[str, list[str]], 
     return held, unpublished
 
 
-def _settle_version(out: Output, version: str, held: list[str]) -> None:
+def settle_version(out: Output, version: str, held: list[str]) -> None:
     """Under `version`'s commit lock: gives the version back its own name
     from a held copy when it is not published there (the copy LATEST names
     first, else the newest), moves LATEST from a held copy to the version,
@@ -212,7 +217,9 @@ def _settle_version(out: Output, version: str, held: list[str]) -> None:
     order = sorted(held, key=lambda name: _HELD.match(name)["id"], reverse=True)
     order.sort(key=lambda name: name != latest)
     for name in order:
-        if published_identity(out, version) is None:
+        # (a copy cut short has no manifest: it is only deleted)
+        if published_identity(out, version) is None and \
+                published_identity(out, name) is not None:
             out.remove(out.path(version), recursive=True)
             copy_version(out, out.path(name), out.path(version), out.files(out.path(name)))
         if latest_name(out) == name:
@@ -227,7 +234,7 @@ def _remove_what_dead_commits_left(out: Output, dead: set[tuple[str, str]], buil
                                    running: set[str]) -> set[tuple[str, str]]:
     """Object stores: under each version's commit lock, restores the
     versions that dead overwrites left under a held name (`_held_copies`,
-    `_settle_version`) and deletes what dead commits left without a
+    `settle_version`) and deletes what dead commits left without a
     manifest. Returns the dead builds whose staging may go; those of a
     version whose lock a live build holds stay for a later build."""
     held, unpublished = _held_copies(out, running | {build_id})
@@ -237,7 +244,7 @@ def _remove_what_dead_commits_left(out: Output, dead: set[tuple[str, str]], buil
         if not lock.try_acquire():
             continue
         try:
-            _settle_version(out, version, held.get(version, []))
+            settle_version(out, version, held.get(version, []))
         finally:
             lock.release()
         cleaned |= {key for key in dead if key[0] == version}

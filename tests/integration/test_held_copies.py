@@ -9,11 +9,14 @@ recovery that trusted it did. The next build's start (`begin_build`) must
 leave only published versions at the root, under their own names, with the
 version there whole (its old or its new content) and LATEST naming what it
 named before, or the version itself; a second overwrite then publishes.
+A commit that fails one request instead (EIO) leaves that state already,
+before any other build runs: it puts the held version back itself.
 `test_kill_object_store.py` does the same with real kill -9 on an S3 server.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 import uuid
@@ -30,7 +33,7 @@ from recordforge.transforms.layout import (LATEST_FILE, LOCK_SUFFIX, MANIFEST_FI
 # Versions up to 200 characters: held names cut a long version at 160, so
 # the version a held copy stands for is read from its manifest.
 VERSIONS = st.one_of(st.sampled_from(["1.0.0", "2026-11-28", "a.b_c+d=e-f"]),
-                     st.text("abc019.", min_size=150, max_size=200).map(lambda s: "v" + s)
+                     st.text("abc019.", min_size=150, max_size=199).map(lambda s: "v" + s)
                      .filter(lambda s: ".." not in s))
 CONTENTS = st.dictionaries(st.sampled_from(["train-00000-of-00002.tfrecord",
                                             "train-00001-of-00002.tfrecord",
@@ -44,12 +47,13 @@ class Killed(BaseException):
     """What a SIGKILL is to the build being simulated: nothing after it runs."""
 
 
-class DyingFilesystem:
-    """An fsspec filesystem whose every call from the `at`-th on raises
-    `Killed`, as a build killed there makes no more requests."""
+class FaultyFilesystem:
+    """An fsspec filesystem whose `at`-th call fails: with `Killed` and every
+    call after it too, as a build killed there makes no more requests, or
+    (`transient`) with one EIO, as a store that failed one request."""
 
-    def __init__(self, fs, at: int):
-        self._fs, self._left = fs, at
+    def __init__(self, fs, at: int, transient: bool):
+        self._fs, self._left, self._transient = fs, at, transient
 
     def __getattr__(self, name):
         value = getattr(self._fs, name)
@@ -57,9 +61,11 @@ class DyingFilesystem:
             return value
 
         def call(*args, **kwargs):
-            if self._left <= 0:
-                raise Killed(name)
             self._left -= 1
+            if self._left == -1 and self._transient:
+                raise OSError(errno.EIO, "injected", name)
+            if self._left < 0 and not self._transient:
+                raise Killed(name)
             return value(*args, **kwargs)
         return call
 
@@ -123,20 +129,21 @@ def _assert_only_published_versions(fs, root: str, version: str, latest_before: 
 
 @settings(max_examples=100, deadline=None)
 @given(version=VERSIONS, old=CONTENTS, new=CONTENTS, latest_state=LATEST_STATES,
-       kill_at=st.integers(min_value=0, max_value=80), forget_record=st.booleans())
-def test_overwrite_killed_at_any_request_leaves_only_published_versions(
-        version, old, new, latest_state, kill_at, forget_record):
+       kill_at=st.integers(min_value=0, max_value=80), killed=st.booleans(),
+       forget_record=st.booleans())
+def test_overwrite_killed_or_failing_at_any_request_leaves_only_published_versions(
+        version, old, new, latest_state, kill_at, killed, forget_record):
     fs = fsspec.filesystem("memory")
     root = f"/held-{uuid.uuid4().hex}"
     try:
-        _overwrite_killed_then_two_builds(fs, root, version, old, new, latest_state, kill_at,
-                                          forget_record)
+        _overwrite_cut_short_then_two_builds(fs, root, version, old, new, latest_state,
+                                             kill_at, killed, forget_record)
     finally:  # the memory store is one for the process: listing it grows with it
         fs.rm(root, recursive=True)
 
 
-def _overwrite_killed_then_two_builds(fs, root, version, old, new, latest_state, kill_at,
-                                      forget_record):
+def _overwrite_cut_short_then_two_builds(fs, root, version, old, new, latest_state, kill_at,
+                                         killed, forget_record):
     url = f"memory://{root}"
     _publish(fs, root, version, old, "old")
     _publish(fs, root, "0.9", {"x.tfrecord": b"x"}, "other")
@@ -148,13 +155,17 @@ def _overwrite_killed_then_two_builds(fs, root, version, old, new, latest_state,
     staging = begin_pipeline_build(url, version, overwrite=True)
     _stage(staging, new, "new")
     out = staging.out
-    out.fs = DyingFilesystem(fs, kill_at)
+    out.fs = FaultyFilesystem(fs, kill_at, transient=not killed)
     try:
         commit(out, staging)
         write_latest(out, staging)
         staging.close()
     except Killed:
         pass
+    except Exception:  # the build fails, and says so; what it left must be whole already
+        out.fs = fs
+        staging.abort()
+        _assert_only_published_versions(fs, root, version, latest_before, expected)
     out.fs = fs
     _die(out, staging)
     if forget_record:  # what a recovery that trusted the record left
