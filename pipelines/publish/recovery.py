@@ -222,7 +222,7 @@ def settle_version(out: Output, version: str, held: list[str]) -> None:
                 published_identity(out, name) is not None:
             out.remove(out.path(version), recursive=True)
             copy_version(out, out.path(name), out.path(version), out.files(out.path(name)))
-        if latest_name(out) == name:
+        if latest_name(out) == name and published_identity(out, version) is not None:
             point_latest(out, version)
         remove_version(out, name)
     if published_identity(out, version) is None and out.names(out.path(version)):
