@@ -24,6 +24,10 @@ renewed while it is held) and publishes only if the version's published
   unpublished rather than mixed), files the new version does not have are
   removed, every file is copied, sizes are checked, and ``manifest.json`` is
   copied last: the version becomes visible when its manifest is written.
+  When LATEST names the version, it is first copied to a held name and
+  LATEST pointed there (`_hold`). A commit that fails puts it back and
+  deletes what it left unpublished (`_undo_failed_copy`); one killed is
+  put back by the next build (`recovery`).
 
 `write_latest` then replaces ``LATEST`` (temporary name + rename locally,
 one put on object stores) by the published version's name; when it cannot,
@@ -38,7 +42,7 @@ import errno
 import os
 import shutil
 import sys
-from typing import Callable, Mapping
+from typing import Callable
 
 from ...transforms.files import sync_directory
 from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, MANIFEST_FILE,
@@ -46,8 +50,8 @@ from ...transforms.layout import (ASIDE_SUFFIX, LATEST_FILE, LATEST_TMP_SUFFIX, 
 from ...transforms.urls import redact_url
 from .errors import BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishedWithErrors
 from .lock import CommitLock
-from .output import Output, load_json, published_identity
-from .recovery import remove_version
+from .output import Output, latest_name, load_json, point_latest, published_identity
+from .recovery import copy_version, remove_version, settle_version
 from .staging import Staging
 
 __all__ = ["check_still_publishable", "commit", "latest_is_behind",
@@ -193,56 +197,64 @@ def _undo_unsynced(out: Output, staging: Staging, undo: Callable[[], None],
 def _commit_by_copy(out: Output, staging: Staging) -> None:
     final = out.path(staging.version)
     staged_files = out.files(staging.directory)
-    held = _hold_for_latest(out, staging)
-    # Unpublish first: while files are replaced, readers must not trust the
-    # old manifest's checksums against new bytes.
-    out.remove(f"{final}/{MANIFEST_FILE}")
-    for file in sorted(set(out.files(final)) - set(staged_files)):
-        out.remove(f"{final}/{file}")
-    _copy_version(out, staging.directory, final, staged_files)
-    if held is not None:
-        point_latest(out, staging.version)
-        remove_version(out, held)
+    held = _held_name(out, staging)
+    try:
+        if held is not None:
+            _hold(out, staging.version, held)
+        # Unpublish first: while files are replaced, readers must not trust
+        # the old manifest's checksums against new bytes.
+        out.remove(f"{final}/{MANIFEST_FILE}")
+        for file in sorted(set(out.files(final)) - set(staged_files)):
+            out.remove(f"{final}/{file}")
+        copy_version(out, staging.directory, final, staged_files)
+        if held is not None:
+            point_latest(out, staging.version)
+            remove_version(out, held)
+    except Exception as error:
+        _undo_failed_copy(out, staging, held, error)
+        raise
     out.remove(staging.directory, recursive=True)
 
 
-def _hold_for_latest(out: Output, staging: Staging) -> str | None:
-    """When LATEST names the published version this commit replaces, copies
-    that version whole (server-side, manifest last) to its held name
-    (`layout.held_copy_name`) and points LATEST there, so readers of LATEST
-    keep a complete version while the files at the version's own name are
-    replaced. Returns the held name, or None when LATEST names something
-    else. A commit that fails or is killed after this leaves LATEST naming
-    the held copy: the previous version, complete; `recovery` deletes held
-    copies once LATEST has moved on."""
+def _undo_failed_copy(out: Output, staging: Staging, held: str | None,
+                      error: Exception) -> None:
+    """The commit failed: leaves only published versions, as `recovery`
+    does after a killed one (`recovery.settle_version`): the held copy (if
+    any) back at the version's own name when the version is not published
+    there, LATEST back to it, the copy deleted, and an unpublished version's
+    files deleted. Says what is left when that fails too."""
+    try:
+        settle_version(out, staging.version, [] if held is None else [held])
+    except (OSError, BuildFailed) as cleanup_error:
+        raise BuildFailed(
+            f"replacing {out.display_of(out.path(staging.version))} failed "
+            f"({type(error).__name__}: {redact_url(str(error))}) and cleaning up after it "
+            f"failed too ({type(cleanup_error).__name__}: {redact_url(str(cleanup_error))}); "
+            f"readers of {LATEST_FILE} still find a complete version, and the next build of "
+            f"any version under {out.display} puts {staging.version!r} back under its own "
+            "name or removes what is there unpublished; nothing was published") from error
+
+
+def _held_name(out: Output, staging: Staging) -> str | None:
+    """Where the commit holds the version it replaces (`_hold`): its held
+    name (`layout.held_copy_name`) when LATEST names that published
+    version, else None (nothing is held)."""
     if read_latest(out.url) != staging.version or \
             published_identity(out, staging.version) is None:
         return None
-    held = held_copy_name(staging.version, staging.build_id)
-    source, target = out.path(staging.version), out.path(held)
-    _copy_version(out, source, target, out.files(source))
+    return held_copy_name(staging.version, staging.build_id)
+
+
+def _hold(out: Output, version: str, held: str) -> None:
+    """Copies the published `version` whole (server-side, manifest last) to
+    `held` and points LATEST there, so readers of LATEST keep a complete
+    version while the files at the version's own name are replaced. A
+    commit killed after this leaves LATEST naming the held copy: the
+    previous version, complete; `recovery` puts it back under its own name
+    and deletes the copy."""
+    source = out.path(version)
+    copy_version(out, source, out.path(held), out.files(source))
     point_latest(out, held)
-    return held
-
-
-def _copy_version(out: Output, source: str, target: str, files: Mapping[str, int]) -> None:
-    """Copies a version's `files` (name -> size) from `source` to `target`
-    server-side: every file but the manifest, their sizes checked, then the
-    manifest, so the copy is a version only once it is complete."""
-    for file in sorted(files):
-        if file != MANIFEST_FILE:
-            out.fs.copy(f"{source}/{file}", f"{target}/{file}")
-    copied = out.files(target)
-    for file, size in files.items():
-        if file != MANIFEST_FILE and copied.get(file) != size:
-            raise BuildFailed(f"copying {file} to {out.display_of(target)} gave "
-                              f"{copied.get(file)} bytes instead of {size}; nothing was published")
-    out.fs.copy(f"{source}/{MANIFEST_FILE}", f"{target}/{MANIFEST_FILE}")
-
-
-def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
-    """Replaces ``<output>/LATEST`` by `version` (one atomic write)."""
-    out.write_atomic(out.path(LATEST_FILE), f"{version}\n".encode(), tmp=tmp)
 
 
 def write_latest(out: Output, staging: Staging) -> None:
@@ -321,8 +333,4 @@ def latest_is_behind(out: Output, version: str) -> bool:
 
 def read_latest(output_path: str) -> str | None:
     """The version named by ``<output>/LATEST``, or None if there is none."""
-    out = Output(output_path)
-    data = out.read_bytes(out.path(LATEST_FILE))
-    if data is None:
-        return None
-    return data.decode("utf-8", "replace").strip() or None
+    return latest_name(Output(output_path))

@@ -21,10 +21,10 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ...transforms.files import write_atomic
-from ...transforms.layout import MANIFEST_FILE
+from ...transforms.layout import LATEST_FILE, MANIFEST_FILE
 from ...transforms.urls import redact_url
 
-__all__ = ["Output", "load_json", "published_identity"]
+__all__ = ["Output", "latest_name", "load_json", "point_latest", "published_identity"]
 
 
 class Output:
@@ -105,6 +105,19 @@ def published_identity(out: Output, version: str) -> str | None:
     the start of the build to detect a concurrent publisher."""
     data = out.read_bytes(out.path(version, MANIFEST_FILE))
     return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def latest_name(out: Output) -> str | None:
+    """The version ``<output>/LATEST`` names, or None if there is none."""
+    data = out.read_bytes(out.path(LATEST_FILE))
+    if data is None:
+        return None
+    return data.decode("utf-8", "replace").strip() or None
+
+
+def point_latest(out: Output, version: str, tmp: str | None = None) -> None:
+    """Replaces ``<output>/LATEST`` by `version` (one atomic write)."""
+    out.write_atomic(out.path(LATEST_FILE), f"{version}\n".encode(), tmp=tmp)
 
 
 def load_json(data: bytes | None) -> Any:

@@ -25,6 +25,8 @@ import time
 import fsspec
 import pytest
 
+from recordforge.transforms.layout import RESULT_FILE
+
 pytestmark = pytest.mark.slow
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -119,8 +121,7 @@ def _published(support, root: str) -> tuple[str, dict[str, str]]:
 def _commit_window(requests: list[tuple[str, str]], root: str) -> tuple[int, int]:
     """(first, last) request index of the commit in an uninterrupted run:
     from the lock's creation to LATEST's put."""
-    lock = next(i for i, (kind, url) in enumerate(requests)
-                if kind == "PutObject" and url.split("?")[0].endswith(".commit.lock"))
+    lock = _lock_put(requests)
     latest = max(i for i, (kind, url) in enumerate(requests)
                  if kind == "PutObject" and url.split("?")[0].endswith(f"{root}/LATEST"))
     return lock, latest
@@ -206,3 +207,100 @@ def test_kill_9_never_leaves_latest_without_a_complete_version(mode, moto, conte
     assert got == contents[1 if OTHER[1] in last_args else 0]
     if mode == "new_version":
         assert latest == f"1.0.{len(moments) + 2}"
+
+
+# The sweep below builds once per request point of a commit; past this many
+# points it samples them (fixed seed, SEED) to stay within a few minutes.
+SWEEP_LIMIT = int(os.environ.get("RECORDFORGE_SWEEP_LIMIT", "12"))
+
+
+def _put(requests: list[tuple[str, str]], tail: str, after: int = 0) -> int | None:
+    """Index of the first put of an object whose key ends with `tail`
+    among `requests[after:]`, if there."""
+    return next((i for i, (kind, url) in enumerate(requests) if i >= after
+                 and kind == "PutObject" and url.split("?")[0].endswith(tail)), None)
+
+
+def _lock_put(requests: list[tuple[str, str]]) -> int | None:
+    """Index of the commit lock's creation for the commit among `requests`,
+    if there: the first after the pipeline's result file (recovery at the
+    start of a build takes commit locks too)."""
+    result = _put(requests, RESULT_FILE)
+    return None if result is None else _put(requests, ".commit.lock", result)
+
+
+def _kill_in_commit(server, process: subprocess.Popen, mark: int, j: int) -> bool:
+    """SIGKILLs the build's process group once its commit (from the commit
+    lock's creation) has made `j` requests: counted from the commit, not the
+    build's start, since recovering what an earlier kill left adds requests
+    before it. False if the build finished first."""
+    start = None
+    while start is None:
+        if process.poll() is not None:
+            return False
+        start = _lock_put(server.requests_since(mark))
+        time.sleep(0.005)
+    return _kill_after(server, process, mark, start + j)
+
+
+def _only_published_versions(root: str) -> str:
+    """Checks the output root as the store holds it: every entry but LATEST
+    and .staging is a version published under its own name (a manifest
+    whose version is the entry's name), and LATEST names one of them.
+    Returns what LATEST names."""
+    fs = _fresh_s3()
+    versions = []
+    for entry in fs.ls(root, detail=False):
+        name = entry.rsplit("/", 1)[-1]
+        if name in ("LATEST", ".staging"):
+            continue
+        assert fs.exists(f"{entry}/manifest.json"), f"{name} has no manifest.json"
+        manifest = json.loads(fs.cat_file(f"{entry}/manifest.json"))
+        assert manifest.get("version") == name, \
+            f"{name} holds version {manifest.get('version')!r}, not under its own name"
+        versions.append(name)
+    latest = fs.cat_file(f"{root}/LATEST").decode().strip()
+    assert latest in versions, f"LATEST names {latest!r}, not one of {versions}"
+    return latest
+
+
+def test_overwrite_killed_at_every_commit_request_then_two_builds(moto, contents, support,
+                                                                  capsys):
+    """kill -9 at each request of an --overwrite commit in turn (each next
+    build starts by recovering what the last one left), then two builds:
+    only published versions remain, under their own names, LATEST naming
+    the version, and nothing is left in .staging."""
+    moto.create_bucket("kill-sweep")
+    root = "kill-sweep/flowers"
+    output = f"s3://{root}"
+    env = support.base_env(**moto.env)
+    support.run_recordforge("build", FLOWERS, "--output", output, env=env)
+
+    def args(trial: int) -> list[str]:  # alternate contents, one version
+        return ["--output", output, "--overwrite", *(OTHER if trial % 2 == 0 else [])]
+
+    mark = moto.mark()
+    reference = _start(support, env, *args(0))
+    assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()[-3000:]
+    requests = moto.requests_since(mark)
+    first, last = _commit_window(requests, root)
+    points = list(range(1, last - first + 2))  # requests of the commit, counted from the lock's
+    if len(points) > SWEEP_LIMIT:
+        points = sorted(random.Random(f"{SEED}-sweep").sample(points, SWEEP_LIMIT))
+    killed = []
+    for trial, k in enumerate(points, start=1):
+        mark = moto.mark()
+        process = _start(support, env, *args(trial))
+        if _kill_in_commit(moto, process, mark, k):
+            killed.append(k)
+        else:
+            assert process.returncode == 0, process.stderr.read().decode()[-3000:]
+    for trial in (len(points) + 1, len(points) + 2):
+        support.run_recordforge("build", FLOWERS, *args(trial), env=env)
+    with capsys.disabled():
+        print(f"\nkill -9 sweep: commit at requests {first + 1}-{last + 1} of "
+              f"{len(requests)}; killed at commit requests {killed} of {last - first + 1}")
+    assert killed, "no build was killed inside its commit"
+    assert _only_published_versions(root) == "1.0.0"
+    assert _fresh_s3().find(f"{root}/.staging") == []
+    assert _published(support, root)[1] == contents[0 if (len(points) + 2) % 2 else 1]
