@@ -237,7 +237,7 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
     (a dataset with a label), the columns seen (optional or defaulted
     features), statistics (``validation.statistics``). Off, a part gets no
     step at all (`write_result` reads its absence as empty, which is what
-    it would have gathered): MergeStatistics alone is five runner stages."""
+    it would have gathered): MergeStatistics alone is four runner stages."""
     parts = []
     if _label_counting(config, vocabularies) is not None:
         # ((split, label, examples), ...) per batch
@@ -247,9 +247,11 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
         # (column name, ...) for the check that every feature's column was seen
         parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"))
     if config.validation.statistics:
-        # (split, feature, stats.json entry) per key
-        parts.append(converted.statistics | "MergeStatistics" >> MergeStatistics()
-                     | "TagStatistics" >> beam.Map(with_tag, "statistics"))
+        # (split, feature, stats.json entry) per key, in two parts that go
+        # to the result's Flatten unflattened (a Flatten is a stage)
+        merged = converted.statistics | "MergeStatistics" >> MergeStatistics(gathered=False)
+        parts += [entries | f"TagStatistics[{index}]" >> beam.Map(with_tag, "statistics")
+                  for index, entries in enumerate(merged)]
     return parts
 
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (the stages of reading, converting, the shard writer, dead letters and the
 # result), and what each feature adds at most.
 BASE_STAGES = {"csv": 17, "images": 16}
-STATISTICS_STAGES = 5
+STATISTICS_STAGES = 4
 
 
 def _config(source: str, statistics: bool, label: bool, optional: bool) -> dict:
