@@ -29,7 +29,7 @@ from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
-from ..transforms.to_examples import LabelCounting, RowsToExamples
+from ..transforms.to_examples import ConvertedRows, LabelCounting, RowsToExamples
 
 __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies", "stage_build",
            "watched_columns", "write_result"]
@@ -159,7 +159,8 @@ def _conversion_options(config: DatasetConfig, vocabularies: Mapping[str, Sequen
 def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *,
                 staging_url: str, vocabularies: Mapping[str, Sequence[str]],
                 input_bytes: int | None = None,
-                key_bounds: Sequence[bytes] | None = None) -> StagedBuild:
+                key_bounds: Sequence[bytes] | None = None,
+                gather_dead_letters: bool = False) -> StagedBuild:
     """Wires checks, encoding, shards and dead letters after a source.
 
     `source` is what a source gives (`transforms.sources.ReadOutputs`: row
@@ -171,7 +172,8 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     sizes the shard writer's sort buckets (`ShardTuning.for_input`; never
     the bytes it writes). key_bounds: bucket bounds sampled before the run
     (`key_sample.sample_bucket_bounds`; `WriteShards`), which never change
-    the bytes either.
+    the bytes either. gather_dead_letters: give every dead-letter record
+    as `StagedBuild.dead_letter` (else None).
     """
     output = config.output
     if isinstance(source, CachedConversion):
@@ -194,27 +196,22 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}",
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages
-    read_failures = read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key)
-    all_dead = (read_failures, converted.dead_letter) | "AllDeadLetters" >> beam.Flatten()
-    # one {"num_rows", "by_reason", "files", "samples"}
-    dead_letter = all_dead | "WriteDeadLetters" >> WriteDeadLetters(
+    dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),
+                  converted.dead_letter)
+    # One {"num_rows", "by_reason", "files", "samples"}; the sink takes the
+    # parts unflattened: every multi-input Flatten is a stage of its own on
+    # Beam's portable runners, and the sink flattens them once anyway.
+    dead_letter = dead_parts | "WriteDeadLetters" >> WriteDeadLetters(
         f"{staging_url}/{DEAD_LETTER_DIR}")
-    # (source file, rows read) -> ("rows_read", n)
-    rows_read = source.counts | "RowsRead" >> beam.Map(
-        lambda file_and_count: ("rows_read", file_and_count[1]))
     # Everything the driver needs is gathered by one GroupByKey, not side
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so the step applied to this result
     # also keeps every branch in the graph that runs.
     parts = [shards | "TagShards" >> beam.Map(with_tag, "shard"),
              dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
-             converted.label_counts | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"),
-             # (column name, ...) for the check that every feature's column was seen
-             columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"),
-             # (split, feature, stats.json entry) per key
-             converted.statistics | "MergeStatistics" >> MergeStatistics()
-             | "TagStatistics" >> beam.Map(with_tag, "statistics"),
-             rows_read]
+             # (source file, rows read) -> ("rows_read", n)
+             source.counts | "RowsRead" >> beam.Map(_rows_read)]
+    parts += _optional_parts(converted, columns_seen, config, vocabularies)
     if cache_use is not None:
         # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
         parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
@@ -224,7 +221,38 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
               | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
               # (None, [(kind, value), ...])
               | "Group" >> beam.GroupByKey())
+    # Only WriteDataset hands every dead letter to its user; a build's own
+    # graph would pay a stage for a Flatten nobody reads.
+    all_dead = (dead_parts | "AllDeadLetters" >> beam.Flatten()) if gather_dead_letters else None
     return StagedBuild(result, all_dead)
+
+
+def _rows_read(file_and_count: tuple[str, int]) -> tuple[str, int]:
+    return "rows_read", file_and_count[1]
+
+
+def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: beam.PCollection,
+                    config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]) -> list:
+    """The result's parts of features the config may turn off: label counts
+    (a dataset with a label), the columns seen (optional or defaulted
+    features), statistics (``validation.statistics``). Off, a part gets no
+    step at all (`write_result` reads its absence as empty, which is what
+    it would have gathered): MergeStatistics alone is four runner stages."""
+    parts = []
+    if _label_counting(config, vocabularies) is not None:
+        # ((split, label, examples), ...) per batch
+        parts.append(converted.label_counts
+                     | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"))
+    if watched_columns(config):
+        # (column name, ...) for the check that every feature's column was seen
+        parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"))
+    if config.validation.statistics:
+        # (split, feature, stats.json entry) per key, in two parts that go
+        # to the result's Flatten unflattened (a Flatten is a stage)
+        merged = converted.statistics | "MergeStatistics" >> MergeStatistics(gathered=False)
+        parts += [entries | f"TagStatistics[{index}]" >> beam.Map(with_tag, "statistics")
+                  for index, entries in enumerate(merged)]
+    return parts
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,

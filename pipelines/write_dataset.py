@@ -235,7 +235,8 @@ class WriteDataset(beam.PTransform):
                 key_bounds = bounds_of_rows(config, vocabularies, self._key_sample,
                                             ShardTuning.for_input(None))
             staged = stage_build(source, config, staging_url=staging.url,
-                                 vocabularies=vocabularies, key_bounds=key_bounds)
+                                 vocabularies=vocabularies, key_bounds=key_bounds,
+                                 gather_dead_letters=True)
             job = _Publish(
                 staging=staging.ref, name=config.name, compression=config.output.compression,
                 features=manifest_features(config.features,

@@ -141,14 +141,18 @@ def summarize(entries: list[tuple[tuple, str, int | None]], files: list[str]) ->
             "uncounted": uncounted, "files": files, "samples": dict(sorted(samples.items()))}
 
 
-def _key_all(entry):
-    return None, entry
+def _keyed_entry(record: dict) -> tuple[None, tuple[tuple, str, int | None]]:
+    """A record as its entry under the one key of the group: converting and
+    keying in one step spares the graph a ParDo per input."""
+    return None, _to_entry(record)
 
 
 class WriteDeadLetters(beam.PTransform):
     """Writes dead-letter records as JSON lines.
 
-    Takes: dead-letter dicts (`schemas.dead_letters.dead_letter`).
+    Takes: dead-letter dicts (`schemas.dead_letters.dead_letter`): one
+      PCollection, or a tuple of them (flattened here, once, with the
+      marker: each multi-input Flatten is a runner stage of its own).
     Writes: ``<directory>/part-00000.jsonl`` ...: every record sorted by
       `sort_key`, `records_per_file` per file (the last one fewer). No files
       when there are no dead letters.
@@ -166,15 +170,15 @@ class WriteDeadLetters(beam.PTransform):
         self._records_per_file = records_per_file
 
     def expand(self, records):
-        # (sort key, JSON line, rows it stands for)
-        entries = records | "ToLines" >> beam.Map(_to_entry)
+        parts = records if isinstance(records, tuple) else (records,)
+        # (None, (sort key, JSON line, rows it stands for)) per part
+        entries = [part | (f"ToLines[{index}]" if index else "ToLines") >> beam.Map(_keyed_entry)
+                   for index, part in enumerate(parts)]
         # One marker, so the group below exists (and a summary comes out) even
         # without dead letters; no side input or global combine is needed.
-        marker = records.pipeline | "Marker" >> beam.Create([_MARKER])
-        return ((entries, marker)
+        marker = parts[0].pipeline | "Marker" >> beam.Create([(None, _MARKER)])
+        return ((*entries, marker)
                 | "WithMarker" >> beam.Flatten()
-                # (None, (sort key, line, rows))
-                | "KeyAll" >> beam.Map(_key_all)
                 # (None, [(sort key, line, rows)])
                 | "GroupAll" >> beam.GroupByKey()
                 # one summary dict

@@ -170,7 +170,16 @@ class _MergeInOrder(beam.PTransform):
 class MergeStatistics(beam.PTransform):
     """Takes ``((split, feature), FeatureStatistics)`` per batch; gives one
     ``(split, feature, stats.json entry)`` per key, the same whatever the
-    runner, its workers and bundles, and the order of the partials."""
+    runner, its workers and bundles, and the order of the partials.
+
+    gathered=False gives the entries as a tuple of PCollections (the
+    order-free keys', the ordered keys') for a consumer that flattens them
+    with other inputs anyway: a Flatten of its own here would be one more
+    runner stage."""
+
+    def __init__(self, gathered: bool = True):
+        super().__init__()
+        self._gathered = gathered
 
     def expand(self, partials):
         # ((split, feature), FeatureStatistics), one per key
@@ -180,6 +189,10 @@ class MergeStatistics(beam.PTransform):
         ordered = (partials
                    | "Ordered" >> beam.Filter(_ordered)
                    | "MergeInOrder" >> _MergeInOrder())
+        if not self._gathered:
+            # (split, feature, entry dict) per key, in two parts
+            return (order_free | "ToJson" >> beam.Map(_entry),
+                    ordered | "OrderedToJson" >> beam.Map(_entry))
         return ((order_free, ordered)
                 | "AllMerged" >> beam.Flatten()
                 # (split, feature, entry dict)

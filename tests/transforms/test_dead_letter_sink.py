@@ -7,6 +7,7 @@ import random
 import apache_beam as beam
 import fsspec
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -226,3 +227,33 @@ def test_rows_to_dead_letters_on_the_dask_runner(tmp_path):
     assert summary["files"] == ["dead_letter/part-00000.jsonl", "dead_letter/part-00001.jsonl"]
     lines = written_lines(tmp_path / "dead_letter")
     assert [json.loads(line)["row"] for line in lines] == [3, 13, 23, 33]
+
+
+def _run_parts(parts, directory, summary_path):
+    """The sink fed `parts` (lists of records) as a tuple of PCollections."""
+    with TestPipeline() as pipeline:
+        pcolls = tuple(pipeline | f"Part{index}" >> beam.Create(part)
+                       for index, part in enumerate(parts))
+        summary = pcolls | "Sink" >> WriteDeadLetters(str(directory), 2)
+        summary | "Save" >> beam.Map(_save_summary, str(summary_path))
+    with open(summary_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, len(RECORDS)), min_size=1, max_size=3))
+def test_parts_given_as_a_tuple_write_what_one_collection_writes(tmp_path_factory, cuts):
+    """The build hands the sink its dead letters of reading and checking
+    unflattened (a Flatten is a runner stage of its own): any split of the
+    records into parts, some empty, writes the same files and summary."""
+    bounds = [0, *sorted(cuts), len(RECORDS)]
+    parts = [RECORDS[start:end] for start, end in zip(bounds, bounds[1:])]
+    whole_dir, parts_dir = tmp_path_factory.mktemp("whole"), tmp_path_factory.mktemp("parts")
+    whole = run_sink(RECORDS, whole_dir / "dead_letter", records_per_file=2,
+                     summary_path=whole_dir / "summary.json")
+    split = _run_parts(parts, parts_dir / "dead_letter", parts_dir / "summary.json")
+    assert split == whole
+    assert sorted(os.listdir(parts_dir / "dead_letter")) == \
+        sorted(os.listdir(whole_dir / "dead_letter"))
+    assert written_lines(parts_dir / "dead_letter") == written_lines(whole_dir / "dead_letter")

@@ -1,0 +1,83 @@
+"""The fixed cost of a build's graph: runner stages and steps only for the features that are on.
+
+Every multi-input Flatten and every GroupByKey is a stage of its own on
+Beam's portable runners (~10 ms each on a small build, and every ParDo
+costs its construction and setup), so the graph of a small build is kept
+to what it uses: no statistics steps with ``validation.statistics: false``,
+no label counting without a label, no column watch without optional
+features, and dead letters flattened once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from recordforge.pipelines.config import config_from_dict
+from recordforge.pipelines.graph import build_pipeline, known_vocabularies
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The runner stages of a build with every optional feature off, per source
+# (the stages of reading, converting, the shard writer, dead letters and the
+# result), and what each feature adds at most.
+BASE_STAGES = {"csv": 17, "images": 16}
+STATISTICS_STAGES = 4
+
+
+def _config(source: str, statistics: bool, label: bool, optional: bool) -> dict:
+    if source == "csv":
+        features = {"flight_id": {"type": "int64", "min": 0},
+                    "origin": {"type": "string", "max_bytes": 3}}
+        if label:
+            features["carrier_id"] = {"type": "int64", "from": "carrier",
+                                      "vocabulary": ["AF", "BA", "DL", "KL", "LH", "UA"]}
+        if optional:
+            features["dep_delay_min"] = {"type": "float", "shape": [-1], "required": False}
+        data = {"source": {"type": "csv", "path": str(REPO / "examples/tables/flights.csv")},
+                "key": "flight_id"}
+    else:
+        features = {"image/encoded": {"type": "bytes", "from": "image"}}
+        if label:
+            features["label"] = {"type": "int64", "from": "label", "vocabulary": "auto"}
+        if optional:
+            features["note"] = {"type": "string", "from": "path", "default": ""}
+        data = {"source": {"type": "images", "path": str(REPO / "examples/flowers"),
+                           "labels": "directory"}}
+    return {"name": "cost", "version": "v1", **data, "features": features,
+            "output": {"path": "/nonexistent/out"},
+            "validation": {"statistics": statistics}}
+
+
+def _graph(raw: dict) -> tuple[list[str], int]:
+    """The unique names of the build's transforms and its runner stages."""
+    config = config_from_dict(raw)
+    pipeline = beam.Pipeline(options=PipelineOptions([]))
+    build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
+                   vocabularies=known_vocabularies(config))
+    proto = pipeline.to_runner_api()
+    names = [t.unique_name for t in proto.components.transforms.values()]
+    _, stages = FnApiRunner().create_stages(proto)
+    return names, len(stages)
+
+
+def _has(names: list[str], step: str) -> bool:
+    return any(name == step or name.startswith(f"{step}/") for name in names)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=st.sampled_from(["csv", "images"]), statistics=st.booleans(),
+       label=st.booleans(), optional=st.booleans())
+def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics, label,
+                                                             optional):
+    names, stages = _graph(_config(source, statistics, label, optional))
+    assert _has(names, "MergeStatistics") == statistics
+    assert _has(names, "TagLabelCounts") == label
+    assert _has(names, "TagColumnsSeen") == optional
+    # A build's own graph hands the dead letters to the sink unflattened.
+    assert not _has(names, "AllDeadLetters")
+    assert stages <= BASE_STAGES[source] + STATISTICS_STAGES * statistics, names
