@@ -40,7 +40,7 @@ from .errors import BuildFailed
 from .output import Output, load_json
 
 __all__ = ["check_accounting", "check_error_budget", "check_some_examples",
-           "read_pipeline_result"]
+           "read_pipeline_result", "reason_lines", "top_reasons"]
 
 _TOP_REASONS = 5
 _MAX_SAMPLE_CHARS = 240
@@ -132,7 +132,7 @@ def _format_sample(record: Any) -> str:
     return redact_url(text if len(text) <= _MAX_SAMPLE_CHARS else text[:_MAX_SAMPLE_CHARS] + "…")
 
 
-def _top_reasons(dead: Mapping) -> list[tuple[str, int, Any]]:
+def top_reasons(dead: Mapping) -> list[tuple[str, int, Any]]:
     samples = dead.get("samples") or {}
     ranked = sorted(dead.get("by_reason", {}).items(), key=lambda item: (-item[1], item[0]))
     return [(reason, count, samples.get(reason)) for reason, count in ranked[:_TOP_REASONS]]
@@ -155,7 +155,7 @@ def check_error_budget(result: dict, max_error_rate: float | None,
     if not limits and not (uncounted and not unbounded):
         return
     rate = failed / rows if rows else 1.0
-    reasons = _top_reasons(dead)
+    reasons = top_reasons(dead)
     if limits:
         lines = [f"build failed: {failed} of {rows} input rows ({rate:.2%}) failed, above the "
                  f"error budget {' and '.join(limits)}; nothing was published"]
@@ -163,13 +163,14 @@ def check_error_budget(result: dict, max_error_rate: float | None,
         lines = [f"build failed: {uncounted} input file(s), or the rest of them, could not "
                  "be read, so how many rows were lost is unknown and the error budget cannot "
                  "be met; nothing was published (their dead letters say \"rows\": null)"]
-    raise BuildFailed("\n".join(lines + _reason_lines(reasons)), reasons=reasons)
+    raise BuildFailed("\n".join(lines + ["top reasons:"] + reason_lines(reasons)), reasons=reasons)
 
 
-def _reason_lines(reasons: list[tuple[str, int, Any]]) -> list[str]:
-    lines = ["top reasons:"]
+def reason_lines(reasons: list[tuple[str, int, Any]], indent: str = "  ") -> list[str]:
+    """One line per `top_reasons` entry: the reason, its rows and a sample."""
+    lines = []
     for reason, count, sample in reasons:
-        line = f"  {reason}: {count} rows"
+        line = f"{indent}{reason}: {count} rows"
         example = _format_sample(sample)
         lines.append(f"{line}, e.g. {example}" if example else line)
     return lines
@@ -188,7 +189,7 @@ def check_some_examples(result: dict) -> None:
     uncounted = dead.get("uncounted", 0)
     unknown = (f", {uncounted} of them for input file(s) that could not be read (how many "
                "rows those held is unknown)" if uncounted else "")
-    reasons = _top_reasons(dead)
+    reasons = top_reasons(dead)
     lines = [f"build failed: every input row failed ({dead['num_rows']} of {rows} rows are "
              f"dead letters{unknown}), so every split is empty; nothing was published"]
-    raise BuildFailed("\n".join(lines + _reason_lines(reasons)), reasons=reasons)
+    raise BuildFailed("\n".join(lines + ["top reasons:"] + reason_lines(reasons)), reasons=reasons)

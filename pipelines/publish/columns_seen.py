@@ -16,7 +16,7 @@ import difflib
 
 from ...schemas.features import nested_path_hint
 # (the error budget's own summary of the dead letters, reused)
-from .budget import _format_sample, _top_reasons
+from .budget import reason_lines, top_reasons
 from .errors import BuildFailed
 
 __all__ = ["check_columns_seen"]
@@ -53,11 +53,8 @@ def _why_no_row(result: dict) -> str:
     """Says that no row was read at all, with the dead letters' top reasons
     and a sample each (a JSON file holding one object, not an array; a file
     that is not UTF-8 ...): the missing columns only follow from them."""
-    reasons = _top_reasons(result.get("dead_letter") or {})
+    reasons = top_reasons(result.get("dead_letter") or {})
     if not reasons:
         return "  no row was read"
-    lines = ["  no row was read: every input was a dead letter; top reasons:"]
-    for reason, count, sample in reasons:
-        example = _format_sample(sample)
-        lines.append(f"    {reason}: {count} rows" + (f", e.g. {example}" if example else ""))
-    return "\n".join(lines)
+    return "\n".join(["  no row was read: every input was a dead letter; top reasons:",
+                      *reason_lines(reasons, indent="    ")])
