@@ -1,0 +1,138 @@
+"""A split's records read from its shards: streamed in order, or one at a time by index.
+
+Every record's two CRCs are checked before it is handed out, so damage
+raises and never yields wrong bytes. Shards are checked against the
+manifest (`held_manifest`) by one of two rules:
+
+* streamed (`stream_records`): the shard's size is checked before its first
+  record, and its sha256 as it streams; a reader whose range ends inside a
+  shard reads on to the shard's end (records skipped unparsed) so the hash
+  covers it. A shard replaced by another build of the same size raises
+  `VersionReplaced` at its end.
+* random access (`RandomAccess`): the shard's size and its index file (size
+  and sha256, `index_files`) are checked when the shard is first opened,
+  and every record read must span exactly the bytes its index line gives.
+  The shard's own sha256 is not computed (that would read every shard whole
+  before the first record); `recordforge verify` checks it.
+
+Memory: one record at a time, plus the offsets of at most `OPEN_SHARDS`
+shards (8 bytes a record) and as many open file handles.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections import OrderedDict
+from typing import Iterator
+
+from ...transforms.layout import MANIFEST_FILE
+from ...transforms.tfrecord import TFRecordError, iter_records
+from ..publish.held_manifest import DatasetCorrupt, checked_records
+from .index_files import load_offsets
+from .version import LoaderShard, OpenedVersion
+
+__all__ = ["OPEN_SHARDS", "RandomAccess", "check_size", "stream_records"]
+
+OPEN_SHARDS = 16
+
+
+def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
+    """DatasetCorrupt unless the shard exists with the size its entry lists."""
+    try:
+        size = version.fs.size(version.path(shard.held.file))
+    except FileNotFoundError:
+        raise DatasetCorrupt(f"{shard.held.display}: missing, but the manifest lists it "
+                             "(run recordforge verify)") from None
+    if size != shard.held.num_bytes:
+        raise DatasetCorrupt(f"{shard.held.display}: holds {size} bytes, but the manifest "
+                             f"lists {shard.held.num_bytes} (run recordforge verify)")
+
+
+def stream_records(version: OpenedVersion, shard: LoaderShard, start: int,
+                   stop: int) -> Iterator[bytes]:
+    """The records ``start <= i < stop`` of `shard`, in order; the whole
+    shard is read and checked (module docstring)."""
+    check_size(version, shard)
+    opener = functools.partial(version.fs.open, version.path(shard.held.file), "rb")
+    read_manifest = functools.partial(_read_manifest, version)
+    records = checked_records(opener, shard.held, compression=version.compression,
+                              read_manifest=read_manifest, views=True)
+    for position, view in enumerate(records):
+        if start <= position < stop:
+            yield bytes(view)
+        view.release()
+
+
+def _read_manifest(version: OpenedVersion) -> bytes | None:
+    try:
+        with version.fs.open(version.path(MANIFEST_FILE), "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+class RandomAccess:
+    """Records of a list of shards read by (shard, record) through their
+    index files. Pickles without its open files and cached offsets, so each
+    process opens its own."""
+
+    def __init__(self, version: OpenedVersion, shards: list[LoaderShard]):
+        self.version, self.shards = version, shards
+        self._offsets: OrderedDict = OrderedDict()
+        self._handles: OrderedDict = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        return {"version": self.version, "shards": self.shards}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["version"], state["shards"])
+
+    def close(self) -> None:
+        while self._handles:
+            self._handles.popitem()[1].close()
+
+    def offsets(self, shard_index: int):
+        """The shard's record offsets and its size (`load_offsets`), the
+        shard checked on first use; at most `OPEN_SHARDS` kept."""
+        if shard_index in self._offsets:
+            self._offsets.move_to_end(shard_index)
+            return self._offsets[shard_index]
+        shard = self.shards[shard_index]
+        offsets = load_offsets(self.version, shard)
+        check_size(self.version, shard)
+        self._offsets[shard_index] = offsets
+        if len(self._offsets) > OPEN_SHARDS:
+            self._offsets.popitem(last=False)
+        return offsets
+
+    def _handle(self, shard_index: int):
+        if shard_index in self._handles:
+            self._handles.move_to_end(shard_index)
+            return self._handles[shard_index]
+        handle = self.version.fs.open(self.version.path(self.shards[shard_index].held.file), "rb")
+        self._handles[shard_index] = handle
+        if len(self._handles) > OPEN_SHARDS:
+            self._handles.popitem(last=False)[1].close()
+        return handle
+
+    def read(self, shard_index: int, record: int) -> bytes:
+        """Record `record` of shard `shard_index`, both CRCs checked and its
+        framing spanning exactly its index line; DatasetCorrupt otherwise."""
+        offsets = self.offsets(shard_index)
+        start, end = int(offsets[record]), int(offsets[record + 1])
+        handle = self._handle(shard_index)
+        handle.seek(start)
+        framed = handle.read(end - start)  # a span the checked index vouches for
+        display = self.shards[shard_index].held.display
+        try:
+            records = list(iter_records(io.BytesIO(framed), path=display, compression="none"))
+        except TFRecordError as error:
+            raise DatasetCorrupt(str(TFRecordError(error.problem, path=display,
+                                                   offset=start + error.offset,
+                                                   record_index=record))) from None
+        if len(records) != 1:
+            raise DatasetCorrupt(f"{display}: bytes {start}..{end} hold {len(records)} records, "
+                                 f"but its index file gives record {record} that span "
+                                 "(run recordforge verify)")
+        return records[0]

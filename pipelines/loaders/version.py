@@ -1,0 +1,95 @@
+"""A published version opened for training readers: its manifest, a split's shards and their index files.
+
+`open_version` follows the path rules `verify` uses
+(`publish.dataset_paths`): a version directory, or an output root whose
+LATEST names one, local or any fsspec URL. The result is plain data plus an
+fsspec filesystem, so it pickles into DataLoader workers and Grain's
+processes. An index file (``<shard>.index``, one ``"<offset> <framed
+length>"`` line per record, the format of DALI's ``tfrecord2idx``) is used
+only when the manifest lists it with its size and sha256: a version written
+without them (gzip output, older versions) has none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ...transforms.urls import redact_url
+from ..publish.dataset_paths import locate_version, load_version_manifest
+from ..publish.held_manifest import DatasetCorrupt, HeldShard
+from ..publish.manifest import SHA256_HEX, compression_from_label
+
+__all__ = ["LoaderShard", "OpenedVersion", "open_version"]
+
+
+class LoaderShard(NamedTuple):
+    """One shard of a split as the manifest lists it. held: the shard's
+    entry (`HeldShard`: file, display, size, sha256); index: the index
+    file's entry (file, display, size, sha256) or None."""
+
+    held: HeldShard
+    num_examples: int
+    index: HeldShard | None
+
+
+class OpenedVersion(NamedTuple):
+    """fs: the version's filesystem; root: the version directory on fs;
+    display: how messages name it (credentials redacted)."""
+
+    fs: Any
+    root: str
+    display: str
+    manifest: dict
+
+    @property
+    def compression(self) -> str:
+        return compression_from_label(self.manifest["compression"])
+
+    @property
+    def features(self) -> dict:
+        return self.manifest["features"]
+
+    def path(self, file: str) -> str:
+        return f"{self.root}/{file}"
+
+    def shards(self, split: str) -> list[LoaderShard]:
+        """`split`'s shards in manifest order; ValueError naming the splits
+        there are when it has none, DatasetCorrupt for a malformed index
+        entry."""
+        splits = self.manifest["splits"]
+        if split not in splits:
+            raise ValueError(f"{self.display} has no split {split!r}; its splits: "
+                             f"{', '.join(splits)}")
+        return [self._shard(split, position, entry)
+                for position, entry in enumerate(splits[split]["shards"])]
+
+    def _shard(self, split: str, position: int, entry: dict) -> LoaderShard:
+        held = HeldShard(entry["file"], f"{self.display}/{entry['file']}", entry["num_bytes"],
+                         entry["sha256"])
+        index = entry.get("index")
+        if index is None:
+            return LoaderShard(held, entry["num_examples"], None)
+        where = f"{self.display}/manifest.json: splits.{split}.shards[{position}].index"
+        if not (isinstance(index, dict) and index.get("file") == f"{entry['file']}.index"
+                and isinstance(index.get("num_bytes"), int) and index["num_bytes"] >= 0
+                and isinstance(index.get("sha256"), str) and SHA256_HEX.match(index["sha256"])):
+            raise DatasetCorrupt(f"{where} must be {{\"file\": \"{entry['file']}.index\", "
+                                 f"\"num_bytes\": <int>, \"sha256\": <hex>}}, got {index!r}")
+        return LoaderShard(held, entry["num_examples"],
+                           HeldShard(index["file"], f"{self.display}/{index['file']}",
+                                     index["num_bytes"], index["sha256"]))
+
+
+def open_version(path: str) -> OpenedVersion:
+    """The version `path` names, its manifest read and checked. Raises
+    `DatasetNotFoundError` when `path` does not exist and `DatasetCorrupt`
+    when LATEST or the manifest cannot be used (the message says why)."""
+    located = locate_version(path)
+    display = redact_url(located.url)
+    if located.problems:
+        problem = located.problems[0]
+        raise DatasetCorrupt(f"{redact_url(path)}: {problem.file} {problem.message}")
+    manifest, problem = load_version_manifest(located)
+    if problem is not None:
+        raise DatasetCorrupt(f"{display}/{problem.file}: {problem.message}")
+    return OpenedVersion(located.fs, located.version_dir, display, manifest)
