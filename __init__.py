@@ -12,7 +12,9 @@ The public API (docs/api.md)::
     recordforge.verify(version_dir)
 
 `recordforge.tf` (optional extra ``tf``) gives TensorFlow's parse spec and a
-``tf.data`` dataset. Names are loaded on first use, so ``import recordforge``
+``tf.data`` dataset; `recordforge.torch` (extra ``torch``) PyTorch datasets
+and `recordforge.grain` (extra ``grain``) a Grain data source, neither
+needing TensorFlow (docs/reading.md). Names are loaded on first use, so ``import recordforge``
 does not import Beam.
 
 The repository root is this package: `schemas/` (what a row must be),
@@ -24,12 +26,20 @@ The repository root is this package: `schemas/` (what a row must be),
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 # Absolute imports here only: test runners may import this file as a
 # top-level module (pytest collects the repository root as a package named
 # after its folder, which need not be a valid module name).
 from recordforge.pipelines.version import __version__
+
+# recordforge.torch and recordforge.grain live in frameworks/: a module
+# named torch.py or grain.py at the repository root would shadow PyTorch or
+# Grain for any Python started there (the tests, the benchmarks). A test
+# runner importing this file as a plain module gives it no __path__.
+if "__path__" in globals():
+    __path__.append(os.path.join(os.path.dirname(__file__), "frameworks"))
 
 if TYPE_CHECKING:
     from recordforge.pipelines.build import BuildResult, PipelineFailed, build
@@ -77,6 +87,8 @@ _LAZY = {
     "WriteDatasetResult": ("pipelines.write_dataset", "WriteDatasetResult"),
     "ConfigError": ("schemas.errors", "ConfigError"),
     "tf": ("tf", None),
+    "torch": ("torch", None),
+    "grain": ("grain", None),
 }
 
 

