@@ -16,13 +16,14 @@ manifest (`held_manifest`) by one of two rules:
   before the first record); `recordforge verify` checks it.
 
 Memory: one record at a time, plus the offsets of at most `OPEN_SHARDS`
-shards (8 bytes a record) and as many open file handles.
+shards (8 bytes a record) and as many open file handles per thread.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import threading
 from collections import OrderedDict
 from typing import Iterator
 
@@ -74,13 +75,15 @@ def _read_manifest(version: OpenedVersion) -> bytes | None:
 
 class RandomAccess:
     """Records of a list of shards read by (shard, record) through their
-    index files. Pickles without its open files and cached offsets, so each
-    process opens its own."""
+    index files. Safe to call from several threads (Grain reads with a
+    pool): each thread has its own file handles, the checked offsets are
+    shared. Pickles without either, so each process opens its own."""
 
     def __init__(self, version: OpenedVersion, shards: list[LoaderShard]):
         self.version, self.shards = version, shards
         self._offsets: OrderedDict = OrderedDict()
-        self._handles: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def __getstate__(self) -> dict:
         return {"version": self.version, "shards": self.shards}
@@ -88,32 +91,33 @@ class RandomAccess:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["version"], state["shards"])
 
-    def close(self) -> None:
-        while self._handles:
-            self._handles.popitem()[1].close()
-
     def offsets(self, shard_index: int):
         """The shard's record offsets and its size (`load_offsets`), the
         shard checked on first use; at most `OPEN_SHARDS` kept."""
-        if shard_index in self._offsets:
-            self._offsets.move_to_end(shard_index)
-            return self._offsets[shard_index]
+        with self._lock:
+            if shard_index in self._offsets:
+                self._offsets.move_to_end(shard_index)
+                return self._offsets[shard_index]
         shard = self.shards[shard_index]
         offsets = load_offsets(self.version, shard)
         check_size(self.version, shard)
-        self._offsets[shard_index] = offsets
-        if len(self._offsets) > OPEN_SHARDS:
-            self._offsets.popitem(last=False)
+        with self._lock:
+            self._offsets[shard_index] = offsets
+            if len(self._offsets) > OPEN_SHARDS:
+                self._offsets.popitem(last=False)
         return offsets
 
     def _handle(self, shard_index: int):
-        if shard_index in self._handles:
-            self._handles.move_to_end(shard_index)
-            return self._handles[shard_index]
+        handles = getattr(self._local, "handles", None)
+        if handles is None:
+            handles = self._local.handles = OrderedDict()
+        if shard_index in handles:
+            handles.move_to_end(shard_index)
+            return handles[shard_index]
         handle = self.version.fs.open(self.version.path(self.shards[shard_index].held.file), "rb")
-        self._handles[shard_index] = handle
-        if len(self._handles) > OPEN_SHARDS:
-            self._handles.popitem(last=False)[1].close()
+        handles[shard_index] = handle
+        if len(handles) > OPEN_SHARDS:
+            handles.popitem(last=False)[1].close()
         return handle
 
     def read(self, shard_index: int, record: int) -> bytes:
