@@ -27,10 +27,10 @@ from typing import Any, Callable
 
 import torch.utils.data as torch_data
 
-from .pipelines.loaders import RecordSource, SplitReader
+from .pipelines.loaders import NoIndexFiles, RecordSource, SplitReader
 from .pipelines.loaders.loader_position import rows_given
 
-__all__ = ["DataLoader", "RecordDataset", "RecordMapDataset"]
+__all__ = ["DataLoader", "NoIndexFiles", "RecordDataset", "RecordMapDataset"]
 
 
 class RecordDataset(torch_data.IterableDataset):

@@ -122,5 +122,11 @@ class Oracle:
 
 
 @pytest.fixture(scope="session")
+def index_files():
+    """`add_index_files(version_dir)`, for a version built without them."""
+    return add_index_files
+
+
+@pytest.fixture(scope="session")
 def oracle() -> Oracle:
     return Oracle()
