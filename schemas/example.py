@@ -41,6 +41,7 @@ __all__ = [
     "example_from_entries",
     "example_head",
     "example_class",
+    "parse_example",
     "scalar_entry_encoder",
 ]
 
@@ -403,7 +404,10 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
 _KIND_BY_FIELD = {"bytes_list": BYTES, "float_list": FLOAT, "int64_list": INT64}
 
 
-def _parse(data: bytes):
+def parse_example(data) -> Any:
+    """A serialized Example (bytes or any buffer) -> the protobuf message;
+    `ExampleDecodeError` for bytes that are not one. For readers that take
+    a few values of their own from it without a dict of every feature."""
     example = _Example()
     try:
         example.ParseFromString(data)
@@ -428,7 +432,7 @@ def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
     an Example.
     """
     return {name: _feature_values(feature)
-            for name, feature in _parse(data).features.feature.items()}
+            for name, feature in parse_example(data).features.feature.items()}
 
 
 def decode_features(data: bytes, names: Iterable[str]) -> dict[str, tuple[str, list]]:
@@ -437,5 +441,5 @@ def decode_features(data: bytes, names: Iterable[str]) -> dict[str, tuple[str, l
     raises `ExampleDecodeError` alike), but only the named values become
     Python objects: for a pass that needs one or two features of every record
     (label counts) that is about 4x faster on table rows."""
-    features = _parse(data).features.feature
+    features = parse_example(data).features.feature
     return {name: _feature_values(features[name]) for name in names if name in features}

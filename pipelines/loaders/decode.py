@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ...schemas.example import ExampleDecodeError, decode_example
+from ...schemas.example import ExampleDecodeError, parse_example
 from ..publish.held_manifest import DatasetCorrupt
 
 __all__ = ["ExampleDecoder", "RecordDecodeError"]
@@ -45,6 +45,9 @@ def _default(spec: Mapping[str, Any]) -> list | None:
     return list(values)
 
 
+_KIND_BY_FIELD = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+
+
 class _Feature:
     """How one feature's values become the reader's value."""
 
@@ -53,28 +56,37 @@ class _Feature:
         shape = list(spec.get("shape", []))
         self.variable = shape == [-1] or spec.get("required") is False
         self.count = shape[0] if shape else 1
-        self.scalar = not shape
+        self.fixed_scalar = not shape and not self.variable
         self.default = _default(spec)
         self.dtype = _DTYPES.get(self.kind)
 
-    def value(self, found: tuple | None, where: Callable[[], str]):
-        if found is not None and found[1] and found[0] != self.kind:
-            raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {found[0]} values, "
-                                    f"but the manifest says {self.kind}")
-        values = found[1] if found is not None else None
+    def value(self, features, where: Callable[[], str]):
+        """This feature's value from the message's feature map."""
+        values: Any = None
+        if self.name in features:
+            feature = features[self.name]
+            which = feature.WhichOneof("kind")
+            values = getattr(feature, which).value if which is not None else []
+            if which is not None and values and _KIND_BY_FIELD[which] != self.kind:
+                raise RecordDecodeError(f"{where()}: feature {self.name!r} holds "
+                                        f"{_KIND_BY_FIELD[which]} values, but the manifest "
+                                        f"says {self.kind}")
         if values is None and not self.variable:
             if self.default is None:
                 raise RecordDecodeError(f"{where()}: feature {self.name!r} is missing and the "
                                         "manifest gives it no default")
             values = self.default
-        values = values or []
+        if values is None:
+            values = []
         if not self.variable and len(values) != self.count:
+            shape = "[]" if self.fixed_scalar else f"[{self.count}]"
             raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {len(values)} "
-                                    f"values, but its shape is {'[]' if self.scalar else [self.count]}")
+                                    f"values, but its shape is {shape}")
         if self.dtype is None:
-            return values[0] if self.scalar and not self.variable else list(values)
-        array = np.array(values, dtype=self.dtype)
-        return array.reshape(()) if self.scalar and not self.variable else array
+            return values[0] if self.fixed_scalar else list(values)
+        if self.fixed_scalar:
+            return np.array(values[0], dtype=self.dtype)
+        return np.fromiter(values, dtype=self.dtype, count=len(values))
 
 
 class ExampleDecoder:
@@ -91,14 +103,14 @@ class ExampleDecoder:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["features"])
 
-    def decode(self, record: bytes, shard: str, index: int) -> dict:
-        """`record`, record `index` of the shard `shard` names, decoded."""
+    def decode(self, record, shard: str, index: int) -> dict:
+        """`record` (bytes or a buffer), record `index` of the shard `shard`
+        names, decoded."""
         def where() -> str:
             return f"{shard}: record {index}"
 
         try:
-            decoded = decode_example(record)
+            features = parse_example(record).features.feature
         except ExampleDecodeError as error:
             raise RecordDecodeError(f"{where()}: {error}") from None
-        return {feature.name: feature.value(decoded.get(feature.name), where)
-                for feature in self._plan}
+        return {feature.name: feature.value(features, where) for feature in self._plan}

@@ -22,13 +22,12 @@ shards (8 bytes a record) and as many open file handles per thread.
 from __future__ import annotations
 
 import functools
-import io
 import threading
 from collections import OrderedDict
 from typing import Iterator
 
 from ...transforms.layout import MANIFEST_FILE
-from ...transforms.tfrecord import TFRecordError, iter_records
+from ...transforms.tfrecord import FOOTER_SIZE, HEADER_SIZE, complete_records
 from ..publish.held_manifest import DatasetCorrupt, checked_records
 from .index_files import load_offsets
 from .version import LoaderShard, OpenedVersion
@@ -51,8 +50,9 @@ def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
 
 
 def stream_records(version: OpenedVersion, shard: LoaderShard, start: int,
-                   stop: int) -> Iterator[bytes]:
-    """The records ``start <= i < stop`` of `shard`, in order; the whole
+                   stop: int) -> Iterator[memoryview]:
+    """The records ``start <= i < stop`` of `shard`, in order, as views
+    valid until the next is asked for (copy one to keep it); the whole
     shard is read and checked (module docstring)."""
     check_size(version, shard)
     opener = functools.partial(version.fs.open, version.path(shard.held.file), "rb")
@@ -61,7 +61,7 @@ def stream_records(version: OpenedVersion, shard: LoaderShard, start: int,
                               read_manifest=read_manifest, views=True)
     for position, view in enumerate(records):
         if start <= position < stop:
-            yield bytes(view)
+            yield view
         view.release()
 
 
@@ -120,23 +120,20 @@ class RandomAccess:
             handles.popitem(last=False)[1].close()
         return handle
 
-    def read(self, shard_index: int, record: int) -> bytes:
+    def read(self, shard_index: int, record: int) -> memoryview:
         """Record `record` of shard `shard_index`, both CRCs checked and its
         framing spanning exactly its index line; DatasetCorrupt otherwise."""
         offsets = self.offsets(shard_index)
         start, end = int(offsets[record]), int(offsets[record + 1])
         handle = self._handle(shard_index)
         handle.seek(start)
-        framed = handle.read(end - start)  # a span the checked index vouches for
+        framed = bytearray(handle.read(end - start))  # a span the checked index vouches for
         display = self.shards[shard_index].held.display
-        try:
-            records = list(iter_records(io.BytesIO(framed), path=display, compression="none"))
-        except TFRecordError as error:
-            raise DatasetCorrupt(str(TFRecordError(error.problem, path=display,
-                                                   offset=start + error.offset,
-                                                   record_index=record))) from None
-        if len(records) != 1:
-            raise DatasetCorrupt(f"{display}: bytes {start}..{end} hold {len(records)} records, "
-                                 f"but its index file gives record {record} that span "
+        starts, ends, damage = complete_records(framed, start, record, display)
+        if damage is not None:
+            raise DatasetCorrupt(str(damage))
+        if ends != [len(framed)]:
+            raise DatasetCorrupt(f"{display}: bytes {start}..{end}, record {record} by its "
+                                 f"index file, hold {len(starts)} complete records, not one "
                                  "(run recordforge verify)")
-        return records[0]
+        return memoryview(framed)[HEADER_SIZE:len(framed) - FOOTER_SIZE]

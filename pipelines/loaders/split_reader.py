@@ -126,7 +126,9 @@ class SplitReader:
         if self.shuffle == "sequential":
             yield from self._streamed(plan.Slice(positions.start + skip, positions.stop), False)
             return
-        mixed = plan.buffer_shuffle(self._streamed(positions, True), self.buffer_size,
+        kept = ((bytes(record), where, index)  # the buffer holds records past their views
+                for record, where, index in self._streamed(positions, True))
+        mixed = plan.buffer_shuffle(kept, self.buffer_size,
                                     f"{self.seed}/{self.epoch}/{self.rank}/{worker}")
         for count, item in enumerate(mixed):
             if count >= skip:

@@ -9,12 +9,13 @@ imports this door only, never its modules:
 * `gzip_members`: deterministic gzip members (stored when deflate barely
   shrinks the data), written whole or streamed, and gunzipped back;
 * `writer`: `TFRecordWriter`, the compressions a file may have, its suffix;
-* `damage`: the intact records at a buffer's head, and `RecordStreamCheck`,
+* `damage`: the intact records at a buffer's head (`complete_records`),
+  and `RecordStreamCheck`,
   which checks a stream as it is written exactly as the reader would;
 * `reading`: records read, viewed or counted, every CRC checked.
 """
 
-from .damage import RecordStreamCheck
+from .damage import RecordStreamCheck, complete_records
 from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
@@ -33,6 +34,7 @@ __all__ = [
     "TFRecordError",
     "TFRecordWriter",
     "check_compression",
+    "complete_records",
     "count_records",
     "frame_records",
     "gzip_compress",

@@ -244,3 +244,19 @@ def test_a_record_that_does_not_fit_the_manifest_names_shard_record_and_feature(
 def test_a_missing_split_names_the_splits(built_sample):
     with pytest.raises(ValueError, match="no split 'validation'; its splits: train, test"):
         SplitReader(str(built_sample), "validation")
+
+
+def test_random_access_to_a_damaged_record_names_it_and_reads_the_others(indexed, oracle,
+                                                                         built_sample):
+    version = indexed / "1.0.0"
+    manifest = json.loads((version / "manifest.json").read_text())
+    entry = manifest["splits"]["test"]["shards"][0]
+    lines = (version / entry["index"]["file"]).read_text().splitlines()
+    offset, length = map(int, lines[5].split())
+    _flip(version / entry["file"], offset + length // 2)
+    source = RecordSource(str(indexed), "test")
+    with pytest.raises(DatasetCorrupt, match=rf"{entry['file']}: .* at byte offset {offset} "
+                                             r"\(record 5\)"):
+        source[5]
+    theirs = oracle.rows(built_sample / "1.0.0", "test")
+    assert oracle.same(source[4], theirs[4]) and oracle.same(source[6], theirs[6])
