@@ -96,12 +96,14 @@ class OutputConfig:
     compression: "gzip" | "none".
     shard_size: target bytes per shard file as written.
     shuffle: True orders rows by stable key hash, False by key.
+    index: every shard gets ``<shard>.index`` (uncompressed output only).
     """
 
     path: str
     compression: str = "none"
     shard_size: int = DEFAULT_SHARD_SIZE
     shuffle: bool = True
+    index: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import warnings
 from typing import Any
 
 from ...schemas.errors import ConfigError
-from ...transforms.tfrecord import COMPRESSIONS
+from ...transforms.tfrecord import COMPRESSIONS, indexable
 from .keys import section
 from .model import (DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE, MIN_SHARD_SIZE,
                     ConfigWarning, DeadLetterConfig, OutputConfig)
@@ -17,7 +17,7 @@ from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
 __all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]
 
-_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle")
+_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle", "index")
 
 
 _DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
@@ -61,10 +61,26 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
     shuffle = body.get("shuffle", True)
     if not isinstance(shuffle, bool):
         raise ConfigError("output.shuffle", f"must be true or false, not {shuffle!r}")
+    index = _parse_index(body.get("index"), compression)
     output = OutputConfig(path=absolute(path), compression=compression,
-                          shard_size=shard_size, shuffle=shuffle)
+                          shard_size=shard_size, shuffle=shuffle, index=index)
     return output, {"path": path, "compression": compression, "shard_size": shard_size,
-                    "shuffle": shuffle}
+                    "shuffle": shuffle, "index": index}
+
+
+def _parse_index(value: Any, compression: str) -> bool:
+    """``output.index``: whether every shard gets an index file; by default
+    uncompressed shards do and gzip ones cannot (no random access)."""
+    if value is None:
+        return indexable(compression)
+    if not isinstance(value, bool):
+        raise ConfigError("output.index", f"must be true or false, not {value!r}")
+    if value and not indexable(compression):
+        raise ConfigError("output.index", "gzip shards have no index: a gzip file has no "
+                          "random access (a reader must inflate every byte before a record "
+                          "to reach it); use compression: none for indexed shards, or "
+                          "leave index out")
+    return value
 
 
 def refuse_process_local_output(path: str, key: str = "output.path") -> None:

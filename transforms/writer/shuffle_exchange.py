@@ -268,7 +268,8 @@ class ShuffleExchange(beam.PTransform):
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
                 | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression,
-                    self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress)))
+                    self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress,
+                    index=self._job.index)))
 
     def _cut_at_rows(self, sizes, rows):
         gzip = self._job.compression == "gzip"
