@@ -97,6 +97,7 @@ class OutputConfig:
     shard_size: target bytes per shard file as written.
     shuffle: True orders rows by stable key hash, False by key.
     index: every shard gets ``<shard>.index`` (uncompressed output only).
+    shard_count_multiple: each split's shard count is a multiple of it.
     """
 
     path: str
@@ -104,6 +105,7 @@ class OutputConfig:
     shard_size: int = DEFAULT_SHARD_SIZE
     shuffle: bool = True
     index: bool = False
+    shard_count_multiple: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

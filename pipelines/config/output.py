@@ -17,7 +17,12 @@ from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
 __all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]
 
-_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle", "index")
+_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle", "index",
+                "shard_count_multiple")
+
+# The largest output.shard_count_multiple: a split of that many shards
+# already holds 10 TB at the smallest recommended shard size.
+MAX_SHARD_COUNT_MULTIPLE = 100_000
 
 
 _DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
@@ -62,10 +67,17 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
     if not isinstance(shuffle, bool):
         raise ConfigError("output.shuffle", f"must be true or false, not {shuffle!r}")
     index = _parse_index(body.get("index"), compression)
+    multiple = body.get("shard_count_multiple", 1)
+    if isinstance(multiple, bool) or not isinstance(multiple, int) \
+            or not 1 <= multiple <= MAX_SHARD_COUNT_MULTIPLE:
+        raise ConfigError("output.shard_count_multiple", f"must be a whole number from 1 to "
+                          f"{MAX_SHARD_COUNT_MULTIPLE:,} (the hosts that read a split's "
+                          f"shards as files), not {multiple!r}")
     output = OutputConfig(path=absolute(path), compression=compression,
-                          shard_size=shard_size, shuffle=shuffle, index=index)
+                          shard_size=shard_size, shuffle=shuffle, index=index,
+                          shard_count_multiple=multiple)
     return output, {"path": path, "compression": compression, "shard_size": shard_size,
-                    "shuffle": shuffle, "index": index}
+                    "shuffle": shuffle, "index": index, "shard_count_multiple": multiple}
 
 
 def _parse_index(value: Any, compression: str) -> bool:

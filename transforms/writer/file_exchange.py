@@ -170,12 +170,13 @@ def _key_sorted_bucket(item):
 
 
 def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
-                       cut_at_rows: bool = False, gzip_level: int | None = None):
+                       cut_at_rows: bool = False, gzip_level: int | None = None,
+                       multiple: int = 1):
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
     cut at rows (`plan_row_shards`; with `gzip_level`, shuffled gzip
     shards counted from the buckets' ratio sample) or at chunks
     (key-ordered gzip: the BucketChunks are units of cells, the buckets'
-    interiors and the seams).
+    interiors and the seams); their count a multiple of `multiple`.
 
     With `delete_runs` (key-ordered gzip: every cell is written as chunk
     files by now), the split's runs are no longer needed and are deleted
@@ -188,12 +189,12 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
     items = list(items)
     buckets = [bucket for _, bucket in items]
     if not cut_at_rows:
-        shards = plan_shards(split, buckets, shard_size)
+        shards = plan_shards(split, buckets, shard_size, multiple=multiple)
     elif gzip_level is None:
-        shards = plan_row_shards(split, buckets, shard_size)
+        shards = plan_row_shards(split, buckets, shard_size, multiple=multiple)
     else:
         shards = plan_row_shards(split, buckets, shard_size, written_size=functools.partial(
-            bucket_output.gzip_written_size, level=gzip_level))
+            bucket_output.gzip_written_size, level=gzip_level), multiple=multiple)
     if delete_runs:
         for runs_file in sorted({runs_file for runs_file, _ in items}):
             spill.remove_runs(runs_file)
@@ -462,7 +463,8 @@ class FileExchange(beam.PTransform):
                     _plan_split_shards, self._job.shard_size,
                     delete_runs=not cut_at_rows and not self._spilled,
                     cut_at_rows=cut_at_rows,
-                    gzip_level=self._job.gzip_level if gzip else None)
+                    gzip_level=self._job.gzip_level if gzip else None,
+                    multiple=self._job.shard_count_multiple)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,

@@ -256,6 +256,7 @@ class ShuffleExchange(beam.PTransform):
         plan = (sizes
                 | added_up >> beam.CombinePerKey(BucketSizesFn())
                 | step >> beam.FlatMap(plan_row_cuts, shard_size=self._job.shard_size,
+                                       multiple=self._job.shard_count_multiple,
                                        gzip_level=gzip_level))
         return (plan | f"{step}Placements" >> beam.Filter(lambda item: item[1][0] == "plan"),
                 plan | f"{step}Specs" >> beam.Filter(lambda item: item[1][0] == "spec"))

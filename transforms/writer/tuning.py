@@ -141,7 +141,8 @@ class ShardJob:
     written, on filesystems that need a temporary name; `chunk_bytes`:
     the cells of key-ordered gzip (`ShardTuning.chunk_bytes`); `index`:
     each shard gets its index file (uncompressed output only,
-    `shard_files.publish_shard`)."""
+    `shard_files.publish_shard`); `shard_count_multiple`: each split's
+    shard count is a multiple of it (`shard_cuts.row_shard_count`)."""
 
     staging_dir: str
     shard_temp_dir: str
@@ -154,3 +155,4 @@ class ShardJob:
     gzip_level: int
     tuning: ShardTuning
     index: bool = False
+    shard_count_multiple: int = 1
