@@ -193,7 +193,9 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     shards = rows | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
-        compression=output.compression, temp_dir=f"{staging_url}/{TMP_DIR}",
+        compression=output.compression, index=output.index,
+        shard_count_multiple=output.shard_count_multiple,
+        temp_dir=f"{staging_url}/{TMP_DIR}",
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages
     dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),

@@ -22,6 +22,7 @@ verification, inspection and progress (in pipelines) agree on them::
         stats.json                         STATS_FILE: statistics per split and feature
         drift.json                         DRIFT_FILE: against the previous version, and the gates
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
+        <split>-<index:05d>-of-<count:05d>.tfrecord.index  index_file_name (uncompressed only)
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
 
 A small file is written under `temporary_name` and renamed
@@ -51,6 +52,7 @@ __all__ = [
     "FEATURES_FILE",
     "CROISSANT_FILE",
     "FINALIZE_FILES",
+    "INDEX_SUFFIX",
     "OWNER_SUFFIX",
     "REPORT_FILE",
     "RESULT_FILE",
@@ -63,6 +65,7 @@ __all__ = [
     "TEMPORARY_TAIL",
     "TMP_DIR",
     "dead_letter_part_name",
+    "index_file_name",
     "is_shard_file",
     "parse_shard_file_name",
     "shard_file_name",
@@ -115,6 +118,9 @@ SHARD_FILE_NAME = "{split}-{index:05d}-of-{count:05d}{suffix}"
 _SHARD_NAME = re.compile(
     r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.tfrecord(?:\.gz)?)$")
 
+# A shard's index file (`transforms.tfrecord.index`) is its name plus this.
+INDEX_SUFFIX = ".index"
+
 # --- temporary names -----------------------------------------------------------------
 TEMPORARY_TAIL = r"\.[0-9a-f]{32}\.tmp"
 
@@ -145,6 +151,11 @@ def parse_shard_file_name(file: str) -> tuple[str, int, int, str] | None:
         return None
     compression = "gzip" if match["suffix"].endswith(".gz") else "none"
     return match["split"], int(match["index"]), int(match["count"]), compression
+
+
+def index_file_name(shard_file: str) -> str:
+    """``<shard file>.index``: the name of a shard's index file, beside it."""
+    return shard_file + INDEX_SUFFIX
 
 
 def is_shard_file(name: str) -> bool:

@@ -96,12 +96,16 @@ class OutputConfig:
     compression: "gzip" | "none".
     shard_size: target bytes per shard file as written.
     shuffle: True orders rows by stable key hash, False by key.
+    index: every shard gets ``<shard>.index`` (uncompressed output only).
+    shard_count_multiple: each split's shard count is a multiple of it.
     """
 
     path: str
     compression: str = "none"
     shard_size: int = DEFAULT_SHARD_SIZE
     shuffle: bool = True
+    index: bool = False
+    shard_count_multiple: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import warnings
 from typing import Any
 
 from ...schemas.errors import ConfigError
-from ...transforms.tfrecord import COMPRESSIONS
+from ...transforms.tfrecord import COMPRESSIONS, indexable
 from .keys import section
 from .model import (DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE, MIN_SHARD_SIZE,
                     ConfigWarning, DeadLetterConfig, OutputConfig)
@@ -17,7 +17,12 @@ from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
 __all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]
 
-_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle")
+_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle", "index",
+                "shard_count_multiple")
+
+# The largest output.shard_count_multiple: a split of that many shards
+# already holds 10 TB at the smallest recommended shard size.
+MAX_SHARD_COUNT_MULTIPLE = 100_000
 
 
 _DEAD_LETTER_KEYS = ("max_error_rate", "max_errors")
@@ -61,10 +66,33 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
     shuffle = body.get("shuffle", True)
     if not isinstance(shuffle, bool):
         raise ConfigError("output.shuffle", f"must be true or false, not {shuffle!r}")
+    index = _parse_index(body.get("index"), compression)
+    multiple = body.get("shard_count_multiple", 1)
+    if isinstance(multiple, bool) or not isinstance(multiple, int) \
+            or not 1 <= multiple <= MAX_SHARD_COUNT_MULTIPLE:
+        raise ConfigError("output.shard_count_multiple", f"must be a whole number from 1 to "
+                          f"{MAX_SHARD_COUNT_MULTIPLE:,} (the hosts that read a split's "
+                          f"shards as files), not {multiple!r}")
     output = OutputConfig(path=absolute(path), compression=compression,
-                          shard_size=shard_size, shuffle=shuffle)
+                          shard_size=shard_size, shuffle=shuffle, index=index,
+                          shard_count_multiple=multiple)
     return output, {"path": path, "compression": compression, "shard_size": shard_size,
-                    "shuffle": shuffle}
+                    "shuffle": shuffle, "index": index, "shard_count_multiple": multiple}
+
+
+def _parse_index(value: Any, compression: str) -> bool:
+    """``output.index``: whether every shard gets an index file; by default
+    uncompressed shards do and gzip ones cannot (no random access)."""
+    if value is None:
+        return indexable(compression)
+    if not isinstance(value, bool):
+        raise ConfigError("output.index", f"must be true or false, not {value!r}")
+    if value and not indexable(compression):
+        raise ConfigError("output.index", "gzip shards have no index: a gzip file has no "
+                          "random access (a reader must inflate every byte before a record "
+                          "to reach it); use compression: none for indexed shards, or "
+                          "leave index out")
+    return value
 
 
 def refuse_process_local_output(path: str, key: str = "output.path") -> None:

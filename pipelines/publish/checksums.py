@@ -14,7 +14,7 @@ import re
 from typing import Iterable, Mapping
 
 from ...transforms.layout import MANIFEST_FILE, SHA256SUMS_FILE
-from .manifest import SHA256_HEX, ManifestError, is_relative_inside
+from .manifest import SHA256_HEX, ManifestError, index_files, is_relative_inside
 from .output import Output
 
 __all__ = ["format_sha256sums", "parse_sha256sums", "write_sha256sums"]
@@ -67,11 +67,13 @@ def _sha256_of(out: Output, path: str) -> str:
 
 def write_sha256sums(out: Output, directory: str, manifest: Mapping) -> None:
     """Writes ``<directory>/SHA256SUMS`` for every file under `directory`
-    (a path of ``out.fs``) but the manifest and itself: shards by their
-    manifest digests (verification re-reads them anyway), any other file
-    (dead letters, report) hashed here."""
+    (a path of ``out.fs``) but the manifest and itself: shards and their
+    index files by their manifest digests (verification re-reads them
+    anyway), any other file (dead letters, report) hashed here."""
     shard_sums = {shard["file"]: shard["sha256"] for summary in manifest["splits"].values()
                   for shard in summary["shards"]}
+    shard_sums.update((file, shard["index"]["sha256"])
+                      for file, shard in index_files(manifest).items())
     entries = []
     for file in out.files(directory):
         if file in (MANIFEST_FILE, SHA256SUMS_FILE):

@@ -10,11 +10,12 @@ not match the manifest's features. `verify` runs these over a version.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import BinaryIO, Mapping
+from typing import BinaryIO, Iterator, Mapping
 
 import fsspec
 
@@ -38,7 +39,7 @@ class Problem:
     (uncompressed stream for gzip shards) or None. record_index: 0-based
     index of the first faulty record or None. code: the kind of fault
     ("missing", "size", "sha256", "swapped", "framing", "count", "example",
-    "sums", "unexpected", "manifest", "latest", "split", "link")."""
+    "index", "sums", "unexpected", "manifest", "latest", "split", "link")."""
 
     file: str
     message: str
@@ -146,18 +147,23 @@ class _HashingReader:
 def check_file(url: str, file: str, *, compression: str | None = None,
                expected_size: int | None = None, expected_sha256: str | None = None,
                expected_records: int | None = None, features: Mapping | None = None,
-               vocabulary_sizes: Mapping | None = None) -> FileCheck:
+               vocabulary_sizes: Mapping | None = None,
+               index: tuple[str, str] | None = None) -> FileCheck:
     """Reads one file once. For a shard (`compression` given): checks every
     record's framing and CRCs, counts records and, with `features`, checks
-    each Example. Always: size and sha256 against the expected values.
-    Returns a `FileCheck`; never raises for damaged data."""
-    check = _read_file(url, file, compression, features, vocabulary_sizes)
+    each Example; with `index` (its index file's url and name, and
+    `features`), checks every line of the index against the records found
+    (`tfrecord.IndexMatch`), reading it alongside. Always: size and sha256
+    against the expected values. Returns a `FileCheck`; never raises for
+    damaged data."""
+    check = _read_file(url, file, compression, features, vocabulary_sizes, index)
     return _against_expected(check, compression, expected_size, expected_sha256,
                              expected_records)
 
 
 def _read_file(url: str, file: str, compression: str | None, features: Mapping | None,
-               vocabulary_sizes: Mapping | None) -> FileCheck:
+               vocabulary_sizes: Mapping | None,
+               index: tuple[str, str] | None = None) -> FileCheck:
     """What reading the file finds, before comparing it with what was expected."""
     check = FileCheck(file=file)
     try:
@@ -175,8 +181,9 @@ def _read_file(url: str, file: str, compression: str | None, features: Mapping |
     try:
         with handle:
             if compression is not None:
-                _check_records(reader, file, compression, check, features,
-                               vocabulary_sizes or {})
+                with _index_lines(index if features is not None else None) as lines:
+                    _check_records(reader, file, compression, check, features,
+                                   vocabulary_sizes or {}, lines)
             reader.drain()
     except OSError as error:  # an I/O error while reading
         check.problems.append(Problem(file, f"cannot be read past byte {reader.size} "
@@ -289,8 +296,56 @@ def check_stored(url: str, file: str, *, stored: Mapping, compression: str,
                      records=expected_records)
 
 
+class _IndexLines:
+    """An index file read a line at a time (`readline(limit)`), in blocks."""
+
+    def __init__(self, raw: BinaryIO, file: str):
+        self._raw = raw
+        self.file = file
+        self._buffer = b""
+        self._at = 0  # the next line's first byte in _buffer
+
+    def readline(self, limit: int) -> bytes:
+        while True:
+            end = self._buffer.find(b"\n", self._at, self._at + limit)
+            if end >= 0 or len(self._buffer) - self._at >= limit:
+                break  # a line, or `limit` bytes without one
+            block = self._raw.read(_INDEX_BLOCK)
+            if not block:
+                break
+            # The unread bytes and one more block: never more than a block and a line.
+            self._buffer = self._buffer[self._at:] + block
+            self._at = 0
+        end = min(self._at + limit, len(self._buffer)) if end < 0 else end + 1
+        line, self._at = self._buffer[self._at:end], end
+        return line
+
+
+_INDEX_BLOCK = 1 << 16
+
+
+@contextlib.contextmanager
+def _index_lines(index: tuple[str, str] | None) -> Iterator[_IndexLines | None]:
+    """The index file `(url, name)` opened for `_check_records`; None when
+    there is none to compare, or it cannot be opened (its own check says
+    why)."""
+    if index is None:
+        yield None
+        return
+    url, file = index
+    try:
+        handle = fsspec.open(url, "rb").open()
+    except OSError:
+        yield None
+        return
+    with handle:
+        yield _IndexLines(handle, file)
+
+
 def _check_records(reader: _HashingReader, file: str, compression: str, check: FileCheck,
-                   features: Mapping | None, vocabulary_sizes: Mapping) -> None:
+                   features: Mapping | None, vocabulary_sizes: Mapping,
+                   index: _IndexLines | None = None) -> None:
+    match = tfrecord.IndexMatch(index.readline) if index is not None else None
     count = 0
     first_bad = None
     bad = 0
@@ -303,8 +358,10 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
             # Views, not copies: a gzip shard of a few hundred KB can hold a
             # record of hundreds of MB, which is then held once.
             records = tfrecord.iter_record_views(reader, path=file, compression=compression)
-        for index, record in enumerate(records):
-            count = index + 1
+        for position, record in enumerate(records):
+            count = position + 1
+            if match is not None:
+                match.record(len(record) + tfrecord.FRAMING)
             try:
                 problem = example_problem(_decoded(record), features, vocabulary_sizes)
             except NonCanonicalExample as error:
@@ -316,7 +373,7 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
             if problem:
                 bad += 1
                 if first_bad is None:
-                    first_bad = Problem(file, problem, record_index=index, code="example")
+                    first_bad = Problem(file, problem, record_index=position, code="example")
     except tfrecord.TFRecordError as error:
         count = error.record_index  # the intact records before the damage
         # Offsets of gzip shards count uncompressed bytes (what TFRecord
@@ -325,6 +382,12 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
         check.problems.append(Problem(file, error.problem + suffix,
                                       offset=error.offset, record_index=error.record_index,
                                       code="framing"))
+    else:
+        mismatch = match.finish() if match is not None else None
+        if mismatch is not None:
+            line, message = mismatch
+            check.problems.append(Problem(index.file, f"{message} (an index that disagrees "
+                                          f"with {file})", record_index=line - 1, code="index"))
     check.records = count
     if first_bad is not None:
         if bad > 1:

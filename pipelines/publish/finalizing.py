@@ -261,20 +261,23 @@ def _dead_letter_files(out: Output, staging: Staging, result: dict) -> list[str]
 
 
 def _check_staged_files(out: Output, staging: Staging, manifest: dict) -> None:
-    """Every shard exists with its recorded size; nothing unexplained is
-    left beside them (it would be published)."""
+    """Every shard, and every shard's index file, exists with its recorded
+    size; nothing unexplained is left beside them (it would be published)."""
     files = out.files(staging.directory)
     expected = set(manifest["dead_letter"]["files"])
     for split, summary in manifest["splits"].items():
         for shard in summary["shards"]:
-            expected.add(shard["file"])
-            size = files.get(shard["file"])
-            if size is None:
-                raise BuildFailed(f"shard {shard['file']} of split {split!r} is missing from "
-                                  f"{staging.display_url}")
-            if size != shard["num_bytes"]:
-                raise BuildFailed(f"shard {shard['file']} is {size} bytes but the pipeline "
-                                  f"reported {shard['num_bytes']}")
+            for what, entry in (("shard", shard), ("index", shard.get("index"))):
+                if entry is None:
+                    continue
+                expected.add(entry["file"])
+                size = files.get(entry["file"])
+                if size is None:
+                    raise BuildFailed(f"{what} {entry['file']} of split {split!r} is missing "
+                                      f"from {staging.display_url}")
+                if size != entry["num_bytes"]:
+                    raise BuildFailed(f"{what} {entry['file']} is {size} bytes but the "
+                                      f"pipeline reported {entry['num_bytes']}")
     unexpected = sorted(set(files) - expected)
     if unexpected:
         raise BuildFailed(f"unexpected files in {staging.display_url}: {', '.join(unexpected[:10])}")
@@ -403,10 +406,10 @@ def _keep_report(out: Output, staging: Staging) -> str | None:
 def _added_files(out: Output, staging: Staging, manifest: dict) -> list[dict]:
     """The files the hooks and descriptions added (report, statistics,
     TFDS and Croissant metadata), each as ``{"file", "num_bytes", "sha256"}``:
-    every staged file that is not a shard, a dead-letter file, the manifest
-    or SHA256SUMS. They are small and written whole just before, so they
-    are read back here once to be described."""
-    known = set(manifest["dead_letter"]["files"]) | {
+    every staged file that is not a shard, a shard's index, a dead-letter
+    file, the manifest or SHA256SUMS. They are small and written whole just
+    before, so they are read back here once to be described."""
+    known = set(manifest["dead_letter"]["files"]) | set(manifest_lib.index_files(manifest)) | {
         shard["file"] for summary in manifest["splits"].values() for shard in summary["shards"]}
     known |= {MANIFEST_FILE, SHA256SUMS_FILE}
     entries = []

@@ -30,7 +30,8 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...transforms.layout import parse_shard_file_name, shard_suffix
+from ...transforms.layout import index_file_name, parse_shard_file_name, shard_suffix
+from ...transforms.tfrecord import indexable
 from ..version import __version__
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "compression_label",
     "compression_from_label",
     "dumps_manifest",
+    "index_files",
     "is_relative_inside",
     "load_manifest",
     "utc_timestamp",
@@ -123,11 +125,46 @@ def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: 
         if not isinstance(shard.get("sha256"), str) or not SHA256_HEX.match(shard["sha256"]):
             raise ManifestError(f"{where}.sha256", f"must be 64 lowercase hex digits, got "
                                 f"{shard.get('sha256')!r}")
+        if "index" in shard:
+            _check_index(shard["file"], shard["index"], compression, f"{where}.index")
+
+
+_INDEX_KEYS = ("file", "num_bytes", "sha256")
+
+
+def _check_index(shard_file: str, index: Any, compression: str, where: str) -> None:
+    """A shard's ``index`` entry: exactly ``{"file": "<shard>.index",
+    "num_bytes", "sha256"}``, only for an uncompressed shard. A shard
+    without one has no index."""
+    if not indexable(compression):
+        raise ManifestError(where, f"a {compression} shard has no index (no random access)")
+    if not isinstance(index, Mapping) or sorted(index) != sorted(_INDEX_KEYS):
+        raise ManifestError(where, f"must be an object with exactly {list(_INDEX_KEYS)}, got "
+                            f"{index!r}"[:300])
+    if index["file"] != index_file_name(shard_file):
+        raise ManifestError(f"{where}.file", f"must be {index_file_name(shard_file)!r}, got "
+                            f"{index['file']!r}")
+    size = index["num_bytes"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ManifestError(f"{where}.num_bytes", f"must be a non-negative integer, got "
+                            f"{size!r}")
+    if not isinstance(index["sha256"], str) or not SHA256_HEX.match(index["sha256"]):
+        raise ManifestError(f"{where}.sha256", f"must be 64 lowercase hex digits, got "
+                            f"{index['sha256']!r}")
 
 
 def _shard_entry(shard: Mapping[str, Any]) -> dict:
-    return {"file": shard["file"], "num_examples": shard["num_examples"],
-            "num_bytes": shard["num_bytes"], "sha256": shard["sha256"]}
+    entry = {"file": shard["file"], "num_examples": shard["num_examples"],
+             "num_bytes": shard["num_bytes"], "sha256": shard["sha256"]}
+    if "index" in shard:
+        entry["index"] = dict(shard["index"])
+    return entry
+
+
+def index_files(manifest: Mapping[str, Any]) -> dict[str, dict]:
+    """index file -> its shard's manifest entry, for every shard with one."""
+    return {shard["index"]["file"]: shard for summary in manifest["splits"].values()
+            for shard in summary["shards"] if "index" in shard}
 
 
 # Beyond this deviation from the split's mean shard size the contract's
@@ -177,7 +214,8 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     """The manifest dict, in the contract's shape and key order.
 
     shards: the pipeline's shard records ``{"split", "file", "num_examples",
-    "num_bytes", "sha256"}`` in any order. dead_letter: ``{"num_rows",
+    "num_bytes", "sha256"}`` (and ``"index"``, kept as it is, for a shard
+    with an index file) in any order. dead_letter: ``{"num_rows",
     "by_reason", "files", ...}`` (other keys, e.g. samples, are left out).
     inputs: the fingerprints of the files read
     (`transforms.readers.inputs.source_inputs`), kept as ``inputs`` after

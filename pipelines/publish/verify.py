@@ -9,6 +9,9 @@ one, the byte offset and record index of the first fault:
 
 * ``manifest.json`` parses and is consistent (shard naming, per-split sums,
   ``num_input_rows == Σ num_examples + dead_letter.num_rows``);
+* every shard's index file (``<shard>.index``, uncompressed output):
+  present, size and sha256 as in the manifest; no index file the manifest
+  does not list (``deep=True``: every line against the shard's records);
 * every shard: present, size and sha256 as in the manifest, every record's
   length CRC and data CRC (offsets of gzip shards are in the uncompressed
   stream), record count as in the manifest; a shard whose bytes are those of
@@ -43,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ...transforms.layout import MANIFEST_FILE, SHA256SUMS_FILE
+from ...transforms.layout import INDEX_SUFFIX, MANIFEST_FILE, SHA256SUMS_FILE
 from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
@@ -57,7 +60,7 @@ __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 # Which problem of a file is reported first: the most specific cause (a
 # wrong file, the first bad byte) before its consequences (size, checksum).
 _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
-    ["missing", "swapped", "framing", "example", "count", "size", "sha256"])}
+    ["missing", "swapped", "framing", "example", "index", "count", "size", "sha256"])}
 
 
 @dataclass
@@ -192,6 +195,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     shards = {shard["file"]: (split, shard) for split, summary in manifest["splits"].items()
               for shard in summary["shards"]}
     owner_of_sha = {shard["sha256"]: file for file, (_, shard) in shards.items()}
+    indexes = manifest_lib.index_files(manifest)
 
     tasks = []  # (size hint, file, check function, kwargs)
     checks: dict[str, FileCheck] = {}
@@ -210,15 +214,24 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 expected_size=shard["num_bytes"],
                 expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
         else:
+            index = shard.get("index")
             tasks.append((shard["num_bytes"], file, check_file, dict(
                 compression=compression, expected_size=shard["num_bytes"],
                 expected_sha256=shard["sha256"], expected_records=shard["num_examples"],
-                features=features, vocabulary_sizes=vocabulary_sizes)))
-        listed = sums.get(file)
-        if sums and listed != shard["sha256"]:
-            report.problems.append(Problem(SHA256SUMS_FILE, (
-                f"lists {listed[:16]}… for {file}, manifest says {shard['sha256'][:16]}…")
-                if listed else f"does not list shard {file}", code="sums"))
+                features=features, vocabulary_sizes=vocabulary_sizes,
+                index=(f"{version_url}/{index['file']}", index["file"])
+                if deep and index and index["file"] not in links else None)))
+        report.problems.extend(_listed_as_in_manifest(sums, file, shard["sha256"], "shard"))
+    for file, shard in indexes.items():  # plain: size and sha256 (deep: lines, above)
+        if file not in links:
+            tasks.append((0, file, check_file, dict(expected_size=shard["index"]["num_bytes"],
+                                                    expected_sha256=shard["index"]["sha256"])))
+        report.problems.extend(_listed_as_in_manifest(sums, file, shard["index"]["sha256"],
+                                                      "index"))
+    for file in sorted(_unlisted_indexes(present | set(sums), indexes)):
+        report.problems.append(Problem(file, "an index file the manifest does not list (a "
+                                       "reader would trust offsets nothing checked)",
+                                       code="unexpected"))
     for file in manifest["dead_letter"]["files"]:
         if file in links:
             continue
@@ -241,7 +254,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 f"{str(entry.get('sha256'))[:16]}…") if file in sums
                 else f"does not list {file}", code="sums"))
     for file, digest in sums.items():
-        if file in shards:
+        if file in shards or file in indexes or file.endswith(INDEX_SUFFIX):
             continue
         if file in links:
             continue
@@ -249,9 +262,9 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
             report.problems.append(Problem(file, "missing (listed in SHA256SUMS)", code="missing"))
             continue
         tasks.append((0, file, check_file, dict(expected_sha256=digest)))
-    accounted = set(shards) | set(sums) | set(manifest["dead_letter"]["files"]) | {
-        MANIFEST_FILE, SHA256SUMS_FILE}
-    for file in sorted(present - accounted):
+    accounted = set(shards) | set(sums) | set(indexes) | set(
+        manifest["dead_letter"]["files"]) | {MANIFEST_FILE, SHA256SUMS_FILE}
+    for file in sorted(present - accounted - set(_unlisted_indexes(present, indexes))):
         report.problems.append(Problem(file, "unexpected file (in neither the manifest nor "
                                        "SHA256SUMS)", code="unexpected"))
 
@@ -290,6 +303,24 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                                                code="split"))
     report.seconds = time.monotonic() - started
     return report
+
+
+def _listed_as_in_manifest(sums: Mapping[str, str], file: str, digest: str,
+                           what: str) -> list[Problem]:
+    """SHA256SUMS's problem with a shard's or an index's line: it must list
+    `file` with the manifest's `digest` (nothing when there is no SHA256SUMS
+    to read: that is reported once)."""
+    listed = sums.get(file)
+    if not sums or listed == digest:
+        return []
+    return [Problem(SHA256SUMS_FILE, f"lists {listed[:16]}… for {file}, manifest says "
+                    f"{digest[:16]}…" if listed else f"does not list {what} {file}",
+                    code="sums")]
+
+
+def _unlisted_indexes(files, indexes: Mapping[str, Mapping]) -> list[str]:
+    """The index files among `files` that no shard of the manifest has."""
+    return [file for file in files if file.endswith(INDEX_SUFFIX) and file not in indexes]
 
 
 # --- command line ---------------------------------------------------------------------

@@ -12,13 +12,17 @@ imports this door only, never its modules:
 * `damage`: the intact records at a buffer's head (`complete_records`),
   and `RecordStreamCheck`,
   which checks a stream as it is written exactly as the reader would;
-* `reading`: records read, viewed or counted, every CRC checked.
+* `reading`: records read, viewed or counted, every CRC checked;
+* `index`: a file's index (``"<offset> <framed length>"`` lines, the format
+  DALI and the `tfrecord` package read), made as its bytes are written, and
+  an index file compared with its shard's records.
 """
 
 from .damage import RecordStreamCheck, complete_records
 from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
+from .index import INDEX_LINE_LIMIT, IndexMatch, RecordIndexer, index_line, indexable
 from .reading import count_records, iter_record_views, iter_records, read_records
 from .writer import COMPRESSIONS, TFRecordWriter, check_compression, suffix_for
 
@@ -28,8 +32,11 @@ __all__ = [
     "FOOTER_SIZE",
     "FRAMING",
     "GzipStream",
+    "INDEX_LINE_LIMIT",
+    "IndexMatch",
     "HEADER_SIZE",
     "MAX_RECORD_BYTES",
+    "RecordIndexer",
     "RecordStreamCheck",
     "TFRecordError",
     "TFRecordWriter",
@@ -38,6 +45,8 @@ __all__ = [
     "count_records",
     "frame_records",
     "gzip_compress",
+    "index_line",
+    "indexable",
     "iter_record_views",
     "iter_records",
     "masked_crc32c",

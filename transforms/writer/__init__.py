@@ -2,8 +2,9 @@
 
 `WriteShards` takes a PCollection of ExampleBatch (a list of
 ``(key: bytes | None, example: bytes)``) and writes
-``<staging_dir>/<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]``, giving
-one metadata dict per shard. Outside code enters the writer only here.
+``<staging_dir>/<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]`` (and, for
+uncompressed shards, each one's index file ``<shard>.index``), giving one
+metadata dict per shard. Outside code enters the writer only here.
 
 A row's way through the wing, module by module (lowest level last)::
 
@@ -29,7 +30,7 @@ A row's way through the wing, module by module (lowest level last)::
       cells          which cell a row is compressed in (key-ordered gzip)
       ratio_sample   how many bytes shuffled gzip will take on disk
       shard_cuts     which shard a row goes to
-      shard_files    a shard put at its final name in staging, hashed
+      shard_files    a shard (and its index) put at its final name in staging, hashed
       elements       what passes between the Beam steps (never example bytes)
       step_setup     each step's memory habits and counters
       tuning         ShardTuning and the bounds every plan keeps

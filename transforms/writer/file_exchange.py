@@ -170,12 +170,13 @@ def _key_sorted_bucket(item):
 
 
 def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
-                       cut_at_rows: bool = False, gzip_level: int | None = None):
+                       cut_at_rows: bool = False, gzip_level: int | None = None,
+                       multiple: int = 1):
     """(split, [(run list file, BucketChunks)]) -> ShardSpec per shard:
     cut at rows (`plan_row_shards`; with `gzip_level`, shuffled gzip
     shards counted from the buckets' ratio sample) or at chunks
     (key-ordered gzip: the BucketChunks are units of cells, the buckets'
-    interiors and the seams).
+    interiors and the seams); their count a multiple of `multiple`.
 
     With `delete_runs` (key-ordered gzip: every cell is written as chunk
     files by now), the split's runs are no longer needed and are deleted
@@ -188,12 +189,12 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
     items = list(items)
     buckets = [bucket for _, bucket in items]
     if not cut_at_rows:
-        shards = plan_shards(split, buckets, shard_size)
+        shards = plan_shards(split, buckets, shard_size, multiple=multiple)
     elif gzip_level is None:
-        shards = plan_row_shards(split, buckets, shard_size)
+        shards = plan_row_shards(split, buckets, shard_size, multiple=multiple)
     else:
         shards = plan_row_shards(split, buckets, shard_size, written_size=functools.partial(
-            bucket_output.gzip_written_size, level=gzip_level))
+            bucket_output.gzip_written_size, level=gzip_level), multiple=multiple)
     if delete_runs:
         for runs_file in sorted({runs_file for runs_file, _ in items}):
             spill.remove_runs(runs_file)
@@ -328,14 +329,15 @@ def _read_file(path: str) -> bytes:
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None,
-                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL) -> dict:
+                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False) -> dict:
     """Writes a shard, hashing as it goes, and puts it at its final name in
     `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
     of each listed bucket that the shard holds, sorted from the runs
     (`sorting.write_bucket_rows`; `runs_of`: run list file -> runs;
     `bucket_options`: see `_bucket_options`), for gzip into one gzip
     member at `gzip_level` (`tfrecord.GzipStream`); else its chunk
-    ranges of bucket files, copied (key-ordered gzip). Returns the
+    ranges of bucket files, copied (key-ordered gzip). With `index`, its
+    index file beside it (`shard_files.publish_shard`). Returns the
     shard's metadata dict. Rerunning it writes the same bytes under the
     same final name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
@@ -366,7 +368,7 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
         return num_examples
 
     shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
-                          compression=compression)
+                          compression=compression, index=index)
     if not spec.cut and shard.num_bytes != spec.num_bytes:
         raise run_format.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
                                  f"{spec.num_bytes}")
@@ -393,8 +395,10 @@ class _WriteShardFn(beam.DoFn):
     """ShardSpec -> shard metadata dict (the file is at its final name)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
-                 tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
+                 tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL,
+                 index: bool = False):
         self._staging_dir = staging_dir
+        self._index = index
         self._temp_dir = temp_dir
         self._compression = compression
         self._work_dir = work_dir
@@ -410,7 +414,7 @@ class _WriteShardFn(beam.DoFn):
         metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
                                compression=self._compression, runs_of=self._runs,
                                bucket_options=_bucket_options(self._work_dir, self._tuning),
-                               gzip_level=self._gzip_level)
+                               gzip_level=self._gzip_level, index=self._index)
         self._counters.count(metadata["num_examples"], metadata["num_bytes"])
         yield metadata
 
@@ -459,11 +463,12 @@ class FileExchange(beam.PTransform):
                     _plan_split_shards, self._job.shard_size,
                     delete_runs=not cut_at_rows and not self._spilled,
                     cut_at_rows=cut_at_rows,
-                    gzip_level=self._job.gzip_level if gzip else None)
+                    gzip_level=self._job.gzip_level if gzip else None,
+                    multiple=self._job.shard_count_multiple)
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,
-                    tuning, self._job.gzip_level)))  # metadata dict
+                    tuning, self._job.gzip_level, self._job.index)))  # metadata dict
 
     def _cells(self, measured, work_dir: str, cell_bytes: int):
         """Key-ordered gzip: (split, [(run list, measured BucketChunks)]) ->

@@ -27,7 +27,8 @@ from .bucket_plan import bucket_places, one_per_bucket
 from .elements import BucketChunks, Chunk, ShardSpec
 from .ratio_sample import estimated_written_bytes, ratio_sample_of
 
-__all__ = ["cuts_at_rows", "plan_row_shards", "plan_shards", "row_shard_count",
+__all__ = ["ShardCountError", "cuts_at_rows", "plan_row_shards", "plan_shards",
+           "row_shard_count",
            "row_shard_thresholds", "shards_of_rows", "shards_touched"]
 
 
@@ -46,19 +47,42 @@ def cuts_at_rows(shuffle: bool, compression: str) -> bool:
     return bool(shuffle) or compression != "gzip"
 
 
+class ShardCountError(ValueError):
+    """A split cannot be cut into a multiple of `output.shard_count_multiple`
+    shards that each hold a record."""
+
+
 def row_shard_count(total_bytes: int, shard_size: int, max_row_bytes: int,
-                    written_bytes: int | None = None) -> int:
+                    written_bytes: int | None = None, *, multiple: int = 1,
+                    split: str = "") -> int:
     """Shards of a split cut at rows: ceil(written / shard_size), written
     the bytes the shards will hold on disk (`total_bytes`, the framed
     bytes, when not given; gzip: `estimated_written_bytes`), but never
     more than total // largest row, so that every shard holds a row (each
     shard spans total / count >= the largest row's bytes of midpoints:
-    the cut is on the framed bytes, whatever is written)."""
+    the cut is on the framed bytes, whatever is written).
+
+    multiple (`output.shard_count_multiple`): the count is rounded up to
+    a multiple of it, so that shards stay at most `shard_size` (smaller
+    ones, cut the same way, keep the same spread); where that passes the
+    room (total // largest row), the largest multiple within it, as the
+    count above gives up shard_size for every shard's row. A split with no
+    room for `multiple` shards raises `ShardCountError` naming `split`."""
     if total_bytes <= 0:
         return 0
     written = total_bytes if written_bytes is None else written_bytes
     wanted = -(-written // shard_size)
-    return max(1, min(wanted, total_bytes // max(1, max_row_bytes)))
+    room = total_bytes // max(1, max_row_bytes)
+    if multiple == 1:
+        return max(1, min(wanted, room))
+    if room < multiple:
+        raise ShardCountError(
+            f"split {split!r}: output.shard_count_multiple is {multiple}, but its "
+            f"{total_bytes} bytes of records (the largest {max_row_bytes} bytes) fill at most "
+            f"{max(1, room)} shard(s) that each hold a record; lower "
+            "output.shard_count_multiple, or give the split more rows (its fraction in "
+            "splits)")
+    return min(-(-wanted // multiple) * multiple, room // multiple * multiple)
 
 
 def row_shard_thresholds(total_bytes: int, count: int) -> np.ndarray:
@@ -85,7 +109,8 @@ def shards_touched(start: int, end: int, thresholds: np.ndarray) -> range:
 
 
 def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int,
-                    written_size: Callable[[list], int] | None = None) -> list[ShardSpec]:
+                    written_size: Callable[[list], int] | None = None, *,
+                    multiple: int = 1) -> list[ShardSpec]:
     """Shards of a split cut at rows, as the module docstring says, from its planned
     buckets' sizes (the sum of their chunks) and largest rows: each shard
     lists, in key order, the buckets that may hold its rows (each bucket's
@@ -94,7 +119,8 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
     per bucket, nothing per row. written_size (gzip): the bytes on disk
     of the split's ratio sample (`ratio_sample_of` of the buckets'
     ratio_sample), from which the shard count is estimated
-    (`estimated_written_bytes`)."""
+    (`estimated_written_bytes`). multiple: the count is a multiple of it
+    (`row_shard_count`)."""
     placed, total = bucket_places(buckets)
     if not placed:
         return []
@@ -104,7 +130,8 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
         sample = ratio_sample_of(row for bucket, _, _ in placed for row in bucket.ratio_sample)
         written = estimated_written_bytes(total, written_size(sample),
                                           sum(len(record) for _, record in sample))
-    count = row_shard_count(total, shard_size, largest, written)
+    count = row_shard_count(total, shard_size, largest, written, multiple=multiple,
+                            split=split)
     thresholds = row_shard_thresholds(total, count)
     pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(count)]
     for bucket, start, size in placed:
@@ -114,11 +141,13 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
             for shard in range(count)]
 
 
-def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) -> list[ShardSpec]:
+def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int, *,
+                multiple: int = 1) -> list[ShardSpec]:
     """Groups a split's chunks, in key order, into shards cut as rows are
     (see the module docstring): a chunk belongs to the shard holding
     its bytes' midpoint in the split, among ``min(ceil(bytes on disk /
-    shard_size), bytes // largest chunk)`` shards (`row_shard_count`).
+    shard_size), bytes // largest chunk)`` shards (`row_shard_count`,
+    a multiple of `multiple`).
 
     Every shard is then within one chunk of the mean and holds a chunk,
     and a chunk's shard follows from its own place in the split, so a
@@ -132,7 +161,8 @@ def plan_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int) ->
         return []
     lengths = np.array([chunk.length for _, chunk in chunks], dtype=np.int64)
     total = int(lengths.sum())
-    count = row_shard_count(total, shard_size, int(lengths.max()))
+    count = row_shard_count(total, shard_size, int(lengths.max()), multiple=multiple,
+                            split=split)
     shard_of = shards_of_rows(np.cumsum(lengths) - lengths, lengths,
                               row_shard_thresholds(total, count)).tolist()
     selected: list[list[tuple[str, Chunk]]] = [[] for _ in range(count)]

@@ -24,14 +24,25 @@ exchange of `shuffle_exchange.py`, through `shuffle_steps.ShardFileFn`) end in
   A shard on the local disk is read back in full before publishing, by
   processes, which costs little there (`pipelines.publish.finalizing`).
 
-Rerunning a shard's writer writes the same bytes under the same name.
+With an index (uncompressed output, `output.index`), the shard's index
+file (``<shard>.index``: one ``"<offset> <framed length>"`` line per
+record, `tfrecord.RecordIndexer`) is made from the same bytes as they are
+written, gathered in a spooled file while the shard is written, and put
+beside the shard the same way once it is in place. It is not checked
+against the store: publishing reads index files back in full (they are
+small beside their shards).
+
+Rerunning a shard's writer writes the same bytes under the same names.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import posixpath
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
@@ -39,6 +50,8 @@ from typing import BinaryIO, Callable
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from .. import tfrecord
+from ..layout import index_file_name
 from ..page_cache import WriteBehind
 from ..readers.inputs import fingerprint
 from ..tfrecord import RecordStreamCheck, TFRecordError
@@ -58,32 +71,26 @@ class ShardCheckError(Exception):
 
 
 class HashingWriter:
-    """Writes to a file, hashing and counting what passes through."""
+    """Writes to a file, hashing and counting what passes through; each
+    of `taps` (`tfrecord.RecordStreamCheck`, `tfrecord.RecordIndexer`)
+    sees the bytes first, and its `TFRecordError` becomes a
+    `ShardCheckError`."""
 
-    def __init__(self, out: BinaryIO):
+    def __init__(self, out: BinaryIO, taps: tuple = ()):
         self._out = out
+        self._taps = taps
         self.digest = hashlib.sha256()
         self.written = 0
 
     def write(self, data) -> None:
+        for tap in self._taps:
+            try:
+                tap.write(data)
+            except TFRecordError as error:
+                raise ShardCheckError(f"as written: {error}") from error
         self.digest.update(data)
         self._out.write(data)
         self.written += len(data)
-
-
-class _CheckingWriter(HashingWriter):
-    """A `HashingWriter` whose bytes also go through a `RecordStreamCheck`."""
-
-    def __init__(self, out: BinaryIO, check: RecordStreamCheck):
-        super().__init__(out)
-        self.check = check
-
-    def write(self, data) -> None:
-        try:
-            self.check.write(data)
-        except TFRecordError as error:
-            raise ShardCheckError(f"as written: {error}") from error
-        super().write(data)
 
 
 @dataclass(frozen=True)
@@ -92,12 +99,14 @@ class PublishedShard:
     fingerprint: the store's
     ``{"path", "size", <version token>}`` of the object, taken after it was
     written, for a shard checked as it was written (None for one on the
-    local disk, which publishing reads back instead)."""
+    local disk, which publishing reads back instead); index: its index
+    file's ``{"file", "num_bytes", "sha256"}`` (None: no index)."""
 
     num_bytes: int
     sha256: str
     num_examples: int
     fingerprint: dict | None
+    index: dict | None = None
 
 
 def _writes_atomically(fs) -> bool:
@@ -106,41 +115,90 @@ def _writes_atomically(fs) -> bool:
         set(protocols) & _ATOMIC_PROTOCOLS)
 
 
+# An index is gathered in memory up to this size, then on the local disk,
+# until its shard is written: about 18 bytes a record.
+_INDEX_SPOOL_BYTES = 8 << 20
+
+
 def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: str,
-                  temp_dir: str, compression: str) -> PublishedShard:
+                  temp_dir: str, compression: str, index: bool = False) -> PublishedShard:
     """Writes a shard once and gives it its final name in `staging_dir`:
     `write(out)` writes its bytes and returns the number of records it
-    wrote. Raises `ShardCheckError` when a shard checked as it is written
-    is damaged or holds another number of records."""
+    wrote. With `index` (uncompressed shards only) its index file
+    (`tfrecord.RecordIndexer`, from the bytes as they are written) is put
+    beside it afterwards, ``<name>.index``, the same way. Raises
+    `ShardCheckError` when a shard checked as it is written is damaged or
+    holds another number of records."""
+    if index and not tfrecord.indexable(compression):
+        raise ValueError(f"{name}: a {compression} shard has no index (no random access)")
     final_path = join_path(staging_dir, name)
-    fs, fs_final = fsspec.core.url_to_fs(final_path)
+    fs, _ = fsspec.core.url_to_fs(final_path)
     local = isinstance(fs, LocalFileSystem)
     check = None if local else RecordStreamCheck(final_path, compression)
+    with tempfile.SpooledTemporaryFile(max_size=_INDEX_SPOOL_BYTES) as lines:
+        indexer = tfrecord.RecordIndexer(lines, final_path) if index else None
 
-    def written_through(fileobj: BinaryIO) -> tuple[HashingWriter, int]:
-        """(the writer's hashing sink, the records it wrote)."""
-        out = HashingWriter(fileobj) if check is None else _CheckingWriter(fileobj, check)
-        records = write(out)
-        if check is not None:
+        def written_through(out: HashingWriter) -> int:
+            """Writes the shard's records through `out`; their number."""
+            records = write(out)
+            counted = []
             try:
-                checked = check.finish()
+                if check is not None:
+                    counted.append(check.finish())
+                if indexer is not None:
+                    counted.append(indexer.finish())
             except TFRecordError as error:
                 raise ShardCheckError(f"{name} as written: {error}") from error
-            if checked != records:
-                raise ShardCheckError(f"{name}: holds {checked} records, its writer wrote "
-                                      f"{records}")
-        return out, records
+            for found in counted:
+                if found != records:
+                    raise ShardCheckError(f"{name}: holds {found} records, its writer wrote "
+                                          f"{records}")
+            return records
 
+        taps = tuple(tap for tap in (check, indexer) if tap is not None)
+        out, records, stored = _put(fs, name, written_through, staging_dir=staging_dir,
+                                    temp_dir=temp_dir, taps=taps, checked=check is not None)
+        entry = None
+        if indexer is not None:
+            index_name = index_file_name(name)
+            lines.seek(0)
+            index_out, _, _ = _put(fs, index_name, functools.partial(_copy_lines, lines),
+                                   staging_dir=staging_dir, temp_dir=temp_dir, taps=(),
+                                   checked=False)
+            entry = {"file": index_name, "num_bytes": index_out.written,
+                     "sha256": index_out.digest.hexdigest()}
+    return PublishedShard(num_bytes=out.written, sha256=out.digest.hexdigest(),
+                          num_examples=records, fingerprint=stored, index=entry)
+
+
+def _copy_lines(lines: BinaryIO, out: HashingWriter) -> int:
+    shutil.copyfileobj(lines, out, 1 << 20)
+    return 0
+
+
+def _put(fs, name: str, write: Callable[[HashingWriter], int], *, staging_dir: str,
+         temp_dir: str, taps: tuple, checked: bool) -> tuple[HashingWriter, int, dict | None]:
+    """Puts the file `write` writes (through a `HashingWriter` with `taps`)
+    at `name` in `staging_dir`: on an object store at its final name, else
+    under a temporary name in `temp_dir`, then renamed (locally, synced
+    first) or moved. Returns the writer, what `write` returned and, when
+    `checked`, the store's fingerprint of the object, whose size must be
+    the bytes written."""
+    final_path = join_path(staging_dir, name)
+    _, fs_final = fsspec.core.url_to_fs(final_path)
+    local = isinstance(fs, LocalFileSystem)
     if _writes_atomically(fs) and not local:
         with fs.open(fs_final, "wb") as fileobj:
-            out, records = written_through(fileobj)
+            out = HashingWriter(fileobj, taps)
+            result = write(out)
     else:
         temp_path = join_path(temp_dir, f"{name}.{uuid.uuid4().hex}")
         _, fs_temp = fsspec.core.url_to_fs(temp_path)
         fs.makedirs(posixpath.dirname(fs_temp), exist_ok=True)
         with fs.open(fs_temp, "wb") as fileobj:
             on_disk = WriteBehind(fileobj)  # durable before its rename (page_cache)
-            out, records = written_through(on_disk)
+            out = HashingWriter(on_disk, taps)
+            result = write(out)
             on_disk.finish()
         fs.makedirs(posixpath.dirname(fs_final), exist_ok=True)
         if local:
@@ -148,22 +206,25 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
         else:
             fs.mv(fs_temp, fs_final)
     stored = None
-    if check is not None:
+    if checked:
         fs.invalidate_cache(posixpath.dirname(fs_final))
         stored = fingerprint(fs, fs_final)
         if stored.get("size") != out.written:
             raise ShardCheckError(f"{name}: the store holds {stored.get('size', 'no')} bytes "
                                   f"after {out.written} were written")
-    return PublishedShard(num_bytes=out.written, sha256=out.digest.hexdigest(),
-                          num_examples=records, fingerprint=stored)
+    return out, result, stored
 
 
 def shard_metadata(split: str, name: str, shard: PublishedShard) -> dict:
     """The metadata dict a shard writer gives for a published shard:
-    split, file, num_examples, num_bytes, sha256, and ``stored`` (the
-    store's fingerprint) for a shard checked as it was written."""
+    split, file, num_examples, num_bytes, sha256, ``index`` (its index
+    file's ``{"file", "num_bytes", "sha256"}``) when it has one, and
+    ``stored`` (the store's fingerprint) for a shard checked as it was
+    written."""
     metadata = {"split": split, "file": name, "num_examples": shard.num_examples,
                 "num_bytes": shard.num_bytes, "sha256": shard.sha256}
     if shard.fingerprint is not None:
         metadata["stored"] = shard.fingerprint
+    if shard.index is not None:
+        metadata["index"] = dict(shard.index)
     return metadata

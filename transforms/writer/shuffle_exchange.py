@@ -256,6 +256,7 @@ class ShuffleExchange(beam.PTransform):
         plan = (sizes
                 | added_up >> beam.CombinePerKey(BucketSizesFn())
                 | step >> beam.FlatMap(plan_row_cuts, shard_size=self._job.shard_size,
+                                       multiple=self._job.shard_count_multiple,
                                        gzip_level=gzip_level))
         return (plan | f"{step}Placements" >> beam.Filter(lambda item: item[1][0] == "plan"),
                 plan | f"{step}Specs" >> beam.Filter(lambda item: item[1][0] == "spec"))
@@ -268,7 +269,8 @@ class ShuffleExchange(beam.PTransform):
                 | "JoinShards" >> beam.GroupByKey()  # ((split, shard), [spec, pieces, ends])
                 | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression,
-                    self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress)))
+                    self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress,
+                    index=self._job.index)))
 
     def _cut_at_rows(self, sizes, rows):
         gzip = self._job.compression == "gzip"

@@ -190,14 +190,16 @@ def _trim(accumulator: list) -> None:
     accumulator[0], accumulator[1] = accumulator[0][:used], accumulator[1][:used]
 
 
-def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None):
+def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None,
+                  multiple: int = 1):
     """(split, (rows per bucket, bytes per bucket, largest row, ratio
     sample)) -> for each bucket holding rows, ((split, bucket), ("plan",
     (first byte, bytes, total, shard count))); for each shard, ((split,
     shard), ("spec", (shard count, buckets that may hold its rows))).
     With `gzip_level`, the shard count follows the bytes the split is
     estimated to take compressed (its ratio sample compressed as a shard
-    is, `bucket_output.gzip_written_size`)."""
+    is, `bucket_output.gzip_written_size`). multiple: the count is a
+    multiple of it (`shard_cuts.row_shard_count`)."""
     split, (rows, nbytes, largest, sample) = split_sizes
     total = int(nbytes.sum())
     written = None
@@ -205,7 +207,8 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
         sample = ratio_sample_of(sample)
         written = estimated_written_bytes(total, gzip_written_size(sample, gzip_level),
                                           sum(len(record) for _, record in sample))
-    count = row_shard_count(total, shard_size, largest, written)
+    count = row_shard_count(total, shard_size, largest, written, multiple=multiple,
+                            split=split)
     thresholds = row_shard_thresholds(total, count)
     starts = np.cumsum(nbytes) - nbytes
     expected: list[list[int]] = [[] for _ in range(count)]

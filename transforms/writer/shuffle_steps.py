@@ -133,11 +133,12 @@ class ShardFileFn(beam.DoFn):
     counters, and publishing one assembled shard (`_published`)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int,
-                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL):
+                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
         self._compression = compression
         self._memory_bytes = memory_bytes
+        self._index = index
         self._gzip_level = gzip_level
 
     def setup(self):
@@ -150,8 +151,9 @@ class ShardFileFn(beam.DoFn):
 
     def _published(self, split: str, name: str, write, num_examples: int) -> dict:
         """Publishes the shard `write(out)` writes (`num_examples` records,
-        which it returns); its metadata dict."""
+        which it returns), with its index file when asked; its metadata dict."""
         shard = publish_shard(name, write, staging_dir=self._staging_dir,
-                              temp_dir=self._temp_dir, compression=self._compression)
+                              temp_dir=self._temp_dir, compression=self._compression,
+                              index=self._index)
         self._counters.count(num_examples, shard.num_bytes)
         return shard_metadata(split, name, shard)

@@ -139,7 +139,10 @@ class ShardJob:
     """What `WriteShards` asks of either exchange: which rows go where,
     and how they are cut. `shard_temp_dir` holds a shard only while it is
     written, on filesystems that need a temporary name; `chunk_bytes`:
-    the cells of key-ordered gzip (`ShardTuning.chunk_bytes`)."""
+    the cells of key-ordered gzip (`ShardTuning.chunk_bytes`); `index`:
+    each shard gets its index file (uncompressed output only,
+    `shard_files.publish_shard`); `shard_count_multiple`: each split's
+    shard count is a multiple of it (`shard_cuts.row_shard_count`)."""
 
     staging_dir: str
     shard_temp_dir: str
@@ -151,3 +154,5 @@ class ShardJob:
     chunk_bytes: int
     gzip_level: int
     tuning: ShardTuning
+    index: bool = False
+    shard_count_multiple: int = 1

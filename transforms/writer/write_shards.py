@@ -76,7 +76,20 @@ class WriteShards(beam.PTransform):
     Takes: PCollection of ExampleBatch, a list of ``(key, example)`` with
     key bytes or None (None: the serialized example is the key).
     Gives: PCollection of ``{"split", "file", "num_examples", "num_bytes",
-    "sha256"}``, one per shard file written to `staging_dir`.
+    "sha256"}`` (and ``"index": {"file", "num_bytes", "sha256"}`` for a
+    shard with an index file), one per shard file written to `staging_dir`.
+
+    index: each shard gets ``<shard>.index`` beside it (one ``"<offset>
+    <framed length>"`` line per record, the format DALI and the `tfrecord`
+    package read; `shard_files.publish_shard`). None (default): for
+    uncompressed output only; True with gzip is a ValueError (a gzip
+    file has no random access).
+
+    shard_count_multiple: each split's shard count is a multiple of it
+    (file-level sharding across that many hosts; `shard_cuts.row_shard_count`):
+    rounded up, shards then stay at most `shard_size`. A split whose
+    records cannot fill that many shards with a record each fails the
+    pipeline (`shard_cuts.ShardCountError`, naming the split).
 
     A row's split comes from a hash of its key salted by `dataset_name`;
     rows are ordered by that hash (shuffle=True) or by key bytes, ties
@@ -120,8 +133,18 @@ class WriteShards(beam.PTransform):
                  compression: str, temp_dir: str | None = None,
                  gzip_level: int | None = None, tuning: ShardTuning | None = None,
                  exchange: str = "auto", spilled: bool = False,
-                 key_bounds: Sequence[bytes] | None = None):
+                 key_bounds: Sequence[bytes] | None = None, index: bool | None = None,
+                 shard_count_multiple: int = 1):
         super().__init__()
+        if isinstance(shard_count_multiple, bool) or not isinstance(shard_count_multiple, int) \
+                or shard_count_multiple < 1:
+            raise ValueError(f"shard_count_multiple must be a positive integer, got "
+                             f"{shard_count_multiple!r}")
+        self._shard_count_multiple = shard_count_multiple
+        self._index = tfrecord.indexable(compression) if index is None else bool(index)
+        if self._index and not tfrecord.indexable(compression):
+            raise ValueError(f"index=True needs uncompressed output: {compression} has no "
+                             "random access, so no index")
         self._key_bounds = tuple(key_bounds) if key_bounds else None
         self._spilled = spilled
         if exchange not in EXCHANGES:
@@ -157,7 +180,7 @@ class WriteShards(beam.PTransform):
                              f"{exchange!r}")
         job = ShardJob(self._staging_dir, shard_temp_dir, self._dataset_name, self._splits,
                        self._shuffle, self._shard_size, self._compression, chunk_bytes,
-                       self._gzip_level, tuning)
+                       self._gzip_level, tuning, self._index, self._shard_count_multiple)
         if exchange == "shuffle":
             work_dir = shard_temp_dir
             shards = batches | "Exchange" >> ShuffleExchange(job, key_bounds=self._key_bounds)

@@ -112,9 +112,11 @@ def reference(tmp_path_factory):
 def _assert_consistent(staging):
     metadata = _metadata(staging)
     digests = _disk_digests(staging)
-    assert {item["file"]: item["sha256"] for item in metadata} == digests
-    for item in metadata:
-        assert os.path.getsize(os.path.join(staging, item["file"])) == item["num_bytes"]
+    # Every file written is a shard or a shard's index, as its metadata says.
+    files = [entry for item in metadata for entry in (item, item.get("index")) if entry]
+    assert {entry["file"]: entry["sha256"] for entry in files} == digests
+    for entry in files:
+        assert os.path.getsize(os.path.join(staging, entry["file"])) == entry["num_bytes"]
     assert not os.path.exists(os.path.join(staging, "_tmp"))  # temporary files removed
     return digests
 
