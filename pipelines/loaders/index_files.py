@@ -5,7 +5,7 @@ The format is DALI's ``tfrecord2idx`` and the ``tfrecord`` package's: one
 the length covering the whole framed record (8-byte length, 4-byte CRC,
 data, 4-byte CRC). Before it is parsed the file must have the size and
 sha256 the manifest lists, and that size must fit the shard's record count
-(a line is at most 42 bytes), so nothing is allocated by a length the
+(a line is at most `INDEX_LINE_LIMIT` bytes), so nothing is allocated by a length the
 manifest does not vouch for. Parsed, the offsets must tile the shard
 exactly: the first at 0, each where the previous record ends, the last
 ending at the shard's size, as many as the manifest's record count.
@@ -17,13 +17,11 @@ import hashlib
 
 import numpy as np
 
-from ...transforms.tfrecord import FRAMING
+from ...transforms.tfrecord import FRAMING, INDEX_LINE_LIMIT
 from ..publish.held_manifest import DatasetCorrupt, HeldShard
 from .version import LoaderShard, OpenedVersion
 
-__all__ = ["MAX_LINE_BYTES", "load_offsets"]
-
-MAX_LINE_BYTES = 42  # two 20-digit numbers, a space and a newline
+__all__ = ["load_offsets"]
 
 
 def load_offsets(version: OpenedVersion, shard: LoaderShard) -> np.ndarray:
@@ -34,7 +32,7 @@ def load_offsets(version: OpenedVersion, shard: LoaderShard) -> np.ndarray:
     index = shard.index
     if index is None:
         raise ValueError(f"{shard.held.display} has no index file")
-    if index.num_bytes > MAX_LINE_BYTES * shard.num_examples:
+    if index.num_bytes > INDEX_LINE_LIMIT * shard.num_examples:
         raise DatasetCorrupt(f"{index.display}: the manifest lists {index.num_bytes} bytes, more "
                              f"than {shard.num_examples} index lines can take")
     offsets = _parse(_read_checked(version, index), index.display, shard.num_examples)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from ...transforms.urls import redact_url
 from ..publish.dataset_paths import locate_version, load_version_manifest
 from ..publish.held_manifest import DatasetCorrupt, HeldShard
-from ..publish.manifest import SHA256_HEX, compression_from_label
+from ..publish.manifest import compression_from_label
 
 __all__ = ["LoaderShard", "OpenedVersion", "open_version"]
 
@@ -54,30 +54,21 @@ class OpenedVersion(NamedTuple):
 
     def shards(self, split: str) -> list[LoaderShard]:
         """`split`'s shards in manifest order; ValueError naming the splits
-        there are when it has none, DatasetCorrupt for a malformed index
-        entry."""
+        there are when it has none."""
         splits = self.manifest["splits"]
         if split not in splits:
             raise ValueError(f"{self.display} has no split {split!r}; its splits: "
                              f"{', '.join(splits)}")
-        return [self._shard(split, position, entry)
-                for position, entry in enumerate(splits[split]["shards"])]
+        return [self._shard(entry) for entry in splits[split]["shards"]]
 
-    def _shard(self, split: str, position: int, entry: dict) -> LoaderShard:
+    def _shard(self, entry: dict) -> LoaderShard:
+        # load_manifest has checked the entry, its index entry included
         held = HeldShard(entry["file"], f"{self.display}/{entry['file']}", entry["num_bytes"],
                          entry["sha256"])
         index = entry.get("index")
-        if index is None:
-            return LoaderShard(held, entry["num_examples"], None)
-        where = f"{self.display}/manifest.json: splits.{split}.shards[{position}].index"
-        if not (isinstance(index, dict) and index.get("file") == f"{entry['file']}.index"
-                and isinstance(index.get("num_bytes"), int) and index["num_bytes"] >= 0
-                and isinstance(index.get("sha256"), str) and SHA256_HEX.match(index["sha256"])):
-            raise DatasetCorrupt(f"{where} must be {{\"file\": \"{entry['file']}.index\", "
-                                 f"\"num_bytes\": <int>, \"sha256\": <hex>}}, got {index!r}")
-        return LoaderShard(held, entry["num_examples"],
-                           HeldShard(index["file"], f"{self.display}/{index['file']}",
-                                     index["num_bytes"], index["sha256"]))
+        return LoaderShard(held, entry["num_examples"], None if index is None else HeldShard(
+            index["file"], f"{self.display}/{index['file']}", index["num_bytes"],
+            index["sha256"]))
 
 
 def open_version(path: str) -> OpenedVersion:

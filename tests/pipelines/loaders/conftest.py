@@ -1,12 +1,10 @@
 """Published samples the reader tests share: several shards, every kind of
-feature, with index files (made by the `tfrecord` package's own index
-writer and listed in the manifest as the writer lists them) and without
-(gzip output); and an independent reading of their records (the `tfrecord`
-package's reader and protobuf, no recordforge code)."""
+feature, with index files (uncompressed output) and without (gzip output);
+and an independent reading of their records (the `tfrecord` package's
+reader and protobuf, no recordforge code)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pathlib
 import random
@@ -15,7 +13,6 @@ import shutil
 import numpy as np
 import pytest
 from tfrecord.reader import tfrecord_loader
-from tfrecord.tools.tfrecord2idx import create_index
 
 import recordforge
 
@@ -55,26 +52,11 @@ def _build(root: pathlib.Path, compression: str) -> pathlib.Path:
     return root / "out"
 
 
-def add_index_files(version: pathlib.Path) -> None:
-    """Index files beside every shard, listed in the manifest (the index
-    contract), made by the `tfrecord` package's own writer."""
-    manifest = json.loads((version / "manifest.json").read_text())
-    for entries in manifest["splits"].values():
-        for shard in entries["shards"]:
-            index = version / f"{shard['file']}.index"
-            create_index(str(version / shard["file"]), str(index))
-            data = index.read_bytes()
-            shard["index"] = {"file": index.name, "num_bytes": len(data),
-                              "sha256": hashlib.sha256(data).hexdigest()}
-    (version / "manifest.json").write_text(json.dumps(manifest, indent=2))
-
-
 @pytest.fixture(scope="session")
 def built_sample(tmp_path_factory) -> pathlib.Path:
-    """An output root (LATEST -> 1.0.0) of the sample, uncompressed, with index files."""
-    root = _build(tmp_path_factory.mktemp("indexed"), "none")
-    add_index_files(root / "1.0.0")
-    return root
+    """An output root (LATEST -> 1.0.0) of the sample, uncompressed, with
+    the index files the build writes."""
+    return _build(tmp_path_factory.mktemp("indexed"), "none")
 
 
 @pytest.fixture
@@ -119,12 +101,6 @@ class Oracle:
     row_count = ROWS
     rows = staticmethod(_independent_rows)
     same = staticmethod(_same_row)
-
-
-@pytest.fixture(scope="session")
-def index_files():
-    """`add_index_files(version_dir)`, for a version built without them."""
-    return add_index_files
 
 
 @pytest.fixture(scope="session")

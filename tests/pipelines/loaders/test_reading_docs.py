@@ -34,19 +34,14 @@ def _importable(name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def flights_dir(tmp_path_factory, index_files) -> pathlib.Path:
-    """A directory holding out/flights, as `recordforge build` publishes it
-    (index files added where the build wrote none)."""
+def flights_dir(tmp_path_factory) -> pathlib.Path:
+    """A directory holding out/flights, as `recordforge build` publishes it."""
     work = tmp_path_factory.mktemp("reading")
     recordforge.build(str(REPO / "configs" / "examples" / "flights.yaml"),
                       overrides={"output.path": str(work / "out" / "flights"),
                                  "source.path": str(REPO / "examples" / "tables" /
                                                     "flights.csv")},
                       beam_args=["--direct_running_mode=in_memory"])
-    version = work / "out" / "flights" / "1.0.0"
-    manifest = json.loads((version / "manifest.json").read_text())
-    if "index" not in manifest["splits"]["train"]["shards"][0]:
-        index_files(version)
     return work
 
 

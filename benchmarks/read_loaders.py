@@ -1,0 +1,139 @@
+"""PyTorch DataLoader throughput over a published version: recordforge.torch against the tfrecord package (and TensorFlow).
+
+    python benchmarks/read_loaders.py [--rows 200000] [--images 2000] [--workers 0,2] [--repeat 3]
+
+Builds the end-to-end benchmark's table (`--rows` rows) and image set
+(`--images` JPEGs) with `recordforge build` (uncompressed, as
+`e2e_workloads` describes them, with the index files the build writes),
+then reads each
+split ``train`` in one process, for each DataLoader worker count, with:
+
+* ``rf`` / ``rf-shuffle``: `recordforge.torch.RecordDataset` in shard order
+  / with its global shuffle; every shard's size and sha256 and every
+  record's CRCs checked, rows decoded to numpy by the manifest;
+* ``tfrecord``: the `tfrecord` package's `TFRecordDataset` per shard (its
+  index file given, so DataLoader workers split each shard), chained,
+  decoding every feature to numpy; it checks no CRC;
+* ``tf``: TensorFlow's `TFRecordDataset` + `parse_example` over the shards
+  (only when TensorFlow imports; it is no dependency).
+
+Systems alternate in rounds (`--repeat`), the best of each kept, so a slow
+spell of the shared machine falls on all alike. Records/s counts rows
+handed to the training loop (collate returns the batch's length, so no
+system pays for stacking tensors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch.utils.data as torch_data
+
+import recordforge
+import recordforge.torch as rf_torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_workloads import config_yaml, make_images, make_table  # noqa: E402
+
+BATCH = 256
+
+
+def _count(batch: list) -> int:
+    return len(batch)
+
+
+def _build(workload, out: Path) -> Path:
+    config = out.parent / f"{workload.name}.yaml"
+    config.write_text(config_yaml(workload, str(out), "none"))
+    recordforge.build(str(config), beam_args=["--direct_running_mode=in_memory"])
+    return out / "bench"
+
+
+def _records(loader) -> int:
+    return sum(loader)
+
+
+def _rf(version: Path, workers: int, shuffle: bool) -> int:
+    dataset = rf_torch.RecordDataset(str(version), "train", shuffle=shuffle)
+    return _records(torch_data.DataLoader(dataset, batch_size=BATCH, num_workers=workers,
+                                          collate_fn=_count))
+
+
+def _tfrecord(version: Path, workers: int) -> int:
+    from tfrecord.torch.dataset import TFRecordDataset
+
+    manifest = json.loads((version / "manifest.json").read_text())
+    shards = [TFRecordDataset(str(version / s["file"]), str(version / s["index"]["file"]), None)
+              for s in manifest["splits"]["train"]["shards"]]
+    return _records(torch_data.DataLoader(torch_data.ChainDataset(shards), batch_size=BATCH,
+                                          num_workers=workers, collate_fn=_count))
+
+
+def _tf(version: Path, workers: int) -> int:
+    import recordforge.tf
+
+    del workers  # tf.data runs its own threads
+    dataset = recordforge.tf.dataset(str(version), "train", parse=False).batch(BATCH)
+    spec = recordforge.tf.feature_spec(str(version))
+    import tensorflow as tf
+
+    dataset = dataset.map(lambda records: tf.io.parse_example(records, spec),
+                          num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+    return sum(int(next(iter(batch.values())).shape[0]) for batch in dataset)
+
+
+def _systems() -> dict:
+    systems = {"rf": lambda v, w: _rf(v, w, False), "rf-shuffle": lambda v, w: _rf(v, w, True),
+               "tfrecord": _tfrecord}
+    try:
+        import tensorflow  # noqa: F401
+        systems["tf"] = _tf
+    except ImportError:
+        pass
+    return systems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--images", type=int, default=2_000)
+    parser.add_argument("--workers", default="0,2")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    workers = [int(w) for w in args.workers.split(",")]
+    systems = _systems()
+    with tempfile.TemporaryDirectory(prefix="read-loaders-") as scratch:
+        root = Path(scratch)
+        table = make_table(root / "table", args.rows)[0]
+        images = make_images(root / "images", args.images)
+        versions = {"table": _build(table, root / "out-table"),
+                    "images": _build(images, root / "out-images")}
+        best: dict = {}
+        for _ in range(args.repeat):
+            for data, version in versions.items():
+                for count in workers:
+                    for name, read in systems.items():
+                        start = time.perf_counter()
+                        records = read(version, count)
+                        rate = records / (time.perf_counter() - start)
+                        key = (data, count, name)
+                        best[key] = max(best.get(key, (0, 0)), (rate, records))
+        print(f"| data | workers | {' | '.join(systems)} | rf / tfrecord |")
+        print(f"|---|---|{'---|' * len(systems)}---|")
+        for data in versions:
+            for count in workers:
+                rates = [best[(data, count, name)] for name in systems]
+                assert len({records for _, records in rates}) == 1, rates  # all read every row
+                ratio = best[(data, count, "rf")][0] / best[(data, count, "tfrecord")][0]
+                cells = " | ".join(f"{rate:,.0f}" for rate, _ in rates)
+                print(f"| {data} ({rates[0][1]:,} rows) | {count} | {cells} | {ratio:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
