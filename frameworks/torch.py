@@ -99,9 +99,20 @@ class DataLoader(torch_data.DataLoader):
     """torch's DataLoader that can say where it is: over a `RecordDataset`,
     `state_dict()` after any batch gives the rows each worker has handed
     out (counted from the batches given, `loader_position`), and
-    `load_state_dict` resumes there. Keep the default in-order delivery."""
+    `load_state_dict` resumes there. Keep the default in-order delivery.
+    ``persistent_workers=True`` is refused over a `RecordDataset`: workers
+    that outlive an epoch keep their copy of the dataset, which
+    `set_epoch` would no longer reach (every epoch would repeat the first
+    one's order)."""
 
     _batches = 0
+
+    def __init__(self, dataset, *args, **kwargs):
+        if kwargs.get("persistent_workers") and isinstance(dataset, RecordDataset):
+            raise ValueError("persistent_workers=True would keep every epoch in the first "
+                             "epoch's order: RecordDataset.set_epoch reaches workers started "
+                             "for each epoch only")
+        super().__init__(dataset, *args, **kwargs)
 
     def __iter__(self):
         self._batches = 0

@@ -78,13 +78,23 @@ class SplitReader:
     def load_state_dict(self, state: dict) -> None:
         """Resume `state`'s epoch after the rows it counts; ValueError when
         it was saved with another order (seed, rank, workers...)."""
-        expected = self._order(state.get("num_workers", 0))
+        workers = state.get("num_workers")
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"not a saved reader state: num_workers is {workers!r}")
+        expected = self._order(workers)
         differ = [key for key in _ORDER_KEYS if state.get(key) != expected[key]]
+        if differ:
+            raise ValueError("the saved state was made with other settings: saved "
+                             f"{ {key: state.get(key) for key in differ} }, now "
+                             f"{ {key: expected[key] for key in differ} }")
+        lengths = [piece.stop - piece.start for piece in self._slices(workers)]
         consumed = state.get("consumed")
-        if differ or not isinstance(consumed, list) or len(consumed) != state["num_workers"]:
-            raise ValueError(f"the saved state was made with other settings ({', '.join(differ) or 'consumed'}"
-                             f"): saved {dict((k, state.get(k)) for k in differ)}, now "
-                             f"{dict((k, expected[k]) for k in differ)}")
+        if not (isinstance(state.get("epoch"), int) and isinstance(consumed, list)
+                and len(consumed) == workers
+                and all(isinstance(n, int) and 0 <= n <= length
+                        for n, length in zip(consumed, lengths))):
+            raise ValueError(f"not a saved reader state: epoch {state.get('epoch')!r}, "
+                             f"consumed {consumed!r} (each worker's slice holds {lengths})")
         self.epoch, self._resume = state["epoch"], state
 
     def pending(self, num_workers: int) -> list[tuple[int, int]]:
@@ -92,9 +102,12 @@ class SplitReader:
         next pass over this epoch."""
         skips = (self._resume["consumed"] if self._resume is not None
                  and self._resume["num_workers"] == num_workers else [0] * num_workers)
-        slices = [plan.worker_slice(self.total, self.world_size, self.rank, self.remainder, w,
-                                    num_workers) for w in range(num_workers)]
-        return [(skip, s.stop - s.start) for skip, s in zip(skips, slices)]
+        return [(skip, piece.stop - piece.start)
+                for skip, piece in zip(skips, self._slices(num_workers))]
+
+    def _slices(self, num_workers: int) -> list[plan.Slice]:
+        return [plan.worker_slice(self.total, self.world_size, self.rank, self.remainder,
+                                  worker, num_workers) for worker in range(num_workers)]
 
     def position(self, num_workers: int, consumed: list[int]) -> dict:
         """A `state_dict` for a pass by `num_workers` workers that have
@@ -107,12 +120,12 @@ class SplitReader:
         if self._resume is not None:
             if self._resume["num_workers"] != num_workers:
                 raise ValueError(f"the saved state was made with {self._resume['num_workers']} "
-                                 f"DataLoader workers; resume with the same number, not {num_workers}")
+                                 "DataLoader workers; resume with as many, not "
+                                 f"{num_workers}")
             skip = self._resume["consumed"][worker]
         self._workers = num_workers
         self._consumed[worker] = skip
-        positions = plan.worker_slice(self.total, self.world_size, self.rank, self.remainder,
-                                      worker, num_workers)
+        positions = self._slices(num_workers)[worker]
         for record, where, index in self._records(positions, skip, worker):
             row = self.decoder.decode(record, where, index)
             self._consumed[worker] += 1

@@ -260,3 +260,13 @@ def test_random_access_to_a_damaged_record_names_it_and_reads_the_others(indexed
         source[5]
     theirs = oracle.rows(built_sample / "1.0.0", "test")
     assert oracle.same(source[4], theirs[4]) and oracle.same(source[6], theirs[6])
+
+
+@pytest.mark.parametrize("change", [{"consumed": [-1]}, {"consumed": [10**9]},
+                                    {"consumed": [1, 2]}, {"consumed": "3"}, {"epoch": None},
+                                    {"num_workers": 0}, {"rank": 1}])
+def test_a_saved_state_that_cannot_be_this_readers_is_refused(built_sample, change):
+    """A negative count would read another worker's rows, too large a one none."""
+    reader = SplitReader(str(built_sample), "test")
+    with pytest.raises(ValueError, match="saved|state"):
+        reader.load_state_dict({**reader.state_dict(), **change})

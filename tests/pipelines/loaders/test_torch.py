@@ -136,3 +136,9 @@ def test_the_map_dataset_under_distributed_samplers_reads_everything_once(built_
 def test_the_map_dataset_refuses_gzip_output(gzip_sample):
     with pytest.raises(ValueError, match="no index file"):
         rf_torch.RecordMapDataset(str(gzip_sample), "train")
+
+
+def test_persistent_workers_are_refused_as_they_would_repeat_an_epoch(built_sample):
+    dataset = rf_torch.RecordDataset(str(built_sample), "test", shuffle=True)
+    with pytest.raises(ValueError, match="persistent_workers"):
+        rf_torch.DataLoader(dataset, num_workers=2, persistent_workers=True)
