@@ -61,23 +61,18 @@ class _Feature:
         self.dtype = _DTYPES.get(self.kind)
 
     def value(self, features, where: Callable[[], str]):
-        """This feature's value from the message's feature map."""
-        values: Any = None
-        if self.name in features:
-            feature = features[self.name]
-            which = feature.WhichOneof("kind")
-            values = getattr(feature, which).value if which is not None else []
-            if which is not None and values and _KIND_BY_FIELD[which] != self.kind:
+        """This feature's value from the message's feature map (`get`: a
+        protobuf map's ``[]`` would insert a missing key)."""
+        feature = features.get(self.name)
+        which = feature.WhichOneof("kind") if feature is not None else None
+        if which is None:
+            values = self._absent(feature is None, where)
+        else:
+            values = getattr(feature, which).value
+            if values and _KIND_BY_FIELD[which] != self.kind:
                 raise RecordDecodeError(f"{where()}: feature {self.name!r} holds "
                                         f"{_KIND_BY_FIELD[which]} values, but the manifest "
                                         f"says {self.kind}")
-        if values is None and not self.variable:
-            if self.default is None:
-                raise RecordDecodeError(f"{where()}: feature {self.name!r} is missing and the "
-                                        "manifest gives it no default")
-            values = self.default
-        if values is None:
-            values = []
         if not self.variable and len(values) != self.count:
             shape = "[]" if self.fixed_scalar else f"[{self.count}]"
             raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {len(values)} "
@@ -87,6 +82,16 @@ class _Feature:
         if self.fixed_scalar:
             return np.array(values[0], dtype=self.dtype)
         return np.fromiter(values, dtype=self.dtype, count=len(values))
+
+    def _absent(self, missing: bool, where: Callable[[], str]) -> list:
+        """The values of a feature a record lacks (`missing`) or holds with
+        no kind set (no values, as TensorFlow reads it)."""
+        if not missing or self.variable:
+            return []
+        if self.default is None:
+            raise RecordDecodeError(f"{where()}: feature {self.name!r} is missing and the "
+                                    "manifest gives it no default")
+        return self.default
 
 
 class ExampleDecoder:
