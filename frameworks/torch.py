@@ -42,15 +42,19 @@ class RecordDataset(torch_data.IterableDataset):
     between DataLoader workers. `shuffle`: a new order each epoch from
     (`seed`, epoch): a global shuffle through index files, or, without
     them (gzip output), shards in a seeded order mixed through a buffer of
-    `buffer_size` rows per worker. `len()` is the rows per rank."""
+    `buffer_size` rows per worker. `len()` is the rows per rank. `check`:
+    how rows read in order are checked, "sha256" (each shard's size and
+    sha256 as it streams, every record's CRCs) or "crc" (no hash: sizes,
+    CRCs and record counts; docs/reading.md says what it misses)."""
 
     def __init__(self, path: str, split: str = "train", *, rank: int = 0, world_size: int = 1,
                  shuffle: bool = False, seed: int = 0, remainder: str = "drop",
-                 decode: Callable[[dict], Any] | None = None, buffer_size: int = 10_000):
+                 decode: Callable[[dict], Any] | None = None, buffer_size: int = 10_000,
+                 check: str = "sha256"):
         super().__init__()
         self.reader = SplitReader(path, split, rank=rank, world_size=world_size,
                                   shuffle=shuffle, seed=seed, remainder=remainder,
-                                  decode=decode, buffer_size=buffer_size)
+                                  decode=decode, buffer_size=buffer_size, check=check)
 
     def __len__(self) -> int:
         return len(self.reader)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from . import plan
 from .decode import ExampleDecoder
-from .records import RandomAccess, stream_records
+from .records import CHECKS, RandomAccess, stream_records
 from .version import open_version
 
 __all__ = ["DEFAULT_BUFFER", "SplitReader"]
@@ -38,13 +38,16 @@ class SplitReader:
     def __init__(self, path: str, split: str = "train", *, rank: int = 0, world_size: int = 1,
                  shuffle: bool = False, seed: int = 0, remainder: str = "drop",
                  decode: Callable[[dict], Any] | None = None,
-                 buffer_size: int = DEFAULT_BUFFER):
+                 buffer_size: int = DEFAULT_BUFFER, check: str = "sha256"):
         self.version = open_version(path)
         self.split, self.shards = split, self.version.shards(split)
         self.counts = [shard.num_examples for shard in self.shards]
         self.total = sum(self.counts)
         self.rank, self.world_size, self.remainder = rank, world_size, remainder
         self.seed, self.buffer_size, self.user_decode = seed, buffer_size, decode
+        if check not in CHECKS:
+            raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
+        self.check = check
         indexed = all(shard.index is not None for shard in self.shards)
         self.shuffle = "sequential" if not shuffle else "global" if indexed else "buffer"
         plan.worker_slice(self.total, world_size, rank, remainder, 0, 1)  # checks the arguments
@@ -151,7 +154,8 @@ class SplitReader:
         order = plan.shard_order(len(self.shards), self.seed, self.epoch, shuffled)
         for shard, start, stop in plan.segments(positions, self.counts, order):
             held = self.shards[shard]
-            for index, record in enumerate(stream_records(self.version, held, start, stop), start):
+            records = stream_records(self.version, held, start, stop, self.check)
+            for index, record in enumerate(records, start):
                 yield record, held.held.display, index
 
     def _indexed(self, positions: plan.Slice):

@@ -59,8 +59,9 @@ def test_segments_cover_positions_of_the_concatenated_shards(counts, start, leng
     assert got == expected
 
 
-def test_sequential_reading_equals_the_independent_reader(built_sample, oracle):
-    reader = SplitReader(str(built_sample), "train")
+@pytest.mark.parametrize("check", ["sha256", "crc"])
+def test_sequential_reading_equals_the_independent_reader(built_sample, oracle, check):
+    reader = SplitReader(str(built_sample), "train", check=check)
     ours = list(reader.rows())
     theirs = oracle.rows(built_sample / "1.0.0", "train")
     assert len(ours) == len(theirs) == len(reader) > 0
@@ -139,23 +140,25 @@ def _flip(path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_a_damaged_shard_raises_and_yields_no_wrong_row(indexed, built_sample, shuffle, oracle):
+@pytest.mark.parametrize("shuffle,check", [(False, "sha256"), (False, "crc"), (True, "sha256")])
+def test_a_damaged_shard_raises_and_yields_no_wrong_row(indexed, built_sample, shuffle, check,
+                                                        oracle):
     shard = sorted((indexed / "1.0.0").glob("train-*.tfrecord"))[1]
     _flip(shard, shard.stat().st_size // 2)
     theirs = {int(row["id"][0]): row for row in oracle.rows(built_sample / "1.0.0", "train")}
     read = []
     with pytest.raises(DatasetCorrupt, match=rf"{shard.name}.*(damaged|record \d+)"):
-        for row in SplitReader(str(indexed), "train", shuffle=shuffle).rows():
+        for row in SplitReader(str(indexed), "train", shuffle=shuffle, check=check).rows():
             read.append(row)
     assert read and all(oracle.same(row, theirs[int(row["id"])]) for row in read)
 
 
-def test_rows_read_before_damage_are_the_intact_ones(indexed, built_sample, oracle):
+@pytest.mark.parametrize("check", ["sha256", "crc"])
+def test_rows_read_before_damage_are_the_intact_ones(indexed, built_sample, oracle, check):
     version = indexed / "1.0.0"
     shard = sorted(version.glob("test-*.tfrecord"))[0]
     _flip(shard, shard.stat().st_size - 30)  # inside the last record
-    reader = SplitReader(str(indexed), "test")
+    reader = SplitReader(str(indexed), "test", check=check)
     theirs = oracle.rows(built_sample / "1.0.0", "test")
     read = []
     with pytest.raises(DatasetCorrupt, match=rf"{shard.name}.*record"):
@@ -167,7 +170,8 @@ def test_rows_read_before_damage_are_the_intact_ones(indexed, built_sample, orac
 def test_a_truncated_shard_raises_before_its_first_record(indexed):
     shard = sorted((indexed / "1.0.0").glob("test-*.tfrecord"))[0]
     shard.write_bytes(shard.read_bytes()[:-1])
-    for reader in (SplitReader(str(indexed), "test"), RecordSource(str(indexed), "test")):
+    for reader in (SplitReader(str(indexed), "test"), SplitReader(str(indexed), "test", check="crc"),
+                   RecordSource(str(indexed), "test")):
         with pytest.raises(DatasetCorrupt, match=rf"{shard.name}: holds \d+ bytes"):
             next(iter(reader.rows())) if isinstance(reader, SplitReader) else reader[0]
 
@@ -270,3 +274,23 @@ def test_a_saved_state_that_cannot_be_this_readers_is_refused(built_sample, chan
     reader = SplitReader(str(built_sample), "test")
     with pytest.raises(ValueError, match="saved|state"):
         reader.load_state_dict({**reader.state_dict(), **change})
+
+
+def test_crc_checking_counts_the_records_of_a_shard_read_to_its_end(indexed):
+    """The last record dropped and the one before it grown by as many bytes
+    (an unknown field, which protobuf skips): the same size, valid CRCs,
+    every record an Example; only the count tells."""
+    shard = sorted((indexed / "1.0.0").glob("test-*.tfrecord"))[0]
+    with shard.open("rb") as handle:
+        records = list(iter_records(handle, compression="none"))
+    size = shard.stat().st_size
+    grow = len(records[-1]) + 16  # its data and framing
+    payload = grow - 3  # field 15 (wire type 2) as one byte, a two-byte length
+    assert 128 <= payload < 16384
+    unknown = bytes([15 << 3 | 2, payload & 0x7F | 0x80, payload >> 7]) + bytes(payload)
+    shard.write_bytes(frame_records(records[:-2] + [records[-2] + unknown]))
+    assert shard.stat().st_size == size
+    with pytest.raises(DatasetCorrupt, match=rf"{shard.name}: holds {len(records) - 1} records"):
+        list(SplitReader(str(indexed), "test", check="crc").rows())
+    with pytest.raises(ValueError, match="check must be one of"):
+        SplitReader(str(indexed), "test", check="md5")
