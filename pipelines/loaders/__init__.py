@@ -5,9 +5,10 @@
 streamed or read by index, every check made) -> `decode` (an Example ->
 numpy values by the manifest) -> `permutation`, `plan` (equal shares per
 rank, worker slices, deterministic shuffles) -> `split_reader`
-(`SplitReader`: a rank's rows, resumable) and `record_source`
-(`RecordSource`: random access); `torch_dataset` and `grain_source` wrap
-them for their framework (imported only through the public names).
+(`SplitReader`: a rank's rows, resumable; `loader_position`: a
+DataLoader's position from its batches) and `record_source`
+(`RecordSource`: random access). `recordforge.torch` and
+`recordforge.grain` (``frameworks/``) wrap them for their framework.
 """
 
 from .decode import ExampleDecoder, RecordDecodeError

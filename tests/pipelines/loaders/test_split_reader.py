@@ -9,6 +9,7 @@ import collections
 import hashlib
 import json
 
+import fsspec
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -294,3 +295,17 @@ def test_crc_checking_counts_the_records_of_a_shard_read_to_its_end(indexed):
         list(SplitReader(str(indexed), "test", check="crc").rows())
     with pytest.raises(ValueError, match="check must be one of"):
         SplitReader(str(indexed), "test", check="md5")
+
+
+def test_a_version_behind_an_fsspec_url_reads_like_a_local_one(built_sample, oracle):
+    """An output root on another filesystem (fsspec's memory store), LATEST
+    followed, read in order and by index."""
+    fs = fsspec.filesystem("memory")
+    for path in built_sample.rglob("*"):
+        if path.is_file():
+            fs.pipe(f"/bucket/{path.relative_to(built_sample)}", path.read_bytes())
+    theirs = oracle.rows(built_sample / "1.0.0", "test")
+    ours = list(SplitReader("memory://bucket", "test").rows())
+    assert len(ours) == len(theirs) and all(oracle.same(a, b) for a, b in zip(ours, theirs))
+    assert oracle.same(RecordSource("memory://bucket", "test")[7], theirs[7])
+    fs.rm("/bucket", recursive=True)
