@@ -4,9 +4,10 @@ The format is DALI's ``tfrecord2idx`` and the ``tfrecord`` package's: one
 ``"<byte offset> <framed record length>\\n"`` line per record, in order,
 the length covering the whole framed record (8-byte length, 4-byte CRC,
 data, 4-byte CRC). Before it is parsed the file must have the size and
-sha256 the manifest lists, and that size must fit the shard's record count
-(a line is at most `INDEX_LINE_LIMIT` bytes), so nothing is allocated by a length the
-manifest does not vouch for. Parsed, the offsets must tile the shard
+sha256 the manifest lists, that size must fit the shard's record count
+and size (a line is at most `INDEX_LINE_LIMIT` bytes, a record at least
+16), and the file's size on disk is compared before it is read, so no
+read is sized by a length the file does not have. Parsed, the offsets must tile the shard
 exactly: the first at 0, each where the previous record ends, the last
 ending at the shard's size, as many as the manifest's record count.
 """
@@ -32,7 +33,10 @@ def load_offsets(version: OpenedVersion, shard: LoaderShard) -> np.ndarray:
     index = shard.index
     if index is None:
         raise ValueError(f"{shard.held.display} has no index file")
-    if index.num_bytes > INDEX_LINE_LIMIT * shard.num_examples:
+    # a record takes at least FRAMING bytes of the shard, a line at most
+    # INDEX_LINE_LIMIT of the index
+    if index.num_bytes > INDEX_LINE_LIMIT * min(shard.num_examples,
+                                                shard.held.num_bytes // FRAMING):
         raise DatasetCorrupt(f"{index.display}: the manifest lists {index.num_bytes} bytes, more "
                              f"than {shard.num_examples} index lines can take")
     offsets = _parse(_read_checked(version, index), index.display, shard.num_examples)
@@ -43,11 +47,16 @@ def load_offsets(version: OpenedVersion, shard: LoaderShard) -> np.ndarray:
 
 
 def _read_checked(version: OpenedVersion, index: HeldShard) -> bytes:
+    path = version.path(index.file)
     try:
-        with version.fs.open(version.path(index.file), "rb") as handle:
-            data = handle.read(index.num_bytes + 1)
+        size = version.fs.size(path)
     except FileNotFoundError:
         raise DatasetCorrupt(f"{index.display}: missing, but the manifest lists it") from None
+    if size != index.num_bytes:  # checked before reading: the read is sized by it
+        raise DatasetCorrupt(f"{index.display}: holds {size} bytes, but the manifest lists "
+                             f"{index.num_bytes} (run recordforge verify)")
+    with version.fs.open(path, "rb") as handle:
+        data = handle.read(index.num_bytes + 1)
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != index.num_bytes or digest != index.sha256:
         raise DatasetCorrupt(f"{index.display}: holds {len(data)} bytes with sha256 {digest}, "

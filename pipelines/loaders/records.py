@@ -34,6 +34,7 @@ from typing import Iterator
 from ...transforms.layout import MANIFEST_FILE
 from ...transforms.tfrecord import (FOOTER_SIZE, HEADER_SIZE, TFRecordError, complete_records,
                                     iter_record_views)
+from ..publish.dataset_paths import MAX_MANIFEST_BYTES, read_limited
 from ..publish.held_manifest import DatasetCorrupt, checked_records
 from .index_files import load_offsets
 from .version import LoaderShard, OpenedVersion
@@ -100,9 +101,9 @@ def _crc_checked(opener, version: OpenedVersion, shard: LoaderShard, start: int,
 
 
 def _read_manifest(version: OpenedVersion) -> bytes | None:
+    """The manifest as it is now (to explain a mismatch), size-limited."""
     try:
-        with version.fs.open(version.path(MANIFEST_FILE), "rb") as handle:
-            return handle.read()
+        return read_limited(version.fs, version.path(MANIFEST_FILE), MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None
 
@@ -133,8 +134,8 @@ class RandomAccess:
                 self._offsets.move_to_end(shard_index)
                 return self._offsets[shard_index]
         shard = self.shards[shard_index]
-        offsets = load_offsets(self.version, shard)
         check_size(self.version, shard)
+        offsets = load_offsets(self.version, shard)
         with self._lock:
             self._offsets[shard_index] = offsets
             if len(self._offsets) > OPEN_SHARDS:
