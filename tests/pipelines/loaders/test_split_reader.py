@@ -73,25 +73,38 @@ def test_sequential_reading_equals_the_independent_reader(built_sample, oracle, 
                                                   ("built_sample", True, "global"),
                                                   ("gzip_sample", True, "buffer")])
 @pytest.mark.parametrize("remainder", plan.REMAINDERS)
-def test_two_ranks_two_workers_read_every_record_once_in_equal_shares(
-        request, sample, shuffle, mode, remainder, oracle):
+@pytest.mark.parametrize("world", [2, 5])  # the split's 492 rows: no remainder, and 2
+def test_ranks_of_two_workers_read_every_record_once_in_equal_shares(
+        request, sample, shuffle, mode, remainder, world, oracle):
     path = str(request.getfixturevalue(sample))
     counts = collections.Counter()
     per_rank = []
-    for rank in range(2):
-        reader = SplitReader(path, "test", rank=rank, world_size=2, shuffle=shuffle, seed=3,
+    for rank in range(world):
+        reader = SplitReader(path, "test", rank=rank, world_size=world, shuffle=shuffle, seed=3,
                              remainder=remainder, buffer_size=50)
         assert reader.shuffle == mode
         ids = _ids(reader, 0, 2) + _ids(reader, 1, 2)
         per_rank.append(len(ids))
         counts.update(ids)
     total = reader.total
-    assert per_rank[0] == per_rank[1] == len(reader)
+    assert set(per_rank) == {len(reader)}
+    assert set(range(oracle.row_count)) >= set(counts)
     if remainder == "drop":
-        assert set(counts.values()) == {1} and len(counts) == total - total % 2
+        assert set(counts.values()) == {1} and len(counts) == total - total % world
     else:
-        assert set(range(oracle.row_count)) >= set(counts) and len(counts) == total
-        assert sum(counts.values()) == total + total % 2
+        assert len(counts) == total and sum(counts.values()) == -(-total // world) * world
+        assert sum(counts.values()) - total == (-total) % world  # each padded row once more
+
+
+def test_the_global_shuffle_mixes_every_shard_from_the_first_rows(built_sample):
+    ordered = SplitReader(str(built_sample), "train")
+    in_order = _ids(ordered)
+    shard_of, position = {}, 0
+    for shard, count in enumerate(ordered.counts):
+        shard_of.update((row_id, shard) for row_id in in_order[position:position + count])
+        position += count
+    first = _ids(SplitReader(str(built_sample), "train", shuffle=True, seed=3))[:60]
+    assert len(ordered.counts) == 3 and {shard_of[i] for i in first} == {0, 1, 2}
 
 
 def test_a_shuffle_is_fixed_by_seed_and_epoch(built_sample, gzip_sample):
