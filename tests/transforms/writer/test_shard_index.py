@@ -169,3 +169,15 @@ def test_the_tfrecord_packages_torch_dataset_reads_every_record_through_the_inde
         expected = sorted(example_pb2.Example.FromString(record).features.feature["id"]
                           .int64_list.value[0] for record in _records(shard))
         assert ids == expected
+    # Two DataLoader workers: the dataset splits the shard between them by
+    # its index, each record read once.
+    import torch.utils.data
+
+    item = metadata[0]
+    shard = os.path.join(staging, item["file"])
+    loader = torch.utils.data.DataLoader(TFRecordDataset(
+        shard, os.path.join(staging, item["index"]["file"]), {"id": "int"}),
+        batch_size=None, num_workers=2)
+    ids = [int(example["id"][0]) for example in loader]
+    assert sorted(ids) == sorted(example_pb2.Example.FromString(record).features.feature["id"]
+                                 .int64_list.value[0] for record in _records(shard))
