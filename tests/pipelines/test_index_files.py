@@ -1,6 +1,6 @@
 """A published version's index files: listed in the manifest and SHA256SUMS,
 checked by verify (size and sha256; --deep: every line against the
-shard's records), validated by load_manifest; output.index in the config."""
+shard's records), validated by load_manifest."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfrecord.tools.tfrecord2idx import create_index
 
 import recordforge
-from recordforge.pipelines.config import load_config
 from recordforge.pipelines.publish import verify
 from recordforge.pipelines.publish.checksums import parse_sha256sums
 from recordforge.pipelines.publish.manifest import ManifestError, load_manifest
-from recordforge.schemas.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FLIGHTS = REPO / "configs" / "examples" / "flights.yaml"
@@ -186,25 +184,3 @@ def test_a_gzip_manifest_with_an_index_is_refused(published):
         shard["index"]["file"] = shard["file"] + ".index"
     with pytest.raises(ManifestError, match="gzip shard has no index"):
         load_manifest(json.dumps(manifest))
-
-
-def _config(**output):
-    return {"name": "t", "version": "1", "source": {"type": "csv", "path": str(
-        REPO / "examples" / "tables" / "flights.csv")},
-        "features": {"flight_id": {"type": "int64"}}, "splits": {"train": 1.0},
-        "output": {"path": "/tmp/unused", **output}}
-
-
-def test_output_index_defaults_to_uncompressed_output_only():
-    assert load_config(_config()).output.index is True
-    assert load_config(_config(compression="gzip")).output.index is False
-    assert load_config(_config(index=False)).output.index is False
-    assert load_config(_config()).resolved["output"]["index"] is True
-
-
-def test_output_index_refuses_gzip_and_non_booleans():
-    with pytest.raises(ConfigError, match="output.index: gzip shards have no index: a gzip "
-                                          "file has no random access"):
-        load_config(_config(compression="gzip", index=True))
-    with pytest.raises(ConfigError, match="output.index: must be true or false"):
-        load_config(_config(index="yes"))

@@ -172,6 +172,8 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
 
 
 def _copy_lines(lines: BinaryIO, out: HashingWriter) -> int:
+    """Copies the spooled index lines to `out`; 0 (`_put`'s writers return
+    a count, and an index holds no records)."""
     shutil.copyfileobj(lines, out, 1 << 20)
     return 0
 

@@ -107,3 +107,41 @@ def test_check_stored_reads_back_an_object_that_changed(memory_staging):
     fs.rm_file(path)
     gone = check_stored(url, "s.tfrecord", **expected)
     assert not gone.exists and gone.problems[0].code == "missing"
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_shard_and_its_index_are_written_again_the_same_under_the_same_names(
+        tmp_path, memory_staging, where):
+    from tfrecord.tools.tfrecord2idx import create_index
+
+    data = _framed("none")
+    staging = str(tmp_path / "staging") if where == "local" else memory_staging
+    published = [shard_files.publish_shard(
+        "s.tfrecord", _writer(data, 200, piece=999), staging_dir=staging,
+        temp_dir=f"{staging}/_tmp", compression="none", index=True) for _ in range(2)]
+    assert published[0] == published[1]  # a retry: the same bytes, the same entry
+    fs, root = fsspec.core.url_to_fs(staging)
+    # No temporary file is left: the two final names only.
+    assert sorted(fs.find(root)) == [f"{root}/s.tfrecord", f"{root}/s.tfrecord.index"]
+    (tmp_path / "s.tfrecord").write_bytes(data)
+    create_index(str(tmp_path / "s.tfrecord"), str(tmp_path / "reference"))
+    index = fs.cat_file(f"{root}/s.tfrecord.index")
+    assert index == (tmp_path / "reference").read_bytes()
+    assert published[0].index == {"file": "s.tfrecord.index", "num_bytes": len(index),
+                                  "sha256": hashlib.sha256(index).hexdigest()}
+    metadata = shard_files.shard_metadata("train", "s.tfrecord", published[0])
+    assert metadata["index"] == published[0].index
+
+
+def test_an_index_that_counts_other_records_than_the_writer_fails_the_shard(tmp_path):
+    with pytest.raises(shard_files.ShardCheckError, match="s.tfrecord: holds 200 records, "
+                                                          "its writer wrote 201"):
+        shard_files.publish_shard("s.tfrecord", _writer(_framed("none"), 201),
+                                  staging_dir=str(tmp_path / "staging"),
+                                  temp_dir=str(tmp_path / "tmp"), compression="none",
+                                  index=True)
+    with pytest.raises(ValueError, match="a gzip shard has no index"):
+        shard_files.publish_shard("s.tfrecord.gz", _writer(_framed("gzip"), 200),
+                                  staging_dir=str(tmp_path / "staging"),
+                                  temp_dir=str(tmp_path / "tmp"), compression="gzip",
+                                  index=True)

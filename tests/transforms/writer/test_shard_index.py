@@ -152,3 +152,32 @@ def test_gzip_shards_have_no_index_and_cannot_be_asked_for_one(tmp_path):
     with pytest.raises(ValueError, match="gzip has no random access"):
         WriteShards(str(tmp_path), dataset_name="index", splits=SPLITS, shuffle=True,
                     shard_size=SHARD_SIZE, compression="gzip", index=True)
+
+
+def test_the_tfrecord_packages_torch_dataset_reads_every_record_through_the_index(tmp_path):
+    """`tfrecord.torch.TFRecordDataset(path, index_path)`, where torch is
+    installed (the `readers` extra brings it; the core never needs it)."""
+    pytest.importorskip("torch")
+    from tfrecord.torch.dataset import TFRecordDataset
+
+    staging = str(tmp_path / "staging")
+    metadata = _write(staging, str(tmp_path / "metadata"), exchange="files")
+    for item in metadata:
+        shard = os.path.join(staging, item["file"])
+        ids = sorted(int(example["id"][0]) for example in TFRecordDataset(
+            shard, os.path.join(staging, item["index"]["file"]), {"id": "int"}))
+        expected = sorted(example_pb2.Example.FromString(record).features.feature["id"]
+                          .int64_list.value[0] for record in _records(shard))
+        assert ids == expected
+    # Two DataLoader workers: the dataset splits the shard between them by
+    # its index, each record read once.
+    import torch.utils.data
+
+    item = metadata[0]
+    shard = os.path.join(staging, item["file"])
+    loader = torch.utils.data.DataLoader(TFRecordDataset(
+        shard, os.path.join(staging, item["index"]["file"]), {"id": "int"}),
+        batch_size=None, num_workers=2)
+    ids = [int(example["id"][0]) for example in loader]
+    assert sorted(ids) == sorted(example_pb2.Example.FromString(record).features.feature["id"]
+                                 .int64_list.value[0] for record in _records(shard))

@@ -522,13 +522,14 @@ def test_shuffle_exchange_writes_only_the_final_shards_to_the_output_store():
     store.reset(part_bytes=64 << 10)
     staging = "counted://bucket/out/.staging/v1"
     _write(staging, _rows(seed=6), exchange_name="shuffle", compression="none")
-    shards = sorted(path for path in store.store if path.startswith("/bucket/out/"))
+    files = sorted(path for path in store.store if path.startswith("/bucket/out/"))
+    shards = [path for path in files if path.endswith(".tfrecord")]
     assert len(shards) >= 3
-    assert all(path.rsplit("/", 1)[1].split("-")[0] in ("train", "test")
-               and path.endswith(".tfrecord") for path in shards)
-    # Every object ever written is a final shard, written once; none was
-    # read, copied, moved or deleted.
-    assert sorted(store.log) == shards
+    assert all(path.rsplit("/", 1)[1].split("-")[0] in ("train", "test") for path in shards)
+    assert files == sorted(shards + [shard + ".index" for shard in shards])
+    # Every object ever written is a final shard or its index, written
+    # once; none was read, copied, moved or deleted.
+    assert sorted(store.log) == files
     counts = store.summary()["by_kind"]
     assert counts["GET"] == counts["COPY"] == counts["DELETE"] == 0
 
