@@ -97,7 +97,7 @@ class BatchConversion:
         first row, which name the columns a typo may have meant. Rows are
         looked at only while a watched column is unseen."""
         if isinstance(batch, ColumnBatch):
-            names = set(batch.columns)
+            names = set(batch.column_names())
             first = names
         else:
             names = set()

@@ -16,7 +16,7 @@ pub mod wire;
 
 use std::collections::{HashMap, HashSet};
 
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -68,11 +68,14 @@ fn walk_records(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(Vec<usize>, V
 #[pyclass(frozen, module = "recordforge._native")]
 struct CsvPlan {
     plan: table::Plan,
+    /// Per feature: give its checked values as str (a text feature, whose
+    /// statistics read the text), rather than nothing.
+    as_str: Vec<bool>,
 }
 
 /// One feature's rule from its Python description: ("int", lo, hi,
 /// allowed | None), ("float", lo, hi, allowed | None), ("text", limit |
-/// None, allowed | None) or ("label", labels).
+/// None, allowed | None[, as_str]) or ("label", labels).
 fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
     let kind: String = rule.get_item(0)?.extract()?;
     Ok(match kind.as_str() {
@@ -108,10 +111,13 @@ impl CsvPlan {
     #[pyo3(signature = (width, features, key=None))]
     fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>) -> PyResult<Self> {
         let mut compiled = Vec::with_capacity(features.len());
+        let mut as_str = Vec::with_capacity(features.len());
         for (name, column, rule) in features {
             if column >= width {
                 return Err(PyValueError::new_err(format!("column {column} outside a header of {width}")));
             }
+            let kind: String = rule.get_item(0)?.extract()?;
+            as_str.push(kind == "text" && rule.len()? > 3 && rule.get_item(3)?.extract::<bool>()?);
             compiled.push(table::Feature { name, column, rule: rule_from(&rule)? });
         }
         let key = match key {
@@ -120,23 +126,40 @@ impl CsvPlan {
             Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key } })
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str })
     }
 }
 
 /// A feature's checked column for Python: its numbers packed as
-/// little-endian int64 or float64 (numpy reads them in one call), or b""
-/// for text (the Python side holds the text already, as the reader's str).
-fn packed_column<'py>(py: Python<'py>, values: &[table::Value]) -> Bound<'py, PyBytes> {
+/// little-endian int64 or float64 (numpy reads them in one call); for
+/// text, a list of str when `as_str` (what the reader's split would have
+/// given: the statistics of a string feature read it), else b"".
+fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool) -> PyResult<PyObject> {
+    if let Some(table::Value::Bytes(_)) = values.first() {
+        if !as_str {
+            return Ok(PyBytes::new(py, b"").into_any().unbind());
+        }
+        let mut texts = Vec::with_capacity(values.len());
+        for value in values {
+            let table::Value::Bytes(data) = value else {
+                return Err(PyRuntimeError::new_err("a text column holds a number"));
+            };
+            // The run is valid UTF-8 (`table::convert_run` checked) and a
+            // field is cut at ASCII bytes, so this holds; checked anyway.
+            let text = std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?;
+            texts.push(PyString::new(py, text));
+        }
+        return Ok(PyList::new(py, texts)?.into_any().unbind());
+    }
     let mut packed = Vec::with_capacity(values.len() * 8);
     for value in values {
         match value {
             table::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
             table::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            table::Value::Bytes(_) => return PyBytes::new(py, b""),
+            table::Value::Bytes(_) => return Err(PyRuntimeError::new_err("a numeric column holds text")),
         }
     }
-    PyBytes::new(py, &packed)
+    Ok(PyBytes::new(py, &packed).into_any().unbind())
 }
 
 /// One bytes object (or None) per row, cut from a run's buffer.
@@ -147,7 +170,8 @@ fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys, and
-/// per feature None (a row failed it) or its `packed_column`. None when the
+/// per feature None (a row failed it) or its `packed_column` (text as str
+/// where the plan says `as_str`). None when the
 /// run is not what the reader promises (the Python path takes the batch).
 #[pyfunction]
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
@@ -156,11 +180,25 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        let checked = converted.checked.iter().map(|column| column.as_ref().map(|values| packed_column(py, values)));
+        let mut checked = Vec::with_capacity(converted.checked.len());
+        for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
+            checked.push(match column {
+                Some(values) => Some(packed_column(py, values, *as_str)?),
+                None => None,
+            });
+        }
         Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
                  row_bytes(py, count, |row| converted.key(row))?,
                  PyList::new(py, checked)?.unbind())))
     })?
+}
+
+/// `check_csv_run(run, width) -> rows | None`: the number of rows of a
+/// plain run of CSV lines of `width` fields (`table::count_run`), or None
+/// when it is not one (the reader then reads it record by record).
+#[pyfunction]
+fn check_csv_run(py: Python<'_>, run: PyBuffer<u8>, width: usize) -> PyResult<Option<usize>> {
+    with_bytes(py, &run, |bytes| Ok(guarded(|| table::count_run(bytes, width))?.ok()))?
 }
 
 /// The `bytes` items of `items`, or None when one is of another type (the
@@ -210,6 +248,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
+    module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }
