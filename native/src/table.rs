@@ -259,32 +259,45 @@ fn body_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// the fields to whoever needs them.
 pub fn count_run(run: &[u8], width: usize) -> Result<usize, RunError> {
     let body = run_body(run)?;
-    // Capacity from what exists (the line's size), never from `width` alone.
-    let mut fields: Vec<&[u8]> = Vec::with_capacity(width.min(body.len() + 1));
     let mut rows = 0;
     for (index, line) in body_lines(body).enumerate() {
-        split_line(line, index, width, &mut fields)?;
+        if checked_line(line, index)?.1 != width {
+            return Err(RunError::FieldCount { line: index });
+        }
         rows += 1;
     }
     Ok(rows)
+}
+
+/// One line of a plain run without its CRLF's CR, and its number of
+/// fields, checked against the reader's promises (a CR only in CRLF, no
+/// blank line). One pass, branch-free over the bytes.
+fn checked_line(line: &[u8], index: usize) -> Result<(&[u8], usize), RunError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let (mut commas, mut carriage_returns) = (0usize, 0usize);
+    for byte in line {
+        commas += usize::from(*byte == b',');
+        carriage_returns += usize::from(*byte == b'\r');
+    }
+    if carriage_returns > 0 {
+        return Err(RunError::LoneCarriageReturn);
+    }
+    if line.is_empty() {
+        return Err(RunError::BlankLine { line: index });
+    }
+    Ok((line, commas + 1))
 }
 
 /// Splits one line into `fields` (cleared first), checked against the
 /// reader's promises.
 fn split_line<'a>(line: &'a [u8], index: usize, width: usize, fields: &mut Vec<&'a [u8]>)
                   -> Result<(), RunError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.contains(&b'\r') {
-        return Err(RunError::LoneCarriageReturn);
-    }
-    if line.is_empty() {
-        return Err(RunError::BlankLine { line: index });
+    let (line, found) = checked_line(line, index)?;
+    if found != width {
+        return Err(RunError::FieldCount { line: index });
     }
     fields.clear();
     fields.extend(line.split(|b| *b == b','));
-    if fields.len() != width {
-        return Err(RunError::FieldCount { line: index });
-    }
     Ok(())
 }
 

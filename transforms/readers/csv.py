@@ -190,7 +190,11 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
     """
     for first in blocks:
         offset, line_no, block = first
-        if b'"' not in block and block.count(b"\r") == block.count(b"\r\n"):
+        # (`in` first: counting bytes scans the whole block, ~3 ms a 4 MB
+        # block for "\r" and ~10 ms for "\r\n", where `in` stops early or
+        # scans it at memchr speed)
+        if b'"' not in block and (b"\r" not in block
+                                  or block.count(b"\r") == block.count(b"\r\n")):
             if offset == 0:
                 header, _, block = block.partition(b"\n")
                 yield 0, 1, header, False
