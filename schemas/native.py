@@ -24,7 +24,6 @@ _KERNELS_USED = (
     "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
-    "text_theta_hashes",  # schemas/stats/distinct.py: DataSketches' hash of a str
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
 )
 

@@ -10,7 +10,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pub mod digest;
-pub mod murmur;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -243,22 +242,6 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
     Ok(Some(PyBytes::new(py, &digests)))
 }
 
-/// `text_theta_hashes(texts) -> bytes | None`: the theta sketch hash
-/// (`murmur::theta_hash`) of each str's UTF-8 bytes, as little-endian
-/// uint64s; None when an item is not a str or has no UTF-8 form (a lone
-/// surrogate): the caller then gives the sketch every item itself.
-#[pyfunction]
-fn text_theta_hashes<'py>(py: Python<'py>, texts: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let mut hashes = Vec::with_capacity(texts.len() * 8);
-    for item in texts.iter() {
-        let Ok(text) = item.downcast::<PyString>() else { return Ok(None) };
-        let Ok(text) = text.to_str() else { return Ok(None) };
-        let hash = guarded(|| murmur::theta_hash(text.as_bytes()))?;
-        hashes.extend_from_slice(&hash.to_le_bytes());
-    }
-    Ok(Some(PyBytes::new(py, &hashes)))
-}
-
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
@@ -266,7 +249,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
-    module.add_function(wrap_pyfunction!(text_theta_hashes, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import collections
-import itertools
 from typing import Iterable
 
 import datasketches
 import numpy as np
 
-from ..native import kernels
 from .histogram import unordered_keys
 from .sums import EXACT_INT
 
@@ -97,20 +95,10 @@ def distinct_estimate(theta) -> int | None:
 
 
 def add_texts(theta, items: Iterable):
-    """`theta` (None, or a sketch) with `items` added (DataSketches updates
-    one value at a time); returns the sketch. Where the native kernels run,
-    as `add_numbers`: only the str items whose hash (`text_theta_hashes`,
-    DataSketches' own of the UTF-8 bytes) is below the sketch's theta are
-    given to it, and it ends the same (tested)."""
+    """`theta` (None, or a sketch) with `items` added, one call per item
+    (DataSketches updates one value at a time); returns the sketch."""
     sketch = _to_update(theta)
-    items = items if isinstance(items, list) else list(items)
-    native = kernels()
-    packed = native.text_theta_hashes(items) if native is not None else None
-    if packed is None:  # no kernels, or an item that is not str: every item goes
-        collections.deque(map(sketch.update, items), 0)
-    else:
-        _add_below_theta(sketch, len(items), np.frombuffer(packed, dtype="<u8"),
-                         lambda part, below: itertools.compress(items[part], below.tolist()))
+    collections.deque(map(sketch.update, items), 0)
     return _updated(theta, sketch)
 
 
@@ -122,19 +110,12 @@ def add_numbers(theta, values: np.ndarray):
     first few thousand distinct values a sketch takes a small share of one
     call per value, and ends the same (tested)."""
     sketch = _to_update(theta)
-    _add_below_theta(sketch, len(values), theta_hashes(values),
-                     lambda part, below: values[part][below].tolist())
-    return _updated(theta, sketch)
-
-
-def _add_below_theta(sketch, count: int, hashes: np.ndarray, kept) -> None:
-    """Gives `sketch` the values whose hash is below its theta, a chunk at
-    a time (theta falls as the sketch fills): kept(part, below) -> the
-    values of slice `part` where the bool array `below` is true."""
-    for start in range(0, count, _THETA_CHUNK):
+    hashes = theta_hashes(values)
+    for start in range(0, len(values), _THETA_CHUNK):
         part = slice(start, start + _THETA_CHUNK)
-        collections.deque(map(sketch.update, kept(part, hashes[part] < np.uint64(sketch.theta64))),
-                          0)
+        kept = values[part][hashes[part] < np.uint64(sketch.theta64)]
+        collections.deque(map(sketch.update, kept.tolist()), 0)
+    return _updated(theta, sketch)
 
 
 def _to_update(theta):
