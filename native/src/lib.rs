@@ -207,6 +207,23 @@ fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes
     items.iter().map(|item| item.downcast_into::<PyBytes>().ok()).collect()
 }
 
+/// The TFRecord framing of `slices`, concatenated, written straight into
+/// the bytes object Python gets: no second copy of a shard's worth of
+/// records.
+fn framed_bytes<'py>(py: Python<'py>, slices: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
+    // The sizes of objects that exist: no length here comes from the input's bytes.
+    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
+    PyBytes::new_with(py, total, |out| {
+        // Unwind-safe: after a panic the half-written object is dropped.
+        guarded(std::panic::AssertUnwindSafe(|| {
+            let mut at = 0;
+            for slice in slices {
+                at += walk::frame_at(&mut out[at..], slice);
+            }
+        }))
+    })
+}
+
 /// `frame_records(records) -> bytes | None`: the TFRecord framing of a list
 /// of bytes, concatenated (`framing.frame_records`); None when an item is
 /// not bytes.
@@ -214,20 +231,30 @@ fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes
 fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Some(items) = bytes_items(records) else { return Ok(None) };
     let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
-    // The sizes of objects that exist: no length here comes from the input's bytes.
-    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
-    // Written straight into the bytes object Python gets: no second copy
-    // of a shard's worth of records.
-    let framed = PyBytes::new_with(py, total, |out| {
-        // Unwind-safe: after a panic the half-written object is dropped.
-        guarded(std::panic::AssertUnwindSafe(|| {
-            let mut at = 0;
-            for slice in &slices {
-                at += walk::frame_at(&mut out[at..], slice);
-            }
-        }))
-    })?;
-    Ok(Some(framed))
+    Ok(Some(framed_bytes(py, &slices)?))
+}
+
+/// `frame_gathered(records, order) -> (framed, sizes) | None`: the framing
+/// of ``records[i] for i in order`` (`frame_records` of them, without the
+/// list of them made first) and each one's framed size as little-endian
+/// int64; None when a record gathered is not bytes. An index outside
+/// `records` is an IndexError.
+#[pyfunction]
+fn frame_gathered<'py>(py: Python<'py>, records: &Bound<'py, PyList>, order: Vec<usize>)
+                       -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let mut items = Vec::with_capacity(order.len());
+    for index in order {
+        // get_item checks the index against the list as it is now.
+        let Ok(item) = records.get_item(index)?.downcast_into::<PyBytes>() else { return Ok(None) };
+        items.push(item);
+    }
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let mut sizes = Vec::with_capacity(slices.len() * 8);
+    for slice in &slices {
+        let size = (slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE) as i64;
+        sizes.extend_from_slice(&size.to_le_bytes());
+    }
+    Ok(Some((framed_bytes(py, &slices)?, PyBytes::new(py, &sizes))))
 }
 
 /// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of
@@ -245,6 +272,7 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
+    module.add_function(wrap_pyfunction!(frame_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;

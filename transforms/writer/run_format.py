@@ -38,6 +38,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
+from ...schemas.native import kernels
 from .. import tfrecord
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
@@ -100,6 +101,17 @@ class RunWriter:
         if not count:
             return
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
+        self.add_framed(keys, sizes, tfrecord.frame_records(list(examples)),
+                        examples.__getitem__)
+
+    def add_framed(self, keys: Sequence[bytes] | None, sizes: np.ndarray, framed: bytes,
+                   example_at) -> None:
+        """`add` of rows already framed: `framed` their records back to
+        back, `sizes` (int64) each one's framed size, example_at(i) row i's
+        example (read only for the index's key prefixes when keys is None)."""
+        count = len(sizes)
+        if not count:
+            return
         starts = self._offset + np.cumsum(sizes) - sizes
         key_starts = None
         if self._key_width == KEY_VARIABLE:
@@ -109,7 +121,7 @@ class RunWriter:
             self._key_offset += int(key_sizes.sum())
         row = int(np.searchsorted(starts, self._next_index, "left"))
         while row < count:
-            key = examples[row] if keys is None else keys[row]
+            key = example_at(row) if keys is None else keys[row]
             prefix = bytes(key[:self._prefix_len])
             key_offset = int(key_starts[row]) if key_starts is not None else 0
             self._index.append(_INDEX_ENTRY.pack(self._records + row, int(starts[row]),
@@ -122,7 +134,7 @@ class RunWriter:
                 raise ValueError(f"run keys must all be {self._key_width} bytes")
             self._keys.write(blob)
         self._sizes.write(sizes.astype(_SIZE).tobytes())
-        self._fileobj.write(tfrecord.frame_records(list(examples)))
+        self._fileobj.write(framed)
         self._offset += int(sizes.sum())
         self._records += count
 
@@ -159,9 +171,20 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
                        index_every=index_every)
     total = sum(map(len, examples)) + FRAMING * len(examples)
     step = max(1, len(examples) * BLOCK // max(1, total))
+    native = kernels() if isinstance(examples, list) else None
     for start in range(0, len(order), step):
         rows = order[start:start + step]
-        writer.add(None if keys is None else take(keys, rows), take(examples, rows))
+        row_keys = None if keys is None else take(keys, rows)
+        # The kernel frames the rows in their order straight from the
+        # buffered list: no list of them gathered first, no size per row
+        # taken in Python (the same bytes as `add`).
+        gathered = native.frame_gathered(examples, rows) if native is not None else None
+        if gathered is None:
+            writer.add(row_keys, take(examples, rows))
+            continue
+        framed, sizes = gathered
+        writer.add_framed(row_keys, np.frombuffer(sizes, dtype="<i8"), framed,
+                          lambda row, rows=rows: examples[rows[row]])
     return writer.close()
 
 
