@@ -259,14 +259,10 @@ fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult
     Ok(Some(framed_bytes(py, &slices)?))
 }
 
-/// `frame_gathered(records, order) -> (framed, sizes) | None`: the framing
-/// of ``records[i] for i in order`` (`frame_records` of them, without the
-/// list of them made first) and each one's framed size as little-endian
-/// int64; None when a record gathered is not bytes. An index outside
-/// `records` is an IndexError.
-#[pyfunction]
-fn frame_gathered<'py>(py: Python<'py>, records: &Bound<'py, PyList>, order: Vec<usize>)
-                       -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+/// ``records[i] for i in order``, each a bytes object, or None when one is
+/// not; an index outside `records` is an IndexError. The objects are asked
+/// for a few rows ahead (`prefetch`): a sorted order jumps all over the heap.
+fn gathered<'py>(records: &Bound<'py, PyList>, order: &[usize]) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
     let mut items = Vec::with_capacity(order.len());
     for (at, index) in order.iter().enumerate() {
         if let Some(ahead) = order.get(at + PREFETCH_AHEAD) {
@@ -280,16 +276,45 @@ fn frame_gathered<'py>(py: Python<'py>, records: &Bound<'py, PyList>, order: Vec
         let Ok(item) = records.get_item(*index)?.downcast_into::<PyBytes>() else { return Ok(None) };
         items.push(item);
     }
-    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
-    for slice in slices.iter().take(PREFETCH_AHEAD) {
-        prefetch(slice.as_ptr());
-    }
+    Ok(Some(items))
+}
+
+/// Each slice's size plus `extra`, as little-endian int64s.
+fn packed_sizes<'py>(py: Python<'py>, slices: &[&[u8]], extra: usize) -> Bound<'py, PyBytes> {
     let mut sizes = Vec::with_capacity(slices.len() * 8);
-    for slice in &slices {
-        let size = (slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE) as i64;
-        sizes.extend_from_slice(&size.to_le_bytes());
+    for slice in slices {
+        sizes.extend_from_slice(&((slice.len() + extra) as i64).to_le_bytes());
     }
-    Ok(Some((framed_bytes(py, &slices)?, PyBytes::new(py, &sizes))))
+    PyBytes::new(py, &sizes)
+}
+
+/// `frame_gathered(records, order) -> (framed, sizes) | None`: the framing
+/// of ``records[i] for i in order`` (`frame_records` of them, without the
+/// list of them made first) and each one's framed size as little-endian
+/// int64; None when a record gathered is not bytes. An index outside
+/// `records` is an IndexError.
+#[pyfunction]
+fn frame_gathered<'py>(py: Python<'py>, records: &Bound<'py, PyList>, order: Vec<usize>)
+                       -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let Some(items) = gathered(records, &order)? else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let sizes = packed_sizes(py, &slices, walk::HEADER_SIZE + walk::FOOTER_SIZE);
+    Ok(Some((framed_bytes(py, &slices)?, sizes)))
+}
+
+/// `join_gathered(items, order) -> (joined, sizes) | None`: ``b"".join(items[i]
+/// for i in order)`` and each one's size as little-endian int64 (a run's
+/// key section); None when an item gathered is not bytes.
+#[pyfunction]
+fn join_gathered<'py>(py: Python<'py>, items: &Bound<'py, PyList>, order: Vec<usize>)
+                      -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let Some(found) = gathered(items, &order)? else { return Ok(None) };
+    let slices: Vec<&[u8]> = found.iter().map(|item| item.as_bytes()).collect();
+    let mut joined = Vec::with_capacity(slices.iter().map(|slice| slice.len()).sum());
+    for slice in &slices {
+        joined.extend_from_slice(slice);
+    }
+    Ok(Some((PyBytes::new(py, &joined), packed_sizes(py, &slices, 0))))
 }
 
 /// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of
@@ -308,6 +333,7 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
     module.add_function(wrap_pyfunction!(frame_gathered, module)?)?;
+    module.add_function(wrap_pyfunction!(join_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;

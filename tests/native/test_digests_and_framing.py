@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from recordforge.transforms import splits
 from recordforge.transforms.splits import SplitAssigner, dataset_salt
 from recordforge.transforms.tfrecord import framing
-from recordforge.transforms.writer import run_format
+from recordforge.transforms.writer import row_order, run_format
 
 rows = st.lists(st.binary(max_size=300), max_size=40)
 
@@ -68,19 +68,32 @@ def test_gathered_framing_is_the_framing_of_the_gathered_records(native, data, r
     assert np.frombuffer(sizes, dtype="<i8").tolist() == [len(r) + 16 for r in gathered]
 
 
-def test_what_gathered_framing_refuses(native):
-    assert native.frame_gathered([b"a", "b"], [1]) is None  # not bytes: Python frames it
-    assert native.frame_gathered([b"a", "b"], [0]) is not None  # only gathered rows count
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), items=rows)
+def test_gathered_join_is_the_join_of_the_gathered_items(native, data, items):
+    order = data.draw(st.lists(st.integers(0, max(0, len(items) - 1)), max_size=60)
+                      if items else st.just([]))
+    joined, sizes = native.join_gathered(items, order)
+    gathered = [items[index] for index in order]
+    assert joined == b"".join(gathered)
+    assert np.frombuffer(sizes, dtype="<i8").tolist() == list(map(len, gathered))
+
+
+@pytest.mark.parametrize("kernel", ["frame_gathered", "join_gathered"])
+def test_what_gathering_refuses(native, kernel):
+    gather = getattr(native, kernel)
+    assert gather([b"a", "b"], [1]) is None  # not bytes: Python takes it
+    assert gather([b"a", "b"], [0]) is not None  # only gathered rows count
     with pytest.raises(IndexError):
-        native.frame_gathered([b"a"], [1])
+        gather([b"a"], [1])
     with pytest.raises(OverflowError):
-        native.frame_gathered([b"a"], [-1])
+        gather([b"a"], [-1])
 
 
 def _run_bytes(keys, examples, key_width, kernels) -> bytes:
     out = io.BytesIO()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_format, "kernels", lambda: kernels)
+        patch.setattr(row_order, "kernels", lambda: kernels)
         patch.setattr(run_format, "BLOCK", 256)  # many blocks: index entries across them
         run_format.write_sorted_run(out, keys, examples, key_width=key_width, prefix_len=4,
                                     index_every=64)

@@ -38,11 +38,10 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from ...schemas.native import kernels
 from .. import tfrecord
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
-from .row_order import sorted_order, take
+from .row_order import Taken, framed_rows, sorted_order, take
 
 __all__ = [
     "BLOCK",
@@ -105,17 +104,20 @@ class RunWriter:
                         examples.__getitem__)
 
     def add_framed(self, keys: Sequence[bytes] | None, sizes: np.ndarray, framed: bytes,
-                   example_at) -> None:
+                   example_at, joined: tuple[bytes, np.ndarray] | None = None) -> None:
         """`add` of rows already framed: `framed` their records back to
         back, `sizes` (int64) each one's framed size, example_at(i) row i's
-        example (read only for the index's key prefixes when keys is None)."""
+        example (read only for the index's key prefixes when keys is None);
+        joined: the keys back to back and each one's size (int64), when the
+        caller has them (else they are taken from `keys`)."""
         count = len(sizes)
         if not count:
             return
         starts = self._offset + np.cumsum(sizes) - sizes
         key_starts = None
         if self._key_width == KEY_VARIABLE:
-            key_sizes = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+            key_sizes = (joined[1] if joined is not None
+                         else np.fromiter(map(len, keys), dtype=np.int64, count=count))
             key_starts = self._key_offset + np.cumsum(key_sizes) - key_sizes
             self._key_sizes.write(key_sizes.astype(_SIZE).tobytes())
             self._key_offset += int(key_sizes.sum())
@@ -129,7 +131,7 @@ class RunWriter:
             self._next_index = int(starts[row]) + self._index_every
             row = int(np.searchsorted(starts, self._next_index, "left"))
         if self._keys is not None:
-            blob = b"".join(keys)
+            blob = joined[0] if joined is not None else b"".join(keys)
             if self._key_width > 0 and len(blob) != self._key_width * count:
                 raise ValueError(f"run keys must all be {self._key_width} bytes")
             self._keys.write(blob)
@@ -171,20 +173,15 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
                        index_every=index_every)
     total = sum(map(len, examples)) + FRAMING * len(examples)
     step = max(1, len(examples) * BLOCK // max(1, total))
-    native = kernels() if isinstance(examples, list) else None
     for start in range(0, len(order), step):
         rows = order[start:start + step]
-        row_keys = None if keys is None else take(keys, rows)
-        # The kernel frames the rows in their order straight from the
-        # buffered list: no list of them gathered first, no size per row
-        # taken in Python (the same bytes as `add`).
-        gathered = native.frame_gathered(examples, rows) if native is not None else None
+        gathered = framed_rows(keys, examples, rows)
         if gathered is None:
-            writer.add(row_keys, take(examples, rows))
+            writer.add(None if keys is None else take(keys, rows), take(examples, rows))
             continue
-        framed, sizes = gathered
-        writer.add_framed(row_keys, np.frombuffer(sizes, dtype="<i8"), framed,
-                          lambda row, rows=rows: examples[rows[row]])
+        framed, sizes, joined = gathered
+        writer.add_framed(None if keys is None else Taken(keys, rows), sizes, framed,
+                          Taken(examples, rows).__getitem__, joined)
     return writer.close()
 
 
