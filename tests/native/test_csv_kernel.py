@@ -256,3 +256,11 @@ def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
         assert lines is not None and len(lines) == rows
     if run.count(b"\r") == run.count(b"\r\n"):
         assert (rows or None) == (len(lines) if lines else None)
+
+
+def test_a_run_the_reader_refuses_names_its_lines(native):
+    """Should the kernel ever take a run the reader refuses, the batch says
+    where, rather than giving columns of the wrong length."""
+    batch = CsvRunBatch("t.csv", 2, None, b"1,2\n3\n", ("a", "b"), 2)
+    with pytest.raises(RuntimeError, match="t.csv lines 2-3"):
+        batch.columns

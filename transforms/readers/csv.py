@@ -75,7 +75,8 @@ class CsvRunBatch(ColumnBatch):
     @property
     def columns(self) -> dict[str, list]:
         if self._split is None:
-            self._split = _run_columns(self.run, self.names, self._size)
+            self._split = _run_columns(self.run, self.names, self._size, self.source,
+                                       self.first_row)
         return self._split
 
     @columns.setter
@@ -112,15 +113,17 @@ def _columns_of(lines: list[str], names: Sequence[str]) -> dict[str, list[str]]:
     return {name: fields[i::width] for i, name in enumerate(names)}
 
 
-def _run_columns(run: bytes, names: Sequence[str], rows: int) -> dict[str, list[str]]:
+def _run_columns(run: bytes, names: Sequence[str], rows: int, source: str,
+                 first_row: int) -> dict[str, list[str]]:
     """The columns of a run the native kernel vouched for, as the reader
     splits them."""
     lines = _plain_lines(run, len(names))
     if lines is None or len(lines) != rows:
-        # The kernel and `_plain_lines` test the same promises; a run one
-        # takes and the other refuses is a bug, not a bad row.
-        raise RuntimeError(f"a CSV run of {rows} rows that the native check took is not "
-                           "plain for the reader")
+        # The kernel and `_plain_lines` test the same promises (tested on
+        # any bytes): a run one takes and the other refuses is a bug, not a
+        # bad row; RECORDFORGE_PURE_PYTHON=1 reads the file without it.
+        raise RuntimeError(f"{source} lines {first_row}-{first_row + rows - 1}: the native "
+                           "check took these lines as plain CSV, the reader does not")
     return _columns_of(lines, names)
 
 
