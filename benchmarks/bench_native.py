@@ -2,6 +2,7 @@
 
     python benchmarks/bench_native.py                      # 3.8M rows (~400 MB CSV) and 200k rows
     python benchmarks/bench_native.py --rows 200000 --repeat 3
+    python benchmarks/bench_native.py --baseline /path/to/old/checkout   # and the old code's native path
 
 Generates the end-to-end benchmark's five-column table (`e2e_workloads.make_table`:
 id, count, score, 20-120 characters of text, a label of 10) and builds it
@@ -10,8 +11,11 @@ once with the extension and once with ``RECORDFORGE_PURE_PYTHON=1``, in
 rounds (native, python, native, python ...), so that a slow spell of the
 shared machine falls on both. Per build: wall time, CPU seconds of the
 process tree (`e2e_measure.measure`, verification included), MB of CSV per
-CPU second, peak RSS; and the sha256 of every shard, which must be equal
-on both paths (the run fails otherwise).
+CPU second, peak RSS; and the sha256 of every shard, dead-letter file and
+stats.json, which must be equal on both paths (the run fails otherwise).
+With ``--baseline DIR`` (a directory holding another checkout as
+``DIR/recordforge``, with its extension built), each round also builds with
+that code's native path, first, and its files must be the same too.
 """
 
 from __future__ import annotations
@@ -34,13 +38,18 @@ BUILD = ("import sys; from recordforge.pipelines import build; "
 
 
 def _shards(output: pathlib.Path) -> dict[str, str]:
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(output.rglob("*.tfrecord*"))}
+    """sha256 of every shard, dead-letter file and stats.json written."""
+    files = [path for path in sorted(output.rglob("*")) if path.is_file() and (
+        ".tfrecord" in path.name or path.suffix == ".jsonl" or path.name == "stats.json")]
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
-def _build(config: pathlib.Path, output: pathlib.Path, pure: bool):
+def _build(config: pathlib.Path, output: pathlib.Path, pure: bool,
+           pythonpath: str | None = None):
     shutil.rmtree(output, ignore_errors=True)
     env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1" if pure else "0"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     result = measure([sys.executable, "-c", BUILD, str(config), "--output", str(output), "--",
                       "--direct_running_mode=in_memory", "--direct_num_workers=1"], env=env)
     if result.returncode != 0:
@@ -48,7 +57,7 @@ def _build(config: pathlib.Path, output: pathlib.Path, pure: bool):
     return result, _shards(output)
 
 
-def run_table(scratch: pathlib.Path, rows: int, repeat: int) -> None:
+def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None) -> None:
     workload = make_table(scratch / f"table{rows}", rows)[0]
     config = scratch / f"table{rows}.yaml"
     output = scratch / "out"
@@ -57,17 +66,21 @@ def run_table(scratch: pathlib.Path, rows: int, repeat: int) -> None:
     print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV")
     print(f"{'path':<8} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}")
     reference = None
+    paths = [("native", False, None), ("python", True, None)]
+    if baseline is not None:
+        paths.insert(0, ("baseline", False, baseline))
     for _ in range(repeat):
-        for pure in (False, True):
-            result, shards = _build(config, output, pure)
+        for name, pure, pythonpath in paths:
+            result, shards = _build(config, output, pure, pythonpath)
             if reference is None:
                 reference = shards
             elif shards != reference:
-                raise SystemExit("the two paths (or two runs) wrote different shards")
-            print(f"{'python' if pure else 'native':<8} {result.wall_s:>7.2f} "
+                raise SystemExit("the paths (or two runs) wrote different files")
+            print(f"{name:<8} {result.wall_s:>7.2f} "
                   f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
                   f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
-    print(f"every build wrote the same {len(reference)} shards (sha256)")
+    print(f"every build wrote the same {len(reference)} shards, dead-letter files and "
+          "stats.json (sha256)")
 
 
 def main(argv=None) -> None:
@@ -75,11 +88,13 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, nargs="*", default=[3_800_000, 200_000])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--scratch", type=pathlib.Path)
+    parser.add_argument("--baseline", help="a PYTHONPATH whose recordforge is the code to "
+                        "compare with (its native path)")
     args = parser.parse_args(argv)
     scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
     try:
         for rows in args.rows:
-            run_table(scratch, rows, args.repeat)
+            run_table(scratch, rows, args.repeat, args.baseline)
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -20,7 +20,10 @@ PURE_PYTHON_VARIABLE = "RECORDFORGE_PURE_PYTHON"
 # The kernels and what each mirrors (the Python reference beside it).
 _KERNELS_USED = (
     "CsvPlan",  # transforms/native_rows.py: a schema compiled for a CSV header
+    "check_csv_run",  # transforms/readers/csv.py: _plain_lines (is a run one ColumnBatch)
     "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
+    "frame_gathered",  # transforms/writer/run_format.py: RunWriter.add of take(examples, order)
+    "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records

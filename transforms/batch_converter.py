@@ -106,6 +106,10 @@ class BatchConverter:
                 return [row.values.get(name) for row in rows]
             row_at, count = rows.__getitem__, len(rows)
         fast = self._native_path(batch, label, vocabulary)
+        if fast is not None:
+            fast, texts = fast[:4], fast[4]
+            if texts:
+                column = _with_columns(column, texts)
         fast_examples, keys, fast_labels, checked = (
             fast if fast is not None else self._column_path(column, count, label, vocabulary))
         label_of = self._labeller(label, vocabulary) if label is not None else None
@@ -161,10 +165,12 @@ class BatchConverter:
             return [None] * count, [], None, {}
 
     def _native_path(self, batch: Any, label: str | None, vocabulary: Sequence[str] | None
-                     ) -> tuple[list, list, list | None, dict] | None:
+                     ) -> tuple[list, list, list | None, dict, dict] | None:
         """`_column_path`'s answer from the native table kernel, for a CSV
-        run when the kernel runs (`native_rows`); None otherwise. The rows
-        it declines take the row path, as the column path's do."""
+        run when the kernel runs (`native_rows`), and the raw text columns
+        it gave (source -> str values: the batch need not split them);
+        None otherwise. The rows it declines take the row path, as the
+        column path's do."""
         try:
             done = self._native.convert(batch)
         except Exception:  # a bug here must cost speed, not rows: the column path decides
@@ -173,8 +179,8 @@ class BatchConverter:
             return None
         if done is None:
             return None
-        examples, keys, checked = done
-        return examples, keys, _checked_labels(checked, label, vocabulary), checked
+        examples, keys, checked, texts = done
+        return examples, keys, _checked_labels(checked, label, vocabulary), checked, texts
 
     def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:
@@ -278,6 +284,15 @@ class BatchConverter:
         return dead_letter(source=row.source, row=row.row, key=_render(key), stage=stage,
                            reason=reason, feature=feature, message=message,
                            input=_input_for_dead_letter(row.values), errors=errors)
+
+
+def _with_columns(column: Callable[[str], list], known: Mapping[str, list]
+                  ) -> Callable[[str], list]:
+    """`column`, serving the columns of `known` (the same values) from it."""
+    def with_known(name: str) -> list:
+        values = known.get(name)
+        return values if values is not None else column(name)
+    return with_known
 
 
 def _checked_labels(checked: Mapping[str, list], label: str | None,

@@ -56,12 +56,15 @@ class NativeRows:
         self._key_feature = key_feature
         self._plans: dict[tuple[str, ...], Any] = {}
 
-    def convert(self, batch) -> tuple[list, list, dict[str, list]] | None:
-        """(examples, keys, checked) of a batch as `BatchConverter`'s column
-        path gives them, or None when the kernel does not take the batch."""
+    def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list]] | None:
+        """(examples, keys, checked, texts) of a batch: the first three as
+        `BatchConverter`'s column path gives them, texts the raw str values
+        of the columns that text features took whole (source -> values, as
+        the reader splits them), or None when the kernel does not take the
+        batch."""
         if self._native is None or not isinstance(batch, CsvRunBatch):
             return None
-        names = tuple(batch.columns)
+        names = batch.column_names()
         plan = self._plans.get(names, False)
         if plan is False:
             plan = self._plans[names] = self._plan(names)
@@ -72,11 +75,13 @@ class NativeRows:
         if done is None:
             return None
         examples, keys, columns = done
-        checked = {}
+        checked, texts = {}, {}
         for spec, kind, packed in zip(self._specs, kinds, columns):
             if packed is not None and kind is not None:
-                checked[spec.name] = _checked(kind, packed, batch, spec.source)
-        return examples, keys, checked
+                checked[spec.name] = _checked(kind, packed)
+                if kind == "text":
+                    texts[spec.source] = checked[spec.name]
+        return examples, keys, checked, texts
 
     def _plan(self, names: tuple[str, ...]):
         """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
@@ -125,18 +130,20 @@ class NativeRows:
             return ("float", _exact_float(lo), _exact_float(hi),
                     None if allowed is None else sorted(allowed)), "float64"
         limit = None if limit == math.inf else int(limit)
-        rule = ("text", limit, None if allowed is None else sorted(allowed))
         # The Python column path takes text columns whole, never bytes ones
-        # (CSV gives text, which a bytes feature converts by its full rules).
+        # (CSV gives text, which a bytes feature converts by its full rules):
+        # the kernel gives a text feature's values as str, for statistics.
+        rule = ("text", limit, None if allowed is None else sorted(allowed), spec.is_text)
         return rule, ("text" if spec.is_text else None)
 
 
-def _checked(kind: str, packed: bytes, batch: CsvRunBatch, source: str) -> list:
+def _checked(kind: str, packed) -> list:
     """A column's checked values as the Python column path holds them,
-    from the kernel's packed numbers. Text: the reader's own str values
-    (what a string feature stores, encoded; `CheckedValues` reads those)."""
+    from the kernel's packed numbers. Text: the kernel's str values, equal
+    to the reader's (what a string feature stores, encoded; `CheckedValues`
+    reads those)."""
     if kind == "text":
-        return batch.column(source)
+        return packed
     if kind == "ids":
         return np.frombuffer(packed, dtype="<i8").tolist()
     array = np.frombuffer(packed, dtype="<i8" if kind == "int64" else "<f8").copy()

@@ -11,6 +11,7 @@ without Beam; the DoFn only wraps it and counts.
 from __future__ import annotations
 
 import collections
+import itertools
 from typing import Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -97,7 +98,7 @@ class BatchConversion:
         first row, which name the columns a typo may have meant. Rows are
         looked at only while a watched column is unseen."""
         if isinstance(batch, ColumnBatch):
-            names = set(batch.columns)
+            names = set(batch.column_names())
             first = names
         else:
             names = set()
@@ -170,10 +171,24 @@ class BatchConversion:
             [example if key is None else key for key, example in examples])
         names = self._assigner.names
         split_of = self._assigner.split_indices(words)
-        counts = collections.Counter(zip(split_of.tolist(), labels))
         return (HashedExamples(examples, self._assigner.salt, digests), split_of,
-                tuple(sorted((names[split], label, count)
-                             for (split, label), count in counts.items() if label is not None)))
+                label_counts(names, split_of, labels))
+
+
+def label_counts(names: Sequence[str], split_of: np.ndarray, labels: list[str | None]
+                 ) -> tuple[tuple[str, str, int], ...]:
+    """((split, label, examples), ...) sorted, of a batch's rows: row i in
+    split names[split_of[i]] with label labels[i] (None: not counted).
+    Counted a split at a time over the labels themselves, not over a
+    (split, label) pair made per row: most builds have one split."""
+    if len(names) == 1:
+        per_split = [collections.Counter(labels)]
+    else:
+        per_split = [collections.Counter(itertools.compress(labels, (split_of == split).tolist()))
+                     for split in range(len(names))]
+    return tuple(sorted((names[split], label, count)
+                        for split, counts in enumerate(per_split)
+                        for label, count in counts.items() if label is not None))
 
 
 class _ConvertBatchesFn(beam.DoFn):

@@ -16,7 +16,7 @@ pub mod wire;
 
 use std::collections::{HashMap, HashSet};
 
-use pyo3::types::{PyBytes, PyList};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -68,11 +68,14 @@ fn walk_records(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(Vec<usize>, V
 #[pyclass(frozen, module = "recordforge._native")]
 struct CsvPlan {
     plan: table::Plan,
+    /// Per feature: give its checked values as str (a text feature, whose
+    /// statistics read the text), rather than nothing.
+    as_str: Vec<bool>,
 }
 
 /// One feature's rule from its Python description: ("int", lo, hi,
 /// allowed | None), ("float", lo, hi, allowed | None), ("text", limit |
-/// None, allowed | None) or ("label", labels).
+/// None, allowed | None[, as_str]) or ("label", labels).
 fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
     let kind: String = rule.get_item(0)?.extract()?;
     Ok(match kind.as_str() {
@@ -108,10 +111,13 @@ impl CsvPlan {
     #[pyo3(signature = (width, features, key=None))]
     fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>) -> PyResult<Self> {
         let mut compiled = Vec::with_capacity(features.len());
+        let mut as_str = Vec::with_capacity(features.len());
         for (name, column, rule) in features {
             if column >= width {
                 return Err(PyValueError::new_err(format!("column {column} outside a header of {width}")));
             }
+            let kind: String = rule.get_item(0)?.extract()?;
+            as_str.push(kind == "text" && rule.len()? > 3 && rule.get_item(3)?.extract::<bool>()?);
             compiled.push(table::Feature { name, column, rule: rule_from(&rule)? });
         }
         let key = match key {
@@ -120,23 +126,40 @@ impl CsvPlan {
             Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key } })
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str })
     }
 }
 
 /// A feature's checked column for Python: its numbers packed as
-/// little-endian int64 or float64 (numpy reads them in one call), or b""
-/// for text (the Python side holds the text already, as the reader's str).
-fn packed_column<'py>(py: Python<'py>, values: &[table::Value]) -> Bound<'py, PyBytes> {
+/// little-endian int64 or float64 (numpy reads them in one call); for
+/// text, a list of str when `as_str` (what the reader's split would have
+/// given: the statistics of a string feature read it), else b"".
+fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool) -> PyResult<PyObject> {
+    if let Some(table::Value::Bytes(_)) = values.first() {
+        if !as_str {
+            return Ok(PyBytes::new(py, b"").into_any().unbind());
+        }
+        let mut texts = Vec::with_capacity(values.len());
+        for value in values {
+            let table::Value::Bytes(data) = value else {
+                return Err(PyRuntimeError::new_err("a text column holds a number"));
+            };
+            // The run is valid UTF-8 (`table::convert_run` checked) and a
+            // field is cut at ASCII bytes, so this holds; checked anyway.
+            let text = std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?;
+            texts.push(PyString::new(py, text));
+        }
+        return Ok(PyList::new(py, texts)?.into_any().unbind());
+    }
     let mut packed = Vec::with_capacity(values.len() * 8);
     for value in values {
         match value {
             table::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
             table::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            table::Value::Bytes(_) => return PyBytes::new(py, b""),
+            table::Value::Bytes(_) => return Err(PyRuntimeError::new_err("a numeric column holds text")),
         }
     }
-    PyBytes::new(py, &packed)
+    Ok(PyBytes::new(py, &packed).into_any().unbind())
 }
 
 /// One bytes object (or None) per row, cut from a run's buffer.
@@ -147,7 +170,8 @@ fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys, and
-/// per feature None (a row failed it) or its `packed_column`. None when the
+/// per feature None (a row failed it) or its `packed_column` (text as str
+/// where the plan says `as_str`). None when the
 /// run is not what the reader promises (the Python path takes the batch).
 #[pyfunction]
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
@@ -156,17 +180,73 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        let checked = converted.checked.iter().map(|column| column.as_ref().map(|values| packed_column(py, values)));
+        let mut checked = Vec::with_capacity(converted.checked.len());
+        for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
+            checked.push(match column {
+                Some(values) => Some(packed_column(py, values, *as_str)?),
+                None => None,
+            });
+        }
         Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
                  row_bytes(py, count, |row| converted.key(row))?,
                  PyList::new(py, checked)?.unbind())))
     })?
 }
 
+/// `check_csv_run(run, width) -> rows | None`: the number of rows of a
+/// plain run of CSV lines of `width` fields (`table::count_run`), or None
+/// when it is not one (the reader then reads it record by record).
+#[pyfunction]
+fn check_csv_run(py: Python<'_>, run: PyBuffer<u8>, width: usize) -> PyResult<Option<usize>> {
+    with_bytes(py, &run, |bytes| Ok(guarded(|| table::count_run(bytes, width))?.ok()))?
+}
+
 /// The `bytes` items of `items`, or None when one is of another type (the
 /// caller's Python path takes any buffer).
 fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes>>> {
     items.iter().map(|item| item.downcast_into::<PyBytes>().ok()).collect()
+}
+
+/// How many rows ahead a gather asks the memory for the next rows: the
+/// records of a sorted run lie all over the heap, and reading them one
+/// after another waits on a cache miss each.
+const PREFETCH_AHEAD: usize = 8;
+
+/// A hint that `address` (and the next two cache lines) will be read soon;
+/// never a read itself, so any address is harmless.
+#[inline]
+fn prefetch(address: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch does not access memory architecturally; it cannot
+    // fault, whatever the address.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for line in 0..3 {
+            _mm_prefetch::<_MM_HINT_T0>(address.wrapping_add(64 * line) as *const i8);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
+}
+
+/// The TFRecord framing of `slices`, concatenated, written straight into
+/// the bytes object Python gets: no second copy of a shard's worth of
+/// records.
+fn framed_bytes<'py>(py: Python<'py>, slices: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
+    // The sizes of objects that exist: no length here comes from the input's bytes.
+    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
+    PyBytes::new_with(py, total, |out| {
+        // Unwind-safe: after a panic the half-written object is dropped.
+        guarded(std::panic::AssertUnwindSafe(|| {
+            let mut at = 0;
+            for (index, slice) in slices.iter().enumerate() {
+                if let Some(ahead) = slices.get(index + PREFETCH_AHEAD) {
+                    prefetch(ahead.as_ptr());
+                }
+                at += walk::frame_at(&mut out[at..], slice);
+            }
+        }))
+    })
 }
 
 /// `frame_records(records) -> bytes | None`: the TFRecord framing of a list
@@ -176,20 +256,65 @@ fn bytes_items<'py>(items: &Bound<'py, PyList>) -> Option<Vec<Bound<'py, PyBytes
 fn frame_records<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let Some(items) = bytes_items(records) else { return Ok(None) };
     let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
-    // The sizes of objects that exist: no length here comes from the input's bytes.
-    let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
-    // Written straight into the bytes object Python gets: no second copy
-    // of a shard's worth of records.
-    let framed = PyBytes::new_with(py, total, |out| {
-        // Unwind-safe: after a panic the half-written object is dropped.
-        guarded(std::panic::AssertUnwindSafe(|| {
-            let mut at = 0;
-            for slice in &slices {
-                at += walk::frame_at(&mut out[at..], slice);
+    Ok(Some(framed_bytes(py, &slices)?))
+}
+
+/// ``records[i] for i in order``, each a bytes object, or None when one is
+/// not; an index outside `records` is an IndexError. The objects are asked
+/// for a few rows ahead (`prefetch`): a sorted order jumps all over the heap.
+fn gathered<'py>(records: &Bound<'py, PyList>, order: &[usize]) -> PyResult<Option<Vec<Bound<'py, PyBytes>>>> {
+    let mut items = Vec::with_capacity(order.len());
+    for (at, index) in order.iter().enumerate() {
+        if let Some(ahead) = order.get(at + PREFETCH_AHEAD) {
+            if *ahead < records.len() {
+                // SAFETY: `ahead` is inside the list (checked just above),
+                // whose items the GIL keeps alive; only the address is read.
+                prefetch(unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), *ahead as isize) } as *const u8);
             }
-        }))
-    })?;
-    Ok(Some(framed))
+        }
+        // get_item checks the index against the list as it is now.
+        let Ok(item) = records.get_item(*index)?.downcast_into::<PyBytes>() else { return Ok(None) };
+        items.push(item);
+    }
+    Ok(Some(items))
+}
+
+/// Each slice's size plus `extra`, as little-endian int64s.
+fn packed_sizes<'py>(py: Python<'py>, slices: &[&[u8]], extra: usize) -> Bound<'py, PyBytes> {
+    let mut sizes = Vec::with_capacity(slices.len() * 8);
+    for slice in slices {
+        sizes.extend_from_slice(&((slice.len() + extra) as i64).to_le_bytes());
+    }
+    PyBytes::new(py, &sizes)
+}
+
+/// `frame_gathered(records, order) -> (framed, sizes) | None`: the framing
+/// of ``records[i] for i in order`` (`frame_records` of them, without the
+/// list of them made first) and each one's framed size as little-endian
+/// int64; None when a record gathered is not bytes. An index outside
+/// `records` is an IndexError.
+#[pyfunction]
+fn frame_gathered<'py>(py: Python<'py>, records: &Bound<'py, PyList>, order: Vec<usize>)
+                       -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let Some(items) = gathered(records, &order)? else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let sizes = packed_sizes(py, &slices, walk::HEADER_SIZE + walk::FOOTER_SIZE);
+    Ok(Some((framed_bytes(py, &slices)?, sizes)))
+}
+
+/// `join_gathered(items, order) -> (joined, sizes) | None`: ``b"".join(items[i]
+/// for i in order)`` and each one's size as little-endian int64 (a run's
+/// key section); None when an item gathered is not bytes.
+#[pyfunction]
+fn join_gathered<'py>(py: Python<'py>, items: &Bound<'py, PyList>, order: Vec<usize>)
+                      -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let Some(found) = gathered(items, &order)? else { return Ok(None) };
+    let slices: Vec<&[u8]> = found.iter().map(|item| item.as_bytes()).collect();
+    let mut joined = Vec::with_capacity(slices.iter().map(|slice| slice.len()).sum());
+    for slice in &slices {
+        joined.extend_from_slice(slice);
+    }
+    Ok(Some((PyBytes::new(py, &joined), packed_sizes(py, &slices, 0))))
 }
 
 /// `hash_rows(salt, rows) -> bytes | None`: the keyed BLAKE2b-128 digest of
@@ -207,9 +332,12 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
+    module.add_function(wrap_pyfunction!(frame_gathered, module)?)?;
+    module.add_function(wrap_pyfunction!(join_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
+    module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

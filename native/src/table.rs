@@ -86,7 +86,7 @@ impl Converted<'_> {
 }
 
 /// Why a run is handed back whole (the reader's promises do not hold).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
     NotUtf8,
     LoneCarriageReturn,
@@ -238,25 +238,66 @@ fn run_body(run: &[u8]) -> Result<&[u8], RunError> {
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
+    // A CR ends a line only before LF: a run ending in a bare CR (which
+    // the reader never cuts) would otherwise lose it as a CRLF's.
+    if run.ends_with(b"\r") {
+        return Err(RunError::LoneCarriageReturn);
+    }
     Ok(run.strip_suffix(b"\n").unwrap_or(run))
+}
+
+/// The lines of a plain run's body (none for an empty one).
+fn body_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let lines = if body.is_empty() { None } else { Some(body.split(|b| *b == b'\n')) };
+    lines.into_iter().flatten()
+}
+
+/// The number of rows of a plain run of CSV lines with `width` fields
+/// each, as `transforms/readers/csv.py` (`_plain_csv_rows`) decides that a
+/// run is one `ColumnBatch`: valid UTF-8, a CR only in CRLF, no blank
+/// line, `width` fields on every line. The reader then leaves splitting
+/// the fields to whoever needs them.
+pub fn count_run(run: &[u8], width: usize) -> Result<usize, RunError> {
+    let body = run_body(run)?;
+    let mut rows = 0;
+    for (index, line) in body_lines(body).enumerate() {
+        if checked_line(line, index)?.1 != width {
+            return Err(RunError::FieldCount { line: index });
+        }
+        rows += 1;
+    }
+    Ok(rows)
+}
+
+/// One line of a plain run without its CRLF's CR, and its number of
+/// fields, checked against the reader's promises (a CR only in CRLF, no
+/// blank line). One pass, branch-free over the bytes.
+fn checked_line(line: &[u8], index: usize) -> Result<(&[u8], usize), RunError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let (mut commas, mut carriage_returns) = (0usize, 0usize);
+    for byte in line {
+        commas += usize::from(*byte == b',');
+        carriage_returns += usize::from(*byte == b'\r');
+    }
+    if carriage_returns > 0 {
+        return Err(RunError::LoneCarriageReturn);
+    }
+    if line.is_empty() {
+        return Err(RunError::BlankLine { line: index });
+    }
+    Ok((line, commas + 1))
 }
 
 /// Splits one line into `fields` (cleared first), checked against the
 /// reader's promises.
 fn split_line<'a>(line: &'a [u8], index: usize, width: usize, fields: &mut Vec<&'a [u8]>)
                   -> Result<(), RunError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.contains(&b'\r') {
-        return Err(RunError::LoneCarriageReturn);
-    }
-    if line.is_empty() {
-        return Err(RunError::BlankLine { line: index });
+    let (line, found) = checked_line(line, index)?;
+    if found != width {
+        return Err(RunError::FieldCount { line: index });
     }
     fields.clear();
     fields.extend(line.split(|b| *b == b','));
-    if fields.len() != width {
-        return Err(RunError::FieldCount { line: index });
-    }
     Ok(())
 }
 
@@ -272,11 +313,10 @@ pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Conve
         keys: Vec::with_capacity(rows),
         checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows))).collect(),
     };
-    let mut fields: Vec<&[u8]> = Vec::with_capacity(plan.width);
+    let mut fields: Vec<&[u8]> = Vec::with_capacity(plan.width.min(body.len() + 1));
     let mut entries = Vec::new();
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    let lines = if body.is_empty() { None } else { Some(body.split(|b| *b == b'\n')) };
-    for (index, line) in lines.into_iter().flatten().enumerate() {
+    for (index, line) in body_lines(body).enumerate() {
         split_line(line, index, plan.width, &mut fields)?;
         entries.clear();
         values.clear();
@@ -375,7 +415,31 @@ mod tests {
         assert_eq!(int_key(-257), b"\x02\x7d\xfe\xff".to_vec());
     }
 
+    #[test]
+    fn a_bare_cr_at_the_end_is_refused() {
+        assert_eq!(count_run(b"1,2,x\r\n", 3), Ok(1));
+        assert_eq!(count_run(b"1,2,x\r", 3), Err(RunError::LoneCarriageReturn));
+        assert_eq!(count_run(b"1,2,x\n\n", 3), Err(RunError::BlankLine { line: 1 }));
+        assert_eq!(count_run(b"1,2,x\n1,2", 3), Err(RunError::FieldCount { line: 1 }));
+        assert_eq!(count_run(b"", 3), Ok(0));
+        assert!(convert_run(b"1,2,x\r", 1, &plan()).is_err());
+    }
+
     proptest! {
+        #[test]
+        fn count_run_accepts_exactly_the_runs_convert_run_reads(run in prop::collection::vec(
+                prop::sample::select(b"0123,.-\r\n a\xff".to_vec()), 0..120)) {
+            let counted = count_run(&run, 3);
+            if let Ok(rows) = counted {
+                prop_assert!(convert_run(&run, rows, &plan()).is_ok());
+            }
+            for rows in 0..8 {
+                if convert_run(&run, rows, &plan()).is_ok() {
+                    prop_assert_eq!(counted.clone(), Ok(rows));
+                }
+            }
+        }
+
         #[test]
         fn any_run_converts_or_is_refused_without_panic(run in prop::collection::vec(
                 prop::sample::select(b"0123456789,.-+eE\r\n\"a \xff".to_vec()), 0..200),

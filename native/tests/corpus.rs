@@ -66,3 +66,24 @@ fn every_csv_input_and_prefix_converts_or_is_refused() {
         }
     }
 }
+
+#[test]
+fn every_csv_input_and_prefix_is_counted_as_convert_run_reads_it() {
+    for (name, data) in corpus("csv") {
+        for cut in 0..=data.len() {
+            let run = &data[..cut];
+            // Widths from none to far beyond any line: no allocation follows them.
+            for width in [0, 1, 3, 7, usize::MAX] {
+                let counted = table::count_run(run, width);
+                if width == 3 {
+                    if let Ok(rows) = counted {
+                        assert!(table::convert_run(run, rows, &plan(Key::None)).is_ok(), "{name} cut at {cut}");
+                    }
+                }
+                if let Ok(rows) = counted {
+                    assert!(rows <= run.len(), "{name} cut at {cut}");
+                }
+            }
+        }
+    }
+}

@@ -11,6 +11,8 @@ without, and everything they give must be equal.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
@@ -20,6 +22,7 @@ from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.stats import StatisticsPlan, batch_statistics
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
 
@@ -198,10 +201,66 @@ def test_a_plain_run_takes_the_kernel(native, tmp_path):
     assert isinstance(batch, CsvRunBatch)
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    examples, keys, checked = _converter(specs, "c0", native)._native.convert(batch)
+    examples, keys, checked, texts = _converter(specs, "c0", native)._native.convert(batch)
+    # The kernel vouched for the run and read its bytes: no field was split.
+    assert batch._split is None
     assert examples == [
         BatchConverter(specs, {}, "c0")._encoder.encode({"c0": "1", "c1": "a"}),
         BatchConverter(specs, {}, "c0")._encoder.encode({"c0": "2", "c1": "b"})]
     assert keys == [b"\x02\x81\x01", b"\x02\x81\x02"]
     # Text columns are the reader's str values (what the statistics read).
-    assert checked["n"] == [1, 2] and checked["s"] == ["a", "b"]
+    assert checked["n"] == [1, 2] and checked["s"] == ["a", "b"] and texts == {"c1": ["a", "b"]}
+    # Converting with statistics leaves the fields unsplit too.
+    _outcome(_converter(specs, "c0", native), specs, batch, "n")
+    assert batch._split is None
+    assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
+
+
+def _items(path, kernels):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(csv_reader, "kernels", lambda: kernels)
+        return list(iter_csv(str(path), columns=True))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=csv_files(), block=st.sampled_from([16, 64, 1 << 20]))
+def test_the_reader_gives_the_same_batches_with_the_kernel(native, tmp_path_factory, data,
+                                                           block):
+    """A run the kernel vouches for (`check_csv_run`) is the batch, rows and
+    dead letters the reader gives without it, its columns split on demand."""
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    path.write_bytes(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(csv_reader, "_BLOCK", block)  # runs cut at many places
+        with_kernel, without = _items(path, native), _items(path, None)
+    assert list(map(type, with_kernel)) == list(map(type, without))
+    assert with_kernel == without
+    for item in with_kernel:
+        if isinstance(item, ColumnBatch):
+            assert pickle.loads(pickle.dumps(item)) == item
+
+
+run_bytes = st.lists(st.sampled_from([b"1", b"a", b",", b"\n", b"\r\n", b"\r", b"\xc3\xa9",
+                                      b"\xff", b"\x00", b" "]), max_size=40).map(b"".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(run=run_bytes, width=st.integers(1, 4))
+def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
+    """The kernel's test of a run is the reader's (`_plain_lines`): where
+    the reader's promise holds (a CR only in CRLF) they agree exactly, and
+    on any bytes the kernel never takes a run the reader would refuse."""
+    lines = csv_reader._plain_lines(run, width)
+    rows = native.check_csv_run(run, width)
+    if rows:
+        assert lines is not None and len(lines) == rows
+    if run.count(b"\r") == run.count(b"\r\n"):
+        assert (rows or None) == (len(lines) if lines else None)
+
+
+def test_a_run_the_reader_refuses_names_its_lines(native):
+    """Should the kernel ever take a run the reader refuses, the batch says
+    where, rather than giving columns of the wrong length."""
+    batch = CsvRunBatch("t.csv", 2, None, b"1,2\n3\n", ("a", "b"), 2)
+    with pytest.raises(RuntimeError, match="t.csv lines 2-3"):
+        batch.columns

@@ -1,10 +1,12 @@
 """Tests for rows -> Examples (transforms/to_examples.py)."""
 
+import collections
 import json
 import math
 import struct
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -19,7 +21,8 @@ from recordforge.schemas.keys import sortable_key
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.splits import HashedExamples, SplitAssigner, assign_split
 from recordforge.transforms.batch_converter import BatchConverter
-from recordforge.transforms.to_examples import LabelCounting, RowsToExamples, _ConvertBatchesFn
+from recordforge.transforms.to_examples import (LabelCounting, RowsToExamples, _ConvertBatchesFn,
+                                               label_counts)
 
 # --- sortable_key -------------------------------------------------------------------
 
@@ -438,3 +441,19 @@ def test_the_writer_takes_digests_only_made_with_its_salt():
     for other in (HashedExamples(rows, b"another dataset", marked), list(rows),
                   HashedExamples(rows, assigner.salt, marked[:2])):
         assert assigner.hash_batch(other, keys)[0] == assigner.hash_rows(keys)[0] != marked
+
+
+@settings(max_examples=300, deadline=None)
+@given(splits=st.integers(1, 3), rows=st.lists(
+    st.tuples(st.integers(0, 2), st.one_of(st.none(), st.sampled_from(["a", "b", "é", ""]))),
+    max_size=40))
+def test_label_counts_count_each_split_and_label(splits, rows):
+    """The counts of a batch's (split, label) pairs, by a plain Counter of
+    the pairs; rows without a label are not counted."""
+    names = ["train", "validation", "test"][:splits]
+    split_of = np.array([split % splits for split, _ in rows], dtype=np.intp)
+    labels = [label for _, label in rows]
+    pairs = collections.Counter(zip(split_of.tolist(), labels))
+    assert label_counts(names, split_of, labels) == tuple(sorted(
+        (names[split], label, count) for (split, label), count in pairs.items()
+        if label is not None))

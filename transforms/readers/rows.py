@@ -46,6 +46,11 @@ class ColumnBatch:
     def __len__(self) -> int:
         return self._size
 
+    def column_names(self) -> tuple[str, ...]:
+        """The columns' names, without making their values (a subclass may
+        make those only when asked: `readers.csv.CsvRunBatch`)."""
+        return tuple(self.columns)
+
     def column(self, name: str) -> list:
         """The raw values of column `name` (None for every row without it)."""
         values = self.columns.get(name)

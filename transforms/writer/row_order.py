@@ -13,7 +13,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["sorted_order", "sorted_positions", "take"]
+from ...schemas.native import kernels
+
+__all__ = ["Taken", "framed_rows", "sorted_order", "sorted_positions", "take"]
 
 
 def take(items: Sequence, order: list[int]) -> list:
@@ -21,6 +23,39 @@ def take(items: Sequence, order: list[int]) -> list:
     if len(order) == 1:
         return [items[order[0]]]
     return list(operator.itemgetter(*order)(items)) if order else []
+
+
+def framed_rows(keys: Sequence[bytes] | None, examples: Sequence[bytes], rows: list[int]):
+    """(framed records, framed sizes, (joined keys, key sizes) or None) of
+    the rows `rows`, gathered by the native kernel straight from the
+    buffered lists (no list of them made, no size per row taken in Python:
+    the bytes `run_format.RunWriter.add` writes of ``take(examples, rows)``),
+    or None where Python gathers them (no kernel, or not lists of bytes)."""
+    native = kernels()
+    if native is None or not isinstance(examples, list) or not isinstance(keys, (list, type(None))):
+        return None
+    framed = native.frame_gathered(examples, rows)
+    joined = None if keys is None else native.join_gathered(keys, rows)
+    if framed is None or (keys is not None and joined is None):
+        return None
+    if joined is not None:
+        joined = joined[0], np.frombuffer(joined[1], dtype="<i8")
+    return framed[0], np.frombuffer(framed[1], dtype="<i8"), joined
+
+
+class Taken:
+    """items[rows[i]] at i, without the list of them made."""
+
+    __slots__ = ("items", "rows")
+
+    def __init__(self, items: Sequence, rows: list[int]):
+        self.items, self.rows = items, rows
+
+    def __getitem__(self, index: int):
+        return self.items[self.rows[index]]
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 def _tie_groups(ordered_keys: np.ndarray) -> Iterator[tuple[int, int]]:

@@ -41,7 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 from .. import tfrecord
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
-from .row_order import sorted_order, take
+from .row_order import Taken, framed_rows, sorted_order, take
 
 __all__ = [
     "BLOCK",
@@ -100,16 +100,30 @@ class RunWriter:
         if not count:
             return
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
+        self.add_framed(keys, sizes, tfrecord.frame_records(list(examples)),
+                        examples.__getitem__)
+
+    def add_framed(self, keys: Sequence[bytes] | None, sizes: np.ndarray, framed: bytes,
+                   example_at, joined: tuple[bytes, np.ndarray] | None = None) -> None:
+        """`add` of rows already framed: `framed` their records back to
+        back, `sizes` (int64) each one's framed size, example_at(i) row i's
+        example (read only for the index's key prefixes when keys is None);
+        joined: the keys back to back and each one's size (int64), when the
+        caller has them (else they are taken from `keys`)."""
+        count = len(sizes)
+        if not count:
+            return
         starts = self._offset + np.cumsum(sizes) - sizes
         key_starts = None
         if self._key_width == KEY_VARIABLE:
-            key_sizes = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+            key_sizes = (joined[1] if joined is not None
+                         else np.fromiter(map(len, keys), dtype=np.int64, count=count))
             key_starts = self._key_offset + np.cumsum(key_sizes) - key_sizes
             self._key_sizes.write(key_sizes.astype(_SIZE).tobytes())
             self._key_offset += int(key_sizes.sum())
         row = int(np.searchsorted(starts, self._next_index, "left"))
         while row < count:
-            key = examples[row] if keys is None else keys[row]
+            key = example_at(row) if keys is None else keys[row]
             prefix = bytes(key[:self._prefix_len])
             key_offset = int(key_starts[row]) if key_starts is not None else 0
             self._index.append(_INDEX_ENTRY.pack(self._records + row, int(starts[row]),
@@ -117,12 +131,12 @@ class RunWriter:
             self._next_index = int(starts[row]) + self._index_every
             row = int(np.searchsorted(starts, self._next_index, "left"))
         if self._keys is not None:
-            blob = b"".join(keys)
+            blob = joined[0] if joined is not None else b"".join(keys)
             if self._key_width > 0 and len(blob) != self._key_width * count:
                 raise ValueError(f"run keys must all be {self._key_width} bytes")
             self._keys.write(blob)
         self._sizes.write(sizes.astype(_SIZE).tobytes())
-        self._fileobj.write(tfrecord.frame_records(list(examples)))
+        self._fileobj.write(framed)
         self._offset += int(sizes.sum())
         self._records += count
 
@@ -161,7 +175,13 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
     step = max(1, len(examples) * BLOCK // max(1, total))
     for start in range(0, len(order), step):
         rows = order[start:start + step]
-        writer.add(None if keys is None else take(keys, rows), take(examples, rows))
+        gathered = framed_rows(keys, examples, rows)
+        if gathered is None:
+            writer.add(None if keys is None else take(keys, rows), take(examples, rows))
+            continue
+        framed, sizes, joined = gathered
+        writer.add_framed(None if keys is None else Taken(keys, rows), sizes, framed,
+                          Taken(examples, rows).__getitem__, joined)
     return writer.close()
 
 
