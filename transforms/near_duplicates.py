@@ -176,10 +176,10 @@ def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPai
 
 def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], banding: Banding,
                  skipped: Mapping) -> Iterator[NearPair]:
-    """The pairs one bucket reports: members within the threshold whose
-    first shared bucket outside `skipped` is this one (so each pair comes
-    from exactly one bucket)."""
-    members = sorted(members, key=lambda fp: (fp.split, fp.key))
+    """The pairs one bucket reports: members (ImageFingerprint or its plain
+    tuple) within the threshold whose first shared bucket outside `skipped`
+    is this one (so each pair comes from exactly one bucket)."""
+    members = sorted(map(ImageFingerprint._make, members), key=lambda fp: (fp.split, fp.key))
     hashes = np.array([fp.hash for fp in members], dtype=np.uint64)
     for i in range(len(members) - 1):
         distances = _popcount(hashes[i + 1:] ^ hashes[i])
@@ -191,14 +191,15 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
 
 
 def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding
-                   ) -> Iterator[tuple[tuple[int, int], list[ImageFingerprint]]]:
+                   ) -> Iterator[tuple[tuple[int, int], list[tuple]]]:
     """(bucket key, the batch's members of that bucket), for a batch of
-    fingerprints (checked)."""
-    buckets: dict[tuple[int, int], list[ImageFingerprint]] = {}
+    fingerprints (checked). Members travel as plain tuples: Beam's coder
+    writes a tuple of str/int in about a third of a NamedTuple's bytes."""
+    buckets: dict[tuple[int, int], list[tuple]] = {}
     for fp in batch:
-        check_fingerprint(fp)
+        member = tuple(check_fingerprint(fp))
         for key in banding.keys(fp.hash):
-            buckets.setdefault(key, []).append(fp)
+            buckets.setdefault(key, []).append(member)
     return iter(buckets.items())
 
 
