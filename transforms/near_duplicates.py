@@ -168,6 +168,9 @@ else:
         return _BYTE_BITS[values.view(np.uint8)].reshape(-1, 8).sum(axis=1)
 
 
+_split_and_key = operator.itemgetter(0, 1)
+
+
 def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPair:
     if (b.split, b.key) < (a.split, a.key):
         a, b = b, a
@@ -179,15 +182,34 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
     """The pairs one bucket reports: members (ImageFingerprint or its plain
     tuple) within the threshold whose first shared bucket outside `skipped`
     is this one (so each pair comes from exactly one bucket)."""
-    members = sorted(map(ImageFingerprint._make, members), key=lambda fp: (fp.split, fp.key))
-    hashes = np.array([fp.hash for fp in members], dtype=np.uint64)
-    for i in range(len(members) - 1):
-        distances = _popcount(hashes[i + 1:] ^ hashes[i])
-        for j in np.flatnonzero(distances <= banding.threshold):
-            a, b = members[i], members[i + 1 + j]
-            if (a.split, a.key) != (b.split, b.key) and \
-                    banding.first_key(a.hash, b.hash, skipped) == key:
-                yield _ordered(a, b, int(distances[j]))
+    members = sorted(members, key=_split_and_key)
+    for i, j, distance in _close_pairs(np.array([m[3] for m in members], dtype=np.uint64),
+                                       banding.threshold):
+        a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
+        if (a.split, a.key) != (b.split, b.key) and \
+                banding.first_key(a.hash, b.hash, skipped) == key:
+            yield _ordered(a, b, distance)
+
+
+# Distances computed per block of rows: at most this many at a time (32 MB
+# of uint64), whatever the bucket's size.
+_BLOCK_CELLS = 1 << 18
+
+
+def _close_pairs(hashes: np.ndarray, threshold: int) -> Iterator[tuple[int, int, int]]:
+    """(i, j, distance) for i < j with distance <= threshold, vectorised."""
+    count = len(hashes)
+    rows = max(1, _BLOCK_CELLS // max(1, count))
+    for start in range(0, count - 1, rows):
+        # The block's rows against the columns from its first row on: the
+        # upper triangle and the block's own small square.
+        distances = _popcount(hashes[start:start + rows, None] ^ hashes[None, start:])
+        close = distances <= threshold
+        if np.count_nonzero(close) <= min(rows, count - start):
+            continue  # the diagonal only (each hash with itself): the usual case
+        for i, j in zip(*np.nonzero(close)):
+            if i < j:
+                yield start + int(i), start + int(j), int(distances[i, j])
 
 
 def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding

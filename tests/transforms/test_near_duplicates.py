@@ -17,6 +17,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
+from recordforge.transforms import near_duplicates
 from recordforge.transforms.near_duplicates import (
     DEFAULT_THRESHOLD, Banding, FindNearDuplicates, ImageFingerprint, NearPair, bucket_members,
     bucket_pairs)
@@ -93,10 +94,15 @@ def test_hashes_within_the_threshold_share_a_bucket(threshold, bands_per_key, va
 
 
 @settings(max_examples=60, deadline=None)
-@given(clustered_fingerprints(), st.integers(1, 2))
-def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints, bands_per_key):
-    found, skipped = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD, bands_per_key),
-                                  max_bucket=1000)
+@given(clustered_fingerprints(), st.integers(1, 2), st.sampled_from([1 << 22, 16, 1]))
+def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints, bands_per_key,
+                                                                  block_cells):
+    # block_cells: the distances of a bucket computed in blocks of that many
+    # (down to one row at a time), as a bucket larger than a block is.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(near_duplicates, "_BLOCK_CELLS", block_cells)
+        found, skipped = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD, bands_per_key),
+                                      max_bucket=1000)
     assert not skipped
     assert len(found) == len(set(found))
     assert set(found) == brute_force(fingerprints, DEFAULT_THRESHOLD)
