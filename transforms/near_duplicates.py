@@ -20,7 +20,7 @@ pairs too. The search never compares all pairs:
   millions of images.
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 11 keys of 5-6 bits a batch of 4,096 touches at most 704 buckets.
+  with 11 keys of 5-6 bits a batch of 4,096 touches at most 640 buckets.
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order) that was compared, a rule
   each bucket decides from the two hashes alone: no second shuffle.
@@ -33,8 +33,8 @@ pairs too. The search never compares all pairs:
   per key, 10 million with two). What is given up: a pair is missed when
   every bucket the two share is over the cap (inside a large group of
   near-identical images, most pairs). In return the work is at most
-  ``max_bucket / 2`` comparisons per image and key (vectorised: ~16 µs per
-  image and key at the cap), and a worker holds one bucket of at most
+  ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
+  per image and key at the cap), and a worker holds one bucket of at most
   `max_bucket` fingerprints at a time.
 
 Per-image and per-bucket logic are plain functions (`Banding`,
@@ -159,13 +159,17 @@ def check_fingerprint(fp: ImageFingerprint) -> ImageFingerprint:
     return fp
 
 
-if hasattr(np, "bitwise_count"):  # numpy >= 2.0
-    _popcount = np.bitwise_count
-else:
-    _BYTE_BITS = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
+_BYTE_BITS = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
 
-    def _popcount(values: np.ndarray) -> np.ndarray:
-        return _BYTE_BITS[values.view(np.uint8)].reshape(-1, 8).sum(axis=1)
+
+def popcount_bytes(values: np.ndarray) -> np.ndarray:
+    """Bits set in each uint64, by a table of bytes (numpy < 2.0 has no
+    bitwise_count, and setup.py allows numpy 1.24)."""
+    octets = np.ascontiguousarray(values).view(np.uint8).reshape(*values.shape, 8)
+    return _BYTE_BITS[octets].sum(axis=-1, dtype=np.uint8)
+
+
+_popcount = getattr(np, "bitwise_count", popcount_bytes)
 
 
 _split_and_key = operator.itemgetter(0, 1)
@@ -191,8 +195,8 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
             yield _ordered(a, b, distance)
 
 
-# Distances computed per block of rows: at most this many at a time (32 MB
-# of uint64), whatever the bucket's size.
+# Distances computed per block of rows: at most this many at a time (2 MB
+# of uint64, cache-sized), whatever the bucket's size.
 _BLOCK_CELLS = 1 << 18
 
 

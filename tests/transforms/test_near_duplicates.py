@@ -10,6 +10,7 @@ import random
 from collections import defaultdict
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -121,6 +122,13 @@ def test_full_buckets_lose_only_pairs_with_no_other_bucket(fingerprints, max_buc
                 & set(banding.keys(_hash(fingerprints, pair.split_b, pair.key_b)))
                 - set(skipped)}
     assert set(found) == expected
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=12), st.integers(1, 4))
+def test_popcount_without_numpy_2_counts_bits(values, rows):
+    array = np.array(values * rows, dtype=np.uint64).reshape(rows, len(values))
+    assert near_duplicates.popcount_bytes(array).tolist() == [
+        [bin(v).count("1") for v in values]] * rows
 
 
 def _hash(fingerprints, split, key):
