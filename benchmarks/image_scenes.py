@@ -2,10 +2,11 @@
 perceptual-hash tests (tests/schemas/test_image_hash.py,
 tests/transforms/test_near_duplicates.py) and `bench_image_hash.py`.
 
-`scene(seed)` renders one picture (a gradient sky, shapes, a noise texture,
-or a crop of a bundled sample photo, mixed); `COPIES` are the edits a
-near-duplicate finder must see through: JPEG re-encoded at another quality,
-resized by up to 10%, cropped by up to 5%, brightness changed by up to 10%.
+`scene(seed)` renders one picture (shapes over a gradient or a plain
+colour, a cloud texture, or an off-centre crop of a bundled sample photo);
+`COPIES` are the edits a near-duplicate finder must see through: JPEG
+re-encoded at quality 30-95, resized by up to 10%, cropped by up to 5% of
+the area, brightness changed by up to 10%.
 Everything is a function of its seed, so a failing example can be replayed.
 """
 
