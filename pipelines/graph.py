@@ -20,7 +20,9 @@ from .key_sample import sample_bucket_bounds, uses_sampled_bounds
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.stats import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
+from ..schemas.duplicates import merge_parts, render_part
 from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.duplicates import FindDuplicates, duplicate_buckets
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.writer import ShardTuning, WriteShards, default_exchange
@@ -29,7 +31,8 @@ from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
-from ..transforms.to_examples import ConvertedRows, LabelCounting, RowsToExamples
+from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounting,
+                                      RowsToExamples)
 
 __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies", "stage_build",
            "watched_columns", "write_result"]
@@ -52,7 +55,8 @@ def watched_columns(config: DatasetConfig) -> dict[str, str]:
 
 
 def write_result(parts: tuple, staging_url: str,
-                 watched: Mapping[str, str] | None = None) -> str:
+                 watched: Mapping[str, str] | None = None,
+                 split_names: Sequence[str] | None = None) -> str:
     """Writes what the driver needs to publish: shard metadata, the
     dead-letter summary and the number of rows read. `parts` is the grouped
     ``(None, [(kind, value), ...])`` gathered from the whole pipeline
@@ -62,13 +66,16 @@ def write_result(parts: tuple, staging_url: str,
     rewrites the same file atomically.
 
     watched: `watched_columns`; the result's ``unseen_columns`` names those
-    no row held (feature -> column) and ``columns_seen`` some that rows did."""
+    no row held (feature -> column) and ``columns_seen`` some that rows did.
+    split_names: the configured splits, which name the ``duplicates`` found
+    (`schemas.duplicates.render_part`) when duplicate detection is on."""
     _, tagged = parts
     seen: set[str] = set()
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
     statistics: dict[str, dict[str, dict]] = {}
     cache_use: list[dict] = []
+    duplicates: list = []
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -85,6 +92,8 @@ def write_result(parts: tuple, staging_url: str,
             statistics.setdefault(split, {})[feature] = entry
         elif kind == "cache_use":
             cache_use.append(value)
+        elif kind == "duplicates":
+            duplicates.append(value)
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
@@ -92,6 +101,8 @@ def write_result(parts: tuple, staging_url: str,
               "label_counts": label_counts, "statistics": statistics}
     if cache_use:
         result["cache"] = cache_summary(cache_use)
+    if split_names is not None:
+        result["duplicates"] = render_part(merge_parts(duplicates), split_names)
     if watched:
         result["unseen_columns"] = {feature: column for feature, column in watched.items()
                                     if column not in seen}
@@ -176,7 +187,11 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     as `StagedBuild.dead_letter` (else None).
     """
     output = config.output
+    fingerprints = None
     if isinstance(source, CachedConversion):
+        if config.validation.duplicates is not None:
+            raise ValueError("duplicate detection needs every row converted in this build: "
+                             "it cannot take rows from the build cache")
         converted, rows, columns_seen = source, source.rows, source.columns_seen
         read_dead_letter, cache_use = source.read_dead_letter, source.cache_use
         spilled = source.rows_are_runs
@@ -185,9 +200,12 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         # label_counts: ((split, label, examples), ...) for the report
         # statistics: ((split, feature), FeatureStatistics) per batch
         to_examples = RowsToExamples(config.features, vocabularies,
+                                     duplicates=_duplicate_setup(config),
                                      **_conversion_options(config, vocabularies))
         converted = source.rows | "ToExamples" >> to_examples
         rows, columns_seen = converted.examples, to_examples.columns_seen
+        # [Fingerprint, ...] per batch, or None with detection off
+        fingerprints = to_examples.fingerprints
         read_dead_letter, cache_use, spilled = source.dead_letter, None, False
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = rows | "WriteShards" >> WriteShards(
@@ -212,6 +230,11 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
              # (source file, rows read) -> ("rows_read", n)
              source.counts | "RowsRead" >> beam.Map(_rows_read)]
     parts += _optional_parts(converted, columns_seen, config, vocabularies)
+    if fingerprints is not None:
+        # DuplicatesPart per digest bucket, added up by write_result
+        parts.append(fingerprints
+                     | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes))
+                     | "TagDuplicates" >> beam.Map(with_tag, "duplicates"))
     if cache_use is not None:
         # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
         parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
@@ -288,7 +311,23 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies,
                          input_bytes=input_bytes, key_bounds=key_bounds)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
-                                                  watched=watched_columns(config))
+                                                  watched=watched_columns(config),
+                                                  split_names=_duplicates_named(config))
+
+
+def _duplicates_named(config: DatasetConfig) -> tuple[str, ...] | None:
+    """The split names `write_result` names duplicates by, or None when
+    duplicate detection is off (the result then has no ``duplicates``)."""
+    return config.split_names if config.validation.duplicates is not None else None
+
+
+def _duplicate_setup(config: DatasetConfig) -> DuplicateSetup | None:
+    """What `RowsToExamples` needs to fingerprint rows, or None when
+    duplicate detection is off (``validation.duplicates``)."""
+    duplicates = config.validation.duplicates
+    if duplicates is None:
+        return None
+    return DuplicateSetup(duplicates.features, config.name, tuple(config.splits))
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

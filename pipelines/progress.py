@@ -51,6 +51,7 @@ __all__ = [
     "format_line",
     "human_bytes",
     "describe_inputs",
+    "describe_duplicates",
     "format_summary",
     "print_summary",
     "hide_beam_noise",
@@ -345,8 +346,10 @@ class BuildProgress:
 
 
 def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
-                   wall_seconds: float | None = None) -> str:
-    """The summary table of a published build, from its manifest."""
+                   wall_seconds: float | None = None,
+                   duplicates: Mapping[str, Any] | None = None) -> str:
+    """The summary table of a published build, from its manifest (and its
+    duplicates.json document, when duplicate detection was on)."""
     rows = [("split", "examples", "shards", "bytes", "mean shard")]
     total_examples = total_shards = total_bytes = 0
     for split, info in manifest.get("splits", {}).items():
@@ -383,6 +386,8 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     inputs = describe_inputs(manifest)
     if inputs:
         out.append(f"input files: {inputs}")
+    if duplicates is not None:
+        out.append(f"duplicates: {describe_duplicates(duplicates)}")
     out.append(f"row path: {path_note()}")  # the native kernels or pure Python, and why
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
@@ -390,6 +395,23 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     if output:
         out.append(f"output: {output}")
     return "\n".join(out)
+
+
+def describe_duplicates(document: Mapping[str, Any]) -> str:
+    """A duplicates.json document in words: ``"12 rows equal an earlier row
+    (0.12%); within train 10; across train/test 2"``. Shared by the summary
+    and the report."""
+    rows, fraction = document["duplicate_rows"], document["duplicate_fraction"]
+    parts = [f"{rows:,} rows equal an earlier row ({fraction:.2%})"]
+    within = ", ".join(f"{split} {count:,}" for split, count in document["within_split"].items()
+                       if count)
+    across = ", ".join(f"{pair} {count:,}" for pair, count in document["across_splits"].items()
+                       if count)
+    if within:
+        parts.append(f"within {within}")
+    if across:
+        parts.append(f"across {across}")
+    return "; ".join(parts)
 
 
 def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
@@ -413,10 +435,12 @@ def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
 
 
 def print_summary(manifest: Mapping[str, Any], *, output: str | None = None,
-                  wall_seconds: float | None = None, stream: TextIO | None = None) -> None:
+                  wall_seconds: float | None = None, stream: TextIO | None = None,
+                  duplicates: Mapping[str, Any] | None = None) -> None:
     """Prints `format_summary` to `stream` (default stderr)."""
     stream = stream if stream is not None else sys.stderr
-    stream.write(format_summary(manifest, output=output, wall_seconds=wall_seconds) + "\n")
+    stream.write(format_summary(manifest, output=output, wall_seconds=wall_seconds,
+                                duplicates=duplicates) + "\n")
     stream.flush()
 
 

@@ -47,6 +47,7 @@ from ...transforms.layout import MANIFEST_FILE, SHA256SUMS_FILE
 from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
+from .duplicates import duplicates_problems
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
                             load_version_manifest, locate_version, read_limited)
 from .file_checks import FileCheck, Problem, ReadBack, check_file, check_read_back, check_stored
@@ -288,6 +289,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 report.problems.append(Problem(f"split {split!r}", f"holds {found} examples, "
                                                f"manifest says {summary['num_examples']}",
                                                code="split"))
+    report.problems += duplicates_problems(fs, version_dir, manifest)
     report.seconds = time.monotonic() - started
     return report
 

@@ -1,0 +1,237 @@
+"""Exact duplicates as plain code: each good row's content digest, and the duplicates among a group of fingerprints.
+
+A row's content digest is BLAKE2b-128 (unkeyed) of its serialized Example
+restricted to the checked features: the Example itself when every feature
+is checked, else an Example rebuilt from the map entries of the checked
+features only (`restricted_example`). Examples are deterministic (entries
+in key order, one encoding per value), so two rows have the same digest
+exactly when they store the same values in the checked features, whichever
+row path (native kernel or Python) made them.
+
+What leaves a row is a `Fingerprint` (digest, split index, key): about 40
+bytes. `find_duplicates` takes every fingerprint of one digest bucket and
+gives a `DuplicatesPart`; parts add up (`merge_parts`) in any order to the
+same result, so bucketing, bundling and worker count never change it.
+Nothing here knows about Beam.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import math
+import struct
+from typing import Iterable, NamedTuple, Sequence
+
+from .example import example_from_entries
+from .native import kernels
+
+__all__ = ["DIGEST_SIZE", "MAX_PAIRS", "DuplicatePair", "DuplicatesPart", "Fingerprint",
+           "bucket_of", "content_digests", "find_duplicates", "key_value", "keyless_key",
+           "merge_parts", "render_part", "restricted_example"]
+
+DIGEST_SIZE = 16
+# duplicates.json lists at most this many example pairs: its size is bounded
+# whatever the dataset holds.
+MAX_PAIRS = 100
+# A keyless row's stand-in key: its row digest behind a tag below every
+# `sortable_key` tag (0x01..0x05), so keyless and keyed rows never mix.
+_KEYLESS_TAG = b"\x00"
+
+
+class Fingerprint(NamedTuple):
+    """What duplicate detection keeps of a good row: its content digest, its
+    split (index in configured order) and its key (`sortable_key` bytes, or
+    `keyless_key` of its row digest)."""
+
+    digest: bytes
+    split: int
+    key: bytes
+
+
+class DuplicatePair(NamedTuple):
+    """A row (`later`) equal to an earlier one: kind 0 within a split, 1
+    across splits; each side a (split index, key). Sorted by these fields."""
+
+    kind: int
+    earlier: tuple[int, bytes]
+    later: tuple[int, bytes]
+
+
+class DuplicatesPart(NamedTuple):
+    """Duplicates found among some digests: `within` per split index the
+    rows equal to an earlier row of the same split; `across` per (a, b)
+    split indices (a < b) the rows of b equal to a row of a; `duplicate_rows`
+    rows equal to an earlier row anywhere; `cross_split_rows` rows equal to
+    a row of an earlier split; `rows` fingerprints seen; `pairs` the first
+    `MAX_PAIRS` pairs in sort order."""
+
+    within: dict
+    across: dict
+    duplicate_rows: int
+    cross_split_rows: int
+    rows: int
+    pairs: tuple
+
+
+def keyless_key(row_digest: bytes) -> bytes:
+    """The stand-in key of a row without a key column: its row digest (the
+    hash that assigns its split), which orders keyless rows deterministically."""
+    return _KEYLESS_TAG + row_digest
+
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+
+
+def _entries(example: bytes) -> Iterable[tuple[bytes, int, int]]:
+    """(feature name, start, end) of each map entry of a serialized Example
+    as `ExampleEncoder` makes it (`example_head`, then the entries, each a
+    tag, a length and a body that starts with its key field), in order."""
+    _, position = _varint(example, 1)
+    end = len(example)
+    while position < end:
+        entry_start = position
+        size, body = _varint(example, position + 1)
+        name_size, name_at = _varint(example, body + 1)
+        yield example[name_at:name_at + name_size], entry_start, body + size
+        position = body + size
+
+
+def restricted_example(example: bytes, names: frozenset[bytes]) -> bytes:
+    """The serialized Example holding only the features in `names` (UTF-8
+    names), in the original order: what the digest of a row checked on a
+    subset of its features is computed over."""
+    kept = b"".join(example[start:end] for name, start, end in _entries(example)
+                    if name in names)
+    return example_from_entries(kept)
+
+
+def content_digests(examples: Sequence[bytes], names: frozenset[bytes] | None = None
+                    ) -> list[bytes]:
+    """The content digest of each serialized Example: BLAKE2b-128 of the
+    Example restricted to `names` (None: all of it). The native kernel's
+    `hash_rows` with an empty key is plain BLAKE2b, as hashlib's."""
+    rows = (list(examples) if names is None
+            else [restricted_example(example, names) for example in examples])
+    native = kernels()
+    if native is not None:
+        joined = native.hash_rows(b"", rows)
+        if joined is not None:
+            return [joined[at:at + DIGEST_SIZE] for at in range(0, len(joined), DIGEST_SIZE)]
+    return [hashlib.blake2b(row, digest_size=DIGEST_SIZE).digest() for row in rows]
+
+
+def bucket_of(digest: bytes, buckets: int) -> int:
+    """The bucket a digest is grouped in (digests are uniform: any bytes do)."""
+    return int.from_bytes(digest[-4:], "little") % buckets
+
+
+def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
+    """The duplicates among fingerprints that hold every row of their
+    digests. In a digest's group the earlier row is the one with the
+    smallest key, then the smaller split index; within a split a row
+    duplicates its split's first row, across splits each split's first row
+    pairs with the group's first row of an earlier split."""
+    within: dict[int, int] = {}
+    across: dict[tuple[int, int], int] = {}
+    duplicate_rows = cross_split_rows = rows = 0
+    pairs: list[DuplicatePair] = []
+    ordered = sorted(fingerprints)
+    for _, group in itertools.groupby(ordered, key=lambda fingerprint: fingerprint.digest):
+        members = sorted((fingerprint.key, fingerprint.split) for fingerprint in group)
+        rows += len(members)
+        if len(members) == 1:
+            continue
+        duplicate_rows += len(members) - 1
+        first_of: dict[int, tuple[int, bytes]] = {}
+        count_of: dict[int, int] = {}
+        for key, split in members:
+            count_of[split] = count_of.get(split, 0) + 1
+            if split in first_of:
+                within[split] = within.get(split, 0) + 1
+                pairs.append(DuplicatePair(0, first_of[split], (split, key)))
+            else:
+                first_of[split] = (split, key)
+        present = sorted(count_of)
+        cross_split_rows += sum(count_of[split] for split in present[1:])
+        for a, b in itertools.combinations(present, 2):
+            across[(a, b)] = across.get((a, b), 0) + count_of[b]
+        earliest = members[0][::-1]
+        pairs += [DuplicatePair(1, earliest, first) for split, first in sorted(first_of.items())
+                  if first != earliest]
+    pairs.sort()
+    return DuplicatesPart(within, across, duplicate_rows, cross_split_rows, rows,
+                          tuple(pairs[:MAX_PAIRS]))
+
+
+def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:
+    """The sum of parts found in disjoint digest buckets: the same whatever
+    their number and order."""
+    within: dict[int, int] = {}
+    across: dict[tuple[int, int], int] = {}
+    duplicate_rows = cross_split_rows = rows = 0
+    pairs: list = []
+    for part in parts:
+        for split, count in part.within.items():
+            within[split] = within.get(split, 0) + count
+        for pair, count in part.across.items():
+            across[pair] = across.get(pair, 0) + count
+        duplicate_rows += part.duplicate_rows
+        cross_split_rows += part.cross_split_rows
+        rows += part.rows
+        pairs = sorted(pairs + [DuplicatePair(*pair) for pair in part.pairs])[:MAX_PAIRS]
+    return DuplicatesPart(within, across, duplicate_rows, cross_split_rows, rows, tuple(pairs))
+
+
+def key_value(key: bytes) -> dict:
+    """How duplicates.json names a row by its key: ``{"key": value}`` with
+    the key column's value (text, int, float, bool; bytes as
+    ``{"base64": ...}``), or ``{"key": null, "row_digest": hex}`` for a row
+    without a key column."""
+    tag, body = key[:1], key[1:]
+    if tag == _KEYLESS_TAG:
+        return {"key": None, "row_digest": body.hex()}
+    if tag == b"\x04":
+        return {"key": body.decode("utf-8")}
+    if tag == b"\x02":
+        size = body[0] - 0x80 if body[0] >= 0x80 else 0x7F - body[0]
+        magnitude = int.from_bytes(body[1:1 + size], "big")
+        return {"key": magnitude if body[0] >= 0x80 else magnitude - (1 << (8 * size))}
+    if tag == b"\x03":
+        bits = int.from_bytes(body, "big")
+        bits = bits ^ (1 << 63) if bits >> 63 else bits ^ ((1 << 64) - 1)
+        number = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+        return {"key": number if math.isfinite(number) else repr(number)}
+    if tag == b"\x01":
+        return {"key": body == b"\x01"}
+    return {"key": {"base64": base64.b64encode(body).decode("ascii")}}
+
+
+def render_part(part: DuplicatesPart, split_names: Sequence[str]) -> dict:
+    """The JSON form of a whole build's `DuplicatesPart`: every split and
+    every pair of splits (in configured order) with its count, zeros
+    included; pairs naming their rows by split name and key."""
+    def side(split_and_key: tuple[int, bytes]) -> dict:
+        split, key = split_and_key
+        return {"split": split_names[split], **key_value(key)}
+
+    return {
+        "within_split": {name: part.within.get(index, 0) for index, name in enumerate(split_names)},
+        "across_splits": {f"{split_names[a]}/{split_names[b]}": part.across.get((a, b), 0)
+                          for a, b in itertools.combinations(range(len(split_names)), 2)},
+        "duplicate_rows": part.duplicate_rows,
+        "cross_split_rows": part.cross_split_rows,
+        "rows_checked": part.rows,
+        "pairs": [{"kind": ("within_split", "across_splits")[pair.kind],
+                   "earlier": side(pair.earlier), "later": side(pair.later)}
+                  for pair in map(DuplicatePair._make, part.pairs)],
+    }
