@@ -22,7 +22,7 @@ from ..schemas.stats import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
 from ..schemas.duplicates import merge_parts, render_part
 from ..transforms.dead_letter_sink import WriteDeadLetters
-from ..transforms.duplicates import FindDuplicates, duplicate_buckets
+from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.writer import ShardTuning, WriteShards, default_exchange
@@ -76,6 +76,7 @@ def write_result(parts: tuple, staging_url: str,
     statistics: dict[str, dict[str, dict]] = {}
     cache_use: list[dict] = []
     duplicates: list = []
+    left: list = []
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -94,6 +95,8 @@ def write_result(parts: tuple, staging_url: str,
             cache_use.append(value)
         elif kind == "duplicates":
             duplicates.append(value)
+        elif kind == "duplicates_left":
+            left.append(value)
         else:
             num_input_rows += value
     result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
@@ -103,6 +106,8 @@ def write_result(parts: tuple, staging_url: str,
         result["cache"] = cache_summary(cache_use)
     if split_names is not None:
         result["duplicates"] = render_part(merge_parts(duplicates), split_names)
+        if left:  # with removal: what the published version still holds
+            result["duplicates_left"] = render_part(merge_parts(left), split_names)
     if watched:
         result["unseen_columns"] = {feature: column for feature, column in watched.items()
                                     if column not in seen}
@@ -204,9 +209,14 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
                                      **_conversion_options(config, vocabularies))
         converted = source.rows | "ToExamples" >> to_examples
         rows, columns_seen = converted.examples, to_examples.columns_seen
+        read_dead_letter, cache_use, spilled = source.dead_letter, None, False
         # [Fingerprint, ...] per batch, or None with detection off
         fingerprints = to_examples.fingerprints
-        read_dead_letter, cache_use, spilled = source.dead_letter, None, False
+    duplicate_parts, removed = _duplicates(fingerprints, config, input_bytes)
+    if removed is not None:
+        # The later copies leave before the shard writer, as dead letters.
+        rows, removed = rows | "DropDuplicates" >> DropDuplicateRows(
+            removed, config.split_names, config.validation.duplicates.dedupe)
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = rows | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
@@ -215,7 +225,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages
     dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),
-                  converted.dead_letter)
+                  converted.dead_letter) + ((removed,) if removed is not None else ())
     # One {"num_rows", "by_reason", "files", "samples"}; the sink takes the
     # parts unflattened: every multi-input Flatten is a stage of its own on
     # Beam's portable runners, and the sink flattens them once anyway.
@@ -230,11 +240,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
              # (source file, rows read) -> ("rows_read", n)
              source.counts | "RowsRead" >> beam.Map(_rows_read)]
     parts += _optional_parts(converted, columns_seen, config, vocabularies)
-    if fingerprints is not None:
-        # DuplicatesPart per digest bucket, added up by write_result
-        parts.append(fingerprints
-                     | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes))
-                     | "TagDuplicates" >> beam.Map(with_tag, "duplicates"))
+    parts += duplicate_parts
     if cache_use is not None:
         # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
         parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
@@ -248,6 +254,23 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     # graph would pay a stage for a Flatten nobody reads.
     all_dead = (dead_parts | "AllDeadLetters" >> beam.Flatten()) if gather_dead_letters else None
     return StagedBuild(result, all_dead)
+
+
+def _duplicates(fingerprints: beam.PCollection | None, config: DatasetConfig,
+                input_bytes: int | None) -> tuple[list, beam.PCollection | None]:
+    """(the result's duplicates parts, the removals of `dedupe` or None):
+    nothing at all with detection off."""
+    if fingerprints is None:
+        return [], None
+    mode = config.validation.duplicates.dedupe
+    found = fingerprints | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes),
+                                                              dedupe=mode)
+    if mode is None:
+        # DuplicatesPart per digest bucket, added up by write_result
+        return [found | "TagDuplicates" >> beam.Map(with_tag, "duplicates")], None
+    return [found.found | "TagDuplicates" >> beam.Map(with_tag, "duplicates"),
+            found.left | "TagDuplicatesLeft" >> beam.Map(with_tag, "duplicates_left")
+            ], found.removals
 
 
 def _rows_read(file_and_count: tuple[str, int]) -> tuple[str, int]:
@@ -327,7 +350,8 @@ def _duplicate_setup(config: DatasetConfig) -> DuplicateSetup | None:
     duplicates = config.validation.duplicates
     if duplicates is None:
         return None
-    return DuplicateSetup(duplicates.features, config.name, tuple(config.splits))
+    return DuplicateSetup(duplicates.features, config.name, tuple(config.splits),
+                          duplicates.dedupe)
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

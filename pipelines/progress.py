@@ -411,6 +411,9 @@ def describe_duplicates(document: Mapping[str, Any]) -> str:
         parts.append(f"within {within}")
     if across:
         parts.append(f"across {across}")
+    if document.get("dedupe"):
+        parts.append(f"{document['removed']:,} removed ({document['dedupe']}), "
+                     f"{document['left']['duplicate_rows']:,} left")
     return "; ".join(parts)
 
 

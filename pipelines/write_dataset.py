@@ -202,6 +202,13 @@ class WriteDataset(beam.PTransform):
                  key_sample: Iterable[Mapping[str, Any]] | None = None, **overrides: Any):
         super().__init__()
         self._config = load_config(config, overrides or None, rows_given=True)
+        duplicates = self._config.validation.duplicates
+        if duplicates is not None and duplicates.dedupe is not None:
+            # Removal tells rows apart by their file and row number, which a
+            # pipeline's own elements do not have.
+            raise ConfigError("validation.duplicates.dedupe", "removes rows of a build's own "
+                              "source only (a pipeline's elements have no file and row to tell "
+                              "equal rows apart); detect duplicates without it here")
         self._key_sample = None if key_sample is None else _sample_rows(key_sample)
         self._overwrite = overwrite
         self._update_latest = update_latest

@@ -27,9 +27,14 @@ from typing import Iterable, NamedTuple, Sequence
 from .example import example_from_entries
 from .native import kernels
 
-__all__ = ["DIGEST_SIZE", "MAX_PAIRS", "DuplicatePair", "DuplicatesPart", "Fingerprint",
-           "bucket_of", "content_digests", "find_duplicates", "key_value", "keyless_key",
-           "merge_parts", "render_part", "restricted_example"]
+__all__ = ["DEDUPE_MODES", "DIGEST_SIZE", "MAX_PAIRS", "DuplicatePair", "DuplicatesPart",
+           "Fingerprint", "Removal", "bucket_of", "content_digests", "find_and_remove",
+           "find_duplicates", "key_value", "keyless_key", "merge_parts", "origin_of",
+           "render_part", "restricted_example"]
+
+# What `validation.duplicates.dedupe` may remove: the later copies within
+# each split, or every copy after the first anywhere.
+DEDUPE_MODES = ("within_split", "across_splits")
 
 DIGEST_SIZE = 16
 # duplicates.json lists at most this many example pairs: its size is bounded
@@ -42,12 +47,25 @@ _KEYLESS_TAG = b"\x00"
 
 class Fingerprint(NamedTuple):
     """What duplicate detection keeps of a good row: its content digest, its
-    split (index in configured order) and its key (`sortable_key` bytes, or
-    `keyless_key` of its row digest)."""
+    split (index in configured order), its key (`sortable_key` bytes, or
+    `keyless_key` of its row digest) and, when later copies are removed,
+    its origin (`origin_of` its input file and row: rows equal in key and
+    content are still told apart)."""
 
     digest: bytes
     split: int
     key: bytes
+    origin: bytes = b""
+
+
+class Removal(NamedTuple):
+    """A later copy that duplicate removal drops: its `origin` (which input
+    row), its (split index, key) and the (split index, key) of the row it
+    duplicates, which is kept."""
+
+    origin: bytes
+    later: tuple[int, bytes]
+    earlier: tuple[int, bytes]
 
 
 class DuplicatePair(NamedTuple):
@@ -73,6 +91,13 @@ class DuplicatesPart(NamedTuple):
     cross_split_rows: int
     rows: int
     pairs: tuple
+
+
+def origin_of(source: str, row: int | None) -> bytes:
+    """8 bytes that tell an input row from every other of the build: a
+    hash of its file (or an image's path) and its row number."""
+    text = f"{source}\0{'' if row is None else row}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=8).digest()
 
 
 def keyless_key(row_digest: bytes) -> bytes:
@@ -135,26 +160,28 @@ def bucket_of(digest: bytes, buckets: int) -> int:
     return int.from_bytes(digest[-4:], "little") % buckets
 
 
-def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
-    """The duplicates among fingerprints that hold every row of their
-    digests. In a digest's group the earlier row is the one with the
-    smallest key, then the smaller split index; within a split a row
-    duplicates its split's first row, across splits each split's first row
-    pairs with the group's first row of an earlier split."""
+def _groups(fingerprints: Iterable[Fingerprint]) -> Iterable[list[tuple[bytes, int, bytes]]]:
+    """Each digest's rows as (key, split, origin), earliest first."""
+    ordered = sorted(fingerprints)
+    for _, group in itertools.groupby(ordered, key=lambda fingerprint: fingerprint.digest):
+        yield sorted((fingerprint.key, fingerprint.split, fingerprint.origin)
+                     for fingerprint in group)
+
+
+def _count(groups: Iterable[list[tuple[bytes, int, bytes]]]) -> DuplicatesPart:
+    """The duplicates among groups of equal rows, each earliest first."""
     within: dict[int, int] = {}
     across: dict[tuple[int, int], int] = {}
     duplicate_rows = cross_split_rows = rows = 0
     pairs: list[DuplicatePair] = []
-    ordered = sorted(fingerprints)
-    for _, group in itertools.groupby(ordered, key=lambda fingerprint: fingerprint.digest):
-        members = sorted((fingerprint.key, fingerprint.split) for fingerprint in group)
+    for members in groups:
         rows += len(members)
         if len(members) == 1:
             continue
         duplicate_rows += len(members) - 1
         first_of: dict[int, tuple[int, bytes]] = {}
         count_of: dict[int, int] = {}
-        for key, split in members:
+        for key, split, _ in members:
             count_of[split] = count_of.get(split, 0) + 1
             if split in first_of:
                 within[split] = within.get(split, 0) + 1
@@ -165,12 +192,56 @@ def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
         cross_split_rows += sum(count_of[split] for split in present[1:])
         for a, b in itertools.combinations(present, 2):
             across[(a, b)] = across.get((a, b), 0) + count_of[b]
-        earliest = members[0][::-1]
+        earliest = (members[0][1], members[0][0])
         pairs += [DuplicatePair(1, earliest, first) for split, first in sorted(first_of.items())
                   if first != earliest]
     pairs.sort()
     return DuplicatesPart(within, across, duplicate_rows, cross_split_rows, rows,
                           tuple(pairs[:MAX_PAIRS]))
+
+
+def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
+    """The duplicates among fingerprints that hold every row of their
+    digests. In a digest's group the earlier row is the one with the
+    smallest key, then the smaller split index (then origin); within a
+    split a row duplicates its split's first row, across splits each
+    split's first row pairs with the group's first row of an earlier split."""
+    return _count(_groups(fingerprints))
+
+
+def _removed(members: list[tuple[bytes, int, bytes]], mode: str
+             ) -> tuple[list[tuple[bytes, int, bytes]], list[Removal]]:
+    """(the rows kept, the rows removed) of one group of equal rows: every
+    row but its split's first (within_split), or but the group's first
+    (across_splits)."""
+    kept, removed = [], []
+    first_of: dict[int, tuple[int, bytes]] = {}
+    earliest = (members[0][1], members[0][0])
+    for key, split, origin in members:
+        keeper = first_of.get(split) if mode == "within_split" else (
+            None if (split, key) == earliest and not kept else earliest)
+        if keeper is None:
+            first_of[split] = (split, key)
+            kept.append((key, split, origin))
+        else:
+            removed.append(Removal(origin, (split, key), keeper))
+    return kept, removed
+
+
+def find_and_remove(fingerprints: Iterable[Fingerprint], mode: str
+                    ) -> tuple[DuplicatesPart, DuplicatesPart, list[Removal]]:
+    """(the duplicates found, those left once the later copies are removed,
+    the removals) among fingerprints that hold every row of their digests;
+    `mode` is one of `DEDUPE_MODES`."""
+    if mode not in DEDUPE_MODES:
+        raise ValueError(f"dedupe must be one of {', '.join(DEDUPE_MODES)}, not {mode!r}")
+    groups = list(_groups(fingerprints))
+    kept_groups, removals = [], []
+    for members in groups:
+        kept, removed = _removed(members, mode) if len(members) > 1 else (members, [])
+        kept_groups.append(kept)
+        removals += removed
+    return _count(groups), _count(kept_groups), removals
 
 
 def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:

@@ -14,13 +14,19 @@ result whatever the bucket count, bundling, runner or worker count.
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
 
-from ..schemas.duplicates import DuplicatesPart, Fingerprint, bucket_of, find_duplicates
+from ..schemas.dead_letters import dead_letter
+from ..schemas.duplicates import (DuplicatesPart, Fingerprint, Removal, bucket_of,
+                                  find_and_remove, find_duplicates, key_value)
+from .batch_coder import Batch, TaggedBatch
+from .splits import HashedExamples
+from .tagged import select
 
-__all__ = ["FindDuplicates", "duplicate_buckets"]
+__all__ = ["DropDuplicateRows", "DuplicateFindings", "FindDuplicates", "SourcedExamples",
+           "duplicate_buckets"]
 
 # Input bytes per bucket: a row takes at least ~16 bytes of input, and a
 # fingerprint ~200 bytes as Python objects, so a bucket of 2**22 input
@@ -55,23 +61,138 @@ def bucket_duplicates(bucket_and_lists: tuple[int, Iterable[list[Fingerprint]]]
     return find_duplicates(itertools.chain.from_iterable(lists))
 
 
+def bucket_removals(bucket_and_lists: tuple[int, Iterable[list[Fingerprint]]], mode: str
+                    ) -> Iterable[tuple[str, object]]:
+    """("found", DuplicatesPart), ("left", DuplicatesPart: what stays once
+    the later copies are removed) and, when any, ("removals", [Removal,
+    ...]) of one bucket."""
+    _, lists = bucket_and_lists
+    found, left, removals = find_and_remove(itertools.chain.from_iterable(lists), mode)
+    yield "found", found
+    yield "left", left
+    if removals:
+        yield "removals", removals
+
+
+class DuplicateFindings(NamedTuple):
+    """What `FindDuplicates` gives with removal: per bucket the duplicates
+    `found` and those `left` once removed (`DuplicatesPart`s), and the
+    `removals` (lists of `Removal`, as large as the duplicates)."""
+
+    found: beam.PCollection
+    left: beam.PCollection
+    removals: beam.PCollection
+
+
 class FindDuplicates(beam.PTransform):
     """Takes ``[Fingerprint, ...]`` batches; gives one `DuplicatesPart` per
-    digest bucket that holds any row (`merge_parts` adds them up).
+    digest bucket that holds any row (`merge_parts` adds them up), or with
+    `dedupe` (one of `DEDUPE_MODES`) a `DuplicateFindings`.
     buckets: how many digest buckets (`duplicate_buckets`); it changes how
     the work is spread, never the result."""
 
-    def __init__(self, buckets: int):
+    def __init__(self, buckets: int, dedupe: str | None = None):
         super().__init__()
         if buckets < 1:
             raise ValueError(f"buckets must be at least 1, not {buckets}")
         self._buckets = buckets
+        self._dedupe = dedupe
 
     def expand(self, batches):
-        return (batches
-                # (bucket, [Fingerprint, ...]) per bucket a batch meets
-                | "ByBucket" >> beam.FlatMap(by_bucket, self._buckets)
-                # (bucket, [[Fingerprint, ...], ...])
-                | "GroupBuckets" >> beam.GroupByKey()
-                # DuplicatesPart per bucket
-                | "FindInBucket" >> beam.Map(bucket_duplicates))
+        grouped = (batches
+                   # (bucket, [Fingerprint, ...]) per bucket a batch meets
+                   | "ByBucket" >> beam.FlatMap(by_bucket, self._buckets)
+                   # (bucket, [[Fingerprint, ...], ...])
+                   | "GroupBuckets" >> beam.GroupByKey())
+        if self._dedupe is None:
+            # DuplicatesPart per bucket
+            return grouped | "FindInBucket" >> beam.Map(bucket_duplicates)
+        # ("found" | "left", DuplicatesPart) | ("removals", [Removal, ...])
+        tagged = grouped | "FindInBucket" >> beam.FlatMap(bucket_removals, self._dedupe)
+        return DuplicateFindings(
+            found=tagged | "SelectFound" >> beam.FlatMap(select, "found"),
+            left=tagged | "SelectLeft" >> beam.FlatMap(select, "left"),
+            removals=tagged | "SelectRemovals" >> beam.FlatMap(select, "removals"))
+
+
+class SourcedExamples(HashedExamples):
+    """A HashedExamples that also names each row's input: ``(source, row)``
+    per example and its `origin_of` bytes, for duplicate removal, which
+    drops a row by its origin and names it in its dead letter."""
+
+    def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = (),
+                 sources: Sequence[tuple] = (), origins: Sequence[bytes] = ()):
+        super().__init__(rows, salt, digests)
+        self.sources = list(sources)
+        self.origins = list(origins)
+
+    def __reduce__(self):
+        return (SourcedExamples, (list(self), self.salt, self.digests, self.sources,
+                                  self.origins))
+
+
+class _DropRowsFn(beam.DoFn):
+    """SourcedExamples -> ("examples", HashedExamples of the rows kept) and
+    ("dead_letter", dict) per row removed. The removals (a side input as
+    large as the duplicates) become one dict per worker."""
+
+    def __init__(self, split_names: Sequence[str], mode: str):
+        self._split_names = tuple(split_names)
+        self._mode = mode
+        self._removed: dict[bytes, Removal] | None = None
+
+    def process(self, batch, removals):
+        if self._removed is None:
+            self._removed = {removal.origin: removal
+                             for part in removals for removal in map(Removal._make, part)}
+        removed = self._removed
+        if not removed or not isinstance(batch, SourcedExamples) \
+                or not any(origin in removed for origin in batch.origins):
+            yield "examples", batch
+            return
+        kept, digests = HashedExamples((), batch.salt), []
+        for row, digest, (source, number), origin in zip(batch, batch.digests, batch.sources,
+                                                        batch.origins):
+            removal = removed.get(origin)
+            if removal is None:
+                kept.append(row)
+                digests.append(digest)
+            else:
+                yield "dead_letter", self._dead_letter(source, number, removal)
+        kept.digests = digests
+        if kept:
+            yield "examples", kept
+
+    def _dead_letter(self, source: str, row: int | None, removal: Removal) -> dict:
+        split, key = removal.earlier
+        earlier = {"split": self._split_names[split], **key_value(key)}
+        named = (f"key {earlier['key']!r}" if earlier["key"] is not None
+                 else f"row digest {earlier['row_digest']}")
+        return dead_letter(
+            source=source, row=row, key=key_value(removal.later[1])["key"], stage="check",
+            reason="duplicate", feature=None,
+            message=(f"equal to the row with {named} in split {earlier['split']!r}, which is "
+                     f"kept (validation.duplicates.dedupe: {self._mode})"),
+            input={"duplicate_of": earlier})
+
+
+class DropDuplicateRows(beam.PTransform):
+    """Removes the later copies before the shard writer: takes ExampleBatch
+    elements (`SourcedExamples`) and the `removals` of `FindDuplicates`,
+    gives (rows kept: ExampleBatch, dead letters: one ``duplicate`` dict per
+    row removed). The removals are a side input, so this step waits for
+    every row to be fingerprinted; its memory is the duplicates', not the
+    dataset's."""
+
+    def __init__(self, removals: beam.PCollection, split_names: Sequence[str], mode: str):
+        super().__init__()
+        self._removals = removals
+        self._split_names = tuple(split_names)
+        self._mode = mode
+
+    def expand(self, batches):
+        tagged = batches | "DropRows" >> beam.ParDo(
+            _DropRowsFn(self._split_names, self._mode),
+            beam.pvalue.AsList(self._removals)).with_output_types(TaggedBatch)
+        return (tagged | "SelectKept" >> beam.FlatMap(select, "examples").with_output_types(Batch),
+                tagged | "SelectRemoved" >> beam.FlatMap(select, "dead_letter"))

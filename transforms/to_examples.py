@@ -17,11 +17,12 @@ import apache_beam as beam
 
 import numpy as np
 
-from ..schemas.duplicates import Fingerprint, content_digests, keyless_key
+from ..schemas.duplicates import Fingerprint, content_digests, keyless_key, origin_of
 from ..schemas.features import FeatureSpec
 from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
+from .duplicates import SourcedExamples
 from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -56,12 +57,14 @@ class LabelCounting(NamedTuple):
 
 class DuplicateSetup(NamedTuple):
     """What `RowsToExamples` needs to fingerprint rows for duplicate
-    detection: the checked features (None: all) and the dataset name and
-    splits that assign rows to splits exactly as the shard writer does."""
+    detection: the checked features (None: all), the dataset name and
+    splits that assign rows to splits exactly as the shard writer does,
+    and with `dedupe` (removal of the later copies) each row's origin."""
 
     features: tuple[str, ...] | None
     dataset_name: str
     splits: tuple[tuple[str, float], ...]
+    dedupe: str | None = None
 
 
 class BatchConversion:
@@ -151,6 +154,8 @@ class BatchConversion:
             if counting is not None or statistics is not None or duplicates is not None:
                 examples, split_of, label_counts = self._count(examples, labels)
                 if duplicates is not None:
+                    if duplicates.dedupe is not None:
+                        examples = self._sourced(examples, batch)
                     yield FINGERPRINTS, self._fingerprints(examples, split_of)
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
@@ -184,11 +189,28 @@ class BatchConversion:
     def _fingerprints(self, examples: HashedExamples, split_of: np.ndarray) -> list[Fingerprint]:
         """Each good row's `Fingerprint`: its content digest over the checked
         features, made here from the Example bytes whichever path made them,
-        its split and its key (a keyless row's stands for its row digest)."""
+        its split, its key (a keyless row's stands for its row digest) and,
+        for removal, its origin."""
         digests = content_digests([example for _, example in examples], self._checked_names)
-        return [Fingerprint(digest, split, key if key is not None else keyless_key(row_digest))
-                for digest, split, (key, _), row_digest
-                in zip(digests, split_of.tolist(), examples, examples.digests)]
+        origins = getattr(examples, "origins", None) or [b""] * len(examples)
+        return [Fingerprint(digest, split, key if key is not None else keyless_key(row_digest),
+                            origin)
+                for digest, split, (key, _), row_digest, origin
+                in zip(digests, split_of.tolist(), examples, examples.digests, origins)]
+
+    def _sourced(self, examples: HashedExamples, batch) -> SourcedExamples:
+        """`examples` naming each row's input (file, row) and origin, from
+        the converter's good rows of `batch`."""
+        good = self._converter.good_rows
+        if isinstance(batch, ColumnBatch):
+            indices = range(len(examples)) if good is None else good
+            sources = [(batch.source, batch.first_row + index) for index in indices]
+        else:
+            rows = batch if isinstance(batch, list) else list(batch)
+            sources = [(row.source, row.row) for row in (rows if good is None
+                                                         else map(rows.__getitem__, good))]
+        return SourcedExamples(examples, examples.salt, examples.digests, sources,
+                               [origin_of(source, row) for source, row in sources])
 
     def _count(self, examples: list, labels: list[str | None]
                ) -> tuple[HashedExamples, np.ndarray, tuple]:

@@ -7,9 +7,12 @@ validation:
     features: [text, label]  # the features compared (default: all); leave an id out
     max_fraction: 0.01       # rows equal to an earlier row, over all examples
     max_cross_split: 0       # rows of a split equal to a row of an earlier split
+    dedupe: across_splits    # remove the later copies (within_split | across_splits)
 ```
 
-Off by default (absent, null or false). A limit of ``null`` turns that
+Off by default (absent, null or false). With ``dedupe`` the later copies
+are removed before the shards are written, each a ``duplicate`` dead
+letter, and the gates measure what is left. A limit of ``null`` turns that
 gate off, so ``--set validation.duplicates.max_cross_split=null`` relaxes
 it for one run. docs/duplicates.md describes what counts as a duplicate.
 """
@@ -20,6 +23,7 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
+from ...schemas.duplicates import DEDUPE_MODES
 from ...schemas.errors import ConfigError
 from ...schemas.features import FeatureSpec
 from .keys import describe, section
@@ -27,17 +31,19 @@ from .keys import describe, section
 __all__ = ["DuplicatesConfig", "parse_duplicates"]
 
 _KEY = "validation.duplicates"
-_KEYS = ("features", "max_fraction", "max_cross_split")
+_KEYS = ("features", "max_fraction", "max_cross_split", "dedupe")
 
 
 @dataclasses.dataclass(frozen=True)
 class DuplicatesConfig:
     """features: the features compared, in schema order (None: all);
-    max_fraction, max_cross_split: the gates' limits (None: off)."""
+    max_fraction, max_cross_split: the gates' limits (None: off); dedupe:
+    which later copies are removed (one of `DEDUPE_MODES`; None: none)."""
 
     features: tuple[str, ...] | None = None
     max_fraction: float | None = None
     max_cross_split: int | None = None
+    dedupe: str | None = None
 
 
 def _features(value: Any, specs: Sequence[FeatureSpec]) -> tuple[str, ...] | None:
@@ -77,6 +83,13 @@ def _count(value: Any) -> int | None:
     return value
 
 
+def _dedupe(value: Any) -> str | None:
+    if value is None or value in DEDUPE_MODES:
+        return value
+    raise ConfigError(f"{_KEY}.dedupe", f"must be {' or '.join(DEDUPE_MODES)} (or null to keep "
+                      f"every row), not {describe(value)}")
+
+
 def parse_duplicates(value: Any, specs: Sequence[FeatureSpec]
                      ) -> tuple[DuplicatesConfig | None, Any]:
     """(DuplicatesConfig, or None when detection is off; the section as
@@ -88,7 +101,9 @@ def parse_duplicates(value: Any, specs: Sequence[FeatureSpec]
     data = section(value, _KEY, _KEYS, required=False)
     config = DuplicatesConfig(features=_features(data.get("features"), specs),
                               max_fraction=_fraction(data.get("max_fraction")),
-                              max_cross_split=_count(data.get("max_cross_split")))
+                              max_cross_split=_count(data.get("max_cross_split")),
+                              dedupe=_dedupe(data.get("dedupe")))
     return config, {"features": list(config.features) if config.features else None,
                     "max_fraction": config.max_fraction,
-                    "max_cross_split": config.max_cross_split}
+                    "max_cross_split": config.max_cross_split,
+                    "dedupe": config.dedupe}

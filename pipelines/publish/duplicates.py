@@ -28,42 +28,56 @@ DUPLICATES_FORMAT = 1
 # duplicates.json holds counts per split and pair of splits and at most
 # MAX_PAIRS pairs: far below this, whatever the dataset.
 MAX_DUPLICATES_BYTES = 16 << 20
-_COUNTS = ("duplicate_rows", "cross_split_rows", "rows_checked", "num_examples")
+_COUNTS = ("duplicate_rows", "cross_split_rows", "rows_checked", "num_examples", "removed")
+
+
+def _counts(found: Mapping[str, Any], order: Sequence[str], examples: int) -> dict:
+    """The counts of a rendered part, splits and pairs in configured order."""
+    pairs = [f"{a}/{b}" for index, a in enumerate(order) for b in order[index + 1:]]
+    return {"duplicate_rows": found["duplicate_rows"],
+            "duplicate_fraction": found["duplicate_rows"] / examples if examples else 0.0,
+            "cross_split_rows": found["cross_split_rows"],
+            "within_split": {split: found["within_split"][split] for split in order},
+            "across_splits": {pair: found["across_splits"][pair] for pair in pairs}}
 
 
 def duplicates_document(found: Mapping[str, Any], manifest: Mapping[str, Any],
-                        features: Sequence[str] | None) -> dict:
+                        features: Sequence[str] | None, dedupe: str | None = None,
+                        left: Mapping[str, Any] | None = None) -> dict:
     """``duplicates.json`` from the pipeline's ``duplicates`` result
-    (`schemas.duplicates.render_part`) and the manifest's example counts."""
+    (`schemas.duplicates.render_part`) and the manifest's example counts;
+    with `dedupe`, `left` is what the published version still holds
+    (``duplicates_left``), which the gates measure."""
     examples = sum(split.get("num_examples", 0) for split in manifest["splits"].values())
     # In the configured order of splits (the manifest's): the pipeline's
     # result file holds its objects with sorted keys.
     order = list(manifest["splits"])
-    pairs = [f"{a}/{b}" for index, a in enumerate(order) for b in order[index + 1:]]
-    return {"format": DUPLICATES_FORMAT, "name": manifest.get("name"),
-            "version": manifest.get("version"),
-            "features": list(features) if features is not None else None,
-            "num_examples": examples,
-            "rows_checked": found["rows_checked"],
-            "duplicate_rows": found["duplicate_rows"],
-            "duplicate_fraction": found["duplicate_rows"] / examples if examples else 0.0,
-            "cross_split_rows": found["cross_split_rows"],
-            "within_split": {split: found["within_split"][split] for split in order},
-            "across_splits": {pair: found["across_splits"][pair] for pair in pairs},
-            "pairs_limit": MAX_PAIRS,
-            "pairs": list(found["pairs"])}
+    document = {"format": DUPLICATES_FORMAT, "name": manifest.get("name"),
+                "version": manifest.get("version"),
+                "features": list(features) if features is not None else None,
+                "num_examples": examples,
+                "rows_checked": found["rows_checked"],
+                **_counts(found, order, found["rows_checked"]),
+                "dedupe": dedupe,
+                "removed": found["rows_checked"] - left["rows_checked"] if left else 0,
+                "pairs_limit": MAX_PAIRS,
+                "pairs": list(found["pairs"])}
+    if left is not None:
+        document["left"] = _counts(left, order, examples)
+    return document
 
 
 def gate_results(document: Mapping[str, Any], max_fraction: float | None,
                  max_cross_split: int | None) -> list[dict]:
     """Each configured gate as ``{"key", "measure", "limit", "value",
     "passed", "message"}``, in the config's order."""
+    measured = document.get("left") or document
     gates = []
     for key, measure, limit in (("max_fraction", "duplicate_fraction", max_fraction),
                                 ("max_cross_split", "cross_split_rows", max_cross_split)):
         if limit is None:
             continue
-        value = document[measure]
+        value = measured[measure]
         passed = value <= limit
         gates.append({"key": f"validation.duplicates.{key}", "measure": measure,
                       "limit": limit, "value": value, "passed": passed,
@@ -78,8 +92,9 @@ class DuplicatesCheck:
     Returns the failure message (None: passed). Pickles as plain values."""
 
     def __init__(self, features: Sequence[str] | None, max_fraction: float | None,
-                 max_cross_split: int | None):
+                 max_cross_split: int | None, dedupe: str | None = None):
         self._features = tuple(features) if features is not None else None
+        self._dedupe = dedupe
         self._max_fraction = max_fraction
         self._max_cross_split = max_cross_split
         self.document: dict | None = None
@@ -91,16 +106,21 @@ class DuplicatesCheck:
         duplicates = config.validation.duplicates
         if duplicates is None:
             return None
-        return cls(duplicates.features, duplicates.max_fraction, duplicates.max_cross_split)
+        return cls(duplicates.features, duplicates.max_fraction, duplicates.max_cross_split,
+                   duplicates.dedupe)
 
     def __call__(self, staging_url: str, manifest: dict, result: dict) -> str | None:
         found = result.get("duplicates")
         if found is None:
             return "duplicate detection is on but the pipeline gave no duplicates result"
-        document = duplicates_document(found, manifest, self._features)
-        if document["rows_checked"] != document["num_examples"]:
+        left = result.get("duplicates_left")
+        if self._dedupe is not None and left is None:
+            return "duplicate removal is on but the pipeline gave no result of what it left"
+        document = duplicates_document(found, manifest, self._features, self._dedupe, left)
+        if document["rows_checked"] != document["num_examples"] + document["removed"]:
             return (f"duplicate detection checked {document['rows_checked']} rows but the "
-                    f"build made {document['num_examples']} examples; nothing was published")
+                    f"build made {document['num_examples']} examples and removed "
+                    f"{document['removed']}; nothing was published")
         document["gates"] = gate_results(document, self._max_fraction, self._max_cross_split)
         self.document = document
         out = Output(staging_url)
@@ -164,4 +184,7 @@ def duplicates_problems(fs, version_dir: str, manifest: Mapping[str, Any]) -> li
         if document["num_examples"] != examples:
             problems.append(f"counts {document['num_examples']} examples, the manifest "
                             f"{examples}")
+        if document["rows_checked"] != examples + document["removed"]:
+            problems.append(f"checked {document['rows_checked']} rows, not the "
+                            f"{examples} examples and {document['removed']} removed")
     return [Problem(DUPLICATES_FILE, problem, code="duplicates") for problem in problems]

@@ -182,3 +182,63 @@ def test_config_mistakes_name_the_key(tmp_path, duplicates, key, message):
     with pytest.raises(ConfigError) as caught:
         config_from_dict(config)
     assert caught.value.key == key and message in str(caught.value)
+
+
+@pytest.mark.parametrize("mode", ["within_split", "across_splits"])
+def test_dedupe_removes_the_later_copies_as_dead_letters(tmp_path, mode):
+    frame = _write_table(tmp_path / "t.csv", 6)
+    # Rows equal in key and content too: told apart by their row number.
+    pd.concat([frame, frame.iloc[:5]]).to_csv(tmp_path / "t.csv", index=False)
+    config = _config(tmp_path / "t.csv", tmp_path / "out", dedupe=mode, max_cross_split=0
+                     if mode == "across_splits" else None)
+    config["dead_letter"] = {"max_error_rate": 1.0}
+    assert _run(tmp_path, config) == 0
+    version = tmp_path / "out/v1"
+    document = json.loads((version / "duplicates.json").read_text())
+    manifest = json.loads((version / "manifest.json").read_text())
+    examples = sum(split["num_examples"] for split in manifest["splits"].values())
+    # The count identity: rows read = examples + dead letters, all of them duplicates.
+    assert manifest["num_input_rows"] == len(frame) + 5 == examples + manifest["dead_letter"][
+        "num_rows"]
+    assert manifest["dead_letter"]["by_reason"] == {"duplicate": document["removed"]}
+    assert document["rows_checked"] == len(frame) + 5 and document["num_examples"] == examples
+    left = document["left"]
+    if mode == "across_splits":
+        assert document["removed"] == document["duplicate_rows"]
+        assert left["duplicate_rows"] == left["cross_split_rows"] == 0
+    else:
+        assert document["removed"] == sum(document["within_split"].values())
+        assert sum(left["within_split"].values()) == 0
+    # No removed row is in a shard; what is left, read back, has no duplicate of its kind.
+    from tfrecord import example_pb2
+    from recordforge.transforms.tfrecord import read_records
+    kept = []
+    for split, info in manifest["splits"].items():
+        for shard in info["shards"]:
+            for record in read_records(str(version / shard["file"])):
+                feature = example_pb2.Example.FromString(record).features.feature
+                kept.append((split, feature["text"].bytes_list.value[0],
+                             feature["n"].int64_list.value[0]))
+    assert len(kept) == examples
+    contents = [(text, n) for _, text, n in kept] if mode == "across_splits" else kept
+    assert len(set(contents)) == len(contents)
+    records = [json.loads(line) for file in manifest["dead_letter"]["files"]
+               for line in (version / file).read_text().splitlines()]
+    assert len(records) == document["removed"]
+    by_id = frame.set_index("id")
+    for record in records:
+        assert record["reason"] == "duplicate" and record["source"].endswith("t.csv")
+        kept_row = record["input"]["duplicate_of"]
+        assert tuple(by_id.loc[kept_row["key"], ["text", "n"]]) == tuple(
+            by_id.loc[record["key"], ["text", "n"]])
+        assert (kept_row["key"], kept_row["split"]) != (record["key"], None)
+    assert verify_dataset(str(version)).ok
+
+
+def test_write_dataset_refuses_removal_it_cannot_do(tmp_path):
+    from recordforge.pipelines.write_dataset import WriteDataset
+    config = _config(tmp_path / "t.csv", tmp_path / "out", dedupe="within_split")
+    del config["source"]
+    with pytest.raises(ConfigError) as caught:
+        WriteDataset(config)
+    assert caught.value.key == "validation.duplicates.dedupe"

@@ -144,3 +144,35 @@ def test_pairs_are_bounded():
                                            ((4 << 20) + 1, 2), (1 << 40, 1 << 14)])
 def test_buckets_grow_with_the_input(size, buckets):
     assert duplicate_buckets(size) == buckets
+
+
+@settings(max_examples=200, deadline=None)
+@given(planted, st.sampled_from(dup.DEDUPE_MODES), st.randoms(use_true_random=False))
+def test_removal_keeps_one_row_per_split_or_per_group(rows, mode, rng):
+    # Keys repeat too (i % 5): rows equal in key and content differ by origin.
+    fingerprints = [dup.Fingerprint(hashlib.blake2b(bytes([c]), digest_size=16).digest(), s,
+                                    sortable_key(i % 5), dup.origin_of("t.csv", i))
+                    for i, (c, s) in enumerate(rows)]
+    rng.shuffle(fingerprints)
+    found, left, removals = dup.find_and_remove(fingerprints, mode)
+    assert found == dup.find_duplicates(fingerprints)
+    removed = {removal.origin for removal in removals}
+    assert len(removed) == len(removals)
+    kept = [f for f in fingerprints if f.origin not in removed]
+    assert left == dup.find_duplicates(kept)
+    if mode == "across_splits":
+        assert len(removals) == found.duplicate_rows and left.duplicate_rows == 0
+        assert len({f.digest for f in kept}) == len(kept)
+    else:
+        assert len(removals) == sum(found.within.values()) and not left.within
+        assert len({(f.digest, f.split) for f in kept}) == len(kept)
+    # Each removed row names a kept row with its content, never itself.
+    by_origin = {f.origin: f for f in fingerprints}
+    kept_named = {(f.digest, f.split, f.key) for f in kept}
+    for removal in removals:
+        row = by_origin[removal.origin]
+        assert (row.digest, *removal.earlier) in kept_named
+        assert (row.split, row.key) == removal.later
+    # Deterministic: the same removals whatever the order the rows came in.
+    rng.shuffle(fingerprints)
+    assert sorted(dup.find_and_remove(fingerprints, mode)[2]) == sorted(removals)
