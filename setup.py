@@ -108,6 +108,10 @@ setuptools.setup(
             "pandas>=2",
             # Validates the croissant.json every version carries (no TensorFlow needed).
             "mlcroissant>=1.0",
+            # The perceptual image hash (schemas/image_hash.py) is checked bit
+            # for bit against imagehash's phash (it brings scipy and PyWavelets,
+            # which the product does not need).
+            "imagehash>=4.3",
             # Real object stores for the integration tests: S3 through s3fs
             # against a moto server, GCS through gcsfs against the
             # fake-gcs-server binary this wrapper bundles.

@@ -50,14 +50,17 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-import threading
-import warnings
 import zlib
 from typing import Any
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ...schemas.dead_letters import RowError
+# The bomb guard and the meaning of a decode failure are shared with the
+# perceptual hash (schemas/image_hash.py), which cannot import this layer.
+from ...schemas.image_decode import (DECODE_ERRORS as _DECODE_ERRORS, classified as _classified,
+                                     image_error as _error, open_image as _open,
+                                     to_8bit as _to_8bit)
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "TENSORFLOW_FORMATS", "ImageOptions",
            "image_columns"]
@@ -68,11 +71,6 @@ ENCODE_FORMATS = ("JPEG", "PNG")
 # would be published images no TensorFlow reader can open.
 TENSORFLOW_FORMATS = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
 _DEFAULT_JPEG_QUALITY = 90
-
-# Pillow raises a zoo of exception types for damaged data; these all mean
-# "this image cannot be decoded" (Image.open itself treats most of them so).
-_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError,
-                  TypeError, KeyError, ZeroDivisionError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,26 +140,6 @@ class ImageOptions:
                 or self.encode_format is not None)
 
 
-def _error(reason: str, message: str) -> RowError:
-    return RowError(reason, message, stage="decode")
-
-
-# warnings.catch_warnings swaps process-wide filters; the lock keeps our own
-# concurrent calls from restoring each other's filters (which would leak the
-# "error" filter or lose it).
-_open_lock = threading.Lock()
-
-
-def _open(data: bytes, path: str, formats: tuple[str, ...] | None) -> Image.Image:
-    """Image.open on `data` with Pillow's decompression-bomb warning as an error."""
-    with _open_lock, warnings.catch_warnings():
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            return Image.open(io.BytesIO(data), formats=formats)
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise _error("image_too_large", f"{path}: {exc}") from None
-
-
 def _open_checked(data: bytes, path: str, options: ImageOptions) -> Image.Image:
     try:
         return _open(data, path, options.formats)
@@ -181,14 +159,6 @@ def _open_checked(data: bytes, path: str, options: ImageOptions) -> Image.Image:
     other.close()
     raise _error("image_format_not_allowed",
                  f"{path}: format {fmt} is not in formats {list(options.formats)}")
-
-
-def _classified(exc: BaseException, path: str) -> RowError:
-    text = str(exc)
-    if isinstance(exc, EOFError) or "truncated" in text.lower():
-        return _error("image_truncated", f"{path}: the image data ends early ({text})")
-    return _error("image_corrupt", f"{path}: the image data cannot be decoded "
-                  f"({type(exc).__name__}: {text})")
 
 
 def _check_size(width: int, height: int, path: str, options: ImageOptions) -> None:
@@ -401,12 +371,6 @@ def _workable(im: Image.Image) -> Image.Image:
         return im.convert("L")
     if im.mode == "I":
         return im.convert("I;16") if im.getextrema()[1] < 65536 else im
-    return im
-
-
-def _to_8bit(im: Image.Image) -> Image.Image:
-    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-        return im.convert("I").point(lambda v: v * (1 / 256)).convert("L")
     return im
 
 

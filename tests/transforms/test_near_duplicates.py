@@ -1,0 +1,192 @@
+"""FindNearDuplicates and its plain parts: banding finds every pair within the
+threshold (checked against a brute-force comparison of all pairs), each pair
+once and ordered, over-full buckets are skipped and counted, the same on 1
+and 2 DirectRunner workers."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import defaultdict
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings, strategies as st
+
+from recordforge.transforms.near_duplicates import (
+    DEFAULT_THRESHOLD, Banding, FindNearDuplicates, ImageFingerprint, NearPair, bucket_pairs)
+
+SPLITS = ("test", "train", "validation")
+
+
+def brute_force(fingerprints, threshold):
+    """Every pair within the threshold, by comparing all pairs."""
+    pairs = set()
+    for a, b in itertools.combinations(fingerprints, 2):
+        distance = bin(a.hash ^ b.hash).count("1")
+        if distance <= threshold:
+            a, b = sorted((a, b), key=lambda fp: (fp.split, fp.key))
+            pairs.add(NearPair(a.split, a.key, a.path, b.split, b.key, b.path, distance))
+    return pairs
+
+
+def flipped(value: int, bits, rng: random.Random) -> int:
+    for bit in rng.sample(range(64), bits):
+        value ^= 1 << bit
+    return value
+
+
+@st.composite
+def clustered_fingerprints(draw, threshold=DEFAULT_THRESHOLD):
+    """Images in a few clusters of hashes: each a centre with members up to
+    threshold + 3 bits away (some within the threshold of each other, some
+    not), across splits, with unique (split, key)."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    fingerprints = []
+    for cluster in range(draw(st.integers(1, 6))):
+        centre = rng.getrandbits(64)
+        for member in range(draw(st.integers(1, 8))):
+            value = flipped(centre, rng.randint(0, threshold + 3) if member else 0, rng)
+            split = rng.choice(SPLITS)
+            key = f"{cluster:02d}-{member:02d}"
+            fingerprints.append(ImageFingerprint(split, key, f"{split}/{key}.jpg", value))
+    return fingerprints
+
+
+def plain_search(fingerprints, banding, max_bucket):
+    """FindNearDuplicates's steps without Beam: bucket, skip full buckets, pair."""
+    buckets = defaultdict(list)
+    for fp in fingerprints:
+        for key in banding.keys(fp.hash):
+            buckets[key].append(fp)
+    skipped = {key: len(members) for key, members in buckets.items()
+               if len(members) > max_bucket}
+    found = [pair for key, members in buckets.items() if key not in skipped
+             for pair in bucket_pairs(key, members, banding, skipped)]
+    return found, skipped
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 5, DEFAULT_THRESHOLD, 14, 30])
+def test_bands_cover_the_hash_once(threshold):
+    masks = Banding(threshold).masks
+    assert len(masks) == threshold + 2
+    assert sum(masks) == (1 << 64) - 1  # disjoint (no carries) and complete
+    widths = {bin(mask).count("1") for mask in masks}
+    assert max(widths) - min(widths) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 30), st.integers(0, 2**64 - 1), st.randoms(use_true_random=False))
+def test_hashes_within_the_threshold_share_a_bucket(threshold, value, rng):
+    banding = Banding(threshold)
+    other = flipped(value, rng.randint(0, threshold), rng)
+    shared = banding.first_key(value, other, {})
+    assert shared is not None and shared in banding.keys(value) and shared in banding.keys(other)
+
+
+@settings(max_examples=60, deadline=None)
+@given(clustered_fingerprints())
+def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints):
+    found, skipped = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD), max_bucket=1000)
+    assert not skipped
+    assert len(found) == len(set(found))
+    assert set(found) == brute_force(fingerprints, DEFAULT_THRESHOLD)
+    assert all((p.split_a, p.key_a) < (p.split_b, p.key_b) for p in found)
+
+
+@settings(max_examples=60, deadline=None)
+@given(clustered_fingerprints(), st.integers(2, 6))
+def test_full_buckets_lose_only_pairs_with_no_other_bucket(fingerprints, max_bucket):
+    banding = Banding(DEFAULT_THRESHOLD)
+    found, skipped = plain_search(fingerprints, banding, max_bucket)
+    assert len(found) == len(set(found))
+    expected = {pair for pair in brute_force(fingerprints, DEFAULT_THRESHOLD)
+                if set(banding.keys(_hash(fingerprints, pair.split_a, pair.key_a)))
+                & set(banding.keys(_hash(fingerprints, pair.split_b, pair.key_b)))
+                - set(skipped)}
+    assert set(found) == expected
+
+
+def _hash(fingerprints, split, key):
+    return next(fp.hash for fp in fingerprints if (fp.split, fp.key) == (split, key))
+
+
+def test_identical_hashes_are_pairs_at_distance_zero():
+    a = ImageFingerprint("train", "b", "train/b.png", 12345)
+    b = ImageFingerprint("test", "z", "test/z.png", 12345)
+    found, _ = plain_search([a, b], Banding(DEFAULT_THRESHOLD), 10)
+    assert found == [NearPair("test", "z", "test/z.png", "train", "b", "train/b.png", 0)]
+
+
+@pytest.mark.parametrize("threshold", [-1, 31, 2.0, None])
+def test_threshold_out_of_range_is_refused(threshold):
+    with pytest.raises(ValueError, match="threshold"):
+        FindNearDuplicates(threshold)
+
+
+def test_a_hash_that_is_not_64_bits_names_the_image():
+    bad = ImageFingerprint("train", "k7", "train/cat.jpg", 1 << 64)
+    with pytest.raises(Exception, match=r"train/cat\.jpg.*'k7'.*64-bit"):
+        with TestPipeline() as pipeline:
+            _ = pipeline | beam.Create([bad]) | FindNearDuplicates()
+
+
+def _planted():
+    """Clusters across splits, plus 40 identical hashes (a blank image)."""
+    rng = random.Random(7)
+    fingerprints = []
+    for cluster in range(30):
+        centre = rng.getrandbits(64)
+        for member in range(5):
+            split = SPLITS[(cluster + member) % 3]
+            value = flipped(centre, rng.randint(0, 14) if member else 0, rng)
+            fingerprints.append(ImageFingerprint(split, f"c{cluster:03d}m{member}",
+                                                 f"{split}/c{cluster}m{member}.jpg", value))
+    fingerprints += [ImageFingerprint("train", f"blank{i:02d}", f"train/blank{i}.png",
+                                      0x8000_0000_FFFF_FFFF) for i in range(40)]
+    return fingerprints
+
+
+@pytest.mark.parametrize("options", [
+    ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]],
+    ids=["1-worker", "2-workers"])
+def test_pipeline_gives_the_brute_force_pairs_on_any_worker_count(options):
+    fingerprints = _planted()
+    expected = brute_force(fingerprints, DEFAULT_THRESHOLD)
+    blank_pairs = {p for p in expected if p.key_a.startswith("blank")}
+    assert len(blank_pairs) == 40 * 39 // 2 and len(expected) > len(blank_pairs) + 30
+    pipeline = TestPipeline(options=PipelineOptions(options))
+    pairs = pipeline | beam.Create(fingerprints) | FindNearDuplicates()
+    assert_that(pairs, equal_to(sorted(expected)))
+    result = pipeline.run()
+    result.wait_until_finish()
+    assert _skipped(result) == 0
+    # With a cap of 30 the blank images' 66 buckets (40 members each, and
+    # any other image whose key falls in one) are skipped and their pairs lost.
+    banding = Banding(DEFAULT_THRESHOLD)
+    sizes = defaultdict(int)
+    for fp in fingerprints:
+        for key in banding.keys(fp.hash):
+            sizes[key] += 1
+    full = {key for key, size in sizes.items() if size > 30}
+    kept = {pair for pair in expected
+            if set(banding.keys(_hash(fingerprints, pair.split_a, pair.key_a)))
+            & set(banding.keys(_hash(fingerprints, pair.split_b, pair.key_b))) - full}
+    assert not kept & blank_pairs and len(kept) > 30
+    capped = TestPipeline(options=PipelineOptions(options))
+    pairs = capped | beam.Create(fingerprints) | FindNearDuplicates(max_bucket=30)
+    assert_that(pairs, equal_to(sorted(kept)))
+    result = capped.run()
+    result.wait_until_finish()
+    assert _skipped(result) == sum(sizes[key] for key in full) >= 40 * 66
+
+
+def _skipped(result) -> int:
+    counters = result.metrics().query(MetricsFilter().with_name(
+        "near_duplicate_bucket_members_skipped"))["counters"]
+    return sum(c.committed for c in counters)
