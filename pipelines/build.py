@@ -35,7 +35,7 @@ from . import progress, publish, scratch, signals
 from .cache import CacheState, cache_url, open_cache, prune_cache
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
-from .graph import build_pipeline, known_vocabularies
+from .graph import build_pipeline, known_vocabularies, near_threshold
 from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExistsError,
                       report)
 from .publish.duplicates import DuplicatesCheck
@@ -167,7 +167,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
 
         # stats.json, drift.json against the version LATEST names, the gates;
         # duplicates.json and its gates.
-        duplicates = DuplicatesCheck.for_config(config)
+        duplicates = DuplicatesCheck.for_config(config, near_threshold(config))
         checks = BuildChecks.of(StatisticsCheck.for_config(config), duplicates)
 
         def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:

@@ -8,6 +8,7 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Mapping, NamedTuple, Sequence
 
@@ -23,6 +24,7 @@ from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, R
 from ..schemas.duplicates import merge_parts, render_part
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
+from ..transforms.near_pairs import FindNearImages
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.writer import ShardTuning, WriteShards, default_exchange
@@ -34,14 +36,18 @@ from ..transforms.tagged import with_tag
 from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounting,
                                       RowsToExamples)
 
-__all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies", "stage_build",
-           "watched_columns", "write_result"]
+__all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies",
+           "near_threshold", "stage_build", "watched_columns", "write_result"]
 
 
 def _read_source(config: DatasetConfig) -> beam.PTransform:
     source = config.source
     if source.type == "images":
-        return ReadImages(source.path, source.extensions, source.labels, source.image)
+        image = source.image
+        if near_threshold(config) is not None:
+            # Each image is hashed where its bytes are read and checked.
+            image = dataclasses.replace(image, perceptual_hash=True)
+        return ReadImages(source.path, source.extensions, source.labels, image)
     return ReadTable(source.path, source.type, extensions=source.extensions,
                      options=source.csv)
 
@@ -77,6 +83,7 @@ def write_result(parts: tuple, staging_url: str,
     cache_use: list[dict] = []
     duplicates: list = []
     left: list = []
+    result: dict = {}
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -97,11 +104,13 @@ def write_result(parts: tuple, staging_url: str,
             duplicates.append(value)
         elif kind == "duplicates_left":
             left.append(value)
+        elif kind == "near_duplicates":
+            result["near_duplicates"] = value
         else:
             num_input_rows += value
-    result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
-              "dead_letter": dead_letter, "num_input_rows": num_input_rows,
-              "label_counts": label_counts, "statistics": statistics}
+    result.update({"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
+                   "dead_letter": dead_letter, "num_input_rows": num_input_rows,
+                   "label_counts": label_counts, "statistics": statistics})
     if cache_use:
         result["cache"] = cache_summary(cache_use)
     if split_names is not None:
@@ -262,15 +271,32 @@ def _duplicates(fingerprints: beam.PCollection | None, config: DatasetConfig,
     nothing at all with detection off."""
     if fingerprints is None:
         return [], None
+    parts = []
+    threshold = near_threshold(config)
+    if threshold is not None:
+        # one summary of the image pairs within the threshold
+        parts.append(fingerprints
+                     | "FindNearImages" >> FindNearImages(threshold, config.split_names)
+                     | "TagNearDuplicates" >> beam.Map(with_tag, "near_duplicates"))
     mode = config.validation.duplicates.dedupe
     found = fingerprints | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes),
                                                               dedupe=mode)
     if mode is None:
         # DuplicatesPart per digest bucket, added up by write_result
-        return [found | "TagDuplicates" >> beam.Map(with_tag, "duplicates")], None
-    return [found.found | "TagDuplicates" >> beam.Map(with_tag, "duplicates"),
-            found.left | "TagDuplicatesLeft" >> beam.Map(with_tag, "duplicates_left")
-            ], found.removals
+        return parts + [found | "TagDuplicates" >> beam.Map(with_tag, "duplicates")], None
+    return parts + [found.found | "TagDuplicates" >> beam.Map(with_tag, "duplicates"),
+                    found.left | "TagDuplicatesLeft" >> beam.Map(with_tag, "duplicates_left")
+                    ], found.removals
+
+
+def near_threshold(config: DatasetConfig) -> int | None:
+    """The near-duplicate threshold of a build, or None when it finds no
+    near-duplicate images (detection off, no image source, or
+    ``near_threshold: null``)."""
+    duplicates = config.validation.duplicates
+    if duplicates is None or config.source is None or config.source.type != "images":
+        return None
+    return duplicates.near_threshold
 
 
 def _rows_read(file_and_count: tuple[str, int]) -> tuple[str, int]:
@@ -351,7 +377,7 @@ def _duplicate_setup(config: DatasetConfig) -> DuplicateSetup | None:
     if duplicates is None:
         return None
     return DuplicateSetup(duplicates.features, config.name, tuple(config.splits),
-                          duplicates.dedupe)
+                          duplicates.dedupe, image_hashes=near_threshold(config) is not None)
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

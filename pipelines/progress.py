@@ -411,6 +411,10 @@ def describe_duplicates(document: Mapping[str, Any]) -> str:
         parts.append(f"within {within}")
     if across:
         parts.append(f"across {across}")
+    near = document.get("near_duplicates")
+    if near:
+        parts.append(f"{near['pairs']:,} near-duplicate image pairs (within "
+                     f"{near['threshold']} bits), {near['cross_split_pairs']:,} across splits")
     if document.get("dedupe"):
         parts.append(f"{document['removed']:,} removed ({document['dedupe']}), "
                      f"{document['left']['duplicate_rows']:,} left")

@@ -50,12 +50,15 @@ class Fingerprint(NamedTuple):
     split (index in configured order), its key (`sortable_key` bytes, or
     `keyless_key` of its row digest) and, when later copies are removed,
     its origin (`origin_of` its input file and row: rows equal in key and
-    content are still told apart)."""
+    content are still told apart); with near-duplicate images, the image's
+    perceptual hash (None: it could not be hashed) and path."""
 
     digest: bytes
     split: int
     key: bytes
     origin: bytes = b""
+    image_hash: int | None = None
+    path: str | None = None
 
 
 class Removal(NamedTuple):
@@ -83,7 +86,8 @@ class DuplicatesPart(NamedTuple):
     split indices (a < b) the rows of b equal to a row of a; `duplicate_rows`
     rows equal to an earlier row anywhere; `cross_split_rows` rows equal to
     a row of an earlier split; `rows` fingerprints seen; `pairs` the first
-    `MAX_PAIRS` pairs in sort order."""
+    `MAX_PAIRS` pairs in sort order; `unhashed` images that near-duplicate
+    detection could not hash."""
 
     within: dict
     across: dict
@@ -91,6 +95,7 @@ class DuplicatesPart(NamedTuple):
     cross_split_rows: int
     rows: int
     pairs: tuple
+    unhashed: int = 0
 
 
 def origin_of(source: str, row: int | None) -> bytes:
@@ -162,7 +167,7 @@ def bucket_of(digest: bytes, buckets: int) -> int:
 
 def _groups(fingerprints: Iterable[Fingerprint]) -> Iterable[list[tuple[bytes, int, bytes]]]:
     """Each digest's rows as (key, split, origin), earliest first."""
-    ordered = sorted(fingerprints)
+    ordered = sorted(fingerprints, key=lambda fingerprint: fingerprint.digest)
     for _, group in itertools.groupby(ordered, key=lambda fingerprint: fingerprint.digest):
         yield sorted((fingerprint.key, fingerprint.split, fingerprint.origin)
                      for fingerprint in group)
@@ -200,13 +205,18 @@ def _count(groups: Iterable[list[tuple[bytes, int, bytes]]]) -> DuplicatesPart:
                           tuple(pairs[:MAX_PAIRS]))
 
 
+def _unhashed(fingerprints: Iterable[Fingerprint]) -> int:
+    return sum(f.path is not None and f.image_hash is None for f in fingerprints)
+
+
 def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
     """The duplicates among fingerprints that hold every row of their
     digests. In a digest's group the earlier row is the one with the
     smallest key, then the smaller split index (then origin); within a
     split a row duplicates its split's first row, across splits each
     split's first row pairs with the group's first row of an earlier split."""
-    return _count(_groups(fingerprints))
+    fingerprints = list(fingerprints)
+    return _count(_groups(fingerprints))._replace(unhashed=_unhashed(fingerprints))
 
 
 def _removed(members: list[tuple[bytes, int, bytes]], mode: str
@@ -235,13 +245,15 @@ def find_and_remove(fingerprints: Iterable[Fingerprint], mode: str
     `mode` is one of `DEDUPE_MODES`."""
     if mode not in DEDUPE_MODES:
         raise ValueError(f"dedupe must be one of {', '.join(DEDUPE_MODES)}, not {mode!r}")
+    fingerprints = list(fingerprints)
     groups = list(_groups(fingerprints))
     kept_groups, removals = [], []
     for members in groups:
         kept, removed = _removed(members, mode) if len(members) > 1 else (members, [])
         kept_groups.append(kept)
         removals += removed
-    return _count(groups), _count(kept_groups), removals
+    return (_count(groups)._replace(unhashed=_unhashed(fingerprints)), _count(kept_groups),
+            removals)
 
 
 def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:
@@ -249,9 +261,10 @@ def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:
     their number and order."""
     within: dict[int, int] = {}
     across: dict[tuple[int, int], int] = {}
-    duplicate_rows = cross_split_rows = rows = 0
+    duplicate_rows = cross_split_rows = rows = unhashed = 0
     pairs: list = []
     for part in parts:
+        unhashed += part.unhashed
         for split, count in part.within.items():
             within[split] = within.get(split, 0) + count
         for pair, count in part.across.items():
@@ -260,7 +273,8 @@ def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:
         cross_split_rows += part.cross_split_rows
         rows += part.rows
         pairs = sorted(pairs + [DuplicatePair(*pair) for pair in part.pairs])[:MAX_PAIRS]
-    return DuplicatesPart(within, across, duplicate_rows, cross_split_rows, rows, tuple(pairs))
+    return DuplicatesPart(within, across, duplicate_rows, cross_split_rows, rows, tuple(pairs),
+                          unhashed)
 
 
 def key_value(key: bytes) -> dict:
@@ -302,6 +316,7 @@ def render_part(part: DuplicatesPart, split_names: Sequence[str]) -> dict:
         "duplicate_rows": part.duplicate_rows,
         "cross_split_rows": part.cross_split_rows,
         "rows_checked": part.rows,
+        "images_not_hashed": part.unhashed,
         "pairs": [{"kind": ("within_split", "across_splits")[pair.kind],
                    "earlier": side(pair.earlier), "later": side(pair.later)}
                   for pair in map(DuplicatePair._make, part.pairs)],

@@ -65,6 +65,7 @@ class DuplicateSetup(NamedTuple):
     dataset_name: str
     splits: tuple[tuple[str, float], ...]
     dedupe: str | None = None
+    image_hashes: bool = False  # carry each image's perceptual hash and path
 
 
 class BatchConversion:
@@ -156,7 +157,7 @@ class BatchConversion:
                 if duplicates is not None:
                     if duplicates.dedupe is not None:
                         examples = self._sourced(examples, batch)
-                    yield FINGERPRINTS, self._fingerprints(examples, split_of)
+                    yield FINGERPRINTS, self._fingerprints(examples, split_of, batch)
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
@@ -186,29 +187,40 @@ class BatchConversion:
             for keyed in self._held_statistics.flush():
                 yield STATISTICS, keyed
 
-    def _fingerprints(self, examples: HashedExamples, split_of: np.ndarray) -> list[Fingerprint]:
+    def _fingerprints(self, examples: HashedExamples, split_of: np.ndarray, batch
+                      ) -> list[Fingerprint]:
         """Each good row's `Fingerprint`: its content digest over the checked
         features, made here from the Example bytes whichever path made them,
-        its split, its key (a keyless row's stands for its row digest) and,
-        for removal, its origin."""
+        its split, its key (a keyless row's stands for its row digest), for
+        removal its origin, and for near-duplicate images the perceptual
+        hash the image reader gave (column ``image_hash``) and its path."""
         digests = content_digests([example for _, example in examples], self._checked_names)
         origins = getattr(examples, "origins", None) or [b""] * len(examples)
-        return [Fingerprint(digest, split, key if key is not None else keyless_key(row_digest),
-                            origin)
-                for digest, split, (key, _), row_digest, origin
-                in zip(digests, split_of.tolist(), examples, examples.digests, origins)]
+        fingerprints = [
+            Fingerprint(digest, split, key if key is not None else keyless_key(row_digest),
+                        origin)
+            for digest, split, (key, _), row_digest, origin
+            in zip(digests, split_of.tolist(), examples, examples.digests, origins)]
+        if self._duplicates.image_hashes and not isinstance(batch, ColumnBatch):
+            rows = [batch[index] for index in self._good_indices(len(examples))]
+            fingerprints = [fingerprint._replace(image_hash=row.values.get("image_hash"),
+                                                 path=row.source)
+                            for fingerprint, row in zip(fingerprints, rows)]
+        return fingerprints
+
+    def _good_indices(self, count: int):
+        """The batch indices of the converter's last good rows."""
+        good = self._converter.good_rows
+        return range(count) if good is None else good
 
     def _sourced(self, examples: HashedExamples, batch) -> SourcedExamples:
         """`examples` naming each row's input (file, row) and origin, from
         the converter's good rows of `batch`."""
-        good = self._converter.good_rows
+        indices = self._good_indices(len(examples))
         if isinstance(batch, ColumnBatch):
-            indices = range(len(examples)) if good is None else good
             sources = [(batch.source, batch.first_row + index) for index in indices]
         else:
-            rows = batch if isinstance(batch, list) else list(batch)
-            sources = [(row.source, row.row) for row in (rows if good is None
-                                                         else map(rows.__getitem__, good))]
+            sources = [(batch[index].source, batch[index].row) for index in indices]
         return SourcedExamples(examples, examples.salt, examples.digests, sources,
                                [origin_of(source, row) for source, row in sources])
 

@@ -43,11 +43,14 @@ def _counts(found: Mapping[str, Any], order: Sequence[str], examples: int) -> di
 
 def duplicates_document(found: Mapping[str, Any], manifest: Mapping[str, Any],
                         features: Sequence[str] | None, dedupe: str | None = None,
-                        left: Mapping[str, Any] | None = None) -> dict:
+                        left: Mapping[str, Any] | None = None,
+                        near: Mapping[str, Any] | None = None,
+                        near_threshold: int | None = None) -> dict:
     """``duplicates.json`` from the pipeline's ``duplicates`` result
     (`schemas.duplicates.render_part`) and the manifest's example counts;
     with `dedupe`, `left` is what the published version still holds
-    (``duplicates_left``), which the gates measure."""
+    (``duplicates_left``), which the gates measure; `near` is the summary
+    of near-duplicate image pairs at `near_threshold` (image sources)."""
     examples = sum(split.get("num_examples", 0) for split in manifest["splits"].values())
     # In the configured order of splits (the manifest's): the pipeline's
     # result file holds its objects with sorted keys.
@@ -64,17 +67,31 @@ def duplicates_document(found: Mapping[str, Any], manifest: Mapping[str, Any],
                 "pairs": list(found["pairs"])}
     if left is not None:
         document["left"] = _counts(left, order, examples)
+    if near is not None:
+        document["near_duplicates"] = {
+            "threshold": near_threshold, "images_not_hashed": found["images_not_hashed"],
+            "pairs": near["pairs"],
+            "within_split": {split: near["within_split"][split] for split in order},
+            "across_splits": {pair: near["across_splits"][pair]
+                              for pair in document["across_splits"]},
+            "cross_split_pairs": sum(near["across_splits"].values()),
+            "examples": list(near["examples"])}
     return document
 
 
 def gate_results(document: Mapping[str, Any], max_fraction: float | None,
-                 max_cross_split: int | None) -> list[dict]:
+                 max_cross_split: int | None, max_near_cross_split: int | None = None
+                 ) -> list[dict]:
     """Each configured gate as ``{"key", "measure", "limit", "value",
     "passed", "message"}``, in the config's order."""
-    measured = document.get("left") or document
+    measured = {**(document.get("left") or document),
+                "cross_split_pairs": (document.get("near_duplicates") or {}).get(
+                    "cross_split_pairs", 0)}
     gates = []
     for key, measure, limit in (("max_fraction", "duplicate_fraction", max_fraction),
-                                ("max_cross_split", "cross_split_rows", max_cross_split)):
+                                ("max_cross_split", "cross_split_rows", max_cross_split),
+                                ("max_near_cross_split", "cross_split_pairs",
+                                 max_near_cross_split)):
         if limit is None:
             continue
         value = measured[measure]
@@ -92,22 +109,27 @@ class DuplicatesCheck:
     Returns the failure message (None: passed). Pickles as plain values."""
 
     def __init__(self, features: Sequence[str] | None, max_fraction: float | None,
-                 max_cross_split: int | None, dedupe: str | None = None):
+                 max_cross_split: int | None, dedupe: str | None = None,
+                 near_threshold: int | None = None, max_near_cross_split: int | None = None):
         self._features = tuple(features) if features is not None else None
         self._dedupe = dedupe
+        self._near_threshold = near_threshold
+        self._max_near_cross_split = max_near_cross_split
         self._max_fraction = max_fraction
         self._max_cross_split = max_cross_split
         self.document: dict | None = None
 
     @classmethod
-    def for_config(cls, config) -> "DuplicatesCheck | None":
-        """The hook of a build of `config` (a `DatasetConfig`), or None when
+    def for_config(cls, config, near_threshold: int | None = None
+                   ) -> "DuplicatesCheck | None":
+        """The hook of a build of `config` (a `DatasetConfig`) that finds
+        near-duplicate images at `near_threshold` (None: none), or None when
         duplicate detection is off."""
         duplicates = config.validation.duplicates
         if duplicates is None:
             return None
         return cls(duplicates.features, duplicates.max_fraction, duplicates.max_cross_split,
-                   duplicates.dedupe)
+                   duplicates.dedupe, near_threshold, duplicates.max_near_cross_split)
 
     def __call__(self, staging_url: str, manifest: dict, result: dict) -> str | None:
         found = result.get("duplicates")
@@ -116,12 +138,17 @@ class DuplicatesCheck:
         left = result.get("duplicates_left")
         if self._dedupe is not None and left is None:
             return "duplicate removal is on but the pipeline gave no result of what it left"
-        document = duplicates_document(found, manifest, self._features, self._dedupe, left)
+        near = result.get("near_duplicates")
+        if self._near_threshold is not None and near is None:
+            return "near-duplicate detection is on but the pipeline gave no near-duplicate result"
+        document = duplicates_document(found, manifest, self._features, self._dedupe, left,
+                                       near, self._near_threshold)
         if document["rows_checked"] != document["num_examples"] + document["removed"]:
             return (f"duplicate detection checked {document['rows_checked']} rows but the "
                     f"build made {document['num_examples']} examples and removed "
                     f"{document['removed']}; nothing was published")
-        document["gates"] = gate_results(document, self._max_fraction, self._max_cross_split)
+        document["gates"] = gate_results(document, self._max_fraction, self._max_cross_split,
+                                         self._max_near_cross_split)
         self.document = document
         out = Output(staging_url)
         out.write_atomic(out.path(DUPLICATES_FILE), dumps_json(document))
@@ -160,6 +187,12 @@ def _shape_problems(document: Any) -> list[str]:
             isinstance(pair, dict) and isinstance(pair.get("earlier"), dict)
             and isinstance(pair.get("later"), dict) for pair in pairs):
         problems.append(f"pairs is not a list of at most {MAX_PAIRS} pairs of rows")
+    near = document.get("near_duplicates")
+    if near is not None and not (
+            isinstance(near, dict) and not _count_problem(near, "pairs")
+            and isinstance(near.get("examples"), list) and len(near["examples"]) <= MAX_PAIRS):
+        problems.append(f"near_duplicates is not a count of pairs with at most {MAX_PAIRS} "
+                        "examples")
     return problems
 
 

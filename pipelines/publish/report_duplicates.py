@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+import fsspec
 
 from ..progress import describe_duplicates
 
 __all__ = ["duplicates_banner", "render_duplicates"]
+
+# Near pairs drawn with thumbnails (each reads two input images again).
+MAX_PAIRS_DRAWN = 12
+# An input image larger than this is not read for a thumbnail.
+_MAX_THUMBNAIL_FILE = 64 << 20
 
 
 def _e(value: Any) -> str:
@@ -44,8 +51,11 @@ def duplicates_banner(document: Mapping[str, Any] | None) -> str:
             "below.</p></div>")
 
 
-def render_duplicates(document: Mapping[str, Any] | None) -> str:
-    """The section, or nothing when duplicate detection was off."""
+def render_duplicates(document: Mapping[str, Any] | None,
+                      thumbnail: Callable[[bytes], str | None] = lambda data: None) -> str:
+    """The section, or nothing when duplicate detection was off. thumbnail:
+    image bytes -> a ``data:`` URI of a small re-encoded copy, or None (the
+    page's `report_html.thumbnail_data_uri`)."""
     if not document:
         return ""
     checked = document.get("features")
@@ -73,5 +83,41 @@ def render_duplicates(document: Mapping[str, Any] | None) -> str:
                  f"<td>{_e(_row_name(pair['earlier']))}</td><td>{_e(pair['later']['split'])}"
                  f"</td><td>{_e(_row_name(pair['later']))}</td></tr>"
                  for pair in document["pairs"]]
+        out.append("".join(rows) + "</table>")
+    if document.get("near_duplicates"):
+        out.append(_near_section(document["near_duplicates"], thumbnail))
+    return "".join(out)
+
+
+def _thumbnail(path: str, thumbnail_data_uri: Callable[[bytes], str | None]) -> str:
+    """An <img> of the input image at `path`, re-encoded small by
+    `thumbnail_data_uri` (the page's), or a dash when it cannot be read now."""
+    try:
+        fs, local = fsspec.core.url_to_fs(path)
+        if (fs.info(local).get("size") or 0) > _MAX_THUMBNAIL_FILE:
+            return "-"
+        with fs.open(local, "rb") as handle:
+            uri = thumbnail_data_uri(handle.read(_MAX_THUMBNAIL_FILE + 1))
+    except Exception:  # a report must not fail on an image that moved
+        return "-"
+    return f"<img src='{uri}' alt=''>" if uri else "-"
+
+
+def _near_section(near: Mapping[str, Any], thumbnail: Callable[[bytes], str | None]) -> str:
+    """The near-duplicate images: counts and the first pairs side by side."""
+    out = [f"<h3>Near-duplicate images</h3><p class='note'>{near['pairs']:,} pairs of images "
+           f"within {near['threshold']} bits of their 64-bit perceptual hashes, "
+           f"{near['cross_split_pairs']:,} of them across splits; "
+           f"{near['images_not_hashed']:,} images could not be hashed.</p>"]
+    if near["examples"]:
+        rows = ["<table class='splits'><tr><th>distance</th><th>first</th><th></th>"
+                "<th>second</th><th></th></tr>"]
+        for index, pair in enumerate(near["examples"]):
+            drawn = index < MAX_PAIRS_DRAWN
+            sides = "".join(
+                f"<td>{_e(side['split'])}: {_e(side['path'])}</td>"
+                f"<td>{_thumbnail(side['path'], thumbnail) if drawn else ''}</td>"
+                for side in (pair["a"], pair["b"]))
+            rows.append(f"<tr><td class='n'>{pair['distance']}</td>{sides}</tr>")
         out.append("".join(rows) + "</table>")
     return "".join(out)

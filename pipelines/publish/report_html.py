@@ -308,7 +308,7 @@ def render_report(manifest: Mapping[str, Any], *,
     # Gates, drift and per-feature statistics.
     body.append(render_statistics(statistics, drift,
                                   timestamp_units(manifest.get("features") or {}), previous))
-    body.append(render_duplicates(duplicates))
+    body.append(render_duplicates(duplicates, thumbnail_data_uri))
 
     # Dead letters.
     dead = manifest.get("dead_letter") or {}
