@@ -24,11 +24,13 @@ import math
 import struct
 from typing import Iterable, NamedTuple, Sequence
 
+import numpy as np
+
 from .example import example_from_entries
 from .native import kernels
 
 __all__ = ["DEDUPE_MODES", "DIGEST_SIZE", "MAX_PAIRS", "DuplicatePair", "DuplicatesPart",
-           "Fingerprint", "Removal", "bucket_of", "content_digests", "find_and_remove",
+           "Fingerprint", "FingerprintBatch", "Removal", "content_digests", "find_and_remove",
            "find_duplicates", "key_value", "keyless_key", "merge_parts", "origin_of",
            "render_part", "restricted_example"]
 
@@ -145,42 +147,120 @@ def restricted_example(example: bytes, names: frozenset[bytes]) -> bytes:
     return example_from_entries(kept)
 
 
-def content_digests(examples: Sequence[bytes], names: frozenset[bytes] | None = None
-                    ) -> list[bytes]:
-    """The content digest of each serialized Example: BLAKE2b-128 of the
-    Example restricted to `names` (None: all of it). The native kernel's
-    `hash_rows` with an empty key is plain BLAKE2b, as hashlib's."""
+def content_digests(examples: Sequence[bytes], names: frozenset[bytes] | None = None) -> bytes:
+    """The content digest of each serialized Example, one after another:
+    BLAKE2b-128 of the Example restricted to `names` (None: all of it). The
+    native kernel's `hash_rows` with an empty key is plain BLAKE2b, as
+    hashlib's."""
     rows = (list(examples) if names is None
             else [restricted_example(example, names) for example in examples])
     native = kernels()
     if native is not None:
         joined = native.hash_rows(b"", rows)
         if joined is not None:
-            return [joined[at:at + DIGEST_SIZE] for at in range(0, len(joined), DIGEST_SIZE)]
-    return [hashlib.blake2b(row, digest_size=DIGEST_SIZE).digest() for row in rows]
+            return bytes(joined)
+    return b"".join(hashlib.blake2b(row, digest_size=DIGEST_SIZE).digest() for row in rows)
 
 
-def bucket_of(digest: bytes, buckets: int) -> int:
-    """The bucket a digest is grouped in (digests are uniform: any bytes do)."""
-    return int.from_bytes(digest[-4:], "little") % buckets
+class FingerprintBatch:
+    """The `Fingerprint`s of a batch of rows held column by column, so that
+    a batch crosses the runner's shuffle as a few byte strings and one list
+    of keys (pickled once, `batch_coder`) rather than an object per row:
+    `digests` (16 bytes a row), `splits` (little-endian uint16 a row),
+    `keys`, and optionally `origins` (8 bytes a row), `image_hashes` and
+    `paths` (lists)."""
+
+    __slots__ = ("digests", "splits", "keys", "origins", "image_hashes", "paths")
+
+    def __init__(self, digests: bytes, splits: bytes, keys: list, origins: bytes = b"",
+                 image_hashes: list | None = None, paths: list | None = None):
+        self.digests, self.splits, self.keys = digests, splits, keys
+        self.origins, self.image_hashes, self.paths = origins, image_hashes, paths
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __reduce__(self):
+        return (FingerprintBatch, (self.digests, self.splits, self.keys, self.origins,
+                                   self.image_hashes, self.paths))
+
+    @classmethod
+    def of(cls, fingerprints: Sequence[Fingerprint]) -> "FingerprintBatch":
+        """The batch of these fingerprints (all with or all without origins
+        and image hashes)."""
+        first = fingerprints[0] if fingerprints else Fingerprint(b"", 0, b"")
+        return cls(b"".join(f.digest for f in fingerprints),
+                   np.array([f.split for f in fingerprints], dtype="<u2").tobytes(),
+                   [f.key for f in fingerprints], b"".join(f.origin for f in fingerprints),
+                   [f.image_hash for f in fingerprints] if first.path is not None else None,
+                   [f.path for f in fingerprints] if first.path is not None else None)
+
+    @classmethod
+    def joined(cls, batches: Iterable["FingerprintBatch"]) -> "FingerprintBatch":
+        batches = list(batches)
+        hashed = bool(batches) and batches[0].paths is not None
+        return cls(b"".join(b.digests for b in batches), b"".join(b.splits for b in batches),
+                   [key for b in batches for key in b.keys],
+                   b"".join(b.origins for b in batches),
+                   [h for b in batches for h in b.image_hashes] if hashed else None,
+                   [p for b in batches for p in b.paths] if hashed else None)
+
+    def split_indices(self) -> np.ndarray:
+        return np.frombuffer(self.splits, dtype="<u2")
+
+    def origin(self, index: int) -> bytes:
+        return self.origins[index * 8:index * 8 + 8]
+
+    def take(self, indices: Sequence[int]) -> "FingerprintBatch":
+        """The rows at `indices`, in that order."""
+        digests = np.frombuffer(self.digests, dtype=np.uint8).reshape(-1, DIGEST_SIZE)
+        origins = (np.frombuffer(self.origins, dtype=np.uint8).reshape(-1, 8)[indices].tobytes()
+                   if self.origins else b"")
+        return FingerprintBatch(digests[indices].tobytes(), self.split_indices()[indices].tobytes(),
+                                [self.keys[i] for i in indices], origins,
+                                None if self.image_hashes is None
+                                else [self.image_hashes[i] for i in indices],
+                                None if self.paths is None else [self.paths[i] for i in indices])
+
+    def buckets(self, count: int) -> np.ndarray:
+        """Each row's digest bucket: its digest's last 4 bytes (digests are
+        uniform: any bytes do), little-endian, modulo `count`."""
+        words = np.frombuffer(self.digests, dtype="<u4").reshape(-1, DIGEST_SIZE // 4)
+        return words[:, -1] % np.uint32(count)
+
+    def unhashed(self) -> int:
+        """Images whose perceptual hash could not be made."""
+        return 0 if self.image_hashes is None else sum(h is None for h in self.image_hashes)
 
 
-def _groups(fingerprints: Iterable[Fingerprint]) -> Iterable[list[tuple[bytes, int, bytes]]]:
-    """Each digest's rows as (key, split, origin), earliest first."""
-    ordered = sorted(fingerprints, key=lambda fingerprint: fingerprint.digest)
-    for _, group in itertools.groupby(ordered, key=lambda fingerprint: fingerprint.digest):
-        yield sorted((fingerprint.key, fingerprint.split, fingerprint.origin)
-                     for fingerprint in group)
+def _groups(batch: FingerprintBatch) -> list[list[tuple[bytes, int, bytes]]]:
+    """The rows of each digest that more than one row has, as (key, split,
+    origin), earliest first. Rows are sorted by digest in numpy; only the
+    duplicates become Python objects."""
+    words = np.frombuffer(batch.digests, dtype="<u8").reshape(-1, 2)
+    if len(words) < 2:
+        return []
+    order = np.lexsort((words[:, 1], words[:, 0]))
+    ordered = words[order]
+    same = (ordered[1:] == ordered[:-1]).all(axis=1)  # row i+1 equals row i
+    starts = np.flatnonzero(~np.concatenate(([False], same)))
+    ends = np.append(starts[1:], len(order))
+    splits = batch.split_indices()
+    groups = []
+    for start, end in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
+        groups.append(sorted((batch.keys[i], int(splits[i]), batch.origin(i))
+                             for i in order[start:end].tolist()))
+    return groups
 
 
-def _count(groups: Iterable[list[tuple[bytes, int, bytes]]]) -> DuplicatesPart:
-    """The duplicates among groups of equal rows, each earliest first."""
+def _count(groups: Iterable[list[tuple[bytes, int, bytes]]], rows: int) -> DuplicatesPart:
+    """The duplicates among groups of equal rows (each earliest first) of
+    `rows` rows."""
     within: dict[int, int] = {}
     across: dict[tuple[int, int], int] = {}
-    duplicate_rows = cross_split_rows = rows = 0
+    duplicate_rows = cross_split_rows = 0
     pairs: list[DuplicatePair] = []
     for members in groups:
-        rows += len(members)
         if len(members) == 1:
             continue
         duplicate_rows += len(members) - 1
@@ -205,18 +285,14 @@ def _count(groups: Iterable[list[tuple[bytes, int, bytes]]]) -> DuplicatesPart:
                           tuple(pairs[:MAX_PAIRS]))
 
 
-def _unhashed(fingerprints: Iterable[Fingerprint]) -> int:
-    return sum(f.path is not None and f.image_hash is None for f in fingerprints)
-
-
-def find_duplicates(fingerprints: Iterable[Fingerprint]) -> DuplicatesPart:
-    """The duplicates among fingerprints that hold every row of their
+def find_duplicates(batches: Iterable[FingerprintBatch]) -> DuplicatesPart:
+    """The duplicates among fingerprint batches that hold every row of their
     digests. In a digest's group the earlier row is the one with the
     smallest key, then the smaller split index (then origin); within a
     split a row duplicates its split's first row, across splits each
     split's first row pairs with the group's first row of an earlier split."""
-    fingerprints = list(fingerprints)
-    return _count(_groups(fingerprints))._replace(unhashed=_unhashed(fingerprints))
+    batch = FingerprintBatch.joined(batches)
+    return _count(_groups(batch), len(batch))._replace(unhashed=batch.unhashed())
 
 
 def _removed(members: list[tuple[bytes, int, bytes]], mode: str
@@ -238,22 +314,22 @@ def _removed(members: list[tuple[bytes, int, bytes]], mode: str
     return kept, removed
 
 
-def find_and_remove(fingerprints: Iterable[Fingerprint], mode: str
+def find_and_remove(batches: Iterable[FingerprintBatch], mode: str
                     ) -> tuple[DuplicatesPart, DuplicatesPart, list[Removal]]:
     """(the duplicates found, those left once the later copies are removed,
-    the removals) among fingerprints that hold every row of their digests;
-    `mode` is one of `DEDUPE_MODES`."""
+    the removals) among fingerprint batches that hold every row of their
+    digests; `mode` is one of `DEDUPE_MODES`."""
     if mode not in DEDUPE_MODES:
         raise ValueError(f"dedupe must be one of {', '.join(DEDUPE_MODES)}, not {mode!r}")
-    fingerprints = list(fingerprints)
-    groups = list(_groups(fingerprints))
+    batch = FingerprintBatch.joined(batches)
+    groups = _groups(batch)
     kept_groups, removals = [], []
     for members in groups:
-        kept, removed = _removed(members, mode) if len(members) > 1 else (members, [])
+        kept, removed = _removed(members, mode)
         kept_groups.append(kept)
         removals += removed
-    return (_count(groups)._replace(unhashed=_unhashed(fingerprints)), _count(kept_groups),
-            removals)
+    return (_count(groups, len(batch))._replace(unhashed=batch.unhashed()),
+            _count(kept_groups, len(batch) - len(removals)), removals)
 
 
 def merge_parts(parts: Iterable[DuplicatesPart]) -> DuplicatesPart:

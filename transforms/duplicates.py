@@ -1,7 +1,8 @@
 """Exact duplicates as a Beam step (`FindDuplicates`): fingerprints grouped by digest bucket, duplicates counted per bucket.
 
-`RowsToExamples` gives each batch's `Fingerprint`s (content digest, split,
-key: ~40 bytes a row). Each batch is cut into one list per digest bucket,
+`RowsToExamples` gives each batch's fingerprints (content digest, split,
+key: ~40 bytes a row) as a `FingerprintBatch`. Each batch is cut into one
+sub-batch per digest bucket,
 so the runner's shuffle moves a handful of lists per batch rather than one
 element per row, and all rows of one digest meet in one bucket;
 `schemas.duplicates.find_duplicates` counts each bucket's duplicates.
@@ -13,14 +14,15 @@ result whatever the bucket count, bundling, runner or worker count.
 
 from __future__ import annotations
 
-import itertools
 from typing import Iterable, NamedTuple, Sequence
 
 import apache_beam as beam
+import numpy as np
+from apache_beam.typehints import Tuple
 
 from ..schemas.dead_letters import dead_letter
-from ..schemas.duplicates import (DuplicatesPart, Fingerprint, Removal, bucket_of,
-                                  find_and_remove, find_duplicates, key_value)
+from ..schemas.duplicates import (DuplicatesPart, FingerprintBatch, Removal, find_and_remove,
+                                  find_duplicates, key_value)
 from .batch_coder import Batch, TaggedBatch
 from .splits import HashedExamples
 from .tagged import select
@@ -45,29 +47,30 @@ def duplicate_buckets(input_bytes: int | None) -> int:
     return min(_MAX_BUCKETS, 1 << (wanted - 1).bit_length())
 
 
-def by_bucket(batch: Sequence[Fingerprint], buckets: int
-              ) -> Iterable[tuple[int, list[Fingerprint]]]:
+def by_bucket(batch: FingerprintBatch, buckets: int
+              ) -> Iterable[tuple[int, FingerprintBatch]]:
     """(bucket, the batch's fingerprints in it), one per bucket the batch meets."""
-    lists: dict[int, list[Fingerprint]] = {}
-    for fingerprint in batch:
-        lists.setdefault(bucket_of(fingerprint.digest, buckets), []).append(fingerprint)
-    return lists.items()
+    if buckets == 1:
+        return [(0, batch)]
+    of_row = batch.buckets(buckets)
+    return [(bucket, batch.take(np.flatnonzero(of_row == bucket)))
+            for bucket in np.unique(of_row).tolist()]
 
 
-def bucket_duplicates(bucket_and_lists: tuple[int, Iterable[list[Fingerprint]]]
+def bucket_duplicates(bucket_and_batches: tuple[int, Iterable[FingerprintBatch]]
                       ) -> DuplicatesPart:
     """The duplicates among every fingerprint of one bucket."""
-    _, lists = bucket_and_lists
-    return find_duplicates(itertools.chain.from_iterable(lists))
+    _, batches = bucket_and_batches
+    return find_duplicates(batches)
 
 
-def bucket_removals(bucket_and_lists: tuple[int, Iterable[list[Fingerprint]]], mode: str
+def bucket_removals(bucket_and_batches: tuple[int, Iterable[FingerprintBatch]], mode: str
                     ) -> Iterable[tuple[str, object]]:
     """("found", DuplicatesPart), ("left", DuplicatesPart: what stays once
     the later copies are removed) and, when any, ("removals", [Removal,
     ...]) of one bucket."""
-    _, lists = bucket_and_lists
-    found, left, removals = find_and_remove(itertools.chain.from_iterable(lists), mode)
+    _, batches = bucket_and_batches
+    found, left, removals = find_and_remove(batches, mode)
     yield "found", found
     yield "left", left
     if removals:
@@ -85,7 +88,7 @@ class DuplicateFindings(NamedTuple):
 
 
 class FindDuplicates(beam.PTransform):
-    """Takes ``[Fingerprint, ...]`` batches; gives one `DuplicatesPart` per
+    """Takes `FingerprintBatch`es; gives one `DuplicatesPart` per
     digest bucket that holds any row (`merge_parts` adds them up), or with
     `dedupe` (one of `DEDUPE_MODES`) a `DuplicateFindings`.
     buckets: how many digest buckets (`duplicate_buckets`); it changes how
@@ -100,9 +103,11 @@ class FindDuplicates(beam.PTransform):
 
     def expand(self, batches):
         grouped = (batches
-                   # (bucket, [Fingerprint, ...]) per bucket a batch meets
-                   | "ByBucket" >> beam.FlatMap(by_bucket, self._buckets)
-                   # (bucket, [[Fingerprint, ...], ...])
+                   # (bucket, FingerprintBatch) per bucket a batch meets; each
+                   # batch is pickled whole (BatchCoder), not row by row
+                   | "ByBucket" >> beam.FlatMap(by_bucket, self._buckets
+                                                ).with_output_types(Tuple[int, Batch])
+                   # (bucket, [FingerprintBatch, ...])
                    | "GroupBuckets" >> beam.GroupByKey())
         if self._dedupe is None:
             # DuplicatesPart per bucket

@@ -17,23 +17,26 @@ from typing import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 
-from ..schemas.duplicates import MAX_PAIRS, Fingerprint, key_value
+from ..schemas.duplicates import MAX_PAIRS, FingerprintBatch, key_value
 from .near_duplicates import FindNearDuplicates, ImageFingerprint, NearPair
 
 __all__ = ["FindNearImages", "NearPairsSummary", "image_fingerprints"]
 
 
-def image_fingerprints(batch: Sequence[Fingerprint], split_names: Sequence[str]
+def image_fingerprints(batch: FingerprintBatch, split_names: Sequence[str]
                        ) -> Iterator[ImageFingerprint]:
     """The hashed images of a batch of fingerprints, keyed by their key's
     value (a keyless row's by its row digest)."""
-    for fingerprint in batch:
-        if fingerprint.image_hash is None:
+    if batch.image_hashes is None:
+        return
+    splits = batch.split_indices().tolist()
+    for key, split, image_hash, path in zip(batch.keys, splits, batch.image_hashes, batch.paths):
+        if image_hash is None:
             continue
-        named = key_value(fingerprint.key)
-        key = named["key"] if named["key"] is not None else named["row_digest"]
-        yield ImageFingerprint(split_names[fingerprint.split], key, fingerprint.path,
-                               fingerprint.image_hash)
+        named = key_value(key)
+        yield ImageFingerprint(split_names[split],
+                               named["key"] if named["key"] is not None else named["row_digest"],
+                               path, image_hash)
 
 
 class NearPairsSummary(beam.CombineFn):
@@ -94,7 +97,7 @@ class NearPairsSummary(beam.CombineFn):
 
 
 class FindNearImages(beam.PTransform):
-    """``[Fingerprint, ...]`` batches -> one near-duplicate summary
+    """`FingerprintBatch`es -> one near-duplicate summary
     (`NearPairsSummary`) of the images hashed, at Hamming distance at most
     `threshold` (`near_duplicates.FindNearDuplicates`)."""
 

@@ -17,7 +17,7 @@ import apache_beam as beam
 
 import numpy as np
 
-from ..schemas.duplicates import Fingerprint, content_digests, keyless_key, origin_of
+from ..schemas.duplicates import FingerprintBatch, content_digests, keyless_key, origin_of
 from ..schemas.features import FeatureSpec
 from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
@@ -78,7 +78,7 @@ class BatchConversion:
     ("statistics", ((split, feature), FeatureStatistics)), per batch (text's)
     or, held, per run of batches (`convert`; `merge_statistics.partial_to_json`
     gives one as JSON), ("columns_seen", names) and, with duplicate
-    detection, ("fingerprints", [Fingerprint, ...]) per batch."""
+    detection, ("fingerprints", FingerprintBatch) per batch."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
@@ -188,25 +188,23 @@ class BatchConversion:
                 yield STATISTICS, keyed
 
     def _fingerprints(self, examples: HashedExamples, split_of: np.ndarray, batch
-                      ) -> list[Fingerprint]:
-        """Each good row's `Fingerprint`: its content digest over the checked
+                      ) -> FingerprintBatch:
+        """The good rows' fingerprints: each content digest over the checked
         features, made here from the Example bytes whichever path made them,
-        its split, its key (a keyless row's stands for its row digest), for
-        removal its origin, and for near-duplicate images the perceptual
-        hash the image reader gave (column ``image_hash``) and its path."""
+        split, key (a keyless row's stands for its row digest), for removal
+        origin, and for near-duplicate images the perceptual hash the image
+        reader gave (column ``image_hash``) and the path."""
         digests = content_digests([example for _, example in examples], self._checked_names)
-        origins = getattr(examples, "origins", None) or [b""] * len(examples)
-        fingerprints = [
-            Fingerprint(digest, split, key if key is not None else keyless_key(row_digest),
-                        origin)
-            for digest, split, (key, _), row_digest, origin
-            in zip(digests, split_of.tolist(), examples, examples.digests, origins)]
+        keys = [key if key is not None else keyless_key(row_digest)
+                for (key, _), row_digest in zip(examples, examples.digests)]
+        origins = b"".join(getattr(examples, "origins", None) or ())
+        hashes = paths = None
         if self._duplicates.image_hashes and not isinstance(batch, ColumnBatch):
             rows = [batch[index] for index in self._good_indices(len(examples))]
-            fingerprints = [fingerprint._replace(image_hash=row.values.get("image_hash"),
-                                                 path=row.source)
-                            for fingerprint, row in zip(fingerprints, rows)]
-        return fingerprints
+            hashes = [row.values.get("image_hash") for row in rows]
+            paths = [row.source for row in rows]
+        return FingerprintBatch(digests, split_of.astype("<u2").tobytes(), keys, origins,
+                                hashes, paths)
 
     def _good_indices(self, count: int):
         """The batch indices of the converter's last good rows."""
@@ -286,7 +284,7 @@ class RowsToExamples(beam.PTransform):
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
     duplicates: with a `DuplicateSetup`, once applied, the transform's
-      `fingerprints` attribute is a PCollection of ``[Fingerprint, ...]``
+      `fingerprints` attribute is a PCollection of one `FingerprintBatch`
       per batch (`schemas.duplicates`); else it stays None.
     watch_columns: columns to report when rows hold them: once applied, the
       transform's `columns_seen` attribute is a PCollection of tuples of
@@ -337,9 +335,9 @@ class RowsToExamples(beam.PTransform):
         # (column name, ...)
         self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select, COLUMNS_SEEN)
         if self._duplicates is not None:
-            # [Fingerprint, ...] per batch; no step at all when detection is off
-            self.fingerprints = tagged | "SelectFingerprints" >> beam.FlatMap(select,
-                                                                               FINGERPRINTS)
+            # FingerprintBatch per batch; no step at all when detection is off
+            self.fingerprints = tagged | "SelectFingerprints" >> beam.FlatMap(
+                select, FINGERPRINTS).with_output_types(Batch)
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
             examples=tagged | "SelectExamples" >> beam.FlatMap(select, EXAMPLES

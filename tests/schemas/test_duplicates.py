@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import pickle
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -46,8 +47,8 @@ def test_a_restricted_example_is_protobufs_example_of_those_features(row, chosen
     assert example == _protobuf(typed, NAMES)
     restricted = dup.restricted_example(example, frozenset(n.encode() for n in chosen))
     assert restricted == _protobuf(typed, sorted(chosen))
-    assert dup.content_digests([example], frozenset(n.encode() for n in chosen)) == [
-        hashlib.blake2b(restricted, digest_size=16).digest()]
+    assert dup.content_digests([example], frozenset(n.encode() for n in chosen)) == \
+        hashlib.blake2b(restricted, digest_size=16).digest()
 
 
 @settings(max_examples=50, deadline=None)
@@ -61,7 +62,8 @@ def test_native_and_python_digests_agree(examples):
         python = dup.content_digests(examples)
     finally:
         module.kernels = original
-    assert native == python == [hashlib.blake2b(e, digest_size=16).digest() for e in examples]
+    assert native == python == b"".join(hashlib.blake2b(e, digest_size=16).digest()
+                                        for e in examples)
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,11 +112,15 @@ def test_every_planted_duplicate_is_found_and_counted_in_any_bucketing(rows, buc
     fingerprints = [dup.Fingerprint(hashlib.blake2b(bytes([c]), digest_size=16).digest(), s, k)
                     for c, s, k in keyed]
     rng.shuffle(fingerprints)
-    batches = [fingerprints[i:i + 7] for i in range(0, len(fingerprints), 7)]
+    batches = [dup.FingerprintBatch.of(fingerprints[i:i + 7])
+               for i in range(0, len(fingerprints), 7)]
     grouped = {}
     for batch in batches:
         for bucket, items in by_bucket(batch, buckets):
             grouped.setdefault(bucket, []).append(items)
+    # Every row went to one bucket, and a pickled batch is the same batch.
+    assert sum(len(b) for lists in grouped.values() for b in lists) == len(fingerprints)
+    assert pickle.loads(pickle.dumps(batches[0])).keys == batches[0].keys
     parts = [bucket_duplicates(item) for item in grouped.items()]
     rng.shuffle(parts)
     found = dup.merge_parts(parts)
@@ -122,7 +128,7 @@ def test_every_planted_duplicate_is_found_and_counted_in_any_bucketing(rows, buc
     assert found.within == within and found.across == across
     assert (found.duplicate_rows, found.cross_split_rows, found.rows) == (
         duplicate, cross, len(rows))
-    whole = dup.find_duplicates(fingerprints)  # one bucket: the same first pairs
+    whole = dup.find_duplicates([dup.FingerprintBatch.of(fingerprints)])  # one bucket
     assert found == whole
     # Every later row of a split is paired with its split's first equal row.
     pairs = {(p.earlier, p.later) for p in map(dup.DuplicatePair._make, whole.pairs)}
@@ -135,7 +141,7 @@ def test_every_planted_duplicate_is_found_and_counted_in_any_bucketing(rows, buc
 
 def test_pairs_are_bounded():
     fingerprints = [dup.Fingerprint(b"\x01" * 16, 0, sortable_key(i)) for i in range(500)]
-    found = dup.find_duplicates(fingerprints)
+    found = dup.find_duplicates([dup.FingerprintBatch.of(fingerprints)])
     assert found.duplicate_rows == 499 and len(found.pairs) == dup.MAX_PAIRS
     assert found.pairs[0] == (0, (0, sortable_key(0)), (0, sortable_key(1)))
 
@@ -154,12 +160,13 @@ def test_removal_keeps_one_row_per_split_or_per_group(rows, mode, rng):
                                     sortable_key(i % 5), dup.origin_of("t.csv", i))
                     for i, (c, s) in enumerate(rows)]
     rng.shuffle(fingerprints)
-    found, left, removals = dup.find_and_remove(fingerprints, mode)
-    assert found == dup.find_duplicates(fingerprints)
+    batch = dup.FingerprintBatch.of(fingerprints)
+    found, left, removals = dup.find_and_remove([batch], mode)
+    assert found == dup.find_duplicates([batch])
     removed = {removal.origin for removal in removals}
     assert len(removed) == len(removals)
     kept = [f for f in fingerprints if f.origin not in removed]
-    assert left == dup.find_duplicates(kept)
+    assert left == dup.find_duplicates([dup.FingerprintBatch.of(kept)])
     if mode == "across_splits":
         assert len(removals) == found.duplicate_rows and left.duplicate_rows == 0
         assert len({f.digest for f in kept}) == len(kept)
@@ -175,4 +182,5 @@ def test_removal_keeps_one_row_per_split_or_per_group(rows, mode, rng):
         assert (row.split, row.key) == removal.later
     # Deterministic: the same removals whatever the order the rows came in.
     rng.shuffle(fingerprints)
-    assert sorted(dup.find_and_remove(fingerprints, mode)[2]) == sorted(removals)
+    again = dup.find_and_remove([dup.FingerprintBatch.of(fingerprints)], mode)[2]
+    assert sorted(again) == sorted(removals)
