@@ -18,7 +18,7 @@ from typing import Callable
 
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-__all__ = ["COPIES", "KINDS", "encode", "scene"]
+__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of"]
 
 _PHOTOS = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples" / "flowers")
                  .glob("*/*_0[0-9][0-9].*"))
@@ -60,8 +60,8 @@ def _texture(rng: random.Random, size: tuple[int, int]) -> Image.Image:
                                for _ in range(3)])
 
 
-def _photo(rng: random.Random, size: tuple[int, int]) -> Image.Image:
-    with Image.open(rng.choice(_PHOTOS)) as photo:
+def _photo(rng: random.Random, size: tuple[int, int], source: Path) -> Image.Image:
+    with Image.open(source) as photo:
         photo = photo.convert("RGB")
         width, height = photo.size
         # The bundled samples are drawn symmetric flowers: an off-centre
@@ -72,6 +72,17 @@ def _photo(rng: random.Random, size: tuple[int, int]) -> Image.Image:
         x, y = rng.randint(0, width - crop_w), rng.randint(0, height - crop_h)
         picture = photo.crop((x, y, x + crop_w, y + crop_h)).resize(size, Image.Resampling.BICUBIC)
     return Image.blend(picture, _gradient(rng, size), rng.uniform(0.1, 0.3))
+
+
+def kind_of(seed: int) -> str:
+    """The kind `scene(seed)` draws."""
+    return random.Random(seed).choice(KINDS)
+
+
+def source_of(seed: int) -> int:
+    """Which bundled sample photo a photo scene crops: two scenes of one
+    source may overlap, so they are not distinct pictures."""
+    return seed % len(_PHOTOS)
 
 
 def scene(seed: int, kind: str | None = None) -> Image.Image:
@@ -85,7 +96,7 @@ def scene(seed: int, kind: str | None = None) -> Image.Image:
         return _shapes(rng, Image.new("RGB", size, _colour(rng)), rng.randint(3, 12))
     if kind == "texture":
         return Image.blend(_texture(rng, size), _gradient(rng, size), rng.uniform(0, 0.3))
-    return _photo(rng, size)
+    return _photo(rng, size, _PHOTOS[source_of(seed)])
 
 
 def encode(im: Image.Image, fmt: str = "JPEG", quality: int = 90) -> bytes:

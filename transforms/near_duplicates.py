@@ -6,31 +6,35 @@ and gives a PCollection of `NearPair`, each pair once, ordered so that
 ``(split_a, key_a) < (split_b, key_b)``; identical hashes (distance 0) are
 pairs too. The search never compares all pairs:
 
-* Banding (pigeonhole). The 64 bits are cut into ``threshold + 2`` bands of
-  nearly equal width. Two hashes within `threshold` bits differ in at most
-  `threshold` bands, so at least two bands are equal in both; every image
-  is therefore keyed by each *pair* of its bands (``C(threshold + 2, 2)``
-  bucket keys: the pair's index and the two bands' bits), and any two
-  images within the threshold share at least one bucket. Only images in a
-  common bucket are compared (Hamming distance, confirmed <= threshold).
-  Keying by a pair of bands rather than by one band doubles the bits of a
-  key (10-12 bits at the default threshold instead of 5-6): a bucket holds
-  about 1/1,600 of the images rather than 1/40, so buckets stay small as
-  the data grows, for ``C(threshold + 2, 2)`` keys per image (66 at the
-  default) instead of ``threshold + 1``.
-* Each pair once. Two close images share several buckets; a pair is given
-  only by the first of them (in key order) that was compared, a rule each
-  bucket decides from the two hashes alone: no second shuffle to dedupe.
+* Banding (pigeonhole). The 64 bits are cut into ``threshold + 1`` bands of
+  nearly equal width (5-6 bits at the default threshold). Two hashes within
+  `threshold` bits differ in at most `threshold` bands, so at least one
+  band is equal in both; every image is keyed by each of its bands (the
+  band's index and bits), so any two images within the threshold share a
+  bucket. Only images in a common bucket are compared (Hamming distance,
+  vectorised, confirmed <= threshold). ``bands_per_key=2`` cuts
+  ``threshold + 2`` bands instead and keys an image by every *pair* of
+  them (at least two bands are then equal): keys of twice the bits, so
+  buckets about 40 times smaller, for ``C(threshold + 2, 2)`` keys per
+  image (66 at the default threshold, against 11): for collections of
+  millions of images.
+* Batches. Fingerprints are bucketed a batch at a time, and a batch sends
+  one element per bucket it touches: the runner's cost is per element, and
+  with 11 keys of 5-6 bits a batch of 4,096 touches at most 704 buckets.
+* Each pair once. Two close images may share several buckets; a pair is
+  given only by the first of them (in key order) that was compared, a rule
+  each bucket decides from the two hashes alone: no second shuffle.
 * Bounded buckets. A bucket with more than `max_bucket` members is not
   compared: its members are counted in the Beam counter
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold the 10-bit keys pass 1,000 members near a
-  million images). What is given up: a pair is missed when every bucket the
-  two share is over the cap (inside a large group of near-identical images,
-  most pairs). In return the work is at most ``max_bucket / 2`` comparisons
-  per image and bucket key, and a worker holds one bucket of at most
+  at the default threshold and cap, past about 300,000 images with one band
+  per key, 10 million with two). What is given up: a pair is missed when
+  every bucket the two share is over the cap (inside a large group of
+  near-identical images, most pairs). In return the work is at most
+  ``max_bucket / 2`` comparisons per image and key (vectorised: ~16 µs per
+  image and key at the cap), and a worker holds one bucket of at most
   `max_bucket` fingerprints at a time.
 
 Per-image and per-bucket logic are plain functions (`Banding`,
@@ -43,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import operator
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 
 import apache_beam as beam
@@ -51,14 +56,19 @@ import numpy as np
 from ..schemas.image_hash import HASH_BITS
 from .metrics import METRICS_NAMESPACE
 
-__all__ = ["DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "Banding", "FindNearDuplicates",
-           "ImageFingerprint", "NearPair", "bucket_pairs"]
+__all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "Banding",
+           "FindNearDuplicates", "ImageFingerprint", "NearPair", "bucket_members",
+           "bucket_pairs"]
 
 # Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md):
 # every planted copy but the rare worst crops within it, and no two distinct
 # natural-looking images of the benchmark within it.
 DEFAULT_THRESHOLD = 10
-DEFAULT_MAX_BUCKET = 1000
+DEFAULT_MAX_BUCKET = 10_000
+DEFAULT_BANDS_PER_KEY = 1
+# Fingerprints keyed together: a batch sends one element per bucket key it
+# touches, not one per image and key (the runner's cost is per element).
+_BATCH = 4096
 # Bands of at least 2 bits: beyond this threshold a bucket key has so few
 # bits that buckets fill past any cap.
 MAX_THRESHOLD = 30
@@ -85,12 +95,13 @@ class NearPair(NamedTuple):
     distance: int
 
 
-def _masks(threshold: int) -> tuple[int, ...]:
-    """`threshold + 2` bit masks of nearly equal width covering 64 bits."""
-    count = threshold + 2
+def _masks(count: int) -> tuple[int, ...]:
+    """`count` bit masks of nearly equal width covering the 64 bits, the
+    wider ones last: the last holds the DC bit (bit 63), which is almost
+    always set, so it needs a bit more to spread its images as widely."""
     masks, start = [], 0
     for band in range(count):
-        width = HASH_BITS // count + (band < HASH_BITS % count)
+        width = HASH_BITS // count + (band >= count - HASH_BITS % count)
         masks.append(((1 << width) - 1) << start)
         start += width
     return tuple(masks)
@@ -98,41 +109,44 @@ def _masks(threshold: int) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Banding:
-    """The bands of one threshold and the bucket keys they give a hash."""
+    """The bands of one threshold and the bucket keys they give a hash:
+    ``threshold + bands_per_key`` bands, keyed by every `bands_per_key` of them."""
 
     threshold: int
+    bands_per_key: int = DEFAULT_BANDS_PER_KEY
 
     def __post_init__(self):
         if not (isinstance(self.threshold, int) and 0 <= self.threshold <= MAX_THRESHOLD):
             raise ValueError(f"near-duplicate threshold: expected an integer 0-{MAX_THRESHOLD} "
                              f"(bits of 64 that may differ), got {self.threshold!r}")
+        if self.bands_per_key not in (1, 2):
+            raise ValueError(f"bands_per_key: expected 1 or 2, got {self.bands_per_key!r}")
 
     @functools.cached_property
     def masks(self) -> tuple[int, ...]:
-        return _masks(self.threshold)
+        return _masks(self.threshold + self.bands_per_key)
 
     @functools.cached_property
-    def pairs(self) -> tuple[tuple[int, int], ...]:
-        """The band pairs, in key order: index i of a key is pairs[i]."""
-        return tuple(itertools.combinations(range(len(self.masks)), 2))
+    def combinations(self) -> tuple[tuple[int, ...], ...]:
+        """The bands of each key, in key order: index i of a key is combinations[i]."""
+        return tuple(itertools.combinations(range(len(self.masks)), self.bands_per_key))
 
-    def key(self, index: int, value: int) -> tuple[int, int]:
-        first, second = self.pairs[index]
-        return index, value & (self.masks[first] | self.masks[second])
+    @functools.cached_property
+    def _key_masks(self) -> tuple[int, ...]:
+        return tuple(functools.reduce(operator.or_, (self.masks[b] for b in bands))
+                     for bands in self.combinations)
 
     def keys(self, value: int) -> list[tuple[int, int]]:
-        """The bucket keys of a hash: (pair index, the hash's bits of the pair)."""
-        return [self.key(index, value) for index in range(len(self.pairs))]
+        """The bucket keys of a hash: (key index, the hash's bits of its bands)."""
+        return [(index, value & mask) for index, mask in enumerate(self._key_masks)]
 
     def first_key(self, a: int, b: int, skipped: Mapping) -> tuple[int, int] | None:
         """The first bucket key (in key order) two hashes share that is not
         in `skipped`; None when they share none."""
-        equal = [not (a ^ b) & mask for mask in self.masks]
-        for index, (first, second) in enumerate(self.pairs):
-            if equal[first] and equal[second]:
-                key = self.key(index, a)
-                if key not in skipped:
-                    return key
+        differ = a ^ b
+        for index, mask in enumerate(self._key_masks):
+            if not differ & mask and (index, a & mask) not in skipped:
+                return index, a & mask
         return None
 
 
@@ -162,10 +176,10 @@ def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPai
 
 def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], banding: Banding,
                  skipped: Mapping) -> Iterator[NearPair]:
-    """The pairs one bucket reports: members within the threshold whose
-    first shared bucket outside `skipped` is this one (so each pair comes
-    from exactly one bucket)."""
-    members = sorted(members, key=lambda fp: (fp.split, fp.key))
+    """The pairs one bucket reports: members (ImageFingerprint or its plain
+    tuple) within the threshold whose first shared bucket outside `skipped`
+    is this one (so each pair comes from exactly one bucket)."""
+    members = sorted(map(ImageFingerprint._make, members), key=lambda fp: (fp.split, fp.key))
     hashes = np.array([fp.hash for fp in members], dtype=np.uint64)
     for i in range(len(members) - 1):
         distances = _popcount(hashes[i + 1:] ^ hashes[i])
@@ -176,11 +190,21 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
                 yield _ordered(a, b, int(distances[j]))
 
 
-def _bucket_keys(fp: ImageFingerprint, banding: Banding
-                 ) -> Iterator[tuple[tuple[int, int], ImageFingerprint]]:
-    fp = check_fingerprint(fp)
-    for key in banding.keys(fp.hash):
-        yield key, fp
+def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding
+                   ) -> Iterator[tuple[tuple[int, int], list[tuple]]]:
+    """(bucket key, the batch's members of that bucket), for a batch of
+    fingerprints (checked). Members travel as plain tuples: Beam's coder
+    writes a tuple of str/int in about a third of a NamedTuple's bytes."""
+    buckets: dict[tuple[int, int], list[tuple]] = {}
+    for fp in batch:
+        member = tuple(check_fingerprint(fp))
+        for key in banding.keys(fp.hash):
+            buckets.setdefault(key, []).append(member)
+    return iter(buckets.items())
+
+
+def _size(entry: tuple[Any, list]) -> tuple[Any, int]:
+    return entry[0], len(entry[1])
 
 
 def _over_cap(entry: tuple[Any, int], max_bucket: int) -> bool:
@@ -188,7 +212,7 @@ def _over_cap(entry: tuple[Any, int], max_bucket: int) -> bool:
 
 
 class _DropFullBuckets(beam.DoFn):
-    """Passes (key, fingerprint) of buckets within the cap; counts the rest."""
+    """Passes (key, members) of buckets within the cap; counts the rest."""
 
     def __init__(self):
         self._skipped = beam.metrics.Metrics.counter(
@@ -196,39 +220,42 @@ class _DropFullBuckets(beam.DoFn):
 
     def process(self, element, skipped):
         if element[0] in skipped:
-            self._skipped.inc()
+            self._skipped.inc(len(element[1]))
         else:
             yield element
 
 
 def _pairs_of(entry, banding: Banding, skipped: Mapping) -> Iterator[NearPair]:
-    key, members = entry
-    return bucket_pairs(key, members, banding, skipped)
+    key, parts = entry
+    return bucket_pairs(key, itertools.chain.from_iterable(parts), banding, skipped)
 
 
 class FindNearDuplicates(beam.PTransform):
     """PCollection[ImageFingerprint] -> PCollection[NearPair] (module docstring)."""
 
     def __init__(self, threshold: int = DEFAULT_THRESHOLD,
-                 max_bucket: int = DEFAULT_MAX_BUCKET):
+                 max_bucket: int = DEFAULT_MAX_BUCKET,
+                 bands_per_key: int = DEFAULT_BANDS_PER_KEY):
         super().__init__()
-        self._banding = Banding(threshold)
+        self._banding = Banding(threshold, bands_per_key)
         if not (isinstance(max_bucket, int) and max_bucket >= 2):
             raise ValueError(f"max_bucket: expected an integer >= 2, got {max_bucket!r}")
         self._max_bucket = max_bucket
 
     def expand(self, fingerprints):
-        # ((pair index, bits), ImageFingerprint), C(threshold + 2, 2) per image
-        keyed = fingerprints | "BucketKeys" >> beam.FlatMap(_bucket_keys, self._banding)
-        # {(pair index, bits): members} of the buckets over the cap only: at
-        # most C(threshold + 2, 2) * images / max_bucket entries.
+        keyed = (fingerprints
+                 | "Batch" >> beam.BatchElements(min_batch_size=_BATCH, max_batch_size=_BATCH)
+                 # ((key index, bits), [ImageFingerprint]): a batch's members of a bucket
+                 | "BucketKeys" >> beam.FlatMap(bucket_members, self._banding))
+        # {(key index, bits): members} of the buckets over the cap only: at
+        # most (keys per image) * images / max_bucket entries.
         full = (keyed
-                | "KeysOnly" >> beam.Keys()
-                | "CountBuckets" >> beam.combiners.Count.PerElement()
+                | "BucketSizes" >> beam.Map(_size)
+                | "SumSizes" >> beam.CombinePerKey(sum)
                 | "OverCap" >> beam.Filter(_over_cap, self._max_bucket))
         skipped = beam.pvalue.AsDict(full)
         return (keyed
                 | "DropFullBuckets" >> beam.ParDo(_DropFullBuckets(), skipped)
-                # ((pair index, bits), [ImageFingerprint]) of at most max_bucket
+                # ((key index, bits), [[ImageFingerprint]]): at most max_bucket in all
                 | "GroupBuckets" >> beam.GroupByKey()
                 | "PairsInBucket" >> beam.FlatMap(_pairs_of, self._banding, skipped))

@@ -18,7 +18,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
 
 from recordforge.transforms.near_duplicates import (
-    DEFAULT_THRESHOLD, Banding, FindNearDuplicates, ImageFingerprint, NearPair, bucket_pairs)
+    DEFAULT_THRESHOLD, Banding, FindNearDuplicates, ImageFingerprint, NearPair, bucket_members,
+    bucket_pairs)
 
 SPLITS = ("test", "train", "validation")
 
@@ -57,12 +58,13 @@ def clustered_fingerprints(draw, threshold=DEFAULT_THRESHOLD):
     return fingerprints
 
 
-def plain_search(fingerprints, banding, max_bucket):
-    """FindNearDuplicates's steps without Beam: bucket, skip full buckets, pair."""
+def plain_search(fingerprints, banding, max_bucket, batch=7):
+    """FindNearDuplicates's steps without Beam: bucket in batches, skip full
+    buckets, pair."""
     buckets = defaultdict(list)
-    for fp in fingerprints:
-        for key in banding.keys(fp.hash):
-            buckets[key].append(fp)
+    for start in range(0, len(fingerprints), batch):
+        for key, members in bucket_members(fingerprints[start:start + batch], banding):
+            buckets[key] += members
     skipped = {key: len(members) for key, members in buckets.items()
                if len(members) > max_bucket}
     found = [pair for key, members in buckets.items() if key not in skipped
@@ -70,28 +72,31 @@ def plain_search(fingerprints, banding, max_bucket):
     return found, skipped
 
 
+@pytest.mark.parametrize("bands_per_key", [1, 2])
 @pytest.mark.parametrize("threshold", [0, 1, 5, DEFAULT_THRESHOLD, 14, 30])
-def test_bands_cover_the_hash_once(threshold):
-    masks = Banding(threshold).masks
-    assert len(masks) == threshold + 2
+def test_bands_cover_the_hash_once(threshold, bands_per_key):
+    masks = Banding(threshold, bands_per_key).masks
+    assert len(masks) == threshold + bands_per_key
     assert sum(masks) == (1 << 64) - 1  # disjoint (no carries) and complete
     widths = {bin(mask).count("1") for mask in masks}
     assert max(widths) - min(widths) <= 1
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 30), st.integers(0, 2**64 - 1), st.randoms(use_true_random=False))
-def test_hashes_within_the_threshold_share_a_bucket(threshold, value, rng):
-    banding = Banding(threshold)
+@given(st.integers(0, 30), st.integers(1, 2), st.integers(0, 2**64 - 1),
+       st.randoms(use_true_random=False))
+def test_hashes_within_the_threshold_share_a_bucket(threshold, bands_per_key, value, rng):
+    banding = Banding(threshold, bands_per_key)
     other = flipped(value, rng.randint(0, threshold), rng)
     shared = banding.first_key(value, other, {})
     assert shared is not None and shared in banding.keys(value) and shared in banding.keys(other)
 
 
 @settings(max_examples=60, deadline=None)
-@given(clustered_fingerprints())
-def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints):
-    found, skipped = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD), max_bucket=1000)
+@given(clustered_fingerprints(), st.integers(1, 2))
+def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints, bands_per_key):
+    found, skipped = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD, bands_per_key),
+                                  max_bucket=1000)
     assert not skipped
     assert len(found) == len(set(found))
     assert set(found) == brute_force(fingerprints, DEFAULT_THRESHOLD)
@@ -99,9 +104,10 @@ def test_search_finds_exactly_the_pairs_within_the_threshold_once(fingerprints):
 
 
 @settings(max_examples=60, deadline=None)
-@given(clustered_fingerprints(), st.integers(2, 6))
-def test_full_buckets_lose_only_pairs_with_no_other_bucket(fingerprints, max_bucket):
-    banding = Banding(DEFAULT_THRESHOLD)
+@given(clustered_fingerprints(), st.integers(2, 6), st.integers(1, 2))
+def test_full_buckets_lose_only_pairs_with_no_other_bucket(fingerprints, max_bucket,
+                                                          bands_per_key):
+    banding = Banding(DEFAULT_THRESHOLD, bands_per_key)
     found, skipped = plain_search(fingerprints, banding, max_bucket)
     assert len(found) == len(set(found))
     expected = {pair for pair in brute_force(fingerprints, DEFAULT_THRESHOLD)
@@ -128,6 +134,13 @@ def test_threshold_out_of_range_is_refused(threshold):
         FindNearDuplicates(threshold)
 
 
+@pytest.mark.parametrize("arguments, match", [({"max_bucket": 1}, "max_bucket"),
+                                              ({"bands_per_key": 3}, "bands_per_key")])
+def test_other_settings_out_of_range_are_refused(arguments, match):
+    with pytest.raises(ValueError, match=match):
+        FindNearDuplicates(**arguments)
+
+
 def test_a_hash_that_is_not_64_bits_names_the_image():
     bad = ImageFingerprint("train", "k7", "train/cat.jpg", 1 << 64)
     with pytest.raises(Exception, match=r"train/cat\.jpg.*'k7'.*64-bit"):
@@ -151,24 +164,28 @@ def _planted():
     return fingerprints
 
 
-@pytest.mark.parametrize("options", [
-    ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
-    ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]],
-    ids=["1-worker", "2-workers"])
-def test_pipeline_gives_the_brute_force_pairs_on_any_worker_count(options):
+ONE_WORKER = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+TWO_WORKERS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+
+
+@pytest.mark.parametrize("options, bands_per_key", [(ONE_WORKER, 1), (TWO_WORKERS, 1),
+                                                    (ONE_WORKER, 2)],
+                         ids=["1-worker", "2-workers", "pairs-of-bands"])
+def test_pipeline_gives_the_brute_force_pairs_on_any_worker_count(options, bands_per_key):
     fingerprints = _planted()
     expected = brute_force(fingerprints, DEFAULT_THRESHOLD)
     blank_pairs = {p for p in expected if p.key_a.startswith("blank")}
     assert len(blank_pairs) == 40 * 39 // 2 and len(expected) > len(blank_pairs) + 30
     pipeline = TestPipeline(options=PipelineOptions(options))
-    pairs = pipeline | beam.Create(fingerprints) | FindNearDuplicates()
+    pairs = pipeline | beam.Create(fingerprints) | FindNearDuplicates(
+        bands_per_key=bands_per_key)
     assert_that(pairs, equal_to(sorted(expected)))
     result = pipeline.run()
     result.wait_until_finish()
     assert _skipped(result) == 0
-    # With a cap of 30 the blank images' 66 buckets (40 members each, and
-    # any other image whose key falls in one) are skipped and their pairs lost.
-    banding = Banding(DEFAULT_THRESHOLD)
+    # With a cap of 30 the blank images' buckets (40 members each, and any
+    # other image whose key falls in one) are skipped and their pairs lost.
+    banding = Banding(DEFAULT_THRESHOLD, bands_per_key)
     sizes = defaultdict(int)
     for fp in fingerprints:
         for key in banding.keys(fp.hash):
@@ -179,11 +196,12 @@ def test_pipeline_gives_the_brute_force_pairs_on_any_worker_count(options):
             & set(banding.keys(_hash(fingerprints, pair.split_b, pair.key_b))) - full}
     assert not kept & blank_pairs and len(kept) > 30
     capped = TestPipeline(options=PipelineOptions(options))
-    pairs = capped | beam.Create(fingerprints) | FindNearDuplicates(max_bucket=30)
+    pairs = capped | beam.Create(fingerprints) | FindNearDuplicates(
+        max_bucket=30, bands_per_key=bands_per_key)
     assert_that(pairs, equal_to(sorted(kept)))
     result = capped.run()
     result.wait_until_finish()
-    assert _skipped(result) == sum(sizes[key] for key in full) >= 40 * 66
+    assert _skipped(result) == sum(sizes[key] for key in full) >= 40 * len(banding.combinations)
 
 
 def _skipped(result) -> int:

@@ -1,0 +1,203 @@
+"""The perceptual hash and the near-duplicate search: cost, recall, false positives.
+
+Prints, on one core:
+
+* cost: microseconds per image of `image_hash` beside the image checks
+  (`image_columns` in decode ``header``, ``auto`` (the default) and ``full``)
+  and ``imagehash.phash`` on the same images, the 3,000-image benchmark set
+  of `e2e_workloads.make_images` and natural-looking JPEG scenes; rounds
+  alternate the functions and the best round counts;
+* recall: the share of planted copies (`image_scenes.COPIES`: JPEG
+  re-encoded, resized by up to 10%, cropped by up to 5% of the area,
+  brightness by up to 10%) within the threshold, per kind of copy, and
+  their largest distances; also how far JPEG draft decoding moves a hash;
+* false positives: pairs `FindNearDuplicates` reports between different
+  pictures, and the share of images in any such pair, on the 3,000-image
+  set (200 distinct renders, each repeated: copies of one render are true
+  pairs) and on scenes (crops of one sample photo count as one picture);
+  its pairs are checked against a brute-force comparison of all pairs;
+* the search's time as the images grow (4x the fingerprints: ~4x the time).
+
+    python benchmarks/bench_image_hash.py [--scenes 1000] [--thresholds 6,8,10,12]
+        [--skip cost,recall,fp,growth]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import image_scenes  # noqa: E402
+from e2e_workloads import make_images  # noqa: E402
+
+from recordforge.schemas.image_hash import hamming, hash_image, image_hash  # noqa: E402
+from recordforge.transforms.near_duplicates import (  # noqa: E402
+    DEFAULT_THRESHOLD, FindNearDuplicates, ImageFingerprint)
+from recordforge.transforms.readers.images import ImageOptions, image_columns  # noqa: E402
+
+
+def per_image_us(functions: dict, images: list[bytes], rounds: int) -> dict[str, float]:
+    """Best round's microseconds per image of each function, rounds alternating."""
+    best = {name: float("inf") for name in functions}
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            for data in images:
+                function(data)
+            best[name] = min(best[name], (time.perf_counter() - start) / len(images))
+    return {name: seconds * 1e6 for name, seconds in best.items()}
+
+
+def bench_cost(sets: dict[str, list[bytes]], rounds: int) -> None:
+    import imagehash
+
+    functions = {f"check {mode}": (lambda data, o=ImageOptions(decode=mode, formats=("JPEG",)):
+                                   image_columns(data, "x.jpg", o))
+                 for mode in ("header", "auto", "full")}
+    functions["image_hash"] = image_hash
+    functions["imagehash.phash"] = lambda data: imagehash.phash(Image.open(io.BytesIO(data)))
+    print("\ncost, µs per image (best of alternating rounds; ratio: image_hash / this)")
+    for label, images in sets.items():
+        figures = per_image_us(functions, images, rounds)
+        mean_kb = sum(map(len, images)) / len(images) / 1000
+        print(f"  {label} ({len(images)} JPEGs, mean {mean_kb:.0f} KB)")
+        for name, us in figures.items():
+            print(f"    {name:<16} {us:>8.0f} µs  {figures['image_hash'] / us:>6.2f}x")
+
+
+def bench_recall(scenes: int, thresholds: list[int]) -> None:
+    distances: dict[str, list[int]] = {name: [] for name in image_scenes.COPIES}
+    draft = Counter()
+    for seed in range(scenes):
+        im = image_scenes.scene(seed)
+        jpeg = image_scenes.encode(im)
+        original = image_hash(jpeg)
+        draft[hamming(original, hash_image(Image.open(io.BytesIO(jpeg))))] += 1
+        rng = random.Random(seed)
+        for name, copy in image_scenes.COPIES.items():
+            distances[name].append(hamming(original, image_hash(copy(im, rng))))
+    print(f"\nrecall ({scenes} scenes, each kind of copy once), at thresholds {thresholds}")
+    for name, values in distances.items():
+        values.sort()
+        found = "  ".join(f"{sum(v <= t for v in values) / len(values):>8.2%}" for t in thresholds)
+        print(f"  {name:<13} {found}  p99 {values[int(len(values) * .99)]:>2}  max {values[-1]:>2}")
+    print(f"  JPEG draft decoding vs full decode, bits: {dict(sorted(draft.items()))}")
+
+
+def search(fingerprints: list[ImageFingerprint], threshold: int,
+           bands_per_key: int = 1) -> tuple[list, float]:
+    found: list = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, beam.Pipeline() as pipeline:
+        out = f"{tmp}/pairs"
+        _ = (pipeline | beam.Create(fingerprints)
+             | FindNearDuplicates(threshold, bands_per_key=bands_per_key)
+             | beam.Map(lambda pair: "\t".join(map(str, pair))) | beam.io.WriteToText(out))
+        pipeline.run().wait_until_finish()
+        for path in Path(tmp).glob("pairs*"):
+            found += [line.split("\t") for line in path.read_text().splitlines()]
+    return found, time.perf_counter() - start
+
+
+def brute_force_count(hashes: list[int], threshold: int) -> int:
+    values = np.array(hashes, dtype=np.uint64)
+    return sum(int((np.bitwise_count(values[i + 1:] ^ values[i]) <= threshold).sum())
+               for i in range(len(values) - 1))
+
+
+def bench_false_positives(label: str, items: list[tuple[str, bytes, str]],
+                          thresholds: list[int]) -> None:
+    """items: (key, bytes, the picture it shows); pairs of one picture are true."""
+    fingerprints = [ImageFingerprint("train" if i % 5 else "test", key, key, image_hash(data, key))
+                    for i, (key, data, _) in enumerate(items)]
+    picture = {key: source for key, _, source in items}
+    pairs, _ = search(fingerprints, max(thresholds))
+    assert len(pairs) == brute_force_count([fp.hash for fp in fingerprints], max(thresholds))
+    print(f"  {label}: {len(items)} images of {len(set(picture.values()))} pictures")
+    for threshold in thresholds:
+        within = [p for p in pairs if int(p[6]) <= threshold]
+        false = [p for p in within if picture[p[1]] != picture[p[4]]]
+        images = {p[1] for p in false} | {p[4] for p in false}
+        print(f"    threshold {threshold:>2}: {len(within) - len(false)} true pairs, "
+              f"{len(false)} false pairs; images in a false pair {len(images)} = "
+              f"{len(images) / len(items):.3%}"
+              + "".join(f"\n      {p[1]} ~ {p[4]}: {p[6]} bits" for p in false[:6]))
+
+
+def _create_only(fingerprints: list[ImageFingerprint]) -> float:
+    """Seconds of a pipeline that only creates and counts the fingerprints."""
+    start = time.perf_counter()
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(fingerprints) | beam.combiners.Count.Globally()
+    return time.perf_counter() - start
+
+
+def bench_growth(threshold: int) -> None:
+    """Random hashes; the time of a pipeline that only creates the same
+    fingerprints (Beam's Create is slow on the DirectRunner) is subtracted."""
+    rng = random.Random(5)
+    print("\nsearch time as the images grow (random hashes, DirectRunner, one process, "
+          "less a pipeline creating the same input)")
+    for bands_per_key in (1, 2):
+        base = None
+        for count in (5_000, 20_000, 80_000)[:2 + (bands_per_key == 1)]:
+            fingerprints = [ImageFingerprint("train", f"{i:08d}", f"{i}.jpg",
+                                             rng.getrandbits(64)) for i in range(count)]
+            created = _create_only(fingerprints)
+            _, seconds = search(fingerprints, threshold, bands_per_key)
+            per_image = (seconds - created) / count
+            base = base or per_image
+            print(f"  bands per key {bands_per_key}: {count:>6} fingerprints {seconds:>6.1f} s "
+                  f"(creating them {created:.1f} s), {per_image * 1e6:>5.0f} µs per image "
+                  f"({per_image / base:.2f}x the smallest)")
+
+
+def _picture(seed: int) -> str:
+    """Scenes cropped from one sample photo may overlap: one picture."""
+    kind = image_scenes.kind_of(seed)
+    return f"photo-source{image_scenes.source_of(seed)}" if kind == "photo" else f"{kind}{seed}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenes", type=int, default=1000)
+    parser.add_argument("--thresholds", default=f"6,8,{DEFAULT_THRESHOLD},12")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip", default="", help="comma-separated: cost,recall,fp,growth")
+    args = parser.parse_args(argv)
+    thresholds = sorted(int(t) for t in args.thresholds.split(","))
+    skip = set(args.skip.split(","))
+    with tempfile.TemporaryDirectory() as tmp:
+        make_images(Path(tmp), 3000)
+        files = sorted(Path(tmp).rglob("*.jpg"))
+        workload = [(str(p.relative_to(tmp)), p.read_bytes()) for p in files]
+    scenes = [(f"{image_scenes.kind_of(seed)}{seed}",
+               image_scenes.encode(image_scenes.scene(seed)), _picture(seed))
+              for seed in range(args.scenes)]
+    if "cost" not in skip:
+        bench_cost({"3,000-image set": [data for _, data in workload[:600]],
+                    "scenes": [data for _, data, _ in scenes]}, args.rounds)
+    if "recall" not in skip:
+        bench_recall(args.scenes, thresholds)
+    if "fp" not in skip:
+        print(f"\nfalse positives at thresholds {thresholds}")
+        # The set repeats 200 renders; equal bytes are one picture.
+        bench_false_positives("3,000-image set", [(k, d, d) for k, d in workload], thresholds)
+        bench_false_positives("scenes", scenes, thresholds)
+    if "growth" not in skip:
+        bench_growth(DEFAULT_THRESHOLD)
+
+
+if __name__ == "__main__":
+    main()
