@@ -27,7 +27,6 @@ from bench_statistics import build_once  # noqa: E402
 from e2e_workloads import config_yaml, make_images, make_table  # noqa: E402
 
 OFF = ("cache.enabled=false",)
-ON = OFF + ("validation.duplicates=true",)
 
 
 def main(argv=None) -> int:
@@ -36,7 +35,11 @@ def main(argv=None) -> int:
     parser.add_argument("--images", type=int, default=3000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--scratch", type=Path, default=None)
+    parser.add_argument("--on", default="true",
+                        help="the validation.duplicates value of the builds with it on "
+                             "(YAML), e.g. '{near_threshold: null}' for exact duplicates only")
     args = parser.parse_args(argv)
+    on_sets = OFF + (f"validation.duplicates={args.on}",)
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="rf-dupes-bench-"))
     workloads = [make_table(scratch / "table", args.rows)[0]] if args.rows else []
     if args.images:
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
             times = {True: [], False: []}
             for pair in range(args.pairs):
                 for on in ((True, False) if pair % 2 == 0 else (False, True)):
-                    times[on].append(build_once(config, scratch / "out", ON if on else OFF))
+                    times[on].append(build_once(config, scratch / "out", on_sets if on else OFF))
             for index, what in ((0, "wall"), (1, "CPU")):
                 on = [run[index] for run in times[True]]
                 off = [run[index] for run in times[False]]
