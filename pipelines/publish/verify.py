@@ -18,6 +18,9 @@ one, the byte offset and record index of the first fault:
   every other file it lists (dead letters, report) matches; every dead-letter
   file in the manifest exists and is listed; no file in the version
   directory is unaccounted for;
+* ``duplicates.json``, when present: read as untrusted input (size and
+  nesting limited), its shape, split names and counts agree with the
+  manifest (`duplicates.duplicates_problems`);
 * ``deep=True``: every record parses as a tf.train.Example whose features
   have the manifest's names, stored types and shapes, with vocabulary ids in
   range.

@@ -82,9 +82,11 @@ def _expected(frame: pd.DataFrame, split_of: dict[int, str], splits: list[str]) 
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_planted_duplicates_are_counted_exactly_and_the_same_on_two_workers(tmp_path, seed):
+def test_planted_duplicates_are_counted_exactly_and_the_same_on_two_workers(tmp_path, seed,
+                                                                           capsys):
     frame = _write_table(tmp_path / "t.csv", seed)
     assert _run(tmp_path, _config(tmp_path / "t.csv", tmp_path / "one")) == 0
+    summary = capsys.readouterr().err
     assert _run(tmp_path, _config(tmp_path / "t.csv", tmp_path / "two"), workers=2) == 0
     one = (tmp_path / "one/v1/duplicates.json").read_bytes()
     assert one == (tmp_path / "two/v1/duplicates.json").read_bytes()
@@ -95,6 +97,8 @@ def test_planted_duplicates_are_counted_exactly_and_the_same_on_two_workers(tmp_
     assert list(document["within_split"]) == splits  # configured order
     assert document["num_examples"] == document["rows_checked"] == len(frame)
     assert document["duplicate_rows"] > 0 and document["cross_split_rows"] > 0
+    assert (f"duplicates: {document['duplicate_rows']:,} rows equal an earlier row"
+            in summary)  # the build summary's line
     # Each pair's rows are equal, and the earlier one has the smaller key.
     by_id = frame.set_index("id")
     for pair in document["pairs"]:
