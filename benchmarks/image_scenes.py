@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 __all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of"]
@@ -31,9 +32,13 @@ def _colour(rng: random.Random) -> tuple[int, int, int]:
 
 def _gradient(rng: random.Random, size: tuple[int, int]) -> Image.Image:
     """A linear blend between two colours along a random direction."""
-    top, bottom = Image.new("RGB", size, _colour(rng)), Image.new("RGB", size, _colour(rng))
-    mask = Image.linear_gradient("L").rotate(rng.uniform(0, 360), expand=False)
-    return Image.composite(top, bottom, mask.resize(size))
+    angle = rng.uniform(0, 2 * np.pi)
+    ys, xs = np.mgrid[0:size[1], 0:size[0]]
+    along = xs * np.cos(angle) + ys * np.sin(angle)
+    weight = (along - along.min()) / max(1e-9, float(along.max() - along.min()))
+    start, end = np.array(_colour(rng)), np.array(_colour(rng))
+    pixels = start + weight[..., None] * (end - start)
+    return Image.fromarray(pixels.round().astype(np.uint8), "RGB")
 
 
 def _shapes(rng: random.Random, im: Image.Image, count: int) -> Image.Image:

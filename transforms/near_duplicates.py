@@ -7,7 +7,7 @@ and gives a PCollection of `NearPair`, each pair once, ordered so that
 pairs too. The search never compares all pairs:
 
 * Banding (pigeonhole). The 64 bits are cut into ``threshold + 1`` bands of
-  nearly equal width (5-6 bits at the default threshold). Two hashes within
+  nearly equal width (7-8 bits at the default threshold). Two hashes within
   `threshold` bits differ in at most `threshold` bands, so at least one
   band is equal in both; every image is keyed by each of its bands (the
   band's index and bits), so any two images within the threshold share a
@@ -15,12 +15,12 @@ pairs too. The search never compares all pairs:
   vectorised, confirmed <= threshold). ``bands_per_key=2`` cuts
   ``threshold + 2`` bands instead and keys an image by every *pair* of
   them (at least two bands are then equal): keys of twice the bits, so
-  buckets about 40 times smaller, for ``C(threshold + 2, 2)`` keys per
-  image (66 at the default threshold, against 11): for collections of
-  millions of images.
+  buckets about 100 times smaller, for ``C(threshold + 2, 2)`` keys per
+  image (45 at the default threshold, against 9): for collections of
+  many millions of images.
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 11 keys of 5-6 bits a batch of 4,096 touches at most 704 buckets.
+  with 9 keys of 7-8 bits a batch of 4,096 touches at most 1,280 buckets.
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order) that was compared, a rule
   each bucket decides from the two hashes alone: no second shuffle.
@@ -29,12 +29,12 @@ pairs too. The search never compares all pairs:
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold and cap, past about 300,000 images with one band
-  per key, 10 million with two). What is given up: a pair is missed when
-  every bucket the two share is over the cap (inside a large group of
-  near-identical images, most pairs). In return the work is at most
-  ``max_bucket / 2`` comparisons per image and key (vectorised: ~16 µs per
-  image and key at the cap), and a worker holds one bucket of at most
+  at the default threshold and cap, past about 1.3 million images with one
+  band per key, over 100 million with two). What is given up: a pair is
+  missed when every bucket the two share is over the cap (inside a large
+  group of near-identical images, most pairs). In return the work is at most
+  ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
+  per image and key at the cap), and a worker holds one bucket of at most
   `max_bucket` fingerprints at a time.
 
 Per-image and per-bucket logic are plain functions (`Banding`,
@@ -60,10 +60,11 @@ __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "
            "FindNearDuplicates", "ImageFingerprint", "NearPair", "bucket_members",
            "bucket_pairs"]
 
-# Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md):
-# every planted copy but the rare worst crops within it, and no two distinct
-# natural-looking images of the benchmark within it.
-DEFAULT_THRESHOLD = 10
+# Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): at 8
+# bits, 98.75% of planted 5% crops and >= 99.85% of other planted copies are
+# found, and 0.13% of distinct generated scenes pair falsely (0 at 6 bits,
+# with 96% of crops; 0.74% at 10, with 99.65%).
+DEFAULT_THRESHOLD = 8
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1
 # Fingerprints keyed together: a batch sends one element per bucket key it
@@ -159,13 +160,20 @@ def check_fingerprint(fp: ImageFingerprint) -> ImageFingerprint:
     return fp
 
 
-if hasattr(np, "bitwise_count"):  # numpy >= 2.0
-    _popcount = np.bitwise_count
-else:
-    _BYTE_BITS = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
+_BYTE_BITS = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
 
-    def _popcount(values: np.ndarray) -> np.ndarray:
-        return _BYTE_BITS[values.view(np.uint8)].reshape(-1, 8).sum(axis=1)
+
+def popcount_bytes(values: np.ndarray) -> np.ndarray:
+    """Bits set in each uint64, by a table of bytes (numpy < 2.0 has no
+    bitwise_count, and setup.py allows numpy 1.24)."""
+    octets = np.ascontiguousarray(values).view(np.uint8).reshape(*values.shape, 8)
+    return _BYTE_BITS[octets].sum(axis=-1, dtype=np.uint8)
+
+
+_popcount = getattr(np, "bitwise_count", popcount_bytes)
+
+
+_split_and_key = operator.itemgetter(0, 1)
 
 
 def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPair:
@@ -179,15 +187,34 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
     """The pairs one bucket reports: members (ImageFingerprint or its plain
     tuple) within the threshold whose first shared bucket outside `skipped`
     is this one (so each pair comes from exactly one bucket)."""
-    members = sorted(map(ImageFingerprint._make, members), key=lambda fp: (fp.split, fp.key))
-    hashes = np.array([fp.hash for fp in members], dtype=np.uint64)
-    for i in range(len(members) - 1):
-        distances = _popcount(hashes[i + 1:] ^ hashes[i])
-        for j in np.flatnonzero(distances <= banding.threshold):
-            a, b = members[i], members[i + 1 + j]
-            if (a.split, a.key) != (b.split, b.key) and \
-                    banding.first_key(a.hash, b.hash, skipped) == key:
-                yield _ordered(a, b, int(distances[j]))
+    members = sorted(members, key=_split_and_key)
+    for i, j, distance in _close_pairs(np.array([m[3] for m in members], dtype=np.uint64),
+                                       banding.threshold):
+        a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
+        if (a.split, a.key) != (b.split, b.key) and \
+                banding.first_key(a.hash, b.hash, skipped) == key:
+            yield _ordered(a, b, distance)
+
+
+# Distances computed per block of rows: at most this many at a time (2 MB
+# of uint64, cache-sized), whatever the bucket's size.
+_BLOCK_CELLS = 1 << 18
+
+
+def _close_pairs(hashes: np.ndarray, threshold: int) -> Iterator[tuple[int, int, int]]:
+    """(i, j, distance) for i < j with distance <= threshold, vectorised."""
+    count = len(hashes)
+    rows = max(1, _BLOCK_CELLS // max(1, count))
+    for start in range(0, count - 1, rows):
+        # The block's rows against the columns from its first row on: the
+        # upper triangle and the block's own small square.
+        distances = _popcount(hashes[start:start + rows, None] ^ hashes[None, start:])
+        close = distances <= threshold
+        if np.count_nonzero(close) <= min(rows, count - start):
+            continue  # the diagonal only (each hash with itself): the usual case
+        for i, j in zip(*np.nonzero(close)):
+            if i < j:
+                yield start + int(i), start + int(j), int(distances[i, j])
 
 
 def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding

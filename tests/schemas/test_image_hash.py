@@ -80,12 +80,12 @@ def _webp_lossless(im: Image.Image) -> bytes:
 @given(seeds, kinds, st.integers(40, 95))
 def test_jpeg_draft_decoding_stays_near_the_full_decode(seed, kind, quality):
     # The one documented difference from imagehash: a JPEG is decoded at a
-    # reduced scale (draft mode). It moves a hash by a few bits (at most 6
-    # over 300 scenes in benchmarks/bench_image_hash.py), well inside the
-    # threshold, so a JPEG still pairs with a lossless copy of itself.
+    # reduced scale (draft mode). It moves a hash by a few bits (6 or fewer
+    # for 1,995 of 2,000 scenes in benchmarks/bench_image_hash.py, 8 for the
+    # others), so a JPEG still pairs with a lossless copy of itself.
     data = scenes.encode(scenes.scene(seed, kind), "JPEG", quality)
     full = hash_image(Image.open(io.BytesIO(data)))
-    assert hamming(image_hash(data), full) <= 8
+    assert hamming(image_hash(data), full) <= DEFAULT_THRESHOLD
 
 
 @SETTINGS
