@@ -195,7 +195,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
             if show_progress:
                 progress.print_summary(result.manifest, output=result.url,
                                        wall_seconds=time.monotonic() - started,
-                                       duplicates=duplicates.document if duplicates else None)
+                                       notes=duplicates.summary_lines if duplicates else ())
         return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
 
 

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from ..schemas.native import path_note
 from ..transforms.layout import TMP_DIR, is_shard_file
@@ -51,7 +51,6 @@ __all__ = [
     "format_line",
     "human_bytes",
     "describe_inputs",
-    "describe_duplicates",
     "format_summary",
     "print_summary",
     "hide_beam_noise",
@@ -346,10 +345,9 @@ class BuildProgress:
 
 
 def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
-                   wall_seconds: float | None = None,
-                   duplicates: Mapping[str, Any] | None = None) -> str:
-    """The summary table of a published build, from its manifest (and its
-    duplicates.json document, when duplicate detection was on)."""
+                   wall_seconds: float | None = None, notes: Sequence[str] = ()) -> str:
+    """The summary table of a published build, from its manifest; `notes`
+    are lines of what else the build found (duplicates)."""
     rows = [("split", "examples", "shards", "bytes", "mean shard")]
     total_examples = total_shards = total_bytes = 0
     for split, info in manifest.get("splits", {}).items():
@@ -386,8 +384,7 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     inputs = describe_inputs(manifest)
     if inputs:
         out.append(f"input files: {inputs}")
-    if duplicates is not None:
-        out.append(f"duplicates: {describe_duplicates(duplicates)}")
+    out.extend(notes)
     out.append(f"row path: {path_note()}")  # the native kernels or pure Python, and why
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
@@ -395,30 +392,6 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     if output:
         out.append(f"output: {output}")
     return "\n".join(out)
-
-
-def describe_duplicates(document: Mapping[str, Any]) -> str:
-    """A duplicates.json document in words: ``"12 rows equal an earlier row
-    (0.12%); within train 10; across train/test 2"``. Shared by the summary
-    and the report."""
-    rows, fraction = document["duplicate_rows"], document["duplicate_fraction"]
-    parts = [f"{rows:,} rows equal an earlier row ({fraction:.2%})"]
-    within = ", ".join(f"{split} {count:,}" for split, count in document["within_split"].items()
-                       if count)
-    across = ", ".join(f"{pair} {count:,}" for pair, count in document["across_splits"].items()
-                       if count)
-    if within:
-        parts.append(f"within {within}")
-    if across:
-        parts.append(f"across {across}")
-    near = document.get("near_duplicates")
-    if near:
-        parts.append(f"{near['pairs']:,} near-duplicate image pairs (within "
-                     f"{near['threshold']} bits), {near['cross_split_pairs']:,} across splits")
-    if document.get("dedupe"):
-        parts.append(f"{document['removed']:,} removed ({document['dedupe']}), "
-                     f"{document['left']['duplicate_rows']:,} left")
-    return "; ".join(parts)
 
 
 def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
@@ -443,11 +416,11 @@ def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
 
 def print_summary(manifest: Mapping[str, Any], *, output: str | None = None,
                   wall_seconds: float | None = None, stream: TextIO | None = None,
-                  duplicates: Mapping[str, Any] | None = None) -> None:
+                  notes: Sequence[str] = ()) -> None:
     """Prints `format_summary` to `stream` (default stderr)."""
     stream = stream if stream is not None else sys.stderr
     stream.write(format_summary(manifest, output=output, wall_seconds=wall_seconds,
-                                duplicates=duplicates) + "\n")
+                                notes=notes) + "\n")
     stream.flush()
 
 

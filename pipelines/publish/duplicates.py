@@ -21,8 +21,8 @@ from .file_checks import Problem
 from .output import Output
 from .stats_files import dumps_json
 
-__all__ = ["DUPLICATES_FORMAT", "DuplicatesCheck", "duplicates_document", "duplicates_problems",
-           "gate_results"]
+__all__ = ["DUPLICATES_FORMAT", "DuplicatesCheck", "describe_duplicates", "duplicates_document",
+           "duplicates_problems", "gate_results"]
 
 DUPLICATES_FORMAT = 1
 # duplicates.json holds counts per split and pair of splits and at most
@@ -77,6 +77,30 @@ def duplicates_document(found: Mapping[str, Any], manifest: Mapping[str, Any],
             "cross_split_pairs": sum(near["across_splits"].values()),
             "examples": list(near["examples"])}
     return document
+
+
+def describe_duplicates(document: Mapping[str, Any]) -> str:
+    """A duplicates.json document in words: ``"12 rows equal an earlier row
+    (0.12%); within train 10; across train/test 2"``. Shared by the build
+    summary and the report."""
+    rows, fraction = document["duplicate_rows"], document["duplicate_fraction"]
+    parts = [f"{rows:,} rows equal an earlier row ({fraction:.2%})"]
+    within = ", ".join(f"{split} {count:,}" for split, count in document["within_split"].items()
+                       if count)
+    across = ", ".join(f"{pair} {count:,}" for pair, count in document["across_splits"].items()
+                       if count)
+    if within:
+        parts.append(f"within {within}")
+    if across:
+        parts.append(f"across {across}")
+    near = document.get("near_duplicates")
+    if near:
+        parts.append(f"{near['pairs']:,} near-duplicate image pairs (within "
+                     f"{near['threshold']} bits), {near['cross_split_pairs']:,} across splits")
+    if document.get("dedupe"):
+        parts.append(f"{document['removed']:,} removed ({document['dedupe']}), "
+                     f"{document['left']['duplicate_rows']:,} left")
+    return "; ".join(parts)
 
 
 def gate_results(document: Mapping[str, Any], max_fraction: float | None,
@@ -157,6 +181,12 @@ class DuplicatesCheck:
             return None
         return ("duplicate gates failed; nothing was published:\n"
                 + "\n".join(f"  {message}" for message in failed))
+
+    @property
+    def summary_lines(self) -> list[str]:
+        """The build summary's line, once the hook has run."""
+        return ([f"duplicates: {describe_duplicates(self.document)}"]
+                if self.document is not None else [])
 
     @property
     def report_sections(self) -> dict:

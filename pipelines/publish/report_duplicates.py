@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import fsspec
 
-from ..progress import describe_duplicates
+from .duplicates import describe_duplicates
 
 __all__ = ["duplicates_banner", "render_duplicates"]
 

@@ -29,6 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 BASE_STAGES = {"csv": 17, "images": 16}
 STATISTICS_STAGES = 4
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
+# Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
+# side input and buckets, and the one summary of its pairs).
+NEAR_DUPLICATE_STAGES = 5
 
 
 def _config(source: str, statistics: bool, label: bool, optional: bool,
@@ -85,5 +88,7 @@ def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics,
     assert _has(names, "TagColumnsSeen") == optional
     # A build's own graph hands the dead letters to the sink unflattened.
     assert not _has(names, "AllDeadLetters")
+    assert _has(names, "FindNearImages") == (duplicates and source == "images")
+    near = NEAR_DUPLICATE_STAGES if source == "images" else 0
     assert stages <= (BASE_STAGES[source] + STATISTICS_STAGES * statistics
-                      + DUPLICATES_STAGES * duplicates), names
+                      + (DUPLICATES_STAGES + near) * duplicates), names
