@@ -18,10 +18,10 @@ import fsspec
 from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from .key_sample import sample_bucket_bounds, uses_sampled_bounds
+from ..schemas.duplicates import merge_parts, render_part
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.stats import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
-from ..schemas.duplicates import merge_parts, render_part
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
 from ..transforms.near_pairs import FindNearImages
@@ -74,7 +74,9 @@ def write_result(parts: tuple, staging_url: str,
     watched: `watched_columns`; the result's ``unseen_columns`` names those
     no row held (feature -> column) and ``columns_seen`` some that rows did.
     split_names: the configured splits, which name the ``duplicates`` found
-    (`schemas.duplicates.render_part`) when duplicate detection is on."""
+    (`schemas.duplicates.render_part`; with removal also ``duplicates_left``)
+    when duplicate detection is on; ``near_duplicates`` is the one summary
+    of near-duplicate images (`transforms.near_pairs`)."""
     _, tagged = parts
     seen: set[str] = set()
     shards, dead_letter, num_input_rows = [], None, 0
@@ -219,7 +221,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         converted = source.rows | "ToExamples" >> to_examples
         rows, columns_seen = converted.examples, to_examples.columns_seen
         read_dead_letter, cache_use, spilled = source.dead_letter, None, False
-        # [Fingerprint, ...] per batch, or None with detection off
+        # FingerprintBatch per batch, or None with detection off
         fingerprints = to_examples.fingerprints
     duplicate_parts, removed = _duplicates(fingerprints, config, input_bytes)
     if removed is not None:
