@@ -23,18 +23,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_workloads import config_yaml, make_images, make_table  # noqa: E402
 
 
-def _build(config: Path, output: Path, stats_on: bool) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one build."""
+def build_once(config: Path, output: Path, sets: Sequence[str] = ()) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one build with `sets` (``--set`` values)."""
     shutil.rmtree(output, ignore_errors=True)
     command = [sys.executable, "-m", "recordforge.pipelines.cli", "build", str(config),
                "--output", str(output)]
-    if not stats_on:
-        command += ["--set", "validation.statistics=false"]
+    for value in sets:
+        command += ["--set", value]
     command += ["--", "--direct_running_mode=in_memory", "--direct_num_workers=1"]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -43,6 +44,11 @@ def _build(config: Path, output: Path, stats_on: bool) -> tuple[float, float]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(command)} failed")
     return wall, usage.ru_utime + usage.ru_stime
+
+
+def _build(config: Path, output: Path, stats_on: bool) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one build."""
+    return build_once(config, output, () if stats_on else ("validation.statistics=false",))
 
 
 def main(argv=None) -> int:

@@ -35,10 +35,11 @@ from . import progress, publish, scratch, signals
 from .cache import CacheState, cache_url, open_cache, prune_cache
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
-from .graph import build_pipeline, known_vocabularies
+from .graph import build_pipeline, known_vocabularies, near_threshold
 from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExistsError,
                       report)
-from .publish.gates import StatisticsCheck
+from .publish.duplicates import DuplicatesCheck
+from .publish.gates import BuildChecks, StatisticsCheck
 from .runners import default_beam_args, input_bytes, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
@@ -164,13 +165,15 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                       cache_state, input_bytes=total_input)
         _check_inputs_unchanged(staging, config, inputs)
 
-        # stats.json, drift.json against the version LATEST names, the gates.
-        statistics = StatisticsCheck.for_config(config)
+        # stats.json, drift.json against the version LATEST names, the gates;
+        # duplicates.json and its gates.
+        duplicates = DuplicatesCheck.for_config(config, near_threshold(config))
+        checks = BuildChecks.of(StatisticsCheck.for_config(config), duplicates)
 
         def write_report(staging_url: str, manifest: dict, label_counts: dict | None) -> None:
             report.write_staged_report(staging_url, manifest, label_counts=label_counts,
                                        wall_seconds=time.monotonic() - started,
-                                       **(statistics.report_sections if statistics else {}))
+                                       **(checks.report_sections if checks else {}))
 
         try:
             result = publish.finalize(
@@ -182,7 +185,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                 max_error_rate=config.dead_letter.max_error_rate,
                 max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
                 report_hook=write_report, describe=True, update_latest=update_latest,
-                inputs=inputs, statistics_hook=statistics, early_checks=early_checks)
+                inputs=inputs, statistics_hook=checks, early_checks=early_checks)
         except OSError as error:  # the filesystem failed (disk full, I/O error), not committed
             raise BuildFailed(f"publishing failed; nothing was published: "
                               f"{type(error).__name__}: {error}") from error
@@ -191,7 +194,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                 _prune_cache(cache_state, inputs, config.cache.keep_unused_days, staging)
             if show_progress:
                 progress.print_summary(result.manifest, output=result.url,
-                                       wall_seconds=time.monotonic() - started)
+                                       wall_seconds=time.monotonic() - started,
+                                       notes=duplicates.summary_lines if duplicates else ())
         return BuildResult.from_manifest(result.manifest, result.url, result.latest_updated)
 
 
@@ -239,7 +243,13 @@ def _open_cache(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
                 ) -> CacheState | None:
     """The build cache as the build starts, or None (off, an image source,
     or a cache that cannot be listed: the build then reads every input and
-    says why)."""
+    says why). Duplicate detection fingerprints every row as it is
+    converted, so a build with it reads every input (docs/duplicates.md)."""
+    if config.validation.duplicates is not None and config.cache.enabled \
+            and config.source.type != "images":
+        print("recordforge build: duplicate detection is on (validation.duplicates), so the "
+              "cache is not used: every input is read and converted", file=sys.stderr)
+        return None
     try:
         return open_cache(config, vocabularies)
     except (OSError, ValueError) as error:

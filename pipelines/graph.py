@@ -8,6 +8,7 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Mapping, NamedTuple, Sequence
 
@@ -17,10 +18,13 @@ import fsspec
 from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from .key_sample import sample_bucket_bounds, uses_sampled_bounds
+from ..schemas.duplicates import merge_parts, render_part
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.stats import StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
 from ..transforms.dead_letter_sink import WriteDeadLetters
+from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
+from ..transforms.near_pairs import FindNearImages
 from ..transforms.files import write_atomic
 from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.writer import ShardTuning, WriteShards, default_exchange
@@ -29,16 +33,21 @@ from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup
 from ..transforms.tagged import with_tag
-from ..transforms.to_examples import ConvertedRows, LabelCounting, RowsToExamples
+from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounting,
+                                      RowsToExamples)
 
-__all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies", "stage_build",
-           "watched_columns", "write_result"]
+__all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies",
+           "near_threshold", "stage_build", "watched_columns", "write_result"]
 
 
 def _read_source(config: DatasetConfig) -> beam.PTransform:
     source = config.source
     if source.type == "images":
-        return ReadImages(source.path, source.extensions, source.labels, source.image)
+        image = source.image
+        if near_threshold(config) is not None:
+            # Each image is hashed where its bytes are read and checked.
+            image = dataclasses.replace(image, perceptual_hash=True)
+        return ReadImages(source.path, source.extensions, source.labels, image)
     return ReadTable(source.path, source.type, extensions=source.extensions,
                      options=source.csv)
 
@@ -52,7 +61,8 @@ def watched_columns(config: DatasetConfig) -> dict[str, str]:
 
 
 def write_result(parts: tuple, staging_url: str,
-                 watched: Mapping[str, str] | None = None) -> str:
+                 watched: Mapping[str, str] | None = None,
+                 split_names: Sequence[str] | None = None) -> str:
     """Writes what the driver needs to publish: shard metadata, the
     dead-letter summary and the number of rows read. `parts` is the grouped
     ``(None, [(kind, value), ...])`` gathered from the whole pipeline
@@ -62,13 +72,20 @@ def write_result(parts: tuple, staging_url: str,
     rewrites the same file atomically.
 
     watched: `watched_columns`; the result's ``unseen_columns`` names those
-    no row held (feature -> column) and ``columns_seen`` some that rows did."""
+    no row held (feature -> column) and ``columns_seen`` some that rows did.
+    split_names: the configured splits, which name the ``duplicates`` found
+    (`schemas.duplicates.render_part`; with removal also ``duplicates_left``)
+    when duplicate detection is on; ``near_duplicates`` is the one summary
+    of near-duplicate images (`transforms.near_pairs`)."""
     _, tagged = parts
     seen: set[str] = set()
     shards, dead_letter, num_input_rows = [], None, 0
     label_counts: dict[str, dict[str, int]] = {}
     statistics: dict[str, dict[str, dict]] = {}
     cache_use: list[dict] = []
+    duplicates: list = []
+    left: list = []
+    result: dict = {}
     for kind, value in tagged:
         if kind == "shard":
             shards.append(value)
@@ -85,13 +102,23 @@ def write_result(parts: tuple, staging_url: str,
             statistics.setdefault(split, {})[feature] = entry
         elif kind == "cache_use":
             cache_use.append(value)
+        elif kind == "duplicates":
+            duplicates.append(value)
+        elif kind == "duplicates_left":
+            left.append(value)
+        elif kind == "near_duplicates":
+            result["near_duplicates"] = value
         else:
             num_input_rows += value
-    result = {"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
-              "dead_letter": dead_letter, "num_input_rows": num_input_rows,
-              "label_counts": label_counts, "statistics": statistics}
+    result.update({"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
+                   "dead_letter": dead_letter, "num_input_rows": num_input_rows,
+                   "label_counts": label_counts, "statistics": statistics})
     if cache_use:
         result["cache"] = cache_summary(cache_use)
+    if split_names is not None:
+        result["duplicates"] = render_part(merge_parts(duplicates), split_names)
+        if left:  # with removal: what the published version still holds
+            result["duplicates_left"] = render_part(merge_parts(left), split_names)
     if watched:
         result["unseen_columns"] = {feature: column for feature, column in watched.items()
                                     if column not in seen}
@@ -176,7 +203,11 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     as `StagedBuild.dead_letter` (else None).
     """
     output = config.output
+    fingerprints = None
     if isinstance(source, CachedConversion):
+        if config.validation.duplicates is not None:
+            raise ValueError("duplicate detection needs every row converted in this build: "
+                             "it cannot take rows from the build cache")
         converted, rows, columns_seen = source, source.rows, source.columns_seen
         read_dead_letter, cache_use = source.read_dead_letter, source.cache_use
         spilled = source.rows_are_runs
@@ -185,10 +216,18 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         # label_counts: ((split, label, examples), ...) for the report
         # statistics: ((split, feature), FeatureStatistics) per batch
         to_examples = RowsToExamples(config.features, vocabularies,
+                                     duplicates=_duplicate_setup(config),
                                      **_conversion_options(config, vocabularies))
         converted = source.rows | "ToExamples" >> to_examples
         rows, columns_seen = converted.examples, to_examples.columns_seen
         read_dead_letter, cache_use, spilled = source.dead_letter, None, False
+        # FingerprintBatch per batch, or None with detection off
+        fingerprints = to_examples.fingerprints
+    duplicate_parts, removed = _duplicates(fingerprints, config, input_bytes)
+    if removed is not None:
+        # The later copies leave before the shard writer, as dead letters.
+        rows, removed = rows | "DropDuplicates" >> DropDuplicateRows(
+            removed, config.split_names, config.validation.duplicates.dedupe)
     # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
     shards = rows | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
@@ -199,7 +238,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages
     dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),
-                  converted.dead_letter)
+                  converted.dead_letter) + ((removed,) if removed is not None else ())
     # One {"num_rows", "by_reason", "files", "samples"}; the sink takes the
     # parts unflattened: every multi-input Flatten is a stage of its own on
     # Beam's portable runners, and the sink flattens them once anyway.
@@ -214,6 +253,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
              # (source file, rows read) -> ("rows_read", n)
              source.counts | "RowsRead" >> beam.Map(_rows_read)]
     parts += _optional_parts(converted, columns_seen, config, vocabularies)
+    parts += duplicate_parts
     if cache_use is not None:
         # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
         parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
@@ -227,6 +267,40 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     # graph would pay a stage for a Flatten nobody reads.
     all_dead = (dead_parts | "AllDeadLetters" >> beam.Flatten()) if gather_dead_letters else None
     return StagedBuild(result, all_dead)
+
+
+def _duplicates(fingerprints: beam.PCollection | None, config: DatasetConfig,
+                input_bytes: int | None) -> tuple[list, beam.PCollection | None]:
+    """(the result's duplicates parts, the removals of `dedupe` or None):
+    nothing at all with detection off."""
+    if fingerprints is None:
+        return [], None
+    parts = []
+    threshold = near_threshold(config)
+    if threshold is not None:
+        # one summary of the image pairs within the threshold
+        parts.append(fingerprints
+                     | "FindNearImages" >> FindNearImages(threshold, config.split_names)
+                     | "TagNearDuplicates" >> beam.Map(with_tag, "near_duplicates"))
+    mode = config.validation.duplicates.dedupe
+    found = fingerprints | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes),
+                                                              dedupe=mode)
+    if mode is None:
+        # DuplicatesPart per digest bucket, added up by write_result
+        return parts + [found | "TagDuplicates" >> beam.Map(with_tag, "duplicates")], None
+    return parts + [found.found | "TagDuplicates" >> beam.Map(with_tag, "duplicates"),
+                    found.left | "TagDuplicatesLeft" >> beam.Map(with_tag, "duplicates_left")
+                    ], found.removals
+
+
+def near_threshold(config: DatasetConfig) -> int | None:
+    """The near-duplicate threshold of a build, or None when it finds no
+    near-duplicate images (detection off, no image source, or
+    ``near_threshold: null``)."""
+    duplicates = config.validation.duplicates
+    if duplicates is None or config.source is None or config.source.type != "images":
+        return None
+    return duplicates.near_threshold
 
 
 def _rows_read(file_and_count: tuple[str, int]) -> tuple[str, int]:
@@ -290,7 +364,24 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     staged = stage_build(source, config, staging_url=staging_url, vocabularies=vocabularies,
                          input_bytes=input_bytes, key_bounds=key_bounds)
     _ = staged.result | "WriteResult" >> beam.Map(write_result, staging_url,
-                                                  watched=watched_columns(config))
+                                                  watched=watched_columns(config),
+                                                  split_names=_duplicates_named(config))
+
+
+def _duplicates_named(config: DatasetConfig) -> tuple[str, ...] | None:
+    """The split names `write_result` names duplicates by, or None when
+    duplicate detection is off (the result then has no ``duplicates``)."""
+    return config.split_names if config.validation.duplicates is not None else None
+
+
+def _duplicate_setup(config: DatasetConfig) -> DuplicateSetup | None:
+    """What `RowsToExamples` needs to fingerprint rows, or None when
+    duplicate detection is off (``validation.duplicates``)."""
+    duplicates = config.validation.duplicates
+    if duplicates is None:
+        return None
+    return DuplicateSetup(duplicates.features, config.name, tuple(config.splits),
+                          duplicates.dedupe, image_hashes=near_threshold(config) is not None)
 
 
 def _label_counting(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]

@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Mapping, Sequence, TextIO
 
 from ..schemas.native import path_note
 from ..transforms.layout import TMP_DIR, is_shard_file
@@ -345,8 +345,9 @@ class BuildProgress:
 
 
 def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
-                   wall_seconds: float | None = None) -> str:
-    """The summary table of a published build, from its manifest."""
+                   wall_seconds: float | None = None, notes: Sequence[str] = ()) -> str:
+    """The summary table of a published build, from its manifest; `notes`
+    are lines of what else the build found (duplicates)."""
     rows = [("split", "examples", "shards", "bytes", "mean shard")]
     total_examples = total_shards = total_bytes = 0
     for split, info in manifest.get("splits", {}).items():
@@ -383,6 +384,7 @@ def format_summary(manifest: Mapping[str, Any], *, output: str | None = None,
     inputs = describe_inputs(manifest)
     if inputs:
         out.append(f"input files: {inputs}")
+    out.extend(notes)
     out.append(f"row path: {path_note()}")  # the native kernels or pure Python, and why
     if wall_seconds is not None:
         rate = f", {total_examples / wall_seconds:,.0f} examples/s" if wall_seconds > 0 else ""
@@ -413,10 +415,12 @@ def describe_inputs(manifest: Mapping[str, Any]) -> str | None:
 
 
 def print_summary(manifest: Mapping[str, Any], *, output: str | None = None,
-                  wall_seconds: float | None = None, stream: TextIO | None = None) -> None:
+                  wall_seconds: float | None = None, stream: TextIO | None = None,
+                  notes: Sequence[str] = ()) -> None:
     """Prints `format_summary` to `stream` (default stderr)."""
     stream = stream if stream is not None else sys.stderr
-    stream.write(format_summary(manifest, output=output, wall_seconds=wall_seconds) + "\n")
+    stream.write(format_summary(manifest, output=output, wall_seconds=wall_seconds,
+                                notes=notes) + "\n")
     stream.flush()
 
 

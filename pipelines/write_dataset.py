@@ -53,7 +53,8 @@ from .graph import known_vocabularies, stage_build, write_result
 from .key_sample import SAMPLE_ROWS, bounds_of_rows, uses_sampled_bounds
 from .publish import BuildFailed, report
 from .publish.manifest import load_manifest
-from .publish.gates import StatisticsCheck
+from .publish.duplicates import DuplicatesCheck
+from .publish.gates import BuildChecks, StatisticsCheck
 from .publish.staging import PIPELINE_LEASE, StagingRef
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
@@ -104,7 +105,9 @@ class _Publish(NamedTuple):
     runner: str
     verify: bool
     update_latest: bool
-    statistics: StatisticsCheck | None = None
+    statistics: BuildChecks | None = None
+    # The splits that name the duplicates found, or None with detection off.
+    duplicate_splits: tuple | None = None
 
 
 def publish_staged(parts: tuple, job: _Publish) -> dict:
@@ -117,7 +120,7 @@ def publish_staged(parts: tuple, job: _Publish) -> dict:
         return _already_published(staging, parts)
     for name in FINALIZE_FILES:  # an earlier attempt's, or the check of staged files fails
         out.remove(f"{staging.directory}/{name}")
-    write_result(parts, staging.url)
+    write_result(parts, staging.url, split_names=job.duplicate_splits)
 
     statistics = job.statistics
 
@@ -199,6 +202,13 @@ class WriteDataset(beam.PTransform):
                  key_sample: Iterable[Mapping[str, Any]] | None = None, **overrides: Any):
         super().__init__()
         self._config = load_config(config, overrides or None, rows_given=True)
+        duplicates = self._config.validation.duplicates
+        if duplicates is not None and duplicates.dedupe is not None:
+            # Removal tells rows apart by their file and row number, which a
+            # pipeline's own elements do not have.
+            raise ConfigError("validation.duplicates.dedupe", "removes rows of a build's own "
+                              "source only (a pipeline's elements have no file and row to tell "
+                              "equal rows apart); detect duplicates without it here")
         self._key_sample = None if key_sample is None else _sample_rows(key_sample)
         self._overwrite = overwrite
         self._update_latest = update_latest
@@ -246,7 +256,10 @@ class WriteDataset(beam.PTransform):
                 max_error_rate=config.dead_letter.max_error_rate,
                 max_errors=config.dead_letter.max_errors, runner=runner,
                 verify=self._verify, update_latest=self._update_latest,
-                statistics=StatisticsCheck.for_config(config))
+                statistics=BuildChecks.of(StatisticsCheck.for_config(config),
+                                          DuplicatesCheck.for_config(config)),
+                duplicate_splits=(tuple(config.split_names)
+                                  if config.validation.duplicates is not None else None))
             self._job = job  # what the publishing step was given (tests run it again)
             # one summary dict
             published = staged.result | "Publish" >> beam.Map(publish_staged, job)

@@ -62,6 +62,7 @@ REASONS: dict[str, str] = {
     "invalid_timestamp": "text of a timestamp feature is not ISO 8601 or does not match the feature's `format`",
     "nonexistent_time": "a local time of a timestamp feature falls in a daylight-saving gap of its `timezone` (the clocks skip it)",
     "ambiguous_time": "a local time of a timestamp feature happens twice in its `timezone` (a daylight-saving overlap) and `ambiguous` is `error`",
+    "duplicate": "the row equals an earlier row in the features `validation.duplicates` compares, and `validation.duplicates.dedupe` removes it (the record's `input.duplicate_of` names the row kept)",
     # stage "encode"
     "internal_error": "an unexpected error while converting the row (a bug: the message holds the traceback)",
 }

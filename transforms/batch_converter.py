@@ -70,6 +70,10 @@ class BatchConverter:
                     self._key_convert = self._encoder.converter(spec.name)
                     break
         self._native = NativeRows(specs, vocabularies, key_column, self._key_feature)
+        # The batch indices of the last converted batch's good rows, in the
+        # order of its examples (None: every row), for a caller that names
+        # each example's input row (duplicate removal's dead letters).
+        self.good_rows: list[int] | None = None
 
     def convert_batch(self, batch: Iterable[SourceRow]) -> tuple[list, list[dict]]:
         """RowBatch -> (ExampleBatch [(key, example)], [dead-letter dict]).
@@ -115,6 +119,7 @@ class BatchConverter:
         label_of = self._labeller(label, vocabulary) if label is not None else None
         label_source = self._encoder.source_of(label) if label is not None else None
         if None not in fast_examples:
+            self.good_rows = None
             if fast_labels is None:
                 fast_labels = (list(map(label_of, column(label_source))) if label is not None
                                else [None] * count)
@@ -147,6 +152,7 @@ class BatchConverter:
                 dead_letters.append(self._dead_letter(
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
+        self.good_rows = good
         return examples, labels, dead_letters, (
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 

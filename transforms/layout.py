@@ -21,6 +21,7 @@ verification, inspection and progress (in pipelines) agree on them::
         croissant.json                     CROISSANT_FILE
         stats.json                         STATS_FILE: statistics per split and feature
         drift.json                         DRIFT_FILE: against the previous version, and the gates
+        duplicates.json                    DUPLICATES_FILE: exact duplicates and leakage between splits
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
         <split>-<index:05d>-of-<count:05d>.tfrecord.index  index_file_name (uncompressed only)
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
@@ -41,6 +42,7 @@ __all__ = [
     "held_copy_name",
     "DEAD_LETTER_DIR",
     "DRIFT_FILE",
+    "DUPLICATES_FILE",
     "FAILED_DIR",
     "LATEST_FILE",
     "LATEST_TMP_SUFFIX",
@@ -89,9 +91,10 @@ FEATURES_FILE = "features.json"  # TFDS, uncompressed output only
 CROISSANT_FILE = "croissant.json"  # Croissant 1.1 JSON-LD
 STATS_FILE = "stats.json"  # statistics per split and feature
 DRIFT_FILE = "drift.json"  # against the version LATEST named, and the validation gates
+DUPLICATES_FILE = "duplicates.json"  # exact duplicates within and across splits, and their gates
 # What publishing writes into a staging directory, beside what the pipeline wrote.
 FINALIZE_FILES = (MANIFEST_FILE, SHA256SUMS_FILE, REPORT_FILE, DATASET_INFO_FILE, FEATURES_FILE,
-                  CROISSANT_FILE, STATS_FILE, DRIFT_FILE)
+                  CROISSANT_FILE, STATS_FILE, DRIFT_FILE, DUPLICATES_FILE)
 DEAD_LETTER_DIR = "dead_letter"
 
 # --- a staging directory (beside what becomes the version) ---------------------------

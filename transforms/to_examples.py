@@ -18,10 +18,12 @@ import apache_beam as beam
 
 import numpy as np
 
+from ..schemas.duplicates import FingerprintBatch, content_digests, keyless_key, origin_of
 from ..schemas.features import FeatureSpec
 from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
+from .duplicates import SourcedExamples
 from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -30,14 +32,16 @@ from .splits import HashedExamples, SplitAssigner
 from .merge_statistics import StatisticsSetup
 from .tagged import select
 
-__all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "LABEL_COUNTS", "STATISTICS",
-           "ConvertedRows", "LabelCounting", "RowsToExamples"]
+__all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "FINGERPRINTS",
+           "LABEL_COUNTS", "STATISTICS", "ConvertedRows", "DuplicateSetup", "LabelCounting",
+           "RowsToExamples"]
 
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
 LABEL_COUNTS = "label_counts"
 COLUMNS_SEEN = "columns_seen"
 STATISTICS = "statistics"
+FINGERPRINTS = "fingerprints"
 
 
 class LabelCounting(NamedTuple):
@@ -52,6 +56,19 @@ class LabelCounting(NamedTuple):
     splits: tuple[tuple[str, float], ...]
 
 
+class DuplicateSetup(NamedTuple):
+    """What `RowsToExamples` needs to fingerprint rows for duplicate
+    detection: the checked features (None: all), the dataset name and
+    splits that assign rows to splits exactly as the shard writer does,
+    and with `dedupe` (removal of the later copies) each row's origin."""
+
+    features: tuple[str, ...] | None
+    dataset_name: str
+    splits: tuple[tuple[str, float], ...]
+    dedupe: str | None = None
+    image_hashes: bool = False  # carry each image's perceptual hash and path
+
+
 class BatchConversion:
     """The work of `RowsToExamples` on one batch, as a plain object that the
     step's DoFn, and any DoFn that converts rows itself (the reusing reader
@@ -61,11 +78,13 @@ class BatchConversion:
     ("label_counts", ((split, label, examples), ...)), with statistics
     ("statistics", ((split, feature), FeatureStatistics)), per batch (text's)
     or, held, per run of batches (`convert`; `merge_statistics.partial_to_json`
-    gives one as JSON) and ("columns_seen", names)."""
+    gives one as JSON), ("columns_seen", names) and, with duplicate
+    detection, ("fingerprints", FingerprintBatch) per batch."""
 
     def __init__(self, specs, vocabularies, key_column, counting: LabelCounting | None,
                  watch_columns: Sequence[str] = (),
-                 statistics: StatisticsSetup | None = None):
+                 statistics: StatisticsSetup | None = None,
+                 duplicates: DuplicateSetup | None = None):
         # Plain values only: the converter (closures) is rebuilt on the worker.
         self._watch_columns = tuple(watch_columns)
         self._specs = tuple(specs)
@@ -73,10 +92,14 @@ class BatchConversion:
         self._key_column = key_column
         self._counting = counting
         self._statistics = statistics
+        self._duplicates = duplicates
 
     def setup(self):
         self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
-        splitting = self._counting or self._statistics
+        splitting = self._counting or self._statistics or self._duplicates
+        self._checked_names = (
+            frozenset(name.encode("utf-8") for name in self._duplicates.features)
+            if self._duplicates is not None and self._duplicates.features is not None else None)
         self._assigner = (SplitAssigner(splitting.dataset_name, splitting.splits)
                           if splitting is not None else None)
         self._rows_converted = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_converted")
@@ -123,15 +146,19 @@ class BatchConversion:
         reading unit); without, each batch gives its own."""
         if self._unseen:
             yield from self._columns_seen(batch)
-        counting, statistics = self._counting, self._statistics
+        counting, statistics, duplicates = self._counting, self._statistics, self._duplicates
         examples, labels, dead_letters, values = self._converter.convert_observed_batch(
             batch, counting.feature if counting else None,
             counting.vocabulary if counting else None,
             statistics.plan if statistics else None)
         if examples:
             self._rows_converted.inc(len(examples))
-            if counting is not None or statistics is not None:
+            if counting is not None or statistics is not None or duplicates is not None:
                 examples, split_of, label_counts = self._count(examples, labels)
+                if duplicates is not None:
+                    if duplicates.dedupe is not None:
+                        examples = self._sourced(examples, batch)
+                    yield FINGERPRINTS, self._fingerprints(examples, split_of, batch)
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
@@ -160,6 +187,41 @@ class BatchConversion:
         if self._held_statistics is not None:
             for keyed in self._held_statistics.flush():
                 yield STATISTICS, keyed
+
+    def _fingerprints(self, examples: HashedExamples, split_of: np.ndarray, batch
+                      ) -> FingerprintBatch:
+        """The good rows' fingerprints: each content digest over the checked
+        features, made here from the Example bytes whichever path made them,
+        split, key (a keyless row's stands for its row digest), for removal
+        origin, and for near-duplicate images the perceptual hash the image
+        reader gave (column ``image_hash``) and the path."""
+        digests = content_digests([example for _, example in examples], self._checked_names)
+        keys = [key if key is not None else keyless_key(row_digest)
+                for (key, _), row_digest in zip(examples, examples.digests)]
+        origins = b"".join(getattr(examples, "origins", None) or ())
+        hashes = paths = None
+        if self._duplicates.image_hashes and not isinstance(batch, ColumnBatch):
+            rows = [batch[index] for index in self._good_indices(len(examples))]
+            hashes = [row.values.get("image_hash") for row in rows]
+            paths = [row.source for row in rows]
+        return FingerprintBatch(digests, split_of.astype("<u2").tobytes(), keys, origins,
+                                hashes, paths)
+
+    def _good_indices(self, count: int):
+        """The batch indices of the converter's last good rows."""
+        good = self._converter.good_rows
+        return range(count) if good is None else good
+
+    def _sourced(self, examples: HashedExamples, batch) -> SourcedExamples:
+        """`examples` naming each row's input (file, row) and origin, from
+        the converter's good rows of `batch`."""
+        indices = self._good_indices(len(examples))
+        if isinstance(batch, ColumnBatch):
+            sources = [(batch.source, batch.first_row + index) for index in indices]
+        else:
+            sources = [(batch[index].source, batch[index].row) for index in indices]
+        return SourcedExamples(examples, examples.salt, examples.digests, sources,
+                               [origin_of(source, row) for source, row in sources])
 
     def _count(self, examples: list, labels: list[str | None]
                ) -> tuple[HashedExamples, np.ndarray, tuple]:
@@ -236,6 +298,9 @@ class RowsToExamples(beam.PTransform):
         feature, for `statistics.MergeStatistics` (empty without it).
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
+    duplicates: with a `DuplicateSetup`, once applied, the transform's
+      `fingerprints` attribute is a PCollection of one `FingerprintBatch`
+      per batch (`schemas.duplicates`); else it stays None.
     watch_columns: columns to report when rows hold them: once applied, the
       transform's `columns_seen` attribute is a PCollection of tuples of
       column names (each watched column a bundle meets, and the columns of
@@ -251,10 +316,13 @@ class RowsToExamples(beam.PTransform):
                  vocabularies: Mapping[str, Sequence[str]] | None = None,
                  key_column: str | None = None, count_labels: LabelCounting | None = None,
                  watch_columns: Sequence[str] = (),
-                 statistics: StatisticsSetup | None = None):
+                 statistics: StatisticsSetup | None = None,
+                 duplicates: DuplicateSetup | None = None):
         super().__init__()
         self._watch_columns = tuple(watch_columns)
         self.columns_seen = None
+        self.fingerprints = None
+        self._duplicates = duplicates
         self._specs = tuple(specs)
         self._vocabularies = dict(vocabularies or {})
         self._key_column = key_column
@@ -268,6 +336,8 @@ class RowsToExamples(beam.PTransform):
             SplitAssigner(count_labels.dataset_name, count_labels.splits)
         if statistics is not None:
             SplitAssigner(statistics.dataset_name, statistics.splits)
+        if duplicates is not None:
+            SplitAssigner(duplicates.dataset_name, duplicates.splits)
 
     def expand(self, batches):
         # ("examples", ExampleBatch) | ("dead_letter", dead-letter dict)
@@ -275,10 +345,14 @@ class RowsToExamples(beam.PTransform):
         # | ("statistics", ((split, feature), FeatureStatistics))
         tagged = batches | "ConvertBatches" >> beam.ParDo(_ConvertBatchesFn(
             self._specs, self._vocabularies, self._key_column, self._count_labels,
-            watch_columns=self._watch_columns, statistics=self._statistics)
-        ).with_output_types(TaggedBatch)
+            watch_columns=self._watch_columns, statistics=self._statistics,
+            duplicates=self._duplicates)).with_output_types(TaggedBatch)
         # (column name, ...)
         self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select, COLUMNS_SEEN)
+        if self._duplicates is not None:
+            # FingerprintBatch per batch; no step at all when detection is off
+            self.fingerprints = tagged | "SelectFingerprints" >> beam.FlatMap(
+                select, FINGERPRINTS).with_output_types(Batch)
         return ConvertedRows(
             # ExampleBatch = [(key, example)]
             examples=tagged | "SelectExamples" >> beam.FlatMap(select, EXAMPLES

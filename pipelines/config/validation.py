@@ -10,6 +10,8 @@ validation:
     label: {max_linf: 0.2}   # vocabulary and string features
     price: {max_js: 0.1, max_missing: 0.01, max_nonfinite: 0}
                              # numeric and bytes features; any feature; numeric features
+  duplicates: {max_fraction: 0.01, max_cross_split: 0}
+                             # exact duplicates (off by default; `config.duplicates`)
 ```
 
 A limit of ``null`` turns that gate off, so ``--set
@@ -28,11 +30,12 @@ from ...schemas.errors import ConfigError
 from ...schemas.features import FeatureSpec
 from ...schemas.stats import feature_kind
 from ..publish.versions import check_version_name
+from .duplicates import DuplicatesConfig, parse_duplicates
 from .keys import describe, section
 
 __all__ = ["ValidationConfig", "parse_validation"]
 
-_KEYS = ("statistics", "baseline", "max_row_change", "features")
+_KEYS = ("statistics", "baseline", "max_row_change", "features", "duplicates")
 _FEATURE_KEYS = ("max_linf", "max_js", "max_missing", "max_nonfinite")
 # More earlier versions than this is no longer a baseline but an archive
 # read on every build.
@@ -52,12 +55,14 @@ class ValidationConfig:
     gates: every configured gate (`schemas.drift.Gate`), in config order.
     baseline_version: the version compared with, pinned; baseline_last:
     compare with the last N published versions; both None: the version
-    LATEST names."""
+    LATEST names. duplicates: exact-duplicate detection and its gates, or
+    None (off)."""
 
     statistics: bool = True
     gates: tuple[Gate, ...] = ()
     baseline_version: str | None = None
     baseline_last: int | None = None
+    duplicates: DuplicatesConfig | None = None
 
 
 def _limit(value: Any, key: str, upper: float | None) -> float | None:
@@ -134,11 +139,13 @@ def parse_validation(value: Any, features: Sequence[FeatureSpec]) -> tuple[Valid
     if gates and not statistics:
         raise ConfigError("validation.statistics", "is false, but gates are configured; the "
                           "gates need statistics: remove the gates or set it to true")
+    duplicates, duplicates_resolved = parse_duplicates(data.get("duplicates"), features)
     resolved = {"statistics": statistics,
                 "baseline": (baseline_version or ({"last": baseline_last} if baseline_last
                                                   else "latest")),
                 "max_row_change": row_change,
-                "features": {name: dict(body) for name, body in (per_feature or {}).items()}}
+                "features": {name: dict(body) for name, body in (per_feature or {}).items()},
+                "duplicates": duplicates_resolved}
     return ValidationConfig(statistics=statistics, gates=tuple(gates),
                             baseline_version=baseline_version,
-                            baseline_last=baseline_last), resolved
+                            baseline_last=baseline_last, duplicates=duplicates), resolved

@@ -59,8 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ...transforms.files import sync_directory
-from ...transforms.layout import (DEAD_LETTER_DIR, DRIFT_FILE, FAILED_DIR, MANIFEST_FILE,
-                                  REPORT_FILE, RESULT_FILE, SHA256SUMS_FILE, STATS_FILE, TMP_DIR)
+from ...transforms.layout import (DEAD_LETTER_DIR, DRIFT_FILE, DUPLICATES_FILE, FAILED_DIR,
+                                  MANIFEST_FILE, REPORT_FILE, RESULT_FILE, SHA256SUMS_FILE,
+                                  STATS_FILE, TMP_DIR)
 from ...transforms.urls import redact_url
 from .. import signals
 from . import manifest as manifest_lib
@@ -383,8 +384,8 @@ def _keep_dead_letters(out: Output, staging: Staging) -> str | None:
 
 
 # The files besides shards and dead letters a failed build keeps under
-# .failed/ (the report hook's and the statistics hook's files).
-KEPT_FILES = (REPORT_FILE, STATS_FILE, DRIFT_FILE)
+# .failed/ (the report hook's and the statistics hooks' files).
+KEPT_FILES = (REPORT_FILE, STATS_FILE, DRIFT_FILE, DUPLICATES_FILE)
 
 
 def _keep_report(out: Output, staging: Staging) -> str | None:

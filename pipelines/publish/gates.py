@@ -22,7 +22,8 @@ from ...transforms.urls import redact_url
 from .baseline import Baseline, BaselineChoice, load_baselines
 from .stats_files import statistics_document, write_statistics
 
-__all__ = ["StatisticsCheck", "StatisticsOutcome", "check_statistics", "drift_document"]
+__all__ = ["BuildChecks", "StatisticsCheck", "StatisticsOutcome", "check_statistics",
+           "drift_document"]
 
 
 @dataclass
@@ -114,3 +115,30 @@ class StatisticsCheck:
         if self.outcome is None:
             return {}
         return {"statistics": self.outcome.stats, "drift": self.outcome.drift}
+
+
+class BuildChecks:
+    """Several of `finalize`'s statistics hooks as one (the statistics'
+    `StatisticsCheck`, the duplicates' `duplicates.DuplicatesCheck`): each
+    runs, every failure message is joined, and their report sections are
+    merged. Pickles as its hooks do."""
+
+    def __init__(self, hooks):
+        self._hooks = tuple(hook for hook in hooks if hook is not None)
+
+    @classmethod
+    def of(cls, *hooks) -> "BuildChecks | None":
+        """The hooks that are not None as one, or None when none is."""
+        checks = cls(hooks)
+        return checks if checks._hooks else None
+
+    def __call__(self, staging_url: str, manifest: dict, result: dict) -> str | None:
+        failures = [hook(staging_url, manifest, result) for hook in self._hooks]
+        return "\n".join(failure for failure in failures if failure) or None
+
+    @property
+    def report_sections(self) -> dict:
+        sections: dict = {}
+        for hook in self._hooks:
+            sections.update(hook.report_sections)
+        return sections

@@ -197,7 +197,8 @@ def write_report(version_dir: str, manifest: Mapping[str, Any], *,
                  throughput: Mapping[str, Any] | None = None,
                  statistics: Mapping[str, Any] | None = None,
                  drift: Mapping[str, Any] | None = None,
-                 previous: Mapping[str, Any] | None = None) -> str:
+                 previous: Mapping[str, Any] | None = None,
+                 duplicates: Mapping[str, Any] | None = None) -> str:
     """Writes ``<version_dir>/report.html`` (local path or fsspec URL) and
     returns its path. Dead-letter samples are read from the version's
     dead-letter files. previous: the stats.json drift compares with, for
@@ -205,7 +206,8 @@ def write_report(version_dir: str, manifest: Mapping[str, Any], *,
     page = render_report(manifest, thumbnails=thumbnails, label_counts=label_counts,
                          throughput=throughput,
                          dead_letter_samples=dead_letter_samples(version_dir, manifest),
-                         statistics=statistics, drift=drift, previous=previous)
+                         statistics=statistics, drift=drift, previous=previous,
+                         duplicates=duplicates)
     target = _join(version_dir, REPORT_FILE)
     fs, path = fsspec.core.url_to_fs(target)
     write_atomic(fs, path, page.encode("utf-8"))
@@ -231,9 +233,10 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
                         label_counts: Mapping[str, Mapping[str, int]] | None = None,
                         wall_seconds: float | None = None,
                         statistics: Mapping[str, Any] | None = None,
-                        drift: Mapping[str, Any] | None = None) -> str:
+                        drift: Mapping[str, Any] | None = None,
+                        duplicates: Mapping[str, Any] | None = None) -> str:
     """Writes the report into the staging directory (the `publish.finalize`
-    report hook), with the build's statistics and drift when given (and the
+    report hook), with the build's statistics, drift and duplicates when given (and the
     previous version's statistics for the drift charts, `previous_statistics`).
     Label counts are the pipeline's when given (split ->
     label -> examples), else counted from the staged shards; thumbnails
@@ -246,5 +249,5 @@ def write_staged_report(staging_url: str, manifest: Mapping[str, Any], *,
         label_counts, thumbnails = gather_samples(staging_url, manifest)
     return write_report(staging_url, manifest, thumbnails=thumbnails, label_counts=label_counts,
                         throughput=_throughput(manifest, wall_seconds),
-                        statistics=statistics, drift=drift,
+                        statistics=statistics, drift=drift, duplicates=duplicates,
                         previous=previous_statistics(staging_url, drift) if statistics else None)

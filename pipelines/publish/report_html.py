@@ -20,6 +20,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ..progress import describe_inputs, human_bytes
+from .report_duplicates import duplicates_banner, render_duplicates
 from .report_statistics import failure_banner, render_statistics
 from .report_values import timestamp_units
 
@@ -217,8 +218,10 @@ def render_report(manifest: Mapping[str, Any], *,
                   dead_letter_samples: Mapping[str, Mapping] | None = None,
                   statistics: Mapping[str, Any] | None = None,
                   drift: Mapping[str, Any] | None = None,
-                  previous: Mapping[str, Any] | None = None) -> str:
-    """The report page as HTML text. statistics/drift: the build's
+                  previous: Mapping[str, Any] | None = None,
+                  duplicates: Mapping[str, Any] | None = None) -> str:
+    """The report page as HTML text. duplicates: the build's
+    duplicates.json document (`report_duplicates`). statistics/drift: the build's
     stats.json and drift.json documents (gates, drift and per-feature
     sections, `report_statistics`); previous: the stats.json drift compares
     with (the drift charts draw both distributions). A build whose gates
@@ -234,6 +237,7 @@ def render_report(manifest: Mapping[str, Any], *,
     # A failed build says so before anything else: the page reads like a
     # published version's otherwise.
     body.append(failure_banner(drift))
+    body.append(duplicates_banner(duplicates))
     tool = manifest.get("tool") or {}
     body.append(f"<p class='meta'>created {_e(manifest.get('created', '?'))} · compression "
                 f"{_e(manifest.get('compression', '?'))} · runner {_e(tool.get('runner', '?'))}"
@@ -304,6 +308,7 @@ def render_report(manifest: Mapping[str, Any], *,
     # Gates, drift and per-feature statistics.
     body.append(render_statistics(statistics, drift,
                                   timestamp_units(manifest.get("features") or {}), previous))
+    body.append(render_duplicates(duplicates, thumbnail_data_uri))
 
     # Dead letters.
     dead = manifest.get("dead_letter") or {}

@@ -21,6 +21,9 @@ one, the byte offset and record index of the first fault:
   every other file it lists (dead letters, report) matches; every dead-letter
   file in the manifest exists and is listed; no file in the version
   directory is unaccounted for;
+* ``duplicates.json``, when present: read as untrusted input (size and
+  nesting limited), its shape, split names and counts agree with the
+  manifest (`duplicates.duplicates_problems`);
 * ``deep=True``: every record parses as a tf.train.Example whose features
   have the manifest's names, stored types and shapes, with vocabulary ids in
   range.
@@ -50,6 +53,7 @@ from ...transforms.layout import INDEX_SUFFIX, MANIFEST_FILE, SHA256SUMS_FILE
 from ...transforms.urls import redact_url
 from . import manifest as manifest_lib
 from .checksums import parse_sha256sums
+from .duplicates import duplicates_problems
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, list_version,
                             load_version_manifest, locate_version, read_limited)
 from .file_checks import FileCheck, Problem, ReadBack, check_file, check_read_back, check_stored
@@ -301,6 +305,7 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 report.problems.append(Problem(f"split {split!r}", f"holds {found} examples, "
                                                f"manifest says {summary['num_examples']}",
                                                code="split"))
+    report.problems += duplicates_problems(fs, version_dir, manifest)
     report.seconds = time.monotonic() - started
     return report
 

@@ -10,6 +10,7 @@ create, open for writing, rename or delete is traced (strace) and checked.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -136,3 +137,36 @@ def test_a_dask_cluster_without_shared_disk_builds_the_local_bytes_on_s3(
                          if not p.startswith((str(home) + "/", "/dev/", "/proc/")))
         assert outside == [], f"{home.name} wrote outside its directories: {outside[:20]}"
     assert list(driver.iterdir()) == []  # the driver's working directory stays empty
+
+
+def test_a_dask_cluster_finds_and_removes_the_direct_runners_duplicates(
+        cluster, moto, support, tmp_path):
+    """validation.duplicates with removal (its removals a side input, whose
+    producers the Dask runner runs again): the DirectRunner's bytes."""
+    address, _ = cluster
+    moto.create_bucket("dups")
+    rows = [f"{i},t{i % 700},{i % 3}" for i in range(3000)]
+    (tmp_path / "t.csv").write_text("id,text,n\n" + "\n".join(rows + rows[:20]) + "\n")
+    config = tmp_path / "dups.json"
+    config.write_text(json.dumps({
+        "name": "dups", "version": "1.0.0",
+        "source": {"type": "csv", "path": str(tmp_path / "t.csv")},
+        "features": {"id": {"type": "int64"}, "text": {"type": "string"},
+                     "n": {"type": "int64"}},
+        "splits": {"train": 0.6, "validation": 0.2, "test": 0.2}, "key": "id",
+        "output": {"path": "s3://dups/unused", "shard_size": "1MB"},
+        "dead_letter": {"max_error_rate": 1.0},
+        "validation": {"duplicates": {"features": ["text", "n"], "dedupe": "within_split"}}}))
+    env = support.base_env(**moto.env)
+    local = tmp_path / "local"
+    support.run_recordforge("build", config, "--output", local, env=env)
+    env = {**env, "DASK_SCHEDULER": address}
+    profile = support.run_recordforge("runner-args", "dask", env=env).stdout.split()
+    support.run_recordforge("build", config, "--output", "s3://dups/out", "--", *profile,
+                            env=env)
+    fs = moto.filesystem()
+    expected = (local / "1.0.0" / "duplicates.json").read_bytes()
+    assert fs.cat_file("dups/out/1.0.0/duplicates.json") == expected
+    assert json.loads(expected)["removed"] > 0
+    assert support.digests(fs, "dups/out/1.0.0") == support.digests(
+        fsspec.filesystem("file"), str(local / "1.0.0"))

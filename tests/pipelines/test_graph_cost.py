@@ -4,6 +4,7 @@ Every multi-input Flatten and every GroupByKey is a stage of its own on
 Beam's portable runners (~10 ms each on a small build, and every ParDo
 costs its construction and setup), so the graph of a small build is kept
 to what it uses: no statistics steps with ``validation.statistics: false``,
+no duplicate detection without ``validation.duplicates``,
 no label counting without a label, no column watch without optional
 features, and dead letters flattened once.
 """
@@ -27,9 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 # result), and what each feature adds at most.
 BASE_STAGES = {"csv": 17, "images": 16}
 STATISTICS_STAGES = 4
+DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
+# Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
+# side input and buckets, and the one summary of its pairs).
+NEAR_DUPLICATE_STAGES = 5
 
 
-def _config(source: str, statistics: bool, label: bool, optional: bool) -> dict:
+def _config(source: str, statistics: bool, label: bool, optional: bool,
+            duplicates: bool = False) -> dict:
     if source == "csv":
         features = {"flight_id": {"type": "int64", "min": 0},
                     "origin": {"type": "string", "max_bytes": 3}}
@@ -50,7 +56,7 @@ def _config(source: str, statistics: bool, label: bool, optional: bool) -> dict:
                            "labels": "directory"}}
     return {"name": "cost", "version": "v1", **data, "features": features,
             "output": {"path": "/nonexistent/out"},
-            "validation": {"statistics": statistics}}
+            "validation": {"statistics": statistics, "duplicates": duplicates}}
 
 
 def _graph(raw: dict) -> tuple[list[str], int]:
@@ -71,13 +77,18 @@ def _has(names: list[str], step: str) -> bool:
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=st.sampled_from(["csv", "images"]), statistics=st.booleans(),
-       label=st.booleans(), optional=st.booleans())
+       label=st.booleans(), optional=st.booleans(), duplicates=st.booleans())
 def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics, label,
-                                                             optional):
-    names, stages = _graph(_config(source, statistics, label, optional))
+                                                             optional, duplicates):
+    names, stages = _graph(_config(source, statistics, label, optional, duplicates))
+    assert _has(names, "FindDuplicates") == duplicates
+    assert _has(names, "ToExamples/SelectFingerprints") == duplicates
     assert _has(names, "MergeStatistics") == statistics
     assert _has(names, "TagLabelCounts") == label
     assert _has(names, "TagColumnsSeen") == optional
     # A build's own graph hands the dead letters to the sink unflattened.
     assert not _has(names, "AllDeadLetters")
-    assert stages <= BASE_STAGES[source] + STATISTICS_STAGES * statistics, names
+    assert _has(names, "FindNearImages") == (duplicates and source == "images")
+    near = NEAR_DUPLICATE_STAGES if source == "images" else 0
+    assert stages <= (BASE_STAGES[source] + STATISTICS_STAGES * statistics
+                      + (DUPLICATES_STAGES + near) * duplicates), names

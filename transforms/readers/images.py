@@ -61,6 +61,7 @@ from ...schemas.dead_letters import RowError
 from ...schemas.image_decode import (DECODE_ERRORS as _DECODE_ERRORS, classified as _classified,
                                      image_error as _error, open_image as _open,
                                      to_8bit as _to_8bit)
+from ...schemas.image_hash import image_hash
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "TENSORFLOW_FORMATS", "ImageOptions",
            "image_columns"]
@@ -92,6 +93,9 @@ class ImageOptions:
     encode_format: str | None = None
     encode_quality: int | None = None
     modes: tuple[str, ...] | None = None
+    # Also give each image's perceptual hash (column ``image_hash``; None
+    # when it cannot be computed): near-duplicate detection turns it on.
+    perceptual_hash: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -435,6 +439,25 @@ def image_columns(data: bytes, path: str, options: ImageOptions) -> dict:
     ``image_corrupt``, ``image_truncated``, ``image_format_not_allowed``,
     ``image_too_small`` or ``image_too_large``.
     """
+    columns = _checked_columns(data, path, options)
+    if options.perceptual_hash:
+        columns["image_hash"] = _perceptual_hash(data, path)
+    return columns
+
+
+def _perceptual_hash(data: bytes, path: str) -> int | None:
+    """The image's perceptual hash (`schemas.image_hash`), made here where
+    its bytes are in hand; None when it cannot be decoded for it (a check
+    that did not decode the pixels, `decode: header`, may pass such an
+    image: it is kept, and counted as not hashed, not dropped)."""
+    try:
+        return image_hash(data, path)
+    except RowError:
+        return None
+
+
+def _checked_columns(data: bytes, path: str, options: ImageOptions) -> dict:
+    """`image_columns` without the perceptual hash."""
     if not data:
         raise _error("empty_file", f"{path}: the image file is empty (0 bytes)")
     im = _open_checked(data, path, options)

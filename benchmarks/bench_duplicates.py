@@ -1,0 +1,69 @@
+"""What duplicate detection costs a build: the same build with it on and off, in alternating runs.
+
+    python benchmarks/bench_duplicates.py [--rows 200000] [--images 3000] [--pairs 3]
+
+Generates the end-to-end benchmark's table (CSV) and image set
+(`e2e_workloads.make_table`, `make_images`) into a scratch directory, then
+builds each with ``validation.duplicates`` on and off, one worker in one
+process, alternating the two (and which goes first) so that a slow spell
+of a shared machine falls on both. Both builds run with the build cache
+off (``cache.enabled=false``): duplicate detection reads every input
+anyway, and a first build with the cache on also writes its pieces, which
+would hide the cost measured here. Prints every run's wall and CPU time
+(`bench_statistics.build_once`) and the ratios of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_statistics import build_once  # noqa: E402
+from e2e_workloads import config_yaml, make_images, make_table  # noqa: E402
+
+OFF = ("cache.enabled=false",)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--scratch", type=Path, default=None)
+    parser.add_argument("--on", default="true",
+                        help="the validation.duplicates value of the builds with it on "
+                             "(YAML), e.g. '{near_threshold: null}' for exact duplicates only")
+    args = parser.parse_args(argv)
+    on_sets = OFF + (f"validation.duplicates={args.on}",)
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="rf-dupes-bench-"))
+    workloads = [make_table(scratch / "table", args.rows)[0]] if args.rows else []
+    if args.images:
+        workloads.append(make_images(scratch / "images", args.images))
+    try:
+        for workload in workloads:
+            config = scratch / f"{workload.name}.yaml"
+            config.write_text(config_yaml(workload, str(scratch / "out"), "none"))
+            times = {True: [], False: []}
+            for pair in range(args.pairs):
+                for on in ((True, False) if pair % 2 == 0 else (False, True)):
+                    times[on].append(build_once(config, scratch / "out", on_sets if on else OFF))
+            for index, what in ((0, "wall"), (1, "CPU")):
+                on = [run[index] for run in times[True]]
+                off = [run[index] for run in times[False]]
+                print(f"{workload.name} ({workload.rows:,} rows) {what} s: duplicates on "
+                      f"{', '.join(f'{t:.2f}' for t in on)}; off "
+                      f"{', '.join(f'{t:.2f}' for t in off)}; median ratio "
+                      f"{statistics.median(on) / statistics.median(off):.3f}", flush=True)
+    finally:
+        if args.scratch is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
