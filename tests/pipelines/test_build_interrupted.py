@@ -1,0 +1,189 @@
+"""`recordforge.build` stopped by an exception at any point cleans up after itself.
+
+A scheduler that calls the library stops a build by raising inside it:
+Airflow's ``execution_timeout`` raises ``AirflowTaskTimeout`` (a
+BaseException, not an Exception) from its SIGALRM handler wherever the main
+thread is; a notebook's Ctrl-C raises KeyboardInterrupt; a task's own code
+may call ``sys.exit``. Whatever escapes, and wherever: nothing is published
+(before the commit), the staging directory and owner file are gone (no dead
+build is left for the next one to clean), the build cache is kept, and the
+next build resumes from it and publishes the bytes of an uninterrupted
+build. The exceptions are raised at the boundaries of the build's phases
+(through the module attributes the build calls), and inside the pipeline
+while it reads its inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import recordforge
+from recordforge.pipelines import build as build_module
+from recordforge.pipelines.publish import finalizing, report, staging
+from recordforge.transforms.cache import steps
+
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+FILES = 3
+
+# (module, attribute, whether the version is published when the exception
+# is raised before / after the call): the phases of a build in the order it
+# runs them.
+PHASES = [
+    (build_module, "_open_cache", False, False),
+    (staging, "recover", False, False),
+    (staging, "published_identity", False, False),
+    (build_module, "build_pipeline", False, False),
+    (steps, "read_range", False, False),  # inside the running pipeline, once per input file
+    (build_module, "_close_runner_client", False, False),
+    (build_module, "_check_inputs_unchanged", False, False),
+    (finalizing, "read_pipeline_result", False, False),
+    (finalizing, "check_error_budget", False, False),
+    (report, "write_staged_report", False, False),
+    (finalizing, "write_sha256sums", False, False),
+    (finalizing, "_verify_staged", False, False),
+    (finalizing, "commit", False, True),
+    (finalizing, "write_latest", True, True),
+    (build_module, "_prune_cache", True, True),
+]
+
+
+class TaskTimeout(BaseException):
+    """As Airflow's AirflowTaskTimeout: a BaseException raised by a signal handler."""
+
+
+class StepFailed(Exception):
+    pass
+
+
+EXCEPTIONS = [KeyboardInterrupt, SystemExit, TaskTimeout, StepFailed, OSError, MemoryError]
+
+
+def _write_inputs(source: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    source.mkdir(parents=True, exist_ok=True)
+    for index in range(FILES):
+        lines = ["id,price,label"] + [
+            f"{index * 1000 + row},{rng.uniform(0, 100):.2f},{rng.choice('abc')}"
+            for row in range(rng.randint(20, 60))]
+        (source / f"part-{index}.csv").write_text("\n".join(lines) + "\n")
+
+
+def _config(source: Path, output: Path) -> dict:
+    return {
+        "name": "interrupted",
+        "version": "v1",
+        "source": {"type": "csv", "path": str(source)},
+        "features": {"id": {"type": "int64"}, "price": {"type": "float"},
+                     "label": {"type": "int64", "vocabulary": ["a", "b", "c"]}},
+        "splits": {"train": 0.8, "test": 0.2},
+        "key": "id",
+        "output": {"path": str(output), "shard_size": "1MB"},
+    }
+
+
+def _shards(version_dir: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(version_dir.glob("*.tfrecord*"))}
+
+
+def _raising(original, error: BaseException, before: bool, on_call: int):
+    calls = []
+
+    def wrapper(*args, **kwargs):
+        calls.append(None)
+        if before and len(calls) == on_call:
+            raise error
+        result = original(*args, **kwargs)
+        if not before and len(calls) == on_call:
+            raise error
+        return result
+    return wrapper
+
+
+def _caused_by(raised: BaseException, error: BaseException) -> bool:
+    while raised is not None:
+        if raised is error:
+            return True
+        raised = raised.__cause__ or raised.__context__
+    return False
+
+
+_SCRATCH: dict[int, dict[str, str]] = {}
+
+
+def _uninterrupted(root: Path, source: Path, seed: int) -> dict[str, str]:
+    """The shards of an uninterrupted build of seed's inputs, without the cache."""
+    if seed not in _SCRATCH:
+        recordforge.build({**_config(source, root / "scratch"), "cache": {"enabled": False}},
+                          beam_args=IN_MEMORY)
+        _SCRATCH[seed] = _shards(root / "scratch" / "v1")
+    return _SCRATCH[seed]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", PHASES, ids=[name for _, name, _, _ in PHASES])
+@settings(max_examples=1, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(kind=st.sampled_from(EXCEPTIONS), before=st.booleans(), on_call=st.integers(1, FILES),
+       seed=st.integers(0, 3))
+def test_an_exception_anywhere_leaves_no_staging_and_the_next_build_resumes(
+        tmp_path_factory, monkeypatch, phase, kind, before, on_call, seed):
+    root = tmp_path_factory.mktemp("interrupted")
+    source, output = root / "in", root / "out"
+    _write_inputs(source, seed)
+    module, name, published_before, published_after = phase
+    on_call = on_call if name == "read_range" else 1
+    error = kind(f"injected {'before' if before else 'after'} {name}")
+    with monkeypatch.context() as patch:
+        patch.setattr(module, name, _raising(getattr(module, name), error, before, on_call))
+        with pytest.raises(BaseException) as raised:
+            recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+    # Anything but an Exception escapes as what it is (a timeout stays a
+    # timeout; Beam re-raises one from a step as its type with the step's
+    # name); an Exception may be reported as the build's failure it caused.
+    assert type(raised.value) is kind or (isinstance(error, Exception)
+                                          and _caused_by(raised.value, error)), raised.value
+    staged = sorted(p.name for p in (output / ".staging").iterdir()) \
+        if (output / ".staging").exists() else []
+    assert staged == [], f"left behind after {kind.__name__} at {name}: {staged}"
+    published = published_before if before else published_after
+    assert (output / "v1" / "manifest.json").exists() == published
+    if published:
+        # Run again, the build finds it published (and moves LATEST to it if
+        # the exception came first) without building.
+        if (output / "LATEST").exists():
+            with pytest.raises(recordforge.VersionExistsError):
+                recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+        else:
+            assert recordforge.build(_config(source, output), beam_args=IN_MEMORY).version == "v1"
+    else:
+        assert not (output / "LATEST").exists()
+        resumed = recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+        cache = resumed.manifest["cache"]
+        assert cache["files_reused"] + cache["files_converted"] == FILES, cache
+    assert (output / "LATEST").read_text().strip() == "v1"
+    assert _shards(output / "v1") == _uninterrupted(root, source, seed)
+
+def test_a_timeout_after_the_pipeline_keeps_the_cache_and_the_next_build_reuses_all(
+        tmp_path, monkeypatch):
+    """A timeout once the pipeline has written the cache (while the build
+    checks what it staged): the retry converts nothing again."""
+    source, output = tmp_path / "in", tmp_path / "out"
+    _write_inputs(source, 7)
+    error = TaskTimeout("Timeout, PID: 1")
+    monkeypatch.setattr(finalizing, "read_pipeline_result",
+                        _raising(finalizing.read_pipeline_result, error, True, 1))
+    with pytest.raises(TaskTimeout):
+        recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+    assert list((output / ".staging").iterdir()) == []
+    assert not (output / "v1").exists()
+    monkeypatch.undo()
+    resumed = recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+    assert resumed.manifest["cache"]["files_reused"] == FILES, resumed.manifest["cache"]
+    assert resumed.manifest["cache"]["files_converted"] == 0
