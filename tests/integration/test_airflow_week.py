@@ -1,6 +1,7 @@
 """A week of nightly builds of examples/airflow_dag.py under a real Apache Airflow 3.
 
-Airflow runs the DAG (`airflow_nights.py`: what ``airflow dags test`` does,
+Airflow runs the DAG (`airflow_nights.py`: ``airflow dags test`` for
+nights 1 and 3, the function behind it in one process for the others,
 against a SQLite metadata database in a temporary AIRFLOW_HOME that
 ``airflow db migrate`` created), one logical date after another, into one
 output. Every outcome is read twice: from Airflow's metadata (the task
@@ -8,10 +9,11 @@ instance's state and try number, the earlier tries in its history, the
 value it returned) and from the output (LATEST, the versions, ``.failed/``,
 ``.staging/``, the shards' sha256 against an uninterrupted build):
 
-1. night 1 publishes;
+1. night 1 publishes (``airflow dags test`` exits 0);
 2. night 2, two input files changed, is incremental (the manifest's cache block);
 3. night 3 crosses a drift gate: the try fails, Airflow retries it, it fails
-   again; LATEST still names night 2, the report is kept under ``.failed/``;
+   again, the run fails (``airflow dags test`` exits 1); LATEST still names
+   night 2, each try's report is kept under ``.failed/``;
 4. night 4 is stopped by the task's ``execution_timeout`` while it verifies
    its staged shards (a slow disk): Airflow raises AirflowTaskTimeout inside
    ``recordforge.build`` (no process exits, so there is no exit status), the
@@ -140,6 +142,8 @@ def test_a_week_of_nightly_builds_under_airflow(tmp_path):
     plan = {"dag_file": str(DAG_FILE), "input": str(source), "output": str(output),
             "nights": [{"date": date, "inputs": str(nights[inputs])}
                        for date, inputs in zip(NIGHTS, order)]}
+    for night in (0, 2):  # a success and a failure as the command reports them
+        plan["nights"][night]["command"] = True
     plan["nights"][3].update(env={"RECORDFORGE_TIMEOUT": str(TIMEOUT)}, slow_verify_once=True)
     plan["nights"][6].update(conf={"update_latest": False})
     (tmp_path / "plan.json").write_text(json.dumps(plan))
@@ -156,7 +160,7 @@ def test_a_week_of_nightly_builds_under_airflow(tmp_path):
     # Night 1 publishes.
     assert tries["2024-03-01"] == [(1, "success", tries["2024-03-01"][0][2])]
     assert tries["2024-03-01"][0][2]["version"] == "20240301"
-    assert n1["dag_run_state"] == "success" and n1["latest"] == "20240301"
+    assert n1["exit_status"] == 0 and n1["latest"] == "20240301"
 
     # Night 2: two of five files converted, three reused.
     assert [state for _, state, _ in tries["2024-03-02"]] == ["success"]
@@ -167,7 +171,8 @@ def test_a_week_of_nightly_builds_under_airflow(tmp_path):
     # Night 3: the gate fails both tries; LATEST stays; both reports kept.
     assert [(number, state) for number, state, _ in tries["2024-03-03"]] == [
         (1, "failed"), (2, "failed")], tries["2024-03-03"]
-    assert n3["dag_run_state"] == "failed" and n3["latest"] == "20240302"
+    assert n3["exit_status"] == 1 and n3["latest"] == "20240302"
+    assert "DagRun failed" in log
     assert "20240303" not in n3["versions"]
     kept = [name for name in n3["failed"] if name.startswith("20240303.")]
     assert len(kept) == 2 and all((output / ".failed" / name / "report.html").is_file()
