@@ -9,16 +9,16 @@ after ``retry_delay`` until it succeeds or runs out of tries), without
 importing Airflow and Beam again for every night.
 
 PLAN: ``{"dag_file", "input", "output", "nights": [{"date": "2024-03-01",
-"inputs": DIR, "env": {...}, "conf": {...}, "slow_verify_once": bool,
+"inputs": DIR, "env": {...}, "conf": {...}, "stall_read": N,
 "command": bool}]}``. A night with ``command`` runs as the command itself,
 ``airflow dags test recordforge_flights <date>``, in a process of its own,
 and its exit status is recorded.
 Before a night the input directory is made to hold exactly the files of
 its ``inputs`` (a file whose bytes are unchanged is left alone); ``env`` is
 set while the DAG file is parsed and the night runs (the task's retries and
-timeout are read at parse time). ``slow_verify_once``: the first
-verification of a staged build sleeps (a slow disk) until Airflow's
-``execution_timeout`` stops the try. After each night the output is
+timeout are read at parse time). ``stall_read``: the N-th input file the
+night's pipeline converts stalls (a hung read), in its first try only, until
+Airflow's ``execution_timeout`` stops the try. After each night the output is
 recorded: LATEST, the published versions, ``.failed/`` and ``.staging/``.
 """
 
@@ -57,21 +57,22 @@ def _load_dag(dag_file: str, night: int):
     return module.recordforge_flights()
 
 
-def _slow_first_verification() -> callable:
-    """Makes the next verification of a staged build sleep an hour (once);
-    returns the function that undoes it."""
-    from recordforge.pipelines.publish import finalizing
+def _stall_read(on_call: int) -> callable:
+    """Makes the `on_call`-th input file the pipeline converts stall (a hung
+    network read) until Airflow's timeout stops the try, once; returns the
+    function that undoes it."""
+    from recordforge.transforms.cache import steps
 
-    original, calls = finalizing._verify_staged, []
+    original, calls = steps.read_range, []
 
-    def slow(*args, **kwargs):
+    def stalling(*args, **kwargs):
         calls.append(None)
-        if len(calls) == 1:
+        if len(calls) == on_call:
             time.sleep(3600)  # AirflowTaskTimeout is raised in here
         return original(*args, **kwargs)
 
-    finalizing._verify_staged = slow
-    return lambda: setattr(finalizing, "_verify_staged", original)
+    steps.read_range = stalling
+    return lambda: setattr(steps, "read_range", original)
 
 
 def _names(path: Path) -> list[str]:
@@ -111,7 +112,7 @@ def main(plan_file: str, snapshots_file: str) -> None:
         _sync_inputs(Path(night["inputs"]), Path(plan["input"]))
         saved = {key: os.environ.get(key) for key in night.get("env", {})}
         os.environ.update(night.get("env", {}))
-        undo = _slow_first_verification() if night.get("slow_verify_once") else None
+        undo = _stall_read(night["stall_read"]) if night.get("stall_read") else None
         try:
             snapshot = _run_command(night) if night.get("command") \
                 else {"dag_run_state": _run_in_process(plan["dag_file"], index, night)}

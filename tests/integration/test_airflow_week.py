@@ -14,12 +14,13 @@ value it returned) and from the output (LATEST, the versions, ``.failed/``,
 3. night 3 crosses a drift gate: the try fails, Airflow retries it, it fails
    again, the run fails (``airflow dags test`` exits 1); LATEST still names
    night 2, each try's report is kept under ``.failed/``;
-4. night 4 is stopped by the task's ``execution_timeout`` while it verifies
-   its staged shards (a slow disk): Airflow raises AirflowTaskTimeout inside
-   ``recordforge.build`` (no process exits, so there is no exit status), the
-   try is marked failed and retried; nothing was published, nothing is left
-   staged, and the retry reuses every piece the stopped try cached and
-   publishes the bytes of an uninterrupted build;
+4. night 4 (two new files) is stopped by the task's ``execution_timeout``
+   while its pipeline reads the second new file (a hung read): Airflow raises
+   AirflowTaskTimeout inside ``recordforge.build`` (no process exits, so
+   there is no exit status), the try is marked failed and retried; nothing
+   was published, nothing is left staged, and the retry reuses the pieces
+   the stopped try cached for the first new file and publishes the bytes of
+   an uninterrupted build;
 5. night 5 runs twice: the second run finds the version published and
    succeeds without building;
 6. backfills of earlier dates: with ``{"update_latest": false}`` LATEST stays
@@ -73,7 +74,8 @@ def _inputs(root: Path) -> dict[str, Path]:
         # Night 3: every label is 'c', far past the gate on its frequencies.
         _write_table(nights["n3"] / f"part-{index}.csv", seed, 300, labels="c")
         shutil.copyfile(nights["n2"] / f"part-{index}.csv", nights["n4"] / f"part-{index}.csv")
-    _write_table(nights["n4"] / "part-5.csv", 5, 300)
+    for index in (5, 6):  # night 4: two new files, the second read stalls
+        _write_table(nights["n4"] / f"part-{index}.csv", index, 300)
     return nights
 
 
@@ -144,7 +146,7 @@ def test_a_week_of_nightly_builds_under_airflow(tmp_path):
                        for date, inputs in zip(NIGHTS, order)]}
     for night in (0, 2):  # a success and a failure as the command reports them
         plan["nights"][night]["command"] = True
-    plan["nights"][3].update(env={"RECORDFORGE_TIMEOUT": str(TIMEOUT)}, slow_verify_once=True)
+    plan["nights"][3].update(env={"RECORDFORGE_TIMEOUT": str(TIMEOUT)}, stall_read=2)
     plan["nights"][6].update(conf={"update_latest": False})
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     run = subprocess.run([sys.executable, str(DRIVER), str(tmp_path / "plan.json"),
@@ -185,7 +187,8 @@ def test_a_week_of_nightly_builds_under_airflow(tmp_path):
     assert "AirflowTaskTimeout" in log
     assert n4["latest"] == "20240304"
     cache = _manifest(output, "20240304")["cache"]
-    assert (cache["files_converted"], cache["files_reused"]) == (0, 6), cache
+    # Five files of night 2 and the new file the stopped try converted.
+    assert (cache["files_converted"], cache["files_reused"]) == (1, 6), cache
     uninterrupted = recordforge.build(
         config, overrides={"version": "20240304", "cache.enabled": False},
         output=str(tmp_path / "uninterrupted"), beam_args=IN_MEMORY.split())
