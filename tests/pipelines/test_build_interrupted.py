@@ -61,7 +61,12 @@ class StepFailed(Exception):
     pass
 
 
-EXCEPTIONS = [KeyboardInterrupt, SystemExit, TaskTimeout, StepFailed, OSError, MemoryError]
+EXCEPTIONS = [KeyboardInterrupt, SystemExit, TaskTimeout, StepFailed, OSError, MemoryError,
+              GeneratorExit]
+# The exceptions above, and classes of a scheduler's or a user's own made from them.
+exception_types = st.sampled_from(EXCEPTIONS) | st.builds(
+    lambda base, name: type(f"{name}{base.__name__}", (base,), {}),
+    st.sampled_from(EXCEPTIONS), st.from_regex(r"[A-Z][a-z]{0,8}", fullmatch=True))
 
 
 def _write_inputs(source: Path, seed: int) -> None:
@@ -130,7 +135,7 @@ def _uninterrupted(root: Path, source: Path, seed: int) -> dict[str, str]:
 @pytest.mark.parametrize("phase", PHASES, ids=[name for _, name, _, _ in PHASES])
 @settings(max_examples=1, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(kind=st.sampled_from(EXCEPTIONS), before=st.booleans(), on_call=st.integers(1, FILES),
+@given(kind=exception_types, before=st.booleans(), on_call=st.integers(1, FILES),
        seed=st.integers(0, 3))
 def test_an_exception_anywhere_leaves_no_staging_and_the_next_build_resumes(
         tmp_path_factory, monkeypatch, phase, kind, before, on_call, seed):
