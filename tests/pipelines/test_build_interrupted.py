@@ -10,13 +10,18 @@ build is left for the next one to clean), the build cache is kept, and the
 next build resumes from it and publishes the bytes of an uninterrupted
 build. The exceptions are raised at the boundaries of the build's phases
 (through the module attributes the build calls), and inside the pipeline
-while it reads its inputs.
+while it reads its inputs; and from a real SIGALRM handler while Beam's
+worker processes convert, which must not outlive the build.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +32,7 @@ import recordforge
 from recordforge.pipelines import build as build_module
 from recordforge.pipelines.publish import finalizing, report, staging
 from recordforge.transforms.cache import steps
+from recordforge.transforms.cache.names import parse_piece_name
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 FILES = 3
@@ -192,3 +198,61 @@ def test_a_timeout_after_the_pipeline_keeps_the_cache_and_the_next_build_reuses_
     resumed = recordforge.build(_config(source, output), beam_args=IN_MEMORY)
     assert resumed.manifest["cache"]["files_reused"] == FILES, resumed.manifest["cache"]
     assert resumed.manifest["cache"]["files_converted"] == 0
+
+
+def _children() -> list[int]:
+    """The live processes whose parent is this one (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_a_timeout_from_a_signal_handler_stops_the_worker_processes_too(tmp_path):
+    """As Airflow's execution_timeout does: a SIGALRM handler raises in the
+    main thread while Beam's worker processes convert (once the first
+    cache piece exists). Nothing is published, no worker outlives the
+    build, nothing is staged, and the next build reuses what was cached."""
+    source, output = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    rng = random.Random(3)
+    for index in range(4):
+        (source / f"part-{index}.csv").write_text("id,price,label\n" + "".join(
+            f"{index * 10**6 + row},{rng.uniform(0, 100):.2f},{rng.choice('abc')}\n"
+            for row in range(60_000)))
+    cache = output / ".cache"
+    running = threading.Event()
+
+    def alarm_once_converting() -> None:
+        while not running.is_set():
+            if cache.is_dir() and any(parse_piece_name(name) for name in os.listdir(cache)):
+                os.kill(os.getpid(), signal.SIGALRM)
+                return
+            time.sleep(0.005)
+
+    def on_alarm(signum, frame):
+        raise TaskTimeout("Timeout")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    watcher = threading.Thread(target=alarm_once_converting, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(TaskTimeout):
+            recordforge.build(_config(source, output),
+                              beam_args=["--direct_running_mode=multi_processing",
+                                         "--direct_num_workers=2"])
+    finally:
+        running.set()
+        signal.signal(signal.SIGALRM, previous)
+    assert _children() == []
+    assert list((output / ".staging").iterdir()) == []
+    assert not (output / "v1").exists() and not (output / "LATEST").exists()
+    resumed = recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+    assert resumed.manifest["cache"]["files_reused"] >= 1, resumed.manifest["cache"]
