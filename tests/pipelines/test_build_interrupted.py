@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 import recordforge
 from recordforge.pipelines import build as build_module
 from recordforge.pipelines.publish import finalizing, report, staging
+from recordforge.pipelines.publish.output import Output
 from recordforge.transforms.cache import steps
 from recordforge.transforms.cache.names import parse_piece_name
 
@@ -256,3 +257,32 @@ def test_a_timeout_from_a_signal_handler_stops_the_worker_processes_too(tmp_path
     assert not (output / "v1").exists() and not (output / "LATEST").exists()
     resumed = recordforge.build(_config(source, output), beam_args=IN_MEMORY)
     assert resumed.manifest["cache"]["files_reused"] >= 1, resumed.manifest["cache"]
+
+
+@pytest.mark.parametrize("module, name", [(build_module, "build_pipeline"),
+                                          (finalizing, "_verify_staged")])
+def test_a_staging_that_cannot_be_deleted_does_not_hide_what_stopped_the_build(
+        tmp_path, monkeypatch, capsys, module, name):
+    """The disk fails while the build cleans up after a timeout: the timeout
+    is what escapes (not the OSError), stderr names what was left, the owner
+    file is gone, and the next build removes the staging directory."""
+    source, output = tmp_path / "in", tmp_path / "out"
+    _write_inputs(source, 5)
+    remove = Output.remove
+
+    def failing_remove(self, path, recursive=False):
+        if recursive and Path(path).parent.name == ".staging":  # the staging directory
+            raise OSError(5, "Input/output error", path)
+        return remove(self, path, recursive)
+
+    monkeypatch.setattr(Output, "remove", failing_remove)
+    monkeypatch.setattr(module, name, _raising(getattr(module, name), TaskTimeout("Timeout"),
+                                               True, 1))
+    with pytest.raises(TaskTimeout):
+        recordforge.build(_config(source, output), beam_args=IN_MEMORY)
+    left = sorted(path.name for path in (output / ".staging").iterdir())
+    assert len(left) == 1 and not left[0].endswith(".owner.json"), left
+    assert f"could not delete {output / '.staging' / left[0]}" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert recordforge.build(_config(source, output), beam_args=IN_MEMORY).version == "v1"
+    assert list((output / ".staging").iterdir()) == []
