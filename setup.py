@@ -33,6 +33,10 @@ VERSION = re.search(
     re.M,
 ).group(1)
 
+# Airflow 3 (the Task SDK's `airflow.sdk` API the example DAG uses) installs
+# beside Beam in one environment.
+AIRFLOW = ["apache-airflow>=3.0,<4"]
+
 # The design-card folders and every package folder inside them.
 SUBPACKAGES = setuptools.find_packages(
     include=[f"{folder}{tail}" for folder in ("pipelines", "transforms", "schemas", "configs")
@@ -126,6 +130,9 @@ setuptools.setup(
             # real packages (the CPU wheel of torch is enough).
             "torch>=2.1",
             "grain>=0.2.10",
+            # examples/airflow_dag.py is tested under the real scheduler
+            # (tests/integration/test_airflow_week.py).
+            *AIRFLOW,
         ],
         # recordforge.tf: TensorFlow's parse spec and tf.data over a version.
         "tf": ["tensorflow>=2.12"],
@@ -136,6 +143,9 @@ setuptools.setup(
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
         "dask": ["dask[distributed]>=2024.1"],
+        # examples/airflow_dag.py: nightly builds as Airflow tasks, in the
+        # same environment as recordforge (docs/scheduling.md).
+        "airflow": AIRFLOW,
     },
     **_native_options(),
     entry_points={"console_scripts": ["recordforge=recordforge.pipelines.cli:main"]},

@@ -114,8 +114,11 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     `PipelineFailed` when the pipeline failed, else the error budget,
     verification, ...) or `PublishedWithErrors` (published, but LATEST could
     not be replaced: `LatestNotUpdated`; building the same version again
-    then moves LATEST and returns the published version). KeyboardInterrupt
-    stops the build and publishes nothing.
+    then moves LATEST and returns the published version). Any other
+    exception raised inside the build (KeyboardInterrupt, SystemExit, a
+    scheduler's task timeout) stops it and escapes unchanged: nothing is
+    published, its staging directory and owner file are deleted, and the
+    build cache is kept, so the next build resumes from it.
     """
     config = load_config(config, overrides, output=output)
     try:
@@ -132,7 +135,6 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
     options = PipelineOptions(beam_args)
     requested_runner = options.view_as(StandardOptions).runner
-    runner = requested_runner or "DirectRunner"
     try:
         staging = publish.begin_build(config.output.path, version, overwrite=overwrite)
     except OSError as error:
@@ -154,6 +156,25 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
               "names it", file=sys.stderr)
         return BuildResult.from_manifest(finished.manifest, finished.url, True)
 
+    # Whatever escapes from here on (a failure, Ctrl-C, SystemExit, a
+    # scheduler's timeout raised by its signal handler, which may not be an
+    # Exception) deletes the staging directory and owner file, as the
+    # command line's signal handling does: nothing is published, the cache
+    # stays for the next build, and no dead build is left for it to clean.
+    # (Once committed, the staging is closed and this deletes nothing.)
+    with staging:
+        return _build_staged(staging, config, inputs, vocabularies, cache_state, options,
+                             requested_runner, verify=verify, update_latest=update_latest,
+                             show_progress=show_progress)
+
+
+def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mapping,
+                  vocabularies: Mapping[str, Sequence[str]], cache_state: CacheState | None,
+                  options: PipelineOptions, requested_runner: str | None, *, verify: bool,
+                  update_latest: bool, show_progress: bool) -> BuildResult:
+    """The build once its staging exists: runs the pipeline into it, checks
+    it and publishes it (`publish.finalize`). The caller deletes the staging
+    on any exception."""
     started = time.monotonic()
     total_input = sum(entry.get("size", 0) for entry in inputs["files"])
     # A large local build reads its shards back as they are written, on a
@@ -163,7 +184,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     with early_checks or contextlib.nullcontext():
         _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
                       cache_state, input_bytes=total_input)
-        _check_inputs_unchanged(staging, config, inputs)
+        _check_inputs_unchanged(config, inputs)
 
         # stats.json, drift.json against the version LATEST names, the gates;
         # duplicates.json and its gates.
@@ -183,7 +204,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                 vocabularies=vocabularies,
                 config=config.resolved, split_names=[name for name, _ in config.splits],
                 max_error_rate=config.dead_letter.max_error_rate,
-                max_errors=config.dead_letter.max_errors, runner=runner, verify=verify,
+                max_errors=config.dead_letter.max_errors,
+                runner=requested_runner or "DirectRunner", verify=verify,
                 report_hook=write_report, describe=True, update_latest=update_latest,
                 inputs=inputs, statistics_hook=checks, early_checks=early_checks)
         except OSError as error:  # the filesystem failed (disk full, I/O error), not committed
@@ -224,17 +246,12 @@ def _source_inputs(config: DatasetConfig) -> dict:
                           f"published: {type(error).__name__}: {error}") from error
 
 
-def _check_inputs_unchanged(staging: publish.Staging, config: DatasetConfig,
-                            inputs: Mapping) -> None:
-    """Fails the build (nothing published, staging deleted) when an input
-    was rewritten, truncated, added or removed while the pipeline read."""
-    try:
-        changes = changed_inputs(inputs, _source_inputs(config))
-    except BaseException:
-        staging.abort()
-        raise
+def _check_inputs_unchanged(config: DatasetConfig, inputs: Mapping) -> None:
+    """Fails the build (nothing published; `build` deletes the staging)
+    when an input was rewritten, truncated, added or removed while the
+    pipeline read."""
+    changes = changed_inputs(inputs, _source_inputs(config))
     if changes:
-        staging.abort()
         raise BuildFailed("the inputs changed while the build read them; nothing was "
                           "published:\n" + "\n".join(f"  {line}" for line in changes))
 
@@ -284,9 +301,10 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
                   requested_runner: str | None, show_progress: bool,
                   cache_state: CacheState | None = None, input_bytes: int | None = None
                   ) -> None:
-    """Runs the build's pipeline into `staging` until it finishes. On any
-    failure or interruption the staging directory is deleted (nothing is
-    published) and `PipelineFailed` (or the KeyboardInterrupt) is raised.
+    """Runs the build's pipeline into `staging` until it finishes. A
+    failure of the pipeline raises `PipelineFailed`; an interruption
+    (KeyboardInterrupt, a timeout) is raised as it is (`build` deletes the
+    staging either way).
     input_bytes: the inputs' size, from their fingerprints
     (`graph.stage_build`)."""
     watcher = progress.BuildProgress(staging.url, enabled=show_progress,
@@ -304,11 +322,7 @@ def _run_pipeline(staging: publish.Staging, config: DatasetConfig,
                 result.wait_until_finish()
             finally:
                 _close_runner_client(result)
-    except KeyboardInterrupt:
-        staging.abort()
-        raise
     except Exception as error:  # the pipeline failed: report it, publish nothing
-        staging.abort()
         raise PipelineFailed(error) from error
 
 

@@ -20,6 +20,7 @@ owns a heartbeat thread. The pipeline writes into it (names in
 from __future__ import annotations
 
 import json
+import sys
 from typing import Callable, NamedTuple
 
 from ...transforms.layout import (DEAD_LETTER_DIR, OWNER_SUFFIX, RESULT_FILE, STAGING_DIR,
@@ -124,12 +125,23 @@ class Staging:
 
     def abort(self) -> None:
         """Stops the heartbeat and deletes the staging directory and owner
-        file. Idempotent; nothing published is touched."""
+        file. Idempotent; nothing published is touched.
+
+        Never raises OSError: it runs while the exception that stopped the
+        build (its failure, a timeout, Ctrl-C) is on its way out, and that
+        is what the caller must see. What a failing filesystem keeps it
+        from deleting is said on stderr; the owner file goes even when the
+        directory cannot, and the next build removes a staging directory
+        that has none."""
         if self._closed:
             return
         self._heartbeat.stop()
-        self.out.remove(self.directory, recursive=True)
-        self.close()
+        for path, recursive in ((self.directory, True), (self._owner, False)):
+            try:
+                self.out.remove(path, recursive=recursive)
+            except OSError as error:
+                _say_left(redact_url(self.out.url_of(path)), error)
+        self._closed = True
 
     def close(self) -> None:
         """Stops the heartbeat and deletes the owner file, leaving the staging
@@ -138,6 +150,14 @@ class Staging:
         self._heartbeat.stop()
         self.out.remove(self._owner)
         self._closed = True
+
+
+def _say_left(what: str, error: OSError) -> None:
+    try:
+        print(f"recordforge: could not delete {what} ({type(error).__name__}: {error}); "
+              "the next build of this output removes it", file=sys.stderr)
+    except OSError:
+        pass  # stderr is gone too; the next build still removes it
 
 
 def begin_build(output_path: str, version: str, overwrite: bool = False, *,

@@ -11,12 +11,10 @@ import hashlib
 import io
 import json
 import pathlib
-import py_compile
 import random
 import re
 import subprocess
 import sys
-import types
 
 import apache_beam as beam
 import pytest
@@ -550,27 +548,3 @@ def test_parquet_example_publishes_with_writedataset(tmp_path, cli_flights):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "dead letter: " in run.stdout
     assert _shard_digests(tmp_path / "out" / "1.0.0") == _shard_digests(cli_flights)
-
-
-def test_airflow_example_compiles_and_its_task_builds(tmp_path, monkeypatch):
-    path = REPO / "examples" / "airflow_dag.py"
-    py_compile.compile(str(path), doraise=True)
-    # Airflow is not a dependency: stand in for the two decorators it uses.
-    # Defining the DAG calls the task function, which in Airflow only adds
-    # the task to the DAG; the stand-in records the call.
-    declared = []
-    airflow = types.ModuleType("airflow")
-    decorators = types.ModuleType("airflow.decorators")
-    decorators.dag = lambda **kwargs: (lambda f: f)
-    decorators.task = lambda **kwargs: (lambda f: (lambda *a, **k: declared.append(f.__name__)))
-    airflow.decorators = decorators
-    monkeypatch.setitem(sys.modules, "airflow", airflow)
-    monkeypatch.setitem(sys.modules, "airflow.decorators", decorators)
-    namespace = {"__file__": str(path), "__name__": "airflow_dag"}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    assert declared == ["build"]
-    monkeypatch.chdir(REPO)  # the config's source path is relative to the repository
-    first = namespace["build_nightly"]("20240227", output=str(tmp_path / "f"), beam_args="")
-    assert first["version"] == "20240227" and first["splits"] == {"train": 272, "test": 24}
-    again = namespace["build_nightly"]("20240227", output=str(tmp_path / "f"), beam_args="")
-    assert again == {"version": "20240227", "already_published": True}
