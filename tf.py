@@ -12,13 +12,27 @@ file system reads, e.g. ``gs://``). The spec follows the manifest: shape
 default value), ``[-1]`` or a feature that may be absent
 (``"required": false``) a `VarLenFeature`;
 ``string``/``bytes`` features are `tf.string`, ``float`` `tf.float32`.
+
+`dataset` checks each shard against the manifest it read first, as the
+shard streams (`publish.held_manifest.checked_batches`, through
+TensorFlow's file system): a version an ``--overwrite`` replaced while it
+was read raises "version replaced while reading" (tf.data surfaces it as
+the error's message) instead of mixing two builds. Shards are read by
+parallel tf.data workers, their records handed over in lists of about
+1 MB, in shard order. ``check=False`` reads with TensorFlow's own
+`TFRecordDataset` instead (no Python per shard), for a version no build
+overwrites (docs/publishing.md).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
+
+from .pipelines.publish.held_manifest import checked_batches, held_shards
+from .pipelines.publish.manifest import compression_from_label
 
 __all__ = ["dataset", "feature_spec", "manifest"]
 
@@ -50,6 +64,61 @@ def manifest(path: str) -> dict:
         return json.loads(handle.read())
 
 
+def _manifest_now(version_dir: str) -> bytes | None:
+    tf = _tf()
+    try:
+        with tf.io.gfile.GFile(f"{version_dir}/manifest.json", "rb") as handle:
+            return handle.read()
+    except tf.errors.NotFoundError:
+        return None
+
+
+def _open_shard(path: str):
+    tf = _tf()
+    # GFile opens lazily, on the first read: ask first, so that a shard an
+    # overwrite removed is reported as missing by the check.
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(path)
+    return tf.io.gfile.GFile(path, "rb")
+
+
+class _ShardBatches:
+    """The generator tf.data calls once per shard (its index in the
+    split): that shard's records in lists, checked against `info`, the
+    manifest read first. Holds only names, so tf.data may call it from
+    several threads at once."""
+
+    def __init__(self, version_dir: str, info: Mapping[str, Any], split: str):
+        self.shards = held_shards(info, split, f"{version_dir}/{{}}".format)
+        self._compression = compression_from_label(info["compression"])
+        self._read_manifest = functools.partial(_manifest_now, version_dir)
+
+    def __call__(self, index) -> Iterator[list[bytes]]:
+        held = self.shards[int(index)]
+        return checked_batches(functools.partial(_open_shard, held.display), held,
+                               compression=self._compression,
+                               read_manifest=self._read_manifest)
+
+
+def _checked_records(tf, version_dir: str, info: Mapping[str, Any], split: str):
+    """`split`'s records, each shard read by `_ShardBatches` (module docstring)."""
+    batches = _ShardBatches(version_dir, info, split)
+
+    def shard(index):
+        return tf.data.Dataset.from_generator(
+            batches, args=(index,), output_signature=tf.TensorSpec([None], tf.string))
+
+    # A shard's lists hold at least one record each, so a block as long as
+    # the longest shard's record count takes each shard whole before the
+    # next: shard order, while the workers read the next shards ahead.
+    longest = max([int(entry["num_examples"]) for entry in info["splits"][split]["shards"]]
+                  + [1])
+    return (tf.data.Dataset.range(len(batches.shards))
+            .interleave(shard, cycle_length=tf.data.AUTOTUNE, block_length=longest,
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch())
+
+
 def _stored(spec: Mapping[str, Any], value: Any) -> Any:
     """A default as the manifest writes it -> a TensorFlow value."""
     if spec["type"] == "float":
@@ -78,18 +147,25 @@ def feature_spec(path: str) -> dict:
     return {name: _spec(tf, spec) for name, spec in manifest(path)["features"].items()}
 
 
-def dataset(path: str, split: str, *, parse: bool = True):
+def dataset(path: str, split: str, *, parse: bool = True, check: bool = True):
     """A `tf.data.Dataset` of split `split`'s records, in shard order,
-    parsed by `feature_spec` (``parse=False``: the serialized Examples)."""
+    parsed by `feature_spec` (``parse=False``: the serialized Examples).
+    ``check=True``: each shard checked against the manifest as it streams
+    (module docstring); iterating raises when the version was replaced
+    while it was read. ``check=False``: TensorFlow's `TFRecordDataset`,
+    unchecked, for a version no build overwrites."""
     tf = _tf()
     version_dir = _version_dir(path)
     info = manifest(version_dir)
     if split not in info["splits"]:
         raise ValueError(f"{version_dir} has no split {split!r}; its splits: "
                          f"{', '.join(info['splits'])}")
-    files = [f"{version_dir}/{shard['file']}" for shard in info["splits"][split]["shards"]]
-    records = tf.data.TFRecordDataset(
-        files, compression_type="GZIP" if info["compression"] == "GZIP" else "")
+    if check:
+        records = _checked_records(tf, version_dir, info, split)
+    else:
+        files = [f"{version_dir}/{shard['file']}" for shard in info["splits"][split]["shards"]]
+        records = tf.data.TFRecordDataset(
+            files, compression_type="GZIP" if info["compression"] == "GZIP" else "")
     if not parse:
         return records
     spec = {name: _spec(tf, feature) for name, feature in info["features"].items()}

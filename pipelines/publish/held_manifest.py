@@ -21,9 +21,11 @@ from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 from ...transforms.tfrecord import TFRecordError, iter_record_views, iter_records
 from .manifest import ManifestError, load_manifest
 
-__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_records", "held_shards"]
+__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_records",
+           "held_shards"]
 
 _DRAIN_BLOCK = 4 << 20
+BATCH_BYTES = 1 << 20
 
 
 class DatasetCorrupt(IOError):
@@ -141,3 +143,23 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
             stream.finish()
             raise
         stream.finish()
+
+
+def checked_batches(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
+                    read_manifest: Callable[[], bytes | None],
+                    max_bytes: int = BATCH_BYTES) -> Iterator[list[bytes]]:
+    """`checked_records` in lists of records of at most `max_bytes` in all
+    (a larger record alone), for a consumer that pays per item handed over
+    (tf.data's `from_generator` crosses into TensorFlow once per list, not
+    per record). The last list is given only once the whole shard checked."""
+    batch: list[bytes] = []
+    size = 0
+    for record in checked_records(open_shard, shard, compression=compression,
+                                  read_manifest=read_manifest):
+        if batch and size + len(record) > max_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(record)
+        size += len(record)
+    if batch:
+        yield batch
