@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
-from ...transforms.tfrecord import TFRecordError, iter_record_views, iter_records
+from ...transforms.tfrecord import (StreamedRecord, TFRecordError, iter_record_views,
+                                    iter_records)
 from .manifest import ManifestError, load_manifest
 
 __all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_records",
@@ -118,11 +119,13 @@ class _HashingStream:
 
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
-                    read_manifest: Callable[[], bytes | None],
-                    views: bool = False) -> Iterator[bytes | memoryview]:
+                    read_manifest: Callable[[], bytes | None], views: bool = False,
+                    stream_from: int | None = None
+                    ) -> Iterator[bytes | memoryview | StreamedRecord]:
     """Yields the records of `shard` (`iter_records`, or `iter_record_views`
-    when `views`), every CRC checked, and checks its bytes against `shard`
-    as they stream (module docstring); raises once the whole shard is read.
+    with `stream_from` when `views`), every CRC checked, and checks its
+    bytes against `shard` as they stream (module docstring); raises once
+    the whole shard is read.
 
     open_shard: opens the shard for binary reading (a context manager);
     compression: "none" or "gzip", as the manifest says; read_manifest:
@@ -134,9 +137,13 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         raise _mismatch(shard, "it is missing", read_manifest) from None
     with opened as handle:
         stream = _HashingStream(handle, shard, read_manifest)
-        read = iter_record_views if views else iter_records
+        if views:
+            records = iter_record_views(stream, path=shard.display, compression=compression,
+                                        stream_from=stream_from)
+        else:
+            records = iter_records(stream, path=shard.display, compression=compression)
         try:
-            yield from read(stream, path=shard.display, compression=compression)
+            yield from records
         except TFRecordError:
             # Damaged framing in a replaced shard is the replacement's doing:
             # say so rather than report damage the version does not have.

@@ -11,14 +11,16 @@ imports this door only, never its modules:
 * `writer`: `TFRecordWriter`, the compressions a file may have, its suffix;
 * `damage`: the intact records at a buffer's head, and `RecordStreamCheck`,
   which checks a stream as it is written exactly as the reader would;
-* `reading`: records read, viewed or counted, every CRC checked.
+* `reading`: records read, viewed or counted, every CRC checked; a long
+  record given in pieces (`StreamedRecord`) to readers that ask for it.
 """
 
 from .damage import RecordStreamCheck
 from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
-from .reading import count_records, iter_record_views, iter_records, read_records
+from .reading import (StreamedRecord, count_records, iter_record_views, iter_records,
+                      read_records)
 from .writer import COMPRESSIONS, TFRecordWriter, check_compression, suffix_for
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAX_RECORD_BYTES",
     "RecordStreamCheck",
+    "StreamedRecord",
     "TFRecordError",
     "TFRecordWriter",
     "check_compression",
