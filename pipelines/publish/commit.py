@@ -282,8 +282,8 @@ def _latest_failure(out: Output, staging: Staging, before: str | None,
     reason = f"{type(error).__name__}: {redact_url(str(error))}"
     where = out.display_of(out.path(staging.version))
     if read_latest(out.url) == staging.version:
-        if not out.local:
-            return None
+        if not out.local or before == staging.version:
+            return None  # a put that landed, or LATEST named the version before as well
         undo_error = _restore_latest(out, staging, before)
         if read_latest(out.url) == staging.version:
             return PublishedWithErrors(
@@ -320,8 +320,10 @@ def _created(out: Output, version: str) -> str | None:
 def latest_is_behind(out: Output, version: str) -> bool:
     """Whether ``LATEST`` should name the published `version` but does not:
     LATEST is missing, names a version that is not published, or one
-    published before `version` (manifest ``created``, UTC timestamps that
-    sort as text). That is what a build whose LATEST update failed leaves."""
+    published no later than `version` (manifest ``created``, UTC timestamps
+    to the second that sort as text: a version published in the same second
+    counts as earlier, or a retry could not finish what a quick build left).
+    That is what a build whose LATEST update failed leaves."""
     created = _created(out, version)
     if created is None:
         return False
@@ -329,7 +331,7 @@ def latest_is_behind(out: Output, version: str) -> bool:
     if latest == version:
         return False
     latest_created = _created(out, latest) if latest else None
-    return latest_created is None or latest_created < created
+    return latest_created is None or latest_created <= created
 
 
 def read_latest(output_path: str) -> str | None:
