@@ -25,9 +25,10 @@ renewed while it is held) and publishes only if the version's published
   removed, every file is copied, sizes are checked, and ``manifest.json`` is
   copied last: the version becomes visible when its manifest is written.
   A published version being replaced is first copied to a held name
-  (and LATEST pointed there when it names the version: `_hold`). A commit that fails puts it back and
-  deletes what it left unpublished (`_undo_failed_copy`); one killed is
-  put back by the next build (`recovery`).
+  (and LATEST pointed there when it names the version: `_hold`). A commit
+  that fails puts it back and deletes what it left unpublished
+  (`_undo_failed_copy`); one killed is put back by the next build
+  (`recovery`).
 
 `write_latest` then replaces ``LATEST`` (temporary name + rename locally,
 one put on object stores) by the published version's name; when it cannot,

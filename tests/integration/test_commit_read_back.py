@@ -26,9 +26,7 @@ under their own names, and the next overwrite publishes.
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
-import io
 import json
 import os
 import uuid

@@ -7,10 +7,11 @@ nothing); an overwrite commit of it is "killed" at its n-th filesystem call
 the dead build's staging record is then left as it was or removed, as a
 recovery that trusted it did. The next build's start (`begin_build`) must
 leave only published versions at the root, under their own names, with the
-version there whole (its old or its new content, whether LATEST named it
-or not) and LATEST naming what it named before, or the version itself; a second overwrite then publishes.
-A commit that fails one request instead (EIO) leaves that state already,
-before any other build runs: it puts the held version back itself.
+version there whole (its old or its new content, whether LATEST named it or
+not) and LATEST naming what it named before, or the version itself; a
+second overwrite then publishes. A commit that fails one request instead
+(EIO) leaves that state already, before any other build runs: it puts the
+held version back itself.
 `test_kill_object_store.py` does the same with real kill -9 on an S3 server.
 """
 
