@@ -7,7 +7,9 @@
 Needs TensorFlow (``pip install recordforge[tf]``), imported on first call,
 never by the rest of recordforge. `path` is a version directory or an
 output root whose LATEST names one (local path, or any URL TensorFlow's
-file system reads, e.g. ``gs://``). The spec follows the manifest: shape
+file system reads, e.g. ``gs://``); LATEST and the manifest are read as
+`recordforge verify` reads them (sizes bounded, LATEST a version name of
+the root, the manifest checked). The spec follows the manifest: shape
 ``[]`` or ``[N]`` a `FixedLenFeature` (with the stated ``default`` as its
 default value), ``[-1]`` or a feature that may be absent
 (``"required": false``) a `VarLenFeature`;
@@ -28,11 +30,13 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 from typing import Any, Iterator, Mapping
 
+from .pipelines.publish.dataset_paths import MAX_LATEST_BYTES, MAX_MANIFEST_BYTES
 from .pipelines.publish.held_manifest import checked_batches, held_shards
-from .pipelines.publish.manifest import compression_from_label
+from .pipelines.publish.manifest import compression_from_label, load_manifest
+from .pipelines.publish.versions import check_version_name
+from .schemas.errors import ConfigError
 
 __all__ = ["dataset", "feature_spec", "manifest"]
 
@@ -48,20 +52,37 @@ def _tf():
     return tf
 
 
+def _read_limited(path: str, limit: int) -> bytes:
+    """A small file's bytes; ValueError past `limit` (as `recordforge
+    verify` reads LATEST and manifests: never sized by the file)."""
+    tf = _tf()
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit} bytes")
+    return data
+
+
 def _version_dir(path: str) -> str:
+    """`path` when it is a version, else the version its LATEST names, which
+    must be a version name of the root (no ``/``, ``..``, leading ``.``)."""
     tf = _tf()
     path = path.rstrip("/")
     if tf.io.gfile.exists(f"{path}/manifest.json"):
         return path
-    with tf.io.gfile.GFile(f"{path}/LATEST", "r") as handle:
-        return f"{path}/{handle.read().strip()}"
+    version = _read_limited(f"{path}/LATEST", MAX_LATEST_BYTES).decode("utf-8", "replace").strip()
+    try:
+        check_version_name(version)
+    except ConfigError as error:
+        raise ValueError(f"{path}/LATEST cannot be followed: {error}") from None
+    return f"{path}/{version}"
 
 
 def manifest(path: str) -> dict:
-    """The manifest.json of the version `path` names."""
-    tf = _tf()
-    with tf.io.gfile.GFile(f"{_version_dir(path)}/manifest.json", "r") as handle:
-        return json.loads(handle.read())
+    """The manifest.json of the version `path` names, checked
+    (`ManifestError` names a malformed field)."""
+    return load_manifest(_read_limited(f"{_version_dir(path)}/manifest.json",
+                                       MAX_MANIFEST_BYTES))
 
 
 def _manifest_now(version_dir: str) -> bytes | None:

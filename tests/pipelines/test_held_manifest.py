@@ -302,3 +302,24 @@ def test_recordforge_tf_unchecked_reads_natively(tmp_path):
     checked = [_ids(r.numpy()) for r in _tf_records(tmp_path)]
     unchecked = [_ids(r.numpy()) for r in _tf_records(tmp_path, check=False)]
     assert checked == unchecked == [0, 1, 2, 1000, 1001]
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(latest=st.sampled_from(["../elsewhere/v1", "/{outside}/v1", ".staging",
+                               "v1/../../elsewhere/v1", "a" * 5000]))
+def test_recordforge_tf_follows_only_a_latest_that_names_a_version_of_the_root(
+        tmp_path_factory, latest):
+    """LATEST is read as `verify` reads it: a name that leaves the root (or
+    is not a version name) is refused, never followed to another version."""
+    pytest.importorskip("tensorflow")
+    import recordforge.tf as rtf
+
+    base = tmp_path_factory.mktemp("roots")
+    outside = base / "elsewhere"
+    _stage(outside, [_shard_bytes(3, 1)], overwrite=False)()
+    root = base / "root"
+    _stage(root, [_shard_bytes(4, 1)], overwrite=False)()
+    (root / "LATEST").write_text(latest.format(outside=str(outside).strip("/")) + "\n")
+    with pytest.raises(ValueError, match="LATEST"):
+        rtf.manifest(str(root))
