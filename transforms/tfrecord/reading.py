@@ -191,11 +191,17 @@ class _Walk:
             buffer.extend(block)
         return len(buffer) >= needed
 
-    def consume(self, size: int) -> bytes:
-        """The buffer's first `size` bytes, removed from it."""
-        taken = bytes(self.buffer[:size])
+    def consume(self, size: int) -> None:
+        """Drops the buffer's first `size` bytes (handed out already)."""
         del self.buffer[:size]
         self.position += size
+
+    def take(self, size: int) -> bytes:
+        """The buffer's first `size` bytes, removed from it (a copy of those
+        bytes only: `size` is at most a block)."""
+        with memoryview(self.buffer) as view:
+            taken = bytes(view[:size])
+        self.consume(size)
         return taken
 
     def error(self, problem: str, past_buffer_start: int = 0) -> TFRecordError:
@@ -226,7 +232,7 @@ class StreamedRecord:
         if not walk.buffer and not walk.fill(1):
             raise self._error(f"truncated record ({self.length - self._left} of its "
                               f"{self.length} bytes at end of stream)")
-        piece = walk.consume(min(size, len(walk.buffer)))
+        piece = walk.take(min(size, len(walk.buffer)))
         self._crc = crc32c.crc32c(piece, self._crc)
         self._left -= len(piece)
         if not self._left:
@@ -243,7 +249,7 @@ class StreamedRecord:
         if not walk.fill(FOOTER_SIZE):
             raise self._error(f"truncated record ({len(walk.buffer)} bytes of its data CRC "
                               "at end of stream)")
-        stored = int.from_bytes(walk.consume(FOOTER_SIZE), "little")
+        stored = int.from_bytes(walk.take(FOOTER_SIZE), "little")
         if stored != mask_crc(self._crc):
             raise self._error("bad data CRC")
         walk.index += 1
