@@ -39,7 +39,7 @@ REASONS: dict[str, str] = {
     "labels_invalid": "a labels-table row lacks `file` or `label`, or lists a file already listed",
     "invalid_encoding": "CSV text is not valid in the file's declared `source.csv.encoding` (that record; a header or `utf-16` text: the file, or its rest)",
     "json_array_invalid": "a JSON file is not one array of objects, or an element of it is not an object",
-    "avro_invalid": "an Avro file or one of its blocks cannot be decoded, or a length or count of records in it is false",
+    "avro_invalid": "an Avro file or one of its blocks cannot be decoded, a length or count of records in it is false, or a compressed block inflates past 256 MiB",
     "tfrecord_corrupt": "a TFRecord file has a record whose length or data checksum is wrong, or that ends early, or its gzip stream is damaged (the records before are kept; the rest of the file cannot be framed)",
     "example_invalid": "a TFRecord record is not a serialized tf.train.Example",
     # stage "decode": image bytes

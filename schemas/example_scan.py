@@ -29,7 +29,8 @@ import numpy as np
 
 from .example import BYTES, FLOAT, INT64, ExampleDecodeError
 
-__all__ = ["LARGE_EXAMPLE_BYTES", "NonCanonicalExample", "ScannedValues", "scan_example"]
+__all__ = ["LARGE_EXAMPLE_BYTES", "NonCanonicalExample", "ScannedValues", "scan_example",
+           "varint_values"]
 
 LARGE_EXAMPLE_BYTES = 1 << 20
 _BLOCK_VALUES = 1 << 16  # numbers decoded per numpy block
@@ -99,13 +100,13 @@ class ScannedValues:
                 block = np.frombuffer(view[first:min(end, first + 4 * _BLOCK_VALUES)], "<f4")
                 yield from block.tolist()
         else:
-            yield from _varints(view, start, end)
+            yield from varint_values(view, start, end)
 
 
 _UINT64 = (1 << 64) - 1
 
 
-def _varints(view: memoryview, start: int, end: int) -> Iterator[int]:
+def varint_values(view: memoryview, start: int, end: int) -> Iterator[int]:
     """The int64 values of a packed run of varints, a block at a time."""
     position = start
     while position < end:

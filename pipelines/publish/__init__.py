@@ -22,6 +22,7 @@ meets them (on-disk names: `transforms.layout`):
 - `report`: report.html (gathering from the shards, writing);
   `report_html` renders it
 - `commit`: staged build -> published version (exchange, rename or copy), LATEST
+- `read_back`: what a failure once the commit began left, read back, as the outcome
 - `finalizing`: `finalize`, which runs the checks, writes and commit in order
 - `errors`: the errors that stop a build from publishing
 - `inspect`: `recordforge inspect`, records printed as JSON lines

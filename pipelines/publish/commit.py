@@ -24,10 +24,11 @@ renewed while it is held) and publishes only if the version's published
   unpublished rather than mixed), files the new version does not have are
   removed, every file is copied, sizes are checked, and ``manifest.json`` is
   copied last: the version becomes visible when its manifest is written.
-  When LATEST names the version, it is first copied to a held name and
-  LATEST pointed there (`_hold`). A commit that fails puts it back and
-  deletes what it left unpublished (`_undo_failed_copy`); one killed is
-  put back by the next build (`recovery`).
+  A published version being replaced is first copied to a held name
+  (and LATEST pointed there when it names the version: `_hold`). A commit
+  that fails puts it back and deletes what it left unpublished
+  (`_undo_failed_copy`); one killed is put back by the next build
+  (`recovery`).
 
 `write_latest` then replaces ``LATEST`` (temporary name + rename locally,
 one put on object stores) by the published version's name; when it cannot,
@@ -208,7 +209,8 @@ def _commit_by_copy(out: Output, staging: Staging) -> None:
             out.remove(f"{final}/{file}")
         copy_version(out, staging.directory, final, staged_files)
         if held is not None:
-            point_latest(out, staging.version)
+            if latest_name(out) == held:
+                point_latest(out, staging.version)
             remove_version(out, held)
     except Exception as error:
         _undo_failed_copy(out, staging, held, error)
@@ -237,24 +239,24 @@ def _undo_failed_copy(out: Output, staging: Staging, held: str | None,
 
 def _held_name(out: Output, staging: Staging) -> str | None:
     """Where the commit holds the version it replaces (`_hold`): its held
-    name (`layout.held_copy_name`) when LATEST names that published
-    version, else None (nothing is held)."""
-    if read_latest(out.url) != staging.version or \
-            published_identity(out, staging.version) is None:
+    name (`layout.held_copy_name`) when the version is published, whether
+    LATEST names it or not, else None (nothing to hold)."""
+    if published_identity(out, staging.version) is None:
         return None
     return held_copy_name(staging.version, staging.build_id)
 
 
 def _hold(out: Output, version: str, held: str) -> None:
     """Copies the published `version` whole (server-side, manifest last) to
-    `held` and points LATEST there, so readers of LATEST keep a complete
-    version while the files at the version's own name are replaced. A
-    commit killed after this leaves LATEST naming the held copy: the
-    previous version, complete; `recovery` puts it back under its own name
-    and deletes the copy."""
+    `held`, and points LATEST there when it names `version`, so readers of
+    LATEST keep a complete version while the files at the version's own
+    name are replaced. The copy is what a commit that fails or is killed
+    midway puts back (`recovery.settle_version`), so the version is never
+    lost, whichever version LATEST names."""
     source = out.path(version)
     copy_version(out, source, out.path(held), out.files(source))
-    point_latest(out, held)
+    if latest_name(out) == version:
+        point_latest(out, held)
 
 
 def write_latest(out: Output, staging: Staging) -> None:
@@ -281,8 +283,8 @@ def _latest_failure(out: Output, staging: Staging, before: str | None,
     reason = f"{type(error).__name__}: {redact_url(str(error))}"
     where = out.display_of(out.path(staging.version))
     if read_latest(out.url) == staging.version:
-        if not out.local:
-            return None
+        if not out.local or before == staging.version:
+            return None  # a put that landed, or LATEST named the version before as well
         undo_error = _restore_latest(out, staging, before)
         if read_latest(out.url) == staging.version:
             return PublishedWithErrors(
@@ -319,8 +321,10 @@ def _created(out: Output, version: str) -> str | None:
 def latest_is_behind(out: Output, version: str) -> bool:
     """Whether ``LATEST`` should name the published `version` but does not:
     LATEST is missing, names a version that is not published, or one
-    published before `version` (manifest ``created``, UTC timestamps that
-    sort as text). That is what a build whose LATEST update failed leaves."""
+    published no later than `version` (manifest ``created``, UTC timestamps
+    to the second that sort as text: a version published in the same second
+    counts as earlier, or a retry could not finish what a quick build left).
+    That is what a build whose LATEST update failed leaves."""
     created = _created(out, version)
     if created is None:
         return False
@@ -328,7 +332,7 @@ def latest_is_behind(out: Output, version: str) -> bool:
     if latest == version:
         return False
     latest_created = _created(out, latest) if latest else None
-    return latest_created is None or latest_created < created
+    return latest_created is None or latest_created <= created
 
 
 def read_latest(output_path: str) -> str | None:

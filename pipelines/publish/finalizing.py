@@ -46,6 +46,10 @@ is one), `PublishedWithErrors` when the version was published but
 publishing did not finish (`LatestNotUpdated`: ``LATEST`` could not be
 replaced; a later build of the version finishes it, `finish_latest`),
 `OSError` from the filesystem before the commit (nothing published). A
+failure once the commit began is judged by what it left, read back
+(`read_back`): `BuildFailed` or `PublishedWithErrors` saying what is at
+the version's name and what LATEST names, or, when the version is this
+build's, a warning and the LATEST update as usual. A
 SIGINT or SIGTERM during the commit and the LATEST update waits until they
 are done (`signals.deferred`). Credentials in URLs never appear in messages or the
 manifest (`redact_url`).
@@ -73,9 +77,10 @@ from .croissant import croissant_files
 from .commit import (check_still_publishable, commit, latest_is_behind, point_latest,
                      write_latest)
 from .early_checks import EarlyShardChecks
-from .errors import BuildFailed, ConcurrentBuildError
+from .errors import BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishedWithErrors
 from .file_checks import ReadBack
 from .output import Output, load_json, published_identity
+from .read_back import after_failure, late_warning, warn
 from .staging import Staging
 from .tfds_metadata import tfds_files
 from .verify import verify_dataset
@@ -177,8 +182,9 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
             # the renames inside dead_letter/ are synced here, those in the
             # staging directory by the manifest's own write.
             sync_directory(f"{staging.directory}/{DEAD_LETTER_DIR}")
-        out.write_atomic(f"{staging.directory}/{MANIFEST_FILE}",
-                         manifest_lib.dumps_manifest(manifest))
+        manifest_bytes = manifest_lib.dumps_manifest(manifest)
+        ours = hashlib.sha256(manifest_bytes).hexdigest()  # how read_back knows it
+        out.write_atomic(f"{staging.directory}/{MANIFEST_FILE}", manifest_bytes)
         if verify:
             read_already = early_checks.results() if early_checks is not None else {}
             _verify_staged(staging, verify_workers,
@@ -187,7 +193,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
         # renames finish and the build reports what it published.
         with signals.deferred():
-            commit(out, staging)
+            late = _commit(out, staging, ours)
     except ConcurrentBuildError:
         staging.abort()
         raise
@@ -206,12 +212,46 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
         raise
     latest_updated = False
     with signals.deferred():
-        staging.close()
-        if update_latest:
-            write_latest(out, staging)
-            latest_updated = True
+        try:
+            staging.close()
+        except OSError as error:
+            late.append(("removing the build's owner file", error))
+        try:
+            if update_latest:
+                _write_latest(out, staging, ours)
+                latest_updated = True
+        finally:
+            for step, error in late:
+                warn(late_warning(out, staging.version, ours, step, error))
     return PublishResult(version=staging.version, url=out.display_of(out.path(staging.version)),
                          manifest=manifest, verified=verify, latest_updated=latest_updated)
+
+
+def _commit(out: Output, staging: Staging, ours: str) -> list[tuple[str, BaseException]]:
+    """`commit.commit`, its failure judged by what it left (`read_back`):
+    raises `BuildFailed` or `PublishedWithErrors` saying what is there, or
+    returns [(step, error)] when the version is this build's all the same."""
+    try:
+        commit(out, staging)
+    except ConcurrentBuildError:  # raised before anything changed
+        raise
+    except Exception as error:
+        failure = after_failure(out, staging.version, ours, "the commit", error)
+        if failure is not None:
+            raise failure from error
+        return [("the commit", error)]
+    return []
+
+
+def _write_latest(out: Output, staging: Staging, ours: str) -> None:
+    """`commit.write_latest`; a failure other than `LatestNotUpdated` (which
+    says what LATEST names) gets the read-back of the version too."""
+    try:
+        write_latest(out, staging)
+    except LatestNotUpdated:
+        raise
+    except PublishedWithErrors as error:
+        raise after_failure(out, staging.version, ours, "updating LATEST", error) from error
 
 
 def finish_latest(output_path: str, version: str) -> PublishResult | None:

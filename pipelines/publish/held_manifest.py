@@ -18,12 +18,15 @@ from __future__ import annotations
 import hashlib
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
-from ...transforms.tfrecord import TFRecordError, iter_record_views, iter_records
+from ...transforms.tfrecord import (StreamedRecord, TFRecordError, iter_record_views,
+                                    iter_records)
 from .manifest import ManifestError, load_manifest
 
-__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_records", "held_shards"]
+__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_records",
+           "held_shards"]
 
 _DRAIN_BLOCK = 4 << 20
+BATCH_BYTES = 1 << 20
 
 
 class DatasetCorrupt(IOError):
@@ -116,11 +119,13 @@ class _HashingStream:
 
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
-                    read_manifest: Callable[[], bytes | None],
-                    views: bool = False) -> Iterator[bytes | memoryview]:
+                    read_manifest: Callable[[], bytes | None], views: bool = False,
+                    stream_from: int | None = None
+                    ) -> Iterator[bytes | memoryview | StreamedRecord]:
     """Yields the records of `shard` (`iter_records`, or `iter_record_views`
-    when `views`), every CRC checked, and checks its bytes against `shard`
-    as they stream (module docstring); raises once the whole shard is read.
+    with `stream_from` when `views`), every CRC checked, and checks its
+    bytes against `shard` as they stream (module docstring); raises once
+    the whole shard is read.
 
     open_shard: opens the shard for binary reading (a context manager);
     compression: "none" or "gzip", as the manifest says; read_manifest:
@@ -132,12 +137,36 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         raise _mismatch(shard, "it is missing", read_manifest) from None
     with opened as handle:
         stream = _HashingStream(handle, shard, read_manifest)
-        read = iter_record_views if views else iter_records
+        if views:
+            records = iter_record_views(stream, path=shard.display, compression=compression,
+                                        stream_from=stream_from)
+        else:
+            records = iter_records(stream, path=shard.display, compression=compression)
         try:
-            yield from read(stream, path=shard.display, compression=compression)
+            yield from records
         except TFRecordError:
             # Damaged framing in a replaced shard is the replacement's doing:
             # say so rather than report damage the version does not have.
             stream.finish()
             raise
         stream.finish()
+
+
+def checked_batches(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
+                    read_manifest: Callable[[], bytes | None],
+                    max_bytes: int = BATCH_BYTES) -> Iterator[list[bytes]]:
+    """`checked_records` in lists of records of at most `max_bytes` in all
+    (a larger record alone), for a consumer that pays per item handed over
+    (tf.data's `from_generator` crosses into TensorFlow once per list, not
+    per record). The last list is given only once the whole shard checked."""
+    batch: list[bytes] = []
+    size = 0
+    for record in checked_records(open_shard, shard, compression=compression,
+                                  read_manifest=read_manifest):
+        if batch and size + len(record) > max_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(record)
+        size += len(record)
+    if batch:
+        yield batch

@@ -30,13 +30,14 @@ import math
 import posixpath
 import sys
 import zlib
-from typing import Callable, Iterator, NamedTuple, TextIO
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, TextIO
 
 import fsspec
 
 from ...schemas.example import BYTES, FLOAT, ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
-from ...transforms.tfrecord import TFRecordError, iter_record_views
+from ...schemas.example_stream import LongBytes, summarize_example
+from ...transforms.tfrecord import StreamedRecord, TFRecordError, iter_record_views
 from ...transforms.urls import redact_url
 from .dataset_paths import (MAX_MANIFEST_BYTES, DatasetNotFoundError, Located, list_version,
                             load_version_manifest, locate_version, read_limited)
@@ -52,6 +53,8 @@ MAX_LINE_BYTES = 64 << 20  # a dead-letter record summarises large values; far b
 
 
 def _render_bytes(value):
+    if isinstance(value, LongBytes):  # a streamed record's long value: its size and head
+        return {"bytes": value.size, "head": base64.b64encode(value.head[:32]).decode("ascii")}
     if len(value) <= MAX_TEXT_BYTES:
         try:
             return bytes(value).decode("utf-8")
@@ -67,21 +70,42 @@ def _render_float(value: float):
 
 
 def render_example(data) -> dict:
-    """A serialized Example (bytes or a memoryview) as JSON-ready feature
-    name -> list of values; a list of more than `MAX_LIST_VALUES` values as
-    ``{"values": N, "head": [the first HEAD_VALUES]}``. A record of
-    `LARGE_EXAMPLE_BYTES` or more is read in place (`scan_example`), so
-    printing it holds it once, whatever it holds."""
+    """A serialized Example (bytes, a memoryview, or a `StreamedRecord`) as
+    JSON-ready feature name -> list of values; a list of more than
+    `MAX_LIST_VALUES` values as ``{"values": N, "head": [the first
+    HEAD_VALUES]}``. A record of `LARGE_EXAMPLE_BYTES` or more is read in
+    place (`scan_example`) when held, as a stream (`summarize_example`)
+    when streamed: printing it holds it at most once, or never."""
+    if isinstance(data, StreamedRecord):
+        return _render_streamed(data)
     if len(data) >= LARGE_EXAMPLE_BYTES:
-        features = {name: (values.kind, values) for name, values in scan_example(data).items()}
+        features = {name: (values.kind, len(values), values)
+                    for name, values in scan_example(data).items()}
     else:
-        features = decode_example(data)
+        features = {name: (kind, len(values), values)
+                    for name, (kind, values) in decode_example(data).items()}
+    return _render_features(features)
+
+
+def _render_streamed(record: StreamedRecord) -> dict:
+    try:
+        features = summarize_example(record.read, record.length, keep_values=MAX_LIST_VALUES,
+                                     keep_bytes=MAX_TEXT_BYTES)
+    except ExampleDecodeError:
+        record.finish()  # a damaged frame is the first fault, as for a held record
+        raise
+    return _render_features(features)
+
+
+def _render_features(features: Mapping[str, tuple[str, int, Iterable]]) -> dict:
+    """name -> (kind, number of values, values: at least the first
+    `MAX_LIST_VALUES`) as `render_example` prints it."""
     rendered = {}
-    for name, (kind, values) in sorted(features.items()):
+    for name, (kind, count, values) in sorted(features.items()):
         render = _render_bytes if kind == BYTES else _render_float if kind == FLOAT else int
-        if len(values) > MAX_LIST_VALUES:
+        if count > MAX_LIST_VALUES:
             head = [render(value) for value in itertools.islice(values, HEAD_VALUES)]
-            rendered[name] = {"values": len(values), "head": head}
+            rendered[name] = {"values": count, "head": head}
         else:
             rendered[name] = [render(value) for value in values]
     return rendered
@@ -129,14 +153,19 @@ def shard_files(path: str) -> tuple[list[ShardSource], list[str]]:
     return sources, problems
 
 
-def _record_views(source: ShardSource) -> Iterator[memoryview]:
+def _record_views(source: ShardSource) -> Iterator[memoryview | StreamedRecord]:
+    # Records from LARGE_EXAMPLE_BYTES on stream past: a gzip shard of a
+    # few hundred KB may hold a record of 1 GiB, of which only the head of
+    # each value is printed.
     if source.held is None:
         with fsspec.open(source.url, "rb") as handle:
-            yield from iter_record_views(handle, path=source.url)
+            yield from iter_record_views(handle, path=source.url,
+                                         stream_from=LARGE_EXAMPLE_BYTES)
         return
     yield from checked_records(functools.partial(fsspec.open, source.url, "rb"), source.held,
                                compression=source.compression,
-                               read_manifest=source.read_manifest, views=True)
+                               read_manifest=source.read_manifest, views=True,
+                               stream_from=LARGE_EXAMPLE_BYTES)
 
 
 def _join(base: str, name: str) -> str:
@@ -167,8 +196,8 @@ def _inspect_shards(sources: list[ShardSource], limit: int | None, out: TextIO) 
         except NonCanonicalExample as error:
             out.flush()
             _error(f"{file}: record {index} is an Example of over {LARGE_EXAMPLE_BYTES} bytes "
-                   f"in a non-canonical encoding ({error}); such records are read in place, "
-                   "which needs the encoding every serializer writes")
+                   f"in a non-canonical encoding ({error}); such records are read as a "
+                   "stream, which needs the encoding every serializer writes")
             return 1
         except ExampleDecodeError as error:
             out.flush()

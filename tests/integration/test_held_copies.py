@@ -7,10 +7,11 @@ nothing); an overwrite commit of it is "killed" at its n-th filesystem call
 the dead build's staging record is then left as it was or removed, as a
 recovery that trusted it did. The next build's start (`begin_build`) must
 leave only published versions at the root, under their own names, with the
-version there whole (its old or its new content) and LATEST naming what it
-named before, or the version itself; a second overwrite then publishes.
-A commit that fails one request instead (EIO) leaves that state already,
-before any other build runs: it puts the held version back itself.
+version there whole (its old or its new content, whether LATEST named it or
+not) and LATEST naming what it named before, or the version itself; a
+second overwrite then publishes. A commit that fails one request instead
+(EIO) leaves that state already, before any other build runs: it puts the
+held version back itself.
 `test_kill_object_store.py` does the same with real kill -9 on an S3 server.
 """
 
@@ -117,11 +118,9 @@ def _assert_only_published_versions(fs, root: str, version: str, latest_before: 
         assert fs.exists(f"{root}/{name}/{MANIFEST_FILE}"), (name, names)
         manifest = json.loads(fs.cat_file(f"{root}/{name}/{MANIFEST_FILE}"))
         assert manifest["version"] == name, f"{name} holds version {manifest['version']!r}"
-    # Without a held copy (LATEST named another version) an overwrite
-    # unpublishes the version it replaces: it may be gone, never partial.
-    assert version in names or latest_before != version, names
-    if version in names:
-        assert _content(fs, root, version) in expected.values()
+    # The version is held whichever version LATEST names: never lost.
+    assert version in names, names
+    assert _content(fs, root, version) in expected.values()
     latest = fs.cat_file(f"{root}/{LATEST_FILE}").decode().strip() \
         if fs.exists(f"{root}/{LATEST_FILE}") else None
     assert latest in (latest_before, version), (latest, latest_before)

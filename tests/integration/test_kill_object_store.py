@@ -8,7 +8,8 @@ recorded first, then each trial kills the build's process group as soon
 as the server has received its k-th request, for k drawn at random over the
 whole build and, more densely, over its commit (where the version and LATEST
 change). A reader thread polls LATEST and the manifest it names throughout,
-so a window that exists only while a commit runs is caught too.
+so a window that exists only while a commit runs is caught too. The last
+test kills an overwrite's commit at every one of its requests in turn.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import pathlib
 import random
 import signal
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -98,8 +101,11 @@ def _kill_after(server, process: subprocess.Popen, mark: int, k: int) -> bool:
         if process.poll() is not None:
             return False
         time.sleep(0.002)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    if isinstance(process, _Child):
+        process.kill()
+    else:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
     return True
 
 
@@ -209,9 +215,98 @@ def test_kill_9_never_leaves_latest_without_a_complete_version(mode, moto, conte
         assert latest == f"1.0.{len(moments) + 2}"
 
 
-# The sweep below builds once per request point of a commit; past this many
-# points it samples them (fixed seed, SEED) to stay within a few minutes.
-SWEEP_LIMIT = int(os.environ.get("RECORDFORGE_SWEEP_LIMIT", "12"))
+# The sweep kills, at each request of an overwrite commit in turn, a process
+# that publishes a small staged build (`_PUBLISHER`: begin_build, which
+# recovers what the last kill left, then finalize) rather than a whole build:
+# the commit's requests are the same kinds. Each such process is forked from
+# one that has imported recordforge and s3fs already, so a point costs the
+# commit's requests, not an interpreter's start. RECORDFORGE_SWEEP_LIMIT caps
+# the points for a quick local run (every point when unset, as CI runs it).
+SWEEP_LIMIT = int(os.environ.get("RECORDFORGE_SWEEP_LIMIT", "0")) or None
+
+_PUBLISHER = textwrap.dedent("""\
+    import hashlib, json, os, sys, traceback
+    import fsspec, s3fs
+    from recordforge.pipelines import publish
+    from recordforge.schemas.example import encode_example
+    from recordforge.transforms import tfrecord
+    from recordforge.transforms.layout import shard_file_name
+
+    def publish_one(url, version, seed):
+        staging = publish.begin_build(url, version, overwrite=True)
+        data = tfrecord.frame_records([encode_example({"id": seed * 100 + i})
+                                       for i in range(5)])
+        file = shard_file_name("train", 0, 1, "none")
+        with fsspec.open(f"{staging.url}/{file}", "wb") as handle:
+            handle.write(data)
+        entry = {"split": "train", "file": file, "num_examples": 5, "num_bytes": len(data),
+                 "sha256": hashlib.sha256(data).hexdigest()}
+        with fsspec.open(staging.result_url, "wb") as handle:
+            handle.write(json.dumps({"shards": [entry], "num_input_rows": 5, "dead_letter": {
+                "num_rows": 0, "by_reason": {}, "files": [], "samples": {}}}).encode())
+        publish.finalize(staging, name="sweep", compression="none",
+                         features={"id": {"type": "int64", "shape": []}}, vocabularies={},
+                         config={}, split_names=["train"], max_error_rate=0.0, verify=False)
+
+    # One line per publish: "<url> <version> <seed>"; answers the child's
+    # pid, then its exit status once it has ended (killed or not).
+    for line in sys.stdin:
+        url, version, seed = line.split()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                publish_one(url, version, int(seed))
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+            os._exit(0)
+        print(pid, flush=True)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    """)
+
+
+class _Publisher:
+    """The forking process of `_PUBLISHER`, started once for the sweep."""
+
+    def __init__(self, env):
+        self.process = subprocess.Popen([sys.executable, "-c", _PUBLISHER], cwd=REPO, env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+
+    def start(self, output: str, seed: int) -> int:
+        """Starts a publish of version 1.0.0; returns its process id."""
+        self.process.stdin.write(f"{output} 1.0.0 {seed}\n")
+        self.process.stdin.flush()
+        return int(self.process.stdout.readline())
+
+    def status(self) -> int:
+        """The exit status of the publish last started, once it has ended."""
+        return int(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+class _Child:
+    """A forked publish as `_kill_in_commit` sees a build: poll, and kill."""
+
+    def __init__(self, publisher: _Publisher, pid: int):
+        self._publisher, self.pid, self.returncode = publisher, pid, None
+
+    def poll(self):
+        try:
+            os.kill(self.pid, 0)
+            with open(f"/proc/{self.pid}/stat") as stat:
+                if stat.read().split(") ")[-1].startswith("Z"):  # ended, not yet reaped
+                    raise ProcessLookupError
+        except (ProcessLookupError, FileNotFoundError):
+            self.returncode = self._publisher.status()
+        return self.returncode
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.returncode = self._publisher.status()
 
 
 def _put(requests: list[tuple[str, str]], tail: str, after: int = 0) -> int | None:
@@ -266,41 +361,46 @@ def _only_published_versions(root: str) -> str:
 
 def test_overwrite_killed_at_every_commit_request_then_two_builds(moto, contents, support,
                                                                   capsys):
-    """kill -9 at each request of an --overwrite commit in turn (each next
-    build starts by recovering what the last one left), then two builds:
-    only published versions remain, under their own names, LATEST naming
-    the version, and nothing is left in .staging."""
+    """kill -9 at each request of an --overwrite commit in turn, every one
+    (each next process starts by recovering what the last one left), then
+    two builds: only published versions remain, under their own names,
+    LATEST naming the version, and nothing is left in .staging."""
     moto.create_bucket("kill-sweep")
     root = "kill-sweep/flowers"
     output = f"s3://{root}"
     env = support.base_env(**moto.env)
     support.run_recordforge("build", FLOWERS, "--output", output, env=env)
 
-    def args(trial: int) -> list[str]:  # alternate contents, one version
-        return ["--output", output, "--overwrite", *(OTHER if trial % 2 == 0 else [])]
-
-    mark = moto.mark()
-    reference = _start(support, env, *args(0))
-    assert reference.wait(timeout=300) == 0, reference.stderr.read().decode()[-3000:]
-    requests = moto.requests_since(mark)
-    first, last = _commit_window(requests, root)
-    points = list(range(1, last - first + 2))  # requests of the commit, counted from the lock's
-    if len(points) > SWEEP_LIMIT:
-        points = sorted(random.Random(f"{SEED}-sweep").sample(points, SWEEP_LIMIT))
-    killed = []
-    for trial, k in enumerate(points, start=1):
-        mark = moto.mark()
-        process = _start(support, env, *args(trial))
-        if _kill_in_commit(moto, process, mark, k):
-            killed.append(k)
-        else:
-            assert process.returncode == 0, process.stderr.read().decode()[-3000:]
-    for trial in (len(points) + 1, len(points) + 2):
-        support.run_recordforge("build", FLOWERS, *args(trial), env=env)
+    publisher = _Publisher(env)
+    try:
+        for seed in (1, 0):  # the reference replaces a version like those the trials replace
+            mark = moto.mark()
+            publisher.start(output, seed)
+            assert publisher.status() == 0
+        requests = moto.requests_since(mark)
+        first, last = _commit_window(requests, root)
+        points = list(range(1, last - first + 2))  # the commit's requests, from the lock's
+        if SWEEP_LIMIT and len(points) > SWEEP_LIMIT:
+            points = sorted(random.Random(f"{SEED}-sweep").sample(points, SWEEP_LIMIT))
+        killed, started = [], time.monotonic()
+        for trial, k in enumerate(points, start=1):
+            mark = moto.mark()
+            child = _Child(publisher, publisher.start(output, seed=trial % 2))
+            if _kill_in_commit(moto, child, mark, k):
+                killed.append(k)
+            else:
+                assert child.returncode == 0, f"the publish meant to be killed at {k} failed"
+    finally:
+        publisher.close()
+    per_point = (time.monotonic() - started) / len(points)
+    for extra in ([], OTHER):  # two whole builds of the same version
+        support.run_recordforge("build", FLOWERS, "--output", output, "--overwrite", *extra,
+                                env=env)
     with capsys.disabled():
         print(f"\nkill -9 sweep: commit at requests {first + 1}-{last + 1} of "
-              f"{len(requests)}; killed at commit requests {killed} of {last - first + 1}")
-    assert killed, "no build was killed inside its commit"
+              f"{len(requests)}; killed at commit requests {killed} of {last - first + 1} "
+              f"({per_point:.1f} s a point)")
+    assert len(killed) >= len(points) - 2, (killed, points)  # the last may finish first
     assert _only_published_versions(root) == "1.0.0"
     assert _fresh_s3().find(f"{root}/.staging") == []
-    assert _published(support, root)[1] == contents[0 if (len(points) + 2) % 2 else 1]
+    assert _published(support, root)[1] == contents[1]

@@ -223,3 +223,103 @@ def test_a_damaged_shard_the_manifest_still_lists_is_corrupt_not_replaced(
         [row for shard in shards for row in _read_shard(shard, manifest["features"])]
     assert not isinstance(caught.value, held_manifest.VersionReplaced)
     assert victim.name in str(caught.value) and "damaged" in str(caught.value)
+
+
+@_SETTINGS
+@given(counts=_v1, plan=_v2, data=st.data())
+def test_checked_batches_under_an_overwrite(tmp_path_factory, counts, plan, data):
+    """The lists `recordforge.tf` hands to tf.data: the same records and the
+    same verdict as `checked_records`, whatever the list size."""
+    root, old, changed, commit = _fresh(tmp_path_factory, counts, plan)
+    version = root / "v1"
+    manifest = json.loads((version / "manifest.json").read_bytes())
+    read_manifest = functools.partial(lambda p: p.read_bytes() if p.exists() else None,
+                                      version / "manifest.json")
+    max_bytes = data.draw(st.integers(1, 64))
+    batches = []
+
+    def records():
+        for held in held_manifest.held_shards(manifest, "train", lambda f: str(version / f)):
+            for batch in held_manifest.checked_batches(
+                    functools.partial(open, held.display, "rb"), held, compression="none",
+                    read_manifest=read_manifest, max_bytes=max_bytes):
+                batches.append(batch)
+                yield from batch
+
+    k = data.draw(st.integers(0, sum(counts)))
+    ids, error = _read_with_overwrite(records(), commit, k)
+    _check(old, counts, changed, k, ids, error)
+    assert (error is not None) == _must_fail(counts, changed, k)
+    for batch in batches:  # a list passes max_bytes only as a single record
+        assert len(batch) == 1 or sum(map(len, batch)) <= max_bytes
+
+
+def _tf_records(version_dir, **options):
+    import recordforge.tf as rtf
+
+    return rtf.dataset(str(version_dir), "train", parse=False, **options)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(counts=_v1, plan=_v2, data=st.data())
+def test_recordforge_tf_under_an_overwrite(tmp_path_factory, counts, plan, data):
+    """TensorFlow's iteration of `recordforge.tf.dataset`: the first version's
+    records in shard order, or "version replaced while reading" naming a
+    shard. tf.data reads shards ahead of the consumer, so an overwrite that
+    commits mid-read may find every shard already open (then the old rows
+    are right); one that commits before reading starts must be seen."""
+    tf = pytest.importorskip("tensorflow")
+    root, old, changed, commit = _fresh(tmp_path_factory, counts, plan)
+    records = _tf_records(root / "v1")
+    k = data.draw(st.integers(0, sum(counts)))
+    ids = []
+    if k == 0:
+        commit()
+    try:
+        for record in records:
+            ids.append(_ids(record.numpy()))
+            if len(ids) == k:
+                commit()
+        error = None
+    except tf.errors.OpError as raised:
+        error = raised
+    expected = [_ids(r) for d in old for r in tfrecord.iter_records(io.BytesIO(d),
+                                                                     compression="none")]
+    if error is None:
+        assert ids == expected
+        assert not (k == 0 and any(changed))
+    else:
+        assert "version replaced while reading" in error.message, error.message
+        assert "train-0000" in error.message
+
+
+def test_recordforge_tf_unchecked_reads_natively(tmp_path):
+    """``check=False``: TensorFlow's TFRecordDataset, the same records."""
+    pytest.importorskip("tensorflow")
+    old = [_shard_bytes(0, 3), _shard_bytes(1, 2)]
+    _stage(tmp_path, old, overwrite=False)()
+    checked = [_ids(r.numpy()) for r in _tf_records(tmp_path)]
+    unchecked = [_ids(r.numpy()) for r in _tf_records(tmp_path, check=False)]
+    assert checked == unchecked == [0, 1, 2, 1000, 1001]
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(latest=st.sampled_from(["../elsewhere/v1", "/{outside}/v1", ".staging",
+                               "v1/../../elsewhere/v1", "a" * 5000]))
+def test_recordforge_tf_follows_only_a_latest_that_names_a_version_of_the_root(
+        tmp_path_factory, latest):
+    """LATEST is read as `verify` reads it: a name that leaves the root (or
+    is not a version name) is refused, never followed to another version."""
+    pytest.importorskip("tensorflow")
+    import recordforge.tf as rtf
+
+    base = tmp_path_factory.mktemp("roots")
+    outside = base / "elsewhere"
+    _stage(outside, [_shard_bytes(3, 1)], overwrite=False)()
+    root = base / "root"
+    _stage(root, [_shard_bytes(4, 1)], overwrite=False)()
+    (root / "LATEST").write_text(latest.format(outside=str(outside).strip("/")) + "\n")
+    with pytest.raises(ValueError, match="LATEST"):
+        rtf.manifest(str(root))

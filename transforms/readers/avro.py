@@ -16,7 +16,11 @@ never trusted for an allocation: `_BoundedReads` hands fastavro at most the
 bytes the file holds, read a block at a time, so a length of 2^45 is a short
 read, which fastavro reports as a decoding error, not a MemoryError. The
 one count no byte checks, an array's of items that take no bytes, is
-refused with the schema (`_unbounded_array`).
+refused with the schema (`_unbounded_array`). Compressed blocks are
+inflated by `avro_blocks` in bounded steps before fastavro sees them: a
+block that would inflate past `common.MAX_DECODED_BYTES` (a decompression
+bomb) is an ``avro_invalid`` dead letter naming the block and its byte
+offset, for the rest of the file, and is never decoded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import IO, Iterator
 
 import fsspec
 
+from .avro_blocks import BlockRefused, DecompressedContainer
 from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
 from .rows import SourceRow
@@ -162,7 +167,7 @@ def _avro_rows(f, source: str) -> Iterator[SourceRow | dict]:
     index, blocks = 0, None
     try:
         try:
-            blocks = fastavro.block_reader(_BoundedReads(f))
+            blocks = fastavro.block_reader(DecompressedContainer(_BoundedReads(f)))
             if not _is_record_schema(blocks.writer_schema):
                 yield read_dead_letter(
                     source, None, "avro_invalid",
@@ -180,6 +185,11 @@ def _avro_rows(f, source: str) -> Iterator[SourceRow | dict]:
                 for record in _block_records(block):
                     index += 1
                     yield SourceRow(source, index, record)
+        except BlockRefused as exc:
+            yield read_dead_letter(
+                source, index + 1 if index else None, "avro_invalid",
+                f"{source}: {exc}; the rest of the file is not read (records read: {index})",
+                source, rows=None)
         except _DECODE_ERRORS as exc:
             where = "header" if blocks is None else f"data after record {index}"
             yield read_dead_letter(

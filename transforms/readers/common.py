@@ -21,6 +21,7 @@ from .. import page_cache
 from ..urls import redact_url
 
 __all__ = [
+    "MAX_DECODED_BYTES",
     "READ_ERRORS",
     "display_name",
     "empty_file",
@@ -32,6 +33,11 @@ __all__ = [
     "resolve",
     "skip_utf8_bom",
 ]
+
+# The most bytes one record of an input may take once decompressed: a CSV
+# record (csv, csv_dialect) or an Avro block (avro_blocks). Past it, a few
+# compressed bytes would fill the memory (a decompression bomb).
+MAX_DECODED_BYTES = 256 << 20
 
 # Exceptions that mean "this file cannot be read" rather than "this row is
 # bad": I/O and permission errors, and damaged compression streams (fsspec

@@ -29,8 +29,8 @@ from typing import Iterator, Sequence
 import fsspec
 
 from ...schemas.native import kernels
-from .common import (READ_ERRORS, empty_file, open_file, open_range, read_dead_letter,
-                     read_error, resolve)
+from .common import (MAX_DECODED_BYTES, READ_ERRORS, empty_file, open_file, open_range,
+                     read_dead_letter, read_error, resolve)
 from .ranges import (BLOCK, Cursor, block_lines, iter_line_blocks, scan_split_points,
                      seek_to_record)
 from .rows import ColumnBatch, SourceRow
@@ -43,7 +43,7 @@ _BLOCK = BLOCK
 _open = open_file
 # A quoted CSV record longer than this is an unterminated quote in practice;
 # reading stops there instead of holding the rest of the file in memory.
-_MAX_CSV_RECORD_BYTES = 256 << 20
+_MAX_CSV_RECORD_BYTES = MAX_DECODED_BYTES
 
 
 class CsvRunBatch(ColumnBatch):

@@ -12,7 +12,8 @@ imports this door only, never its modules:
 * `damage`: the intact records at a buffer's head (`complete_records`),
   and `RecordStreamCheck`,
   which checks a stream as it is written exactly as the reader would;
-* `reading`: records read, viewed or counted, every CRC checked;
+* `reading`: records read, viewed or counted, every CRC checked; a long
+  record given in pieces (`StreamedRecord`) to readers that ask for it;
 * `index`: a file's index (``"<offset> <framed length>"`` lines, the format
   DALI and the `tfrecord` package read), made as its bytes are written, and
   an index file compared with its shard's records.
@@ -23,7 +24,8 @@ from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRec
                       frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
 from .index import INDEX_LINE_LIMIT, IndexMatch, RecordIndexer, index_line, indexable
-from .reading import count_records, iter_record_views, iter_records, read_records
+from .reading import (StreamedRecord, count_records, iter_record_views, iter_records,
+                      read_records)
 from .writer import COMPRESSIONS, TFRecordWriter, check_compression, suffix_for
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "RecordIndexer",
     "RecordStreamCheck",
+    "StreamedRecord",
     "TFRecordError",
     "TFRecordWriter",
     "check_compression",

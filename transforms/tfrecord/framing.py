@@ -30,6 +30,7 @@ __all__ = [
     "cached_length_crc",
     "frame_records",
     "length_crc",
+    "mask_crc",
     "masked_crc32c",
     "masked_crc32c_array",
     "python_frame_records",
@@ -73,7 +74,12 @@ class TFRecordError(Exception):
 
 def masked_crc32c(data) -> int:
     """The CRC32C of `data`, masked the way TFRecord files store it."""
-    crc = crc32c.crc32c(data)
+    return mask_crc(crc32c.crc32c(data))
+
+
+def mask_crc(crc: int) -> int:
+    """A CRC32C masked the way TFRecord files store it (for a CRC computed
+    in pieces)."""
     return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
 

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from typing import BinaryIO, Iterator
 
+import crc32c
 import fsspec
 
 from .damage import complete_records
-from .framing import FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, masked_crc32c
+from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, mask_crc,
+                      masked_crc32c)
 from .gzip_members import GZIP_MAGIC, READ_BLOCK, GzipStreamError, gunzip_blocks
 from .writer import check_compression
 
-__all__ = ["count_records", "iter_record_views", "iter_records", "read_records"]
+__all__ = ["StreamedRecord", "count_records", "iter_record_views", "iter_records",
+           "read_records"]
+
+_COUNT_STREAM_FROM = 4 << 20  # records this long are counted without being held
 
 
 def _plain_blocks(fileobj: BinaryIO) -> Iterator[bytes]:
@@ -73,13 +78,21 @@ def iter_records(fileobj: BinaryIO, *, path: str = "",
         yield from records
 
 
-def iter_record_views(fileobj: BinaryIO, *, path: str = "",
-                      compression: str = "auto") -> Iterator[memoryview]:
+def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
+                      stream_from: int | None = None) -> Iterator[memoryview | StreamedRecord]:
     """`iter_records` without the copy: each record is a memoryview into
     the reader's buffer, so a record of any size is held once. A view is
     valid only until the next record is asked for; the caller must release
-    it and everything made from it (slices, numpy arrays) by then."""
-    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+    it and everything made from it (slices, numpy arrays) by then.
+
+    stream_from: records of this many bytes or more are given as a
+    `StreamedRecord` instead, read in pieces, so that memory stays bounded
+    by `stream_from` plus a block whatever the records hold."""
+    for item in _checked_spans(fileobj, path, compression, stream_from):
+        if isinstance(item, StreamedRecord):
+            yield item
+            continue
+        buffer, starts, ends = item
         with memoryview(buffer) as view:
             for start, end in zip(starts, ends):
                 with view[start + HEADER_SIZE:end - FOOTER_SIZE] as record:
@@ -91,7 +104,9 @@ def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto
     check `iter_records` makes, without making an object per record. Raises
     `TFRecordError` as `iter_records` would; its record_index is then the
     number of intact records before the damage."""
-    return sum(len(starts) for _, starts, _ in _checked_spans(fileobj, path, compression))
+    # A long record is counted as it streams past, never gathered whole.
+    return sum(1 if isinstance(item, StreamedRecord) else len(item[1])
+               for item in _checked_spans(fileobj, path, compression, _COUNT_STREAM_FROM))
 
 
 def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
@@ -100,11 +115,13 @@ def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
         yield from iter_records(fileobj, path=path, compression=compression)
 
 
-def _checked_spans(fileobj: BinaryIO, path: str, compression: str
-                   ) -> Iterator[tuple[bytearray, list[int], list[int]]]:
+def _checked_spans(fileobj: BinaryIO, path: str, compression: str, stream_from: int | None = None
+                   ) -> Iterator[tuple[bytearray, list[int], list[int]] | "StreamedRecord"]:
     """``(buffer, starts, ends)``: where each complete record of the buffer
     begins and ends, every one checked. The buffer is valid only until the
-    next item is asked for.
+    next item is asked for. With `stream_from`, a record of that many bytes
+    or more is not gathered but given as a `StreamedRecord` (read and
+    checked by the caller, then to its end by the walk).
 
     Each buffer's records are walked by their length fields (a record's
     12-byte header is compared with the canonical header of its length,
@@ -112,55 +129,131 @@ def _checked_spans(fileobj: BinaryIO, path: str, compression: str
     C-level pass. Damage is raised in stream order, after the intact
     records before it have been handed out.
     """
-    blocks = _blocks_for(fileobj, path, compression)
-    buffer = bytearray()
-    position = 0  # offset of buffer[0] in the uncompressed stream
-    index = 0  # records handed out so far
-    exhausted = False
-
-    def fill(needed: int) -> bool:
-        """Reads until the buffer holds `needed` bytes; False at end of stream."""
-        nonlocal exhausted
-        while len(buffer) < needed and not exhausted:
-            try:
-                block = next(blocks)
-            except StopIteration:
-                exhausted = True
-                break
-            except GzipStreamError as error:
-                raise TFRecordError(str(error), path=path, offset=position + len(buffer),
-                                    record_index=index) from None
-            buffer.extend(block)
-        return len(buffer) >= needed
-
+    walk = _Walk(_blocks_for(fileobj, path, compression), path)
+    buffer = walk.buffer
     while True:
-        starts, ends, damage = complete_records(buffer, position, index, path)
+        starts, ends, damage = complete_records(buffer, walk.position, walk.index, path)
         if starts:
             yield buffer, starts, ends
-            index += len(starts)
+            walk.index += len(starts)
         if damage is not None:
             raise damage
-        cursor = ends[-1] if ends else 0
-        if cursor:
-            del buffer[:cursor]
-            position += cursor
+        if ends:
+            walk.consume(ends[-1])
         if len(buffer) >= HEADER_SIZE:
             # A record whose length CRC checked out but whose body is not all
             # here yet: read exactly until it is (never preallocate `length`,
-            # which could be huge in a crafted file).
+            # which could be huge in a crafted file), or stream it.
             (length,) = LENGTH.unpack_from(buffer, 0)
-            if fill(HEADER_SIZE + length + FOOTER_SIZE):
+            if stream_from is not None and length >= stream_from:
+                record = StreamedRecord(walk, length)
+                yield record
+                record.finish()
                 continue
-        elif fill(HEADER_SIZE):
+            if walk.fill(HEADER_SIZE + length + FOOTER_SIZE):
+                continue
+        elif walk.fill(HEADER_SIZE):
             continue
         if buffer:
-            raise TFRecordError(
-                f"truncated record ({len(buffer)} bytes left at end of stream)",
-                path=path, offset=position, record_index=index)
-        # A gzip stream must also have ended cleanly; draining `blocks` raises
-        # for a member cut short after the last complete record.
-        if not exhausted:
-            fill(1)
+            raise walk.error(f"truncated record ({len(buffer)} bytes left at end of stream)")
+        # A gzip stream must also have ended cleanly; draining the blocks
+        # raises for a member cut short after the last complete record.
+        if not walk.exhausted:
+            walk.fill(1)
             if buffer:
                 continue
         return
+
+
+class _Walk:
+    """The reading position of `_checked_spans`: the bytes read and not yet
+    handed out (`buffer`), the stream offset of its first byte, the records
+    handed out so far."""
+
+    def __init__(self, blocks: Iterator[bytes], path: str):
+        self._blocks, self.path = blocks, path
+        self.buffer = bytearray()
+        self.position = 0  # offset of buffer[0] in the uncompressed stream
+        self.index = 0
+        self.exhausted = False
+
+    def fill(self, needed: int) -> bool:
+        """Reads until the buffer holds `needed` bytes; False at end of stream."""
+        buffer = self.buffer
+        while len(buffer) < needed and not self.exhausted:
+            try:
+                block = next(self._blocks)
+            except StopIteration:
+                self.exhausted = True
+                break
+            except GzipStreamError as error:
+                raise self.error(str(error), len(buffer)) from None
+            buffer.extend(block)
+        return len(buffer) >= needed
+
+    def consume(self, size: int) -> None:
+        """Drops the buffer's first `size` bytes (handed out already)."""
+        del self.buffer[:size]
+        self.position += size
+
+    def take(self, size: int) -> bytes:
+        """The buffer's first `size` bytes, removed from it (a copy of those
+        bytes only: `size` is at most a block)."""
+        with memoryview(self.buffer) as view:
+            taken = bytes(view[:size])
+        self.consume(size)
+        return taken
+
+    def error(self, problem: str, past_buffer_start: int = 0) -> TFRecordError:
+        return TFRecordError(problem, path=self.path, offset=self.position + past_buffer_start,
+                             record_index=self.index)
+
+
+class StreamedRecord:
+    """A record too long to hold whole (`iter_record_views`' `stream_from`):
+    its `length`, and its data given in pieces by `read`, as a file's. Its
+    data CRC is checked when its last byte is read, raising `TFRecordError`
+    like every other damage; the walk reads to its end (and checks it) when
+    the caller stops early. Valid until the next record is asked for."""
+
+    def __init__(self, walk: _Walk, length: int):
+        self.length = length
+        self._walk, self._left, self._crc = walk, length, 0
+        self._start = walk.position  # where its header begins, for messages
+        walk.consume(HEADER_SIZE)
+
+    def read(self, size: int = -1) -> bytes:
+        """At most `size` bytes of the record's data (all that is left when
+        negative, so callers should ask for less), b"" at its end."""
+        if not self._left:
+            return b""
+        size = self._left if size < 0 else min(size, self._left)
+        walk = self._walk
+        if not walk.buffer and not walk.fill(1):
+            raise self._error(f"truncated record ({self.length - self._left} of its "
+                              f"{self.length} bytes at end of stream)")
+        piece = walk.take(min(size, len(walk.buffer)))
+        self._crc = crc32c.crc32c(piece, self._crc)
+        self._left -= len(piece)
+        if not self._left:
+            self._check_footer()
+        return piece
+
+    def finish(self) -> None:
+        """Reads what the caller left of the record and checks it."""
+        while self.read(READ_BLOCK):
+            pass
+
+    def _check_footer(self) -> None:
+        walk = self._walk
+        if not walk.fill(FOOTER_SIZE):
+            raise self._error(f"truncated record ({len(walk.buffer)} bytes of its data CRC "
+                              "at end of stream)")
+        stored = int.from_bytes(walk.take(FOOTER_SIZE), "little")
+        if stored != mask_crc(self._crc):
+            raise self._error("bad data CRC")
+        walk.index += 1
+
+    def _error(self, problem: str) -> TFRecordError:
+        return TFRecordError(problem, path=self._walk.path, offset=self._start,
+                             record_index=self._walk.index)
