@@ -11,20 +11,11 @@ shard is `VersionReplaced` when the version's manifest no longer lists the
 shard as held (it was replaced while reading), `DatasetCorrupt` when it
 still does (the shard itself is damaged). Plain code: no Beam, no
 TensorFlow.
-
-The hash of a shard longer than a few blocks runs on a thread of its own
-(`_BackgroundDigest`): hashlib releases the GIL while it hashes a large
-block, so sha256 (about 1 GB/s of a core) overlaps the CRC walk and
-decoding instead of adding to them. Nothing changes in what is checked or
-when: the records still stream as they are read, and the digest is
-compared once the whole shard is read.
 """
 
 from __future__ import annotations
 
 import hashlib
-import queue
-import threading
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
 from ...transforms.tfrecord import TFRecordError, iter_record_views, iter_records
@@ -33,17 +24,6 @@ from .manifest import ManifestError, load_manifest
 __all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_records", "held_shards"]
 
 _DRAIN_BLOCK = 4 << 20
-
-# Shards up to this size are hashed on the reading thread: a thread's start
-# costs more than it saves on a block or two.
-_THREAD_FROM = 4 << 20
-
-# The bytes a large shard is read (and hashed) in at a time.
-_HASH_CHUNK = 8 << 20
-
-# Blocks waiting for the hashing thread at most: the reader blocks beyond
-# this, so memory stays a few blocks whatever the shard's size.
-_PENDING_BLOCKS = 4
 
 
 class DatasetCorrupt(IOError):
@@ -105,94 +85,34 @@ def _mismatch(shard: HeldShard, found: str, read_manifest) -> DatasetCorrupt:
                            "(docs/publishing.md)")
 
 
-class _BackgroundDigest:
-    """sha256 of the blocks given to `update`, in order, computed on a
-    thread of its own (module docstring); at most `_PENDING_BLOCKS` wait."""
-
-    def __init__(self):
-        self._digest = hashlib.sha256()
-        self._blocks: queue.Queue = queue.Queue(maxsize=_PENDING_BLOCKS)
-        self._failed: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="recordforge-sha256",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while (block := self._blocks.get()) is not None:
-            if self._failed is None:
-                try:
-                    self._digest.update(block)
-                except BaseException as error:  # raised to the reader by hexdigest
-                    self._failed = error  # keep draining, so the reader never blocks
-
-    def update(self, block: bytes) -> None:
-        # Only immutable bytes cross to the thread: a reused buffer could
-        # change before it is hashed.
-        self._blocks.put(block if isinstance(block, bytes) else bytes(block))
-
-    def close(self) -> None:
-        """Stops the thread once it has hashed every block given (a reader
-        that stops early calls this too)."""
-        if self._thread.is_alive():
-            self._blocks.put(None)
-            self._thread.join()
-
-    def hexdigest(self) -> str:
-        self.close()
-        if self._failed is not None:
-            raise self._failed
-        return self._digest.hexdigest()
-
-
 class _HashingStream:
     """The reading end of a shard, hashed and counted as it is read; refuses
-    to give more bytes than the held entry lists. A large shard is read in
-    chunks of `_HASH_CHUNK` handed whole to the hashing thread (each hand-off
-    waits for the GIL, so few and large), the record reader served views
-    of them."""
+    to give more bytes than the held entry lists."""
 
     def __init__(self, handle: BinaryIO, shard: HeldShard, read_manifest):
         self._handle, self._shard, self._read_manifest = handle, shard, read_manifest
-        background = shard.num_bytes >= _THREAD_FROM
-        self._digest = _BackgroundDigest() if background else hashlib.sha256()
-        self._chunk = _HASH_CHUNK if background else 0
-        self._ahead, self._at = memoryview(b""), 0
-        self.size = 0
+        self._digest, self.size = hashlib.sha256(), 0
 
     def seekable(self) -> bool:
         return False  # a seek back would hash bytes twice
 
-    def read(self, size: int = -1) -> memoryview:
-        if self._at >= len(self._ahead):
-            self._ahead, self._at = self._read_chunk(size), 0
-        end = len(self._ahead) if size < 0 else self._at + size
-        piece = self._ahead[self._at:end]
-        self._at += len(piece)
-        return piece
-
-    def _read_chunk(self, size: int) -> memoryview:
-        block = self._handle.read(size if size < 0 else max(size, self._chunk))
+    def read(self, size: int = -1) -> bytes:
+        block = self._handle.read(size)
         self._digest.update(block)
         self.size += len(block)
         if self.size > self._shard.num_bytes:
             raise _mismatch(self._shard, f"it holds more than {self.size - len(block)} + "
                             f"{len(block)} bytes", self._read_manifest)
-        return memoryview(block)
+        return block
 
     def finish(self) -> None:
         """Reads what the record reader left (trailing bytes) and checks size
         and sha256; raises `VersionReplaced` or `DatasetCorrupt`."""
         while self.read(_DRAIN_BLOCK):
             pass
-        digest = self._digest.hexdigest()
-        if self.size != self._shard.num_bytes or digest != self._shard.sha256:
-            raise _mismatch(self._shard, f"it holds {self.size} bytes with sha256 {digest}",
-                            self._read_manifest)
-
-    def close(self) -> None:
-        """Stops the hashing thread, if any (the reader stopped early or failed)."""
-        if isinstance(self._digest, _BackgroundDigest):
-            self._digest.close()
+        if self.size != self._shard.num_bytes or self._digest.hexdigest() != self._shard.sha256:
+            raise _mismatch(self._shard, f"it holds {self.size} bytes with sha256 "
+                            f"{self._digest.hexdigest()}", self._read_manifest)
 
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
@@ -214,14 +134,10 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         stream = _HashingStream(handle, shard, read_manifest)
         read = iter_record_views if views else iter_records
         try:
-            try:
-                yield from read(stream, path=shard.display, compression=compression)
-            except TFRecordError:
-                # Damaged framing in a replaced shard is the replacement's
-                # doing: say so rather than report damage the version does
-                # not have.
-                stream.finish()
-                raise
+            yield from read(stream, path=shard.display, compression=compression)
+        except TFRecordError:
+            # Damaged framing in a replaced shard is the replacement's doing:
+            # say so rather than report damage the version does not have.
             stream.finish()
-        finally:
-            stream.close()
+            raise
+        stream.finish()
