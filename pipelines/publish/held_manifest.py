@@ -116,8 +116,8 @@ class _HashingStream:
 
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
-                    read_manifest: Callable[[], bytes | None],
-                    views: bool = False) -> Iterator[bytes | memoryview]:
+                    read_manifest: Callable[[], bytes | None], views: bool = False,
+                    start: int = 0, stop: int | None = None) -> Iterator[bytes | memoryview]:
     """Yields the records of `shard` (`iter_records`, or `iter_record_views`
     when `views`), every CRC checked, and checks its bytes against `shard`
     as they stream (module docstring); raises once the whole shard is read.
@@ -125,7 +125,12 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
     open_shard: opens the shard for binary reading (a context manager);
     compression: "none" or "gzip", as the manifest says; read_manifest:
     the version's manifest.json bytes as they are now (None when it is
-    gone), read only to explain a mismatch."""
+    gone), read only to explain a mismatch. start, stop: only records
+    ``start <= i < stop`` are handed out (those before `start` are read
+    with every check but make no object); the shard is still read to its
+    end and checked there, as a whole read is, the bytes past record
+    `stop` hashed but not walked (their CRCs are no check the sha256 does
+    not already make)."""
     try:
         opened = open_shard()
     except FileNotFoundError:
@@ -134,7 +139,8 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         stream = _HashingStream(handle, shard, read_manifest)
         read = iter_record_views if views else iter_records
         try:
-            yield from read(stream, path=shard.display, compression=compression)
+            yield from read(stream, path=shard.display, compression=compression,
+                            start=start, stop=stop)
         except TFRecordError:
             # Damaged framing in a replaced shard is the replacement's doing:
             # say so rather than report damage the version does not have.

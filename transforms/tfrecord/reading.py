@@ -56,34 +56,53 @@ def _detect_compression(fileobj: BinaryIO, path: str) -> str:
     return "gzip"
 
 
-def iter_records(fileobj: BinaryIO, *, path: str = "",
-                 compression: str = "auto") -> Iterator[bytes]:
+def iter_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
+                 start: int = 0, stop: int | None = None) -> Iterator[bytes]:
     """Yields the records of a TFRecord stream, checking both CRCs of each.
 
     compression: "none", "gzip" (one or more members), or "auto" (by the
     `path` suffix, else by sniffing the stream). Raises only `TFRecordError`
     for damaged data, including a length field above `MAX_RECORD_BYTES`,
     after yielding every intact record before the damage; memory stays
-    bounded by the largest record.
+    bounded by the largest record. start, stop: only records
+    ``start <= i < stop`` are handed out (`_record_range`).
     """
-    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+    for buffer, starts, ends in _record_range(fileobj, path, compression, start, stop):
         with memoryview(buffer) as view:
-            records = [bytes(view[start + HEADER_SIZE:end - FOOTER_SIZE])
-                       for start, end in zip(starts, ends)]
+            records = [bytes(view[begin + HEADER_SIZE:end - FOOTER_SIZE])
+                       for begin, end in zip(starts, ends)]
         yield from records
 
 
-def iter_record_views(fileobj: BinaryIO, *, path: str = "",
-                      compression: str = "auto") -> Iterator[memoryview]:
+def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
+                      start: int = 0, stop: int | None = None) -> Iterator[memoryview]:
     """`iter_records` without the copy: each record is a memoryview into
     the reader's buffer, so a record of any size is held once. A view is
     valid only until the next record is asked for; the caller must release
     it and everything made from it (slices, numpy arrays) by then."""
-    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+    for buffer, starts, ends in _record_range(fileobj, path, compression, start, stop):
         with memoryview(buffer) as view:
-            for start, end in zip(starts, ends):
-                with view[start + HEADER_SIZE:end - FOOTER_SIZE] as record:
+            for begin, end in zip(starts, ends):
+                with view[begin + HEADER_SIZE:end - FOOTER_SIZE] as record:
                     yield record
+
+
+def _record_range(fileobj: BinaryIO, path: str, compression: str, start: int,
+                  stop: int | None) -> Iterator[tuple[bytearray, list[int], list[int]]]:
+    """`_checked_spans` cut to the records ``start <= i < stop``: the
+    records before `start` are read with every check but handed out as no
+    object (a reader of a slice pays no Python per record it skips), and
+    reading stops once `stop` records have been read, the rest of the
+    stream unread and unchecked."""
+    index = 0
+    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+        first = max(start - index, 0)
+        last = len(starts) if stop is None else max(min(len(starts), stop - index), 0)
+        if first < last:
+            yield buffer, starts[first:last], ends[first:last]
+        index += len(starts)
+        if stop is not None and index >= stop:
+            return
 
 
 def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto") -> int:
