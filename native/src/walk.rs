@@ -70,7 +70,11 @@ const fn byte_table() -> [u32; 256] {
         let mut crc = byte as u32;
         let mut bit = 0;
         while bit < 8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ POLY } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
             bit += 1;
         }
         table[byte] = crc;
@@ -124,8 +128,12 @@ static SHIFT: [[u32; 256]; 4] = shift_tables();
 #[inline(always)]
 fn shift_lane(crc: u64) -> u64 {
     let crc = crc as u32;
-    u64::from(SHIFT[0][(crc & 0xff) as usize] ^ SHIFT[1][(crc >> 8 & 0xff) as usize]
-        ^ SHIFT[2][(crc >> 16 & 0xff) as usize] ^ SHIFT[3][(crc >> 24) as usize])
+    u64::from(
+        SHIFT[0][(crc & 0xff) as usize]
+            ^ SHIFT[1][(crc >> 8 & 0xff) as usize]
+            ^ SHIFT[2][(crc >> 16 & 0xff) as usize]
+            ^ SHIFT[3][(crc >> 24) as usize],
+    )
 }
 
 /// The CRC32C of `data` by SSE4.2's `crc32` instruction, three independent
@@ -145,7 +153,11 @@ unsafe fn crc32c_sse42(data: &[u8]) -> u32 {
         let (a, rest) = block.split_at(LANE);
         let (b, c) = rest.split_at(LANE);
         let (mut crc_b, mut crc_c) = (0u64, 0u64);
-        for ((x, y), z) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(c.chunks_exact(8)) {
+        for ((x, y), z) in a
+            .chunks_exact(8)
+            .zip(b.chunks_exact(8))
+            .zip(c.chunks_exact(8))
+        {
             crc = _mm_crc32_u64(crc, le_u64(x));
             crc_b = _mm_crc32_u64(crc_b, le_u64(y));
             crc_c = _mm_crc32_u64(crc_c, le_u64(z));
@@ -254,7 +266,11 @@ mod tests {
             let zeros = vec![0u8; LANE];
             // crc32c_append(!r) runs the register from r and inverts at the end.
             let expected = !crc32c::crc32c_append(!register, &zeros);
-            assert_eq!(shift_lane(u64::from(register)) as u32, expected, "{register:#010x}");
+            assert_eq!(
+                shift_lane(u64::from(register)) as u32,
+                expected,
+                "{register:#010x}"
+            );
         }
     }
 
