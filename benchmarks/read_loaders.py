@@ -1,6 +1,7 @@
 """PyTorch DataLoader throughput over a published version: recordforge.torch against the tfrecord package (and TensorFlow).
 
     python benchmarks/read_loaders.py [--rows 200000] [--images 2000] [--workers 0,2] [--repeat 3]
+                                      [--data DIR] [--baseline PYTHONPATH]
 
 Builds the end-to-end benchmark's table (`--rows` rows) and image set
 (`--images` JPEGs) with `recordforge build` (uncompressed, as
@@ -21,7 +22,14 @@ split ``train`` in one process, for each DataLoader worker count, with:
   (only when TensorFlow imports; it is no dependency).
 
 Systems alternate in rounds (`--repeat`), the best of each kept, so a slow
-spell of the shared machine falls on all alike. Records/s counts rows
+spell of the shared machine falls on all alike. ``--data DIR`` builds the
+two versions there once and reuses them in later runs (`--rows` and
+`--images` then only apply to a first run). ``--baseline PYTHONPATH``
+also times ``rf`` and ``rf-crc`` of another checkout of recordforge (a
+directory whose ``recordforge`` is that checkout), in a child process once
+per round, so that a change is measured against the code it started from
+in the same run, on the same versions (columns ``base-rf``,
+``base-rf-crc``). Records/s counts rows
 handed to the training loop (collate returns the batch's length, so no
 system pays for stacking tensors).
 """
@@ -30,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -102,42 +112,90 @@ def _systems() -> dict:
     return systems
 
 
+def _versions(root: Path, rows: int, images: int) -> dict:
+    """The table's and the image set's versions under `root`, built unless
+    a run before built them there."""
+    makers = {"table": lambda: make_table(root / "table", rows)[0],
+              "images": lambda: make_images(root / "images", images)}
+    versions = {}
+    for data, make in makers.items():
+        version = root / f"out-{data}" / "bench"
+        if not (version / "manifest.json").exists():
+            _build(make(), root / f"out-{data}")
+        versions[data] = version
+    return versions
+
+
+def _round(versions: dict, workers: list[int], systems: dict, best: dict) -> None:
+    """Each system once over each version and worker count; the best
+    (records/s, records) of each kept in `best`."""
+    for data, version in versions.items():
+        for count in workers:
+            for name, read in systems.items():
+                start = time.perf_counter()
+                records = read(version, count)
+                rate = records / (time.perf_counter() - start)
+                key = (data, count, name)
+                best[key] = max(best.get(key, (0, 0)), (rate, records))
+
+
+def _baseline_round(baseline: str, data_dir: Path, workers: str, best: dict) -> None:
+    """One round of ``rf`` and ``rf-crc`` by the code on `baseline`, in a
+    child process, kept in `best` as ``base-rf`` and ``base-rf-crc``."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--data", str(data_dir), "--workers", workers,
+         "--repeat", "1", "--systems", "rf,rf-crc", "--json"],
+        env={**os.environ, "PYTHONPATH": baseline}, check=True, capture_output=True, text=True)
+    for data, count, name, rate, records in json.loads(child.stdout.splitlines()[-1]):
+        key = (data, count, f"base-{name}")
+        best[key] = max(best.get(key, (0, 0)), (rate, records))
+
+
+def _table(versions: dict, workers: list[int], names: list[str], best: dict) -> None:
+    ratios = [(a, b) for a, b in (("rf", "tfrecord"), ("rf-crc", "tfrecord"),
+                                  ("rf", "base-rf"), ("rf-crc", "base-rf-crc"))
+              if a in names and b in names]
+    print(f"| data | workers | {' | '.join(names)} | "
+          f"{' | '.join(f'{a} / {b}' for a, b in ratios)} |")
+    print(f"|---|---|{'---|' * (len(names) + len(ratios))}")
+    for data in versions:
+        for count in workers:
+            rates = [best[(data, count, name)] for name in names]
+            assert len({records for _, records in rates}) == 1, rates  # all read every row
+            cells = " | ".join(f"{rate:,.0f}" for rate, _ in rates)
+            shares = " | ".join(f"{best[(data, count, a)][0] / best[(data, count, b)][0]:.2f}"
+                                for a, b in ratios)
+            print(f"| {data} ({rates[0][1]:,} rows) | {count} | {cells} | {shares} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--images", type=int, default=2_000)
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--data", help="build the versions here once, and reuse them")
+    parser.add_argument("--baseline", help="PYTHONPATH of another recordforge to compare")
+    parser.add_argument("--systems", help="the systems to time (default: all)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # --baseline's child
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     systems = _systems()
+    if args.systems:
+        systems = {name: systems[name] for name in args.systems.split(",")}
     with tempfile.TemporaryDirectory(prefix="read-loaders-") as scratch:
-        root = Path(scratch)
-        table = make_table(root / "table", args.rows)[0]
-        images = make_images(root / "images", args.images)
-        versions = {"table": _build(table, root / "out-table"),
-                    "images": _build(images, root / "out-images")}
+        root = Path(args.data or scratch)
+        versions = _versions(root, args.rows, args.images)
         best: dict = {}
         for _ in range(args.repeat):
-            for data, version in versions.items():
-                for count in workers:
-                    for name, read in systems.items():
-                        start = time.perf_counter()
-                        records = read(version, count)
-                        rate = records / (time.perf_counter() - start)
-                        key = (data, count, name)
-                        best[key] = max(best.get(key, (0, 0)), (rate, records))
-        print(f"| data | workers | {' | '.join(systems)} | rf / tfrecord | rf-crc / tfrecord |")
-        print(f"|---|---|{'---|' * len(systems)}---|---|")
-        for data in versions:
-            for count in workers:
-                rates = [best[(data, count, name)] for name in systems]
-                assert len({records for _, records in rates}) == 1, rates  # all read every row
-                theirs = best[(data, count, "tfrecord")][0]
-                ratios = " | ".join(f"{best[(data, count, name)][0] / theirs:.2f}"
-                                    for name in ("rf", "rf-crc"))
-                cells = " | ".join(f"{rate:,.0f}" for rate, _ in rates)
-                print(f"| {data} ({rates[0][1]:,} rows) | {count} | {cells} | {ratios} |")
+            _round(versions, workers, systems, best)
+            if args.baseline:
+                _baseline_round(args.baseline, root, args.workers, best)
+        if args.json:
+            print(json.dumps([[*key, *value] for key, value in best.items()]))
+            return 0
+        names = list(systems) + (["base-rf", "base-rf-crc"] if args.baseline else [])
+        _table(versions, workers, names, best)
     return 0
 
 

@@ -120,7 +120,7 @@ class _HashingStream:
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
                     read_manifest: Callable[[], bytes | None], views: bool = False,
-                    stream_from: int | None = None
+                    stream_from: int | None = None, start: int = 0, stop: int | None = None
                     ) -> Iterator[bytes | memoryview | StreamedRecord]:
     """Yields the records of `shard` (`iter_records`, or `iter_record_views`
     with `stream_from` when `views`), every CRC checked, and checks its
@@ -130,7 +130,12 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
     open_shard: opens the shard for binary reading (a context manager);
     compression: "none" or "gzip", as the manifest says; read_manifest:
     the version's manifest.json bytes as they are now (None when it is
-    gone), read only to explain a mismatch."""
+    gone), read only to explain a mismatch. start, stop: only records
+    ``start <= i < stop`` are handed out (those before `start` are read
+    with every check but make no object); the shard is still read to its
+    end and checked there, as a whole read is, the bytes past record
+    `stop` hashed but not walked (their CRCs are no check the sha256 does
+    not already make)."""
     try:
         opened = open_shard()
     except FileNotFoundError:
@@ -139,9 +144,10 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         stream = _HashingStream(handle, shard, read_manifest)
         if views:
             records = iter_record_views(stream, path=shard.display, compression=compression,
-                                        stream_from=stream_from)
+                                        stream_from=stream_from, start=start, stop=stop)
         else:
-            records = iter_records(stream, path=shard.display, compression=compression)
+            records = iter_records(stream, path=shard.display, compression=compression,
+                                   start=start, stop=stop)
         try:
             yield from records
         except TFRecordError:

@@ -61,25 +61,27 @@ def _detect_compression(fileobj: BinaryIO, path: str) -> str:
     return "gzip"
 
 
-def iter_records(fileobj: BinaryIO, *, path: str = "",
-                 compression: str = "auto") -> Iterator[bytes]:
+def iter_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
+                 start: int = 0, stop: int | None = None) -> Iterator[bytes]:
     """Yields the records of a TFRecord stream, checking both CRCs of each.
 
     compression: "none", "gzip" (one or more members), or "auto" (by the
     `path` suffix, else by sniffing the stream). Raises only `TFRecordError`
     for damaged data, including a length field above `MAX_RECORD_BYTES`,
     after yielding every intact record before the damage; memory stays
-    bounded by the largest record.
+    bounded by the largest record. start, stop: only records
+    ``start <= i < stop`` are handed out (`_record_range`).
     """
-    for buffer, starts, ends in _checked_spans(fileobj, path, compression):
+    for buffer, starts, ends in _record_range(fileobj, path, compression, start, stop):
         with memoryview(buffer) as view:
-            records = [bytes(view[start + HEADER_SIZE:end - FOOTER_SIZE])
-                       for start, end in zip(starts, ends)]
+            records = [bytes(view[begin + HEADER_SIZE:end - FOOTER_SIZE])
+                       for begin, end in zip(starts, ends)]
         yield from records
 
 
 def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
-                      stream_from: int | None = None) -> Iterator[memoryview | StreamedRecord]:
+                      stream_from: int | None = None, start: int = 0, stop: int | None = None
+                      ) -> Iterator[memoryview | StreamedRecord]:
     """`iter_records` without the copy: each record is a memoryview into
     the reader's buffer, so a record of any size is held once. A view is
     valid only until the next record is asked for; the caller must release
@@ -87,16 +89,43 @@ def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "
 
     stream_from: records of this many bytes or more are given as a
     `StreamedRecord` instead, read in pieces, so that memory stays bounded
-    by `stream_from` plus a block whatever the records hold."""
-    for item in _checked_spans(fileobj, path, compression, stream_from):
+    by `stream_from` plus a block whatever the records hold. start, stop:
+    only records ``start <= i < stop`` are handed out (`_record_range`)."""
+    for item in _record_range(fileobj, path, compression, start, stop, stream_from):
         if isinstance(item, StreamedRecord):
             yield item
             continue
         buffer, starts, ends = item
         with memoryview(buffer) as view:
-            for start, end in zip(starts, ends):
-                with view[start + HEADER_SIZE:end - FOOTER_SIZE] as record:
+            for begin, end in zip(starts, ends):
+                with view[begin + HEADER_SIZE:end - FOOTER_SIZE] as record:
                     yield record
+
+
+def _record_range(fileobj: BinaryIO, path: str, compression: str, start: int,
+                  stop: int | None, stream_from: int | None = None
+                  ) -> Iterator[tuple[bytearray, list[int], list[int]] | "StreamedRecord"]:
+    """`_checked_spans` cut to the records ``start <= i < stop``: the
+    records before `start` are read with every check but handed out as no
+    object (a reader of a slice pays no Python per record it skips; a
+    skipped `StreamedRecord` is read to its end and checked by the walk),
+    and reading stops once `stop` records have been read, the rest of the
+    stream unread and unchecked."""
+    index = 0
+    for item in _checked_spans(fileobj, path, compression, stream_from):
+        if isinstance(item, StreamedRecord):
+            if start <= index and (stop is None or index < stop):
+                yield item
+            index += 1
+        else:
+            buffer, starts, ends = item
+            first = max(start - index, 0)
+            last = len(starts) if stop is None else max(min(len(starts), stop - index), 0)
+            if first < last:
+                yield buffer, starts[first:last], ends[first:last]
+            index += len(starts)
+        if stop is not None and index >= stop:
+            return
 
 
 def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto") -> int:
