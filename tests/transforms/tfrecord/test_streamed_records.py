@@ -56,6 +56,11 @@ def test_streamed_records_match_records_read_whole(records, stream_from, compres
         tfrecord.iter_record_views(io.BytesIO(data), compression=compression,
                                    stream_from=stream_from), piece_sizes)
     assert streamed_damage == whole_damage
+    if whole_damage is not None and len(streamed) == len(whole) + 1:
+        # A long record is handed out from its header on, before its end is
+        # read: damage inside it is raised while it is read, after it came.
+        assert streamed[-1][0] >= stream_from
+        streamed = streamed[:-1]
     assert [length for length, _ in streamed] == [length for length, _ in whole]
     for (length, part), (_, full) in zip(streamed, whole):
         assert full.startswith(part)  # a record read in part gives its head
