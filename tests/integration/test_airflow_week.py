@@ -129,7 +129,7 @@ def _manifest(output: Path, version: str) -> dict:
 
 
 def _shards(version_dir: Path) -> dict[str, str]:
-    files = sorted(version_dir.glob("*.tfrecord*"))
+    files = sorted(p for p in version_dir.glob("*.tfrecord*") if p.suffix != ".index")
     assert files, f"no shards in {version_dir}"
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 

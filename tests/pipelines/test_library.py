@@ -33,7 +33,7 @@ ROWS_OF_NOTES = 14000
 
 
 def _shard_digests(version_dir: pathlib.Path) -> dict[str, str]:
-    files = sorted(version_dir.glob("*.tfrecord*"))
+    files = sorted(p for p in version_dir.glob("*.tfrecord*") if p.suffix != ".index")
     assert files, f"no shards in {version_dir}"
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 

@@ -17,7 +17,7 @@ from recordforge.schemas.errors import ConfigError
 
 def _records(version_dir: Path) -> list[dict]:
     rows = []
-    for shard in sorted(version_dir.glob("*.tfrecord*")):
+    for shard in sorted(p for p in version_dir.glob("*.tfrecord*") if p.suffix != ".index"):
         gz = "gzip" if shard.suffix == ".gz" else None
         for raw in tfrecord_iterator(str(shard), compression_type=gz):
             example = example_pb2.Example()

@@ -107,7 +107,7 @@ def build_images(tmp_path: Path, run_build, root: Path, transforms: str = "") ->
     assert status == 0, err
     version = output / "1.0.0"
     rows = {}
-    for shard in version.glob("*.tfrecord*"):
+    for shard in (p for p in version.glob("*.tfrecord*") if p.suffix != ".index"):
         for record in tfrecord.read_records(str(shard)):
             features = {name: values[0] for name, (_, values) in decode_example(record).items()}
             rows[features["path"].decode("utf-8")] = features
@@ -256,7 +256,7 @@ def test_hostile_tables_build(tmp_path, run_build):
     assert manifest["dead_letter"]["by_reason"] == {"csv_bad_header": 1, "csv_ragged_row": 1}
     assert "uncounted" not in manifest["dead_letter"]
     texts = {}
-    for shard in version.glob("*.tfrecord*"):
+    for shard in (p for p in version.glob("*.tfrecord*") if p.suffix != ".index"):
         for record in tfrecord.read_records(str(shard)):
             example = decode_example(record)
             texts[example["id"][1][0]] = example["text"][1][0]

@@ -78,7 +78,8 @@ def image_config(tmp_path: Path, root: Path, labels: str, output: Path, **extra)
 
 
 def all_records(version_dir: Path) -> list[dict]:
-    return [decode_example(record) for shard in sorted(version_dir.glob("*.tfrecord*"))
+    shards = sorted(p for p in version_dir.glob("*.tfrecord*") if p.suffix != ".index")
+    return [decode_example(record) for shard in shards
             for record in tfrecord.read_records(str(shard))]
 
 
