@@ -10,21 +10,20 @@ of a shared machine falls on both. Both builds run with the build cache
 off (``cache.enabled=false``): duplicate detection reads every input
 anyway, and a first build with the cache on also writes its pieces, which
 would hide the cost measured here. Prints every run's wall and CPU time
-(`bench_statistics.build_once`) and the ratios of the medians.
+(`bench_statistics.compare_builds`) and the ratios of the medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_statistics import build_once  # noqa: E402
-from e2e_workloads import config_yaml, make_images, make_table  # noqa: E402
+from bench_statistics import compare_builds  # noqa: E402
+from e2e_workloads import make_images, make_table  # noqa: E402
 
 OFF = ("cache.enabled=false",)
 
@@ -45,20 +44,7 @@ def main(argv=None) -> int:
     if args.images:
         workloads.append(make_images(scratch / "images", args.images))
     try:
-        for workload in workloads:
-            config = scratch / f"{workload.name}.yaml"
-            config.write_text(config_yaml(workload, str(scratch / "out"), "none"))
-            times = {True: [], False: []}
-            for pair in range(args.pairs):
-                for on in ((True, False) if pair % 2 == 0 else (False, True)):
-                    times[on].append(build_once(config, scratch / "out", on_sets if on else OFF))
-            for index, what in ((0, "wall"), (1, "CPU")):
-                on = [run[index] for run in times[True]]
-                off = [run[index] for run in times[False]]
-                print(f"{workload.name} ({workload.rows:,} rows) {what} s: duplicates on "
-                      f"{', '.join(f'{t:.2f}' for t in on)}; off "
-                      f"{', '.join(f'{t:.2f}' for t in off)}; median ratio "
-                      f"{statistics.median(on) / statistics.median(off):.3f}", flush=True)
+        compare_builds(workloads, scratch, args.pairs, on_sets, OFF, "duplicates")
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -46,9 +46,26 @@ def build_once(config: Path, output: Path, sets: Sequence[str] = ()) -> tuple[fl
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def _build(config: Path, output: Path, stats_on: bool) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one build."""
-    return build_once(config, output, () if stats_on else ("validation.statistics=false",))
+def compare_builds(workloads, scratch: Path, pairs: int, on_sets: Sequence[str],
+                   off_sets: Sequence[str], feature: str) -> None:
+    """Builds each workload `pairs` times with `on_sets` and with `off_sets`,
+    alternating the two (and which goes first) so that a slow spell of a
+    shared machine falls on both; prints every run's wall and CPU seconds
+    and the ratio of the medians, naming the compared `feature`."""
+    for workload in workloads:
+        config = scratch / f"{workload.name}.yaml"
+        config.write_text(config_yaml(workload, str(scratch / "out"), "none"))
+        times = {True: [], False: []}
+        for pair in range(pairs):
+            for on in ((True, False) if pair % 2 == 0 else (False, True)):
+                times[on].append(build_once(config, scratch / "out", on_sets if on else off_sets))
+        for index, what in ((0, "wall"), (1, "CPU")):
+            on = [run[index] for run in times[True]]
+            off = [run[index] for run in times[False]]
+            print(f"{workload.name} ({workload.rows:,} rows) {what} s: {feature} on "
+                  f"{', '.join(f'{t:.2f}' for t in on)}; off "
+                  f"{', '.join(f'{t:.2f}' for t in off)}; median ratio "
+                  f"{statistics.median(on) / statistics.median(off):.3f}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -63,21 +80,8 @@ def main(argv=None) -> int:
     if args.images:
         workloads.append(make_images(scratch / "images", args.images))
     try:
-        for workload in workloads:
-            config = scratch / f"{workload.name}.yaml"
-            config.write_text(config_yaml(workload, str(scratch / "out"), "none"))
-            times = {True: [], False: []}
-            for pair in range(args.pairs):
-                # Alternate which goes first, too.
-                for stats_on in ((True, False) if pair % 2 == 0 else (False, True)):
-                    times[stats_on].append(_build(config, scratch / "out", stats_on))
-            for index, what in ((0, "wall"), (1, "CPU")):
-                on = [run[index] for run in times[True]]
-                off = [run[index] for run in times[False]]
-                print(f"{workload.name} ({workload.rows:,} rows) {what} s: statistics on "
-                      f"{', '.join(f'{t:.2f}' for t in on)}; off "
-                      f"{', '.join(f'{t:.2f}' for t in off)}; median ratio "
-                      f"{statistics.median(on) / statistics.median(off):.3f}", flush=True)
+        compare_builds(workloads, scratch, args.pairs, (), ("validation.statistics=false",),
+                       "statistics")
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)
