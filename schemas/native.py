@@ -26,6 +26,7 @@ _KERNELS_USED = (
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
+    "numeric_partial",  # schemas/stats/numeric.py: python_parts
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
 )
 

@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pub mod digest;
+pub mod stats;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -329,6 +330,48 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
     Ok(Some(PyBytes::new(py, &digests)))
 }
 
+fn packed_words(py: Python<'_>, words: &[u64]) -> Py<PyBytes> {
+    let packed: Vec<u8> = words.iter().flat_map(|word| word.to_le_bytes()).collect();
+    PyBytes::new(py, &packed).unbind()
+}
+
+/// `numeric_partial(values, is_int) -> (nan, inf, finite, low, high, sum,
+/// squares, keys, counts, candidates, hashes)`: `stats::int_partial` or
+/// `float_partial` of a buffer of little-endian int64 or float64 values:
+/// low and high int, float or None; sum and squares [(value, shift)]
+/// terms; the rest packed as 8-byte little-endian words
+/// (`schemas/stats/numeric.py` reads them). A buffer whose length is not
+/// a multiple of 8 is a ValueError.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn numeric_partial(py: Python<'_>, values: PyBuffer<u8>, is_int: bool)
+                   -> PyResult<(u64, u64, u64, PyObject, PyObject, Vec<(i128, i32)>, Vec<(u128, i32)>,
+                                Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyBytes>)> {
+    let partial = with_bytes(py, &values, |bytes| {
+        if bytes.len() % 8 != 0 {
+            return Err(PyValueError::new_err("a packed column's length is not a multiple of 8"));
+        }
+        let words = bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        if is_int {
+            let numbers: Vec<i64> = words.map(|word| word as i64).collect();
+            guarded(|| stats::int_partial(&numbers))
+        } else {
+            let numbers: Vec<f64> = words.map(f64::from_bits).collect();
+            guarded(|| stats::float_partial(&numbers))
+        }
+    })??;
+    let bound = |value: Option<stats::Value>| -> PyResult<PyObject> {
+        Ok(match value {
+            None => py.None(),
+            Some(stats::Value::Int(number)) => number.into_pyobject(py)?.into_any().unbind(),
+            Some(stats::Value::Float(number)) => number.into_pyobject(py)?.into_any().unbind(),
+        })
+    };
+    Ok((partial.nan, partial.inf, partial.finite, bound(partial.low)?, bound(partial.high)?,
+        partial.sum, partial.squares, packed_words(py, &partial.keys), packed_words(py, &partial.counts),
+        packed_words(py, &partial.candidates), packed_words(py, &partial.hashes)))
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
@@ -338,6 +381,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
+    module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

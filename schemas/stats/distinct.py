@@ -102,15 +102,17 @@ def add_texts(theta, items: Iterable):
     return _updated(theta, sketch)
 
 
-def add_numbers(theta, values: np.ndarray):
+def add_numbers(theta, values: np.ndarray, hashes: np.ndarray | None = None):
     """`theta` with int64 or float64 `values` added, as `add_texts` would,
     but only those that can change it: a value whose hash is not below the
     sketch's theta is not kept. The hashes are DataSketches' own
-    (`theta_hashes`), computed for the whole array at once, so past its
-    first few thousand distinct values a sketch takes a small share of one
-    call per value, and ends the same (tested)."""
+    (`theta_hashes`, or `hashes` when given: the native kernel's), computed
+    for the whole array at once, so past its first few thousand distinct
+    values a sketch takes a small share of one call per value, and ends the
+    same (tested)."""
     sketch = _to_update(theta)
-    hashes = theta_hashes(values)
+    if hashes is None:
+        hashes = theta_hashes(values)
     for start in range(0, len(values), _THETA_CHUNK):
         part = slice(start, start + _THETA_CHUNK)
         kept = values[part][hashes[part] < np.uint64(sketch.theta64)]

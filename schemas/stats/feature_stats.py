@@ -20,12 +20,12 @@ from typing import Any, Mapping, Sequence
 import datasketches
 import numpy as np
 
-from .distinct import add_numbers, add_texts, compact_theta, theta_candidates, theta_union
+from .distinct import add_numbers, add_texts, compact_theta, theta_union
 from .entries import feature_entry
 from .frequent import FrequentValues, bounded_texts
-from .histogram import ValueHistogram, counted_keys
+from .histogram import ValueHistogram
+from .numeric import numeric_parts
 from .plan import KINDS, order_free
-from .sums import exact_float_sums, exact_int_sums
 
 __all__ = ["FeatureStatistics"]
 
@@ -99,38 +99,17 @@ class FeatureStatistics:
         return self
 
     def _add_numeric(self, values: Sequence) -> None:
-        as_list = values if isinstance(values, list) else None
-        # The array a column's check made (`columns.CheckedNumbers`), if any.
-        array = getattr(values, "array", values)
-        if self.stored == "int64":
-            finite = np.asarray(array, dtype=np.int64)
-            if not len(finite):
-                return
-            low, high = finite.min().item(), finite.max().item()
-            total, squares = exact_int_sums(finite, as_list, low, high)
-        else:
-            # Statistics describe the stored float32 values.
-            # (+ 0.0 makes -0.0 a plain zero, so min and max do not depend on the order)
-            floats = np.asarray(array, dtype=np.float64).astype(np.float32).astype(
-                np.float64) + 0.0
-            is_finite = np.isfinite(floats)
-            if not is_finite.all():
-                nan = int(np.isnan(floats).sum())
-                self.nan += nan
-                self.inf += int(len(floats) - is_finite.sum()) - nan
-                floats = floats[is_finite]
-            finite = floats
-            if not len(finite):
-                return
-            low, high = finite.min().item(), finite.max().item()
-            total, squares = exact_float_sums(finite)
-        self.finite += len(finite)
-        self.sum += total
-        self.sum_squares += squares
-        self.low, self.high = _pick(min, self.low, low), _pick(max, self.high, high)
-        keys, counts = counted_keys(finite, low, high)
-        self.histogram = ValueHistogram.of_counts(keys, counts, self.histogram)
-        self.theta = add_numbers(self.theta, theta_candidates(finite, keys, low, high))
+        parts = numeric_parts(values, self.stored)
+        self.nan += parts.nan
+        self.inf += parts.inf
+        if not parts.finite:
+            return
+        self.finite += parts.finite
+        self.sum += parts.sum
+        self.sum_squares += parts.squares
+        self.low, self.high = _pick(min, self.low, parts.low), _pick(max, self.high, parts.high)
+        self.histogram = ValueHistogram.of_counts(parts.keys, parts.counts, self.histogram)
+        self.theta = add_numbers(self.theta, parts.candidates, parts.hashes)
 
     def _add_vocabulary(self, values: Sequence) -> None:
         self.labels += np.bincount(np.asarray(values, dtype=np.int64),

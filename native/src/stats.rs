@@ -1,0 +1,289 @@
+//! A batch's numeric statistics partial in one pass over a packed column:
+//! what `schemas/stats/numeric.py` (`python_parts`, the reference) gives
+//! for an int64 or float64 array, number for number.
+//!
+//! For floats the statistics describe the stored float32 values: each value
+//! is rounded to float32, NaN and infinities are counted apart, -0.0 counts
+//! as 0.0. Of the finite values: their count, min and max, the exact sum
+//! and sum of squares as integer terms (value, power of two) that Python
+//! adds up as its exact integers, the distinct histogram keys
+//! (`histogram.ordered_keys` of each value as a double) with their counts,
+//! and the theta sketch's candidates (`distinct.theta_candidates`) with the
+//! hash DataSketches compares against its theta (`distinct.theta_hashes`).
+//! Nothing is sized by anything but the input's length.
+
+/// The 2**53 below which every int converts to a double exactly
+/// (`sums.EXACT_INT`): such ints are theta candidates once each.
+const EXACT_INT: u64 = 1 << 53;
+
+/// The partial of one batch of one numeric feature.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Numeric {
+    pub nan: u64,
+    pub inf: u64,
+    /// The finite values' count.
+    pub finite: u64,
+    /// Their min and max (ints, or doubles of float32 values), None without one.
+    pub low: Option<Value>,
+    pub high: Option<Value>,
+    /// sum = Σ value * 2**shift over (value, shift), exactly.
+    pub sum: Vec<(i128, i32)>,
+    pub squares: Vec<(u128, i32)>,
+    /// Distinct `ordered_keys`, ascending, and how often each occurs.
+    pub keys: Vec<u64>,
+    pub counts: Vec<u64>,
+    /// The theta sketch's candidates (int64 or float64 as their 8 bytes) and
+    /// the hash of each.
+    pub candidates: Vec<u64>,
+    pub hashes: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+/// `histogram.ordered_keys` of one double: keys order as the values do.
+fn ordered_key(value: f64) -> u64 {
+    let bits = value.to_bits();
+    if bits >> 63 != 0 { !bits } else { bits | 1 << 63 }
+}
+
+fn unordered_key(key: u64) -> f64 {
+    f64::from_bits(if key >> 63 != 0 { key ^ 1 << 63 } else { !key })
+}
+
+fn fmix64(mut k: u64) -> u64 {
+    k = (k ^ (k >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    k = (k ^ (k >> 33)).wrapping_mul(0xC4CE_B9FE_1A85_EC53);
+    k ^ (k >> 33)
+}
+
+/// `distinct.theta_hashes` of one 8-byte word: MurmurHash3_x64_128 with
+/// DataSketches' default seed (9001), its first half shifted right by one.
+pub fn theta_hash(word: u64) -> u64 {
+    const SEED: u64 = 9001;
+    let k1 = word.wrapping_mul(0x87C3_7B91_1142_53D5).rotate_left(31).wrapping_mul(0x4CF5_AD43_2745_937F);
+    let mut h1 = SEED ^ k1 ^ 8;
+    let mut h2 = SEED ^ 8;
+    h1 = h1.wrapping_add(h2);
+    h2 = h2.wrapping_add(h1);
+    fmix64(h1).wrapping_add(fmix64(h2)) >> 1
+}
+
+/// Sorts keys below 2**bits in place: least significant digit first, 11
+/// bits a pass, a pass skipped when every key has the same digit there
+/// (a batch's values mostly share their top bits).
+pub fn radix_sort(keys: &mut Vec<u64>, bits: u32) {
+    const DIGIT: u32 = 11;
+    const BUCKETS: usize = 1 << DIGIT;
+    let passes = bits.div_ceil(DIGIT) as usize;
+    let mut histograms = vec![[0usize; BUCKETS]; passes];
+    for key in keys.iter() {
+        for (pass, histogram) in histograms.iter_mut().enumerate() {
+            histogram[((key >> (pass as u32 * DIGIT)) as usize) & (BUCKETS - 1)] += 1;
+        }
+    }
+    let mut other = vec![0u64; keys.len()];
+    for (pass, histogram) in histograms.iter().enumerate() {
+        if histogram.iter().any(|count| *count == keys.len()) {
+            continue;
+        }
+        let mut starts = [0usize; BUCKETS];
+        let mut total = 0;
+        for (start, count) in starts.iter_mut().zip(histogram) {
+            *start = total;
+            total += count;
+        }
+        for key in keys.iter() {
+            let digit = ((key >> (pass as u32 * DIGIT)) as usize) & (BUCKETS - 1);
+            other[starts[digit]] = *key;
+            starts[digit] += 1;
+        }
+        std::mem::swap(keys, &mut other);
+    }
+}
+
+/// Adjacent equal items of a sorted run -> (distinct items, counts).
+fn run_lengths(sorted: impl Iterator<Item = u64>) -> (Vec<u64>, Vec<u64>) {
+    let (mut distinct, mut counts): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+    for item in sorted {
+        match distinct.last() {
+            Some(last) if *last == item => *counts.last_mut().expect("a count per item") += 1,
+            _ => {
+                distinct.push(item);
+                counts.push(1);
+            }
+        }
+    }
+    (distinct, counts)
+}
+
+fn with_hashes(mut partial: Numeric, candidates: Vec<u64>) -> Numeric {
+    partial.hashes = candidates.iter().map(|word| theta_hash(*word)).collect();
+    partial.candidates = candidates;
+    partial
+}
+
+/// The partial of int64 values.
+pub fn int_partial(values: &[i64]) -> Numeric {
+    let mut partial = Numeric { finite: values.len() as u64, ..Numeric::default() };
+    let (Some(low), Some(high)) = (values.iter().min().copied(), values.iter().max().copied()) else {
+        return partial;
+    };
+    partial.low = Some(Value::Int(low));
+    partial.high = Some(Value::Int(high));
+    let mut sum: i128 = 0;
+    let (mut squares, mut carries): (u128, u128) = (0, 0);
+    for value in values {
+        sum += i128::from(*value); // |sum| < 2**63 * 2**64: no overflow from a slice
+        let (added, carried) = squares.overflowing_add(value.unsigned_abs() as u128 * value.unsigned_abs() as u128);
+        squares = added;
+        carries += u128::from(carried);
+    }
+    partial.sum = vec![(sum, 0)];
+    partial.squares = vec![(squares, 0), (carries, 128)];
+    // Ints below 2**31 sort as their 32 bits, others as all 64 (the sign
+    // bit flipped, so that unsigned order is the ints' order).
+    let narrow = low >= i64::from(i32::MIN) && high <= i64::from(i32::MAX);
+    let mut sorted: Vec<u64> = values.iter().map(|value| if narrow {
+        u64::from(*value as i32 as u32 ^ 1 << 31)
+    } else {
+        *value as u64 ^ 1 << 63
+    }).collect();
+    radix_sort(&mut sorted, if narrow { 32 } else { 64 });
+    let as_int = |key: u64| if narrow { (key as u32 ^ 1 << 31) as i32 as i64 } else { (key ^ 1 << 63) as i64 };
+    // Ints convert to doubles in order (big ones rounding together).
+    let (keys, counts) = run_lengths(sorted.iter().map(|key| ordered_key(as_int(*key) as f64)));
+    let candidates = if low.unsigned_abs().max(high.unsigned_abs()) <= EXACT_INT {
+        keys.iter().map(|key| unordered_key(*key) as i64 as u64).collect()
+    } else {
+        values.iter().map(|value| *value as u64).collect()
+    };
+    partial.keys = keys;
+    partial.counts = counts;
+    with_hashes(partial, candidates)
+}
+
+/// The partial of float64 values, as their float32 roundings.
+pub fn float_partial(values: &[f64]) -> Numeric {
+    let mut partial = Numeric::default();
+    // Per float32 exponent field (0 for subnormals, which scale as 1):
+    // Σ ±mantissa and Σ mantissa², exact in 128 bits for any slice.
+    let mut sums = [0i128; 255];
+    let mut squares = [0u128; 255];
+    let mut sorted = Vec::with_capacity(values.len());
+    for value in values {
+        let single = *value as f32 + 0.0; // + 0.0: -0.0 counts as 0.0
+        if single.is_nan() {
+            partial.nan += 1;
+            continue;
+        }
+        if single.is_infinite() {
+            partial.inf += 1;
+            continue;
+        }
+        let bits = single.to_bits();
+        let field = ((bits >> 23) & 0xFF) as usize;
+        let mantissa = i128::from(bits & 0x7F_FFFF | if field > 0 { 1 << 23 } else { 0 });
+        sums[field] += if bits >> 31 != 0 { -mantissa } else { mantissa };
+        squares[field] += (mantissa * mantissa) as u128;
+        // float32's own ordered key: the same order as the doubles'.
+        sorted.push(u64::from(if bits >> 31 != 0 { !bits } else { bits | 1 << 31 }));
+    }
+    partial.finite = sorted.len() as u64;
+    if sorted.is_empty() {
+        return partial;
+    }
+    let scale = |field: usize| field.max(1) as i32 - 150; // mantissa * 2**scale
+    partial.sum = (0..255).filter(|f| sums[*f] != 0).map(|f| (sums[f], scale(f))).collect();
+    partial.squares = (0..255).filter(|f| squares[*f] != 0).map(|f| (squares[f], 2 * scale(f))).collect();
+    radix_sort(&mut sorted, 32);
+    let as_double = |key: u64| {
+        let key = key as u32;
+        f64::from(f32::from_bits(if key >> 31 != 0 { key ^ 1 << 31 } else { !key }))
+    };
+    let (keys, counts) = run_lengths(sorted.iter().map(|key| ordered_key(as_double(*key))));
+    partial.low = Some(Value::Float(unordered_key(keys[0])));
+    partial.high = Some(Value::Float(unordered_key(keys[keys.len() - 1])));
+    let candidates = keys.iter().map(|key| unordered_key(*key).to_bits()).collect();
+    partial.keys = keys;
+    partial.counts = counts;
+    with_hashes(partial, candidates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn exact(terms: &[(i128, i32)]) -> f64 {
+        terms.iter().map(|(value, shift)| *value as f64 * 2f64.powi(*shift)).sum()
+    }
+
+    #[test]
+    fn theta_hash_matches_datasketches() {
+        // theta_hashes(np.array([0, 1, -1])) in Python, which
+        // tests/schemas/test_stats_distinct.py holds to the sketches' own.
+        assert_eq!(theta_hash(0), 0x2044_80c8_ee61_6be5);
+        assert_eq!(theta_hash(1), 0x05a1_86bd_cb7d_f915);
+        assert_eq!(theta_hash(-1i64 as u64), 0x0e7b_cfc6_0df3_b26c);
+        assert_eq!(theta_hash(1.5f64.to_bits()), 0x0f79_638e_3615_4111);
+    }
+
+    #[test]
+    fn floats_round_to_float32_and_count_nan_and_inf() {
+        let partial = float_partial(&[f64::NAN, f64::INFINITY, -1e300, 3.5e38, -0.0, 0.0, 1.5]);
+        assert_eq!((partial.nan, partial.inf, partial.finite), (1, 3, 3));
+        assert_eq!(partial.low, Some(Value::Float(0.0)));
+        assert_eq!(partial.high, Some(Value::Float(1.5)));
+        assert_eq!(partial.counts, vec![2, 1]);
+        assert_eq!(exact(&partial.sum), 1.5);
+    }
+
+    #[test]
+    fn empty_and_all_missing_give_no_values() {
+        assert_eq!(int_partial(&[]), Numeric::default());
+        let partial = float_partial(&[f64::NAN, f64::NEG_INFINITY]);
+        assert_eq!((partial.nan, partial.inf, partial.finite, partial.low), (1, 1, 0, None));
+    }
+
+    #[test]
+    fn int_squares_carry_past_128_bits() {
+        let partial = int_partial(&[i64::MIN; 5]);
+        // 5 * 2**126 = 2**128 + 2**126
+        assert_eq!(partial.squares, vec![(1 << 126, 0), (1, 128)]);
+        assert_eq!(partial.candidates, vec![i64::MIN as u64; 5]);
+    }
+
+    proptest! {
+        #[test]
+        fn radix_sort_sorts(mut keys in prop::collection::vec(any::<u64>(), 0..3000), narrow in any::<bool>()) {
+            if narrow {
+                keys.iter_mut().for_each(|key| *key &= 0xFFFF_FFFF);
+            }
+            let mut expected = keys.clone();
+            expected.sort_unstable();
+            radix_sort(&mut keys, if narrow { 32 } else { 64 });
+            prop_assert_eq!(keys, expected);
+        }
+
+        #[test]
+        fn int_keys_count_every_value(values in prop::collection::vec(any::<i64>(), 0..500)) {
+            let partial = int_partial(&values);
+            prop_assert_eq!(partial.counts.iter().sum::<u64>(), values.len() as u64);
+            prop_assert!(partial.keys.windows(2).all(|pair| pair[0] < pair[1]));
+            prop_assert_eq!(partial.candidates.len(), partial.hashes.len());
+        }
+
+        #[test]
+        fn float_partials_never_panic(bits in prop::collection::vec(any::<u64>(), 0..500)) {
+            let values: Vec<f64> = bits.iter().map(|b| f64::from_bits(*b)).collect();
+            let partial = float_partial(&values);
+            prop_assert_eq!(partial.nan + partial.inf + partial.finite, values.len() as u64);
+            prop_assert_eq!(partial.counts.iter().sum::<u64>(), partial.finite);
+            prop_assert!(partial.keys.windows(2).all(|pair| pair[0] < pair[1]));
+        }
+    }
+}
