@@ -330,9 +330,13 @@ fn hash_rows<'py>(py: Python<'py>, salt: &[u8], rows: &Bound<'py, PyList>) -> Py
     Ok(Some(PyBytes::new(py, &digests)))
 }
 
-fn packed_words(py: Python<'_>, words: &[u64]) -> Py<PyBytes> {
-    let packed: Vec<u8> = words.iter().flat_map(|word| word.to_le_bytes()).collect();
-    PyBytes::new(py, &packed).unbind()
+fn packed_words(py: Python<'_>, words: &[u64]) -> PyResult<Py<PyBytes>> {
+    Ok(PyBytes::new_with(py, words.len() * 8, |buffer| {
+        for (slot, word) in buffer.chunks_exact_mut(8).zip(words) {
+            slot.copy_from_slice(&word.to_le_bytes());
+        }
+        Ok(())
+    })?.unbind())
 }
 
 /// `numeric_partial(values, is_int) -> (nan, inf, finite, low, high, sum,
@@ -353,11 +357,9 @@ fn numeric_partial(py: Python<'_>, values: PyBuffer<u8>, is_int: bool)
         }
         let words = bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
         if is_int {
-            let numbers: Vec<i64> = words.map(|word| word as i64).collect();
-            guarded(|| stats::int_partial(&numbers))
+            guarded(|| stats::int_partial(words.map(|word| word as i64)))
         } else {
-            let numbers: Vec<f64> = words.map(f64::from_bits).collect();
-            guarded(|| stats::float_partial(&numbers))
+            guarded(|| stats::float_partial(words.map(f64::from_bits)))
         }
     })??;
     let bound = |value: Option<stats::Value>| -> PyResult<PyObject> {
@@ -368,8 +370,8 @@ fn numeric_partial(py: Python<'_>, values: PyBuffer<u8>, is_int: bool)
         })
     };
     Ok((partial.nan, partial.inf, partial.finite, bound(partial.low)?, bound(partial.high)?,
-        partial.sum, partial.squares, packed_words(py, &partial.keys), packed_words(py, &partial.counts),
-        packed_words(py, &partial.candidates), packed_words(py, &partial.hashes)))
+        partial.sum, partial.squares, packed_words(py, &partial.keys)?, packed_words(py, &partial.counts)?,
+        packed_words(py, &partial.candidates)?, packed_words(py, &partial.hashes)?))
 }
 
 #[pymodule]

@@ -126,32 +126,37 @@ fn with_hashes(mut partial: Numeric, candidates: Vec<u64>) -> Numeric {
     partial
 }
 
-/// The partial of int64 values.
-pub fn int_partial(values: &[i64]) -> Numeric {
-    let mut partial = Numeric { finite: values.len() as u64, ..Numeric::default() };
-    let (Some(low), Some(high)) = (values.iter().min().copied(), values.iter().max().copied()) else {
-        return partial;
-    };
-    partial.low = Some(Value::Int(low));
-    partial.high = Some(Value::Int(high));
+/// The partial of int64 values (one pass over them, and a second over
+/// ints beyond 2**53, which are theta candidates as they come).
+pub fn int_partial(values: impl Iterator<Item = i64> + Clone) -> Numeric {
+    let mut partial = Numeric::default();
+    let (mut low, mut high) = (i64::MAX, i64::MIN);
     let mut sum: i128 = 0;
     let (mut squares, mut carries): (u128, u128) = (0, 0);
-    for value in values {
-        sum += i128::from(*value); // |sum| < 2**63 * 2**64: no overflow from a slice
+    // Each int with its sign bit flipped: unsigned order is the ints' order.
+    let mut sorted = Vec::with_capacity(values.size_hint().0);
+    for value in values.clone() {
+        low = low.min(value);
+        high = high.max(value);
+        sum += i128::from(value); // |sum| < 2**63 * 2**64: no overflow from a slice
         let (added, carried) = squares.overflowing_add(value.unsigned_abs() as u128 * value.unsigned_abs() as u128);
         squares = added;
         carries += u128::from(carried);
+        sorted.push(value as u64 ^ 1 << 63);
     }
+    if sorted.is_empty() {
+        return partial;
+    }
+    partial.finite = sorted.len() as u64;
+    partial.low = Some(Value::Int(low));
+    partial.high = Some(Value::Int(high));
     partial.sum = vec![(sum, 0)];
     partial.squares = vec![(squares, 0), (carries, 128)];
-    // Ints below 2**31 sort as their 32 bits, others as all 64 (the sign
-    // bit flipped, so that unsigned order is the ints' order).
+    // Ints below 2**31 sort as their 32 bits (the low half, its sign bit flipped).
     let narrow = low >= i64::from(i32::MIN) && high <= i64::from(i32::MAX);
-    let mut sorted: Vec<u64> = values.iter().map(|value| if narrow {
-        u64::from(*value as i32 as u32 ^ 1 << 31)
-    } else {
-        *value as u64 ^ 1 << 63
-    }).collect();
+    if narrow {
+        sorted.iter_mut().for_each(|key| *key = u64::from(*key as u32 ^ 1 << 31));
+    }
     radix_sort(&mut sorted, if narrow { 32 } else { 64 });
     let as_int = |key: u64| if narrow { (key as u32 ^ 1 << 31) as i32 as i64 } else { (key ^ 1 << 63) as i64 };
     // Ints convert to doubles in order (big ones rounding together).
@@ -159,7 +164,7 @@ pub fn int_partial(values: &[i64]) -> Numeric {
     let candidates = if low.unsigned_abs().max(high.unsigned_abs()) <= EXACT_INT {
         keys.iter().map(|key| unordered_key(*key) as i64 as u64).collect()
     } else {
-        values.iter().map(|value| *value as u64).collect()
+        values.map(|value| value as u64).collect()
     };
     partial.keys = keys;
     partial.counts = counts;
@@ -167,15 +172,15 @@ pub fn int_partial(values: &[i64]) -> Numeric {
 }
 
 /// The partial of float64 values, as their float32 roundings.
-pub fn float_partial(values: &[f64]) -> Numeric {
+pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
     let mut partial = Numeric::default();
     // Per float32 exponent field (0 for subnormals, which scale as 1):
     // Σ ±mantissa and Σ mantissa², exact in 128 bits for any slice.
     let mut sums = [0i128; 255];
     let mut squares = [0u128; 255];
-    let mut sorted = Vec::with_capacity(values.len());
+    let mut sorted = Vec::with_capacity(values.size_hint().0);
     for value in values {
-        let single = *value as f32 + 0.0; // + 0.0: -0.0 counts as 0.0
+        let single = value as f32 + 0.0; // + 0.0: -0.0 counts as 0.0
         if single.is_nan() {
             partial.nan += 1;
             continue;
@@ -234,7 +239,7 @@ mod tests {
 
     #[test]
     fn floats_round_to_float32_and_count_nan_and_inf() {
-        let partial = float_partial(&[f64::NAN, f64::INFINITY, -1e300, 3.5e38, -0.0, 0.0, 1.5]);
+        let partial = float_partial([f64::NAN, f64::INFINITY, -1e300, 3.5e38, -0.0, 0.0, 1.5].into_iter());
         assert_eq!((partial.nan, partial.inf, partial.finite), (1, 3, 3));
         assert_eq!(partial.low, Some(Value::Float(0.0)));
         assert_eq!(partial.high, Some(Value::Float(1.5)));
@@ -244,14 +249,14 @@ mod tests {
 
     #[test]
     fn empty_and_all_missing_give_no_values() {
-        assert_eq!(int_partial(&[]), Numeric::default());
-        let partial = float_partial(&[f64::NAN, f64::NEG_INFINITY]);
+        assert_eq!(int_partial([].into_iter()), Numeric::default());
+        let partial = float_partial([f64::NAN, f64::NEG_INFINITY].into_iter());
         assert_eq!((partial.nan, partial.inf, partial.finite, partial.low), (1, 1, 0, None));
     }
 
     #[test]
     fn int_squares_carry_past_128_bits() {
-        let partial = int_partial(&[i64::MIN; 5]);
+        let partial = int_partial([i64::MIN; 5].into_iter());
         // 5 * 2**126 = 2**128 + 2**126
         assert_eq!(partial.squares, vec![(1 << 126, 0), (1, 128)]);
         assert_eq!(partial.candidates, vec![i64::MIN as u64; 5]);
@@ -271,7 +276,7 @@ mod tests {
 
         #[test]
         fn int_keys_count_every_value(values in prop::collection::vec(any::<i64>(), 0..500)) {
-            let partial = int_partial(&values);
+            let partial = int_partial(values.iter().copied());
             prop_assert_eq!(partial.counts.iter().sum::<u64>(), values.len() as u64);
             prop_assert!(partial.keys.windows(2).all(|pair| pair[0] < pair[1]));
             prop_assert_eq!(partial.candidates.len(), partial.hashes.len());
@@ -280,7 +285,7 @@ mod tests {
         #[test]
         fn float_partials_never_panic(bits in prop::collection::vec(any::<u64>(), 0..500)) {
             let values: Vec<f64> = bits.iter().map(|b| f64::from_bits(*b)).collect();
-            let partial = float_partial(&values);
+            let partial = float_partial(values.iter().copied());
             prop_assert_eq!(partial.nan + partial.inf + partial.finite, values.len() as u64);
             prop_assert_eq!(partial.counts.iter().sum::<u64>(), partial.finite);
             prop_assert!(partial.keys.windows(2).all(|pair| pair[0] < pair[1]));

@@ -75,11 +75,15 @@ def native_parts(numeric_partial, values: Sequence, stored: str) -> NumericParts
                                  dtype="<i8" if is_int else "<f8")
     (nan, inf, finite, low, high, total, squares, keys, counts, candidates,
      hashes) = numeric_partial(array.view(np.uint8), is_int)
+    # (read-only views of the kernel's bytes: nothing here writes them)
     return NumericParts(nan, inf, finite, low, high, _scaled(total), _scaled(squares),
-                        np.frombuffer(keys, dtype="<u8").astype(np.uint64),
-                        np.frombuffer(counts, dtype="<i8").astype(np.int64),
-                        np.frombuffer(candidates, dtype="<i8" if is_int else "<f8").astype(dtype),
-                        np.frombuffer(hashes, dtype="<u8").astype(np.uint64))
+                        _words(keys, np.uint64), _words(counts, np.int64),
+                        _words(candidates, dtype), _words(hashes, np.uint64))
+
+
+def _words(packed: bytes, dtype) -> np.ndarray:
+    """Little-endian 8-byte words as a native array (no copy on this machine)."""
+    return np.frombuffer(packed, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype, copy=False)
 
 
 def _scaled(terms: list[tuple[int, int]]) -> int:
