@@ -97,6 +97,11 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
                 continue
             if len(rows) == len(split_of):
                 chosen = values
+            elif form == "scalars" and hasattr(values, "array"):
+                # A numeric column's checked array (`columns.CheckedNumbers`):
+                # the split's values picked in one numpy call, which the
+                # statistics take as they are (no list of numbers made).
+                chosen = values.array[rows]
             else:
                 chosen = list(map(values.__getitem__, rows.tolist()))
             feature = (kind, stored, is_list, vocabulary)
