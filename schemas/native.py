@@ -27,6 +27,7 @@ _KERNELS_USED = (
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_partial",  # schemas/stats/numeric.py: python_parts
+    "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
 )
 

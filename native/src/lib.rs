@@ -374,6 +374,29 @@ fn numeric_partial(py: Python<'_>, values: PyBuffer<u8>, is_int: bool)
         packed_words(py, &partial.candidates)?, packed_words(py, &partial.hashes)?))
 }
 
+/// `text_theta(texts, lg_k) -> bytes | None`: `stats::text_theta` of a
+/// list of str (their UTF-8), the serialized compact sketch; None when an
+/// item is not a str or has no UTF-8 form (a lone surrogate): the Python
+/// path then decides. lg_k outside DataSketches' 5..=26 is a ValueError.
+#[pyfunction]
+fn text_theta<'py>(py: Python<'py>, texts: &Bound<'py, PyList>, lg_k: u32) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if !(5..=26).contains(&lg_k) {
+        return Err(PyValueError::new_err(format!("lg_k must be from 5 to 26 (DataSketches' range): {lg_k}")));
+    }
+    let mut items = Vec::with_capacity(texts.len());
+    for item in texts.iter() {
+        let Ok(text) = item.downcast_into::<PyString>() else { return Ok(None) };
+        items.push(text);
+    }
+    let mut slices = Vec::with_capacity(items.len());
+    for text in &items {
+        let Ok(utf8) = text.to_str() else { return Ok(None) };
+        slices.push(utf8.as_bytes());
+    }
+    let sketch = guarded(|| stats::text_theta(slices.iter().copied(), lg_k))?;
+    Ok(Some(PyBytes::new(py, &sketch)))
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_records, module)?)?;
@@ -384,6 +407,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
+    module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -218,6 +218,87 @@ pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
     with_hashes(partial, candidates)
 }
 
+/// MurmurHash3_x64_128 of `data` with `seed`: the hash DataSketches
+/// gives every theta sketch update (the bytes of a text's UTF-8).
+pub fn murmur3_x64_128(data: &[u8], seed: u64) -> (u64, u64) {
+    const C1: u64 = 0x87C3_7B91_1142_53D5;
+    const C2: u64 = 0x4CF5_AD43_2745_937F;
+    let (mut h1, mut h2) = (seed, seed);
+    let mut blocks = data.chunks_exact(16);
+    for block in &mut blocks {
+        let k1 = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
+        let k2 = u64::from_le_bytes(block[8..].try_into().expect("8 bytes"));
+        h1 ^= k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
+        h1 = h1.rotate_left(27).wrapping_add(h2).wrapping_mul(5).wrapping_add(0x52DC_E729);
+        h2 ^= k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
+        h2 = h2.rotate_left(31).wrapping_add(h1).wrapping_mul(5).wrapping_add(0x3849_5AB5);
+    }
+    let tail = blocks.remainder();
+    let word = |bytes: &[u8]| bytes.iter().rev().fold(0u64, |word, byte| word << 8 | u64::from(*byte));
+    if tail.len() > 8 {
+        h2 ^= word(&tail[8..]).wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
+    }
+    if !tail.is_empty() {
+        h1 ^= word(&tail[..tail.len().min(8)]).wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
+    }
+    h1 ^= data.len() as u64;
+    h2 ^= data.len() as u64;
+    h1 = h1.wrapping_add(h2);
+    h2 = h2.wrapping_add(h1);
+    h1 = fmix64(h1);
+    h2 = fmix64(h2);
+    h1 = h1.wrapping_add(h2);
+    (h1, h2.wrapping_add(h1))
+}
+
+/// DataSketches' default update seed, which every sketch here uses.
+const THETA_SEED: u64 = 9001;
+
+/// The 16-bit hash of the seed a serialized sketch carries.
+fn seed_hash() -> u16 {
+    murmur3_x64_128(&THETA_SEED.to_le_bytes(), 0).0 as u16
+}
+
+/// A theta sketch of `texts`, serialized as DataSketches serializes the
+/// compact (canonical) form of an update sketch with 2**lg_k nominal
+/// entries that was given each text (`distinct.compact_theta` of
+/// `distinct.add_texts`): the 2**lg_k smallest distinct hashes, ascending,
+/// and theta the next one (estimation mode) or the largest (exact); empty
+/// texts are skipped, as DataSketches skips them, and so is a hash of 0.
+/// Layout (serial version 3, family 3 = compact, little-endian): preamble
+/// longs (1 when empty or one entry, 2 exact, 3 estimating), 3, 3, two
+/// unused bytes, flags (read-only, compact, ordered; empty), the seed
+/// hash; then with 2+ preamble longs the entry count (u32) and 4 unused
+/// bytes, with 3 theta (u64); then the entries.
+pub fn text_theta<'a>(texts: impl Iterator<Item = &'a [u8]>, lg_k: u32) -> Vec<u8> {
+    let nominal = 1usize << lg_k.min(26); // (lib.rs takes 5..=26 only, as DataSketches)
+    let mut hashes: Vec<u64> = texts.filter(|text| !text.is_empty())
+        .map(|text| murmur3_x64_128(text, THETA_SEED).0 >> 1)
+        .filter(|hash| *hash != 0)
+        .collect();
+    radix_sort(&mut hashes, 63);
+    hashes.dedup();
+    let theta = if hashes.len() > nominal { hashes[nominal] } else { i64::MAX as u64 };
+    hashes.truncate(nominal);
+    let preamble: u8 = if theta != i64::MAX as u64 { 3 } else if hashes.len() <= 1 { 1 } else { 2 };
+    let (read_only, empty, compact, ordered) = (1u8 << 1, 1u8 << 2, 1u8 << 3, 1u8 << 4);
+    let flags = read_only | compact | ordered | if hashes.is_empty() { empty } else { 0 };
+    let mut out = Vec::with_capacity(8 * (usize::from(preamble) + hashes.len()));
+    out.extend_from_slice(&[preamble, 3, 3, 0, 0, flags]);
+    out.extend_from_slice(&seed_hash().to_le_bytes());
+    if preamble >= 2 {
+        out.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+    }
+    if preamble == 3 {
+        out.extend_from_slice(&theta.to_le_bytes());
+    }
+    for hash in &hashes {
+        out.extend_from_slice(&hash.to_le_bytes());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,7 +343,29 @@ mod tests {
         assert_eq!(partial.candidates, vec![i64::MIN as u64; 5]);
     }
 
+
+    #[test]
+    fn the_seed_hash_is_datasketches_one() {
+        assert_eq!(seed_hash(), 0x93CC);
+    }
+
+    #[test]
+    fn text_sketches_match_datasketches_bytes() {
+        // compact_theta(add_texts(None, items)).serialize() in Python.
+        assert_eq!(text_theta([&b""[..]].into_iter(), 12), vec![1, 3, 3, 0, 0, 0x1E, 0xCC, 0x93]);
+        let three = text_theta([&b"t0"[..], b"t1", b"t2", b"t1"].into_iter(), 12);
+        assert_eq!(&three[..16], &[2, 3, 3, 0, 0, 0x1A, 0xCC, 0x93, 3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(three.len(), 40);
+    }
+
     proptest! {
+        #[test]
+        fn text_theta_never_panics(texts in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 0..300),
+                                   lg_k in 0u32..6) {
+            let sketch = text_theta(texts.iter().map(|text| text.as_slice()), lg_k);
+            prop_assert!(sketch.len() >= 8 && sketch.len() % 8 == 0);
+        }
+
         #[test]
         fn radix_sort_sorts(mut keys in prop::collection::vec(any::<u64>(), 0..3000), narrow in any::<bool>()) {
             if narrow {

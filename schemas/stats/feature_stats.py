@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import datasketches
 import numpy as np
 
-from .distinct import add_numbers, add_texts, compact_theta, theta_union
+from .distinct import add_numbers, add_texts, compact_theta, text_sketch, theta_union
 from .entries import feature_entry
 from .frequent import FrequentValues, bounded_texts
 from .histogram import ValueHistogram
@@ -125,7 +125,10 @@ class FeatureStatistics:
         counts = dict(zip(texts, counts.values()))
         frequent = FrequentValues.of(counts)
         self.frequent = frequent if self.frequent is None else self.frequent.merge(frequent)
-        self.theta = add_texts(self.theta, texts)
+        # A batch's own partial (the common case) takes its sketch whole
+        # from the kernel where it runs: the same compact sketch.
+        fresh = text_sketch(texts) if self.theta is None else None
+        self.theta = fresh if fresh is not None else add_texts(self.theta, texts)
 
     def _add_bytes(self, values: Sequence) -> None:
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
