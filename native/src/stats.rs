@@ -1,6 +1,8 @@
-//! A batch's numeric statistics partial in one pass over a packed column:
-//! what `schemas/stats/numeric.py` (`python_parts`, the reference) gives
-//! for an int64 or float64 array, number for number.
+//! A batch's statistics partials in one pass each: what
+//! `schemas/stats/numeric.py` (`python_parts`, the reference) gives for an
+//! int64 or float64 array, number for number, and the theta sketch of a
+//! batch's texts that `schemas/stats/distinct.py` would make with one
+//! DataSketches update per text (`text_theta`), byte for byte.
 //!
 //! For floats the statistics describe the stored float32 values: each value
 //! is rounded to float32, NaN and infinities are counted apart, -0.0 counts
