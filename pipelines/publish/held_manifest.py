@@ -10,7 +10,9 @@ it is, and at its end size and sha256 must match. A mismatch or a missing
 shard is `VersionReplaced` when the version's manifest no longer lists the
 shard as held (it was replaced while reading), `DatasetCorrupt` when it
 still does (the shard itself is damaged). Plain code: no Beam, no
-TensorFlow.
+TensorFlow. An ArrayRecord shard is copied to the local disk through the
+same check, which then passes before any of its records is read
+(`array_record_copies`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
+from ...transforms.layout import shard_file_format
 from ...transforms.tfrecord import (StreamedRecord, TFRecordError, iter_record_views,
                                     iter_records)
+from .array_record_copies import array_records, local_copy
 from .manifest import ManifestError, load_manifest
 
 __all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_records",
@@ -142,6 +146,10 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         raise _mismatch(shard, "it is missing", read_manifest) from None
     with opened as handle:
         stream = _HashingStream(handle, shard, read_manifest)
+        if shard_file_format(shard.file) == "array_record":
+            with local_copy(stream, stream.finish) as path:
+                yield from array_records(path, shard.display, start=start, stop=stop)
+            return
         if views:
             records = iter_record_views(stream, path=shard.display, compression=compression,
                                         stream_from=stream_from, start=start, stop=stop)

@@ -72,13 +72,22 @@ class ArrayRecordFile:
             yield from self.read_range(start, min(start + _BATCH_RECORDS, self.num_records))
 
     def close(self) -> None:
-        self._reader.close()
+        """Closes the reader; the package checks the file's tail here (a
+        truncated file fails now, not when opened)."""
+        try:
+            self._reader.close()
+        except (RuntimeError, ValueError) as error:
+            raise ArrayRecordError(f"damaged ({error})", path=self.display) from None
 
     def __enter__(self) -> "ArrayRecordFile":
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc_info) -> None:
+        try:
+            self.close()
+        except ArrayRecordError:
+            if exc_type is None:
+                raise  # else the error already on its way says more
 
 
 def iter_array_records(path: str, *, display: str | None = None) -> Iterator[bytes]:
