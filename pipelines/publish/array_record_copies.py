@@ -14,6 +14,7 @@ removed when the reader is done. Disk, not memory, holds the shard.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from typing import BinaryIO, Callable, Iterator
@@ -31,14 +32,14 @@ _COPY_BLOCK = 1 << 20
 def local_copy(stream: BinaryIO, finish: Callable[[], None] | None = None) -> Iterator[str]:
     """The path of a local temporary copy of what `stream` reads; `finish`
     (the hashing stream's size and sha256 check) runs once it is copied,
-    before the path is given."""
-    with tempfile.NamedTemporaryFile(prefix="recordforge-shard-",
-                                     suffix=".array_record") as local:
-        shutil.copyfileobj(stream, local, _COPY_BLOCK)
-        local.flush()
+    before the path is given. The caller may move the file away."""
+    with tempfile.TemporaryDirectory(prefix="recordforge-shard-") as scratch:
+        path = os.path.join(scratch, "shard.array_record")
+        with open(path, "wb") as local:
+            shutil.copyfileobj(stream, local, _COPY_BLOCK)
         if finish is not None:
             finish()
-        yield local.name
+        yield path
 
 
 def array_records(path: str, display: str, *, start: int = 0,
