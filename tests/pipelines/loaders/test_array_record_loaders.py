@@ -125,3 +125,18 @@ def test_a_store_version_is_read_from_checked_local_copies(array_record_sample, 
     fs.pipe(f"{url}/1.0.0/{file}", bytes(data))
     with pytest.raises(DatasetCorrupt, match="sha256"):
         rf_grain.RecordSource(url, "train")[0]
+
+
+def test_grains_own_array_record_source_reads_the_shards(array_record_sample, built_sample):
+    """Grain's ArrayRecordDataSource (which warns unless group_size is 1)
+    opens the shards named by the manifest: the raw records of the TFRecord
+    build, in order."""
+    from tfrecord.reader import tfrecord_iterator
+    version = array_record_sample / "1.0.0"
+    shards = json.loads((version / "manifest.json").read_text())["splits"]["train"]["shards"]
+    source = grain.sources.ArrayRecordDataSource([str(version / s["file"]) for s in shards])
+    plain = built_sample / "1.0.0"
+    expected = [bytes(view) for s in shards for view in tfrecord_iterator(
+        str(plain / s["file"].replace(".array_record", ".tfrecord")))]
+    assert len(source) == len(expected)
+    assert [source[i] for i in range(len(source))] == expected
