@@ -174,3 +174,22 @@ def test_read_dataset_reads_every_row_of_an_array_record_version(builds):
     with beam.Pipeline() as pipeline:
         rows = pipeline | recordforge.ReadDataset(str(array_dir), split="train")
         assert_that(rows | beam.Map(lambda row: row["image/filename"]), equal_to(expected))
+
+
+def test_early_read_back_reads_an_array_record_shard(builds):
+    """What publishing reads while the pipeline runs (`read_back`) counts an
+    ArrayRecord shard's records and hashes it; judged later against the
+    manifest it passes, and fails for another count."""
+    from recordforge.pipelines.publish.file_checks import check_read_back, read_back
+    array_dir, _ = builds
+    shard = next(iter(_manifest(array_dir)["splits"].values()))["shards"][0]
+    path = str(array_dir / shard["file"])
+    read = read_back(path, shard["file"], compression="none")
+    assert (read.check.records, read.check.sha256) == (shard["num_examples"], shard["sha256"])
+    expected = dict(read=read, compression="none", expected_size=shard["num_bytes"],
+                    expected_sha256=shard["sha256"])
+    assert check_read_back(path, shard["file"], expected_records=shard["num_examples"],
+                           **expected).problems == []
+    [problem] = check_read_back(path, shard["file"], expected_records=shard["num_examples"] + 1,
+                                **expected).problems
+    assert problem.code == "count"
