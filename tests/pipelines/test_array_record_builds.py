@@ -193,3 +193,24 @@ def test_early_read_back_reads_an_array_record_shard(builds):
     [problem] = check_read_back(path, shard["file"], expected_records=shard["num_examples"] + 1,
                                 **expected).problems
     assert problem.code == "count"
+
+
+def test_write_dataset_publishes_array_record_shards(tmp_path):
+    """A user's pipeline publishing with ``output.format: array_record``
+    (`WriteDataset`): the manifest records the format, and the package's
+    reader finds every row in the shards."""
+    rows = [{"id": i, "score": i / 4} for i in range(60)]
+    config = {"name": "scores", "version": "1.0.0", "key": "id", "splits": {"train": 1.0},
+              "features": {"id": {"type": "int64"}, "score": {"type": "float"}},
+              "output": {"path": str(tmp_path / "unused")}}
+    out = tmp_path / "scores"
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(rows) | recordforge.WriteDataset(
+            config, **{"output.path": str(out), "output.format": "array_record"})
+    manifest = _manifest(out / "1.0.0")
+    assert manifest["file_format"] == "array_record"
+    ids = sorted(example_pb2.Example.FromString(record).features.feature["id"].int64_list.value[0]
+                 for shard in manifest["splits"]["train"]["shards"]
+                 for record in _array_records(out / "1.0.0" / shard["file"]))
+    assert ids == list(range(60))
+    assert verify.verify_dataset(str(out / "1.0.0"), deep=True).ok
