@@ -46,7 +46,6 @@ __all__ = ["ArrayRecordAccess", "stream_ordered"]
 # Shards whose footers (and, for a remote version, local copies) a process
 # keeps, and readers per thread; the TFRecord readers keep as many.
 OPEN_SHARDS = 16
-_BATCH = 256
 
 
 class ArrayRecordAccess:
@@ -71,13 +70,14 @@ class ArrayRecordAccess:
     def read(self, shard_index: int, record: int) -> bytes:
         """Record `record` of shard `shard_index`; DatasetCorrupt when its
         chunk is damaged."""
-        reader = self._reader(shard_index)
+        reader = self.reader(shard_index)
         try:
             return reader.read(record)
         except ArrayRecordError as error:
             raise DatasetCorrupt(f"{error} (run recordforge verify)") from None
 
-    def _reader(self, shard_index: int) -> ArrayRecordFile:
+    def reader(self, shard_index: int) -> ArrayRecordFile:
+        """This thread's reader of the shard, opened and checked on first use."""
         readers = getattr(self._threads, "readers", None)
         if readers is None:
             readers = self._threads.readers = OrderedDict()
@@ -152,12 +152,9 @@ def stream_ordered(access: ArrayRecordAccess, shard_index: int, start: int,
                    stop: int) -> Iterator[memoryview]:
     """``check="crc"`` in order: records ``start <= i < stop`` of the
     shard, with the random-access checks, a batch at a time."""
-    reader = access._reader(shard_index)
-    stop = min(stop, reader.num_records)
-    for first in range(start, stop, _BATCH):
-        try:
-            batch = reader.read_range(first, min(first + _BATCH, stop))
-        except ArrayRecordError as error:
-            raise DatasetCorrupt(f"{error} (run recordforge verify)") from None
-        for record in batch:
+    records = access.reader(shard_index).records(start, stop)
+    try:
+        for record in records:
             yield memoryview(record)
+    except ArrayRecordError as error:
+        raise DatasetCorrupt(f"{error} (run recordforge verify)") from None

@@ -47,9 +47,7 @@ def array_records(path: str, display: str, *, start: int = 0,
     """Records ``start <= i < stop`` of the local ArrayRecord file at
     `path`, in order, a bounded batch at a time."""
     with ArrayRecordFile(path, display=display, options="") as records:
-        stop = records.num_records if stop is None else min(stop, records.num_records)
-        for first in range(start, stop, 256):
-            yield from records.read_range(first, min(first + 256, stop))
+        yield from records.records(start, stop)
 
 
 def url_records(url: str) -> Iterator[bytes]:

@@ -67,9 +67,15 @@ class ArrayRecordFile:
             raise ArrayRecordError(f"damaged in records {start}..{stop - 1} ({error})",
                                    path=self.display, record_index=start) from None
 
+    def records(self, start: int = 0, stop: int | None = None) -> Iterator[bytes]:
+        """Records ``start <= i < stop`` (None: to the end), in order, read
+        a bounded batch at a time."""
+        stop = self.num_records if stop is None else min(stop, self.num_records)
+        for first in range(start, stop, _BATCH_RECORDS):
+            yield from self.read_range(first, min(first + _BATCH_RECORDS, stop))
+
     def __iter__(self) -> Iterator[bytes]:
-        for start in range(0, self.num_records, _BATCH_RECORDS):
-            yield from self.read_range(start, min(start + _BATCH_RECORDS, self.num_records))
+        return self.records()
 
     def close(self) -> None:
         """Closes the reader; the package checks the file's tail here (a
