@@ -202,8 +202,9 @@ def _publish_array_record(fs, name: str, write: Callable, *, staging_dir: str, t
     final_path = join_path(staging_dir, name)
     with tempfile.TemporaryDirectory(prefix="recordforge-array-record-") as scratch:
         if local:  # beside the staging area, so that the final rename is atomic
-            os.makedirs(temp_dir, exist_ok=True)
-            local_path = os.path.join(temp_dir, f"{name}.{uuid.uuid4().hex}")
+            _, fs_temp_dir = fsspec.core.url_to_fs(temp_dir)
+            os.makedirs(fs_temp_dir, exist_ok=True)
+            local_path = os.path.join(fs_temp_dir, f"{name}.{uuid.uuid4().hex}")
         else:
             local_path = os.path.join(scratch, name)
         try:
@@ -262,13 +263,12 @@ def _copy_file(path: str, out: HashingWriter) -> int:
     """Copies the local file at `path` to `out`; 0 (`_put`'s writers
     return a count; the records were counted as they were written)."""
     with open(path, "rb") as fileobj:
-        shutil.copyfileobj(fileobj, out, 1 << 20)
-    return 0
+        return _copy_lines(fileobj, out)
 
 
 def _copy_lines(lines: BinaryIO, out: HashingWriter) -> int:
-    """Copies the spooled index lines to `out`; 0 (`_put`'s writers return
-    a count, and an index holds no records)."""
+    """Copies the spooled index lines (or any file object) to `out`; 0
+    (`_put`'s writers return a count, and an index holds no records)."""
     shutil.copyfileobj(lines, out, 1 << 20)
     return 0
 

@@ -147,3 +147,43 @@ def test_gzip_or_an_index_is_refused(tmp_path, options):
     arguments.update(options)
     with pytest.raises(ValueError, match="array_record output takes neither gzip nor an index"):
         WriteShards(str(tmp_path), **arguments)
+
+
+def _publish(staging, records, *, framed=None):
+    from recordforge.transforms import tfrecord
+    from recordforge.transforms.writer import shard_files
+    data = tfrecord.frame_records(records) if framed is None else framed
+
+    def write(out) -> int:
+        for start in range(0, len(data), 7000):  # in pieces, as the writer writes
+            out.write(data[start:start + 7000])
+        return len(records)
+
+    return shard_files.publish_shard("train-00000-of-00001.array_record", write,
+                                     staging_dir=str(staging), temp_dir=str(staging / "_tmp"),
+                                     compression="none", file_format="array_record")
+
+
+def test_a_retried_shard_writer_puts_the_same_bytes_under_the_same_name(tmp_path):
+    records = [bytes([n % 256]) * (n * 37 % 3000) for n in range(500)]
+    first = _publish(tmp_path, records)
+    data = (tmp_path / "train-00000-of-00001.array_record").read_bytes()
+    again = _publish(tmp_path, records)
+    assert again == first and first.num_examples == 500 and first.index is None
+    assert (tmp_path / "train-00000-of-00001.array_record").read_bytes() == data
+    assert first.sha256 == hashlib.sha256(data).hexdigest() and first.num_bytes == len(data)
+    assert os.listdir(tmp_path / "_tmp") == []  # no temporary file left behind
+    assert _array_records(str(tmp_path / "train-00000-of-00001.array_record")) == records
+
+
+def test_damaged_framing_fails_the_shard_and_leaves_no_file(tmp_path):
+    from recordforge.transforms import tfrecord
+    from recordforge.transforms.writer.shard_files import ShardCheckError
+    framed = bytearray(tfrecord.frame_records([b"r" * 400] * 20))
+    framed[5000] ^= 1  # record 12's length CRC (records of 416 framed bytes)
+    with pytest.raises(ShardCheckError, match=r"train-00000-of-00001.array_record as "
+                                              r"written: .*bad length CRC at byte offset "
+                                              r"4992 \(record 12\)"):
+        _publish(tmp_path, [b"r" * 400] * 20, framed=bytes(framed))
+    assert not (tmp_path / "train-00000-of-00001.array_record").exists()
+    assert os.listdir(tmp_path / "_tmp") == []
