@@ -24,7 +24,7 @@ verification, inspection and progress (in pipelines) agree on them::
         duplicates.json                    DUPLICATES_FILE: exact duplicates and leakage between splits
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
         <split>-<index:05d>-of-<count:05d>.tfrecord.index  index_file_name (uncompressed only)
-        <split>-<index:05d>-of-<count:05d>.array_record    shard_file_name (output.format: array_record)
+        <split>-<index:05d>-of-<count:05d>.array_record    the same, output.format: array_record
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
 
 A small file is written under `temporary_name` and renamed

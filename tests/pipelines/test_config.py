@@ -184,8 +184,9 @@ def test_resolved_config_is_plain_json_with_paths_as_written(workdir):
     assert json.loads(json.dumps(cfg.resolved)) == cfg.resolved
     assert cfg.resolved["source"]["path"] == "data/t.csv"
     assert cfg.resolved["output"] == {"path": "out/tbl", "format": "tfrecord",
-                                      "compression": "gzip", "shard_size": 2_000_000, "shuffle": True,
-                                      "index": False, "shard_count_multiple": 1}
+                                      "compression": "gzip", "shard_size": 2_000_000,
+                                      "shuffle": True, "index": False,
+                                      "shard_count_multiple": 1}
     assert cfg.resolved["splits"] == {"train": 0.75, "test": 0.25}
     assert cfg.resolved["features"] == TABLE["features"]
 

@@ -1,4 +1,4 @@
-"""The shard writer's record sink for ArrayRecord: TFRecord framed bytes in, an ArrayRecord file out.
+"""The shard writer's ArrayRecord sink: TFRecord framed bytes in, an ArrayRecord file out.
 
 The shard writer (`transforms.writer`) produces every shard as a stream of
 TFRecord framed records, whatever the output format. `ArrayRecordSink`
