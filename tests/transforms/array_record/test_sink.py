@@ -86,3 +86,18 @@ def test_a_file_that_is_not_array_record_is_an_error_naming_it(tmp_path):
     with pytest.raises(ArrayRecordError, match="junk.array_record"):
         with ArrayRecordFile(str(path), display=str(path)) as opened:
             list(opened)
+
+
+def test_the_core_package_does_not_import_array_record():
+    """Building, verifying and reading TFRecord versions never imports the
+    package: only choosing ArrayRecord does."""
+    import subprocess
+    import sys
+    code = ("import sys, recordforge, recordforge.pipelines.build, recordforge.grain, "
+            "recordforge.pipelines.publish.verify, recordforge.pipelines.loaders; "
+            "from recordforge.pipelines.config.output import parse_output; "
+            "parse_output({'path': '/tmp/unused-out'}); "
+            "print('array_record' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False"
