@@ -130,6 +130,9 @@ setuptools.setup(
             # real packages (the CPU wheel of torch is enough).
             "torch>=2.1",
             "grain>=0.2.10",
+            # ArrayRecord output (output.format: array_record) is read back
+            # by the package's own reader.
+            "array_record>=0.8",
             # examples/airflow_dag.py is tested under the real scheduler
             # (tests/integration/test_airflow_week.py).
             *AIRFLOW,
@@ -140,6 +143,9 @@ setuptools.setup(
         "torch": ["torch>=2.1"],
         # recordforge.grain: a random-access data source for Grain (JAX).
         "grain": ["grain>=0.2.10"],
+        # output.format: array_record: shards written as ArrayRecord files
+        # (Grain's random-access format), by the package's C++ writer.
+        "array_record": ["array_record>=0.8"],
         "gcs": ["gcsfs"],
         "s3": ["s3fs"],
         "dask": ["dask[distributed]>=2024.1"],

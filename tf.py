@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping
 
 from .pipelines.publish.dataset_paths import MAX_LATEST_BYTES, MAX_MANIFEST_BYTES
 from .pipelines.publish.held_manifest import checked_batches, held_shards
-from .pipelines.publish.manifest import compression_from_label, load_manifest
+from .pipelines.publish.manifest import compression_from_label, file_format_of, load_manifest
 from .pipelines.publish.versions import check_version_name
 from .schemas.errors import ConfigError
 
@@ -178,6 +178,11 @@ def dataset(path: str, split: str, *, parse: bool = True, check: bool = True):
     tf = _tf()
     version_dir = _version_dir(path)
     info = manifest(version_dir)
+    if file_format_of(info) != "tfrecord":
+        raise ValueError(f"{version_dir} holds {file_format_of(info)} shards (output.format), "
+                         "which tf.data does not read; read it with recordforge.grain."
+                         "RecordSource, recordforge.torch or ReadDataset, or rebuild it with "
+                         "output.format: tfrecord")
     if split not in info["splits"]:
         raise ValueError(f"{version_dir} has no split {split!r}; its splits: "
                          f"{', '.join(info['splits'])}")

@@ -19,6 +19,9 @@ values by the manifest's features (``pipelines/loaders/decode.py``), then
 ``pipelines/loaders/records.py`` says, from any number of threads (Grain's
 read pool) and processes (it pickles without its open files). A version
 without index files (gzip output, older versions) raises `NoIndexFiles`.
+An ArrayRecord version (``output.format: array_record``) is read through
+the `array_record` package's reader by record position (each shard's own
+footer is its index; ``pipelines/loaders/array_record_access.py``).
 Needs no Grain itself (``pip install 'recordforge[grain]'`` for Grain);
 `import recordforge` imports neither.
 

@@ -199,6 +199,7 @@ def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mappi
         try:
             result = publish.finalize(
                 staging, name=config.name, compression=config.output.compression,
+                file_format=config.output.file_format,
                 features=manifest_features(config.features,
                                            stored_defaults(config.features, vocabularies)),
                 vocabularies=vocabularies,

@@ -233,7 +233,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
         compression=output.compression, index=output.index,
-        shard_count_multiple=output.shard_count_multiple,
+        shard_count_multiple=output.shard_count_multiple, file_format=output.file_format,
         temp_dir=f"{staging_url}/{TMP_DIR}",
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
     # dead-letter dicts, read and check stages

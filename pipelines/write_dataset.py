@@ -106,6 +106,7 @@ class _Publish(NamedTuple):
     verify: bool
     update_latest: bool
     statistics: BuildChecks | None = None
+    file_format: str = "tfrecord"
     # The splits that name the duplicates found, or None with detection off.
     duplicate_splits: tuple | None = None
 
@@ -129,7 +130,8 @@ def publish_staged(parts: tuple, job: _Publish) -> dict:
                                    **(statistics.report_sections if statistics else {}))
 
     result = publish.finalize(
-        staging, name=job.name, compression=job.compression, features=job.features,
+        staging, name=job.name, compression=job.compression, file_format=job.file_format,
+        features=job.features,
         vocabularies=job.vocabularies, config=job.config, split_names=job.split_names,
         max_error_rate=job.max_error_rate, max_errors=job.max_errors, runner=job.runner,
         verify=job.verify, report_hook=write_report, describe=True,
@@ -249,6 +251,7 @@ class WriteDataset(beam.PTransform):
                                  gather_dead_letters=True)
             job = _Publish(
                 staging=staging.ref, name=config.name, compression=config.output.compression,
+                file_format=config.output.file_format,
                 features=manifest_features(config.features,
                                            stored_defaults(config.features, vocabularies)),
                 vocabularies={name: list(labels) for name, labels in vocabularies.items()},

@@ -24,6 +24,7 @@ verification, inspection and progress (in pipelines) agree on them::
         duplicates.json                    DUPLICATES_FILE: exact duplicates and leakage between splits
         <split>-<index:05d>-of-<count:05d>.tfrecord[.gz]   shard_file_name
         <split>-<index:05d>-of-<count:05d>.tfrecord.index  index_file_name (uncompressed only)
+        <split>-<index:05d>-of-<count:05d>.array_record    the same, output.format: array_record
         dead_letter/part-00000.jsonl       DEAD_LETTER_DIR, dead_letter_part_name
 
 A small file is written under `temporary_name` and renamed
@@ -38,6 +39,7 @@ import uuid
 
 __all__ = [
     "CACHE_DIR",
+    "ARRAY_RECORD_SUFFIX",
     "ASIDE_SUFFIX",
     "held_copy_name",
     "DEAD_LETTER_DIR",
@@ -70,6 +72,7 @@ __all__ = [
     "index_file_name",
     "is_shard_file",
     "parse_shard_file_name",
+    "shard_file_format",
     "shard_file_name",
     "shard_suffix",
     "temporary_name",
@@ -116,10 +119,15 @@ LOCK_SUFFIX = ".commit.lock"  # <version>.commit.lock: one per version, not per 
 
 # --- shards --------------------------------------------------------------------------
 _SUFFIXES = {"gzip": ".tfrecord.gz", "none": ".tfrecord"}
-SHARD_SUFFIXES = tuple(_SUFFIXES[compression] for compression in ("none", "gzip"))
+# An ArrayRecord shard (`transforms.array_record`) compresses its own chunks,
+# so it has one suffix, the one TFDS and Grain give such files.
+ARRAY_RECORD_SUFFIX = ".array_record"
+SHARD_SUFFIXES = tuple(_SUFFIXES[compression] for compression in ("none", "gzip")) + (
+    ARRAY_RECORD_SUFFIX,)
 SHARD_FILE_NAME = "{split}-{index:05d}-of-{count:05d}{suffix}"
 _SHARD_NAME = re.compile(
-    r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<suffix>\.tfrecord(?:\.gz)?)$")
+    r"^(?P<split>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})"
+    r"(?P<suffix>\.tfrecord(?:\.gz)?|\.array_record)$")
 
 # A shard's index file (`transforms.tfrecord.index`) is its name plus this.
 INDEX_SUFFIX = ".index"
@@ -128,8 +136,14 @@ INDEX_SUFFIX = ".index"
 TEMPORARY_TAIL = r"\.[0-9a-f]{32}\.tmp"
 
 
-def shard_suffix(compression: str) -> str:
-    """``.tfrecord.gz`` for "gzip", ``.tfrecord`` for "none"; KeyError otherwise."""
+def shard_suffix(compression: str, file_format: str = "tfrecord") -> str:
+    """``.tfrecord.gz`` for "gzip", ``.tfrecord`` for "none";
+    ``.array_record`` for file_format "array_record" (always "none": its
+    chunks are compressed inside the file); KeyError otherwise."""
+    if file_format == "array_record" and compression == "none":
+        return ARRAY_RECORD_SUFFIX
+    if file_format != "tfrecord":
+        raise KeyError((file_format, compression))
     return _SUFFIXES[compression]
 
 
@@ -140,10 +154,11 @@ def held_copy_name(version: str, build_id: str) -> str:
     return f"{version[:160].rstrip('.')}.{build_id}"
 
 
-def shard_file_name(split: str, index: int, count: int, compression: str) -> str:
-    """``<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]``."""
+def shard_file_name(split: str, index: int, count: int, compression: str,
+                    file_format: str = "tfrecord") -> str:
+    """``<split>-<index:05d>-of-<count:05d>.tfrecord[.gz]`` (or ``.array_record``)."""
     return SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                  suffix=shard_suffix(compression))
+                                  suffix=shard_suffix(compression, file_format))
 
 
 def parse_shard_file_name(file: str) -> tuple[str, int, int, str] | None:
@@ -156,13 +171,19 @@ def parse_shard_file_name(file: str) -> tuple[str, int, int, str] | None:
     return match["split"], int(match["index"]), int(match["count"]), compression
 
 
+def shard_file_format(file: str) -> str:
+    """"array_record" for a name ending ``.array_record``, else "tfrecord"."""
+    return "array_record" if file.endswith(ARRAY_RECORD_SUFFIX) else "tfrecord"
+
+
 def index_file_name(shard_file: str) -> str:
     """``<shard file>.index``: the name of a shard's index file, beside it."""
     return shard_file + INDEX_SUFFIX
 
 
 def is_shard_file(name: str) -> bool:
-    """Whether a file name has a shard's suffix (``.tfrecord`` or ``.tfrecord.gz``)."""
+    """Whether a file name has a shard's suffix (``.tfrecord``, ``.tfrecord.gz``
+    or ``.array_record``)."""
     return name.endswith(SHARD_SUFFIXES)
 
 

@@ -94,6 +94,7 @@ class OutputConfig:
 
     path: local path (absolute) or fsspec URL of the dataset root.
     compression: "gzip" | "none".
+    file_format: "tfrecord" | "array_record" (``output.format``).
     shard_size: target bytes per shard file as written.
     shuffle: True orders rows by stable key hash, False by key.
     index: every shard gets ``<shard>.index`` (uncompressed output only).
@@ -106,6 +107,7 @@ class OutputConfig:
     shuffle: bool = True
     index: bool = False
     shard_count_multiple: int = 1
+    file_format: str = "tfrecord"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ import warnings
 from typing import Any
 
 from ...schemas.errors import ConfigError
+from ...transforms.array_record import FILE_FORMATS, ArrayRecordMissing, require_array_record
 from ...transforms.tfrecord import COMPRESSIONS, indexable
 from .keys import section
 from .model import (DEFAULT_MAX_ERROR_RATE, DEFAULT_SHARD_SIZE, LARGE_SHARD_SIZE, MIN_SHARD_SIZE,
@@ -17,7 +18,7 @@ from .paths import absolute, is_url, local_path, parse_path, url_protocol
 
 __all__ = ["parse_dead_letter", "parse_output", "parse_size", "refuse_process_local_output"]
 
-_OUTPUT_KEYS = ("path", "compression", "shard_size", "shuffle", "index",
+_OUTPUT_KEYS = ("path", "format", "compression", "shard_size", "shuffle", "index",
                 "shard_count_multiple")
 
 # The largest output.shard_count_multiple: a split of that many shards
@@ -48,7 +49,12 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
     path = parse_path(body.get("path"), "output.path", "out/my_dataset")
     if not is_url(path) and os.path.isfile(local_path(path)):
         raise ConfigError("output.path", f"{path} is a file; the output is a directory")
+    file_format = _parse_format(body.get("format", "tfrecord"))
     compression = body.get("compression", "none")
+    if file_format == "array_record" and compression != "none":
+        raise ConfigError("output.compression", f"{compression!r} does not apply to "
+                          "format array_record: an ArrayRecord file compresses each of its "
+                          "chunks itself (zstd); leave compression out")
     if compression not in COMPRESSIONS:
         hint = " (use gzip; it is the only compression TFRecordDataset reads besides zlib)" \
             if isinstance(compression, str) and compression.lower() in ("gz", "zlib", "zip") \
@@ -66,7 +72,7 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
     shuffle = body.get("shuffle", True)
     if not isinstance(shuffle, bool):
         raise ConfigError("output.shuffle", f"must be true or false, not {shuffle!r}")
-    index = _parse_index(body.get("index"), compression)
+    index = _parse_index(body.get("index"), compression, file_format)
     multiple = body.get("shard_count_multiple", 1)
     if isinstance(multiple, bool) or not isinstance(multiple, int) \
             or not 1 <= multiple <= MAX_SHARD_COUNT_MULTIPLE:
@@ -75,18 +81,38 @@ def parse_output(value: Any) -> tuple[OutputConfig, dict]:
                           f"shards as files), not {multiple!r}")
     output = OutputConfig(path=absolute(path), compression=compression,
                           shard_size=shard_size, shuffle=shuffle, index=index,
-                          shard_count_multiple=multiple)
-    return output, {"path": path, "compression": compression, "shard_size": shard_size,
+                          shard_count_multiple=multiple, file_format=file_format)
+    return output, {"path": path, "format": file_format, "compression": compression,
+                    "shard_size": shard_size,
                     "shuffle": shuffle, "index": index, "shard_count_multiple": multiple}
 
 
-def _parse_index(value: Any, compression: str) -> bool:
+def _parse_format(value: Any) -> str:
+    """``output.format``: "tfrecord" (default) or "array_record", which
+    needs the `array_record` package (the `array_record` extra)."""
+    if value not in FILE_FORMATS:
+        raise ConfigError("output.format", f"must be one of {', '.join(FILE_FORMATS)}, not "
+                          f"{value!r}")
+    if value == "array_record":
+        try:
+            require_array_record()
+        except ArrayRecordMissing as error:
+            raise ConfigError("output.format", str(error)) from None
+    return value
+
+
+def _parse_index(value: Any, compression: str, file_format: str) -> bool:
     """``output.index``: whether every shard gets an index file; by default
-    uncompressed shards do and gzip ones cannot (no random access)."""
+    uncompressed TFRecord shards do; gzip ones cannot (no random access)
+    and ArrayRecord ones need none (the format indexes its records)."""
     if value is None:
-        return indexable(compression)
+        return indexable(compression) and file_format == "tfrecord"
     if not isinstance(value, bool):
         raise ConfigError("output.index", f"must be true or false, not {value!r}")
+    if value and file_format == "array_record":
+        raise ConfigError("output.index", "format array_record has no index files: an "
+                          "ArrayRecord file keeps the index of its records in its own footer; "
+                          "leave index out")
     if value and not indexable(compression):
         raise ConfigError("output.index", "gzip shards have no index: a gzip file has no "
                           "random access (a reader must inflate every byte before a record "

@@ -6,7 +6,9 @@ by `decode.ExampleDecoder` (then the user's `decode`). A version without
 index files (gzip output, which has no random access, or a version
 written before index files) is refused when opened: `NoIndexFiles` says
 to read it in order instead (`recordforge.torch.RecordDataset`) rather
-than walk every shard once to find its offsets.
+than walk every shard once to find its offsets. An ArrayRecord version
+(``output.format: array_record``) needs no index files: each shard's
+footer indexes its records (`array_record_access`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import operator
 from typing import Any, Callable
 
 from .decode import ExampleDecoder
-from .records import RandomAccess
+from .records import random_access
 from .version import open_version
 
 __all__ = ["NoIndexFiles", "RecordSource"]
@@ -35,7 +37,8 @@ class RecordSource:
                  decode: Callable[[dict], Any] | None = None):
         version = open_version(path)
         shards = version.shards(split)
-        missing = [shard.held.display for shard in shards if shard.index is None]
+        missing = [shard.held.display for shard in shards
+                   if shard.index is None and version.file_format == "tfrecord"]
         if missing:
             why = ("gzip output has no random access" if version.compression == "gzip"
                    else "it was written without index files")
@@ -43,7 +46,7 @@ class RecordSource:
                                "in order with recordforge.torch.RecordDataset, or rebuild it "
                                "uncompressed")
         self.split, self.user_decode = split, decode
-        self.access = RandomAccess(version, shards)
+        self.access = random_access(version, shards)
         self.decoder = ExampleDecoder(version.features)
         self._starts = list(itertools.accumulate((s.num_examples for s in shards), initial=0))
 

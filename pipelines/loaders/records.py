@@ -16,6 +16,9 @@ manifest (`held_manifest`) by one of two rules:
   reaches the shard's end; a reader stops at the end of its range. Damage
   still raises, but a shard rewritten whole with valid records of the same
   size (another build under the same name) is not noticed.
+ArrayRecord shards (``output.format: array_record``) are read by
+`array_record_access` under the same rules (`random_access` picks).
+
 * random access (`RandomAccess`): the shard's size and its index file (size
   and sha256, `index_files`) are checked when the shard is first opened,
   and every record read must span exactly the bytes its index line gives.
@@ -33,19 +36,17 @@ import threading
 from collections import OrderedDict
 from typing import Iterator
 
-from ...transforms.layout import MANIFEST_FILE
 from ...transforms.tfrecord import (FOOTER_SIZE, HEADER_SIZE, TFRecordError, complete_records,
                                     iter_record_views)
-from ..publish.dataset_paths import MAX_MANIFEST_BYTES, read_limited
 from ..publish.held_manifest import DatasetCorrupt, checked_records
+from .array_record_access import OPEN_SHARDS, ArrayRecordAccess, stream_ordered
 from .index_files import load_offsets
 from .version import LoaderShard, OpenedVersion
 
-__all__ = ["CHECKS", "OPEN_SHARDS", "RandomAccess", "check_size", "stream_records"]
+__all__ = ["CHECKS", "OPEN_SHARDS", "RandomAccess", "check_size", "random_access",
+           "stream_records"]
 
 CHECKS = ("sha256", "crc")
-
-OPEN_SHARDS = 16
 
 
 def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
@@ -67,12 +68,14 @@ def stream_records(version: OpenedVersion, shard: LoaderShard, start: int, stop:
     `check` (module docstring)."""
     check_size(version, shard)
     opener = functools.partial(version.fs.open, version.path(shard.held.file), "rb")
+    if check == "crc" and version.file_format == "array_record":
+        yield from stream_ordered(ArrayRecordAccess(version, [shard]), 0, start, stop)
+        return
     if check == "crc":
         yield from _crc_checked(opener, version, shard, start, stop)
         return
-    read_manifest = functools.partial(_read_manifest, version)
     for view in checked_records(opener, shard.held, compression=version.compression,
-                                read_manifest=read_manifest, views=True, start=start,
+                                read_manifest=version.manifest_now, views=True, start=start,
                                 stop=stop):
         yield view
         view.release()
@@ -101,12 +104,13 @@ def _crc_checked(opener, version: OpenedVersion, shard: LoaderShard, start: int,
                              f"lists {shard.num_examples} (run recordforge verify)")
 
 
-def _read_manifest(version: OpenedVersion) -> bytes | None:
-    """The manifest as it is now (to explain a mismatch), size-limited."""
-    try:
-        return read_limited(version.fs, version.path(MANIFEST_FILE), MAX_MANIFEST_BYTES)
-    except FileNotFoundError:
-        return None
+def random_access(version: OpenedVersion, shards: list[LoaderShard]):
+    """Random access to `shards` by (shard, record): through their index
+    files (`RandomAccess`), or their own footers for ArrayRecord shards
+    (`array_record_access.ArrayRecordAccess`)."""
+    if version.file_format == "array_record":
+        return ArrayRecordAccess(version, shards)
+    return RandomAccess(version, shards)
 
 
 class RandomAccess:

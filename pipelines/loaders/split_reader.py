@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from . import plan
 from .decode import ExampleDecoder
-from .records import CHECKS, RandomAccess, stream_records
+from .records import CHECKS, random_access, stream_records
 from .version import open_version
 
 __all__ = ["DEFAULT_BUFFER", "SplitReader"]
@@ -48,11 +48,13 @@ class SplitReader:
         if check not in CHECKS:
             raise ValueError(f"check must be one of {CHECKS}, got {check!r}")
         self.check = check
-        indexed = all(shard.index is not None for shard in self.shards)
+        # ArrayRecord shards index their records in their own footers
+        indexed = self.version.file_format == "array_record" or all(
+            shard.index is not None for shard in self.shards)
         self.shuffle = "sequential" if not shuffle else "global" if indexed else "buffer"
         plan.worker_slice(self.total, world_size, rank, remainder, 0, 1)  # checks the arguments
         self.decoder = ExampleDecoder(self.version.features)
-        self.access = RandomAccess(self.version, self.shards)
+        self.access = random_access(self.version, self.shards)
         self.epoch = 0
         self._resume: dict | None = None
         self._consumed: dict[int, int] = {}

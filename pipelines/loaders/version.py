@@ -15,9 +15,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ...transforms.urls import redact_url
-from ..publish.dataset_paths import locate_version, load_version_manifest
+from ...transforms.layout import MANIFEST_FILE
+from ..publish.dataset_paths import (MAX_MANIFEST_BYTES, load_version_manifest, locate_version,
+                                     read_limited)
 from ..publish.held_manifest import DatasetCorrupt, HeldShard
-from ..publish.manifest import compression_from_label
+from ..publish.manifest import compression_from_label, file_format_of
 
 __all__ = ["LoaderShard", "OpenedVersion", "open_version"]
 
@@ -49,8 +51,21 @@ class OpenedVersion(NamedTuple):
     def features(self) -> dict:
         return self.manifest["features"]
 
+    @property
+    def file_format(self) -> str:
+        """"tfrecord" or "array_record" (the manifest's ``file_format``)."""
+        return file_format_of(self.manifest)
+
     def path(self, file: str) -> str:
         return f"{self.root}/{file}"
+
+    def manifest_now(self) -> bytes | None:
+        """The manifest as it is now (to explain a mismatch), size-limited;
+        None when it is gone."""
+        try:
+            return read_limited(self.fs, self.path(MANIFEST_FILE), MAX_MANIFEST_BYTES)
+        except FileNotFoundError:
+            return None
 
     def shards(self, split: str) -> list[LoaderShard]:
         """`split`'s shards in manifest order; ValueError naming the splits

@@ -18,7 +18,7 @@ gives its unit and epoch. A feature with a vocabulary references a
 ``sc:Enumeration`` record set (``labels/<feature>``) that lists each id
 with its label inline, as Croissant describes categorical data. The
 config's ``dataset:`` section gives ``description``, ``license`` and
-``citeAs``.
+``citeAs``. ArrayRecord output has no ``croissant.json`` (`croissant_files`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import unicodedata
 from typing import Any, Iterable, Mapping
 
 from ...transforms.layout import CROISSANT_FILE
+from .manifest import file_format_of
 from .tfds_metadata import about, image_features, timestamp_text
 
 __all__ = ["croissant", "croissant_files"]
@@ -199,6 +200,11 @@ def croissant(manifest: Mapping[str, Any]) -> dict:
 
 
 def croissant_files(manifest: Mapping[str, Any]) -> dict[str, bytes]:
-    """File name -> content: ``croissant.json``."""
+    """File name -> content: ``croissant.json``; empty for ArrayRecord
+    output, which Croissant has no encoding for (its record sets extract
+    fields from TFRecord files only), rather than a description no
+    Croissant reader could follow."""
+    if file_format_of(manifest) != "tfrecord":
+        return {}
     text = json.dumps(croissant(manifest), indent=2, sort_keys=False) + "\n"
     return {CROISSANT_FILE: text.encode("utf-8")}

@@ -22,6 +22,8 @@ import fsspec
 from ...schemas.example import ExampleDecodeError, decode_example
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 from ...transforms import tfrecord
+from ...transforms.layout import shard_file_format
+from .array_record_checks import read_array_record
 from ...transforms.page_cache import drop_behind
 from ...transforms.readers.inputs import fingerprint
 
@@ -180,7 +182,9 @@ def _read_file(url: str, file: str, compression: str | None, features: Mapping |
     reader = _HashingReader(handle)
     try:
         with handle:
-            if compression is not None:
+            if compression is not None and shard_file_format(file) == "array_record":
+                _check_array_record(url, reader, check, features, vocabulary_sizes or {})
+            elif compression is not None:
                 with _index_lines(index if features is not None else None) as lines:
                     _check_records(reader, file, compression, check, features,
                                    vocabulary_sizes or {}, lines)
@@ -362,14 +366,7 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
             count = position + 1
             if match is not None:
                 match.record(len(record) + tfrecord.FRAMING)
-            try:
-                problem = example_problem(_decoded(record), features, vocabulary_sizes)
-            except NonCanonicalExample as error:
-                problem = (f"a {len(record)}-byte Example in a non-canonical encoding "
-                           f"({error}); records over {LARGE_EXAMPLE_BYTES} bytes are checked "
-                           "in place, which needs the encoding every serializer writes")
-            except ExampleDecodeError as error:
-                problem = str(error)
+            problem = record_problem(record, features, vocabulary_sizes)
             if problem:
                 bad += 1
                 if first_bad is None:
@@ -389,9 +386,47 @@ def _check_records(reader: _HashingReader, file: str, compression: str, check: F
             check.problems.append(Problem(index.file, f"{message} (an index that disagrees "
                                           f"with {file})", record_index=line - 1, code="index"))
     check.records = count
+    add_example_problem(check, first_bad, bad)
+
+
+def _check_array_record(url: str, reader: _HashingReader, check: FileCheck,
+                        features: Mapping | None, vocabulary_sizes: Mapping) -> None:
+    """`_check_records` for an ArrayRecord shard (`array_record_checks`):
+    records counted and, with `features`, each checked; damage (a chunk's
+    hash, an unreadable file) is a "framing" problem at its record."""
+    problem_of = None if features is None else (
+        lambda record: record_problem(memoryview(record), features, vocabulary_sizes))
+    found = read_array_record(url, check.file, reader, problem_of)
+    check.records = found.records
+    if found.damage is not None:
+        message, record_index = found.damage
+        check.problems.append(Problem(check.file, message, record_index=record_index,
+                                      code="framing"))
+    first_bad = None
+    if found.first_bad is not None:
+        position, message = found.first_bad
+        first_bad = Problem(check.file, message, record_index=position, code="example")
+    add_example_problem(check, first_bad, found.bad)
+
+
+def record_problem(record, features: Mapping, vocabulary_sizes: Mapping) -> str | None:
+    """Why one record is not an Example of the manifest's features, or None."""
+    try:
+        return example_problem(_decoded(record), features, vocabulary_sizes)
+    except NonCanonicalExample as error:
+        return (f"a {len(record)}-byte Example in a non-canonical encoding ({error}); records "
+                f"over {LARGE_EXAMPLE_BYTES} bytes are checked in place, which needs the "
+                "encoding every serializer writes")
+    except ExampleDecodeError as error:
+        return str(error)
+
+
+def add_example_problem(check: FileCheck, first_bad: Problem | None, bad: int) -> None:
+    """Adds to `check` the first record that is not an Example of the
+    manifest's features, saying how many there are when more than one."""
     if first_bad is not None:
         if bad > 1:
-            first_bad = Problem(file, f"{first_bad.message} ({bad} records do not match the "
-                                "manifest's features)", record_index=first_bad.record_index,
+            first_bad = Problem(check.file, f"{first_bad.message} ({bad} records do not match "
+                                "the manifest's features)", record_index=first_bad.record_index,
                                 code="example")
         check.problems.append(first_bad)

@@ -123,8 +123,11 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
              update_latest: bool = True, verify_workers: int | None = None,
              describe: bool = False, inputs: Mapping[str, Any] | None = None,
              statistics_hook: Callable[[str, dict, dict], str | None] | None = None,
-             early_checks: EarlyShardChecks | None = None) -> PublishResult:
+             early_checks: EarlyShardChecks | None = None,
+             file_format: str = "tfrecord") -> PublishResult:
     """Checks the staged build and publishes it (see the module docstring).
+    file_format: the shards' ("tfrecord" or "array_record", the manifest's
+    ``file_format``).
 
     Returns a `PublishResult`. Raises `BuildFailed` (nothing published; the
     staging directory is deleted, dead letters moved under ``.failed/``),
@@ -147,7 +150,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
                 num_input_rows=result["num_input_rows"],
                 dead_letter={**result["dead_letter"], "files": dead_files},
                 config=_redact_values(config), runner=runner, inputs=inputs,
-                cache=result.get("cache"))
+                cache=result.get("cache"), file_format=file_format)
         except manifest_lib.ManifestError as error:
             raise BuildFailed(f"the pipeline's shards are inconsistent: {error}") from None
         _check_nonempty_splits(manifest)

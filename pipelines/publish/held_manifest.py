@@ -10,20 +10,25 @@ it is, and at its end size and sha256 must match. A mismatch or a missing
 shard is `VersionReplaced` when the version's manifest no longer lists the
 shard as held (it was replaced while reading), `DatasetCorrupt` when it
 still does (the shard itself is damaged). Plain code: no Beam, no
-TensorFlow.
+TensorFlow. An ArrayRecord shard is copied to the local disk through the
+same check, which then passes before any of its records is read
+(`array_record_copies`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
+from ...transforms.layout import shard_file_format
 from ...transforms.tfrecord import (StreamedRecord, TFRecordError, iter_record_views,
                                     iter_records)
+from .array_record_copies import array_records, local_copy
 from .manifest import ManifestError, load_manifest
 
-__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_records",
-           "held_shards"]
+__all__ = ["DatasetCorrupt", "HeldShard", "VersionReplaced", "checked_batches", "checked_copy",
+           "checked_records", "held_shards"]
 
 _DRAIN_BLOCK = 4 << 20
 BATCH_BYTES = 1 << 20
@@ -118,6 +123,23 @@ class _HashingStream:
                             f"{self._digest.hexdigest()}", self._read_manifest)
 
 
+@contextlib.contextmanager
+def checked_copy(open_shard: Callable[[], Any], shard: HeldShard, *,
+                 read_manifest: Callable[[], bytes | None]) -> Iterator[str]:
+    """The path of a local temporary copy of `shard` (an ArrayRecord
+    shard, which its package reads only from the local disk), its size and
+    sha256 checked against `shard` before the path is given; removed
+    afterwards. Raises as `checked_records` does."""
+    try:
+        opened = open_shard()
+    except FileNotFoundError:
+        raise _mismatch(shard, "it is missing", read_manifest) from None
+    with opened as handle:
+        stream = _HashingStream(handle, shard, read_manifest)
+        with local_copy(stream, stream.finish) as path:
+            yield path
+
+
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
                     read_manifest: Callable[[], bytes | None], views: bool = False,
                     stream_from: int | None = None, start: int = 0, stop: int | None = None
@@ -142,6 +164,11 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
         raise _mismatch(shard, "it is missing", read_manifest) from None
     with opened as handle:
         stream = _HashingStream(handle, shard, read_manifest)
+        if shard_file_format(shard.file) == "array_record":
+            with local_copy(stream, stream.finish) as path:
+                records = array_records(path, shard.display, start=start, stop=stop)
+                yield from map(memoryview, records) if views else records
+            return
         if views:
             records = iter_record_views(stream, path=shard.display, compression=compression,
                                         stream_from=stream_from, start=start, stop=stop)

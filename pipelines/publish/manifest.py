@@ -4,7 +4,8 @@
 plus what the config declared (name, features, vocabularies, splits) into the
 manifest dict of the product contract, with a fixed key order:
 
-    format, name, version, created, compression, features, vocabularies,
+    format, name, version, created, compression, file_format (ArrayRecord
+    output only), features, vocabularies,
     splits, num_input_rows, dead_letter, inputs (when known), cache (when
     the build cache was used), files, config, tool
 
@@ -30,7 +31,8 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...transforms.layout import index_file_name, parse_shard_file_name, shard_suffix
+from ...transforms.layout import (index_file_name, parse_shard_file_name, shard_file_format,
+                                  shard_suffix)
 from ...transforms.tfrecord import indexable
 from ..version import __version__
 
@@ -43,6 +45,7 @@ __all__ = [
     "build_manifest",
     "compression_label",
     "compression_from_label",
+    "file_format_of",
     "dumps_manifest",
     "index_files",
     "is_relative_inside",
@@ -55,6 +58,9 @@ FORMAT = "recordforge.manifest/1"
 TOOL_NAME = "recordforge"
 
 _COMPRESSION_LABELS = {"gzip": "GZIP", "none": "NONE"}
+# The shard file formats; a manifest without ``file_format`` (every one
+# written before ArrayRecord output, and every TFRecord build's) is tfrecord.
+_FILE_FORMATS = ("tfrecord", "array_record")
 _STORED_TYPES = ("int64", "float", "bytes")
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")  # a sha256 digest as the manifest writes it
 
@@ -93,10 +99,29 @@ def compression_from_label(label: str) -> str:
     raise ManifestError("compression", f"must be 'GZIP' or 'NONE', got {label!r}")
 
 
+def file_format_of(manifest: Mapping[str, Any]) -> str:
+    """A manifest's shard file format: its ``file_format``, "tfrecord" when absent."""
+    return manifest.get("file_format", "tfrecord")
+
+
+def _check_file_format(file_format: Any, compression: str) -> str:
+    """``file_format`` must be one of the formats; "array_record" only with
+    compression "none" (its chunks are compressed inside the file)."""
+    if file_format not in _FILE_FORMATS:
+        raise ManifestError("file_format", f"must be one of {list(_FILE_FORMATS)}, got "
+                            f"{file_format!r}"[:300])
+    if file_format == "array_record" and compression != "none":
+        raise ManifestError("compression", "must be 'NONE' for file_format 'array_record' "
+                            f"(its chunks are compressed inside the file), got "
+                            f"{compression_label(compression)!r}")
+    return file_format
+
+
 def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: str,
-                  field: str) -> None:
+                  field: str, file_format: str = "tfrecord") -> None:
     """Shard names must be exactly <split>-00000..<n-1>-of-<n> with the
-    compression's suffix: a gap means a shard (and its rows) went missing."""
+    suffix of the compression and file format: a gap means a shard (and
+    its rows) went missing."""
     count = len(shards)
     seen = set()
     for position, shard in enumerate(shards):
@@ -104,13 +129,15 @@ def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: 
         parsed = parse_shard_file_name(shard["file"])
         if parsed is None:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} is not a shard file name "
-                                "(<split>-<index:05d>-of-<count:05d>.tfrecord[.gz])")
+                                "(<split>-<index:05d>-of-<count:05d>.tfrecord[.gz] or "
+                                ".array_record)")
         name_split, index, of, name_compression = parsed
         if name_split != split:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} does not belong to split {split!r}")
-        if name_compression != compression:
+        if name_compression != compression or shard_file_format(shard["file"]) != file_format:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} does not have the suffix "
-                                f"{shard_suffix(compression)!r} of compression {compression!r}")
+                                f"{shard_suffix(compression, file_format)!r} of compression "
+                                f"{compression!r} and file format {file_format!r}")
         if of != count:
             raise ManifestError(f"{where}.file", f"{shard['file']!r} says {of} shards but split "
                                 f"{split!r} has {count}")
@@ -125,6 +152,9 @@ def _check_shards(split: str, shards: Sequence[Mapping[str, Any]], compression: 
         if not isinstance(shard.get("sha256"), str) or not SHA256_HEX.match(shard["sha256"]):
             raise ManifestError(f"{where}.sha256", f"must be 64 lowercase hex digits, got "
                                 f"{shard.get('sha256')!r}")
+        if "index" in shard and file_format == "array_record":
+            raise ManifestError(f"{where}.index", "an ArrayRecord shard has no index file (it "
+                                "indexes its records in its own footer)")
         if "index" in shard:
             _check_index(shard["file"], shard["index"], compression, f"{where}.index")
 
@@ -210,7 +240,8 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
                    num_input_rows: int, dead_letter: Mapping[str, Any],
                    config: Mapping[str, Any], runner: str,
                    inputs: Mapping[str, Any] | None = None,
-                   cache: Mapping[str, int] | None = None) -> dict:
+                   cache: Mapping[str, int] | None = None,
+                   file_format: str = "tfrecord") -> dict:
     """The manifest dict, in the contract's shape and key order.
 
     shards: the pipeline's shard records ``{"split", "file", "num_examples",
@@ -223,9 +254,13 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     cache: what the build reused from the build cache and what it converted
     (`pipelines.graph.cache_summary`), kept as ``cache`` after ``inputs``;
     None (no cache used) leaves it out.
+    file_format: "tfrecord" (no ``file_format`` key, as in every manifest
+    before ArrayRecord output) or "array_record" (``file_format`` after
+    ``compression``).
     Raises `ManifestError` for a shard of an unknown split, a gap or clash in
     shard numbering, a wrong suffix or a malformed count or checksum.
     """
+    _check_file_format(file_format, compression)
     by_split: dict[str, list] = {split: [] for split in split_names}
     for shard in shards:
         split = shard.get("split")
@@ -236,7 +271,7 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
     splits = {}
     for split, entries in by_split.items():
         entries.sort(key=lambda entry: entry["file"])
-        _check_shards(split, entries, compression, f"splits.{split}.shards")
+        _check_shards(split, entries, compression, f"splits.{split}.shards", file_format)
         splits[split] = {
             "num_examples": sum(entry["num_examples"] for entry in entries),
             "num_bytes": sum(entry["num_bytes"] for entry in entries),
@@ -252,12 +287,16 @@ def build_manifest(*, name: str, version: str, created: str, compression: str,
         "version": version,
         "created": created,
         "compression": compression_label(compression),
+    }
+    if file_format != "tfrecord":
+        manifest["file_format"] = file_format
+    manifest.update({
         "features": {key: dict(value) for key, value in features.items()},
         "vocabularies": {key: list(value) for key, value in vocabularies.items()},
         "splits": splits,
         "num_input_rows": int(num_input_rows),
         "dead_letter": _dead_letter_block(dead_letter),
-    }
+    })
     if inputs is not None:
         manifest["inputs"] = {"files": [dict(entry) for entry in inputs.get("files", [])],
                               "skipped": dict(inputs.get("skipped", {}))}
@@ -335,6 +374,7 @@ def load_manifest(data: bytes | str) -> dict:
     for key in ("name", "version", "created"):
         _require(manifest, key, str, "")
     compression = compression_from_label(_require(manifest, "compression", str, ""))
+    file_format = _check_file_format(file_format_of(manifest), compression)
     features = _require(manifest, "features", dict, "")
     for feature, spec in features.items():
         where = f"features.{feature}."
@@ -365,7 +405,7 @@ def load_manifest(data: bytes | str) -> dict:
             _require(shard, "num_examples", int, shard_where)
             _require(shard, "num_bytes", int, shard_where)
             _require(shard, "sha256", str, shard_where)
-        _check_shards(split, shards, compression, f"{where}shards")
+        _check_shards(split, shards, compression, f"{where}shards", file_format)
         for key in ("num_examples", "num_bytes"):
             total = _require(summary, key, int, where)
             if total != sum(shard[key] for shard in shards):

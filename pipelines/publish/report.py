@@ -25,8 +25,10 @@ from ..progress import human_bytes
 from ...schemas.example import ExampleDecodeError, decode_features
 from ...schemas.features import label_feature, label_text
 from ...transforms.files import write_atomic
-from ...transforms.layout import REPORT_FILE, STAGING_DIR
+from ...transforms.array_record import ArrayRecordError
+from ...transforms.layout import REPORT_FILE, STAGING_DIR, shard_file_format
 from ...transforms.tfrecord import TFRecordError, read_records
+from .array_record_copies import url_records
 from .report_html import render_report
 from .baseline import BaselineChoice, load_baselines
 
@@ -52,6 +54,13 @@ _IMAGE_FEATURES = ("image/encoded", "image")
 
 def _join(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
+
+
+def _shard_records(url: str):
+    """The records of the shard at `url`, TFRecord or ArrayRecord (its name says)."""
+    if shard_file_format(url) == "array_record":
+        return url_records(url)
+    return read_records(url)
 
 
 def _label_feature(manifest: Mapping[str, Any]) -> tuple[str | None, list[str] | None]:
@@ -113,7 +122,7 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
             if not counting and thumbnails_taken():
                 break
             try:
-                for record in read_records(_join(version_dir, shard["file"])):
+                for record in _shard_records(_join(version_dir, shard["file"])):
                     try:
                         # Only the label and image: decoding every feature of
                         # every record made this pass as slow as the build's
@@ -135,7 +144,7 @@ def gather_samples(version_dir: str, manifest: Mapping[str, Any], *,
                     scanned += 1
                     if not counting and thumbnails_taken():
                         break
-            except TFRecordError:
+            except (TFRecordError, ArrayRecordError):
                 continue  # a damaged shard fails verification; the report shows the rest
     return (label_counts if counting else None,
             {k: v for k, v in thumbnails.items() if v} if image_name is not None else None)

@@ -4,11 +4,14 @@ With them, ``tfds.builder_from_directory(version_dir).as_dataset(split=...)``
 reads a published version without recordforge: every row, with the
 declared dtypes and shapes, images decoded. TFDS reads plain TFRecord
 files only, so for gzip output (``output.compression: gzip``) neither file
-is written (`tfds_files` returns nothing).
+is written (`tfds_files` returns nothing). ArrayRecord output
+(``output.format: array_record``) is TFDS's own ``array_record`` file
+format: ``fileFormat`` says so and the template names the
+``.array_record`` shards.
 
 Shard names are given to TFDS by its file-name template support
 (``filepathTemplate`` per split): ``{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}``
-is ``train-00000-of-00012.tfrecord``. Features map as TFDS's own would:
+is ``train-00000-of-00012.tfrecord`` (``.array_record``). Features map as TFDS's own would:
 ``int64``/``float`` (float32)/``string``/``bytes`` tensors, shape ``[]`` a
 scalar, ``[N]`` a fixed vector, ``[-1]`` a vector of any length; a scalar
 that may be absent (``required: false``, no default) becomes a vector of
@@ -31,6 +34,7 @@ import re
 from typing import Any, Mapping
 
 from ...transforms.layout import DATASET_INFO_FILE, FEATURES_FILE
+from .manifest import file_format_of
 
 __all__ = ["FILEPATH_TEMPLATE", "about", "dataset_info", "features_json", "is_class_label",
            "tfds_files", "timestamp_text"]
@@ -133,7 +137,7 @@ def dataset_info(manifest: Mapping[str, Any]) -> dict:
         "name": manifest["name"],
         "version": version if _SEMVER.match(version) else "0.0.0",
         "description": description,
-        "fileFormat": "tfrecord",
+        "fileFormat": file_format_of(manifest),
         "moduleName": "recordforge",
         "disableShuffling": True,
         "splits": [{"name": name, "numBytes": str(split["num_bytes"]),

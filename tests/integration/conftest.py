@@ -113,7 +113,7 @@ def digests(fs, version_dir: str) -> dict[str, str]:
     found = {}
     for path in fs.find(version_dir):
         name = path[len(prefix):]
-        if ".tfrecord" in name or name.endswith(".jsonl"):
+        if ".tfrecord" in name or name.endswith((".array_record", ".jsonl")):
             found[name] = hashlib.sha256(fs.cat_file(path)).hexdigest()
     assert found, f"nothing published under {version_dir}"
     return found

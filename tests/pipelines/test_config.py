@@ -183,9 +183,10 @@ def test_resolved_config_is_plain_json_with_paths_as_written(workdir):
     cfg = config_from_dict(TABLE)
     assert json.loads(json.dumps(cfg.resolved)) == cfg.resolved
     assert cfg.resolved["source"]["path"] == "data/t.csv"
-    assert cfg.resolved["output"] == {"path": "out/tbl", "compression": "gzip",
-                                      "shard_size": 2_000_000, "shuffle": True,
-                                      "index": False, "shard_count_multiple": 1}
+    assert cfg.resolved["output"] == {"path": "out/tbl", "format": "tfrecord",
+                                      "compression": "gzip", "shard_size": 2_000_000,
+                                      "shuffle": True, "index": False,
+                                      "shard_count_multiple": 1}
     assert cfg.resolved["splits"] == {"train": 0.75, "test": 0.25}
     assert cfg.resolved["features"] == TABLE["features"]
 

@@ -44,3 +44,37 @@ def test_shard_count_multiple_defaults_to_one_and_takes_whole_numbers():
         with pytest.raises(ConfigError, match="output.shard_count_multiple: must be a whole "
                                               "number from 1 to 100,000"):
             load_config(_config(shard_count_multiple=bad))
+
+
+def test_output_format_defaults_to_tfrecord_and_takes_array_record():
+    assert load_config(_config()).output.file_format == "tfrecord"
+    assert load_config(_config()).resolved["output"]["format"] == "tfrecord"
+    chosen = load_config(_config(format="array_record"))
+    assert (chosen.output.file_format, chosen.output.index) == ("array_record", False)
+    assert chosen.resolved["output"]["format"] == "array_record"
+
+
+@pytest.mark.parametrize("output,message", [
+    (dict(format="array_record", compression="gzip"),
+     "output.compression: 'gzip' does not apply to format array_record: an ArrayRecord file "
+     "compresses each of its chunks itself"),
+    (dict(format="array_record", index=True),
+     "output.index: format array_record has no index files: an ArrayRecord file keeps the "
+     "index of its records in its own footer"),
+    (dict(format="riegeli"), "output.format: must be one of tfrecord, array_record, not "
+                             "'riegeli'"),
+    (dict(format=None), "output.format: must be one of"),
+])
+def test_output_format_errors_say_why(output, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(_config(**output))
+
+
+def test_array_record_without_its_package_is_a_config_error(monkeypatch):
+    from recordforge.transforms.array_record import module
+    monkeypatch.setattr(module, "_MODULE", "array_record_not_installed_here")
+    with pytest.raises(ConfigError, match=r"output.format: ArrayRecord files need the "
+                                          r"array_record package, which is not installed .*"
+                                          r"pip install 'recordforge\[array_record\]'"):
+        load_config(_config(format="array_record"))
+    assert load_config(_config()).output.file_format == "tfrecord"  # TFRecord needs none

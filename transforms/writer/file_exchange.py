@@ -59,7 +59,7 @@ import apache_beam as beam
 import fsspec
 
 from .. import tfrecord
-from ..layout import SHARD_FILE_NAME
+from ..layout import SHARD_FILE_NAME, shard_suffix
 from ..page_cache import WriteBehind, drop_behind
 from ..splits import SplitAssigner
 from . import bucket_output, run_format, sorting, spill
@@ -329,7 +329,8 @@ def _read_file(path: str) -> bytes:
 def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
                 runs_of: Callable[[str], list[RunInfo]] | None = None,
                 bucket_options: dict | None = None,
-                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False) -> dict:
+                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False,
+                file_format: str = "tfrecord") -> dict:
     """Writes a shard, hashing as it goes, and puts it at its final name in
     `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
     of each listed bucket that the shard holds, sorted from the runs
@@ -338,10 +339,10 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
     member at `gzip_level` (`tfrecord.GzipStream`); else its chunk
     ranges of bucket files, copied (key-ordered gzip). With `index`, its
     index file beside it (`shard_files.publish_shard`). Returns the
-    shard's metadata dict. Rerunning it writes the same bytes under the
-    same final name."""
+    shard's metadata dict. `file_format`: see `shard_files.publish_shard`.
+    Rerunning it writes the same bytes under the same final name."""
     name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
-                                  suffix=tfrecord.suffix_for(compression))
+                                  suffix=shard_suffix(compression, file_format))
     thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
 
     def write(out) -> int:
@@ -368,7 +369,7 @@ def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression
         return num_examples
 
     shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
-                          compression=compression, index=index)
+                          compression=compression, index=index, file_format=file_format)
     if not spec.cut and shard.num_bytes != spec.num_bytes:
         raise run_format.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
                                  f"{spec.num_bytes}")
@@ -396,9 +397,10 @@ class _WriteShardFn(beam.DoFn):
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
                  tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL,
-                 index: bool = False):
+                 index: bool = False, file_format: str = "tfrecord"):
         self._staging_dir = staging_dir
         self._index = index
+        self._file_format = file_format
         self._temp_dir = temp_dir
         self._compression = compression
         self._work_dir = work_dir
@@ -414,7 +416,8 @@ class _WriteShardFn(beam.DoFn):
         metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
                                compression=self._compression, runs_of=self._runs,
                                bucket_options=_bucket_options(self._work_dir, self._tuning),
-                               gzip_level=self._gzip_level, index=self._index)
+                               gzip_level=self._gzip_level, index=self._index,
+                               file_format=self._file_format)
         self._counters.count(metadata["num_examples"], metadata["num_bytes"])
         yield metadata
 
@@ -468,7 +471,8 @@ class FileExchange(beam.PTransform):
                 | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,
-                    tuning, self._job.gzip_level, self._job.index)))  # metadata dict
+                    tuning, self._job.gzip_level, self._job.index,
+                    self._job.file_format)))  # metadata dict
 
     def _cells(self, measured, work_dir: str, cell_bytes: int):
         """Key-ordered gzip: (split, [(run list, measured BucketChunks)]) ->

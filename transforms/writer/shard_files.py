@@ -32,6 +32,17 @@ beside the shard the same way once it is in place. It is not checked
 against the store: publishing reads index files back in full (they are
 small beside their shards).
 
+With ``file_format="array_record"`` the framed records `write` produces go
+into an `array_record.ArrayRecordSink` instead (every CRC checked as they
+pass), which writes an ArrayRecord file on the local disk (the package's
+writer is C++ on a local path): beside the staging area's temporary files
+when the output is local, else in a local temporary directory. Its record
+count is read back from the file's footer and compared with the writer's,
+then the file is put at its final name like any shard (`_put`: hashed as
+it is copied, fingerprinted on an object store); on the local disk it is
+hashed and renamed into place without a copy. ArrayRecord shards have no
+index file: the format keeps its own index in its footer.
+
 Rerunning a shard's writer writes the same bytes under the same names.
 """
 
@@ -50,7 +61,7 @@ from typing import BinaryIO, Callable
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from .. import tfrecord
+from .. import array_record, tfrecord
 from ..layout import index_file_name
 from ..page_cache import WriteBehind
 from ..readers.inputs import fingerprint
@@ -121,19 +132,29 @@ _INDEX_SPOOL_BYTES = 8 << 20
 
 
 def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: str,
-                  temp_dir: str, compression: str, index: bool = False) -> PublishedShard:
+                  temp_dir: str, compression: str, index: bool = False,
+                  file_format: str = "tfrecord") -> PublishedShard:
     """Writes a shard once and gives it its final name in `staging_dir`:
-    `write(out)` writes its bytes and returns the number of records it
-    wrote. With `index` (uncompressed shards only) its index file
-    (`tfrecord.RecordIndexer`, from the bytes as they are written) is put
-    beside it afterwards, ``<name>.index``, the same way. Raises
-    `ShardCheckError` when a shard checked as it is written is damaged or
-    holds another number of records."""
+    `write(out)` writes its bytes (TFRecord framed) and returns the number
+    of records it wrote. With `index` (uncompressed shards only) its index
+    file (`tfrecord.RecordIndexer`, from the bytes as they are written) is
+    put beside it afterwards, ``<name>.index``, the same way. With
+    `file_format` "array_record" the records go into an ArrayRecord file
+    instead (`_publish_array_record`). Raises `ShardCheckError` when a
+    shard checked as it is written is damaged or holds another number of
+    records."""
+    array_record.check_file_format(file_format)
+    if (index or compression != "none") and file_format == "array_record":
+        raise ValueError(f"{name}: an ArrayRecord shard has neither gzip nor an index file "
+                         "(it compresses its chunks and indexes its records itself)")
     if index and not tfrecord.indexable(compression):
         raise ValueError(f"{name}: a {compression} shard has no index (no random access)")
     final_path = join_path(staging_dir, name)
     fs, _ = fsspec.core.url_to_fs(final_path)
     local = isinstance(fs, LocalFileSystem)
+    if file_format == "array_record":
+        return _publish_array_record(fs, name, write, staging_dir=staging_dir,
+                                     temp_dir=temp_dir, local=local)
     check = None if local else RecordStreamCheck(final_path, compression)
     with tempfile.SpooledTemporaryFile(max_size=_INDEX_SPOOL_BYTES) as lines:
         indexer = tfrecord.RecordIndexer(lines, final_path) if index else None
@@ -171,9 +192,83 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
                           num_examples=records, fingerprint=stored, index=entry)
 
 
+def _publish_array_record(fs, name: str, write: Callable, *, staging_dir: str, temp_dir: str,
+                         local: bool) -> PublishedShard:
+    """`publish_shard` for an ArrayRecord shard: the records `write` frames
+    go through an `array_record.ArrayRecordSink` into a local file, whose
+    footer must count as many records as `write` wrote; the file is then
+    put at its final name (renamed on the local disk, else copied through
+    `_put`) and removed from the local disk."""
+    final_path = join_path(staging_dir, name)
+    with tempfile.TemporaryDirectory(prefix="recordforge-array-record-") as scratch:
+        if local:  # beside the staging area, so that the final rename is atomic
+            _, fs_temp_dir = fsspec.core.url_to_fs(temp_dir)
+            os.makedirs(fs_temp_dir, exist_ok=True)
+            local_path = os.path.join(fs_temp_dir, f"{name}.{uuid.uuid4().hex}")
+        else:
+            local_path = os.path.join(scratch, name)
+        try:
+            records = _write_array_record(local_path, name, write, display=final_path)
+            if local:
+                num_bytes, sha256 = _hashed(local_path)
+                _, fs_final = fsspec.core.url_to_fs(final_path)
+                os.makedirs(os.path.dirname(fs_final), exist_ok=True)
+                os.replace(local_path, fs_final)  # atomic on one filesystem
+                stored = None
+            else:
+                out, _, stored = _put(fs, name, functools.partial(_copy_file, local_path),
+                                      staging_dir=staging_dir, temp_dir=temp_dir, taps=(),
+                                      checked=True)
+                num_bytes, sha256 = out.written, out.digest.hexdigest()
+        finally:
+            if os.path.exists(local_path):
+                os.remove(local_path)
+    return PublishedShard(num_bytes=num_bytes, sha256=sha256, num_examples=records,
+                          fingerprint=stored)
+
+
+def _write_array_record(local_path: str, name: str, write: Callable, *, display: str) -> int:
+    """Writes the ArrayRecord file of the records `write` frames at
+    `local_path`; their number, checked against the file's own footer."""
+    sink = array_record.ArrayRecordSink(local_path, display=display)
+    try:
+        records = write(sink)
+        written = sink.finish()
+    except TFRecordError as error:
+        raise ShardCheckError(f"{name} as written: {error}") from error
+    finally:
+        sink.close()
+    with array_record.ArrayRecordFile(local_path, display=display) as written_file:
+        found = written_file.num_records
+    for count in (written, found):
+        if count != records:
+            raise ShardCheckError(f"{name}: holds {count} records, its writer wrote {records}")
+    return records
+
+
+def _hashed(path: str) -> tuple[int, str]:
+    """Size and sha256 of the local file at `path`, read once, and the
+    file synced to disk (it is renamed into place next)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fileobj:
+        for block in iter(functools.partial(fileobj.read, 1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+        os.fsync(fileobj.fileno())
+    return size, digest.hexdigest()
+
+
+def _copy_file(path: str, out: HashingWriter) -> int:
+    """Copies the local file at `path` to `out`; 0 (`_put`'s writers
+    return a count; the records were counted as they were written)."""
+    with open(path, "rb") as fileobj:
+        return _copy_lines(fileobj, out)
+
+
 def _copy_lines(lines: BinaryIO, out: HashingWriter) -> int:
-    """Copies the spooled index lines to `out`; 0 (`_put`'s writers return
-    a count, and an index holds no records)."""
+    """Copies the spooled index lines (or any file object) to `out`; 0
+    (`_put`'s writers return a count, and an index holds no records)."""
     shutil.copyfileobj(lines, out, 1 << 20)
     return 0
 

@@ -270,7 +270,7 @@ class ShuffleExchange(beam.PTransform):
                 | "WriteShardFiles" >> beam.ParDo(WriteCutShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression,
                     self._job.tuning.memory_bytes, self._job.gzip_level, compress=compress,
-                    index=self._job.index)))
+                    index=self._job.index, file_format=self._job.file_format)))
 
     def _cut_at_rows(self, sizes, rows):
         gzip = self._job.compression == "gzip"

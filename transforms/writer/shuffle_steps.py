@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from .. import tfrecord
-from ..layout import SHARD_FILE_NAME
+from ..layout import SHARD_FILE_NAME, shard_suffix
 from ..splits import HASH_SIZE, SplitAssigner
 from . import row_order, run_format
 from .bucket_plan import hash_buckets_of
@@ -133,8 +133,10 @@ class ShardFileFn(beam.DoFn):
     counters, and publishing one assembled shard (`_published`)."""
 
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, memory_bytes: int,
-                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False):
+                 gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False,
+                 file_format: str = "tfrecord"):
         self._staging_dir = staging_dir
+        self._file_format = file_format
         self._temp_dir = temp_dir
         self._compression = compression
         self._memory_bytes = memory_bytes
@@ -147,13 +149,14 @@ class ShardFileFn(beam.DoFn):
 
     def _name(self, split: str, index: int, count: int) -> str:
         return SHARD_FILE_NAME.format(split=split, index=index, count=count,
-                                      suffix=tfrecord.suffix_for(self._compression))
+                                      suffix=shard_suffix(self._compression,
+                                                          self._file_format))
 
     def _published(self, split: str, name: str, write, num_examples: int) -> dict:
         """Publishes the shard `write(out)` writes (`num_examples` records,
         which it returns), with its index file when asked; its metadata dict."""
         shard = publish_shard(name, write, staging_dir=self._staging_dir,
                               temp_dir=self._temp_dir, compression=self._compression,
-                              index=self._index)
+                              index=self._index, file_format=self._file_format)
         self._counters.count(num_examples, shard.num_bytes)
         return shard_metadata(split, name, shard)

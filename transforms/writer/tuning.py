@@ -142,7 +142,8 @@ class ShardJob:
     the cells of key-ordered gzip (`ShardTuning.chunk_bytes`); `index`:
     each shard gets its index file (uncompressed output only,
     `shard_files.publish_shard`); `shard_count_multiple`: each split's
-    shard count is a multiple of it (`shard_cuts.row_shard_count`)."""
+    shard count is a multiple of it (`shard_cuts.row_shard_count`);
+    `file_format`: "tfrecord" or "array_record" (`shard_files.publish_shard`)."""
 
     staging_dir: str
     shard_temp_dir: str
@@ -156,3 +157,4 @@ class ShardJob:
     tuning: ShardTuning
     index: bool = False
     shard_count_multiple: int = 1
+    file_format: str = "tfrecord"

@@ -10,7 +10,7 @@ import apache_beam as beam
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from .. import tfrecord
+from .. import array_record, tfrecord
 from ..layout import TMP_DIR
 from ..splits import validate_splits
 from .file_exchange import FileExchange
@@ -85,6 +85,11 @@ class WriteShards(beam.PTransform):
     uncompressed output only; True with gzip is a ValueError (a gzip
     file has no random access).
 
+    file_format: "tfrecord" (default) or "array_record": each shard an
+    ArrayRecord file ``<split>-<index:05d>-of-<count:05d>.array_record``
+    holding the same records in the same order (`shard_files.publish_shard`;
+    uncompressed only, and no index file: the format has its own).
+
     shard_count_multiple: each split's shard count is a multiple of it
     (file-level sharding across that many hosts; `shard_cuts.row_shard_count`):
     rounded up, shards then stay at most `shard_size`. A split whose
@@ -134,14 +139,20 @@ class WriteShards(beam.PTransform):
                  gzip_level: int | None = None, tuning: ShardTuning | None = None,
                  exchange: str = "auto", spilled: bool = False,
                  key_bounds: Sequence[bytes] | None = None, index: bool | None = None,
-                 shard_count_multiple: int = 1):
+                 shard_count_multiple: int = 1, file_format: str = "tfrecord"):
         super().__init__()
+        array_record.check_file_format(file_format)
+        if file_format == "array_record" and (compression != "none" or index):
+            raise ValueError("array_record output takes neither gzip nor an index file: "
+                             "it compresses its chunks and indexes its records itself")
+        self._file_format = file_format
         if isinstance(shard_count_multiple, bool) or not isinstance(shard_count_multiple, int) \
                 or shard_count_multiple < 1:
             raise ValueError(f"shard_count_multiple must be a positive integer, got "
                              f"{shard_count_multiple!r}")
         self._shard_count_multiple = shard_count_multiple
-        self._index = tfrecord.indexable(compression) if index is None else bool(index)
+        self._index = (tfrecord.indexable(compression) and file_format == "tfrecord"
+                       if index is None else bool(index))
         if self._index and not tfrecord.indexable(compression):
             raise ValueError(f"index=True needs uncompressed output: {compression} has no "
                              "random access, so no index")
@@ -180,7 +191,8 @@ class WriteShards(beam.PTransform):
                              f"{exchange!r}")
         job = ShardJob(self._staging_dir, shard_temp_dir, self._dataset_name, self._splits,
                        self._shuffle, self._shard_size, self._compression, chunk_bytes,
-                       self._gzip_level, tuning, self._index, self._shard_count_multiple)
+                       self._gzip_level, tuning, self._index, self._shard_count_multiple,
+                       self._file_format)
         if exchange == "shuffle":
             work_dir = shard_temp_dir
             shards = batches | "Exchange" >> ShuffleExchange(job, key_bounds=self._key_bounds)

@@ -42,12 +42,12 @@ CONFIG = {"name": "sample", "version": "1.0.0", "key": "id", "splits": {"train":
           "output": {"shard_size": "1MB", "shuffle": True}}
 
 
-def _build(root: pathlib.Path, compression: str) -> pathlib.Path:
+def _build(root: pathlib.Path, compression: str, **output) -> pathlib.Path:
     table = root / "rows.jsonl"
     table.write_text("".join(json.dumps(row) + "\n" for row in sample_rows()))
     recordforge.build({**CONFIG, "source": {"type": "jsonl", "path": str(table)},
                        "output": {**CONFIG["output"], "compression": compression,
-                                  "path": str(root / "out")}},
+                                  "path": str(root / "out"), **output}},
                       beam_args=["--direct_running_mode=in_memory"])
     return root / "out"
 
@@ -63,6 +63,14 @@ def built_sample(tmp_path_factory) -> pathlib.Path:
 def indexed(built_sample, tmp_path) -> pathlib.Path:
     """A copy of `built_sample` a test may damage."""
     return pathlib.Path(shutil.copytree(built_sample, tmp_path / "copy"))
+
+
+@pytest.fixture(scope="session")
+def array_record_sample(tmp_path_factory) -> pathlib.Path:
+    """The sample with ``output.format: array_record``: the same records,
+    in the same shards and order, as `built_sample`'s."""
+    pytest.importorskip("array_record.python.array_record_module")
+    return _build(tmp_path_factory.mktemp("array_record"), "none", format="array_record")
 
 
 @pytest.fixture(scope="session")

@@ -35,13 +35,16 @@ def _importable(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def flights_dir(tmp_path_factory) -> pathlib.Path:
-    """A directory holding out/flights, as `recordforge build` publishes it."""
+    """A directory holding out/flights, as `recordforge build` publishes it,
+    and out/flights_array_record, the same with ``output.format: array_record``."""
     work = tmp_path_factory.mktemp("reading")
-    recordforge.build(str(REPO / "configs" / "examples" / "flights.yaml"),
-                      overrides={"output.path": str(work / "out" / "flights"),
-                                 "source.path": str(REPO / "examples" / "tables" /
-                                                    "flights.csv")},
-                      beam_args=["--direct_running_mode=in_memory"])
+    for name, file_format in (("flights", "tfrecord"), ("flights_array_record", "array_record")):
+        recordforge.build(str(REPO / "configs" / "examples" / "flights.yaml"),
+                          overrides={"output.path": str(work / "out" / name),
+                                     "output.format": file_format,
+                                     "source.path": str(REPO / "examples" / "tables" /
+                                                        "flights.csv")},
+                          beam_args=["--direct_running_mode=in_memory"])
     return work
 
 
@@ -51,7 +54,7 @@ def test_the_page_has_a_snippet_for_every_reader():
     code = "\n".join(code for _, code in _blocks())
     for name in ("ReadDataset", "RecordDataset", "RecordMapDataset", "DistributedSampler",
                  "recordforge.grain", "fn.readers.tfrecord", "TFRecordDataset(",
-                 "world_size=2", "num_workers=2", "state_dict"):
+                 "world_size=2", "num_workers=2", "state_dict", "flights_array_record"):
         assert name in code
 
 
