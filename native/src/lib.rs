@@ -9,6 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+pub mod arrow;
 pub mod digest;
 pub mod table;
 pub mod walk;
@@ -180,17 +181,25 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        let mut checked = Vec::with_capacity(converted.checked.len());
-        for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
-            checked.push(match column {
-                Some(values) => Some(packed_column(py, values, *as_str)?),
-                None => None,
-            });
-        }
-        Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
-                 row_bytes(py, count, |row| converted.key(row))?,
-                 PyList::new(py, checked)?.unbind())))
+        Ok(Some(converted_objects(py, &converted, &plan.as_str, count)?))
     })?
+}
+
+/// A table kernel's answer for Python (`convert_csv_run`,
+/// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
+/// examples and keys, and per feature None or its `packed_column`.
+fn converted_objects(py: Python<'_>, converted: &table::Converted, as_str: &[bool], count: usize)
+                     -> PyResult<(Py<PyList>, Py<PyList>, Py<PyList>)> {
+    let mut checked = Vec::with_capacity(converted.checked.len());
+    for (column, as_str) in converted.checked.iter().zip(as_str) {
+        checked.push(match column {
+            Some(values) => Some(packed_column(py, values, *as_str)?),
+            None => None,
+        });
+    }
+    Ok((row_bytes(py, count, |row| converted.example(row))?,
+        row_bytes(py, count, |row| converted.key(row))?,
+        PyList::new(py, checked)?.unbind()))
 }
 
 /// `check_csv_run(run, width) -> rows | None`: the number of rows of a
@@ -338,6 +347,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
+    module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }
