@@ -512,6 +512,56 @@ mod tests {
         }
 
         #[test]
+        fn consistent_slices_convert_like_their_values(
+                numbers in prop::collection::vec(prop::option::of(any::<i64>()), 1..16),
+                texts in prop::collection::vec(prop::collection::vec(prop::sample::select(b"ab\xc3\xa9\xff1".to_vec()), 0..6), 16),
+                start in 0usize..16) {
+            // An int64 column and a text column of the same rows, sliced
+            // from `start` (offsets past zero), nulls where `numbers` has None.
+            let rows = numbers.len();
+            let start = start.min(rows);
+            let values: Vec<u8> = numbers.iter().flat_map(|number| number.unwrap_or(0).to_ne_bytes()).collect();
+            let mut validity = vec![0u8; rows.div_ceil(8)];
+            for (row, number) in numbers.iter().enumerate() {
+                if number.is_some() {
+                    validity[row / 8] |= 1 << (row % 8);
+                }
+            }
+            let mut data = Vec::new();
+            let mut ends = vec![0i64];
+            for text in &texts[..rows] {
+                data.extend_from_slice(text);
+                ends.push(data.len() as i64);
+            }
+            let offsets: Vec<u8> = ends.iter().flat_map(|end| end.to_ne_bytes()).collect();
+            let count = rows - start;
+            let arrays = [
+                Some(Array { layout: Layout::Int(8), offset: start, length: count, validity: Some(&validity), values: &values, offsets: None }),
+                Some(Array { layout: Layout::Float64, offset: 0, length: count, validity: None, values: &vec![0u8; 8 * count], offsets: None }),
+                Some(Array { layout: Layout::Utf8(8), offset: start, length: count, validity: None, values: &data, offsets: Some(&offsets) }),
+            ];
+            let plan = Plan { width: 3, ..plan(Key::Text(2)) };
+            match convert_batch(&arrays, count, &plan, &[false, false, true]) {
+                Ok(converted) => {
+                    for row in 0..count {
+                        let (number, text) = (numbers[start + row], &texts[start + row]);
+                        let taken = number.is_some_and(|n| n >= -5) && !text.is_empty() && text.len() <= 4;
+                        prop_assert_eq!(converted.example(row).is_some(), taken);
+                        if taken {
+                            let mut key = vec![0x04];
+                            key.extend_from_slice(text);
+                            prop_assert_eq!(converted.key(row), Some(&key[..]));
+                        }
+                    }
+                }
+                Err(error) => {
+                    let bad = texts[start..rows].iter().position(|text| std::str::from_utf8(text).is_err());
+                    prop_assert_eq!(Some(error), bad.map(|row| BatchError::NotUtf8 { column: 2, row }));
+                }
+            }
+        }
+
+        #[test]
         fn every_int_reads_back_from_any_width(value in any::<i64>(), width in prop::sample::select(vec![1usize, 2, 4, 8])) {
             let bytes = value.to_ne_bytes();
             let narrow = if cfg!(target_endian = "little") { &bytes[..width] } else { &bytes[8 - width..] };
