@@ -103,7 +103,10 @@ class NativeRows:
                 features.append((spec.name.encode("utf-8"), columns[spec.source], rule))
                 kinds.append(kind)
             key = self._key(columns)
-            return self._native.CsvPlan(len(names), features, key), kinds
+            # A null (Arrow input) leaves out a feature that is optional
+            # without a default, as the complete rules do.
+            nullable = [not spec.required and spec.default is None for spec in self._specs]
+            return self._native.CsvPlan(len(names), features, key, nullable), kinds
         except (_Unsupported, UnicodeEncodeError, OverflowError) as why:
             _LOG.info("the native table kernel does not cover this schema (%s); "
                       "its batches take the Python path", why)

@@ -270,16 +270,19 @@ fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
 
 /// Converts a batch of `count` rows held as `arrays` (one per column of
 /// the batch, None where the caller has no buffers for it) by `plan`.
-/// `text[i]`: feature i is a string feature.
-pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool])
-                         -> Result<Converted<'a>, BatchError> {
+/// `text[i]`: feature i is a string feature; `nullable[i]`: a null leaves
+/// feature i out of the row's Example (optional without a default), where
+/// otherwise it declines the row.
+pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool],
+                         nullable: &[bool]) -> Result<Converted<'a>, BatchError> {
     let column = |index: usize| -> Result<Checked<'a>, BatchError> {
         match arrays.get(index) {
             Some(Some(array)) if array.length == count => array.checked(index),
             _ => Err(BatchError::Columns),
         }
     };
-    if plan.features.is_empty() || arrays.len() != plan.width || text.len() != plan.features.len() {
+    let features_told = text.len() == plan.features.len() && nullable.len() == plan.features.len();
+    if plan.features.is_empty() || arrays.len() != plan.width || !features_told {
         return Err(BatchError::Columns);
     }
     // Every column read is checked before any row: `count` is then the
@@ -297,12 +300,17 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
         checked: plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect(),
     };
     let mut entries = Vec::new();
+    // Per feature: its checked value, or None (left out, or declining the row).
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
     for row in 0..count {
         entries.clear();
         values.clear();
+        let mut declined = false;
         for (position, (feature, array)) in plan.features.iter().zip(&features).enumerate() {
-            let value = check(&feature.rule, text[position], array.field(row)?);
+            let field = array.field(row)?;
+            let value = check(&feature.rule, text[position], field);
+            // A column holding an absent value is not checked whole (as
+            // the Python column path, whose statistics convert its values).
             match (value, &mut converted.checked[position]) {
                 (Some(found), Some(values)) => values.push(found),
                 (None, column) => *column = None,
@@ -311,6 +319,7 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
             if let Some(found) = &value {
                 table::put_entry(&mut entries, feature, found);
             }
+            declined |= value.is_none() && !(field == Field::Null && nullable[position]);
             values.push(value);
         }
         let key_start = converted.key_bytes.len();
@@ -323,7 +332,7 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
             (Key::Text(_), Some(array)) => put_raw_key(&mut converted.key_bytes, array.field(row)?),
             (Key::Text(_), None) => false,
         };
-        converted.push_row(&entries, keyed && values.iter().all(Option::is_some), key_start, !matches!(plan.key, Key::None));
+        converted.push_row(&entries, keyed && !declined, key_start, !matches!(plan.key, Key::None));
     }
     Ok(converted)
 }
@@ -400,7 +409,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
             None => None,
         });
     }
-    let Ok(converted) = crate::guarded(|| convert_batch(&arrays, count, &plan.plan, &plan.as_str))? else {
+    let Ok(converted) = crate::guarded(|| convert_batch(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable))? else {
         return Ok(None);
     };
     Ok(Some(crate::converted_objects(py, &converted, &plan.as_str, count)?))
@@ -441,7 +450,7 @@ mod tests {
             Some(Array { layout: Layout::Float64, offset: 0, length: 2, validity: None, values: &b, offsets: None }),
             Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: &text, offsets: Some(&text_offsets) }),
         ];
-        let converted = convert_batch(&arrays, 2, &plan(Key::Feature(0)), &[false, false, true]).unwrap();
+        let converted = convert_batch(&arrays, 2, &plan(Key::Feature(0)), &[false, false, true], &[false; 3]).unwrap();
         let csv = table::convert_run(b"1,1.5,xyz\n", 1, &Plan { width: 3, ..plan(Key::Feature(0)) }).unwrap();
         assert_eq!(converted.example(0), csv.example(0));
         assert_eq!(converted.key(0), csv.key(0));
@@ -501,7 +510,7 @@ mod tests {
             let arrays: Vec<Option<Array>> = columns.iter().map(|column| column.as_ref().map(|(layout, offset, length, validity, values, offsets)| Array {
                 layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(),
             })).collect();
-            if let Ok(converted) = convert_batch(&arrays, count, &plan(key), &[false, false, true]) {
+            if let Ok(converted) = convert_batch(&arrays, count, &plan(key), &[false, false, true], &[true, false, false]) {
                 prop_assert_eq!(converted.examples.len(), count);
                 for row in 0..count {
                     if let Some(example) = converted.example(row) {
@@ -515,7 +524,7 @@ mod tests {
         fn consistent_slices_convert_like_their_values(
                 numbers in prop::collection::vec(prop::option::of(any::<i64>()), 1..16),
                 texts in prop::collection::vec(prop::collection::vec(prop::sample::select(b"ab\xc3\xa9\xff1".to_vec()), 0..6), 16),
-                start in 0usize..16) {
+                start in 0usize..16, nullable in any::<bool>()) {
             // An int64 column and a text column of the same rows, sliced
             // from `start` (offsets past zero), nulls where `numbers` has None.
             let rows = numbers.len();
@@ -541,11 +550,13 @@ mod tests {
                 Some(Array { layout: Layout::Utf8(8), offset: start, length: count, validity: None, values: &data, offsets: Some(&offsets) }),
             ];
             let plan = Plan { width: 3, ..plan(Key::Text(2)) };
-            match convert_batch(&arrays, count, &plan, &[false, false, true]) {
+            match convert_batch(&arrays, count, &plan, &[false, false, true], &[nullable, false, false]) {
                 Ok(converted) => {
                     for row in 0..count {
                         let (number, text) = (numbers[start + row], &texts[start + row]);
-                        let taken = number.is_some_and(|n| n >= -5) && !text.is_empty() && text.len() <= 4;
+                        // A null int is left out when nullable, else declines.
+                        let number_ok = number.map_or(nullable, |n| n >= -5);
+                        let taken = number_ok && !text.is_empty() && text.len() <= 4;
                         prop_assert_eq!(converted.example(row).is_some(), taken);
                         if taken {
                             let mut key = vec![0x04];

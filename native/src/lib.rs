@@ -72,6 +72,9 @@ struct CsvPlan {
     /// Per feature: give its checked values as str (a text feature, whose
     /// statistics read the text), rather than nothing.
     as_str: Vec<bool>,
+    /// Per feature: a null leaves it out of the Example (optional, no
+    /// default), for `arrow::convert_arrow_batch`; else a null declines the row.
+    nullable: Vec<bool>,
 }
 
 /// One feature's rule from its Python description: ("int", lo, hi,
@@ -107,10 +110,16 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
 #[pymethods]
 impl CsvPlan {
     /// width: the header's column count; features: (name, column, rule) in
-    /// entry order; key: None, ("feature", position) or ("text", column).
+    /// entry order; key: None, ("feature", position) or ("text", column);
+    /// nullable: per feature, whether a null (Arrow input) leaves it out.
     #[new]
-    #[pyo3(signature = (width, features, key=None))]
-    fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>) -> PyResult<Self> {
+    #[pyo3(signature = (width, features, key=None, nullable=None))]
+    fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>,
+           nullable: Option<Vec<bool>>) -> PyResult<Self> {
+        let nullable = nullable.unwrap_or_else(|| vec![false; features.len()]);
+        if nullable.len() != features.len() {
+            return Err(PyValueError::new_err("nullable must say one thing per feature"));
+        }
         let mut compiled = Vec::with_capacity(features.len());
         let mut as_str = Vec::with_capacity(features.len());
         for (name, column, rule) in features {
@@ -127,7 +136,7 @@ impl CsvPlan {
             Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str })
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str, nullable })
     }
 }
 

@@ -316,3 +316,20 @@ def test_allowed_values_compile_into_a_plan(native):
                                                 "c2": [0.5, 0.5]}))
     examples, _, checked, _ = rows.convert(batch)
     assert examples[0] is not None and examples[1] is None and "n" not in checked
+
+
+def test_a_null_leaves_out_an_optional_feature(native):
+    """A null in an optional feature without a default: the kernel takes
+    the row, without that feature (as the complete rules leave it out); a
+    null in a required one, or one with a default, declines the row."""
+    specs = parse_features({"o": {"type": "int64", "from": "c0", "required": False},
+                            "r": {"type": "float", "from": "c1"},
+                            "d": {"type": "string", "from": "c2", "default": "x"}},
+                           nested=False)
+    converter = _converter(specs, None, native)
+    batch = ArrowBatch("t", 1, pa.record_batch({"c0": [None, 1, 2], "c1": [0.5, None, 1.5],
+                                                "c2": ["a", "b", None]}))
+    examples, _, checked, _ = converter._native.convert(batch)
+    assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
+    assert "o" not in checked
+    _agree(native, specs, None, "o", batch)
