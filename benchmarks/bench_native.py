@@ -3,6 +3,7 @@
     python benchmarks/bench_native.py                      # 3.8M rows (~400 MB CSV) and 200k rows
     python benchmarks/bench_native.py --rows 200000 --repeat 3
     python benchmarks/bench_native.py --baseline /path/to/old/checkout   # and the old code's native path
+    python benchmarks/bench_native.py --parquet            # and the same rows from Parquet
 
 Generates the end-to-end benchmark's five-column table (`e2e_workloads.make_table`:
 id, count, score, 20-120 characters of text, a label of 10) and builds it
@@ -16,6 +17,9 @@ stats.json, which must be equal on both paths (the run fails otherwise).
 With ``--baseline DIR`` (a directory holding another checkout as
 ``DIR/recordforge``, with its extension built), each round also builds with
 that code's native path, first, and its files must be the same too.
+With ``--parquet`` each round also builds the same rows from the table's
+Parquet file (`make_table` writes both), native and pure Python; their
+figure is MB of the CSV per CPU second too, so the two sources compare.
 """
 
 from __future__ import annotations
@@ -57,30 +61,42 @@ def _build(config: pathlib.Path, output: pathlib.Path, pure: bool,
     return result, _shards(output)
 
 
-def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None) -> None:
-    workload = make_table(scratch / f"table{rows}", rows)[0]
-    config = scratch / f"table{rows}.yaml"
+def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None,
+              parquet: bool = False) -> None:
+    csv_workload, parquet_workload = make_table(scratch / f"table{rows}", rows)
     output = scratch / "out"
-    config.write_text(config_yaml(workload, str(output), "none"))
-    megabytes = workload.input_bytes / 1e6
-    print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV")
-    print(f"{'path':<8} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}")
-    reference = None
-    paths = [("native", False, None), ("python", True, None)]
+    configs = {}
+    for workload in (csv_workload, parquet_workload) if parquet else (csv_workload,):
+        configs[workload.source_type] = scratch / f"table{rows}-{workload.source_type}.yaml"
+        configs[workload.source_type].write_text(config_yaml(workload, str(output), "none"))
+    # Every path's figure is MB of the CSV per CPU second: the Parquet
+    # builds read the same rows.
+    megabytes = csv_workload.input_bytes / 1e6
+    print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV"
+          + (f" ({parquet_workload.input_bytes / 1e6:,.1f} MB of Parquet)" if parquet else ""))
+    print(f"{'path':<16} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}")
+    # (name, source type, pure Python, PYTHONPATH)
+    paths = [("native", "csv", False, None), ("python", "csv", True, None)]
+    if parquet:
+        paths[1:1] = [("parquet native", "parquet", False, None),
+                      ("parquet python", "parquet", True, None)]
     if baseline is not None:
-        paths.insert(0, ("baseline", False, baseline))
+        paths.insert(0, ("baseline", "csv", False, baseline))
+        if parquet:
+            paths.insert(1, ("parquet baseline", "parquet", False, baseline))
+    reference: dict[str, dict] = {}
     for _ in range(repeat):
-        for name, pure, pythonpath in paths:
-            result, shards = _build(config, output, pure, pythonpath)
-            if reference is None:
-                reference = shards
-            elif shards != reference:
+        for name, source_type, pure, pythonpath in paths:
+            result, shards = _build(configs[source_type], output, pure, pythonpath)
+            # Each source's builds must write the same files.
+            if reference.setdefault(source_type, shards) != shards:
                 raise SystemExit("the paths (or two runs) wrote different files")
-            print(f"{name:<8} {result.wall_s:>7.2f} "
+            print(f"{name:<16} {result.wall_s:>7.2f} "
                   f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
                   f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
-    print(f"every build wrote the same {len(reference)} shards, dead-letter files and "
-          "stats.json (sha256)")
+    for source_type, files in reference.items():
+        print(f"every {source_type} build wrote the same {len(files)} shards, dead-letter "
+              "files and stats.json (sha256)")
 
 
 def main(argv=None) -> None:
@@ -90,11 +106,13 @@ def main(argv=None) -> None:
     parser.add_argument("--scratch", type=pathlib.Path)
     parser.add_argument("--baseline", help="a PYTHONPATH whose recordforge is the code to "
                         "compare with (its native path)")
+    parser.add_argument("--parquet", action="store_true",
+                        help="also build the same rows from Parquet, native and pure Python")
     args = parser.parse_args(argv)
     scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
     try:
         for rows in args.rows:
-            run_table(scratch, rows, args.repeat, args.baseline)
+            run_table(scratch, rows, args.repeat, args.baseline, args.parquet)
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

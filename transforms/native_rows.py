@@ -1,4 +1,4 @@
-"""The native table kernel on the row path: a plain CSV run in one call, declined rows to Python.
+"""The native table kernel on the row path: a CSV run or an Arrow batch in one call, declined rows to Python.
 
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
@@ -8,7 +8,9 @@ form `RowEncoder.encode_columns` gives them. The kernel takes only rows
 whose every value the fast path (`schemas/fast_paths.py`) stores as it
 stands; the rows it declines (examples[i] None) go down the Python row
 path, which converts them or writes their dead letter exactly as without
-the extension. A schema the kernel does not cover (lists, timestamps,
+the extension. A Parquet record batch (`ArrowBatch`) goes to
+`convert_arrow_batch` as its columns' buffers, with the same plan and the
+same answer. A schema the kernel does not cover (lists, timestamps,
 declared null texts, nested paths, a feature or key whose column the header
 lacks) has no plan, and its batches take the Python path whole.
 """
@@ -26,6 +28,7 @@ from ..schemas.example import ExampleEncoder
 from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
+from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
 
 __all__ = ["NativeRows"]
@@ -62,7 +65,7 @@ class NativeRows:
         of the columns that text features took whole (source -> values, as
         the reader splits them), or None when the kernel does not take the
         batch."""
-        if self._native is None or not isinstance(batch, CsvRunBatch):
+        if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch)):
             return None
         names = batch.column_names()
         plan = self._plans.get(names, False)
@@ -71,7 +74,11 @@ class NativeRows:
         if plan is None:
             return None
         kernel_plan, kinds = plan
-        done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
+        if isinstance(batch, ArrowBatch):
+            done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
+                                                    len(batch), kernel_plan)
+        else:
+            done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
         if done is None:
             return None
         examples, keys, columns = done
@@ -96,7 +103,10 @@ class NativeRows:
                 features.append((spec.name.encode("utf-8"), columns[spec.source], rule))
                 kinds.append(kind)
             key = self._key(columns)
-            return self._native.CsvPlan(len(names), features, key), kinds
+            # A null (Arrow input) leaves out a feature that is optional
+            # without a default, as the complete rules do.
+            nullable = [not spec.required and spec.default is None for spec in self._specs]
+            return self._native.CsvPlan(len(names), features, key, nullable), kinds
         except (_Unsupported, UnicodeEncodeError, OverflowError) as why:
             _LOG.info("the native table kernel does not cover this schema (%s); "
                       "its batches take the Python path", why)
@@ -133,8 +143,27 @@ class NativeRows:
         # The Python column path takes text columns whole, never bytes ones
         # (CSV gives text, which a bytes feature converts by its full rules):
         # the kernel gives a text feature's values as str, for statistics.
-        rule = ("text", limit, None if allowed is None else sorted(allowed), spec.is_text)
+        # (a set: the kernel takes a set of allowed values, not a list)
+        rule = ("text", limit, None if allowed is None else set(allowed), spec.is_text)
         return rule, ("text" if spec.is_text else None)
+
+
+def arrow_buffers(record_batch) -> list:
+    """Each column of `record_batch` as `convert_arrow_batch` takes it:
+    (type name, offset, length, validity, values, offsets), or None for a
+    type the kernel does not read (its features then decline the batch)."""
+    described = []
+    for array in record_batch.columns:
+        kind = str(array.type)
+        if kind not in KERNEL_TYPES:
+            described.append(None)
+            continue
+        buffers = array.buffers()
+        validity, offsets, values = (buffers if len(buffers) == 3
+                                     else (buffers[0], None, buffers[1]))
+        described.append((kind, array.offset, len(array), validity,
+                          b"" if values is None else values, offsets))
+    return described
 
 
 def _checked(kind: str, packed) -> list:
@@ -157,16 +186,17 @@ def _int_bounds(lo, hi) -> tuple[int, int]:
     return max(math.ceil(lo), INT64_MIN), min(math.floor(hi), INT64_MAX)
 
 
-def _int_allowed(allowed) -> list[int] | None:
-    """The int64 values equal to a member of `allowed` (a 2.0 admits 2)."""
+def _int_allowed(allowed) -> set[int] | None:
+    """The int64 values equal to a member of `allowed` (a 2.0 admits 2),
+    as the set the kernel takes."""
     if allowed is None:
         return None
-    found = []
+    found = set()
     for value in allowed:
         if not isinstance(value, (int, float)):
             raise _Unsupported(f"allowed value {value!r} is not a number")
         if math.isfinite(value) and value == math.floor(value) and INT64_MIN <= value <= INT64_MAX:
-            found.append(int(value))
+            found.add(int(value))
     return found
 
 

@@ -9,6 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+pub mod arrow;
 pub mod digest;
 pub mod stats;
 pub mod table;
@@ -72,6 +73,9 @@ struct CsvPlan {
     /// Per feature: give its checked values as str (a text feature, whose
     /// statistics read the text), rather than nothing.
     as_str: Vec<bool>,
+    /// Per feature: a null leaves it out of the Example (optional, no
+    /// default), for `arrow::convert_arrow_batch`; else a null declines the row.
+    nullable: Vec<bool>,
 }
 
 /// One feature's rule from its Python description: ("int", lo, hi,
@@ -107,10 +111,16 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
 #[pymethods]
 impl CsvPlan {
     /// width: the header's column count; features: (name, column, rule) in
-    /// entry order; key: None, ("feature", position) or ("text", column).
+    /// entry order; key: None, ("feature", position) or ("text", column);
+    /// nullable: per feature, whether a null (Arrow input) leaves it out.
     #[new]
-    #[pyo3(signature = (width, features, key=None))]
-    fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>) -> PyResult<Self> {
+    #[pyo3(signature = (width, features, key=None, nullable=None))]
+    fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>,
+           nullable: Option<Vec<bool>>) -> PyResult<Self> {
+        let nullable = nullable.unwrap_or_else(|| vec![false; features.len()]);
+        if nullable.len() != features.len() {
+            return Err(PyValueError::new_err("nullable must say one thing per feature"));
+        }
         let mut compiled = Vec::with_capacity(features.len());
         let mut as_str = Vec::with_capacity(features.len());
         for (name, column, rule) in features {
@@ -127,7 +137,7 @@ impl CsvPlan {
             Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str })
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str, nullable })
     }
 }
 
@@ -181,17 +191,25 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        let mut checked = Vec::with_capacity(converted.checked.len());
-        for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
-            checked.push(match column {
-                Some(values) => Some(packed_column(py, values, *as_str)?),
-                None => None,
-            });
-        }
-        Ok(Some((row_bytes(py, count, |row| converted.example(row))?,
-                 row_bytes(py, count, |row| converted.key(row))?,
-                 PyList::new(py, checked)?.unbind())))
+        Ok(Some(converted_objects(py, &converted, &plan.as_str, count)?))
     })?
+}
+
+/// A table kernel's answer for Python (`convert_csv_run`,
+/// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
+/// examples and keys, and per feature None or its `packed_column`.
+fn converted_objects(py: Python<'_>, converted: &table::Converted, as_str: &[bool], count: usize)
+                     -> PyResult<(Py<PyList>, Py<PyList>, Py<PyList>)> {
+    let mut checked = Vec::with_capacity(converted.checked.len());
+    for (column, as_str) in converted.checked.iter().zip(as_str) {
+        checked.push(match column {
+            Some(values) => Some(packed_column(py, values, *as_str)?),
+            None => None,
+        });
+    }
+    Ok((row_bytes(py, count, |row| converted.example(row))?,
+        row_bytes(py, count, |row| converted.key(row))?,
+        PyList::new(py, checked)?.unbind()))
 }
 
 /// `check_csv_run(run, width) -> rows | None`: the number of rows of a
@@ -408,6 +426,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
+    module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

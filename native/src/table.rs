@@ -76,6 +76,24 @@ pub struct Converted<'a> {
 }
 
 impl Converted<'_> {
+    /// Ends a row whose map entries are `entries` and whose key was
+    /// appended to `key_bytes` from `key_start` on: its Example when
+    /// `taken`, else declined (its key bytes dropped); `keyed`: the plan
+    /// has a key (else every key is None).
+    pub(crate) fn push_row(&mut self, entries: &[u8], taken: bool, key_start: usize, keyed: bool) {
+        if taken {
+            let start = self.example_bytes.len();
+            wire::put_example(&mut self.example_bytes, entries);
+            self.examples.push(Some(start..self.example_bytes.len()));
+            let key_end = self.key_bytes.len();
+            self.keys.push(keyed.then_some(key_start..key_end));
+        } else {
+            self.key_bytes.truncate(key_start);
+            self.examples.push(None);
+            self.keys.push(None);
+        }
+    }
+
     pub fn example(&self, row: usize) -> Option<&[u8]> {
         self.examples[row].clone().map(|range| &self.example_bytes[range])
     }
@@ -167,18 +185,8 @@ fn parse_float(text: &[u8]) -> Option<f64> {
 /// not take it as it stands.
 pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     match rule {
-        Rule::Int { lo, hi, allowed } => {
-            let value = parse_int(field)?;
-            let inside = *lo <= value && value <= *hi;
-            (inside && allowed.as_ref().is_none_or(|set| set.contains(&value))).then_some(Value::Int(value))
-        }
-        Rule::Float { lo, hi, allowed } => {
-            let value = parse_float(field)?;
-            // NaN fails both comparisons; infinities are outside lo..hi.
-            let inside = *lo <= value && value <= *hi;
-            let listed = allowed.as_ref().is_none_or(|values| values.iter().any(|v| *v == value));
-            (inside && listed).then_some(Value::Float(value))
-        }
+        Rule::Int { .. } => checked_number(rule, Value::Int(parse_int(field)?)),
+        Rule::Float { .. } => checked_number(rule, Value::Float(parse_float(field)?)),
         Rule::Text { limit, allowed } => {
             let fits = !field.is_empty() && (field.len() as u64) <= *limit;
             (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
@@ -187,7 +195,26 @@ pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     }
 }
 
-fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
+/// `value` when a number `rule` (Int or Float, of the same kind) takes it
+/// as it stands: inside lo..hi and in `allowed`; shared by the CSV and the
+/// Arrow kernels (`arrow.rs`), whose numbers come parsed or typed.
+pub(crate) fn checked_number<'a>(rule: &Rule, value: Value<'a>) -> Option<Value<'a>> {
+    match (rule, value) {
+        (Rule::Int { lo, hi, allowed }, Value::Int(number)) => {
+            let inside = *lo <= number && number <= *hi;
+            (inside && allowed.as_ref().is_none_or(|set| set.contains(&number))).then_some(value)
+        }
+        (Rule::Float { lo, hi, allowed }, Value::Float(number)) => {
+            // NaN fails both comparisons; infinities are outside lo..hi.
+            let inside = *lo <= number && number <= *hi;
+            let listed = allowed.as_ref().is_none_or(|values| values.iter().any(|v| *v == number));
+            (inside && listed).then_some(value)
+        }
+        _ => None,
+    }
+}
+
+pub(crate) fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
     match value {
         Value::Int(number) => wire::put_int64_entry(out, &feature.name, *number),
         Value::Float(number) => wire::put_float_entry(out, &feature.name, *number as f32),
@@ -196,7 +223,7 @@ fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
 }
 
 /// Appends `keys.sortable_key` of a checked value.
-fn put_value_key(out: &mut Vec<u8>, value: &Value) {
+pub(crate) fn put_value_key(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Int(number) => put_int_key(out, *number),
         Value::Float(number) => put_float_key(out, *number),
@@ -204,7 +231,7 @@ fn put_value_key(out: &mut Vec<u8>, value: &Value) {
     }
 }
 
-fn put_int_key(out: &mut Vec<u8>, number: i64) {
+pub(crate) fn put_int_key(out: &mut Vec<u8>, number: i64) {
     let magnitude = number.unsigned_abs();
     let size = (64 - magnitude.leading_zeros() as usize).div_ceil(8);
     out.push(0x02);
@@ -227,7 +254,7 @@ fn put_float_key(out: &mut Vec<u8>, number: f64) {
     out.extend_from_slice(&bits.to_be_bytes());
 }
 
-fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
+pub(crate) fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
     out.push(0x04);
     out.extend_from_slice(text);
 }
@@ -345,17 +372,8 @@ pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Conve
             }
             Key::Text(_) => false,
         };
-        if keyed && values.iter().all(Option::is_some) {
-            let start = converted.example_bytes.len();
-            wire::put_example(&mut converted.example_bytes, &entries);
-            converted.examples.push(Some(start..converted.example_bytes.len()));
-            let key_end = converted.key_bytes.len();
-            converted.keys.push((!matches!(plan.key, Key::None)).then_some(key_start..key_end));
-        } else {
-            converted.key_bytes.truncate(key_start);
-            converted.examples.push(None);
-            converted.keys.push(None);
-        }
+        converted.push_row(&entries, keyed && values.iter().all(Option::is_some), key_start,
+                           !matches!(plan.key, Key::None));
     }
     if converted.examples.len() != count {
         return Err(RunError::RowCount { expected: count, found: converted.examples.len() });

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pathlib
 import random
@@ -72,6 +73,41 @@ def _table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     return config
 
 
+def _parquet_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    """The table of `_table` as typed Parquet columns, in several row
+    groups, with values of every class the rules judge (nulls, out of
+    range, NaN and infinities, float32 overflow, long text, unknown labels)
+    mixed in."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(37)
+    bad = {"id": [None, -1], "count": [None], "score": [None, math.nan, math.inf, 1e40, -0.0],
+           "text": [None, "", "x" * 201, "\u00e9t\u00e9"], "label": [None, "class_10", " class_1"]}
+    columns: dict[str, list] = {name: [] for name in bad}
+    for i in range(rows):
+        values = {"id": i, "count": rng.randint(-1000, 100_000),
+                  "score": round(rng.uniform(-100.0, 100.0), 4),
+                  "text": "word " * rng.randint(1, 20), "label": rng.choice(LABELS)}
+        if rng.random() < 0.02:
+            column = rng.choice(list(bad))
+            values[column] = rng.choice(bad[column])
+        for name, value in values.items():
+            columns[name].append(value)
+    table = directory / "table.parquet"
+    pq.write_table(pa.table({"id": pa.array(columns["id"], pa.int64()),
+                             "count": pa.array(columns["count"], pa.int32()),
+                             "score": pa.array(columns["score"], pa.float64()),
+                             "text": pa.array(columns["text"], pa.string()),
+                             "label": pa.array(columns["label"], pa.string())}),
+                   table, row_group_size=4096)
+    config = _table(directory, 0)
+    settings = yaml.safe_load(config.read_text())
+    settings["source"] = {"type": "parquet", "path": str(table)}
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config
+
+
 @pytest.fixture(scope="module")
 def native_built():
     try:
@@ -80,9 +116,11 @@ def native_built():
         pytest.skip(f"the native extension is not built ({error})")
 
 
-@pytest.mark.parametrize("which", ["flights", "table"])
+@pytest.mark.parametrize("which", ["flights", "table", "parquet"])
 def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
-    config = FLIGHTS if which == "flights" else _table(tmp_path, 20_000)
+    make = {"flights": lambda: FLIGHTS, "table": lambda: _table(tmp_path, 20_000),
+            "parquet": lambda: _parquet_table(tmp_path, 20_000)}
+    config = make[which]()
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)
     assert native == python

@@ -5,7 +5,9 @@ record batch at a time as a `ColumnBatch`); ``row`` is the 1-based row index
 in the file. A footer that cannot be read stands for the file, a row group
 that does not decode for its unread rows; a row holding text that is not
 UTF-8 is that row's ``invalid_utf8`` dead letter. Arrow chooses its own reads, so
-these files are left to the page cache.
+these files are left to the page cache. Where the native kernels run, a
+record batch comes as an `ArrowBatch`, whose Python values are made only
+when asked.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import fsspec
 
 from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
+from ...schemas.native import kernels
+from .arrow_batch import ArrowBatch, lazy_types
 from .rows import ColumnBatch, SourceRow
 
 __all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_columns",
@@ -133,6 +137,19 @@ def _rows_with_bad_text(batch, source: str, first_row: int) -> Iterator[SourceRo
             yield SourceRow(source, row, {name: values[name][index] for name in names})
 
 
+def _valid(batch) -> bool:
+    """Whether `batch` holds what its types promise, its text UTF-8 above
+    all (Parquet does not check it; `to_pydict` would fail on it): a batch
+    that does not is converted at once, whose failure the reader reports."""
+    import pyarrow as pa
+
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def _damaged(exc: BaseException) -> bool:
     """Whether Arrow's `exc` means damaged Parquet data rather than a file that
     cannot be read: Arrow reports damage as ArrowInvalid, or as an OSError
@@ -156,9 +173,16 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
     import pyarrow as pa
 
     row = first_row
+    native = kernels() if columns else None
     try:
         for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group],
                                           use_threads=False):
+            if native is not None and lazy_types(batch) and _valid(batch):
+                # The native kernel reads the batch's buffers; Python values
+                # are made only if something asks (`ArrowBatch`).
+                yield ArrowBatch(source, row + 1, batch)
+                row += batch.num_rows
+                continue
             try:
                 # (to_pydict: the same Python values as to_pylist's, a column
                 # at a time)
@@ -168,7 +192,8 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
                 row += batch.num_rows
                 continue
             if columns:
-                yield ColumnBatch(source, row + 1, converted)
+                yield (ColumnBatch(source, row + 1, converted) if native is None
+                       else ArrowBatch(source, row + 1, batch, converted))
                 row += batch.num_rows
                 continue
             for values in converted:

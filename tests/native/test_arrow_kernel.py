@@ -1,0 +1,335 @@
+"""The native Arrow kernel (Parquet record batches) against the Python path.
+
+Generated tables of typed columns (integers of every width, uint64 beyond
+int64, float32 and float64 with NaN, infinities and float32 overflow,
+bools, text and binary with hostile values, nulls) are written as Parquet
+and read back by the reader; each batch is converted by a converter with
+the kernel and one without, and Examples, keys, labels, dead letters and
+statistics must be equal. The reader's batches themselves must equal those
+it gives without the kernels, and slices of a batch (buffers with an
+offset) convert alike. Hostile buffers are refused, never read past.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from recordforge.schemas.errors import ConfigError
+from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.stats import StatisticsPlan, batch_statistics
+from recordforge.transforms import native_rows
+from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.readers import parquet as parquet_reader
+from recordforge.transforms.readers.arrow_batch import ArrowBatch
+from recordforge.transforms.readers.parquet import iter_parquet
+from recordforge.transforms.readers.rows import ColumnBatch
+
+COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
+VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
+TEXT = ["", " ", " 1", "1_000", "\u0663", "nan", "inf", "1e3", "3.5", "-0", "+7", "-5",
+        "9223372036854775807", "9223372036854775808", "1e400", "3.4028235677973366e38",
+        "cat", "dog", "Cat", " cat", "é", "\x00", "x" * 9, "12", "0.1"]
+INT_TYPES = {"int8": (-2**7, 2**7 - 1), "int16": (-2**15, 2**15 - 1),
+             "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1),
+             "uint8": (0, 2**8 - 1), "uint32": (0, 2**32 - 1), "uint64": (0, 2**64 - 1)}
+FLOATS = [0.0, -0.0, 1.5, -3.25, 2.5, 0.1, 1.0, math.nan, math.inf, -math.inf, 1e39, -1e39,
+          3.4028235677973366e38, 3.4028234663852886e38, 5e-324, 1e300]
+
+
+# Arrow types a feature's column most often has (the rest: any type).
+MATCHING = {"int64": ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "string"],
+            "float": ["float", "double", "string"], "string": ["string", "large_string"],
+            "bytes": ["binary", "large_binary"], "bool": ["bool"]}
+KINDS = list(INT_TYPES) + ["float", "double", "bool", "string", "large_string", "binary",
+                           "large_binary"]
+
+
+def _values(draw, kind: str, rows: int) -> pa.Array:
+    """A column of `rows` values of Arrow type `kind`: most columns clean
+    (the kernel's input), the others with every value class and nulls."""
+    clean = draw(st.integers(0, 2)) > 0
+    null = st.nothing() if clean or draw(st.booleans()) else st.none()
+    if kind in INT_TYPES:
+        lo, hi = INT_TYPES[kind]
+        small = st.integers(max(lo, -6), min(hi, 6))
+        element = small if clean else st.one_of(st.integers(lo, hi), small, null)
+    elif kind in ("float", "double"):
+        width = 32 if kind == "float" else 64
+        finite = st.floats(-1e6, 1e6, width=width)
+        element = finite if clean else st.one_of(st.sampled_from(FLOATS),
+                                                 st.floats(width=width), null)
+    elif kind == "bool":
+        element = st.one_of(st.booleans(), null)
+    elif kind in ("string", "large_string"):
+        words = st.sampled_from(VOCABULARY + ["12", "-3", "0.5", "ab"])
+        element = words if clean else st.one_of(
+            st.sampled_from(TEXT + VOCABULARY), st.integers(-2**64, 2**64).map(str),
+            st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), null)
+    else:
+        element = st.binary(max_size=4) if clean else st.one_of(
+            st.binary(max_size=6), st.sampled_from([b"", b"cat", b"\xff"]), null)
+    values = draw(st.lists(element, min_size=rows, max_size=rows))
+    return pa.array(values, type=pa.type_for_alias(kind))
+
+
+def _table(draw, specs) -> pa.Table:
+    """A table of typed columns, each most often of a type its feature reads."""
+    rows = draw(st.integers(0, 14))
+    names = draw(st.sampled_from([COLUMNS, COLUMNS[:3], COLUMNS[::-1]]))
+    read = {spec.source: "bool" if spec.type == "bool" else
+            "string" if spec.vocabulary is not None else spec.stored_kind
+            for spec in specs}
+    columns = {}
+    for name in names:
+        kinds = MATCHING.get(read.get(name), KINDS)
+        kind = draw(st.sampled_from(kinds if draw(st.integers(0, 3)) else KINDS))
+        columns[name] = _values(draw, kind, rows)
+    return pa.table(columns)
+
+
+@st.composite
+def feature_bodies(draw, column: str) -> dict:
+    kind = draw(st.sampled_from(["int64", "float", "string", "bytes", "label", "bool"]))
+    body: dict = {"from": column}
+    body.update(type="int64", vocabulary=VOCABULARY) if kind == "label" else body.update(type=kind)
+    if kind == "int64":
+        if draw(st.booleans()):
+            body["min"] = draw(st.integers(-2**64, 100))
+        if draw(st.booleans()):
+            body["max"] = draw(st.integers(-100, 2**64))
+        if draw(st.integers(0, 4)) == 0:
+            body["values"] = draw(st.lists(st.integers(-5, 5), min_size=1, max_size=4,
+                                           unique=True))
+    elif kind == "float":
+        if draw(st.booleans()):
+            body["min"] = draw(st.floats(-1e40, 10, allow_nan=False))
+        if draw(st.booleans()):
+            body["max"] = draw(st.floats(-10, 1e40, allow_nan=False))
+        body["allow_nan"] = draw(st.booleans())
+        if draw(st.integers(0, 4)) == 0:
+            body["values"] = draw(st.lists(st.sampled_from([0.0, 1.0, -0.0, 0.1, 2.5]),
+                                           min_size=1, max_size=3, unique=True))
+    elif kind in ("string", "bytes"):
+        if draw(st.booleans()):
+            body["max_bytes"] = draw(st.integers(1, 8))
+        if kind == "string" and draw(st.integers(0, 4)) == 0:
+            body["values"] = draw(st.lists(st.sampled_from(VOCABULARY), min_size=1,
+                                           max_size=3, unique=True))
+    if draw(st.booleans()):
+        body["required"] = False
+    elif draw(st.integers(0, 3)) == 0:
+        body["default"] = {"int64": "0", "float": "0", "string": "x", "bytes": "x",
+                           "label": "cat", "bool": "0"}[kind]
+    return body
+
+
+@st.composite
+def schemas(draw):
+    count = draw(st.integers(1, 5))
+    features = {f"f{i}{draw(st.sampled_from(['', 'x', '_a']))}":
+                draw(feature_bodies(draw(st.sampled_from(COLUMNS * 4 + ["absent"]))))
+                for i in range(count)}
+    try:
+        specs = parse_features(features, nested=False)
+    except ConfigError:
+        assume(False)
+    key = draw(st.one_of(st.none(), st.sampled_from(COLUMNS)))
+    label = draw(st.one_of(st.none(), st.sampled_from([spec.name for spec in specs])))
+    return specs, key, label
+
+
+def _converter(specs, key, native):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native_rows, "kernels", lambda: native)
+        return BatchConverter(specs, {}, key)
+
+
+def _outcome(converter, specs, batch, label):
+    vocabulary = next((spec.vocabulary for spec in specs if spec.name == label
+                       and isinstance(spec.vocabulary, tuple)), None)
+    plan = StatisticsPlan.from_specs(specs, {})
+    examples, labels, dead_letters, values = converter.convert_observed_batch(
+        batch, label, vocabulary, plan)
+    statistics = batch_statistics(plan, values, np.zeros(len(examples), dtype=np.int64),
+                                  ["all"])
+    return (examples, labels, dead_letters,
+            [(where, stats.to_state()) for where, stats in statistics])
+
+
+def _items(path, kernels, batch_size=None):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parquet_reader, "kernels", lambda: kernels)
+        return list(iter_parquet(str(path), columns=True, batch_size=batch_size))
+
+
+def _contents(item):
+    """A reader's item as plain values: a batch's source, first row and
+    columns (its repr names only the columns)."""
+    if isinstance(item, ColumnBatch):
+        return "batch", item.source, item.first_row, item.columns
+    return item
+
+
+def _same(one, other) -> bool:
+    """Equal, with NaN equal to NaN (each conversion makes a new float
+    object, and nan != nan) and -0.0 apart from 0.0."""
+    return repr(one) == repr(other)
+
+
+def _agree(native, specs, key, label, batch):
+    assert _same(_outcome(_converter(specs, key, native), specs, batch, label),
+                 _outcome(_converter(specs, key, None), specs, batch, label))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas(), data=st.data(), batch_size=st.sampled_from([None, 3]),
+       cut=st.integers(0, 14))
+def test_kernel_and_python_path_agree(native, tmp_path_factory, schema, data, batch_size, cut):
+    """Through the reader (batches of a Parquet file) and as slices of a
+    record batch (buffers with an offset), both paths give the same."""
+    specs, key, label = schema
+    table = data.draw(st.composite(_table)(specs))
+    path = tmp_path_factory.mktemp("parquet") / "t.parquet"
+    pq.write_table(table, path)
+    with_kernel = _items(path, native, batch_size)
+    assert _same(list(map(_contents, with_kernel)),
+                 list(map(_contents, _items(path, None, batch_size))))
+    for batch in with_kernel:
+        if isinstance(batch, dict):
+            continue  # a read dead letter (an empty file): the reader's, on both paths
+        assert isinstance(batch, ArrowBatch)
+        assert _same(pickle.loads(pickle.dumps(batch)).columns, batch.columns)
+        _agree(native, specs, key, label, batch)
+    [record_batch] = table.combine_chunks().to_batches() or [None]
+    if record_batch is not None:
+        sliced = ArrowBatch("t", 1 + cut, record_batch.slice(cut, 5))
+        _agree(native, specs, key, label, sliced)
+        plain = ColumnBatch("t", 1 + cut, record_batch.slice(cut, 5).to_pydict())
+        assert _same(list(sliced), list(plain)) and _same(sliced.columns, plain.columns)
+
+
+def test_a_batch_takes_the_kernel_and_makes_no_python_values(native, tmp_path):
+    """The comparison above means something: a clean batch is converted by
+    the kernel whole, and the only Python values made are the text the
+    statistics read."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"n": pa.array([2, 1], pa.int32()), "s": ["a", "é"],
+                             "x": pa.array([1.5, None])}), path)
+    [batch] = _items(path, native)
+    specs = parse_features({"n": {"type": "int64", "from": "n"},
+                            "s": {"type": "string", "from": "s"}}, nested=False)
+    converter = _converter(specs, "n", native)
+    examples, keys, checked, texts = converter._native.convert(batch)
+    assert examples == [converter._encoder.encode({"n": 2, "s": "a"}),
+                        converter._encoder.encode({"n": 1, "s": "é"})]
+    assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"]
+    assert checked["n"] == [2, 1] and texts == {"s": ["a", "é"]}
+    _outcome(converter, specs, batch, "n")
+    assert batch._converted is None and batch._some == {}
+
+
+def test_text_that_is_not_utf8_is_the_readers_dead_letter(native, tmp_path):
+    """Parquet does not check its text: a batch holding bytes that are not
+    UTF-8 is converted by the reader, whose dead letters name the row, on
+    both paths alike."""
+    text = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(
+        np.array([0, 1, 2], dtype=np.int32).tobytes()), pa.py_buffer(b"a\xff")])
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"s": text, "n": [1, 2]}), path)
+    items = _items(path, native)
+    assert items == _items(path, None)
+    assert [item["reason"] if isinstance(item, dict) else type(item).__name__
+            for item in items] == ["SourceRow", "invalid_utf8"]
+
+
+def _described(record_batch):
+    return native_rows.arrow_buffers(record_batch)
+
+
+def _plan(native):
+    # a: int64, b: float, c: a string feature; keyed by a.
+    return native.CsvPlan(3, [(b"a", 0, ("int", -2**63, 2**63 - 1, None)),
+                              (b"b", 1, ("float", -1e38, 1e38, None)),
+                              (b"c", 2, ("text", None, None, True))], ("feature", 0))
+
+
+@settings(max_examples=500, deadline=None)
+@given(column=st.integers(0, 2), part=st.integers(0, 5), offset=st.integers(0, 2**64 - 1),
+       length=st.integers(0, 2**64 - 1), data=st.binary(max_size=64),
+       count=st.integers(0, 2**64 - 1))
+def test_buffers_that_do_not_hold_their_lengths_are_refused(native, column, part, offset,
+                                                            length, data, count):
+    """Any offset, length, count or buffer in place of a column's own:
+    the kernel answers None (refused) or rows within the buffers, never
+    reads past them and never fails."""
+    record_batch = pa.record_batch({"a": pa.array([1, 2, 3], pa.int64()),
+                                    "b": pa.array([1.5, 2.5, None]),
+                                    "c": pa.array(["x", "yy", "z"])})
+    described = [list(item) for item in _described(record_batch)]
+    target = described[column]
+    if part == 1:
+        target[1] = offset
+    elif part == 2:
+        target[2] = length
+    elif part == 3:
+        target[3] = data
+    elif part == 4:
+        target[4] = data
+    else:
+        target[5] = data
+    done = native.convert_arrow_batch([tuple(item) for item in described], count % 8
+                                      if part else count, _plan(native))
+    if done is not None:
+        examples, keys, _ = done
+        assert len(examples) == len(keys) == (count % 8 if part else count)
+
+
+def test_offsets_outside_the_data_are_refused(native):
+    values = pa.py_buffer(b"abc")
+    for offsets in ([0, 4], [2, 1], [-1, 1], [0, 2**31 - 1]):
+        text = (["string", 0, 1, None, values,
+                 pa.py_buffer(np.array(offsets, dtype=np.int32).tobytes())])
+        columns = [("int64", 0, 1, None, pa.py_buffer(np.int64(1).tobytes()), None),
+                   ("double", 0, 1, None, pa.py_buffer(np.float64(1).tobytes()), None),
+                   tuple(text)]
+        assert native.convert_arrow_batch(columns, 1, _plan(native)) is None, offsets
+
+
+def test_allowed_values_compile_into_a_plan(native):
+    """`values:` of int64 and string features reach the kernel as the sets
+    it takes (a list made every batch of such a schema fail its plan and
+    take the Python path, with a warning)."""
+    specs = parse_features({"n": {"type": "int64", "from": "c0", "values": [1, 2.0]},
+                            "s": {"type": "string", "from": "c1", "values": ["a", "b"]},
+                            "x": {"type": "float", "from": "c2", "values": [0.5]}},
+                           nested=False)
+    rows = native_rows.NativeRows(specs, {}, None, None)
+    assert rows._plan(("c0", "c1", "c2")) is not None
+    batch = ArrowBatch("t", 1, pa.record_batch({"c0": [2, 3], "c1": ["a", "a"],
+                                                "c2": [0.5, 0.5]}))
+    examples, _, checked, _ = rows.convert(batch)
+    assert examples[0] is not None and examples[1] is None and "n" not in checked
+
+
+def test_a_null_leaves_out_an_optional_feature(native):
+    """A null in an optional feature without a default: the kernel takes
+    the row, without that feature (as the complete rules leave it out); a
+    null in a required one, or one with a default, declines the row."""
+    specs = parse_features({"o": {"type": "int64", "from": "c0", "required": False},
+                            "r": {"type": "float", "from": "c1"},
+                            "d": {"type": "string", "from": "c2", "default": "x"}},
+                           nested=False)
+    converter = _converter(specs, None, native)
+    batch = ArrowBatch("t", 1, pa.record_batch({"c0": [None, 1, 2], "c1": [0.5, None, 1.5],
+                                                "c2": ["a", "b", None]}))
+    examples, _, checked, _ = converter._native.convert(batch)
+    assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
+    assert "o" not in checked
+    _agree(native, specs, None, "o", batch)
