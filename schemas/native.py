@@ -26,6 +26,7 @@ _KERNELS_USED = (
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
+    "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
 )
 
