@@ -17,6 +17,7 @@ import posixpath
 from typing import BinaryIO, NamedTuple, Sequence
 
 import fsspec
+import numpy as np
 
 from ..splits import HASH_SIZE, SplitAssigner
 from .elements import BucketRange, RunInfo, SampleEntry
@@ -78,7 +79,10 @@ class RunBuffer:
 
     def clear(self) -> None:
         splits = len(self._assigner.names)
-        self._keys: list[list[bytes]] = [[] for _ in range(splits)]
+        # Per split: the order keys, bytes per row, or when shuffling the
+        # digests as numpy arrays of fixed-width items, one per batch (no
+        # bytes object per row kept, nor joined again to be sorted).
+        self._keys: list[list] = [[] for _ in range(splits)]
         self._examples: list[list[bytes]] = [[] for _ in range(splits)]
         self._keyed = [False] * splits  # a row with its own key (no shuffle)
         self._bytes = [0] * splits
@@ -92,7 +96,12 @@ class RunBuffer:
             return []
         held = []
         for split, rows, selected in prepared.by_split():
-            self._keys[split] += take(prepared.order_keys, selected)
+            if prepared.digests is not None:
+                self._keys[split].append(
+                    prepared.digests if len(rows) == len(prepared.digests)
+                    else prepared.digests[rows])
+            else:
+                self._keys[split] += take(prepared.order_keys, selected)
             self._examples[split] += take(prepared.examples, selected)
             if prepared.keyed:
                 self._keyed[split] = True
@@ -110,13 +119,14 @@ class RunBuffer:
     def write(self, split: int, fileobj: BinaryIO) -> int:
         """Writes a split's rows as a sorted run; returns its number of rows."""
         if self._shuffle:
-            key_width, keys = HASH_SIZE, self._keys[split]
+            key_width, keys = HASH_SIZE, np.concatenate(self._keys[split])
         elif self._keyed[split]:
             key_width, keys = KEY_VARIABLE, self._keys[split]
         else:
             key_width, keys = KEY_IS_EXAMPLE, None
         return write_sorted_run(fileobj, keys, self._examples[split], key_width=key_width,
-                                prefix_len=self._prefix_len, index_every=self._index_every)
+                                prefix_len=self._prefix_len, index_every=self._index_every,
+                                framed_bytes=self._bytes[split])
 
 
 _BUCKET_REFERENCE = "bucket:"
