@@ -51,6 +51,7 @@ __all__ = [
     "RunFileError",
     "RunSlice",
     "RunWriter",
+    "run_steps",
     "write_sorted_run",
 ]
 
@@ -159,17 +160,14 @@ class RunWriter:
         return self._records
 
 
-def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | np.ndarray | None,
+def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
                      examples: Sequence[bytes], *, key_width: int, prefix_len: int,
                      index_every: int, framed_bytes: int | None = None) -> int:
     """Sorts rows by ``(key, example)`` and writes them as a run file;
     returns the number of rows. keys: one per example, all `key_width`
-    bytes when key_width > 0 (a list of bytes, or a numpy array of
-    `key_width`-byte "V" items); None with KEY_IS_EXAMPLE. framed_bytes:
-    the rows' framed size in all, when the caller knows it."""
-    if isinstance(keys, np.ndarray):
-        return _write_fixed_keys(fileobj, keys, examples, prefix_len=prefix_len,
-                                 index_every=index_every, framed_bytes=framed_bytes)
+    bytes when key_width > 0; None with KEY_IS_EXAMPLE. framed_bytes: the
+    rows' framed size in all, when the caller knows it. (`spill` writes
+    keys held as one numpy array with `RunWriter` and `run_steps` too.)"""
     if key_width > 0:
         order = sorted_order(_fixed_keys(b"".join(keys), key_width), examples.__getitem__)
     elif key_width == KEY_IS_EXAMPLE:
@@ -178,7 +176,7 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | np.ndarray | Non
         order = sorted(range(len(examples)), key=list(zip(keys, examples)).__getitem__)
     writer = RunWriter(fileobj, key_width=key_width, prefix_len=prefix_len,
                        index_every=index_every)
-    for rows in _steps(order, examples, framed_bytes):
+    for rows in run_steps(order, examples, framed_bytes):
         gathered = framed_rows(keys, examples, rows)
         if gathered is None:
             writer.add(None if keys is None else take(keys, rows), take(examples, rows))
@@ -189,52 +187,13 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | np.ndarray | Non
     return writer.close()
 
 
-def _steps(order: list[int], examples: Sequence[bytes], framed_bytes: int | None):
+def run_steps(order: list[int], examples: Sequence[bytes], framed_bytes: int | None):
     """`order` cut into steps of about `BLOCK` framed bytes each."""
     total = (sum(map(len, examples)) + FRAMING * len(examples) if framed_bytes is None
              else framed_bytes)
     step = max(1, len(examples) * BLOCK // max(1, total))
     for start in range(0, len(order), step):
         yield order[start:start + step]
-
-
-class _JoinedKeys:
-    """Fixed-width keys back to back, as a sequence of bytes: the exact
-    bytes of each (a numpy "S" item would lose trailing NULs)."""
-
-    __slots__ = ("blob", "width")
-
-    def __init__(self, blob: bytes, width: int):
-        self.blob, self.width = blob, width
-
-    def __getitem__(self, index: int) -> bytes:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self.blob[index * self.width:(index + 1) * self.width]
-
-    def __len__(self) -> int:
-        return len(self.blob) // self.width
-
-
-def _write_fixed_keys(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes], *,
-                      prefix_len: int, index_every: int, framed_bytes: int | None) -> int:
-    """`write_sorted_run` of keys held as one numpy array of fixed-width
-    items (the spill's digests): sorted and gathered by numpy, never a
-    bytes object per key."""
-    width = keys.dtype.itemsize
-    order = sorted_order(keys.view(f"S{width}"), examples.__getitem__)
-    writer = RunWriter(fileobj, key_width=width, prefix_len=prefix_len,
-                       index_every=index_every)
-    for rows in _steps(order, examples, framed_bytes):
-        blob = keys[rows].tobytes()
-        gathered = framed_rows(None, examples, rows)
-        if gathered is None:
-            writer.add(_JoinedKeys(blob, width), take(examples, rows), (blob, None))
-            continue
-        framed, sizes, _ = gathered
-        writer.add_framed(_JoinedKeys(blob, width), sizes, framed,
-                          Taken(examples, rows).__getitem__, (blob, None))
-    return writer.close()
 
 
 class RunSlice(NamedTuple):

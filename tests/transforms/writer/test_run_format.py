@@ -196,6 +196,6 @@ def test_fixed_width_key_arrays_write_the_run_a_list_of_keys_writes(rows, index_
         run_format.write_sorted_run(expected, keys, examples, **options)
         array = np.frombuffer(b"".join(keys), dtype="V6")
         total = sum(map(len, examples)) + tfrecord.FRAMING * len(examples)
-        assert run_format.write_sorted_run(written, array, examples, framed_bytes=total,
-                                           **options) == len(rows)
+        assert spill.write_fixed_key_run(written, array, examples, prefix_len=4,
+                                         index_every=index_every, framed_bytes=total) == len(rows)
     assert written.getvalue() == expected.getvalue()
