@@ -20,8 +20,8 @@ import numpy as np
 from ..schemas.columns import rows_as_bytes
 from ..schemas.native import kernels
 
-__all__ = ["HASH_SIZE", "ExampleRows", "HashedExamples", "SplitAssigner", "assign_split", "dataset_salt",
-           "validate_splits"]
+__all__ = ["HASH_SIZE", "ExampleRows", "HashedExamples", "SplitAssigner", "assign_split",
+           "dataset_salt", "validate_splits"]
 
 HASH_SIZE = 16  # blake2b digest bytes: a row's digest, the shuffle order key
 _SALT_LIMIT = 64  # blake2b's longest key
