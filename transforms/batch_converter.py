@@ -21,6 +21,7 @@ from ..schemas.row_encoder import RowEncoder
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
+from .splits import ExampleRows
 
 __all__ = ["BatchConverter"]
 
@@ -123,7 +124,8 @@ class BatchConverter:
             if fast_labels is None:
                 fast_labels = (list(map(label_of, column(label_source))) if label is not None
                                else [None] * count)
-            return list(zip(keys, fast_examples)), fast_labels, [], (
+            # The columns go on with the rows: the shard writer wants them so.
+            return ExampleRows.zipped(list(keys), list(fast_examples)), fast_labels, [], (
                 None if plan is None else CheckedValues(self._encoder, plan, column, checked, None))
         examples = []
         labels = []

@@ -20,8 +20,8 @@ import numpy as np
 from ..schemas.columns import rows_as_bytes
 from ..schemas.native import kernels
 
-__all__ = ["HASH_SIZE", "HashedExamples", "SplitAssigner", "assign_split", "dataset_salt",
-           "validate_splits"]
+__all__ = ["HASH_SIZE", "ExampleRows", "HashedExamples", "SplitAssigner", "assign_split",
+           "dataset_salt", "validate_splits"]
 
 HASH_SIZE = 16  # blake2b digest bytes: a row's digest, the shuffle order key
 _SALT_LIMIT = 64  # blake2b's longest key
@@ -57,17 +57,42 @@ def dataset_salt(dataset_name: str) -> bytes:
     return salt
 
 
-class HashedExamples(list):
-    """An ExampleBatch (list of ``(key, example)``) that carries its rows'
-    digests: `SplitAssigner.hash_rows` of each row's key (its example when the
-    key is None) under `salt`. The step that makes Examples hashes them
-    anyway, to count labels per split; the shard writer takes the digests
-    from here rather than hashing every row a second time (`hash_batch`)."""
+class ExampleRows(list):
+    """An ExampleBatch (list of ``(key, example)``) that also keeps the two
+    columns it was zipped from, ``(keys, examples)``, as `columns`: the step
+    that makes Examples has them as columns, and the shard writer wants
+    them so (`writer.prepare.batch_columns`), which unzipping a tuple per
+    row cost again. The columns must not change while the batch is in use
+    (nothing changes a batch once made); a pickled batch is a plain list."""
 
-    def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = ()):
+    columns: tuple[list, list] | None = None
+
+    @classmethod
+    def zipped(cls, keys: list, examples: list) -> "ExampleRows":
+        rows = cls(zip(keys, examples))
+        rows.columns = (keys, examples)
+        return rows
+
+    def __reduce__(self):
+        return (list, (list(self),))
+
+
+class HashedExamples(ExampleRows):
+    """An ExampleBatch that carries its rows' digests: `SplitAssigner.hash_rows`
+    of each row's key (its example when the key is None) under `salt`. The
+    step that makes Examples hashes them anyway, to count labels per split;
+    the shard writer takes the digests from here rather than hashing every
+    row a second time (`hash_batch`). joined: the digests back to back,
+    when the maker has them so (the shard writer keeps them so); columns:
+    as `ExampleRows`."""
+
+    def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = (),
+                 *, joined: bytes | None = None, columns: tuple[list, list] | None = None):
         super().__init__(rows)
         self.salt = salt
         self.digests = list(digests)
+        self.joined = joined
+        self.columns = columns
 
     def __reduce__(self):
         return (HashedExamples, (list(self), self.salt, self.digests))
@@ -101,6 +126,12 @@ class SplitAssigner:
     def hash_rows(self, keys_or_examples: Sequence[bytes]) -> tuple[list[bytes], np.ndarray]:
         """The digests of many rows, and the same as an (n, 2) array of
         little-endian uint64 words (word 0 picks the split)."""
+        digests, joined, words = self.hash_rows_joined(keys_or_examples)
+        return digests, words
+
+    def hash_rows_joined(self, keys_or_examples: Sequence[bytes]
+                         ) -> tuple[list[bytes], bytes, np.ndarray]:
+        """`hash_rows`, with the digests also back to back (one bytes)."""
         native = kernels()
         if native is not None:
             rows = (keys_or_examples if isinstance(keys_or_examples, list)
@@ -109,8 +140,9 @@ class SplitAssigner:
             if joined is not None:  # None: a row is not bytes; Python takes any buffer
                 digests = rows_as_bytes(np.frombuffer(joined, dtype=np.uint8)
                                         .reshape(len(rows), HASH_SIZE)) if rows else []
-                return digests, _joined_words(joined, len(rows))
-        return self.python_hash_rows(keys_or_examples)
+                return digests, joined, _joined_words(joined, len(rows))
+        digests, words = self.python_hash_rows(keys_or_examples)
+        return digests, words.tobytes(), words
 
     def python_hash_rows(self, keys_or_examples: Sequence[bytes]
                          ) -> tuple[list[bytes], np.ndarray]:
@@ -127,14 +159,17 @@ class SplitAssigner:
         return digests, _digest_words(digests)
 
     def hash_batch(self, batch: Sequence, keys_or_examples: Sequence[bytes]
-                   ) -> tuple[list[bytes], np.ndarray]:
-        """`hash_rows(keys_or_examples)` of an ExampleBatch's rows: the
-        batch's own digests when it is a HashedExamples made with this
+                   ) -> tuple[list[bytes], bytes, np.ndarray]:
+        """`hash_rows_joined(keys_or_examples)` of an ExampleBatch's rows:
+        the batch's own digests when it is a HashedExamples made with this
         dataset's salt."""
         if (isinstance(batch, HashedExamples) and batch.salt == self.salt
                 and len(batch.digests) == len(batch) == len(keys_or_examples)):
-            return batch.digests, _digest_words(batch.digests)
-        return self.hash_rows(keys_or_examples)
+            joined = batch.joined
+            if joined is None or len(joined) != HASH_SIZE * len(batch):
+                joined = b"".join(batch.digests)
+            return batch.digests, joined, _joined_words(joined, len(batch))
+        return self.hash_rows_joined(keys_or_examples)
 
     def split_indices(self, words: np.ndarray) -> np.ndarray:
         """The split index of each row, from `hash_rows`' words."""

@@ -229,12 +229,27 @@ class BatchConversion:
         ((split, label, examples), ...)); rows without a label are not counted. A row's split comes from its
         key, or its example without one, as in the shard writer, which takes
         the digests from the batch instead of hashing the rows again."""
-        digests, words = self._assigner.hash_rows(
-            [example if key is None else key for key, example in examples])
+        columns = getattr(examples, "columns", None)
+        digests, joined, words = self._assigner.hash_rows_joined(
+            _hashed_sources(examples, columns))
         names = self._assigner.names
         split_of = self._assigner.split_indices(words)
-        return (HashedExamples(examples, self._assigner.salt, digests), split_of,
+        return (HashedExamples(examples, self._assigner.salt, digests, joined=joined,
+                               columns=columns), split_of,
                 label_counts(names, split_of, labels))
+
+
+def _hashed_sources(examples: list, columns: tuple[list, list] | None) -> list:
+    """What each row's digest is of: its key, or its example when it has
+    none; from the batch's columns (`ExampleRows`) when it has them, without
+    a list made per batch when every row has a key or none has."""
+    if columns is not None:
+        keys, rows = columns
+        if None not in keys:
+            return keys
+        if keys.count(None) == len(keys):
+            return rows
+    return [example if key is None else key for key, example in examples]
 
 
 def label_counts(names: Sequence[str], split_of: np.ndarray, labels: list[str | None]

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 pub mod arrow;
 pub mod digest;
 pub mod stats;
+pub mod index;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -57,12 +58,31 @@ fn guarded<T>(job: impl FnOnce() -> T + std::panic::UnwindSafe) -> PyResult<T> {
 #[pyfunction]
 fn walk_records(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(Vec<usize>, Vec<usize>, Option<(&'static str, usize, u64)>)> {
     let found = with_bytes(py, &buffer, |bytes| guarded(|| walk::walk_records(bytes)))??;
-    let fault = found.fault.map(|(fault, offset)| match fault {
+    Ok((found.starts, found.ends, found.fault.map(fault_tuple)))
+}
+
+/// A walk's fault as Python gets it: ``(kind, offset, length)``.
+fn fault_tuple((fault, offset): (walk::Fault, usize)) -> (&'static str, usize, u64) {
+    match fault {
         walk::Fault::BadLengthCrc => ("length_crc", offset, 0),
         walk::Fault::TooLong(length) => ("too_long", offset, length),
         walk::Fault::BadDataCrc => ("data_crc", offset, 0),
-    });
-    Ok((found.starts, found.ends, fault))
+    }
+}
+
+/// `index_lines(buffer, start, offset) -> (lines, next, records, fault)`:
+/// the index lines of the records whose header lies in `buffer` from
+/// `start` on (`index::index_lines`; offset: the stream offset of
+/// `buffer[0]`), where the next header starts (relative to `buffer`), how
+/// many records, and None or the fault as `walk_records` gives it.
+#[pyfunction]
+fn index_lines<'py>(py: Python<'py>, buffer: PyBuffer<u8>, start: usize, offset: u64)
+                    -> PyResult<(Bound<'py, PyBytes>, usize, usize, Option<(&'static str, usize, u64)>)> {
+    if offset > u64::MAX / 2 {
+        return Err(PyValueError::new_err(format!("stream offset {offset} out of range")));
+    }
+    let found = with_bytes(py, &buffer, |bytes| guarded(|| index::index_lines(bytes, start, offset)))??;
+    Ok((PyBytes::new(py, &found.lines), found.next, found.records, found.fault.map(fault_tuple)))
 }
 
 /// A compiled table plan (`table::Plan`), made once per schema and header
@@ -422,6 +442,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(join_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
+    module.add_function(wrap_pyfunction!(index_lines, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::Path;
 
 use recordforge_native::table::{self, Feature, Key, Plan, Rule};
-use recordforge_native::walk;
+use recordforge_native::{index, walk};
 
 fn corpus(folder: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(folder);
@@ -30,6 +30,26 @@ fn every_walk_input_and_prefix_stays_inside_the_buffer() {
             if let Some((_, offset)) = found.fault {
                 assert!(offset <= buffer.len(), "{name} cut at {cut}");
             }
+        }
+    }
+}
+
+#[test]
+fn every_walk_input_and_prefix_indexes_inside_the_buffer() {
+    for (name, data) in corpus("walk") {
+        for cut in 0..=data.len() {
+            let buffer = &data[..cut];
+            let found = index::index_lines(buffer, 0, 0);
+            // Each line is at most 42 bytes; a fault names a header wholly in the buffer.
+            assert!(found.lines.len() <= 42 * found.records, "{name} cut at {cut}");
+            if let Some((_, offset)) = found.fault {
+                assert!(offset + walk::HEADER_SIZE <= buffer.len(), "{name} cut at {cut}");
+            }
+            // The intact records the walk finds are indexed, at the same offsets.
+            let walked = walk::walk_records(buffer);
+            let lines: Vec<String> = walked.starts.iter().zip(&walked.ends)
+                .map(|(start, end)| format!("{start} {}\n", end - start)).collect();
+            assert!(found.lines.starts_with(lines.concat().as_bytes()), "{name} cut at {cut}");
         }
     }
 }

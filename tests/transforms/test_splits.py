@@ -57,3 +57,21 @@ def test_invalid_splits_are_rejected(splits, message):
         validate_splits(splits)
 
 
+
+
+def test_example_rows_keep_their_columns_for_the_writer_and_pickle_as_a_list():
+    import pickle
+
+    from recordforge.transforms.splits import ExampleRows
+    from recordforge.transforms.writer.prepare import batch_columns
+
+    keys, examples = [b"k1", None], [b"e1", b"e2"]
+    rows = ExampleRows.zipped(keys, examples)
+    assert rows == [(b"k1", b"e1"), (None, b"e2")]
+    found = batch_columns(rows)
+    assert found[0] is keys and found[1] is examples  # not unzipped again
+    copy = pickle.loads(pickle.dumps(rows))
+    assert type(copy) is list and copy == rows
+    bad = ExampleRows.zipped([b"k"], ["not bytes"])
+    with pytest.raises(TypeError, match="row 0 .*example must be bytes"):
+        batch_columns(bad)

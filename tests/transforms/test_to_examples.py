@@ -425,6 +425,9 @@ def test_counted_batches_carry_the_digests_the_writer_would_compute():
     keys = [key for key, _ in batch]
     assert batch.digests == assigner.hash_rows(keys)[0]
     assert assigner.hash_batch(batch, keys)[0] is batch.digests
+    # The digests back to back and the columns go on with the batch as made.
+    assert assigner.hash_batch(batch, keys)[1] is batch.joined == b"".join(batch.digests)
+    assert batch.columns == (keys, [example for _, example in batch])
     copy = pickle.loads(pickle.dumps(batch))
     assert copy == batch and copy.digests == batch.digests and copy.salt == batch.salt
 
@@ -436,8 +439,12 @@ def test_the_writer_takes_digests_only_made_with_its_salt():
     marked = [bytes([n]) * 16 for n in range(3)]
     own = HashedExamples(rows, assigner.salt, marked)
     assert assigner.hash_batch(own, keys)[0] == marked
-    assert (assigner.hash_batch(own, keys)[1][:, 0] == [0, 0x0101010101010101,
+    assert (assigner.hash_batch(own, keys)[2][:, 0] == [0, 0x0101010101010101,
                                                        0x0202020202020202]).all()
+    # Joined digests that do not fit the rows are not taken for them.
+    for joined in (None, b"short"):
+        own.joined = joined
+        assert assigner.hash_batch(own, keys)[1] == b"".join(marked)
     for other in (HashedExamples(rows, b"another dataset", marked), list(rows),
                   HashedExamples(rows, assigner.salt, marked[:2])):
         assert assigner.hash_batch(other, keys)[0] == assigner.hash_rows(keys)[0] != marked

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import BinaryIO, Callable
 
+from ...schemas.native import kernels
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       cached_length_crc, length_crc)
 
@@ -72,11 +73,39 @@ class RecordIndexer:
                     break
                 header, self._header = bytes(self._header), bytearray()
                 self._next = at + self._framed(header, 0, at)
+                lines.append(index_line(at, self._next - at))
             else:
-                self._next = at + self._framed(view, at - start, at)
-            lines.append(index_line(at, self._next - at))
+                self._next = at + self._walk(view, at - start, at, lines)
         if lines:
             self._out.write(b"".join(lines))
+
+    def _walk(self, view: memoryview, position: int, offset: int, lines: list[bytes]) -> int:
+        """Indexes the records whose header lies wholly in `view` from
+        `position` (stream offset `offset`) on, into `lines`; returns the
+        bytes from `position` to the next header, which may lie past the
+        view. The native header walk (`schemas.native`) when the extension
+        runs: a line per record made in Python cost ~1 us, more than the
+        rest of the shard write."""
+        native = kernels()
+        if native is None:
+            walked = 0
+            while position + walked + HEADER_SIZE <= len(view):
+                framed = self._framed(view, position + walked, offset + walked)
+                lines.append(index_line(offset + walked, framed))
+                walked += framed
+            return walked
+        base = offset - position  # the stream offset of view[0]
+        found, walked, records, fault = native.index_lines(view, position, base)
+        lines.append(found)
+        self.records += records
+        if fault is not None:
+            kind, at, length = fault
+            at += base
+            if kind == "too_long":
+                raise self._too_long(length, at)
+            raise TFRecordError("bad length CRC", path=self._path, offset=at,
+                                record_index=self.records)
+        return walked - position
 
     def _framed(self, buffer, position: int, offset: int) -> int:
         """The framed length of the record whose header is at
@@ -86,11 +115,14 @@ class RecordIndexer:
             raise TFRecordError("bad length CRC", path=self._path, offset=offset,
                                 record_index=self.records)
         if length > MAX_RECORD_BYTES:
-            raise TFRecordError(f"record length {length} exceeds the 2 GiB limit of a "
-                                "serialized protobuf", path=self._path, offset=offset,
-                                record_index=self.records)
+            raise self._too_long(length, offset)
         self.records += 1
         return HEADER_SIZE + length + FOOTER_SIZE
+
+    def _too_long(self, length: int, offset: int) -> TFRecordError:
+        return TFRecordError(f"record length {length} exceeds the 2 GiB limit of a "
+                             "serialized protobuf", path=self._path, offset=offset,
+                             record_index=self.records)
 
     def finish(self) -> int:
         """The number of records indexed."""

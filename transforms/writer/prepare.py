@@ -10,7 +10,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from ..splits import SplitAssigner
+from ..splits import HASH_SIZE, SplitAssigner
 from ..tfrecord import FRAMING
 from .elements import SampleEntry
 
@@ -22,7 +22,10 @@ def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:
     bytes or None. Errors name the row."""
     if not batch:
         return (), ()
-    keys, examples = zip(*batch)
+    # A batch made by the step that makes Examples keeps its columns
+    # (`splits.ExampleRows`): no tuple per row unzipped again.
+    columns = getattr(batch, "columns", None)
+    keys, examples = columns if columns is not None else zip(*batch)
     if set(map(type, examples)) != {bytes}:
         for position, (key, example) in enumerate(batch):
             if type(example) is not bytes:
@@ -44,7 +47,9 @@ class PreparedBatch(NamedTuple):
     none); splits: each row's split index; sizes: framed sizes (int64);
     samples: split index -> the rows of the batch sampled for bucket
     boundaries; keyed: some row has a key of its own (no shuffle: the order
-    keys are not all the examples themselves).
+    keys are not all the examples themselves); digests: when shuffling, the
+    order keys as one array of fixed-width digests (`numpy` "V" items, which
+    keep trailing NUL bytes), for a caller that keeps them so.
     """
 
     examples: Sequence[bytes]
@@ -53,6 +58,7 @@ class PreparedBatch(NamedTuple):
     sizes: np.ndarray
     samples: dict
     keyed: bool
+    digests: np.ndarray | None = None
 
     def by_split(self) -> Iterator[tuple[int, np.ndarray, list[int]]]:
         """(split index, row positions as an array, the same as a list) for
@@ -80,14 +86,16 @@ def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every
         sources = examples  # no keys: rows are hashed and ordered by content
     else:
         sources = [example if key is None else key for key, example in zip(keys, examples)]
-    digests, words = assigner.hash_batch(batch, sources)
+    digests, joined, words = assigner.hash_batch(batch, sources)
     splits = assigner.split_indices(words)
     sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
     order_keys = digests if shuffle else sources
     samples = sample_rows(words[:, 1], sizes, splits, order_keys, sample_every=sample_every,
                           prefix_len=prefix_len)
     return PreparedBatch(examples, order_keys, splits, sizes, samples,
-                         keyed=not shuffle and sources is not examples)
+                         keyed=not shuffle and sources is not examples,
+                         digests=np.frombuffer(joined, dtype=f"V{HASH_SIZE}") if shuffle
+                         else None)
 
 
 def sample_rows(words: np.ndarray, sizes: np.ndarray, splits: np.ndarray,

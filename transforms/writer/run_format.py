@@ -51,6 +51,7 @@ __all__ = [
     "RunFileError",
     "RunSlice",
     "RunWriter",
+    "run_steps",
     "write_sorted_run",
 ]
 
@@ -93,23 +94,25 @@ class RunWriter:
         self._key_sizes = (tempfile.SpooledTemporaryFile(max_size=_SPOOL)
                            if key_width == KEY_VARIABLE else None)
 
-    def add(self, keys: Sequence[bytes] | None, examples: Sequence[bytes]) -> None:
+    def add(self, keys: Sequence[bytes] | None, examples: Sequence[bytes],
+            joined: tuple[bytes, np.ndarray | None] | None = None) -> None:
         """Appends rows that sort after every row added before (keys None
-        when the key is the example)."""
+        when the key is the example); joined: as `add_framed`."""
         count = len(examples)
         if not count:
             return
         sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
         self.add_framed(keys, sizes, tfrecord.frame_records(list(examples)),
-                        examples.__getitem__)
+                        examples.__getitem__, joined)
 
     def add_framed(self, keys: Sequence[bytes] | None, sizes: np.ndarray, framed: bytes,
-                   example_at, joined: tuple[bytes, np.ndarray] | None = None) -> None:
+                   example_at, joined: tuple[bytes, np.ndarray | None] | None = None) -> None:
         """`add` of rows already framed: `framed` their records back to
         back, `sizes` (int64) each one's framed size, example_at(i) row i's
         example (read only for the index's key prefixes when keys is None);
-        joined: the keys back to back and each one's size (int64), when the
-        caller has them (else they are taken from `keys`)."""
+        joined: the keys back to back and each one's size (int64; None for
+        fixed-width keys), when the caller has them (else they are taken
+        from `keys`)."""
         count = len(sizes)
         if not count:
             return
@@ -159,10 +162,12 @@ class RunWriter:
 
 def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
                      examples: Sequence[bytes], *, key_width: int, prefix_len: int,
-                     index_every: int) -> int:
+                     index_every: int, framed_bytes: int | None = None) -> int:
     """Sorts rows by ``(key, example)`` and writes them as a run file;
     returns the number of rows. keys: one per example, all `key_width`
-    bytes when key_width > 0; None with KEY_IS_EXAMPLE."""
+    bytes when key_width > 0; None with KEY_IS_EXAMPLE. framed_bytes: the
+    rows' framed size in all, when the caller knows it. (`spill` writes
+    keys held as one numpy array with `RunWriter` and `run_steps` too.)"""
     if key_width > 0:
         order = sorted_order(_fixed_keys(b"".join(keys), key_width), examples.__getitem__)
     elif key_width == KEY_IS_EXAMPLE:
@@ -171,10 +176,7 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
         order = sorted(range(len(examples)), key=list(zip(keys, examples)).__getitem__)
     writer = RunWriter(fileobj, key_width=key_width, prefix_len=prefix_len,
                        index_every=index_every)
-    total = sum(map(len, examples)) + FRAMING * len(examples)
-    step = max(1, len(examples) * BLOCK // max(1, total))
-    for start in range(0, len(order), step):
-        rows = order[start:start + step]
+    for rows in run_steps(order, examples, framed_bytes):
         gathered = framed_rows(keys, examples, rows)
         if gathered is None:
             writer.add(None if keys is None else take(keys, rows), take(examples, rows))
@@ -183,6 +185,15 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
         writer.add_framed(None if keys is None else Taken(keys, rows), sizes, framed,
                           Taken(examples, rows).__getitem__, joined)
     return writer.close()
+
+
+def run_steps(order: list[int], examples: Sequence[bytes], framed_bytes: int | None):
+    """`order` cut into steps of about `BLOCK` framed bytes each."""
+    total = (sum(map(len, examples)) + FRAMING * len(examples) if framed_bytes is None
+             else framed_bytes)
+    step = max(1, len(examples) * BLOCK // max(1, total))
+    for start in range(0, len(order), step):
+        yield order[start:start + step]
 
 
 class RunSlice(NamedTuple):

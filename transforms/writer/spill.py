@@ -17,12 +17,13 @@ import posixpath
 from typing import BinaryIO, NamedTuple, Sequence
 
 import fsspec
+import numpy as np
 
-from ..splits import HASH_SIZE, SplitAssigner
+from ..splits import SplitAssigner
 from .elements import BucketRange, RunInfo, SampleEntry
 from .prepare import prepare_batch
-from .row_order import take
-from .run_format import KEY_IS_EXAMPLE, KEY_VARIABLE, write_sorted_run
+from .row_order import Taken, framed_rows, sorted_order, take
+from .run_format import KEY_IS_EXAMPLE, KEY_VARIABLE, RunWriter, run_steps, write_sorted_run
 
 __all__ = [
     "ROW_OVERHEAD",
@@ -35,6 +36,7 @@ __all__ = [
     "read_run_list",
     "remove_file",
     "remove_runs",
+    "write_fixed_key_run",
     "write_run_list",
 ]
 
@@ -78,7 +80,10 @@ class RunBuffer:
 
     def clear(self) -> None:
         splits = len(self._assigner.names)
-        self._keys: list[list[bytes]] = [[] for _ in range(splits)]
+        # Per split: the order keys, bytes per row, or when shuffling the
+        # digests as numpy arrays of fixed-width items, one per batch (no
+        # bytes object per row kept, nor joined again to be sorted).
+        self._keys: list[list] = [[] for _ in range(splits)]
         self._examples: list[list[bytes]] = [[] for _ in range(splits)]
         self._keyed = [False] * splits  # a row with its own key (no shuffle)
         self._bytes = [0] * splits
@@ -92,7 +97,12 @@ class RunBuffer:
             return []
         held = []
         for split, rows, selected in prepared.by_split():
-            self._keys[split] += take(prepared.order_keys, selected)
+            if prepared.digests is not None:
+                self._keys[split].append(
+                    prepared.digests if len(rows) == len(prepared.digests)
+                    else prepared.digests[rows])
+            else:
+                self._keys[split] += take(prepared.order_keys, selected)
             self._examples[split] += take(prepared.examples, selected)
             if prepared.keyed:
                 self._keyed[split] = True
@@ -110,13 +120,57 @@ class RunBuffer:
     def write(self, split: int, fileobj: BinaryIO) -> int:
         """Writes a split's rows as a sorted run; returns its number of rows."""
         if self._shuffle:
-            key_width, keys = HASH_SIZE, self._keys[split]
-        elif self._keyed[split]:
+            return write_fixed_key_run(fileobj, np.concatenate(self._keys[split]),
+                                       self._examples[split], prefix_len=self._prefix_len,
+                                       index_every=self._index_every,
+                                       framed_bytes=self._bytes[split])
+        if self._keyed[split]:
             key_width, keys = KEY_VARIABLE, self._keys[split]
         else:
             key_width, keys = KEY_IS_EXAMPLE, None
         return write_sorted_run(fileobj, keys, self._examples[split], key_width=key_width,
-                                prefix_len=self._prefix_len, index_every=self._index_every)
+                                prefix_len=self._prefix_len, index_every=self._index_every,
+                                framed_bytes=self._bytes[split])
+
+
+class _JoinedKeys:
+    """Fixed-width keys back to back, as a sequence of bytes: the exact
+    bytes of each (a numpy "S" item would lose trailing NULs)."""
+
+    __slots__ = ("blob", "width")
+
+    def __init__(self, blob: bytes, width: int):
+        self.blob, self.width = blob, width
+
+    def __getitem__(self, index: int) -> bytes:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.blob[index * self.width:(index + 1) * self.width]
+
+    def __len__(self) -> int:
+        return len(self.blob) // self.width
+
+
+def write_fixed_key_run(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes], *,
+                        prefix_len: int, index_every: int, framed_bytes: int | None = None
+                        ) -> int:
+    """`run_format.write_sorted_run` of keys held as one numpy array of
+    fixed-width "V" items (the shuffled rows' digests): the same file,
+    sorted and gathered by numpy, never a bytes object per key."""
+    width = keys.dtype.itemsize
+    order = sorted_order(keys.view(f"S{width}"), examples.__getitem__)
+    writer = RunWriter(fileobj, key_width=width, prefix_len=prefix_len,
+                       index_every=index_every)
+    for rows in run_steps(order, examples, framed_bytes):
+        blob = keys[rows].tobytes()
+        gathered = framed_rows(None, examples, rows)
+        if gathered is None:
+            writer.add(_JoinedKeys(blob, width), take(examples, rows), (blob, None))
+            continue
+        framed, sizes, _ = gathered
+        writer.add_framed(_JoinedKeys(blob, width), sizes, framed,
+                          Taken(examples, rows).__getitem__, (blob, None))
+    return writer.close()
 
 
 _BUCKET_REFERENCE = "bucket:"
