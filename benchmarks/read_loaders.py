@@ -9,12 +9,14 @@ Builds the end-to-end benchmark's table (`--rows` rows) and image set
 then reads each
 split ``train`` in one process, for each DataLoader worker count, with:
 
-* ``rf``: `recordforge.torch.RecordDataset` in shard order, every shard's
-  size and sha256 and every record's CRCs checked (the default);
-  ``rf-crc`` the same with ``check="crc"`` (sizes, CRCs and counts, no
-  hash); ``rf-shuffle`` with its global shuffle (random access through the
-  index files: the index's sha256, each record's span and CRCs); all
-  decode every feature to numpy by the manifest;
+* ``rf``: `recordforge.torch.RecordDataset` in shard order with its
+  default check (``"index"``: every shard's size, its index file's sha256,
+  every record's span and CRCs); ``rf-sha256`` the same with
+  ``check="sha256"`` (every shard's sha256 instead of its index);
+  ``rf-crc`` with ``check="crc"`` (sizes, CRCs and counts); ``rf-shuffle``
+  with its global shuffle (random access through the index files: the
+  index's sha256, each record's span and CRCs); all decode every feature
+  to numpy by the manifest;
 * ``tfrecord``: the `tfrecord` package's `TFRecordDataset` per shard (its
   index file given, so DataLoader workers split each shard), chained,
   decoding every feature to numpy; it checks no CRC;
@@ -26,10 +28,11 @@ spell of the shared machine falls on all alike. ``--data DIR`` builds the
 two versions there once and reuses them in later runs (`--rows` and
 `--images` then only apply to a first run). ``--baseline PYTHONPATH``
 also times ``rf`` and ``rf-crc`` of another checkout of recordforge (a
-directory whose ``recordforge`` is that checkout), in a child process once
-per round, so that a change is measured against the code it started from
-in the same run, on the same versions (columns ``base-rf``,
-``base-rf-crc``). Records/s counts rows
+directory whose ``recordforge`` is that checkout: ``rf`` is its own
+default check), in a child process once per round, so that a change is
+measured against the code it started from in the same run, on the same
+versions (columns ``base-rf``, ``base-rf-crc``). ``--systems`` picks the
+systems timed (default: all). Records/s counts rows
 handed to the training loop (collate returns the batch's length, so no
 system pays for stacking tensors).
 """
@@ -71,8 +74,10 @@ def _records(loader) -> int:
     return sum(loader)
 
 
-def _rf(version: Path, workers: int, shuffle: bool, check: str = "sha256") -> int:
-    dataset = rf_torch.RecordDataset(str(version), "train", shuffle=shuffle, check=check)
+def _rf(version: Path, workers: int, shuffle: bool, check: str | None = None) -> int:
+    # no check given: the checkout's own default (a --baseline may predate "index")
+    given = {} if check is None else {"check": check}
+    dataset = rf_torch.RecordDataset(str(version), "train", shuffle=shuffle, **given)
     return _records(torch_data.DataLoader(dataset, batch_size=BATCH, num_workers=workers,
                                           collate_fn=_count))
 
@@ -102,6 +107,7 @@ def _tf(version: Path, workers: int) -> int:
 
 def _systems() -> dict:
     systems = {"rf": lambda v, w: _rf(v, w, False),
+               "rf-sha256": lambda v, w: _rf(v, w, False, "sha256"),
                "rf-crc": lambda v, w: _rf(v, w, False, "crc"),
                "rf-shuffle": lambda v, w: _rf(v, w, True), "tfrecord": _tfrecord}
     try:
@@ -152,8 +158,9 @@ def _baseline_round(baseline: str, data_dir: Path, workers: str, best: dict) -> 
 
 
 def _table(versions: dict, workers: list[int], names: list[str], best: dict) -> None:
-    ratios = [(a, b) for a, b in (("rf", "tfrecord"), ("rf-crc", "tfrecord"),
-                                  ("rf", "base-rf"), ("rf-crc", "base-rf-crc"))
+    ratios = [(a, b) for a, b in (("rf", "tfrecord"), ("rf-sha256", "tfrecord"),
+                                  ("rf-crc", "tfrecord"), ("rf-sha256", "base-rf"),
+                                  ("rf", "base-rf-crc"), ("rf-crc", "base-rf-crc"))
               if a in names and b in names]
     print(f"| data | workers | {' | '.join(names)} | "
           f"{' | '.join(f'{a} / {b}' for a, b in ratios)} |")
