@@ -27,8 +27,8 @@ three rules (`CHECKS`), chosen by the reader's ``check``:
   covers it (those bytes hashed, not walked), and the records before its
   range are walked and checked but make no Python object. A shard
   replaced by another build of the same size raises `VersionReplaced` at
-  its end. The strongest rule; the hash costs about 1.4 GB/s of a core,
-  more than reading large records (images) takes otherwise.
+  its end. The strongest rule; the hash runs at about 1.4 GB/s on a core,
+  slower than the rest of reading large records (images).
 * ``"crc"``: no hash, no index file: the size before the first record,
   and the record count when a reader reaches the shard's end; a reader
   stops at the end of its range. The cheap rule for versions without
