@@ -53,12 +53,11 @@ from collections import OrderedDict
 from typing import Iterator
 
 from ...transforms.layout import MANIFEST_FILE
-from ...transforms.tfrecord import (FOOTER_SIZE, HEADER_SIZE, TFRecordError, complete_records,
-                                    iter_record_views)
+from ...transforms.tfrecord import FOOTER_SIZE, HEADER_SIZE, TFRecordError, iter_record_views
 from ..publish.dataset_paths import MAX_MANIFEST_BYTES, read_limited
 from ..publish.held_manifest import DatasetCorrupt, checked_records
 from .index_files import load_offsets
-from .spans import read_spans
+from .spans import checked_chunk, read_spans
 from .version import LoaderShard, OpenedVersion
 
 __all__ = ["CHECKS", "DEFAULT_CHECK", "OPEN_SHARDS", "RandomAccess", "check_size",
@@ -82,7 +81,7 @@ def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
                              f"lists {shard.held.num_bytes} (run recordforge verify)")
 
 
-def stream_records(access: "RandomAccess", shard_index: int, start: int, stop: int,
+def stream_records(access: RandomAccess, shard_index: int, start: int, stop: int,
                    check: str = DEFAULT_CHECK) -> Iterator[memoryview]:
     """The records ``start <= i < stop`` of shard `shard_index` of
     `access`, in order, as views valid until the next is asked for (copy
@@ -192,13 +191,9 @@ class RandomAccess:
         start, end = int(offsets[record]), int(offsets[record + 1])
         handle = self._handle(shard_index)
         handle.seek(start)
-        framed = bytearray(handle.read(end - start))  # a span the checked index vouches for
-        display = self.shards[shard_index].held.display
-        starts, ends, damage = complete_records(framed, start, record, display)
+        framed = handle.read(end - start)  # a span the checked index vouches for
+        _, damage = checked_chunk(framed, start, record, offsets[record + 1:record + 2] - start,
+                                  self.shards[shard_index].held.display)
         if damage is not None:
-            raise DatasetCorrupt(str(damage))
-        if ends != [len(framed)]:
-            raise DatasetCorrupt(f"{display}: bytes {start}..{end}, record {record} by its "
-                                 f"index file, hold {len(starts)} complete records, not one "
-                                 "(run recordforge verify)")
+            raise damage
         return memoryview(framed)[HEADER_SIZE:len(framed) - FOOTER_SIZE]

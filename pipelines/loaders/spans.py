@@ -25,7 +25,7 @@ import numpy as np
 from ...transforms.tfrecord import FOOTER_SIZE, HEADER_SIZE, complete_records
 from ..publish.held_manifest import DatasetCorrupt
 
-__all__ = ["CHUNK", "chunk_end", "read_spans"]
+__all__ = ["CHUNK", "checked_chunk", "chunk_end", "read_spans"]
 
 # The walk checks a chunk while it is still in the CPU's cache: over the
 # image and table shards of benchmarks/read_loaders.py, 256 KiB chunks
@@ -62,9 +62,9 @@ def read_spans(handle: BinaryIO, offsets: np.ndarray, start: int, stop: int, dis
         size = int(offsets[end]) - first
         if size > len(buffer):  # a record longer than a chunk, read alone
             buffer = bytearray(size)
+        expected = offsets[position + 1:end + 1] - first
         with memoryview(buffer) as whole, whole[:_read_into(handle, whole, size)] as data:
-            kept, damage = _checked(data, first, position, offsets[position + 1:end + 1] - first,
-                                    display)
+            kept, damage = checked_chunk(data, first, position, expected, display)
             for begin, finish in kept:
                 with data[begin + HEADER_SIZE:finish - FOOTER_SIZE] as record:
                     yield record
@@ -86,11 +86,13 @@ def _read_into(handle: BinaryIO, whole: memoryview, size: int) -> int:
     return done
 
 
-def _checked(data: memoryview, first: int, position: int, expected: np.ndarray, display: str
+def checked_chunk(data: memoryview, first: int, position: int, expected: np.ndarray, display: str
              ) -> tuple[list[tuple[int, int]], DatasetCorrupt | None]:
     """The (start, end) in `data` of its records that are intact and end
-    where the index says (`expected`), and the damage that stopped them
-    (None when every record is)."""
+    where the index says (`expected`: each record's end, counted from
+    `data`'s start, which is byte `first` of the shard and record
+    `position`), and the damage that stopped them (None when every record
+    is). `RandomAccess.read` checks a record alone with it."""
     starts, ends, damage = complete_records(data, first, position, display)
     agree = len(ends)
     if not np.array_equal(ends, expected[:agree]):
