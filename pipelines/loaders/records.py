@@ -18,7 +18,7 @@ three rules (`CHECKS`), chosen by the reader's ``check``:
   lengths in the same order (deliberate forgery, or a rebuild under the
   same name whose records all keep their lengths: rows of fixed width
   reordered). A reader of a slice reads only its records. Costs the index
-  file (about 6 bytes a record) hashed once per shard, not the shard.
+  file (10 to 20 bytes a record) hashed once per shard, not the shard.
   A shard without an index file (gzip output, older versions) is read by
   ``"sha256"``.
 * ``"sha256"``, streamed (`held_manifest.checked_records`): the shard's
@@ -40,7 +40,7 @@ and its index file are checked when the shard is first opened, as
 ``"index"`` does, and every record read must span exactly the bytes its
 index line gives. `recordforge verify` checks every shard's sha256.
 
-Memory: one record at a time (``"index"``: a chunk of a few MB, `spans`),
+Memory: one record at a time (``"index"``: a chunk of up to 256 KiB, `spans`),
 plus the offsets of at most `OPEN_SHARDS` shards (8 bytes a record) and
 as many open file handles per thread.
 """
