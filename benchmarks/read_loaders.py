@@ -2,6 +2,7 @@
 
     python benchmarks/read_loaders.py [--rows 200000] [--images 2000] [--workers 0,2] [--repeat 3]
                                       [--data DIR] [--baseline PYTHONPATH]
+                                      [--datasets table,images] [--systems rf,tfrecord,...]
 
 Builds the end-to-end benchmark's table (`--rows` rows) and image set
 (`--images` JPEGs) with `recordforge build` (uncompressed, as
@@ -129,13 +130,14 @@ def _systems() -> dict:
     return systems
 
 
-def _versions(root: Path, rows: int, images: int) -> dict:
-    """The table's and the image set's versions under `root`, built unless
-    a run before built them there."""
+def _versions(root: Path, rows: int, images: int, datasets: list[str]) -> dict:
+    """The table's and the image set's versions under `root` (those of
+    `datasets`), built unless a run before built them there."""
     makers = {"table": lambda: make_table(root / "table", rows)[0],
               "images": lambda: make_images(root / "images", images)}
     versions = {}
-    for data, make in makers.items():
+    for data in datasets:
+        make = makers[data]
         version = root / f"out-{data}" / "bench"
         if not (version / "manifest.json").exists():
             _build(make(), root / f"out-{data}")
@@ -170,11 +172,13 @@ def _round(versions: dict, workers: list[int], systems: dict, best: dict) -> Non
                       records / max(_cpu_seconds() - cpu, 1e-9))
 
 
-def _baseline_round(baseline: str, data_dir: Path, workers: str, best: dict) -> None:
+def _baseline_round(baseline: str, data_dir: Path, workers: str, datasets: list[str],
+                    best: dict) -> None:
     """One round of ``rf`` and ``rf-crc`` by the code on `baseline`, in a
     child process, kept in `best` as ``base-rf`` and ``base-rf-crc``."""
     child = subprocess.run(
         [sys.executable, __file__, "--data", str(data_dir), "--workers", workers,
+         "--datasets", ",".join(datasets),
          "--repeat", "1", "--systems", "rf,rf-crc", "--json"],
         env={**os.environ, "PYTHONPATH": baseline}, check=True, capture_output=True, text=True)
     for data, count, name, rate, records, cpu_rate in json.loads(child.stdout.splitlines()[-1]):
@@ -208,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--images", type=int, default=2_000)
     parser.add_argument("--workers", default="0,2")
+    parser.add_argument("--datasets", default="table,images", help="which versions to read")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data", help="build the versions here once, and reuse them")
     parser.add_argument("--baseline", help="PYTHONPATH of another recordforge to compare")
@@ -220,12 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         systems = {name: systems[name] for name in args.systems.split(",")}
     with tempfile.TemporaryDirectory(prefix="read-loaders-") as scratch:
         root = Path(args.data or scratch)
-        versions = _versions(root, args.rows, args.images)
+        versions = _versions(root, args.rows, args.images, args.datasets.split(","))
         best: dict = {}
         for _ in range(args.repeat):
             _round(versions, workers, systems, best)
             if args.baseline:
-                _baseline_round(args.baseline, root, args.workers, best)
+                _baseline_round(args.baseline, root, args.workers, list(versions), best)
         if args.json:
             print(json.dumps([[*key, *value] for key, value in best.items()]))
             return 0
