@@ -86,17 +86,18 @@ def _read_into(handle: BinaryIO, whole: memoryview, size: int) -> int:
     return done
 
 
-def checked_chunk(data: memoryview, first: int, position: int, expected: np.ndarray, display: str
-             ) -> tuple[list[tuple[int, int]], DatasetCorrupt | None]:
+def checked_chunk(data: memoryview, first: int, position: int, expected: np.ndarray,
+                  display: str) -> tuple[list[tuple[int, int]], DatasetCorrupt | None]:
     """The (start, end) in `data` of its records that are intact and end
     where the index says (`expected`: each record's end, counted from
     `data`'s start, which is byte `first` of the shard and record
     `position`), and the damage that stopped them (None when every record
     is). `RandomAccess.read` checks a record alone with it."""
     starts, ends, damage = complete_records(data, first, position, display)
+    wanted = expected[:len(ends)].tolist()  # lists: a chunk holds few records
     agree = len(ends)
-    if not np.array_equal(ends, expected[:agree]):
-        agree = int(np.flatnonzero(np.asarray(ends) != expected[:agree])[0])
+    if ends != wanted:
+        agree = next(i for i, (end, want) in enumerate(zip(ends, wanted)) if end != want)
         damage = None  # the first record that disagrees comes before the walk's damage
     kept = list(zip(starts[:agree], ends[:agree]))
     if damage is not None:
