@@ -28,8 +28,9 @@ Each system's dataset is made before the clock starts, as a training run
 makes it once (recordforge reads and checks the manifest then: 8 ms for
 the image set's 300 KB manifest; the `tfrecord` package's reader here
 reads it for the shard names); the clock covers one epoch, the DataLoader
-workers' start included. Systems alternate in rounds (`--repeat`), the best of each kept, so a slow
-spell of the shared machine falls on all alike; a second table gives
+workers' start included. Systems alternate in rounds (`--repeat`), each
+round in another order, the best of each kept, so a slow spell of the
+shared machine falls on all alike; a second table gives
 records per CPU-second (the process and its DataLoader workers), which a
 busy machine disturbs far less than the clock. ``--data DIR`` builds the
 two versions there once and reuses them in later runs (`--rows` and
@@ -158,12 +159,16 @@ def _keep(best: dict, key: tuple, rate: float, records: int, cpu_rate: float) ->
     best[key] = (max(old_rate, rate), records, max(old_cpu, cpu_rate))
 
 
-def _round(versions: dict, workers: list[int], systems: dict, best: dict) -> None:
-    """Each system once over each version and worker count; the best
-    (records/s, records, records per CPU-second) of each kept in `best`."""
+def _round(versions: dict, workers: list[int], systems: dict, best: dict, turn: int) -> None:
+    """Each system once over each version and worker count, the order
+    turned by `turn` (no system always first on a version, with the cold
+    caches that brings); the best (records/s, records, records per
+    CPU-second) of each kept in `best`."""
+    order = list(systems.items())
+    order = order[turn % len(order):] + order[:turn % len(order)]
     for data, version in versions.items():
         for count in workers:
-            for name, make in systems.items():
+            for name, make in order:
                 epoch = make(version, count)  # a training run opens its dataset once
                 start, cpu = time.perf_counter(), _cpu_seconds()
                 records = epoch()
@@ -227,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(args.data or scratch)
         versions = _versions(root, args.rows, args.images, args.datasets.split(","))
         best: dict = {}
-        for _ in range(args.repeat):
-            _round(versions, workers, systems, best)
+        for turn in range(args.repeat):
+            _round(versions, workers, systems, best, turn)
             if args.baseline:
                 _baseline_round(args.baseline, root, args.workers, list(versions), best)
         if args.json:
