@@ -43,14 +43,17 @@ class RecordDataset(torch_data.IterableDataset):
     (`seed`, epoch): a global shuffle through index files, or, without
     them (gzip output), shards in a seeded order mixed through a buffer of
     `buffer_size` rows per worker. `len()` is the rows per rank. `check`:
-    how rows read in order are checked, "sha256" (each shard's size and
-    sha256 as it streams, every record's CRCs) or "crc" (no hash: sizes,
-    CRCs and record counts; docs/reading.md says what it misses)."""
+    how rows read in order are checked against the manifest, besides every
+    record's CRCs: "index" (each shard's size, its index file's sha256,
+    every record's span; a shard without an index file by "sha256"),
+    "sha256" (each shard's size and sha256 as it streams) or "crc" (sizes
+    and record counts); docs/reading.md says what each catches and
+    misses."""
 
     def __init__(self, path: str, split: str = "train", *, rank: int = 0, world_size: int = 1,
                  shuffle: bool = False, seed: int = 0, remainder: str = "drop",
                  decode: Callable[[dict], Any] | None = None, buffer_size: int = 10_000,
-                 check: str = "sha256"):
+                 check: str = "index"):
         super().__init__()
         self.reader = SplitReader(path, split, rank=rank, world_size=world_size,
                                   shuffle=shuffle, seed=seed, remainder=remainder,

@@ -15,6 +15,7 @@ missing without a default, a wrong count or kind) raises
 from __future__ import annotations
 
 import base64
+import operator
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -46,6 +47,7 @@ def _default(spec: Mapping[str, Any]) -> list | None:
 
 
 _KIND_BY_FIELD = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+_FIELD_BY_KIND = {kind: field for field, kind in _KIND_BY_FIELD.items()}
 
 
 class _Feature:
@@ -59,20 +61,17 @@ class _Feature:
         self.fixed_scalar = not shape and not self.variable
         self.default = _default(spec)
         self.dtype = _DTYPES.get(self.kind)
+        self._list = operator.attrgetter(f"{_FIELD_BY_KIND[self.kind]}.value")
 
     def value(self, features, where: Callable[[], str]):
         """This feature's value from the message's feature map (`get`: a
         protobuf map's ``[]`` would insert a missing key)."""
         feature = features.get(self.name)
-        which = feature.WhichOneof("kind") if feature is not None else None
-        if which is None:
-            values = self._absent(feature is None, where)
-        else:
-            values = getattr(feature, which).value
-            if values and _KIND_BY_FIELD[which] != self.kind:
-                raise RecordDecodeError(f"{where()}: feature {self.name!r} holds "
-                                        f"{_KIND_BY_FIELD[which]} values, but the manifest "
-                                        f"says {self.kind}")
+        # The manifest's kind first: values there are the only list set (a
+        # oneof), so the kind is asked only of a feature with none there.
+        values = self._list(feature) if feature is not None else None
+        if not values:
+            values = self._unset(feature, where)
         if not self.variable and len(values) != self.count:
             shape = "[]" if self.fixed_scalar else f"[{self.count}]"
             raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {len(values)} "
@@ -82,6 +81,19 @@ class _Feature:
         if self.fixed_scalar:
             return np.array(values[0], dtype=self.dtype)
         return np.fromiter(values, dtype=self.dtype, count=len(values))
+
+    def _unset(self, feature, where: Callable[[], str]):
+        """The values of a feature with none of the manifest's kind: absent,
+        of no kind, an empty list, or another kind's values (an error)."""
+        which = feature.WhichOneof("kind") if feature is not None else None
+        if which is None:
+            return self._absent(feature is None, where)
+        values = getattr(feature, which).value
+        if values and _KIND_BY_FIELD[which] != self.kind:
+            raise RecordDecodeError(f"{where()}: feature {self.name!r} holds "
+                                    f"{_KIND_BY_FIELD[which]} values, but the manifest "
+                                    f"says {self.kind}")
+        return values
 
     def _absent(self, missing: bool, where: Callable[[], str]) -> list:
         """The values of a feature a record lacks (`missing`) or holds with

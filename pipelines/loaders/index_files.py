@@ -65,22 +65,63 @@ def _read_checked(version: OpenedVersion, index: HeldShard) -> bytes:
     return data
 
 
+# Digits a number of an index may have: below 10**18 (an exabyte), so every
+# number parses into an int64 exactly.
+_MAX_DIGITS = 18
+_SPACE, _NEWLINE = ord(" "), ord("\n")
+
+
 def _parse(data: bytes, display: str, count: int) -> np.ndarray:
-    lines = data.split(b"\n")
-    if lines[-1] != b"" or len(lines) != count + 1:
-        raise DatasetCorrupt(f"{display}: {len(lines) - 1} lines, but the shard holds {count} "
-                             "records (each line ends with a newline)")
-    try:
-        pairs = np.array([line.split(b" ") for line in lines[:-1]], dtype=np.int64)
-    except (ValueError, OverflowError):
-        raise DatasetCorrupt(f"{display}: a line is not '<offset> <length>'") from None
-    pairs = pairs.reshape(count, 2)
+    """The offsets of an index's `count` lines plus the shard's size. The
+    bytes are checked as a whole first (digits, then a space, digits and a
+    newline on every line), so that numpy's C parser, which is lenient,
+    only ever reads well-formed numbers: a shard of 100,000 records is
+    parsed in milliseconds, not a Python call per line."""
+    _check_layout(data, display, count)
+    pairs = np.fromstring(data, dtype=np.int64, sep=" ").reshape(count, 2)
     ends = np.cumsum(pairs[:, 1])
     # line i must start where line i - 1 ends, and hold at least a record's framing
     bad = np.flatnonzero((pairs[:, 0] != ends - pairs[:, 1]) | (pairs[:, 1] < FRAMING))
     if bad.size:
         line = int(bad[0])
-        raise DatasetCorrupt(f"{display}: line {line + 1} "
-                             f"({lines[line].decode('ascii', 'replace')!r}) does not start "
-                             "where the line before it ends, or is shorter than a record")
+        raise DatasetCorrupt(f"{display}: line {line + 1} ({_line(data, line)!r}) does not "
+                             "start where the line before it ends, or is shorter than a record")
     return np.append(pairs[:, 0], ends[-1] if count else 0)
+
+
+def _check_layout(data: bytes, display: str, count: int) -> None:
+    """DatasetCorrupt naming the first line that is not
+    ``"<digits> <digits>\n"`` (numbers of at most `_MAX_DIGITS` digits),
+    or the line count when it is not `count`."""
+    lines = data.count(b"\n")
+    if lines != count or (data and not data.endswith(b"\n")):
+        raise DatasetCorrupt(f"{display}: {lines} lines, but the shard holds {count} records "
+                             "(each line ends with a newline)")
+    raw = np.frombuffer(data, dtype=np.uint8)
+    separators = np.flatnonzero((raw == _SPACE) | (raw == _NEWLINE))
+    digits = ((raw >= ord("0")) & (raw <= ord("9"))).sum()
+    widths = np.diff(separators, prepend=-1) - 1  # the digits before each separator
+    kinds = raw[separators]
+    expected = np.tile(np.array([_SPACE, _NEWLINE], dtype=np.uint8), count)
+    if (len(separators) == 2 * count and digits + len(separators) == len(data)
+            and np.array_equal(kinds, expected) and widths.min(initial=1) >= 1
+            and widths.max(initial=1) <= _MAX_DIGITS):
+        return
+    # the checks above fail exactly when a line is not well formed: find it
+    lines = data.decode("latin-1").split("\n")[:count]
+    line, text = next((line, text) for line, text in enumerate(lines) if not _well_formed(text))
+    raise DatasetCorrupt(f"{display}: line {line + 1} ({text!r}) is not '<offset> <length>'")
+
+
+def _line(data: bytes, line: int) -> str:
+    """Line `line` (from 0) of an index, without its newline, for messages."""
+    at = 0
+    for _ in range(line):
+        at = data.index(b"\n", at) + 1
+    return data[at:data.index(b"\n", at)].decode("ascii", "replace")
+
+
+def _well_formed(line: str) -> bool:
+    numbers = line.split(" ")
+    return (len(numbers) == 2
+            and all(n.isascii() and n.isdigit() and len(n) <= _MAX_DIGITS for n in numbers))

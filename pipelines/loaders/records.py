@@ -1,32 +1,53 @@
 """A split's records read from its shards: streamed in order, or one at a time by index.
 
 Every record's two CRCs are checked before it is handed out, so damage
-raises and never yields wrong bytes. Shards are checked against the
-manifest (`held_manifest`) by one of two rules:
+raises and never yields wrong bytes; the intact records before the damage
+are handed out first. Shards are checked against the manifest by one of
+three rules (`CHECKS`), chosen by the reader's ``check``:
 
-* streamed (`stream_records`), ``check="sha256"`` (the default): the
-  shard's size is checked before its first record, and its sha256 as it
-  streams; a reader whose range ends inside a shard reads on to the
-  shard's end so the hash covers it (those bytes hashed, not walked), and
-  the records before its range are walked and checked but make no Python
-  object. A shard
+* ``"index"`` (the default), streamed through the shard's index file
+  (`spans`): the shard's size, and its index file's size and sha256
+  (`index_files`: the manifest lists both), before its first record; the
+  index's offsets must tile the shard, one line per record the manifest
+  counts; every record read must end exactly where its index line says.
+  Caught: any changed byte inside a record (its CRCs), a truncated or
+  grown shard (its size), records cut, moved or reordered (their spans),
+  another build's shard whose records differ in any length (the spans),
+  a damaged or replaced index file (its sha256). Missed: a shard of the
+  same size whose records are other valid records of exactly the same
+  lengths in the same order (deliberate forgery, or a rebuild under the
+  same name whose records all keep their lengths: rows of fixed width
+  reordered). A reader of a slice reads only its records. Costs the index
+  file (10 to 20 bytes a record) hashed once per shard, not the shard.
+  A shard without an index file (gzip output, older versions) is read by
+  ``"sha256"``.
+* ``"sha256"``, streamed (`held_manifest.checked_records`): the shard's
+  size before its first record, and its sha256 as it streams; a reader
+  whose range ends inside a shard reads on to the shard's end so the hash
+  covers it (those bytes hashed, not walked), and the records before its
+  range are walked and checked but make no Python object. A shard
   replaced by another build of the same size raises `VersionReplaced` at
-  its end. ``check="crc"``, cheaper (no hash: about 1.5 GB/s of a core):
-  the size before the first record, and the record count when a reader
-  reaches the shard's end; a reader stops at the end of its range. Damage
-  still raises, but a shard rewritten whole with valid records of the same
-  size (another build under the same name) is not noticed.
-ArrayRecord shards (``output.format: array_record``) are read by
-`array_record_access` under the same rules (`random_access` picks).
+  its end. The strongest rule; the hash runs at about 1.4 GB/s on a core,
+  slower than the rest of reading large records (images).
+* ``"crc"``: no hash, no index file: the size before the first record,
+  and the record count when a reader reaches the shard's end; a reader
+  stops at the end of its range. The cheap rule for versions without
+  index files. A shard rewritten whole with valid records of the same
+  total size and count is not noticed.
 
-* random access (`RandomAccess`): the shard's size and its index file (size
-  and sha256, `index_files`) are checked when the shard is first opened,
-  and every record read must span exactly the bytes its index line gives.
-  The shard's own sha256 is not computed (that would read every shard whole
-  before the first record); `recordforge verify` checks it.
+ArrayRecord shards (``output.format: array_record``) have no index files:
+they are read by `array_record_access` (``"crc"``: in order through the
+package's reader; ``"index"`` and ``"sha256"``: their sha256 as they
+stream), and `random_access` picks their access by position.
 
-Memory: one record at a time, plus the offsets of at most `OPEN_SHARDS`
-shards (8 bytes a record) and as many open file handles per thread.
+Random access (`RandomAccess`, whatever ``check`` says): the shard's size
+and its index file are checked when the shard is first opened, as
+``"index"`` does, and every record read must span exactly the bytes its
+index line gives. `recordforge verify` checks every shard's sha256.
+
+Memory: one record at a time (``"index"``: a chunk of up to 256 KiB, `spans`),
+plus the offsets of at most `OPEN_SHARDS` shards (8 bytes a record) and
+as many open file handles per thread.
 """
 
 from __future__ import annotations
@@ -36,17 +57,18 @@ import threading
 from collections import OrderedDict
 from typing import Iterator
 
-from ...transforms.tfrecord import (FOOTER_SIZE, HEADER_SIZE, TFRecordError, complete_records,
-                                    iter_record_views)
+from ...transforms.tfrecord import FOOTER_SIZE, HEADER_SIZE, TFRecordError, iter_record_views
 from ..publish.held_manifest import DatasetCorrupt, checked_records
 from .array_record_access import OPEN_SHARDS, ArrayRecordAccess, stream_ordered
 from .index_files import load_offsets
+from .spans import checked_chunk, read_spans
 from .version import LoaderShard, OpenedVersion
 
-__all__ = ["CHECKS", "OPEN_SHARDS", "RandomAccess", "check_size", "random_access",
-           "stream_records"]
+__all__ = ["CHECKS", "DEFAULT_CHECK", "OPEN_SHARDS", "RandomAccess", "check_size",
+           "random_access", "stream_records"]
 
-CHECKS = ("sha256", "crc")
+CHECKS = ("index", "sha256", "crc")
+DEFAULT_CHECK = "index"
 
 
 def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
@@ -61,16 +83,23 @@ def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
                              f"lists {shard.held.num_bytes} (run recordforge verify)")
 
 
-def stream_records(version: OpenedVersion, shard: LoaderShard, start: int, stop: int,
-                   check: str = "sha256") -> Iterator[memoryview]:
-    """The records ``start <= i < stop`` of `shard`, in order, as views
-    valid until the next is asked for (copy one to keep it), checked by
-    `check` (module docstring)."""
-    check_size(version, shard)
-    opener = functools.partial(version.fs.open, version.path(shard.held.file), "rb")
-    if check == "crc" and version.file_format == "array_record":
-        yield from stream_ordered(ArrayRecordAccess(version, [shard]), 0, start, stop)
+def stream_records(access: RandomAccess | ArrayRecordAccess, shard_index: int, start: int, stop: int,
+                   check: str = DEFAULT_CHECK) -> Iterator[memoryview]:
+    """The records ``start <= i < stop`` of shard `shard_index` of
+    `access`, in order, as views valid until the next is asked for (copy
+    one to keep it), checked by `check` (module docstring)."""
+    version, shard = access.version, access.shards[shard_index]
+    path = version.path(shard.held.file)
+    check_size(version, shard)  # each time: the offsets may be cached from an earlier pass
+    if check == "index" and shard.index is not None:
+        offsets = access.offsets(shard_index)  # its index file checked on first use
+        with version.fs.open(path, "rb") as handle:
+            yield from read_spans(handle, offsets, start, stop, shard.held.display)
         return
+    if check == "crc" and version.file_format == "array_record":
+        yield from stream_ordered(access, shard_index, start, stop)
+        return
+    opener = functools.partial(version.fs.open, path, "rb")
     if check == "crc":
         yield from _crc_checked(opener, version, shard, start, stop)
         return
@@ -167,13 +196,9 @@ class RandomAccess:
         start, end = int(offsets[record]), int(offsets[record + 1])
         handle = self._handle(shard_index)
         handle.seek(start)
-        framed = bytearray(handle.read(end - start))  # a span the checked index vouches for
-        display = self.shards[shard_index].held.display
-        starts, ends, damage = complete_records(framed, start, record, display)
+        framed = handle.read(end - start)  # a span the checked index vouches for
+        _, damage = checked_chunk(framed, start, record, offsets[record + 1:record + 2] - start,
+                                  self.shards[shard_index].held.display)
         if damage is not None:
-            raise DatasetCorrupt(str(damage))
-        if ends != [len(framed)]:
-            raise DatasetCorrupt(f"{display}: bytes {start}..{end}, record {record} by its "
-                                 f"index file, hold {len(starts)} complete records, not one "
-                                 "(run recordforge verify)")
+            raise damage
         return memoryview(framed)[HEADER_SIZE:len(framed) - FOOTER_SIZE]

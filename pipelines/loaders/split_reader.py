@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 from . import plan
 from .decode import ExampleDecoder
-from .records import CHECKS, random_access, stream_records
+from .records import CHECKS, DEFAULT_CHECK, random_access, stream_records
 from .version import open_version
 
 __all__ = ["DEFAULT_BUFFER", "SplitReader"]
@@ -38,7 +38,7 @@ class SplitReader:
     def __init__(self, path: str, split: str = "train", *, rank: int = 0, world_size: int = 1,
                  shuffle: bool = False, seed: int = 0, remainder: str = "drop",
                  decode: Callable[[dict], Any] | None = None,
-                 buffer_size: int = DEFAULT_BUFFER, check: str = "sha256"):
+                 buffer_size: int = DEFAULT_BUFFER, check: str = DEFAULT_CHECK):
         self.version = open_version(path)
         self.split, self.shards = split, self.version.shards(split)
         self.counts = [shard.num_examples for shard in self.shards]
@@ -155,10 +155,10 @@ class SplitReader:
     def _streamed(self, positions: plan.Slice, shuffled: bool):
         order = plan.shard_order(len(self.shards), self.seed, self.epoch, shuffled)
         for shard, start, stop in plan.segments(positions, self.counts, order):
-            held = self.shards[shard]
-            records = stream_records(self.version, held, start, stop, self.check)
+            display = self.shards[shard].held.display
+            records = stream_records(self.access, shard, start, stop, self.check)
             for index, record in enumerate(records, start):
-                yield record, held.held.display, index
+                yield record, display, index
 
     def _indexed(self, positions: plan.Slice):
         for shards, records in plan.global_positions(positions, self.counts, self.seed,
