@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of"]
+__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of", "write_scenes"]
 
 _PHOTOS = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples" / "flowers")
                  .glob("*/*_0[0-9][0-9].*"))
@@ -103,6 +103,21 @@ def scene(seed: int, kind: str | None = None) -> Image.Image:
     if kind == "texture":
         return Image.blend(_texture(rng, size), _gradient(rng, size), rng.uniform(0, 0.3))
     return _photo(rng, size, _PHOTOS[source_of(seed)])
+
+
+def write_scenes(directory: Path, count: int, folders: tuple[str, ...]) -> int:
+    """Writes the JPEGs of scenes 0..count-1 other than photo crops (crops of
+    one sample photo can overlap: not distinct pictures) as
+    ``<folder>/scene_<seed>.jpg``, folders in turn; returns their bytes."""
+    total = 0
+    for folder in folders:
+        (directory / folder).mkdir(parents=True, exist_ok=True)
+    for seed in range(count):
+        if kind_of(seed) != "photo":
+            data = encode(scene(seed))
+            (directory / folders[seed % len(folders)] / f"scene_{seed:05d}.jpg").write_bytes(data)
+            total += len(data)
+    return total
 
 
 def encode(im: Image.Image, fmt: str = "JPEG", quality: int = 90) -> bytes:
