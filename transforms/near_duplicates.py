@@ -8,7 +8,7 @@ and gives a PCollection of `NearPair`, each pair once, ordered so that
 pairs too. The search never compares all pairs:
 
 * Banding (pigeonhole). The 64 bits are cut into ``threshold + 1`` bands of
-  nearly equal width (7-8 bits at the default threshold). Two hashes within
+  nearly equal width (5-6 bits at the default threshold). Two hashes within
   `threshold` bits differ in at most `threshold` bands, so at least one
   band is equal in both; every image is keyed by each of its bands (the
   band's index and bits), so any two images within the threshold share a
@@ -16,9 +16,9 @@ pairs too. The search never compares all pairs:
   vectorised, confirmed <= threshold). ``bands_per_key=2`` cuts
   ``threshold + 2`` bands instead and keys an image by every *pair* of
   them (at least two bands are then equal): keys of twice the bits, so
-  buckets about 100 times smaller, for ``C(threshold + 2, 2)`` keys per
-  image (45 at the default threshold, against 9): for collections of
-  many millions of images.
+  buckets 32-64 times smaller, for ``C(threshold + 2, 2)`` keys per
+  image (66 at the default threshold, against 11): for collections of
+  millions of images.
 * Confirmation. A pair within the threshold is reported only when the two
   images' signatures (`image_hash.similar`: their DCT coefficients, not
   only the coefficients' sides of the median) agree too, or either image
@@ -27,7 +27,7 @@ pairs too. The search never compares all pairs:
   in a pair), never on both (docs/near_duplicates.md).
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 9 keys of 7-8 bits a batch of 4,096 touches at most 1,280 buckets.
+  with 11 keys of 5-6 bits a batch of 4,096 touches at most 640 buckets.
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order) that was compared, a rule
   each bucket decides from the two hashes alone: no second shuffle. It is
@@ -39,8 +39,8 @@ pairs too. The search never compares all pairs:
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold and cap, past about 1.3 million images with one
-  band per key, over 100 million with two). What is given up: a pair is
+  at the default threshold and cap, past about 320,000 images with one
+  band per key, about 10 million with two). What is given up: a pair is
   missed when every bucket the two share is over the cap (inside a large
   group of near-identical images, most pairs). In return the work is at most
   ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
