@@ -68,6 +68,16 @@ def varied(values, rng: random.Random, spread: int) -> list[int]:
     return [max(-127, min(127, v + rng.randint(-spread, spread))) for v in values]
 
 
+def _mark(kind: str, shape: list[int], rng: random.Random) -> int:
+    """A signature near the cluster's `shape` (agreeing), far from it
+    (mostly not), unrelated to it, or none."""
+    if kind == "none":
+        return 0
+    if kind == "unrelated":
+        return signature(varied([0] * SIGNATURE_BYTES, rng, 127))
+    return signature(varied(shape, rng, 20 if kind == "close" else 90))
+
+
 @st.composite
 def clustered_fingerprints(draw, threshold=DEFAULT_THRESHOLD):
     """Images in a few clusters of hashes: each a centre with members up to
@@ -84,11 +94,7 @@ def clustered_fingerprints(draw, threshold=DEFAULT_THRESHOLD):
             value = flipped(centre, rng.randint(0, threshold + 3) if member else 0, rng)
             split = rng.choice(SPLITS)
             key = f"{cluster:02d}-{member:02d}"
-            kind = rng.choice(["close", "far", "unrelated", "none"])
-            mark = {"close": lambda: signature(varied(shape, rng, 20)),
-                    "far": lambda: signature(varied(shape, rng, 90)),
-                    "unrelated": lambda: signature(varied([0] * SIGNATURE_BYTES, rng, 127)),
-                    "none": lambda: 0}[kind]()
+            mark = _mark(rng.choice(["close", "far", "unrelated", "none"]), shape, rng)
             fingerprints.append(ImageFingerprint(split, key, f"{split}/{key}.jpg", value, mark))
     return fingerprints
 
