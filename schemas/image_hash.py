@@ -44,7 +44,7 @@ without its mean grey level), each scaled so that the largest magnitude is
 the same on every machine). `similar` is their cosine similarity at least
 `MIN_SIMILARITY` (0.85), in integers; it ignores brightness and contrast
 changes, which scale or offset the coefficients. Planted copies measured
-at least 0.93 and unrelated pictures within 12 bits of each other at most
+at least 0.89 and unrelated pictures within 12 bits of each other at most
 0.79 (benchmarks/bench_image_hash.py, docs/near_duplicates.md). A picture
 without structure (a solid colour: every coefficient after DC is zero) has
 no signature (0); its pairs are confirmed by the hash alone.

@@ -72,9 +72,9 @@ __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "
 
 # Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): with
 # the signatures confirming, no two of 1,495 distinct generated scenes pair
-# at 8-12 bits; at 10, 99.65% of planted 5% crops and >= 99.95% of other
-# planted copies are found (98.70% of crops at 8; 99.85% at 12, where a
-# bucket key has 4-5 bits and buckets fill four times sooner).
+# at 6-14 bits; at 10, 99.45% of planted 5% crops and >= 99.95% of other
+# planted copies are found (98.40% of crops at 8; 99.80% at 12, where a
+# bucket key has 4-5 bits and buckets fill twice as soon).
 DEFAULT_THRESHOLD = 10
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1
