@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of"]
+__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of", "write_scenes"]
 
 _PHOTOS = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples" / "flowers")
                  .glob("*/*_0[0-9][0-9].*"))
@@ -54,12 +54,21 @@ def _shapes(rng: random.Random, im: Image.Image, count: int) -> Image.Image:
     return im.filter(ImageFilter.GaussianBlur(rng.uniform(0.5, 2.0)))
 
 
+def _noise(rng: random.Random, size: tuple[int, int], sigma: int) -> Image.Image:
+    """Gaussian grey noise around 128, drawn from `rng` (Pillow's
+    Image.effect_noise draws from the C library's rand(), whose state
+    depends on every earlier call in the process: the same seed gave other
+    pictures in another test order)."""
+    values = np.random.default_rng(rng.getrandbits(64)).normal(128, sigma, (size[1], size[0]))
+    return Image.fromarray(np.clip(values, 0, 255).round().astype(np.uint8), "L")
+
+
 def _texture(rng: random.Random, size: tuple[int, int]) -> Image.Image:
     """Clouds: coarse noise enlarged (structure at every scale down to a
     few pixels) over fine grain, each channel on its own contrast."""
     coarse = (max(2, size[0] // rng.randint(6, 24)), max(2, size[1] // rng.randint(6, 24)))
-    clouds = Image.effect_noise(coarse, rng.randint(40, 90)).resize(size, Image.Resampling.BICUBIC)
-    grain = Image.effect_noise(size, rng.randint(10, 40))
+    clouds = _noise(rng, coarse, rng.randint(40, 90)).resize(size, Image.Resampling.BICUBIC)
+    grain = _noise(rng, size, rng.randint(10, 40))
     base = Image.blend(clouds, grain, rng.uniform(0.1, 0.4))
     return Image.merge("RGB", [base.point(lambda v, a=rng.uniform(0.6, 1.5), b=rng.randint(-60, 60):
                                           max(0, min(255, int((v - 128) * a + 128 + b))))
@@ -103,6 +112,21 @@ def scene(seed: int, kind: str | None = None) -> Image.Image:
     if kind == "texture":
         return Image.blend(_texture(rng, size), _gradient(rng, size), rng.uniform(0, 0.3))
     return _photo(rng, size, _PHOTOS[source_of(seed)])
+
+
+def write_scenes(directory: Path, count: int, folders: tuple[str, ...]) -> int:
+    """Writes the JPEGs of scenes 0..count-1 other than photo crops (crops of
+    one sample photo can overlap: not distinct pictures) as
+    ``<folder>/scene_<seed>.jpg``, folders in turn; returns their bytes."""
+    total = 0
+    for folder in folders:
+        (directory / folder).mkdir(parents=True, exist_ok=True)
+    for seed in range(count):
+        if kind_of(seed) != "photo":
+            data = encode(scene(seed))
+            (directory / folders[seed % len(folders)] / f"scene_{seed:05d}.jpg").write_bytes(data)
+            total += len(data)
+    return total
 
 
 def encode(im: Image.Image, fmt: str = "JPEG", quality: int = 90) -> bytes:

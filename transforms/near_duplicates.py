@@ -1,5 +1,6 @@
 """Near-duplicate images: pairs of images whose perceptual hashes
-(`schemas.image_hash`) differ in at most `threshold` bits, found by banding.
+(`schemas.image_hash`) differ in at most `threshold` bits and whose
+signatures agree, found by banding.
 
 `FindNearDuplicates(threshold)` takes a PCollection of `ImageFingerprint`
 and gives a PCollection of `NearPair`, each pair once, ordered so that
@@ -7,7 +8,7 @@ and gives a PCollection of `NearPair`, each pair once, ordered so that
 pairs too. The search never compares all pairs:
 
 * Banding (pigeonhole). The 64 bits are cut into ``threshold + 1`` bands of
-  nearly equal width (7-8 bits at the default threshold). Two hashes within
+  nearly equal width (5-6 bits at the default threshold). Two hashes within
   `threshold` bits differ in at most `threshold` bands, so at least one
   band is equal in both; every image is keyed by each of its bands (the
   band's index and bits), so any two images within the threshold share a
@@ -15,22 +16,31 @@ pairs too. The search never compares all pairs:
   vectorised, confirmed <= threshold). ``bands_per_key=2`` cuts
   ``threshold + 2`` bands instead and keys an image by every *pair* of
   them (at least two bands are then equal): keys of twice the bits, so
-  buckets about 100 times smaller, for ``C(threshold + 2, 2)`` keys per
-  image (45 at the default threshold, against 9): for collections of
-  many millions of images.
+  buckets 32-64 times smaller, for ``C(threshold + 2, 2)`` keys per
+  image (66 at the default threshold, against 11): for collections of
+  millions of images.
+* Confirmation. A pair within the threshold is reported only when the two
+  images' signatures (`image_hash.similar`: their DCT coefficients, not
+  only the coefficients' sides of the median) agree too, or either image
+  has none. This is what lets the default threshold be 10 bits: at 10
+  bits unrelated pictures collide on the hash (0.74% of generated scenes
+  in a pair), never on both (docs/near_duplicates.md).
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 9 keys of 7-8 bits a batch of 4,096 touches at most 1,280 buckets.
+  with 11 keys of 5-6 bits a batch of 4,096 touches at most 640 buckets.
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order) that was compared, a rule
-  each bucket decides from the two hashes alone: no second shuffle.
+  each bucket decides from the two hashes alone: no second shuffle. It is
+  decided for all of a bucket's close pairs at once in numpy: copies of
+  one picture share every bucket, and a rule applied pair by pair in
+  Python cost ~0.3 ms an image on the 3,000-image benchmark set.
 * Bounded buckets. A bucket with more than `max_bucket` members is not
   compared: its members are counted in the Beam counter
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold and cap, past about 1.3 million images with one
-  band per key, over 100 million with two). What is given up: a pair is
+  at the default threshold and cap, past about 320,000 images with one
+  band per key, about 10 million with two). What is given up: a pair is
   missed when every bucket the two share is over the cap (inside a large
   group of near-identical images, most pairs). In return the work is at most
   ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
@@ -53,18 +63,19 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from ..schemas.image_hash import HASH_BITS
+from ..schemas.image_hash import HASH_BITS, SIGNATURE_BYTES, signature_array, similar
 from .metrics import METRICS_NAMESPACE
 
 __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "Banding",
            "FindNearDuplicates", "ImageFingerprint", "NearPair", "bucket_members",
            "bucket_pairs"]
 
-# Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): at 8
-# bits, 98.75% of planted 5% crops and >= 99.85% of other planted copies are
-# found, and 0.13% of distinct generated scenes pair falsely (0 at 6 bits,
-# with 96% of crops; 0.74% at 10, with 99.65%).
-DEFAULT_THRESHOLD = 8
+# Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): with
+# the signatures confirming, no two of 1,495 distinct generated scenes pair
+# at 6-14 bits; at 10, 99.45% of planted 5% crops and >= 99.95% of other
+# planted copies are found (98.40% of crops at 8; 99.80% at 12, where a
+# bucket key has 4-5 bits and buckets fill twice as soon).
+DEFAULT_THRESHOLD = 10
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1
 # Fingerprints keyed together: a batch sends one element per bucket key it
@@ -77,12 +88,13 @@ MAX_THRESHOLD = 30
 
 class ImageFingerprint(NamedTuple):
     """One image: its split, row key (str or bytes; keys of one dataset are
-    one type, so they order), path (for messages and reports) and 64-bit
-    perceptual hash."""
+    one type, so they order), path (for messages and reports), 64-bit
+    perceptual hash and signature (0: none; `schemas.image_hash`)."""
     split: str
     key: Any
     path: str
     hash: int
+    signature: int = 0
 
 
 class NearPair(NamedTuple):
@@ -150,13 +162,31 @@ class Banding:
                 return index, a & mask
         return None
 
+    def shares_earlier_key(self, index: int, a: np.ndarray, b: np.ndarray,
+                           skipped: Mapping) -> np.ndarray:
+        """Per pair of uint64 hashes: whether they share a bucket key before
+        key `index` that is not in `skipped` (`first_key` for many pairs)."""
+        earlier = np.zeros(len(a), dtype=bool)
+        differ = a ^ b
+        for before, mask in enumerate(self._key_masks[:index]):
+            shared = (differ & np.uint64(mask)) == 0
+            if skipped:
+                for at in np.flatnonzero(shared):
+                    shared[at] = (before, int(a[at]) & mask) not in skipped
+            earlier |= shared
+        return earlier
+
 
 def check_fingerprint(fp: ImageFingerprint) -> ImageFingerprint:
     """The fingerprint, or ValueError naming the image when its hash is not
-    a 64-bit unsigned integer (a programming error upstream, never data)."""
+    a 64-bit unsigned integer or its signature not one of 63 bytes (a
+    programming error upstream, never data)."""
     if not (isinstance(fp.hash, int) and 0 <= fp.hash < 1 << HASH_BITS):
         raise ValueError(f"{fp.path} (split {fp.split!r}, key {fp.key!r}): image hash "
                          f"{fp.hash!r} is not a 64-bit unsigned integer")
+    if not (isinstance(fp.signature, int) and 0 <= fp.signature < 1 << 8 * SIGNATURE_BYTES):
+        raise ValueError(f"{fp.path} (split {fp.split!r}, key {fp.key!r}): image signature "
+                         f"is not an unsigned integer of {SIGNATURE_BYTES} bytes")
     return fp
 
 
@@ -185,15 +215,22 @@ def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPai
 def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], banding: Banding,
                  skipped: Mapping) -> Iterator[NearPair]:
     """The pairs one bucket reports: members (ImageFingerprint or its plain
-    tuple) within the threshold whose first shared bucket outside `skipped`
-    is this one (so each pair comes from exactly one bucket)."""
+    tuple) within the threshold whose signatures agree and whose first
+    shared bucket outside `skipped` is this one (so each pair comes from
+    exactly one bucket)."""
     members = sorted(members, key=_split_and_key)
-    for i, j, distance in _close_pairs(np.array([m[3] for m in members], dtype=np.uint64),
-                                       banding.threshold):
-        a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
-        if (a.split, a.key) != (b.split, b.key) and \
-                banding.first_key(a.hash, b.hash, skipped) == key:
-            yield _ordered(a, b, distance)
+    hashes = np.array([m[3] for m in members], dtype=np.uint64)
+    signatures = None
+    for first, second, distances in _close_pairs(hashes, banding.threshold):
+        keep = ~banding.shares_earlier_key(key[0], hashes[first], hashes[second], skipped)
+        if signatures is None:  # decoded once a bucket has a close pair
+            signatures = signature_array([m[4] for m in members])
+        keep &= similar(signatures[first], signatures[second])
+        for i, j, distance in zip(first[keep].tolist(), second[keep].tolist(),
+                                  distances[keep].tolist()):
+            a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
+            if (a.split, a.key) != (b.split, b.key):
+                yield _ordered(a, b, distance)
 
 
 # Distances computed per block of rows: at most this many at a time (2 MB
@@ -201,8 +238,10 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
 _BLOCK_CELLS = 1 << 18
 
 
-def _close_pairs(hashes: np.ndarray, threshold: int) -> Iterator[tuple[int, int, int]]:
-    """(i, j, distance) for i < j with distance <= threshold, vectorised."""
+def _close_pairs(hashes: np.ndarray, threshold: int
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per block of rows, arrays (i, j, distance) of the pairs i < j with
+    distance <= threshold, vectorised."""
     count = len(hashes)
     rows = max(1, _BLOCK_CELLS // max(1, count))
     for start in range(0, count - 1, rows):
@@ -212,9 +251,10 @@ def _close_pairs(hashes: np.ndarray, threshold: int) -> Iterator[tuple[int, int,
         close = distances <= threshold
         if np.count_nonzero(close) <= min(rows, count - start):
             continue  # the diagonal only (each hash with itself): the usual case
-        for i, j in zip(*np.nonzero(close)):
-            if i < j:
-                yield start + int(i), start + int(j), int(distances[i, j])
+        i, j = np.nonzero(close)
+        upper = i < j
+        i, j = i[upper], j[upper]
+        yield start + i, start + j, distances[i, j]
 
 
 def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding

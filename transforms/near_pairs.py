@@ -1,8 +1,9 @@
 """Near-duplicate images in a build (`FindNearImages`): the fingerprints' image hashes to `FindNearDuplicates`, its pairs counted into one bounded summary.
 
 The image reader hashes each image where its bytes are in hand
-(`readers.images`, column ``image_hash``); `RowsToExamples` puts the hash
-and path in each row's `Fingerprint`. Here the hashed images become
+(`readers.images`, column ``image_hash``: `image_hash.image_fingerprint`,
+the hash and its signature in one integer); `RowsToExamples` puts it and
+the path in each row's `Fingerprint`. Here the hashed images become
 `ImageFingerprint`s, `near_duplicates.FindNearDuplicates` gives the pairs
 within the threshold, and `NearPairsSummary` counts them per split and
 pair of splits and keeps the first `MAX_PAIRS`: the summary's size does
@@ -18,6 +19,7 @@ from typing import Iterable, Iterator, Sequence
 import apache_beam as beam
 
 from ..schemas.duplicates import MAX_PAIRS, FingerprintBatch, key_value
+from ..schemas.image_hash import split_fingerprint
 from .near_duplicates import FindNearDuplicates, ImageFingerprint, NearPair
 
 __all__ = ["FindNearImages", "NearPairsSummary", "image_fingerprints"]
@@ -30,13 +32,13 @@ def image_fingerprints(batch: FingerprintBatch, split_names: Sequence[str]
     if batch.image_hashes is None:
         return
     splits = batch.split_indices().tolist()
-    for key, split, image_hash, path in zip(batch.keys, splits, batch.image_hashes, batch.paths):
-        if image_hash is None:
+    for key, split, fingerprint, path in zip(batch.keys, splits, batch.image_hashes, batch.paths):
+        if fingerprint is None:
             continue
         named = key_value(key)
         yield ImageFingerprint(split_names[split],
                                named["key"] if named["key"] is not None else named["row_digest"],
-                               path, image_hash)
+                               path, *split_fingerprint(fingerprint))
 
 
 class NearPairsSummary(beam.CombineFn):

@@ -8,7 +8,7 @@ validation:
     max_fraction: 0.01       # rows equal to an earlier row, over all examples
     max_cross_split: 0       # rows of a split equal to a row of an earlier split
     dedupe: across_splits    # remove the later copies (within_split | across_splits)
-    near_threshold: 8        # image sources: near-duplicate images within 8 bits of 64
+    near_threshold: 10       # image sources: near-duplicate images within 10 bits of 64
                              # (the default; null turns the image hash off)
     max_near_cross_split: 0  # image pairs of different splits within the threshold
 ```

@@ -1,6 +1,7 @@
 """Near-duplicate images through `recordforge build`: planted copies (JPEG re-encoded,
 resized, cropped, brightened) found, the pairs exactly those of a brute-force search
-over every image's hash, the same duplicates.json on 1 and 2 workers, and the gate."""
+over every image's hash and signature, the same duplicates.json on 1 and 2 workers,
+and the gate."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from recordforge.pipelines import build
 from recordforge.schemas.duplicates import MAX_PAIRS
-from recordforge.schemas.image_hash import hamming, image_hash
+from recordforge.schemas.image_hash import (
+    hamming, image_fingerprint, image_hash, signature_array, similar, split_fingerprint)
 from recordforge.transforms.near_duplicates import DEFAULT_THRESHOLD, NearPair
 from recordforge.transforms.near_pairs import NearPairsSummary
 from recordforge.transforms.readers.images import ImageOptions, image_columns
@@ -28,8 +30,8 @@ _spec.loader.exec_module(scenes)
 
 def _write_images(root: Path, seed: int) -> dict[str, str]:
     """12 distinct scenes in two class folders and a copy of 8 of them, each
-    copy one of the issue's edits (crops of at most 2%: the hash's own tests
-    measure larger ones). Returns copy path -> original path (relative)."""
+    copy one of the issue's edits. Returns copy path -> original path
+    (relative)."""
     rng = random.Random(seed)
     planted = {}
     for index in range(12):
@@ -39,8 +41,7 @@ def _write_images(root: Path, seed: int) -> dict[str, str]:
         (folder / f"scene_{index:02d}.jpg").write_bytes(scenes.encode(im))
         if index < 8:
             kind = list(scenes.COPIES)[index % 4]
-            copy = (scenes._cropped(im, rng, most=0.02) if kind == "cropped"
-                    else scenes.COPIES[kind](im, rng))
+            copy = scenes.COPIES[kind](im, rng)
             name = f"copy_{index:02d}_{kind}.jpg"  # a PNG's bytes under .jpg: any format reads
             (folder / name).write_bytes(copy)
             planted[f"{folder.name}/{name}"] = f"{folder.name}/scene_{index:02d}.jpg"
@@ -75,11 +76,13 @@ def test_planted_near_duplicates_are_the_brute_force_pairs_on_one_and_two_worker
     assert one == (tmp_path / "two/v1/duplicates.json").read_bytes()
     near = json.loads(one)["near_duplicates"]
     assert near["threshold"] == DEFAULT_THRESHOLD and near["images_not_hashed"] == 0
-    # Brute force over every image's hash, computed here from the files.
-    hashes = {str(p.relative_to(images)): image_hash(p.read_bytes())
-              for p in sorted(images.rglob("*.jpg"))}
-    expected = {frozenset(pair) for pair in itertools.combinations(hashes, 2)
-                if hamming(hashes[pair[0]], hashes[pair[1]]) <= DEFAULT_THRESHOLD}
+    # Brute force over every image's hash and signature, computed here from
+    # the files.
+    parts = {str(p.relative_to(images)): split_fingerprint(image_fingerprint(p.read_bytes()))
+             for p in sorted(images.rglob("*.jpg"))}
+    expected = {frozenset((a, b)) for a, b in itertools.combinations(parts, 2)
+                if hamming(parts[a][0], parts[b][0]) <= DEFAULT_THRESHOLD
+                and similar(signature_array([parts[a][1]]), signature_array([parts[b][1]]))[0]}
     found = {frozenset((pair["a"]["key"], pair["b"]["key"])) for pair in near["examples"]}
     assert len(expected) < MAX_PAIRS and found == expected and near["pairs"] == len(expected)
     for copy, original in planted.items():
@@ -100,7 +103,8 @@ def test_the_image_reader_hashes_where_it_checks():
     im = scenes.scene(3)
     data = scenes.encode(im)
     columns = image_columns(data, "x.jpg", ImageOptions(perceptual_hash=True))
-    assert columns["image_hash"] == image_hash(data)
+    assert columns["image_hash"] == image_fingerprint(data)
+    assert split_fingerprint(columns["image_hash"])[0] == image_hash(data)
     assert "image_hash" not in image_columns(data, "x.jpg", ImageOptions())
     # A check that reads only the header passes a cut JPEG; its hash cannot
     # be made, and the image is kept without one rather than dropped.

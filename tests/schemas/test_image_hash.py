@@ -1,8 +1,10 @@
 """The perceptual hash: bit for bit the hash ``imagehash.phash`` computes
 (apart from ties with the median, which the test locates with scipy's DCT
-as imagehash does), the planted near-copies of natural-looking images within
-the default threshold and distinct images beyond it, every format Pillow
-opens, and undecodable or oversized data refused with the image's name."""
+as imagehash does); its signature: scipy's DCT coefficients scaled and
+rounded, compared by cosine similarity; the planted near-copies of
+natural-looking images a pair (within the default threshold, signatures
+agreeing) and distinct images not, every format Pillow opens, and
+undecodable or oversized data refused with the image's name."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from PIL import Image
 
 from recordforge.schemas.dead_letters import RowError
-from recordforge.schemas.image_hash import hamming, hash_image, image_hash
+from recordforge.schemas.image_hash import (
+    MIN_SIMILARITY, hamming, hash_image, image_fingerprint, image_hash, signature_array, similar,
+    split_fingerprint)
 from recordforge.transforms.near_duplicates import DEFAULT_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,13 +40,27 @@ seeds = st.integers(0, 2**31)
 kinds = st.sampled_from(scenes.KINDS)
 
 
+def reference_low(im: Image.Image) -> np.ndarray:
+    """scipy's DCT of the 32x32 pixels, the 8x8 lowest, as imagehash computes it."""
+    pixels = np.asarray(im.convert("L").resize((32, 32), Image.Resampling.LANCZOS))
+    return scipy.fftpack.dct(scipy.fftpack.dct(pixels, axis=0), axis=1)[:8, :8].ravel()
+
+
 def reference_bits(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
     """imagehash.phash's bits and how far each coefficient lies from the
     median (scipy's DCT on the same 32x32 pixels, as imagehash computes it)."""
-    pixels = np.asarray(im.convert("L").resize((32, 32), Image.Resampling.LANCZOS))
-    low = scipy.fftpack.dct(scipy.fftpack.dct(pixels, axis=0), axis=1)[:8, :8].ravel()
+    low = reference_low(im)
     bits = imagehash.phash(im).hash.ravel()
     return bits, np.abs(low - np.median(low))
+
+
+def is_pair(a: bytes, b: bytes) -> bool:
+    """Whether FindNearDuplicates would pair the two images at the default
+    threshold: hashes within it and signatures agreeing."""
+    (hash_a, sig_a), (hash_b, sig_b) = (split_fingerprint(image_fingerprint(a)),
+                                        split_fingerprint(image_fingerprint(b)))
+    return (hamming(hash_a, hash_b) <= DEFAULT_THRESHOLD
+            and bool(similar(signature_array([sig_a]), signature_array([sig_b]))[0]))
 
 
 def as_bits(value: int) -> np.ndarray:
@@ -89,22 +107,57 @@ def test_jpeg_draft_decoding_stays_near_the_full_decode(seed, kind, quality):
 
 
 @SETTINGS
-@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)))
-def test_planted_copies_are_within_the_default_threshold(seed, kind, copy):
+@given(seeds, kinds)
+def test_signature_is_scipys_coefficients_scaled_and_rounded(seed, kind):
+    # A lossless file, so the pixels are the picture's: the 63 coefficients
+    # after DC, scaled so the largest magnitude is 127, rounded. Ours come
+    # from rounded cosines: a value may differ by one where scipy's lies
+    # within 0.01 of a rounding boundary (x.5); nowhere else.
     im = scenes.scene(seed, kind)
-    original = image_hash(scenes.encode(im), "original.jpg")
+    data = scenes.encode(im, "PNG")
+    value, signature = split_fingerprint(image_fingerprint(data, "x.png"))
+    assert value == image_hash(data) == hash_image(im)
+    structure = reference_low(im)[1:]
+    scaled = structure * 127 / np.abs(structure).max()
+    ours = signature_array([signature])[0]
+    differ = ours != np.rint(scaled)
+    assert not differ[np.abs(np.abs(scaled) % 1 - 0.5) > 0.01].any()
+    assert np.abs(ours - scaled).max() < 0.52
+
+
+@given(st.lists(st.lists(st.integers(-127, 127), min_size=63, max_size=63),
+                min_size=2, max_size=2))
+def test_signatures_agree_when_their_cosine_is_at_least_085(vectors):
+    a, b = (np.array(v, dtype=np.float64) for v in vectors)
+    as_ints = [int.from_bytes(bytes(x + 128 for x in v), "big") for v in vectors]
+    agree = bool(similar(signature_array(as_ints[:1]), signature_array(as_ints[1:]))[0])
+    norms = np.linalg.norm(a) * np.linalg.norm(b)
+    cosine = a @ b / norms if norms else 0.0
+    top, bottom = MIN_SIMILARITY
+    if abs(cosine - top / bottom) > 1e-9:
+        assert agree == (cosine >= top / bottom)
+
+
+def test_a_missing_signature_agrees_with_any():
+    some = int.from_bytes(bytes(range(1, 64)), "big")
+    assert similar(signature_array([0, some, 0]), signature_array([some, 0, 0])).all()
+
+
+@SETTINGS
+@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)))
+def test_planted_copies_are_pairs_at_the_default_threshold(seed, kind, copy):
+    im = scenes.scene(seed, kind)
     edited = scenes.COPIES[copy](im, random.Random(seed))
-    assert hamming(original, image_hash(edited, "copy")) <= DEFAULT_THRESHOLD
+    assert is_pair(scenes.encode(im), edited)
 
 
 @SETTINGS
 @given(seeds, seeds, st.sampled_from(["gradient", "shapes", "texture"]), kinds)
-def test_distinct_pictures_are_beyond_the_default_threshold(seed_a, seed_b, kind_a, kind_b):
+def test_distinct_pictures_are_not_pairs(seed_a, seed_b, kind_a, kind_b):
     if (seed_a, kind_a) == (seed_b, kind_b):
         return
-    a = image_hash(scenes.encode(scenes.scene(seed_a, kind_a)))
-    b = image_hash(scenes.encode(scenes.scene(seed_b, kind_b)))
-    assert hamming(a, b) > DEFAULT_THRESHOLD
+    assert not is_pair(scenes.encode(scenes.scene(seed_a, kind_a)),
+                       scenes.encode(scenes.scene(seed_b, kind_b)))
 
 
 def test_animated_images_hash_their_first_frame():
@@ -130,8 +183,9 @@ def test_sixteen_bit_grayscale_is_scaled_not_clipped():
 def test_a_solid_colour_has_one_definite_hash(colour):
     # Every coefficient but DC is exactly zero: only the DC bit exceeds the
     # median (floating point would set the other bits by rounding noise).
+    # It has no structure, so no signature (0).
     data = scenes.encode(Image.new("RGB", (64, 48), colour), "PNG")
-    assert image_hash(data) == (1 << 63 if colour != (0, 0, 0) else 0)
+    assert image_fingerprint(data) == (1 << 63 if colour != (0, 0, 0) else 0)
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))

@@ -61,7 +61,7 @@ from ...schemas.dead_letters import RowError
 from ...schemas.image_decode import (DECODE_ERRORS as _DECODE_ERRORS, classified as _classified,
                                      image_error as _error, open_image as _open,
                                      to_8bit as _to_8bit)
-from ...schemas.image_hash import image_hash
+from ...schemas.image_hash import image_fingerprint
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "TENSORFLOW_FORMATS", "ImageOptions",
            "image_columns"]
@@ -446,12 +446,12 @@ def image_columns(data: bytes, path: str, options: ImageOptions) -> dict:
 
 
 def _perceptual_hash(data: bytes, path: str) -> int | None:
-    """The image's perceptual hash (`schemas.image_hash`), made here where
-    its bytes are in hand; None when it cannot be decoded for it (a check
+    """The image's perceptual hash and signature (`schemas.image_hash`,
+    `image_fingerprint`), made here where its bytes are in hand; None when it cannot be decoded for it (a check
     that did not decode the pixels, `decode: header`, may pass such an
     image: it is kept, and counted as not hashed, not dropped)."""
     try:
-        return image_hash(data, path)
+        return image_fingerprint(data, path)
     except RowError:
         return None
 
