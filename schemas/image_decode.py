@@ -15,9 +15,10 @@ import struct
 import threading
 import warnings
 
-from PIL import Image
-
 from .dead_letters import RowError
+
+# Pillow is imported where an image is opened: a table build imports this
+# module (through the image checks and the perceptual hash) and never does.
 
 __all__ = ["DECODE_ERRORS", "classified", "image_error", "open_image", "to_8bit"]
 
@@ -40,6 +41,8 @@ _open_lock = threading.Lock()
 
 def open_image(data: bytes, path: str, formats: tuple[str, ...] | None) -> Image.Image:
     """Image.open on `data` with Pillow's decompression-bomb warning as an error."""
+    from PIL import Image
+
     with _open_lock, warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:

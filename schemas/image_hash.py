@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from .image_decode import DECODE_ERRORS, classified, image_error, open_image, to_8bit
 
@@ -89,6 +88,8 @@ def _hash_pixels(pixels: np.ndarray) -> int:
 def hash_image(im: Image.Image) -> int:
     """Steps 2-5 on an opened (or already decoded) Pillow image: the same as
     ``int(str(imagehash.phash(im)), 16)`` but for ties with the median."""
+    from PIL import Image  # not at module level: see image_decode
+
     gray = to_8bit(im).convert("L").resize((_SIDE, _SIDE), Image.Resampling.LANCZOS)
     return _hash_pixels(np.asarray(gray))
 
@@ -100,6 +101,8 @@ def image_hash(data: bytes, path: str = "image") -> int:
     (stage ``decode``): ``empty_file``, ``image_too_large``,
     ``image_corrupt`` or ``image_truncated``.
     """
+    from PIL import UnidentifiedImageError  # not at module level: see image_decode
+
     if not data:
         raise image_error("empty_file", f"{path}: the image file is empty (0 bytes)")
     try:

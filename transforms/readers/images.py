@@ -53,8 +53,6 @@ import struct
 import zlib
 from typing import Any
 
-from PIL import Image, ImageOps, UnidentifiedImageError
-
 from ...schemas.dead_letters import RowError
 # The bomb guard and the meaning of a decode failure are shared with the
 # perceptual hash (schemas/image_hash.py), which cannot import this layer.
@@ -145,6 +143,8 @@ class ImageOptions:
 
 
 def _open_checked(data: bytes, path: str, options: ImageOptions) -> Image.Image:
+    from PIL import UnidentifiedImageError  # not at module level: see schemas/image_decode
+
     try:
         return _open(data, path, options.formats)
     except UnidentifiedImageError:
@@ -170,6 +170,8 @@ def _check_size(width: int, height: int, path: str, options: ImageOptions) -> No
     if width > max_w or height > max_h:
         raise _error("image_too_large", f"{path}: {width}x{height} exceeds max_size "
                      f"{max_w}x{max_h}; not decoded")
+    from PIL import Image  # not at module level: see schemas/image_decode
+
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         raise _error("image_too_large", f"{path}: {width}x{height} pixels exceeds the "
@@ -358,6 +360,8 @@ def _format_name(im: Image.Image) -> str:
 def _channels(im: Image.Image) -> int:
     if im.mode in ("P", "PA"):
         return 4 if im.mode == "PA" or "transparency" in im.info else 3
+    from PIL import Image  # not at module level: see schemas/image_decode
+
     return Image.getmodebands(im.mode)
 
 
@@ -382,6 +386,8 @@ def _for_format(im: Image.Image, fmt: str) -> Image.Image:
     if fmt == "JPEG":
         im = _to_8bit(im)
         if _has_alpha(im):
+            from PIL import Image  # not at module level: see schemas/image_decode
+
             rgba = im.convert("RGBA")
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             im = Image.alpha_composite(background, rgba)
@@ -405,6 +411,8 @@ def _new_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]
 
 def _transform(im: Image.Image, data: bytes, path: str, options: ImageOptions
                ) -> tuple[bytes, Image.Image, str]:
+    from PIL import Image, ImageOps  # not at module level: see schemas/image_decode
+
     _load(im, data, path)
     source_format = _format_name(im)
     try:
