@@ -14,11 +14,14 @@ import io
 import struct
 import threading
 import warnings
+from typing import TYPE_CHECKING
 
 from .dead_letters import RowError
 
 # Pillow is imported where an image is opened: a table build imports this
 # module (through the image checks and the perceptual hash) and never does.
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = ["DECODE_ERRORS", "classified", "image_error", "open_image", "to_8bit"]
 

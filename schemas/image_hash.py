@@ -43,10 +43,14 @@ file (``empty_file``, ``image_corrupt`` or ``image_truncated``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .image_decode import DECODE_ERRORS, classified, image_error, open_image, to_8bit
+
+if TYPE_CHECKING:  # Pillow itself is imported where an image is opened
+    from PIL import Image
 
 __all__ = ["DRAFT_SIDE", "HASH_BITS", "hamming", "hash_image", "image_hash"]
 
