@@ -21,7 +21,9 @@ from . import signals
 
 signals.install_first()
 
-import importlib  # noqa: E402 (after the signal handler, on purpose)
+import contextlib  # noqa: E402 (after the signal handler, on purpose)
+import gc  # noqa: E402
+import importlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 from typing import Sequence  # noqa: E402
@@ -85,18 +87,65 @@ def runner_args(argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `recordforge` console script; returns the exit status."""
+    """Entry point of the `recordforge` console script; returns the exit status.
+
+    Without `argv` (the console script: the process ends when this returns)
+    the objects the command imported are kept out of the garbage collector's
+    passes (`_freeze_heap`); with `argv` (a caller's own process) nothing is."""
+    console = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     with signals.commanding():
         try:
-            return _dispatch(argv)
+            return _dispatch(argv, console)
         except KeyboardInterrupt as interrupt:  # while a subcommand was imported or ran
             command = argv[0] if argv else ""
             print(f"recordforge {command}: interrupted", file=sys.stderr)
             return getattr(interrupt, "exit_status", 130)
+        finally:
+            _freeze_heap(console)
 
 
-def _dispatch(argv: list[str]) -> int:
+@contextlib.contextmanager
+def _imports_frozen(console: bool):
+    """Around importing the command's module in the console script's
+    process: the collector paused while it imports (three full collections
+    otherwise), then one collection for the garbage the imports left (~1 MB
+    kept for the whole build else), then everything alive frozen
+    (`_freeze_heap`)."""
+    paused = console and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if console:
+            gc.collect()
+        _freeze_heap(console)
+        if paused:
+            gc.enable()
+
+
+def _freeze_heap(console: bool) -> None:
+    """Moves every object alive now out of the cyclic garbage collector's
+    reach (`gc.freeze`), in the console script's process only.
+
+    Importing Beam leaves some 170,000 tracked objects (modules, classes,
+    functions, protobuf descriptors) that live as long as the process. The
+    collector walks them all in every full collection: three while they
+    are imported (~0.15 s of CPU) and a last one as the interpreter exits,
+    which then tears down whatever it found (on a small build the process
+    spent ~0.3 s more CPU after its last `atexit` hook than with them
+    frozen). Frozen once the command's module is imported and again when
+    the command has returned, they are walked by no collection but the one
+    `_imports_frozen` runs. Nothing is lost: frozen objects are still freed
+    when their last reference goes, and every file a command writes is
+    closed (and synced) before it returns. A caller's own process
+    (`main(argv)`: tests, a scheduler) keeps the collector as it set it."""
+    if console:
+        gc.freeze()
+
+
+def _dispatch(argv: list[str], console: bool = False) -> int:
     if not argv:
         sys.stderr.write(_usage())
         return 2
@@ -120,8 +169,9 @@ def _dispatch(argv: list[str]) -> int:
         # Beam logs warnings while it is imported, before `build` can quiet it.
         from .progress import hide_beam_noise
         hide_beam_noise(False)
-    function = getattr(importlib.import_module(module_name), function_name)
-    from ..schemas.errors import ConfigError
+    with _imports_frozen(console):
+        function = getattr(importlib.import_module(module_name), function_name)
+        from ..schemas.errors import ConfigError
     try:
         status = function(rest)
     except ConfigError as error:  # a subcommand that lets one escape still exits 2

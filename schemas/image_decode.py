@@ -14,10 +14,14 @@ import io
 import struct
 import threading
 import warnings
-
-from PIL import Image
+from typing import TYPE_CHECKING
 
 from .dead_letters import RowError
+
+# Pillow is imported where an image is opened: a table build imports this
+# module (through the image checks and the perceptual hash) and never does.
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = ["DECODE_ERRORS", "classified", "image_error", "open_image", "to_8bit"]
 
@@ -40,6 +44,8 @@ _open_lock = threading.Lock()
 
 def open_image(data: bytes, path: str, formats: tuple[str, ...] | None) -> Image.Image:
     """Image.open on `data` with Pillow's decompression-bomb warning as an error."""
+    from PIL import Image
+
     with _open_lock, warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:

@@ -58,11 +58,14 @@ file (``empty_file``, ``image_corrupt`` or ``image_truncated``).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from .image_decode import DECODE_ERRORS, classified, image_error, open_image, to_8bit
+
+if TYPE_CHECKING:  # Pillow itself is imported where an image is opened
+    from PIL import Image
 
 __all__ = ["DRAFT_SIDE", "HASH_BITS", "MIN_SIMILARITY", "SIGNATURE_BYTES", "hamming",
            "hash_image", "image_fingerprint", "image_hash", "similar", "split_fingerprint"]
@@ -101,6 +104,8 @@ _COSINES_T = np.ascontiguousarray(_COSINES.T)
 def _low_frequencies(im: Image.Image) -> np.ndarray:
     """Steps 2-4: the 64 lowest DCT coefficients (row-major, DC first) of
     an opened (or already decoded) Pillow image, exact int64."""
+    from PIL import Image  # not at module level: see image_decode
+
     gray = to_8bit(im).convert("L").resize((_SIDE, _SIDE), Image.Resampling.LANCZOS)
     return (_COSINES @ np.asarray(gray).astype(np.int64) @ _COSINES_T).ravel()
 
@@ -144,6 +149,8 @@ def image_fingerprint(data: bytes, path: str = "image") -> int:
     """The hash and the signature of an encoded image from one decode, as
     one integer: ``signature << 64 | hash`` (`split_fingerprint` parts it).
     Raises as `image_hash`."""
+    from PIL import UnidentifiedImageError  # not at module level: see image_decode
+
     if not data:
         raise image_error("empty_file", f"{path}: the image file is empty (0 bytes)")
     try:

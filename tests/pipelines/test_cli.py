@@ -44,6 +44,30 @@ def test_version_does_not_import_beam():
     assert out == ["recordforge", __version__, "False"]
 
 
+def test_the_console_script_freezes_what_the_command_imported():
+    """main() without argv is the console script, whose process ends with the
+    command: the objects its import of Beam made are frozen (walked by no
+    collection, none at exit), and the collector, paused while it imported,
+    is on again."""
+    code = ("import gc, sys; from recordforge.pipelines import cli; "
+            "sys.argv = ['recordforge', 'build', 'no-such-config.yaml']; status = cli.main(); "
+            "print(status, 'apache_beam' in sys.modules, gc.isenabled(), gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[:3] == ["2", "True", "True"]
+    assert int(out[3]) > 100_000  # Beam alone makes ~170,000 tracked objects
+
+
+def test_a_callers_process_keeps_its_collector():
+    """main(argv) runs in a caller's process (tests, a scheduler): it neither
+    freezes objects nor leaves the collector changed."""
+    import gc
+
+    frozen, enabled = gc.get_freeze_count(), gc.isenabled()
+    assert cli.main(["build", "no-such-config.yaml"]) == 2
+    assert (gc.get_freeze_count(), gc.isenabled()) == (frozen, enabled)
+
+
 @pytest.mark.parametrize("mutation,key", [
     ({"output": {"path": "out/x", "shard_size": "256XB"}}, "output.shard_size"),
     ({"splits": {"train": 0.5, "test": 0.4}}, "splits"),

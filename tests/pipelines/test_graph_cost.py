@@ -6,14 +6,19 @@ costs its construction and setup), so the graph of a small build is kept
 to what it uses: no statistics steps with ``validation.statistics: false``,
 no duplicate detection without ``validation.duplicates``,
 no label counting without a label, no column watch without optional
-features, and dead letters flattened once.
+features, and dead letters flattened once. Nor does a build import what
+it does not use: a table build never loads Pillow.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -92,3 +97,22 @@ def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics,
     near = NEAR_DUPLICATE_STAGES if source == "images" else 0
     assert stages <= (BASE_STAGES[source] + STATISTICS_STAGES * statistics
                       + (DUPLICATES_STAGES + near) * duplicates), names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_a_table_build_does_not_import_pillow(tmp_path, duplicates):
+    """Pillow is loaded where an image is opened: a CSV build (with duplicate
+    detection, whose config checks import the near-duplicate code, or
+    without) publishes without importing it."""
+    raw = _config("csv", statistics=True, label=True, optional=True, duplicates=duplicates)
+    raw["output"]["path"] = str(tmp_path / "out")
+    config = tmp_path / "cost.json"  # JSON is YAML
+    config.write_text(json.dumps(raw))
+    code = ("import sys; from recordforge.pipelines import cli; "
+            f"status = cli.main(['build', {str(config)!r}, '--', "
+            "'--direct_running_mode=in_memory', '--direct_num_workers=1']); "
+            "print(status, 'PIL' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False)
+    assert run.stdout.split()[-2:] == ["0", "False"], run.stderr[-2000:]

@@ -51,9 +51,7 @@ import dataclasses
 import io
 import struct
 import zlib
-from typing import Any
-
-from PIL import Image, ImageOps, UnidentifiedImageError
+from typing import TYPE_CHECKING, Any
 
 from ...schemas.dead_letters import RowError
 # The bomb guard and the meaning of a decode failure are shared with the
@@ -62,6 +60,9 @@ from ...schemas.image_decode import (DECODE_ERRORS as _DECODE_ERRORS, classified
                                      image_error as _error, open_image as _open,
                                      to_8bit as _to_8bit)
 from ...schemas.image_hash import image_fingerprint
+
+if TYPE_CHECKING:  # Pillow itself is imported where an image is opened (image_decode)
+    from PIL import Image
 
 __all__ = ["DECODE_MODES", "ENCODE_FORMATS", "TENSORFLOW_FORMATS", "ImageOptions",
            "image_columns"]
@@ -145,6 +146,8 @@ class ImageOptions:
 
 
 def _open_checked(data: bytes, path: str, options: ImageOptions) -> Image.Image:
+    from PIL import UnidentifiedImageError  # here: see schemas/image_decode
+
     try:
         return _open(data, path, options.formats)
     except UnidentifiedImageError:
@@ -170,6 +173,8 @@ def _check_size(width: int, height: int, path: str, options: ImageOptions) -> No
     if width > max_w or height > max_h:
         raise _error("image_too_large", f"{path}: {width}x{height} exceeds max_size "
                      f"{max_w}x{max_h}; not decoded")
+    from PIL import Image  # here: see schemas/image_decode
+
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         raise _error("image_too_large", f"{path}: {width}x{height} pixels exceeds the "
@@ -358,6 +363,8 @@ def _format_name(im: Image.Image) -> str:
 def _channels(im: Image.Image) -> int:
     if im.mode in ("P", "PA"):
         return 4 if im.mode == "PA" or "transparency" in im.info else 3
+    from PIL import Image  # here: see schemas/image_decode
+
     return Image.getmodebands(im.mode)
 
 
@@ -382,6 +389,8 @@ def _for_format(im: Image.Image, fmt: str) -> Image.Image:
     if fmt == "JPEG":
         im = _to_8bit(im)
         if _has_alpha(im):
+            from PIL import Image  # here: see schemas/image_decode
+
             rgba = im.convert("RGBA")
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             im = Image.alpha_composite(background, rgba)
@@ -405,6 +414,8 @@ def _new_size(width: int, height: int, options: ImageOptions) -> tuple[int, int]
 
 def _transform(im: Image.Image, data: bytes, path: str, options: ImageOptions
                ) -> tuple[bytes, Image.Image, str]:
+    from PIL import Image, ImageOps  # here: see schemas/image_decode
+
     _load(im, data, path)
     source_format = _format_name(im)
     try:
