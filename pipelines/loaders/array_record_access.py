@@ -39,7 +39,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ...transforms.array_record import ArrayRecordError, ArrayRecordFile
 from ..publish.held_manifest import DatasetCorrupt, checked_copy
-from .version import LoaderShard, OpenedVersion
+from .version import LoaderShard, OpenedVersion, check_size
 
 __all__ = ["ArrayRecordAccess", "stream_ordered"]
 
@@ -101,7 +101,7 @@ class ArrayRecordAccess:
         shard = self.shards[shard_index]
         path = self.version.path(shard.held.file)
         if self._local:
-            check_local_size(path, shard)
+            check_size(self.version, shard)
         else:
             path = self._copy(shard)
         with self._lock:
@@ -121,17 +121,6 @@ class ArrayRecordAccess:
         with checked_copy(opener, shard.held, read_manifest=self.version.manifest_now) as copied:
             shutil.move(copied, target)
         return target
-
-
-def check_local_size(path: str, shard: LoaderShard) -> None:
-    try:
-        size = os.path.getsize(path)
-    except FileNotFoundError:
-        raise DatasetCorrupt(f"{shard.held.display}: missing, but the manifest lists it "
-                             "(run recordforge verify)") from None
-    if size != shard.held.num_bytes:
-        raise DatasetCorrupt(f"{shard.held.display}: holds {size} bytes, but the manifest "
-                             f"lists {shard.held.num_bytes} (run recordforge verify)")
 
 
 def open_checked(path: str, shard: LoaderShard) -> ArrayRecordFile:

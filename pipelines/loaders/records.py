@@ -62,25 +62,13 @@ from ..publish.held_manifest import DatasetCorrupt, checked_records
 from .array_record_access import OPEN_SHARDS, ArrayRecordAccess, stream_ordered
 from .index_files import load_offsets
 from .spans import checked_chunk, read_spans
-from .version import LoaderShard, OpenedVersion
+from .version import LoaderShard, OpenedVersion, check_size
 
 __all__ = ["CHECKS", "DEFAULT_CHECK", "OPEN_SHARDS", "RandomAccess", "check_size",
            "random_access", "stream_records"]
 
 CHECKS = ("index", "sha256", "crc")
 DEFAULT_CHECK = "index"
-
-
-def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
-    """DatasetCorrupt unless the shard exists with the size its entry lists."""
-    try:
-        size = version.fs.size(version.path(shard.held.file))
-    except FileNotFoundError:
-        raise DatasetCorrupt(f"{shard.held.display}: missing, but the manifest lists it "
-                             "(run recordforge verify)") from None
-    if size != shard.held.num_bytes:
-        raise DatasetCorrupt(f"{shard.held.display}: holds {size} bytes, but the manifest "
-                             f"lists {shard.held.num_bytes} (run recordforge verify)")
 
 
 def stream_records(access: RandomAccess | ArrayRecordAccess, shard_index: int, start: int, stop: int,

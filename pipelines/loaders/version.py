@@ -21,7 +21,7 @@ from ..publish.dataset_paths import (MAX_MANIFEST_BYTES, load_version_manifest, 
 from ..publish.held_manifest import DatasetCorrupt, HeldShard
 from ..publish.manifest import compression_from_label, file_format_of
 
-__all__ = ["LoaderShard", "OpenedVersion", "open_version"]
+__all__ = ["LoaderShard", "OpenedVersion", "check_size", "open_version"]
 
 
 class LoaderShard(NamedTuple):
@@ -99,3 +99,15 @@ def open_version(path: str) -> OpenedVersion:
     if problem is not None:
         raise DatasetCorrupt(f"{display}/{problem.file}: {problem.message}")
     return OpenedVersion(located.fs, located.version_dir, display, manifest)
+
+
+def check_size(version: OpenedVersion, shard: LoaderShard) -> None:
+    """DatasetCorrupt unless the shard exists with the size its entry lists."""
+    try:
+        size = version.fs.size(version.path(shard.held.file))
+    except FileNotFoundError:
+        raise DatasetCorrupt(f"{shard.held.display}: missing, but the manifest lists it "
+                             "(run recordforge verify)") from None
+    if size != shard.held.num_bytes:
+        raise DatasetCorrupt(f"{shard.held.display}: holds {size} bytes, but the manifest "
+                             f"lists {shard.held.num_bytes} (run recordforge verify)")

@@ -130,14 +130,22 @@ def checked_copy(open_shard: Callable[[], Any], shard: HeldShard, *,
     shard, which its package reads only from the local disk), its size and
     sha256 checked against `shard` before the path is given; removed
     afterwards. Raises as `checked_records` does."""
+    with _hashing_stream(open_shard, shard, read_manifest) as stream:
+        with local_copy(stream, stream.finish) as path:
+            yield path
+
+
+@contextlib.contextmanager
+def _hashing_stream(open_shard: Callable[[], Any], shard: HeldShard,
+                    read_manifest: Callable[[], bytes | None]) -> Iterator["_HashingStream"]:
+    """The opened shard as a `_HashingStream`; a missing shard raises as a
+    mismatch with the manifest."""
     try:
         opened = open_shard()
     except FileNotFoundError:
         raise _mismatch(shard, "it is missing", read_manifest) from None
     with opened as handle:
-        stream = _HashingStream(handle, shard, read_manifest)
-        with local_copy(stream, stream.finish) as path:
-            yield path
+        yield _HashingStream(handle, shard, read_manifest)
 
 
 def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compression: str,
@@ -158,12 +166,7 @@ def checked_records(open_shard: Callable[[], Any], shard: HeldShard, *, compress
     end and checked there, as a whole read is, the bytes past record
     `stop` hashed but not walked (their CRCs are no check the sha256 does
     not already make)."""
-    try:
-        opened = open_shard()
-    except FileNotFoundError:
-        raise _mismatch(shard, "it is missing", read_manifest) from None
-    with opened as handle:
-        stream = _HashingStream(handle, shard, read_manifest)
+    with _hashing_stream(open_shard, shard, read_manifest) as stream:
         if shard_file_format(shard.file) == "array_record":
             with local_copy(stream, stream.finish) as path:
                 records = array_records(path, shard.display, start=start, stop=stop)
