@@ -9,6 +9,7 @@ are in configs/runners/README.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 
@@ -39,7 +40,11 @@ def _report(label: str, counts: dict[str, int], capsys) -> None:
 def store(request, support):
     """(server, URL of a fresh bucket) for each object store."""
     server = request.getfixturevalue("moto" if request.param == "s3" else "fake_gcs")
-    bucket = f"rf-{request.node.name.split('[')[0][-20:].replace('_', '-')}-{request.param}"
+    # The test's name, shortened to fit a bucket name, plus a digest of the
+    # whole name: two tests whose names end alike must not share a bucket.
+    name = request.node.name.split("[")[0]
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    bucket = f"rf-{name[-20:].replace('_', '-')}-{digest}-{request.param}"
     server.create_bucket(bucket)
     return request.param, server, f"{request.param}://{bucket}"
 
