@@ -3,8 +3,9 @@
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 `CsvRunBatch` with one `convert_csv_run` call: every row's Example and key,
-and the checked values of the features whose whole column passed, in the
-form `RowEncoder.encode_columns` gives them. The kernel takes only rows
+and the checked values of the features whose whole column passed (text
+as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
+kernel's array, no Python number made per row). The kernel takes only rows
 whose every value the fast path (`schemas/fast_paths.py`) stores as it
 stands; the rows it declines (examples[i] None) go down the Python row
 path, which converts them or writes their dead letter exactly as without
