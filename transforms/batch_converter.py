@@ -14,6 +14,8 @@ import logging
 import traceback
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from ..schemas.dead_letters import RowError, dead_letter, json_safe, row_faults
 from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
@@ -22,6 +24,7 @@ from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
 from .splits import ExampleRows
+from .vocabulary_labels import VocabularyLabels
 
 __all__ = ["BatchConverter"]
 
@@ -94,14 +97,16 @@ class BatchConverter:
 
         The batch goes a column at a time first (`RowEncoder.encode_columns`);
         rows that path leaves, and only those, go row by row."""
-        return self.convert_observed_batch(batch, label, vocabulary)[:3]
+        examples, labels, dead_letters, _ = self.convert_observed_batch(batch, label, vocabulary)
+        return examples, list(labels), dead_letters
 
     def convert_observed_batch(self, batch: Iterable[SourceRow] | ColumnBatch,
                                label: str | None, vocabulary: Sequence[str] | None = None,
                                plan=None) -> tuple[list, list[str | None], list[dict], Any]:
         """Like `convert_labelled_batch`, plus the good rows' checked values
         for statistics: a `statistics.CheckedValues` for `plan` (a
-        `schemas.stats.StatisticsPlan`), or None without one."""
+        `schemas.stats.StatisticsPlan`), or None without one. The labels
+        are a sequence of texts, not always a list (`VocabularyLabels`)."""
         if isinstance(batch, ColumnBatch):
             column, row_at, count = batch.column, batch.row, len(batch)
         else:
@@ -312,9 +317,16 @@ def _checked_labels(checked: Mapping[str, list], label: str | None,
     return _column_labels(checked[label], vocabulary)
 
 
-def _column_labels(values: list, vocabulary: Sequence[str] | None) -> list[str] | None:
+def _column_labels(values, vocabulary: Sequence[str] | None) -> Sequence[str] | None:
     """The label text of each checked label value (ints or bytes; floats
-    are left to the row path, whose remembered texts keep -0.0 apart)."""
+    are left to the row path, whose remembered texts keep -0.0 apart). The
+    native kernel's vocabulary ids (an array) stay ids, named only where
+    read (`VocabularyLabels`): counting them needs no text per row."""
+    if isinstance(values, np.ndarray):
+        labels = VocabularyLabels.of(values, vocabulary)
+        if labels is not None:
+            return labels
+        values = values.tolist()
     if set(map(type, values)) - {int, bytes}:
         return None
     texts = {value: label_text(value, vocabulary) for value in set(values)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
+import numpy as np
 
 from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
@@ -58,8 +59,12 @@ class CheckedValues:
         self._checked = checked
         self._good = good  # None: every row of the batch
 
-    def _pick(self, values: list) -> list:
-        return values if self._good is None else list(map(values.__getitem__, self._good))
+    def _pick(self, values):
+        if self._good is None:
+            return values
+        if isinstance(values, np.ndarray):  # the native kernel's numbers: picked as an array
+            return values[self._good]
+        return list(map(values.__getitem__, self._good))
 
     def __call__(self, name: str) -> tuple[str, list]:
         source = self._encoder.source_of(name)

@@ -3,8 +3,9 @@
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 `CsvRunBatch` with one `convert_csv_run` call: every row's Example and key,
-and the checked values of the features whose whole column passed, in the
-form `RowEncoder.encode_columns` gives them. The kernel takes only rows
+and the checked values of the features whose whole column passed (text
+as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
+kernel's array, no Python number made per row). The kernel takes only rows
 whose every value the fast path (`schemas/fast_paths.py`) stores as it
 stands; the rows it declines (examples[i] None) go down the Python row
 path, which converts them or writes their dead letter exactly as without
@@ -23,7 +24,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..schemas.columns import CheckedNumbers
 from ..schemas.example import ExampleEncoder
 from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
@@ -61,7 +61,9 @@ class NativeRows:
 
     def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list]] | None:
         """(examples, keys, checked, texts) of a batch: the first three as
-        `BatchConverter`'s column path gives them, texts the raw str values
+        `BatchConverter`'s column path gives them, except that a numeric or
+        vocabulary column's checked values are a numpy array (`_checked`),
+        texts the raw str values
         of the columns that text features took whole (source -> values, as
         the reader splits them), or None when the kernel does not take the
         batch."""
@@ -166,17 +168,16 @@ def arrow_buffers(record_batch) -> list:
     return described
 
 
-def _checked(kind: str, packed) -> list:
-    """A column's checked values as the Python column path holds them,
-    from the kernel's packed numbers. Text: the kernel's str values, equal
-    to the reader's (what a string feature stores, encoded; `CheckedValues`
-    reads those)."""
+def _checked(kind: str, packed):
+    """A column's checked values from the kernel's packed ones. Text: the
+    kernel's str values, equal to the reader's (what a string feature
+    stores, encoded; `CheckedValues` reads those). Numbers and vocabulary
+    ids: the int64 or float64 array alone, which is all their readers take
+    (statistics, label counts): no list of Python numbers is made."""
     if kind == "text":
         return packed
-    if kind == "ids":
-        return np.frombuffer(packed, dtype="<i8").tolist()
-    array = np.frombuffer(packed, dtype="<i8" if kind == "int64" else "<f8").copy()
-    return CheckedNumbers(array.tolist(), array)
+    # (a copy: an array of its own, writable, not a view of the kernel's bytes)
+    return np.frombuffer(packed, dtype="<f8" if kind == "float64" else "<i8").copy()
 
 
 def _int_bounds(lo, hi) -> tuple[int, int]:

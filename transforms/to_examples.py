@@ -31,6 +31,7 @@ from .metrics import METRICS_NAMESPACE
 from .splits import HashedExamples, SplitAssigner
 from .merge_statistics import StatisticsSetup
 from .tagged import select
+from .vocabulary_labels import VocabularyLabels
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "FINGERPRINTS",
            "LABEL_COUNTS", "STATISTICS", "ConvertedRows", "DuplicateSetup", "LabelCounting",
@@ -252,13 +253,17 @@ def _hashed_sources(examples: list, columns: tuple[list, list] | None) -> list:
     return [example if key is None else key for key, example in examples]
 
 
-def label_counts(names: Sequence[str], split_of: np.ndarray, labels: list[str | None]
+def label_counts(names: Sequence[str], split_of: np.ndarray,
+                 labels: Sequence[str | None]
                  ) -> tuple[tuple[str, str, int], ...]:
     """((split, label, examples), ...) sorted, of a batch's rows: row i in
     split names[split_of[i]] with label labels[i] (None: not counted).
     Counted a split at a time over the labels themselves, not over a
-    (split, label) pair made per row: most builds have one split."""
-    if len(names) == 1:
+    (split, label) pair made per row: most builds have one split. Labels
+    held as vocabulary ids (`VocabularyLabels`) are counted as ids."""
+    if isinstance(labels, VocabularyLabels):
+        per_split = labels.counts(split_of, len(names))
+    elif len(names) == 1:
         per_split = [collections.Counter(labels)]
     else:
         per_split = [collections.Counter(itertools.compress(labels, (split_of == split).tolist()))

@@ -97,6 +97,10 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
                 continue
             if len(rows) == len(split_of):
                 chosen = values
+            elif form == "scalars" and isinstance(values, np.ndarray):
+                # The native kernel's checked array of a numeric or
+                # vocabulary column: picked the same way.
+                chosen = values[rows]
             elif form == "scalars" and hasattr(values, "array"):
                 # A numeric column's checked array (`columns.CheckedNumbers`):
                 # the split's values picked in one numpy call, which the

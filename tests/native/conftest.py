@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 try:
@@ -18,3 +19,32 @@ def native():
     if _native is None:
         pytest.skip(f"the native extension is not built ({_MISSING})")
     return _native
+
+
+def _outcome(converter, specs, batch, label):
+    """Everything a converter gives for a batch, as plain values to compare
+    across paths: examples, labels (as a list), dead letters, the label
+    counts and the statistics both with one split and with the rows dealt
+    alternately to two (which picks each split's values from the checked
+    columns)."""
+    from recordforge.schemas.stats import StatisticsPlan, batch_statistics
+    from recordforge.transforms.to_examples import label_counts
+
+    vocabulary = next((spec.vocabulary for spec in specs if spec.name == label
+                       and isinstance(spec.vocabulary, tuple)), None)
+    plan = StatisticsPlan.from_specs(specs, {})
+    examples, labels, dead_letters, values = converter.convert_observed_batch(
+        batch, label, vocabulary, plan)
+    layouts = [(np.zeros(len(examples), dtype=np.int64), ["all"]),
+               (np.arange(len(examples), dtype=np.int64) % 2, ["even", "odd"])]
+    counted = [label_counts(names, split_of, labels) for split_of, names in layouts]
+    statistics = [[(where, stats.to_state())
+                   for where, stats in batch_statistics(plan, values, split_of, names)]
+                  for split_of, names in layouts]
+    return examples, list(labels), dead_letters, counted, statistics
+
+
+@pytest.fixture(scope="session")
+def outcome():
+    """_outcome: what the differential tests compare of a converted batch."""
+    return _outcome

@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.stats import StatisticsPlan, batch_statistics
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
+from recordforge.transforms.vocabulary_labels import VocabularyLabels
 
 COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
 VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
@@ -140,21 +140,9 @@ def _converter(specs, key, native):
         return BatchConverter(specs, {}, key)
 
 
-def _outcome(converter, specs, batch, label):
-    vocabulary = next((spec.vocabulary for spec in specs if spec.name == label
-                       and isinstance(spec.vocabulary, tuple)), None)
-    plan = StatisticsPlan.from_specs(specs, {})
-    examples, labels, dead_letters, values = converter.convert_observed_batch(
-        batch, label, vocabulary, plan)
-    statistics = batch_statistics(plan, values, np.zeros(len(examples), dtype=np.int64),
-                                  ["all"])
-    return (examples, labels, dead_letters,
-            [(where, stats.to_state()) for where, stats in statistics])
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas(), data=csv_files())
-def test_kernel_and_python_path_agree(native, tmp_path_factory, schema, data):
+def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data):
     specs, key, label = schema
     path = tmp_path_factory.mktemp("csv") / "t.csv"
     path.write_bytes(data)
@@ -164,8 +152,8 @@ def test_kernel_and_python_path_agree(native, tmp_path_factory, schema, data):
         if isinstance(item, dict):
             continue  # a read dead letter: the reader's, the same on both paths
         batch = item if isinstance(item, ColumnBatch) else [item]
-        assert _outcome(with_kernel, specs, batch, label) == \
-            _outcome(without, specs, batch, label)
+        assert outcome(with_kernel, specs, batch, label) == \
+            outcome(without, specs, batch, label)
 
 
 KINDS = [{"type": "int64"}, {"type": "int64", "min": -5, "max": 2**63 - 1},
@@ -176,7 +164,7 @@ KINDS = [{"type": "int64"}, {"type": "int64", "min": -5, "max": 2**63 - 1},
 
 
 @pytest.mark.parametrize("body", KINDS, ids=lambda body: "-".join(map(str, body.values())))
-def test_every_hostile_value_in_a_plain_run(native, tmp_path, body):
+def test_every_hostile_value_in_a_plain_run(native, outcome, tmp_path, body):
     """Each value class, alone in its column of a plain run, beside a good
     row: both paths give the same rows, keys, labels, dead letters and
     statistics, with the value's column as the key and as the label."""
@@ -187,12 +175,36 @@ def test_every_hostile_value_in_a_plain_run(native, tmp_path, body):
         path.write_bytes(f"c0,c1\n{text},1\n5,2\n".encode("utf-8", "surrogatepass"))
         items = list(iter_csv(str(path), columns=True))
         for key, label in ((None, None), ("c0", "v"), ("c1", "w")):
-            outcomes = [_outcome(_converter(specs, key, kernels), specs, items[0], label)
+            outcomes = [outcome(_converter(specs, key, kernels), specs, items[0], label)
                         for kernels in (native, None)]
             assert outcomes[0] == outcomes[1], (text, key)
 
 
-def test_a_plain_run_takes_the_kernel(native, tmp_path):
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.one_of(st.sampled_from(VOCABULARY), st.sampled_from(VOCABULARY),
+                                         st.sampled_from(HOSTILE)),
+                               st.integers(-2**63, 2**63 - 1)), min_size=1, max_size=30))
+def test_vocabulary_labels_count_as_the_python_path(native, outcome, tmp_path_factory, rows):
+    """A vocabulary label column, clean (the kernel's ids, counted as ids)
+    or not: both paths give the same labels, label counts (one split and
+    two) and statistics."""
+    specs = parse_features({"v": {"type": "int64", "vocabulary": VOCABULARY, "from": "c0"},
+                            "n": {"type": "int64", "from": "c1"}}, nested=False)
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    path.write_bytes("c0,c1\n".encode() + "".join(
+        f"{label},{number}\n" for label, number in rows).encode("utf-8", "surrogatepass"))
+    for batch in iter_csv(str(path), columns=True):
+        if isinstance(batch, dict):
+            continue
+        with_kernel = _converter(specs, "c1", native)
+        assert outcome(with_kernel, specs, batch, "v") == \
+            outcome(_converter(specs, "c1", None), specs, batch, "v")
+        if all(label in VOCABULARY for label, _ in rows) and isinstance(batch, CsvRunBatch):
+            labels = with_kernel.convert_observed_batch(batch, "v", tuple(VOCABULARY))[1]
+            assert isinstance(labels, VocabularyLabels)  # the ids were counted
+
+
+def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     """The comparison above means something: plain runs reach the kernel,
     which converts their good rows itself."""
     path = tmp_path / "t.csv"
@@ -209,9 +221,11 @@ def test_a_plain_run_takes_the_kernel(native, tmp_path):
         BatchConverter(specs, {}, "c0")._encoder.encode({"c0": "2", "c1": "b"})]
     assert keys == [b"\x02\x81\x01", b"\x02\x81\x02"]
     # Text columns are the reader's str values (what the statistics read).
-    assert checked["n"] == [1, 2] and checked["s"] == ["a", "b"] and texts == {"c1": ["a", "b"]}
+    assert checked["s"] == ["a", "b"] and texts == {"c1": ["a", "b"]}
+    # Numbers stay the kernel's array: no list of Python ints is made.
+    assert isinstance(checked["n"], np.ndarray) and checked["n"].tolist() == [1, 2]
     # Converting with statistics leaves the fields unsplit too.
-    _outcome(_converter(specs, "c0", native), specs, batch, "n")
+    outcome(_converter(specs, "c0", native), specs, batch, "n")
     assert batch._split is None
     assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
 

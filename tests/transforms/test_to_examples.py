@@ -20,6 +20,7 @@ from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.keys import sortable_key
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.splits import HashedExamples, SplitAssigner, assign_split
+from recordforge.transforms.vocabulary_labels import VocabularyLabels
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.to_examples import (LabelCounting, RowsToExamples, _ConvertBatchesFn,
                                                label_counts)
@@ -464,3 +465,31 @@ def test_label_counts_count_each_split_and_label(splits, rows):
     assert label_counts(names, split_of, labels) == tuple(sorted(
         (names[split], label, count) for (split, label), count in pairs.items()
         if label is not None))
+
+
+@settings(max_examples=300, deadline=None)
+@given(splits=st.integers(1, 3), vocabulary=st.lists(
+    st.sampled_from(["a", "b", "é", "", "7"]), min_size=1, max_size=6),
+    rows=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5)), max_size=40))
+def test_label_ids_count_as_their_texts(splits, vocabulary, rows):
+    """Labels held as vocabulary ids (the native kernel's) give the counts,
+    and the texts row by row, of the list of their texts (a vocabulary
+    repeating a text included)."""
+    names = ["train", "validation", "test"][:splits]
+    rows = [(split % splits, label_id % len(vocabulary)) for split, label_id in rows]
+    split_of = np.array([split for split, _ in rows], dtype=np.intp)
+    ids = np.array([label_id for _, label_id in rows], dtype=np.int64)
+    labels = VocabularyLabels.of(ids, vocabulary)
+    texts = [vocabulary[label_id] for label_id in ids.tolist()]
+    assert list(labels) == texts and labels[:3] == texts[:3]
+    assert label_counts(names, split_of, labels) == label_counts(names, split_of, texts)
+
+
+def test_label_ids_outside_the_vocabulary_are_not_taken():
+    """An id the vocabulary does not name (or no vocabulary) leaves the
+    labels to the list of texts, and never sizes a count by the id."""
+    assert VocabularyLabels.of(np.array([0, 2], dtype=np.int64), ["a", "b"]) is None
+    assert VocabularyLabels.of(np.array([-1], dtype=np.int64), ["a"]) is None
+    assert VocabularyLabels.of(np.array([0], dtype=np.int64), None) is None
+    assert VocabularyLabels.of(np.array([0.0]), ["a"]) is None
+    assert len(VocabularyLabels.of(np.zeros(0, dtype=np.int64), ["a"])) == 0
