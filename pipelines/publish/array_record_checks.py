@@ -15,8 +15,6 @@ and sha256 are what catch it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
@@ -24,10 +22,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ...transforms.array_record import ArrayRecordError, ArrayRecordFile, ArrayRecordMissing
+from .array_record_copies import local_copy
 
 __all__ = ["ArrayRecordRead", "read_array_record"]
-
-_COPY_BLOCK = 1 << 20
 
 
 @dataclass
@@ -51,11 +48,8 @@ def read_array_record(url: str, display: str, reader: BinaryIO,
     fs, path = fsspec.core.url_to_fs(url)
     if isinstance(fs, LocalFileSystem):
         return _read_local(path, display, problem_of)
-    with tempfile.NamedTemporaryFile(prefix="recordforge-verify-",
-                                     suffix=".array_record") as local:
-        shutil.copyfileobj(reader, local, _COPY_BLOCK)
-        local.flush()
-        return _read_local(local.name, display, problem_of)
+    with local_copy(reader) as local_path:
+        return _read_local(local_path, display, problem_of)
 
 
 def _read_local(path: str, display: str,
