@@ -29,6 +29,7 @@ _KERNELS_USED = (
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_partial",  # schemas/stats/numeric.py: python_parts
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))
+    "text_partial",  # schemas/stats/text.py: python_text_parts of a batch alone
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
 )

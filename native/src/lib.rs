@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 pub mod arrow;
 pub mod digest;
 pub mod stats;
+pub mod text_stats;
 pub mod index;
 pub mod table;
 pub mod walk;
@@ -447,6 +448,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
+    module.add_function(wrap_pyfunction!(text_stats::text_partial_py, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())

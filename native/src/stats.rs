@@ -254,7 +254,7 @@ pub fn murmur3_x64_128(data: &[u8], seed: u64) -> (u64, u64) {
 }
 
 /// DataSketches' default update seed, which every sketch here uses.
-const THETA_SEED: u64 = 9001;
+pub const THETA_SEED: u64 = 9001;
 
 /// The 16-bit hash of the seed a serialized sketch carries.
 fn seed_hash() -> u16 {
@@ -273,11 +273,23 @@ fn seed_hash() -> u16 {
 /// hash; then with 2+ preamble longs the entry count (u32) and 4 unused
 /// bytes, with 3 theta (u64); then the entries.
 pub fn text_theta<'a>(texts: impl Iterator<Item = &'a [u8]>, lg_k: u32) -> Vec<u8> {
+    compact_theta(texts.filter_map(text_hash).collect(), lg_k)
+}
+
+/// The hash a theta sketch keeps for a text (MurmurHash3 of its bytes,
+/// the first half shifted right by one), None for what DataSketches
+/// skips: the empty text, and a hash of 0.
+pub fn text_hash(text: &[u8]) -> Option<u64> {
+    if text.is_empty() {
+        return None;
+    }
+    Some(murmur3_x64_128(text, THETA_SEED).0 >> 1).filter(|hash| *hash != 0)
+}
+
+/// The serialized compact theta sketch (as `text_theta` lays it out) of
+/// values with the theta hashes `hashes` (repeats allowed).
+pub fn compact_theta(mut hashes: Vec<u64>, lg_k: u32) -> Vec<u8> {
     let nominal = 1usize << lg_k.min(26); // (lib.rs takes 5..=26 only, as DataSketches)
-    let mut hashes: Vec<u64> = texts.filter(|text| !text.is_empty())
-        .map(|text| murmur3_x64_128(text, THETA_SEED).0 >> 1)
-        .filter(|hash| *hash != 0)
-        .collect();
     radix_sort(&mut hashes, 63);
     hashes.dedup();
     let theta = if hashes.len() > nominal { hashes[nominal] } else { i64::MAX as u64 };

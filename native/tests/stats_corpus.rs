@@ -1,11 +1,12 @@
 //! The committed corpus of hostile inputs (`corpus/`), every file and
 //! prefix read as packed numbers and as texts, through the statistics
-//! kernels: no panic, every value accounted for, sketches well formed.
+//! kernels: no panic, every value accounted for, sketches well formed
+//! (the text partial's the same as `text_theta`'s).
 
 use std::fs;
 use std::path::Path;
 
-use recordforge_native::stats;
+use recordforge_native::{stats, text_stats};
 
 fn every_corpus_file() -> Vec<(String, Vec<u8>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
@@ -43,6 +44,10 @@ fn every_corpus_input_and_prefix_gives_whole_partials() {
             assert_eq!(floats.counts.iter().sum::<u64>(), floats.finite, "{name} cut at {cut}");
             let sketch = stats::text_theta(buffer.split(|byte| *byte == b'\n'), 5);
             assert!(sketch.len() >= 8 && sketch.len() % 8 == 0, "{name} cut at {cut}");
+            let lines: Vec<&[u8]> = buffer.split(|byte| *byte == b'\n').collect();
+            let partial = text_stats::text_partial(&lines, 4, 5);
+            assert!(partial.kept.iter().all(|(first, _)| *first < lines.len()), "{name} cut at {cut}");
+            assert_eq!(partial.theta, sketch, "{name} cut at {cut}");
         }
     }
 }

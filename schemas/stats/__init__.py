@@ -9,6 +9,7 @@ Its rooms, each one job:
     histogram      ValueHistogram: exact counts in buckets of adaptive width (quantiles)
     distinct       theta sketches in canonical form (distinct counts)
     frequent       FrequentValues: Misra-Gries top values of text
+    text           a batch's text partial (top values, theta) in one native pass, or Python's
     feature_stats  FeatureStatistics: one feature in one split, built and merged
     entries        a FeatureStatistics as its stats.json entry; a stored sketch read back
     merge          the canonical merge order of partials whose merge depends on it

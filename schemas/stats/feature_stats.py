@@ -14,18 +14,18 @@ fixes that order.
 from __future__ import annotations
 
 import base64
-import collections
 from typing import Any, Mapping, Sequence
 
 import datasketches
 import numpy as np
 
-from .distinct import add_numbers, add_texts, compact_theta, text_sketch, theta_union
+from .distinct import add_numbers, compact_theta, theta_union
 from .entries import feature_entry
-from .frequent import FrequentValues, bounded_texts
+from .frequent import FrequentValues
 from .histogram import ValueHistogram
 from .numeric import numeric_parts
 from .plan import KINDS, order_free
+from .text import text_parts
 
 __all__ = ["FeatureStatistics"]
 
@@ -116,19 +116,7 @@ class FeatureStatistics:
                                    minlength=len(self.vocabulary))
 
     def _add_string(self, values: Sequence) -> None:
-        counts = collections.Counter(values)
-        # A batch's values are all text (the column path's raw strings) or
-        # all bytes (converted again): one type test, not one per value.
-        # Long values are counted (and their distinct hashes taken) as a
-        # bounded key, never copied whole (`bounded_text`).
-        texts = bounded_texts(counts, max(map(len, counts)))
-        counts = dict(zip(texts, counts.values()))
-        frequent = FrequentValues.of(counts)
-        self.frequent = frequent if self.frequent is None else self.frequent.merge(frequent)
-        # A batch's own partial (the common case) takes its sketch whole
-        # from the kernel where it runs: the same compact sketch.
-        fresh = text_sketch(texts) if self.theta is None else None
-        self.theta = fresh if fresh is not None else add_texts(self.theta, texts)
+        self.frequent, self.theta = text_parts(values, self.frequent, self.theta)
 
     def _add_bytes(self, values: Sequence) -> None:
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))

@@ -9,7 +9,7 @@ import datasketches
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recordforge.schemas.stats import FeatureStatistics, distinct
+from recordforge.schemas.stats import FeatureStatistics, distinct, text
 
 # Every UTF-8 length class (1-4 byte characters), every MurmurHash3 tail
 # length (texts up to 40 bytes), the empty text DataSketches skips, repeats.
@@ -55,6 +55,7 @@ def test_what_is_not_utf8_text_is_declined(native):
 def _string_statistics(batches, native):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(distinct, "kernels", lambda: native)
+        patch.setattr(text, "kernels", lambda: native)
         stats = [FeatureStatistics.from_values("string", "bytes", len(batch), batch)
                  for batch in batches]
         merged = stats[0]
