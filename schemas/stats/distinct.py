@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import struct
 from typing import Iterable
 
 import datasketches
@@ -13,7 +14,7 @@ from ..native import kernels
 from .histogram import unordered_keys
 from .sums import EXACT_INT
 
-__all__ = ["THETA_LG_K", "add_numbers", "add_texts", "compact_theta", "distinct_estimate",
+__all__ = ["THETA_LG_K", "HashedTheta", "add_numbers", "add_texts", "compact_theta", "distinct_estimate",
            "text_sketch", "theta_candidates", "theta_hashes", "theta_union"]
 
 _LOG = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ def compact_theta(sketch):
     already (only unions and deserialization make them here)."""
     if isinstance(sketch, datasketches.compact_theta_sketch):
         return sketch
+    if isinstance(sketch, HashedTheta):
+        return sketch.compact()
     union = datasketches.theta_union(THETA_LG_K)
     union.update(sketch)
     return union.get_result()
@@ -37,8 +40,8 @@ def compact_theta(sketch):
 def theta_union(a, b):
     """The union of two theta sketches, compact (canonical)."""
     union = datasketches.theta_union(THETA_LG_K)
-    union.update(a)
-    union.update(b)
+    union.update(compact_theta(a) if isinstance(a, HashedTheta) else a)
+    union.update(compact_theta(b) if isinstance(b, HashedTheta) else b)
     return union.get_result()
 
 
@@ -63,7 +66,6 @@ _MURMUR_C2 = np.uint64(0x4CF5AD432745937F)
 _FMIX_1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX_2 = np.uint64(0xC4CEB9FE1A85EC53)
 _THETA_SEED = np.uint64(9001)  # DataSketches' DEFAULT_SEED, which the sketches here use
-_THETA_CHUNK = 2048  # values filtered against one reading of the sketch's theta
 
 
 def _fmix64(k: np.ndarray) -> np.ndarray:
@@ -125,21 +127,82 @@ def text_sketch(texts: list):
 
 
 def add_numbers(theta, values: np.ndarray, hashes: np.ndarray | None = None):
-    """`theta` with int64 or float64 `values` added, as `add_texts` would,
-    but only those that can change it: a value whose hash is not below the
-    sketch's theta is not kept. The hashes are DataSketches' own
-    (`theta_hashes`, or `hashes` when given: the native kernel's), computed
-    for the whole array at once, so past its first few thousand distinct
-    values a sketch takes a small share of one call per value, and ends the
-    same (tested)."""
-    sketch = _to_update(theta)
+    """`theta` with int64 or float64 `values` added, as `add_texts` would:
+    their hashes (DataSketches' own, `theta_hashes`, or `hashes` when given:
+    the native kernel's) go into a `HashedTheta`, computed and screened for
+    the whole array at once rather than one sketch update per value; the
+    sketch ends the same (tests/schemas/test_stats_distinct.py)."""
     if hashes is None:
         hashes = theta_hashes(values)
-    for start in range(0, len(values), _THETA_CHUNK):
-        part = slice(start, start + _THETA_CHUNK)
-        kept = values[part][hashes[part] < np.uint64(sketch.theta64)]
-        collections.deque(map(sketch.update, kept.tolist()), 0)
-    return _updated(theta, sketch)
+    held = theta if isinstance(theta, HashedTheta) else HashedTheta()
+    held.add(hashes)
+    return held if theta is None or held is theta else theta_union(theta, held)
+
+
+_THETA_MAX = (1 << 63) - 1  # theta while a sketch is exact (DataSketches' MAX_THETA)
+# Serialized compact sketch (serial version 3, family 3): preamble longs,
+# version, family, two unused bytes, flags, the seed's 16-bit hash.
+_COMPACT_HEADER = struct.Struct("<BBBxxBH")
+_READ_ONLY, _EMPTY, _COMPACT, _ORDERED = 1 << 1, 1 << 2, 1 << 3, 1 << 4
+_SEED_HASH = 0x93CC  # of DEFAULT_SEED, as every sketch here carries it
+
+
+class HashedTheta:
+    """A theta sketch being updated, held as the 63-bit hashes it keeps:
+    what DataSketches' update sketch does, but screening a whole array of
+    hashes with numpy. Hashes below theta are kept; past twice the nominal
+    2**lg_k distinct ones, the kept hashes are cut to the 2**lg_k smallest
+    and theta becomes the next one, as the sketch's rebuild does. `compact`
+    gives the canonical compact sketch (the 2**lg_k smallest distinct
+    hashes of every value added, theta the next one, or exact), the very
+    sketch that an update sketch given each value would compact to; no
+    library builds one from hashes. Memory: at most about 2 * 2**lg_k
+    hashes and a batch's."""
+
+    __slots__ = ("lg_k", "theta", "_parts", "_size")
+
+    def __init__(self, lg_k: int = THETA_LG_K):
+        self.lg_k, self.theta = lg_k, _THETA_MAX
+        self._parts: list[np.ndarray] = []
+        self._size = 0
+
+    def add(self, hashes: np.ndarray) -> None:
+        """Adds values by their `theta_hashes` (a hash of 0 is never kept,
+        as DataSketches keeps none)."""
+        kept = hashes[(hashes < np.uint64(self.theta)) & (hashes != 0)]
+        if len(kept):
+            self._parts.append(kept)
+            self._size += len(kept)
+            if self._size > 2 << self.lg_k:
+                self._held()
+
+    def _held(self) -> np.ndarray:
+        """The distinct kept hashes, ascending, at most 2**lg_k of them
+        (theta lowered to the next one where there were more)."""
+        held = np.sort(np.concatenate(self._parts)) if self._parts else \
+            np.zeros(0, dtype=np.uint64)
+        # (sorted, then repeats dropped: several times faster than np.unique's hashing)
+        held = held[np.concatenate(([True], held[1:] != held[:-1]))] if len(held) else held
+        nominal = 1 << self.lg_k
+        if len(held) > nominal:
+            self.theta = int(held[nominal])
+            held = held[:nominal]
+        self._parts, self._size = [held], len(held)
+        return held
+
+    def compact(self):
+        """The canonical compact sketch of every value added."""
+        held = self._held()
+        if self.theta != _THETA_MAX:
+            preamble, tail = 3, struct.pack("<IxxxxQ", len(held), self.theta)
+        elif len(held) > 1:
+            preamble, tail = 2, struct.pack("<Ixxxx", len(held))
+        else:
+            preamble, tail = 1, b""
+        flags = _READ_ONLY | _COMPACT | _ORDERED | (0 if len(held) else _EMPTY)
+        header = _COMPACT_HEADER.pack(preamble, 3, 3, flags, _SEED_HASH)
+        return datasketches.compact_theta_sketch.deserialize(
+            header + tail + held.astype("<u8").tobytes())
 
 
 def _to_update(theta):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from unittest import mock
-
 import datasketches
 import numpy as np
 import pytest
@@ -37,13 +35,25 @@ def _numeric_theta(stored: str, batches: list[list]) -> bytes:
     return stats.theta.compact().serialize()
 
 
+def _datasketches_theta(stored: str, values: list, lg_k: int = distinct.THETA_LG_K) -> bytes:
+    """The reference: DataSketches' update sketch given each value (as the
+    statistics describe it: ints as int64, floats as doubles of float32
+    values), in canonical form."""
+    sketch = datasketches.update_theta_sketch(lg_k)
+    for value in values:
+        sketch.update(int(value) if stored == "int64" else float(np.float32(value)) + 0.0)
+    union = datasketches.theta_union(lg_k)
+    union.update(sketch)
+    return union.get_result().serialize()
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(["int64", "float"]), st.data())
-def test_a_filtered_theta_sketch_equals_one_given_every_value(stored, data):
-    """Past its first thousands of distinct values a sketch is given only
-    the values whose hash is below its theta; it must end the same as one
-    given every value in the same order (an update sketch's state depends
-    on the order: the same batches go to both), whatever the batches hold."""
+def test_a_hashed_theta_sketch_equals_one_given_every_value(stored, data):
+    """The statistics keep a numeric sketch as the hashes it keeps,
+    screened per batch (`HashedTheta`); it must end as DataSketches' own
+    sketch given every value, whatever the batches hold, below and past
+    the nominal size and the rebuilds."""
     size = data.draw(st.sampled_from([10, 5000, 30_000]), label="size")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
     if stored == "int64":
@@ -59,8 +69,29 @@ def test_a_filtered_theta_sketch_equals_one_given_every_value(stored, data):
     rng.shuffle(values)
     cut = data.draw(st.integers(0, len(values)), label="cut")
     batches = [values[:cut], values[cut:]]
-    filtered = _numeric_theta(stored, batches)
-    with mock.patch.object(distinct, "theta_hashes",
-                           lambda array: np.zeros(len(array), dtype=np.uint64)):
-        every_value = _numeric_theta(stored, batches)
-    assert filtered == every_value
+    assert _numeric_theta(stored, batches) == _datasketches_theta(stored, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(_INTS, max_size=80), min_size=1, max_size=6),
+       lg_k=st.integers(5, 7))
+def test_hashed_theta_at_small_sizes_is_datasketches_sketch(batches, lg_k):
+    """Small nominal sizes put a few hundred values through every state:
+    empty, one entry, exact, cut to the nominal size and screened after."""
+    held = distinct.HashedTheta(lg_k)
+    for batch in batches:
+        held.add(distinct.theta_hashes(np.array(batch, dtype=np.int64)))
+    every = [value for batch in batches for value in batch]
+    assert held.compact().serialize() == _datasketches_theta("int64", every, lg_k)
+
+
+def test_a_hashed_theta_unites_with_compact_sketches():
+    """Merging, pickling and reading back take the compact form; a sketch
+    read back and given more values unites the two (`add_numbers`)."""
+    first = distinct.add_numbers(None, np.arange(3000, dtype=np.int64))
+    again = distinct.add_numbers(distinct.compact_theta(first),
+                                 np.arange(2000, 9000, dtype=np.int64))
+    assert isinstance(again, datasketches.compact_theta_sketch)
+    assert again.serialize() == _datasketches_theta("int64", range(9000))
+    assert distinct.theta_union(first, first).serialize() == \
+        _datasketches_theta("int64", range(3000))
