@@ -286,12 +286,31 @@ pub fn text_hash(text: &[u8]) -> Option<u64> {
     Some(murmur3_x64_128(text, THETA_SEED).0 >> 1).filter(|hash| *hash != 0)
 }
 
+/// Leaves in `hashes` its `count` smallest distinct values (all of them if
+/// fewer), ascending. Past `count`, only those are sorted: a partition
+/// around the count-th smallest puts them first in linear time, and while
+/// they hold no repeat (hashes of distinct values almost never do) they
+/// are the answer; else every hash is sorted.
+fn smallest_distinct(hashes: &mut Vec<u64>, count: usize) {
+    if count > 0 && hashes.len() > count {
+        hashes.select_nth_unstable(count - 1);
+        let head = &mut hashes[..count];
+        head.sort_unstable();
+        if head.windows(2).all(|pair| pair[0] != pair[1]) {
+            hashes.truncate(count);
+            return;
+        }
+    }
+    radix_sort(hashes, 63);
+    hashes.dedup();
+    hashes.truncate(count);
+}
+
 /// The serialized compact theta sketch (as `text_theta` lays it out) of
 /// values with the theta hashes `hashes` (repeats allowed).
 pub fn compact_theta(mut hashes: Vec<u64>, lg_k: u32) -> Vec<u8> {
     let nominal = 1usize << lg_k.min(26); // (lib.rs takes 5..=26 only, as DataSketches)
-    radix_sort(&mut hashes, 63);
-    hashes.dedup();
+    smallest_distinct(&mut hashes, nominal + 1);
     let theta = if hashes.len() > nominal { hashes[nominal] } else { i64::MAX as u64 };
     hashes.truncate(nominal);
     let preamble: u8 = if theta != i64::MAX as u64 { 3 } else if hashes.len() <= 1 { 1 } else { 2 };
@@ -378,6 +397,17 @@ mod tests {
                                    lg_k in 0u32..6) {
             let sketch = text_theta(texts.iter().map(|text| text.as_slice()), lg_k);
             prop_assert!(sketch.len() >= 8 && sketch.len() % 8 == 0);
+        }
+
+        #[test]
+        fn smallest_distinct_keeps_the_smallest(mut hashes in prop::collection::vec(0u64..600, 0..700),
+                                               count in 0usize..300) {
+            let mut expected = hashes.clone();
+            expected.sort_unstable();
+            expected.dedup();
+            expected.truncate(count);
+            smallest_distinct(&mut hashes, count);
+            prop_assert_eq!(hashes, expected);
         }
 
         #[test]

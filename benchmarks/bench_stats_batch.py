@@ -1,0 +1,81 @@
+"""What the statistics cost per row in the convert step: `StatisticsAccumulator` on the table's batches.
+
+    python benchmarks/bench_stats_batch.py [--rows 10000] [--batches 20] [--repeat 7]
+
+Makes batches of the end-to-end benchmark's five-column table
+(`e2e_workloads`: shuffled ids, counts, float scores, 20-120 characters
+of text, a label of 10) in the form the native convert kernel hands them
+to the statistics (int64 and float64 arrays, vocabulary ids, a list of
+str), and times `StatisticsAccumulator.add` of each batch and the
+`flush` of the run, as the build cache's convert step does, best of
+`--repeat`. Prints microseconds per row overall and per feature; run it
+with another checkout first on PYTHONPATH to compare, alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_workloads import LABELS, _text  # noqa: E402
+
+from recordforge.schemas.stats import StatisticsPlan  # noqa: E402
+from recordforge.schemas.stats.batches import StatisticsAccumulator  # noqa: E402
+
+PLAN = StatisticsPlan((("id", "numeric", "int64", False, None),
+                       ("count", "numeric", "int64", False, None),
+                       ("score", "numeric", "float", False, None),
+                       ("text", "string", "bytes", False, None),
+                       ("label", "vocabulary", "int64", False, LABELS)))
+
+
+def make_batches(rows: int, batches: int, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    ids = list(range(rows * batches))
+    rng.shuffle(ids)
+    out = []
+    for start in range(0, rows * batches, rows):
+        out.append({
+            "id": np.array(ids[start:start + rows], dtype=np.int64),
+            "count": np.array([rng.randint(-1000, 100_000) for _ in range(rows)], dtype=np.int64),
+            "score": np.array([round(rng.uniform(-100.0, 100.0), 4) for _ in range(rows)]),
+            "text": [_text(rng) for _ in range(rows)],
+            "label": np.array([rng.randrange(len(LABELS)) for _ in range(rows)], dtype=np.int64),
+        })
+    return out
+
+
+def run(batches: list[dict], only: str | None = None) -> float:
+    """Seconds to add every batch and flush, one accumulator."""
+    plan = PLAN if only is None else StatisticsPlan(
+        tuple(feature for feature in PLAN.features if feature[0] == only))
+    accumulator = StatisticsAccumulator(plan, ("train",))
+    split_of = np.zeros(len(batches[0]["id"]), dtype=np.int64)
+    started = time.process_time()
+    for batch in batches:
+        accumulator.add(lambda name, batch=batch: ("scalars", batch[name]), split_of)
+    accumulator.flush()
+    return time.process_time() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000, help="rows a batch")
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    batches = make_batches(args.rows, args.batches)
+    total = args.rows * args.batches
+    for only in (None, "id", "count", "score", "text", "label"):
+        best = min(run(batches, only) for _ in range(args.repeat))
+        print(f"{only or 'all':<6} {best / total * 1e6:7.3f} µs/row (best of {args.repeat})")
+
+
+if __name__ == "__main__":
+    main()
