@@ -12,11 +12,7 @@ from typing import Callable, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from .config import DatasetConfig
-from ..transforms.readers.listing import source_bytes
-
-__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "input_bytes", "is_local",
-           "local_runner"]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "is_local", "local_runner"]
 
 
 # Below this much input a local build runs in one process (in_memory, one
@@ -71,15 +67,3 @@ def local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-
-
-def input_bytes(config: DatasetConfig) -> int | None:
-    """The size of the source's files, counted up to just past
-    `LOCAL_PARALLEL_MIN_BYTES`; None when the listing fails (the build then
-    reports the problem itself)."""
-    source = config.source
-    try:
-        return source_bytes(source.path, source.type, source.extensions,
-                            limit=LOCAL_PARALLEL_MIN_BYTES)
-    except (OSError, ValueError):
-        return None
