@@ -18,6 +18,7 @@ import fsspec
 from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from .key_sample import sample_bucket_bounds, uses_sampled_bounds
+from .runners import one_local_worker
 from ..schemas.duplicates import merge_parts, render_part
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.stats import FeatureStatistics, StatisticsPlan
@@ -39,16 +40,18 @@ __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies
            "near_threshold", "stage_build", "watched_columns", "write_result"]
 
 
-def _read_source(config: DatasetConfig) -> beam.PTransform:
+def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
+    """The source's read; spread: reshuffle its reading units over the
+    runner's workers (False: one worker, nothing to spread over)."""
     source = config.source
     if source.type == "images":
         image = source.image
         if near_threshold(config) is not None:
             # Each image is hashed where its bytes are read and checked.
             image = dataclasses.replace(image, perceptual_hash=True)
-        return ReadImages(source.path, source.extensions, source.labels, image)
+        return ReadImages(source.path, source.extensions, source.labels, image, spread=spread)
     return ReadTable(source.path, source.type, extensions=source.extensions,
-                     options=source.csv)
+                     options=source.csv, spread=spread)
 
 
 def watched_columns(config: DatasetConfig) -> dict[str, str]:
@@ -366,7 +369,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             batch_size=READ_BATCH_SIZE, **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-        source = pipeline | "Read" >> _read_source(config)
+        source = pipeline | "Read" >> _read_source(
+            config, spread=not one_local_worker(pipeline.options))
     key_bounds = None
     if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
         key_bounds = sample_bucket_bounds(config, vocabularies,

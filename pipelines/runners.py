@@ -10,9 +10,10 @@ import os
 from typing import Callable, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "is_local", "local_runner"]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "is_local", "local_runner",
+           "one_local_worker"]
 
 
 # Below this much input a local build runs in one process (in_memory, one
@@ -50,6 +51,16 @@ def default_beam_args(beam_args: Sequence[str],
 
 def is_local(runner: str | None) -> bool:
     return runner in (None, "DirectRunner", "direct")
+
+
+def one_local_worker(options: PipelineOptions) -> bool:
+    """Whether a pipeline with `options` runs on the local engine with one
+    worker (``--direct_num_workers=1``, Beam's default; a small build's
+    default, `default_beam_args`): then there is nothing to spread work
+    over, and a Reshuffle that would spread it costs ~40 ms of CPU (four
+    ParDos and a runner stage) for nothing."""
+    return (is_local(options.view_as(StandardOptions).runner)
+            and options.view_as(DirectOptions).direct_num_workers == 1)
 
 
 def local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:

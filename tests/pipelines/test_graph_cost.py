@@ -166,3 +166,50 @@ def test_an_image_build_lists_its_directory_once_per_question(tmp_path, monkeypa
     result = build.build(raw)
     assert result.num_examples > 0
     assert len(roots) == 5, roots
+
+
+def _names(raw: dict, beam_args: list[str]) -> list[str]:
+    config = config_from_dict(raw)
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
+                   vocabularies=known_vocabularies(config))
+    return [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
+
+
+@pytest.mark.parametrize("source", ["csv", "images"])
+@pytest.mark.parametrize("beam_args, spread", [
+    ([], False), (["--direct_num_workers=1", "--direct_running_mode=multi_processing"], False),
+    (["--direct_num_workers=2"], True), (["--direct_num_workers=0"], True),
+    (["--runner=PortableRunner"], True)])
+def test_the_read_reshuffles_only_where_there_are_workers_to_spread_over(source, beam_args,
+                                                                          spread):
+    """A Reshuffle costs ~40 ms of CPU on a small build; with one local
+    worker it spreads nothing, so the read has none."""
+    names = _names(_config(source, statistics=False, label=False, optional=False), beam_args)
+    reshuffles = {name.split("/")[1] for name in names
+                  if name.startswith("Read/Reshuffle") and name.count("/") == 1}
+    expected = {"csv": {"ReshuffleFiles", "ReshuffleRanges"}, "images": {"ReshuffleBatches"}}
+    assert reshuffles == (expected[source] if spread else set())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["csv", "images"])
+def test_one_worker_without_the_reshuffles_writes_what_two_workers_write(tmp_path, source):
+    """The same bytes whether the read reshuffles (two workers) or not
+    (one): shards, dead letters, stats.json (read back by the tests of
+    the publish with the real readers; here byte for byte)."""
+    from recordforge.pipelines import build
+
+    digests = []
+    for workers in ("1", "2"):
+        raw = _config(source, statistics=True, label=True, optional=True)
+        raw["output"]["path"] = str(tmp_path / workers)
+        raw["dead_letter"] = {"max_error_rate": 1.0}  # the flowers hold broken images
+        result = build.build(raw, beam_args=[f"--direct_num_workers={workers}",
+                                             "--direct_running_mode=multi_threading"])
+        version = Path(result.path)
+        files = sorted(p for p in version.rglob("*") if p.is_file() and (
+            p.suffix in (".tfrecord", ".jsonl") or p.name == "stats.json"))
+        assert any(p.suffix == ".tfrecord" for p in files)
+        digests.append({str(p.relative_to(version)): p.read_bytes() for p in files})
+    assert digests[0] == digests[1]
