@@ -40,7 +40,7 @@ from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExi
                       report)
 from .publish.duplicates import DuplicatesCheck
 from .publish.gates import BuildChecks, StatisticsCheck
-from .runners import default_beam_args, input_bytes, is_local, local_runner
+from .runners import default_beam_args, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
@@ -132,7 +132,9 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     vocabularies = known_vocabularies(config)
     cache_state = _open_cache(config, vocabularies)
 
-    beam_args = default_beam_args(beam_args, input_bytes=lambda: input_bytes(config))
+    # The fingerprints hold every input's size: the running mode is chosen
+    # from them, not from a second listing (~30 ms for 3,000 images).
+    beam_args = default_beam_args(beam_args, input_bytes=lambda: _input_size(inputs))
     options = PipelineOptions(beam_args)
     requested_runner = options.view_as(StandardOptions).runner
     try:
@@ -176,7 +178,7 @@ def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mappi
     it and publishes it (`publish.finalize`). The caller deletes the staging
     on any exception."""
     started = time.monotonic()
-    total_input = sum(entry.get("size", 0) for entry in inputs["files"])
+    total_input = _input_size(inputs)
     # A large local build reads its shards back as they are written, on a
     # core the pipeline leaves idle, instead of all of them at the end.
     early_checks = publish.early_shard_checks(staging, config.output.compression,
@@ -245,6 +247,12 @@ def _source_inputs(config: DatasetConfig) -> dict:
     except OSError as error:
         raise BuildFailed(f"cannot list the inputs at {redact_url(source.path)}; nothing was "
                           f"published: {type(error).__name__}: {error}") from error
+
+
+def _input_size(inputs: Mapping) -> int:
+    """The bytes of the inputs `_source_inputs` fingerprinted (a vanished
+    file counts 0)."""
+    return sum(entry.get("size", 0) for entry in inputs["files"])
 
 
 def _check_inputs_unchanged(config: DatasetConfig, inputs: Mapping) -> None:

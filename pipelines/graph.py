@@ -18,9 +18,10 @@ import fsspec
 from .cache import READ_BATCH_SIZE, CacheState
 from .config import DatasetConfig
 from .key_sample import sample_bucket_bounds, uses_sampled_bounds
+from .runners import one_local_worker
 from ..schemas.duplicates import merge_parts, render_part
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
-from ..schemas.stats import StatisticsPlan
+from ..schemas.stats import FeatureStatistics, StatisticsPlan
 from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
@@ -31,8 +32,7 @@ from ..transforms.writer import ShardTuning, WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
-from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup
-from ..transforms.tagged import with_tag
+from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup, statistics_entry
 from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounting,
                                       RowsToExamples)
 
@@ -40,16 +40,18 @@ __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies
            "near_threshold", "stage_build", "watched_columns", "write_result"]
 
 
-def _read_source(config: DatasetConfig) -> beam.PTransform:
+def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
+    """The source's read; spread: reshuffle its reading units over the
+    runner's workers (False: one worker, nothing to spread over)."""
     source = config.source
     if source.type == "images":
         image = source.image
         if near_threshold(config) is not None:
             # Each image is hashed where its bytes are read and checked.
             image = dataclasses.replace(image, perceptual_hash=True)
-        return ReadImages(source.path, source.extensions, source.labels, image)
+        return ReadImages(source.path, source.extensions, source.labels, image, spread=spread)
     return ReadTable(source.path, source.type, extensions=source.extensions,
-                     options=source.csv)
+                     options=source.csv, spread=spread)
 
 
 def watched_columns(config: DatasetConfig) -> dict[str, str]:
@@ -248,19 +250,18 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so the step applied to this result
     # also keeps every branch in the graph that runs.
-    parts = [shards | "TagShards" >> beam.Map(with_tag, "shard"),
-             dead_letter | "TagDeadLetters" >> beam.Map(with_tag, "dead_letter"),
+    parts = [shards | "TagShards" >> beam.Map(_result_part, "shard"),
+             dead_letter | "TagDeadLetters" >> beam.Map(_result_part, "dead_letter"),
              # (source file, rows read) -> ("rows_read", n)
              source.counts | "RowsRead" >> beam.Map(_rows_read)]
     parts += _optional_parts(converted, columns_seen, config, vocabularies)
     parts += duplicate_parts
     if cache_use is not None:
         # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
-        parts.append(cache_use | "TagCacheUse" >> beam.Map(with_tag, "cache_use"))
+        parts.append(cache_use | "TagCacheUse" >> beam.Map(_result_part, "cache_use"))
+    # Each part is (None, (kind, value)) already (`_result_part`).
     result = (tuple(parts)
               | "GatherResult" >> beam.Flatten()
-              # (None, (kind, value))
-              | "OneKey" >> beam.Map(lambda tagged: (None, tagged))
               # (None, [(kind, value), ...])
               | "Group" >> beam.GroupByKey())
     # Only WriteDataset hands every dead letter to its user; a build's own
@@ -281,15 +282,15 @@ def _duplicates(fingerprints: beam.PCollection | None, config: DatasetConfig,
         # one summary of the image pairs within the threshold
         parts.append(fingerprints
                      | "FindNearImages" >> FindNearImages(threshold, config.split_names)
-                     | "TagNearDuplicates" >> beam.Map(with_tag, "near_duplicates"))
+                     | "TagNearDuplicates" >> beam.Map(_result_part, "near_duplicates"))
     mode = config.validation.duplicates.dedupe
     found = fingerprints | "FindDuplicates" >> FindDuplicates(duplicate_buckets(input_bytes),
                                                               dedupe=mode)
     if mode is None:
         # DuplicatesPart per digest bucket, added up by write_result
-        return parts + [found | "TagDuplicates" >> beam.Map(with_tag, "duplicates")], None
-    return parts + [found.found | "TagDuplicates" >> beam.Map(with_tag, "duplicates"),
-                    found.left | "TagDuplicatesLeft" >> beam.Map(with_tag, "duplicates_left")
+        return parts + [found | "TagDuplicates" >> beam.Map(_result_part, "duplicates")], None
+    return parts + [found.found | "TagDuplicates" >> beam.Map(_result_part, "duplicates"),
+                    found.left | "TagDuplicatesLeft" >> beam.Map(_result_part, "duplicates_left")
                     ], found.removals
 
 
@@ -303,8 +304,20 @@ def near_threshold(config: DatasetConfig) -> int | None:
     return duplicates.near_threshold
 
 
-def _rows_read(file_and_count: tuple[str, int]) -> tuple[str, int]:
-    return "rows_read", file_and_count[1]
+def _rows_read(file_and_count: tuple[str, int]) -> tuple[None, tuple[str, int]]:
+    return _result_part(file_and_count[1], "rows_read")
+
+
+def _result_part(value, kind: str) -> tuple[None, tuple[str, object]]:
+    """``(None, (kind, value))``: a value of the result, tagged with its
+    kind and keyed for the one GroupByKey that gathers the result, in the
+    step that makes it (a step of its own would be one more ParDo)."""
+    return None, (kind, value)
+
+
+def _statistics_part(keyed: tuple[tuple[str, str], FeatureStatistics]
+                     ) -> tuple[None, tuple[str, tuple[str, str, dict]]]:
+    return _result_part(statistics_entry(keyed), "statistics")
 
 
 def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: beam.PCollection,
@@ -318,16 +331,16 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
     if _label_counting(config, vocabularies) is not None:
         # ((split, label, examples), ...) per batch
         parts.append(converted.label_counts
-                     | "TagLabelCounts" >> beam.Map(with_tag, "label_counts"))
+                     | "TagLabelCounts" >> beam.Map(_result_part, "label_counts"))
     if watched_columns(config):
         # (column name, ...) for the check that every feature's column was seen
-        parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(with_tag, "columns_seen"))
+        parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(_result_part, "columns_seen"))
     if config.validation.statistics:
-        # (split, feature, stats.json entry) per key, in two parts that go
-        # to the result's Flatten unflattened (a Flatten is a stage)
-        merged = converted.statistics | "MergeStatistics" >> MergeStatistics(gathered=False)
-        parts += [entries | f"TagStatistics[{index}]" >> beam.Map(with_tag, "statistics")
-                  for index, entries in enumerate(merged)]
+        # (split, feature, stats.json entry) per key as a result part, in
+        # two parts that go to the result's Flatten unflattened (a Flatten
+        # is a stage), each made by the step that finishes a key's merge
+        parts += converted.statistics | "MergeStatistics" >> MergeStatistics(
+            gathered=False, finish=_statistics_part)
     return parts
 
 
@@ -356,7 +369,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             batch_size=READ_BATCH_SIZE, **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-        source = pipeline | "Read" >> _read_source(config)
+        source = pipeline | "Read" >> _read_source(
+            config, spread=not one_local_worker(pipeline.options))
     key_bounds = None
     if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
         key_bounds = sample_bucket_bounds(config, vocabularies,

@@ -10,13 +10,10 @@ import os
 from typing import Callable, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from .config import DatasetConfig
-from ..transforms.readers.listing import source_bytes
-
-__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "input_bytes", "is_local",
-           "local_runner"]
+__all__ = ["LOCAL_PARALLEL_MIN_BYTES", "default_beam_args", "is_local", "local_runner",
+           "one_local_worker"]
 
 
 # Below this much input a local build runs in one process (in_memory, one
@@ -56,6 +53,16 @@ def is_local(runner: str | None) -> bool:
     return runner in (None, "DirectRunner", "direct")
 
 
+def one_local_worker(options: PipelineOptions) -> bool:
+    """Whether a pipeline with `options` runs on the local engine with one
+    worker (``--direct_num_workers=1``, Beam's default; a small build's
+    default, `default_beam_args`): then there is nothing to spread work
+    over, and a Reshuffle that would spread it costs ~40 ms of CPU (four
+    ParDos and a runner stage) for nothing."""
+    return (is_local(options.view_as(StandardOptions).runner)
+            and options.view_as(DirectOptions).direct_num_workers == 1)
+
+
 def local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:
     """The engine of a local build: Beam's FnApiRunner, set up as the
     DirectRunner sets it up for a batch pipeline.
@@ -71,15 +78,3 @@ def local_runner(options: PipelineOptions) -> beam.runners.PipelineRunner:
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-
-
-def input_bytes(config: DatasetConfig) -> int | None:
-    """The size of the source's files, counted up to just past
-    `LOCAL_PARALLEL_MIN_BYTES`; None when the listing fails (the build then
-    reports the problem itself)."""
-    source = config.source
-    try:
-        return source_bytes(source.path, source.type, source.extensions,
-                            limit=LOCAL_PARALLEL_MIN_BYTES)
-    except (OSError, ValueError):
-        return None

@@ -27,7 +27,7 @@ from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, me
                              merge_order)
 
 __all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
-           "partial_to_json"]
+           "partial_to_json", "statistics_entry"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -119,7 +119,9 @@ class _MergeFn(beam.CombineFn):
         return accumulator
 
 
-def _entry(keyed: tuple[tuple[str, str], FeatureStatistics]) -> tuple[str, str, dict]:
+def statistics_entry(keyed: tuple[tuple[str, str], FeatureStatistics]
+                     ) -> tuple[str, str, dict]:
+    """A merged key as ``(split, feature, stats.json entry)``."""
     (split, feature), stats = keyed
     return split, feature, stats.to_json()
 
@@ -128,15 +130,15 @@ def _order_free(keyed: tuple[tuple[str, str], FeatureStatistics]) -> bool:
     return keyed[1].order_free
 
 
-def _ordered(keyed: tuple[tuple[str, str], FeatureStatistics]) -> bool:
-    return not keyed[1].order_free
-
-
 def _first_level(keyed: tuple[tuple[str, str], FeatureStatistics]):
-    """((split, feature), stats) -> ((split, feature, group), (order, stats))."""
+    """((split, feature), stats) -> ((split, feature, group), (order, stats))
+    of a partial whose merge depends on the order; nothing for the others
+    (one step that filters and keys: a ParDo less)."""
     (split, feature), stats = keyed
+    if stats.order_free:
+        return
     order, group = merge_order(stats)
-    return (split, feature, group), (order, stats)
+    yield (split, feature, group), (order, stats)
 
 
 def _merged_group(grouped, finer: int, coarser: int):
@@ -147,20 +149,32 @@ def _merged_group(grouped, finer: int, coarser: int):
     return (split, feature, group >> (finer - coarser)), (group, merge_group(members))
 
 
-def _last_group(grouped) -> tuple[tuple[str, str], FeatureStatistics]:
+def _last_group(grouped, finish: Callable) -> Any:
+    """The last level's group merged, as `finish` gives ``((split, feature),
+    stats)``."""
     (split, feature, _), members = grouped
-    return (split, feature), merge_group(members)
+    return finish(((split, feature), merge_group(members)))
+
+
+def _merged(keyed: tuple[tuple[str, str], FeatureStatistics]
+            ) -> tuple[tuple[str, str], FeatureStatistics]:
+    return keyed
 
 
 class _MergeInOrder(beam.PTransform):
-    """``((split, feature), FeatureStatistics)`` partials -> one merged per
-    key, in the tree of `schemas.stats.merge_partials`: a GroupByKey
-    per level (MERGE_LEVELS), no level holding more than a 2**16th (level
-    1) or 256 (further levels) of a key's partials."""
+    """``((split, feature), FeatureStatistics)`` partials whose merge
+    depends on the order (others are left out) -> one merged per key, as
+    `finish` gives it, in the tree of `schemas.stats.merge_partials`: a
+    GroupByKey per level (MERGE_LEVELS), no level holding more than a
+    2**16th (level 1) or 256 (further levels) of a key's partials."""
+
+    def __init__(self, finish: Callable):
+        super().__init__()
+        self._finish = finish
 
     def expand(self, partials):
         # ((split, feature, group), (order, stats))
-        level = partials | "KeyByOrigin" >> beam.Map(_first_level)
+        level = partials | "KeyByOrigin" >> beam.FlatMap(_first_level)
         for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
             # ((split, feature, coarser group), (finer group, stats))
             level = (level
@@ -168,8 +182,8 @@ class _MergeInOrder(beam.PTransform):
                      | f"Merge[{finer}]" >> beam.Map(_merged_group, finer, coarser))
         return (level
                 | "GroupLast" >> beam.GroupByKey()
-                # ((split, feature), stats)
-                | "MergeLast" >> beam.Map(_last_group))
+                # finish(((split, feature), stats))
+                | "MergeLast" >> beam.Map(_last_group, self._finish))
 
 
 class MergeStatistics(beam.PTransform):
@@ -177,28 +191,27 @@ class MergeStatistics(beam.PTransform):
     ``(split, feature, stats.json entry)`` per key, the same whatever the
     runner, its workers and bundles, and the order of the partials.
 
-    gathered=False gives the entries as a tuple of PCollections (the
-    order-free keys', the ordered keys') for a consumer that flattens them
-    with other inputs anyway: a Flatten of its own here would be one more
-    runner stage."""
+    finish: what each merged ``((split, feature), stats)`` is given as
+    (`statistics_entry` by default), in the step that ends its merge, not
+    in a step (a ParDo) of its own. gathered=False gives them as a tuple of
+    PCollections (the order-free keys', the ordered keys') for a consumer
+    that flattens them with other inputs anyway: a Flatten of its own here
+    would be one more runner stage."""
 
-    def __init__(self, gathered: bool = True):
+    def __init__(self, gathered: bool = True, finish: Callable = statistics_entry):
         super().__init__()
         self._gathered = gathered
+        self._finish = finish
 
     def expand(self, partials):
         # ((split, feature), FeatureStatistics), one per key
         order_free = (partials
                       | "OrderFree" >> beam.Filter(_order_free)
                       | "MergePerKey" >> beam.CombinePerKey(_MergeFn()))
-        ordered = (partials
-                   | "Ordered" >> beam.Filter(_ordered)
-                   | "MergeInOrder" >> _MergeInOrder())
         if not self._gathered:
-            # (split, feature, entry dict) per key, in two parts
-            return (order_free | "ToJson" >> beam.Map(_entry),
-                    ordered | "OrderedToJson" >> beam.Map(_entry))
+            return (order_free | "Finish" >> beam.Map(self._finish),
+                    partials | "MergeInOrder" >> _MergeInOrder(self._finish))
+        ordered = partials | "MergeInOrder" >> _MergeInOrder(_merged)
         return ((order_free, ordered)
                 | "AllMerged" >> beam.Flatten()
-                # (split, feature, entry dict)
-                | "ToJson" >> beam.Map(_entry))
+                | "Finish" >> beam.Map(self._finish))

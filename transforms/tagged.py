@@ -10,16 +10,14 @@ its values out::
 
 rather than ``ParDo(...).with_outputs(...)``: Beam's Dask runner (2.77)
 hands every tagged output of a multi-output ParDo to every consumer,
-whatever its tag. The other way round, `with_tag` marks the values of
-several PCollections before they are flattened into one
-(``beam.Map(with_tag, "shard")``).
+whatever its tag.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-__all__ = ["select", "with_tag"]
+__all__ = ["select"]
 
 
 def select(element: tuple[str, Any], tag: str) -> Iterator[Any]:
@@ -28,8 +26,3 @@ def select(element: tuple[str, Any], tag: str) -> Iterator[Any]:
     if element[0] == tag:
         yield element[1]
 
-
-def with_tag(value: Any, tag: str) -> tuple[str, Any]:
-    """``(tag, value)``: ``beam.Map(with_tag, tag)`` marks a PCollection's
-    values before it is flattened with others."""
-    return tag, value

@@ -8,7 +8,7 @@ from typing import Any
 
 from ...schemas.errors import ConfigError
 from ...transforms.readers.csv import read_csv_header
-from ...transforms.readers.image_items import known_labels
+from ...transforms.readers.image_items import folder_labels
 from ...transforms.readers.listing import list_files, list_images
 from ...transforms.readers.tables import read_table_columns
 from .csv_section import parse_csv_section
@@ -51,9 +51,9 @@ def parse_source(value: Any) -> tuple[SourceConfig, dict]:
         raise ConfigError("source.csv", f"applies to csv sources only (source.type is {kind})")
     csv_options, null_values, csv_resolved = (parse_csv_section(body.get("csv"))
                                               if kind == "csv" else (None, None, None))
-    _check_source_exists(path, kind, extensions)
-    if kind == "images" and labels == "directory" and not is_url(path):
-        _check_class_folders(local_path(path), extensions)
+    listed = _check_source_exists(path, kind, extensions)
+    if kind == "images" and labels == "directory" and listed is not None:
+        _check_class_folders(listed)
     image, image_resolved = (parse_image(body.get("image")) if kind == "images"
                              else (None, None))
     source = SourceConfig(type=kind, path=absolute(path), labels=(
@@ -108,11 +108,13 @@ def _parse_labels(value: Any) -> str:
     return value
 
 
-def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> None:
+def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> list | None:
     """Fails unless a local source lists files, by the listing the build uses
-    (`readers.listing`)."""
+    (`readers.listing`); returns what a local directory lists (`_listed`:
+    the class folders are checked from it, not from a second listing), else
+    None."""
     if is_url(path):
-        return  # remote listings are slow and may need credentials the workers have
+        return None  # remote listings are slow and may need credentials the workers have
     local = local_path(path)
     where = f"(relative paths are resolved against the current directory, {os.getcwd()})"
     if GLOB_CHARS.search(local):
@@ -121,22 +123,27 @@ def _check_source_exists(path: str, kind: str, extensions: tuple[str, ...]) -> N
                               "glob; use source.extensions to choose the files")
         if not list_files(local)[1]:
             raise ConfigError("source.path", f"the pattern {path} matches no files {where}")
-        return
+        return None
     if not os.path.exists(local):
         raise ConfigError("source.path", f"{path} does not exist {where}")
     if kind == "images" and not os.path.isdir(local):
         raise ConfigError("source.path", f"{path} is a file; an image source is a directory "
                           "of class folders (labels: directory) or of images")
-    if os.path.isdir(local) and not _listed(local, kind, extensions):
+    if not os.path.isdir(local):
+        return None
+    listed = _listed(local, kind, extensions)
+    if not listed:
         raise ConfigError("source.path", f"no files ending in {', '.join(extensions)} under "
                           f"{path}; check the path or set source.extensions")
+    return listed
 
 
-def _check_class_folders(local: str, extensions: tuple[str, ...]) -> None:
+def _check_class_folders(listed: list[tuple[str, str]]) -> None:
     """Class folders that differ only by case (`Cat/`, `cat/`) would be two
-    labels of one class on some filesystems and one on others: an error."""
+    labels of one class on some filesystems and one on others: an error.
+    listed: the images' ``(fs_path, rel)`` (`_listed`)."""
     by_folded: dict[str, str] = {}
-    for label in known_labels(local, "directory", extensions):
+    for label in folder_labels(listed):
         other = by_folded.setdefault(label.casefold(), label)
         if other != label:
             raise ConfigError("source.path", f"class folders {other!r} and {label!r} differ only "

@@ -43,3 +43,23 @@ def test_config_checks_list_like_the_build(tmp_path, monkeypatch):
     data["source"]["path"] = "gz"
     data["key"] = "x"
     assert config_from_dict(data).key == "x"
+
+
+@pytest.mark.parametrize("folders, error", [(["Cat", "cat"], True), (["Cat", "dog"], False),
+                                            (["cat", "CAT/"], False)])
+def test_class_folders_apart_only_by_case_are_refused_from_the_listing(tmp_path, folders,
+                                                                        error):
+    """Checked on the images the build would list (`list_images`): a folder
+    ("CAT/" here) holding no image the build reads is not a class."""
+    for folder in folders:
+        (tmp_path / folder.rstrip("/")).mkdir()
+        name = "notes.txt" if folder.endswith("/") else "a.jpg"
+        (tmp_path / folder.rstrip("/") / name).write_bytes(b"\xff\xd8\xff")
+    data = {"name": "t", "version": "1", "source": {"type": "images", "path": str(tmp_path)},
+            "features": {"image": {"type": "bytes"}}, "output": {"path": str(tmp_path / "out")}}
+    if error:
+        with pytest.raises(ConfigError, match="differ only by case") as info:
+            config_from_dict(data)
+        assert info.value.key == "source.path"
+    else:
+        assert config_from_dict(data).source.labels == "directory"

@@ -6,7 +6,6 @@ import os
 import pytest
 
 from recordforge.pipelines import runners
-from recordforge.transforms.readers.listing import source_bytes
 
 SMALL = runners.LOCAL_PARALLEL_MIN_BYTES - 1
 BIG = runners.LOCAL_PARALLEL_MIN_BYTES
@@ -38,23 +37,41 @@ def test_user_choices_and_other_runners_are_kept_without_sizing_the_input(args, 
     assert runners.default_beam_args(args, input_bytes=_never) == expected
 
 
-def test_source_bytes_counts_the_files_a_source_reads(tmp_path):
-    tables = tmp_path / "tables"
-    tables.mkdir()
-    (tables / "a.csv").write_bytes(b"x" * 100)
-    (tables / "b.csv").write_bytes(b"x" * 50)
-    (tables / "_SUCCESS").write_bytes(b"x" * 1000)  # hidden from listing, as when reading
-    assert source_bytes(str(tables), "csv") == 150
-
-    images = tmp_path / "images" / "cat"
-    images.mkdir(parents=True)
-    (images / "1.jpg").write_bytes(b"x" * 30)
-    (images / "2.JPG").write_bytes(b"x" * 20)
-    (images / "notes.txt").write_bytes(b"x" * 999)
-    assert source_bytes(str(tmp_path / "images"), "images", [".jpg"]) == 50
+class _Chosen(Exception):
+    """Stops a build once its running mode is chosen."""
 
 
-def test_source_bytes_stops_counting_past_the_limit(tmp_path):
-    for i in range(5):
-        (tmp_path / f"{i}.csv").write_bytes(b"x" * 100)
-    assert source_bytes(str(tmp_path), "csv", limit=150) == 200
+@pytest.mark.parametrize("kind", ["csv", "images"])
+def test_the_running_mode_is_chosen_from_the_sizes_of_the_files_the_build_reads(
+        tmp_path, monkeypatch, kind):
+    """From the inputs' fingerprints (no listing of its own): the files the
+    build reads, not a hidden file or another extension beside them."""
+    from recordforge.pipelines import build
+
+    root = tmp_path / "in"
+    if kind == "csv":
+        (root / "sub").mkdir(parents=True)
+        read = {root / "a.csv": b"id\n" + b"1\n" * 60, root / "sub" / "b.csv": b"id\n7\n"}
+        others = {root / "_SUCCESS": b"x" * 1000, root / "notes.txt": b"x" * 999}
+        features = {"id": {"type": "int64"}}
+    else:
+        (root / "cat").mkdir(parents=True)
+        read = {root / "cat" / "1.jpg": b"x" * 30, root / "cat" / "2.JPG": b"x" * 20}
+        others = {root / "cat" / "notes.txt": b"x" * 999, root / ".hidden.jpg": b"x" * 500}
+        features = {"image": {"type": "bytes"}}
+    for path, data in {**read, **others}.items():
+        path.write_bytes(data)
+    sizes = []
+    choose = runners.default_beam_args
+
+    def spying(beam_args, input_bytes=None):
+        sizes.append(input_bytes())
+        choose(beam_args, input_bytes=lambda: sizes[-1])
+        raise _Chosen
+
+    monkeypatch.setattr(build, "default_beam_args", spying)
+    raw = {"name": "t", "version": "1", "source": {"type": kind, "path": str(root)},
+           "features": features, "output": {"path": str(tmp_path / "out")}}
+    with pytest.raises(_Chosen):
+        build.build(raw)
+    assert sizes == [sum(len(data) for data in read.values())]

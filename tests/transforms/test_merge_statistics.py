@@ -6,6 +6,7 @@ import json
 import random
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
@@ -14,7 +15,8 @@ from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.stats import FeatureStatistics, StatisticsPlan, merge_partials
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.merge_statistics import (MergeStatistics, StatisticsSetup,
-                                                     partial_from_json, partial_to_json)
+                                                     partial_from_json, partial_to_json,
+                                                     statistics_entry)
 from recordforge.transforms.to_examples import STATISTICS, BatchConversion
 
 SPECS = parse_features({
@@ -165,3 +167,31 @@ def test_statistics_depend_only_on_the_rows_not_where_they_were_read(folders, se
         assert entry["string"]["exact"] is False  # above the capacity: the ordered merge
         merged.add(json.dumps(entry, sort_keys=True))
     assert len(merged) == 1
+
+
+def _finished(keyed) -> tuple[str, list]:
+    return "finished", list(statistics_entry(keyed))
+
+
+@pytest.mark.parametrize("gathered", [True, False])
+def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered):
+    """`finish` makes what each merged key is given as, gathered in one
+    PCollection or left in two parts (the order-free keys', the ordered
+    keys'), with the same merge as `merge_partials`."""
+    partials = _table_partials()
+    expected = []
+    for key in sorted({key for key, _ in partials}):
+        mine = [partial_from_json(partial_to_json(p))[1] for p in partials if p[0] == key]
+        expected.append(json.dumps(["finished", [*key, merge_partials(mine).to_json()]],
+                                   sort_keys=True))
+    shuffled = list(partials)
+    random.Random(3).shuffle(shuffled)
+    with TestPipeline() as p:
+        merged = (p | beam.Create([partial_to_json(partial) for partial in shuffled])
+                  | beam.Map(partial_from_json)
+                  | MergeStatistics(gathered=gathered, finish=_finished))
+        if not gathered:
+            assert len(merged) == 2
+            merged = merged | beam.Flatten()
+        assert_that(merged | beam.Map(lambda done: json.dumps(list(done), sort_keys=True)),
+                    equal_to(expected))

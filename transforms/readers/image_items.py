@@ -27,6 +27,7 @@ from .rows import SourceRow
 __all__ = [
     "DEFAULT_IMAGE_BATCH_SIZE",
     "ImageItem",
+    "folder_labels",
     "known_labels",
     "plan_images",
     "read_image_items",
@@ -96,10 +97,15 @@ def known_labels(path: str, labels: str, extensions: Iterable[str]) -> list[str]
     listed images (``labels="directory"``) or the labels of the usable rows of
     the labels table. Used for ``vocabulary: auto``."""
     if labels == "directory":
-        _, listed, _ = list_images(path, extensions)
-        return sorted({rel.rsplit("/", 2)[-2] for _, rel in listed if "/" in rel})
+        return folder_labels(list_images(path, extensions)[1])
     entries, _ = read_labels_table(labels)
     return sorted({label for label, _, _ in entries.values()})
+
+
+def folder_labels(listed: Iterable[tuple[str, str]]) -> list[str]:
+    """Sorted distinct class folder names of listed ``(fs_path, rel)``
+    images (`list_images`); images directly in the root have none."""
+    return sorted({rel.rsplit("/", 2)[-2] for _, rel in listed if "/" in rel})
 
 
 def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],

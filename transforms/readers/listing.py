@@ -51,7 +51,7 @@ from ..urls import redact_url
 from .common import display_name
 
 __all__ = ["Listing", "is_utf8", "list_files", "list_image_files", "list_images", "list_tables",
-           "normalized_extensions", "source_bytes"]
+           "normalized_extensions"]
 
 
 def _hidden(name: str) -> bool:
@@ -339,26 +339,3 @@ def list_image_files(path: str, extensions: Iterable[str]) -> Listing:
     listed.sort(key=lambda item: item[1])
     return Listing(fs, listed, problems, skipped)
 
-
-def source_bytes(path: str, type: str, extensions: Iterable[str] = (),
-                 limit: int | None = None) -> int:
-    """Bytes of the files a source reads: the table files at `path` (in a
-    directory, those with one of `extensions`), or the image files below it
-    with one of `extensions`. Counting stops once the total passes `limit`
-    (callers comparing with a threshold need no more). Files that vanish
-    while being counted count 0."""
-    if type == "images":
-        fs, listed, _ = list_images(path, extensions)
-        paths = (fs_path for fs_path, _ in listed)
-    else:
-        fs, files = list_files(path, extensions or None)
-        paths = iter(files)
-    total = 0
-    for fs_path in paths:
-        try:
-            total += fs.size(fs_path) or 0
-        except FileNotFoundError:
-            continue
-        if limit is not None and total > limit:
-            break
-    return total

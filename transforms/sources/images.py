@@ -2,9 +2,9 @@
 
 The steps are thin over `readers`: list and label the images into batches
 of `ImageItem`s (`image_items.plan_images`, one DoFn on the root), reshuffle
-the batches so a multi-worker runner spreads them, and read and check each
-batch (`image_items.read_image_items`). Listing and labelling problems are
-dead letters beside the rows.
+the batches so a multi-worker runner spreads them (not with one worker),
+and read and check each batch (`image_items.read_image_items`). Listing and
+labelling problems are dead letters beside the rows.
 """
 
 from __future__ import annotations
@@ -75,13 +75,16 @@ class ReadImages(beam.PTransform):
     Takes a pipeline (PBegin). path: the root directory (fsspec URL);
     extensions: e.g. (".jpg", ".png"); labels: "directory" or the path of a
     labels table (.csv/.jsonl with columns file,label); options: ImageOptions;
-    batch_size: images per RowBatch. Gives `ReadOutputs`; counts are
+    batch_size: images per RowBatch; spread: reshuffle the batches so a
+    runner's workers share them (False where there is one worker: the
+    Reshuffle spreads nothing). Gives `ReadOutputs`; counts are
     ``(source, n)`` per batch of images (source: the root) plus one per
     listing/labelling dead letter.
     """
 
     def __init__(self, path: str, extensions: tuple[str, ...], labels: str,
-                 options: ImageOptions, batch_size: int = DEFAULT_IMAGE_BATCH_SIZE):
+                 options: ImageOptions, batch_size: int = DEFAULT_IMAGE_BATCH_SIZE,
+                 spread: bool = True):
         super().__init__()
         if labels != "directory":
             labels_format(labels)
@@ -92,6 +95,7 @@ class ReadImages(beam.PTransform):
         self._labels = labels
         self._options = options
         self._batch_size = batch_size
+        self._spread = spread
 
     def expand(self, pbegin):
         planned = (
@@ -99,11 +103,10 @@ class ReadImages(beam.PTransform):
             | "Root" >> beam.Create([self._path])
             | "PlanImages" >> beam.ParDo(
                 _PlanImages(self._extensions, self._labels, self._batch_size)))
-        read = (
-            planned
-            # up to batch_size ImageItems, as plain tuples
-            | "Batches" >> beam.FlatMap(select, UNIT)
-            | "ReshuffleBatches" >> beam.Reshuffle()
-            | "ReadImages" >> beam.ParDo(_ReadImageBatches(self._path, self._options)
-                                         ).with_output_types(TaggedBatch))
+        # up to batch_size ImageItems, as plain tuples
+        batches = planned | "Batches" >> beam.FlatMap(select, UNIT)
+        if self._spread:
+            batches = batches | "ReshuffleBatches" >> beam.Reshuffle()
+        read = batches | "ReadImages" >> beam.ParDo(
+            _ReadImageBatches(self._path, self._options)).with_output_types(TaggedBatch)
         return (read, planned) | "Split" >> SplitTagged()

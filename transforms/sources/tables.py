@@ -3,7 +3,8 @@
 The steps are thin over `readers`: list the files (`listing.list_tables`),
 ``Reshuffle`` them, plan each into units (`tables.plan_table_ranges`: byte
 ranges of CSV/JSONL files, row-group spans of Parquet files), ``Reshuffle``
-the units so a multi-worker runner spreads them, and read each unit
+the units so a multi-worker runner spreads them (no Reshuffle with one
+worker), and read each unit
 (`tables.read_range`) in a DoFn that emits batches. It starts from a
 ``beam.Create`` of the path (not an Impulse-rooted IO, which the Dask runner
 cannot run).
@@ -102,13 +103,15 @@ class ReadTable(beam.PTransform):
     extensions: the names taken from a directory (None: every file);
     batch_size: rows per RowBatch;
     range_bytes: target size of a reading unit (0 reads each file as one unit,
-    e.g. for CSV files with stray quotes in unquoted fields).
+    e.g. for CSV files with stray quotes in unquoted fields);
+    spread: reshuffle the files and the units so a runner's workers share
+    them (False where there is one worker: two Reshuffles spread nothing).
     Gives `ReadOutputs` (rows, dead_letter, counts).
     """
 
     def __init__(self, path: str, format: str, batch_size: int = 1000,
                  range_bytes: int = DEFAULT_RANGE_BYTES,
-                 extensions: Iterable[str] | None = None, options=None):
+                 extensions: Iterable[str] | None = None, options=None, spread: bool = True):
         super().__init__()
         if format not in TABLE_FORMATS:
             raise ValueError(f"format: expected one of {list(TABLE_FORMATS)}, got {format!r}")
@@ -120,6 +123,7 @@ class ReadTable(beam.PTransform):
         self._batch_size = batch_size
         self._range_bytes = range_bytes
         self._options = options
+        self._spread = spread
 
     def expand(self, pbegin):
         # (tag, value): ("unit", fs path) per file | dead letter and count if none match
@@ -130,14 +134,14 @@ class ReadTable(beam.PTransform):
             | "Pattern" >> beam.Create([self._path])
             | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
                                         ).with_output_types(TaggedBatch))
-        units = (
-            listed
-            | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
-            | "ReshuffleFiles" >> beam.Reshuffle()
-            # FileRange (byte range or row-group span)
-            | "PlanRanges" >> beam.ParDo(
-                _PlanTableRanges(self._path, self._format, self._range_bytes, self._options))
-            | "ReshuffleRanges" >> beam.Reshuffle())
+        files = listed | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
+        if self._spread:
+            files = files | "ReshuffleFiles" >> beam.Reshuffle()
+        # FileRange (byte range or row-group span)
+        units = files | "PlanRanges" >> beam.ParDo(
+            _PlanTableRanges(self._path, self._format, self._range_bytes, self._options))
+        if self._spread:
+            units = units | "ReshuffleRanges" >> beam.Reshuffle()
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
         read = units | "ReadRanges" >> beam.ParDo(
             _ReadTableRanges(self._path, self._format, self._batch_size, self._options)
