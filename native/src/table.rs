@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::digest::{RowHasher, DIGEST_SIZE};
 use crate::wire;
 
 /// How one feature converts its field (the fast path's rules).
@@ -100,6 +101,22 @@ impl Converted<'_> {
 
     pub fn key(&self, row: usize) -> Option<&[u8]> {
         self.keys[row].clone().map(|range| &self.key_bytes[range])
+    }
+
+    /// Every row's digest (`digest::RowHasher`) back to back: of its key,
+    /// or of its Example when it has none, as the split assignment and the
+    /// shuffle hash a row (`transforms/splits.py`); 16 zero bytes for a
+    /// declined row, which the Python path converts and hashes itself.
+    pub fn digests(&self, hasher: &RowHasher) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.examples.len() * DIGEST_SIZE);
+        for row in 0..self.examples.len() {
+            match (self.example(row), self.key(row)) {
+                (Some(_), Some(key)) => hasher.digest_into(key, &mut out),
+                (Some(example), None) => hasher.digest_into(example, &mut out),
+                (None, _) => out.extend_from_slice(&[0; DIGEST_SIZE]),
+            }
+        }
+        out
     }
 }
 
