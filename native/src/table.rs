@@ -460,6 +460,26 @@ mod tests {
         assert!(convert_run(b"1,2,x\r", 1, &plan()).is_err());
     }
 
+    #[test]
+    fn digests_are_of_the_key_or_the_example_and_zero_for_a_declined_row() {
+        let hasher = RowHasher::new(b"flights").unwrap();
+        let digest = |row: &[u8]| crate::digest::hash_rows(b"flights", [row].into_iter()).unwrap();
+        let run = b"1,2.5,x\nnope,1,y\n-3,0,z\n";
+        let keyed = convert_run(run, 3, &plan()).unwrap();
+        let mut unkeyed_plan = plan();
+        unkeyed_plan.key = Key::None;
+        let unkeyed = convert_run(run, 3, &unkeyed_plan).unwrap();
+        for (converted, of_key) in [(&keyed, true), (&unkeyed, false)] {
+            let digests = converted.digests(&hasher);
+            assert_eq!(digests.len(), 3 * DIGEST_SIZE);
+            for row in [0, 2] {
+                let source = if of_key { converted.key(row) } else { converted.example(row) };
+                assert_eq!(&digests[row * DIGEST_SIZE..][..DIGEST_SIZE], &digest(source.unwrap())[..]);
+            }
+            assert_eq!(&digests[DIGEST_SIZE..2 * DIGEST_SIZE], &[0u8; DIGEST_SIZE]);
+        }
+    }
+
     proptest! {
         #[test]
         fn count_run_accepts_exactly_the_runs_convert_run_reads(run in prop::collection::vec(

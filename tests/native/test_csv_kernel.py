@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.transforms import native_rows
+from recordforge.transforms import batch_converter, native_rows, splits
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
+from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.vocabulary_labels import VocabularyLabels
 
 COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
@@ -235,6 +236,41 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     outcome(_converter(specs, "c0", native), specs, batch, "n")
     assert batch._split is None
     assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
+
+
+def _fails(*_):
+    raise AssertionError("the rows were hashed outside the convert call")
+
+
+@pytest.mark.parametrize("key", ["c0", "c1", None])
+def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monkeypatch, key):
+    """The convert call gives every row's digest (of its key, or its
+    Example without one): the batch carries them, and neither the
+    converter nor the label count hashes a row again. A row the kernel
+    declines has 16 zero bytes, and its batch is hashed whole by Python."""
+    specs = parse_features({"n": {"type": "int64", "from": "c0"},
+                            "s": {"type": "string", "from": "c1"}}, nested=False)
+    assigner = SplitAssigner("flights", [("train", 0.5), ("test", 0.5)])
+    clean, declined = tmp_path / "clean.csv", tmp_path / "declined.csv"
+    clean.write_bytes(b"c0,c1\n1,a\n2,b\n-3,c\n")
+    declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n-3,c\n")
+    [batch] = list(iter_csv(str(clean), columns=True))
+    converter = _converter(specs, key, native, assigner.salt)
+    examples, keys, _, _, digests = converter._native.convert(batch)
+    sources = examples if key is None else keys
+    assert digests == b"".join(assigner.python_hash_rows(sources)[0])
+    with monkeypatch.context() as patch:
+        patch.setattr(batch_converter, "row_digests", _fails)
+        patch.setattr(splits, "row_digests", _fails)
+        hashed = converter.convert_observed_batch(batch, None)[0]
+        assert hashed.joined == digests and assigner.hashed(hashed) is hashed
+    [batch] = list(iter_csv(str(declined), columns=True))
+    examples, keys, _, _, digests = converter._native.convert(batch)
+    assert examples[1] is None and digests[16:32] == bytes(16)
+    hashed, _, dead_letters, _ = converter.convert_observed_batch(batch, None)
+    assert len(hashed) == 2 and len(dead_letters) == 1  # "2.5" is no int64
+    rows = [example if row_key is None else row_key for row_key, example in hashed]
+    assert hashed.joined_digests() == b"".join(assigner.python_hash_rows(rows)[0])
 
 
 def _items(path, kernels):
