@@ -23,7 +23,7 @@ from ..schemas.row_encoder import RowEncoder
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
-from .splits import ExampleRows, HashedExamples, hashed_sources, row_digests
+from .splits import HASH_SIZE, ExampleRows, HashedExamples, hashed_sources, row_digests
 from .vocabulary_labels import VocabularyLabels
 
 __all__ = ["BatchConverter"]
@@ -143,6 +143,7 @@ class BatchConverter:
         labels = []
         dead_letters = []
         good = []
+        redone = []  # where the rows the row path converted are in `examples`
         for index, example in enumerate(fast_examples):
             if example is not None:
                 good.append(index)
@@ -157,6 +158,7 @@ class BatchConverter:
                 key, example = self._convert_row(row)
                 labels.append(label_of(row.values.get(label_source)) if label is not None
                               else None)
+                redone.append(len(examples))
                 keys_kept.append(key)
                 examples.append(example)
                 good.append(index)
@@ -169,9 +171,10 @@ class BatchConverter:
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
         self.good_rows = good
-        # (the kernel's digests, which skip the rows it declined, are not
-        # spliced: a batch with rows for the row path is hashed whole)
-        return self._rows(keys_kept, examples), labels, dead_letters, (
+        if digests is not None:
+            digests = self._spliced(digests, len(fast_examples), good, redone, keys_kept,
+                                    examples)
+        return self._rows(keys_kept, examples, digests), labels, dead_letters, (
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 
     def _rows(self, keys: list, examples: list, digests: bytes | None = None) -> ExampleRows:
@@ -186,6 +189,20 @@ class BatchConverter:
             digests = row_digests(self._salt, hashed_sources(keys, examples))
         return HashedExamples(zip(keys, examples), self._salt, joined=digests,
                               columns=(keys, examples))
+
+    def _spliced(self, digests: bytes, count: int, good: list[int], redone: list[int],
+                 keys: list, examples: list) -> bytes | None:
+        """The good rows' digests: the kernel's (`digests`, of all `count`
+        rows of the batch, zeros where it declined a row) at `good`, and at
+        the positions `redone` (rows the row path converted) made here."""
+        if len(digests) != HASH_SIZE * count:
+            return None  # not the kernel's promise: the rows are hashed whole
+        table = np.frombuffer(digests, dtype=np.uint8).reshape(count, HASH_SIZE)[good]
+        if redone:
+            made = row_digests(self._salt, [examples[at] if keys[at] is None else keys[at]
+                                            for at in redone])
+            table[redone] = np.frombuffer(made, dtype=np.uint8).reshape(-1, HASH_SIZE)
+        return table.tobytes()
 
     def _column_path(self, column: Callable[[str], list], count: int, label: str | None,
                      vocabulary: Sequence[str] | None) -> tuple[list, list, list | None, dict]:

@@ -247,18 +247,28 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
     """The convert call gives every row's digest (of its key, or its
     Example without one): the batch carries them, and neither the
     converter nor the label count hashes a row again. A row the kernel
-    declines has 16 zero bytes, and its batch is hashed whole by Python."""
+    declines has 16 zero bytes; of those, only the rows the row path
+    converts are hashed by Python, the others' digests are the kernel's."""
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
-                            "s": {"type": "string", "from": "c1"}}, nested=False)
+                            "s": {"type": "string", "from": "c1", "required": False}},
+                           nested=False)
     assigner = SplitAssigner("flights", [("train", 0.5), ("test", 0.5)])
     clean, declined = tmp_path / "clean.csv", tmp_path / "declined.csv"
     clean.write_bytes(b"c0,c1\n1,a\n2,b\n-3,c\n")
-    declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n-3,c\n")
+    # "2.5" is no int64 (a dead letter); an empty optional text the kernel
+    # declines and the row path converts (without a key column "c1").
+    declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n4,\n-3,c\n")
     [batch] = list(iter_csv(str(clean), columns=True))
     converter = _converter(specs, key, native, assigner.salt)
     examples, keys, _, _, digests = converter._native.convert(batch)
     sources = examples if key is None else keys
     assert digests == b"".join(assigner.python_hash_rows(sources)[0])
+    hashed_here = []
+
+    def counted(salt, rows):
+        hashed_here.extend(rows)
+        return splits.row_digests(salt, rows)
+
     with monkeypatch.context() as patch:
         patch.setattr(batch_converter, "row_digests", _fails)
         patch.setattr(splits, "row_digests", _fails)
@@ -266,11 +276,14 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
         assert hashed.joined == digests and assigner.hashed(hashed) is hashed
     [batch] = list(iter_csv(str(declined), columns=True))
     examples, keys, _, _, digests = converter._native.convert(batch)
-    assert examples[1] is None and digests[16:32] == bytes(16)
-    hashed, _, dead_letters, _ = converter.convert_observed_batch(batch, None)
-    assert len(hashed) == 2 and len(dead_letters) == 1  # "2.5" is no int64
+    assert examples[1] is None and examples[2] is None and digests[16:48] == bytes(32)
+    with monkeypatch.context() as patch:
+        patch.setattr(batch_converter, "row_digests", counted)
+        hashed, _, dead_letters, _ = converter.convert_observed_batch(batch, None)
     rows = [example if row_key is None else row_key for row_key, example in hashed]
     assert hashed.joined_digests() == b"".join(assigner.python_hash_rows(rows)[0])
+    assert len(dead_letters) == 1 + (key == "c1")  # the empty key too
+    assert hashed_here == ([] if key == "c1" else [rows[1]])
 
 
 def _items(path, kernels):
