@@ -516,6 +516,8 @@ mod tests {
                         prop_assert!(!example.is_empty());
                     }
                 }
+                let hasher = crate::digest::RowHasher::new(b"salt").unwrap();
+                prop_assert_eq!(converted.digests(&hasher).len(), count * crate::digest::DIGEST_SIZE);
             }
         }
 

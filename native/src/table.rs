@@ -502,6 +502,8 @@ mod tests {
             if let Ok(converted) = convert_run(&run, count, &plan()) {
                 prop_assert_eq!(converted.examples.len(), count);
                 prop_assert_eq!(converted.keys.len(), count);
+                let hasher = RowHasher::new(b"salt").unwrap();
+                prop_assert_eq!(converted.digests(&hasher).len(), count * DIGEST_SIZE);
             }
         }
 
