@@ -7,11 +7,11 @@ the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
 kernel's array, no Python number made per row) and, given the dataset's
 salt, every row's digest (`splits.row_digests` of its key, or of its
-Example without one), back to back in one bytes object. The kernel takes only rows
-whose every value the fast path (`schemas/fast_paths.py`) stores as it
-stands; the rows it declines (examples[i] None) go down the Python row
-path, which converts them or writes their dead letter exactly as without
-the extension. A Parquet record batch (`ArrowBatch`) goes to
+Example without one), back to back in one bytes object. The kernel takes
+only rows whose every value the fast path (`schemas/fast_paths.py`)
+stores as it stands; the rows it declines (examples[i] None) go down the
+Python row path, which converts them or writes their dead letter exactly
+as without the extension. A Parquet record batch (`ArrowBatch`) goes to
 `convert_arrow_batch` as its columns' buffers, with the same plan and the
 same answer. A schema the kernel does not cover (lists, timestamps,
 declared null texts, nested paths, a feature or key whose column the header

@@ -99,6 +99,7 @@ class HashedExamples(ExampleRows):
 
     @property
     def digests(self) -> list[bytes]:
+        """One bytes per row, made from `joined` when first read."""
         if self._listed is None:
             self._listed = list(JoinedDigests(self.joined))
         return self._listed
