@@ -178,12 +178,17 @@ def row_digests(salt: bytes, rows: Sequence[bytes]) -> bytes:
     """The keyed BLAKE2b-128 digest of each row under `salt`, back to
     back: the native kernel's, or Python's when it is absent or a row is
     not bytes."""
+    joined = _native_digests(salt, rows)
+    return joined if joined is not None else b"".join(python_row_digests(salt, rows))
+
+
+def _native_digests(salt: bytes, rows: Sequence[bytes]) -> bytes | None:
+    """`row_digests` by the native kernel, or None without it or when a
+    row is not bytes (Python takes any buffer)."""
     native = kernels()
-    if native is not None:
-        joined = native.hash_rows(salt, rows if isinstance(rows, list) else list(rows))
-        if joined is not None:  # None: a row is not bytes; Python takes any buffer
-            return joined
-    return b"".join(python_row_digests(salt, rows))
+    if native is None:
+        return None
+    return native.hash_rows(salt, rows if isinstance(rows, list) else list(rows))
 
 
 def python_row_digests(salt: bytes, rows: Iterable[bytes]) -> list[bytes]:
@@ -233,8 +238,13 @@ class SplitAssigner:
     def hash_rows_joined(self, keys_or_examples: Sequence[bytes]
                          ) -> tuple[list[bytes], bytes, np.ndarray]:
         """`hash_rows`, with the digests also back to back (one bytes)."""
-        joined = row_digests(self.salt, keys_or_examples)
-        return list(JoinedDigests(joined)), joined, _joined_words(joined, len(keys_or_examples))
+        joined = _native_digests(self.salt, keys_or_examples)
+        if joined is None:
+            digests = python_row_digests(self.salt, keys_or_examples)
+            joined = b"".join(digests)
+        else:
+            digests = list(JoinedDigests(joined))
+        return digests, joined, _joined_words(joined, len(digests))
 
     def python_hash_rows(self, keys_or_examples: Sequence[bytes]
                          ) -> tuple[list[bytes], np.ndarray]:
