@@ -23,7 +23,7 @@ from ..schemas.row_encoder import RowEncoder
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
-from .splits import ExampleRows
+from .splits import HASH_SIZE, ExampleRows, HashedExamples, hashed_sources, row_digests
 from .vocabulary_labels import VocabularyLabels
 
 __all__ = ["BatchConverter"]
@@ -58,12 +58,17 @@ class BatchConverter:
       When a scalar int64/float feature (without a vocabulary) reads the key
       column, its converted value is the key, so "10" sorts after "9" in CSV;
       otherwise the raw value is.
+    digest_salt: with a dataset's salt (`splits.dataset_salt`), every batch
+      of examples is a `HashedExamples` carrying its rows' digests under it,
+      made by the native convert call in the same pass where it runs; None:
+      an `ExampleRows`.
     """
 
     def __init__(self, specs: Sequence[FeatureSpec], vocabularies: Mapping[str, Sequence[str]],
-                 key_column: str | None):
+                 key_column: str | None, digest_salt: bytes | None = None):
         self._encoder = RowEncoder(specs, vocabularies)
         self._key_column = key_column
+        self._salt = digest_salt
         self._known_labels: dict[tuple, dict] = {}
         self._key_feature = None
         if key_column is not None:
@@ -73,7 +78,8 @@ class BatchConverter:
                     self._key_feature = spec.name
                     self._key_convert = self._encoder.converter(spec.name)
                     break
-        self._native = NativeRows(specs, vocabularies, key_column, self._key_feature)
+        self._native = NativeRows(specs, vocabularies, key_column, self._key_feature,
+                                  digest_salt)
         # The batch indices of the last converted batch's good rows, in the
         # order of its examples (None: every row), for a caller that names
         # each example's input row (duplicate removal's dead letters).
@@ -116,8 +122,9 @@ class BatchConverter:
                 return [row.values.get(name) for row in rows]
             row_at, count = rows.__getitem__, len(rows)
         fast = self._native_path(batch, label, vocabulary)
+        digests = None
         if fast is not None:
-            fast, texts = fast[:4], fast[4]
+            fast, texts, digests = fast[:4], fast[4], fast[5]
             if texts:
                 column = _with_columns(column, texts)
         fast_examples, keys, fast_labels, checked = (
@@ -129,26 +136,30 @@ class BatchConverter:
             if fast_labels is None:
                 fast_labels = (list(map(label_of, column(label_source))) if label is not None
                                else [None] * count)
-            # The columns go on with the rows: the shard writer wants them so.
-            return ExampleRows.zipped(list(keys), list(fast_examples)), fast_labels, [], (
+            return self._rows(keys, fast_examples, digests), fast_labels, [], (
                 None if plan is None else CheckedValues(self._encoder, plan, column, checked, None))
+        keys_kept = []
         examples = []
         labels = []
         dead_letters = []
         good = []
+        redone = []  # where the rows the row path converted are in `examples`
         for index, example in enumerate(fast_examples):
             if example is not None:
                 good.append(index)
-                examples.append((keys[index], example))
+                keys_kept.append(keys[index])
+                examples.append(example)
                 labels.append(fast_labels[index] if fast_labels is not None
                               else label_of(row_at(index).values.get(label_source))
                               if label is not None else None)
                 continue
             row = row_at(index)
             try:
-                example = self._convert_row(row)
+                key, example = self._convert_row(row)
                 labels.append(label_of(row.values.get(label_source)) if label is not None
                               else None)
+                redone.append(len(examples))
+                keys_kept.append(key)
                 examples.append(example)
                 good.append(index)
             except RowError as error:
@@ -160,8 +171,38 @@ class BatchConverter:
                     row, "encode", "internal_error", None,
                     f"unexpected error converting the row:\n{traceback.format_exc()}"))
         self.good_rows = good
-        return examples, labels, dead_letters, (
+        if digests is not None:
+            digests = self._spliced(digests, len(fast_examples), good, redone, keys_kept,
+                                    examples)
+        return self._rows(keys_kept, examples, digests), labels, dead_letters, (
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
+
+    def _rows(self, keys: list, examples: list, digests: bytes | None = None) -> ExampleRows:
+        """The good rows' ExampleBatch, which keeps their columns (the shard
+        writer wants them so); with a digest salt, a HashedExamples with
+        their digests: the kernel's (`digests`), or made here."""
+        keys = keys if type(keys) is list else list(keys)
+        examples = examples if type(examples) is list else list(examples)
+        if self._salt is None:
+            return ExampleRows.zipped(keys, examples)
+        if digests is None:
+            digests = row_digests(self._salt, hashed_sources(keys, examples))
+        return HashedExamples(zip(keys, examples), self._salt, joined=digests,
+                              columns=(keys, examples))
+
+    def _spliced(self, digests: bytes, count: int, good: list[int], redone: list[int],
+                 keys: list, examples: list) -> bytes | None:
+        """The good rows' digests: the kernel's (`digests`, of all `count`
+        rows of the batch, zeros where it declined a row) at `good`, and at
+        the positions `redone` (rows the row path converted) made here."""
+        if len(digests) != HASH_SIZE * count:
+            return None  # not the kernel's promise: the rows are hashed whole
+        table = np.frombuffer(digests, dtype=np.uint8).reshape(count, HASH_SIZE)[good]
+        if redone:
+            made = row_digests(self._salt, [examples[at] if keys[at] is None else keys[at]
+                                            for at in redone])
+            table[redone] = np.frombuffer(made, dtype=np.uint8).reshape(-1, HASH_SIZE)
+        return table.tobytes()
 
     def _column_path(self, column: Callable[[str], list], count: int, label: str | None,
                      vocabulary: Sequence[str] | None) -> tuple[list, list, list | None, dict]:
@@ -178,12 +219,12 @@ class BatchConverter:
             return [None] * count, [], None, {}
 
     def _native_path(self, batch: Any, label: str | None, vocabulary: Sequence[str] | None
-                     ) -> tuple[list, list, list | None, dict, dict] | None:
+                     ) -> tuple[list, list, list | None, dict, dict, bytes | None] | None:
         """`_column_path`'s answer from the native table kernel, for a CSV
-        run when the kernel runs (`native_rows`), and the raw text columns
-        it gave (source -> str values: the batch need not split them);
-        None otherwise. The rows it declines take the row path, as the
-        column path's do."""
+        run when the kernel runs (`native_rows`), the raw text columns
+        it gave (source -> str values: the batch need not split them) and
+        the rows' digests (None without a salt); None otherwise. The rows
+        it declines take the row path, as the column path's do."""
         try:
             done = self._native.convert(batch)
         except Exception:  # a bug here must cost speed, not rows: the column path decides
@@ -192,8 +233,9 @@ class BatchConverter:
             return None
         if done is None:
             return None
-        examples, keys, checked, texts = done
-        return examples, keys, _checked_labels(checked, label, vocabulary), checked, texts
+        examples, keys, checked, texts, digests = done
+        return (examples, keys, _checked_labels(checked, label, vocabulary), checked, texts,
+                digests)
 
     def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:

@@ -3,13 +3,15 @@
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 `CsvRunBatch` with one `convert_csv_run` call: every row's Example and key,
-and the checked values of the features whose whole column passed (text
+the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
-kernel's array, no Python number made per row). The kernel takes only rows
-whose every value the fast path (`schemas/fast_paths.py`) stores as it
-stands; the rows it declines (examples[i] None) go down the Python row
-path, which converts them or writes their dead letter exactly as without
-the extension. A Parquet record batch (`ArrowBatch`) goes to
+kernel's array, no Python number made per row) and, given the dataset's
+salt, every row's digest (`splits.row_digests` of its key, or of its
+Example without one), back to back in one bytes object. The kernel takes
+only rows whose every value the fast path (`schemas/fast_paths.py`)
+stores as it stands; the rows it declines (examples[i] None) go down the
+Python row path, which converts them or writes their dead letter exactly
+as without the extension. A Parquet record batch (`ArrowBatch`) goes to
 `convert_arrow_batch` as its columns' buffers, with the same plan and the
 same answer. A schema the kernel does not cover (lists, timestamps,
 declared null texts, nested paths, a feature or key whose column the header
@@ -45,10 +47,11 @@ class NativeRows:
 
     specs, vocabularies: as `RowEncoder`; key_column: as `BatchConverter`;
     key_feature: the feature whose checked value is the key (the
-    converter's `_key_feature`), or None to key by the column's text."""
+    converter's `_key_feature`), or None to key by the column's text;
+    salt: the salt of the rows' digests, or None for no digests."""
 
     def __init__(self, specs: Sequence[FeatureSpec], vocabularies: Mapping[str, Sequence[str]],
-                 key_column: str | None, key_feature: str | None):
+                 key_column: str | None, key_feature: str | None, salt: bytes | None = None):
         self._native = kernels()
         by_name = {spec.name: spec for spec in specs}
         # The entries' order is the Example encoder's (keys' UTF-8 bytes).
@@ -57,16 +60,19 @@ class NativeRows:
         self._vocabularies = vocabularies
         self._key_column = key_column
         self._key_feature = key_feature
+        self._salt = salt
         self._plans: dict[tuple[str, ...], Any] = {}
 
-    def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list]] | None:
-        """(examples, keys, checked, texts) of a batch: the first three as
-        `BatchConverter`'s column path gives them, except that a numeric or
-        vocabulary column's checked values are a numpy array (`_checked`),
-        texts the raw str values
-        of the columns that text features took whole (source -> values, as
-        the reader splits them), or None when the kernel does not take the
-        batch."""
+    def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list],
+                                      bytes | None] | None:
+        """(examples, keys, checked, texts, digests) of a batch: the first
+        three as `BatchConverter`'s column path gives them, except that a
+        numeric or vocabulary column's checked values are a numpy array
+        (`_checked`), texts the raw str values of the columns that text
+        features took whole (source -> values, as the reader splits them),
+        digests every row's digest under the salt back to back (16 zero
+        bytes for a row declined) or None without a salt; or None when the
+        kernel does not take the batch."""
         if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch)):
             return None
         names = batch.column_names()
@@ -83,14 +89,14 @@ class NativeRows:
             done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
         if done is None:
             return None
-        examples, keys, columns = done
+        examples, keys, columns, digests = done
         checked, texts = {}, {}
         for spec, kind, packed in zip(self._specs, kinds, columns):
             if packed is not None and kind is not None:
                 checked[spec.name] = _checked(kind, packed)
                 if kind == "text":
                     texts[spec.source] = checked[spec.name]
-        return examples, keys, checked, texts
+        return examples, keys, checked, texts, digests
 
     def _plan(self, names: tuple[str, ...]):
         """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
@@ -108,7 +114,7 @@ class NativeRows:
             # A null (Arrow input) leaves out a feature that is optional
             # without a default, as the complete rules do.
             nullable = [not spec.required and spec.default is None for spec in self._specs]
-            return self._native.CsvPlan(len(names), features, key, nullable), kinds
+            return self._native.CsvPlan(len(names), features, key, nullable, self._salt), kinds
         except (_Unsupported, UnicodeEncodeError, OverflowError) as why:
             _LOG.info("the native table kernel does not cover this schema (%s); "
                       "its batches take the Python path", why)

@@ -13,15 +13,16 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..schemas.columns import rows_as_bytes
 from ..schemas.native import kernels
 
-__all__ = ["HASH_SIZE", "ExampleRows", "HashedExamples", "SplitAssigner", "assign_split",
-           "dataset_salt", "validate_splits"]
+__all__ = ["HASH_SIZE", "ExampleRows", "HashedExamples", "JoinedDigests", "SplitAssigner",
+           "assign_split", "dataset_salt", "hashed_sources", "python_row_digests", "row_digests",
+           "validate_splits"]
 
 HASH_SIZE = 16  # blake2b digest bytes: a row's digest, the shuffle order key
 _SALT_LIMIT = 64  # blake2b's longest key
@@ -78,24 +79,129 @@ class ExampleRows(list):
 
 
 class HashedExamples(ExampleRows):
-    """An ExampleBatch that carries its rows' digests: `SplitAssigner.hash_rows`
-    of each row's key (its example when the key is None) under `salt`. The
-    step that makes Examples hashes them anyway, to count labels per split;
-    the shard writer takes the digests from here rather than hashing every
-    row a second time (`hash_batch`). joined: the digests back to back,
-    when the maker has them so (the shard writer keeps them so); columns:
-    as `ExampleRows`."""
+    """An ExampleBatch that carries its rows' digests: `row_digests` of
+    each row's key (its example when the key is None) under `salt`. The
+    step that makes Examples hashes them anyway (in the convert call, or
+    to count labels per split); the shard writer takes them from here
+    rather than hashing every row a second time (`hash_batch`).
+    digests: one bytes per row; joined: the same back to back, when the
+    maker has them so (the native convert call, which then gives no list:
+    `digests` makes it when first read, and the shard writer reads only
+    `joined`); columns: as `ExampleRows`."""
 
     def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = (),
                  *, joined: bytes | None = None, columns: tuple[list, list] | None = None):
         super().__init__(rows)
         self.salt = salt
-        self.digests = list(digests)
+        self._listed = list(digests) if digests or joined is None else None
         self.joined = joined
         self.columns = columns
 
+    @property
+    def digests(self) -> list[bytes]:
+        """One bytes per row, made from `joined` when first read."""
+        if self._listed is None:
+            self._listed = list(JoinedDigests(self.joined))
+        return self._listed
+
+    @digests.setter
+    def digests(self, digests: Sequence[bytes]) -> None:
+        self._listed = list(digests)
+
+    def joined_digests(self) -> bytes:
+        """The digests back to back: `joined` when it holds one digest
+        per listed one (or there is no list), else the list joined."""
+        listed, joined = self._listed, self.joined
+        if listed is None:
+            return joined
+        if joined is None or len(joined) != HASH_SIZE * len(listed):
+            joined = b"".join(listed)
+        return joined
+
+    def words(self) -> np.ndarray:
+        """The digests as `hash_rows`' (n, 2) little-endian uint64 words."""
+        return _joined_words(self.joined_digests(), len(self))
+
     def __reduce__(self):
-        return (HashedExamples, (list(self), self.salt, self.digests))
+        return (_hashed_examples, (list(self), self.salt, self._listed, self.joined))
+
+
+def _hashed_examples(rows: list, salt: bytes, listed: list | None, joined: bytes | None
+                     ) -> HashedExamples:
+    """A pickled HashedExamples again (its columns, as an ExampleRows', not kept)."""
+    return HashedExamples(rows, salt, listed or (), joined=joined if listed is None else None)
+
+
+class JoinedDigests(Sequence):
+    """Digests back to back read as a sequence of bytes, a row's made only
+    when it is read: the shard writer reads a few (the sampled rows')."""
+
+    __slots__ = ("_joined",)
+
+    def __init__(self, joined: bytes):
+        self._joined = joined
+
+    def __len__(self) -> int:
+        return len(self._joined) // HASH_SIZE
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self)))]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"digest {index} of {count}")
+        start = (index % count) * HASH_SIZE
+        return self._joined[start:start + HASH_SIZE]
+
+    def __iter__(self) -> Iterator[bytes]:
+        if not self._joined:
+            return iter(())
+        # One numpy call for all of them, not a slice per row.
+        return iter(rows_as_bytes(np.frombuffer(self._joined, dtype=np.uint8)
+                                  .reshape(-1, HASH_SIZE)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+
+def hashed_sources(keys: Sequence, examples: Sequence) -> Sequence:
+    """What each row's digest is of: its key, or its example when it has
+    none; one of the columns itself when every row has a key or none has."""
+    if None not in keys:
+        return keys
+    if keys.count(None) == len(keys):
+        return examples
+    return [example if key is None else key for key, example in zip(keys, examples)]
+
+
+def row_digests(salt: bytes, rows: Sequence[bytes]) -> bytes:
+    """The keyed BLAKE2b-128 digest of each row under `salt`, back to
+    back: the native kernel's, or Python's when it is absent or a row is
+    not bytes."""
+    joined = _native_digests(salt, rows)
+    return joined if joined is not None else b"".join(python_row_digests(salt, rows))
+
+
+def _native_digests(salt: bytes, rows: Sequence[bytes]) -> bytes | None:
+    """`row_digests` by the native kernel, or None without it or when a
+    row is not bytes (Python takes any buffer)."""
+    native = kernels()
+    if native is None:
+        return None
+    return native.hash_rows(salt, rows if isinstance(rows, list) else list(rows))
+
+
+def python_row_digests(salt: bytes, rows: Iterable[bytes]) -> list[bytes]:
+    """`row_digests` in Python, one bytes per row: the reference and the fallback."""
+    # Copying a keyed hasher skips blake2b's keyword parsing per row.
+    copy = hashlib.blake2b(key=salt, digest_size=HASH_SIZE).copy
+
+    def digest(source: bytes) -> bytes:
+        hasher = copy()
+        hasher.update(source)
+        return hasher.digest()
+
+    return list(map(digest, rows))
 
 
 class SplitAssigner:
@@ -132,44 +238,53 @@ class SplitAssigner:
     def hash_rows_joined(self, keys_or_examples: Sequence[bytes]
                          ) -> tuple[list[bytes], bytes, np.ndarray]:
         """`hash_rows`, with the digests also back to back (one bytes)."""
-        native = kernels()
-        if native is not None:
-            rows = (keys_or_examples if isinstance(keys_or_examples, list)
-                    else list(keys_or_examples))
-            joined = native.hash_rows(self.salt, rows)
-            if joined is not None:  # None: a row is not bytes; Python takes any buffer
-                digests = rows_as_bytes(np.frombuffer(joined, dtype=np.uint8)
-                                        .reshape(len(rows), HASH_SIZE)) if rows else []
-                return digests, joined, _joined_words(joined, len(rows))
-        digests, words = self.python_hash_rows(keys_or_examples)
-        return digests, words.tobytes(), words
+        joined = _native_digests(self.salt, keys_or_examples)
+        if joined is None:
+            digests = python_row_digests(self.salt, keys_or_examples)
+            joined = b"".join(digests)
+        else:
+            digests = list(JoinedDigests(joined))
+        return digests, joined, _joined_words(joined, len(digests))
 
     def python_hash_rows(self, keys_or_examples: Sequence[bytes]
                          ) -> tuple[list[bytes], np.ndarray]:
         """`hash_rows` in Python: the reference and the fallback."""
-        # Copying a keyed hasher skips blake2b's keyword parsing per row.
-        copy = hashlib.blake2b(key=self.salt, digest_size=HASH_SIZE).copy
-
-        def digest(source: bytes) -> bytes:
-            hasher = copy()
-            hasher.update(source)
-            return hasher.digest()
-
-        digests = list(map(digest, keys_or_examples))
+        digests = python_row_digests(self.salt, keys_or_examples)
         return digests, _digest_words(digests)
 
+    def hashed(self, batch: Sequence) -> HashedExamples:
+        """An ExampleBatch as a HashedExamples under this dataset's salt:
+        the batch itself when it is one already (the convert call hashed
+        its rows), else its rows hashed here."""
+        if self._own_digests(batch, len(batch)) is not None:
+            return batch
+        columns = getattr(batch, "columns", None)
+        keys, examples = columns if columns is not None else (
+            [key for key, _ in batch], [example for _, example in batch])
+        joined = row_digests(self.salt, hashed_sources(keys, examples))
+        return HashedExamples(batch, self.salt, joined=joined, columns=columns)
+
     def hash_batch(self, batch: Sequence, keys_or_examples: Sequence[bytes]
-                   ) -> tuple[list[bytes], bytes, np.ndarray]:
+                   ) -> tuple[Sequence[bytes], bytes, np.ndarray]:
         """`hash_rows_joined(keys_or_examples)` of an ExampleBatch's rows:
         the batch's own digests when it is a HashedExamples made with this
-        dataset's salt."""
-        if (isinstance(batch, HashedExamples) and batch.salt == self.salt
-                and len(batch.digests) == len(batch) == len(keys_or_examples)):
-            joined = batch.joined
-            if joined is None or len(joined) != HASH_SIZE * len(batch):
-                joined = b"".join(batch.digests)
-            return batch.digests, joined, _joined_words(joined, len(batch))
-        return self.hash_rows_joined(keys_or_examples)
+        dataset's salt (as a `JoinedDigests` when it has them only joined)."""
+        joined = self._own_digests(batch, len(keys_or_examples))
+        if joined is None:
+            return self.hash_rows_joined(keys_or_examples)
+        digests = batch._listed if batch._listed is not None else JoinedDigests(joined)
+        return digests, joined, _joined_words(joined, len(batch))
+
+    def _own_digests(self, batch: Sequence, count: int) -> bytes | None:
+        """The joined digests of `batch`'s `count` rows when it carries them
+        under this salt, else None."""
+        if not (isinstance(batch, HashedExamples) and batch.salt == self.salt
+                and len(batch) == count):
+            return None
+        if batch._listed is not None and len(batch._listed) != count:
+            return None
+        joined = batch.joined_digests()
+        return joined if joined is not None and len(joined) == HASH_SIZE * count else None
 
     def split_indices(self, words: np.ndarray) -> np.ndarray:
         """The split index of each row, from `hash_rows`' words."""

@@ -96,13 +96,17 @@ class BatchConversion:
         self._duplicates = duplicates
 
     def setup(self):
-        self._converter = BatchConverter(self._specs, self._vocabularies, self._key_column)
         splitting = self._counting or self._statistics or self._duplicates
         self._checked_names = (
             frozenset(name.encode("utf-8") for name in self._duplicates.features)
             if self._duplicates is not None and self._duplicates.features is not None else None)
         self._assigner = (SplitAssigner(splitting.dataset_name, splitting.splits)
                           if splitting is not None else None)
+        # With splits to assign, the converter hashes the rows as it makes
+        # them (in the native convert call when it runs): `_count` reuses those.
+        self._converter = BatchConverter(
+            self._specs, self._vocabularies, self._key_column,
+            digest_salt=self._assigner.salt if self._assigner is not None else None)
         self._rows_converted = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rows_converted")
         self._dead_letters = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "dead_letters")
         self._by_reason = {}
@@ -227,30 +231,14 @@ class BatchConversion:
     def _count(self, examples: list, labels: list[str | None]
                ) -> tuple[HashedExamples, np.ndarray, tuple]:
         """(the batch with its rows' digests, each row's split index,
-        ((split, label, examples), ...)); rows without a label are not counted. A row's split comes from its
-        key, or its example without one, as in the shard writer, which takes
-        the digests from the batch instead of hashing the rows again."""
-        columns = getattr(examples, "columns", None)
-        digests, joined, words = self._assigner.hash_rows_joined(
-            _hashed_sources(examples, columns))
-        names = self._assigner.names
-        split_of = self._assigner.split_indices(words)
-        return (HashedExamples(examples, self._assigner.salt, digests, joined=joined,
-                               columns=columns), split_of,
-                label_counts(names, split_of, labels))
-
-
-def _hashed_sources(examples: list, columns: tuple[list, list] | None) -> list:
-    """What each row's digest is of: its key, or its example when it has
-    none; from the batch's columns (`ExampleRows`) when it has them, without
-    a list made per batch when every row has a key or none has."""
-    if columns is not None:
-        keys, rows = columns
-        if None not in keys:
-            return keys
-        if keys.count(None) == len(keys):
-            return rows
-    return [example if key is None else key for key, example in examples]
+        ((split, label, examples), ...)); rows without a label are not
+        counted. A row's split comes from its digest, of its key or its
+        example without one, as in the shard writer, which takes the
+        digests from the batch instead of hashing the rows again; the
+        converter made them (`BatchConverter`'s digest salt)."""
+        hashed = self._assigner.hashed(examples)
+        split_of = self._assigner.split_indices(hashed.words())
+        return hashed, split_of, label_counts(self._assigner.names, split_of, labels)
 
 
 def label_counts(names: Sequence[str], split_of: np.ndarray,

@@ -18,7 +18,6 @@
 use pyo3::prelude::*;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
-use pyo3::types::PyList;
 
 use crate::table::{self, Converted, Key, Plan, Rule, Value};
 
@@ -374,7 +373,7 @@ impl ByteBuffer {
 /// validity | None, values, offsets | None).
 type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-/// `convert_arrow_batch(columns, count, plan) -> (examples, keys, checked) | None`:
+/// `convert_arrow_batch(columns, count, plan) -> (examples, keys, checked, digests) | None`:
 /// a record batch of `count` rows, each column given as `ColumnBuffers` (or
 /// None), converted by `plan` (a `CsvPlan` whose width is the batch's
 /// column count; a "text" rule's `as_str` marks a string feature, else a
@@ -383,7 +382,7 @@ type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Boun
 /// say, text that is not UTF-8): the Python path takes it.
 #[pyfunction]
 pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>, count: usize,
-                           plan: &crate::CsvPlan) -> PyResult<Option<(Py<PyList>, Py<PyList>, Py<PyList>)>> {
+                           plan: &crate::CsvPlan) -> PyResult<Option<crate::ConvertedObjects>> {
     let mut held = Vec::with_capacity(columns.len());
     for described in &columns {
         held.push(match described {
@@ -412,7 +411,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     let Ok(converted) = crate::guarded(|| convert_batch(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable))? else {
         return Ok(None);
     };
-    Ok(Some(crate::converted_objects(py, &converted, &plan.as_str, count)?))
+    Ok(Some(crate::converted_objects(py, &converted, plan, count)?))
 }
 
 #[cfg(test)]
@@ -517,6 +516,8 @@ mod tests {
                         prop_assert!(!example.is_empty());
                     }
                 }
+                let hasher = crate::digest::RowHasher::new(b"salt").unwrap();
+                prop_assert_eq!(converted.digests(&hasher).len(), count * crate::digest::DIGEST_SIZE);
             }
         }
 

@@ -97,6 +97,8 @@ struct CsvPlan {
     /// Per feature: a null leaves it out of the Example (optional, no
     /// default), for `arrow::convert_arrow_batch`; else a null declines the row.
     nullable: Vec<bool>,
+    /// With a salt, the convert calls also give every row's digest.
+    hasher: Option<digest::RowHasher>,
 }
 
 /// One feature's rule from its Python description: ("int", lo, hi,
@@ -133,11 +135,13 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
 impl CsvPlan {
     /// width: the header's column count; features: (name, column, rule) in
     /// entry order; key: None, ("feature", position) or ("text", column);
-    /// nullable: per feature, whether a null (Arrow input) leaves it out.
+    /// nullable: per feature, whether a null (Arrow input) leaves it out;
+    /// salt: None, or the dataset's salt (`splits.dataset_salt`) under
+    /// which the convert calls give the rows' digests.
     #[new]
-    #[pyo3(signature = (width, features, key=None, nullable=None))]
+    #[pyo3(signature = (width, features, key=None, nullable=None, salt=None))]
     fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>,
-           nullable: Option<Vec<bool>>) -> PyResult<Self> {
+           nullable: Option<Vec<bool>>, salt: Option<Vec<u8>>) -> PyResult<Self> {
         let nullable = nullable.unwrap_or_else(|| vec![false; features.len()]);
         if nullable.len() != features.len() {
             return Err(PyValueError::new_err("nullable must say one thing per feature"));
@@ -158,7 +162,8 @@ impl CsvPlan {
             Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str, nullable })
+        let hasher = salt.map(|salt| digest::RowHasher::new(&salt)).transpose().map_err(PyValueError::new_err)?;
+        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str, nullable, hasher })
     }
 }
 
@@ -199,30 +204,40 @@ fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a
     Ok(PyList::new(py, (0..count).map(|index| row(index).map(|data| PyBytes::new(py, data))))?.unbind())
 }
 
-/// `convert_csv_run(run, count, plan) -> (examples, keys, checked) | None`:
+/// A table kernel's answer for Python: examples, keys, checked columns and
+/// the rows' digests joined (or None).
+type ConvertedObjects = (Py<PyList>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>);
+
+/// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
-/// one bytes object (or None: declined) per row for examples and keys, and
+/// one bytes object (or None: declined) per row for examples and keys,
 /// per feature None (a row failed it) or its `packed_column` (text as str
-/// where the plan says `as_str`). None when the
-/// run is not what the reader promises (the Python path takes the batch).
+/// where the plan says `as_str`), and with a plan made with a salt every
+/// row's digest joined (`table::Converted::digests`), else None. None when
+/// the run is not what the reader promises (the Python path takes the batch).
 #[pyfunction]
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
-                   -> PyResult<Option<(Py<PyList>, Py<PyList>, Py<PyList>)>> {
+                   -> PyResult<Option<ConvertedObjects>> {
     with_bytes(py, &run, |bytes| {
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        Ok(Some(converted_objects(py, &converted, &plan.as_str, count)?))
+        Ok(Some(converted_objects(py, &converted, plan, count)?))
     })?
 }
 
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
-/// examples and keys, and per feature None or its `packed_column`.
-fn converted_objects(py: Python<'_>, converted: &table::Converted, as_str: &[bool], count: usize)
-                     -> PyResult<(Py<PyList>, Py<PyList>, Py<PyList>)> {
+/// examples and keys, per feature None or its `packed_column`, and the
+/// digests when the plan has a salt.
+fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPlan, count: usize)
+                     -> PyResult<ConvertedObjects> {
+    let digests = match &plan.hasher {
+        Some(hasher) => Some(guarded(|| converted.digests(hasher))?),
+        None => None,
+    };
     let mut checked = Vec::with_capacity(converted.checked.len());
-    for (column, as_str) in converted.checked.iter().zip(as_str) {
+    for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
         checked.push(match column {
             Some(values) => Some(packed_column(py, values, *as_str)?),
             None => None,
@@ -230,7 +245,8 @@ fn converted_objects(py: Python<'_>, converted: &table::Converted, as_str: &[boo
     }
     Ok((row_bytes(py, count, |row| converted.example(row))?,
         row_bytes(py, count, |row| converted.key(row))?,
-        PyList::new(py, checked)?.unbind()))
+        PyList::new(py, checked)?.unbind(),
+        digests.map(|joined| PyBytes::new(py, &joined).unbind())))
 }
 
 /// `check_csv_run(run, width) -> rows | None`: the number of rows of a

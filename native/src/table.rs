@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::digest::{RowHasher, DIGEST_SIZE};
 use crate::wire;
 
 /// How one feature converts its field (the fast path's rules).
@@ -100,6 +101,22 @@ impl Converted<'_> {
 
     pub fn key(&self, row: usize) -> Option<&[u8]> {
         self.keys[row].clone().map(|range| &self.key_bytes[range])
+    }
+
+    /// Every row's digest (`digest::RowHasher`) back to back: of its key,
+    /// or of its Example when it has none, as the split assignment and the
+    /// shuffle hash a row (`transforms/splits.py`); 16 zero bytes for a
+    /// declined row, which the Python path converts and hashes itself.
+    pub fn digests(&self, hasher: &RowHasher) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.examples.len() * DIGEST_SIZE);
+        for row in 0..self.examples.len() {
+            match (self.example(row), self.key(row)) {
+                (Some(_), Some(key)) => hasher.digest_into(key, &mut out),
+                (Some(example), None) => hasher.digest_into(example, &mut out),
+                (None, _) => out.extend_from_slice(&[0; DIGEST_SIZE]),
+            }
+        }
+        out
     }
 }
 
@@ -443,6 +460,26 @@ mod tests {
         assert!(convert_run(b"1,2,x\r", 1, &plan()).is_err());
     }
 
+    #[test]
+    fn digests_are_of_the_key_or_the_example_and_zero_for_a_declined_row() {
+        let hasher = RowHasher::new(b"flights").unwrap();
+        let digest = |row: &[u8]| crate::digest::hash_rows(b"flights", [row].into_iter()).unwrap();
+        let run = b"1,2.5,x\nnope,1,y\n-3,0,z\n";
+        let keyed = convert_run(run, 3, &plan()).unwrap();
+        let mut unkeyed_plan = plan();
+        unkeyed_plan.key = Key::None;
+        let unkeyed = convert_run(run, 3, &unkeyed_plan).unwrap();
+        for (converted, of_key) in [(&keyed, true), (&unkeyed, false)] {
+            let digests = converted.digests(&hasher);
+            assert_eq!(digests.len(), 3 * DIGEST_SIZE);
+            for row in [0, 2] {
+                let source = if of_key { converted.key(row) } else { converted.example(row) };
+                assert_eq!(&digests[row * DIGEST_SIZE..][..DIGEST_SIZE], &digest(source.unwrap())[..]);
+            }
+            assert_eq!(&digests[DIGEST_SIZE..2 * DIGEST_SIZE], &[0u8; DIGEST_SIZE]);
+        }
+    }
+
     proptest! {
         #[test]
         fn count_run_accepts_exactly_the_runs_convert_run_reads(run in prop::collection::vec(
@@ -465,6 +502,8 @@ mod tests {
             if let Ok(converted) = convert_run(&run, count, &plan()) {
                 prop_assert_eq!(converted.examples.len(), count);
                 prop_assert_eq!(converted.keys.len(), count);
+                let hasher = RowHasher::new(b"salt").unwrap();
+                prop_assert_eq!(converted.digests(&hasher).len(), count * DIGEST_SIZE);
             }
         }
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
+
+from recordforge.transforms.splits import HASH_SIZE, HashedExamples
 
 try:
     from recordforge import _native
@@ -21,12 +25,27 @@ def native():
     return _native
 
 
+def _digests(examples):
+    """A converted batch's digests joined, checked against hashlib's of each
+    row's key (its example without one); None for a batch without them."""
+    if not isinstance(examples, HashedExamples):
+        return None
+    joined = examples.joined_digests()
+    assert joined == b"".join(
+        hashlib.blake2b(example if key is None else key, key=examples.salt,
+                        digest_size=HASH_SIZE).digest() for key, example in examples)
+    assert examples.columns == ([key for key, _ in examples],
+                                [example for _, example in examples])
+    return joined
+
+
 def _outcome(converter, specs, batch, label):
     """Everything a converter gives for a batch, as plain values to compare
     across paths: examples, labels (as a list), dead letters, the label
     counts and the statistics both with one split and with the rows dealt
     alternately to two (which picks each split's values from the checked
-    columns)."""
+    columns), and the rows' digests (`_digests`), when the converter has
+    a digest salt."""
     from recordforge.schemas.stats import StatisticsPlan, batch_statistics
     from recordforge.transforms.to_examples import label_counts
 
@@ -41,7 +60,7 @@ def _outcome(converter, specs, batch, label):
     statistics = [[(where, stats.to_state())
                    for where, stats in batch_statistics(plan, values, split_of, names)]
                   for split_of, names in layouts]
-    return examples, list(labels), dead_letters, counted, statistics
+    return examples, list(labels), dead_letters, counted, statistics, _digests(examples)
 
 
 @pytest.fixture(scope="session")

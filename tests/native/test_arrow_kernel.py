@@ -144,10 +144,15 @@ def schemas(draw):
     return specs, key, label
 
 
-def _converter(specs, key, native):
+# Salts of the rows' digests: none (no digests), hashlib's empty key
+# (plain BLAKE2b), any up to BLAKE2b's longest.
+salts = st.one_of(st.none(), st.binary(max_size=64))
+
+
+def _converter(specs, key, native, salt=b"flights"):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key)
+        return BatchConverter(specs, {}, key, digest_salt=salt)
 
 
 def _items(path, kernels, batch_size=None):
@@ -170,18 +175,19 @@ def _same(one, other) -> bool:
     return repr(one) == repr(other)
 
 
-def _agree(native, outcome, specs, key, label, batch):
-    assert _same(outcome(_converter(specs, key, native), specs, batch, label),
-                 outcome(_converter(specs, key, None), specs, batch, label))
+def _agree(native, outcome, specs, key, label, batch, salt=b"flights"):
+    assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
+                 outcome(_converter(specs, key, None, salt), specs, batch, label))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=schemas(), data=st.data(), batch_size=st.sampled_from([None, 3]),
-       cut=st.integers(0, 14))
+       cut=st.integers(0, 14), salt=salts)
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data,
-                                      batch_size, cut):
+                                      batch_size, cut, salt):
     """Through the reader (batches of a Parquet file) and as slices of a
-    record batch (buffers with an offset), both paths give the same."""
+    record batch (buffers with an offset), both paths give the same; with
+    a salt, the digests of the convert call are hashlib's (`outcome`)."""
     specs, key, label = schema
     table = data.draw(st.composite(_table)(specs))
     path = tmp_path_factory.mktemp("parquet") / "t.parquet"
@@ -194,11 +200,11 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema,
             continue  # a read dead letter (an empty file): the reader's, on both paths
         assert isinstance(batch, ArrowBatch)
         assert _same(pickle.loads(pickle.dumps(batch)).columns, batch.columns)
-        _agree(native, outcome, specs, key, label, batch)
+        _agree(native, outcome, specs, key, label, batch, salt)
     [record_batch] = table.combine_chunks().to_batches() or [None]
     if record_batch is not None:
         sliced = ArrowBatch("t", 1 + cut, record_batch.slice(cut, 5))
-        _agree(native, outcome, specs, key, label, sliced)
+        _agree(native, outcome, specs, key, label, sliced, salt)
         plain = ColumnBatch("t", 1 + cut, record_batch.slice(cut, 5).to_pydict())
         assert _same(list(sliced), list(plain)) and _same(sliced.columns, plain.columns)
 
@@ -214,7 +220,7 @@ def test_a_batch_takes_the_kernel_and_makes_no_python_values(native, outcome, tm
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = _converter(specs, "n", native)
-    examples, keys, checked, texts = converter._native.convert(batch)
+    examples, keys, checked, texts, _ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"n": 2, "s": "a"}),
                         converter._encoder.encode({"n": 1, "s": "é"})]
     assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"]
@@ -276,7 +282,8 @@ def test_buffers_that_do_not_hold_their_lengths_are_refused(native, column, part
     done = native.convert_arrow_batch([tuple(item) for item in described], count % 8
                                       if part else count, _plan(native))
     if done is not None:
-        examples, keys, _ = done
+        examples, keys, _, digests = done
+        assert digests is None  # a plan made without a salt
         assert len(examples) == len(keys) == (count % 8 if part else count)
 
 
@@ -303,7 +310,7 @@ def test_allowed_values_compile_into_a_plan(native):
     assert rows._plan(("c0", "c1", "c2")) is not None
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [2, 3], "c1": ["a", "a"],
                                                 "c2": [0.5, 0.5]}))
-    examples, _, checked, _ = rows.convert(batch)
+    examples, _, checked, _, _ = rows.convert(batch)
     assert examples[0] is not None and examples[1] is None and "n" not in checked
 
 
@@ -318,7 +325,7 @@ def test_a_null_leaves_out_an_optional_feature(native, outcome):
     converter = _converter(specs, None, native)
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [None, 1, 2], "c1": [0.5, None, 1.5],
                                                 "c2": ["a", "b", None]}))
-    examples, _, checked, _ = converter._native.convert(batch)
+    examples, _, checked, _, _ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
     assert "o" not in checked
     _agree(native, outcome, specs, None, "o", batch)

@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.transforms import native_rows
+from recordforge.transforms import batch_converter, native_rows, splits
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
+from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.vocabulary_labels import VocabularyLabels
 
 COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
@@ -134,20 +135,27 @@ def csv_files(draw) -> bytes:
     return bom + newline.join([",".join(header).encode()] + lines) + newline
 
 
-def _converter(specs, key, native):
+# Salts of the rows' digests: none (no digests), hashlib's empty key
+# (plain BLAKE2b), any up to BLAKE2b's longest.
+salts = st.one_of(st.none(), st.binary(max_size=64))
+
+
+def _converter(specs, key, native, salt=b"flights"):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key)
+        return BatchConverter(specs, {}, key, digest_salt=salt)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), data=csv_files())
-def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data):
+@given(schema=schemas(), data=csv_files(), salt=salts)
+def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data, salt):
+    """Both paths give the same; with a salt, the digests of the convert
+    call are hashlib's (`outcome`), in batches with bad rows too."""
     specs, key, label = schema
     path = tmp_path_factory.mktemp("csv") / "t.csv"
     path.write_bytes(data)
-    with_kernel = _converter(specs, key, native)
-    without = _converter(specs, key, None)
+    with_kernel = _converter(specs, key, native, salt)
+    without = _converter(specs, key, None, salt)
     for item in iter_csv(str(path), columns=True):
         if isinstance(item, dict):
             continue  # a read dead letter: the reader's, the same on both paths
@@ -213,7 +221,7 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     assert isinstance(batch, CsvRunBatch)
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    examples, keys, checked, texts = _converter(specs, "c0", native)._native.convert(batch)
+    examples, keys, checked, texts, _ = _converter(specs, "c0", native)._native.convert(batch)
     # The kernel vouched for the run and read its bytes: no field was split.
     assert batch._split is None
     assert examples == [
@@ -228,6 +236,54 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     outcome(_converter(specs, "c0", native), specs, batch, "n")
     assert batch._split is None
     assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
+
+
+def _fails(*_):
+    raise AssertionError("the rows were hashed outside the convert call")
+
+
+@pytest.mark.parametrize("key", ["c0", "c1", None])
+def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monkeypatch, key):
+    """The convert call gives every row's digest (of its key, or its
+    Example without one): the batch carries them, and neither the
+    converter nor the label count hashes a row again. A row the kernel
+    declines has 16 zero bytes; of those, only the rows the row path
+    converts are hashed by Python, the others' digests are the kernel's."""
+    specs = parse_features({"n": {"type": "int64", "from": "c0"},
+                            "s": {"type": "string", "from": "c1", "required": False}},
+                           nested=False)
+    assigner = SplitAssigner("flights", [("train", 0.5), ("test", 0.5)])
+    clean, declined = tmp_path / "clean.csv", tmp_path / "declined.csv"
+    clean.write_bytes(b"c0,c1\n1,a\n2,b\n-3,c\n")
+    # "2.5" is no int64 (a dead letter); an empty optional text the kernel
+    # declines and the row path converts (without a key column "c1").
+    declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n4,\n-3,c\n")
+    [batch] = list(iter_csv(str(clean), columns=True))
+    converter = _converter(specs, key, native, assigner.salt)
+    examples, keys, _, _, digests = converter._native.convert(batch)
+    sources = examples if key is None else keys
+    assert digests == b"".join(assigner.python_hash_rows(sources)[0])
+    hashed_here = []
+
+    def counted(salt, rows):
+        hashed_here.extend(rows)
+        return splits.row_digests(salt, rows)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(batch_converter, "row_digests", _fails)
+        patch.setattr(splits, "row_digests", _fails)
+        hashed = converter.convert_observed_batch(batch, None)[0]
+        assert hashed.joined == digests and assigner.hashed(hashed) is hashed
+    [batch] = list(iter_csv(str(declined), columns=True))
+    examples, keys, _, _, digests = converter._native.convert(batch)
+    assert examples[1] is None and examples[2] is None and digests[16:48] == bytes(32)
+    with monkeypatch.context() as patch:
+        patch.setattr(batch_converter, "row_digests", counted)
+        hashed, _, dead_letters, _ = converter.convert_observed_batch(batch, None)
+    rows = [example if row_key is None else row_key for row_key, example in hashed]
+    assert hashed.joined_digests() == b"".join(assigner.python_hash_rows(rows)[0])
+    assert len(dead_letters) == 1 + (key == "c1")  # the empty key too
+    assert hashed_here == ([] if key == "c1" else [rows[1]])
 
 
 def _items(path, kernels):

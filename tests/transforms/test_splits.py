@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from recordforge.transforms.splits import SplitAssigner, assign_split, validate_splits
 
 SPLITS = [("train", 0.8), ("validation", 0.1), ("test", 0.1)]
@@ -75,3 +76,47 @@ def test_example_rows_keep_their_columns_for_the_writer_and_pickle_as_a_list():
     bad = ExampleRows.zipped([b"k"], ["not bytes"])
     with pytest.raises(TypeError, match="row 0 .*example must be bytes"):
         batch_columns(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
+                               st.binary(min_size=1, max_size=40)), max_size=30),
+       index=st.integers(-40, 40), cut=st.tuples(st.integers(-40, 40), st.integers(-40, 40)))
+def test_a_batch_with_only_joined_digests_reads_as_one_with_a_list(rows, index, cut):
+    """A HashedExamples made with the digests back to back (as the convert
+    call makes it) gives the shard writer, the counts and a pickle the
+    same as one made with a list, which it makes only when read."""
+    import pickle
+
+    from recordforge.transforms.splits import HashedExamples, JoinedDigests, hashed_sources
+
+    assigner = SplitAssigner("pets", [("train", 0.5), ("test", 0.5)])
+    keys, examples = [key for key, _ in rows], [example for _, example in rows]
+    sources = hashed_sources(keys, examples)
+    listed, words = assigner.python_hash_rows(sources)  # hashlib, row by row
+
+    def made():
+        return HashedExamples(rows, assigner.salt, joined=b"".join(listed),
+                              columns=(keys, examples))
+
+    batch = made()
+    view, joined, found = assigner.hash_batch(batch, sources)
+    assert isinstance(view, JoinedDigests) and batch._listed is None  # no list made
+    assert view == listed and len(view) == len(listed) and (found == words).all()
+    assert view[slice(*cut)] == listed[slice(*cut)]
+    if -len(listed) <= index < len(listed):
+        assert view[index] == listed[index]
+    else:
+        with pytest.raises(IndexError):
+            view[index]
+    assert assigner.hashed(batch) is batch and (batch.words() == words).all()
+    assert assigner.hashed(list(rows)).joined_digests() == joined
+    assert batch.digests == listed
+    copy = pickle.loads(pickle.dumps(made()))
+    assert copy == rows and copy.salt == assigner.salt and copy.digests == listed
+    # Digests of another salt, or too few, are not taken for the rows.
+    other = HashedExamples(rows, b"other", joined=b"".join(listed))
+    short = HashedExamples(rows, assigner.salt, joined=b"".join(listed)[:-1])
+    for batch in (other, short) if rows else (other,):
+        assert assigner.hashed(batch) is not batch
+        assert assigner.hash_batch(batch, sources)[1] == b"".join(listed)
