@@ -242,6 +242,41 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
         sorting.release_read_arena()
 
 
+@given(st.lists(st.integers(1 << 20, 40 << 20), min_size=2, max_size=6))
+@settings(max_examples=20, deadline=None)
+def test_the_read_buffer_grows_seldom_as_buckets_vary_in_size(sizes):
+    """A bucket a few percent larger than the buffer does not make a new
+    one (fresh pages cost a fault each): it grows by an eighth more than
+    asked, and is made anew only past that."""
+    sorting.release_read_arena()
+    try:
+        made = 0
+        held = None
+        for size in sizes:
+            arena = sorting._read_arena(size)
+            assert len(arena) >= size
+            if arena.obj is not held:
+                made += 1
+                held = arena.obj
+                assert len(arena) == size + size // 8
+        last = _growths(sizes)[-1]
+        assert sorting._read_arena(last + last // 8).obj is held  # within the eighth
+        assert made == len({size for size in _growths(sizes)})
+    finally:
+        sorting.release_read_arena()
+
+
+def _growths(sizes: list[int]) -> list[int]:
+    """The sizes at which a buffer that grows by an eighth is made anew."""
+    made: list[int] = []
+    capacity = -1
+    for size in sizes:
+        if size > capacity:
+            made.append(size)
+            capacity = size + size // 8
+    return made
+
+
 def test_sort_bucket_cells_rejects_a_run_that_does_not_match_its_report(tmp_path):
     runs = _write_runs(tmp_path, random.Random(2), 20, 1)
     wrong = [runs[0]._replace(num_records=21)]
