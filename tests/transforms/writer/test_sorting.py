@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from recordforge.transforms import tfrecord
-from recordforge.transforms.writer import run_format, sorting, spill
+from recordforge.transforms.writer import bucket_arena, run_format, sorting, spill
 from recordforge.transforms.writer.elements import BucketRange, RunInfo
 from recordforge.transforms.writer.shard_cuts import (
     row_shard_count,
@@ -242,6 +242,54 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
         sorting.release_read_arena()
 
 
+@pytest.mark.parametrize("kind", ["variable", "fixed"])
+@pytest.mark.parametrize("shards", [2, 3])
+def test_consecutive_shards_of_one_bucket_read_and_sort_it_once(tmp_path, monkeypatch, kind,
+                                                                shards):
+    """Shards that share a bucket, written one after the other, write
+    exactly the rows they hold (together the sorted bucket) while the runs
+    are read only for the first; another bucket, or the same key range of
+    other runs, is read anew."""
+    rng = random.Random(11)
+    runs = []
+    for index in range(4):
+        rows = _rows(rng, 300, width=6 if kind == "fixed" else None)
+        path = str(tmp_path / f"run{index}.run")
+        with open(path, "wb") as fileobj:
+            _write_rows(fileobj, rows, kind, prefix_len=8, index_every=2048)
+        runs.append(RunInfo("train", path, len(rows), 0))
+    reads = []
+    real_read = run_format.RunFile.read
+    monkeypatch.setattr(run_format.RunFile, "read",
+                        lambda self, *args, **kwargs: reads.append(self.path) or
+                        real_read(self, *args, **kwargs))
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=1 << 30, fan_in=64,
+                   prefix_len=8, index_every=2048)
+
+    def expected(bucket, of_runs):
+        return sorted(row for run in of_runs for row in
+                      _pairs(real_read(run_format.RunFile(run.path), bucket.lo, bucket.hi)))
+
+    sorting.release_read_arena()
+    try:
+        for bucket, of_runs in [(BucketRange("train", 0, b"", None), runs),
+                                (BucketRange("train", 1, b"\x40", b"\xc0"), runs),
+                                (BucketRange("train", 1, b"\x40", b"\xc0"), runs[1:])]:
+            rows = expected(bucket, of_runs)
+            size = sum(len(tfrecord.frame_records([example])) for _, example in rows)
+            thresholds = row_shard_thresholds(size, shards)
+            reads.clear()
+            written = []
+            for shard in range(shards):
+                out = io.BytesIO()
+                sorting.write_bucket_rows(out, bucket, 0, thresholds, shard, of_runs, **options)
+                written += tfrecord.iter_records(io.BytesIO(out.getvalue()), compression="none")
+            assert written == [example for _, example in rows]
+            assert sorted(reads) == sorted(run.path for run in of_runs)  # once each
+    finally:
+        sorting.release_read_arena()
+
+
 @given(st.lists(st.integers(1 << 20, 40 << 20), min_size=2, max_size=6))
 @settings(max_examples=20, deadline=None)
 def test_the_read_buffer_grows_seldom_as_buckets_vary_in_size(sizes):
@@ -253,14 +301,14 @@ def test_the_read_buffer_grows_seldom_as_buckets_vary_in_size(sizes):
         made = 0
         held = None
         for size in sizes:
-            arena = sorting._read_arena(size)
+            arena = bucket_arena.read_arena(size)
             assert len(arena) >= size
             if arena.obj is not held:
                 made += 1
                 held = arena.obj
                 assert len(arena) == size + size // 8
         last = _growths(sizes)[-1]
-        assert sorting._read_arena(last + last // 8).obj is held  # within the eighth
+        assert bucket_arena.read_arena(last + last // 8).obj is held  # within the eighth
         assert made == len({size for size in _growths(sizes)})
     finally:
         sorting.release_read_arena()
