@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recordforge.transforms import tfrecord
 from recordforge.transforms.writer import bucket_arena, run_format, sorting, spill
@@ -288,6 +288,42 @@ def test_consecutive_shards_of_one_bucket_read_and_sort_it_once(tmp_path, monkey
             assert sorted(reads) == sorted(run.path for run in of_runs)  # once each
     finally:
         sorting.release_read_arena()
+
+
+@given(order=st.permutations(range(6)))
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_shards_of_several_buckets_in_any_order_write_what_each_writes_alone(tmp_path, order):
+    """However a worker's shards come (here six shards over three buckets
+    that they share), each writes the bytes it writes with nothing held
+    from the shard before."""
+    runs = _write_runs(tmp_path, random.Random(13), 200, 3)
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=1 << 30, fan_in=64,
+                   prefix_len=8, index_every=4096)
+    buckets = [BucketRange("train", 0, b"", b"\x60"), BucketRange("train", 1, b"\x60", b"\xb0"),
+               BucketRange("train", 2, b"\xb0", None)]
+    sizes = [sum(chunk.length for chunk in sorting.measure_bucket(bucket, runs, "r").chunks)
+             for bucket in buckets]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    thresholds = row_shard_thresholds(sum(sizes), 6)
+
+    def shard_bytes(shard):
+        out = io.BytesIO()
+        for bucket, start in zip(buckets, starts):
+            sorting.write_bucket_rows(out, bucket, start, thresholds, shard, runs, **options)
+        return out.getvalue()
+
+    alone = []
+    for shard in range(6):
+        sorting.release_read_arena()
+        alone.append(shard_bytes(shard))
+    try:
+        assert {shard: shard_bytes(shard) for shard in order} == dict(enumerate(alone))
+    finally:
+        sorting.release_read_arena()
+    assert b"".join(alone) == b"".join(
+        tfrecord.frame_records([example]) for _, example in sorted(
+            row for run in runs for row in _pairs(run_format.RunFile(run.path).read(b"", None))))
 
 
 @given(st.lists(st.integers(1 << 20, 40 << 20), min_size=2, max_size=6))
