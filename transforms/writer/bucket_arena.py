@@ -10,8 +10,8 @@ bundles in several threads.
 Shards are cut at rows and buckets at keys, so a shard usually ends inside
 a bucket whose other rows the next shard takes. Where a worker is handed
 consecutive shards (the DirectRunner hands them in order), each of them
-read and sorted that bucket again: about twice per bucket when shards
-and buckets are of a size. The bucket last sorted is held (`hold_bucket`)
+would read and sort that bucket again: about twice per bucket when
+shards and buckets are of a size. The bucket last sorted is held (`hold_bucket`)
 until the buffer is read into again, under an identity naming its key
 range and its runs (paths and record counts: a run file is written once,
 under a name no other run takes), and the next shard's writer that asks
