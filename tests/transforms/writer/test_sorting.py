@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recordforge.transforms import tfrecord
-from recordforge.transforms.writer import bucket_arena, run_format, sorting, spill
+from recordforge.transforms.writer import run_format, sorting, spill
 from recordforge.transforms.writer.elements import BucketRange, RunInfo
 from recordforge.transforms.writer.shard_cuts import (
     row_shard_count,
@@ -324,41 +324,6 @@ def test_shards_of_several_buckets_in_any_order_write_what_each_writes_alone(tmp
     assert b"".join(alone) == b"".join(
         tfrecord.frame_records([example]) for _, example in sorted(
             row for run in runs for row in _pairs(run_format.RunFile(run.path).read(b"", None))))
-
-
-@given(st.lists(st.integers(1 << 20, 40 << 20), min_size=2, max_size=6))
-@settings(max_examples=20, deadline=None)
-def test_the_read_buffer_grows_seldom_as_buckets_vary_in_size(sizes):
-    """A bucket a few percent larger than the buffer does not make a new
-    one (fresh pages cost a fault each): it grows by an eighth more than
-    asked, and is made anew only past that."""
-    sorting.release_read_arena()
-    try:
-        made = 0
-        held = None
-        for size in sizes:
-            arena = bucket_arena.read_arena(size)
-            assert len(arena) >= size
-            if arena.obj is not held:
-                made += 1
-                held = arena.obj
-                assert len(arena) == size + size // 8
-        last = _growths(sizes)[-1]
-        assert bucket_arena.read_arena(last + last // 8).obj is held  # within the eighth
-        assert made == len({size for size in _growths(sizes)})
-    finally:
-        sorting.release_read_arena()
-
-
-def _growths(sizes: list[int]) -> list[int]:
-    """The sizes at which a buffer that grows by an eighth is made anew."""
-    made: list[int] = []
-    capacity = -1
-    for size in sizes:
-        if size > capacity:
-            made.append(size)
-            capacity = size + size // 8
-    return made
 
 
 def test_sort_bucket_cells_rejects_a_run_that_does_not_match_its_report(tmp_path):
