@@ -24,7 +24,8 @@ state, so a retried shard writes the same bytes.
 from __future__ import annotations
 
 import threading
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
