@@ -11,13 +11,14 @@ Shards are cut at rows and buckets at keys, so a shard usually ends inside
 a bucket whose other rows the next shard takes. Where a worker is handed
 consecutive shards (the DirectRunner hands them in order), each of them
 would read and sort that bucket again: about twice per bucket when
-shards and buckets are of a size. The bucket last sorted is held (`hold_bucket`)
-until the buffer is read into again, under an identity naming its key
-range and its runs (paths and record counts: a run file is written once,
-under a name no other run takes), and the next shard's writer that asks
-for the same identity (`held_bucket`) writes from it. What is held is
-only ever bytes read from the runs and their order, never a writer's
-state, so a retried shard writes the same bytes.
+shards and buckets are of a size. The bucket last sorted is held
+(`hold_bucket`) until the buffer is read into again, under an identity
+naming its key range and its runs (paths, record counts and record
+bytes: a run file is written once, under a name no other run takes), and
+the next shard's writer that asks for the same identity (`held_bucket`)
+writes from it. What is held is only ever bytes read from the runs and
+their order, never a writer's state, so a retried shard writes the same
+bytes.
 `release_read_arena` frees both (at the end of a bundle).
 """
 

@@ -219,7 +219,8 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
 def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
     # Consecutive shards share the bucket one ends in and the next starts
     # in: it is read and sorted once for both (`bucket_arena`).
-    identity = (bucket, tuple((run_file.path, run_file.num_records) for run_file in parts))
+    identity = (bucket, tuple((run_file.path, run_file.num_records, run_file.data_size)
+                              for run_file in parts))
     ordered = held_bucket(identity)
     if ordered is None:
         ordered = _read_in_order(bucket, parts)
