@@ -151,14 +151,29 @@ class ShardRowsWriter:
             return
         ends = np.cumsum(sizes)
         if data is not None:
-            mine = np.flatnonzero(shards_of_rows(self._offset + ends - sizes, sizes,
-                                                 self._thresholds) == self._shard)
-            if len(mine):  # rows of one shard are consecutive
-                lo, hi = int(ends[mine[0]] - sizes[mine[0]]), int(ends[mine[-1]])
+            first, last = self._mine(ends, sizes)
+            if last > first:
+                lo, hi = int(ends[first] - sizes[first]), int(ends[last - 1])
                 self._out.write(memoryview(data)[lo:hi])
-                self.rows += len(mine)
+                self.rows += last - first
                 self.written += hi - lo
         self._offset += int(ends[-1])
+
+    def _mine(self, ends: np.ndarray, sizes: np.ndarray) -> tuple[int, int]:
+        """[first, last) of the rows (`ends`, `sizes`: of a block, from
+        `_offset`) that belong to this shard. A row's doubled midpoint grows
+        with its position, so its shard never falls: rows of one shard are
+        consecutive, and when the first and the last row are this shard's,
+        so is every row between, found without a shard per row (a block
+        lies within one shard but at a shard's two ends)."""
+        edges = np.array([0, len(sizes) - 1])
+        shards = shards_of_rows(self._offset + ends[edges] - sizes[edges], sizes[edges],
+                                self._thresholds)
+        if (shards == self._shard).all():
+            return 0, len(sizes)
+        mine = np.flatnonzero(shards_of_rows(self._offset + ends - sizes, sizes,
+                                             self._thresholds) == self._shard)
+        return (int(mine[0]), int(mine[-1]) + 1) if len(mine) else (0, 0)
 
 
 class _Counter:

@@ -22,14 +22,15 @@ Memory: a bucket is sorted in memory only when its key ranges fit
 `memory_bytes`; otherwise the sorted ranges are merged as streams, with
 intermediate merges when there are more than `fan_in` of them. While a
 bucket is only measured, local runs' records are mapped rather than read
-(`RunFile._records`): measuring needs their sizes, not their bytes.
+(`RunFile._records`): measuring needs their sizes, not their bytes. A
+bucket sorted in memory is read into the thread's one buffer and held
+there for the next shard that takes rows of it (`bucket_arena`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import heapq
-import threading
 import uuid
 from typing import Iterable, Iterator, Sequence
 
@@ -39,6 +40,7 @@ import pyarrow as pa
 from ..page_cache import WriteBehind
 from ..splits import HASH_SIZE
 from ..tfrecord import FOOTER_SIZE, HEADER_SIZE
+from .bucket_arena import held_bucket, hold_bucket, read_arena, release_read_arena
 from .bucket_output import CellWriter, ShardRowsWriter
 from .cells import interior_unit
 from .elements import BucketChunks, BucketRange, Chunk, RunInfo
@@ -215,31 +217,76 @@ def _sort_into(writer, bucket: BucketRange, runs: Iterable[RunInfo], *, scratch_
 
 
 def _sort_in_memory(writer, bucket: BucketRange, parts: list[RunFile]) -> None:
+    # Consecutive shards share the bucket one ends in and the next starts
+    # in: it is read and sorted once for both (`bucket_arena`).
+    identity = (bucket, tuple((run_file.path, run_file.num_records, run_file.data_size)
+                              for run_file in parts))
+    ordered = held_bucket(identity)
+    if ordered is None:
+        ordered = _read_in_order(bucket, parts)
+        hold_bucket(identity, ordered)
+    _write_ordered(writer, ordered)
+
+
+def _read_in_order(bucket: BucketRange, parts: list[RunFile]) -> _Ordered:
+    """The bucket's rows of every run, read into the thread's arena, in order."""
     sizes = [run_file.estimate(bucket.lo, bucket.hi)[1] for run_file in parts]
-    arena = _read_arena(sum(sizes))
+    arena = read_arena(sum(sizes))
     slices = []
     for run_file, start, size in zip(parts, np.cumsum(sizes) - sizes, sizes):
         slices.append(run_file.read(bucket.lo, bucket.hi, into=arena[start:start + size]))
     slices = [rows for rows in slices if len(rows.sizes)]
-    if slices:
-        # Fixed-width keys are sorted by numpy; a mix of key kinds (no
-        # shuffle) is compared as bytes.
-        fixed = {run_file.key_width for run_file in parts}
-        width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
-        if width == KEY_IS_EXAMPLE:
-            width = KEY_VARIABLE
-        _write_in_order(writer, slices, width)
+    # Fixed-width keys are sorted by numpy; a mix of key kinds (no
+    # shuffle) is compared as bytes.
+    fixed = {run_file.key_width for run_file in parts}
+    width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
+    if width == KEY_IS_EXAMPLE:
+        width = KEY_VARIABLE
+    # One sorted slice is in order as it is.
+    return _Ordered(slices, width, presorted=len(slices) == 1)
 
 
-def _write_in_order(writer, slices: list[RunSlice], key_width: int) -> None:
-    """Writes the rows of several sorted slices in ``(key, example)`` order
-    (one sorted slice as it is)."""
-    if len(slices) == 1:
-        only = slices[0]
-        writer.write_framed(only.data if writer.needs_bytes(len(only.data)) else None,
-                            only.sizes)
-        return
-    write_sorted(writer, slices, key_width)
+class _Ordered:
+    """The rows of some slices in ``(key, example)`` order
+    (`row_order.sorted_order`): `sizes` (framed) and `sources` (slice of
+    each row) in slice order, `order` the rows' positions in that order
+    (None: one slice, `presorted`, in order as it is). key_width: the
+    slices' keys are numpy arrays of fixed-width bytes (> 0), or lists of
+    bytes. `records` gives them as one Arrow array, made once."""
+
+    def __init__(self, slices: Sequence[RunSlice], key_width: int, *, presorted: bool = False):
+        self.slices = list(slices)
+        self._records: tuple | None = None
+        if not self.slices:
+            self.sizes = np.zeros(0, dtype=np.int64)
+            self.order = None
+            return
+        self.sizes = np.concatenate([rows.sizes for rows in self.slices])
+        self.sources = np.repeat(np.arange(len(self.slices)),
+                                 [len(rows.sizes) for rows in self.slices])
+        self.order = None if presorted and len(self.slices) == 1 else self._sort(key_width)
+
+    def _sort(self, key_width: int) -> np.ndarray:
+        views = [rows.data for rows in self.slices]
+        starts = np.concatenate([np.cumsum(rows.sizes) - rows.sizes for rows in self.slices])
+        sizes, sources = self.sizes, self.sources
+
+        def example_at(row: int) -> bytes:
+            start = int(starts[row])
+            end = start + int(sizes[row])
+            return bytes(views[sources[row]][start + HEADER_SIZE:end - FOOTER_SIZE])
+
+        if key_width > 0:
+            return sorted_positions(np.concatenate([rows.keys for rows in self.slices]),
+                                    example_at)
+        return np.asarray(sorted_order([key for rows in self.slices for key in rows.keys],
+                                       example_at), dtype=np.int64)
+
+    def records(self) -> tuple[pa.LargeBinaryArray, np.ndarray]:
+        """`_as_arrow` of the slices, made on the first call."""
+        if self._records is None:
+            self._records = _as_arrow(self.slices, self.sizes, self.sources)
+        return self._records
 
 
 def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
@@ -248,22 +295,20 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
     gathering a block of rows at a time from the slices (no copy of the
     whole bucket). key_width: the slices' keys are numpy arrays of
     fixed-width bytes (> 0), or lists of bytes."""
-    views = [rows.data for rows in slices]
-    sizes = np.concatenate([rows.sizes for rows in slices])
-    starts = np.concatenate([np.cumsum(rows.sizes) - rows.sizes for rows in slices])
-    sources = np.repeat(np.arange(len(slices)), [len(rows.sizes) for rows in slices])
+    _write_ordered(writer, _Ordered(slices, key_width))
 
-    def example_at(row: int) -> bytes:
-        start = int(starts[row])
-        end = start + int(sizes[row])
-        return bytes(views[sources[row]][start + HEADER_SIZE:end - FOOTER_SIZE])
 
-    if key_width > 0:
-        order = sorted_positions(np.concatenate([rows.keys for rows in slices]), example_at)
-    else:
-        order = np.asarray(sorted_order([key for rows in slices for key in rows.keys],
-                                        example_at), dtype=np.int64)
-    records: pa.LargeBinaryArray | None = None  # made once a block needs bytes
+def _write_ordered(writer, ordered: _Ordered) -> None:
+    """Gives `writer` the rows of `ordered` in their order, a block at a
+    time; rows whose sizes are enough to the writer are not gathered."""
+    if not ordered.slices:
+        return
+    if ordered.order is None:
+        only = ordered.slices[0]
+        writer.write_framed(only.data if writer.needs_bytes(len(only.data)) else None,
+                            only.sizes)
+        return
+    order, sizes = ordered.order, ordered.sizes
     step = max(1, len(order) * BLOCK // max(1, int(sizes.sum())))
     blocks = [order[first:first + step] for first in range(0, len(order), step)]
     # The next block is gathered while the writer hashes and writes this one:
@@ -275,8 +320,7 @@ def write_sorted(writer, slices: Sequence[RunSlice], key_width: int) -> None:
             if not writer.needs_bytes(int(row_sizes.sum())):
                 writer.write_framed(None, row_sizes)  # sizes are enough: no gathering
                 continue
-            if records is None:
-                records, positions = _as_arrow(slices, sizes, sources)
+            records, positions = ordered.records()
             if ahead is not None and ahead[0] == index:
                 block = ahead[1].result()
             else:
@@ -360,29 +404,6 @@ def _write_framed_list(writer, framed: list) -> None:
     if framed:
         sizes = np.fromiter(map(len, framed), dtype=np.int64, count=len(framed))
         writer.write_framed(b"".join(framed), sizes)
-
-
-_ARENAS = threading.local()
-
-
-def _read_arena(nbytes: int) -> memoryview:
-    """A buffer of at least `nbytes` for one bucket's records, kept for the
-    same thread's next buckets. A new buffer per bucket is memory fresh from
-    the kernel every time (large allocations are mapped and unmapped), whose
-    page faults cost as much as the read itself; one per thread is safe with
-    runners that process bundles in several threads. `release_read_arena`
-    frees it."""
-    arena = getattr(_ARENAS, "buffer", None)
-    if arena is None or len(arena) < nbytes:
-        arena = bytearray(nbytes)
-        _ARENAS.buffer = arena
-    return memoryview(arena)
-
-
-def release_read_arena() -> None:
-    """Frees this thread's bucket buffer (at the end of a bundle: it should
-    not add to the memory of whatever the worker does next)."""
-    _ARENAS.buffer = None
 
 
 def _reduce_fan_in(parts: list[RunFile], bucket: BucketRange, scratch_dir: str,

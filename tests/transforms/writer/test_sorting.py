@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recordforge.transforms import tfrecord
 from recordforge.transforms.writer import run_format, sorting, spill
@@ -240,6 +240,90 @@ def test_buckets_written_one_after_another_reuse_the_read_buffer_safely(tmp_path
             records = list(tfrecord.iter_records(io.BytesIO(out.getvalue()), compression="none"))
             assert records == [example for _, example in expected] and records
         sorting.release_read_arena()
+
+
+@pytest.mark.parametrize("kind", ["variable", "fixed"])
+@pytest.mark.parametrize("shards", [2, 3])
+def test_consecutive_shards_of_one_bucket_read_and_sort_it_once(tmp_path, monkeypatch, kind,
+                                                                shards):
+    """Shards that share a bucket, written one after the other, write
+    exactly the rows they hold (together the sorted bucket) while the runs
+    are read only for the first; another bucket, or the same key range of
+    other runs, is read anew."""
+    rng = random.Random(11)
+    runs = []
+    for index in range(4):
+        rows = _rows(rng, 300, width=6 if kind == "fixed" else None)
+        path = str(tmp_path / f"run{index}.run")
+        with open(path, "wb") as fileobj:
+            _write_rows(fileobj, rows, kind, prefix_len=8, index_every=2048)
+        runs.append(RunInfo("train", path, len(rows), 0))
+    reads = []
+    real_read = run_format.RunFile.read
+    monkeypatch.setattr(run_format.RunFile, "read",
+                        lambda self, *args, **kwargs: reads.append(self.path) or
+                        real_read(self, *args, **kwargs))
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=1 << 30, fan_in=64,
+                   prefix_len=8, index_every=2048)
+
+    def expected(bucket, of_runs):
+        return sorted(row for run in of_runs for row in
+                      _pairs(real_read(run_format.RunFile(run.path), bucket.lo, bucket.hi)))
+
+    sorting.release_read_arena()
+    try:
+        for bucket, of_runs in [(BucketRange("train", 0, b"", None), runs),
+                                (BucketRange("train", 1, b"\x40", b"\xc0"), runs),
+                                (BucketRange("train", 1, b"\x40", b"\xc0"), runs[1:])]:
+            rows = expected(bucket, of_runs)
+            size = sum(len(tfrecord.frame_records([example])) for _, example in rows)
+            thresholds = row_shard_thresholds(size, shards)
+            reads.clear()
+            written = []
+            for shard in range(shards):
+                out = io.BytesIO()
+                sorting.write_bucket_rows(out, bucket, 0, thresholds, shard, of_runs, **options)
+                written += tfrecord.iter_records(io.BytesIO(out.getvalue()), compression="none")
+            assert written == [example for _, example in rows]
+            assert sorted(reads) == sorted(run.path for run in of_runs)  # once each
+    finally:
+        sorting.release_read_arena()
+
+
+@given(order=st.permutations(range(6)))
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_shards_of_several_buckets_in_any_order_write_what_each_writes_alone(tmp_path, order):
+    """However a worker's shards come (here six shards over three buckets
+    that they share), each writes the bytes it writes with nothing held
+    from the shard before."""
+    runs = _write_runs(tmp_path, random.Random(13), 200, 3)
+    options = dict(scratch_dir=str(tmp_path / "scratch"), memory_bytes=1 << 30, fan_in=64,
+                   prefix_len=8, index_every=4096)
+    buckets = [BucketRange("train", 0, b"", b"\x60"), BucketRange("train", 1, b"\x60", b"\xb0"),
+               BucketRange("train", 2, b"\xb0", None)]
+    sizes = [sum(chunk.length for chunk in sorting.measure_bucket(bucket, runs, "r").chunks)
+             for bucket in buckets]
+    starts = np.cumsum([0] + sizes[:-1]).tolist()
+    thresholds = row_shard_thresholds(sum(sizes), 6)
+
+    def shard_bytes(shard):
+        out = io.BytesIO()
+        for bucket, start in zip(buckets, starts):
+            sorting.write_bucket_rows(out, bucket, start, thresholds, shard, runs, **options)
+        return out.getvalue()
+
+    alone = []
+    for shard in range(6):
+        sorting.release_read_arena()
+        alone.append(shard_bytes(shard))
+    try:
+        assert {shard: shard_bytes(shard) for shard in order} == dict(enumerate(alone))
+    finally:
+        sorting.release_read_arena()
+    assert b"".join(alone) == b"".join(
+        tfrecord.frame_records([example]) for _, example in sorted(
+            row for run in runs for row in _pairs(run_format.RunFile(run.path).read(b"", None))))
 
 
 def test_sort_bucket_cells_rejects_a_run_that_does_not_match_its_report(tmp_path):
