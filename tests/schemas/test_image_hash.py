@@ -26,7 +26,8 @@ from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.image_hash import (
     MIN_SIMILARITY, hamming, hash_image, image_fingerprint, image_hash, signature_array, similar,
     split_fingerprint)
-from recordforge.transforms.near_duplicates import DEFAULT_THRESHOLD
+from recordforge.transforms.near_duplicates import (
+    DEFAULT_THRESHOLD, Banding, ImageFingerprint, bucket_members, bucket_pairs)
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("image_scenes",
@@ -56,11 +57,12 @@ def reference_bits(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
 
 def is_pair(a: bytes, b: bytes) -> bool:
     """Whether FindNearDuplicates would pair the two images at the default
-    threshold: hashes within it and signatures agreeing."""
-    (hash_a, sig_a), (hash_b, sig_b) = (split_fingerprint(image_fingerprint(a)),
-                                        split_fingerprint(image_fingerprint(b)))
-    return (hamming(hash_a, hash_b) <= DEFAULT_THRESHOLD
-            and bool(similar(signature_array([sig_a]), signature_array([sig_b]))[0]))
+    threshold (its buckets and pairs, without Beam)."""
+    banding = Banding(DEFAULT_THRESHOLD)
+    images = [ImageFingerprint("train", name, name, *split_fingerprint(image_fingerprint(data)))
+              for name, data in (("a", a), ("b", b))]
+    return any(True for key, members in bucket_members(images, banding)
+               for _ in bucket_pairs(key, members, banding, {}))
 
 
 def as_bits(value: int) -> np.ndarray:
@@ -115,7 +117,7 @@ def test_signature_is_scipys_coefficients_scaled_and_rounded(seed, kind):
     # within 0.01 of a rounding boundary (x.5); nowhere else.
     im = scenes.scene(seed, kind)
     data = scenes.encode(im, "PNG")
-    value, signature = split_fingerprint(image_fingerprint(data, "x.png"))
+    value, signature, _, _ = split_fingerprint(image_fingerprint(data, "x.png"))
     assert value == image_hash(data) == hash_image(im)
     structure = reference_low(im)[1:]
     scaled = structure * 127 / np.abs(structure).max()
@@ -183,9 +185,16 @@ def test_sixteen_bit_grayscale_is_scaled_not_clipped():
 def test_a_solid_colour_has_one_definite_hash(colour):
     # Every coefficient but DC is exactly zero: only the DC bit exceeds the
     # median (floating point would set the other bits by rounding noise).
-    # It has no structure, so no signature (0).
+    # It has no structure, so no signature (0); its windows are the same
+    # picture. All coefficients after DC tie with the median: the unsure
+    # bits are the first two of them (ties go to the lower index; black's
+    # DC ties too).
     data = scenes.encode(Image.new("RGB", (64, 48), colour), "PNG")
-    assert image_fingerprint(data) == (1 << 63 if colour != (0, 0, 0) else 0)
+    value, signature, unsure, windows = split_fingerprint(image_fingerprint(data))
+    expected = 1 << 63 if colour != (0, 0, 0) else 0
+    first_two = 0b11 << 61 if colour != (0, 0, 0) else 0b11 << 62
+    assert (value, signature, unsure) == (expected, 0, first_two)
+    assert windows == ((expected, first_two, 0),) * 4
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
