@@ -53,7 +53,7 @@ Crops and unsure bits (`image_views`). A copy cropped by a few percent
 shifts the whole picture, and in a picture of little contrast many
 coefficients lie near the median: such copies moved up to 18 bits. So an
 image also carries the hashes of four *windows* of its picture, each with
-one side trimmed by `TRIM` (2.53%, a 5% crop's share of one side), taken
+one side trimmed by `TRIM` (3.75%), taken
 from the same 32x32 grey pixels (the DCT rows of the window, linearly
 interpolated, as one integer matrix: no second decode or resize), each
 with its own signature (a copy cut on one side by more than a few percent
@@ -115,10 +115,12 @@ def _cosines() -> np.ndarray:
 _COSINES = _cosines()
 _COSINES_T = np.ascontiguousarray(_COSINES.T)
 
-# A window trims this share of one side: a crop of 5% of the area keeps at
-# least sqrt(0.95) of each side, so a copy cropped on one side lies within
-# a window, and one cut on both sides between a window and the whole.
-TRIM = 1 - 0.95 ** 0.5
+# A window trims this share of one side: half way between the whole
+# picture and a copy with 5% of the area cut off one side (5% of the side),
+# so that a cut of one side by up to 5% is near the whole or a window (a
+# trim of 2.53%, the most a 5% crop takes of both sides, found 99.88% of
+# one-side 5% cuts; 3.75%, all: docs/near_duplicates.md).
+TRIM = 0.0375
 # Coefficients nearest the median whose bits a comparison leaves out: 2
 # made every planted copy of 2,000 scenes pair, with no two distinct
 # scenes paired; 4 and more paired distinct scenes (docs/near_duplicates.md).
@@ -151,9 +153,6 @@ def _window_rows(start: float, stop: float) -> np.ndarray:
 
 
 _TRIM_START, _TRIM_END = _window_rows(TRIM, 1.0), _window_rows(0.0, 1 - TRIM)
-# (rows, columns) of each window: left, right, top, bottom side trimmed.
-_WINDOWS = ((_COSINES, _TRIM_START), (_COSINES, _TRIM_END),
-            (_TRIM_START, _COSINES), (_TRIM_END, _COSINES))
 
 
 def _grey(im: Image.Image) -> np.ndarray:
@@ -181,24 +180,45 @@ def _hash_of(low: np.ndarray) -> int:
     return _bits(2 * low > twice_median)
 
 
-def _view_of(low: np.ndarray) -> tuple[int, int, int]:
-    """(hash, unsure bits, signature) of 64 coefficients: the unsure bits
-    are those of the `UNSURE_BITS` coefficients nearest the median (a
-    stable sort: ties go to the lower index, so the same on every machine)."""
-    ordered = np.sort(low)
-    twice_median = ordered[31] + ordered[32]
-    nearest = np.argsort(np.abs(2 * low - twice_median), kind="stable")[:UNSURE_BITS]
-    unsure = np.zeros(HASH_BITS, dtype=bool)
-    unsure[nearest] = True
-    return _bits(2 * low > twice_median), _bits(unsure), _signature_of(low)
+def _as_ints(rows: np.ndarray) -> list[int]:
+    """Each row of uint8 as one big-endian integer."""
+    return [int.from_bytes(row.tobytes(), "big") for row in rows]
 
 
-def image_views(grey: np.ndarray) -> tuple[tuple[int, int, int], ...]:
+def _views_of(lows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(hash, unsure bits, signature) of each row of 64 coefficients, all
+    rows at once (one image's views: numpy's cost is per call). The unsure
+    bits are those of the `UNSURE_BITS` coefficients nearest the median (a
+    stable sort: ties go to the lower index, so the same on every machine);
+    the hash and signature as `_hash_of` and `_signature_of` give them."""
+    ordered = np.sort(lows, axis=1)
+    twice_median = (ordered[:, 31] + ordered[:, 32])[:, None]
+    nearest = np.argsort(np.abs(2 * lows - twice_median), axis=1, kind="stable")
+    unsure = np.zeros(lows.shape, dtype=bool)
+    np.put_along_axis(unsure, nearest[:, :UNSURE_BITS], True, axis=1)
+    structure = lows[:, 1:].astype(np.float64)
+    largest = np.abs(structure).max(axis=1, keepdims=True)
+    scaled = np.rint(structure * 127 / np.where(largest == 0, 1, largest)).astype(np.int16) + 128
+    signatures = [0 if flat else value for flat, value in
+                  zip((largest == 0).ravel().tolist(), _as_ints(scaled.astype(np.uint8)))]
+    return list(zip(_as_ints(np.packbits(2 * lows > twice_median, axis=1)),
+                    _as_ints(np.packbits(unsure, axis=1)), signatures))
+
+
+# The row matrices of the views, stacked: the grey levels are multiplied by
+# all of them at once, then by the column matrices.
+_ROWS = np.concatenate([_COSINES, _TRIM_START, _TRIM_END])
+
+
+def image_views(grey: np.ndarray) -> list[tuple[int, int, int]]:
     """(hash, unsure bits, signature) of the whole 32x32 grey picture, then
     of its `WINDOWS` windows (left, right, top, bottom side trimmed by
     `TRIM`)."""
-    return tuple(_view_of((rows @ grey @ columns.T).ravel())
-                 for rows, columns in ((_COSINES, _COSINES), *_WINDOWS))
+    whole, top, bottom = np.split(_ROWS @ grey, 3)
+    across = whole @ _ROWS.T  # the whole rows by each column matrix
+    lows = np.stack([across[:, :_KEPT], across[:, _KEPT:2 * _KEPT], across[:, 2 * _KEPT:],
+                     top @ _COSINES_T, bottom @ _COSINES_T]).reshape(1 + WINDOWS, HASH_BITS)
+    return _views_of(lows)
 
 
 def _signature_of(low: np.ndarray) -> int:

@@ -284,10 +284,13 @@ def pair_distance(a: ImageFingerprint, b: ImageFingerprint, threshold: int) -> i
     not a pair at `threshold`: the per-pair rule `bucket_pairs` applies to
     many pairs at once."""
     views_a, views_b = _views(tuple(a)), _views(tuple(b))
-    found = [bin((ha ^ hb) & ~(ua | ub)).count("1")
-             for (ha, ua, sa), (hb, ub, sb) in ((views_a[i], views_b[j]) for i, j in _VIEW_PAIRS)
-             if bin((ha ^ hb) & ~(ua | ub)).count("1") <= threshold
-             and similar(signature_array([sa]), signature_array([sb]))[0]]
+    found = []
+    for i, j in _VIEW_PAIRS:
+        (hash_a, unsure_a, signature_a), (hash_b, unsure_b, signature_b) = views_a[i], views_b[j]
+        count = ((hash_a ^ hash_b) & ~(unsure_a | unsure_b)).bit_count()
+        if count <= threshold and similar(signature_array([signature_a]),
+                                          signature_array([signature_b]))[0]:
+            found.append(count)
     return min(found, default=None)
 
 

@@ -236,3 +236,71 @@ def test_the_bomb_limit_is_the_image_checks_limit(monkeypatch):
     assert caught.value.reason == "image_too_large"
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100 * 100)
     assert image_hash(data, "big.png") == hash_image(Image.open(io.BytesIO(data)))
+
+
+# Crops removing a share of the area from one side, or from two sides
+# meeting at a corner (each side by 1 - sqrt(1 - share)), or from all four.
+CUTS = {"left": (1, 0, 0, 0), "right": (0, 1, 0, 0), "top": (0, 0, 1, 0), "bottom": (0, 0, 0, 1),
+        "top left": (1, 0, 1, 0), "top right": (0, 1, 1, 0), "bottom left": (1, 0, 0, 1),
+        "bottom right": (0, 1, 0, 1), "all sides": (0.5, 0.5, 0.5, 0.5)}
+
+
+def cropped(im: Image.Image, where: str, area: float) -> Image.Image:
+    left, right, top, bottom = CUTS[where]
+    cut_w = area if not (top or bottom) else 1 - (1 - area) ** 0.5 if left or right else 0
+    cut_h = area if not (left or right) else 1 - (1 - area) ** 0.5 if top or bottom else 0
+    width, height = im.size
+    return im.crop((round(left * cut_w * width), round(top * cut_h * height),
+                    width - round(right * cut_w * width), height - round(bottom * cut_h * height)))
+
+
+@SETTINGS
+@given(seeds, kinds, st.sampled_from(sorted(CUTS)), st.floats(0.002, 0.05))
+def test_crops_from_any_side_or_corner_up_to_5_percent_are_pairs(seed, kind, where, area):
+    im = scenes.scene(seed, kind)
+    assert is_pair(scenes.encode(im), scenes.encode(cropped(im, where, area), "PNG"))
+
+
+def test_cuts_remove_the_share_of_the_area_they_say():
+    im = Image.new("RGB", (1000, 800))
+    for where in CUTS:
+        kept = cropped(im, where, 0.05).size
+        assert kept[0] * kept[1] == pytest.approx(0.95 * 1000 * 800, rel=0.002), where
+
+
+def reference_window(grey: np.ndarray, window: int) -> np.ndarray:
+    """scipy's DCT of the window's 32x32 samples (numpy's linear
+    interpolation between pixel centres, edges clamped), the 8x8 lowest."""
+    from recordforge.schemas.image_hash import TRIM
+    spans = {0: ((0, 1), (TRIM, 1)), 1: ((0, 1), (0, 1 - TRIM)),
+             2: ((TRIM, 1), (0, 1)), 3: ((0, 1 - TRIM), (0, 1))}[window]
+    (top, bottom), (left, right) = spans
+    centres = np.arange(32)
+
+    def at(start, stop):
+        return (start + (np.arange(32) + 0.5) * (stop - start) / 32) * 32 - 0.5
+
+    rows = np.array([np.interp(at(left, right), centres, row) for row in grey.astype(float)])
+    samples = np.array([np.interp(at(top, bottom), centres, col) for col in rows.T]).T
+    return scipy.fftpack.dct(scipy.fftpack.dct(samples, axis=0), axis=1)[:8, :8].ravel()
+
+
+@SETTINGS
+@given(seeds, kinds)
+def test_windows_hash_the_trimmed_picture(seed, kind):
+    # Each window's hash is the median bits of scipy's DCT of the picture's
+    # 32x32 grey levels resampled over the window (but for coefficients
+    # within rounding of the median), and its unsure bits those of the two
+    # coefficients nearest the median.
+    im = scenes.scene(seed, kind)
+    grey = np.asarray(im.convert("L").resize((32, 32), Image.Resampling.LANCZOS))
+    _, _, _, windows = split_fingerprint(image_fingerprint(scenes.encode(im, "PNG")))
+    assert len(windows) == 4
+    for number, (value, unsure, _) in enumerate(windows):
+        low = reference_window(grey, number)
+        margin = np.abs(low - np.median(low))
+        clear = margin > 1e-5 * np.abs(low).max()
+        assert (as_bits(value) == (low > np.median(low)))[clear].all(), number
+        assert bin(unsure).count("1") == 2
+        assert set(np.flatnonzero(as_bits(unsure))) == set(np.argsort(margin, kind="stable")[:2]) \
+            or not clear.all(), number
