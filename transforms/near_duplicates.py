@@ -27,17 +27,18 @@ pairs too. The search never compares all pairs:
   ``threshold + 2`` bands instead and keys an image by every *pair* of
   them (at least two bands are then equal): keys of twice the bits, so
   buckets 32-64 times smaller, for ``C(threshold + 2, 2)`` keys per
-  image (66 at the default threshold, against 11): for collections of
+  view (66 at the default threshold, against 11): for collections of
   millions of images.
-* Confirmation. A pair within the threshold is reported only when the two
-  images' signatures (`image_hash.similar`: their DCT coefficients, not
-  only the coefficients' sides of the median) agree too, or either image
-  has none. This is what lets the default threshold be 10 bits: at 10
-  bits unrelated pictures collide on the hash (0.74% of generated scenes
-  in a pair), never on both (docs/near_duplicates.md).
+* Confirmation. Two views within the threshold make a pair only when
+  their signatures (`image_hash.similar`: their DCT coefficients, not only
+  the coefficients' sides of the median) agree too, or either has none. This is what lets the default threshold be 10 bits: at 10
+  bits unrelated pictures collide on the hashes (5.3% of generated scenes
+  in a pair, with the windows and unsure bits), never on both
+  (docs/near_duplicates.md).
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 11 keys of 5-6 bits a batch of 4,096 touches at most 640 buckets.
+  with 11 bands of 5-6 bits a batch of 4,096 touches at most 640 buckets
+  (however many views and unsure bits key each image: about 30 keys).
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order, among the buckets each
   two views share with their bits unsure in both at 0) that was compared,
@@ -51,8 +52,9 @@ pairs too. The search never compares all pairs:
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold and cap, past about 320,000 images with one
-  band per key, about 10 million with two). What is given up: a pair is
+  at the default threshold and cap, with an image in about 2.7 buckets
+  of each band, past about 120,000 images with one band per key, about
+  4 million with two). What is given up: a pair is
   missed when every bucket the two share is over the cap (inside a large
   group of near-identical images, most pairs). In return the work is at most
   ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
@@ -83,10 +85,10 @@ __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "
            "bucket_pairs", "pair_distance"]
 
 # Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): with
-# the signatures confirming, no two of 1,495 distinct generated scenes pair
-# at 6-14 bits; at 10, 99.45% of planted 5% crops and >= 99.95% of other
-# planted copies are found (98.40% of crops at 8; 99.80% at 12, where a
-# bucket key has 4-5 bits and buckets fill twice as soon).
+# the views' signatures confirming, no two of 1,495 distinct generated
+# scenes pair at 6-10 bits (5 pairs at 12); at 10 every planted copy of
+# 2,000 scenes is found (re-encoded, resized, cropped by up to 5%,
+# brightened), at 8 all but 1 in 2,000 of three kinds.
 DEFAULT_THRESHOLD = 10
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1
