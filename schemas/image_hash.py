@@ -49,7 +49,8 @@ at least 0.89 and unrelated pictures within 12 bits of each other at most
 without structure (a solid colour: every coefficient after DC is zero) has
 no signature (0); its pairs are confirmed by the hash alone.
 
-Crops and unsure bits (`image_views`). A copy cropped by a few percent
+Crops and unsure bits (`image_views`; `image_fingerprint(..., views=True)`:
+opt-in, for their cost). A copy cropped by a few percent
 shifts the whole picture, and in a picture of little contrast many
 coefficients lie near the median: such copies moved up to 18 bits. So an
 image also carries the hashes of four *windows* of its picture, each with
@@ -248,12 +249,13 @@ def image_hash(data: bytes, path: str = "image") -> int:
     return split_fingerprint(image_fingerprint(data, path))[0]
 
 
-def image_fingerprint(data: bytes, path: str = "image") -> int:
-    """The hash, the signature and the views of an encoded image from one
-    decode, as one integer (`split_fingerprint` parts it): from the low
-    bits up, the hash (64 bits), the signature (63 bytes), the hash's unsure
-    bits (64), then each window's hash, unsure bits and signature. Raises
-    as `image_hash`."""
+def image_fingerprint(data: bytes, path: str = "image", views: bool = False) -> int:
+    """The hash and the signature of an encoded image from one decode, as
+    one integer (`split_fingerprint` parts it): ``signature << 64 | hash``;
+    with `views`, above them the hash's unsure bits (64 bits), then each
+    window's hash, unsure bits and signature (about 100 µs an image more,
+    and a search about 1 ms an image dearer: docs/near_duplicates.md).
+    Raises as `image_hash`."""
     from PIL import UnidentifiedImageError  # not at module level: see image_decode
 
     if not data:
@@ -272,6 +274,9 @@ def image_fingerprint(data: bytes, path: str = "image") -> int:
         raise classified(exc, path) from None
     finally:
         im.close()
+    if not views:
+        low = (_COSINES @ grey @ _COSINES_T).ravel()
+        return _signature_of(low) << HASH_BITS | _hash_of(low)
     (value, unsure, signature), *windows = image_views(grey)
     fields = [value, signature, unsure, *(field for window in windows for field in window)]
     packed, shift = 0, 0

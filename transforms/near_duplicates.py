@@ -267,27 +267,36 @@ def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPai
     return NearPair(a.split, a.key, a.path, b.split, b.key, b.path, distance)
 
 
-def _views(member: tuple) -> list[tuple[int, int, int]]:
+def _views(member: tuple, width: int) -> list[tuple[int, int, int]]:
     """A member's (hash, unsure bits, signature) of the whole picture, then
-    of its windows, padded with the whole picture's to 1 + WINDOWS (a copy
-    of a view changes no distance, agreement or shared bucket)."""
+    of its windows, padded with the whole picture's to `width` views (a
+    copy of a view changes no distance, agreement or shared bucket)."""
     whole = (member[3], member[5], member[4])
-    return [whole, *member[6], *[whole] * (WINDOWS - len(member[6]))]
+    return [whole, *member[6], *[whole] * (width - 1 - len(member[6]))]
 
 
-# The view pairs compared: whole against whole, a window of the first
-# against the second's whole, the first's whole against a window of the second.
-_VIEW_PAIRS = ((0, 0), *((w, 0) for w in range(1, WINDOWS + 1)),
-               *((0, w) for w in range(1, WINDOWS + 1)))
+def _width(members: list[tuple]) -> int:
+    """Views per member of a bucket: 1 when none has windows (then the
+    search costs what it does with whole hashes alone)."""
+    return 1 + max(len(m[6]) for m in members)
+
+
+@functools.lru_cache(maxsize=None)
+def _view_pairs(width: int) -> tuple[tuple[int, int], ...]:
+    """The view pairs compared: whole against whole, a window of the first
+    against the second's whole, the first's whole against a window of the
+    second."""
+    return ((0, 0), *((w, 0) for w in range(1, width)), *((0, w) for w in range(1, width)))
 
 
 def pair_distance(a: ImageFingerprint, b: ImageFingerprint, threshold: int) -> int | None:
     """The distance of two images (module docstring), or None when they are
     not a pair at `threshold`: the per-pair rule `bucket_pairs` applies to
     many pairs at once."""
-    views_a, views_b = _views(tuple(a)), _views(tuple(b))
+    width = _width([tuple(a), tuple(b)])
+    views_a, views_b = _views(tuple(a), width), _views(tuple(b), width)
     found = []
-    for i, j in _VIEW_PAIRS:
+    for i, j in _view_pairs(width):
         (hash_a, unsure_a, signature_a), (hash_b, unsure_b, signature_b) = views_a[i], views_b[j]
         count = ((hash_a ^ hash_b) & ~(unsure_a | unsure_b)).bit_count()
         if count <= threshold and similar(signature_array([signature_a]),
@@ -301,7 +310,7 @@ def _confirmed(first: np.ndarray, second: np.ndarray, hashes: np.ndarray, unsure
     """Per candidate pair (member indices), `pair_distance`, threshold + 1
     for none."""
     least = np.full(len(first), threshold + 1, dtype=np.int64)
-    for i, j in _VIEW_PAIRS:
+    for i, j in _view_pairs(hashes.shape[1]):
         counts = _popcount((hashes[first, i] ^ hashes[second, j])
                            & ~(unsure[first, i] | unsure[second, j])).astype(np.int64)
         counts[~similar(signatures[first, i], signatures[second, j])] = threshold + 1
@@ -316,7 +325,8 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
     shared bucket outside `skipped` is this one (so each pair comes from
     exactly one bucket)."""
     members = sorted(members, key=_split_and_key)
-    views = [_views(m) for m in members]
+    width = _width(members)
+    views = [_views(m, width) for m in members]
     hashes = np.array([[v[0] for v in row] for row in views], dtype=np.uint64)
     unsure = np.array([[v[1] for v in row] for row in views], dtype=np.uint64)
     signatures = None
@@ -349,7 +359,7 @@ def _distances(hashes: np.ndarray, unsure: np.ndarray, rows: slice, columns: sli
     and unsure bits, before their signatures are compared: the least, over
     `_VIEW_PAIRS`, of the bits differing outside either's unsure bits."""
     least = None
-    for i, j in _VIEW_PAIRS:
+    for i, j in _view_pairs(hashes.shape[1]):
         counts = _popcount((hashes[rows, i, None] ^ hashes[None, columns, j])
                            & ~(unsure[rows, i, None] | unsure[None, columns, j]))
         least = counts if least is None else np.minimum(least, counts, out=least)
@@ -383,7 +393,7 @@ def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding
     buckets: dict[tuple[int, int], list[tuple]] = {}
     for fp in batch:
         member = tuple(check_fingerprint(fp))
-        keys = dict.fromkeys(key for value, unsure, _ in _views(member)
+        keys = dict.fromkeys(key for value, unsure, _ in _views(member, 1 + len(fp.windows))
                              for key in banding.keys(value, unsure))
         for key in keys:
             buckets.setdefault(key, []).append(member)

@@ -55,11 +55,13 @@ def reference_bits(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
     return bits, np.abs(low - np.median(low))
 
 
-def is_pair(a: bytes, b: bytes) -> bool:
+def is_pair(a: bytes, b: bytes, views: bool = False) -> bool:
     """Whether FindNearDuplicates would pair the two images at the default
-    threshold (its buckets and pairs, without Beam)."""
+    threshold (its buckets and pairs, without Beam), with their `views` or
+    by their whole pictures alone."""
     banding = Banding(DEFAULT_THRESHOLD)
-    images = [ImageFingerprint("train", name, name, *split_fingerprint(image_fingerprint(data)))
+    images = [ImageFingerprint("train", name, name,
+                               *split_fingerprint(image_fingerprint(data, views=views)))
               for name, data in (("a", a), ("b", b))]
     return any(True for key, members in bucket_members(images, banding)
                for _ in bucket_pairs(key, members, banding, {}))
@@ -146,20 +148,20 @@ def test_a_missing_signature_agrees_with_any():
 
 
 @SETTINGS
-@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)))
-def test_planted_copies_are_pairs_at_the_default_threshold(seed, kind, copy):
+@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)), st.booleans())
+def test_planted_copies_are_pairs_at_the_default_threshold(seed, kind, copy, views):
     im = scenes.scene(seed, kind)
     edited = scenes.COPIES[copy](im, random.Random(seed))
-    assert is_pair(scenes.encode(im), edited)
+    assert is_pair(scenes.encode(im), edited, views)
 
 
 @SETTINGS
-@given(seeds, seeds, st.sampled_from(["gradient", "shapes", "texture"]), kinds)
-def test_distinct_pictures_are_not_pairs(seed_a, seed_b, kind_a, kind_b):
+@given(seeds, seeds, st.sampled_from(["gradient", "shapes", "texture"]), kinds, st.booleans())
+def test_distinct_pictures_are_not_pairs(seed_a, seed_b, kind_a, kind_b, views):
     if (seed_a, kind_a) == (seed_b, kind_b):
         return
     assert not is_pair(scenes.encode(scenes.scene(seed_a, kind_a)),
-                       scenes.encode(scenes.scene(seed_b, kind_b)))
+                       scenes.encode(scenes.scene(seed_b, kind_b)), views)
 
 
 def test_animated_images_hash_their_first_frame():
@@ -190,8 +192,9 @@ def test_a_solid_colour_has_one_definite_hash(colour):
     # bits are the first two of them (ties go to the lower index; black's
     # DC ties too).
     data = scenes.encode(Image.new("RGB", (64, 48), colour), "PNG")
-    value, signature, unsure, windows = split_fingerprint(image_fingerprint(data))
     expected = 1 << 63 if colour != (0, 0, 0) else 0
+    assert image_fingerprint(data) == expected  # without views: hash, no signature
+    value, signature, unsure, windows = split_fingerprint(image_fingerprint(data, views=True))
     first_two = 0b11 << 61 if colour != (0, 0, 0) else 0b11 << 62
     assert (value, signature, unsure) == (expected, 0, first_two)
     assert windows == ((expected, first_two, 0),) * 4
@@ -258,7 +261,7 @@ def cropped(im: Image.Image, where: str, area: float) -> Image.Image:
 @given(seeds, kinds, st.sampled_from(sorted(CUTS)), st.floats(0.002, 0.05))
 def test_crops_from_any_side_or_corner_up_to_5_percent_are_pairs(seed, kind, where, area):
     im = scenes.scene(seed, kind)
-    assert is_pair(scenes.encode(im), scenes.encode(cropped(im, where, area), "PNG"))
+    assert is_pair(scenes.encode(im), scenes.encode(cropped(im, where, area), "PNG"), views=True)
 
 
 def test_cuts_remove_the_share_of_the_area_they_say():
@@ -294,7 +297,8 @@ def test_windows_hash_the_trimmed_picture(seed, kind):
     # coefficients nearest the median.
     im = scenes.scene(seed, kind)
     grey = np.asarray(im.convert("L").resize((32, 32), Image.Resampling.LANCZOS))
-    _, _, _, windows = split_fingerprint(image_fingerprint(scenes.encode(im, "PNG")))
+    _, _, _, windows = split_fingerprint(image_fingerprint(scenes.encode(im, "PNG"),
+                                                           views=True))
     assert len(windows) == 4
     for number, (value, unsure, _) in enumerate(windows):
         low = reference_window(grey, number)

@@ -377,7 +377,8 @@ def test_planted_image_copies_are_found_within_and_across_splits(pictures, rng):
         for name, data in versions.items():
             split, key = rng.choice(SPLITS), f"{number}-{name}"
             fingerprints.append(ImageFingerprint(split, key, f"{split}/{key}",
-                                                 *split_fingerprint(image_fingerprint(data, key))))
+                                                 *split_fingerprint(image_fingerprint(
+                                                     data, key, views=True))))
             picture_of[key] = number
     found, _ = plain_search(fingerprints, Banding(DEFAULT_THRESHOLD), max_bucket=1000)
     assert len(found) == len(set(found))
