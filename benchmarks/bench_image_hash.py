@@ -28,12 +28,17 @@ Prints, on one core:
 * the search's time as the images grow (4x the fingerprints: ~4x the time).
 
     python benchmarks/bench_image_hash.py [--scenes 1000] [--thresholds 6,8,10,12,14]
-        [--skip cost,recall,fp,growth]
+        [--skip cost,recall,fp,growth] [--views]
+
+``--views``: recall and false positives with each image's views (its
+windows and unsure bits, `image_fingerprint(..., views=True)`), and the
+cost of `image_fingerprint` with them beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import random
 import sys
@@ -78,6 +83,7 @@ def bench_cost(sets: dict[str, list[bytes]], rounds: int) -> None:
                  for mode in ("header", "auto", "full")}
     functions["decode 1/8 gray"] = _decode_eighth
     functions["image_fingerprint"] = image_fingerprint
+    functions["with views"] = functools.partial(image_fingerprint, views=True)
     functions["imagehash.phash"] = lambda data: imagehash.phash(Image.open(io.BytesIO(data)))
     print("\ncost, CPU µs per image (best of alternating rounds; ratio: "
           "image_fingerprint / this)")
@@ -105,8 +111,9 @@ def cosines(a: int, b: int) -> float:
         u @ w / (np.linalg.norm(u) * np.linalg.norm(w)))
 
 
-def _fingerprint(key: str, data: bytes) -> ImageFingerprint:
-    return ImageFingerprint("train", key, key, *split_fingerprint(image_fingerprint(data, key)))
+def _fingerprint(key: str, data: bytes, views: bool, split: str = "train") -> ImageFingerprint:
+    return ImageFingerprint(split, key, key,
+                            *split_fingerprint(image_fingerprint(data, key, views=views)))
 
 
 def _cut(im: Image.Image, state: tuple) -> str:
@@ -119,7 +126,7 @@ def _cut(im: Image.Image, state: tuple) -> str:
             f"top {top / im.height:.2%} bottom {1 - bottom / im.height:.2%}")
 
 
-def bench_recall(scenes: int, thresholds: list[int]) -> None:
+def bench_recall(scenes: int, thresholds: list[int], views: bool) -> None:
     # name -> (whole-picture bits moved, whole-picture cosine, pair distance
     # at the largest threshold or None)
     copies: dict[str, list[tuple[int, float, int | None]]] = {n: [] for n in image_scenes.COPIES}
@@ -127,12 +134,12 @@ def bench_recall(scenes: int, thresholds: list[int]) -> None:
     for seed in range(scenes):
         im = image_scenes.scene(seed)
         jpeg = image_scenes.encode(im)
-        original = _fingerprint("original", jpeg)
+        original = _fingerprint("original", jpeg, views)
         draft[hamming(original.hash, hash_image(Image.open(io.BytesIO(jpeg))))] += 1
         rng = random.Random(seed)
         for name, copy in image_scenes.COPIES.items():
             state = rng.getstate()
-            edited = _fingerprint(name, copy(im, rng))
+            edited = _fingerprint(name, copy(im, rng), views)
             found = pair_distance(original, edited, max(thresholds))
             moved = hamming(original.hash, edited.hash)
             cosine = cosines(original.signature, edited.signature)
@@ -141,8 +148,8 @@ def bench_recall(scenes: int, thresholds: list[int]) -> None:
                 cut = _cut(im, state) if name == "cropped" else ""
                 missed.append(f"scene {seed} ({image_scenes.kind_of(seed)}) {name}: whole "
                               f"picture moved {moved} bits, cosine {cosine:.3f}{cut}")
-    print(f"\nrecall ({scenes} scenes, each kind of copy once): paired at thresholds "
-          f"{thresholds}")
+    print(f"\nrecall ({scenes} scenes, each kind of copy once{', views' if views else ''}): "
+          f"paired at thresholds {thresholds}")
     for name, values in copies.items():
         moved = sorted(d for d, _, _ in values)
         found = "  ".join(f"{sum(f is not None and f <= t for *_, f in values) / len(values):>8.2%}"
@@ -197,10 +204,9 @@ def brute_force(fingerprints: list[ImageFingerprint], threshold: int
 
 
 def bench_false_positives(label: str, items: list[tuple[str, bytes, str]],
-                          thresholds: list[int]) -> None:
+                          thresholds: list[int], views: bool) -> None:
     """items: (key, bytes, the picture it shows); pairs of one picture are true."""
-    fingerprints = [ImageFingerprint("train" if i % 5 else "test", key, key,
-                                     *split_fingerprint(image_fingerprint(data, key)))
+    fingerprints = [_fingerprint(key, data, views, "train" if i % 5 else "test")
                     for i, (key, data, _) in enumerate(items)]
     picture = [source for _, _, source in items]
     pairs, _ = search(fingerprints, max(thresholds))
@@ -262,6 +268,8 @@ def main(argv=None) -> None:
     parser.add_argument("--thresholds", default=f"6,8,{DEFAULT_THRESHOLD},12,14")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma-separated: cost,recall,fp,growth")
+    parser.add_argument("--views", action="store_true",
+                        help="recall and false positives with each image's views")
     args = parser.parse_args(argv)
     thresholds = sorted(int(t) for t in args.thresholds.split(","))
     skip = set(args.skip.split(","))
@@ -276,17 +284,19 @@ def main(argv=None) -> None:
         bench_cost({"3,000-image set": [data for _, data in workload[:600]],
                     "scenes": [data for _, data, _ in scenes]}, args.rounds)
     if "recall" not in skip:
-        bench_recall(args.scenes, thresholds)
+        bench_recall(args.scenes, thresholds, args.views)
     if "fp" not in skip:
-        print(f"\nfalse positives at thresholds {thresholds}")
+        print(f"\nfalse positives at thresholds {thresholds}{' (views)' if args.views else ''}")
         # The set repeats 200 renders; equal bytes are one picture.
-        bench_false_positives("3,000-image set", [(k, d, d) for k, d in workload], thresholds)
+        bench_false_positives("3,000-image set", [(k, d, d) for k, d in workload], thresholds,
+                              args.views)
         # The bundled sample photos are drawings of four kinds of flower,
         # each kind drawn alike: crops of two of them can be one picture.
         bench_false_positives("scenes other than photo crops",
-                              [s for s in scenes if not s[0].startswith("photo")], thresholds)
+                              [s for s in scenes if not s[0].startswith("photo")], thresholds,
+                              args.views)
         bench_false_positives("photo crops", [s for s in scenes if s[0].startswith("photo")],
-                              thresholds)
+                              thresholds, args.views)
     if "growth" not in skip:
         bench_growth(DEFAULT_THRESHOLD)
 
