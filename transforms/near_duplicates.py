@@ -2,9 +2,10 @@
 (`schemas.image_hash`) differ in at most `threshold` bits and whose
 signatures agree, found by banding.
 
-An image has *views*: its whole picture and up to four windows (one side
-trimmed, `image_hash.image_views`), each a hash with its unsure bits and a
-signature. Two images are a pair when one's whole picture and the other's
+An image may have *views* (`image_fingerprint(..., views=True)`): its
+whole picture and four windows (one side trimmed, `image_hash.image_views`),
+each a hash with its unsure bits and a signature; an image without them
+has its whole picture alone, no unsure bits. Two images are a pair when one's whole picture and the other's
 whole picture or one of its windows (windows are never compared with
 windows) differ in at most `threshold` bits, unsure bits of either left
 out, and the two views' signatures agree; their distance is the least such
@@ -32,13 +33,12 @@ pairs too. The search never compares all pairs:
 * Confirmation. Two views within the threshold make a pair only when
   their signatures (`image_hash.similar`: their DCT coefficients, not only
   the coefficients' sides of the median) agree too, or either has none. This is what lets the default threshold be 10 bits: at 10
-  bits unrelated pictures collide on the hashes (5.3% of generated scenes
-  in a pair, with the windows and unsure bits), never on both
-  (docs/near_duplicates.md).
+  bits unrelated pictures collide on the hash (0.74% of generated scenes
+  in a pair; 5.3% with views), never on both (docs/near_duplicates.md).
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
   with 11 bands of 5-6 bits a batch of 4,096 touches at most 640 buckets
-  (however many views and unsure bits key each image: about 30 keys).
+  (however many keys views give each image: about 30).
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order, among the buckets each
   two views share with their bits unsure in both at 0) that was compared,
@@ -52,9 +52,10 @@ pairs too. The search never compares all pairs:
   ``near_duplicate_bucket_members_skipped``. Buckets fill up in two ways: a
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
-  at the default threshold and cap, with an image in about 2.7 buckets
-  of each band, past about 120,000 images with one band per key, about
-  4 million with two). What is given up: a pair is
+  at the default threshold and cap, past about 320,000 images with one
+  band per key, about 10 million with two; with views, whose image is in
+  about 2.7 buckets of each band, 120,000 and 4 million). What is given
+  up: a pair is
   missed when every bucket the two share is over the cap (inside a large
   group of near-identical images, most pairs). In return the work is at most
   ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
@@ -85,10 +86,11 @@ __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "
            "bucket_pairs", "pair_distance"]
 
 # Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): with
-# the views' signatures confirming, no two of 1,495 distinct generated
-# scenes pair at 6-10 bits (5 pairs at 12); at 10 every planted copy of
-# 2,000 scenes is found (re-encoded, resized, cropped by up to 5%,
-# brightened), at 8 all but 1 in 2,000 of three kinds.
+# the signatures confirming, no two of 1,495 distinct generated scenes pair
+# at 6-14 bits; at 10, 99.45% of planted 5% crops and >= 99.95% of other
+# planted copies are found (98.40% of crops at 8; 99.80% at 12, where a
+# bucket key has 4-5 bits and buckets fill twice as soon). With views every
+# planted copy is found at 10, and distinct scenes pair from 12 bits on.
 DEFAULT_THRESHOLD = 10
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1

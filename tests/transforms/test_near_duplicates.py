@@ -365,8 +365,8 @@ def test_planted_image_copies_are_found_within_and_across_splits(pictures, rng):
     # cropped, brightened), every image in a random split. Found: exactly
     # the pairs within the threshold whose signatures agree (none is lost
     # between splits), every copy of each picture, no pair joining two
-    # pictures. (Every copy of 2,000 benchmark scenes was found, not every
-    # copy that could be made,
+    # pictures; the images have views. (Every copy of 2,000 benchmark
+    # scenes was found with views, not every copy that could be made,
     # docs/near_duplicates.md; these examples are fixed, derandomized.)
     fingerprints, picture_of = [], {}
     for number, (seed, kind) in enumerate(pictures):
