@@ -170,40 +170,53 @@ def _low_frequencies(im: Image.Image) -> np.ndarray:
     return (_COSINES @ _grey(im) @ _COSINES_T).ravel()
 
 
-def _bits(packed: np.ndarray) -> int:
-    return int.from_bytes(np.packbits(packed).tobytes(), "big")
-
-
-def _hash_of(low: np.ndarray) -> int:
-    """Step 5: the bits of the coefficients above their median."""
-    ordered = np.sort(low)
-    twice_median = ordered[31] + ordered[32]
-    return _bits(2 * low > twice_median)
-
-
 def _as_ints(rows: np.ndarray) -> list[int]:
     """Each row of uint8 as one big-endian integer."""
     return [int.from_bytes(row.tobytes(), "big") for row in rows]
 
 
-def _views_of(lows: np.ndarray) -> list[tuple[int, int, int]]:
-    """(hash, unsure bits, signature) of each row of 64 coefficients, all
-    rows at once (one image's views: numpy's cost is per call). The unsure
-    bits are those of the `UNSURE_BITS` coefficients nearest the median (a
-    stable sort: ties go to the lower index, so the same on every machine);
-    the hash and signature as `_hash_of` and `_signature_of` give them."""
+def _twice_medians(lows: np.ndarray) -> np.ndarray:
+    """Twice the median of each row of 64 coefficients, as a column (exact)."""
     ordered = np.sort(lows, axis=1)
-    twice_median = (ordered[:, 31] + ordered[:, 32])[:, None]
-    nearest = np.argsort(np.abs(2 * lows - twice_median), axis=1, kind="stable")
+    return (ordered[:, 31] + ordered[:, 32])[:, None]
+
+
+def _hashes_of(lows: np.ndarray) -> list[int]:
+    """Step 5 for each row of 64 coefficients (rows at once: numpy's cost is
+    per call): the bits of the coefficients above their median."""
+    return _as_ints(np.packbits(2 * lows > _twice_medians(lows), axis=1))
+
+
+def _unsure_of(lows: np.ndarray) -> list[int]:
+    """The bits of each row's `UNSURE_BITS` coefficients nearest its median
+    (a stable sort: ties go to the lower index, the same on every machine)."""
+    nearest = np.argsort(np.abs(2 * lows - _twice_medians(lows)), axis=1, kind="stable")
     unsure = np.zeros(lows.shape, dtype=bool)
     np.put_along_axis(unsure, nearest[:, :UNSURE_BITS], True, axis=1)
+    return _as_ints(np.packbits(unsure, axis=1))
+
+
+def _signatures_of(lows: np.ndarray) -> list[int]:
+    """Each row's coefficients after DC scaled to -127..127, offset by 128,
+    as one big-endian integer; 0 when they are all zero (module docstring)."""
     structure = lows[:, 1:].astype(np.float64)
     largest = np.abs(structure).max(axis=1, keepdims=True)
     scaled = np.rint(structure * 127 / np.where(largest == 0, 1, largest)).astype(np.int16) + 128
-    signatures = [0 if flat else value for flat, value in
-                  zip((largest == 0).ravel().tolist(), _as_ints(scaled.astype(np.uint8)))]
-    return list(zip(_as_ints(np.packbits(2 * lows > twice_median, axis=1)),
-                    _as_ints(np.packbits(unsure, axis=1)), signatures))
+    return [0 if flat else value for flat, value in
+            zip((largest == 0).ravel().tolist(), _as_ints(scaled.astype(np.uint8)))]
+
+
+def _hash_of(low: np.ndarray) -> int:
+    return _hashes_of(low[None])[0]
+
+
+def _signature_of(low: np.ndarray) -> int:
+    return _signatures_of(low[None])[0]
+
+
+def _views_of(lows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(hash, unsure bits, signature) of each row of 64 coefficients."""
+    return list(zip(_hashes_of(lows), _unsure_of(lows), _signatures_of(lows)))
 
 
 # The row matrices of the views, stacked: the grey levels are multiplied by
@@ -220,17 +233,6 @@ def image_views(grey: np.ndarray) -> list[tuple[int, int, int]]:
     lows = np.stack([across[:, :_KEPT], across[:, _KEPT:2 * _KEPT], across[:, 2 * _KEPT:],
                      top @ _COSINES_T, bottom @ _COSINES_T]).reshape(1 + WINDOWS, HASH_BITS)
     return _views_of(lows)
-
-
-def _signature_of(low: np.ndarray) -> int:
-    """The coefficients after DC scaled to -127..127, offset by 128, as one
-    big-endian integer; 0 when they are all zero (module docstring)."""
-    structure = low[1:].astype(np.float64)
-    largest = float(np.abs(structure).max())
-    if largest == 0:
-        return 0
-    scaled = np.rint(structure * 127 / largest).astype(np.int16) + 128
-    return int.from_bytes(scaled.astype(np.uint8).tobytes(), "big")
 
 
 def hash_image(im: Image.Image) -> int:

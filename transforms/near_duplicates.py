@@ -283,7 +283,7 @@ def _width(members: list[tuple]) -> int:
     return 1 + max(len(m[6]) for m in members)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _view_pairs(width: int) -> tuple[tuple[int, int], ...]:
     """The view pairs compared: whole against whole, a window of the first
     against the second's whole, the first's whole against a window of the
