@@ -12,9 +12,13 @@ Prints, on one core:
   alternate the functions and the best round's CPU time counts;
 * recall: the share of planted copies (`image_scenes.COPIES`: JPEG
   re-encoded, resized by up to 10%, cropped by up to 5% of the area,
-  brightness by up to 10%) paired (within the threshold, signatures
-  agreeing), per kind of copy, their largest distances and least cosine
-  similarities; also how far JPEG draft decoding moves a hash;
+  brightness by up to 10%) paired (`near_duplicates.pair_distance`: whole
+  pictures or a whole picture and a window within the threshold, unsure
+  bits left out, signatures agreeing), per kind of copy, the largest
+  whole-picture distances and least whole-picture cosine similarities, and
+  each copy missed at the default threshold (bits moved, cosine, for a
+  crop the share cut from each side); also how far JPEG draft decoding
+  moves a hash;
 * false positives: pairs `FindNearDuplicates` reports between different
   pictures, and the share of images in any such pair, on the 3,000-image
   set (200 distinct renders, each repeated: copies of one render are true
@@ -24,12 +28,17 @@ Prints, on one core:
 * the search's time as the images grow (4x the fingerprints: ~4x the time).
 
     python benchmarks/bench_image_hash.py [--scenes 1000] [--thresholds 6,8,10,12,14]
-        [--skip cost,recall,fp,growth]
+        [--skip cost,recall,fp,growth] [--views]
+
+``--views``: recall and false positives with each image's views (its
+windows and unsure bits, `image_fingerprint(..., views=True)`), and the
+cost of `image_fingerprint` with them beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import random
 import sys
@@ -47,9 +56,9 @@ import image_scenes  # noqa: E402
 from e2e_workloads import make_images  # noqa: E402
 
 from recordforge.schemas.image_hash import (  # noqa: E402
-    hamming, hash_image, image_fingerprint, signature_array, similar, split_fingerprint)
+    hamming, hash_image, image_fingerprint, signature_array, split_fingerprint)
 from recordforge.transforms.near_duplicates import (  # noqa: E402
-    DEFAULT_THRESHOLD, FindNearDuplicates, ImageFingerprint)
+    DEFAULT_THRESHOLD, FindNearDuplicates, ImageFingerprint, pair_distance)
 from recordforge.transforms.readers.images import ImageOptions, image_columns  # noqa: E402
 
 
@@ -74,6 +83,7 @@ def bench_cost(sets: dict[str, list[bytes]], rounds: int) -> None:
                  for mode in ("header", "auto", "full")}
     functions["decode 1/8 gray"] = _decode_eighth
     functions["image_fingerprint"] = image_fingerprint
+    functions["with views"] = functools.partial(image_fingerprint, views=True)
     functions["imagehash.phash"] = lambda data: imagehash.phash(Image.open(io.BytesIO(data)))
     print("\ncost, CPU µs per image (best of alternating rounds; ratio: "
           "image_fingerprint / this)")
@@ -101,27 +111,53 @@ def cosines(a: int, b: int) -> float:
         u @ w / (np.linalg.norm(u) * np.linalg.norm(w)))
 
 
-def bench_recall(scenes: int, thresholds: list[int]) -> None:
-    copies: dict[str, list[tuple[int, bool, float]]] = {name: [] for name in image_scenes.COPIES}
-    draft = Counter()
+def _fingerprint(key: str, data: bytes, views: bool, split: str = "train") -> ImageFingerprint:
+    return ImageFingerprint(split, key, key,
+                            *split_fingerprint(image_fingerprint(data, key, views=views)))
+
+
+def _cut(im: Image.Image, state: tuple) -> str:
+    """The shares of each side `COPIES["cropped"]` cut, given the state of
+    the random generator it was given."""
+    rng = random.Random()
+    rng.setstate(state)
+    left, top, right, bottom = image_scenes.crop_box(im.size, rng)
+    return (f"; cut left {left / im.width:.2%} right {1 - right / im.width:.2%} "
+            f"top {top / im.height:.2%} bottom {1 - bottom / im.height:.2%}")
+
+
+def bench_recall(scenes: int, thresholds: list[int], views: bool) -> None:
+    # name -> (whole-picture bits moved, whole-picture cosine, pair distance
+    # at the largest threshold or None)
+    copies: dict[str, list[tuple[int, float, int | None]]] = {n: [] for n in image_scenes.COPIES}
+    draft, missed = Counter(), []
     for seed in range(scenes):
         im = image_scenes.scene(seed)
         jpeg = image_scenes.encode(im)
-        original, signature = split_fingerprint(image_fingerprint(jpeg))
-        draft[hamming(original, hash_image(Image.open(io.BytesIO(jpeg))))] += 1
+        original = _fingerprint("original", jpeg, views)
+        draft[hamming(original.hash, hash_image(Image.open(io.BytesIO(jpeg))))] += 1
         rng = random.Random(seed)
         for name, copy in image_scenes.COPIES.items():
-            value, other = split_fingerprint(image_fingerprint(copy(im, rng)))
-            agree = bool(similar(signature_array([signature]), signature_array([other]))[0])
-            copies[name].append((hamming(original, value), agree, cosines(signature, other)))
-    print(f"\nrecall ({scenes} scenes, each kind of copy once): paired (within the "
-          f"threshold, signatures agreeing) at thresholds {thresholds}")
+            state = rng.getstate()
+            edited = _fingerprint(name, copy(im, rng), views)
+            found = pair_distance(original, edited, max(thresholds))
+            moved = hamming(original.hash, edited.hash)
+            cosine = cosines(original.signature, edited.signature)
+            copies[name].append((moved, cosine, found))
+            if found is None or found > DEFAULT_THRESHOLD:
+                cut = _cut(im, state) if name == "cropped" else ""
+                missed.append(f"scene {seed} ({image_scenes.kind_of(seed)}) {name}: whole "
+                              f"picture moved {moved} bits, cosine {cosine:.3f}{cut}")
+    print(f"\nrecall ({scenes} scenes, each kind of copy once{', views' if views else ''}): "
+          f"paired at thresholds {thresholds}")
     for name, values in copies.items():
-        distances = sorted(d for d, _, _ in values)
-        found = "  ".join(f"{sum(d <= t and agree for d, agree, _ in values) / len(values):>8.2%}"
+        moved = sorted(d for d, _, _ in values)
+        found = "  ".join(f"{sum(f is not None and f <= t for *_, f in values) / len(values):>8.2%}"
                           for t in thresholds)
-        print(f"  {name:<13} {found}  distance p99 {distances[int(len(values) * .99)]:>2} "
-              f"max {distances[-1]:>2}; cosine min {min(c for _, _, c in values):.3f}")
+        print(f"  {name:<13} {found}  whole picture moved: p99 {moved[int(len(values) * .99)]:>2}"
+              f" max {moved[-1]:>2} bits; cosine min {min(c for _, c, _ in values):.3f}")
+    print(f"  missed at {DEFAULT_THRESHOLD} bits: {len(missed)}"
+          + "".join(f"\n    {line}" for line in missed))
     print(f"  JPEG draft decoding vs full decode, bits: {dict(sorted(draft.items()))}")
 
 
@@ -140,39 +176,51 @@ def search(fingerprints: list[ImageFingerprint], threshold: int,
     return found, time.perf_counter() - start
 
 
+def _views(fp: ImageFingerprint) -> list[tuple[int, int]]:
+    whole = (fp.hash, fp.unsure)
+    return [whole, *[(h, u) for h, u, _ in fp.windows]]
+
+
 def brute_force(fingerprints: list[ImageFingerprint], threshold: int
-                ) -> list[tuple[int, int, int, bool]]:
-    """(i, j, distance, signatures agree) of every pair within the
-    threshold, comparing all pairs."""
-    values = np.array([fp.hash for fp in fingerprints], dtype=np.uint64)
-    signatures = signature_array([fp.signature for fp in fingerprints])
+                ) -> list[tuple[int, int, int, int | None]]:
+    """(i, j, distance by the hashes alone, `pair_distance` or None) of
+    every pair whose hashes alone are within the threshold (the least over
+    a whole picture and the other's whole picture or windows, unsure bits
+    left out), comparing all pairs."""
+    views = [_views(fp) for fp in fingerprints]
+    width = max(map(len, views))
+    padded = np.array([v + [v[0]] * (width - len(v)) for v in views], dtype=np.uint64)
+    hashes, unsure = padded[:, :, 0], padded[:, :, 1]
+    pairs = [(0, 0), *((w, 0) for w in range(1, width)), *((0, w) for w in range(1, width))]
     found = []
-    for i in range(len(values) - 1):
-        distances = np.bitwise_count(values[i + 1:] ^ values[i])
-        close = np.flatnonzero(distances <= threshold)
-        agree = similar(signatures[[i] * len(close)], signatures[i + 1 + close])
-        found += [(i, i + 1 + int(j), int(distances[j]), bool(a)) for j, a in zip(close, agree)]
+    for i in range(len(fingerprints) - 1):
+        distances = np.min([np.bitwise_count((hashes[i, a] ^ hashes[i + 1:, b])
+                                             & ~(unsure[i, a] | unsure[i + 1:, b]))
+                            for a, b in pairs], axis=0)
+        for j in np.flatnonzero(distances <= threshold):
+            found.append((i, i + 1 + int(j), int(distances[j]),
+                          pair_distance(fingerprints[i], fingerprints[i + 1 + j], threshold)))
     return found
 
 
 def bench_false_positives(label: str, items: list[tuple[str, bytes, str]],
-                          thresholds: list[int]) -> None:
+                          thresholds: list[int], views: bool) -> None:
     """items: (key, bytes, the picture it shows); pairs of one picture are true."""
-    fingerprints = [ImageFingerprint("train" if i % 5 else "test", key, key,
-                                     *split_fingerprint(image_fingerprint(data, key)))
+    fingerprints = [_fingerprint(key, data, views, "train" if i % 5 else "test")
                     for i, (key, data, _) in enumerate(items)]
     picture = [source for _, _, source in items]
     pairs, _ = search(fingerprints, max(thresholds))
     every = brute_force(fingerprints, max(thresholds))
-    assert len(pairs) == sum(agree for *_, agree in every)
+    assert len(pairs) == sum(paired is not None for *_, paired in every)
     print(f"  {label}: {len(items)} images of {len(set(picture))} pictures")
     for threshold in thresholds:
         within = [p for p in every if p[2] <= threshold]
         false = [p for p in within if picture[p[0]] != picture[p[1]]]
-        reported = [p for p in false if p[3]]
+        reported = [p for p in false if p[3] is not None and p[3] <= threshold]
         images = {p[0] for p in reported} | {p[1] for p in reported}
         hash_only = {p[0] for p in false} | {p[1] for p in false}
-        print(f"    threshold {threshold:>2}: {sum(p[3] for p in within) - len(reported)} true "
+        true_pairs = sum(p[3] is not None and p[3] <= threshold for p in within)
+        print(f"    threshold {threshold:>2}: {true_pairs - len(reported)} true "
               f"pairs, {len(reported)} false pairs; images in a false pair {len(images)} = "
               f"{len(images) / len(items):.3%} (by the hash alone {len(false)} pairs, "
               f"{len(hash_only) / len(items):.3%})"
@@ -220,6 +268,8 @@ def main(argv=None) -> None:
     parser.add_argument("--thresholds", default=f"6,8,{DEFAULT_THRESHOLD},12,14")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip", default="", help="comma-separated: cost,recall,fp,growth")
+    parser.add_argument("--views", action="store_true",
+                        help="recall and false positives with each image's views")
     args = parser.parse_args(argv)
     thresholds = sorted(int(t) for t in args.thresholds.split(","))
     skip = set(args.skip.split(","))
@@ -234,17 +284,19 @@ def main(argv=None) -> None:
         bench_cost({"3,000-image set": [data for _, data in workload[:600]],
                     "scenes": [data for _, data, _ in scenes]}, args.rounds)
     if "recall" not in skip:
-        bench_recall(args.scenes, thresholds)
+        bench_recall(args.scenes, thresholds, args.views)
     if "fp" not in skip:
-        print(f"\nfalse positives at thresholds {thresholds}")
+        print(f"\nfalse positives at thresholds {thresholds}{' (views)' if args.views else ''}")
         # The set repeats 200 renders; equal bytes are one picture.
-        bench_false_positives("3,000-image set", [(k, d, d) for k, d in workload], thresholds)
+        bench_false_positives("3,000-image set", [(k, d, d) for k, d in workload], thresholds,
+                              args.views)
         # The bundled sample photos are drawings of four kinds of flower,
         # each kind drawn alike: crops of two of them can be one picture.
         bench_false_positives("scenes other than photo crops",
-                              [s for s in scenes if not s[0].startswith("photo")], thresholds)
+                              [s for s in scenes if not s[0].startswith("photo")], thresholds,
+                              args.views)
         bench_false_positives("photo crops", [s for s in scenes if s[0].startswith("photo")],
-                              thresholds)
+                              thresholds, args.views)
     if "growth" not in skip:
         bench_growth(DEFAULT_THRESHOLD)
 

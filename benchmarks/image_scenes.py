@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
-__all__ = ["COPIES", "KINDS", "encode", "kind_of", "scene", "source_of", "write_scenes"]
+__all__ = ["COPIES", "KINDS", "crop_box", "encode", "kind_of", "scene", "source_of", "write_scenes"]
 
 _PHOTOS = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples" / "flowers")
                  .glob("*/*_0[0-9][0-9].*"))
@@ -145,14 +145,22 @@ def _resized(im: Image.Image, rng: random.Random) -> bytes:
     return encode(im.resize(size, Image.Resampling.LANCZOS), "PNG")
 
 
-def _cropped(im: Image.Image, rng: random.Random, most: float = 0.05) -> bytes:
-    """At most `most` of the area removed: the kept width and height are each
-    at least sqrt(1 - most) of the original, the cut split between sides."""
+def crop_box(size: tuple[int, int], rng: random.Random, most: float = 0.05
+             ) -> tuple[int, int, int, int]:
+    """The (left, top, right, bottom) box `COPIES["cropped"]` keeps of a
+    picture of `size`: at most `most` of the area removed, the kept width
+    and height each at least sqrt(1 - most) of the original, the cut split
+    between sides (bench_image_hash.py reports the geometry of misses)."""
+    width, height = size
     keep = (1 - most) ** 0.5
-    cut_w = int(im.width * rng.uniform(0, 1 - keep))
-    cut_h = int(im.height * rng.uniform(0, 1 - keep))
+    cut_w = int(width * rng.uniform(0, 1 - keep))
+    cut_h = int(height * rng.uniform(0, 1 - keep))
     left, top = rng.randint(0, cut_w), rng.randint(0, cut_h)
-    return encode(im.crop((left, top, im.width - (cut_w - left), im.height - (cut_h - top))), "PNG")
+    return left, top, width - (cut_w - left), height - (cut_h - top)
+
+
+def _cropped(im: Image.Image, rng: random.Random, most: float = 0.05) -> bytes:
+    return encode(im.crop(crop_box(im.size, rng, most)), "PNG")
 
 
 def _brightened(im: Image.Image, rng: random.Random) -> bytes:

@@ -49,6 +49,21 @@ at least 0.89 and unrelated pictures within 12 bits of each other at most
 without structure (a solid colour: every coefficient after DC is zero) has
 no signature (0); its pairs are confirmed by the hash alone.
 
+Crops and unsure bits (`image_views`; `image_fingerprint(..., views=True)`:
+opt-in, for their cost). A copy cropped by a few percent
+shifts the whole picture, and in a picture of little contrast many
+coefficients lie near the median: such copies moved up to 18 bits. So an
+image also carries the hashes of four *windows* of its picture, each with
+one side trimmed by `TRIM` (3.75%), taken
+from the same 32x32 grey pixels (the DCT rows of the window, linearly
+interpolated, as one integer matrix: no second decode or resize), each
+with its own signature (a copy cut on one side by more than a few percent
+no longer has the original's whole structure), and for each hash its
+`UNSURE_BITS` (2) *unsure* bits: the coefficients nearest the median
+(ties: the lower index). The search (`transforms.near_duplicates`)
+compares an image's whole picture with the other's whole picture or
+windows, not counting unsure bits.
+
 Decoding is guarded as the image checks guard it (`image_decode`): above
 Pillow's decompression-bomb pixel limit an image is ``image_too_large`` and
 never decoded, and data Pillow cannot decode raises a `RowError` naming the
@@ -67,8 +82,9 @@ from .image_decode import DECODE_ERRORS, classified, image_error, open_image, to
 if TYPE_CHECKING:  # Pillow itself is imported where an image is opened
     from PIL import Image
 
-__all__ = ["DRAFT_SIDE", "HASH_BITS", "MIN_SIMILARITY", "SIGNATURE_BYTES", "hamming",
-           "hash_image", "image_fingerprint", "image_hash", "similar", "split_fingerprint"]
+__all__ = ["DRAFT_SIDE", "HASH_BITS", "MIN_SIMILARITY", "SIGNATURE_BYTES", "TRIM", "UNSURE_BITS",
+           "WINDOWS", "hamming", "hash_image", "image_fingerprint", "image_hash", "similar",
+           "split_fingerprint"]
 
 HASH_BITS = 64
 _HASH_MASK = (1 << HASH_BITS) - 1
@@ -100,33 +116,123 @@ def _cosines() -> np.ndarray:
 _COSINES = _cosines()
 _COSINES_T = np.ascontiguousarray(_COSINES.T)
 
+# A window trims this share of one side: half way between the whole
+# picture and a copy with 5% of the area cut off one side (5% of the side),
+# so that a cut of one side by up to 5% is near the whole or a window (a
+# trim of 2.53%, the most a 5% crop takes of both sides, found 99.88% of
+# one-side 5% cuts; 3.75%, all: docs/near_duplicates.md).
+TRIM = 0.0375
+# Coefficients nearest the median whose bits a comparison leaves out: 2
+# made every planted copy of 2,000 scenes pair, with no two distinct
+# scenes paired; 4 and more paired distinct scenes (docs/near_duplicates.md).
+UNSURE_BITS = 2
+WINDOWS = 4
+
+
+def _window_rows(start: float, stop: float) -> np.ndarray:
+    """`_cosines` for the window [start, stop] (shares of the side) of the
+    32 pixels: each of the window's 32 samples interpolated linearly from
+    the two nearest pixels (edges clamped), folded into the cosines. Weights
+    are >= 0 and sum to 1 per sample, so a row's magnitudes sum to at most
+    32 * 2**21, as `_cosines`' do: the same int64 bound."""
+    weights = np.zeros((_SIDE, _SIDE))
+    for m in range(_SIDE):
+        at = (start + (m + 0.5) * (stop - start) / _SIDE) * _SIDE - 0.5
+        low = math.floor(at)
+        for pixel, weight in ((low, 1 - (at - low)), (low + 1, at - low)):
+            weights[m, min(_SIDE - 1, max(0, pixel))] += weight
+    cosines = np.array([[math.cos(math.pi * k * (2 * m + 1) / (2 * _SIDE)) for m in range(_SIDE)]
+                        for k in range(_KEPT)])
+    rows = np.rint(cosines @ weights * (1 << _FRACTION_BITS)).astype(np.int64)
+    # Exact row sums, as the cosines have them (32 for DC, 0 for the rest),
+    # so that a solid colour has no structure in a window either: the
+    # rounding error goes to each row's largest entry.
+    target = np.zeros(_KEPT, dtype=np.int64)
+    target[0] = _SIDE << _FRACTION_BITS
+    rows[np.arange(_KEPT), np.abs(rows).argmax(axis=1)] += target - rows.sum(axis=1)
+    return rows
+
+
+_TRIM_START, _TRIM_END = _window_rows(TRIM, 1.0), _window_rows(0.0, 1 - TRIM)
+
+
+def _grey(im: Image.Image) -> np.ndarray:
+    """Steps 2-3: the 32x32 grey levels of an opened Pillow image, int64."""
+    from PIL import Image  # not at module level: see image_decode
+
+    gray = to_8bit(im).convert("L").resize((_SIDE, _SIDE), Image.Resampling.LANCZOS)
+    return np.asarray(gray).astype(np.int64)
+
 
 def _low_frequencies(im: Image.Image) -> np.ndarray:
     """Steps 2-4: the 64 lowest DCT coefficients (row-major, DC first) of
     an opened (or already decoded) Pillow image, exact int64."""
-    from PIL import Image  # not at module level: see image_decode
+    return (_COSINES @ _grey(im) @ _COSINES_T).ravel()
 
-    gray = to_8bit(im).convert("L").resize((_SIDE, _SIDE), Image.Resampling.LANCZOS)
-    return (_COSINES @ np.asarray(gray).astype(np.int64) @ _COSINES_T).ravel()
+
+def _as_ints(rows: np.ndarray) -> list[int]:
+    """Each row of uint8 as one big-endian integer."""
+    return [int.from_bytes(row.tobytes(), "big") for row in rows]
+
+
+def _twice_medians(lows: np.ndarray) -> np.ndarray:
+    """Twice the median of each row of 64 coefficients, as a column (exact)."""
+    ordered = np.sort(lows, axis=1)
+    return (ordered[:, 31] + ordered[:, 32])[:, None]
+
+
+def _hashes_of(lows: np.ndarray) -> list[int]:
+    """Step 5 for each row of 64 coefficients (rows at once: numpy's cost is
+    per call): the bits of the coefficients above their median."""
+    return _as_ints(np.packbits(2 * lows > _twice_medians(lows), axis=1))
+
+
+def _unsure_of(lows: np.ndarray) -> list[int]:
+    """The bits of each row's `UNSURE_BITS` coefficients nearest its median
+    (a stable sort: ties go to the lower index, the same on every machine)."""
+    nearest = np.argsort(np.abs(2 * lows - _twice_medians(lows)), axis=1, kind="stable")
+    unsure = np.zeros(lows.shape, dtype=bool)
+    np.put_along_axis(unsure, nearest[:, :UNSURE_BITS], True, axis=1)
+    return _as_ints(np.packbits(unsure, axis=1))
+
+
+def _signatures_of(lows: np.ndarray) -> list[int]:
+    """Each row's coefficients after DC scaled to -127..127, offset by 128,
+    as one big-endian integer; 0 when they are all zero (module docstring)."""
+    structure = lows[:, 1:].astype(np.float64)
+    largest = np.abs(structure).max(axis=1, keepdims=True)
+    scaled = np.rint(structure * 127 / np.where(largest == 0, 1, largest)).astype(np.int16) + 128
+    return [0 if flat else value for flat, value in
+            zip((largest == 0).ravel().tolist(), _as_ints(scaled.astype(np.uint8)))]
 
 
 def _hash_of(low: np.ndarray) -> int:
-    """Step 5: the bits of the coefficients above their median."""
-    ordered = np.sort(low)
-    twice_median = ordered[31] + ordered[32]
-    bits = np.packbits(2 * low > twice_median)
-    return int.from_bytes(bits.tobytes(), "big")
+    return _hashes_of(low[None])[0]
 
 
 def _signature_of(low: np.ndarray) -> int:
-    """The coefficients after DC scaled to -127..127, offset by 128, as one
-    big-endian integer; 0 when they are all zero (module docstring)."""
-    structure = low[1:].astype(np.float64)
-    largest = float(np.abs(structure).max())
-    if largest == 0:
-        return 0
-    scaled = np.rint(structure * 127 / largest).astype(np.int16) + 128
-    return int.from_bytes(scaled.astype(np.uint8).tobytes(), "big")
+    return _signatures_of(low[None])[0]
+
+
+def _views_of(lows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(hash, unsure bits, signature) of each row of 64 coefficients."""
+    return list(zip(_hashes_of(lows), _unsure_of(lows), _signatures_of(lows)))
+
+
+# The row matrices of the views, stacked: the grey levels are multiplied by
+# all of them at once, then by the column matrices.
+_ROWS = np.concatenate([_COSINES, _TRIM_START, _TRIM_END])
+
+
+def image_views(grey: np.ndarray) -> list[tuple[int, int, int]]:
+    """(hash, unsure bits, signature) of the whole 32x32 grey picture, then
+    of its `WINDOWS` windows (left, right, top, bottom side trimmed by
+    `TRIM`)."""
+    whole, top, bottom = np.split(_ROWS @ grey, 3)
+    across = whole @ _ROWS.T  # the whole rows by each column matrix
+    lows = np.stack([across[:, :_KEPT], across[:, _KEPT:2 * _KEPT], across[:, 2 * _KEPT:],
+                     top @ _COSINES_T, bottom @ _COSINES_T]).reshape(1 + WINDOWS, HASH_BITS)
+    return _views_of(lows)
 
 
 def hash_image(im: Image.Image) -> int:
@@ -145,9 +251,12 @@ def image_hash(data: bytes, path: str = "image") -> int:
     return split_fingerprint(image_fingerprint(data, path))[0]
 
 
-def image_fingerprint(data: bytes, path: str = "image") -> int:
+def image_fingerprint(data: bytes, path: str = "image", views: bool = False) -> int:
     """The hash and the signature of an encoded image from one decode, as
-    one integer: ``signature << 64 | hash`` (`split_fingerprint` parts it).
+    one integer (`split_fingerprint` parts it): ``signature << 64 | hash``;
+    with `views`, above them the hash's unsure bits (64 bits), then each
+    window's hash, unsure bits and signature (about 100 µs an image more,
+    and a search about 1 ms an image dearer: docs/near_duplicates.md).
     Raises as `image_hash`."""
     from PIL import UnidentifiedImageError  # not at module level: see image_decode
 
@@ -162,17 +271,40 @@ def image_fingerprint(data: bytes, path: str = "image") -> int:
     try:
         # Only JPEG has a draft mode; for other formats this does nothing.
         im.draft("L", (DRAFT_SIDE, DRAFT_SIDE))
-        low = _low_frequencies(im)
+        grey = _grey(im)
     except DECODE_ERRORS as exc:
         raise classified(exc, path) from None
     finally:
         im.close()
-    return _signature_of(low) << HASH_BITS | _hash_of(low)
+    if not views:
+        low = (_COSINES @ grey @ _COSINES_T).ravel()
+        return _signature_of(low) << HASH_BITS | _hash_of(low)
+    (value, unsure, signature), *windows = image_views(grey)
+    fields = [value, signature, unsure, *(field for window in windows for field in window)]
+    packed, shift = 0, 0
+    for field, width in zip(fields, _WIDTHS):
+        packed |= field << shift
+        shift += width
+    return packed
 
 
-def split_fingerprint(value: int) -> tuple[int, int]:
-    """(hash, signature) of an `image_fingerprint` value."""
-    return value & _HASH_MASK, value >> HASH_BITS
+# Bits of each field of an image_fingerprint value, from the low bits up:
+# hash, signature, unsure bits, then (hash, unsure bits, signature) per window.
+_VIEW_WIDTHS = (HASH_BITS, HASH_BITS, 8 * SIGNATURE_BYTES)
+_WIDTHS = (HASH_BITS, 8 * SIGNATURE_BYTES, HASH_BITS) + _VIEW_WIDTHS * WINDOWS
+
+
+def split_fingerprint(value: int) -> tuple[int, int, int, tuple[tuple[int, int, int], ...]]:
+    """(hash, signature, unsure bits, windows) of an `image_fingerprint`
+    value, windows as (hash, unsure bits, signature) triples; a value of
+    the hash and signature alone (an older one: no views) gives unsure
+    bits 0 and no windows."""
+    fields = []
+    for width in _WIDTHS:
+        fields.append(value & ((1 << width) - 1))
+        value >>= width
+    windows = tuple(tuple(fields[at:at + 3]) for at in range(3, len(fields), 3))
+    return fields[0], fields[1], fields[2], windows if any(map(any, windows)) else ()
 
 
 def hamming(a: int, b: int) -> int:

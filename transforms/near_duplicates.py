@@ -2,6 +2,16 @@
 (`schemas.image_hash`) differ in at most `threshold` bits and whose
 signatures agree, found by banding.
 
+An image may have *views* (`image_fingerprint(..., views=True)`): its
+whole picture and four windows (one side trimmed, `image_hash.image_views`),
+each a hash with its unsure bits and a signature; an image without them
+has its whole picture alone, no unsure bits. Two images are a pair when one's whole picture and the other's
+whole picture or one of its windows (windows are never compared with
+windows) differ in at most `threshold` bits, unsure bits of either left
+out, and the two views' signatures agree; their distance is the least such
+count (`pair_distance`). A copy cropped from one side is close to a window
+of the original even when its whole-picture hash moved far.
+
 `FindNearDuplicates(threshold)` takes a PCollection of `ImageFingerprint`
 and gives a PCollection of `NearPair`, each pair once, ordered so that
 ``(split_a, key_a) < (split_b, key_b)``; identical hashes (distance 0) are
@@ -10,27 +20,30 @@ pairs too. The search never compares all pairs:
 * Banding (pigeonhole). The 64 bits are cut into ``threshold + 1`` bands of
   nearly equal width (5-6 bits at the default threshold). Two hashes within
   `threshold` bits differ in at most `threshold` bands, so at least one
-  band is equal in both; every image is keyed by each of its bands (the
-  band's index and bits), so any two images within the threshold share a
-  bucket. Only images in a common bucket are compared (Hamming distance,
+  band is equal in both; every image is keyed by each band of each of its
+  views (the band's index and bits; a band holding unsure bits by each
+  value of them: multi-probe), so any two images within the threshold
+  share a bucket. Only images in a common bucket are compared (Hamming distance,
   vectorised, confirmed <= threshold). ``bands_per_key=2`` cuts
   ``threshold + 2`` bands instead and keys an image by every *pair* of
   them (at least two bands are then equal): keys of twice the bits, so
   buckets 32-64 times smaller, for ``C(threshold + 2, 2)`` keys per
-  image (66 at the default threshold, against 11): for collections of
+  view (66 at the default threshold, against 11): for collections of
   millions of images.
-* Confirmation. A pair within the threshold is reported only when the two
-  images' signatures (`image_hash.similar`: their DCT coefficients, not
-  only the coefficients' sides of the median) agree too, or either image
-  has none. This is what lets the default threshold be 10 bits: at 10
+* Confirmation. Two views within the threshold make a pair only when
+  their signatures (`image_hash.similar`: their DCT coefficients, not only
+  the coefficients' sides of the median) agree too, or either has none. This is what lets the default threshold be 10 bits: at 10
   bits unrelated pictures collide on the hash (0.74% of generated scenes
-  in a pair), never on both (docs/near_duplicates.md).
+  in a pair; 5.3% with views), never on both (docs/near_duplicates.md).
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
-  with 11 keys of 5-6 bits a batch of 4,096 touches at most 640 buckets.
+  with 11 bands of 5-6 bits a batch of 4,096 touches at most 640 buckets
+  (however many keys views give each image: about 30).
 * Each pair once. Two close images may share several buckets; a pair is
-  given only by the first of them (in key order) that was compared, a rule
-  each bucket decides from the two hashes alone: no second shuffle. It is
+  given only by the first of them (in key order, among the buckets each
+  two views share with their bits unsure in both at 0) that was compared,
+  a rule each bucket decides from the two images' views alone: no second
+  shuffle. It is
   decided for all of a bucket's close pairs at once in numpy: copies of
   one picture share every bucket, and a rule applied pair by pair in
   Python cost ~0.3 ms an image on the 3,000-image benchmark set.
@@ -40,7 +53,9 @@ pairs too. The search never compares all pairs:
   group of many near-identical images (blank or solid-colour pictures hash
   alike), and sheer size (a key of b bits averages images / 2**b members:
   at the default threshold and cap, past about 320,000 images with one
-  band per key, about 10 million with two). What is given up: a pair is
+  band per key, about 10 million with two; with views, whose image is in
+  about 2.7 buckets of each band, 120,000 and 4 million). What is given
+  up: a pair is
   missed when every bucket the two share is over the cap (inside a large
   group of near-identical images, most pairs). In return the work is at most
   ``max_bucket / 2`` comparisons per image and key (vectorised: about 20 µs
@@ -63,18 +78,19 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple
 import apache_beam as beam
 import numpy as np
 
-from ..schemas.image_hash import HASH_BITS, SIGNATURE_BYTES, signature_array, similar
+from ..schemas.image_hash import HASH_BITS, SIGNATURE_BYTES, WINDOWS, signature_array, similar
 from .metrics import METRICS_NAMESPACE
 
 __all__ = ["DEFAULT_BANDS_PER_KEY", "DEFAULT_MAX_BUCKET", "DEFAULT_THRESHOLD", "Banding",
            "FindNearDuplicates", "ImageFingerprint", "NearPair", "bucket_members",
-           "bucket_pairs"]
+           "bucket_pairs", "pair_distance"]
 
 # Chosen from benchmarks/bench_image_hash.py (docs/near_duplicates.md): with
 # the signatures confirming, no two of 1,495 distinct generated scenes pair
 # at 6-14 bits; at 10, 99.45% of planted 5% crops and >= 99.95% of other
 # planted copies are found (98.40% of crops at 8; 99.80% at 12, where a
-# bucket key has 4-5 bits and buckets fill twice as soon).
+# bucket key has 4-5 bits and buckets fill twice as soon). With views every
+# planted copy is found at 10, and distinct scenes pair from 12 bits on.
 DEFAULT_THRESHOLD = 10
 DEFAULT_MAX_BUCKET = 10_000
 DEFAULT_BANDS_PER_KEY = 1
@@ -89,12 +105,15 @@ MAX_THRESHOLD = 30
 class ImageFingerprint(NamedTuple):
     """One image: its split, row key (str or bytes; keys of one dataset are
     one type, so they order), path (for messages and reports), 64-bit
-    perceptual hash and signature (0: none; `schemas.image_hash`)."""
+    perceptual hash and signature (0: none), the hash's unsure bits and its
+    windows' (hash, unsure bits, signature) (`image_hash.split_fingerprint`)."""
     split: str
     key: Any
     path: str
     hash: int
     signature: int = 0
+    unsure: int = 0
+    windows: tuple = ()
 
 
 class NearPair(NamedTuple):
@@ -149,42 +168,80 @@ class Banding:
         return tuple(functools.reduce(operator.or_, (self.masks[b] for b in bands))
                      for bands in self.combinations)
 
-    def keys(self, value: int) -> list[tuple[int, int]]:
-        """The bucket keys of a hash: (key index, the hash's bits of its bands)."""
-        return [(index, value & mask) for index, mask in enumerate(self._key_masks)]
-
-    def first_key(self, a: int, b: int, skipped: Mapping) -> tuple[int, int] | None:
-        """The first bucket key (in key order) two hashes share that is not
-        in `skipped`; None when they share none."""
-        differ = a ^ b
+    def keys(self, value: int, unsure: int = 0) -> list[tuple[int, int]]:
+        """The bucket keys of a hash: (key index, the hash's bits of its
+        bands), a key holding unsure bits once per value of them (at most
+        2 ** unsure bits keys more)."""
+        keys = []
         for index, mask in enumerate(self._key_masks):
-            if not differ & mask and (index, a & mask) not in skipped:
-                return index, a & mask
-        return None
+            free = unsure & mask
+            base, probe = value & mask & ~free, free
+            while True:  # every subset of the free bits, by the usual bit trick
+                keys.append((index, base | probe))
+                if not probe:
+                    break
+                probe = (probe - 1) & free
+        return keys
 
-    def shares_earlier_key(self, index: int, a: np.ndarray, b: np.ndarray,
-                           skipped: Mapping) -> np.ndarray:
-        """Per pair of uint64 hashes: whether they share a bucket key before
-        key `index` that is not in `skipped` (`first_key` for many pairs)."""
-        earlier = np.zeros(len(a), dtype=bool)
-        differ = a ^ b
-        for before, mask in enumerate(self._key_masks[:index]):
+    def first_shared_keys(self, a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray],
+                          skipped: Mapping, until: int | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair of images: the first bucket key outside `skipped` they
+        share, as (key indices, bits), index -1 when none (up to key index
+        `until`). a, b: (hashes, unsure bits), uint64 arrays of (pairs,
+        views). For each two views (one of each image) the buckets they
+        share at a key are those with their bits equal outside the unsure
+        bits of either; of these the one with the bits unsure in both at 0
+        counts, the least of those at the first key index that has any."""
+        (hash_a, unsure_a), (hash_b, unsure_b) = a, b
+        differ = (hash_a[:, :, None] ^ hash_b[:, None, :]) & ~(
+            unsure_a[:, :, None] | unsure_b[:, None, :])
+        sure = (hash_a & ~unsure_a)[:, :, None] | (hash_b & ~unsure_b)[:, None, :]
+        index = np.full(len(hash_a), -1, dtype=np.int64)
+        bits = np.zeros(len(hash_a), dtype=np.uint64)
+        open_ = np.ones(len(hash_a), dtype=bool)
+        for at, mask in enumerate(self._key_masks[:None if until is None else until + 1]):
             shared = (differ & np.uint64(mask)) == 0
+            values = sure & np.uint64(mask)
             if skipped:
-                for at in np.flatnonzero(shared):
-                    shared[at] = (before, int(a[at]) & mask) not in skipped
-            earlier |= shared
-        return earlier
+                for where in zip(*np.nonzero(shared)):
+                    shared[where] = (at, int(values[where])) not in skipped
+            found = shared.any(axis=(1, 2)) & open_
+            least = np.where(shared, values, np.uint64(_HASH_MASK)).min(axis=(1, 2))
+            index[found], bits[found] = at, least[found]
+            open_ &= ~found
+            if not open_.any():
+                break
+        return index, bits
+
+
+_HASH_MASK = (1 << HASH_BITS) - 1
+
+
+def _is_hash(value) -> bool:
+    return isinstance(value, int) and 0 <= value <= _HASH_MASK
+
+
+def _is_signature(value) -> bool:
+    return isinstance(value, int) and 0 <= value < 1 << 8 * SIGNATURE_BYTES
 
 
 def check_fingerprint(fp: ImageFingerprint) -> ImageFingerprint:
-    """The fingerprint, or ValueError naming the image when its hash is not
-    a 64-bit unsigned integer or its signature not one of 63 bytes (a
-    programming error upstream, never data)."""
-    if not (isinstance(fp.hash, int) and 0 <= fp.hash < 1 << HASH_BITS):
+    """The fingerprint, or ValueError naming the image when its hash, unsure
+    bits or windows are not 64-bit unsigned integers (at most `WINDOWS`
+    windows) or its signature not one of 63 bytes (a programming error
+    upstream, never data)."""
+    if not (_is_hash(fp.hash) and _is_hash(fp.unsure)):
         raise ValueError(f"{fp.path} (split {fp.split!r}, key {fp.key!r}): image hash "
-                         f"{fp.hash!r} is not a 64-bit unsigned integer")
-    if not (isinstance(fp.signature, int) and 0 <= fp.signature < 1 << 8 * SIGNATURE_BYTES):
+                         f"{fp.hash!r} or its unsure bits {fp.unsure!r} are not a 64-bit "
+                         f"unsigned integer")
+    if not (isinstance(fp.windows, tuple) and len(fp.windows) <= WINDOWS and all(
+            isinstance(w, tuple) and len(w) == 3 and _is_hash(w[0]) and _is_hash(w[1])
+            and _is_signature(w[2]) for w in fp.windows)):
+        raise ValueError(f"{fp.path} (split {fp.split!r}, key {fp.key!r}): image windows "
+                         f"are not at most {WINDOWS} triples of two 64-bit unsigned integers "
+                         f"and a signature")
+    if not _is_signature(fp.signature):
         raise ValueError(f"{fp.path} (split {fp.split!r}, key {fp.key!r}): image signature "
                          f"is not an unsigned integer of {SIGNATURE_BYTES} bytes")
     return fp
@@ -212,6 +269,57 @@ def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPai
     return NearPair(a.split, a.key, a.path, b.split, b.key, b.path, distance)
 
 
+def _views(member: tuple, width: int) -> list[tuple[int, int, int]]:
+    """A member's (hash, unsure bits, signature) of the whole picture, then
+    of its windows, padded with the whole picture's to `width` views (a
+    copy of a view changes no distance, agreement or shared bucket)."""
+    whole = (member[3], member[5], member[4])
+    return [whole, *member[6], *[whole] * (width - 1 - len(member[6]))]
+
+
+def _width(members: list[tuple]) -> int:
+    """Views per member of a bucket: 1 when none has windows (then the
+    search costs what it does with whole hashes alone)."""
+    return 1 + max(len(m[6]) for m in members)
+
+
+@functools.cache
+def _view_pairs(width: int) -> tuple[tuple[int, int], ...]:
+    """The view pairs compared: whole against whole, a window of the first
+    against the second's whole, the first's whole against a window of the
+    second."""
+    return ((0, 0), *((w, 0) for w in range(1, width)), *((0, w) for w in range(1, width)))
+
+
+def pair_distance(a: ImageFingerprint, b: ImageFingerprint, threshold: int) -> int | None:
+    """The distance of two images (module docstring), or None when they are
+    not a pair at `threshold`: the per-pair rule `bucket_pairs` applies to
+    many pairs at once."""
+    width = _width([tuple(a), tuple(b)])
+    views_a, views_b = _views(tuple(a), width), _views(tuple(b), width)
+    found = []
+    for i, j in _view_pairs(width):
+        (hash_a, unsure_a, signature_a), (hash_b, unsure_b, signature_b) = views_a[i], views_b[j]
+        count = ((hash_a ^ hash_b) & ~(unsure_a | unsure_b)).bit_count()
+        if count <= threshold and similar(signature_array([signature_a]),
+                                          signature_array([signature_b]))[0]:
+            found.append(count)
+    return min(found, default=None)
+
+
+def _confirmed(first: np.ndarray, second: np.ndarray, hashes: np.ndarray, unsure: np.ndarray,
+               signatures: np.ndarray, threshold: int) -> np.ndarray:
+    """Per candidate pair (member indices), `pair_distance`, threshold + 1
+    for none."""
+    least = np.full(len(first), threshold + 1, dtype=np.int64)
+    for i, j in _view_pairs(hashes.shape[1]):
+        counts = _popcount((hashes[first, i] ^ hashes[second, j])
+                           & ~(unsure[first, i] | unsure[second, j])).astype(np.int64)
+        counts[~similar(signatures[first, i], signatures[second, j])] = threshold + 1
+        np.minimum(least, counts, out=least)
+    return least
+
+
 def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], banding: Banding,
                  skipped: Mapping) -> Iterator[NearPair]:
     """The pairs one bucket reports: members (ImageFingerprint or its plain
@@ -219,13 +327,22 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
     shared bucket outside `skipped` is this one (so each pair comes from
     exactly one bucket)."""
     members = sorted(members, key=_split_and_key)
-    hashes = np.array([m[3] for m in members], dtype=np.uint64)
+    width = _width(members)
+    views = [_views(m, width) for m in members]
+    hashes = np.array([[v[0] for v in row] for row in views], dtype=np.uint64)
+    unsure = np.array([[v[1] for v in row] for row in views], dtype=np.uint64)
     signatures = None
-    for first, second, distances in _close_pairs(hashes, banding.threshold):
-        keep = ~banding.shares_earlier_key(key[0], hashes[first], hashes[second], skipped)
+    for first, second, _ in _close_pairs(hashes, unsure, banding.threshold):
+        index, bits = banding.first_shared_keys(
+            (hashes[first], unsure[first]), (hashes[second], unsure[second]), skipped,
+            until=key[0])
+        ours = (index == key[0]) & (bits == np.uint64(key[1]))
+        first, second = first[ours], second[ours]
         if signatures is None:  # decoded once a bucket has a close pair
-            signatures = signature_array([m[4] for m in members])
-        keep &= similar(signatures[first], signatures[second])
+            signatures = signature_array([v[2] for row in views for v in row]).reshape(
+                len(members), len(views[0]), SIGNATURE_BYTES)
+        distances = _confirmed(first, second, hashes, unsure, signatures, banding.threshold)
+        keep = distances <= banding.threshold
         for i, j, distance in zip(first[keep].tolist(), second[keep].tolist(),
                                   distances[keep].tolist()):
             a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
@@ -238,16 +355,29 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
 _BLOCK_CELLS = 1 << 18
 
 
-def _close_pairs(hashes: np.ndarray, threshold: int
+def _distances(hashes: np.ndarray, unsure: np.ndarray, rows: slice, columns: slice
+               ) -> np.ndarray:
+    """(rows, columns) distances of images given as (images, views) hashes
+    and unsure bits, before their signatures are compared: the least, over
+    `_VIEW_PAIRS`, of the bits differing outside either's unsure bits."""
+    least = None
+    for i, j in _view_pairs(hashes.shape[1]):
+        counts = _popcount((hashes[rows, i, None] ^ hashes[None, columns, j])
+                           & ~(unsure[rows, i, None] | unsure[None, columns, j]))
+        least = counts if least is None else np.minimum(least, counts, out=least)
+    return least
+
+
+def _close_pairs(hashes: np.ndarray, unsure: np.ndarray, threshold: int
                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per block of rows, arrays (i, j, distance) of the pairs i < j with
-    distance <= threshold, vectorised."""
+    distance (`_distances`) <= threshold, vectorised."""
     count = len(hashes)
-    rows = max(1, _BLOCK_CELLS // max(1, count))
+    rows = max(1, _BLOCK_CELLS // max(1, count * hashes.shape[1]))
     for start in range(0, count - 1, rows):
         # The block's rows against the columns from its first row on: the
         # upper triangle and the block's own small square.
-        distances = _popcount(hashes[start:start + rows, None] ^ hashes[None, start:])
+        distances = _distances(hashes, unsure, slice(start, start + rows), slice(start, None))
         close = distances <= threshold
         if np.count_nonzero(close) <= min(rows, count - start):
             continue  # the diagonal only (each hash with itself): the usual case
@@ -265,7 +395,9 @@ def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding
     buckets: dict[tuple[int, int], list[tuple]] = {}
     for fp in batch:
         member = tuple(check_fingerprint(fp))
-        for key in banding.keys(fp.hash):
+        keys = dict.fromkeys(key for value, unsure, _ in _views(member, 1 + len(fp.windows))
+                             for key in banding.keys(value, unsure))
+        for key in keys:
             buckets.setdefault(key, []).append(member)
     return iter(buckets.items())
 

@@ -26,7 +26,8 @@ from recordforge.schemas.dead_letters import RowError
 from recordforge.schemas.image_hash import (
     MIN_SIMILARITY, hamming, hash_image, image_fingerprint, image_hash, signature_array, similar,
     split_fingerprint)
-from recordforge.transforms.near_duplicates import DEFAULT_THRESHOLD
+from recordforge.transforms.near_duplicates import (
+    DEFAULT_THRESHOLD, Banding, ImageFingerprint, bucket_members, bucket_pairs)
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("image_scenes",
@@ -54,13 +55,16 @@ def reference_bits(im: Image.Image) -> tuple[np.ndarray, np.ndarray]:
     return bits, np.abs(low - np.median(low))
 
 
-def is_pair(a: bytes, b: bytes) -> bool:
+def is_pair(a: bytes, b: bytes, views: bool = False) -> bool:
     """Whether FindNearDuplicates would pair the two images at the default
-    threshold: hashes within it and signatures agreeing."""
-    (hash_a, sig_a), (hash_b, sig_b) = (split_fingerprint(image_fingerprint(a)),
-                                        split_fingerprint(image_fingerprint(b)))
-    return (hamming(hash_a, hash_b) <= DEFAULT_THRESHOLD
-            and bool(similar(signature_array([sig_a]), signature_array([sig_b]))[0]))
+    threshold (its buckets and pairs, without Beam), with their `views` or
+    by their whole pictures alone."""
+    banding = Banding(DEFAULT_THRESHOLD)
+    images = [ImageFingerprint("train", name, name,
+                               *split_fingerprint(image_fingerprint(data, views=views)))
+              for name, data in (("a", a), ("b", b))]
+    return any(True for key, members in bucket_members(images, banding)
+               for _ in bucket_pairs(key, members, banding, {}))
 
 
 def as_bits(value: int) -> np.ndarray:
@@ -115,7 +119,7 @@ def test_signature_is_scipys_coefficients_scaled_and_rounded(seed, kind):
     # within 0.01 of a rounding boundary (x.5); nowhere else.
     im = scenes.scene(seed, kind)
     data = scenes.encode(im, "PNG")
-    value, signature = split_fingerprint(image_fingerprint(data, "x.png"))
+    value, signature, _, _ = split_fingerprint(image_fingerprint(data, "x.png"))
     assert value == image_hash(data) == hash_image(im)
     structure = reference_low(im)[1:]
     scaled = structure * 127 / np.abs(structure).max()
@@ -144,20 +148,20 @@ def test_a_missing_signature_agrees_with_any():
 
 
 @SETTINGS
-@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)))
-def test_planted_copies_are_pairs_at_the_default_threshold(seed, kind, copy):
+@given(seeds, kinds, st.sampled_from(sorted(scenes.COPIES)), st.booleans())
+def test_planted_copies_are_pairs_at_the_default_threshold(seed, kind, copy, views):
     im = scenes.scene(seed, kind)
     edited = scenes.COPIES[copy](im, random.Random(seed))
-    assert is_pair(scenes.encode(im), edited)
+    assert is_pair(scenes.encode(im), edited, views)
 
 
 @SETTINGS
-@given(seeds, seeds, st.sampled_from(["gradient", "shapes", "texture"]), kinds)
-def test_distinct_pictures_are_not_pairs(seed_a, seed_b, kind_a, kind_b):
+@given(seeds, seeds, st.sampled_from(["gradient", "shapes", "texture"]), kinds, st.booleans())
+def test_distinct_pictures_are_not_pairs(seed_a, seed_b, kind_a, kind_b, views):
     if (seed_a, kind_a) == (seed_b, kind_b):
         return
     assert not is_pair(scenes.encode(scenes.scene(seed_a, kind_a)),
-                       scenes.encode(scenes.scene(seed_b, kind_b)))
+                       scenes.encode(scenes.scene(seed_b, kind_b)), views)
 
 
 def test_animated_images_hash_their_first_frame():
@@ -183,9 +187,17 @@ def test_sixteen_bit_grayscale_is_scaled_not_clipped():
 def test_a_solid_colour_has_one_definite_hash(colour):
     # Every coefficient but DC is exactly zero: only the DC bit exceeds the
     # median (floating point would set the other bits by rounding noise).
-    # It has no structure, so no signature (0).
+    # It has no structure, so no signature (0); its windows are the same
+    # picture. All coefficients after DC tie with the median: the unsure
+    # bits are the first two of them (ties go to the lower index; black's
+    # DC ties too).
     data = scenes.encode(Image.new("RGB", (64, 48), colour), "PNG")
-    assert image_fingerprint(data) == (1 << 63 if colour != (0, 0, 0) else 0)
+    expected = 1 << 63 if colour != (0, 0, 0) else 0
+    assert image_fingerprint(data) == expected  # without views: hash, no signature
+    value, signature, unsure, windows = split_fingerprint(image_fingerprint(data, views=True))
+    first_two = 0b11 << 61 if colour != (0, 0, 0) else 0b11 << 62
+    assert (value, signature, unsure) == (expected, 0, first_two)
+    assert windows == ((expected, first_two, 0),) * 4
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
@@ -227,3 +239,72 @@ def test_the_bomb_limit_is_the_image_checks_limit(monkeypatch):
     assert caught.value.reason == "image_too_large"
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100 * 100)
     assert image_hash(data, "big.png") == hash_image(Image.open(io.BytesIO(data)))
+
+
+# Crops removing a share of the area from one side, or from two sides
+# meeting at a corner (each side by 1 - sqrt(1 - share)), or from all four.
+CUTS = {"left": (1, 0, 0, 0), "right": (0, 1, 0, 0), "top": (0, 0, 1, 0), "bottom": (0, 0, 0, 1),
+        "top left": (1, 0, 1, 0), "top right": (0, 1, 1, 0), "bottom left": (1, 0, 0, 1),
+        "bottom right": (0, 1, 0, 1), "all sides": (0.5, 0.5, 0.5, 0.5)}
+
+
+def cropped(im: Image.Image, where: str, area: float) -> Image.Image:
+    left, right, top, bottom = CUTS[where]
+    cut_w = area if not (top or bottom) else 1 - (1 - area) ** 0.5 if left or right else 0
+    cut_h = area if not (left or right) else 1 - (1 - area) ** 0.5 if top or bottom else 0
+    width, height = im.size
+    return im.crop((round(left * cut_w * width), round(top * cut_h * height),
+                    width - round(right * cut_w * width), height - round(bottom * cut_h * height)))
+
+
+@SETTINGS
+@given(seeds, kinds, st.sampled_from(sorted(CUTS)), st.floats(0.002, 0.05))
+def test_crops_from_any_side_or_corner_up_to_5_percent_are_pairs(seed, kind, where, area):
+    im = scenes.scene(seed, kind)
+    assert is_pair(scenes.encode(im), scenes.encode(cropped(im, where, area), "PNG"), views=True)
+
+
+def test_cuts_remove_the_share_of_the_area_they_say():
+    im = Image.new("RGB", (1000, 800))
+    for where in CUTS:
+        kept = cropped(im, where, 0.05).size
+        assert kept[0] * kept[1] == pytest.approx(0.95 * 1000 * 800, rel=0.002), where
+
+
+def reference_window(grey: np.ndarray, window: int) -> np.ndarray:
+    """scipy's DCT of the window's 32x32 samples (numpy's linear
+    interpolation between pixel centres, edges clamped), the 8x8 lowest."""
+    from recordforge.schemas.image_hash import TRIM
+    spans = {0: ((0, 1), (TRIM, 1)), 1: ((0, 1), (0, 1 - TRIM)),
+             2: ((TRIM, 1), (0, 1)), 3: ((0, 1 - TRIM), (0, 1))}[window]
+    (top, bottom), (left, right) = spans
+    centres = np.arange(32)
+
+    def at(start, stop):
+        return (start + (np.arange(32) + 0.5) * (stop - start) / 32) * 32 - 0.5
+
+    rows = np.array([np.interp(at(left, right), centres, row) for row in grey.astype(float)])
+    samples = np.array([np.interp(at(top, bottom), centres, col) for col in rows.T]).T
+    return scipy.fftpack.dct(scipy.fftpack.dct(samples, axis=0), axis=1)[:8, :8].ravel()
+
+
+@SETTINGS
+@given(seeds, kinds)
+def test_windows_hash_the_trimmed_picture(seed, kind):
+    # Each window's hash is the median bits of scipy's DCT of the picture's
+    # 32x32 grey levels resampled over the window (but for coefficients
+    # within rounding of the median), and its unsure bits those of the two
+    # coefficients nearest the median.
+    im = scenes.scene(seed, kind)
+    grey = np.asarray(im.convert("L").resize((32, 32), Image.Resampling.LANCZOS))
+    _, _, _, windows = split_fingerprint(image_fingerprint(scenes.encode(im, "PNG"),
+                                                           views=True))
+    assert len(windows) == 4
+    for number, (value, unsure, _) in enumerate(windows):
+        low = reference_window(grey, number)
+        margin = np.abs(low - np.median(low))
+        clear = margin > 1e-5 * np.abs(low).max()
+        assert (as_bits(value) == (low > np.median(low)))[clear].all(), number
+        assert bin(unsure).count("1") == 2
+        assert set(np.flatnonzero(as_bits(unsure))) == set(np.argsort(margin, kind="stable")[:2]) \
+            or not clear.all(), number
