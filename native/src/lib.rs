@@ -13,6 +13,7 @@ pub mod arrow;
 pub mod digest;
 pub mod stats;
 pub mod index;
+pub mod run;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -448,6 +449,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -42,6 +42,7 @@ from .. import tfrecord
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import Taken, framed_rows, sorted_order, take
+from .run_kernel import write_ordered
 
 __all__ = [
     "BLOCK",
@@ -167,13 +168,24 @@ def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
     returns the number of rows. keys: one per example, all `key_width`
     bytes when key_width > 0; None with KEY_IS_EXAMPLE. framed_bytes: the
     rows' framed size in all, when the caller knows it. (`spill` writes
-    keys held as one numpy array with `RunWriter` and `run_steps` too.)"""
+    keys held as one numpy array with `RunWriter` and `run_steps` too.)
+    The native kernel writes the rows once ordered (`run_kernel`), where
+    it can; else `RunWriter`, the reference."""
+    # What the kernel takes as keys, and whether it can take these.
+    native_keys, native = keys, key_width != KEY_IS_EXAMPLE or keys is None
     if key_width > 0:
-        order = sorted_order(_fixed_keys(b"".join(keys), key_width), examples.__getitem__)
+        native_keys = b"".join(keys)
+        order = sorted_order(_fixed_keys(native_keys, key_width), examples.__getitem__)
+        native = not keys or set(map(len, keys)) == {key_width}  # else RunWriter says so
     elif key_width == KEY_IS_EXAMPLE:
         order = sorted(range(len(examples)), key=examples.__getitem__)
     else:
         order = sorted(range(len(examples)), key=list(zip(keys, examples)).__getitem__)
+    if native:
+        written = write_ordered(fileobj, native_keys, examples, order, key_width=key_width,
+                                prefix_len=prefix_len, index_every=index_every, block=BLOCK)
+        if written is not None:
+            return written
     writer = RunWriter(fileobj, key_width=key_width, prefix_len=prefix_len,
                        index_every=index_every)
     for rows in run_steps(order, examples, framed_bytes):
