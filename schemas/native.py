@@ -28,6 +28,7 @@ _KERNELS_USED = (
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "fixed_key_order",  # transforms/writer/row_order.py: sorted_positions (run_kernel.py)
     "write_run",  # transforms/writer/run_format.py: RunWriter of rows in order (run_kernel.py)
+    "framed_sizes",  # transforms/writer/prepare.py: the framed sizes of a batch's examples
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_partial",  # schemas/stats/numeric.py: python_parts
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))

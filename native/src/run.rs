@@ -297,6 +297,20 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
     Ok(Some(PyBytes::new(py, &packed)))
 }
 
+/// `framed_sizes(records) -> sizes | None`: each record's TFRecord-framed
+/// size (its length and the framing's 16 bytes) as little-endian int64,
+/// for `prepare.prepare_batch`; None when one is not bytes (the Python path
+/// then says which).
+#[pyfunction(name = "framed_sizes")]
+pub fn py_framed_sizes<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let mut sizes = Vec::with_capacity(records.len() * 8);
+    for record in records.iter() {
+        let Ok(record) = record.downcast::<PyBytes>() else { return Ok(None) };
+        sizes.extend_from_slice(&((record.as_bytes().len() + HEADER_SIZE + FOOTER_SIZE) as i64).to_le_bytes());
+    }
+    Ok(Some(PyBytes::new(py, &sizes)))
+}
+
 /// ``records[i] for i in order`` as byte slices, with the objects that
 /// own them (strong references: `fileobj.write` runs Python, which might
 /// change the list), or None when one is not bytes; an index outside
