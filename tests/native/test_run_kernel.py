@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recordforge.transforms.splits import HashedExamples, SplitAssigner
+from recordforge.transforms.splits import ExampleRows, HashedExamples, SplitAssigner
 from recordforge.transforms.tfrecord import iter_records
 from recordforge.transforms.writer import prepare, row_order, run_format, run_kernel, spill
 
@@ -176,3 +176,41 @@ def test_what_the_kernels_refuse(native):
     with pytest.raises(OSError, match="disk full"):
         native.write_run(failing, rows, order, None, 0, 4, 64, 100)
     assert failing.calls == 1
+
+
+odd_rows = st.lists(st.tuples(
+    st.one_of(st.none(), st.binary(max_size=6), st.integers(), st.just(np.zeros(2))),
+    st.one_of(st.binary(max_size=30), st.binary(max_size=30), st.text(max_size=3))), max_size=20)
+
+
+def _prepared(batch, kernels):
+    """What `prepare_batch` gives (as plain values), or the error it raises."""
+    assigner = SplitAssigner("prepare", [("a", 0.5), ("b", 0.5)])
+    with pytest.MonkeyPatch.context() as patch:
+        _patched(patch, kernels)
+        try:
+            found = prepare.prepare_batch(assigner, batch, shuffle=True, sample_every=64,
+                                          prefix_len=4)
+        except TypeError as error:
+            return str(error)
+    if found is None:
+        return None
+    return (list(found.examples), list(found.order_keys), found.splits.tolist(),
+            found.sizes.tolist(), found.samples, found.keyed, found.digests.tobytes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=odd_rows, columns=st.booleans())
+def test_prepare_batch_is_the_same_with_and_without_the_kernel(native, rows, columns):
+    """Rows with and without keys, keys and examples of the wrong type (a
+    numpy array, whose comparison with None is no bool, too): the same
+    prepared batch, or the same error naming the row."""
+    batch = (ExampleRows.zipped([key for key, _ in rows], [example for _, example in rows])
+             if columns else rows)
+    assert _prepared(batch, native) == _prepared(batch, None)
+    examples = [example for _, example in rows]
+    if all(type(example) is bytes for example in examples):
+        assert np.frombuffer(native.framed_sizes(examples), "<i8").tolist() == [
+            len(example) + 16 for example in examples]
+    else:
+        assert native.framed_sizes(examples) is None
