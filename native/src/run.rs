@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
-use crate::{gathered, guarded, with_bytes, PREFETCH_AHEAD};
+use crate::{bytes_items, gathered, guarded, with_bytes, PREFETCH_AHEAD};
 
 /// The footer's last 8 bytes (`run_format._MAGIC`).
 pub const MAGIC: &[u8; 8] = b"RFRUN002";
@@ -112,6 +112,19 @@ pub fn break_ties<'e>(order: &mut [usize], ties: &[Range<usize>], example: impl 
     for range in ties {
         order[range.clone()].sort_by(|a, b| example(*a).cmp(example(*b)));
     }
+}
+
+/// Rows ordered by ``(key, example)`` as bytes, keys given per row or
+/// none (the example is the key): `run_format.write_sorted_run`'s
+/// `sorted` of variable-width keys or of examples (rows equal in both may
+/// come in any order: their bytes are the same).
+pub fn sorted_rows(keys: Option<&[&[u8]]>, examples: &[&[u8]]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    match keys {
+        Some(keys) => order.sort_unstable_by(|a, b| keys[*a].cmp(keys[*b]).then_with(|| examples[*a].cmp(examples[*b]))),
+        None => order.sort_unstable_by(|a, b| examples[*a].cmp(examples[*b])),
+    }
+    order
 }
 
 /// Where a run's bytes go: `sink(length, fill)` makes a buffer of
@@ -290,6 +303,36 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
             tied.iter().zip(&items).map(|(row, item)| (*row, item.as_bytes())).collect();
         guarded(AssertUnwindSafe(|| break_ties(&mut order, &ties, |row| bytes[&row])))?;
     }
+    let mut packed = Vec::with_capacity(order.len() * 8);
+    for row in &order {
+        packed.extend_from_slice(&(*row as i64).to_le_bytes());
+    }
+    Ok(Some(PyBytes::new(py, &packed)))
+}
+
+/// `sorted_rows(keys, examples) -> order | None`: `sorted_rows` of a list
+/// of examples and their keys (a list of bytes, one per example, or None:
+/// the example is the key), packed as little-endian int64. None when an
+/// item is not bytes (Python sorts any); keys of another count are a
+/// ValueError.
+#[pyfunction(name = "sorted_rows")]
+#[pyo3(signature = (keys, examples))]
+pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>)
+                           -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(examples) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let key_items = match keys {
+        Some(keys) if keys.len() != examples.len() => {
+            return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
+        }
+        Some(keys) => match bytes_items(keys) {
+            Some(found) => Some(found),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let key_slices: Option<Vec<&[u8]>> = key_items.as_ref().map(|found| found.iter().map(|item| item.as_bytes()).collect());
+    let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices.as_deref(), &slices)))?;
     let mut packed = Vec::with_capacity(order.len() * 8);
     for row in &order {
         packed.extend_from_slice(&(*row as i64).to_le_bytes());
@@ -477,6 +520,23 @@ mod tests {
             let mut expected = rows.clone();
             expected.sort();
             let got: Vec<_> = order.iter().map(|row| rows[*row].clone()).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn sorted_rows_sort_by_key_then_example(
+            rows in proptest::collection::vec((proptest::collection::vec(0u8..3, 0..4), proptest::collection::vec(0u8..3, 0..4)), 0..60),
+            keyed in any::<bool>()) {
+            let keys: Vec<&[u8]> = rows.iter().map(|(key, _)| key.as_slice()).collect();
+            let examples: Vec<&[u8]> = rows.iter().map(|(_, example)| example.as_slice()).collect();
+            let order = sorted_rows(keyed.then_some(keys.as_slice()), &examples);
+            let mut expected: Vec<(Vec<u8>, Vec<u8>)> = if keyed { rows.clone() } else {
+                rows.iter().map(|(_, example)| (Vec::new(), example.clone())).collect()
+            };
+            expected.sort();
+            let got: Vec<(Vec<u8>, Vec<u8>)> = order.iter().map(|row| {
+                (if keyed { rows[*row].0.clone() } else { Vec::new() }, rows[*row].1.clone())
+            }).collect();
             prop_assert_eq!(got, expected);
         }
 

@@ -214,3 +214,24 @@ def test_prepare_batch_is_the_same_with_and_without_the_kernel(native, rows, col
             len(example) + 16 for example in examples]
     else:
         assert native.framed_sizes(examples) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.binary(max_size=4).map(lambda key: bytes(b % 2 for b in key)),
+                               st.binary(max_size=4).map(lambda data: bytes(b % 3 for b in data))),
+                     max_size=60),
+       keyed=st.booleans())
+def test_sorted_rows_sort_as_python_sorts(native, rows, keyed):
+    """Keys of any width (empty, prefixes of one another, tying) and
+    examples breaking the ties, or examples alone: Python's order of the
+    same values (rows equal in both are interchangeable)."""
+    keys = [key for key, _ in rows] if keyed else None
+    examples = [example for _, example in rows]
+    order = np.frombuffer(native.sorted_rows(keys, examples), "<i8").tolist()
+    value = (lambda row: rows[row]) if keyed else examples.__getitem__
+    assert [value(row) for row in order] == sorted(map(value, range(len(rows))))
+    assert sorted(order) == list(range(len(rows)))
+    assert native.sorted_rows(None, [b"a", "b"]) is None
+    assert native.sorted_rows([b"k", 1], [b"a", b"b"]) is None
+    with pytest.raises(ValueError, match="keys for"):
+        native.sorted_rows([b"k"], [b"a", b"b"])

@@ -9,6 +9,8 @@ and footer), a block at a time so that memory stays one block above the
 rows held. Each function here returns None where the Python writer must
 write the run (no kernel, a row that is not bytes, a record too large for
 the format's uint32 sizes): `run_format.RunWriter` stays the reference.
+`sorted_rows` sorts key-ordered rows (keys of any width, or the examples
+themselves) as `write_sorted_run`'s Python `sorted` does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ...schemas.native import kernels
 
-__all__ = ["fixed_key_rows", "write_ordered"]
+__all__ = ["fixed_key_rows", "sorted_rows", "write_ordered"]
 
 _ROWS = np.dtype("<i8")
 
@@ -61,3 +63,14 @@ def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
         return None
     return native.write_run(fileobj, examples, _packed(order), keys, key_width, prefix_len,
                             index_every, block)
+
+
+def sorted_rows(keys: list | None, examples: Sequence[bytes]) -> np.ndarray | None:
+    """The positions of rows ordered by ``(key, example)`` (keys None: by
+    example), as `run_format.write_sorted_run` sorts them, as int64; None
+    where Python sorts them (no kernel, an item that is not bytes)."""
+    native = kernels()
+    if native is None or not isinstance(examples, list) or not isinstance(keys, (list, type(None))):
+        return None
+    order = native.sorted_rows(keys, examples)
+    return None if order is None else np.frombuffer(order, dtype=_ROWS)
