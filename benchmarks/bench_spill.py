@@ -2,6 +2,7 @@
 
     python benchmarks/bench_spill.py                         # 250k rows, best of 5
     python benchmarks/bench_spill.py --baseline DIR --rounds 2   # and another checkout, alternating
+    python benchmarks/bench_spill.py --ordered               # key-ordered rows with keys of their own
 
 What the build cache's piece writer does with a unit's rows
 (`cache.pieces.PieceWriter`): the converting step's batches (1000 rows,
@@ -13,7 +14,9 @@ best of `--repeat` of each step in microseconds a row, and the sha256 of
 the run files, which must be the same for every code measured (the run
 fails otherwise). With ``--baseline DIR`` (a directory holding another
 checkout as ``DIR/recordforge``) each round measures that code first,
-then this one, each in a fresh process with the same rows.
+then this one, each in a fresh process with the same rows. With
+``--ordered`` the rows have keys of their own (ids of up to 9 digits) and
+the buffer orders them by key (``shuffle: false``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _batches(rows: int, batch_rows: int, seed: int):
+def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False):
     import numpy as np
     from recordforge.transforms.splits import HashedExamples, SplitAssigner
 
@@ -43,8 +46,9 @@ def _batches(rows: int, batch_rows: int, seed: int):
         blob = generator.bytes(int(sizes.sum()))
         ends = np.cumsum(sizes).tolist()
         examples = [blob[end - size:end] for end, size in zip(ends, sizes.tolist())]
-        keys = [None] * count
-        digests, joined, _ = assigner.hash_rows_joined(examples)
+        keys = ([str(key).encode() for key in generator.integers(0, 10**9, count).tolist()]
+                if ordered else [None] * count)
+        digests, joined, _ = assigner.hash_rows_joined(keys if ordered else examples)
         batches.append(HashedExamples(zip(keys, examples), assigner.salt, digests,
                                       joined=joined, columns=(keys, examples)))
     return assigner, batches
@@ -63,16 +67,16 @@ class _Checksummed:
         return self._fileobj.write(data)
 
 
-def measure(rows: int, repeat: int, scratch: str) -> dict:
+def measure(rows: int, repeat: int, scratch: str, ordered: bool = False) -> dict:
     """Best of `repeat` of add and write, in µs a row, and the runs' sha256."""
     from recordforge.schemas.native import path_note
     from recordforge.transforms.writer import RunBuffer
 
-    assigner, batches = _batches(rows, 1000, seed=37)
+    assigner, batches = _batches(rows, 1000, seed=37, ordered=ordered)
     best_add = best_write = float("inf")
     digests = []
     for _ in range(repeat):
-        buffer = RunBuffer(assigner, shuffle=True, sample_every=(64 << 20) // 64,
+        buffer = RunBuffer(assigner, shuffle=not ordered, sample_every=(64 << 20) // 64,
                            prefix_len=64, index_every=64 << 10)
         started = time.process_time()
         for batch in batches:
@@ -93,13 +97,15 @@ def measure(rows: int, repeat: int, scratch: str) -> dict:
             "write_us": best_write / rows * 1e6, "runs": digests}
 
 
-def _in_process(pythonpath: str | None, rows: int, repeat: int, scratch: str) -> dict:
+def _in_process(pythonpath: str | None, rows: int, repeat: int, scratch: str,
+                ordered: bool) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     output = subprocess.run(
         [sys.executable, os.path.join(_HERE, "bench_spill.py"), "--rows", str(rows),
-         "--repeat", str(repeat), "--scratch", scratch, "--json"],
+         "--repeat", str(repeat), "--scratch", scratch, "--json"]
+        + (["--ordered"] if ordered else []),
         env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -112,12 +118,14 @@ def main(argv=None) -> None:
     parser.add_argument("--baseline", help="a PYTHONPATH whose recordforge is the code to "
                         "compare with")
     parser.add_argument("--scratch")
+    parser.add_argument("--ordered", action="store_true",
+                        help="rows with keys of their own, ordered by key")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scratch = args.scratch or tempfile.mkdtemp(prefix="bench_spill_")
     os.makedirs(scratch, exist_ok=True)
     if args.json:
-        print(json.dumps(measure(args.rows, args.repeat, scratch)))
+        print(json.dumps(measure(args.rows, args.repeat, scratch, args.ordered)))
         return
     codes = [("this code", os.environ.get("PYTHONPATH"))]
     if args.baseline is not None:
@@ -127,7 +135,7 @@ def main(argv=None) -> None:
     reference = None
     for _ in range(args.rounds):
         for name, pythonpath in codes:
-            result = _in_process(pythonpath, args.rows, args.repeat, scratch)
+            result = _in_process(pythonpath, args.rows, args.repeat, scratch, args.ordered)
             if reference is None:
                 reference = result["runs"]
             elif result["runs"] != reference:
