@@ -26,6 +26,10 @@ _KERNELS_USED = (
     "frame_gathered",  # transforms/writer/run_format.py: RunWriter.add of take(examples, order)
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
+    "fixed_key_order",  # transforms/writer/row_order.py: sorted_positions (run_kernel.py)
+    "write_run",  # transforms/writer/run_format.py: RunWriter of rows in order (run_kernel.py)
+    "framed_sizes",  # transforms/writer/prepare.py: the framed sizes of a batch's examples
+    "sorted_rows",  # transforms/writer/run_format.py: write_sorted_run's sort (run_kernel.py)
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_partial",  # schemas/stats/numeric.py: python_parts
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))

@@ -14,6 +14,7 @@ pub mod digest;
 pub mod stats;
 pub mod text_stats;
 pub mod index;
+pub mod run;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -466,6 +467,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_function(wrap_pyfunction!(text_stats::text_partial_py, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

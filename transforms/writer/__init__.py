@@ -15,6 +15,7 @@ A row's way through the wing, module by module (lowest level last)::
     |     +-- spill          buffer a bundle's rows, write them as runs
     |     +-- run_format     the sorted run file format (also the build
     |     |                  cache's pieces)
+    |     +-- run_kernel     the same run file written by the native kernels
     |     +-- sorting        a bucket's rows sorted from its runs
     +-- shuffle_exchange  other runners: rows meet their bucket through the
           |               runner's shuffle

@@ -10,6 +10,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from ...schemas.native import kernels
 from ..splits import HASH_SIZE, SplitAssigner
 from ..tfrecord import FRAMING
 from .elements import SampleEntry
@@ -20,23 +21,48 @@ __all__ = ["PreparedBatch", "batch_columns", "prepare_batch"]
 def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:
     """(keys, examples) of an ExampleBatch, checked: examples bytes, keys
     bytes or None. Errors name the row."""
+    keys, examples = _columns(batch)
+    _check_examples(batch, examples)
+    _check_keys(keys)
+    return keys, examples
+
+
+def _columns(batch) -> tuple[Sequence, Sequence]:
+    """(keys, examples) of an ExampleBatch, unchecked."""
     if not batch:
         return (), ()
     # A batch made by the step that makes Examples keeps its columns
     # (`splits.ExampleRows`): no tuple per row unzipped again.
     columns = getattr(batch, "columns", None)
-    keys, examples = columns if columns is not None else zip(*batch)
+    return columns if columns is not None else tuple(zip(*batch))
+
+
+def _check_examples(batch, examples: Sequence) -> None:
     if set(map(type, examples)) != {bytes}:
         for position, (key, example) in enumerate(batch):
             if type(example) is not bytes:
                 raise TypeError(f"ExampleBatch row {position} (key {key!r:.80}): example must "
                                 f"be bytes, got {type(example).__name__}")
+
+
+def _check_keys(keys: Sequence) -> None:
     if not set(map(type, keys)) <= {bytes, type(None)}:
         for position, key in enumerate(keys):
             if key is not None and type(key) is not bytes:
                 raise TypeError(f"ExampleBatch row {position}: key must be bytes or None, "
                                 f"got {type(key).__name__} {key!r:.80}")
-    return keys, examples
+
+
+def _framed_sizes(batch, examples: Sequence) -> np.ndarray:
+    """Each example's framed size (int64), the examples checked: by the
+    native kernel in one call where it can (a list of bytes), else in Python."""
+    native = kernels()
+    if native is not None and isinstance(examples, list):
+        sizes = native.framed_sizes(examples)
+        if sizes is not None:
+            return np.frombuffer(sizes, dtype="<i8")
+    _check_examples(batch, examples)
+    return np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + FRAMING
 
 
 class PreparedBatch(NamedTuple):
@@ -75,20 +101,29 @@ def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every
     The per-row work is done on the whole batch (C loops and numpy); only
     sampled rows are looked at one by one. Every exchange of the shard
     writer starts here, so all of them place rows alike."""
-    keys, examples = batch_columns(batch)
+    keys, examples = _columns(batch)
     count = len(examples)
     if not count:
         return None
-    key_types = set(map(type, keys))
-    if type(None) not in key_types:
+    sizes = _framed_sizes(batch, examples)
+    # Counting Nones is a C loop (identity first): most batches have no
+    # keys at all, and then no key's type needs looking at. A key whose
+    # comparison with None fails is not bytes: the check says which.
+    try:
+        nones = keys.count(None)
+    except Exception:
+        _check_keys(keys)
+        raise
+    if nones < count:
+        _check_keys(keys)
+    if not nones:
         sources = keys
-    elif bytes not in key_types:
+    elif nones == count:
         sources = examples  # no keys: rows are hashed and ordered by content
     else:
         sources = [example if key is None else key for key, example in zip(keys, examples)]
     digests, joined, words = assigner.hash_batch(batch, sources)
     splits = assigner.split_indices(words)
-    sizes = np.fromiter(map(len, examples), dtype=np.int64, count=count) + FRAMING
     order_keys = digests if shuffle else sources
     samples = sample_rows(words[:, 1], sizes, splits, order_keys, sample_every=sample_every,
                           prefix_len=prefix_len)

@@ -42,6 +42,7 @@ from .. import tfrecord
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import Taken, framed_rows, sorted_order, take
+from .run_kernel import sorted_rows, write_ordered
 
 __all__ = [
     "BLOCK",
@@ -163,17 +164,29 @@ class RunWriter:
 def write_sorted_run(fileobj: BinaryIO, keys: Sequence[bytes] | None,
                      examples: Sequence[bytes], *, key_width: int, prefix_len: int,
                      index_every: int, framed_bytes: int | None = None) -> int:
-    """Sorts rows by ``(key, example)`` and writes them as a run file;
-    returns the number of rows. keys: one per example, all `key_width`
-    bytes when key_width > 0; None with KEY_IS_EXAMPLE. framed_bytes: the
-    rows' framed size in all, when the caller knows it. (`spill` writes
-    keys held as one numpy array with `RunWriter` and `run_steps` too.)"""
+    """Sorts rows by ``(key, example)`` and writes them as a run file (by
+    the kernels where they can, `run_kernel`; else `RunWriter`, the
+    reference); returns the number of rows. keys: one per example, all
+    `key_width` bytes when key_width > 0; None with KEY_IS_EXAMPLE.
+    framed_bytes: the rows' framed size in all, when the caller knows it."""
+    # What the kernels take as keys, and whether they can take these.
+    native_keys, native = keys, key_width != KEY_IS_EXAMPLE or keys is None
     if key_width > 0:
-        order = sorted_order(_fixed_keys(b"".join(keys), key_width), examples.__getitem__)
-    elif key_width == KEY_IS_EXAMPLE:
-        order = sorted(range(len(examples)), key=examples.__getitem__)
+        native_keys = b"".join(keys)
+        order = sorted_order(_fixed_keys(native_keys, key_width), examples.__getitem__)
+        native = not keys or set(map(len, keys)) == {key_width}  # else RunWriter says so
     else:
-        order = sorted(range(len(examples)), key=list(zip(keys, examples)).__getitem__)
+        by_example = key_width == KEY_IS_EXAMPLE
+        order = sorted_rows(None if by_example else keys, examples)
+        if order is None:
+            order = sorted(range(len(examples)), key=examples.__getitem__ if by_example
+                           else list(zip(keys, examples)).__getitem__)
+    if native:
+        written = write_ordered(fileobj, native_keys, examples, order, key_width=key_width,
+                                prefix_len=prefix_len, index_every=index_every, block=BLOCK)
+        if written is not None:
+            return written
+    order = order.tolist() if isinstance(order, np.ndarray) else order  # RunWriter's steps
     writer = RunWriter(fileobj, key_width=key_width, prefix_len=prefix_len,
                        index_every=index_every)
     for rows in run_steps(order, examples, framed_bytes):

@@ -23,7 +23,9 @@ from ..splits import SplitAssigner
 from .elements import BucketRange, RunInfo, SampleEntry
 from .prepare import prepare_batch
 from .row_order import Taken, framed_rows, sorted_order, take
-from .run_format import KEY_IS_EXAMPLE, KEY_VARIABLE, RunWriter, run_steps, write_sorted_run
+from .run_format import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RunWriter, run_steps,
+                         write_sorted_run)
+from .run_kernel import fixed_key_rows
 
 __all__ = [
     "ROW_OVERHEAD",
@@ -80,12 +82,16 @@ class RunBuffer:
 
     def clear(self) -> None:
         splits = len(self._assigner.names)
-        # Per split: the order keys, bytes per row, or when shuffling the
-        # digests as numpy arrays of fixed-width items, one per batch (no
-        # bytes object per row kept, nor joined again to be sorted).
-        self._keys: list[list] = [[] for _ in range(splits)]
-        self._examples: list[list[bytes]] = [[] for _ in range(splits)]
+        # Every row held, all splits together in arrival order: a batch is
+        # kept by extending lists and appending its arrays (no row taken
+        # one by one per split); `write` picks a split's rows. Keys: when
+        # shuffling the digests as numpy arrays of fixed-width items, one
+        # per batch (no bytes object per row kept); else each row's order key.
+        self._examples: list[bytes] = []
+        self._splits: list[np.ndarray] = []
+        self._keys: list = []
         self._keyed = [False] * splits  # a row with its own key (no shuffle)
+        self._rows = [0] * splits
         self._bytes = [0] * splits
         self.buffered_bytes = 0
 
@@ -95,42 +101,60 @@ class RunBuffer:
                                  sample_every=self._sample_every, prefix_len=self._prefix_len)
         if prepared is None:
             return []
+        splits = len(self._rows)
+        rows = np.bincount(prepared.splits, minlength=splits).tolist()
+        sizes = np.bincount(prepared.splits, weights=prepared.sizes, minlength=splits)
+        self._examples += prepared.examples
+        self._splits.append(prepared.splits.astype(self._split_type, copy=False))
+        if prepared.digests is not None:
+            self._keys.append(prepared.digests)
+        else:
+            self._keys += prepared.order_keys
         held = []
-        for split, rows, selected in prepared.by_split():
-            if prepared.digests is not None:
-                self._keys[split].append(
-                    prepared.digests if len(rows) == len(prepared.digests)
-                    else prepared.digests[rows])
-            else:
-                self._keys[split] += take(prepared.order_keys, selected)
-            self._examples[split] += take(prepared.examples, selected)
-            if prepared.keyed:
-                self._keyed[split] = True
-            self._bytes[split] += int(prepared.sizes[rows].sum())
-            held.append(SplitRows(split, len(self._examples[split]), self._bytes[split],
+        for split in np.flatnonzero(rows).tolist():
+            self._keyed[split] = self._keyed[split] or prepared.keyed
+            self._rows[split] += rows[split]
+            # float64 sums of sizes: exact below 2**53 bytes a batch
+            self._bytes[split] += int(sizes[split])
+            held.append(SplitRows(split, self._rows[split], self._bytes[split],
                                   tuple(prepared.samples.get(split, ()))))
         self.buffered_bytes += (int(prepared.sizes.sum())
                                 + ROW_OVERHEAD * len(prepared.examples))
         return held
 
+    @property
+    def _split_type(self):
+        # One byte a row where the splits fit one (they nearly always do).
+        return np.int8 if len(self._rows) <= 127 else np.intp
+
     def splits_held(self) -> list[int]:
         """The splits with rows, in split order."""
-        return [split for split, examples in enumerate(self._examples) if examples]
+        return [split for split, rows in enumerate(self._rows) if rows]
+
+    def _rows_of(self, split: int) -> np.ndarray:
+        """The positions of a split's rows among those held."""
+        if len(self._splits) > 1:  # joined once, for every split's write
+            self._splits = [np.concatenate(self._splits)]
+        return np.flatnonzero(self._splits[0] == split) if self._splits else np.zeros(0, int)
 
     def write(self, split: int, fileobj: BinaryIO) -> int:
         """Writes a split's rows as a sorted run; returns its number of rows."""
+        rows = self._rows_of(split)
         if self._shuffle:
-            return write_fixed_key_run(fileobj, np.concatenate(self._keys[split]),
-                                       self._examples[split], prefix_len=self._prefix_len,
+            if len(self._keys) > 1:
+                self._keys = [np.concatenate(self._keys)]
+            return write_fixed_key_run(fileobj, self._keys[0], self._examples,
+                                       prefix_len=self._prefix_len,
                                        index_every=self._index_every,
-                                       framed_bytes=self._bytes[split])
+                                       framed_bytes=self._bytes[split], rows=rows)
+        selected = rows.tolist()
         if self._keyed[split]:
-            key_width, keys = KEY_VARIABLE, self._keys[split]
+            key_width, keys = KEY_VARIABLE, take(self._keys, selected)
         else:
             key_width, keys = KEY_IS_EXAMPLE, None
-        return write_sorted_run(fileobj, keys, self._examples[split], key_width=key_width,
-                                prefix_len=self._prefix_len, index_every=self._index_every,
-                                framed_bytes=self._bytes[split])
+        return write_sorted_run(fileobj, keys, take(self._examples, selected),
+                                key_width=key_width, prefix_len=self._prefix_len,
+                                index_every=self._index_every, framed_bytes=self._bytes[split])
 
 
 class _JoinedKeys:
@@ -152,11 +176,20 @@ class _JoinedKeys:
 
 
 def write_fixed_key_run(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes], *,
-                        prefix_len: int, index_every: int, framed_bytes: int | None = None
-                        ) -> int:
+                        prefix_len: int, index_every: int, framed_bytes: int | None = None,
+                        rows: np.ndarray | None = None) -> int:
     """`run_format.write_sorted_run` of keys held as one numpy array of
     fixed-width "V" items (the shuffled rows' digests): the same file,
-    sorted and gathered by numpy, never a bytes object per key."""
+    sorted and gathered by the native kernel (`run_kernel`) or by numpy,
+    never a bytes object per key. rows: the positions of the rows to
+    write among `keys` and `examples` (all when None); framed_bytes: their
+    framed size in all, when the caller knows it."""
+    written = fixed_key_rows(fileobj, keys, examples, rows, prefix_len=prefix_len,
+                             index_every=index_every, block=BLOCK)
+    if written is not None:
+        return written
+    if rows is not None:
+        keys, examples = keys[rows], take(examples, rows.tolist())
     width = keys.dtype.itemsize
     order = sorted_order(keys.view(f"S{width}"), examples.__getitem__)
     writer = RunWriter(fileobj, key_width=width, prefix_len=prefix_len,

@@ -1,0 +1,568 @@
+//! Sorted run files (`transforms/writer/run_format.py`): the order of a
+//! run's rows by ``(key, example)``, and the whole file `RunWriter` writes
+//! of rows in a given order (records, sizes, keys, key sizes, the sparse
+//! index and the footer), handed out a block at a time.
+
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
+use crate::{bytes_items, gathered, guarded, with_bytes, PREFETCH_AHEAD};
+
+/// The footer's last 8 bytes (`run_format._MAGIC`).
+pub const MAGIC: &[u8; 8] = b"RFRUN002";
+/// `run_format._INDEX_ENTRY`: row, record offset, key offset, prefix length.
+const INDEX_ENTRY: usize = 8 + 8 + 8 + 4;
+
+/// A run's order keys, indexed by row like the examples.
+pub enum Keys<'a> {
+    /// `width` bytes a row, back to back (key_width > 0).
+    Fixed { blob: &'a [u8], width: usize },
+    /// Any length, with a key sizes section (KEY_VARIABLE).
+    Variable(&'a [&'a [u8]]),
+    /// The key is the example: no key sections (KEY_IS_EXAMPLE).
+    Example,
+}
+
+impl Keys<'_> {
+    fn key<'b>(&'b self, examples: &[&'b [u8]], row: usize) -> &'b [u8] {
+        match self {
+            Keys::Fixed { blob, width } => &blob[row * width..(row + 1) * width],
+            Keys::Variable(keys) => keys[row],
+            Keys::Example => examples[row],
+        }
+    }
+
+    /// The footer's key width: the width, -1 (variable) or 0 (the example).
+    fn width_code(&self) -> i64 {
+        match self {
+            Keys::Fixed { width, .. } => *width as i64,
+            Keys::Variable(_) => -1,
+            Keys::Example => 0,
+        }
+    }
+
+    /// Whether the keys fit `rows` rows (a fixed blob of exactly rows * width).
+    fn fit(&self, rows: usize) -> bool {
+        match self {
+            Keys::Fixed { blob, width } => *width > 0 && blob.len() % width == 0 && blob.len() / width == rows,
+            Keys::Variable(keys) => keys.len() == rows,
+            Keys::Example => true,
+        }
+    }
+}
+
+/// The first 8 bytes of `key` (zero-padded) as one big-endian integer: its
+/// byte order, where those bytes differ.
+fn head(key: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let take = key.len().min(8);
+    bytes[..take].copy_from_slice(&key[..take]);
+    u64::from_be_bytes(bytes)
+}
+
+/// `rows` ordered by their fixed-width keys as bytes (`width` bytes a
+/// row, back to back in `blob`), and the ranges of that order where two
+/// rows or more share a key, to be ordered by their examples
+/// (`break_ties`): together `row_order.sorted_positions`, where rows equal
+/// in key and example may come in any order (their bytes are the same).
+/// Integers sort the keys' first 8 bytes; only rows sharing those compare
+/// whole keys.
+pub fn fixed_key_order(blob: &[u8], width: usize, rows: &[usize]) -> Result<(Vec<usize>, Vec<Range<usize>>), String> {
+    if width == 0 || blob.len() % width != 0 {
+        return Err(format!("{} key bytes are not keys of {width} bytes", blob.len()));
+    }
+    let count = blob.len() / width;
+    if let Some(row) = rows.iter().find(|row| **row >= count) {
+        return Err(format!("row {row} outside {count} rows"));
+    }
+    let key = |row: usize| &blob[row * width..(row + 1) * width];
+    let mut packed: Vec<u128> = rows.iter().map(|&row| (head(key(row)) as u128) << 64 | row as u128).collect();
+    packed.sort_unstable();
+    let mut order: Vec<usize> = packed.iter().map(|item| *item as u64 as usize).collect();
+    let mut ties = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let top = packed[start] >> 64;
+        let end = start + packed[start..].iter().take_while(|item| *item >> 64 == top).count();
+        if end - start > 1 && width > 8 {
+            order[start..end].sort_by(|a, b| key(*a).cmp(key(*b)));
+        }
+        let mut from = start;
+        for at in start + 1..=end {
+            if at == end || key(order[at]) != key(order[from]) {
+                if at - from > 1 {
+                    ties.push(from..at);
+                }
+                from = at;
+            }
+        }
+        start = end;
+    }
+    Ok((order, ties))
+}
+
+/// Orders each tie range of `order` by `example(row)`.
+pub fn break_ties<'e>(order: &mut [usize], ties: &[Range<usize>], example: impl Fn(usize) -> &'e [u8]) {
+    for range in ties {
+        order[range.clone()].sort_by(|a, b| example(*a).cmp(example(*b)));
+    }
+}
+
+/// Rows ordered by ``(key, example)`` as bytes, keys given per row or
+/// none (the example is the key): `run_format.write_sorted_run`'s
+/// `sorted` of variable-width keys or of examples (rows equal in both may
+/// come in any order: their bytes are the same).
+pub fn sorted_rows(keys: Option<&[&[u8]]>, examples: &[&[u8]]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    match keys {
+        Some(keys) => order.sort_unstable_by(|a, b| keys[*a].cmp(keys[*b]).then_with(|| examples[*a].cmp(examples[*b]))),
+        None => order.sort_unstable_by(|a, b| examples[*a].cmp(examples[*b])),
+    }
+    order
+}
+
+/// Where a run's bytes go: `sink(length, fill)` makes a buffer of
+/// `length` bytes, lets `fill` write it whole, and writes it out.
+pub type Sink<'s, E> = dyn FnMut(usize, &mut dyn FnMut(&mut [u8])) -> Result<(), E> + 's;
+
+/// Why a run cannot be written by the kernel (the Python writer then does it).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// An order entry outside the rows, keys that do not fit the rows, or
+    /// a zero index spacing: a caller's mistake.
+    Bad(String),
+    /// A framed record or key too large for the run's uint32 size sections.
+    TooLarge,
+}
+
+/// Checks rows and keys before a byte is written.
+pub fn check(examples: &[&[u8]], keys: &Keys, index_every: u64) -> Result<(), Refused> {
+    if index_every == 0 {
+        return Err(Refused::Bad("index_every must be at least 1".into()));
+    }
+    if !keys.fit(examples.len()) {
+        return Err(Refused::Bad(format!("the keys do not fit {} rows", examples.len())));
+    }
+    let limit = u32::MAX as usize;
+    for row in 0..examples.len() {
+        if examples[row].len() > limit - HEADER_SIZE - FOOTER_SIZE || keys.key(examples, row).len() > limit {
+            return Err(Refused::TooLarge);
+        }
+    }
+    Ok(())
+}
+
+/// Writes the run file of `examples` in their order (keys alike) through
+/// `sink`, `block` bytes or so at a time (`RunWriter` with `run_steps`;
+/// the bytes do not depend on the blocks); returns the number of rows.
+/// `check` must have passed.
+pub fn write_run<E>(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64,
+                    block: usize, sink: &mut Sink<'_, E>) -> Result<u64, E> {
+    let block = block.max(1);
+    let count = examples.len();
+    let framed = |row: usize| examples[row].len() + HEADER_SIZE + FOOTER_SIZE;
+    let index = index_entries(examples, keys, prefix_len, index_every);
+    for rows in blocks(count, block, framed) {
+        let length = rows.clone().map(framed).sum();
+        sink(length, &mut |out| {
+            let mut at = 0;
+            for row in rows.clone() {
+                if let Some(ahead) = examples.get(row + PREFETCH_AHEAD) {
+                    crate::prefetch(ahead.as_ptr());
+                }
+                at += frame_at(&mut out[at..], examples[row]);
+            }
+        })?;
+    }
+    let sizes_offset = (0..count).map(|row| framed(row) as u64).sum::<u64>();
+    section(count, block, sink, |_| 4, |row, out| out.copy_from_slice(&(framed(row) as u32).to_le_bytes()))?;
+    let keys_offset = sizes_offset + 4 * count as u64;
+    let mut key_sizes_offset = keys_offset;
+    if !matches!(keys, Keys::Example) {
+        let size = |row: usize| keys.key(examples, row).len();
+        section(count, block, sink, size, |row, out| out.copy_from_slice(keys.key(examples, row)))?;
+        key_sizes_offset += (0..count).map(|row| size(row) as u64).sum::<u64>();
+    }
+    let mut index_offset = key_sizes_offset;
+    if let Keys::Variable(all) = keys {
+        section(count, block, sink, |_| 4, |row, out| out.copy_from_slice(&(all[row].len() as u32).to_le_bytes()))?;
+        index_offset += 4 * count as u64;
+    }
+    let (mut tail, entries) = index;
+    for word in [sizes_offset, keys_offset, key_sizes_offset, index_offset, entries, count as u64] {
+        tail.extend_from_slice(&word.to_le_bytes());
+    }
+    tail.extend_from_slice(&keys.width_code().to_le_bytes());
+    tail.extend_from_slice(MAGIC);
+    sink(tail.len(), &mut |out| out.copy_from_slice(&tail))?;
+    Ok(count as u64)
+}
+
+/// The index section and its number of entries: an entry at the first
+/// row whose record starts at or past `index_every` bytes after the last
+/// entry's (the first row has one), as `RunWriter.add_framed` finds them.
+fn index_entries(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64) -> (Vec<u8>, u64) {
+    let mut index = Vec::new();
+    let (mut entries, mut offset, mut key_offset, mut next_index) = (0u64, 0u64, 0u64, 0u64);
+    for (row, example) in examples.iter().enumerate() {
+        let key = keys.key(examples, row);
+        if offset >= next_index {
+            let prefix = &key[..key.len().min(prefix_len)];
+            index.reserve(INDEX_ENTRY + prefix.len());
+            index.extend_from_slice(&(row as u64).to_le_bytes());
+            index.extend_from_slice(&offset.to_le_bytes());
+            // Only variable-width keys have offsets (`RunWriter` writes 0 else).
+            let at = if matches!(keys, Keys::Variable(_)) { key_offset } else { 0 };
+            index.extend_from_slice(&at.to_le_bytes());
+            index.extend_from_slice(&(prefix.len() as u32).to_le_bytes());
+            index.extend_from_slice(prefix);
+            entries += 1;
+            next_index = offset + index_every;
+        }
+        offset += (example.len() + HEADER_SIZE + FOOTER_SIZE) as u64;
+        key_offset += key.len() as u64;
+    }
+    (index, entries)
+}
+
+/// Rows `0..count` cut into ranges of about `block` bytes (`size` a row), one row at least each.
+fn blocks(count: usize, block: usize, size: impl Fn(usize) -> usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= count {
+            return None;
+        }
+        let (mut end, mut bytes) = (start, 0);
+        while end < count && (end == start || bytes + size(end) <= block) {
+            bytes += size(end);
+            end += 1;
+        }
+        let rows = start..end;
+        start = end;
+        Some(rows)
+    })
+}
+
+/// One column section: `put(row, out)` writes each row's `size(row)` bytes, in order.
+fn section<E>(count: usize, block: usize, sink: &mut Sink<'_, E>, size: impl Fn(usize) -> usize + Copy,
+              put: impl Fn(usize, &mut [u8])) -> Result<(), E> {
+    for rows in blocks(count, block, size) {
+        let length = rows.clone().map(size).sum();
+        sink(length, &mut |out| {
+            let mut at = 0;
+            for row in rows.clone() {
+                put(row, &mut out[at..at + size(row)]);
+                at += size(row);
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Row numbers packed as little-endian int64 (a numpy array's buffer);
+/// a negative one, or a length not a multiple of 8, is a ValueError.
+fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
+    if bytes.len() % 8 != 0 {
+        return Err(PyValueError::new_err("packed rows' length is not a multiple of 8"));
+    }
+    let rows: Vec<i64> = bytes.chunks_exact(8).map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect();
+    if let Some(row) = rows.iter().find(|row| **row < 0) {
+        return Err(PyValueError::new_err(format!("row {row} is negative")));
+    }
+    Ok(rows.into_iter().map(|row| row as usize).collect())
+}
+
+/// `fixed_key_order(keys, width, examples, rows) -> order | None`:
+/// `fixed_key_order` of the rows `rows` (packed int64) of `examples`, whose
+/// keys are `width` bytes each back to back in the buffer `keys`, with
+/// ties broken by example (`break_ties`); the order packed as
+/// little-endian int64. None when an example compared is not bytes (the
+/// Python path takes it); keys that do not fit `examples`, or a row
+/// outside, are a ValueError.
+#[pyfunction(name = "fixed_key_order")]
+pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize, examples: &Bound<'py, PyList>,
+                               rows: PyBuffer<u8>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let rows = with_bytes(py, &rows, packed_rows)??;
+    let (mut order, ties) = with_bytes(py, &keys, |blob| {
+        if width == 0 || blob.len() != width * examples.len() {
+            return Err(format!("{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len()));
+        }
+        guarded(AssertUnwindSafe(|| fixed_key_order(blob, width, &rows))).map_err(|error| error.to_string())?
+    })?
+    .map_err(PyValueError::new_err)?;
+    if !ties.is_empty() {
+        let tied: Vec<usize> = ties.iter().flat_map(|range| order[range.clone()].to_vec()).collect();
+        let Some(items) = gathered(examples, &tied)? else { return Ok(None) };
+        let bytes: std::collections::HashMap<usize, &[u8]> =
+            tied.iter().zip(&items).map(|(row, item)| (*row, item.as_bytes())).collect();
+        guarded(AssertUnwindSafe(|| break_ties(&mut order, &ties, |row| bytes[&row])))?;
+    }
+    let mut packed = Vec::with_capacity(order.len() * 8);
+    for row in &order {
+        packed.extend_from_slice(&(*row as i64).to_le_bytes());
+    }
+    Ok(Some(PyBytes::new(py, &packed)))
+}
+
+/// `sorted_rows(keys, examples) -> order | None`: `sorted_rows` of a list
+/// of examples and their keys (a list of bytes, one per example, or None:
+/// the example is the key), packed as little-endian int64. None when an
+/// item is not bytes (Python sorts any); keys of another count are a
+/// ValueError.
+#[pyfunction(name = "sorted_rows")]
+#[pyo3(signature = (keys, examples))]
+pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>)
+                           -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let Some(items) = bytes_items(examples) else { return Ok(None) };
+    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
+    let key_items = match keys {
+        Some(keys) if keys.len() != examples.len() => {
+            return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
+        }
+        Some(keys) => match bytes_items(keys) {
+            Some(found) => Some(found),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let key_slices: Option<Vec<&[u8]>> = key_items.as_ref().map(|found| found.iter().map(|item| item.as_bytes()).collect());
+    let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices.as_deref(), &slices)))?;
+    let mut packed = Vec::with_capacity(order.len() * 8);
+    for row in &order {
+        packed.extend_from_slice(&(*row as i64).to_le_bytes());
+    }
+    Ok(Some(PyBytes::new(py, &packed)))
+}
+
+/// `framed_sizes(records) -> sizes | None`: each record's TFRecord-framed
+/// size (its length and the framing's 16 bytes) as little-endian int64,
+/// for `prepare.prepare_batch`; None when one is not bytes (the Python path
+/// then says which).
+#[pyfunction(name = "framed_sizes")]
+pub fn py_framed_sizes<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let mut sizes = Vec::with_capacity(records.len() * 8);
+    for record in records.iter() {
+        let Ok(record) = record.downcast::<PyBytes>() else { return Ok(None) };
+        sizes.extend_from_slice(&((record.as_bytes().len() + HEADER_SIZE + FOOTER_SIZE) as i64).to_le_bytes());
+    }
+    Ok(Some(PyBytes::new(py, &sizes)))
+}
+
+/// ``records[i] for i in order`` as byte slices, with the objects that
+/// own them (strong references: `fileobj.write` runs Python, which might
+/// change the list), or None when one is not bytes; an index outside
+/// `records` is an IndexError. Each object is read once, asked for rows
+/// ahead (`prefetch`): a sorted order jumps all over the heap.
+#[allow(clippy::type_complexity)]
+fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
+                            -> PyResult<Option<(Vec<Bound<'py, PyBytes>>, Vec<&'a [u8]>)>> {
+    let (mut items, mut slices) = (Vec::with_capacity(order.len()), Vec::with_capacity(order.len()));
+    for (at, index) in order.iter().enumerate() {
+        if let Some(ahead) = order.get(at + PREFETCH_AHEAD) {
+            if *ahead < records.len() {
+                // SAFETY: `ahead` is inside the list (checked just above),
+                // whose items the GIL keeps alive; only the address is read.
+                crate::prefetch(unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), *ahead as isize) } as *const u8);
+            }
+        }
+        // get_item checks the index against the list as it is now.
+        let Ok(item) = records.get_item(*index)?.downcast_into::<PyBytes>() else { return Ok(None) };
+        let bytes = item.as_bytes();
+        // SAFETY: a bytes object never changes or moves its contents, and
+        // `items` keeps every one alive for as long as the caller keeps the
+        // pair (the slices are dropped with it, never returned further).
+        slices.push(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
+        items.push(item);
+    }
+    Ok(Some((items, slices)))
+}
+
+/// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
+/// index_every, block) -> rows | None`: writes the run file of
+/// ``examples[i] for i in order`` (packed int64) to `fileobj` (its `write`,
+/// about `block` bytes a call), as `run_format.RunWriter` does; keys: None
+/// (key_width 0: the example is the key), a list of bytes (key_width -1)
+/// or a buffer of key_width bytes a row. None, before anything is written,
+/// when an example or key is not bytes or is too large for the format's
+/// uint32 sizes (the Python writer takes the run); an order outside the
+/// rows is an IndexError, keys that do not fit a ValueError, and
+/// `write`'s own errors pass through.
+#[pyfunction(name = "write_run")]
+#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block))]
+#[allow(clippy::too_many_arguments)]
+pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyList>, order: PyBuffer<u8>,
+                    keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize)
+                    -> PyResult<Option<u64>> {
+    let order = with_bytes(py, &order, packed_rows)??;
+    let Some((_items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
+    let write = |keys: &Keys| -> PyResult<Option<u64>> {
+        match check(&slices, keys, index_every) {
+            Err(Refused::TooLarge) => return Ok(None),
+            Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
+            Ok(()) => {}
+        }
+        let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
+            let data = PyBytes::new_with(py, length, |out| {
+                fill(out);
+                Ok(())
+            })?;
+            fileobj.call_method1("write", (data,))?;
+            Ok(())
+        };
+        guarded(AssertUnwindSafe(|| write_run(&slices, keys, prefix_len, index_every, block, &mut sink)))?
+            .map(Some)
+    };
+    match key_width {
+        0 if keys.is_none() => write(&Keys::Example),
+        -1 => {
+            let Ok(list) = keys.downcast::<PyList>() else { return Ok(None) };
+            if list.len() != examples.len() {
+                return Err(PyValueError::new_err(format!("{} keys for {} rows", list.len(), examples.len())));
+            }
+            let Some((_found, key_slices)) = gathered_slices(list, &order)? else { return Ok(None) };
+            write(&Keys::Variable(&key_slices))
+        }
+        width if width > 0 => {
+            let width = width as usize;
+            // Gathered into a copy, so no view of a writable buffer is kept
+            // across `fileobj.write`.
+            let blob = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
+                if blob.len() != width * examples.len() {
+                    return Err(PyValueError::new_err(format!(
+                        "{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len())));
+                }
+                let mut ordered = Vec::with_capacity(order.len() * width);
+                for row in &order {
+                    ordered.extend_from_slice(&blob[row * width..(row + 1) * width]);
+                }
+                Ok(ordered)
+            })??;
+            write(&Keys::Fixed { blob: &blob, width })
+        }
+        _ => Err(PyValueError::new_err(format!("key width {key_width} with keys of type {}", keys.get_type().name()?))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The run file as one buffer, and the lengths of the writes.
+    fn whole(examples: &[&[u8]], keys: &Keys, block: usize) -> (Vec<u8>, Vec<usize>) {
+        let (mut out, mut writes) = (Vec::new(), Vec::new());
+        let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> Result<(), ()> {
+            let mut buffer = vec![0u8; length];
+            fill(&mut buffer);
+            out.extend_from_slice(&buffer);
+            writes.push(length);
+            Ok(())
+        };
+        write_run(examples, keys, 4, 64, block, &mut sink).unwrap();
+        (out, writes)
+    }
+
+    /// `fixed_key_order` with its ties broken.
+    fn sorted(blob: &[u8], width: usize, examples: &[&[u8]], rows: &[usize]) -> Result<Vec<usize>, String> {
+        let (mut order, ties) = fixed_key_order(blob, width, rows)?;
+        break_ties(&mut order, &ties, |row| examples[row]);
+        Ok(order)
+    }
+
+    #[test]
+    fn an_empty_run_is_its_footer() {
+        let (out, _) = whole(&[], &Keys::Example, 100);
+        let mut expected = vec![0u8; 48];
+        expected.extend_from_slice(&0i64.to_le_bytes());
+        expected.extend_from_slice(MAGIC);
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn ties_order_by_example() {
+        let examples: Vec<&[u8]> = vec![b"b", b"a", b"c", b"a"];
+        // keys: [1,1] [1,1] [1,1] [0,1]
+        let blob = [1u8, 1, 1, 1, 1, 1, 0, 1];
+        assert_eq!(sorted(&blob, 2, &examples, &[0, 1, 2, 3]).unwrap(), vec![3, 1, 0, 2]);
+        assert_eq!(sorted(&blob, 2, &examples, &[2, 0]).unwrap(), vec![0, 2]);
+    }
+
+    #[test]
+    fn bad_rows_and_keys_are_refused() {
+        let examples: Vec<&[u8]> = vec![b"a", b"b"];
+        assert!(fixed_key_order(&[0; 3], 2, &[0]).is_err());
+        assert!(fixed_key_order(&[0; 4], 2, &[2]).is_err());
+        assert!(fixed_key_order(&[], 0, &[]).is_err());
+        assert!(matches!(check(&examples, &Keys::Example, 0), Err(Refused::Bad(_))));
+        let keys: Vec<&[u8]> = vec![b"k"];
+        assert!(matches!(check(&examples, &Keys::Variable(&keys), 64), Err(Refused::Bad(_))));
+        assert!(matches!(check(&examples, &Keys::Fixed { blob: &[0; 3], width: 2 }, 64), Err(Refused::Bad(_))));
+        assert_eq!(check(&examples, &Keys::Example, 64), Ok(()));
+    }
+
+    proptest! {
+        #[test]
+        fn the_order_sorts_by_key_then_example(
+            rows in proptest::collection::vec((proptest::collection::vec(0u8..3, 1..12), proptest::collection::vec(0u8..3, 0..3)), 0..60),
+            width in 1usize..12) {
+            // Keys of one width (cut or zero-padded), some sharing their first 8 bytes.
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = rows.into_iter().map(|(mut key, example)| { key.resize(width, 0); (key, example) }).collect();
+            let blob: Vec<u8> = rows.iter().flat_map(|(key, _)| key.clone()).collect();
+            let examples: Vec<&[u8]> = rows.iter().map(|(_, example)| example.as_slice()).collect();
+            let all: Vec<usize> = (0..rows.len()).collect();
+            let order = sorted(&blob, width, &examples, &all).unwrap();
+            let mut expected = rows.clone();
+            expected.sort();
+            let got: Vec<_> = order.iter().map(|row| rows[*row].clone()).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn sorted_rows_sort_by_key_then_example(
+            rows in proptest::collection::vec((proptest::collection::vec(0u8..3, 0..4), proptest::collection::vec(0u8..3, 0..4)), 0..60),
+            keyed in any::<bool>()) {
+            let keys: Vec<&[u8]> = rows.iter().map(|(key, _)| key.as_slice()).collect();
+            let examples: Vec<&[u8]> = rows.iter().map(|(_, example)| example.as_slice()).collect();
+            let order = sorted_rows(keyed.then_some(keys.as_slice()), &examples);
+            let mut expected: Vec<(Vec<u8>, Vec<u8>)> = if keyed { rows.clone() } else {
+                rows.iter().map(|(_, example)| (Vec::new(), example.clone())).collect()
+            };
+            expected.sort();
+            let got: Vec<(Vec<u8>, Vec<u8>)> = order.iter().map(|row| {
+                (if keyed { rows[*row].0.clone() } else { Vec::new() }, rows[*row].1.clone())
+            }).collect();
+            prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn the_blocks_never_change_the_bytes(
+            examples in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..90), 0..40),
+            block in 1usize..400, variable in any::<bool>()) {
+            let slices: Vec<&[u8]> = examples.iter().map(|example| example.as_slice()).collect();
+            let keys = if variable { Keys::Variable(&slices) } else { Keys::Example };
+            let (small, writes) = whole(&slices, &keys, block);
+            let (large, _) = whole(&slices, &keys, 1 << 20);
+            prop_assert_eq!(&small, &large);
+            prop_assert_eq!(writes.iter().sum::<usize>(), small.len());
+            // The footer's numbers: the records' size (the sizes section's offset), rows.
+            let footer = &small[small.len() - 64..];
+            let framed: usize = slices.iter().map(|example| example.len() + 16).sum();
+            prop_assert_eq!(u64::from_le_bytes(footer[..8].try_into().unwrap()), framed as u64);
+            prop_assert_eq!(u64::from_le_bytes(footer[40..48].try_into().unwrap()), slices.len() as u64);
+        }
+
+        #[test]
+        fn hostile_rows_are_refused_not_followed(
+            count in 0usize..10, rows in proptest::collection::vec(0usize..20, 0..20), width in 0usize..4, extra in 0usize..3) {
+            let blob = vec![0u8; count * width + extra];
+            let fine = width > 0 && blob.len() % width == 0 && rows.iter().all(|row| *row < blob.len() / width);
+            prop_assert_eq!(fixed_key_order(&blob, width, &rows).is_ok(), fine);
+        }
+    }
+}
