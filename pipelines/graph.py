@@ -48,7 +48,9 @@ def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
         image = source.image
         if near_threshold(config) is not None:
             # Each image is hashed where its bytes are read and checked.
-            image = dataclasses.replace(image, perceptual_hash=True)
+            image = dataclasses.replace(
+                image, perceptual_hash=True,
+                perceptual_views=config.validation.duplicates.near_views)
         return ReadImages(source.path, source.extensions, source.labels, image, spread=spread)
     return ReadTable(source.path, source.type, extensions=source.extensions,
                      options=source.csv, spread=spread)

@@ -10,6 +10,8 @@ validation:
     dedupe: across_splits    # remove the later copies (within_split | across_splits)
     near_threshold: 10       # image sources: near-duplicate images within 10 bits of 64
                              # (the default; null turns the image hash off)
+    near_views: true         # image sources: also hash four edge-trimmed windows of each
+                             # image (finds every crop of up to 5%; the search costs more)
     max_near_cross_split: 0  # image pairs of different splits within the threshold
 ```
 
@@ -36,7 +38,7 @@ __all__ = ["DuplicatesConfig", "parse_duplicates"]
 
 _KEY = "validation.duplicates"
 _KEYS = ("features", "max_fraction", "max_cross_split", "dedupe", "near_threshold",
-         "max_near_cross_split")
+         "near_views", "max_near_cross_split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +47,16 @@ class DuplicatesConfig:
     max_fraction, max_cross_split: the gates' limits (None: off); dedupe:
     which later copies are removed (one of `DEDUPE_MODES`; None: none);
     near_threshold: image sources' near-duplicate threshold in bits (None:
-    off); max_near_cross_split: its gate (None: off)."""
+    off); near_views: each image's hash also carries its views (windows and
+    unsure bits, docs/near_duplicates.md); max_near_cross_split: its gate
+    (None: off)."""
 
     features: tuple[str, ...] | None = None
     max_fraction: float | None = None
     max_cross_split: int | None = None
     dedupe: str | None = None
     near_threshold: int | None = DEFAULT_THRESHOLD
+    near_views: bool = False
     max_near_cross_split: int | None = None
 
 
@@ -101,6 +106,12 @@ def _threshold(value: Any) -> int | None:
                       f"{describe(value)}")
 
 
+def _views(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{_KEY}.near_views", f"must be true or false, not {describe(value)}")
+
+
 def _dedupe(value: Any) -> str | None:
     if value is None or value in DEDUPE_MODES:
         return value
@@ -123,10 +134,12 @@ def parse_duplicates(value: Any, specs: Sequence[FeatureSpec]
                               dedupe=_dedupe(data.get("dedupe")),
                               near_threshold=_threshold(data.get("near_threshold",
                                                                  DEFAULT_THRESHOLD)),
+                              near_views=_views(data.get("near_views", False)),
                               max_near_cross_split=_count(data.get("max_near_cross_split"),
                                                           "max_near_cross_split"))
     return config, {"features": list(config.features) if config.features else None,
                     "max_fraction": config.max_fraction,
                     "max_cross_split": config.max_cross_split,
                     "dedupe": config.dedupe, "near_threshold": config.near_threshold,
+                    "near_views": config.near_views,
                     "max_near_cross_split": config.max_near_cross_split}

@@ -178,6 +178,7 @@ def test_verify_reads_duplicates_json_as_untrusted_input(tmp_path):
     ({"max_cross_split": -1}, "validation.duplicates.max_cross_split", "0 or more"),
     ({"max_cross_split": 0.5}, "validation.duplicates.max_cross_split", "whole number"),
     ({"max_fractoin": 0.1}, "validation.duplicates.max_fractoin", "did you mean"),
+    ({"near_views": "yes"}, "validation.duplicates.near_views", "true or false"),
 ])
 def test_config_mistakes_name_the_key(tmp_path, duplicates, key, message):
     _write_table(tmp_path / "t.csv", 5, rows=5)

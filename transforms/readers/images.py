@@ -95,8 +95,11 @@ class ImageOptions:
     encode_quality: int | None = None
     modes: tuple[str, ...] | None = None
     # Also give each image's perceptual hash (column ``image_hash``; None
-    # when it cannot be computed): near-duplicate detection turns it on.
+    # when it cannot be computed): near-duplicate detection turns it on;
+    # with perceptual_views the hash also carries the image's views (four
+    # edge-trimmed windows and unsure bits, `image_hash.image_views`).
     perceptual_hash: bool = False
+    perceptual_views: bool = False
 
     def __post_init__(self):
         set_ = object.__setattr__
@@ -452,17 +455,17 @@ def image_columns(data: bytes, path: str, options: ImageOptions) -> dict:
     """
     columns = _checked_columns(data, path, options)
     if options.perceptual_hash:
-        columns["image_hash"] = _perceptual_hash(data, path)
+        columns["image_hash"] = _perceptual_hash(data, path, options.perceptual_views)
     return columns
 
 
-def _perceptual_hash(data: bytes, path: str) -> int | None:
+def _perceptual_hash(data: bytes, path: str, views: bool) -> int | None:
     """The image's perceptual hash and signature (`schemas.image_hash`,
     `image_fingerprint`), made here where its bytes are in hand; None when it cannot be decoded for it (a check
     that did not decode the pixels, `decode: header`, may pass such an
     image: it is kept, and counted as not hashed, not dropped)."""
     try:
-        return image_fingerprint(data, path)
+        return image_fingerprint(data, path, views=views)
     except RowError:
         return None
 
