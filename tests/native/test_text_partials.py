@@ -113,6 +113,13 @@ def test_string_statistics_are_the_same_on_both_paths(native, batches):
     assert _string_statistics(batches, native) == _string_statistics(batches, None)
 
 
+def test_many_texts_and_long_ones_give_the_same_statistics(native):
+    rng = random.Random(11)
+    batches = [[f"text {rng.randrange(30_000)}" for _ in range(10_000)] for _ in range(2)]
+    batches.append(["x" * 5000, "y" * 1025, "z"] * 3)  # bounded keys, hashed as such
+    assert _string_statistics(batches, native) == _string_statistics(batches, None)
+
+
 def test_many_batches_past_the_capacity_merge_the_same(native):
     rng = random.Random(3)
     batches = [[f"v{int(rng.paretovariate(1.2))}" for _ in range(5000)] for _ in range(4)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import datasketches
@@ -50,30 +49,3 @@ def test_what_is_not_utf8_text_is_declined(native):
     assert native.text_theta(["a", "\ud800"], 12) is None
     with pytest.raises(ValueError, match="lg_k"):
         native.text_theta(["a"], 4)
-
-
-def _string_statistics(batches, native):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(distinct, "kernels", lambda: native)
-        patch.setattr(text, "kernels", lambda: native)
-        stats = [FeatureStatistics.from_values("string", "bytes", len(batch), batch)
-                 for batch in batches]
-        merged = stats[0]
-        for other in stats[1:]:
-            merged.merge(other)
-        return json.dumps(merged.to_state(), sort_keys=True), json.dumps(merged.to_json(),
-                                                                         sort_keys=True)
-
-
-@settings(max_examples=60, deadline=None)
-@given(batches=st.lists(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=400),
-                        min_size=1, max_size=3))
-def test_string_statistics_are_the_same_on_both_paths(native, batches):
-    assert _string_statistics(batches, native) == _string_statistics(batches, None)
-
-
-def test_many_texts_and_long_ones_give_the_same_statistics(native):
-    rng = random.Random(11)
-    batches = [[f"text {rng.randrange(30_000)}" for _ in range(10_000)] for _ in range(2)]
-    batches.append(["x" * 5000, "y" * 1025, "z"] * 3)  # bounded keys, hashed as such
-    assert _string_statistics(batches, native) == _string_statistics(batches, None)
