@@ -8,8 +8,6 @@ import datasketches
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recordforge.schemas.stats import FeatureStatistics, distinct, text
-
 # Every UTF-8 length class (1-4 byte characters), every MurmurHash3 tail
 # length (texts up to 40 bytes), the empty text DataSketches skips, repeats.
 TEXTS = st.lists(st.one_of(st.text(max_size=40), st.sampled_from(["", "a", "é", "€", "😀"])),
