@@ -410,7 +410,7 @@ class RunFile:
         bucket: 1.26x higher at 4 GB than at 1 GB).
 
         `into` (writing): read into this buffer (at least `length` bytes)
-        instead of a new one; see `sorting._read_arena`.
+        instead of a new one; see `bucket_arena.read_arena`.
         """
         if into is not None and not mapped:
             fileobj.seek(offset)
