@@ -263,24 +263,52 @@ _popcount = getattr(np, "bitwise_count", popcount_bytes)
 _split_and_key = operator.itemgetter(0, 1)
 
 
-def _ordered(a: ImageFingerprint, b: ImageFingerprint, distance: int) -> NearPair:
-    if (b.split, b.key) < (a.split, a.key):
+def _ordered(a: tuple, b: tuple, distance: int) -> NearPair:
+    """The pair of two members (split, key, path, ...), the lesser first."""
+    if _split_and_key(b) < _split_and_key(a):
         a, b = b, a
-    return NearPair(a.split, a.key, a.path, b.split, b.key, b.path, distance)
+    return NearPair(a[0], a[1], a[2], b[0], b[1], b[2], distance)
 
 
 def _views(member: tuple, width: int) -> list[tuple[int, int, int]]:
-    """A member's (hash, unsure bits, signature) of the whole picture, then
-    of its windows, padded with the whole picture's to `width` views (a
-    copy of a view changes no distance, agreement or shared bucket)."""
+    """An `ImageFingerprint`'s (hash, unsure bits, signature) of the whole
+    picture, then of its windows, padded with the whole picture's to `width`
+    views (a copy of a view changes no distance, agreement or shared bucket)."""
     whole = (member[3], member[5], member[4])
     return [whole, *member[6], *[whole] * (width - 1 - len(member[6]))]
 
 
 def _width(members: list[tuple]) -> int:
-    """Views per member of a bucket: 1 when none has windows (then the
-    search costs what it does with whole hashes alone)."""
+    """Views per `ImageFingerprint` of a list: 1 when none has windows."""
     return 1 + max(len(m[6]) for m in members)
+
+
+# A view as a bucket member carries it: hash and unsure bits (uint64, little
+# endian), signature (63 bytes, big endian, as `signature_array` reads it).
+_VIEW = np.dtype([("hash", "<u8"), ("unsure", "<u8"), ("signature", "u1", SIGNATURE_BYTES)])
+
+
+def _packed_views(fp: ImageFingerprint) -> bytes:
+    """The views of a (checked) fingerprint as `_VIEW` records, the whole
+    picture first. Bytes, not ints: Beam's coder writes an int above 63 bits
+    (every signature, half the hashes) by pickling it, which was most of a
+    search's cost with views (docs/near_duplicates.md, The cost)."""
+    return b"".join(value.to_bytes(8, "little") + unsure.to_bytes(8, "little")
+                    + signature.to_bytes(SIGNATURE_BYTES, "big")
+                    for value, unsure, signature in
+                    ((fp.hash, fp.unsure, fp.signature), *fp.windows))
+
+
+def _member_views(members: list[tuple]) -> np.ndarray:
+    """(members, views) `_VIEW` records of a bucket's members (split, key,
+    path, `_packed_views`), each padded with its whole picture's to the
+    widest member's views (1 when none has windows: then the search costs
+    what it does with whole hashes alone)."""
+    size = _VIEW.itemsize
+    width = max(len(m[3]) for m in members) // size
+    return np.frombuffer(b"".join(
+        m[3] + m[3][:size] * (width - len(m[3]) // size) for m in members),
+        dtype=_VIEW).reshape(len(members), width)
 
 
 @functools.cache
@@ -320,17 +348,15 @@ def _confirmed(first: np.ndarray, second: np.ndarray, hashes: np.ndarray, unsure
     return least
 
 
-def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], banding: Banding,
+def bucket_pairs(key: tuple[int, int], members: Iterable[tuple], banding: Banding,
                  skipped: Mapping) -> Iterator[NearPair]:
-    """The pairs one bucket reports: members (ImageFingerprint or its plain
-    tuple) within the threshold whose signatures agree and whose first
+    """The pairs one bucket reports: members (as `bucket_members` gives
+    them) within the threshold whose signatures agree and whose first
     shared bucket outside `skipped` is this one (so each pair comes from
     exactly one bucket)."""
     members = sorted(members, key=_split_and_key)
-    width = _width(members)
-    views = [_views(m, width) for m in members]
-    hashes = np.array([[v[0] for v in row] for row in views], dtype=np.uint64)
-    unsure = np.array([[v[1] for v in row] for row in views], dtype=np.uint64)
+    views = _member_views(members)
+    hashes, unsure = views["hash"], views["unsure"]
     signatures = None
     for first, second, _ in _close_pairs(hashes, unsure, banding.threshold):
         index, bits = banding.first_shared_keys(
@@ -338,15 +364,14 @@ def bucket_pairs(key: tuple[int, int], members: Iterable[ImageFingerprint], band
             until=key[0])
         ours = (index == key[0]) & (bits == np.uint64(key[1]))
         first, second = first[ours], second[ours]
-        if signatures is None:  # decoded once a bucket has a close pair
-            signatures = signature_array([v[2] for row in views for v in row]).reshape(
-                len(members), len(views[0]), SIGNATURE_BYTES)
+        if signatures is None:  # as signature_array gives them, once a bucket has a close pair
+            signatures = views["signature"].astype(np.int32) - 128
         distances = _confirmed(first, second, hashes, unsure, signatures, banding.threshold)
         keep = distances <= banding.threshold
         for i, j, distance in zip(first[keep].tolist(), second[keep].tolist(),
                                   distances[keep].tolist()):
-            a, b = ImageFingerprint._make(members[i]), ImageFingerprint._make(members[j])
-            if (a.split, a.key) != (b.split, b.key):
+            a, b = members[i], members[j]
+            if (a[0], a[1]) != (b[0], b[1]):
                 yield _ordered(a, b, distance)
 
 
@@ -390,12 +415,14 @@ def _close_pairs(hashes: np.ndarray, unsure: np.ndarray, threshold: int
 def bucket_members(batch: Iterable[ImageFingerprint], banding: Banding
                    ) -> Iterator[tuple[tuple[int, int], list[tuple]]]:
     """(bucket key, the batch's members of that bucket), for a batch of
-    fingerprints (checked). Members travel as plain tuples: Beam's coder
-    writes a tuple of str/int in about a third of a NamedTuple's bytes."""
+    fingerprints (checked). Members travel as plain tuples (split, key,
+    path, `_packed_views`): Beam's coder writes a tuple of str and bytes in
+    a fraction of a NamedTuple's bytes, and without pickling big ints."""
     buckets: dict[tuple[int, int], list[tuple]] = {}
     for fp in batch:
-        member = tuple(check_fingerprint(fp))
-        keys = dict.fromkeys(key for value, unsure, _ in _views(member, 1 + len(fp.windows))
+        check_fingerprint(fp)
+        member = (fp.split, fp.key, fp.path, _packed_views(fp))
+        keys = dict.fromkeys(key for value, unsure, _ in _views(fp, 1 + len(fp.windows))
                              for key in banding.keys(value, unsure))
         for key in keys:
             buckets.setdefault(key, []).append(member)
