@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import random
+import typing
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from recordforge.schemas.image_hash import SIGNATURE_BYTES, image_fingerprint, split_fingerprint
+from recordforge.schemas.image_hash import (
+    SIGNATURE_BYTES, WINDOWS, image_fingerprint, split_fingerprint)
 from recordforge.transforms import near_duplicates
 from recordforge.transforms.near_duplicates import (
     DEFAULT_THRESHOLD, Banding, FindNearDuplicates, ImageFingerprint, NearPair, bucket_members,
@@ -228,6 +230,32 @@ def test_full_buckets_lose_only_pairs_with_no_other_bucket(fingerprints, max_buc
                                   _image(fingerprints, pair.split_b, pair.key_b), banding)
                 - set(skipped)}
     assert set(found) == expected
+
+
+def _big(rng, bits):
+    """A random value of exactly `bits` bits (its top bit set)."""
+    return rng.getrandbits(bits - 1) | 1 << (bits - 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, WINDOWS), st.randoms(use_true_random=False))
+def test_bucket_members_travel_as_bytes_not_pickled_ints(windows, rng):
+    # Beam's default coder (the shuffle's for these untyped elements)
+    # pickles an int above 63 bits: every signature, half the hashes. A
+    # member's views must travel as bytes, about their own size, and come
+    # back as the same hashes, unsure bits and signatures.
+    fp = ImageFingerprint("train", "key", "train/key.jpg", _big(rng, 64),
+                          _big(rng, 8 * SIGNATURE_BYTES), _big(rng, 64),
+                          tuple((_big(rng, 64), _big(rng, 64), _big(rng, 8 * SIGNATURE_BYTES))
+                                for _ in range(windows)))
+    coder = beam.coders.registry.get_coder(typing.Any)
+    for _, members in bucket_members([fp], Banding(DEFAULT_THRESHOLD)):
+        encoded = coder.encode(members)
+        assert len(encoded) <= (1 + windows) * (16 + SIGNATURE_BYTES) + 48
+        views = near_duplicates._member_views(coder.decode(encoded))[0]
+        expected = [(fp.hash, fp.unsure, fp.signature), *fp.windows]
+        assert [(int(v["hash"]), int(v["unsure"]),
+                 int.from_bytes(v["signature"].tobytes(), "big")) for v in views] == expected
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=12), st.integers(1, 4))
