@@ -256,7 +256,7 @@ def image_fingerprint(data: bytes, path: str = "image", views: bool = False) -> 
     one integer (`split_fingerprint` parts it): ``signature << 64 | hash``;
     with `views`, above them the hash's unsure bits (64 bits), then each
     window's hash, unsure bits and signature (about 100 µs an image more,
-    and a search about 1 ms an image dearer: docs/near_duplicates.md).
+    and a search about 0.5 ms an image dearer: docs/near_duplicates.md).
     Raises as `image_hash`."""
     from PIL import UnidentifiedImageError  # not at module level: see image_decode
 

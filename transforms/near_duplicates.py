@@ -38,7 +38,10 @@ pairs too. The search never compares all pairs:
 * Batches. Fingerprints are bucketed a batch at a time, and a batch sends
   one element per bucket it touches: the runner's cost is per element, and
   with 11 bands of 5-6 bits a batch of 4,096 touches at most 640 buckets
-  (however many keys views give each image: about 30).
+  (however many keys views give each image: about 30). A member's views
+  travel as one byte string (`_packed_views`): Beam's coder pickles an int
+  above 63 bits, and pickling signatures and hashes once per bucket an
+  image is in was about half a search's cost with views.
 * Each pair once. Two close images may share several buckets; a pair is
   given only by the first of them (in key order, among the buckets each
   two views share with their bits unsure in both at 0) that was compared,
