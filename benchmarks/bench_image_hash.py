@@ -25,10 +25,13 @@ Prints, on one core:
   pairs) and on scenes (crops of one sample photo count as one picture),
   beside the pairs the hash alone would give; its pairs are checked against
   a brute-force comparison of all pairs;
-* the search's time as the images grow (4x the fingerprints: ~4x the time).
+* the search's time as the images grow (4x the fingerprints: ~4x the time);
+* the search's CPU time over the 3,000-image set's fingerprints with and
+  without views (`FindNearDuplicates` alone, alternating rounds, the
+  best counts), and the pairs found.
 
     python benchmarks/bench_image_hash.py [--scenes 1000] [--thresholds 6,8,10,12,14]
-        [--skip cost,recall,fp,growth] [--views]
+        [--skip cost,recall,fp,growth,search] [--views]
 
 ``--views``: recall and false positives with each image's views (its
 windows and unsure bits, `image_fingerprint(..., views=True)`), and the
@@ -256,6 +259,25 @@ def bench_growth(threshold: int) -> None:
                   f"({per_image / base:.2f}x the smallest)")
 
 
+def bench_search(workload: list[tuple[str, bytes]], rounds: int) -> None:
+    """CPU seconds of the search over the same images' fingerprints with
+    views and without, alternating which goes first (a pipeline's CPU is
+    in this process: DirectRunner, one worker, in memory)."""
+    sets = {views: [_fingerprint(key, data, views, "train" if i % 5 else "test")
+                    for i, (key, data) in enumerate(workload)] for views in (False, True)}
+    best: dict[bool, float] = {}
+    found: dict[bool, int] = {}
+    for round_ in range(rounds):
+        for views in ((False, True) if round_ % 2 == 0 else (True, False)):
+            start = time.process_time()
+            pairs, _ = search(sets[views], DEFAULT_THRESHOLD)
+            best[views] = min(best.get(views, float("inf")), time.process_time() - start)
+            found[views] = len(pairs)
+    print(f"\nsearch CPU over {len(workload):,} images' fingerprints (best of {rounds}): "
+          f"without views {best[False]:.2f} s ({found[False]:,} pairs), with views "
+          f"{best[True]:.2f} s ({found[True]:,} pairs), {best[True] / best[False]:.2f}x")
+
+
 def _picture(seed: int) -> str:
     """Scenes cropped from one sample photo may overlap: one picture."""
     kind = image_scenes.kind_of(seed)
@@ -267,7 +289,7 @@ def main(argv=None) -> None:
     parser.add_argument("--scenes", type=int, default=1000)
     parser.add_argument("--thresholds", default=f"6,8,{DEFAULT_THRESHOLD},12,14")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--skip", default="", help="comma-separated: cost,recall,fp,growth")
+    parser.add_argument("--skip", default="", help="comma-separated: cost,recall,fp,growth,search")
     parser.add_argument("--views", action="store_true",
                         help="recall and false positives with each image's views")
     args = parser.parse_args(argv)
@@ -299,6 +321,8 @@ def main(argv=None) -> None:
                               thresholds, args.views)
     if "growth" not in skip:
         bench_growth(DEFAULT_THRESHOLD)
+    if "search" not in skip:
+        bench_search(workload, args.rounds)
 
 
 if __name__ == "__main__":
