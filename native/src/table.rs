@@ -309,8 +309,10 @@ pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
         return Err(RunError::TooLong);
     }
     let body = run.strip_suffix(b"\n").unwrap_or(run);
-    // Capacity from the run's size: a field takes at least two bytes.
-    let mut fields = RunFields { rows: 0, width, ends: Vec::with_capacity(body.len() / 2 + 1) };
+    // A first guess from the run's size (a field of 15 bytes or more,
+    // as in most tables), grown as needed and trimmed at the end: the
+    // ends live as long as the batch, beside the run.
+    let mut fields = RunFields { rows: 0, width, ends: Vec::with_capacity(body.len() / 16 + 1) };
     let mut line_start = 0;
     for (at, byte) in body.iter().enumerate() {
         match byte {
@@ -328,6 +330,7 @@ pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
     if !body.is_empty() {
         fields.end_line(body, line_start, body.len())?;
     }
+    fields.ends.shrink_to_fit();
     Ok(fields)
 }
 
