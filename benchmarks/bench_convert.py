@@ -7,9 +7,12 @@ Reads the end-to-end benchmark's five-column table (`e2e_workloads.make_table`,
 keyed by ``id``, labels counted over one split as in a build) as the CSV
 reader cuts it (`CsvRunBatch` runs), then times, on every run, the steps
 of `to_examples.BatchConversion` that turn a run into a `HashedExamples`:
-``convert``: `BatchConverter.convert_observed_batch`; ``digests``: the
+``read``: `iter_csv` cutting the table into runs (with the native check
+of each run where the extension loads); ``convert``: `BatchConverter.convert_observed_batch`; ``digests``: the
 rows' digests and split indices (`BatchConversion._count`); ``both``: the
-two together, which is what a build pays whichever of them hashes. The
+two together, which is what a build pays whichever of them hashes;
+``read+convert``: reading and converting, which a build pays for each run
+(the work the reader and the convert call could share). The
 statistics are left out (their own benchmark: bench_statistics.py). Only
 methods every version of these classes has are called, so the script
 times an older checkout the same way (``PYTHONPATH=/old/checkout``).
@@ -54,6 +57,19 @@ def _best(job, batches, repeat: int) -> float:
     return best
 
 
+def _best_read(table: str, repeat: int, each=None) -> float:
+    """The best CPU time of reading `table` into runs (and `each` of every run)."""
+    from recordforge.transforms.readers.csv import iter_csv
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.process_time()
+        for item in iter_csv(table, columns=True):
+            if each is not None and not isinstance(item, dict):
+                each(item)
+        best = min(best, time.process_time() - started)
+    return best
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -63,15 +79,17 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         table = args.table or make_table(pathlib.Path(scratch), args.rows)[0].path
         batches = _batches(table)
-    conversion = _conversion()
-    converter = conversion._converter
-    rows = sum(map(len, batches))
+        conversion = _conversion()
+        converter = conversion._converter
+        rows = sum(map(len, batches))
 
-    def convert(batch):
-        return converter.convert_observed_batch(batch, "label", tuple(LABELS))
+        def convert(batch):
+            return converter.convert_observed_batch(batch, "label", tuple(LABELS))
 
+        timings = {"read": _best_read(table, args.repeat),
+                   "read+convert": _best_read(table, args.repeat, convert)}
     converted = [convert(batch) for batch in batches]
-    timings = {
+    timings |= {
         "convert": _best(convert, batches, args.repeat),
         "digests": _best(lambda done: conversion._count(done[0], done[1]), converted,
                          args.repeat),

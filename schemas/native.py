@@ -22,6 +22,7 @@ _KERNELS_USED = (
     "CsvPlan",  # transforms/native_rows.py: a schema compiled for a CSV header
     "check_csv_run",  # transforms/readers/csv.py: _plain_lines (is a run one ColumnBatch)
     "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
+    "convert_checked_run",  # the same for a run check_csv_run parsed (its fields kept)
     "convert_arrow_batch",  # the same for a Parquet record batch (readers/arrow_batch.py)
     "frame_gathered",  # transforms/writer/run_format.py: RunWriter.add of take(examples, order)
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))

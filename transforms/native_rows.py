@@ -2,7 +2,8 @@
 
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
-`CsvRunBatch` with one `convert_csv_run` call: every row's Example and key,
+`CsvRunBatch` with one `convert_checked_run` call (on the fields the
+reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's Example and key,
 the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
 kernel's array, no Python number made per row) and, given the dataset's
@@ -85,6 +86,9 @@ class NativeRows:
         if isinstance(batch, ArrowBatch):
             done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
                                                     len(batch), kernel_plan)
+        elif batch.checked is not None:
+            # The run the reader's check parsed: its fields are not found again.
+            done = self._native.convert_checked_run(batch.checked, kernel_plan)
         else:
             done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
         if done is None:

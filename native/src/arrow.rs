@@ -411,7 +411,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     let Ok(converted) = crate::guarded(|| convert_batch(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable))? else {
         return Ok(None);
     };
-    Ok(Some(crate::converted_objects(py, &converted, plan, count)?))
+    Ok(Some(crate::converted_objects(py, &converted, plan, count, false)?))
 }
 
 #[cfg(test)]

@@ -172,7 +172,10 @@ impl CsvPlan {
 /// little-endian int64 or float64 (numpy reads them in one call); for
 /// text, a list of str when `as_str` (what the reader's split would have
 /// given: the statistics of a string feature read it), else b"".
-fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool) -> PyResult<PyObject> {
+/// `validated`: every text value is known to be UTF-8 (cut at ASCII
+/// commas and line ends from a run `table::check_run` validated whole),
+/// so it is not checked again.
+fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validated: bool) -> PyResult<PyObject> {
     if let Some(table::Value::Bytes(_)) = values.first() {
         if !as_str {
             return Ok(PyBytes::new(py, b"").into_any().unbind());
@@ -182,9 +185,15 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool) -> PyRes
             let table::Value::Bytes(data) = value else {
                 return Err(PyRuntimeError::new_err("a text column holds a number"));
             };
-            // The run is valid UTF-8 (`table::convert_run` checked) and a
-            // field is cut at ASCII bytes, so this holds; checked anyway.
-            let text = std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?;
+            let text = if validated {
+                // SAFETY: `validated` is passed only for the fields of a
+                // run `table::check_run` found valid UTF-8 whole, cut at
+                // ASCII bytes (',', '\r', '\n'), which never fall inside
+                // a multi-byte character: every field is valid UTF-8.
+                unsafe { std::str::from_utf8_unchecked(data) }
+            } else {
+                std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?
+            };
             texts.push(PyString::new(py, text));
         }
         return Ok(PyList::new(py, texts)?.into_any().unbind());
@@ -209,6 +218,23 @@ fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a
 /// the rows' digests joined (or None).
 type ConvertedObjects = (Py<PyList>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>);
 
+/// A run of CSV lines `check_csv_run` found plain: the run (immutable
+/// bytes, kept with it) and where its fields end (`table::RunFields`),
+/// which `convert_checked_run` converts without parsing the run again.
+/// Made only by `check_csv_run`, so it always holds a checked run.
+#[pyclass(frozen, module = "recordforge._native")]
+struct CsvRun {
+    run: Py<PyBytes>,
+    fields: table::RunFields,
+}
+
+#[pymethods]
+impl CsvRun {
+    fn __len__(&self) -> usize {
+        self.fields.rows
+    }
+}
+
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys,
@@ -223,16 +249,29 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
             return Ok(None);
         };
-        Ok(Some(converted_objects(py, &converted, plan, count)?))
+        Ok(Some(converted_objects(py, &converted, plan, count, true)?))
     })?
+}
+
+/// `convert_checked_run(checked, plan)`: as `convert_csv_run`, for a run
+/// `check_csv_run` checked (a `CsvRun`): its fields are not found again.
+#[pyfunction]
+fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
+                       -> PyResult<Option<ConvertedObjects>> {
+    let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
+    let Ok(converted) = guarded(|| table::convert_checked(bytes, fields, &plan.plan))? else {
+        return Ok(None);
+    };
+    Ok(Some(converted_objects(py, &converted, plan, checked.fields.rows, true)?))
 }
 
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
 /// examples and keys, per feature None or its `packed_column`, and the
 /// digests when the plan has a salt.
-fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPlan, count: usize)
-                     -> PyResult<ConvertedObjects> {
+/// `validated`: as `packed_column`'s.
+fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPlan, count: usize,
+                     validated: bool) -> PyResult<ConvertedObjects> {
     let digests = match &plan.hasher {
         Some(hasher) => Some(guarded(|| converted.digests(hasher))?),
         None => None,
@@ -240,7 +279,7 @@ fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPla
     let mut checked = Vec::with_capacity(converted.checked.len());
     for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
         checked.push(match column {
-            Some(values) => Some(packed_column(py, values, *as_str)?),
+            Some(values) => Some(packed_column(py, values, *as_str, validated)?),
             None => None,
         });
     }
@@ -250,12 +289,16 @@ fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPla
         digests.map(|joined| PyBytes::new(py, &joined).unbind())))
 }
 
-/// `check_csv_run(run, width) -> rows | None`: the number of rows of a
-/// plain run of CSV lines of `width` fields (`table::count_run`), or None
-/// when it is not one (the reader then reads it record by record).
+/// `check_csv_run(run, width) -> CsvRun | None`: a plain run of CSV lines
+/// of `width` fields (`table::check_run`: ``len()`` is its rows), or None
+/// when it is not one (the reader then reads it record by record). `run`
+/// must be bytes: immutable, so the check holds when it is converted.
 #[pyfunction]
-fn check_csv_run(py: Python<'_>, run: PyBuffer<u8>, width: usize) -> PyResult<Option<usize>> {
-    with_bytes(py, &run, |bytes| Ok(guarded(|| table::count_run(bytes, width))?.ok()))?
+fn check_csv_run(py: Python<'_>, run: Bound<'_, PyBytes>, width: usize) -> PyResult<Option<CsvRun>> {
+    let bytes = run.as_bytes();
+    let checked = guarded(|| table::check_run(bytes, width))?;
+    let _ = py;
+    Ok(checked.ok().map(|fields| CsvRun { run: run.unbind(), fields }))
 }
 
 /// The `bytes` items of `items`, or None when one is of another type (the
@@ -463,6 +506,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(index_lines, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
+    module.add_function(wrap_pyfunction!(convert_checked_run, module)?)?;
+    module.add_class::<CsvRun>()?;
     module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_function(wrap_pyfunction!(text_stats::text_partial_py, module)?)?;

@@ -128,6 +128,8 @@ pub enum RunError {
     RowCount { expected: usize, found: usize },
     FieldCount { line: usize },
     BlankLine { line: usize },
+    /// Longer than the u32 offsets of `RunFields` hold (or no columns).
+    TooLong,
 }
 
 // Longer numbers are left to Python: no int64 needs more than 19 digits
@@ -276,9 +278,23 @@ pub(crate) fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(text);
 }
 
-/// The lines of a plain run (its final newline dropped), after the checks
-/// that need the whole run.
-fn run_body(run: &[u8]) -> Result<&[u8], RunError> {
+/// A plain run's fields as `check_run` found them: the run is valid
+/// UTF-8, a CR only in CRLF, no blank line, `width` fields on every line.
+/// `ends[row * width + column]` is where that field ends (the byte offset
+/// of the comma, CR or LF after it, or the run's end); a field starts one
+/// byte after the previous one ends, and a line one byte after its LF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFields {
+    pub rows: usize,
+    pub width: usize,
+    ends: Vec<u32>,
+}
+
+/// Checks a plain run of CSV lines of `width` fields each, as
+/// `transforms/readers/csv.py` (`_plain_lines`) decides that a run is one
+/// `ColumnBatch`, and keeps where its fields end, so that `convert_checked`
+/// converts the run without parsing it again. One pass over the bytes.
+pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
@@ -287,85 +303,111 @@ fn run_body(run: &[u8]) -> Result<&[u8], RunError> {
     if run.ends_with(b"\r") {
         return Err(RunError::LoneCarriageReturn);
     }
-    Ok(run.strip_suffix(b"\n").unwrap_or(run))
+    // Offsets are u32 (half the memory of usize); the reader's runs are
+    // a few MB, and a longer one is simply read by Python.
+    if run.len() >= u32::MAX as usize || width == 0 {
+        return Err(RunError::TooLong);
+    }
+    let body = run.strip_suffix(b"\n").unwrap_or(run);
+    // A first guess from the run's size (a field of 15 bytes or more,
+    // as in most tables), grown as needed and trimmed at the end: the
+    // ends live as long as the batch, beside the run.
+    let mut fields = RunFields { rows: 0, width, ends: Vec::with_capacity(body.len() / 16 + 1) };
+    let mut line_start = 0;
+    for (at, byte) in body.iter().enumerate() {
+        match byte {
+            b',' => fields.ends.push(at as u32),
+            // (the byte after a CR is read from the run: the body's last
+            // CR is followed by the run's final LF)
+            b'\r' if run.get(at + 1) != Some(&b'\n') => return Err(RunError::LoneCarriageReturn),
+            b'\n' => {
+                fields.end_line(body, line_start, at)?;
+                line_start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    if !body.is_empty() {
+        fields.end_line(body, line_start, body.len())?;
+    }
+    fields.ends.shrink_to_fit();
+    Ok(fields)
 }
 
-/// The lines of a plain run's body (none for an empty one).
-fn body_lines(body: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let lines = if body.is_empty() { None } else { Some(body.split(|b| *b == b'\n')) };
-    lines.into_iter().flatten()
+impl RunFields {
+    /// Ends the line from `start` to its LF (or the body's end) at `at`.
+    fn end_line(&mut self, body: &[u8], start: usize, at: usize) -> Result<(), RunError> {
+        let end = if at > start && body[at - 1] == b'\r' { at - 1 } else { at };
+        if end == start {
+            return Err(RunError::BlankLine { line: self.rows });
+        }
+        self.ends.push(end as u32);
+        self.rows += 1;
+        if self.ends.len() != self.rows * self.width {
+            return Err(RunError::FieldCount { line: self.rows - 1 });
+        }
+        Ok(())
+    }
+
+    /// Cuts row `row`'s fields from `run` (the run `check_run` checked)
+    /// into `line` (cleared first), the row starting at `start`; gives
+    /// where the next row starts (after this one's LF or CRLF).
+    fn cut_row<'a>(&self, run: &'a [u8], row: usize, start: usize, line: &mut Vec<&'a [u8]>)
+                   -> Result<usize, RunError> {
+        let ends = &self.ends[row * self.width..(row + 1) * self.width];
+        line.clear();
+        let mut field_start = start;
+        for end in ends {
+            let end = *end as usize;
+            // (fields from another run than `run` are refused, not read out of bounds)
+            line.push(run.get(field_start..end).ok_or(RunError::FieldCount { line: row })?);
+            field_start = end + 1;
+        }
+        let last = field_start - 1;
+        Ok(field_start + usize::from(run.get(last) == Some(&b'\r')))
+    }
 }
 
 /// The number of rows of a plain run of CSV lines with `width` fields
-/// each, as `transforms/readers/csv.py` (`_plain_csv_rows`) decides that a
-/// run is one `ColumnBatch`: valid UTF-8, a CR only in CRLF, no blank
-/// line, `width` fields on every line. The reader then leaves splitting
-/// the fields to whoever needs them.
+/// each (`check_run`).
 pub fn count_run(run: &[u8], width: usize) -> Result<usize, RunError> {
-    let body = run_body(run)?;
-    let mut rows = 0;
-    for (index, line) in body_lines(body).enumerate() {
-        if checked_line(line, index)?.1 != width {
-            return Err(RunError::FieldCount { line: index });
-        }
-        rows += 1;
-    }
-    Ok(rows)
+    check_run(run, width).map(|fields| fields.rows)
 }
 
-/// One line of a plain run without its CRLF's CR, and its number of
-/// fields, checked against the reader's promises (a CR only in CRLF, no
-/// blank line). One pass, branch-free over the bytes.
-fn checked_line(line: &[u8], index: usize) -> Result<(&[u8], usize), RunError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let (mut commas, mut carriage_returns) = (0usize, 0usize);
-    for byte in line {
-        commas += usize::from(*byte == b',');
-        carriage_returns += usize::from(*byte == b'\r');
-    }
-    if carriage_returns > 0 {
-        return Err(RunError::LoneCarriageReturn);
-    }
-    if line.is_empty() {
-        return Err(RunError::BlankLine { line: index });
-    }
-    Ok((line, commas + 1))
-}
-
-/// Splits one line into `fields` (cleared first), checked against the
-/// reader's promises.
-fn split_line<'a>(line: &'a [u8], index: usize, width: usize, fields: &mut Vec<&'a [u8]>)
-                  -> Result<(), RunError> {
-    let (line, found) = checked_line(line, index)?;
-    if found != width {
-        return Err(RunError::FieldCount { line: index });
-    }
-    fields.clear();
-    fields.extend(line.split(|b| *b == b','));
-    Ok(())
-}
-
-/// Converts a plain run of `count` CSV lines by `plan`.
+/// Converts a plain run of `count` CSV lines by `plan`: checks it
+/// (`check_run`) and converts it (`convert_checked`).
 pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Converted<'a>, RunError> {
-    let body = run_body(run)?;
-    // Capacities from what exists (the run's size), never from `count` alone.
-    let rows = count.min(body.len() / 2 + 1);
+    let fields = check_run(run, plan.width)?;
+    if fields.rows != count {
+        return Err(RunError::RowCount { expected: count, found: fields.rows });
+    }
+    convert_checked(run, &fields, plan)
+}
+
+/// Converts the run `check_run` checked into `fields` by `plan`, without
+/// parsing it again.
+pub fn convert_checked<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan) -> Result<Converted<'a>, RunError> {
+    if fields.width != plan.width {
+        return Err(RunError::FieldCount { line: 0 });
+    }
+    let rows = fields.rows;
     let mut converted = Converted {
-        example_bytes: Vec::with_capacity(body.len() + body.len() / 2),
+        example_bytes: Vec::with_capacity(run.len() + run.len() / 2),
         examples: Vec::with_capacity(rows),
         key_bytes: Vec::new(),
         keys: Vec::with_capacity(rows),
         checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows))).collect(),
     };
-    let mut fields: Vec<&[u8]> = Vec::with_capacity(plan.width.min(body.len() + 1));
+    let mut line: Vec<&[u8]> = Vec::with_capacity(plan.width);
     let mut entries = Vec::new();
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    for (index, line) in body_lines(body).enumerate() {
-        split_line(line, index, plan.width, &mut fields)?;
+    let mut start = 0;
+    for row in 0..rows {
+        start = fields.cut_row(run, row, start, &mut line)?;
         entries.clear();
         values.clear();
         for (position, feature) in plan.features.iter().enumerate() {
-            let value = check(&feature.rule, fields[feature.column]);
+            let value = check(&feature.rule, line[feature.column]);
             match (value, &mut converted.checked[position]) {
                 (Some(found), Some(column)) => column.push(found),
                 (None, column) => *column = None,
@@ -383,17 +425,14 @@ pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Conve
                 Some(value) => { put_value_key(&mut converted.key_bytes, value); true }
                 None => false,
             },
-            Key::Text(column) if !fields[column].is_empty() => {
-                put_text_key(&mut converted.key_bytes, fields[column]);
+            Key::Text(column) if !line[column].is_empty() => {
+                put_text_key(&mut converted.key_bytes, line[column]);
                 true
             }
             Key::Text(_) => false,
         };
         converted.push_row(&entries, keyed && values.iter().all(Option::is_some), key_start,
                            !matches!(plan.key, Key::None));
-    }
-    if converted.examples.len() != count {
-        return Err(RunError::RowCount { expected: count, found: converted.examples.len() });
     }
     Ok(converted)
 }
@@ -480,7 +519,43 @@ mod tests {
         }
     }
 
+    /// The fields of a plain run by the reader's rules, written the plain
+    /// way (`_plain_lines`: decode, CRLF to LF, split lines and commas),
+    /// as the reference `check_run` must match; None where it refuses.
+    fn reference_fields(run: &[u8], width: usize) -> Option<Vec<Vec<Vec<u8>>>> {
+        let text = std::str::from_utf8(run).ok()?.replace("\r\n", "\n");
+        if text.contains('\r') {
+            return None;
+        }
+        let mut lines: Vec<&str> = text.split('\n').collect();
+        if lines.last() == Some(&"") {
+            lines.pop();
+        }
+        let rows: Vec<Vec<Vec<u8>>> = lines.iter()
+            .map(|line| line.split(',').map(|field| field.as_bytes().to_vec()).collect())
+            .collect();
+        let plain = lines.iter().all(|line| !line.is_empty()) && rows.iter().all(|row| row.len() == width);
+        plain.then_some(rows)
+    }
+
+    fn checked_fields(run: &[u8], fields: &RunFields) -> Vec<Vec<Vec<u8>>> {
+        let (mut line, mut start, mut rows) = (Vec::new(), 0, Vec::new());
+        for row in 0..fields.rows {
+            start = fields.cut_row(run, row, start, &mut line).unwrap();
+            rows.push(line.iter().map(|field| field.to_vec()).collect());
+        }
+        rows
+    }
+
     proptest! {
+        #[test]
+        fn check_run_finds_the_fields_the_reader_splits(run in prop::collection::vec(
+                prop::sample::select(b"01,\r\n a\xff\xc3\xa9\xe2\x82\xac\"".to_vec()), 0..120),
+                width in 1usize..4) {
+            let found = check_run(&run, width).ok().map(|fields| checked_fields(&run, &fields));
+            prop_assert_eq!(found, reference_fields(&run, width));
+        }
+
         #[test]
         fn count_run_accepts_exactly_the_runs_convert_run_reads(run in prop::collection::vec(
                 prop::sample::select(b"0123,.-\r\n a\xff".to_vec()), 0..120)) {

@@ -12,6 +12,7 @@ without, and everything they give must be equal.
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -310,8 +311,10 @@ def test_the_reader_gives_the_same_batches_with_the_kernel(native, tmp_path_fact
             assert pickle.loads(pickle.dumps(item)) == item
 
 
+# (b"\xc3" and b"\xe2\x82" alone: a run cut inside a multi-byte character)
 run_bytes = st.lists(st.sampled_from([b"1", b"a", b",", b"\n", b"\r\n", b"\r", b"\xc3\xa9",
-                                      b"\xff", b"\x00", b" "]), max_size=40).map(b"".join)
+                                      b"\xff", b"\x00", b" ", b"\xc3", b"\xe2\x82", b"\xe2\x82\xac",
+                                      b'"']), max_size=40).map(b"".join)
 
 
 @settings(max_examples=2000, deadline=None)
@@ -321,7 +324,8 @@ def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
     the reader's promise holds (a CR only in CRLF) they agree exactly, and
     on any bytes the kernel never takes a run the reader would refuse."""
     lines = csv_reader._plain_lines(run, width)
-    rows = native.check_csv_run(run, width)
+    checked = native.check_csv_run(run, width)
+    rows = None if checked is None else len(checked)
     if rows:
         assert lines is not None and len(lines) == rows
     if run.count(b"\r") == run.count(b"\r\n"):
@@ -331,6 +335,90 @@ def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
 def test_a_run_the_reader_refuses_names_its_lines(native):
     """Should the kernel ever take a run the reader refuses, the batch says
     where, rather than giving columns of the wrong length."""
-    batch = CsvRunBatch("t.csv", 2, None, b"1,2\n3\n", ("a", "b"), 2)
+    # (a stand-in for the kernel's answer: only its length, 2 rows, is read)
+    batch = CsvRunBatch("t.csv", 2, None, b"1,2\n3\n", ("a", "b"), range(2))
     with pytest.raises(RuntimeError, match="t.csv lines 2-3"):
         batch.columns
+
+
+@st.composite
+def hostile_runs(draw) -> tuple[bytes, int]:
+    """A run as the reader might hand one over, or worse: lines of
+    generated fields (some ragged, blank, quoted or not UTF-8), LF or CRLF
+    line ends, a final line end or none, and possibly cut at any byte
+    (inside a multi-byte character too)."""
+    width = draw(st.integers(1, 4))
+    lines = []
+    for _ in range(draw(st.integers(1, 8))):
+        count = width + (draw(st.integers(-1, 1)) if draw(st.integers(0, 4)) == 0 else 0)
+        line = ",".join(draw(field_text) for _ in range(max(count, 0)))
+        line = line.encode("utf-8", "surrogatepass")
+        extra = draw(st.sampled_from([b"", b"", b"", b"\xff", b"\xc3", b'"', b"\r", b"\xe2\x82"]))
+        lines.append(line + extra)
+    run = b"".join(line + draw(st.sampled_from([b"\n", b"\r\n"])) for line in lines)
+    if draw(st.booleans()):
+        run = run[:draw(st.integers(0, len(run)))]
+    return run, width
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(generated=hostile_runs(), schema=schemas())
+def test_a_checked_run_converts_as_an_unchecked_one(native, outcome, generated, schema):
+    """The convert call on the fields the reader's check kept
+    (`convert_checked_run`) gives what the run's own parse gives
+    (`convert_csv_run`); and the reader's batches of any run, converted
+    with the kernel, give the rows, dead letters and statistics of the
+    Python path (a run the check refuses is read record by record)."""
+    run, width = generated
+    specs, key, label = schema
+    names = COLUMNS[:width]
+    checked = native.check_csv_run(run, width)
+    with_kernel = _converter(specs, key if key in names else None, native)
+    if checked is not None and with_kernel._native is not None:
+        plan = with_kernel._native._plan(tuple(names))
+        if plan is not None:
+            assert native.convert_checked_run(checked, plan[0]) == \
+                native.convert_csv_run(run, len(checked), plan[0])
+    without = _converter(specs, key if key in names else None, None)
+    items = {}
+    for kernels in (native, None):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(csv_reader, "kernels", lambda: kernels)
+            items[kernels] = list(csv_reader._plain_csv_rows(run, 2, names, "t.csv", True))
+    assert items[native] == items[None]
+    # (the kernel's check decides: a run it takes is one batch of its fields)
+    assert any(isinstance(item, CsvRunBatch) and item.checked is not None
+               for item in items[native]) == bool(checked)
+    for item in items[native]:
+        if isinstance(item, dict):
+            continue
+        batch = item if isinstance(item, ColumnBatch) else [item]
+        assert outcome(with_kernel, specs, batch, label) == outcome(without, specs, batch, label)
+
+
+def test_a_checked_run_is_not_parsed_again(native, tmp_path):
+    """The reader's check keeps the run's fields, and the convert call
+    takes them: the run's own parse (`convert_csv_run`) is not called."""
+    path = tmp_path / "t.csv"
+    path.write_bytes("c0,c1\n1,é\r\n2,b\n".encode())
+    [batch] = list(iter_csv(str(path), columns=True))
+    assert isinstance(batch, CsvRunBatch) and len(batch.checked) == 2
+    specs = parse_features({"n": {"type": "int64", "from": "c0"},
+                            "s": {"type": "string", "from": "c1"}}, nested=False)
+    converter = _converter(specs, "c0", native)
+    expected = converter._native.convert(batch)
+    converter._native._native = SimpleNamespace(**{**vars(converter._native._native),
+                                                   "convert_csv_run": _fails})
+    again = converter._native.convert(batch)
+    assert again[:2] == expected[:2] and again[4] == expected[4]
+    assert again[2]["s"] == expected[2]["s"] == ["é", "b"]
+    assert again[2]["n"].tolist() == expected[2]["n"].tolist() == [1, 2]
+
+
+def test_only_the_check_makes_a_checked_run(native):
+    """A `CsvRun` comes from `check_csv_run` alone, of immutable bytes:
+    Python cannot make one for a run the check never saw."""
+    with pytest.raises(TypeError):
+        type(native.check_csv_run(b"1\n", 1))()
+    with pytest.raises(TypeError):
+        native.check_csv_run(bytearray(b"1\n"), 1)

@@ -53,22 +53,24 @@ class CsvRunBatch(ColumnBatch):
     speed-up, never needed (the kernel's answer equals the Python path's).
 
     When the kernel vouched for the run (`check_csv_run`, the same test as
-    `_plain_lines`), `columns` is None: the fields are split from the run
-    (`_run_columns`, as the reader would have) only when something asks for
-    them. The kernel reads the run's bytes itself and gives the text the
-    statistics read, so a build whose rows it all takes never makes a str
-    per field."""
+    `_plain_lines`), `columns` is None and `checked` is the kernel's
+    answer (`_native.CsvRun`: the run and where its fields end, which the
+    convert call reuses rather than parse the run again); the fields are
+    split from the run (`_run_columns`, as the reader would have) only when
+    something asks for them. The kernel gives the text the statistics
+    read, so a build whose rows it all takes never makes a str per field."""
 
-    __slots__ = ("run", "names", "_split")
+    __slots__ = ("run", "names", "checked", "_split")
 
     def __init__(self, source: str, first_row: int, columns: dict[str, list] | None,
-                 run: bytes, names: tuple[str, ...] | None = None, rows: int | None = None):
+                 run: bytes, names: tuple[str, ...] | None = None, checked=None):
         self._split = None
+        self.checked = checked
         if columns is not None:
             super().__init__(source, first_row, columns)
             names = tuple(columns)
         else:
-            self.source, self.first_row, self._size = source, first_row, rows
+            self.source, self.first_row, self._size = source, first_row, len(checked)
         self.names = tuple(names)
         self.run = run
 
@@ -384,13 +386,14 @@ def _plain_csv_rows(run: bytes, line_no: int, names: list[str], source: str,
     native = kernels() if columns else None
     if native is not None:
         # The kernel tests the run as `_plain_lines` does, without making a
-        # str per line: the batch splits its fields only if asked.
+        # str per line, and keeps where the fields end for the convert
+        # call: the batch splits its fields only if asked.
         try:
-            rows = native.check_csv_run(run, len(names))
+            checked = native.check_csv_run(run, len(names))
         except Exception:  # a bug in the kernel costs speed, never rows: Python decides
-            rows = None
-        if rows:
-            return iter([CsvRunBatch(source, line_no, None, run, tuple(names), rows)])
+            checked = None
+        if checked is not None and len(checked):
+            return iter([CsvRunBatch(source, line_no, None, run, tuple(names), checked)])
     lines = _plain_lines(run, len(names))
     if lines is not None:
         if columns:
