@@ -151,6 +151,25 @@ def s3_request_type(method: str, url: str, headers: dict) -> str:
     return f"{method} other"
 
 
+# moto's server, its recorder's appends serialized. The recorder writes an
+# entry and its newline in separate writes from each request's thread, so
+# two requests at once could interleave in the recording (a line cut in two,
+# another with two entries): the counts and positions the tests read would
+# be wrong. A lock around each entry's append keeps every line whole.
+_MOTO_SERVER = """
+import threading
+from moto.moto_api._internal.recorder.models import Recorder
+from moto.server import main
+_lock = threading.Lock()
+_record = Recorder._record_request
+def _record_whole(self, *args, **kwargs):
+    with _lock:
+        return _record(self, *args, **kwargs)
+Recorder._record_request = _record_whole
+main()
+"""
+
+
 class S3Server:
     """A moto S3 server with its request recording."""
 
@@ -164,7 +183,7 @@ class S3Server:
                "MOTO_RECORDER_FILEPATH": str(self.recording)}
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [sys.executable, "-c", _MOTO_SERVER, "-H", "127.0.0.1", "-p", str(self.port)],
                 cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.process, self.log)
         self.env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
