@@ -329,6 +329,9 @@ pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
     }
     if !body.is_empty() {
         fields.end_line(body, line_start, body.len())?;
+    } else if !run.is_empty() {
+        // The run is one LF: a blank line, as the reader says of it.
+        return Err(RunError::BlankLine { line: 0 });
     }
     fields.ends.shrink_to_fit();
     Ok(fields)
