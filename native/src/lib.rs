@@ -15,6 +15,7 @@ pub mod stats;
 pub mod text_stats;
 pub mod index;
 pub mod run;
+pub mod scan;
 pub mod table;
 pub mod walk;
 pub mod wire;
@@ -516,6 +517,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
+    module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -19,6 +19,7 @@ from typing import IO, Iterator, NamedTuple
 
 import fsspec
 
+from ...schemas.native import kernels
 from .common import open_file, resolve
 
 __all__ = [
@@ -44,6 +45,19 @@ class SplitPoint(NamedTuple):
     line: int
 
 
+def _newlines_quotes(block: bytes, start: int, end: int, quotes: bool = True
+                     ) -> tuple[int, int]:
+    """``(newlines, quotes)``: the ``\\n`` and ``"`` bytes in
+    ``block[start:end]`` (0 <= start, end), in one native pass where the
+    kernels run (`bytes.count` tests a byte at a time and is called once per
+    byte sought); in Python, quotes only when `quotes` is set (else 0)."""
+    native = kernels()
+    if native is not None:
+        return native.count_newlines_quotes(block, start, end)
+    return (block.count(b"\n", start, end),
+            block.count(b'"', start, end) if quotes else 0)
+
+
 def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
                      quote_aware: bool) -> Iterator[SplitPoint]:
     """Streams `f` from its current position (taken as offset 0) and yields the
@@ -52,7 +66,7 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
 
     A boundary is offset 0 or an offset just after a ``\\n``; with
     `quote_aware`, only if the number of ``"`` before it is even. Line numbers
-    come from counting ``\\n`` in the same pass (``bytes.count``: memchr speed).
+    come from counting ``\\n`` in the same pass (`_newlines_quotes`).
     """
     target = first_target
     if target <= 0:
@@ -77,9 +91,10 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
             nl = block.find(b"\n", max(want, done))
             if nl < 0:
                 break
-            if quote_aware:
-                quotes += block.count(b'"', done, nl)
-            newlines += block.count(b"\n", done, nl + 1)
+            # (block[nl] is the newline: no quote, so counting to nl + 1
+            # counts the quotes before it)
+            more_newlines, more_quotes = _newlines_quotes(block, done, nl + 1, quote_aware)
+            newlines, quotes = newlines + more_newlines, quotes + more_quotes
             done = nl + 1
             if not quote_aware or quotes % 2 == 0:
                 point = SplitPoint(base + nl + 1, newlines + 1)
@@ -87,9 +102,8 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
                 if step is None:
                     return
                 target = point.offset + step
-        if quote_aware:
-            quotes += block.count(b'"', done)
-        newlines += block.count(b"\n", done)
+        more_newlines, more_quotes = _newlines_quotes(block, done, size, quote_aware)
+        newlines, quotes = newlines + more_newlines, quotes + more_quotes
         base += size
 
 
@@ -150,7 +164,7 @@ def iter_line_blocks(f: IO[bytes], cursor: Cursor, block_size: int = BLOCK
         pending = [data[whole_lines_end:]] if whole_lines_end < len(data) else []
         yield offset, line_no, block
         offset += len(block)
-        line_no += block.count(b"\n")
+        line_no += _newlines_quotes(block, 0, len(block), False)[0]
     if pending:
         yield offset, line_no, b"".join(pending)
 
