@@ -51,11 +51,12 @@ from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
-from ..readers.inputs import input_fingerprint, write_marks
+from ..readers.inputs import write_marks
 from ..readers.listing import normalized_extensions
 from ..readers.tables import (
     DEFAULT_RANGE_BYTES,
     FileRange,
+    plan_fingerprinted,
     plan_table_ranges,
     read_range,
 )
@@ -137,7 +138,11 @@ class _PlanOrReuse(beam.DoFn):
         # Marked before hashing: a write during or after the hash changes
         # the marks, and the pieces of what is then read are not kept.
         marks = write_marks(self._fs, fs_path)
-        version = input_fingerprint(self._fs, fs_path)
+        # A file cut into byte ranges is planned as it is hashed, in one
+        # read: the scan costs little beside the read, even when its
+        # pieces are all kept and the units go unused.
+        units, version = plan_fingerprinted(self._fs, fs_path, self._format,
+                                            self._range_bytes, self._options)
         key = file_key(self._encoding_key, version)
         source = version["path"]
         count = self._whole_files.get(key)
@@ -145,8 +150,9 @@ class _PlanOrReuse(beam.DoFn):
             for index in range(count):
                 yield Work(key, index, count, fs_path, source, None, marks)
             return
-        units = plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
-                                  self._options)
+        if units is None:
+            units = plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
+                                      self._options)
         for index, unit in enumerate(units):
             yield Work(key, index, len(units), fs_path, unit.source, unit, marks)
 

@@ -38,8 +38,8 @@ from fsspec.implementations.local import LocalFileSystem
 from .common import display_name
 from .listing import list_image_files, list_tables
 
-__all__ = ["changed_inputs", "content_token", "fingerprint", "identity", "input_fingerprint",
-           "source_inputs", "write_marks"]
+__all__ = ["changed_inputs", "content_token", "fingerprint", "hashes_locally", "identity",
+           "input_fingerprint", "source_inputs", "write_marks", "xxh3_token"]
 
 # Version tokens of object stores, in order of preference (fsspec `info` keys).
 _TOKENS = ("generation", "etag", "ETag", "mtime", "LastModified", "last_modified", "updated")
@@ -76,6 +76,19 @@ def _look(fs: fsspec.AbstractFileSystem, fs_path: str) -> tuple[dict, Mapping]:
 _HASH_CHUNK = 1 << 20
 
 
+def xxh3_token(digest) -> str:
+    """The content token of bytes fed to `digest` (an ``xxhash.xxh3_128``):
+    ``xxh3_128:<hex>``."""
+    return f"xxh3_128:{digest.hexdigest()}"
+
+
+def hashes_locally(fs: fsspec.AbstractFileSystem) -> bool:
+    """True when `content_token` of a file of `fs` is the `xxh3_token` of its
+    bytes read here (a local file: no store keeps a checksum of it), so that
+    a reader of every byte may hash them as it reads (`tables.plan_fingerprinted`)."""
+    return isinstance(fs, LocalFileSystem)
+
+
 def _hash_bytes(fileobj) -> str:
     """``xxh3_128:<hex>`` of what `fileobj` holds, read to its end one chunk
     at a time into one buffer (memory stays a chunk whatever the size)."""
@@ -84,7 +97,7 @@ def _hash_bytes(fileobj) -> str:
     view = memoryview(buffer)
     while count := fileobj.readinto(buffer):
         digest.update(view[:count])
-    return f"xxh3_128:{digest.hexdigest()}"
+    return xxh3_token(digest)
 
 
 def content_token(fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) -> str:
@@ -107,7 +120,7 @@ def content_token(fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) ->
     etag = str(info.get("ETag") or info.get("etag") or "").strip('"')  # S3 quotes it
     if etag:
         return f"etag:{etag}"
-    if isinstance(fs, LocalFileSystem):
+    if hashes_locally(fs):
         with open(fs_path, "rb", buffering=0) as fileobj:
             return _hash_bytes(fileobj)
     with fs.open(fs_path, "rb") as fileobj:

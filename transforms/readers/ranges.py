@@ -59,7 +59,7 @@ def _newlines_quotes(block: bytes, start: int, end: int, quotes: bool = True
 
 
 def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
-                     quote_aware: bool) -> Iterator[SplitPoint]:
+                     quote_aware: bool, digest=None) -> Iterator[SplitPoint]:
     """Streams `f` from its current position (taken as offset 0) and yields the
     first record boundary at or after `first_target`, then, if `step` is set,
     the first boundary at or after each previous boundary + `step`.
@@ -67,6 +67,8 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
     A boundary is offset 0 or an offset just after a ``\\n``; with
     `quote_aware`, only if the number of ``"`` before it is even. Line numbers
     come from counting ``\\n`` in the same pass (`_newlines_quotes`).
+    `digest`: fed every block read, in order (with `step`, the scan reads
+    to the end: the digest is then of every byte from the start position).
     """
     target = first_target
     if target <= 0:
@@ -81,6 +83,8 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
         block = f.read(BLOCK)
         if not block:
             return
+        if digest is not None:
+            digest.update(block)
         size = len(block)
         done = 0   # block[:done] is accounted in newlines/quotes
         while True:
@@ -108,18 +112,21 @@ def _iter_boundaries(f: IO[bytes], first_target: int, step: int | None,
 
 
 def scan_split_points(path: str, target_bytes: int, *, quote_aware: bool,
-                      fs: fsspec.AbstractFileSystem | None = None) -> list[SplitPoint]:
+                      fs: fsspec.AbstractFileSystem | None = None,
+                      digest=None) -> list[SplitPoint]:
     """Record boundaries about `target_bytes` apart, found in one streaming pass.
 
     The first point is ``(0, 1)``; consecutive points delimit ranges that
     partition the file's records (the last range ends at the end of the file).
     `quote_aware` selects CSV boundaries (even quote parity) over plain newlines.
+    `digest` (an ``xxhash.xxh3_128``, say) is fed every byte of the file
+    (as its reader decompresses it), so that one read both plans and hashes.
     """
     if target_bytes <= 0:
         raise ValueError(f"target_bytes must be positive, got {target_bytes}")
     fs, fs_path, _ = resolve(path, fs, None)
     with open_file(fs, fs_path) as f:
-        points = list(_iter_boundaries(f, 0, target_bytes, quote_aware))
+        points = list(_iter_boundaries(f, 0, target_bytes, quote_aware, digest))
         end = f.tell()
     # A boundary at the very end of the file starts no record.
     while len(points) > 1 and points[-1].offset >= end:

@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import fsspec
+import xxhash
 
 from ...schemas.row_encoder import dig
 from . import avro, csv, json_array, jsonl, parquet, tfrecords
 from .csv_dialect import CsvOptions, iter_csv_dialect, read_dialect_header
 from .common import READ_ERRORS, display_name, is_compressed
+from .inputs import fingerprint, hashes_locally, input_fingerprint, xxh3_token
 from .listing import list_files
 from .ranges import scan_split_points
 from .rows import ColumnBatch, SourceRow
@@ -26,6 +28,7 @@ __all__ = [
     "FileRange",
     "TABLE_FORMATS",
     "iter_table",
+    "plan_fingerprinted",
     "plan_table_ranges",
     "read_range",
     "read_table_columns",
@@ -100,8 +103,40 @@ def plan_table_ranges(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
         points = scan_split_points(fs_path, range_bytes, quote_aware=format == "csv", fs=fs)
     except (*READ_ERRORS, ValueError):
         return whole
+    return _byte_ranges(fs_path, source, points)
+
+
+def _byte_ranges(fs_path: str, source: str, points: list) -> list[FileRange]:
+    """The units between consecutive split points, the last to the end."""
     ends = [p.offset for p in points[1:]] + [None]
     return [FileRange(fs_path, source, p.offset, end, p.line) for p, end in zip(points, ends)]
+
+
+def plan_fingerprinted(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
+                       range_bytes: int = DEFAULT_RANGE_BYTES,
+                       options: CsvOptions | None = None
+                       ) -> tuple[list[FileRange] | None, dict]:
+    """(`plan_table_ranges`, `inputs.input_fingerprint`) of one file, equal
+    to the two calls', in one read of its bytes where both would read them
+    all: a local CSV or JSONL file cut into byte ranges, whose scan for split
+    points hashes each block it reads. Otherwise (and where that read fails:
+    the calls then say how) ``(None, input_fingerprint(...))``: the caller
+    plans with `plan_table_ranges` if it needs the units (planning reads
+    little then: a Parquet footer, at most)."""
+    entry = fingerprint(fs, fs_path)
+    if (hashes_locally(fs) and not entry.get("missing") and format in ("csv", "jsonl")
+            and not _whole_files(format, options) and range_bytes and range_bytes > 0
+            and not is_compressed(fs_path) and entry["size"] > range_bytes):
+        digest = xxhash.xxh3_128()
+        try:
+            points = scan_split_points(fs_path, range_bytes, quote_aware=format == "csv",
+                                       fs=fs, digest=digest)
+        except (*READ_ERRORS, ValueError):
+            pass
+        else:
+            entry["content"] = xxh3_token(digest)
+            return _byte_ranges(fs_path, entry["path"], points), entry
+    return None, input_fingerprint(fs, fs_path)
 
 
 def _plan_parquet(fs, fs_path: str, source: str, range_bytes: int) -> list[FileRange]:
