@@ -38,6 +38,7 @@ _KERNELS_USED = (
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
     "count_newlines_quotes",  # transforms/readers/ranges.py: bytes.count of "\n" and '"'
+    "lone_carriage_return",  # transforms/readers/csv.py: count(b"\r") != count(b"\r\n")
 )
 
 

@@ -518,6 +518,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
+    module.add_function(wrap_pyfunction!(scan::py_lone_carriage_return, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -1,5 +1,5 @@
-"""The byte counts of the split-point scan and the line reader: native against bytes.count,
-and split points of both paths against a byte-at-a-time reading of the boundary rule."""
+"""The byte scans of the readers: native against bytes.count, split points of both paths
+against a byte-at-a-time reading of the boundary rule, CRLF files read alike on both."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import io
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
+from recordforge.transforms.readers import csv as tr
 from recordforge.transforms.readers import ranges
+from recordforge.transforms.readers.rows import each_row
 
 # Bytes that matter to the scan, often, among any others.
 _hostile = st.lists(st.one_of(st.sampled_from([b"\n", b'"', b"\r", b"\r\n", b'""', b",", b"a"]),
@@ -88,3 +90,31 @@ def test_line_blocks_count_lines_the_same_on_both_paths(native, data, block):
     for offset, line_no, _ in native_blocks:
         assert line_no == data.count(b"\n", 0, offset) + 1
     assert b"".join(block for _, _, block in native_blocks) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.one_of(_hostile, st.binary(max_size=10_000)))
+@example(data=b"a" * 4095 + b"\r\n")  # a CRLF across the kernel's 4096-byte windows
+@example(data=b"a" * 4095 + b"\rx")
+def test_lone_carriage_return_equals_the_counts(native, data):
+    expected = data.count(b"\r") != data.count(b"\r\n")
+    assert native.lone_carriage_return(data) is expected
+    assert native.lone_carriage_return(bytearray(data)) is expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(lines=st.lists(st.sampled_from([b"1,a", b"2,b\r", b"3,\rc", b"", b"\r", b"4,d"]),
+                      max_size=60),
+       block=st.integers(min_value=1, max_value=64))
+def test_crlf_files_read_the_same_on_both_paths(native, tmp_path_factory, lines, block):
+    # CRLF, bare CRs and blank lines, blocks ending anywhere: which blocks
+    # are plain runs decides how they are read, never what is read.
+    path = str(tmp_path_factory.mktemp("crlf") / "t.csv")
+    with open(path, "wb") as f:
+        f.write(b"n,t\r\n" + b"\n".join(lines))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tr, "_BLOCK", block)
+        native_rows = list(each_row(tr.iter_csv(path, columns=True)))
+        patch.setattr(tr, "kernels", lambda: None)
+        python_rows = list(each_row(tr.iter_csv(path, columns=True)))
+    assert native_rows == python_rows

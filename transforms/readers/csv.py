@@ -195,11 +195,8 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
     """
     for first in blocks:
         offset, line_no, block = first
-        # (`in` first: counting bytes scans the whole block, ~3 ms a 4 MB
-        # block for "\r" and ~10 ms for "\r\n", where `in` stops early or
-        # scans it at memchr speed)
-        if b'"' not in block and (b"\r" not in block
-                                  or block.count(b"\r") == block.count(b"\r\n")):
+        # (`in` first: it stops early or scans the block at memchr speed)
+        if b'"' not in block and (b"\r" not in block or not _lone_carriage_return(block)):
             if offset == 0:
                 header, _, block = block.partition(b"\n")
                 yield 0, 1, header, False
@@ -224,6 +221,16 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
                 yield offset, line_no, None, False
                 return
             yield offset, line_no, b"\n".join(parts), False
+
+
+def _lone_carriage_return(block: bytes) -> bool:
+    """True when a CR of `block` is not followed by LF (a CRLF file's
+    blocks hold none): in one native pass where the kernels run, else by
+    counting, which scans the block twice (~1.2 ms a MB)."""
+    native = kernels()
+    if native is not None:
+        return native.lone_carriage_return(block)
+    return block.count(b"\r") != block.count(b"\r\n")
 
 
 def _decode_record(raw: bytes, first: bool) -> str:
