@@ -52,7 +52,7 @@ fn ordered_key(value: f64) -> u64 {
     if bits >> 63 != 0 { !bits } else { bits | 1 << 63 }
 }
 
-fn unordered_key(key: u64) -> f64 {
+pub fn unordered_key(key: u64) -> f64 {
     f64::from_bits(if key >> 63 != 0 { key ^ 1 << 63 } else { !key })
 }
 
