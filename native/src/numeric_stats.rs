@@ -15,7 +15,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::stats::{self, Numeric};
+use crate::stats::{self, Candidates, Numeric};
 
 /// At most this many buckets are filled (`histogram.HISTOGRAM_BUCKETS`).
 pub const HISTOGRAM_BUCKETS: usize = 2048;
@@ -75,58 +75,72 @@ fn fitted(shift: u32, keys: Vec<u64>, counts: Vec<u64>) -> Buckets {
     Buckets { shift: shift + fine, keys, counts }
 }
 
-/// Two runs of sorted distinct keys as one, equal keys' counts added.
+/// Two runs of ascending distinct keys as one, equal keys' counts added.
 fn merged_runs(a: (&[u64], &[u64]), b: (&[u64], &[u64])) -> (Vec<u64>, Vec<u64>) {
     let total = a.0.len() + b.0.len();
     let (mut keys, mut counts) = (Vec::with_capacity(total), Vec::with_capacity(total));
     let (mut i, mut j) = (0, 0);
-    while i < a.0.len() || j < b.0.len() {
-        let take_a = j == b.0.len() || (i < a.0.len() && a.0[i] <= b.0[j]);
-        let (key, count) = if take_a { (a.0[i], a.1[i]) } else { (b.0[j], b.1[j]) };
-        if take_a { i += 1 } else { j += 1 }
-        match keys.last() {
-            Some(last) if *last == key => {
-                let held: &mut u64 = counts.last_mut().expect("a count per key");
-                *held = held.wrapping_add(count);
-            }
-            _ => {
-                keys.push(key);
-                counts.push(count);
-            }
+    while i < a.0.len() && j < b.0.len() {
+        let (left, right) = (a.0[i], b.0[j]);
+        if left < right {
+            keys.push(left);
+            counts.push(a.1[i]);
+            i += 1;
+        } else if right < left {
+            keys.push(right);
+            counts.push(b.1[j]);
+            j += 1;
+        } else {
+            keys.push(left);
+            counts.push(a.1[i].wrapping_add(b.1[j]));
+            i += 1;
+            j += 1;
         }
     }
+    keys.extend_from_slice(&a.0[i..]);
+    counts.extend_from_slice(&a.1[i..]);
+    keys.extend_from_slice(&b.0[j..]);
+    counts.extend_from_slice(&b.1[j..]);
     (keys, counts)
 }
 
 /// `ValueHistogram.of_counts(keys, counts, held)`: a batch's distinct keys
 /// (ascending, at least one) with their counts, alone or merged into the
-/// buckets held (whose shift, at most 63, the union needs at least).
+/// buckets held (whose shift, at most 63, the union needs at least): the
+/// batch's keys coarsened to that shift first, as Python's are.
 pub fn merged_buckets(held: Option<&Buckets>, keys: &[u64], counts: &[u64]) -> Buckets {
     let Some(held) = held else { return fitted(0, keys.to_vec(), counts.to_vec()) };
     let shift = held.shift.min(63);
     let (batch_keys, batch_counts) = coarsened(keys, counts, shift);
+    // (held keys that are not distinct and ascending, which `ValueHistogram`
+    // never holds, give a histogram as wrong as they are, never a panic)
     let (keys, counts) = merged_runs((&held.keys, &held.counts), (&batch_keys, &batch_counts));
     fitted(shift, keys, counts)
 }
 
 /// One batch folded into a feature's statistics: its partial with the
 /// histogram's range (the batch's values as doubles), the merged buckets
-/// (None without a finite value: the held ones stand) and the theta hashes
-/// `HashedTheta.add` keeps (below `theta`, not 0; the candidates dropped).
+/// (None without a finite value: the held ones stand) and, in `partial.
+/// hashes`, the theta hashes of its candidates that `HashedTheta.add`
+/// keeps (below `theta`, not 0), each hashed and screened in one pass.
 pub struct Update {
     pub partial: Numeric,
     pub range: Option<(f64, f64)>,
     pub buckets: Option<Buckets>,
 }
 
-pub fn update(mut partial: Numeric, held: Option<&Buckets>, theta: u64) -> Update {
+pub fn update((mut partial, candidates): (Numeric, Candidates), held: Option<&Buckets>, theta: u64) -> Update {
     if partial.keys.is_empty() {
         return Update { partial, range: None, buckets: None };
     }
     let range = (stats::unordered_key(partial.keys[0]), stats::unordered_key(partial.keys[partial.keys.len() - 1]));
     let buckets = merged_buckets(held, &partial.keys, &partial.counts);
-    partial.hashes.retain(|hash| *hash < theta && *hash != 0);
-    partial.candidates = Vec::new();
+    let kept = |hash: &u64| *hash < theta && *hash != 0;
+    partial.hashes = match &candidates {
+        Candidates::OfKeys { is_int } => partial.keys.iter()
+            .map(|key| stats::theta_hash(Candidates::of_key(*key, *is_int))).filter(kept).collect(),
+        Candidates::Every(values) => values.iter().map(|word| stats::theta_hash(*word)).filter(kept).collect(),
+    };
     Update { partial, range: Some(range), buckets: Some(buckets) }
 }
 
@@ -172,12 +186,12 @@ pub fn numeric_update_py(py: Python<'_>, values: PyBuffer<u8>, is_int: bool,
         }
         let values = bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
         crate::guarded(|| {
-            let partial = if is_int {
-                stats::int_partial(values.map(|word| word as i64))
+            let runs = if is_int {
+                stats::int_runs(values.map(|word| word as i64))
             } else {
-                stats::float_partial(values.map(f64::from_bits))
+                stats::float_runs(values.map(f64::from_bits))
             };
-            update(partial, held.as_ref(), theta)
+            update(runs, held.as_ref(), theta)
         })
     })??;
     let bound = |value: Option<stats::Value>| -> PyResult<PyObject> {
@@ -236,9 +250,14 @@ mod tests {
 
     #[test]
     fn screening_keeps_hashes_below_theta_and_not_zero() {
-        let partial = Numeric { keys: vec![5], counts: vec![1], hashes: vec![0, 3, 9, 10, 2], ..Numeric::default() };
-        let done = update(partial, None, 10);
-        assert_eq!(done.partial.hashes, vec![3, 9, 2]);
+        let words = [0u64, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let hashes: Vec<u64> = words.iter().map(|word| stats::theta_hash(*word)).collect();
+        let theta = hashes[4];
+        let partial = Numeric { keys: vec![5], counts: vec![1], ..Numeric::default() };
+        let done = update((partial, Candidates::Every(words.to_vec())), None, theta);
+        let kept: Vec<u64> = hashes.into_iter().filter(|hash| *hash < theta).collect();
+        assert!(!kept.is_empty());
+        assert_eq!(done.partial.hashes, kept);
         assert_eq!(done.buckets.map(|b| b.keys), Some(vec![5]));
     }
 
@@ -266,12 +285,18 @@ mod tests {
                                             is_int in any::<bool>(), theta in any::<u64>()) {
             // unsorted, repeated, wrapping counts: garbage in, no panic out
             let held = Buckets { shift, keys: held.iter().map(|p| p.0).collect(), counts: held.iter().map(|p| p.1).collect() };
-            let partial = if is_int {
-                stats::int_partial(values.iter().map(|word| *word as i64))
+            let runs = if is_int {
+                stats::int_runs(values.iter().map(|word| *word as i64))
             } else {
-                stats::float_partial(values.iter().map(|word| f64::from_bits(*word)))
+                stats::float_runs(values.iter().map(|word| f64::from_bits(*word)))
             };
-            let done = update(partial, Some(&held), theta);
+            let whole = stats::float_partial(values.iter().map(|word| f64::from_bits(*word)));
+            let done = update(runs, Some(&held), theta);
+            if !is_int {
+                // the hashes screened are those of the whole partial's candidates
+                let screened: Vec<u64> = whole.hashes.into_iter().filter(|hash| *hash < theta && *hash != 0).collect();
+                prop_assert_eq!(&done.partial.hashes, &screened);
+            }
             prop_assert!(done.partial.hashes.iter().all(|hash| *hash < theta && *hash != 0));
             if let Some(buckets) = done.buckets {
                 prop_assert!(buckets.shift <= 63 && buckets.keys.len() == buckets.counts.len());

@@ -153,10 +153,10 @@ def test_a_held_histogram_that_cannot_be_is_refused(native):
         native.numeric_update(key, True, (0, key * 2, count), 1 << 62)
 
 
-def _statistics(batches, stored, native):
+def _statistics(batches, stored, native, kind="numeric"):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(numeric, "kernels", lambda: native)
-        stats = FeatureStatistics("numeric", stored)
+        stats = FeatureStatistics(kind, stored)
         for batch in batches:
             stats.add_values(len(batch), batch)
         return json.dumps(stats.to_state(), sort_keys=True), json.dumps(stats.to_json(),
@@ -187,3 +187,13 @@ def test_many_distinct_values_fill_the_sketch_the_same(native):
     floats = [rng.normal(0, 1e3, 20_000).tolist() for _ in range(3)]
     assert _statistics(batches, "int64", native) == _statistics(batches, "int64", None)
     assert _statistics(floats, "float", native) == _statistics(floats, "float", None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(st.lists(st.binary(max_size=300) | st.binary(min_size=5000, max_size=5003),
+                                 min_size=1, max_size=2000), max_size=4))
+def test_bytes_statistics_are_the_same_on_both_paths(native, batches):
+    """A bytes feature's histogram of value lengths, folded in by the
+    numeric kernel, is the one numpy makes."""
+    assert (_statistics(batches, "bytes", native, "bytes")
+            == _statistics(batches, "bytes", None, "bytes"))
