@@ -85,7 +85,7 @@ class ValueHistogram:
     def of(cls, floats: np.ndarray, into: "ValueHistogram | None" = None) -> "ValueHistogram":
         """The sketch of finite float64 values (-0.0 counts as 0.0), at least
         one; with `into`, merged with that sketch (`of_counts`)."""
-        # (a sort and a mask: np.unique's own is many times slower here)
+        # (a sort and a mask: np.unique's own takes about 1.5x as long here)
         return cls.of_counts(*_runs(np.sort(ordered_keys(floats + 0.0))), into)
 
     @classmethod

@@ -197,3 +197,25 @@ def test_bytes_statistics_are_the_same_on_both_paths(native, batches):
     numeric kernel, is the one numpy makes."""
     assert (_statistics(batches, "bytes", native, "bytes")
             == _statistics(batches, "bytes", None, "bytes"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.one_of(st.lists(INTS, min_size=1, max_size=2500),
+                                  st.lists(st.integers(-5000, 5000), min_size=1, max_size=3000)),
+                        min_size=1, max_size=5),
+       cut=st.integers(0, 5), reverse=st.booleans())
+def test_partials_merged_in_any_grouping_are_the_batches_added_in_one(native, batches, cut,
+                                                                      reverse):
+    """Two runs of batches, each added up natively, merged either way round:
+    the statistics numpy gives adding every batch to one partial."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numeric, "kernels", lambda: native)
+        parts = []
+        for group in (batches[:cut], batches[cut:]):
+            stats = FeatureStatistics("numeric", "int64")
+            for batch in group:
+                stats.add_values(len(batch), batch)
+            parts.append(stats)
+    first, second = parts[::-1] if reverse else parts
+    merged = first.merge(second)
+    assert json.dumps(merged.to_state(), sort_keys=True) == _statistics(batches, "int64", None)[0]
