@@ -234,7 +234,7 @@ mod tests {
 
     fn distinct_run(mut keys: Vec<u64>) -> (Vec<u64>, Vec<u64>) {
         keys.sort_unstable();
-        let counts = keys.iter().map(|key| key % 5 + 1).collect();
+        let counts: Vec<u64> = keys.iter().map(|key| key % 5 + 1).collect();
         let (keys, counts) = coarsened(&keys, &counts, 0);
         (keys, counts)
     }
