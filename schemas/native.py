@@ -32,7 +32,7 @@ _KERNELS_USED = (
     "framed_sizes",  # transforms/writer/prepare.py: the framed sizes of a batch's examples
     "sorted_rows",  # transforms/writer/run_format.py: write_sorted_run's sort (run_kernel.py)
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
-    "numeric_partial",  # schemas/stats/numeric.py: python_parts
+    "numeric_update",  # schemas/stats/numeric.py: python_update
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))
     "text_partial",  # schemas/stats/text.py: python_text_parts of a batch alone
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header

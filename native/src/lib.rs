@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 pub mod arrow;
 pub mod digest;
 pub mod stats;
+pub mod numeric_stats;
 pub mod text_stats;
 pub mod index;
 pub mod run;
@@ -439,41 +440,6 @@ fn packed_words(py: Python<'_>, words: &[u64]) -> PyResult<Py<PyBytes>> {
     })?.unbind())
 }
 
-/// `numeric_partial(values, is_int) -> (nan, inf, finite, low, high, sum,
-/// squares, keys, counts, candidates, hashes)`: `stats::int_partial` or
-/// `float_partial` of a buffer of little-endian int64 or float64 values:
-/// low and high int, float or None; sum and squares [(value, shift)]
-/// terms; the rest packed as 8-byte little-endian words
-/// (`schemas/stats/numeric.py` reads them). A buffer whose length is not
-/// a multiple of 8 is a ValueError.
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-fn numeric_partial(py: Python<'_>, values: PyBuffer<u8>, is_int: bool)
-                   -> PyResult<(u64, u64, u64, PyObject, PyObject, Vec<(i128, i32)>, Vec<(u128, i32)>,
-                                Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyBytes>)> {
-    let partial = with_bytes(py, &values, |bytes| {
-        if bytes.len() % 8 != 0 {
-            return Err(PyValueError::new_err("a packed column's length is not a multiple of 8"));
-        }
-        let words = bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        if is_int {
-            guarded(|| stats::int_partial(words.map(|word| word as i64)))
-        } else {
-            guarded(|| stats::float_partial(words.map(f64::from_bits)))
-        }
-    })??;
-    let bound = |value: Option<stats::Value>| -> PyResult<PyObject> {
-        Ok(match value {
-            None => py.None(),
-            Some(stats::Value::Int(number)) => number.into_pyobject(py)?.into_any().unbind(),
-            Some(stats::Value::Float(number)) => number.into_pyobject(py)?.into_any().unbind(),
-        })
-    };
-    Ok((partial.nan, partial.inf, partial.finite, bound(partial.low)?, bound(partial.high)?,
-        partial.sum, partial.squares, packed_words(py, &partial.keys)?, packed_words(py, &partial.counts)?,
-        packed_words(py, &partial.candidates)?, packed_words(py, &partial.hashes)?))
-}
-
 /// `text_theta(texts, lg_k) -> bytes | None`: `stats::text_theta` of a
 /// list of str (their UTF-8), the serialized compact sketch; None when an
 /// item is not a str or has no UTF-8 form (a lone surrogate): the Python
@@ -509,7 +475,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(convert_checked_run, module)?)?;
     module.add_class::<CsvRun>()?;
-    module.add_function(wrap_pyfunction!(numeric_partial, module)?)?;
+    module.add_function(wrap_pyfunction!(numeric_stats::numeric_update_py, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_function(wrap_pyfunction!(text_stats::text_partial_py, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;

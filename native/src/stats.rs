@@ -52,7 +52,7 @@ fn ordered_key(value: f64) -> u64 {
     if bits >> 63 != 0 { !bits } else { bits | 1 << 63 }
 }
 
-fn unordered_key(key: u64) -> f64 {
+pub fn unordered_key(key: u64) -> f64 {
     f64::from_bits(if key >> 63 != 0 { key ^ 1 << 63 } else { !key })
 }
 
@@ -107,17 +107,25 @@ pub fn radix_sort(keys: &mut Vec<u64>, bits: u32) {
     }
 }
 
-/// Adjacent equal items of a sorted run -> (distinct items, counts).
-fn run_lengths(sorted: impl Iterator<Item = u64>) -> (Vec<u64>, Vec<u64>) {
-    let (mut distinct, mut counts): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
-    for item in sorted {
+/// Adjacent equal items of a sorted run -> (distinct keys, counts): each
+/// distinct item's `key` (keys ascend as the items do; distinct items of
+/// one key, as big ints rounding to one double, are counted together).
+/// Items compare as they are, so only a distinct one is converted.
+fn run_lengths(sorted: &[u64], key: impl Fn(u64) -> u64) -> (Vec<u64>, Vec<u64>) {
+    let (mut distinct, mut counts): (Vec<u64>, Vec<u64>) = (Vec::with_capacity(sorted.len()), Vec::with_capacity(sorted.len()));
+    let mut start = 0;
+    while start < sorted.len() {
+        let item = sorted[start];
+        let end = start + sorted[start..].iter().take_while(|other| **other == item).count();
+        let (mapped, count) = (key(item), (end - start) as u64);
         match distinct.last() {
-            Some(last) if *last == item => *counts.last_mut().expect("a count per item") += 1,
+            Some(last) if *last == mapped => *counts.last_mut().expect("a count per key") += count,
             _ => {
-                distinct.push(item);
-                counts.push(1);
+                distinct.push(mapped);
+                counts.push(count);
             }
         }
+        start = end;
     }
     (distinct, counts)
 }
@@ -128,9 +136,51 @@ fn with_hashes(mut partial: Numeric, candidates: Vec<u64>) -> Numeric {
     partial
 }
 
-/// The partial of int64 values (one pass over them, and a second over
-/// ints beyond 2**53, which are theta candidates as they come).
+/// Where a batch's theta candidates (`distinct.theta_candidates`) come
+/// from: the value of each distinct key (floats, and ints within 2**53 in
+/// magnitude), or every int as it came (others: a repeat costs a hash).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Candidates {
+    OfKeys { is_int: bool },
+    Every(Vec<u64>),
+}
+
+impl Candidates {
+    /// The candidate (an int64's or a double's 8 bytes) of a distinct key.
+    pub fn of_key(key: u64, is_int: bool) -> u64 {
+        let value = unordered_key(key);
+        if is_int { value as i64 as u64 } else { value.to_bits() }
+    }
+
+    /// Every candidate, given the batch's distinct keys.
+    pub fn words(&self, keys: &[u64]) -> Vec<u64> {
+        match self {
+            Candidates::OfKeys { is_int } => keys.iter().map(|key| Self::of_key(*key, *is_int)).collect(),
+            Candidates::Every(values) => values.clone(),
+        }
+    }
+}
+
+/// The whole partial (candidates and hashes too) of a batch's runs.
+fn hashed((partial, candidates): (Numeric, Candidates)) -> Numeric {
+    let words = candidates.words(&partial.keys);
+    with_hashes(partial, words)
+}
+
+/// `int_runs` with the candidates and their hashes.
 pub fn int_partial(values: impl Iterator<Item = i64> + Clone) -> Numeric {
+    hashed(int_runs(values))
+}
+
+/// `float_runs` with the candidates and their hashes.
+pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
+    hashed(float_runs(values))
+}
+
+/// The partial of int64 values but its candidates and hashes, and where
+/// the candidates come from (one pass over the values, and a second over
+/// ints beyond 2**53, which are theta candidates as they come).
+pub fn int_runs(values: impl Iterator<Item = i64> + Clone) -> (Numeric, Candidates) {
     let mut partial = Numeric::default();
     let (mut low, mut high) = (i64::MAX, i64::MIN);
     let mut sum: i128 = 0;
@@ -147,7 +197,7 @@ pub fn int_partial(values: impl Iterator<Item = i64> + Clone) -> Numeric {
         sorted.push(value as u64 ^ 1 << 63);
     }
     if sorted.is_empty() {
-        return partial;
+        return (partial, Candidates::OfKeys { is_int: true });
     }
     partial.finite = sorted.len() as u64;
     partial.low = Some(Value::Int(low));
@@ -162,19 +212,20 @@ pub fn int_partial(values: impl Iterator<Item = i64> + Clone) -> Numeric {
     radix_sort(&mut sorted, if narrow { 32 } else { 64 });
     let as_int = |key: u64| if narrow { (key as u32 ^ 1 << 31) as i32 as i64 } else { (key ^ 1 << 63) as i64 };
     // Ints convert to doubles in order (big ones rounding together).
-    let (keys, counts) = run_lengths(sorted.iter().map(|key| ordered_key(as_int(*key) as f64)));
+    let (keys, counts) = run_lengths(&sorted, |key| ordered_key(as_int(key) as f64));
     let candidates = if low.unsigned_abs().max(high.unsigned_abs()) <= EXACT_INT {
-        keys.iter().map(|key| unordered_key(*key) as i64 as u64).collect()
+        Candidates::OfKeys { is_int: true }
     } else {
-        values.map(|value| value as u64).collect()
+        Candidates::Every(values.map(|value| value as u64).collect())
     };
     partial.keys = keys;
     partial.counts = counts;
-    with_hashes(partial, candidates)
+    (partial, candidates)
 }
 
-/// The partial of float64 values, as their float32 roundings.
-pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
+/// The partial of float64 values, as their float32 roundings, but its
+/// candidates (each distinct key's value) and hashes.
+pub fn float_runs(values: impl Iterator<Item = f64>) -> (Numeric, Candidates) {
     let mut partial = Numeric::default();
     // Per float32 exponent field (0 for subnormals, which scale as 1):
     // Σ ±mantissa and Σ mantissa², exact in 128 bits for any slice.
@@ -201,7 +252,7 @@ pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
     }
     partial.finite = sorted.len() as u64;
     if sorted.is_empty() {
-        return partial;
+        return (partial, Candidates::OfKeys { is_int: false });
     }
     let scale = |field: usize| field.max(1) as i32 - 150; // mantissa * 2**scale
     partial.sum = (0..255).filter(|f| sums[*f] != 0).map(|f| (sums[f], scale(f))).collect();
@@ -211,13 +262,12 @@ pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
         let key = key as u32;
         f64::from(f32::from_bits(if key >> 31 != 0 { key ^ 1 << 31 } else { !key }))
     };
-    let (keys, counts) = run_lengths(sorted.iter().map(|key| ordered_key(as_double(*key))));
+    let (keys, counts) = run_lengths(&sorted, |key| ordered_key(as_double(key)));
     partial.low = Some(Value::Float(unordered_key(keys[0])));
     partial.high = Some(Value::Float(unordered_key(keys[keys.len() - 1])));
-    let candidates = keys.iter().map(|key| unordered_key(*key).to_bits()).collect();
     partial.keys = keys;
     partial.counts = counts;
-    with_hashes(partial, candidates)
+    (partial, Candidates::OfKeys { is_int: false })
 }
 
 /// MurmurHash3_x64_128 of `data` with `seed`: the hash DataSketches

@@ -1,12 +1,13 @@
 //! The committed corpus of hostile inputs (`corpus/`), every file and
 //! prefix read as packed numbers and as texts, through the statistics
 //! kernels: no panic, every value accounted for, sketches well formed
-//! (the text partial's the same as `text_theta`'s).
+//! (the text partial's the same as `text_theta`'s), and each buffer
+//! folded into the histogram of its first half (`numeric_update`).
 
 use std::fs;
 use std::path::Path;
 
-use recordforge_native::{stats, text_stats};
+use recordforge_native::{numeric_stats, stats, text_stats};
 
 fn every_corpus_file() -> Vec<(String, Vec<u8>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
@@ -42,6 +43,15 @@ fn every_corpus_input_and_prefix_gives_whole_partials() {
             let floats = stats::float_partial(words(buffer).map(f64::from_bits));
             assert_eq!(floats.nan + floats.inf + floats.finite, count, "{name} cut at {cut}");
             assert_eq!(floats.counts.iter().sum::<u64>(), floats.finite, "{name} cut at {cut}");
+            let half = stats::float_partial(words(&buffer[..cut / 2]).map(f64::from_bits));
+            let held = (!half.keys.is_empty()).then(|| numeric_stats::merged_buckets(None, &half.keys, &half.counts));
+            let theta = words(buffer).next().unwrap_or(u64::MAX) >> 1;
+            let done = numeric_stats::update(stats::float_runs(words(buffer).map(f64::from_bits)), held.as_ref(), theta);
+            assert!(done.partial.hashes.iter().all(|hash| *hash < theta && *hash != 0), "{name} cut at {cut}");
+            if let Some(buckets) = &done.buckets {
+                assert_eq!(buckets.counts.iter().sum::<u64>(), floats.finite + half.finite, "{name} cut at {cut}");
+                assert!(buckets.keys.len() <= numeric_stats::HISTOGRAM_BUCKETS, "{name} cut at {cut}");
+            }
             let sketch = stats::text_theta(buffer.split(|byte| *byte == b'\n'), 5);
             assert!(sketch.len() >= 8 && sketch.len() % 8 == 0, "{name} cut at {cut}");
             let lines: Vec<&[u8]> = buffer.split(|byte| *byte == b'\n').collect();

@@ -5,7 +5,7 @@ Its rooms, each one job:
 
     plan           the kinds of feature and what a build's statistics cover
     sums           exact sums and sums of squares (mean and std to the bit)
-    numeric        a batch's numeric partial in one native pass, or numpy's (the reference)
+    numeric        a batch's numeric update (histogram merged, theta hashes kept) natively, or numpy's
     histogram      ValueHistogram: exact counts in buckets of adaptive width (quantiles)
     distinct       theta sketches in canonical form (distinct counts)
     frequent       FrequentValues: Misra-Gries top values of text

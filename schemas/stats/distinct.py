@@ -15,7 +15,7 @@ from .histogram import unordered_keys
 from .sums import EXACT_INT
 
 __all__ = ["THETA_LG_K", "HashedTheta", "add_numbers", "add_texts", "compact_theta", "distinct_estimate",
-           "text_sketch", "theta_candidates", "theta_hashes", "theta_union"]
+           "text_sketch", "theta_bound", "theta_candidates", "theta_hashes", "theta_union"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -124,6 +124,14 @@ def text_sketch(texts: list):
         _LOG.warning("native text sketch failed; taking the DataSketches path", exc_info=True)
         return None
     return None if packed is None else datasketches.compact_theta_sketch.deserialize(packed)
+
+
+def theta_bound(theta) -> int:
+    """The hash at and above which `add_numbers` would keep nothing for
+    `theta` (None, or a sketch): a `HashedTheta`'s theta, else the largest
+    (a new or compact sketch takes every hash, then unites), so a kernel
+    can screen a batch's hashes before they come back."""
+    return theta.theta if isinstance(theta, HashedTheta) else _THETA_MAX
 
 
 def add_numbers(theta, values: np.ndarray, hashes: np.ndarray | None = None):

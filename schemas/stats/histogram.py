@@ -85,7 +85,8 @@ class ValueHistogram:
     def of(cls, floats: np.ndarray, into: "ValueHistogram | None" = None) -> "ValueHistogram":
         """The sketch of finite float64 values (-0.0 counts as 0.0), at least
         one; with `into`, merged with that sketch (`of_counts`)."""
-        return cls.of_counts(*np.unique(ordered_keys(floats + 0.0), return_counts=True), into)
+        # (a sort and a mask: np.unique's own takes about 1.5x as long here)
+        return cls.of_counts(*_runs(np.sort(ordered_keys(floats + 0.0))), into)
 
     @classmethod
     def of_counts(cls, keys: np.ndarray, counts: np.ndarray,
@@ -260,6 +261,11 @@ def counted_keys(finite: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]
         narrow = finite.astype(np.int32)
     else:
         narrow = finite
-    keys = ordered_keys(np.sort(narrow).astype(np.float64))
+    return _runs(ordered_keys(np.sort(narrow).astype(np.float64)))
+
+
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted keys -> (the distinct ones, how often each occurs): np.unique's
+    answer for keys already sorted."""
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[starts], np.diff(np.append(starts, len(keys)))

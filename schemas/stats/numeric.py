@@ -1,13 +1,15 @@
-"""A batch's numeric partial: what `FeatureStatistics` adds for an int64 or float column, native or numpy.
+"""A batch's numeric update: what `FeatureStatistics` adds for an int64 or float column, native or numpy.
 
-`numeric_parts` gives, for one batch of a numeric feature, the NaN and
+`numeric_update` folds one batch of a numeric feature into the value
+histogram and theta sketch held for it and gives the batch's NaN and
 infinity counts, the finite values' count, min, max, exact sum and sum of
-squares, their distinct histogram keys with counts and the theta sketch's
-candidates: in one pass of the native kernel (`recordforge._native.
-numeric_partial`, native/src/stats.rs) where the extension runs, else with
-numpy (`python_parts`, the reference the kernel is held to, part for part,
-by tests/native/test_numeric_partials.py). The kernel also gives each
-candidate's theta hash, which `distinct.add_numbers` otherwise computes.
+squares: in one call of the native kernel (`recordforge._native.
+numeric_update`, native/src/numeric_stats.rs) where the extension runs,
+else with numpy (`python_update`: `python_parts`, then
+`ValueHistogram.of_counts`; the reference the kernel is held to by
+tests/native/test_numeric_partials.py). The kernel hands back the merged
+histogram (at most `HISTOGRAM_BUCKETS` buckets) and only the theta hashes
+the sketch keeps (`distinct.theta_bound`), not arrays of the batch's length.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..native import kernels
-from .distinct import theta_candidates
-from .histogram import counted_keys
+from .distinct import theta_bound, theta_candidates
+from .histogram import ValueHistogram, counted_keys
 from .sums import SHIFT, exact_float_sums, exact_int_sums
 
-__all__ = ["NumericParts", "native_parts", "numeric_parts", "python_parts"]
+__all__ = ["NumericParts", "NumericUpdate", "native_update", "numeric_update", "python_parts",
+           "python_update"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,8 +36,7 @@ class NumericParts(NamedTuple):
     and candidates are of the finite values only (None or empty without
     one); sum and squares are exact integers scaled by 2**SHIFT (`sums`);
     keys the distinct `histogram.ordered_keys` ascending, counts how often
-    each occurs; candidates what `distinct.theta_candidates` gives, hashes
-    their `distinct.theta_hashes` or None (not computed yet)."""
+    each occurs; candidates what `distinct.theta_candidates` gives."""
 
     nan: int
     inf: int
@@ -46,39 +48,81 @@ class NumericParts(NamedTuple):
     keys: np.ndarray
     counts: np.ndarray
     candidates: np.ndarray
+
+
+class NumericUpdate(NamedTuple):
+    """One batch folded into a numeric feature's statistics: nan to squares
+    as `NumericParts` gives them; histogram the one held merged with the
+    batch's finite values (None without one: the held one stands); the
+    theta sketch's new values as candidates (`theta_candidates`) with
+    hashes None, or as hashes alone (the kernel's, screened by
+    `theta_bound`) with candidates None."""
+
+    nan: int
+    inf: int
+    finite: int
+    low: int | float | None
+    high: int | float | None
+    sum: int
+    squares: int
+    histogram: ValueHistogram | None
+    candidates: np.ndarray | None
     hashes: np.ndarray | None
 
 
-def numeric_parts(values: Sequence, stored: str) -> NumericParts:
-    """The partial of a batch's values of a numeric feature stored as
-    `stored` ("int64" or "float"): a list of numbers, a numpy array, or a
+def numeric_update(values: Sequence, stored: str, histogram: ValueHistogram | None,
+                   theta) -> NumericUpdate:
+    """The update of a numeric feature stored as `stored` ("int64" or
+    "float") holding `histogram` and `theta` (None, or its sketch) by a
+    batch's values: a list of numbers, a numpy array, or a
     `columns.CheckedNumbers`. The native kernel's where it runs; a kernel
     failure (a bug) costs speed, never the statistics: numpy then."""
     native = kernels()
     if native is not None:
         try:
-            return native_parts(native.numeric_partial, values, stored)
+            return native_update(native.numeric_update, values, stored, histogram, theta)
         except (OverflowError, TypeError, ValueError):
             raise  # the values themselves are not int64 or float: numpy says the same
         except Exception:
             _LOG.warning("native numeric statistics failed; taking the numpy path",
                          exc_info=True)
-    return python_parts(values, stored)
+    return python_update(values, stored, histogram)
 
 
-def native_parts(numeric_partial, values: Sequence, stored: str) -> NumericParts:
-    """`numeric_parts` by the kernel function `numeric_partial`."""
+def python_update(values: Sequence, stored: str, histogram: ValueHistogram | None
+                  ) -> NumericUpdate:
+    """`numeric_update` with numpy: the reference."""
+    parts = python_parts(values, stored)
+    if parts.finite:
+        histogram = ValueHistogram.of_counts(parts.keys, parts.counts, histogram)
+    return NumericUpdate(parts.nan, parts.inf, parts.finite, parts.low, parts.high, parts.sum,
+                         parts.squares, histogram if parts.finite else None, parts.candidates,
+                         None)
+
+
+def native_update(numeric_update_kernel, values: Sequence, stored: str,
+                  histogram: ValueHistogram | None, theta) -> NumericUpdate:
+    """`numeric_update` by the kernel function `numeric_update_kernel`."""
     is_int = stored == "int64"
-    dtype = np.int64 if is_int else np.float64
     # The kernel reads little-endian words (a no-op conversion here).
     array = np.ascontiguousarray(getattr(values, "array", values),
                                  dtype="<i8" if is_int else "<f8")
-    (nan, inf, finite, low, high, total, squares, keys, counts, candidates,
-     hashes) = numeric_partial(array.view(np.uint8), is_int)
-    # (read-only views of the kernel's bytes: nothing here writes them)
-    return NumericParts(nan, inf, finite, low, high, _scaled(total), _scaled(squares),
-                        _words(keys, np.uint64), _words(counts, np.int64),
-                        _words(candidates, dtype), _words(hashes, np.uint64))
+    held = None if histogram is None else (
+        histogram.shift, np.ascontiguousarray(histogram.keys, dtype="<u8").view(np.uint8),
+        np.ascontiguousarray(histogram.counts, dtype="<i8").view(np.uint8))
+    (nan, inf, finite, low, high, total, squares, bounds, buckets, hashes) = \
+        numeric_update_kernel(array.view(np.uint8), is_int, held, theta_bound(theta))
+    merged = None
+    if buckets is not None:
+        shift, keys, counts = buckets
+        first, last = bounds
+        if histogram is not None:
+            first, last = min(histogram.low, first), max(histogram.high, last)
+        # (read-only views of the kernel's bytes: nothing here writes them)
+        merged = ValueHistogram(shift, _words(keys, np.uint64), _words(counts, np.int64),
+                                first, last)
+    return NumericUpdate(nan, inf, finite, low, high, _scaled(total), _scaled(squares), merged,
+                         None, _words(hashes, np.uint64))
 
 
 def _words(packed: bytes, dtype) -> np.ndarray:
@@ -92,7 +136,7 @@ def _scaled(terms: list[tuple[int, int]]) -> int:
 
 
 def python_parts(values: Sequence, stored: str) -> NumericParts:
-    """`numeric_parts` with numpy: the reference."""
+    """A batch's numeric partial with numpy, the reference `python_update` folds in."""
     as_list = values if isinstance(values, list) else None
     # The array a column's check made (`columns.CheckedNumbers`), if any.
     array = getattr(values, "array", values)
@@ -119,10 +163,10 @@ def python_parts(values: Sequence, stored: str) -> NumericParts:
         total, squares = exact_float_sums(finite)
     keys, counts = counted_keys(finite, low, high)
     return NumericParts(nan, inf, len(finite), low, high, total, squares, keys,
-                        counts.astype(np.int64), theta_candidates(finite, keys, low, high), None)
+                        counts.astype(np.int64), theta_candidates(finite, keys, low, high))
 
 
 def _no_finite(nan: int, inf: int, dtype) -> NumericParts:
     empty = np.zeros(0, dtype=np.uint64)
     return NumericParts(nan, inf, 0, None, None, 0, 0, empty, np.zeros(0, dtype=np.int64),
-                        np.zeros(0, dtype=dtype), None)
+                        np.zeros(0, dtype=dtype))

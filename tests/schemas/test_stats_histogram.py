@@ -62,3 +62,26 @@ def test_a_read_back_histogram_answers_with_finite_fractions_or_is_refused(shift
     masses = sketch.get_pmf(sketch.get_quantiles([0.1, 0.5, 0.9]))
     assert all(0 <= mass <= 1 for mass in masses) and sum(masses) == pytest.approx(1)
     assert all(np.isfinite(sketch.get_quantiles([0.0, 0.5, 1.0])))
+
+
+# --- the sketch of values: a sort and a mask, np.unique's answer --------------------------
+
+def _unique_sketch(floats, into=None):
+    """The sketch as `of` made it with np.unique (the definition)."""
+    return ValueHistogram.of_counts(*np.unique(ordered_keys(floats + 0.0), return_counts=True),
+                                    into)
+
+
+FINITE = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                   st.integers(0, 5000).map(float), st.sampled_from([0.0, -0.0, 5e-324, -1e300]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(FINITE, min_size=1, max_size=4000),
+       held=st.none() | st.lists(FINITE, min_size=1, max_size=3000))
+def test_of_is_the_sketch_np_unique_gives(values, held):
+    floats = np.array(values, dtype=np.float64)
+    into = None if held is None else ValueHistogram.of(np.array(held, dtype=np.float64))
+    ours, reference = ValueHistogram.of(floats, into), _unique_sketch(floats, into)
+    assert ours == reference and ours.counts.dtype == reference.counts.dtype
+    assert ours.serialize() == reference.serialize()
