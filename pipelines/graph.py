@@ -360,6 +360,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     Key-ordered plain output on a runner with the shuffle exchange gets
     bucket bounds from a sample of the input read here (`key_sample`).
     """
+    # One local worker: nothing for the read's Reshuffles to spread over.
+    spread = not one_local_worker(pipeline.options)
     if cache is not None:
         source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(
             config.source.path, config.source.type, cache_url=cache.url,
@@ -368,11 +370,11 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             layout=RowLayout(config.name, tuple(config.splits), config.output.shuffle),
             give_runs=cache.local and default_exchange(pipeline.runner) == "files",
             extensions=config.source.extensions, options=config.source.csv,
-            batch_size=READ_BATCH_SIZE, **_conversion_options(config, vocabularies))
+            batch_size=READ_BATCH_SIZE, spread=spread,
+            **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-        source = pipeline | "Read" >> _read_source(
-            config, spread=not one_local_worker(pipeline.options))
+        source = pipeline | "Read" >> _read_source(config, spread=spread)
     key_bounds = None
     if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
         key_bounds = sample_bucket_bounds(config, vocabularies,

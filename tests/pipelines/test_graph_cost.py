@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The runner stages of a build with every optional feature off, per source
 # (the stages of reading, converting, the shard writer, dead letters and the
 # result), and what each feature adds at most.
-BASE_STAGES = {"csv": 17, "images": 16}
+BASE_STAGES = {"csv": 13, "images": 13}
 STATISTICS_STAGES = 4
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
 # Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
@@ -168,11 +168,11 @@ def test_an_image_build_lists_its_directory_once_per_question(tmp_path, monkeypa
     assert len(roots) == 5, roots
 
 
-def _names(raw: dict, beam_args: list[str]) -> list[str]:
+def _names(raw: dict, beam_args: list[str], cache=None) -> list[str]:
     config = config_from_dict(raw)
     pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
     build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
-                   vocabularies=known_vocabularies(config))
+                   vocabularies=known_vocabularies(config), cache=cache)
     return [t.unique_name for t in pipeline.to_runner_api().components.transforms.values()]
 
 
@@ -190,6 +190,41 @@ def test_the_read_reshuffles_only_where_there_are_workers_to_spread_over(source,
                   if name.startswith("Read/Reshuffle") and name.count("/") == 1}
     expected = {"csv": {"ReshuffleFiles", "ReshuffleRanges"}, "images": {"ReshuffleBatches"}}
     assert reshuffles == (expected[source] if spread else set())
+
+
+@pytest.mark.parametrize("source", ["csv", "images"])
+@pytest.mark.parametrize("beam_args", [[], ["--direct_num_workers=2"]])
+def test_the_read_flattens_nothing(source, beam_args):
+    """The listing's dead letters and counts travel with the units through
+    the plan and read steps, so the read's outputs have one origin each and
+    no Flatten (a runner stage each on Beam's portable runners)."""
+    config = config_from_dict(_config(source, statistics=False, label=False, optional=False))
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
+                   vocabularies=known_vocabularies(config))
+    transforms = pipeline.to_runner_api().components.transforms.values()
+    flattens = [t.unique_name for t in transforms if t.spec.urn == "beam:transform:flatten:v1"]
+    assert flattens and not [name for name in flattens if name.startswith("Read/")], flattens
+
+
+@pytest.mark.parametrize("beam_args, spread", [
+    ([], False), (["--direct_num_workers=1", "--direct_running_mode=multi_processing"], False),
+    (["--direct_num_workers=2"], True), (["--runner=PortableRunner"], True)])
+def test_the_cached_read_reshuffles_only_where_there_are_workers_to_spread_over(beam_args,
+                                                                                 spread):
+    """A table build reads through the cache by default
+    (`ConvertTablesWithCache`): its two Reshuffles, too, only where there
+    are workers to spread the files and units over."""
+    from recordforge.pipelines.cache import CacheState
+
+    cache = CacheState(url="/nonexistent/cache", encoding_key="0" * 64, whole_files={},
+                       pieces=frozenset(), num_bytes=0)
+    names = _names(_config("csv", statistics=False, label=False, optional=False), beam_args,
+                   cache=cache)
+    assert any(name.startswith("ReadAndConvert/ConvertUnits") for name in names)
+    reshuffles = {name.split("/")[1] for name in names
+                  if name.startswith("ReadAndConvert/Reshuffle") and name.count("/") == 1}
+    assert reshuffles == ({"ReshuffleFiles", "ReshuffleUnits"} if spread else set())
 
 
 @pytest.mark.slow

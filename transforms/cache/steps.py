@@ -363,7 +363,9 @@ class ConvertTablesWithCache(beam.PTransform):
     and the names of the pieces of other files). layout: how the shard
     writer places rows (`RowLayout`); give_runs: give the rows as the
     cache's sorted runs (the file exchange of a local runner, with the cache
-    on its disk) rather than as ExampleBatches.
+    on its disk) rather than as ExampleBatches. spread: as `sources.ReadTable`
+    (reshuffle the files and the units; False where there is one worker:
+    two Reshuffles spread nothing).
     Gives `CachedConversion`.
     """
 
@@ -374,8 +376,10 @@ class ConvertTablesWithCache(beam.PTransform):
                  watch_columns: Sequence[str] = (), statistics: StatisticsSetup | None = None,
                  layout: RowLayout, give_runs: bool = False,
                  extensions: Iterable[str] | None = None, options=None,
-                 batch_size: int = 1000, range_bytes: int = DEFAULT_RANGE_BYTES):
+                 batch_size: int = 1000, range_bytes: int = DEFAULT_RANGE_BYTES,
+                 spread: bool = True):
         super().__init__()
+        self._spread = spread
         self._layout = layout
         self._give_runs = give_runs
         self._path = path
@@ -397,14 +401,15 @@ class ConvertTablesWithCache(beam.PTransform):
                   | "Pattern" >> beam.Create([self._path])
                   | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
                                               ).with_output_types(TaggedBatch))
-        works = (listed
-                 | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
-                 | "ReshuffleFiles" >> beam.Reshuffle()
-                 # Work per unit
-                 | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
-                     self._path, self._format, self._range_bytes, self._options,
-                     self._encoding_key, self._whole_files)).with_output_types(Batch)
-                 | "ReshuffleUnits" >> beam.Reshuffle())
+        files = listed | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
+        if self._spread:
+            files = files | "ReshuffleFiles" >> beam.Reshuffle()
+        # Work per unit
+        works = files | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
+            self._path, self._format, self._range_bytes, self._options,
+            self._encoding_key, self._whole_files)).with_output_types(Batch)
+        if self._spread:
+            works = works | "ReshuffleUnits" >> beam.Reshuffle()
         # (tag, value) pairs of every kind
         converted = works | "ConvertUnits" >> beam.ParDo(_ConvertUnits(
             self._path, self._format, self._batch_size, self._range_bytes, self._options,

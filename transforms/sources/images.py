@@ -21,9 +21,8 @@ from ..readers.image_items import (DEFAULT_IMAGE_BATCH_SIZE, ImageItem, plan_ima
 from ..readers.images import ImageOptions
 from ..readers.labels import labels_format
 from ..readers.listing import normalized_extensions
-from ..tagged import select
 from ..urls import redact_url
-from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched
+from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched, passed_on
 
 __all__ = ["ReadImages"]
 
@@ -49,8 +48,8 @@ class _PlanImages(beam.DoFn):
 
 
 class _ReadImageBatches(beam.DoFn):
-    """ImageItems (as plain tuples) -> (tag, value) pairs: one RowBatch, dead
-    letters, (root, n)."""
+    """("unit", ImageItems as plain tuples) -> (tag, value) pairs: one
+    RowBatch, dead letters, (root, n); the plan's other pairs pass on."""
 
     def __init__(self, path: str, options: ImageOptions):
         self._path = path
@@ -62,9 +61,12 @@ class _ReadImageBatches(beam.DoFn):
         relax_young_collections()  # rows are made here, a batch at a time
         keep_freed_memory()  # buffers are freed and made again all the time
 
-    def process(self, items: list[tuple[str, str, str]]):
+    def process(self, tagged: tuple[str, object]):
+        if passed_on(tagged):
+            yield tagged
+            return
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (root, n))
-        items = [ImageItem(*item) for item in items]
+        items = [ImageItem(*item) for item in tagged[1]]
         yield from batched(read_image_items(self._fs, items, self._options),
                             max(1, len(items)), self._source)
 
@@ -103,10 +105,12 @@ class ReadImages(beam.PTransform):
             | "Root" >> beam.Create([self._path])
             | "PlanImages" >> beam.ParDo(
                 _PlanImages(self._extensions, self._labels, self._batch_size)))
-        # up to batch_size ImageItems, as plain tuples
-        batches = planned | "Batches" >> beam.FlatMap(select, UNIT)
+        # ("unit", up to batch_size ImageItems as plain tuples) | the plan's
+        # dead letters and counts, which go along (`passed_on`): no second
+        # origin to flatten at the end
+        batches = planned
         if self._spread:
             batches = batches | "ReshuffleBatches" >> beam.Reshuffle()
         read = batches | "ReadImages" >> beam.ParDo(
             _ReadImageBatches(self._path, self._options)).with_output_types(TaggedBatch)
-        return (read, planned) | "Split" >> SplitTagged()
+        return read | "Split" >> SplitTagged()

@@ -17,7 +17,8 @@ from ..batch_coder import Batch
 from ..readers.rows import ColumnBatch, SourceRow
 from ..tagged import select
 
-__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched"]
+__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched",
+           "passed_on"]
 
 ROWS = "rows"
 DEAD = "dead_letter"
@@ -61,24 +62,27 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
     yield COUNTS, (source, seen)
 
 
+def passed_on(tagged: tuple[str, object]) -> bool:
+    """Whether a step that works on "unit" pairs hands `tagged` on as it
+    is: the listing's dead letters and counts travel with the units through
+    the plan and read steps, so the source's outputs have one origin and
+    need no Flatten (a runner stage each)."""
+    return tagged[0] != UNIT
+
+
 class SplitTagged(beam.PTransform):
-    """``(read, planned)`` PCollections of (tag, value) pairs -> `ReadOutputs`,
-    one labelled filter per output and origin.
+    """The read step's PCollection of (tag, value) pairs -> `ReadOutputs`,
+    one labelled filter per output.
 
-    Rows come from `read` alone and never pass a Flatten: Beam's portable
-    runner materializes a multi-input Flatten as a buffer between stages (on
-    the DirectRunner every row of the dataset held in memory and pickled row
-    by row), whereas a filter stays fused with the read and the row checks
-    after it. Only the small outputs (dead letters, counts) of both origins
-    are flattened; the "unit" pairs of `planned` match no filter."""
+    Rows never pass a Flatten: Beam's portable runner materializes a
+    multi-input Flatten as a buffer between stages (on the DirectRunner
+    every row of the dataset held in memory and pickled row by row),
+    whereas a filter stays fused with the read and the row checks after
+    it. Nor do the dead letters and counts: the listing's reach the read
+    step with the units (`passed_on`), so every output has one origin."""
 
-    def expand(self, pcolls):
-        read, planned = pcolls
+    def expand(self, read):
         return ReadOutputs(
             read | "Rows" >> beam.FlatMap(select, ROWS).with_output_types(Batch),
-            (read | "ReadDeadLetters" >> beam.FlatMap(select, DEAD),
-             planned | "PlanDeadLetters" >> beam.FlatMap(select, DEAD))
-            | "DeadLetters" >> beam.Flatten(),
-            (read | "ReadCounts" >> beam.FlatMap(select, COUNTS),
-             planned | "PlanCounts" >> beam.FlatMap(select, COUNTS))
-            | "Counts" >> beam.Flatten())
+            read | "DeadLetters" >> beam.FlatMap(select, DEAD),
+            read | "Counts" >> beam.FlatMap(select, COUNTS))

@@ -18,15 +18,14 @@ import apache_beam as beam
 import fsspec
 
 from ...schemas.dead_letters import counted_rows, dead_letter
-from ..batch_coder import Batch, TaggedBatch
+from ..batch_coder import TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..malloc_tuning import keep_freed_memory
 from ..readers.listing import list_tables, normalized_extensions
 from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, plan_table_ranges,
                               read_range)
-from ..tagged import select
 from ..urls import redact_url
-from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched
+from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched, passed_on
 
 __all__ = ["ListTableFiles", "ReadTable"]
 
@@ -58,7 +57,8 @@ class ListTableFiles(beam.DoFn):
 
 
 class _PlanTableRanges(beam.DoFn):
-    """fs path -> FileRange units (one streaming pass over big CSV/JSONL files)."""
+    """("unit", fs path) -> ("unit", FileRange) per unit (one streaming pass
+    over big CSV/JSONL files); the listing's other pairs pass on."""
 
     def __init__(self, pattern: str, format: str, range_bytes: int, options=None):
         self._pattern = pattern
@@ -69,13 +69,18 @@ class _PlanTableRanges(beam.DoFn):
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
-    def process(self, fs_path: str):
-        yield from plan_table_ranges(self._fs, fs_path, self._format, self._range_bytes,
-                                     self._options)
+    def process(self, tagged: tuple[str, object]):
+        if passed_on(tagged):
+            yield tagged
+            return
+        for unit in plan_table_ranges(self._fs, tagged[1], self._format, self._range_bytes,
+                                      self._options):
+            yield UNIT, unit
 
 
 class _ReadTableRanges(beam.DoFn):
-    """FileRange -> (tag, value) pairs: RowBatches, dead letters, (source, n)."""
+    """("unit", FileRange) -> (tag, value) pairs: RowBatches, dead letters,
+    (source, n); the listing's pairs pass on."""
 
     def __init__(self, pattern: str, format: str, batch_size: int, options=None):
         self._pattern = pattern
@@ -88,7 +93,11 @@ class _ReadTableRanges(beam.DoFn):
         relax_young_collections()  # rows are made here, a batch at a time
         keep_freed_memory()  # buffers are freed and made again all the time
 
-    def process(self, unit: FileRange):
+    def process(self, tagged: tuple[str, object]):
+        if passed_on(tagged):
+            yield tagged
+            return
+        unit: FileRange = tagged[1]
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
         yield from batched(read_range(self._fs, unit, self._format, self._options),
                            self._batch_size, unit.source)
@@ -134,16 +143,19 @@ class ReadTable(beam.PTransform):
             | "Pattern" >> beam.Create([self._path])
             | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
                                         ).with_output_types(TaggedBatch))
-        files = listed | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
+        # The listing's dead letters and counts go along with the files
+        # (`passed_on`): no second origin to flatten at the end.
+        files = listed
         if self._spread:
             files = files | "ReshuffleFiles" >> beam.Reshuffle()
-        # FileRange (byte range or row-group span)
+        # ("unit", FileRange: byte range or row-group span) | the listing's pairs
         units = files | "PlanRanges" >> beam.ParDo(
-            _PlanTableRanges(self._path, self._format, self._range_bytes, self._options))
+            _PlanTableRanges(self._path, self._format, self._range_bytes, self._options)
+        ).with_output_types(TaggedBatch)
         if self._spread:
             units = units | "ReshuffleRanges" >> beam.Reshuffle()
         # (tag, value): ("rows", RowBatch) | ("dead_letter", dict) | ("counts", (source, n))
         read = units | "ReadRanges" >> beam.ParDo(
             _ReadTableRanges(self._path, self._format, self._batch_size, self._options)
         ).with_output_types(TaggedBatch)
-        return (read, listed) | "Split" >> SplitTagged()
+        return read | "Split" >> SplitTagged()
