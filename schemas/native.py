@@ -37,6 +37,7 @@ _KERNELS_USED = (
     "text_partial",  # schemas/stats/text.py: python_text_parts of a batch alone
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
+    "count_walk",  # transforms/tfrecord/damage.py: python_count_complete
 )
 
 
