@@ -129,12 +129,30 @@ class _HashingReader:
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
+        self._passed(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        """Reads into `buffer` (a reader's reused block: no new memory per
+        read), hashing what came."""
+        with memoryview(buffer) as view:
+            readinto = getattr(self._raw, "readinto", None)
+            if readinto is None:  # a file object that only reads
+                data = self._raw.read(len(view))
+                count = len(data)
+                view[:count] = data
+            else:
+                count = readinto(view) or 0
+            with view[:count] as data:
+                self._passed(data)
+        return count
+
+    def _passed(self, data) -> None:
         self.digest.update(data)
         self.size += len(data)
         if self.size - self._dropped >= _DROP_EVERY:
             drop_behind(self._raw, self._dropped, self.size - self._dropped)
             self._dropped = self.size
-        return data
 
     def seekable(self) -> bool:
         return False
