@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import io
 import os
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator, Mapping
@@ -136,13 +137,17 @@ class _HashingReader:
         """Reads into `buffer` (a reader's reused block: no new memory per
         read), hashing what came."""
         with memoryview(buffer) as view:
+            count = None
             readinto = getattr(self._raw, "readinto", None)
-            if readinto is None:  # a file object that only reads
+            if readinto is not None:
+                try:
+                    count = readinto(view) or 0
+                except (NotImplementedError, io.UnsupportedOperation):
+                    pass  # an io.RawIOBase that implements only read
+            if count is None:  # a file object that only reads
                 data = self._raw.read(len(view))
                 count = len(data)
                 view[:count] = data
-            else:
-                count = readinto(view) or 0
             with view[:count] as data:
                 self._passed(data)
         return count

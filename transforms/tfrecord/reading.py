@@ -7,6 +7,7 @@ record it was reading.
 
 from __future__ import annotations
 
+import io
 from typing import Any, BinaryIO, Iterator
 
 import crc32c
@@ -31,18 +32,20 @@ def _plain_blocks(fileobj: BinaryIO) -> Iterator[bytes | memoryview]:
     1 MB bytes per read was fresh memory from the kernel each time, whose
     page faults and unmapping cost a shard's read-back more than the copy."""
     readinto = getattr(fileobj, "readinto", None)
-    if readinto is None:
-        while True:
-            block = fileobj.read(READ_BLOCK)
-            if not block:
-                return
-            yield block
-    view = memoryview(bytearray(READ_BLOCK))
-    while True:
-        count = readinto(view)
+    view = None if readinto is None else memoryview(bytearray(READ_BLOCK))
+    while view is not None:
+        try:
+            count = readinto(view)
+        except (NotImplementedError, io.UnsupportedOperation):
+            break  # an io.RawIOBase that implements only read
         if not count:
             return
         yield view[:count]
+    while True:
+        block = fileobj.read(READ_BLOCK)
+        if not block:
+            return
+        yield block
 
 
 def _blocks_for(fileobj: BinaryIO, path: str, compression: str) -> Iterator[bytes]:

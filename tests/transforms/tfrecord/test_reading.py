@@ -276,3 +276,27 @@ def test_plain_streams_are_read_into_one_buffer_whatever_each_read_gives(records
                                       compression="none") == len(records)
     for reader in (source, counted):
         assert reader.buffers and all(buffer is reader.buffers[0] for buffer in reader.buffers)
+
+
+class _RawReadOnly(io.RawIOBase):
+    """An `io.RawIOBase` that implements only `read` (its `readinto`
+    raises NotImplementedError), as some file wrappers do."""
+
+    def __init__(self, data: bytes):
+        self._data = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        return self._data.read(7 if size is None or size < 0 else min(size, 7))
+
+
+@settings(max_examples=30, deadline=None)
+@given(records=st.lists(st.binary(max_size=300), max_size=8))
+def test_a_raw_file_that_only_reads_is_read_with_read(records):
+    data = tfrecord.frame_records(records)
+    assert list(tfrecord.iter_records(_RawReadOnly(data), path="s.tfrecord",
+                                      compression="none")) == records
+    assert tfrecord.count_records(_RawReadOnly(data), path="s.tfrecord",
+                                  compression="none") == len(records)
