@@ -4,7 +4,7 @@
 //! which keeps the error messages): only the headers are read, the length
 //! CRC and the 2 GiB cap checked; the data is neither read nor checked.
 
-use crate::walk::{masked_crc32c, Fault, FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_BYTES};
+use crate::walk::{masked_length_crc, Fault, FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_BYTES};
 
 /// What a walk of the headers found: the index lines of the records whose
 /// header lies wholly in the buffer, where the next header starts (relative
@@ -58,9 +58,10 @@ pub fn index_lines(buffer: &[u8], from: usize, offset: u64) -> Lines {
     // `cursor <= buffer.len()` is checked before the subtraction.
     while cursor <= buffer.len() && buffer.len() - cursor >= HEADER_SIZE {
         let header = &buffer[cursor..cursor + HEADER_SIZE];
-        let length = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+        let length_bytes: &[u8; 8] = header[..8].try_into().expect("8 bytes");
+        let length = u64::from_le_bytes(*length_bytes);
         let crc = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
-        if crc != masked_crc32c(&header[..8]) {
+        if crc != masked_length_crc(length_bytes) {
             found.fault = Some((Fault::BadLengthCrc, cursor));
             break;
         }
@@ -84,7 +85,7 @@ pub fn index_lines(buffer: &[u8], from: usize, offset: u64) -> Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::frame_into;
+    use crate::walk::{frame_into, masked_crc32c};
     use proptest::prelude::*;
 
     /// The reference's lines, from the records' own sizes.
