@@ -39,6 +39,7 @@ _KERNELS_USED = (
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
     "count_newlines_quotes",  # transforms/readers/ranges.py: bytes.count of "\n" and '"'
     "lone_carriage_return",  # transforms/readers/csv.py: count(b"\r") != count(b"\r\n")
+    "count_walk",  # transforms/tfrecord/damage.py: python_count_complete
 )
 
 

@@ -4,7 +4,7 @@
 //! which keeps the error messages): only the headers are read, the length
 //! CRC and the 2 GiB cap checked; the data is neither read nor checked.
 
-use crate::walk::{masked_crc32c, Fault, FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_BYTES};
+use crate::walk::{masked_length_crc, Fault, FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_BYTES};
 
 /// What a walk of the headers found: the index lines of the records whose
 /// header lies wholly in the buffer, where the next header starts (relative
@@ -19,17 +19,30 @@ pub struct Lines {
     pub fault: Option<(Fault, usize)>,
 }
 
-/// Appends `value` in decimal.
+/// The decimal digits of 0..=99, two bytes each.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566\
+676869707172737475767778798081828384858687888990919293949596979899";
+
+/// Appends `value` in decimal, two digits per division: a line per record
+/// is most of an index walk's work, and a digit per division cost about
+/// as much as reading the header.
 fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
-    loop {
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
+        digits[at] = b'0' + value as u8;
     }
     out.extend_from_slice(&digits[at..]);
 }
@@ -45,9 +58,10 @@ pub fn index_lines(buffer: &[u8], from: usize, offset: u64) -> Lines {
     // `cursor <= buffer.len()` is checked before the subtraction.
     while cursor <= buffer.len() && buffer.len() - cursor >= HEADER_SIZE {
         let header = &buffer[cursor..cursor + HEADER_SIZE];
-        let length = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+        let length_bytes: &[u8; 8] = header[..8].try_into().expect("8 bytes");
+        let length = u64::from_le_bytes(*length_bytes);
         let crc = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
-        if crc != masked_crc32c(&header[..8]) {
+        if crc != masked_length_crc(length_bytes) {
             found.fault = Some((Fault::BadLengthCrc, cursor));
             break;
         }
@@ -71,7 +85,7 @@ pub fn index_lines(buffer: &[u8], from: usize, offset: u64) -> Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::walk::frame_into;
+    use crate::walk::{frame_into, masked_crc32c};
     use proptest::prelude::*;
 
     /// The reference's lines, from the records' own sizes.
@@ -110,6 +124,24 @@ mod tests {
             if let Some((_, at)) = found.fault {
                 prop_assert!(at + HEADER_SIZE <= buffer.len());
             }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decimals_are_rusts_own(value in any::<u64>()) {
+            let mut out = Vec::new();
+            push_decimal(&mut out, value);
+            prop_assert_eq!(out, value.to_string().into_bytes());
+        }
+    }
+
+    #[test]
+    fn decimals_at_every_length_edge() {
+        for value in [0u64, 9, 10, 99, 100, 101, 999, 1000, 10_000_000_000, u64::MAX] {
+            let mut out = Vec::new();
+            push_decimal(&mut out, value);
+            assert_eq!(out, value.to_string().into_bytes());
         }
     }
 

@@ -65,6 +65,15 @@ fn walk_records(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(Vec<usize>, V
     Ok((found.starts, found.ends, found.fault.map(fault_tuple)))
 }
 
+/// `count_walk(buffer) -> (records, end, fault)`: `walk_records` without
+/// the lists (`walk::count_records`): how many intact records, where the
+/// last ends (0: none), and the fault as `walk_records` gives it.
+#[pyfunction]
+fn count_walk(py: Python<'_>, buffer: PyBuffer<u8>) -> PyResult<(usize, usize, Option<(&'static str, usize, u64)>)> {
+    let found = with_bytes(py, &buffer, |bytes| guarded(|| walk::count_records(bytes)))??;
+    Ok((found.records, found.end, found.fault.map(fault_tuple)))
+}
+
 /// A walk's fault as Python gets it: ``(kind, offset, length)``.
 fn fault_tuple((fault, offset): (walk::Fault, usize)) -> (&'static str, usize, u64) {
     match fault {
@@ -470,6 +479,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(join_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
+    module.add_function(wrap_pyfunction!(count_walk, module)?)?;
     module.add_function(wrap_pyfunction!(index_lines, module)?)?;
     module.add_function(wrap_pyfunction!(convert_csv_run, module)?)?;
     module.add_function(wrap_pyfunction!(check_csv_run, module)?)?;

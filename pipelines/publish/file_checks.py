@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import io
 import os
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator, Mapping
@@ -129,12 +130,34 @@ class _HashingReader:
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
+        self._passed(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        """Reads into `buffer` (a reader's reused block: no new memory per
+        read), hashing what came."""
+        with memoryview(buffer) as view:
+            count = None
+            readinto = getattr(self._raw, "readinto", None)
+            if readinto is not None:
+                try:
+                    count = readinto(view) or 0
+                except (NotImplementedError, io.UnsupportedOperation):
+                    pass  # an io.RawIOBase that implements only read
+            if count is None:  # a file object that only reads
+                data = self._raw.read(len(view))
+                count = len(data)
+                view[:count] = data
+            with view[:count] as data:
+                self._passed(data)
+        return count
+
+    def _passed(self, data) -> None:
         self.digest.update(data)
         self.size += len(data)
         if self.size - self._dropped >= _DROP_EVERY:
             drop_behind(self._raw, self._dropped, self.size - self._dropped)
             self._dropped = self.size
-        return data
 
     def seekable(self) -> bool:
         return False

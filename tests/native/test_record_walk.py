@@ -9,7 +9,8 @@ import struct
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recordforge.transforms.tfrecord import TFRecordError, frame_records, iter_records
+from recordforge.transforms.tfrecord import (RecordStreamCheck, TFRecordError, count_records,
+                                             frame_records, iter_records)
 from recordforge.transforms.tfrecord import damage
 from recordforge.transforms.tfrecord.framing import MAX_RECORD_BYTES, masked_crc32c
 
@@ -77,9 +78,72 @@ def test_the_reader_yields_and_fails_alike_on_both_paths(native, buffer):
     assert outcomes[0] == outcomes[1]
 
 
+def _counted(result):
+    records, end, error = result
+    return records, end, None if error is None else (
+        str(error), error.problem, error.path, error.offset, error.record_index)
+
+
+@settings(max_examples=400, deadline=None)
+@given(buffer=damaged_buffers(), position=st.integers(0, 2**40), index=st.integers(0, 2**20))
+def test_native_count_matches_the_walk(native, buffer, position, index):
+    """The count (`count_walk`) is the walk without its lists: its count,
+    its last end and its damage, native and reference alike."""
+    starts, ends, error = damage.python_complete_records(buffer, position, index, "f.tfrecord")
+    walked = (len(starts), ends[-1] if ends else 0, error)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(damage, "kernels", lambda: native)
+        native_count = damage.count_complete(buffer, position, index, "f.tfrecord")
+    assert _counted(native_count) == _counted(walked)
+    assert _counted(damage.python_count_complete(buffer, position, index, "f.tfrecord")) \
+        == _counted(walked)
+
+
+def _count_outcome(count, buffer: bytes):
+    try:
+        return count(buffer), None
+    except TFRecordError as raised:
+        return None, (str(raised), raised.offset, raised.record_index)
+
+
+def _read_count(buffer: bytes) -> int:
+    return count_records(io.BytesIO(buffer), path="s.tfrecord", compression="none")
+
+
+def _stream_count(buffer: bytes) -> int:
+    """Written through a `RecordStreamCheck` in pieces of 5 bytes, so that
+    records and headers are cut between writes."""
+    check = RecordStreamCheck("s.tfrecord", "none")
+    check._WALK_FROM = 7  # walk often: many buffer heads, cut records
+    for at in range(0, len(buffer), 5):
+        check.write(buffer[at:at + 5])
+    return check.finish()
+
+
+@settings(max_examples=150, deadline=None)
+@given(buffer=damaged_buffers(), reader=st.sampled_from([_read_count, _stream_count]))
+def test_counting_readers_count_and_fail_alike_on_both_paths(native, buffer, reader):
+    """`count_records` (a shard's read-back) and `RecordStreamCheck` (a
+    shard checked as it is written) give the same count or the same error
+    on both paths, and the records `iter_records` reads."""
+    outcomes = []
+    for path_kernels in (native, None):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(damage, "kernels", lambda found=path_kernels: found)
+            outcomes.append(_count_outcome(reader, bytes(buffer)))
+    assert outcomes[0] == outcomes[1]
+    try:
+        expected = len(list(iter_records(io.BytesIO(bytes(buffer)), path="s.tfrecord",
+                                         compression="none")))
+    except TFRecordError:
+        expected = None
+    assert outcomes[0][0] == expected
+
+
 @pytest.mark.parametrize("buffer", [bytearray(), b"", memoryview(b"\x00" * 11)])
 def test_the_walk_takes_any_buffer(native, buffer):
     assert native.walk_records(buffer) == ([], [], None)
+    assert native.count_walk(buffer) == (0, 0, None)
 
 
 CORPUS = sorted((pathlib.Path(__file__).resolve().parents[2] / "native" / "corpus" / "walk")
@@ -94,6 +158,9 @@ def test_the_committed_corpus_walks_alike(native, path):
         buffer = bytearray(data[:cut])
         assert _walked(damage.native_complete_records(native, buffer, 7, 3, "c")) \
             == _walked(damage.python_complete_records(buffer, 7, 3, "c")), cut
+        records, end, fault = native.count_walk(buffer)
+        starts, ends, _ = native.walk_records(buffer)
+        assert (records, end) == (len(starts), ends[-1] if ends else 0), cut
 
 
 @st.composite

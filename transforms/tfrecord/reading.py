@@ -7,12 +7,13 @@ record it was reading.
 
 from __future__ import annotations
 
-from typing import BinaryIO, Iterator
+import io
+from typing import Any, BinaryIO, Iterator
 
 import crc32c
 import fsspec
 
-from .damage import complete_records
+from .damage import complete_records, count_complete
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, mask_crc,
                       masked_crc32c)
 from .gzip_members import GZIP_MAGIC, READ_BLOCK, GzipStreamError, gunzip_blocks
@@ -24,7 +25,22 @@ __all__ = ["StreamedRecord", "count_records", "iter_record_views", "iter_records
 _COUNT_STREAM_FROM = 4 << 20  # records this long are counted without being held
 
 
-def _plain_blocks(fileobj: BinaryIO) -> Iterator[bytes]:
+def _plain_blocks(fileobj: BinaryIO) -> Iterator[bytes | memoryview]:
+    """The stream's bytes a block at a time. Where the file object can
+    `readinto`, every block is read into one buffer, and a block is valid
+    only until the next is asked for (the walk copies it out first): a new
+    1 MB bytes per read was fresh memory from the kernel each time, whose
+    page faults and unmapping cost a shard's read-back more than the copy."""
+    readinto = getattr(fileobj, "readinto", None)
+    view = None if readinto is None else memoryview(bytearray(READ_BLOCK))
+    while view is not None:
+        try:
+            count = readinto(view)
+        except (NotImplementedError, io.UnsupportedOperation):
+            break  # an io.RawIOBase that implements only read
+        if not count:
+            return
+        yield view[:count]
     while True:
         block = fileobj.read(READ_BLOCK)
         if not block:
@@ -134,8 +150,22 @@ def count_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto
     `TFRecordError` as `iter_records` would; its record_index is then the
     number of intact records before the damage."""
     # A long record is counted as it streams past, never gathered whole.
-    return sum(1 if isinstance(item, StreamedRecord) else len(item[1])
-               for item in _checked_spans(fileobj, path, compression, _COUNT_STREAM_FROM))
+    return sum(1 if isinstance(item, StreamedRecord) else item
+               for item in _checked_spans(fileobj, path, compression, _COUNT_STREAM_FROM,
+                                          _counted))
+
+
+def _spans(buffer: bytearray, position: int, index: int, path: str):
+    """`_checked_spans`' walk that gives each record's place: ``(records,
+    end of the last, (buffer, starts, ends), damage)``."""
+    starts, ends, damage = complete_records(buffer, position, index, path)
+    return len(starts), ends[-1] if ends else 0, (buffer, starts, ends), damage
+
+
+def _counted(buffer: bytearray, position: int, index: int, path: str):
+    """`_checked_spans`' walk that only counts: the item is the count."""
+    records, end, damage = count_complete(buffer, position, index, path)
+    return records, end, records, damage
 
 
 def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
@@ -144,13 +174,14 @@ def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
         yield from iter_records(fileobj, path=path, compression=compression)
 
 
-def _checked_spans(fileobj: BinaryIO, path: str, compression: str, stream_from: int | None = None
-                   ) -> Iterator[tuple[bytearray, list[int], list[int]] | "StreamedRecord"]:
+def _checked_spans(fileobj: BinaryIO, path: str, compression: str, stream_from: int | None = None,
+                   walker=_spans) -> Iterator[Any]:
     """``(buffer, starts, ends)``: where each complete record of the buffer
     begins and ends, every one checked. The buffer is valid only until the
     next item is asked for. With `stream_from`, a record of that many bytes
     or more is not gathered but given as a `StreamedRecord` (read and
-    checked by the caller, then to its end by the walk).
+    checked by the caller, then to its end by the walk). `walker` (`_spans`,
+    `_counted`) walks each buffer and makes the item given for its records.
 
     Each buffer's records are walked by their length fields (a record's
     12-byte header is compared with the canonical header of its length,
@@ -161,14 +192,14 @@ def _checked_spans(fileobj: BinaryIO, path: str, compression: str, stream_from: 
     walk = _Walk(_blocks_for(fileobj, path, compression), path)
     buffer = walk.buffer
     while True:
-        starts, ends, damage = complete_records(buffer, walk.position, walk.index, path)
-        if starts:
-            yield buffer, starts, ends
-            walk.index += len(starts)
+        records, end, item, damage = walker(buffer, walk.position, walk.index, path)
+        if records:
+            yield item
+            walk.index += records
         if damage is not None:
             raise damage
-        if ends:
-            walk.consume(ends[-1])
+        if end:
+            walk.consume(end)
         if len(buffer) >= HEADER_SIZE:
             # A record whose length CRC checked out but whose body is not all
             # here yet: read exactly until it is (never preallocate `length`,

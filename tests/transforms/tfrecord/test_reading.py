@@ -186,8 +186,15 @@ class _ShortReads(io.BytesIO):
         super().__init__(data)
         self._most = most
 
+        self.buffers = []  # what readinto was given
+
     def read(self, size=-1):
         return super().read(self._most if size is None or size < 0 else min(size, self._most))
+
+    def readinto(self, buffer):
+        with memoryview(buffer) as view:
+            self.buffers.append(view.obj)
+            return super().readinto(view[:self._most])
 
 
 @pytest.mark.parametrize("read_block", [7, 64, 1000, 1 << 20])
@@ -245,3 +252,51 @@ def test_count_records_reads_multi_member_gzip(make_records):
     assert tfrecord.count_records(io.BytesIO(members), compression="gzip") == 50
     with pytest.raises(tfrecord.TFRecordError, match="truncated gzip"):
         tfrecord.count_records(io.BytesIO(members[:-3]), compression="gzip")
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(st.binary(max_size=3000), max_size=12),
+       most=st.integers(1, 5000), streamed=st.booleans())
+def test_plain_streams_are_read_into_one_buffer_whatever_each_read_gives(records, most,
+                                                                          streamed):
+    """A plain stream is read a block at a time into one reused buffer
+    (`readinto`; a new bytes per read cost page faults): short reads,
+    records cut between blocks and records streamed past
+    (`count_records`' long records) read the same records as the bytes
+    hold, counted or yielded."""
+    data = tfrecord.frame_records(records)
+    with pytest.MonkeyPatch.context() as patch:
+        if streamed:
+            patch.setattr(tfrecord.reading, "_COUNT_STREAM_FROM", 100)
+        source = _ShortReads(data, most)
+        assert list(tfrecord.iter_records(source, path="s.tfrecord",
+                                          compression="none")) == records
+        counted = _ShortReads(data, most)
+        assert tfrecord.count_records(counted, path="s.tfrecord",
+                                      compression="none") == len(records)
+    for reader in (source, counted):
+        assert reader.buffers and all(buffer is reader.buffers[0] for buffer in reader.buffers)
+
+
+class _RawReadOnly(io.RawIOBase):
+    """An `io.RawIOBase` that implements only `read` (its `readinto`
+    raises NotImplementedError), as some file wrappers do."""
+
+    def __init__(self, data: bytes):
+        self._data = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def read(self, size=-1):
+        return self._data.read(7 if size is None or size < 0 else min(size, 7))
+
+
+@settings(max_examples=30, deadline=None)
+@given(records=st.lists(st.binary(max_size=300), max_size=8))
+def test_a_raw_file_that_only_reads_is_read_with_read(records):
+    data = tfrecord.frame_records(records)
+    assert list(tfrecord.iter_records(_RawReadOnly(data), path="s.tfrecord",
+                                      compression="none")) == records
+    assert tfrecord.count_records(_RawReadOnly(data), path="s.tfrecord",
+                                  compression="none") == len(records)
