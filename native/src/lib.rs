@@ -209,9 +209,50 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
     Ok(PyBytes::new(py, &packed).into_any().unbind())
 }
 
-/// One bytes object (or None) per row, cut from a run's buffer.
-fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a [u8]>) -> PyResult<Py<PyList>> {
-    Ok(PyList::new(py, (0..count).map(|index| row(index).map(|data| PyBytes::new(py, data))))?.unbind())
+/// A table kernel's rows as Python objects, made as they come
+/// (`table::Rows`): one bytes object (or None: declined) per row for
+/// examples and keys, and with a hasher every row's digest joined
+/// (`table::Converted::digests`: of its key, or of its Example without
+/// one; 16 zero bytes for a declined row). No buffer of the whole batch
+/// is written first: each Example is framed in `example`, which stays
+/// in cache, copied once into its bytes object, and hashed from there.
+struct PyRows<'py, 'h> {
+    py: Python<'py>,
+    examples: Vec<Option<Bound<'py, PyBytes>>>,
+    keys: Vec<Option<Bound<'py, PyBytes>>>,
+    hasher: Option<&'h digest::RowHasher>,
+    digests: Vec<u8>,
+    example: Vec<u8>,
+}
+
+impl<'py, 'h> PyRows<'py, 'h> {
+    /// For `count` rows (a capacity only: the rows pushed may differ),
+    /// which must be a count the caller checked against its input.
+    fn new(py: Python<'py>, count: usize, hasher: Option<&'h digest::RowHasher>) -> Self {
+        let digests = Vec::with_capacity(if hasher.is_some() { count * digest::DIGEST_SIZE } else { 0 });
+        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count), hasher,
+                 digests, example: Vec::new() }
+    }
+}
+
+impl table::Rows for PyRows<'_, '_> {
+    fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
+        self.example.clear();
+        wire::put_example(&mut self.example, entries);
+        if let Some(hasher) = self.hasher {
+            hasher.digest_into(key.unwrap_or(&self.example), &mut self.digests);
+        }
+        self.examples.push(Some(PyBytes::new(self.py, &self.example)));
+        self.keys.push(key.map(|key| PyBytes::new(self.py, key)));
+    }
+
+    fn declined(&mut self) {
+        if self.hasher.is_some() {
+            self.digests.extend_from_slice(&[0; digest::DIGEST_SIZE]);
+        }
+        self.examples.push(None);
+        self.keys.push(None);
+    }
 }
 
 /// A table kernel's answer for Python: examples, keys, checked columns and
@@ -236,7 +277,7 @@ impl CsvRun {
 }
 
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests) | None`:
-/// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
+/// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys,
 /// per feature None (a row failed it) or its `packed_column` (text as str
 /// where the plan says `as_str`), and with a plan made with a salt every
@@ -246,10 +287,15 @@ impl CsvRun {
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
                    -> PyResult<Option<ConvertedObjects>> {
     with_bytes(py, &run, |bytes| {
-        let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
+        let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        Ok(Some(converted_objects(py, &converted, plan, count, true)?))
+        let mut rows = PyRows::new(py, fields.rows, plan.hasher.as_ref());
+        let converted = guarded(std::panic::AssertUnwindSafe(|| {
+            table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
+        }))?;
+        let Ok(columns) = converted else { return Ok(None) };
+        Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
     })?
 }
 
@@ -259,34 +305,32 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let Ok(converted) = guarded(|| table::convert_checked(bytes, fields, &plan.plan))? else {
-        return Ok(None);
-    };
-    Ok(Some(converted_objects(py, &converted, plan, checked.fields.rows, true)?))
+    let mut rows = PyRows::new(py, fields.rows, plan.hasher.as_ref());
+    let converted = guarded(std::panic::AssertUnwindSafe(|| {
+        table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
+    }))?;
+    let Ok(columns) = converted else { return Ok(None) };
+    Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
 }
 
 /// A table kernel's answer for Python (`convert_csv_run`,
-/// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
-/// examples and keys, per feature None or its `packed_column`, and the
-/// digests when the plan has a salt.
+/// `arrow::convert_arrow_batch`): `rows`' examples, keys and digests (when
+/// the plan has a salt), and per feature None or its `packed_column`.
 /// `validated`: as `packed_column`'s.
-fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPlan, count: usize,
+fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
-    let digests = match &plan.hasher {
-        Some(hasher) => Some(guarded(|| converted.digests(hasher))?),
-        None => None,
-    };
-    let mut checked = Vec::with_capacity(converted.checked.len());
-    for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
+    let mut checked = Vec::with_capacity(columns.len());
+    for (column, as_str) in columns.iter().zip(&plan.as_str) {
         checked.push(match column {
             Some(values) => Some(packed_column(py, values, *as_str, validated)?),
             None => None,
         });
     }
-    Ok((row_bytes(py, count, |row| converted.example(row))?,
-        row_bytes(py, count, |row| converted.key(row))?,
+    let digests = plan.hasher.is_some().then(|| PyBytes::new(py, &rows.digests).unbind());
+    Ok((PyList::new(py, rows.examples)?.unbind(),
+        PyList::new(py, rows.keys)?.unbind(),
         PyList::new(py, checked)?.unbind(),
-        digests.map(|joined| PyBytes::new(py, &joined).unbind())))
+        digests))
 }
 
 /// `check_csv_run(run, width) -> CsvRun | None`: a plain run of CSV lines
