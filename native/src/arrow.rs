@@ -418,7 +418,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     }
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
-    let mut rows = crate::PyRows::new(py, 0, plan.hasher.as_ref());
+    let mut rows = crate::PyRows::new(py, 0);
     let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
         convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
     }))?;

@@ -211,45 +211,44 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
 
 /// A table kernel's rows as Python objects, made as they come
 /// (`table::Rows`): one bytes object (or None: declined) per row for
-/// examples and keys, and with a hasher every row's digest joined
-/// (`table::Converted::digests`: of its key, or of its Example without
-/// one; 16 zero bytes for a declined row). No buffer of the whole batch
-/// is written first: each Example is framed in `example`, which stays
-/// in cache, copied once into its bytes object, and hashed from there.
-struct PyRows<'py, 'h> {
+/// examples and keys. No buffer of the whole batch is written first:
+/// each Example is framed in `example`, which stays in cache, and copied
+/// once into its bytes object.
+struct PyRows<'py> {
     py: Python<'py>,
     examples: Vec<Option<Bound<'py, PyBytes>>>,
     keys: Vec<Option<Bound<'py, PyBytes>>>,
-    hasher: Option<&'h digest::RowHasher>,
-    digests: Vec<u8>,
     example: Vec<u8>,
 }
 
-impl<'py, 'h> PyRows<'py, 'h> {
+impl<'py> PyRows<'py> {
     /// For `count` rows (a capacity only: the rows pushed may differ),
     /// which must be a count the caller checked against its input.
-    fn new(py: Python<'py>, count: usize, hasher: Option<&'h digest::RowHasher>) -> Self {
-        let digests = Vec::with_capacity(if hasher.is_some() { count * digest::DIGEST_SIZE } else { 0 });
-        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count), hasher,
-                 digests, example: Vec::new() }
+    fn new(py: Python<'py>, count: usize) -> Self {
+        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count), example: Vec::new() }
+    }
+
+    /// Every row's digest joined, as `table::Converted::digests`: of its
+    /// key, or of its Example without one; 16 zero bytes for a declined
+    /// row. (Hashed together at the end, four rows at a time.)
+    fn digests(&self, hasher: &digest::RowHasher) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.examples.len() * digest::DIGEST_SIZE);
+        let rows = self.examples.iter().zip(&self.keys)
+            .map(|(example, key)| example.as_ref().map(|example| key.as_ref().unwrap_or(example).as_bytes()));
+        hasher.digest_rows(rows, &mut out);
+        out
     }
 }
 
-impl table::Rows for PyRows<'_, '_> {
+impl table::Rows for PyRows<'_> {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
         self.example.clear();
         wire::put_example(&mut self.example, entries);
-        if let Some(hasher) = self.hasher {
-            hasher.digest_into(key.unwrap_or(&self.example), &mut self.digests);
-        }
         self.examples.push(Some(PyBytes::new(self.py, &self.example)));
         self.keys.push(key.map(|key| PyBytes::new(self.py, key)));
     }
 
     fn declined(&mut self) {
-        if self.hasher.is_some() {
-            self.digests.extend_from_slice(&[0; digest::DIGEST_SIZE]);
-        }
         self.examples.push(None);
         self.keys.push(None);
     }
@@ -290,7 +289,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        let mut rows = PyRows::new(py, fields.rows, plan.hasher.as_ref());
+        let mut rows = PyRows::new(py, fields.rows);
         let converted = guarded(std::panic::AssertUnwindSafe(|| {
             table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
         }))?;
@@ -305,7 +304,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let mut rows = PyRows::new(py, fields.rows, plan.hasher.as_ref());
+    let mut rows = PyRows::new(py, fields.rows);
     let converted = guarded(std::panic::AssertUnwindSafe(|| {
         table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
     }))?;
@@ -315,7 +314,7 @@ fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
 
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`): `rows`' examples, keys and digests (when
-/// the plan has a salt), and per feature None or its `packed_column`.
+/// the plan has a salt: `PyRows::digests`), and per feature None or its `packed_column`.
 /// `validated`: as `packed_column`'s.
 fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
@@ -326,7 +325,14 @@ fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::Columns, pla
             None => None,
         });
     }
-    let digests = plan.hasher.is_some().then(|| PyBytes::new(py, &rows.digests).unbind());
+    let digests = match &plan.hasher {
+        Some(hasher) => {
+            // (reads the bytes objects just made: nothing is left half-changed by a panic)
+            let joined = guarded(std::panic::AssertUnwindSafe(|| rows.digests(hasher)))?;
+            Some(PyBytes::new(py, &joined).unbind())
+        }
+        None => None,
+    };
     Ok((PyList::new(py, rows.examples)?.unbind(),
         PyList::new(py, rows.keys)?.unbind(),
         PyList::new(py, checked)?.unbind(),

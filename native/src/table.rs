@@ -125,13 +125,8 @@ impl Converted<'_> {
     /// declined row, which the Python path converts and hashes itself.
     pub fn digests(&self, hasher: &RowHasher) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.examples.len() * DIGEST_SIZE);
-        for row in 0..self.examples.len() {
-            match (self.example(row), self.key(row)) {
-                (Some(_), Some(key)) => hasher.digest_into(key, &mut out),
-                (Some(example), None) => hasher.digest_into(example, &mut out),
-                (None, _) => out.extend_from_slice(&[0; DIGEST_SIZE]),
-            }
-        }
+        let rows = (0..self.examples.len()).map(|row| self.example(row).map(|example| self.key(row).unwrap_or(example)));
+        hasher.digest_rows(rows, &mut out);
         out
     }
 }
