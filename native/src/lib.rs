@@ -194,7 +194,7 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
             } else {
                 std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?
             };
-            texts.push(PyString::new(py, text));
+            texts.push(text_object(py, text)?);
         }
         return Ok(PyList::new(py, texts)?.into_any().unbind());
     }
@@ -207,6 +207,29 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
         }
     }
     Ok(PyBytes::new(py, &packed).into_any().unbind())
+}
+
+/// `text` as a str. ASCII text (most fields) is copied into a new ASCII
+/// str as it is: CPython's UTF-8 decoder reads a field that does not start
+/// on an 8-byte boundary (as a run's fields mostly do) a byte at a time.
+fn text_object<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyString>> {
+    if !text.is_ascii() {
+        return Ok(PyString::new(py, text));
+    }
+    let length = pyo3::ffi::Py_ssize_t::try_from(text.len())
+        .map_err(|_| PyValueError::new_err("a text longer than a str holds"))?;
+    // SAFETY: PyUnicode_New(n, 127) makes a compact ASCII str of n
+    // one-byte characters (its terminator set), whose data PyUnicode_DATA
+    // points at; exactly n ASCII bytes are written there before the str
+    // is seen by anyone, and a NULL (no memory) is raised as an error.
+    unsafe {
+        let object = pyo3::ffi::PyUnicode_New(length, 127);
+        if object.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        std::ptr::copy_nonoverlapping(text.as_ptr(), pyo3::ffi::PyUnicode_DATA(object) as *mut u8, text.len());
+        Ok(Bound::from_owned_ptr(py, object).downcast_into_unchecked())
+    }
 }
 
 /// A table kernel's rows as Python objects, made as they come
