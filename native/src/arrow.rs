@@ -418,12 +418,12 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     }
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
-    let mut rows = crate::PyRows::new(py, 0);
+    let mut rows = crate::py_rows::PyRows::new(py, 0);
     let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
         convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
     }))?;
     let Ok(columns) = converted else { return Ok(None) };
-    Ok(Some(crate::converted_objects(py, rows, &columns, plan, false)?))
+    Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, false)?))
 }
 
 #[cfg(test)]
