@@ -12,7 +12,10 @@ of each run where the extension loads); ``convert``: `BatchConverter.convert_obs
 rows' digests and split indices (`BatchConversion._count`); ``both``: the
 two together, which is what a build pays whichever of them hashes;
 ``read+convert``: reading and converting, which a build pays for each run
-(the work the reader and the convert call could share). The
+(the work the reader and the convert call could share); ``kernel``:
+the native convert call alone (`NativeRows.convert`, which the convert
+step wraps), on the CSV runs and, with ``--parquet``, on the same rows'
+Parquet record batches (``kernel-parquet``), where the extension loads. The
 statistics are left out (their own benchmark: bench_statistics.py). Only
 methods every version of these classes has are called, so the script
 times an older checkout the same way (``PYTHONPATH=/old/checkout``).
@@ -47,6 +50,18 @@ def _conversion():
     return conversion
 
 
+def _parquet_batches(parquet: str) -> list:
+    from recordforge.transforms.readers.parquet import iter_parquet
+    return [item for item in iter_parquet(parquet, columns=True) if not isinstance(item, dict)]
+
+
+def _kernel(converter):
+    """The converter's native convert call, or None without the extension
+    (or in a checkout from before it)."""
+    native = getattr(converter, "_native", None)
+    return native if getattr(native, "_native", None) is not None else None
+
+
 def _best(job, batches, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -75,10 +90,16 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--table", help="an existing table.csv (else one is generated)")
+    parser.add_argument("--parquet", action="store_true",
+                        help="also time the kernel on the table's Parquet batches")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
-        table = args.table or make_table(pathlib.Path(scratch), args.rows)[0].path
+        workloads = None if args.table else make_table(pathlib.Path(scratch), args.rows)
+        table = args.table or workloads[0].path
         batches = _batches(table)
+        parquet = (_parquet_batches(workloads[1].path if workloads
+                                    else str(pathlib.Path(table).with_suffix(".parquet")))
+                   if args.parquet else [])
         conversion = _conversion()
         converter = conversion._converter
         rows = sum(map(len, batches))
@@ -96,10 +117,15 @@ def main(argv=None) -> None:
         "both": _best(lambda batch: conversion._count(*convert(batch)[:2]), batches,
                       args.repeat),
     }
+    kernel = _kernel(converter)
+    if kernel is not None:
+        timings["kernel"] = _best(kernel.convert, batches, args.repeat)
+        if parquet:
+            timings["kernel-parquet"] = _best(kernel.convert, parquet, args.repeat)
     import recordforge
     print(f"{recordforge.__file__}: {rows} rows in {len(batches)} runs, best of {args.repeat}")
     for name, seconds in timings.items():
-        print(f"  {name:8} {seconds:7.3f} s  {seconds / rows * 1e9:6.0f} ns/row")
+        print(f"  {name:14} {seconds:7.3f} s  {seconds / rows * 1e9:6.0f} ns/row")
 
 
 if __name__ == "__main__":

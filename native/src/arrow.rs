@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 
-use crate::table::{self, Converted, Key, Plan, Rule, Value};
+use crate::table::{self, Columns, Converted, Key, Plan, Rows, Rule, Value};
 
 /// An array's physical layout (pyarrow's type names in `from_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,6 +274,15 @@ fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
 /// otherwise it declines the row.
 pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool],
                          nullable: &[bool]) -> Result<Converted<'a>, BatchError> {
+    let mut converted = Converted::default();
+    converted.checked = convert_batch_into(arrays, count, plan, text, nullable, &mut converted)?;
+    Ok(converted)
+}
+
+/// As `convert_batch`, each row given to `rows` as it is converted; gives
+/// the checked columns.
+pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool],
+                              nullable: &[bool], rows: &mut impl Rows) -> Result<Columns<'a>, BatchError> {
     let column = |index: usize| -> Result<Checked<'a>, BatchError> {
         match arrays.get(index) {
             Some(Some(array)) if array.length == count => array.checked(index),
@@ -291,14 +300,9 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
         Key::Text(index) => Some(column(index)?),
         _ => None,
     };
-    let mut converted = Converted {
-        example_bytes: Vec::new(),
-        examples: Vec::with_capacity(count),
-        key_bytes: Vec::new(),
-        keys: Vec::with_capacity(count),
-        checked: plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect(),
-    };
-    let mut entries = Vec::new();
+    let mut checked: Columns = plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect();
+    // One row's entries and key, reused from row to row.
+    let (mut entries, mut key) = (Vec::new(), Vec::new());
     // Per feature: its checked value, or None (left out, or declining the row).
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
     for row in 0..count {
@@ -310,7 +314,7 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
             let value = check(&feature.rule, text[position], field);
             // A column holding an absent value is not checked whole (as
             // the Python column path, whose statistics convert its values).
-            match (value, &mut converted.checked[position]) {
+            match (value, &mut checked[position]) {
                 (Some(found), Some(values)) => values.push(found),
                 (None, column) => *column = None,
                 _ => {}
@@ -321,19 +325,23 @@ pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan
             declined |= value.is_none() && !(field == Field::Null && nullable[position]);
             values.push(value);
         }
-        let key_start = converted.key_bytes.len();
+        key.clear();
         let keyed = match (plan.key, key_column) {
             (Key::None, _) => true,
             (Key::Feature(position), _) => match &values[position] {
-                Some(value) => { table::put_value_key(&mut converted.key_bytes, value); true }
+                Some(value) => { table::put_value_key(&mut key, value); true }
                 None => false,
             },
-            (Key::Text(_), Some(array)) => put_raw_key(&mut converted.key_bytes, array.field(row)?),
+            (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
             (Key::Text(_), None) => false,
         };
-        converted.push_row(&entries, keyed && !declined, key_start, !matches!(plan.key, Key::None));
+        if keyed && !declined {
+            rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
+        } else {
+            rows.declined();
+        }
     }
-    Ok(converted)
+    Ok(checked)
 }
 
 /// A byte view of a pyarrow buffer (its format is "b") or any other
@@ -408,10 +416,14 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
             None => None,
         });
     }
-    let Ok(converted) = crate::guarded(|| convert_batch(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable))? else {
-        return Ok(None);
-    };
-    Ok(Some(crate::converted_objects(py, &converted, plan, count, false)?))
+    // (no capacity: `count` is not yet checked against the buffers, and the
+    // lists grow as the rows come)
+    let mut rows = crate::py_rows::PyRows::new(py, 0);
+    let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
+        convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
+    }))?;
+    let Ok(columns) = converted else { return Ok(None) };
+    Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, false)?))
 }
 
 #[cfg(test)]

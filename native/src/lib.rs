@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 pub mod arrow;
 pub mod digest;
+mod py_rows;
 pub mod stats;
 pub mod numeric_stats;
 pub mod text_stats;
@@ -24,6 +25,8 @@ pub mod wire;
 use std::collections::{HashMap, HashSet};
 
 use pyo3::types::{PyBytes, PyList, PyString};
+
+use py_rows::{converted_objects, text_object, PyRows};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -205,7 +208,7 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
             } else {
                 std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?
             };
-            texts.push(PyString::new(py, text));
+            texts.push(text_object(py, text)?);
         }
         return Ok(PyList::new(py, texts)?.into_any().unbind());
     }
@@ -218,11 +221,6 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
         }
     }
     Ok(PyBytes::new(py, &packed).into_any().unbind())
-}
-
-/// One bytes object (or None) per row, cut from a run's buffer.
-fn row_bytes<'a>(py: Python<'_>, count: usize, row: impl Fn(usize) -> Option<&'a [u8]>) -> PyResult<Py<PyList>> {
-    Ok(PyList::new(py, (0..count).map(|index| row(index).map(|data| PyBytes::new(py, data))))?.unbind())
 }
 
 /// A table kernel's answer for Python: examples, keys, checked columns and
@@ -247,7 +245,7 @@ impl CsvRun {
 }
 
 /// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests) | None`:
-/// a plain CSV run of `count` lines converted by `plan` (`table::convert_run`):
+/// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys,
 /// per feature None (a row failed it) or its `packed_column` (text as str
 /// where the plan says `as_str`), and with a plan made with a salt every
@@ -257,10 +255,15 @@ impl CsvRun {
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
                    -> PyResult<Option<ConvertedObjects>> {
     with_bytes(py, &run, |bytes| {
-        let Ok(converted) = guarded(|| table::convert_run(bytes, count, &plan.plan))? else {
+        let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        Ok(Some(converted_objects(py, &converted, plan, count, true)?))
+        let mut rows = PyRows::new(py, fields.rows);
+        let converted = guarded(std::panic::AssertUnwindSafe(|| {
+            table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
+        }))?;
+        let Ok(columns) = converted else { return Ok(None) };
+        Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
     })?
 }
 
@@ -270,34 +273,12 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let Ok(converted) = guarded(|| table::convert_checked(bytes, fields, &plan.plan))? else {
-        return Ok(None);
-    };
-    Ok(Some(converted_objects(py, &converted, plan, checked.fields.rows, true)?))
-}
-
-/// A table kernel's answer for Python (`convert_csv_run`,
-/// `arrow::convert_arrow_batch`): one bytes object (or None) per row for
-/// examples and keys, per feature None or its `packed_column`, and the
-/// digests when the plan has a salt.
-/// `validated`: as `packed_column`'s.
-fn converted_objects(py: Python<'_>, converted: &table::Converted, plan: &CsvPlan, count: usize,
-                     validated: bool) -> PyResult<ConvertedObjects> {
-    let digests = match &plan.hasher {
-        Some(hasher) => Some(guarded(|| converted.digests(hasher))?),
-        None => None,
-    };
-    let mut checked = Vec::with_capacity(converted.checked.len());
-    for (column, as_str) in converted.checked.iter().zip(&plan.as_str) {
-        checked.push(match column {
-            Some(values) => Some(packed_column(py, values, *as_str, validated)?),
-            None => None,
-        });
-    }
-    Ok((row_bytes(py, count, |row| converted.example(row))?,
-        row_bytes(py, count, |row| converted.key(row))?,
-        PyList::new(py, checked)?.unbind(),
-        digests.map(|joined| PyBytes::new(py, &joined).unbind())))
+    let mut rows = PyRows::new(py, fields.rows);
+    let converted = guarded(std::panic::AssertUnwindSafe(|| {
+        table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
+    }))?;
+    let Ok(columns) = converted else { return Ok(None) };
+    Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
 }
 
 /// `check_csv_run(run, width) -> CsvRun | None`: a plain run of CSV lines

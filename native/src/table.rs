@@ -76,25 +76,41 @@ pub struct Converted<'a> {
     pub checked: Vec<Option<Vec<Value<'a>>>>,
 }
 
-impl Converted<'_> {
-    /// Ends a row whose map entries are `entries` and whose key was
-    /// appended to `key_bytes` from `key_start` on: its Example when
-    /// `taken`, else declined (its key bytes dropped); `keyed`: the plan
-    /// has a key (else every key is None).
-    pub(crate) fn push_row(&mut self, entries: &[u8], taken: bool, key_start: usize, keyed: bool) {
-        if taken {
-            let start = self.example_bytes.len();
-            wire::put_example(&mut self.example_bytes, entries);
-            self.examples.push(Some(start..self.example_bytes.len()));
-            let key_end = self.key_bytes.len();
-            self.keys.push(keyed.then_some(key_start..key_end));
-        } else {
-            self.key_bytes.truncate(key_start);
-            self.examples.push(None);
-            self.keys.push(None);
-        }
+/// Where a kernel's rows go, one call per row in order: `Converted`
+/// (every row's bytes in one buffer, for Rust callers and the tests), or
+/// the extension's Python objects made as the rows come (`lib.rs`), with
+/// no buffer of the whole batch between.
+pub trait Rows {
+    /// A row taken: its Example's map entries in key order, and its key
+    /// (None when the plan has none).
+    fn taken(&mut self, entries: &[u8], key: Option<&[u8]>);
+    /// A row declined (the Python path converts it).
+    fn declined(&mut self);
+}
+
+/// A batch's checked values per feature: all its rows' values, or None
+/// when some row's value did not pass.
+pub type Columns<'a> = Vec<Option<Vec<Value<'a>>>>;
+
+impl Rows for Converted<'_> {
+    fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
+        let start = self.example_bytes.len();
+        wire::put_example(&mut self.example_bytes, entries);
+        self.examples.push(Some(start..self.example_bytes.len()));
+        self.keys.push(key.map(|key| {
+            let start = self.key_bytes.len();
+            self.key_bytes.extend_from_slice(key);
+            start..self.key_bytes.len()
+        }));
     }
 
+    fn declined(&mut self) {
+        self.examples.push(None);
+        self.keys.push(None);
+    }
+}
+
+impl Converted<'_> {
     pub fn example(&self, row: usize) -> Option<&[u8]> {
         self.examples[row].clone().map(|range| &self.example_bytes[range])
     }
@@ -109,13 +125,8 @@ impl Converted<'_> {
     /// declined row, which the Python path converts and hashes itself.
     pub fn digests(&self, hasher: &RowHasher) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.examples.len() * DIGEST_SIZE);
-        for row in 0..self.examples.len() {
-            match (self.example(row), self.key(row)) {
-                (Some(_), Some(key)) => hasher.digest_into(key, &mut out),
-                (Some(example), None) => hasher.digest_into(example, &mut out),
-                (None, _) => out.extend_from_slice(&[0; DIGEST_SIZE]),
-            }
-        }
+        let rows = (0..self.examples.len()).map(|row| self.example(row).map(|example| self.key(row).unwrap_or(example)));
+        hasher.digest_rows(rows, &mut out);
         out
     }
 }
@@ -380,38 +391,52 @@ pub fn count_run(run: &[u8], width: usize) -> Result<usize, RunError> {
 /// Converts a plain run of `count` CSV lines by `plan`: checks it
 /// (`check_run`) and converts it (`convert_checked`).
 pub fn convert_run<'a>(run: &'a [u8], count: usize, plan: &Plan) -> Result<Converted<'a>, RunError> {
-    let fields = check_run(run, plan.width)?;
+    convert_checked(run, &counted_fields(run, count, plan.width)?, plan)
+}
+
+/// The fields of a plain run of `count` CSV lines of `width` fields
+/// (`check_run`), or why it is not one.
+pub fn counted_fields(run: &[u8], count: usize, width: usize) -> Result<RunFields, RunError> {
+    let fields = check_run(run, width)?;
     if fields.rows != count {
         return Err(RunError::RowCount { expected: count, found: fields.rows });
     }
-    convert_checked(run, &fields, plan)
+    Ok(fields)
 }
 
 /// Converts the run `check_run` checked into `fields` by `plan`, without
 /// parsing it again.
 pub fn convert_checked<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan) -> Result<Converted<'a>, RunError> {
+    let mut converted = Converted {
+        example_bytes: Vec::with_capacity(run.len() + run.len() / 2),
+        examples: Vec::with_capacity(fields.rows),
+        keys: Vec::with_capacity(fields.rows),
+        ..Converted::default()
+    };
+    converted.checked = convert_checked_into(run, fields, plan, &mut converted)?;
+    Ok(converted)
+}
+
+/// As `convert_checked`, each row given to `rows` as it is converted;
+/// gives the checked columns.
+pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, rows: &mut impl Rows)
+                                -> Result<Columns<'a>, RunError> {
     if fields.width != plan.width {
         return Err(RunError::FieldCount { line: 0 });
     }
-    let rows = fields.rows;
-    let mut converted = Converted {
-        example_bytes: Vec::with_capacity(run.len() + run.len() / 2),
-        examples: Vec::with_capacity(rows),
-        key_bytes: Vec::new(),
-        keys: Vec::with_capacity(rows),
-        checked: plan.features.iter().map(|_| Some(Vec::with_capacity(rows))).collect(),
-    };
+    let mut checked: Columns = plan.features.iter().map(|_| Some(Vec::with_capacity(fields.rows))).collect();
     let mut line: Vec<&[u8]> = Vec::with_capacity(plan.width);
-    let mut entries = Vec::new();
+    // One row's entries and key, reused from row to row.
+    let (mut entries, mut key) = (Vec::new(), Vec::new());
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
     let mut start = 0;
-    for row in 0..rows {
+    for row in 0..fields.rows {
         start = fields.cut_row(run, row, start, &mut line)?;
         entries.clear();
         values.clear();
         for (position, feature) in plan.features.iter().enumerate() {
             let value = check(&feature.rule, line[feature.column]);
-            match (value, &mut converted.checked[position]) {
+            match (value, &mut checked[position]) {
                 (Some(found), Some(column)) => column.push(found),
                 (None, column) => *column = None,
                 _ => {}
@@ -421,23 +446,26 @@ pub fn convert_checked<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan) -> Re
             }
             values.push(value);
         }
-        let key_start = converted.key_bytes.len();
+        key.clear();
         let keyed = match plan.key {
             Key::None => true,
             Key::Feature(position) => match &values[position] {
-                Some(value) => { put_value_key(&mut converted.key_bytes, value); true }
+                Some(value) => { put_value_key(&mut key, value); true }
                 None => false,
             },
             Key::Text(column) if !line[column].is_empty() => {
-                put_text_key(&mut converted.key_bytes, line[column]);
+                put_text_key(&mut key, line[column]);
                 true
             }
             Key::Text(_) => false,
         };
-        converted.push_row(&entries, keyed && values.iter().all(Option::is_some), key_start,
-                           !matches!(plan.key, Key::None));
+        if keyed && values.iter().all(Option::is_some) {
+            rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
+        } else {
+            rows.declined();
+        }
     }
-    Ok(converted)
+    Ok(checked)
 }
 
 #[cfg(test)]

@@ -239,6 +239,31 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(st.characters(blacklist_characters=',"\r\n\ufeff',
+                                            blacklist_categories=("Cs",)), min_size=1, max_size=40)
+                      | st.sampled_from(["a", "x" * 17, "é", "aé", "\x7f", "\x00"]),
+                      min_size=1, max_size=30),
+       pad=st.text("0123456789", min_size=1, max_size=9))
+def test_text_columns_are_the_readers_str_values(native, tmp_path, texts, pad):
+    """A text column's checked values are the str the reader splits, as
+    text: ASCII fields (copied into an ASCII str as they are) and the rest
+    (decoded), starting at any byte of the run (`pad` shifts them)."""
+    path = tmp_path / "t.csv"
+    path.write_text("c0,c1\n" + "".join(f"{pad},{text}\n" for text in texts), encoding="utf-8")
+    [batch] = [item for item in iter_csv(str(path), columns=True) if not isinstance(item, dict)]
+    assume(isinstance(batch, CsvRunBatch))
+    specs = parse_features({"n": {"type": "int64", "from": "c0"},
+                            "s": {"type": "string", "from": "c1"}}, nested=False)
+    done = _converter(specs, None, native)._native.convert(batch)
+    assert done is not None
+    found = done[2]["s"]
+    assert found == texts and [type(text) for text in found] == [str] * len(texts)
+    # Equal strings hash, compare and encode alike whichever way they were made.
+    assert [hash(text) for text in found] == [hash(text) for text in texts]
+    assert [text.encode("utf-8") for text in found] == [text.encode("utf-8") for text in texts]
+
+
 def _fails(*_):
     raise AssertionError("the rows were hashed outside the convert call")
 
