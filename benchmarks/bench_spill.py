@@ -54,8 +54,19 @@ def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False):
     return assigner, batches
 
 
+def _checked_file(fileobj):
+    """The piece writer's CRC32C-keeping file: the code's own where it has
+    one (`run_kernel.CheckedFile`, whose CRC the kernel keeps), else one
+    like the older code's `cache.pieces._Checksummed`."""
+    try:
+        from recordforge.transforms.writer.run_kernel import CheckedFile
+    except ImportError:
+        return _Checksummed(fileobj)
+    return CheckedFile(fileobj)
+
+
 class _Checksummed:
-    """The piece writer's CRC32C-keeping file (`cache.pieces._Checksummed`)."""
+    """The piece writer's CRC32C-keeping file before `run_kernel.CheckedFile`."""
 
     def __init__(self, fileobj):
         import crc32c
@@ -86,7 +97,7 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False) -> dict
         for split in buffer.splits_held():
             path = os.path.join(scratch, f"s{split}.run")
             with open(path, "wb") as fileobj:
-                buffer.write(split, _Checksummed(fileobj))
+                buffer.write(split, _checked_file(fileobj))
         written = time.process_time()
         for split in buffer.splits_held():
             with open(os.path.join(scratch, f"s{split}.run"), "rb") as fileobj:

@@ -279,16 +279,20 @@ fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
 }
 
 /// `fixed_key_order(keys, width, examples, rows) -> order | None`:
-/// `fixed_key_order` of the rows `rows` (packed int64) of `examples`, whose
+/// `fixed_key_order` of the rows `rows` (packed int64; None: all) of `examples`, whose
 /// keys are `width` bytes each back to back in the buffer `keys`, with
 /// ties broken by example (`break_ties`); the order packed as
 /// little-endian int64. None when an example compared is not bytes (the
 /// Python path takes it); keys that do not fit `examples`, or a row
 /// outside, are a ValueError.
 #[pyfunction(name = "fixed_key_order")]
+#[pyo3(signature = (keys, width, examples, rows=None))]
 pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize, examples: &Bound<'py, PyList>,
-                               rows: PyBuffer<u8>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let rows = with_bytes(py, &rows, packed_rows)??;
+                               rows: Option<PyBuffer<u8>>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let rows = match rows {
+        Some(rows) => with_bytes(py, &rows, packed_rows)??,
+        None => (0..examples.len()).collect(),
+    };
     let (mut order, ties) = with_bytes(py, &keys, |blob| {
         if width == 0 || blob.len() != width * examples.len() {
             return Err(format!("{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len()));
@@ -383,70 +387,203 @@ fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
     Ok(Some((items, slices)))
 }
 
+/// ``records[i] for i in order`` as byte slices borrowed from the list,
+/// without a reference taken to each (a reference is a write to each
+/// object's header, and dropping it another pass over the heap), or None
+/// when one is not bytes; an index outside `records` is an IndexError.
+/// The caller must run no Python code while it holds the slices: the list
+/// then keeps every object alive and unchanged (bytes never change).
+///
+/// Where the order takes a good part of the list, every item's slice is
+/// read first in list order, which is about the order the objects lie in
+/// memory, and the order then picks from that table: the objects are
+/// visited at random once (to copy their bytes), not twice.
+fn borrowed_slices<'a>(records: &'a Bound<'_, PyList>, order: &[usize]) -> PyResult<Option<Vec<&'a [u8]>>> {
+    let count = records.len();
+    if let Some(row) = order.iter().find(|row| **row >= count) {
+        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
+    }
+    // SAFETY (both closures): every index is inside the list (checked
+    // above), whose items the GIL keeps alive; only addresses are read.
+    let item = |row: usize| unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), row as isize) };
+    let ahead = |row: usize| crate::prefetch(item(row) as *const u8);
+    let slice = |row: usize| -> Option<&'a [u8]> {
+        let item = item(row);
+        // SAFETY: `item` is a live object; PyBytes_Check reads its type.
+        if unsafe { pyo3::ffi::PyBytes_Check(item) } == 0 {
+            return None;
+        }
+        // SAFETY: `item` is a bytes object (checked): its buffer is its
+        // size long, never changes or moves, and lives as long as the list
+        // holds it, which the caller's contract (no Python code run while
+        // the slices live) keeps for the slices' lifetime.
+        Some(unsafe {
+            std::slice::from_raw_parts(pyo3::ffi::PyBytes_AsString(item) as *const u8, pyo3::ffi::PyBytes_Size(item) as usize)
+        })
+    };
+    if order.len() * 4 < count {
+        let mut slices = Vec::with_capacity(order.len());
+        for (at, row) in order.iter().enumerate() {
+            if let Some(next) = order.get(at + PREFETCH_AHEAD) {
+                ahead(*next);
+            }
+            let Some(found) = slice(*row) else { return Ok(None) };
+            slices.push(found);
+        }
+        return Ok(Some(slices));
+    }
+    let mut table = Vec::with_capacity(count);
+    for row in 0..count {
+        if row + PREFETCH_AHEAD < count {
+            ahead(row + PREFETCH_AHEAD);
+        }
+        table.push(slice(row));
+    }
+    Ok(order.iter().map(|row| table[*row]).collect())
+}
+
+/// Where `py_write_run` puts a run's bytes: a Python file object's
+/// `write`, or straight into a file descriptor (a local file: no bytes
+/// object per block, no Python call, one buffer reused).
+enum Target<'a, 'py> {
+    Python(&'a Bound<'py, PyAny>),
+    #[cfg(unix)]
+    Descriptor(std::mem::ManuallyDrop<std::fs::File>),
+}
+
+impl Target<'_, '_> {
+    /// Writes the run through the target, keeping the CRC32C (from `crc`)
+    /// and the size of what it writes; returns ``(rows, size, crc)``.
+    fn write(&mut self, py: Python<'_>, slices: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64,
+             block: usize, crc: u32) -> PyResult<(u64, u64, u32)> {
+        let (mut crc, mut size) = (crc, 0u64);
+        let rows = match self {
+            Target::Python(fileobj) => {
+                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
+                    let data = PyBytes::new_with(py, length, |out| {
+                        fill(out);
+                        crc = crate::walk::crc32c_append(crc, out);
+                        Ok(())
+                    })?;
+                    size += length as u64;
+                    fileobj.call_method1("write", (data,))?;
+                    Ok(())
+                };
+                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))??
+            }
+            #[cfg(unix)]
+            Target::Descriptor(file) => {
+                use std::io::Write;
+                // One buffer for every block: grown (zeroed) only past its largest yet.
+                let mut buffer: Vec<u8> = Vec::new();
+                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> std::io::Result<()> {
+                    if buffer.len() < length {
+                        buffer.resize(length, 0);
+                    }
+                    let out = &mut buffer[..length];
+                    fill(out);
+                    crc = crate::walk::crc32c_append(crc, out);
+                    size += length as u64;
+                    file.write_all(out)
+                };
+                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))?
+                    .map_err(PyErr::from)?
+            }
+        };
+        Ok((rows, size, crc))
+    }
+}
+
 /// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
-/// index_every, block) -> rows | None`: writes the run file of
-/// ``examples[i] for i in order`` (packed int64) to `fileobj` (its `write`,
-/// about `block` bytes a call), as `run_format.RunWriter` does; keys: None
-/// (key_width 0: the example is the key), a list of bytes (key_width -1)
-/// or a buffer of key_width bytes a row. None, before anything is written,
-/// when an example or key is not bytes or is too large for the format's
-/// uint32 sizes (the Python writer takes the run); an order outside the
-/// rows is an IndexError, keys that do not fit a ValueError, and
-/// `write`'s own errors pass through.
+/// index_every, block, fd=None, crc=0) -> (rows, size, crc) | None`: writes
+/// the run file of ``examples[i] for i in order`` (packed int64), as
+/// `run_format.RunWriter` does, to `fileobj` (its `write`, about `block`
+/// bytes a call) or, given `fd`, straight to that file descriptor at its
+/// offset (`fileobj` is then not used: the caller flushes it before and
+/// moves it past the run after); returns the rows, the bytes written and
+/// their CRC32C continued from `crc` (the piece writer's check of a run).
+/// keys: None (key_width 0: the example is the key), a list of bytes
+/// (key_width -1) or a buffer of key_width bytes a row. None, before
+/// anything is written, when an example or key is not bytes or is too
+/// large for the format's uint32 sizes (the Python writer takes the run);
+/// an order outside the rows is an IndexError, keys that do not fit or a
+/// negative fd a ValueError, and the write's own errors (OSError) pass
+/// through.
 #[pyfunction(name = "write_run")]
-#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block))]
+#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0))]
 #[allow(clippy::too_many_arguments)]
 pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyList>, order: PyBuffer<u8>,
-                    keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize)
-                    -> PyResult<Option<u64>> {
+                    keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize,
+                    fd: Option<i32>, crc: u32) -> PyResult<Option<(u64, u64, u32)>> {
     let order = with_bytes(py, &order, packed_rows)??;
-    let Some((_items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
-    let write = |keys: &Keys| -> PyResult<Option<u64>> {
-        match check(&slices, keys, index_every) {
-            Err(Refused::TooLarge) => return Ok(None),
-            Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
-            Ok(()) => {}
+    let mut target = match fd {
+        None => Target::Python(fileobj),
+        #[cfg(unix)]
+        Some(fd) if fd >= 0 => {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the descriptor is only written to, never closed
+            // (ManuallyDrop); one that is not open fails the write (EBADF).
+            Target::Descriptor(std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) }))
         }
-        let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
-            let data = PyBytes::new_with(py, length, |out| {
-                fill(out);
-                Ok(())
-            })?;
-            fileobj.call_method1("write", (data,))?;
-            Ok(())
-        };
-        guarded(AssertUnwindSafe(|| write_run(&slices, keys, prefix_len, index_every, block, &mut sink)))?
-            .map(Some)
+        Some(fd) => return Err(PyValueError::new_err(format!("no file descriptor {fd} to write to"))),
     };
-    match key_width {
-        0 if keys.is_none() => write(&Keys::Example),
+    // The keys first: getting a buffer may run an exporter's code, which
+    // must be done before any example is borrowed (below).
+    let key_items;
+    let (fixed, variable);
+    let keys = match key_width {
+        0 if keys.is_none() => Keys::Example,
         -1 => {
             let Ok(list) = keys.downcast::<PyList>() else { return Ok(None) };
             if list.len() != examples.len() {
                 return Err(PyValueError::new_err(format!("{} keys for {} rows", list.len(), examples.len())));
             }
-            let Some((_found, key_slices)) = gathered_slices(list, &order)? else { return Ok(None) };
-            write(&Keys::Variable(&key_slices))
+            let Some((found, slices)) = gathered_slices(list, &order)? else { return Ok(None) };
+            (key_items, variable) = (found, slices);
+            let _ = &key_items;
+            Keys::Variable(&variable)
         }
         width if width > 0 => {
             let width = width as usize;
             // Gathered into a copy, so no view of a writable buffer is kept
             // across `fileobj.write`.
-            let blob = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
+            fixed = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
                 if blob.len() != width * examples.len() {
                     return Err(PyValueError::new_err(format!(
                         "{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len())));
                 }
                 let mut ordered = Vec::with_capacity(order.len() * width);
                 for row in &order {
+                    if *row >= examples.len() {
+                        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {} rows", examples.len())));
+                    }
                     ordered.extend_from_slice(&blob[row * width..(row + 1) * width]);
                 }
                 Ok(ordered)
             })??;
-            write(&Keys::Fixed { blob: &blob, width })
+            Keys::Fixed { blob: &fixed, width }
         }
-        _ => Err(PyValueError::new_err(format!("key width {key_width} with keys of type {}", keys.get_type().name()?))),
+        _ => return Err(PyValueError::new_err(format!("key width {key_width} with keys of type {}", keys.get_type().name()?))),
+    };
+    // Writing to a descriptor runs no Python code from here on, so the
+    // examples can be borrowed from the list; a Python `write` could
+    // change the list, so then each object is held.
+    let held;
+    let slices = if matches!(target, Target::Python(_)) {
+        let Some((items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
+        held = items;
+        let _ = &held;
+        slices
+    } else {
+        let Some(slices) = borrowed_slices(examples, &order)? else { return Ok(None) };
+        slices
+    };
+    match check(&slices, &keys, index_every) {
+        Err(Refused::TooLarge) => return Ok(None),
+        Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
+        Ok(()) => {}
     }
+    target.write(py, &slices, &keys, prefix_len, index_every, block, crc).map(Some)
 }
 
 #[cfg(test)]

@@ -11,19 +11,90 @@ write the run (no kernel, a row that is not bytes, a record too large for
 the format's uint32 sizes): `run_format.RunWriter` stays the reference.
 `sorted_rows` sorts key-ordered rows (keys of any width, or the examples
 themselves) as `write_sorted_run`'s Python `sorted` does.
+
+A run written to a local file goes straight to its file descriptor (no
+bytes object per block, no Python call per block), and the kernel keeps
+the CRC32C of what it writes for a `CheckedFile` (the build cache's check
+of its runs), so no second pass over the bytes is made in Python.
 """
 
 from __future__ import annotations
 
+import io
+import os
 from typing import BinaryIO, Sequence
 
+import crc32c
 import numpy as np
+from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
 
-__all__ = ["fixed_key_rows", "sorted_rows", "write_ordered"]
+__all__ = ["CheckedFile", "fixed_key_rows", "sorted_rows", "write_ordered"]
 
 _ROWS = np.dtype("<i8")
+# Local files whose descriptor the kernel may write to: the buffered and
+# raw files `open` makes (whose position after a write is the descriptor's).
+_DESCRIPTOR_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO)
+
+
+class CheckedFile:
+    """A file object that keeps the CRC32C and size of what is written to
+    it (in Python, or by the kernel as it writes: the same values)."""
+
+    def __init__(self, fileobj: BinaryIO):
+        self.fileobj = fileobj
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        self.size += len(data)
+        return self.fileobj.write(data)
+
+
+def _descriptor(fileobj) -> tuple[object, int] | None:
+    """(the file, its descriptor) when a run can be written straight to
+    the descriptor: a local file `open` made, seekable (its position is
+    moved past the run after); else None (the kernel calls `write`)."""
+    if isinstance(fileobj, LocalFileOpener):
+        fileobj = fileobj.f
+    if os.name != "posix" or type(fileobj) not in _DESCRIPTOR_FILES:
+        return None
+    try:
+        if fileobj.closed or not (fileobj.writable() and fileobj.seekable()):
+            return None
+        return fileobj, fileobj.fileno()
+    except (OSError, ValueError):
+        return None
+
+
+def _write_run(native, fileobj, examples: list, order, keys, key_width: int, prefix_len: int,
+               index_every: int, block: int) -> int | None:
+    """The kernel's `write_run` to `fileobj` (a `CheckedFile`'s file, its
+    CRC32C and size kept up to date), through the file's descriptor where
+    `_descriptor` allows; the number of rows, or None with nothing written."""
+    checked = fileobj if isinstance(fileobj, CheckedFile) else None
+    target = checked.fileobj if checked is not None else fileobj
+    local = _descriptor(target)
+    if local is None:
+        written = native.write_run(target, examples, order, keys, key_width, prefix_len,
+                                   index_every, block, crc=checked.crc if checked else 0)
+    else:
+        local_file, fd = local
+        local_file.flush()  # what Python buffered lands before the run's bytes
+        start = local_file.tell()
+        written = native.write_run(None, examples, order, keys, key_width, prefix_len,
+                                   index_every, block, fd=fd,
+                                   crc=checked.crc if checked else 0)
+        if written is not None:
+            local_file.seek(start + written[1])
+    if written is None:
+        return None
+    rows, size, crc = written
+    if checked is not None:
+        checked.crc, checked.size = crc, checked.size + size
+    return rows
 
 
 def _packed(rows) -> np.ndarray:
@@ -42,12 +113,12 @@ def fixed_key_rows(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes
     if native is None or not isinstance(examples, list) or keys.dtype.itemsize == 0:
         return None
     blob = np.ascontiguousarray(keys).view(np.uint8)
-    selected = np.arange(len(examples)) if rows is None else rows
-    order = native.fixed_key_order(blob, keys.dtype.itemsize, examples, _packed(selected))
+    order = native.fixed_key_order(blob, keys.dtype.itemsize, examples,
+                                   None if rows is None else _packed(rows))
     if order is None:
         return None
-    return native.write_run(fileobj, examples, order, blob, keys.dtype.itemsize, prefix_len,
-                            index_every, block)
+    return _write_run(native, fileobj, examples, order, blob, keys.dtype.itemsize, prefix_len,
+                      index_every, block)
 
 
 def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
@@ -61,8 +132,8 @@ def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
         return None
     if key_width < 0 and not isinstance(keys, list):
         return None
-    return native.write_run(fileobj, examples, _packed(order), keys, key_width, prefix_len,
-                            index_every, block)
+    return _write_run(native, fileobj, examples, _packed(order), keys, key_width, prefix_len,
+                      index_every, block)
 
 
 def sorted_rows(keys: list | None, examples: Sequence[bytes]) -> np.ndarray | None:
