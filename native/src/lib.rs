@@ -515,6 +515,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_key_nones, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())

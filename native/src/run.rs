@@ -358,6 +358,25 @@ pub fn py_framed_sizes<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> Py
     Ok(Some(PyBytes::new(py, &sizes)))
 }
 
+/// `key_nones(keys) -> count | None`: how many of a batch's keys (a list)
+/// are None, all others being bytes (exactly: `prepare._check_keys`'s
+/// rule), for `prepare.prepare_batch`; None when one is neither (the
+/// Python check then names its row). One pass over objects the batch has
+/// just made, in place of a count and a type check in Python.
+#[pyfunction(name = "key_nones")]
+pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
+    let mut nones = 0;
+    for key in keys.iter() {
+        if key.is_none() {
+            nones += 1;
+        // SAFETY: `key` is a live object (held by the iterator's reference).
+        } else if unsafe { pyo3::ffi::PyBytes_CheckExact(key.as_ptr()) } == 0 {
+            return None;
+        }
+    }
+    Some(nones)
+}
+
 /// ``records[i] for i in order`` as byte slices, with the objects that
 /// own them (strong references: `fileobj.write` runs Python, which might
 /// change the list), or None when one is not bytes; an index outside

@@ -130,3 +130,32 @@ def test_all_rows_are_ordered_without_a_list_of_them(native):
     every = np.arange(300, dtype="<i8").view(np.uint8)
     assert native.fixed_key_order(blob, 3, rows, None) == native.fixed_key_order(
         blob, 3, rows, every)
+
+
+class _Bytes(bytes):
+    """A bytes subclass: not a key `prepare` takes (keys are bytes exactly)."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.one_of(st.none(), st.binary(max_size=4), st.integers(),
+                               st.binary(max_size=3).map(_Bytes), st.text(max_size=2)),
+                     max_size=30))
+def test_key_nones_counts_and_checks_as_python_does(native, keys):
+    """Keys None, bytes, and neither (a bytes subclass too): the kernel's
+    count of Nones where every other key is bytes, else None; and
+    `prepare._key_nones` gives the same count or the same error naming
+    the row with and without the kernel."""
+    from recordforge.transforms.writer import prepare
+
+    valid = all(key is None or type(key) is bytes for key in keys)
+    assert native.key_nones(keys) == (keys.count(None) if valid else None)
+
+    def counted(kernels):
+        with pytest.MonkeyPatch.context() as patch:
+            _patched(patch, kernels)
+            try:
+                return prepare._key_nones(keys)
+            except TypeError as error:
+                return str(error)
+
+    assert counted(native) == counted(None)
