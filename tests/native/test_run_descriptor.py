@@ -17,22 +17,37 @@ from recordforge.transforms.writer import CheckedFile, run_format, run_kernel, s
 from .test_run_kernel import _patched, _python_run, examples
 
 
-def _open_kinds(path):
-    """The local files the piece writer and the spill step open: `open`'s
-    and fsspec's (whose `LocalFileOpener` wraps `open`'s)."""
-    return [open(path, "wb"), fsspec.filesystem("file").open(str(path), "wb")]
+class _Memory(io.BytesIO):
+    """An in-memory file (an object store's stands in): written through
+    `write`, its bytes kept after it is closed."""
+
+    def close(self):
+        self.kept = self.getvalue()
+        super().close()
+
+
+def _opened(path, opener: int):
+    """The files the piece writer and the spill step write runs to:
+    `open`'s and fsspec's local ones (whose `LocalFileOpener` wraps
+    `open`'s), written through their descriptor, and an in-memory one."""
+    if opener == 0:
+        return open(path, "wb")
+    if opener == 1:
+        return fsspec.filesystem("file").open(str(path), "wb")
+    return _Memory()
 
 
 @settings(max_examples=150, deadline=None)
 @given(rows=examples, data=st.data(), kind=st.sampled_from(["fixed", "variable", "example"]),
        index_every=st.integers(1, 300), block=st.integers(1, 500),
-       before=st.binary(max_size=20), opener=st.integers(0, 1))
+       before=st.binary(max_size=20), opener=st.integers(0, 2))
 def test_a_run_written_to_a_descriptor_is_the_python_writers(
         native, tmp_path_factory, rows, data, kind, index_every, block, before, opener):
     """Any order and keys of every kind, after bytes the file object still
     buffers: the file holds those bytes then `RunWriter`'s run, the file
     object's position is past it (a write after lands after it), and the
-    CRC32C and size kept are the crc32c package's of the whole file."""
+    CRC32C and size kept are the crc32c package's of the whole file; the
+    same through an in-memory file's `write`."""
     order = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=60) if rows
                       else st.just([]))
     key_width = {"fixed": 9, "variable": run_format.KEY_VARIABLE,
@@ -44,15 +59,15 @@ def test_a_run_written_to_a_descriptor_is_the_python_writers(
                 for _ in rows]
     options = dict(prefix_len=4, index_every=index_every)
     path = tmp_path_factory.mktemp("runs") / "one.run"
-    with _open_kinds(path)[opener] as fileobj:
-        assert run_kernel._descriptor(fileobj) is not None
+    with _opened(path, opener) as fileobj:
+        assert (run_kernel._descriptor(fileobj) is None) == (opener == 2)
         checked = CheckedFile(fileobj)
         checked.write(before)
         written = run_kernel.write_ordered(checked, b"".join(keys) if kind == "fixed" else keys,
                                            rows, order, key_width=key_width, block=block,
                                            **options)
         fileobj.write(b"after")
-    content = path.read_bytes()
+    content = fileobj.kept if opener == 2 else path.read_bytes()
     assert written == len(order)
     run = _python_run(keys, rows, order, key_width, [], **options)
     assert content == before + run + b"after"
