@@ -150,11 +150,23 @@ pub fn break_ties<'e>(order: &mut [usize], ties: &[Range<usize>], example: impl 
 /// none (the example is the key): `run_format.write_sorted_run`'s
 /// `sorted` of variable-width keys or of examples (rows equal in both may
 /// come in any order: their bytes are the same).
+///
+/// As `fixed_key_order`, integers sort the keys' first 8 bytes (zero-padded:
+/// a key that is a prefix of another ties with it there, never sorts after
+/// it) and only rows sharing those compare whole keys and examples: no
+/// pointer chased per comparison for keys that differ early (ids, names).
 pub fn sorted_rows(keys: Option<&[&[u8]]>, examples: &[&[u8]]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    match keys {
-        Some(keys) => order.sort_unstable_by(|a, b| keys[*a].cmp(keys[*b]).then_with(|| examples[*a].cmp(examples[*b]))),
-        None => order.sort_unstable_by(|a, b| examples[*a].cmp(examples[*b])),
+    let key = |row: usize| keys.map_or(examples[row], |keys| keys[row]);
+    let packed = sorted_packed((0..examples.len()).map(|row| (head(key(row)) as u128) << 64 | row as u128).collect());
+    let mut order: Vec<usize> = packed.iter().map(|item| *item as u64 as usize).collect();
+    let mut start = 0;
+    while start < order.len() {
+        let top = packed[start] >> 64;
+        let end = start + packed[start..].iter().take_while(|item| *item >> 64 == top).count();
+        if end - start > 1 {
+            order[start..end].sort_unstable_by(|a, b| key(*a).cmp(key(*b)).then_with(|| examples[*a].cmp(examples[*b])));
+        }
+        start = end;
     }
     order
 }
