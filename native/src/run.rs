@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
-use crate::{bytes_items, gathered, guarded, with_bytes, PREFETCH_AHEAD};
+use crate::{gathered, guarded, with_bytes, PREFETCH_AHEAD};
 
 /// The footer's last 8 bytes (`run_format._MAGIC`).
 pub const MAGIC: &[u8; 8] = b"RFRUN002";
@@ -358,32 +358,38 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
     Ok(Some(PyBytes::new(py, &packed)))
 }
 
-/// `sorted_rows(keys, examples) -> order | None`: `sorted_rows` of a list
-/// of examples and their keys (a list of bytes, one per example, or None:
-/// the example is the key), packed as little-endian int64. None when an
-/// item is not bytes (Python sorts any); keys of another count are a
-/// ValueError.
+/// `sorted_rows(keys, examples, rows=None) -> order | None`: `sorted_rows`
+/// of the rows `rows` (packed int64; None: all) of a list of examples and
+/// their keys (a list of bytes, one per example, or None: the example is
+/// the key), as positions in the lists, packed as little-endian int64.
+/// None when an item sorted is not bytes (Python sorts any); keys of
+/// another count are a ValueError, a row outside the lists an IndexError.
 #[pyfunction(name = "sorted_rows")]
-#[pyo3(signature = (keys, examples))]
-pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>)
-                           -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let Some(items) = bytes_items(examples) else { return Ok(None) };
-    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
-    let key_items = match keys {
-        Some(keys) if keys.len() != examples.len() => {
+#[pyo3(signature = (keys, examples, rows=None))]
+pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>,
+                           rows: Option<PyBuffer<u8>>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if let Some(keys) = keys {
+        if keys.len() != examples.len() {
             return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
         }
-        Some(keys) => match bytes_items(keys) {
+    }
+    let rows = match rows {
+        Some(rows) => with_bytes(py, &rows, packed_rows)??,
+        None => (0..examples.len()).collect(),
+    };
+    let Some((_items, slices)) = gathered_slices(examples, &rows)? else { return Ok(None) };
+    let found = match keys {
+        Some(keys) => match gathered_slices(keys, &rows)? {
             Some(found) => Some(found),
             None => return Ok(None),
         },
         None => None,
     };
-    let key_slices: Option<Vec<&[u8]>> = key_items.as_ref().map(|found| found.iter().map(|item| item.as_bytes()).collect());
-    let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices.as_deref(), &slices)))?;
+    let key_slices = found.as_ref().map(|(_, slices)| slices.as_slice());
+    let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices, &slices)))?;
     let mut packed = Vec::with_capacity(order.len() * 8);
-    for row in &order {
-        packed.extend_from_slice(&(*row as i64).to_le_bytes());
+    for at in &order {
+        packed.extend_from_slice(&(rows[*at] as i64).to_le_bytes());
     }
     Ok(Some(PyBytes::new(py, &packed)))
 }

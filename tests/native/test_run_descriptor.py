@@ -174,3 +174,25 @@ def test_key_nones_counts_and_checks_as_python_does(native, keys):
                 return str(error)
 
     assert counted(native) == counted(None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.binary(max_size=10).map(lambda key: bytes(b % 2 for b in key)),
+                               st.binary(max_size=4).map(lambda data: bytes(b % 3 for b in data))),
+                     max_size=60),
+       data=st.data(), keyed=st.booleans())
+def test_sorted_rows_of_some_rows_sort_as_python_sorts_them(native, rows, data, keyed):
+    """Some rows of the lists (a split's), keys sharing their first 8 bytes
+    or prefixes of one another: their positions in Python's order of the
+    same values (rows equal in both interchangeable); a row outside the
+    lists is an IndexError."""
+    keys = [key for key, _ in rows] if keyed else None
+    examples = [example for _, example in rows]
+    selected = data.draw(st.lists(st.integers(0, len(rows) - 1), unique=True) if rows
+                         else st.just([]))
+    order = run_kernel.sorted_rows(keys, examples, np.asarray(selected, dtype=np.int64)).tolist()
+    value = (lambda row: rows[row]) if keyed else examples.__getitem__
+    assert sorted(order) == sorted(selected)
+    assert [value(row) for row in order] == sorted(map(value, selected))
+    with pytest.raises(IndexError):
+        native.sorted_rows(keys, examples, np.array([len(rows)], "<i8").view(np.uint8))

@@ -30,7 +30,7 @@ from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
 
-__all__ = ["CheckedFile", "fixed_key_rows", "sorted_rows", "write_ordered"]
+__all__ = ["CheckedFile", "fixed_key_rows", "ordered_rows", "sorted_rows", "write_ordered"]
 
 _ROWS = np.dtype("<i8")
 # Local files whose descriptor the kernel may write to: the buffered and
@@ -136,12 +136,31 @@ def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
                       index_every, block)
 
 
-def sorted_rows(keys: list | None, examples: Sequence[bytes]) -> np.ndarray | None:
+def sorted_rows(keys: list | None, examples: Sequence[bytes],
+                rows: np.ndarray | None = None) -> np.ndarray | None:
     """The positions of rows ordered by ``(key, example)`` (keys None: by
-    example), as `run_format.write_sorted_run` sorts them, as int64; None
-    where Python sorts them (no kernel, an item that is not bytes)."""
+    example), as `run_format.write_sorted_run` sorts them, as int64; rows:
+    the positions to order (all when None). None where Python sorts them
+    (no kernel, an item that is not bytes)."""
     native = kernels()
     if native is None or not isinstance(examples, list) or not isinstance(keys, (list, type(None))):
         return None
-    order = native.sorted_rows(keys, examples)
+    order = native.sorted_rows(keys, examples, None if rows is None else _packed(rows))
     return None if order is None else np.frombuffer(order, dtype=_ROWS)
+
+
+def ordered_rows(fileobj: BinaryIO, keys: list | None, examples: Sequence[bytes],
+                 rows: np.ndarray, *, key_width: int, prefix_len: int, index_every: int,
+                 block: int) -> int | None:
+    """`run_format.write_sorted_run` of the rows `rows` of `examples` (and
+    `keys`: a list, KEY_VARIABLE, or None, the key the example) without
+    the lists of them taken first: sorted by `sorted_rows` and written by
+    `write_run` straight from the lists. The number of rows, or None with
+    nothing written where Python writes it."""
+    if key_width > 0 or (keys is None) != (key_width == 0):
+        return None
+    order = sorted_rows(keys, examples, rows)
+    if order is None:
+        return None
+    return write_ordered(fileobj, keys, examples, order, key_width=key_width,
+                         prefix_len=prefix_len, index_every=index_every, block=block)
