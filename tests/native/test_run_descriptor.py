@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 
 import crc32c
 import fsspec
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from recordforge.transforms.writer import CheckedFile, run_format, run_kernel, spill
+from recordforge.transforms.splits import SplitAssigner
+from recordforge.transforms.writer import CheckedFile, prepare, run_format, run_kernel, spill
 
 from .test_run_kernel import _patched, _python_run, examples
 
@@ -82,8 +84,6 @@ def test_a_spilled_run_and_its_crc_are_the_same_through_the_descriptor(
     """A shuffled `RunBuffer`'s runs written to local files as the piece
     writer does (`CheckedFile`), with and without the kernels: the same
     files, sizes and CRC32Cs."""
-    from recordforge.transforms.splits import SplitAssigner
-
     assigner = SplitAssigner("runs", [(f"s{i}", 1.0) for i in range(splits)])
     directory = tmp_path_factory.mktemp("spill")
 
@@ -112,7 +112,6 @@ def test_what_is_not_written_to_a_descriptor(native, tmp_path):
     descriptor is an OSError and a negative one a ValueError, and a run
     the kernel refuses leaves the file as it was."""
     assert run_kernel._descriptor(io.BytesIO()) is None
-    import tempfile
     with tempfile.SpooledTemporaryFile(max_size=100) as spooled:
         assert run_kernel._descriptor(spooled) is None
         assert not spooled._rolled
@@ -160,8 +159,6 @@ def test_key_nones_counts_and_checks_as_python_does(native, keys):
     count of Nones where every other key is bytes, else None; and
     `prepare._key_nones` gives the same count or the same error naming
     the row with and without the kernel."""
-    from recordforge.transforms.writer import prepare
-
     valid = all(key is None or type(key) is bytes for key in keys)
     assert native.key_nones(keys) == (keys.count(None) if valid else None)
 
