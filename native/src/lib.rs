@@ -15,6 +15,7 @@ pub mod stats;
 pub mod text_stats;
 pub mod index;
 pub mod run;
+pub mod run_order;
 pub mod table;
 pub mod walk;
 pub mod wire;
