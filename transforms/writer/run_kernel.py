@@ -2,15 +2,17 @@
 
 No Beam. Writing a run in Python takes a framing gather, a size array, a
 key gather and an index entry search per block of rows; the kernels
-(`native/src/run.rs`) sort a split's fixed-width keys (`fixed_key_order`,
-the order `row_order.sorted_positions` gives) and write the whole file of
-rows in a given order (`write_run`: records, sizes, keys, key sizes, index
+sort a split's fixed-width keys (`native/src/run_order.rs`:
+`fixed_key_order`, the order `row_order.sorted_positions` gives) and
+write the whole file of rows in a given order (`native/src/run.rs`:
+`write_run`: records, sizes, keys, key sizes, index
 and footer), a block at a time so that memory stays one block above the
 rows held. Each function here returns None where the Python writer must
 write the run (no kernel, a row that is not bytes, a record too large for
 the format's uint32 sizes): `run_format.RunWriter` stays the reference.
 `sorted_rows` sorts key-ordered rows (keys of any width, or the examples
-themselves) as `write_sorted_run`'s Python `sorted` does.
+themselves) as `write_sorted_run`'s Python `sorted` does, and
+`ordered_rows` writes a key-ordered split's run from the buffered lists.
 
 A run written to a local file goes straight to its file descriptor (no
 bytes object per block, no Python call per block), and the kernel keeps
