@@ -3,6 +3,7 @@
     python benchmarks/bench_spill.py                         # 250k rows, best of 5
     python benchmarks/bench_spill.py --baseline DIR --rounds 2   # and another checkout, alternating
     python benchmarks/bench_spill.py --ordered               # key-ordered rows with keys of their own
+    python benchmarks/bench_spill.py --keyed                 # shuffled rows with keys of their own
 
 What the build cache's piece writer does with a unit's rows
 (`cache.pieces.PieceWriter`): the converting step's batches (1000 rows,
@@ -16,7 +17,10 @@ fails otherwise). With ``--baseline DIR`` (a directory holding another
 checkout as ``DIR/recordforge``) each round measures that code first,
 then this one, each in a fresh process with the same rows. With
 ``--ordered`` the rows have keys of their own (ids of up to 9 digits) and
-the buffer orders them by key (``shuffle: false``).
+the buffer orders them by key (``shuffle: false``); with ``--keyed`` they
+have such keys and are shuffled (hashed by key), as a table with a
+``key`` column is. Each batch is made just before it is added (its
+objects fresh, as the converting step's), and only the adds are timed.
 """
 
 from __future__ import annotations
@@ -33,13 +37,22 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False):
-    import numpy as np
-    from recordforge.transforms.splits import HashedExamples, SplitAssigner
+def _assigner():
+    from recordforge.transforms.splits import SplitAssigner
 
-    assigner = SplitAssigner("bench", [("train", 0.8), ("test", 0.2)])
+    return SplitAssigner("bench", [("train", 0.8), ("test", 0.2)])
+
+
+def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False,
+             keyed: bool = False):
+    """The batches, each made just before it is asked for (as the
+    converting step hands over batches it has just made: their objects
+    still in the caches)."""
+    import numpy as np
+    from recordforge.transforms.splits import HashedExamples
+
+    assigner = _assigner()
     generator = np.random.default_rng(seed)
-    batches = []
     for start in range(0, rows, batch_rows):
         count = min(batch_rows, rows - start)
         sizes = generator.integers(80, 161, size=count)
@@ -47,15 +60,25 @@ def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False):
         ends = np.cumsum(sizes).tolist()
         examples = [blob[end - size:end] for end, size in zip(ends, sizes.tolist())]
         keys = ([str(key).encode() for key in generator.integers(0, 10**9, count).tolist()]
-                if ordered else [None] * count)
-        digests, joined, _ = assigner.hash_rows_joined(keys if ordered else examples)
-        batches.append(HashedExamples(zip(keys, examples), assigner.salt, digests,
-                                      joined=joined, columns=(keys, examples)))
-    return assigner, batches
+                if ordered or keyed else [None] * count)
+        digests, joined, _ = assigner.hash_rows_joined(keys if ordered or keyed else examples)
+        yield HashedExamples(zip(keys, examples), assigner.salt, digests, joined=joined,
+                             columns=(keys, examples))
+
+
+def _checked_file(fileobj):
+    """The piece writer's CRC32C-keeping file: the code's own where it has
+    one (`run_kernel.CheckedFile`, whose CRC the kernel keeps), else one
+    like the older code's `cache.pieces._Checksummed`."""
+    try:
+        from recordforge.transforms.writer.run_kernel import CheckedFile
+    except ImportError:
+        return _Checksummed(fileobj)
+    return CheckedFile(fileobj)
 
 
 class _Checksummed:
-    """The piece writer's CRC32C-keeping file (`cache.pieces._Checksummed`)."""
+    """The piece writer's CRC32C-keeping file before `run_kernel.CheckedFile`."""
 
     def __init__(self, fileobj):
         import crc32c
@@ -67,45 +90,48 @@ class _Checksummed:
         return self._fileobj.write(data)
 
 
-def measure(rows: int, repeat: int, scratch: str, ordered: bool = False) -> dict:
+def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
+            keyed: bool = False) -> dict:
     """Best of `repeat` of add and write, in µs a row, and the runs' sha256."""
     from recordforge.schemas.native import path_note
     from recordforge.transforms.writer import RunBuffer
 
-    assigner, batches = _batches(rows, 1000, seed=37, ordered=ordered)
+    assigner = _assigner()
     best_add = best_write = float("inf")
     digests = []
     for _ in range(repeat):
         buffer = RunBuffer(assigner, shuffle=not ordered, sample_every=(64 << 20) // 64,
                            prefix_len=64, index_every=64 << 10)
-        started = time.process_time()
-        for batch in batches:
+        adding = 0.0
+        for batch in _batches(rows, 1000, seed=37, ordered=ordered, keyed=keyed):
+            started = time.process_time()
             buffer.add(batch)
+            adding += time.process_time() - started
         added = time.process_time()
         digests = []
         for split in buffer.splits_held():
             path = os.path.join(scratch, f"s{split}.run")
             with open(path, "wb") as fileobj:
-                buffer.write(split, _Checksummed(fileobj))
+                buffer.write(split, _checked_file(fileobj))
         written = time.process_time()
         for split in buffer.splits_held():
             with open(os.path.join(scratch, f"s{split}.run"), "rb") as fileobj:
                 digests.append(hashlib.sha256(fileobj.read()).hexdigest())
-        best_add = min(best_add, added - started)
+        best_add = min(best_add, adding)
         best_write = min(best_write, written - added)
     return {"path": path_note(), "add_us": best_add / rows * 1e6,
             "write_us": best_write / rows * 1e6, "runs": digests}
 
 
 def _in_process(pythonpath: str | None, rows: int, repeat: int, scratch: str,
-                ordered: bool) -> dict:
+                ordered: bool, keyed: bool) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     output = subprocess.run(
         [sys.executable, os.path.join(_HERE, "bench_spill.py"), "--rows", str(rows),
          "--repeat", str(repeat), "--scratch", scratch, "--json"]
-        + (["--ordered"] if ordered else []),
+        + (["--ordered"] if ordered else []) + (["--keyed"] if keyed else []),
         env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -120,12 +146,14 @@ def main(argv=None) -> None:
     parser.add_argument("--scratch")
     parser.add_argument("--ordered", action="store_true",
                         help="rows with keys of their own, ordered by key")
+    parser.add_argument("--keyed", action="store_true",
+                        help="shuffled rows with keys of their own (hashed by key)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scratch = args.scratch or tempfile.mkdtemp(prefix="bench_spill_")
     os.makedirs(scratch, exist_ok=True)
     if args.json:
-        print(json.dumps(measure(args.rows, args.repeat, scratch, args.ordered)))
+        print(json.dumps(measure(args.rows, args.repeat, scratch, args.ordered, args.keyed)))
         return
     codes = [("this code", os.environ.get("PYTHONPATH"))]
     if args.baseline is not None:
@@ -135,7 +163,8 @@ def main(argv=None) -> None:
     reference = None
     for _ in range(args.rounds):
         for name, pythonpath in codes:
-            result = _in_process(pythonpath, args.rows, args.repeat, scratch, args.ordered)
+            result = _in_process(pythonpath, args.rows, args.repeat, scratch, args.ordered,
+                                 args.keyed)
             if reference is None:
                 reference = result["runs"]
             elif result["runs"] != reference:

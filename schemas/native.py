@@ -30,6 +30,7 @@ _KERNELS_USED = (
     "fixed_key_order",  # transforms/writer/row_order.py: sorted_positions (run_kernel.py)
     "write_run",  # transforms/writer/run_format.py: RunWriter of rows in order (run_kernel.py)
     "framed_sizes",  # transforms/writer/prepare.py: the framed sizes of a batch's examples
+    "key_nones",  # transforms/writer/prepare.py: a batch's keys checked and their Nones counted
     "sorted_rows",  # transforms/writer/run_format.py: write_sorted_run's sort (run_kernel.py)
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_update",  # schemas/stats/numeric.py: python_update

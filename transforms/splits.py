@@ -164,12 +164,15 @@ class JoinedDigests(Sequence):
         return isinstance(other, Sequence) and list(self) == list(other)
 
 
-def hashed_sources(keys: Sequence, examples: Sequence) -> Sequence:
+def hashed_sources(keys: Sequence, examples: Sequence, nones: int | None = None) -> Sequence:
     """What each row's digest is of: its key, or its example when it has
-    none; one of the columns itself when every row has a key or none has."""
-    if None not in keys:
+    none; one of the columns itself when every row has a key or none has.
+    nones: how many keys are None, when the caller has counted them."""
+    if nones is None:
+        nones = keys.count(None) if None in keys else 0
+    if not nones:
         return keys
-    if keys.count(None) == len(keys):
+    if nones == len(keys):
         return examples
     return [example if key is None else key for key, example in zip(keys, examples)]
 

@@ -17,6 +17,7 @@ pub mod numeric_stats;
 pub mod text_stats;
 pub mod index;
 pub mod run;
+pub mod run_order;
 pub mod scan;
 pub mod table;
 pub mod walk;
@@ -473,6 +474,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
+    module.add_function(wrap_pyfunction!(run::py_key_nones, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_lone_carriage_return, module)?)?;

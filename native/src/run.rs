@@ -1,9 +1,8 @@
-//! Sorted run files (`transforms/writer/run_format.py`): the order of a
-//! run's rows by ``(key, example)``, and the whole file `RunWriter` writes
-//! of rows in a given order (records, sizes, keys, key sizes, the sparse
-//! index and the footer), handed out a block at a time.
+//! Sorted run files (`transforms/writer/run_format.py`): the whole file
+//! `RunWriter` writes of rows in a given order (records, sizes, keys, key
+//! sizes, the sparse index and the footer), handed out a block at a time;
+//! the order itself is found in `run_order`.
 
-use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 
 use pyo3::buffer::PyBuffer;
@@ -12,7 +11,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
-use crate::{bytes_items, gathered, guarded, with_bytes, PREFETCH_AHEAD};
+use crate::{guarded, with_bytes, PREFETCH_AHEAD};
+
+// The sorts live in `run_order`; registered with the module under `run`.
+pub use crate::run_order::{py_fixed_key_order, py_sorted_rows};
 
 /// The footer's last 8 bytes (`run_format._MAGIC`).
 pub const MAGIC: &[u8; 8] = b"RFRUN002";
@@ -55,76 +57,6 @@ impl Keys<'_> {
             Keys::Example => true,
         }
     }
-}
-
-/// The first 8 bytes of `key` (zero-padded) as one big-endian integer: its
-/// byte order, where those bytes differ.
-fn head(key: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let take = key.len().min(8);
-    bytes[..take].copy_from_slice(&key[..take]);
-    u64::from_be_bytes(bytes)
-}
-
-/// `rows` ordered by their fixed-width keys as bytes (`width` bytes a
-/// row, back to back in `blob`), and the ranges of that order where two
-/// rows or more share a key, to be ordered by their examples
-/// (`break_ties`): together `row_order.sorted_positions`, where rows equal
-/// in key and example may come in any order (their bytes are the same).
-/// Integers sort the keys' first 8 bytes; only rows sharing those compare
-/// whole keys.
-pub fn fixed_key_order(blob: &[u8], width: usize, rows: &[usize]) -> Result<(Vec<usize>, Vec<Range<usize>>), String> {
-    if width == 0 || blob.len() % width != 0 {
-        return Err(format!("{} key bytes are not keys of {width} bytes", blob.len()));
-    }
-    let count = blob.len() / width;
-    if let Some(row) = rows.iter().find(|row| **row >= count) {
-        return Err(format!("row {row} outside {count} rows"));
-    }
-    let key = |row: usize| &blob[row * width..(row + 1) * width];
-    let mut packed: Vec<u128> = rows.iter().map(|&row| (head(key(row)) as u128) << 64 | row as u128).collect();
-    packed.sort_unstable();
-    let mut order: Vec<usize> = packed.iter().map(|item| *item as u64 as usize).collect();
-    let mut ties = Vec::new();
-    let mut start = 0;
-    while start < order.len() {
-        let top = packed[start] >> 64;
-        let end = start + packed[start..].iter().take_while(|item| *item >> 64 == top).count();
-        if end - start > 1 && width > 8 {
-            order[start..end].sort_by(|a, b| key(*a).cmp(key(*b)));
-        }
-        let mut from = start;
-        for at in start + 1..=end {
-            if at == end || key(order[at]) != key(order[from]) {
-                if at - from > 1 {
-                    ties.push(from..at);
-                }
-                from = at;
-            }
-        }
-        start = end;
-    }
-    Ok((order, ties))
-}
-
-/// Orders each tie range of `order` by `example(row)`.
-pub fn break_ties<'e>(order: &mut [usize], ties: &[Range<usize>], example: impl Fn(usize) -> &'e [u8]) {
-    for range in ties {
-        order[range.clone()].sort_by(|a, b| example(*a).cmp(example(*b)));
-    }
-}
-
-/// Rows ordered by ``(key, example)`` as bytes, keys given per row or
-/// none (the example is the key): `run_format.write_sorted_run`'s
-/// `sorted` of variable-width keys or of examples (rows equal in both may
-/// come in any order: their bytes are the same).
-pub fn sorted_rows(keys: Option<&[&[u8]]>, examples: &[&[u8]]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..examples.len()).collect();
-    match keys {
-        Some(keys) => order.sort_unstable_by(|a, b| keys[*a].cmp(keys[*b]).then_with(|| examples[*a].cmp(examples[*b]))),
-        None => order.sort_unstable_by(|a, b| examples[*a].cmp(examples[*b])),
-    }
-    order
 }
 
 /// Where a run's bytes go: `sink(length, fill)` makes a buffer of
@@ -267,7 +199,7 @@ fn section<E>(count: usize, block: usize, sink: &mut Sink<'_, E>, size: impl Fn(
 
 /// Row numbers packed as little-endian int64 (a numpy array's buffer);
 /// a negative one, or a length not a multiple of 8, is a ValueError.
-fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
+pub(crate) fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
     if bytes.len() % 8 != 0 {
         return Err(PyValueError::new_err("packed rows' length is not a multiple of 8"));
     }
@@ -276,68 +208,6 @@ fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
         return Err(PyValueError::new_err(format!("row {row} is negative")));
     }
     Ok(rows.into_iter().map(|row| row as usize).collect())
-}
-
-/// `fixed_key_order(keys, width, examples, rows) -> order | None`:
-/// `fixed_key_order` of the rows `rows` (packed int64) of `examples`, whose
-/// keys are `width` bytes each back to back in the buffer `keys`, with
-/// ties broken by example (`break_ties`); the order packed as
-/// little-endian int64. None when an example compared is not bytes (the
-/// Python path takes it); keys that do not fit `examples`, or a row
-/// outside, are a ValueError.
-#[pyfunction(name = "fixed_key_order")]
-pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize, examples: &Bound<'py, PyList>,
-                               rows: PyBuffer<u8>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let rows = with_bytes(py, &rows, packed_rows)??;
-    let (mut order, ties) = with_bytes(py, &keys, |blob| {
-        if width == 0 || blob.len() != width * examples.len() {
-            return Err(format!("{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len()));
-        }
-        guarded(AssertUnwindSafe(|| fixed_key_order(blob, width, &rows))).map_err(|error| error.to_string())?
-    })?
-    .map_err(PyValueError::new_err)?;
-    if !ties.is_empty() {
-        let tied: Vec<usize> = ties.iter().flat_map(|range| order[range.clone()].to_vec()).collect();
-        let Some(items) = gathered(examples, &tied)? else { return Ok(None) };
-        let bytes: std::collections::HashMap<usize, &[u8]> =
-            tied.iter().zip(&items).map(|(row, item)| (*row, item.as_bytes())).collect();
-        guarded(AssertUnwindSafe(|| break_ties(&mut order, &ties, |row| bytes[&row])))?;
-    }
-    let mut packed = Vec::with_capacity(order.len() * 8);
-    for row in &order {
-        packed.extend_from_slice(&(*row as i64).to_le_bytes());
-    }
-    Ok(Some(PyBytes::new(py, &packed)))
-}
-
-/// `sorted_rows(keys, examples) -> order | None`: `sorted_rows` of a list
-/// of examples and their keys (a list of bytes, one per example, or None:
-/// the example is the key), packed as little-endian int64. None when an
-/// item is not bytes (Python sorts any); keys of another count are a
-/// ValueError.
-#[pyfunction(name = "sorted_rows")]
-#[pyo3(signature = (keys, examples))]
-pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>)
-                           -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let Some(items) = bytes_items(examples) else { return Ok(None) };
-    let slices: Vec<&[u8]> = items.iter().map(|item| item.as_bytes()).collect();
-    let key_items = match keys {
-        Some(keys) if keys.len() != examples.len() => {
-            return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
-        }
-        Some(keys) => match bytes_items(keys) {
-            Some(found) => Some(found),
-            None => return Ok(None),
-        },
-        None => None,
-    };
-    let key_slices: Option<Vec<&[u8]>> = key_items.as_ref().map(|found| found.iter().map(|item| item.as_bytes()).collect());
-    let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices.as_deref(), &slices)))?;
-    let mut packed = Vec::with_capacity(order.len() * 8);
-    for row in &order {
-        packed.extend_from_slice(&(*row as i64).to_le_bytes());
-    }
-    Ok(Some(PyBytes::new(py, &packed)))
 }
 
 /// `framed_sizes(records) -> sizes | None`: each record's TFRecord-framed
@@ -354,13 +224,32 @@ pub fn py_framed_sizes<'py>(py: Python<'py>, records: &Bound<'py, PyList>) -> Py
     Ok(Some(PyBytes::new(py, &sizes)))
 }
 
+/// `key_nones(keys) -> count | None`: how many of a batch's keys (a list)
+/// are None, all others being bytes (exactly: `prepare._check_keys`'s
+/// rule), for `prepare.prepare_batch`; None when one is neither (the
+/// Python check then names its row). One pass over objects the batch has
+/// just made, in place of a count and a type check in Python.
+#[pyfunction(name = "key_nones")]
+pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
+    let mut nones = 0;
+    for key in keys.iter() {
+        if key.is_none() {
+            nones += 1;
+        // SAFETY: `key` is a live object (held by the iterator's reference).
+        } else if unsafe { pyo3::ffi::PyBytes_CheckExact(key.as_ptr()) } == 0 {
+            return None;
+        }
+    }
+    Some(nones)
+}
+
 /// ``records[i] for i in order`` as byte slices, with the objects that
 /// own them (strong references: `fileobj.write` runs Python, which might
 /// change the list), or None when one is not bytes; an index outside
 /// `records` is an IndexError. Each object is read once, asked for rows
 /// ahead (`prefetch`): a sorted order jumps all over the heap.
 #[allow(clippy::type_complexity)]
-fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
+pub(crate) fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
                             -> PyResult<Option<(Vec<Bound<'py, PyBytes>>, Vec<&'a [u8]>)>> {
     let (mut items, mut slices) = (Vec::with_capacity(order.len()), Vec::with_capacity(order.len()));
     for (at, index) in order.iter().enumerate() {
@@ -383,70 +272,203 @@ fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
     Ok(Some((items, slices)))
 }
 
+/// ``records[i] for i in order`` as byte slices borrowed from the list,
+/// without a reference taken to each (a reference is a write to each
+/// object's header, and dropping it another pass over the heap), or None
+/// when one is not bytes; an index outside `records` is an IndexError.
+/// The caller must run no Python code while it holds the slices: the list
+/// then keeps every object alive and unchanged (bytes never change).
+///
+/// Where the order takes a good part of the list, every item's slice is
+/// read first in list order, which is about the order the objects lie in
+/// memory, and the order then picks from that table: the objects are
+/// visited at random once (to copy their bytes), not twice.
+fn borrowed_slices<'a>(records: &'a Bound<'_, PyList>, order: &[usize]) -> PyResult<Option<Vec<&'a [u8]>>> {
+    let count = records.len();
+    if let Some(row) = order.iter().find(|row| **row >= count) {
+        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
+    }
+    // SAFETY (both closures): every index is inside the list (checked
+    // above), whose items the GIL keeps alive; only addresses are read.
+    let item = |row: usize| unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), row as isize) };
+    let ahead = |row: usize| crate::prefetch(item(row) as *const u8);
+    let slice = |row: usize| -> Option<&'a [u8]> {
+        let item = item(row);
+        // SAFETY: `item` is a live object; PyBytes_Check reads its type.
+        if unsafe { pyo3::ffi::PyBytes_Check(item) } == 0 {
+            return None;
+        }
+        // SAFETY: `item` is a bytes object (checked): its buffer is its
+        // size long, never changes or moves, and lives as long as the list
+        // holds it, which the caller's contract (no Python code run while
+        // the slices live) keeps for the slices' lifetime.
+        Some(unsafe {
+            std::slice::from_raw_parts(pyo3::ffi::PyBytes_AsString(item) as *const u8, pyo3::ffi::PyBytes_Size(item) as usize)
+        })
+    };
+    if order.len() * 4 < count {
+        let mut slices = Vec::with_capacity(order.len());
+        for (at, row) in order.iter().enumerate() {
+            if let Some(next) = order.get(at + PREFETCH_AHEAD) {
+                ahead(*next);
+            }
+            let Some(found) = slice(*row) else { return Ok(None) };
+            slices.push(found);
+        }
+        return Ok(Some(slices));
+    }
+    let mut table = Vec::with_capacity(count);
+    for row in 0..count {
+        if row + PREFETCH_AHEAD < count {
+            ahead(row + PREFETCH_AHEAD);
+        }
+        table.push(slice(row));
+    }
+    Ok(order.iter().map(|row| table[*row]).collect())
+}
+
+/// Where `py_write_run` puts a run's bytes: a Python file object's
+/// `write`, or straight into a file descriptor (a local file: no bytes
+/// object per block, no Python call, one buffer reused).
+enum Target<'a, 'py> {
+    Python(&'a Bound<'py, PyAny>),
+    #[cfg(unix)]
+    Descriptor(std::mem::ManuallyDrop<std::fs::File>),
+}
+
+impl Target<'_, '_> {
+    /// Writes the run through the target, keeping the CRC32C (from `crc`)
+    /// and the size of what it writes; returns ``(rows, size, crc)``.
+    fn write(&mut self, py: Python<'_>, slices: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64,
+             block: usize, crc: u32) -> PyResult<(u64, u64, u32)> {
+        let (mut crc, mut size) = (crc, 0u64);
+        let rows = match self {
+            Target::Python(fileobj) => {
+                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
+                    let data = PyBytes::new_with(py, length, |out| {
+                        fill(out);
+                        crc = crate::walk::crc32c_append(crc, out);
+                        Ok(())
+                    })?;
+                    size += length as u64;
+                    fileobj.call_method1("write", (data,))?;
+                    Ok(())
+                };
+                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))??
+            }
+            #[cfg(unix)]
+            Target::Descriptor(file) => {
+                use std::io::Write;
+                // One buffer for every block: grown (zeroed) only past its largest yet.
+                let mut buffer: Vec<u8> = Vec::new();
+                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> std::io::Result<()> {
+                    if buffer.len() < length {
+                        buffer.resize(length, 0);
+                    }
+                    let out = &mut buffer[..length];
+                    fill(out);
+                    crc = crate::walk::crc32c_append(crc, out);
+                    size += length as u64;
+                    file.write_all(out)
+                };
+                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))?
+                    .map_err(PyErr::from)?
+            }
+        };
+        Ok((rows, size, crc))
+    }
+}
+
 /// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
-/// index_every, block) -> rows | None`: writes the run file of
-/// ``examples[i] for i in order`` (packed int64) to `fileobj` (its `write`,
-/// about `block` bytes a call), as `run_format.RunWriter` does; keys: None
-/// (key_width 0: the example is the key), a list of bytes (key_width -1)
-/// or a buffer of key_width bytes a row. None, before anything is written,
-/// when an example or key is not bytes or is too large for the format's
-/// uint32 sizes (the Python writer takes the run); an order outside the
-/// rows is an IndexError, keys that do not fit a ValueError, and
-/// `write`'s own errors pass through.
+/// index_every, block, fd=None, crc=0) -> (rows, size, crc) | None`: writes
+/// the run file of ``examples[i] for i in order`` (packed int64), as
+/// `run_format.RunWriter` does, to `fileobj` (its `write`, about `block`
+/// bytes a call) or, given `fd`, straight to that file descriptor at its
+/// offset (`fileobj` is then not used: the caller flushes it before and
+/// moves it past the run after); returns the rows, the bytes written and
+/// their CRC32C continued from `crc` (the piece writer's check of a run).
+/// keys: None (key_width 0: the example is the key), a list of bytes
+/// (key_width -1) or a buffer of key_width bytes a row. None, before
+/// anything is written, when an example or key is not bytes or is too
+/// large for the format's uint32 sizes (the Python writer takes the run);
+/// an order outside the rows is an IndexError, keys that do not fit or a
+/// negative fd a ValueError, and the write's own errors (OSError) pass
+/// through.
 #[pyfunction(name = "write_run")]
-#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block))]
+#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0))]
 #[allow(clippy::too_many_arguments)]
 pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyList>, order: PyBuffer<u8>,
-                    keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize)
-                    -> PyResult<Option<u64>> {
+                    keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize,
+                    fd: Option<i32>, crc: u32) -> PyResult<Option<(u64, u64, u32)>> {
     let order = with_bytes(py, &order, packed_rows)??;
-    let Some((_items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
-    let write = |keys: &Keys| -> PyResult<Option<u64>> {
-        match check(&slices, keys, index_every) {
-            Err(Refused::TooLarge) => return Ok(None),
-            Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
-            Ok(()) => {}
+    let mut target = match fd {
+        None => Target::Python(fileobj),
+        #[cfg(unix)]
+        Some(fd) if fd >= 0 => {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the descriptor is only written to, never closed
+            // (ManuallyDrop); one that is not open fails the write (EBADF).
+            Target::Descriptor(std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) }))
         }
-        let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
-            let data = PyBytes::new_with(py, length, |out| {
-                fill(out);
-                Ok(())
-            })?;
-            fileobj.call_method1("write", (data,))?;
-            Ok(())
-        };
-        guarded(AssertUnwindSafe(|| write_run(&slices, keys, prefix_len, index_every, block, &mut sink)))?
-            .map(Some)
+        Some(fd) => return Err(PyValueError::new_err(format!("no file descriptor {fd} to write to"))),
     };
-    match key_width {
-        0 if keys.is_none() => write(&Keys::Example),
+    // The keys first: getting a buffer may run an exporter's code, which
+    // must be done before any example is borrowed (below).
+    let key_items;
+    let (fixed, variable);
+    let keys = match key_width {
+        0 if keys.is_none() => Keys::Example,
         -1 => {
             let Ok(list) = keys.downcast::<PyList>() else { return Ok(None) };
             if list.len() != examples.len() {
                 return Err(PyValueError::new_err(format!("{} keys for {} rows", list.len(), examples.len())));
             }
-            let Some((_found, key_slices)) = gathered_slices(list, &order)? else { return Ok(None) };
-            write(&Keys::Variable(&key_slices))
+            let Some((found, slices)) = gathered_slices(list, &order)? else { return Ok(None) };
+            (key_items, variable) = (found, slices);
+            let _ = &key_items;
+            Keys::Variable(&variable)
         }
         width if width > 0 => {
             let width = width as usize;
             // Gathered into a copy, so no view of a writable buffer is kept
             // across `fileobj.write`.
-            let blob = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
+            fixed = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
                 if blob.len() != width * examples.len() {
                     return Err(PyValueError::new_err(format!(
                         "{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len())));
                 }
                 let mut ordered = Vec::with_capacity(order.len() * width);
                 for row in &order {
+                    if *row >= examples.len() {
+                        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {} rows", examples.len())));
+                    }
                     ordered.extend_from_slice(&blob[row * width..(row + 1) * width]);
                 }
                 Ok(ordered)
             })??;
-            write(&Keys::Fixed { blob: &blob, width })
+            Keys::Fixed { blob: &fixed, width }
         }
-        _ => Err(PyValueError::new_err(format!("key width {key_width} with keys of type {}", keys.get_type().name()?))),
+        _ => return Err(PyValueError::new_err(format!("key width {key_width} with keys of type {}", keys.get_type().name()?))),
+    };
+    // Writing to a descriptor runs no Python code from here on, so the
+    // examples can be borrowed from the list; a Python `write` could
+    // change the list, so then each object is held.
+    let held;
+    let slices = if matches!(target, Target::Python(_)) {
+        let Some((items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
+        held = items;
+        let _ = &held;
+        slices
+    } else {
+        let Some(slices) = borrowed_slices(examples, &order)? else { return Ok(None) };
+        slices
+    };
+    match check(&slices, &keys, index_every) {
+        Err(Refused::TooLarge) => return Ok(None),
+        Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
+        Ok(()) => {}
     }
+    target.write(py, &slices, &keys, prefix_len, index_every, block, crc).map(Some)
 }
 
 #[cfg(test)]
@@ -468,13 +490,6 @@ mod tests {
         (out, writes)
     }
 
-    /// `fixed_key_order` with its ties broken.
-    fn sorted(blob: &[u8], width: usize, examples: &[&[u8]], rows: &[usize]) -> Result<Vec<usize>, String> {
-        let (mut order, ties) = fixed_key_order(blob, width, rows)?;
-        break_ties(&mut order, &ties, |row| examples[row]);
-        Ok(order)
-    }
-
     #[test]
     fn an_empty_run_is_its_footer() {
         let (out, _) = whole(&[], &Keys::Example, 100);
@@ -485,20 +500,8 @@ mod tests {
     }
 
     #[test]
-    fn ties_order_by_example() {
-        let examples: Vec<&[u8]> = vec![b"b", b"a", b"c", b"a"];
-        // keys: [1,1] [1,1] [1,1] [0,1]
-        let blob = [1u8, 1, 1, 1, 1, 1, 0, 1];
-        assert_eq!(sorted(&blob, 2, &examples, &[0, 1, 2, 3]).unwrap(), vec![3, 1, 0, 2]);
-        assert_eq!(sorted(&blob, 2, &examples, &[2, 0]).unwrap(), vec![0, 2]);
-    }
-
-    #[test]
     fn bad_rows_and_keys_are_refused() {
         let examples: Vec<&[u8]> = vec![b"a", b"b"];
-        assert!(fixed_key_order(&[0; 3], 2, &[0]).is_err());
-        assert!(fixed_key_order(&[0; 4], 2, &[2]).is_err());
-        assert!(fixed_key_order(&[], 0, &[]).is_err());
         assert!(matches!(check(&examples, &Keys::Example, 0), Err(Refused::Bad(_))));
         let keys: Vec<&[u8]> = vec![b"k"];
         assert!(matches!(check(&examples, &Keys::Variable(&keys), 64), Err(Refused::Bad(_))));
@@ -507,39 +510,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn the_order_sorts_by_key_then_example(
-            rows in proptest::collection::vec((proptest::collection::vec(0u8..3, 1..12), proptest::collection::vec(0u8..3, 0..3)), 0..60),
-            width in 1usize..12) {
-            // Keys of one width (cut or zero-padded), some sharing their first 8 bytes.
-            let rows: Vec<(Vec<u8>, Vec<u8>)> = rows.into_iter().map(|(mut key, example)| { key.resize(width, 0); (key, example) }).collect();
-            let blob: Vec<u8> = rows.iter().flat_map(|(key, _)| key.clone()).collect();
-            let examples: Vec<&[u8]> = rows.iter().map(|(_, example)| example.as_slice()).collect();
-            let all: Vec<usize> = (0..rows.len()).collect();
-            let order = sorted(&blob, width, &examples, &all).unwrap();
-            let mut expected = rows.clone();
-            expected.sort();
-            let got: Vec<_> = order.iter().map(|row| rows[*row].clone()).collect();
-            prop_assert_eq!(got, expected);
-        }
-
-        #[test]
-        fn sorted_rows_sort_by_key_then_example(
-            rows in proptest::collection::vec((proptest::collection::vec(0u8..3, 0..4), proptest::collection::vec(0u8..3, 0..4)), 0..60),
-            keyed in any::<bool>()) {
-            let keys: Vec<&[u8]> = rows.iter().map(|(key, _)| key.as_slice()).collect();
-            let examples: Vec<&[u8]> = rows.iter().map(|(_, example)| example.as_slice()).collect();
-            let order = sorted_rows(keyed.then_some(keys.as_slice()), &examples);
-            let mut expected: Vec<(Vec<u8>, Vec<u8>)> = if keyed { rows.clone() } else {
-                rows.iter().map(|(_, example)| (Vec::new(), example.clone())).collect()
-            };
-            expected.sort();
-            let got: Vec<(Vec<u8>, Vec<u8>)> = order.iter().map(|row| {
-                (if keyed { rows[*row].0.clone() } else { Vec::new() }, rows[*row].1.clone())
-            }).collect();
-            prop_assert_eq!(got, expected);
-        }
-
         #[test]
         fn the_blocks_never_change_the_bytes(
             examples in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..90), 0..40),
@@ -557,12 +527,5 @@ mod tests {
             prop_assert_eq!(u64::from_le_bytes(footer[40..48].try_into().unwrap()), slices.len() as u64);
         }
 
-        #[test]
-        fn hostile_rows_are_refused_not_followed(
-            count in 0usize..10, rows in proptest::collection::vec(0usize..20, 0..20), width in 0usize..4, extra in 0usize..3) {
-            let blob = vec![0u8; count * width + extra];
-            let fine = width > 0 && blob.len() % width == 0 && rows.iter().all(|row| *row < blob.len() / width);
-            prop_assert_eq!(fixed_key_order(&blob, width, &rows).is_ok(), fine);
-        }
     }
 }

@@ -47,7 +47,7 @@ from fsspec.implementations.local import LocalFileSystem
 from ..splits import HashedExamples, SplitAssigner
 from ..merge_statistics import partial_from_json, partial_to_json
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
-from ..writer import KEY_VARIABLE, RunBuffer, RunFile, SampleEntry
+from ..writer import KEY_VARIABLE, CheckedFile, RunBuffer, RunFile, SampleEntry
 
 __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY_TAGS",
            "decode_value", "encode_value", "read_piece", "run_file_name"]
@@ -130,20 +130,6 @@ def decode_value(data: Any) -> Any:
 # --- writing -----------------------------------------------------------------------------
 
 
-class _Checksummed:
-    """A file object that keeps the CRC32C and size of what is written to it."""
-
-    def __init__(self, fileobj: BinaryIO):
-        self._fileobj = fileobj
-        self.crc = 0
-        self.size = 0
-
-    def write(self, data) -> int:
-        self.crc = crc32c.crc32c(data, self.crc)
-        self.size += len(data)
-        return self._fileobj.write(data)
-
-
 class PieceWriter:
     """Writes one piece as its unit is converted: `add(tag, value)` for every
     output, `commit()` at the end, `abort()` on failure.
@@ -216,7 +202,7 @@ class PieceWriter:
             name = run_file_name(self._name, split)
             fileobj, path = self._open(name)
             with fileobj:
-                checked = _Checksummed(fileobj)
+                checked = CheckedFile(fileobj)
                 self._buffer.write(split, checked)
             self._finish(path, name)
             num_records, num_bytes = self._held[split]

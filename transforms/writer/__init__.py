@@ -52,9 +52,10 @@ rename, complete.
 from .bucket_plan import bucket_bounds_of
 from .elements import SampleEntry, SpillRecord
 from .run_format import KEY_VARIABLE, RunFile
+from .run_kernel import CheckedFile
 from .spill import RunBuffer
 from .tuning import ShardTuning
 from .write_shards import EXCHANGES, WriteShards, default_exchange
 
-__all__ = ["EXCHANGES", "KEY_VARIABLE", "RunBuffer", "RunFile", "SampleEntry", "ShardTuning",
+__all__ = ["EXCHANGES", "KEY_VARIABLE", "CheckedFile", "RunBuffer", "RunFile", "SampleEntry", "ShardTuning",
            "SpillRecord", "WriteShards", "bucket_bounds_of", "default_exchange"]

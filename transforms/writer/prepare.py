@@ -11,7 +11,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from ...schemas.native import kernels
-from ..splits import HASH_SIZE, SplitAssigner
+from ..splits import HASH_SIZE, SplitAssigner, hashed_sources
 from ..tfrecord import FRAMING
 from .elements import SampleEntry
 
@@ -65,6 +65,28 @@ def _framed_sizes(batch, examples: Sequence) -> np.ndarray:
     return np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + FRAMING
 
 
+def _key_nones(keys: Sequence) -> int:
+    """How many keys are None, the others checked to be bytes (a TypeError
+    names the first that is not): by the native kernel in one pass where
+    it can (a list), else in Python."""
+    native = kernels()
+    if native is not None and isinstance(keys, list):
+        nones = native.key_nones(keys)
+        if nones is not None:
+            return nones
+    # Counting Nones is a C loop (identity first): most batches have no
+    # keys at all, and then no key's type needs looking at. A key whose
+    # comparison with None fails is not bytes: the check says which.
+    try:
+        nones = keys.count(None)
+    except Exception:
+        _check_keys(keys)
+        raise
+    if nones < len(keys):
+        _check_keys(keys)
+    return nones
+
+
 class PreparedBatch(NamedTuple):
     """An ExampleBatch's rows as the shard writer sees them, as columns.
 
@@ -106,22 +128,7 @@ def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every
     if not count:
         return None
     sizes = _framed_sizes(batch, examples)
-    # Counting Nones is a C loop (identity first): most batches have no
-    # keys at all, and then no key's type needs looking at. A key whose
-    # comparison with None fails is not bytes: the check says which.
-    try:
-        nones = keys.count(None)
-    except Exception:
-        _check_keys(keys)
-        raise
-    if nones < count:
-        _check_keys(keys)
-    if not nones:
-        sources = keys
-    elif nones == count:
-        sources = examples  # no keys: rows are hashed and ordered by content
-    else:
-        sources = [example if key is None else key for key, example in zip(keys, examples)]
+    sources = hashed_sources(keys, examples, _key_nones(keys))
     digests, joined, words = assigner.hash_batch(batch, sources)
     splits = assigner.split_indices(words)
     order_keys = digests if shuffle else sources

@@ -2,28 +2,101 @@
 
 No Beam. Writing a run in Python takes a framing gather, a size array, a
 key gather and an index entry search per block of rows; the kernels
-(`native/src/run.rs`) sort a split's fixed-width keys (`fixed_key_order`,
-the order `row_order.sorted_positions` gives) and write the whole file of
-rows in a given order (`write_run`: records, sizes, keys, key sizes, index
+sort a split's fixed-width keys (`native/src/run_order.rs`:
+`fixed_key_order`, the order `row_order.sorted_positions` gives) and
+write the whole file of rows in a given order (`native/src/run.rs`:
+`write_run`: records, sizes, keys, key sizes, index
 and footer), a block at a time so that memory stays one block above the
 rows held. Each function here returns None where the Python writer must
 write the run (no kernel, a row that is not bytes, a record too large for
 the format's uint32 sizes): `run_format.RunWriter` stays the reference.
 `sorted_rows` sorts key-ordered rows (keys of any width, or the examples
-themselves) as `write_sorted_run`'s Python `sorted` does.
+themselves) as `write_sorted_run`'s Python `sorted` does, and
+`ordered_rows` writes a key-ordered split's run from the buffered lists.
+
+A run written to a local file goes straight to its file descriptor (no
+bytes object per block, no Python call per block), and the kernel keeps
+the CRC32C of what it writes for a `CheckedFile` (the build cache's check
+of its runs), so no second pass over the bytes is made in Python.
 """
 
 from __future__ import annotations
 
+import io
+import os
 from typing import BinaryIO, Sequence
 
+import crc32c
 import numpy as np
+from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
 
-__all__ = ["fixed_key_rows", "sorted_rows", "write_ordered"]
+__all__ = ["CheckedFile", "fixed_key_rows", "ordered_rows", "sorted_rows", "write_ordered"]
 
 _ROWS = np.dtype("<i8")
+# Local files whose descriptor the kernel may write to: the buffered and
+# raw files `open` makes (whose position after a write is the descriptor's).
+_DESCRIPTOR_FILES = (io.BufferedWriter, io.BufferedRandom, io.FileIO)
+
+
+class CheckedFile:
+    """A file object that keeps the CRC32C and size of what is written to
+    it (in Python, or by the kernel as it writes: the same values)."""
+
+    def __init__(self, fileobj: BinaryIO):
+        self.fileobj = fileobj
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        self.size += len(data)
+        return self.fileobj.write(data)
+
+
+def _descriptor(fileobj) -> tuple[object, int] | None:
+    """(the file, its descriptor) when a run can be written straight to
+    the descriptor: a local file `open` made, seekable (its position is
+    moved past the run after); else None (the kernel calls `write`)."""
+    if isinstance(fileobj, LocalFileOpener):
+        fileobj = fileobj.f
+    if os.name != "posix" or type(fileobj) not in _DESCRIPTOR_FILES:
+        return None
+    try:
+        if fileobj.closed or not (fileobj.writable() and fileobj.seekable()):
+            return None
+        return fileobj, fileobj.fileno()
+    except (OSError, ValueError):
+        return None
+
+
+def _write_run(native, fileobj, examples: list, order, keys, key_width: int, prefix_len: int,
+               index_every: int, block: int) -> int | None:
+    """The kernel's `write_run` to `fileobj` (a `CheckedFile`'s file, its
+    CRC32C and size kept up to date), through the file's descriptor where
+    `_descriptor` allows; the number of rows, or None with nothing written."""
+    checked = fileobj if isinstance(fileobj, CheckedFile) else None
+    target = checked.fileobj if checked is not None else fileobj
+    local = _descriptor(target)
+    if local is None:
+        written = native.write_run(target, examples, order, keys, key_width, prefix_len,
+                                   index_every, block, crc=checked.crc if checked else 0)
+    else:
+        local_file, fd = local
+        local_file.flush()  # what Python buffered lands before the run's bytes
+        start = local_file.tell()
+        written = native.write_run(None, examples, order, keys, key_width, prefix_len,
+                                   index_every, block, fd=fd,
+                                   crc=checked.crc if checked else 0)
+        if written is not None:
+            local_file.seek(start + written[1])
+    if written is None:
+        return None
+    rows, size, crc = written
+    if checked is not None:
+        checked.crc, checked.size = crc, checked.size + size
+    return rows
 
 
 def _packed(rows) -> np.ndarray:
@@ -42,12 +115,12 @@ def fixed_key_rows(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes
     if native is None or not isinstance(examples, list) or keys.dtype.itemsize == 0:
         return None
     blob = np.ascontiguousarray(keys).view(np.uint8)
-    selected = np.arange(len(examples)) if rows is None else rows
-    order = native.fixed_key_order(blob, keys.dtype.itemsize, examples, _packed(selected))
+    order = native.fixed_key_order(blob, keys.dtype.itemsize, examples,
+                                   None if rows is None else _packed(rows))
     if order is None:
         return None
-    return native.write_run(fileobj, examples, order, blob, keys.dtype.itemsize, prefix_len,
-                            index_every, block)
+    return _write_run(native, fileobj, examples, order, blob, keys.dtype.itemsize, prefix_len,
+                      index_every, block)
 
 
 def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
@@ -61,16 +134,35 @@ def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
         return None
     if key_width < 0 and not isinstance(keys, list):
         return None
-    return native.write_run(fileobj, examples, _packed(order), keys, key_width, prefix_len,
-                            index_every, block)
+    return _write_run(native, fileobj, examples, _packed(order), keys, key_width, prefix_len,
+                      index_every, block)
 
 
-def sorted_rows(keys: list | None, examples: Sequence[bytes]) -> np.ndarray | None:
+def sorted_rows(keys: list | None, examples: Sequence[bytes],
+                rows: np.ndarray | None = None) -> np.ndarray | None:
     """The positions of rows ordered by ``(key, example)`` (keys None: by
-    example), as `run_format.write_sorted_run` sorts them, as int64; None
-    where Python sorts them (no kernel, an item that is not bytes)."""
+    example), as `run_format.write_sorted_run` sorts them, as int64; rows:
+    the positions to order (all when None). None where Python sorts them
+    (no kernel, an item that is not bytes)."""
     native = kernels()
     if native is None or not isinstance(examples, list) or not isinstance(keys, (list, type(None))):
         return None
-    order = native.sorted_rows(keys, examples)
+    order = native.sorted_rows(keys, examples, None if rows is None else _packed(rows))
     return None if order is None else np.frombuffer(order, dtype=_ROWS)
+
+
+def ordered_rows(fileobj: BinaryIO, keys: list | None, examples: Sequence[bytes],
+                 rows: np.ndarray, *, key_width: int, prefix_len: int, index_every: int,
+                 block: int) -> int | None:
+    """`run_format.write_sorted_run` of the rows `rows` of `examples` (and
+    `keys`: a list, KEY_VARIABLE, or None, the key the example) without
+    the lists of them taken first: sorted by `sorted_rows` and written by
+    `write_run` straight from the lists. The number of rows, or None with
+    nothing written where Python writes it."""
+    if key_width > 0 or (keys is None) != (key_width == 0):
+        return None
+    order = sorted_rows(keys, examples, rows)
+    if order is None:
+        return None
+    return write_ordered(fileobj, keys, examples, order, key_width=key_width,
+                         prefix_len=prefix_len, index_every=index_every, block=block)

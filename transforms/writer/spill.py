@@ -25,7 +25,7 @@ from .prepare import prepare_batch
 from .row_order import Taken, framed_rows, sorted_order, take
 from .run_format import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RunWriter, run_steps,
                          write_sorted_run)
-from .run_kernel import fixed_key_rows
+from .run_kernel import fixed_key_rows, ordered_rows
 
 __all__ = [
     "ROW_OVERHEAD",
@@ -147,11 +147,15 @@ class RunBuffer:
                                        prefix_len=self._prefix_len,
                                        index_every=self._index_every,
                                        framed_bytes=self._bytes[split], rows=rows)
+        key_width, keys = (KEY_VARIABLE, self._keys) if self._keyed[split] else (KEY_IS_EXAMPLE,
+                                                                                 None)
+        written = ordered_rows(fileobj, keys, self._examples, rows, key_width=key_width,
+                               prefix_len=self._prefix_len, index_every=self._index_every,
+                               block=BLOCK)
+        if written is not None:
+            return written
         selected = rows.tolist()
-        if self._keyed[split]:
-            key_width, keys = KEY_VARIABLE, take(self._keys, selected)
-        else:
-            key_width, keys = KEY_IS_EXAMPLE, None
+        keys = None if keys is None else take(keys, selected)
         return write_sorted_run(fileobj, keys, take(self._examples, selected),
                                 key_width=key_width, prefix_len=self._prefix_len,
                                 index_every=self._index_every, framed_bytes=self._bytes[split])
