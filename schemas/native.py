@@ -37,6 +37,9 @@ _KERNELS_USED = (
     "text_partial",  # schemas/stats/text.py: python_text_parts of a batch alone
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
+    "jsonl_segments",  # transforms/readers/jsonl.py: _jsonl_row's verdict per line
+    "jsonl_keys",  # transforms/readers/jsonl.py: JsonlRunBatch.column_names
+    "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
 )
 
 

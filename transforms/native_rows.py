@@ -33,6 +33,7 @@ from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
+from .readers.jsonl import JsonlRunBatch
 
 __all__ = ["NativeRows"]
 
@@ -63,6 +64,10 @@ class NativeRows:
         self._key_feature = key_feature
         self._salt = salt
         self._plans: dict[tuple[str, ...], Any] = {}
+        self._jsonl_names = tuple(dict.fromkeys(
+            [spec.source for spec in self._specs] + [key_column] * (key_column is not None)))
+        # (a name that is not UTF-8 matches no key the kernel reads: no plan then)
+        self._jsonl_keys = [name.encode("utf-8", "surrogatepass") for name in self._jsonl_names]
 
     def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list],
                                       bytes | None] | None:
@@ -74,16 +79,22 @@ class NativeRows:
         digests every row's digest under the salt back to back (16 zero
         bytes for a row declined) or None without a salt; or None when the
         kernel does not take the batch."""
-        if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch)):
+        if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch,
+                                                          JsonlRunBatch)):
             return None
-        names = batch.column_names()
+        jsonl = isinstance(batch, JsonlRunBatch)
+        # A JSONL row's columns are its object's keys: those the plan reads.
+        names = self._jsonl_names if jsonl else batch.column_names()
         plan = self._plans.get(names, False)
         if plan is False:
             plan = self._plans[names] = self._plan(names)
         if plan is None:
             return None
         kernel_plan, kinds = plan
-        if isinstance(batch, ArrowBatch):
+        if jsonl:
+            done = self._native.convert_jsonl_run(batch.run, len(batch), kernel_plan,
+                                                  self._jsonl_keys)
+        elif isinstance(batch, ArrowBatch):
             done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
                                                     len(batch), kernel_plan)
         elif batch.checked is not None:

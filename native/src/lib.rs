@@ -14,6 +14,7 @@ pub mod digest;
 pub mod stats;
 pub mod text_stats;
 pub mod index;
+pub mod json;
 pub mod run;
 pub mod table;
 pub mod walk;
@@ -516,6 +517,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
+    module.add_function(wrap_pyfunction!(json::jsonl_segments, module)?)?;
+    module.add_function(wrap_pyfunction!(json::jsonl_keys, module)?)?;
+    module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }
