@@ -222,7 +222,7 @@ class BatchConversion:
         the converter's good rows of `batch`."""
         indices = self._good_indices(len(examples))
         if isinstance(batch, ColumnBatch):
-            sources = [(batch.source, batch.first_row + index) for index in indices]
+            sources = [(batch.source, batch.row_number(index)) for index in indices]
         else:
             sources = [(batch[index].source, batch[index].row) for index in indices]
         return SourcedExamples(examples, examples.salt, examples.digests, sources,

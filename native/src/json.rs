@@ -335,14 +335,15 @@ fn field_of(value: Json) -> Option<Field> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
     NotUtf8,
-    NotObject { line: usize },
     RowCount { expected: usize, found: usize },
     Columns,
 }
 
-/// Converts a run of `count` object lines by `plan`, whose column `i` is
-/// the top-level key `names[i]` (a missing key reads as null); `text` and
-/// `nullable` per feature as `arrow::convert_batch` takes them.
+/// Converts a run of `count` lines (LF between them) by `plan`, whose
+/// column `i` is the top-level key `names[i]` (a missing key reads as
+/// null); `text` and `nullable` per feature as `arrow::convert_batch`
+/// takes them. A line that is not one object the kernel models is a
+/// declined row (the reader gives such lines that Python reads as rows).
 pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<u8>], text: &[bool],
                          nullable: &[bool]) -> Result<Converted<'a>, RunError> {
     let told = text.len() == plan.features.len() && nullable.len() == plan.features.len();
@@ -366,7 +367,7 @@ pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<
     let mut entries = Vec::new();
     let mut fields: Vec<Option<Field>> = Vec::with_capacity(plan.width);
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    for (index, line) in lines(run).enumerate() {
+    for line in lines(run) {
         fields.clear();
         fields.resize(plan.width, Some(Field::Null));
         // An escaped key may name a column once decoded: Python decides.
@@ -379,7 +380,10 @@ pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<
             }
         });
         if !whole {
-            return Err(RunError::NotObject { line: index });
+            // A line Python read as a row (one the kernel does not model,
+            // or the file's first): Python converts it, from its own values.
+            fields.fill(None);
+            declined = true;
         }
         entries.clear();
         values.clear();
@@ -436,10 +440,10 @@ pub(crate) fn jsonl_keys(py: Python<'_>, run: PyBuffer<u8>) -> PyResult<Option<V
 }
 
 /// `convert_jsonl_run(run, count, plan, names) -> (examples, keys, checked, digests) | None`:
-/// a run of `count` object lines converted by `plan` (a `CsvPlan` whose
+/// a run of `count` JSONL lines converted by `plan` (a `CsvPlan` whose
 /// columns are the top-level keys `names`; a "text" rule's `as_str` marks
 /// a string feature) as `convert_csv_run` answers; None when the run is
-/// not one (the Python path takes the batch).
+/// not `count` lines of UTF-8 (the Python path takes the batch).
 #[pyfunction]
 pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &crate::CsvPlan,
                                 names: Vec<Vec<u8>>) -> PyResult<Option<crate::ConvertedObjects>> {
@@ -511,10 +515,12 @@ mod tests {
     #[test]
     fn declines_what_it_does_not_model() {
         let names = vec![b"n".to_vec(), b"s".to_vec()];
-        let run = b"{\"n\": 1, \"s\": \"a\"}\n{\"n\": 1.0, \"s\": \"a\"}\n{\"n\": 2, \"s\": \"\\n\"}\n{\"n\": 3, \"s\": \"b\", \"s\": \"c\"}\n{\"n\": 99999999999999999999, \"s\": \"a\"}";
-        let converted = convert_lines(run, 5, &plan(), &names, &[false, true], &[false, false]).unwrap();
-        let taken: Vec<bool> = (0..5).map(|row| converted.example(row).is_some()).collect();
-        assert_eq!(taken, vec![true, false, false, true, false]);
+        let run = b"{\"n\": 1, \"s\": \"a\"}\n{\"n\": 1.0, \"s\": \"a\"}\n{\"n\": 2, \"s\": \"\\n\"}\n{\"n\": 3, \"s\": \"b\", \"s\": \"c\"}\n{\"n\": 99999999999999999999, \"s\": \"a\"}\n{\"n\": 4, \"s\": \"d\", \"x\": NaN}";
+        let converted = convert_lines(run, 6, &plan(), &names, &[false, true], &[false, false]).unwrap();
+        let taken: Vec<bool> = (0..6).map(|row| converted.example(row).is_some()).collect();
+        assert_eq!(taken, vec![true, false, false, true, false, false]);
+        // (a line it cannot read leaves every column unchecked)
+        assert!(converted.checked.iter().all(Option::is_none));
         assert!(converted.example(3).unwrap().ends_with(b"c"));
     }
 

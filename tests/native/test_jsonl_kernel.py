@@ -27,6 +27,7 @@ from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers import jsonl as jsonl_reader
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
 from recordforge.transforms.readers.rows import each_row
+from recordforge.transforms.sources.outputs import ROWS, batched
 
 KEYS = ["a", "b", "c", "d"]
 VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
@@ -141,22 +142,30 @@ def _same(one, other) -> bool:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=jsonl_files(), schema=schemas(), salt=st.one_of(st.none(), st.binary(max_size=64)))
-def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, schema, salt):
+@given(data=jsonl_files(), schema=schemas(), salt=st.one_of(st.none(), st.binary(max_size=64)),
+       batch_size=st.sampled_from([1, 3, 1000]))
+def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, schema, salt,
+                                      batch_size):
     """The reader gives the same rows and dead letters with the kernel as
-    without; each run of object lines converts alike on both paths."""
+    without, batched alike (`batched`); each batch converts alike on both
+    paths: the kernel's JsonlRunBatch and the plain list of SourceRows."""
     path = tmp_path_factory.mktemp("jsonl") / "t.jsonl"
     path.write_bytes(data)
     with_kernel = _items(path, native)
     assert _same(list(each_row(with_kernel)), _items(path, None))
+    native_out = list(batched(with_kernel, batch_size, "t"))
+    python_out = list(batched(_items(path, None), batch_size, "t"))
+    assert _same([(tag, list(value) if tag == ROWS else value) for tag, value in native_out],
+                 python_out)
     specs, key, label = schema
-    for batch in with_kernel:
-        if not isinstance(batch, JsonlRunBatch):
+    for (tag, batch), (_, rows) in zip(native_out, python_out):
+        if tag != ROWS:
             continue
-        assert _same(list(pickle.loads(pickle.dumps(batch))), list(batch))
-        assert set(batch.column_names()) == {name for row in batch for name in row.values}
+        assert isinstance(batch, JsonlRunBatch)
+        assert _same(list(pickle.loads(pickle.dumps(batch))), rows)
+        assert set(batch.column_names()) == {name for row in rows for name in row.values}
         assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
-                     outcome(_converter(specs, key, None, salt), specs, batch, label))
+                     outcome(_converter(specs, key, None, salt), specs, rows, label))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -178,10 +187,9 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
     statistics read."""
     path = tmp_path / "t.jsonl"
     path.write_text('{"n": 0}\n{"n": 2, "s": "a", "x": [1]}\n{"s": "é", "n": 1}\n')
-    items = _items(path, native)
-    assert [type(item).__name__ for item in items] == ["SourceRow", "JsonlRunBatch"]
-    batch = items[1]
-    assert batch.first_row == 2 and len(batch) == 2
+    first, batch = _items(path, native)
+    # (the file's first line is Python's: its byte-order mark)
+    assert first.rows == [1] and batch.rows == [2, 3]
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = _converter(specs, "n", native, b"salt")
@@ -211,10 +219,12 @@ def test_declined_rows_are_pythons_dead_letters(native, outcome, tmp_path):
     assert len(examples) == 3
 
 
-@pytest.mark.parametrize("run", [b"", b"\n", b"{", b"\xff", b'{"a": 1}\n[', b"{}\n{}"])
-def test_a_run_that_is_not_object_lines_is_refused(native, run):
-    """convert_jsonl_run refuses (None) what the reader would never hand it."""
+@pytest.mark.parametrize("run, count, taken", [
+    (b"", 1, None), (b"\xff", 1, None), (b'{"a": 1}', 2, None), (b"{", 1, [False]),
+    (b'{"a": 1}\n[', 2, [True, False]), (b'{"a": 1}\n{"a": NaN}', 2, [True, False])])
+def test_lines_the_kernel_cannot_read_are_declined(native, run, count, taken):
+    """convert_jsonl_run refuses (None) a run that is not `count` lines of
+    UTF-8, and declines each line it does not model (Python converts it)."""
     plan = native.CsvPlan(1, [(b"a", 0, ("int", -5, 5, None))])
-    count = 2 if run == b"{}\n{}" else 1
     answer = native.convert_jsonl_run(run, count, plan, [b"a"])
-    assert (answer is None) == (run != b"{}\n{}")
+    assert (None if answer is None else [example is not None for example in answer[0]]) == taken

@@ -13,9 +13,11 @@ Where the native kernels run, `iter_jsonl(columns=True)` reads a block of
 lines at a time: the kernel (`jsonl_segments`) says which lines are blank,
 which are one JSON object it reads exactly as `json` does, and which
 Python must read (`_jsonl_row`, as without the extension: its rows and
-dead letters). Consecutive object lines come as one `JsonlRunBatch`, which
-the convert step hands to the kernel whole and parses in Python only
-where asked (a row the kernel declines, a column the statistics read).
+dead letters). Rows come as `JsonlRunBatch`es of lines (a run of object
+lines, or one row Python read), in line order with the dead letters;
+the convert step hands a batch's lines to the kernel whole and parses
+them in Python only where asked (a row the kernel declines, a column the
+statistics read).
 """
 
 from __future__ import annotations
@@ -32,12 +34,8 @@ from .rows import ColumnBatch, SourceRow
 
 __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
 
-# A block whose object lines the kernel would hand over in more runs than
-# this (lines it cannot read between them) is read line by line instead:
-# a batch per line or two would cost more than it saves.
-_MAX_RUNS_PER_BLOCK = 16
 # The kernel's verdicts on a line (`native/src/json.rs`, `Line`).
-_BLANK, _OBJECT = 0, 1
+_BLANK, _OBJECT, _OTHER = 0, 1, 2
 
 
 def jsonl_split_points(path: str, target_bytes: int, *,
@@ -58,8 +56,7 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
     nested deeper than 64 levels), ``invalid_utf8``; ``empty_file`` and
     ``read_error`` stand for the whole file (or its unread rest). `start_line`,
     `fs`, `source`: as for `iter_csv`. With `columns`, where the native
-    kernels run, runs of object lines come as `JsonlRunBatch`es (the same
-    rows).
+    kernels run, rows come as `JsonlRunBatch`es (the same rows, in order).
     """
     fs, fs_path, source = resolve(path, fs, source)
     cursor = Cursor(0, 1)
@@ -104,9 +101,7 @@ def _native_rows(f, cursor: Cursor, end: int | None, source: str, native):
         if offset == 0:
             # The file's first line (its byte-order mark) is Python's.
             first, _, rest = block[:in_range].partition(b"\n")
-            row = _jsonl_row(first, source, 1, True)
-            if row is not None:
-                yield row
+            yield from _python_rows([first], 1, source)
             yield from _block_rows(rest, line_no + 1, source, native)
         else:
             yield from _block_rows(block[:in_range], line_no, source, native)
@@ -116,61 +111,86 @@ def _native_rows(f, cursor: Cursor, end: int | None, source: str, native):
 
 
 def _block_rows(block: bytes, line_no: int, source: str, native):
-    """The rows of `block` (whole lines from line `line_no` on): runs of
-    object lines as `JsonlRunBatch`es, the other lines by `_jsonl_row`."""
+    """The rows of `block` (whole lines from line `line_no` on), in line
+    order: runs of object lines as `JsonlRunBatch`es, the other lines by
+    `_jsonl_row`."""
     if not block:
         return
     try:
         segments = native.jsonl_segments(block)
     except Exception:  # a bug in the kernel costs speed, never rows: Python reads
-        segments = [(2, 0, len(block), 0, block.count(b"\n") + (not block.endswith(b"\n")))]
-    if sum(kind == _OBJECT for kind, *_ in segments) > _MAX_RUNS_PER_BLOCK:
-        segments = [(2, start, end, first, lines)
-                    for _, start, end, first, lines in segments]
+        segments = [(_OTHER, 0, len(block), 0, None)]
     for kind, start, end, first, lines in segments:
         if kind == _OBJECT:
-            yield JsonlRunBatch(source, line_no + first, block[start:end], lines)
+            yield JsonlRunBatch(source, block[start:end].split(b"\n"),
+                                list(range(line_no + first, line_no + first + lines)))
         elif kind != _BLANK:
-            for at, raw in enumerate(block[start:end].split(b"\n"), line_no + first):
-                row = _jsonl_row(raw, source, at, False)
-                if row is not None:
-                    yield row
+            yield from _python_rows(block[start:end].split(b"\n"), line_no + first, source)
+
+
+def _python_rows(lines: list[bytes], line_no: int, source: str):
+    """`_jsonl_row` of each line: a row comes as a batch of one line (the
+    kernel declines a line it cannot read; Python converts it)."""
+    for at, raw in enumerate(lines, line_no):
+        row = _jsonl_row(raw, source, at, at == 1)
+        if isinstance(row, SourceRow):
+            yield JsonlRunBatch(source, [raw], [at])
+        elif row is not None:
+            yield row
 
 
 class JsonlRunBatch(ColumnBatch):
-    """Consecutive JSONL lines the kernel found to be one JSON object each
-    (`run`: the lines, LF between them), rows ``first_row`` on of `source`.
-    The native table kernel converts the run in one call
-    (`transforms/native_rows.py`); the rows' Python values are parsed
-    (`_jsonl_row`, as the reader without the kernel) only when something
-    asks for them, so the batch equals the SourceRows the plain reader
-    gives, and pickles as its run. Unlike a CSV run, rows need not hold the
-    same keys: `row` gives each line's own object."""
+    """JSONL rows of `source` as their raw lines (`lines`, without LF) and
+    line numbers (`rows`), which need not be consecutive. The native table
+    kernel converts their lines in one call (`transforms/native_rows.py`);
+    the rows' Python values are parsed (`_jsonl_row`, as the reader without
+    the kernel) only when something asks for them, so the batch equals the
+    SourceRows the plain reader gives, and pickles as its lines. The reader
+    gives runs of lines; `sources.outputs.batched` joins and cuts them into
+    batches of the rows a list of SourceRows would hold (`joined`,
+    `sliced`), so that every batch, and so every statistic, is the same on
+    both paths. Unlike a CSV run, rows need not hold the same keys: `row`
+    gives each line's own object."""
 
-    __slots__ = ("run", "_lines", "_values")
+    __slots__ = ("lines", "rows", "_values")
 
-    def __init__(self, source: str, first_row: int, run: bytes, count: int):
-        self.source, self.first_row, self._size = source, first_row, count
-        self.run = run
-        self._lines: list[bytes] | None = None
+    def __init__(self, source: str, lines: list[bytes], rows: list[int]):
+        if len(lines) != len(rows):
+            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers")
+        self.source, self.first_row, self._size = source, rows[0] if rows else 1, len(lines)
+        self.lines, self.rows = lines, rows
         self._values: dict[int, dict] = {}
+
+    @property
+    def run(self) -> bytes:
+        """The lines, LF between them, as the kernel takes them."""
+        return b"\n".join(self.lines)
+
+    def joined(self, other: "JsonlRunBatch") -> "JsonlRunBatch":
+        """The rows of this batch, then those of `other` (of the same file)."""
+        if other.source != self.source:
+            raise ValueError(f"rows of {other.source} joined to rows of {self.source}")
+        return JsonlRunBatch(self.source, self.lines + other.lines, self.rows + other.rows)
+
+    def sliced(self, start: int, stop: int) -> "JsonlRunBatch":
+        return JsonlRunBatch(self.source, self.lines[start:stop], self.rows[start:stop])
 
     def _row_values(self, index: int) -> dict:
         values = self._values.get(index)
         if values is None:
-            if self._lines is None:
-                self._lines = self.run.split(b"\n")
-            line_no = self.first_row + index
-            row = _jsonl_row(self._lines[index], self.source, line_no, False)
-            if not isinstance(row, SourceRow) or len(self._lines) != self._size:
-                # The kernel and `_jsonl_row` judge lines by the same rules
-                # (tested on generated lines): a line one takes and the
-                # other refuses is a bug, not a bad row;
+            line_no = self.rows[index]
+            row = _jsonl_row(self.lines[index], self.source, line_no, line_no == 1)
+            if not isinstance(row, SourceRow):
+                # The reader made the batch of lines `_jsonl_row` read as
+                # rows: one it refuses now is a bug, not a bad row;
                 # RECORDFORGE_PURE_PYTHON=1 reads the file without it.
-                raise RuntimeError(f"{self.source} line {line_no}: the native check took "
-                                   "this line as one JSON object, the reader does not")
+                raise RuntimeError(f"{self.source} line {line_no}: read as a row, "
+                                   "refused when its values were asked for")
             values = self._values[index] = row.values
         return values
+
+    def row_number(self, index: int) -> int:
+        return self.rows[index]
 
     def column_names(self) -> tuple[str, ...]:
         """Every top-level key of the batch's rows, in the order first seen."""
@@ -193,18 +213,17 @@ class JsonlRunBatch(ColumnBatch):
         return [self._row_values(index).get(name) for index in range(self._size)]
 
     def row(self, index: int) -> SourceRow:
-        return SourceRow(self.source, self.first_row + index, self._row_values(index))
+        return SourceRow(self.source, self.rows[index], self._row_values(index))
 
     def __reduce__(self):
-        return (JsonlRunBatch, (self.source, self.first_row, self.run, self._size))
+        return (JsonlRunBatch, (self.source, self.lines, self.rows))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, ColumnBatch) and len(self) == len(other)
                 and list(self) == list(other))
 
     def __repr__(self) -> str:
-        return (f"JsonlRunBatch({self.source!r}, rows {self.first_row}-"
-                f"{self.first_row + self._size - 1})")
+        return f"JsonlRunBatch({self.source!r}, {self._size} rows from line {self.first_row})"
 
 
 def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow | dict | None:
