@@ -36,7 +36,8 @@ class ReadOutputs(NamedTuple):
 
 def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
     """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
-    as it comes), dead letters one by one, and finally ``(source, number of
+    as it comes; the JSONL reader's `JsonlRunBatch`es joined and cut into
+    batches of `batch_size` rows, as its rows would be), dead letters one by one, and finally ``(source, number of
     rows)`` for the counts: the rows read and the rows the dead letters
     stand for (`counted_rows`: a whole file that cannot be read may stand
     for many)."""
