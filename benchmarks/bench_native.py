@@ -21,7 +21,7 @@ that code's native path, first, and its files must be the same too.
 With ``--parquet`` each round also builds the same rows from the table's
 Parquet file (`make_table` writes both), native and pure Python; their
 figure is MB of the CSV per CPU second too, so the two sources compare.
-``--jsonl`` does the same with the rows written as JSONL (`_write_jsonl`:
+``--jsonl`` does the same with the rows written as JSONL (`write_jsonl`:
 one object per line, as ``json.dumps`` writes it), and with ``--baseline``
 the other code's JSONL build too.
 """
@@ -67,7 +67,7 @@ def _build(config: pathlib.Path, output: pathlib.Path, pure: bool,
     return result, _shards(output)
 
 
-def _write_jsonl(parquet_workload, path: pathlib.Path):
+def write_jsonl(parquet_workload, path: pathlib.Path):
     """The table's rows as JSONL (from its Parquet file, a row group at a
     time), and its workload."""
     import pyarrow.parquet as pq
@@ -86,7 +86,7 @@ def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | Non
     configs = {}
     workloads = [csv_workload] + [parquet_workload] * parquet
     if jsonl:
-        workloads.append(_write_jsonl(parquet_workload, scratch / f"table{rows}" / "table.jsonl"))
+        workloads.append(write_jsonl(parquet_workload, scratch / f"table{rows}" / "table.jsonl"))
         print(f"(JSONL: {workloads[-1].input_bytes / 1e6:,.1f} MB)")
     for workload in workloads:
         configs[workload.source_type] = scratch / f"table{rows}-{workload.source_type}.yaml"

@@ -15,6 +15,7 @@ pub mod stats;
 pub mod text_stats;
 pub mod index;
 pub mod json;
+pub mod json_scan;
 pub mod run;
 pub mod table;
 pub mod walk;
