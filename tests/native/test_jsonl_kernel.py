@@ -162,6 +162,8 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, s
         if tag != ROWS:
             continue
         assert isinstance(batch, JsonlRunBatch)
+        # (the rows a duplicate's dead letter names: lines need not be consecutive)
+        assert [batch.row_number(at) for at in range(len(batch))] == [row.row for row in rows]
         assert _same(list(pickle.loads(pickle.dumps(batch))), rows)
         assert set(batch.column_names()) == {name for row in rows for name in row.values}
         assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
