@@ -10,13 +10,13 @@
 //! does (valid UTF-8, strict grammar, no NaN/Infinity, numbers of at most
 //! 64 characters, nesting at most 32 deep), and which Python must read
 //! (its dead letters included). The convert call maps each top-level
-//! member to the value Python's parser makes of it (a string without
-//! escapes is its bytes, an integer literal within int64 an int, a finite
-//! float literal a float: Python's `float()` and Rust's parser both round
-//! correctly), then applies the Arrow kernel's rules for those Python
-//! values (`arrow::check`). A row holding anything else where a feature
-//! or the key reads it (an escaped string or key, an integer beyond int64,
-//! a list, an object, a bool) is declined, and the Python row path
+//! member to the value Python's parser makes of it (a string is its text,
+//! escapes decoded as `json` does; an integer literal within int64 an
+//! int, a finite float literal a float: Python's `float()` and Rust's
+//! parser both round correctly), then applies the Arrow kernel's rules
+//! for those Python values (`arrow::check`). A row holding anything else
+//! where a feature or the key reads it (a lone surrogate, an escaped key,
+//! an integer beyond int64, a list, an object, a bool) is declined, and the Python row path
 //! converts it or writes its dead letter, exactly as without the extension.
 
 use pyo3::buffer::PyBuffer;
@@ -111,22 +111,90 @@ pub fn keys(run: &[u8]) -> Option<Vec<&str>> {
 }
 
 /// The value Python's parser makes of a member, as the Arrow kernel's
-/// rules take it; None for one the kernel does not model.
-fn field_of(value: Json) -> Option<Field> {
+/// rules take it; None for one the kernel does not model. An escaped
+/// string is decoded into `arena` (`Slot::Decoded`), or None where Python
+/// would make a lone surrogate of it.
+fn slot_of<'a>(value: Json<'a>, arena: &mut Vec<u8>) -> Slot<'a> {
     // (number literals are ASCII: `from_utf8` cannot fail)
     let literal = |raw| std::str::from_utf8(raw).ok();
-    match value {
+    Slot::Known(match value {
         Json::Text { raw, escaped: false } => Some(Field::Text(raw)),
-        Json::Int(raw) => literal(raw)?.parse::<i64>().ok().map(Field::Int),
-        Json::Float(raw) => {
-            // Python keeps a literal beyond a double as a Decimal: left to it.
-            let number = literal(raw)?.parse::<f64>().ok()?;
-            number.is_finite().then_some(Field::Float(number))
+        Json::Text { raw, escaped: true } => {
+            let start = arena.len();
+            if decode_string(raw, arena) {
+                return Slot::Decoded(start, arena.len());
+            }
+            arena.truncate(start);
+            None
         }
+        Json::Int(raw) => literal(raw).and_then(|text| text.parse::<i64>().ok()).map(Field::Int),
+        // Python keeps a literal beyond a double as a Decimal: left to it.
+        Json::Float(raw) => literal(raw).and_then(|text| text.parse::<f64>().ok())
+            .filter(|number| number.is_finite()).map(Field::Float),
         Json::Bool => Some(Field::Bool),
         Json::Null => Some(Field::Null),
-        Json::Text { escaped: true, .. } | Json::Nested => None,
+        Json::Nested => None,
+    })
+}
+
+/// A member's value while a run is scanned: known, or decoded text at
+/// `arena[start..end]` (the arena grows until every line is scanned).
+#[derive(Debug, Clone, Copy)]
+enum Slot<'a> {
+    Known(Option<Field<'a>>),
+    Decoded(usize, usize),
+}
+
+fn hex4(digits: Option<&[u8]>) -> Option<u32> {
+    u32::from_str_radix(std::str::from_utf8(digits?).ok()?, 16).ok()
+}
+
+/// Appends the text of a string's escaped content (`json_scan` checked
+/// its escapes) as Python's `json` decodes it: a surrogate pair is one
+/// character; false for a lone surrogate (Python keeps it, and the checks
+/// make it `invalid_utf8`: that row is Python's).
+fn decode_string(raw: &[u8], out: &mut Vec<u8>) -> bool {
+    let mut at = 0;
+    while at < raw.len() {
+        let byte = raw[at];
+        if byte != b'\\' {
+            out.push(byte);
+            at += 1;
+            continue;
+        }
+        let simple = match raw.get(at + 1) {
+            Some(b'"') => b'"',
+            Some(b'\\') => b'\\',
+            Some(b'/') => b'/',
+            Some(b'b') => 0x08,
+            Some(b'f') => 0x0C,
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b't') => b'\t',
+            Some(b'u') => {
+                let Some(mut code) = hex4(raw.get(at + 2..at + 6)) else { return false };
+                at += 6;
+                if (0xD800..0xDC00).contains(&code) {
+                    let low = (raw.get(at..at + 2) == Some(b"\\u")).then(|| hex4(raw.get(at + 2..at + 6))).flatten();
+                    match low {
+                        Some(low) if (0xDC00..0xE000).contains(&low) => {
+                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                            at += 6;
+                        }
+                        _ => return false,
+                    }
+                }
+                let Some(character) = char::from_u32(code) else { return false };
+                let mut buffer = [0; 4];
+                out.extend_from_slice(character.encode_utf8(&mut buffer).as_bytes());
+                continue;
+            }
+            _ => return false,
+        };
+        out.push(simple);
+        at += 2;
     }
+    true
 }
 
 /// Why a run is handed back whole (it is not what the reader promises).
@@ -143,9 +211,9 @@ pub enum RunError {
 /// takes them. A line that is not one object the kernel models is a
 /// declined row (the reader gives such lines that Python reads as rows).
 pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<u8>], text: &[bool],
-                         nullable: &[bool]) -> Result<Converted<'a>, RunError> {
+                         nullable: &[bool], arena: &'a mut Vec<u8>) -> Result<Converted<'a>, RunError> {
     let told = text.len() == plan.features.len() && nullable.len() == plan.features.len();
-    if names.len() != plan.width || !told {
+    if names.is_empty() || names.len() != plan.width || !told {
         return Err(RunError::Columns);
     }
     if std::str::from_utf8(run).is_err() {
@@ -155,6 +223,31 @@ pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<
     if found != count {
         return Err(RunError::RowCount { expected: count, found });
     }
+    // First every line's values (decoded text into the arena), then the
+    // rows, once the arena no longer grows.
+    let mut slots: Vec<Slot> = Vec::with_capacity(count.saturating_mul(plan.width));
+    let mut declined_lines: Vec<bool> = Vec::with_capacity(count);
+    for line in lines(run) {
+        let first = slots.len();
+        slots.resize(first + plan.width, Slot::Known(Some(Field::Null)));
+        // An escaped key may name a column once decoded: Python decides.
+        let mut declined = false;
+        let whole = scan_line(line, |key, escaped, value| {
+            declined |= escaped;
+            // Duplicate keys keep the last value, as Python's dict does.
+            if let Some(column) = names.iter().position(|name| name.as_slice() == key) {
+                slots[first + column] = slot_of(value, arena);
+            }
+        });
+        if !whole {
+            // A line Python read as a row (one the kernel does not model,
+            // or the file's first): Python converts it, from its own values.
+            slots[first..].fill(Slot::Known(None));
+            declined = true;
+        }
+        declined_lines.push(declined);
+    }
+    let arena: &'a [u8] = arena;
     let mut converted = Converted {
         example_bytes: Vec::with_capacity(run.len()),
         examples: Vec::with_capacity(count),
@@ -163,26 +256,15 @@ pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<
         checked: plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect(),
     };
     let mut entries = Vec::new();
-    let mut fields: Vec<Option<Field>> = Vec::with_capacity(plan.width);
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    for line in lines(run) {
+    let mut fields: Vec<Option<Field<'a>>> = Vec::with_capacity(plan.width);
+    for (line_slots, declined) in slots.chunks(plan.width).zip(declined_lines) {
+        let mut declined = declined;
         fields.clear();
-        fields.resize(plan.width, Some(Field::Null));
-        // An escaped key may name a column once decoded: Python decides.
-        let mut declined = false;
-        let whole = scan_line(line, |key, escaped, value| {
-            declined |= escaped;
-            // Duplicate keys keep the last value, as Python's dict does.
-            if let Some(column) = names.iter().position(|name| name.as_slice() == key) {
-                fields[column] = field_of(value);
-            }
-        });
-        if !whole {
-            // A line Python read as a row (one the kernel does not model,
-            // or the file's first): Python converts it, from its own values.
-            fields.fill(None);
-            declined = true;
-        }
+        fields.extend(line_slots.iter().map(|slot| match *slot {
+            Slot::Known(field) => field,
+            Slot::Decoded(start, end) => Some(Field::Text(&arena[start..end])),
+        }));
         entries.clear();
         values.clear();
         for (position, feature) in plan.features.iter().enumerate() {
@@ -246,10 +328,16 @@ pub(crate) fn jsonl_keys(py: Python<'_>, run: PyBuffer<u8>) -> PyResult<Option<V
 pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &crate::CsvPlan,
                                 names: Vec<Vec<u8>>) -> PyResult<Option<crate::ConvertedObjects>> {
     crate::with_bytes(py, &run, |bytes| {
-        let Ok(converted) = crate::guarded(|| convert_lines(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable))? else {
+        let mut arena = Vec::new();
+        let held = std::panic::AssertUnwindSafe(&mut arena);
+        let Ok(converted) = crate::guarded(move || {
+            let held = held; // (the wrapper whole, not its field: it vouches for it)
+            convert_lines(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable, held.0)
+        })? else {
             return Ok(None);
         };
-        // (validated: the run is valid UTF-8 and strings are cut at ASCII quotes)
+        // (validated: the run is valid UTF-8, strings are cut at ASCII
+        // quotes, and decoded text is made of whole characters)
         Ok(Some(crate::converted_objects(py, &converted, plan, count, true)?))
     })?
 }
@@ -289,12 +377,28 @@ mod tests {
     fn declines_what_it_does_not_model() {
         let names = vec![b"n".to_vec(), b"s".to_vec()];
         let run = b"{\"n\": 1, \"s\": \"a\"}\n{\"n\": 1.0, \"s\": \"a\"}\n{\"n\": 2, \"s\": \"\\n\"}\n{\"n\": 3, \"s\": \"b\", \"s\": \"c\"}\n{\"n\": 99999999999999999999, \"s\": \"a\"}\n{\"n\": 4, \"s\": \"d\", \"x\": NaN}";
-        let converted = convert_lines(run, 6, &plan(), &names, &[false, true], &[false, false]).unwrap();
+        let mut arena = Vec::new();
+        let converted = convert_lines(run, 6, &plan(), &names, &[false, true], &[false, false], &mut arena).unwrap();
         let taken: Vec<bool> = (0..6).map(|row| converted.example(row).is_some()).collect();
-        assert_eq!(taken, vec![true, false, false, true, false, false]);
+        assert_eq!(taken, vec![true, false, true, true, false, false]);
+        assert!(converted.example(2).unwrap().ends_with(b"\n"));
         // (a line it cannot read leaves every column unchecked)
         assert!(converted.checked.iter().all(Option::is_none));
         assert!(converted.example(3).unwrap().ends_with(b"c"));
+    }
+
+    #[test]
+    fn escapes_decode_as_python_does() {
+        let decoded = |raw: &[u8]| {
+            let mut out = Vec::new();
+            decode_string(raw, &mut out).then_some(out)
+        };
+        assert_eq!(decoded(br#"a\"b\\c\/d\b\f\n\r\t"#).unwrap(), b"a\"b\\c/d\x08\x0c\n\r\t");
+        assert_eq!(decoded(br"\u00e9\u20AC\ud83d\ude00\u0000").unwrap(), "é€😀\0".as_bytes());
+        // A lone surrogate (or a high one before anything but a low one) is Python's.
+        for lone in [&br"\ud800"[..], br"\udc00", br"\ud800x", br"\ud800\u0041", br"\ud800\ud800"] {
+            assert_eq!(decoded(lone), None);
+        }
     }
 
     proptest! {
@@ -308,9 +412,9 @@ mod tests {
             let names = vec![b"n".to_vec(), b"s".to_vec()];
             for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
                 let part = &run[segment.start..segment.end];
-                prop_assert!(convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true]).is_ok());
+                prop_assert!(convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut Vec::new()).is_ok());
             }
-            let _ = convert_lines(&run, 3, &plan(), &names, &[false, true], &[false, false]);
+            let _ = convert_lines(&run, 3, &plan(), &names, &[false, true], &[false, false], &mut Vec::new());
         }
 
     }

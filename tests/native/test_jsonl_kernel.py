@@ -188,7 +188,8 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
     the kernel converts whole, making no Python value but the text the
     statistics read."""
     path = tmp_path / "t.jsonl"
-    path.write_text('{"n": 0}\n{"n": 2, "s": "a", "x": [1]}\n{"s": "é", "n": 1}\n')
+    path.write_text('{"n": 0}\n{"n": 2, "s": "a\\u00e9\\ud83d\\ude00\\n", "x": [1]}\n'
+                    '{"s": "é", "n": 1}\n')
     first, batch = _items(path, native)
     # (the file's first line is Python's: its byte-order mark)
     assert first.rows == [1] and batch.rows == [2, 3]
@@ -196,9 +197,10 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = _converter(specs, "n", native, b"salt")
     examples, keys, _, texts, digests = converter._native.convert(batch)
-    assert examples == [converter._encoder.encode({"n": 2, "s": "a"}),
+    # (escapes decoded as json does: a surrogate pair is one character)
+    assert examples == [converter._encoder.encode({"n": 2, "s": "aé😀\n"}),
                         converter._encoder.encode({"n": 1, "s": "é"})]
-    assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"] and texts == {"s": ["a", "é"]}
+    assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"] and texts == {"s": ["aé😀\n", "é"]}
     assert len(digests) == 32
     outcome(converter, specs, batch, "n")
     assert batch._values == {}
