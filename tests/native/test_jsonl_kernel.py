@@ -28,6 +28,7 @@ from recordforge.transforms.readers import jsonl as jsonl_reader
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
 from recordforge.transforms.readers.rows import each_row
 from recordforge.transforms.sources.outputs import ROWS, batched
+from recordforge.transforms.to_examples import BatchConversion
 
 KEYS = ["a", "b", "c", "d"]
 VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
@@ -136,6 +137,14 @@ def _converter(specs, key, native, salt):
         return BatchConverter(specs, {}, key, digest_salt=salt)
 
 
+def _seen(batch, watched) -> list:
+    """The ("columns_seen", names) a convert step yields for `batch` first
+    in a bundle."""
+    conversion = BatchConversion((), {}, None, None, watch_columns=watched)
+    conversion.setup()
+    return list(conversion._columns_seen(batch))
+
+
 def _same(one, other) -> bool:
     """Equal, with NaN equal to NaN and -0.0 apart from 0.0."""
     return repr(one) == repr(other)
@@ -168,6 +177,8 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, s
         assert set(batch.column_names()) == {name for row in rows for name in row.values}
         assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
                      outcome(_converter(specs, key, None, salt), specs, rows, label))
+        # The columns a build watches for: seen alike (and the first row's named).
+        assert _seen(batch, KEYS + ["e"]) == _seen(rows, KEYS + ["e"])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
