@@ -133,8 +133,33 @@ fn slot_of<'a>(value: Json<'a>, arena: &mut Vec<u8>) -> Slot<'a> {
             .filter(|number| number.is_finite()).map(Field::Float),
         Json::Bool => Some(Field::Bool),
         Json::Null => Some(Field::Null),
-        Json::Nested => None,
+        Json::Object(_) | Json::Array => None,
     })
+}
+
+/// The value at `rest` inside `value` (a top-level member's), as Python's
+/// `row_encoder.dig` finds it: null where a key is absent or a value on
+/// the way is not an object; a repeated key keeps its last value.
+/// `escaped`: set when a key on the way is escaped (it may be one of
+/// `rest` once decoded: Python decides).
+fn dig<'a>(value: Json<'a>, rest: &[Vec<u8>], arena: &mut Vec<u8>, escaped: &mut bool) -> Slot<'a> {
+    let Some((key, deeper)) = rest.split_first() else {
+        return slot_of(value, arena);
+    };
+    let Json::Object(raw) = value else {
+        return Slot::Known(Some(Field::Null));
+    };
+    let mut found = None;
+    scan_line(raw, |name, name_escaped, inner| {
+        *escaped |= name_escaped;
+        if name == key.as_slice() {
+            found = Some(inner);
+        }
+    });
+    match found {
+        Some(inner) => dig(inner, deeper, arena, escaped),
+        None => Slot::Known(Some(Field::Null)),
+    }
 }
 
 /// A member's value while a run is scanned: known, or decoded text at
@@ -206,14 +231,14 @@ pub enum RunError {
 }
 
 /// Converts a run of `count` lines (LF between them) by `plan`, whose
-/// column `i` is the top-level key `names[i]` (a missing key reads as
-/// null); `text` and `nullable` per feature as `arrow::convert_batch`
+/// column `i` is the value at the keys `names[i]` (a top-level key, or a
+/// nested path; a missing key reads as null, as `dig` finds it); `text` and `nullable` per feature as `arrow::convert_batch`
 /// takes them. A line that is not one object the kernel models is a
 /// declined row (the reader gives such lines that Python reads as rows).
-pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<u8>], text: &[bool],
+pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<Vec<u8>>], text: &[bool],
                          nullable: &[bool], arena: &'a mut Vec<u8>) -> Result<Converted<'a>, RunError> {
     let told = text.len() == plan.features.len() && nullable.len() == plan.features.len();
-    if names.is_empty() || names.len() != plan.width || !told {
+    if names.is_empty() || names.len() != plan.width || !told || names.iter().any(Vec::is_empty) {
         return Err(RunError::Columns);
     }
     if std::str::from_utf8(run).is_err() {
@@ -235,13 +260,17 @@ pub fn convert_lines<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &[Vec<
         let whole = scan_line(line, |key, escaped, value| {
             declined |= escaped;
             // Duplicate keys keep the last value, as Python's dict does.
-            if let Some(column) = names.iter().position(|name| name.as_slice() == key) {
-                slots[first + column] = slot_of(value, arena);
+            for (column, path) in names.iter().enumerate() {
+                if path[0] == key {
+                    slots[first + column] = dig(value, &path[1..], arena, &mut declined);
+                }
             }
         });
-        if !whole {
+        if !whole || declined {
             // A line Python read as a row (one the kernel does not model,
-            // or the file's first): Python converts it, from its own values.
+            // or the file's first), or one with an escaped key: Python
+            // converts it from its own values, and no value the kernel
+            // found in it may stand in a checked column.
             slots[first..].fill(Slot::Known(None));
             declined = true;
         }
@@ -321,12 +350,13 @@ pub(crate) fn jsonl_keys(py: Python<'_>, run: PyBuffer<u8>) -> PyResult<Option<V
 
 /// `convert_jsonl_run(run, count, plan, names) -> (examples, keys, checked, digests) | None`:
 /// a run of `count` JSONL lines converted by `plan` (a `CsvPlan` whose
-/// columns are the top-level keys `names`; a "text" rule's `as_str` marks
+/// columns are the values at the keys `names`, each a list: a top-level
+/// key or a nested path; a "text" rule's `as_str` marks
 /// a string feature) as `convert_csv_run` answers; None when the run is
 /// not `count` lines of UTF-8 (the Python path takes the batch).
 #[pyfunction]
 pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &crate::CsvPlan,
-                                names: Vec<Vec<u8>>) -> PyResult<Option<crate::ConvertedObjects>> {
+                                names: Vec<Vec<Vec<u8>>>) -> PyResult<Option<crate::ConvertedObjects>> {
     crate::with_bytes(py, &run, |bytes| {
         let mut arena = Vec::new();
         let held = std::panic::AssertUnwindSafe(&mut arena);
@@ -375,7 +405,7 @@ mod tests {
 
     #[test]
     fn declines_what_it_does_not_model() {
-        let names = vec![b"n".to_vec(), b"s".to_vec()];
+        let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
         let run = b"{\"n\": 1, \"s\": \"a\"}\n{\"n\": 1.0, \"s\": \"a\"}\n{\"n\": 2, \"s\": \"\\n\"}\n{\"n\": 3, \"s\": \"b\", \"s\": \"c\"}\n{\"n\": 99999999999999999999, \"s\": \"a\"}\n{\"n\": 4, \"s\": \"d\", \"x\": NaN}";
         let mut arena = Vec::new();
         let converted = convert_lines(run, 6, &plan(), &names, &[false, true], &[false, false], &mut arena).unwrap();
@@ -385,6 +415,21 @@ mod tests {
         // (a line it cannot read leaves every column unchecked)
         assert!(converted.checked.iter().all(Option::is_none));
         assert!(converted.example(3).unwrap().ends_with(b"c"));
+    }
+
+    #[test]
+    fn nested_paths_dig_as_python_does() {
+        let names = vec![vec![b"a".to_vec(), b"n".to_vec()], vec![b"s".to_vec()]];
+        let run = b"{\"a\": {\"n\": 1}, \"s\": \"x\"}\n{\"a\": {\"m\": 1, \"n\": 2, \"n\": 3}, \"s\": \"x\"}\n{\"a\": [1], \"s\": \"x\"}\n{\"a\": {\"n\": 1}, \"a\": 5, \"s\": \"x\"}\n{\"a\": {\"\\u006e\": 1}, \"s\": \"x\"}";
+        let mut arena = Vec::new();
+        let unkeyed = Plan { key: Key::None, ..plan() };
+        let converted = convert_lines(run, 5, &unkeyed, &names, &[false, true], &[true, false], &mut arena).unwrap();
+        let taken: Vec<bool> = (0..5).map(|row| converted.example(row).is_some()).collect();
+        // (nullable: a path that finds nothing leaves the feature out)
+        assert_eq!(taken, vec![true, true, true, true, false], "an escaped key on the way is Python's");
+        let (one, three) = (converted.example(0).unwrap(), converted.example(1).unwrap());
+        assert_ne!(one, three);
+        assert_eq!(converted.example(2).unwrap(), converted.example(3).unwrap());
     }
 
     #[test]
@@ -409,7 +454,7 @@ mod tests {
             let lines: usize = found.iter().map(|segment| segment.lines).sum();
             prop_assert_eq!(lines, super::lines(&run).count());
             let _ = keys(&run);
-            let names = vec![b"n".to_vec(), b"s".to_vec()];
+            let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
             for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
                 let part = &run[segment.start..segment.end];
                 prop_assert!(convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut Vec::new()).is_ok());

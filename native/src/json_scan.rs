@@ -21,8 +21,9 @@ pub enum Json<'a> {
     Float(&'a [u8]),
     Bool,
     Null,
-    /// An array or an object.
-    Nested,
+    /// An object: its bytes, braces included (`scan_line` reads them).
+    Object(&'a [u8]),
+    Array,
 }
 
 struct Scanner<'a> {
@@ -140,8 +141,12 @@ impl<'a> Scanner<'a> {
     fn value(&mut self, depth: usize) -> Option<Json<'a>> {
         match self.peek()? {
             b'"' => self.string().map(|(raw, escaped)| Json::Text { raw, escaped }),
-            b'{' => self.object(depth + 1, |_, _, _| {}).map(|_| Json::Nested),
-            b'[' => self.array(depth + 1).map(|_| Json::Nested),
+            b'{' => {
+                let start = self.at;
+                self.object(depth + 1, |_, _, _| {})?;
+                Some(Json::Object(&self.bytes[start..self.at]))
+            }
+            b'[' => self.array(depth + 1).map(|_| Json::Array),
             b't' => self.word(b"true", Json::Bool),
             b'f' => self.word(b"false", Json::Bool),
             b'n' => self.word(b"null", Json::Null),

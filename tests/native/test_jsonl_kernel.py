@@ -32,6 +32,8 @@ from recordforge.transforms.to_examples import BatchConversion
 
 KEYS = ["a", "b", "c", "d"]
 VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
+# Nested `from:` paths (the generated objects nest these keys two deep).
+PATHS = [["a", "b"], ["b", "a"], ["a", "c", "d"], ["d", "d"]]
 # Number literals written as they stand (json.dumps would not make most).
 LITERALS = ["0", "-0", "1", "-7", "12", "9223372036854775807", "9223372036854775808",
             "-9223372036854775808", "-9223372036854775809", "1" * 30, "1.5", "-0.0", "2.5e3",
@@ -89,7 +91,7 @@ def jsonl_files(draw) -> bytes:
 
 
 @st.composite
-def feature_bodies(draw, column: str) -> dict:
+def feature_bodies(draw, column) -> dict:
     kind = draw(st.sampled_from(["int64", "float", "string", "bytes", "label", "bool"]))
     body: dict = {"from": column}
     body.update(type="int64", vocabulary=VOCABULARY) if kind == "label" else body.update(type=kind)
@@ -113,10 +115,10 @@ def feature_bodies(draw, column: str) -> dict:
 def schemas(draw):
     count = draw(st.integers(1, 4))
     features = {f"f{i}{draw(st.sampled_from(['', 'x', '_a']))}":
-                draw(feature_bodies(draw(st.sampled_from(KEYS * 3 + ["absent"]))))
+                draw(feature_bodies(draw(st.sampled_from(KEYS * 3 + ["absent"] + PATHS))))
                 for i in range(count)}
     try:
-        specs = parse_features(features, nested=False)
+        specs = parse_features(features, nested=True)
     except ConfigError:
         assume(False)
     key = draw(st.one_of(st.none(), st.sampled_from(KEYS)))
@@ -234,6 +236,25 @@ def test_declined_rows_are_pythons_dead_letters(native, outcome, tmp_path):
     assert len(examples) == 3
 
 
+def test_nested_paths_take_the_kernel(native, outcome, tmp_path):
+    """A nested `from:` path is read by the kernel (null where a key is
+    absent or a value on the way is not an object, as `dig`)."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{}\n{"u": {"id": 3, "name": "x"}}\n{"u": {"id": 4}, "u": {"id": 5}}\n'
+                    '{"u": [1], "k": 1}\n')
+    [_, batch] = _items(path, native)
+    specs = parse_features({"id": {"type": "int64", "from": ["u", "id"], "required": False},
+                            "name": {"type": "string", "from": ["u", "name"],
+                                     "required": False}}, nested=True)
+    converter = _converter(specs, None, native, None)
+    examples, *_ = converter._native.convert(batch)
+    assert examples == [converter._encoder.encode({"u": {"id": 3, "name": "x"}}),
+                        converter._encoder.encode({"u": {"id": 5}}),
+                        converter._encoder.encode({"u": [1]})]
+    assert _same(outcome(converter, specs, batch, "id"),
+                 outcome(_converter(specs, None, None, None), specs, list(batch), "id"))
+
+
 @pytest.mark.parametrize("run, count, taken", [
     (b"", 1, None), (b"\xff", 1, None), (b'{"a": 1}', 2, None), (b"{", 1, [False]),
     (b'{"a": 1}\n[', 2, [True, False]), (b'{"a": 1}\n{"a": NaN}', 2, [True, False])])
@@ -241,5 +262,5 @@ def test_lines_the_kernel_cannot_read_are_declined(native, run, count, taken):
     """convert_jsonl_run refuses (None) a run that is not `count` lines of
     UTF-8, and declines each line it does not model (Python converts it)."""
     plan = native.CsvPlan(1, [(b"a", 0, ("int", -5, 5, None))])
-    answer = native.convert_jsonl_run(run, count, plan, [b"a"])
+    answer = native.convert_jsonl_run(run, count, plan, [[b"a"]])
     assert (None if answer is None else [example is not None for example in answer[0]]) == taken
