@@ -16,8 +16,10 @@
 //! parser both round correctly), then applies the Arrow kernel's rules
 //! for those Python values (`arrow::check`). A row holding anything else
 //! where a feature or the key reads it (a lone surrogate, an escaped key,
-//! an integer beyond int64, a list, an object, a bool) is declined, and the Python row path
-//! converts it or writes its dead letter, exactly as without the extension.
+//! an integer beyond int64, a list, an object, a bool) is declined, and
+//! the Python row path converts it or writes its dead letter, exactly as
+//! without the extension. A nested `from:` path is dug as
+//! `row_encoder.dig` does (`dig`).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;

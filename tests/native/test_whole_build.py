@@ -113,7 +113,8 @@ def _jsonl_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     values and lines of every class the JSON rules judge mixed in: strings
     where numbers go, nulls, bools, missing keys, integers beyond int64,
     1e999, NaN and Infinity literals, escapes, lone surrogates, duplicate
-    keys, nested values, blank lines, lines that are not JSON objects."""
+    keys, nested values (one feature reads a nested path), blank lines,
+    lines that are not JSON objects."""
     import json
 
     rng = random.Random(37)
@@ -125,7 +126,9 @@ def _jsonl_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     for i in range(rows):
         values = {"id": i, "count": rng.randint(-1000, 100_000),
                   "score": round(rng.uniform(-100.0, 100.0), 4),
-                  "text": "word " * rng.randint(1, 20), "label": rng.choice(LABELS)}
+                  "text": "word " * rng.randint(1, 20), "label": rng.choice(LABELS),
+                  # (read by a nested path: absent, not an object, or holding it)
+                  "meta": rng.choice([{"n": rng.randint(0, 9), "m": "x"}, {"m": 1}, [1], None])}
         line = json.dumps(values)
         if rng.random() < 0.03:
             column = rng.choice(list(bad))
@@ -145,6 +148,7 @@ def _jsonl_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     config = _table(directory, 0)
     settings = yaml.safe_load(config.read_text())
     settings["source"] = {"type": "jsonl", "path": str(table)}
+    settings["features"]["meta_n"] = {"type": "int64", "from": ["meta", "n"], "required": False}
     config.write_text(yaml.safe_dump(settings, sort_keys=False))
     return config
 
