@@ -4,6 +4,7 @@
     python benchmarks/bench_native.py --rows 200000 --repeat 3
     python benchmarks/bench_native.py --baseline /path/to/old/checkout   # and the old code's native path
     python benchmarks/bench_native.py --parquet            # and the same rows from Parquet
+    python benchmarks/bench_native.py --jsonl              # and the same rows from JSONL
 
 Generates the end-to-end benchmark's five-column table (`e2e_workloads.make_table`:
 id, count, score, 20-120 characters of text, a label of 10) and builds it
@@ -20,12 +21,17 @@ that code's native path, first, and its files must be the same too.
 With ``--parquet`` each round also builds the same rows from the table's
 Parquet file (`make_table` writes both), native and pure Python; their
 figure is MB of the CSV per CPU second too, so the two sources compare.
+``--jsonl`` does the same with the rows written as JSONL (`write_jsonl`:
+one object per line, as ``json.dumps`` writes it), and with ``--baseline``
+the other code's JSONL build too.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -61,12 +67,28 @@ def _build(config: pathlib.Path, output: pathlib.Path, pure: bool,
     return result, _shards(output)
 
 
+def write_jsonl(parquet_workload, path: pathlib.Path):
+    """The table's rows as JSONL (from its Parquet file, a row group at a
+    time), and its workload."""
+    import pyarrow.parquet as pq
+
+    with open(path, "w", encoding="utf-8") as out:
+        for batch in pq.ParquetFile(parquet_workload.path).iter_batches():
+            out.writelines(json.dumps(row) + "\n" for row in batch.to_pylist())
+    return dataclasses.replace(parquet_workload, name="table-jsonl", source_type="jsonl",
+                               path=str(path), input_bytes=path.stat().st_size)
+
+
 def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None,
-              parquet: bool = False) -> None:
+              parquet: bool = False, jsonl: bool = False) -> None:
     csv_workload, parquet_workload = make_table(scratch / f"table{rows}", rows)
     output = scratch / "out"
     configs = {}
-    for workload in (csv_workload, parquet_workload) if parquet else (csv_workload,):
+    workloads = [csv_workload] + [parquet_workload] * parquet
+    if jsonl:
+        workloads.append(write_jsonl(parquet_workload, scratch / f"table{rows}" / "table.jsonl"))
+        print(f"(JSONL: {workloads[-1].input_bytes / 1e6:,.1f} MB)")
+    for workload in workloads:
         configs[workload.source_type] = scratch / f"table{rows}-{workload.source_type}.yaml"
         configs[workload.source_type].write_text(config_yaml(workload, str(output), "none"))
     # Every path's figure is MB of the CSV per CPU second: the Parquet
@@ -80,10 +102,15 @@ def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | Non
     if parquet:
         paths[1:1] = [("parquet native", "parquet", False, None),
                       ("parquet python", "parquet", True, None)]
+    if jsonl:
+        paths[1:1] = [("jsonl native", "jsonl", False, None),
+                      ("jsonl python", "jsonl", True, None)]
     if baseline is not None:
         paths.insert(0, ("baseline", "csv", False, baseline))
         if parquet:
             paths.insert(1, ("parquet baseline", "parquet", False, baseline))
+        if jsonl:
+            paths.insert(1, ("jsonl baseline", "jsonl", False, baseline))
     reference: dict[str, dict] = {}
     for _ in range(repeat):
         for name, source_type, pure, pythonpath in paths:
@@ -108,11 +135,13 @@ def main(argv=None) -> None:
                         "compare with (its native path)")
     parser.add_argument("--parquet", action="store_true",
                         help="also build the same rows from Parquet, native and pure Python")
+    parser.add_argument("--jsonl", action="store_true",
+                        help="also build the same rows from JSONL, native and pure Python")
     args = parser.parse_args(argv)
     scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
     try:
         for rows in args.rows:
-            run_table(scratch, rows, args.repeat, args.baseline, args.parquet)
+            run_table(scratch, rows, args.repeat, args.baseline, args.parquet, args.jsonl)
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -41,6 +41,9 @@ _KERNELS_USED = (
     "count_newlines_quotes",  # transforms/readers/ranges.py: bytes.count of "\n" and '"'
     "lone_carriage_return",  # transforms/readers/csv.py: count(b"\r") != count(b"\r\n")
     "count_walk",  # transforms/tfrecord/damage.py: python_count_complete
+    "jsonl_segments",  # transforms/readers/jsonl.py: _jsonl_row's verdict per line
+    "jsonl_keys",  # transforms/readers/jsonl.py: JsonlRunBatch.column_names
+    "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
 )
 
 

@@ -33,6 +33,7 @@ from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
+from .readers.jsonl import JsonlRunBatch
 
 __all__ = ["NativeRows"]
 
@@ -63,6 +64,14 @@ class NativeRows:
         self._key_feature = key_feature
         self._salt = salt
         self._plans: dict[tuple[str, ...], Any] = {}
+        # A JSONL row's columns: the values the features read (a top-level
+        # key, or a nested path's tuple of keys) and the key column.
+        self._jsonl_names = tuple(dict.fromkeys(
+            [spec.read_key for spec in self._specs] + [key_column] * (key_column is not None)))
+        # (a name that is not UTF-8 matches no key the kernel reads)
+        self._jsonl_keys = [[key.encode("utf-8", "surrogatepass")
+                             for key in ((name,) if isinstance(name, str) else name)]
+                            for name in self._jsonl_names]
 
     def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list],
                                       bytes | None] | None:
@@ -74,16 +83,22 @@ class NativeRows:
         digests every row's digest under the salt back to back (16 zero
         bytes for a row declined) or None without a salt; or None when the
         kernel does not take the batch."""
-        if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch)):
+        if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch,
+                                                          JsonlRunBatch)):
             return None
-        names = batch.column_names()
+        jsonl = isinstance(batch, JsonlRunBatch)
+        # A JSONL row's columns are its object's keys: those the plan reads.
+        names = self._jsonl_names if jsonl else batch.column_names()
         plan = self._plans.get(names, False)
         if plan is False:
-            plan = self._plans[names] = self._plan(names)
+            plan = self._plans[names] = self._plan(names, nested=jsonl)
         if plan is None:
             return None
         kernel_plan, kinds = plan
-        if isinstance(batch, ArrowBatch):
+        if jsonl:
+            done = self._native.convert_jsonl_run(batch.run, len(batch), kernel_plan,
+                                                  self._jsonl_keys)
+        elif isinstance(batch, ArrowBatch):
             done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
                                                     len(batch), kernel_plan)
         elif batch.checked is not None:
@@ -98,21 +113,22 @@ class NativeRows:
         for spec, kind, packed in zip(self._specs, kinds, columns):
             if packed is not None and kind is not None:
                 checked[spec.name] = _checked(kind, packed)
-                if kind == "text":
+                if kind == "text" and not spec.path:  # (a path is no column of the batch)
                     texts[spec.source] = checked[spec.name]
         return examples, keys, checked, texts, digests
 
-    def _plan(self, names: tuple[str, ...]):
+    def _plan(self, names: tuple, nested: bool = False):
         """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
-        "text" or None), or None for the Python path."""
+        "text" or None), or None for the Python path. `nested`: the batch's
+        columns may be nested paths (JSONL: `names` holds their tuples)."""
         try:
             columns = {name: index for index, name in enumerate(names)}
             features, kinds = [], []
             for spec in self._specs:
-                rule, kind = self._rule(spec)
-                if spec.source not in columns:
+                rule, kind = self._rule(spec, nested)
+                if spec.read_key not in columns:
                     raise _Unsupported(f"column {spec.source!r} is not in the header")
-                features.append((spec.name.encode("utf-8"), columns[spec.source], rule))
+                features.append((spec.name.encode("utf-8"), columns[spec.read_key], rule))
                 kinds.append(kind)
             key = self._key(columns)
             # A null (Arrow input) leaves out a feature that is optional
@@ -133,10 +149,12 @@ class NativeRows:
             raise _Unsupported(f"key column {self._key_column!r} is not in the header")
         return ("text", columns[self._key_column])
 
-    def _rule(self, spec: FeatureSpec) -> tuple[tuple, str | None]:
+    def _rule(self, spec: FeatureSpec, nested: bool = False) -> tuple[tuple, str | None]:
         """The kernel's rule for `spec` and how its checked values are held
-        (None: not reported, as the Python column path reports none)."""
-        if spec.shape or spec.null_values is not None or spec.type == "timestamp" or spec.path:
+        (None: not reported, as the Python column path reports none);
+        `nested`: a nested path is read (JSONL)."""
+        if (spec.shape or spec.null_values is not None or spec.type == "timestamp"
+                or (spec.path and not nested)):
             raise _Unsupported(f"feature {spec.name!r} is not a plain scalar")
         if spec.vocabulary is not None:
             labels = self._vocabularies.get(spec.name)

@@ -24,6 +24,7 @@ from ..schemas.stats import StatisticsAccumulator
 from .batch_coder import Batch, TaggedBatch
 from .batch_converter import BatchConverter
 from .duplicates import SourcedExamples
+from .readers.jsonl import JsonlRunBatch
 from .readers.rows import ColumnBatch
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
@@ -127,7 +128,9 @@ class BatchConversion:
         looked at only while a watched column is unseen."""
         if isinstance(batch, ColumnBatch):
             names = set(batch.column_names())
-            first = names
+            # (a JSONL batch's rows need not share their columns: its first
+            # row's, as for a list of rows)
+            first = set(batch.row(0).values) if isinstance(batch, JsonlRunBatch) else names
         else:
             names = set()
             first = set(batch[0].values) if batch else set()
@@ -222,7 +225,7 @@ class BatchConversion:
         the converter's good rows of `batch`."""
         indices = self._good_indices(len(examples))
         if isinstance(batch, ColumnBatch):
-            sources = [(batch.source, batch.first_row + index) for index in indices]
+            sources = [(batch.source, batch.row_number(index)) for index in indices]
         else:
             sources = [(batch[index].source, batch[index].row) for index in indices]
         return SourcedExamples(examples, examples.salt, examples.digests, sources,

@@ -94,7 +94,7 @@ pub enum BatchError {
 
 /// One value as the Python path sees it (`to_pydict`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Field<'a> {
+pub(crate) enum Field<'a> {
     Null,
     Int(i64),
     /// An unsigned value beyond int64 (a Python int no int64 feature takes).
@@ -242,7 +242,7 @@ impl<'a> Checked<'a> {
 /// The value a feature's `rule` stores for `field`, or None when the fast
 /// path would not take it as it stands. `text`: a string feature (its rule
 /// is `Rule::Text`); a bytes feature takes binary values, empty ones too.
-fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
+pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
     match (rule, field) {
         (Rule::Int { .. }, Field::Int(number)) => table::checked_number(rule, Value::Int(number)),
         (Rule::Float { .. }, Field::Float(number)) => table::checked_number(rule, Value::Float(number)),
@@ -258,7 +258,7 @@ fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
 
 /// A raw key column's key (`BatchConverter.key_of` of its Python value):
 /// non-empty text or an int64; anything else declines the row.
-fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
+pub(crate) fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
     match field {
         Field::Text(data) if !data.is_empty() => table::put_text_key(out, data),
         Field::Int(number) => table::put_int_key(out, number),

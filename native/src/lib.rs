@@ -16,6 +16,8 @@ pub mod stats;
 pub mod numeric_stats;
 pub mod text_stats;
 pub mod index;
+pub mod json;
+pub mod json_scan;
 pub mod run;
 pub mod run_order;
 pub mod scan;
@@ -478,6 +480,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_lone_carriage_return, module)?)?;
+    module.add_function(wrap_pyfunction!(json::jsonl_segments, module)?)?;
+    module.add_function(wrap_pyfunction!(json::jsonl_keys, module)?)?;
+    module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     Ok(())
 }

@@ -108,6 +108,51 @@ def _parquet_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     return config
 
 
+def _jsonl_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    """The table of `_table` as JSONL (a byte-order mark first), with
+    values and lines of every class the JSON rules judge mixed in: strings
+    where numbers go, nulls, bools, missing keys, integers beyond int64,
+    1e999, NaN and Infinity literals, escapes, lone surrogates, duplicate
+    keys, nested values (one feature reads a nested path), blank lines,
+    lines that are not JSON objects."""
+    import json
+
+    rng = random.Random(37)
+    bad = {"id": ["7", None, True, -1, 2**63, 1.0], "count": ["12", "1e3", 2**70, "NaN", []],
+           "score": [None, "2.5", 3, "1e999", "NaN", "Infinity", 1e40, -0.0, {"x": 1}],
+           "text": [None, "", "x" * 201, "\u00e9t\u00e9", "tab\t", 5, "\\ud800", "quo\\\"te"],
+           "label": [None, "class_10", " class_1", "class_\\u0031"]}
+    lines = []
+    for i in range(rows):
+        values = {"id": i, "count": rng.randint(-1000, 100_000),
+                  "score": round(rng.uniform(-100.0, 100.0), 4),
+                  "text": "word " * rng.randint(1, 20), "label": rng.choice(LABELS),
+                  # (read by a nested path: absent, not an object, or holding it)
+                  "meta": rng.choice([{"n": rng.randint(0, 9), "m": "x"}, {"m": 1}, [1], None])}
+        line = json.dumps(values)
+        if rng.random() < 0.03:
+            column = rng.choice(list(bad))
+            value = rng.choice(bad[column])
+            # (written as they stand: NaN, 1e999 and escapes are literals)
+            literal = (value if isinstance(value, str) and value in ("NaN", "Infinity", "1e999")
+                       else f'"{value}"' if isinstance(value, str) else json.dumps(value))
+            line = line.replace(f'"{column}": {json.dumps(values[column])}',
+                                f'"{column}": {literal}') if rng.random() < 0.8 else (
+                line[:-1] + f', "{column}": {literal}}}')
+        lines.append(line)
+    for at, hostile in ((rows // 2, "{not json"), (rows // 3, ""), (rows // 4, "[1, 2]"),
+                        (rows // 5, '{"id": 5, "extra": {"deep": [1, {"x": null}]}}')):
+        lines.insert(at, hostile)
+    table = directory / "table.jsonl"
+    table.write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
+    config = _table(directory, 0)
+    settings = yaml.safe_load(config.read_text())
+    settings["source"] = {"type": "jsonl", "path": str(table)}
+    settings["features"]["meta_n"] = {"type": "int64", "from": ["meta", "n"], "required": False}
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config
+
+
 @pytest.fixture(scope="module")
 def native_built():
     try:
@@ -116,10 +161,11 @@ def native_built():
         pytest.skip(f"the native extension is not built ({error})")
 
 
-@pytest.mark.parametrize("which", ["flights", "table", "parquet"])
+@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl"])
 def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
     make = {"flights": lambda: FLIGHTS, "table": lambda: _table(tmp_path, 20_000),
-            "parquet": lambda: _parquet_table(tmp_path, 20_000)}
+            "parquet": lambda: _parquet_table(tmp_path, 20_000),
+            "jsonl": lambda: _jsonl_table(tmp_path, 20_000)}
     config = make[which]()
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)

@@ -56,6 +56,10 @@ class ColumnBatch:
         values = self.columns.get(name)
         return values if values is not None else [None] * self._size
 
+    def row_number(self, index: int) -> int:
+        """The row (line) of `source` that row `index` is."""
+        return self.first_row + index
+
     def row(self, index: int) -> SourceRow:
         return SourceRow(self.source, self.first_row + index,
                          {name: values[index] for name, values in self.columns.items()})

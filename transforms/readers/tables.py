@@ -166,6 +166,10 @@ def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str,
         return csv.iter_csv(unit.fs_path, start=unit.start, end=unit.end,
                             start_line=unit.start_line, fs=fs, source=unit.source,
                             columns=True)
+    if format == "jsonl":
+        return jsonl.iter_jsonl(unit.fs_path, start=unit.start, end=unit.end,
+                                start_line=unit.start_line, fs=fs, source=unit.source,
+                                columns=True)
     return iter_table(unit.fs_path, format, start=unit.start, end=unit.end,
                       start_line=unit.start_line, fs=fs, source=unit.source)
 

@@ -14,6 +14,7 @@ import apache_beam as beam
 
 from ...schemas.dead_letters import counted_rows
 from ..batch_coder import Batch
+from ..readers.jsonl import JsonlRunBatch
 from ..readers.rows import ColumnBatch, SourceRow
 from ..tagged import select
 
@@ -36,13 +37,25 @@ class ReadOutputs(NamedTuple):
 
 def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
     """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
-    as it comes), dead letters one by one, and finally ``(source, number of
+    as it comes; the JSONL reader's `JsonlRunBatch`es joined and cut into
+    batches of `batch_size` rows, as its rows would be), dead letters one by one, and finally ``(source, number of
     rows)`` for the counts: the rows read and the rows the dead letters
     stand for (`counted_rows`: a whole file that cannot be read may stand
     for many)."""
     batch: list[SourceRow] = []
+    held = None  # JSONL rows not yet in a batch (a JsonlRunBatch)
     seen = 0
     for item in items:
+        if isinstance(item, JsonlRunBatch):
+            # The JSONL reader's rows, batched as single rows are, so that
+            # a batch holds the same rows with the kernel as without.
+            seen += len(item)
+            held = item if held is None else held.joined(item)
+            whole = len(held) - len(held) % batch_size
+            for start in range(0, whole, batch_size):
+                yield ROWS, held.sliced(start, start + batch_size)
+            held = held.sliced(whole, len(held)) if whole else held
+            continue
         if isinstance(item, ColumnBatch):
             seen += len(item)
             if item:
@@ -59,6 +72,8 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
             batch = []
     if batch:
         yield ROWS, batch
+    if held:
+        yield ROWS, held
     yield COUNTS, (source, seen)
 
 
