@@ -37,7 +37,7 @@ from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounti
                                       RowsToExamples)
 
 __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies",
-           "near_threshold", "stage_build", "watched_columns", "write_result"]
+           "near_threshold", "spreads", "stage_build", "watched_columns", "write_result"]
 
 
 def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
@@ -54,6 +54,14 @@ def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
         return ReadImages(source.path, source.extensions, source.labels, image, spread=spread)
     return ReadTable(source.path, source.type, extensions=source.extensions,
                      options=source.csv, spread=spread)
+
+
+def spreads(pipeline: beam.Pipeline) -> bool:
+    """Whether the build's Reshuffles spread work over workers: False with
+    one local worker (`runners.one_local_worker`), where each would cost a
+    runner stage and four ParDos for nothing. Decided here once for the
+    read, the cached read and the shard writer; never changes the bytes."""
+    return not one_local_worker(pipeline.options)
 
 
 def watched_columns(config: DatasetConfig) -> dict[str, str]:
@@ -239,7 +247,8 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         compression=output.compression, index=output.index,
         shard_count_multiple=output.shard_count_multiple, file_format=output.file_format,
         temp_dir=f"{staging_url}/{TMP_DIR}",
-        spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds)
+        spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds,
+        spread=spreads(rows.pipeline))
     # dead-letter dicts, read and check stages
     dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),
                   converted.dead_letter) + ((removed,) if removed is not None else ())
@@ -360,8 +369,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
     Key-ordered plain output on a runner with the shuffle exchange gets
     bucket bounds from a sample of the input read here (`key_sample`).
     """
-    # One local worker: nothing for the read's Reshuffles to spread over.
-    spread = not one_local_worker(pipeline.options)
+    spread = spreads(pipeline)
     if cache is not None:
         source = pipeline | "ReadAndConvert" >> ConvertTablesWithCache(
             config.source.path, config.source.type, cache_url=cache.url,

@@ -429,13 +429,23 @@ class FileExchange(beam.PTransform):
     """ExampleBatch (or, `spilled`, SpillRecords of the build cache's
     runs) -> shard metadata dict, through sorted run files under
     `work_dir` (the steps in the module docstring). Gives the bytes the
-    shuffle exchange gives."""
+    shuffle exchange gives. spread: the Spread steps reshuffle the
+    buckets, cells and shards over the runner's workers; False where there
+    is one worker (each Reshuffle, four ParDos and a runner stage, would
+    spread nothing). The bytes are the same either way."""
 
-    def __init__(self, job: ShardJob, *, work_dir: str, spilled: bool):
+    def __init__(self, job: ShardJob, *, work_dir: str, spilled: bool, spread: bool = True):
         super().__init__()
         self._job = job
         self._work_dir = work_dir
         self._spilled = spilled
+        self._spread = spread
+
+    def _spread_step(self, items, label: str):
+        """`items` reshuffled over the workers under `label`; as they are
+        where there is nothing to spread over (a step not taken, not a
+        pass-through ParDo: that would cost what the Reshuffle saves)."""
+        return items | label >> beam.Reshuffle() if self._spread else items
 
     def expand(self, batches):
         tuning = self._job.tuning
@@ -449,26 +459,25 @@ class FileExchange(beam.PTransform):
                 spill.join_path(work_dir, "runs"), self._job.dataset_name, self._job.splits,
                 self._job.shuffle, tuning))  # SpillRecord
         ratio_bound = tuning.ratio_sample_bound if gzip and self._job.shuffle else None
-        measured = (spills
-                    | "KeySpills" >> beam.Map(_key_by_split)
-                    | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
-                    | "PlanBuckets" >> beam.FlatMap(
-                        _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
-                        tuning=tuning)  # (run list file, BucketRange)
-                    | "SpreadBuckets" >> beam.Reshuffle()
+        ranges = (spills
+                  | "KeySpills" >> beam.Map(_key_by_split)
+                  | "GroupSpills" >> beam.GroupByKey()  # (split, [SpillRecord])
+                  | "PlanBuckets" >> beam.FlatMap(
+                      _plan_split_buckets, plan_dir=spill.join_path(work_dir, "plans"),
+                      tuning=tuning))  # (run list file, BucketRange)
+        measured = (self._spread_step(ranges, "SpreadBuckets")
                     | "MeasureBuckets" >> beam.ParDo(_MeasureBucketFn(ratio_bound))
                     | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                     | "GroupBuckets" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])
         if not cut_at_rows:
             measured = self._cells(measured, work_dir, chunk_bytes)
-        return (measured
-                | "PlanShards" >> beam.FlatMap(
-                    _plan_split_shards, self._job.shard_size,
-                    delete_runs=not cut_at_rows and not self._spilled,
-                    cut_at_rows=cut_at_rows,
-                    gzip_level=self._job.gzip_level if gzip else None,
-                    multiple=self._job.shard_count_multiple)
-                | "SpreadShards" >> beam.Reshuffle()  # ShardSpec
+        specs = measured | "PlanShards" >> beam.FlatMap(
+            _plan_split_shards, self._job.shard_size,
+            delete_runs=not cut_at_rows and not self._spilled,
+            cut_at_rows=cut_at_rows,
+            gzip_level=self._job.gzip_level if gzip else None,
+            multiple=self._job.shard_count_multiple)  # ShardSpec
+        return (self._spread_step(specs, "SpreadShards")
                 | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,
                     tuning, self._job.gzip_level, self._job.index,
@@ -479,9 +488,8 @@ class FileExchange(beam.PTransform):
         (split, [(run list, BucketChunks)]) of the split's cells, in units
         (the buckets' interiors and the seams)."""
         # ("unit", (run list, BucketChunks)) | ("seam", ((split, cell), piece))
-        cells = (measured
-                 | "PlanCells" >> beam.FlatMap(_plan_split_cells)
-                 | "SpreadCells" >> beam.Reshuffle()
+        planned = measured | "PlanCells" >> beam.FlatMap(_plan_split_cells)
+        cells = (self._spread_step(planned, "SpreadCells")
                  | "SortCells" >> beam.ParDo(_SortRunCellsFn(
                      work_dir, cell_bytes, self._job.gzip_level, self._job.tuning)))
         units = (cells

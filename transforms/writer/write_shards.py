@@ -127,6 +127,10 @@ class WriteShards(beam.PTransform):
     the framed bytes); bounds far from the data's quantiles only load
     some workers more than others. Ignored elsewhere.
 
+    spread: the file exchange reshuffles its buckets and shards over the
+    runner's workers; False where there is one worker (nothing to spread
+    over: `FileExchange`). The bytes are the same either way.
+
     Shards are assembled under
     ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
     the final rename stays on one filesystem); temporary files are removed
@@ -139,8 +143,10 @@ class WriteShards(beam.PTransform):
                  gzip_level: int | None = None, tuning: ShardTuning | None = None,
                  exchange: str = "auto", spilled: bool = False,
                  key_bounds: Sequence[bytes] | None = None, index: bool | None = None,
-                 shard_count_multiple: int = 1, file_format: str = "tfrecord"):
+                 shard_count_multiple: int = 1, file_format: str = "tfrecord",
+                 spread: bool = True):
         super().__init__()
+        self._spread = spread
         array_record.check_file_format(file_format)
         if file_format == "array_record" and (compression != "none" or index):
             raise ValueError("array_record output takes neither gzip nor an index file: "
@@ -199,7 +205,8 @@ class WriteShards(beam.PTransform):
         else:
             work_dir = join_path(_local_temp_dir(self._temp_dir), writer_id)
             shards = batches | "FileExchange" >> FileExchange(job, work_dir=work_dir,
-                                                              spilled=self._spilled)
+                                                              spilled=self._spilled,
+                                                              spread=self._spread)
         return self._cleanup(batches, shards, work_dir, staging_temp, writer_id)
 
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
