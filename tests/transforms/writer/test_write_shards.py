@@ -65,13 +65,14 @@ class _SaveJson(beam.DoFn):
 
 
 def _build(pipeline, staging, batches, *, compression="gzip", shuffle=True, temp_dir=None,
-           key_bounds=None):
+           key_bounds=None, spread=True):
     metadata = (pipeline
                 | "Batches" >> beam.Create(batches)
                 | "Write" >> WriteShards(staging, dataset_name="flowers", splits=SPLITS,
                                          shuffle=shuffle, shard_size=SHARD_SIZE,
                                          compression=compression, temp_dir=temp_dir,
-                                         tuning=TUNING, key_bounds=key_bounds))
+                                         tuning=TUNING, key_bounds=key_bounds,
+                                         spread=spread))
     metadata | "Save" >> beam.ParDo(_SaveJson(staging + "-metadata"))
     return metadata
 
@@ -153,6 +154,25 @@ def test_same_bytes_on_multi_processing_direct_runner(reference, tmp_path):
          shuffle=False)
     assert (_assert_consistent(str(tmp_path / "multi-ordered-gzip"))
             == _disk_digests(str(tmp_path / "ordered-gzip")))
+
+
+@pytest.mark.parametrize("compression", ["gzip", "none"])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_same_bytes_without_the_spread_steps(tmp_path, compression, shuffle):
+    """spread=False (one local worker: `graph.spreads`) leaves out the file
+    exchange's Reshuffles of buckets, cells (key-ordered gzip) and shards;
+    the shards are byte for byte those of the spread graph, every row in
+    them once."""
+    examples = EXAMPLES[:1200]
+    digests = []
+    for spread in (True, False):
+        staging = str(tmp_path / f"spread-{spread}")
+        _run(staging, _batches(examples), compression=compression, shuffle=shuffle,
+             spread=spread)
+        digests.append(_assert_consistent(staging))
+        written = sum(item["num_examples"] for item in _metadata(staging))
+        assert written == len(examples)
+    assert len(digests[0]) > 1 and digests[0] == digests[1]
 
 
 def test_same_bytes_on_dask_runner(reference, tmp_path):
