@@ -229,6 +229,24 @@ def test_the_cached_read_reshuffles_only_where_there_are_workers_to_spread_over(
     assert reshuffles == ({"ReshuffleFiles", "ReshuffleUnits"} if spread else set())
 
 
+@pytest.mark.parametrize("beam_args", [[], ["--direct_num_workers=2"]])
+def test_the_cached_read_flattens_nothing(beam_args):
+    """As the uncached read: the listing's dead letters and counts travel
+    with the files through PlanOrReuse and ConvertUnits, so the cached
+    read's outputs have one origin each and no Flatten."""
+    from recordforge.pipelines.cache import CacheState
+
+    cache = CacheState(url="/nonexistent/cache", encoding_key="0" * 64, whole_files={},
+                       pieces=frozenset(), num_bytes=0)
+    config = config_from_dict(_config("csv", statistics=False, label=False, optional=False))
+    pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+    build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
+                   vocabularies=known_vocabularies(config), cache=cache)
+    transforms = pipeline.to_runner_api().components.transforms.values()
+    flattens = [t.unique_name for t in transforms if t.spec.urn == "beam:transform:flatten:v1"]
+    assert flattens and not [name for name in flattens if name.startswith("ReadAndConvert/")]
+
+
 @pytest.mark.parametrize("source", ["csv", "images"])
 @pytest.mark.parametrize("beam_args, spread", [
     ([], False), (["--direct_num_workers=1", "--direct_running_mode=multi_processing"], False),

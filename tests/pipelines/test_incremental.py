@@ -316,6 +316,31 @@ def test_a_separate_cache_path_and_a_multi_process_build(tmp_path):
         _from_scratch(source, tmp_path / "scratch", "v1")["files"]
 
 
+def test_the_listings_dead_letters_and_counts_come_through_the_cached_read(tmp_path):
+    """A link leading to nothing is the listing's dead letter and count,
+    which travel with the files through the cached read's plan and convert
+    steps (no Flatten): converting and reusing, the build publishes what a
+    build without the cache does, the link among its dead letters."""
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(2):
+        (source / f"part-{index}.csv").write_text(_rows(index, 150))
+    (source / "gone.csv").symlink_to(tmp_path / "missing.csv")
+    # An unread table file loses an unknown number of rows: only a budget
+    # of every row lets the build publish.
+    budget = {"max_error_rate": 1.0}
+    scratch = _published(recordforge.build(
+        _config(source, tmp_path / "scratch", "v1", cache={"enabled": False},
+                dead_letter=budget), beam_args=IN_MEMORY))
+    for version in ("v1", "v2"):  # converted, then reused
+        result = recordforge.build(_config(source, tmp_path / "out", version,
+                                           dead_letter=budget), beam_args=IN_MEMORY)
+        assert _published(result) == scratch
+    assert result.manifest["cache"]["files_reused"] == 2
+    dead = b"".join(data for name, data in scratch["files"].items() if "dead_letter" in name)
+    assert b"gone.csv" in dead
+
+
 _RESUME_SCRIPT = """
 import json, sys
 import recordforge

@@ -3,7 +3,9 @@
 The steps of `sources.ReadTable` and `to_examples.RowsToExamples` in one,
 with the build cache between them:
 
-    Pattern -> ListFiles -> ReshuffleFiles
+    Pattern -> ListFiles -> ReshuffleFiles   (the listing's dead letters
+                                              and counts go along, through
+                                              PlanOrReuse and ConvertUnits)
       -> PlanOrReuse      a file whose every unit has a piece: one Work per
                           piece; any other file: planned into units, one
                           Work per unit
@@ -22,7 +24,8 @@ with the build cache between them:
 Reading and converting happen in one DoFn, so a unit's every output (its
 Examples, dead letters, label counts, statistics, rows read) is at hand to
 write its piece, and cached and new rows come out of the same step: rows
-never pass a Flatten (see `sources.outputs`). With the shard writer's file
+never pass a Flatten (see `sources.outputs`); nor does anything else: each
+output has that one origin. With the shard writer's file
 exchange (local runners) and a cache on the local disk the rows are given
 as the pieces' sorted runs, which the writer takes as its own spill runs
 (``WriteShards(spilled=True)``): a reused unit's rows are neither read nor
@@ -60,7 +63,7 @@ from ..readers.tables import (
     plan_table_ranges,
     read_range,
 )
-from ..sources.outputs import COUNTS, DEAD, ROWS, UNIT, batched
+from ..sources.outputs import COUNTS, DEAD, ROWS, batched, passed_on
 from ..sources.tables import ListTableFiles
 from ..splits import SplitAssigner
 from ..merge_statistics import StatisticsSetup
@@ -118,9 +121,10 @@ class Work(NamedTuple):
 
 
 class _PlanOrReuse(beam.DoFn):
-    """fs path -> Work per unit: the file's pieces when every unit of it has
-    one, else its units as planned (a file that cannot be planned is one
-    unit, whose reading reports the problem)."""
+    """("unit", fs path) -> Work per unit: the file's pieces when every unit
+    of it has one, else its units as planned (a file that cannot be planned
+    is one unit, whose reading reports the problem). The listing's dead
+    letters and counts are handed on as they are (`passed_on`)."""
 
     def __init__(self, pattern: str, format: str, range_bytes: int, options,
                  encoding_key: str, whole_files: Mapping[str, int]):
@@ -134,7 +138,11 @@ class _PlanOrReuse(beam.DoFn):
     def setup(self):
         self._fs = fsspec.core.url_to_fs(self._pattern)[0]
 
-    def process(self, fs_path: str):
+    def process(self, tagged: tuple[str, object]):
+        if passed_on(tagged):
+            yield tagged
+            return
+        fs_path = tagged[1]
         # Marked before hashing: a write during or after the hash changes
         # the marks, and the pieces of what is then read are not kept.
         marks = write_marks(self._fs, fs_path)
@@ -162,7 +170,10 @@ class _ConvertUnits(beam.DoFn):
     letters ("read_dead_letter"), rows read ("counts"), one ("cache_use",
     dict) per unit, and the unit's rows: with `give_runs` its cached runs as
     SpillRecords ("runs") for a shard writer that takes runs, else
-    ExampleBatches ("examples")."""
+    ExampleBatches ("examples"). The listing's dead letters and counts,
+    handed on by the plan step, come out as read dead letters and counts:
+    the cached read's outputs then have one origin each and need no
+    Flatten (a runner stage each)."""
 
     def __init__(self, pattern: str, format: str, batch_size: int, range_bytes: int, options,
                  cache_url: str, pieces: Iterable[str], conversion: BatchConversion,
@@ -200,7 +211,11 @@ class _ConvertUnits(beam.DoFn):
         self._checking: collections.deque[tuple[Work, str, concurrent.futures.Future]] = (
             collections.deque())
 
-    def process(self, work: Work):
+    def process(self, work: Work | tuple[str, object]):
+        if not isinstance(work, Work):  # the listing's (tag, value), handed on
+            tag, value = work
+            yield (READ_DEAD_LETTER if tag == DEAD else tag), value
+            return
         name = piece_name(work.key, work.index, work.count)
         if work.unit is None or name in self._pieces:
             self._waiting.append((work, name))
@@ -401,10 +416,13 @@ class ConvertTablesWithCache(beam.PTransform):
                   | "Pattern" >> beam.Create([self._path])
                   | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
                                               ).with_output_types(TaggedBatch))
-        files = listed | "Files" >> beam.FlatMap(select, UNIT).with_output_types(Batch)
+        # The listing's dead letters and counts go along with the files
+        # (`passed_on`) to come out of ConvertUnits: no second origin to
+        # flatten at the end.
+        files = listed
         if self._spread:
             files = files | "ReshuffleFiles" >> beam.Reshuffle()
-        # Work per unit
+        # Work per unit | the listing's pairs
         works = files | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
             self._path, self._format, self._range_bytes, self._options,
             self._encoding_key, self._whole_files)).with_output_types(Batch)
@@ -427,13 +445,9 @@ class ConvertTablesWithCache(beam.PTransform):
                   else pick("Examples", EXAMPLES, Batch)),
             rows_are_runs=self._give_runs,
             dead_letter=pick("DeadLetters", DEAD_LETTER),
-            read_dead_letter=(pick("ReadDeadLetters", READ_DEAD_LETTER),
-                              listed | "ListDeadLetters" >> beam.FlatMap(select, DEAD))
-            | "AllReadDeadLetters" >> beam.Flatten(),
+            read_dead_letter=pick("ReadDeadLetters", READ_DEAD_LETTER),
             label_counts=pick("LabelCounts", LABEL_COUNTS),
             statistics=pick("Statistics", STATISTICS),
             columns_seen=pick("ColumnsSeen", COLUMNS_SEEN),
-            counts=(pick("Counts", COUNTS),
-                    listed | "ListCounts" >> beam.FlatMap(select, COUNTS))
-            | "AllCounts" >> beam.Flatten(),
+            counts=pick("Counts", COUNTS),
             cache_use=pick("CacheUse", CACHE_USE))
