@@ -351,7 +351,8 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
         # two parts that go to the result's Flatten unflattened (a Flatten
         # is a stage), each made by the step that finishes a key's merge
         parts += converted.statistics | "MergeStatistics" >> MergeStatistics(
-            gathered=False, finish=_statistics_part)
+            gathered=False, finish=_statistics_part,
+            spread=spreads(converted.statistics.pipeline))
     return parts
 
 

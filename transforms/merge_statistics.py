@@ -11,7 +11,10 @@ whose merge gives the same in any order (all but text) go through a
 after it, so one set of sketches per bundle and key crosses it; the
 partials of text features, whose top-values summary depends on the merge
 order, are merged in a tree ordered by their content
-(`schemas.stats.merge_partials`), a GroupByKey per level.
+(`schemas.stats.merge_partials`), a GroupByKey per level; with one worker
+(``spread=False``) in one GroupByKey per key, where `merge_partials` runs
+the same tree (the runner holds every partial of that one GroupByKey, as it
+holds every partial of the tree's first level).
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 
@@ -24,7 +27,7 @@ import numpy as np
 
 from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
-                             merge_order)
+                             merge_order, merge_partials)
 
 __all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
            "partial_to_json", "statistics_entry"]
@@ -156,6 +159,20 @@ def _last_group(grouped, finish: Callable) -> Any:
     return finish(((split, feature), merge_group(members)))
 
 
+def _ordered_partial(keyed: tuple[tuple[str, str], FeatureStatistics]):
+    """A partial whose merge depends on the order, as it is; nothing for the
+    others (one step that filters: a ParDo less)."""
+    if not keyed[1].order_free:
+        yield keyed
+
+
+def _whole_tree(grouped, finish: Callable) -> Any:
+    """((split, feature), [stats]) -> the key's partials merged in the tree
+    (`merge_partials`), as `finish` gives ``((split, feature), stats)``."""
+    key, members = grouped
+    return finish((key, merge_partials(members)))
+
+
 def _merged(keyed: tuple[tuple[str, str], FeatureStatistics]
             ) -> tuple[tuple[str, str], FeatureStatistics]:
     return keyed
@@ -166,13 +183,22 @@ class _MergeInOrder(beam.PTransform):
     depends on the order (others are left out) -> one merged per key, as
     `finish` gives it, in the tree of `schemas.stats.merge_partials`: a
     GroupByKey per level (MERGE_LEVELS), no level holding more than a
-    2**16th (level 1) or 256 (further levels) of a key's partials."""
+    2**16th (level 1) or 256 (further levels) of a key's partials. With
+    one worker (`spread` False: no level's groups to spread over workers)
+    the same tree in one GroupByKey: two runner stages and four ParDos
+    less, the same merge."""
 
-    def __init__(self, finish: Callable):
+    def __init__(self, finish: Callable, spread: bool = True):
         super().__init__()
         self._finish = finish
+        self._spread = spread
 
     def expand(self, partials):
+        if not self._spread:
+            return (partials
+                    | "KeyOrdered" >> beam.FlatMap(_ordered_partial)
+                    | "GroupAll" >> beam.GroupByKey()  # ((split, feature), [stats])
+                    | "MergeAll" >> beam.Map(_whole_tree, self._finish))
         # ((split, feature, group), (order, stats))
         level = partials | "KeyByOrigin" >> beam.FlatMap(_first_level)
         for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
@@ -196,12 +222,17 @@ class MergeStatistics(beam.PTransform):
     in a step (a ParDo) of its own. gathered=False gives them as a tuple of
     PCollections (the order-free keys', the ordered keys') for a consumer
     that flattens them with other inputs anyway: a Flatten of its own here
-    would be one more runner stage."""
+    would be one more runner stage. spread: merge the ordered keys in a
+    tree of GroupByKeys whose groups a runner spreads over its workers;
+    False where there is one worker (the same merge in one GroupByKey,
+    `_MergeInOrder`)."""
 
-    def __init__(self, gathered: bool = True, finish: Callable = statistics_entry):
+    def __init__(self, gathered: bool = True, finish: Callable = statistics_entry,
+                 spread: bool = True):
         super().__init__()
         self._gathered = gathered
         self._finish = finish
+        self._spread = spread
 
     def expand(self, partials):
         # ((split, feature), FeatureStatistics), one per key
@@ -210,8 +241,8 @@ class MergeStatistics(beam.PTransform):
                       | "MergePerKey" >> beam.CombinePerKey(_MergeFn()))
         if not self._gathered:
             return (order_free | "Finish" >> beam.Map(self._finish),
-                    partials | "MergeInOrder" >> _MergeInOrder(self._finish))
-        ordered = partials | "MergeInOrder" >> _MergeInOrder(_merged)
+                    partials | "MergeInOrder" >> _MergeInOrder(self._finish, self._spread))
+        ordered = partials | "MergeInOrder" >> _MergeInOrder(_merged, self._spread)
         return ((order_free, ordered)
                 | "AllMerged" >> beam.Flatten()
                 | "Finish" >> beam.Map(self._finish))

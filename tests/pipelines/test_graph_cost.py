@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (With one local worker, Beam's default here: the read's and the shard
 # writer's Reshuffles are left out, `graph.spreads`.)
 BASE_STAGES = {"csv": 11, "images": 11}
-STATISTICS_STAGES = 4
+STATISTICS_STAGES = 2  # one worker: the CombinePerKey's and the ordered keys' GroupByKeys
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
 # Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
 # side input and buckets, and the one summary of its pairs).
@@ -93,13 +93,15 @@ def _pardos(raw: dict) -> list[str]:
 def test_the_result_and_the_statistics_take_no_step_of_their_own_per_part(source):
     """A part of the result is tagged and keyed for the one GroupByKey that
     gathers it in the step that makes it, and a merged statistic is made a
-    part by the step that ends its merge: statistics add 7 ParDos (the
-    CombinePerKey's, the order-free filter, the ordered tree's keying and
-    three merges, the order-free finish), not 11."""
+    part by the step that ends its merge: with one worker statistics add 5
+    ParDos (the CombinePerKey's, the order-free filter, the ordered keys'
+    filter and their one merge, the order-free finish); with workers to
+    spread the ordered tree's levels over, 7 (its keying and three merges)."""
     off = _pardos(_config(source, statistics=False, label=True, optional=False))
     on = _pardos(_config(source, statistics=True, label=True, optional=False))
     assert not [name for name in on if name.startswith(("OneKey", "TagStatistics"))]
-    assert len(on) - len(off) == 7, sorted(set(on) - set(off))
+    assert len(on) - len(off) == 5, sorted(set(on) - set(off))
+    assert _has(on, "MergeStatistics/MergeInOrder/MergeAll")
 
 
 def _has(names: list[str], step: str) -> bool:
@@ -285,3 +287,16 @@ def test_one_worker_without_the_reshuffles_writes_what_two_workers_write(tmp_pat
         assert any(p.suffix == ".tfrecord" for p in files)
         digests.append({str(p.relative_to(version)): p.read_bytes() for p in files})
     assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("beam_args, spread", [
+    ([], False), (["--direct_num_workers=2"], True), (["--runner=PortableRunner"], True)])
+def test_the_ordered_statistics_merge_in_one_group_only_with_one_worker(beam_args, spread):
+    """The ordered statistics' tree (a GroupByKey per level) spreads its
+    groups over workers; with one worker the same tree runs in one
+    GroupByKey (`merge_partials`), two runner stages less."""
+    names = _names(_config("csv", statistics=True, label=False, optional=False), beam_args)
+    prefix = "MergeStatistics/MergeInOrder/"
+    levels = {name[len(prefix):] for name in names
+              if name.startswith(f"{prefix}Group") and name.count("/") == 2}
+    assert levels == ({"Group[16]", "Group[8]", "GroupLast"} if spread else {"GroupAll"})

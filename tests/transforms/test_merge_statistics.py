@@ -173,11 +173,13 @@ def _finished(keyed) -> tuple[str, list]:
     return "finished", list(statistics_entry(keyed))
 
 
+@pytest.mark.parametrize("spread", [True, False])
 @pytest.mark.parametrize("gathered", [True, False])
-def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered):
+def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered, spread):
     """`finish` makes what each merged key is given as, gathered in one
     PCollection or left in two parts (the order-free keys', the ordered
-    keys'), with the same merge as `merge_partials`."""
+    keys'), with the same merge as `merge_partials`: in the tree of
+    GroupByKeys (spread) or in one (one worker)."""
     partials = _table_partials()
     expected = []
     for key in sorted({key for key, _ in partials}):
@@ -189,7 +191,7 @@ def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered):
     with TestPipeline() as p:
         merged = (p | beam.Create([partial_to_json(partial) for partial in shuffled])
                   | beam.Map(partial_from_json)
-                  | MergeStatistics(gathered=gathered, finish=_finished))
+                  | MergeStatistics(gathered=gathered, finish=_finished, spread=spread))
         if not gathered:
             assert len(merged) == 2
             merged = merged | beam.Flatten()
