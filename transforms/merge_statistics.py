@@ -185,7 +185,7 @@ class _MergeInOrder(beam.PTransform):
     GroupByKey per level (MERGE_LEVELS), no level holding more than a
     2**16th (level 1) or 256 (further levels) of a key's partials. With
     one worker (`spread` False: no level's groups to spread over workers)
-    the same tree in one GroupByKey: two runner stages and four ParDos
+    the same tree in one GroupByKey: two runner stages and two ParDos
     less, the same merge."""
 
     def __init__(self, finish: Callable, spread: bool = True):
