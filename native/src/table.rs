@@ -345,7 +345,7 @@ fn check_lines(run: &[u8], width: usize) -> (Result<RunFields, RunError>, bool) 
             // CR is followed by the run's final LF)
             b'\r' if run.get(at + 1) != Some(&b'\n') => return Err(RunError::LoneCarriageReturn),
             b'\r' => {}
-            _ => {
+            _ => {  // b'\n', the only other mark
                 fields.end_line(body, line_start, at)?;
                 line_start = at + 1;
             }
