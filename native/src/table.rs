@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::csv_marks;
 use crate::digest::{RowHasher, DIGEST_SIZE};
 use crate::wire;
 
@@ -306,18 +307,28 @@ pub struct RunFields {
 /// `ColumnBatch`, and keeps where its fields end, so that `convert_checked`
 /// converts the run without parsing it again. One pass over the bytes.
 pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
-    if std::str::from_utf8(run).is_err() {
+    let (checked, ascii) = check_lines(run, width);
+    // Bad UTF-8 is the refusal named before any other; a run the line
+    // check read through and found all ASCII is UTF-8 without a second
+    // pass (the common case), any other is validated.
+    if !ascii && std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
+    checked
+}
+
+/// `check_run` but for its UTF-8 test, and whether it found every byte of
+/// the run ASCII (false where it stopped before the end).
+fn check_lines(run: &[u8], width: usize) -> (Result<RunFields, RunError>, bool) {
     // A CR ends a line only before LF: a run ending in a bare CR (which
     // the reader never cuts) would otherwise lose it as a CRLF's.
     if run.ends_with(b"\r") {
-        return Err(RunError::LoneCarriageReturn);
+        return (Err(RunError::LoneCarriageReturn), false);
     }
     // Offsets are u32 (half the memory of usize); the reader's runs are
     // a few MB, and a longer one is simply read by Python.
     if run.len() >= u32::MAX as usize || width == 0 {
-        return Err(RunError::TooLong);
+        return (Err(RunError::TooLong), false);
     }
     let body = run.strip_suffix(b"\n").unwrap_or(run);
     // A first guess from the run's size (a field of 15 bytes or more,
@@ -325,27 +336,37 @@ pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
     // ends live as long as the batch, beside the run.
     let mut fields = RunFields { rows: 0, width, ends: Vec::with_capacity(body.len() / 16 + 1) };
     let mut line_start = 0;
-    for (at, byte) in body.iter().enumerate() {
+    // Only the commas, CRs and LFs are looked at, found a block at a time
+    // (`csv_marks`): the bytes between them need no step of their own.
+    let scanned = csv_marks::for_each_mark(body, |at, byte| {
         match byte {
             b',' => fields.ends.push(at as u32),
             // (the byte after a CR is read from the run: the body's last
             // CR is followed by the run's final LF)
             b'\r' if run.get(at + 1) != Some(&b'\n') => return Err(RunError::LoneCarriageReturn),
-            b'\n' => {
+            b'\r' => {}
+            _ => {  // b'\n', the only other mark
                 fields.end_line(body, line_start, at)?;
                 line_start = at + 1;
             }
-            _ => {}
         }
-    }
+        Ok(())
+    });
+    // (the body is the run but for a final LF, which is ASCII)
+    let ascii = match scanned {
+        Ok(ascii) => ascii,
+        Err(refused) => return (Err(refused), false),
+    };
     if !body.is_empty() {
-        fields.end_line(body, line_start, body.len())?;
+        if let Err(refused) = fields.end_line(body, line_start, body.len()) {
+            return (Err(refused), ascii);
+        }
     } else if !run.is_empty() {
         // The run is one LF: a blank line, as the reader says of it.
-        return Err(RunError::BlankLine { line: 0 });
+        return (Err(RunError::BlankLine { line: 0 }), ascii);
     }
     fields.ends.shrink_to_fit();
-    Ok(fields)
+    (Ok(fields), ascii)
 }
 
 impl RunFields {
@@ -467,6 +488,11 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
     }
     Ok(checked)
 }
+
+// The byte-at-a-time check `check_run` replaced, kept as its reference.
+#[cfg(test)]
+#[path = "table_check_tests.rs"]
+mod check_tests;
 
 #[cfg(test)]
 mod tests {

@@ -348,6 +348,10 @@ def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
     """The kernel's test of a run is the reader's (`_plain_lines`): where
     the reader's promise holds (a CR only in CRLF) they agree exactly, and
     on any bytes the kernel never takes a run the reader would refuse."""
+    _assert_check_is_the_readers(native, run, width)
+
+
+def _assert_check_is_the_readers(native, run: bytes, width: int) -> None:
     lines = csv_reader._plain_lines(run, width)
     checked = native.check_csv_run(run, width)
     rows = None if checked is None else len(checked)
@@ -355,6 +359,21 @@ def test_check_csv_run_takes_what_the_reader_takes(native, run, width):
         assert lines is not None and len(lines) == rows
     if run.count(b"\r") == run.count(b"\r\n"):
         assert (rows or None) == (len(lines) if lines else None)
+
+
+# Runs longer than the kernel's 64-byte blocks of marks (`csv_marks.rs`):
+# fields of any length put the commas, CRs, LFs and bad bytes at every
+# offset of a block, and across a block's end.
+long_run_bytes = st.lists(st.one_of(
+    st.sampled_from([b",", b"\n", b"\r\n", b"\r", b"\xc3\xa9", b"\xff", b"\xc3", b"\xe2\x82", b'"']),
+    st.integers(0, 90).map(lambda length: b"x" * length)), max_size=30).map(b"".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(run=long_run_bytes, width=st.integers(1, 4))
+def test_check_csv_run_takes_what_the_reader_takes_across_blocks(native, run, width):
+    """As above, on runs spanning many of the kernel's blocks."""
+    _assert_check_is_the_readers(native, run, width)
 
 
 def test_a_run_the_reader_refuses_names_its_lines(native):
