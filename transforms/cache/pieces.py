@@ -20,7 +20,11 @@ file size and CRC32C. Its records are, by first byte:
 
 Values go through JSON with a few tagged forms (tuples, bytes, numpy
 arrays; statistics by their own JSON form), never pickle: the cache sits in storage others may
-write to, and loading it must not run code. The summary is written last,
+write to, and loading it must not run code. The writer turns each text
+partial into its JSON text as it comes (a JSONL unit gives one per 1000-row
+batch and split, each holding up to ~1000 values) and splices those texts
+into the summary: the same bytes as `json.dumps` of the whole, without a
+list per value held until the unit ends. The summary is written last,
 after its runs: a piece whose summary exists names complete runs.
 
 `read_piece` checks the summary's digest and every run's size and CRC32C
