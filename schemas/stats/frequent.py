@@ -121,7 +121,8 @@ class FrequentValues:
         # CPython's homogeneous-str fast path, where comparing the pairs
         # compares lists item by item, ~5x the time for a batch of free text.
         counts = self.counts
-        return {"offset": self.offset, "items": [[value, counts[value]] for value in sorted(counts)]}
+        return {"offset": self.offset,
+                "items": [[value, counts[value]] for value in sorted(counts)]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "FrequentValues":
