@@ -116,7 +116,13 @@ class FrequentValues:
         return self._purged(counts, self.offset + other.offset)
 
     def to_state(self) -> dict:
-        return {"offset": self.offset, "items": sorted(map(list, self.counts.items()))}
+        # Sorted by value alone (values are distinct, so the order of the
+        # [value, count] pairs is the same): sorting the str keys takes
+        # CPython's homogeneous-str fast path, where comparing the pairs
+        # compares lists item by item, ~5x the time for a batch of free text.
+        counts = self.counts
+        return {"offset": self.offset,
+                "items": [[value, counts[value]] for value in sorted(counts)]}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "FrequentValues":

@@ -252,3 +252,16 @@ def test_partials_merge_in_the_order_of_their_content():
     assert len(_merged_in_shuffled_orders(partials, rng)) == 1
     # spread over the level-1 groups by their content alone
     assert len({merge_order(stats)[1] for stats in partials}) > len(partials) // 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.dictionaries(st.text(), st.integers(1, 10**6), max_size=60),
+       offset=st.integers(0, 10**6))
+def test_frequent_values_state_lists_pairs_sorted_by_value(counts, offset):
+    """The state's items are the [value, count] pairs in the order sorting
+    the pairs gives (the partials' JSON in cache pieces and their content
+    digest depend on it), and read back to the same summary."""
+    frequent = FrequentValues(dict(counts), offset)
+    state = frequent.to_state()
+    assert state == {"offset": offset, "items": sorted(map(list, counts.items()))}
+    assert FrequentValues.from_state(json.loads(json.dumps(state))) == frequent

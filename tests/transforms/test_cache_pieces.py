@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import fsspec
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from recordforge.schemas.stats import FeatureStatistics, merge_partials
 from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_name, piece_name,
                                                 whole_files)
+from recordforge.transforms.cache import pieces
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
 from recordforge.transforms.readers.inputs import changed_inputs, content_token, input_fingerprint
@@ -265,3 +267,57 @@ def test_object_store_checksums_are_content_tokens():
         out.write(b"id\n1\n")
     assert input_fingerprint(fs, "/y.csv")["content"] == (
         "xxh3_128:" + xxhash.xxh3_128(b"id\n1\n").hexdigest())
+
+
+summary_values = st.recursive(
+    json_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                          st.dictionaries(st.text(max_size=5), inner,
+                                                          max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(summary=st.dictionaries(st.text(max_size=8), summary_values, max_size=6),
+       encoded=st.dictionaries(st.text(max_size=8), st.lists(summary_values, max_size=5),
+                               max_size=3))
+def test_the_summary_text_is_what_json_writes_for_it(summary, encoded):
+    """Statistics kept as JSON text and spliced into the summary give the
+    text `json.dumps` writes for the whole summary decoded: the pieces
+    older code wrote and reads stay byte for byte the same."""
+    whole = {**summary, **encoded}
+    spliced = {**summary, **{key: pieces._Encoded(map(pieces._json_text, items))
+                             for key, items in encoded.items()}}
+    expected = json.dumps(whole, ensure_ascii=True, separators=(",", ":"))
+    assert pieces._summary_text(spliced) == expected
+    assert json.loads(pieces._summary_text(spliced)) == json.loads(expected)
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.lists(st.text(max_size=6), min_size=1, max_size=40), min_size=1,
+                      max_size=5),
+       dead=st.lists(dead_letter_strategy, max_size=3))
+def test_a_piece_is_the_bytes_the_whole_summary_json_gives(tmp_path, texts, dead):
+    """A piece's summary record is `json.dumps` of the whole summary with
+    every partial in its JSON form (`partial_to_json`), as pieces were
+    written before statistics were kept as text: the same bytes."""
+    for path in tmp_path.iterdir():
+        path.unlink()
+    writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
+                         **_options(True))
+    partials = [(("train", "city"), FeatureStatistics.from_values("string", "bytes",
+                                                                  len(values), values))
+                for values in texts]
+    numeric = (("test", "price"), FeatureStatistics.from_values("numeric", "float", 2, [1.5, 2]))
+    for partial in partials + [numeric]:
+        writer.add("statistics", partial)
+    for record in dead:
+        writer.add("dead_letter", record)
+    writer.add("counts", ("a.jsonl", len(texts)))
+    writer.commit()
+    with open(tmp_path / NAME, "rb") as handle:
+        record = next(iter_records(handle, compression="none"))
+    summary = json.loads(record[1:])
+    assert summary["statistics"] == json.loads(json.dumps(
+        [partial_to_json(numeric)] + [partial_to_json(partial) for partial in partials]))
+    assert record[1:] == json.dumps(summary, ensure_ascii=True,
+                                    separators=(",", ":")).encode("ascii")

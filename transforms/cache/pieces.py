@@ -20,7 +20,11 @@ file size and CRC32C. Its records are, by first byte:
 
 Values go through JSON with a few tagged forms (tuples, bytes, numpy
 arrays; statistics by their own JSON form), never pickle: the cache sits in storage others may
-write to, and loading it must not run code. The summary is written last,
+write to, and loading it must not run code. The writer turns each text
+partial into its JSON text as it comes (a JSONL unit gives one per 1000-row
+batch and split, each holding up to ~1000 values) and splices those texts
+into the summary: the same bytes as `json.dumps` of the whole, without a
+list per value held until the unit ends. The summary is written last,
 after its runs: a piece whose summary exists names complete runs.
 
 `read_piece` checks the summary's digest and every run's size and CRC32C
@@ -130,6 +134,32 @@ def decode_value(data: Any) -> Any:
 # --- writing -----------------------------------------------------------------------------
 
 
+def _json_text(value: Any) -> str:
+    """`value` as the summary's JSON writes it (ASCII, no spaces)."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+class _Encoded(list):
+    """A JSON list whose items are already JSON text (`_json_text`)."""
+
+
+def _summary_text(summary: dict) -> str:
+    """The summary's JSON text, the same as `_json_text(summary)` would give
+    with every `_Encoded` list's items decoded: each top-level entry
+    written on its own, an `_Encoded` list by joining its items' text."""
+    parts = []  # joined once: the statistics of a unit of free text are megabytes
+    for key, value in summary.items():
+        parts += (",", _json_text(key), ":")
+        if isinstance(value, _Encoded):
+            parts += ("[", ",".join(value), "]")
+        else:
+            parts.append(_json_text(value))
+    if not parts:
+        return "{}"
+    parts[0] = "{"  # the first entry's comma
+    return "".join(parts) + "}"
+
+
 class PieceWriter:
     """Writes one piece as its unit is converted: `add(tag, value)` for every
     output, `commit()` at the end, `abort()` on failure.
@@ -171,7 +201,11 @@ class PieceWriter:
         elif tag == "statistics":
             key, stats = value
             if not stats.order_free:
-                self._summary[tag].append(partial_to_json(value))
+                # Its JSON text at once: one str object, where the JSON-safe
+                # form is a list per value held (a text partial of free text
+                # holds ~1000) until the unit ends, each one more object for
+                # the cyclic collector to walk in every full collection.
+                self._summary[tag].append(_json_text(partial_to_json(value)))
             elif key in self._merged:
                 self._merged[key].merge(stats)
             else:  # a copy: the partial itself goes on down the pipeline
@@ -213,15 +247,15 @@ class PieceWriter:
                             "bytes": num_bytes, "size": checked.size, "crc32c": checked.crc,
                             "sample": encode_value(sample)})
             size += checked.size
-        statistics = [partial_to_json((key, self._merged[key])) for key in sorted(self._merged)]
+        statistics = [_json_text(partial_to_json((key, self._merged[key])))
+                      for key in sorted(self._merged)]
         if not remember:
             self._temporary.clear()
             return runs, size
         summary = {"format": FORMAT, "examples": self.examples, "runs": entries,
                    **self._summary,
-                   "statistics": statistics + self._summary["statistics"]}
-        body = frame_records([b"j" + json.dumps(summary, ensure_ascii=True,
-                                                separators=(",", ":")).encode("ascii")])
+                   "statistics": _Encoded(statistics + self._summary["statistics"])}
+        body = frame_records([b"j" + _summary_text(summary).encode("ascii")])
         data = body + frame_records([b"s" + hashlib.sha256(body).digest()])
         fileobj, path = self._open(self._name)
         with fileobj:
