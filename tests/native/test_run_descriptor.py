@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from recordforge.transforms.splits import SplitAssigner
-from recordforge.transforms.writer import CheckedFile, prepare, run_format, run_kernel, spill
+from recordforge.transforms.writer import CheckedFile, prepare, run_kernel, spill
 
-from .test_run_kernel import _patched, _python_run, examples
+from .test_run_kernel import _drawn_order_and_keys, _patched, _python_run, examples
 
 
 class _Memory(io.BytesIO):
@@ -50,15 +50,7 @@ def test_a_run_written_to_a_descriptor_is_the_python_writers(
     object's position is past it (a write after lands after it), and the
     CRC32C and size kept are the crc32c package's of the whole file; the
     same through an in-memory file's `write`."""
-    order = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=60) if rows
-                      else st.just([]))
-    key_width = {"fixed": 9, "variable": run_format.KEY_VARIABLE,
-                 "example": run_format.KEY_IS_EXAMPLE}[kind]
-    keys = None
-    if kind != "example":
-        sizes = st.just(9) if kind == "fixed" else st.integers(0, 12)
-        keys = [data.draw(sizes.flatmap(lambda size: st.binary(min_size=size, max_size=size)))
-                for _ in rows]
+    order, key_width, keys = _drawn_order_and_keys(data, rows, kind)
     options = dict(prefix_len=4, index_every=index_every)
     path = tmp_path_factory.mktemp("runs") / "one.run"
     with _opened(path, opener) as fileobj:

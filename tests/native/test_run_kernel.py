@@ -35,6 +35,22 @@ def _python_run(keys, rows, order, key_width, steps, **options) -> bytes:
     return out.getvalue()
 
 
+def _drawn_order_and_keys(data, rows, kind) -> tuple[list[int], int, list[bytes] | None]:
+    """An order of `rows` (repeats too) and, by `kind`, the run's key width
+    and a key per row: "fixed" 9 bytes each, "variable" 0-12 bytes, or
+    "example" (None: the examples are the keys)."""
+    order = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=60) if rows
+                      else st.just([]))
+    key_width = {"fixed": 9, "variable": run_format.KEY_VARIABLE,
+                 "example": run_format.KEY_IS_EXAMPLE}[kind]
+    keys = None
+    if kind != "example":
+        sizes = st.just(9) if kind == "fixed" else st.integers(0, 12)
+        keys = [data.draw(sizes.flatmap(lambda size: st.binary(min_size=size, max_size=size)))
+                for _ in rows]
+    return order, key_width, keys
+
+
 @settings(max_examples=300, deadline=None)
 @given(rows=examples, data=st.data(), kind=st.sampled_from(["fixed", "variable", "example"]),
        prefix_len=st.integers(0, 10), index_every=st.integers(1, 300),
@@ -44,16 +60,8 @@ def test_write_run_writes_the_file_run_writer_writes(native, rows, data, kind, p
     """Any order (repeats too), keys of every kind, index entries and blocks
     crossing records anywhere: the same file as `RunWriter` given the rows
     in that order in any cuts (`run_steps`)."""
-    order = data.draw(st.lists(st.integers(0, len(rows) - 1), max_size=60) if rows
-                      else st.just([]))
+    order, key_width, keys = _drawn_order_and_keys(data, rows, kind)
     steps = data.draw(st.lists(st.integers(0, 60), max_size=5))
-    key_width = {"fixed": 9, "variable": run_format.KEY_VARIABLE,
-                 "example": run_format.KEY_IS_EXAMPLE}[kind]
-    keys = None
-    if kind != "example":
-        sizes = st.just(9) if kind == "fixed" else st.integers(0, 12)
-        keys = [data.draw(sizes.flatmap(lambda size: st.binary(min_size=size, max_size=size)))
-                for _ in rows]
     options = dict(prefix_len=prefix_len, index_every=index_every)
     out = io.BytesIO()
     given_keys = b"".join(keys) if kind == "fixed" else keys
