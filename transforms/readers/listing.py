@@ -251,41 +251,75 @@ def _walk_local(root: str, hidden) -> Iterator[tuple[str, str, str]]:
     to one), "outside" (a link leading out of the root), "dangling" (a link
     to nothing) or "hidden" (a file or folder skipped for its name; a hidden
     folder is not walked). Directory links inside the root are skipped:
-    they alias directories that are listed anyway (or loops)."""
+    they alias directories that are listed anyway (or loops). The order is
+    `os.walk`'s, top-down, each folder's names sorted; an unreadable folder
+    is skipped, as `os.walk` skips it.
+
+    Only links cost a system call: whether an entry is a link, a folder or
+    a regular file comes from the directory listing itself (`os.scandir`),
+    not from an lstat and a stat per file (an image folder of 3,000 files
+    is listed four times by a build)."""
     real_root = os.path.realpath(root)
 
     def inside(real: str) -> bool:
         return os.path.commonpath([real_root, real]) == real_root
 
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+    pending = [(root, "")]
+    while pending:
+        dirpath, rel_dir = pending.pop()
+        try:
+            with os.scandir(dirpath) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        folders, files = [], []
+        for entry in entries:
+            (folders if _is_dir(entry) else files).append(entry)
         kept = []
-        for name in sorted(dirnames):
-            full = os.path.join(dirpath, name)
-            if hidden(name):
-                yield full, rel_dir + name, "hidden"
+        for entry in folders:
+            if hidden(entry.name):
+                yield entry.path, rel_dir + entry.name, "hidden"
                 continue
-            if os.path.islink(full):
-                if not inside(os.path.realpath(full)):
-                    yield full, rel_dir + name, "outside"
+            if entry.is_symlink():
+                if not inside(os.path.realpath(entry.path)):
+                    yield entry.path, rel_dir + entry.name, "outside"
                 continue
-            kept.append(name)
-        dirnames[:] = kept
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            if hidden(name):
-                yield full, rel_dir + name, "hidden"
+            kept.append((entry.path, rel_dir + entry.name + "/"))
+        pending.extend(reversed(kept))
+        for entry in files:
+            full = entry.path
+            if hidden(entry.name):
+                yield full, rel_dir + entry.name, "hidden"
                 continue
-            if os.path.islink(full):
+            if entry.is_symlink():
                 real = os.path.realpath(full)
                 if not os.path.exists(real):
-                    yield full, rel_dir + name, "dangling"
+                    yield full, rel_dir + entry.name, "dangling"
                     continue
                 if not inside(real):
-                    yield full, rel_dir + name, "outside"
+                    yield full, rel_dir + entry.name, "outside"
                     continue
-            yield full, rel_dir + name, "special" if _special(full) else "file"
+                yield full, rel_dir + entry.name, "special" if _special(full) else "file"
+                continue
+            yield full, rel_dir + entry.name, "file" if _is_regular(entry) else "special"
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    """Whether `entry` is a folder or a link to one (`os.walk`'s rule)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _is_regular(entry: os.DirEntry) -> bool:
+    """Whether `entry`, not a link, is a regular file (not a FIFO, socket or
+    device). An entry gone or unreadable counts as a file: the reader
+    reports it by name (as `_special` does)."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return True
 
 
 def list_images(path: str, extensions: Iterable[str]
