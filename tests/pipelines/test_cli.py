@@ -58,6 +58,27 @@ def test_the_console_script_freezes_what_the_command_imported():
     assert int(out[3]) > 100_000  # Beam alone makes ~170,000 tracked objects
 
 
+@pytest.mark.parametrize("user_set,expected", [
+    ({}, "1"),
+    ({"OPENBLAS_NUM_THREADS": "4"}, "4"),
+    ({"OMP_NUM_THREADS": "3"}, "None"),
+])
+def test_the_console_script_asks_openblas_for_one_thread(user_set, expected):
+    """The console script's process asks numpy's OpenBLAS for one thread
+    before the command imports numpy, unless the user set a count OpenBLAS
+    reads; a caller's own process (`main(argv)`) is left as it is."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    code = ("import os, sys; from recordforge.pipelines import cli; cli.main(['--version']); "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS')); "
+            "sys.argv = ['recordforge', '--version']; cli.main(); "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**env, **user_set}).stdout.splitlines()
+    # each --version line, then the variable as the process then has it
+    assert out[1::2] == [user_set.get("OPENBLAS_NUM_THREADS", "None"), expected]
+
+
 def test_a_callers_process_keeps_its_collector():
     """main(argv) runs in a caller's process (tests, a scheduler): it neither
     freezes objects nor leaves the collector changed."""
