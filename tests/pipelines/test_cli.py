@@ -118,6 +118,22 @@ def test_console_script_exit_status_for_a_bad_config(tmp_path):
     assert "source.path: nowhere does not exist" in proc.stderr
 
 
+@pytest.mark.slow
+def test_the_console_script_build_ends_without_a_leak_report(tmp_path):
+    """The console script collects what the build made before its last
+    freeze: frozen garbage holding statistics sketches would outlive the
+    teardown of their extension module, whose binding then reports each as
+    leaked on stderr as the process exits."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = "import sys; from recordforge.pipelines import cli; sys.exit(cli.main())"
+    proc = subprocess.run([sys.executable, "-c", code, "build", "configs/examples/flights.yaml",
+                           "--output", str(tmp_path / "out"), "--",
+                           "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+                          capture_output=True, text=True, cwd=repo, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "dead letters: 4" in proc.stderr and "leaked" not in proc.stderr
+
+
 def test_verify_of_a_missing_dataset_is_a_usage_error(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "nothing")]) == 2
 
