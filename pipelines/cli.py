@@ -110,8 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_blas_thread() -> None:
     """Numpy's OpenBLAS starts a thread per core as numpy is imported (Beam
     imports it), and each spins for a while before it sleeps: ~0.02 s of
-    CPU per process on another core, for nothing, as no command calls a
-    BLAS routine large enough to split across threads. The console
+    CPU per process on another core, for nothing: a build calls no BLAS
+    routine large enough to split across threads (the image hash's 32x32
+    products run on one thread either way). The console
     script's process (and the workers it starts, which inherit it) asks
     for one, unless the user set a count OpenBLAS reads."""
     if not {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ):
