@@ -64,9 +64,10 @@ def iso_texts(draw) -> str:
     if draw(st.integers(0, 4)) == 0:
         return text
     text += draw(st.sampled_from(["T", "T", " ", "t"]))
-    text += f"{draw(st.integers(0, 23) | two)}:{draw(st.integers(0, 59).map('{:02d}'.format) | two)}"
+    minutes = st.integers(0, 59).map("{:02d}".format) | two
+    text += f"{draw(st.integers(0, 23) | two)}:{draw(minutes)}"
     if draw(st.booleans()):
-        text += f":{draw(st.integers(0, 59).map('{:02d}'.format) | two)}"
+        text += f":{draw(minutes)}"
         if draw(st.booleans()):
             text += draw(st.sampled_from([".", ".", ","])) + draw(st.text("0123456789",
                                                                           max_size=12))
@@ -75,7 +76,7 @@ def iso_texts(draw) -> str:
         text += draw(st.sampled_from(["Z", "Z", "z"]))
     elif zone >= 2:
         text += (draw(st.sampled_from("+-")) + f"{draw(st.integers(0, 23) | two)}:"
-                 f"{draw(st.integers(0, 59).map('{:02d}'.format) | two)}")
+                 f"{draw(minutes)}")
     return text
 
 
@@ -87,12 +88,10 @@ field_texts = st.one_of(iso_texts(), st.sampled_from(HOSTILE_TIMES), st.sampled_
 @st.composite
 def feature_bodies(draw, column: str) -> dict:
     kind = draw(st.sampled_from(["timestamp", "timestamp", "int64", "float", "string", "label"]))
-    body: dict = {"from": column}
-    if kind == "label":
+    body: dict = {"from": column, "type": kind}
+    if kind == "label":  # (an int64 feature with a vocabulary)
         body.update(type="int64", vocabulary=VOCABULARY)
-    else:
-        body["type"] = kind
-    if kind == "timestamp":
+    elif kind == "timestamp":
         body["unit"] = draw(st.sampled_from(["s", "ms", "us", "ns", "days"]))
         if draw(st.integers(0, 3)) == 0:
             body["timezone"] = draw(st.sampled_from(["Europe/Paris", "utc", "America/New_York"]))
