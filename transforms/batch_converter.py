@@ -308,7 +308,11 @@ class BatchConverter:
         column = self._key_column
         if self._key_feature is not None:
             # The key feature reads the key column; its checks apply.
-            return sortable_key(self._key_convert(raw_key)[0])
+            stored = self._key_convert(raw_key)
+            if not stored:  # one of an optional key feature's null texts
+                raise RowError("missing_value", f"key column {column!r} has no value",
+                               feature=column)
+            return sortable_key(stored[0])
         try:
             return sortable_key(raw_key)
         except UnicodeEncodeError:

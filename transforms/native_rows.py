@@ -14,23 +14,28 @@ stores as it stands; the rows it declines (examples[i] None) go down the
 Python row path, which converts them or writes their dead letter exactly
 as without the extension. A Parquet record batch (`ArrowBatch`) goes to
 `convert_arrow_batch` as its columns' buffers, with the same plan and the
-same answer. A schema the kernel does not cover (lists, timestamps,
-declared null texts, nested paths, a feature or key whose column the header
-lacks) has no plan, and its batches take the Python path whole.
+same answer. Declared null texts (`null_values`) and ISO 8601 timestamps
+(`native/src/nulls.rs`, `timestamp.rs`) are in the plan; a schema the
+kernel does not cover (lists, strptime timestamp formats, nested paths in
+CSV and Parquet, a feature or key whose column the header lacks) has no
+plan, and its batches take the Python path whole.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..schemas.checks import compile_feature
 from ..schemas.example import ExampleEncoder
 from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
+from ..schemas.timestamps import UNIT_NANOS, zone
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
@@ -134,7 +139,9 @@ class NativeRows:
             # A null (Arrow input) leaves out a feature that is optional
             # without a default, as the complete rules do.
             nullable = [not spec.required and spec.default is None for spec in self._specs]
-            return self._native.CsvPlan(len(names), features, key, nullable, self._salt), kinds
+            nulls = [self._nulls(spec) for spec in self._specs]
+            return self._native.CsvPlan(len(names), features, key, nullable, self._salt,
+                                        nulls), kinds
         except (_Unsupported, UnicodeEncodeError, OverflowError) as why:
             _LOG.info("the native table kernel does not cover this schema (%s); "
                       "its batches take the Python path", why)
@@ -153,9 +160,10 @@ class NativeRows:
         """The kernel's rule for `spec` and how its checked values are held
         (None: not reported, as the Python column path reports none);
         `nested`: a nested path is read (JSONL)."""
-        if (spec.shape or spec.null_values is not None or spec.type == "timestamp"
-                or (spec.path and not nested)):
+        if spec.shape or (spec.path and not nested):
             raise _Unsupported(f"feature {spec.name!r} is not a plain scalar")
+        if spec.type == "timestamp":
+            return _timestamp_rule(spec), "int64"
         if spec.vocabulary is not None:
             labels = self._vocabularies.get(spec.name)
             if labels is None and isinstance(spec.vocabulary, tuple):
@@ -176,6 +184,42 @@ class NativeRows:
         # (a set: the kernel takes a set of allowed values, not a list)
         rule = ("text", limit, None if allowed is None else set(allowed), spec.is_text)
         return rule, ("text" if spec.is_text else None)
+
+
+    def _nulls(self, spec: FeatureSpec) -> tuple | None:
+        """The kernel's description of a feature's declared null texts
+        (`checks._missing_rule`): (texts, blank text is missing too, what a
+        missing value makes of the row), or None for the standard rule."""
+        if spec.null_values is None:
+            return None
+        numeric = spec.vocabulary is None and spec.stored_kind != "bytes"
+        texts = {text.encode("utf-8") for text in spec.null_values}
+        return texts, numeric and "" in spec.null_values, self._absent(spec)
+
+    def _absent(self, spec: FeatureSpec):
+        """What a missing value makes of a row: "omit" (an optional
+        feature left out), "decline" (Python writes a required feature's
+        dead letter, or stores a text default), or the default's checked
+        number, ("int" or "float", value), as the complete rules convert it."""
+        if spec.default is None:
+            return "decline" if spec.required else "omit"
+        if spec.stored_kind not in ("int64", "float"):
+            return "decline"
+        vocabulary = self._vocabularies.get(spec.name)
+        if vocabulary is None and isinstance(spec.vocabulary, tuple):
+            vocabulary = spec.vocabulary
+        value = compile_feature(spec, vocabulary)[1](spec.default)[0]
+        return ("int", int(value)) if spec.stored_kind == "int64" else ("float", float(value))
+
+
+def _timestamp_rule(spec: FeatureSpec) -> tuple:
+    """The kernel's rule of a timestamp feature read as ISO 8601: its
+    unit in nanoseconds, whether text without an offset is UTC (any other
+    zone's local times stay Python's: daylight saving), the allowed counts."""
+    if (spec.format or "iso8601") != "iso8601":
+        raise _Unsupported(f"feature {spec.name!r} reads a strptime pattern")
+    naive_utc = zone(spec.timezone or "UTC") is dt.timezone.utc
+    return ("timestamp", UNIT_NANOS[spec.unit or "s"], naive_utc, _int_allowed(spec.values))
 
 
 def arrow_buffers(record_batch) -> list:

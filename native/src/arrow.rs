@@ -19,7 +19,8 @@ use pyo3::prelude::*;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 
-use crate::table::{self, Columns, Converted, Key, Plan, Rows, Rule, Value};
+use crate::nulls::Part;
+use crate::table::{self, Columns, Converted, Feature, Key, Plan, Rows, Rule, Value};
 
 /// An array's physical layout (pyarrow's type names in `from_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,13 +247,27 @@ pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Val
     match (rule, field) {
         (Rule::Int { .. }, Field::Int(number)) => table::checked_number(rule, Value::Int(number)),
         (Rule::Float { .. }, Field::Float(number)) => table::checked_number(rule, Value::Float(number)),
-        (Rule::Int { .. } | Rule::Float { .. } | Rule::Label { .. }, Field::Text(data)) => table::check(rule, data),
+        (Rule::Int { .. } | Rule::Float { .. } | Rule::Label { .. } | Rule::Timestamp(_), Field::Text(data)) => {
+            table::check(rule, data)
+        }
         (Rule::Text { .. }, Field::Text(data)) if text => table::check(rule, data),
         (Rule::Text { limit, allowed }, Field::Binary(data)) if !text => {
             let fits = (data.len() as u64) <= *limit;
             (fits && allowed.as_ref().is_none_or(|set| set.contains(data))).then_some(Value::Bytes(data))
         }
         _ => None,
+    }
+}
+
+/// What `feature` makes of an Arrow or JSON `field` (`nulls::Part`):
+/// `text` and `nullable` as `convert_batch` takes them for it.
+pub(crate) fn field_part<'a>(feature: &Feature, text: bool, nullable: bool, field: Field<'a>) -> Part<'a> {
+    let checked = || check(&feature.rule, text, field);
+    match field {
+        Field::Null if nullable => Part::Omitted,
+        // (only text, a Python str, can be one of the null texts)
+        Field::Text(data) => feature.part(Some(data), checked),
+        _ => feature.part(None, checked),
     }
 }
 
@@ -311,19 +326,9 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         let mut declined = false;
         for (position, (feature, array)) in plan.features.iter().zip(&features).enumerate() {
             let field = array.field(row)?;
-            let value = check(&feature.rule, text[position], field);
-            // A column holding an absent value is not checked whole (as
-            // the Python column path, whose statistics convert its values).
-            match (value, &mut checked[position]) {
-                (Some(found), Some(values)) => values.push(found),
-                (None, column) => *column = None,
-                _ => {}
-            }
-            if let Some(found) = &value {
-                table::put_entry(&mut entries, feature, found);
-            }
-            declined |= value.is_none() && !(field == Field::Null && nullable[position]);
-            values.push(value);
+            let part = field_part(feature, text[position], nullable[position], field);
+            declined |= part == Part::Declined;
+            values.push(part.record(feature, &mut entries, &mut checked[position]));
         }
         key.clear();
         let keyed = match (plan.key, key_column) {
@@ -436,9 +441,9 @@ mod tests {
         Plan {
             width: 3,
             features: vec![
-                Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: -5, hi: i64::MAX, allowed: None } },
-                Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: None } },
-                Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: 4, allowed: None } },
+                Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: -5, hi: i64::MAX, allowed: None }, nulls: None },
+                Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: None }, nulls: None },
+                Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: 4, allowed: None }, nulls: None },
             ],
             key,
         }

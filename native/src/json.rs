@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 
 use crate::arrow::{self, Field};
 use crate::json_scan::{scan_line, Json};
+use crate::nulls::Part;
 use crate::table::{self, Columns, Converted, Key, Plan, Rows, Value};
 
 /// What a line is to the reader.
@@ -305,20 +306,12 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
         entries.clear();
         values.clear();
         for (position, feature) in plan.features.iter().enumerate() {
-            let field = fields[feature.column];
-            let value = field.and_then(|field| arrow::check(&feature.rule, text[position], field));
-            // A column holding an absent value is not checked whole (as
-            // the Python column path, whose statistics convert its values).
-            match (value, &mut checked[position]) {
-                (Some(found), Some(column)) => column.push(found),
-                (None, column) => *column = None,
-                _ => {}
-            }
-            if let Some(found) = &value {
-                table::put_entry(&mut entries, feature, found);
-            }
-            declined |= value.is_none() && !(field == Some(Field::Null) && nullable[position]);
-            values.push(value);
+            // (None: a value the kernel does not model, which declines the row)
+            let part = fields[feature.column].map_or(Part::Declined, |field| {
+                arrow::field_part(feature, text[position], nullable[position], field)
+            });
+            declined |= part == Part::Declined;
+            values.push(part.record(feature, &mut entries, &mut checked[position]));
         }
         key.clear();
         let keyed = match plan.key {
@@ -411,8 +404,8 @@ mod tests {
         Plan {
             width: 2,
             features: vec![
-                Feature { name: b"n".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None } },
-                Feature { name: b"s".to_vec(), column: 1, rule: Rule::Text { limit: u64::MAX, allowed: None } },
+                Feature { name: b"n".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None }, nulls: None },
+                Feature { name: b"s".to_vec(), column: 1, rule: Rule::Text { limit: u64::MAX, allowed: None }, nulls: None },
             ],
             key: Key::Feature(0),
         }

@@ -19,10 +19,12 @@ pub mod text_stats;
 pub mod index;
 pub mod json;
 pub mod json_scan;
+pub mod nulls;
 pub mod run;
 pub mod run_order;
 pub mod scan;
 pub mod table;
+pub mod timestamp;
 pub mod walk;
 pub mod wire;
 
@@ -122,7 +124,8 @@ struct CsvPlan {
 
 /// One feature's rule from its Python description: ("int", lo, hi,
 /// allowed | None), ("float", lo, hi, allowed | None), ("text", limit |
-/// None, allowed | None[, as_str]) or ("label", labels).
+/// None, allowed | None[, as_str]), ("timestamp", nanoseconds per unit,
+/// naive text is UTC, allowed | None) or ("label", labels).
 fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
     let kind: String = rule.get_item(0)?.extract()?;
     Ok(match kind.as_str() {
@@ -140,6 +143,11 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
             limit: rule.get_item(1)?.extract::<Option<u64>>()?.unwrap_or(u64::MAX),
             allowed: rule.get_item(2)?.extract::<Option<HashSet<Vec<u8>>>>()?,
         },
+        "timestamp" => table::Rule::Timestamp(timestamp::TimestampRule {
+            per: rule.get_item(1)?.extract()?,
+            naive_utc: rule.get_item(2)?.extract()?,
+            allowed: rule.get_item(3)?.extract::<Option<HashSet<i64>>>()?,
+        }),
         "label" => {
             let labels: Vec<Vec<u8>> = rule.get_item(1)?.extract()?;
             // As Python's {label: i for i, label in ...}: a repeated label keeps its last id.
@@ -150,30 +158,60 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
     })
 }
 
+/// A feature's null texts from their Python description: (texts, blank,
+/// absent), absent "omit", "decline", ("int", value) or ("float", value):
+/// what a missing value makes of the row (`nulls::Absent`).
+fn nulls_from(nulls: &Bound<'_, PyAny>) -> PyResult<nulls::Nulls> {
+    let absent = nulls.get_item(2)?;
+    let absent = if let Ok(word) = absent.extract::<String>() {
+        match word.as_str() {
+            "omit" => nulls::Absent::Omit,
+            "decline" => nulls::Absent::Decline,
+            other => return Err(PyValueError::new_err(format!("unknown absent rule {other:?}"))),
+        }
+    } else {
+        let kind: String = absent.get_item(0)?.extract()?;
+        nulls::Absent::Default(match kind.as_str() {
+            "int" => table::Value::Int(absent.get_item(1)?.extract()?),
+            "float" => table::Value::Float(absent.get_item(1)?.extract()?),
+            other => return Err(PyValueError::new_err(format!("unknown default kind {other:?}"))),
+        })
+    };
+    Ok(nulls::Nulls {
+        texts: nulls.get_item(0)?.extract::<HashSet<Vec<u8>>>()?,
+        blank: nulls.get_item(1)?.extract()?,
+        absent,
+    })
+}
+
 #[pymethods]
 impl CsvPlan {
     /// width: the header's column count; features: (name, column, rule) in
     /// entry order; key: None, ("feature", position) or ("text", column);
     /// nullable: per feature, whether a null (Arrow input) leaves it out;
     /// salt: None, or the dataset's salt (`splits.dataset_salt`) under
-    /// which the convert calls give the rows' digests.
+    /// which the convert calls give the rows' digests; nulls: per feature,
+    /// None or its declared null texts (`nulls_from`).
     #[new]
-    #[pyo3(signature = (width, features, key=None, nullable=None, salt=None))]
+    #[pyo3(signature = (width, features, key=None, nullable=None, salt=None, nulls=None))]
     fn new(width: usize, features: Vec<(Vec<u8>, usize, Bound<'_, PyAny>)>, key: Option<(String, usize)>,
-           nullable: Option<Vec<bool>>, salt: Option<Vec<u8>>) -> PyResult<Self> {
+           nullable: Option<Vec<bool>>, salt: Option<Vec<u8>>, nulls: Option<Vec<Option<Bound<'_, PyAny>>>>)
+           -> PyResult<Self> {
         let nullable = nullable.unwrap_or_else(|| vec![false; features.len()]);
-        if nullable.len() != features.len() {
-            return Err(PyValueError::new_err("nullable must say one thing per feature"));
+        let nulls = nulls.unwrap_or_else(|| vec![None; features.len()]);
+        if nullable.len() != features.len() || nulls.len() != features.len() {
+            return Err(PyValueError::new_err("nullable and nulls must say one thing per feature"));
         }
         let mut compiled = Vec::with_capacity(features.len());
         let mut as_str = Vec::with_capacity(features.len());
-        for (name, column, rule) in features {
+        for ((name, column, rule), nulls) in features.into_iter().zip(nulls) {
             if column >= width {
                 return Err(PyValueError::new_err(format!("column {column} outside a header of {width}")));
             }
             let kind: String = rule.get_item(0)?.extract()?;
             as_str.push(kind == "text" && rule.len()? > 3 && rule.get_item(3)?.extract::<bool>()?);
-            compiled.push(table::Feature { name, column, rule: rule_from(&rule)? });
+            let nulls = nulls.map(|nulls| nulls_from(&nulls)).transpose()?;
+            compiled.push(table::Feature { name, column, rule: rule_from(&rule)?, nulls });
         }
         let key = match key {
             None => table::Key::None,

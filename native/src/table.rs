@@ -14,6 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use crate::csv_marks;
 use crate::digest::{RowHasher, DIGEST_SIZE};
+use crate::nulls::{Nulls, Part};
+use crate::timestamp::TimestampRule;
 use crate::wire;
 
 /// How one feature converts its field (the fast path's rules).
@@ -28,6 +30,8 @@ pub enum Rule {
     Text { limit: u64, allowed: Option<HashSet<Vec<u8>>> },
     /// int64 with a vocabulary: the exact label -> its id.
     Label { ids: HashMap<Vec<u8>, i64> },
+    /// timestamp: ISO 8601 text -> its count of the unit (`timestamp.rs`).
+    Timestamp(TimestampRule),
 }
 
 #[derive(Debug, Clone)]
@@ -35,6 +39,9 @@ pub struct Feature {
     pub name: Vec<u8>,
     pub column: usize,
     pub rule: Rule,
+    /// The feature's declared null texts, or None for the standard rule
+    /// (whose missing values Python converts).
+    pub nulls: Option<Nulls>,
 }
 
 /// What orders rows: nothing, a feature's checked number, or a column's text.
@@ -223,6 +230,7 @@ pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
             (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
         }
         Rule::Label { ids } => ids.get(field).map(|id| Value::Int(*id)),
+        Rule::Timestamp(rule) => rule.check(field).map(Value::Int),
     }
 }
 
@@ -455,17 +463,12 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
         start = fields.cut_row(run, row, start, &mut line)?;
         entries.clear();
         values.clear();
+        let mut declined = false;
         for (position, feature) in plan.features.iter().enumerate() {
-            let value = check(&feature.rule, line[feature.column]);
-            match (value, &mut checked[position]) {
-                (Some(found), Some(column)) => column.push(found),
-                (None, column) => *column = None,
-                _ => {}
-            }
-            if let Some(found) = &value {
-                put_entry(&mut entries, feature, found);
-            }
-            values.push(value);
+            let field = line[feature.column];
+            let part = feature.part(Some(field), || check(&feature.rule, field));
+            declined |= part == Part::Declined;
+            values.push(part.record(feature, &mut entries, &mut checked[position]));
         }
         key.clear();
         let keyed = match plan.key {
@@ -480,7 +483,7 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
             }
             Key::Text(_) => false,
         };
-        if keyed && values.iter().all(Option::is_some) {
+        if keyed && !declined {
             rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
         } else {
             rows.declined();
@@ -503,9 +506,9 @@ mod tests {
         Plan {
             width: 3,
             features: vec![
-                Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None } },
-                Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: None } },
-                Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: u64::MAX, allowed: None } },
+                Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None }, nulls: None },
+                Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: None }, nulls: None },
+                Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: u64::MAX, allowed: None }, nulls: None },
             ],
             key: Key::Feature(0),
         }

@@ -58,9 +58,9 @@ fn plan(key: Key) -> Plan {
     Plan {
         width: 3,
         features: vec![
-            Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None } },
-            Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: Some(vec![2.5, -0.0]) } },
-            Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: 8, allowed: Some(HashSet::from([b"abc".to_vec()])) } },
+            Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None }, nulls: None },
+            Feature { name: b"b".to_vec(), column: 1, rule: Rule::Float { lo: -3.0e38, hi: 3.0e38, allowed: Some(vec![2.5, -0.0]) }, nulls: None },
+            Feature { name: b"c".to_vec(), column: 2, rule: Rule::Text { limit: 8, allowed: Some(HashSet::from([b"abc".to_vec()])) }, nulls: None },
         ],
         key,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
 import os
@@ -153,6 +154,49 @@ def _jsonl_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     return config
 
 
+def _timestamped_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    """A CSV table with an ISO 8601 timestamp column (`Z`, offsets,
+    fractions, dates, naive text, impossible dates, hostile text) and
+    declared null texts (`source.csv.null_values` and a feature's own)."""
+    rng = random.Random(37)
+    bad_times = ["2024-02-30", "2024-01-01T25:00Z", "yesterday", " 2024-01-01", "2262-04-12Z",
+                 "2024-01-01T12:30.5Z", "-", "1e9"]
+    lines = ["id,when,count,score,label"]
+    for i in range(rows):
+        seconds = rng.randint(-2_000_000_000, 4_000_000_000)
+        when = (dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds)).isoformat()
+        shape = rng.random()
+        if shape < 0.6:
+            when += "." + str(rng.randint(0, 10**9 - 1)).zfill(9)[:rng.randint(1, 12)] + "Z"
+        elif shape < 0.7:
+            when += rng.choice(["+02:00", "-05:30", "+00:00"])
+        elif shape < 0.75:
+            when = when[:10]
+        fields = {"id": str(i), "when": when,
+                  "count": rng.choice(["NA", ""]) if rng.random() < 0.05 else
+                  str(rng.randint(-1000, 1000)),
+                  "score": "-" if rng.random() < 0.03 else repr(round(rng.uniform(-9, 9), 3)),
+                  "label": rng.choice(LABELS + ["NA"])}
+        if rng.random() < 0.02:
+            fields["when"] = rng.choice(bad_times + ["NA", ""])
+        lines.append(",".join(fields.values()))
+    table = directory / "table.csv"
+    table.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = directory / "table.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "native_check", "version": "1",
+        "source": {"type": "csv", "path": str(table), "csv": {"null_values": ["", "NA"]}},
+        "features": {"id": {"type": "int64"},
+                     "when": {"type": "timestamp", "unit": "ms"},
+                     "count": {"type": "int64", "required": False},
+                     "score": {"type": "float", "null_values": ["-"], "default": 0.5},
+                     "label": {"type": "int64", "vocabulary": LABELS, "required": False}},
+        "key": "id", "splits": {"train": 0.8, "test": 0.2},
+        "output": {"shard_size": "1MB", "shuffle": True},
+        "dead_letter": {"max_error_rate": 0.5}}, sort_keys=False))
+    return config
+
+
 @pytest.fixture(scope="module")
 def native_built():
     try:
@@ -161,11 +205,12 @@ def native_built():
         pytest.skip(f"the native extension is not built ({error})")
 
 
-@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl"])
+@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl", "timestamped"])
 def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
     make = {"flights": lambda: FLIGHTS, "table": lambda: _table(tmp_path, 20_000),
             "parquet": lambda: _parquet_table(tmp_path, 20_000),
-            "jsonl": lambda: _jsonl_table(tmp_path, 20_000)}
+            "jsonl": lambda: _jsonl_table(tmp_path, 20_000),
+            "timestamped": lambda: _timestamped_table(tmp_path, 20_000)}
     config = make[which]()
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)
