@@ -7,8 +7,9 @@ Writes the end-to-end benchmark's five-column table (`e2e_workloads.make_table`)
 as JSONL (`bench_native.write_jsonl`), then, in one process per path and
 in rounds (native, python[, baseline], native, ...), times what a build's
 read step and convert step do with it: ``read``: `read_range` of the
-whole file batched as a build batches it (`sources.outputs.batched`, 1000
-rows); ``read+convert``: the same, each batch converted
+whole file batched as a build batches it (`sources.outputs.batched`: by
+the bytes of the lines, or 1000 rows in an older checkout);
+``read+convert``: the same, each batch converted
 (`BatchConverter.convert_observed_batch`, labels counted, digests under a
 salt) as the build's convert step does. Statistics are left out (their
 own benchmark). Only functions every version has are called, so an older
@@ -31,7 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from e2e_workloads import LABELS, TABLE_FEATURES, make_table  # noqa: E402
 
-BATCH_SIZE = 1000
+BATCH_SIZE = 1000  # (rows of other sources: JSONL is cut by bytes)
 
 
 def _measure(table: str, repeat: int) -> dict:

@@ -22,12 +22,13 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.stats import FREQUENT_CAPACITY
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.readers import jsonl as jsonl_reader
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
 from recordforge.transforms.readers.rows import each_row
-from recordforge.transforms.sources.outputs import ROWS, batched
+from recordforge.transforms.sources.outputs import JSONL_BATCH_BYTES, ROWS, batched
 from recordforge.transforms.to_examples import BatchConversion
 
 KEYS = ["a", "b", "c", "d"]
@@ -154,33 +155,61 @@ def _same(one, other) -> bool:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=jsonl_files(), schema=schemas(), salt=st.one_of(st.none(), st.binary(max_size=64)),
-       batch_size=st.sampled_from([1, 3, 1000]))
+       batch_bytes=st.sampled_from([1, 40, 1 << 20]))
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, schema, salt,
-                                      batch_size):
+                                      batch_bytes):
     """The reader gives the same rows and dead letters with the kernel as
-    without, batched alike (`batched`); each batch converts alike on both
-    paths: the kernel's JsonlRunBatch and the plain list of SourceRows."""
+    without, batched alike (`batched`, by the bytes of their lines); each
+    batch converts alike on both paths and as the plain list of its
+    SourceRows."""
     path = tmp_path_factory.mktemp("jsonl") / "t.jsonl"
     path.write_bytes(data)
     with_kernel = _items(path, native)
-    assert _same(list(each_row(with_kernel)), _items(path, None))
-    native_out = list(batched(with_kernel, batch_size, "t"))
-    python_out = list(batched(_items(path, None), batch_size, "t"))
+    without = _items(path, None)
+    assert _same(list(each_row(with_kernel)), list(each_row(without)))
+    native_out = list(batched(with_kernel, 1000, "t", batch_bytes))
+    python_out = list(batched(without, 1000, "t", batch_bytes))
     assert _same([(tag, list(value) if tag == ROWS else value) for tag, value in native_out],
-                 python_out)
+                 [(tag, list(value) if tag == ROWS else value) for tag, value in python_out])
     specs, key, label = schema
-    for (tag, batch), (_, rows) in zip(native_out, python_out):
+    for (tag, batch), (_, python_batch) in zip(native_out, python_out):
         if tag != ROWS:
             continue
-        assert isinstance(batch, JsonlRunBatch)
+        assert isinstance(batch, JsonlRunBatch) and batch.lines == python_batch.lines
+        rows = list(python_batch)
         # (the rows a duplicate's dead letter names: lines need not be consecutive)
         assert [batch.row_number(at) for at in range(len(batch))] == [row.row for row in rows]
         assert _same(list(pickle.loads(pickle.dumps(batch))), rows)
         assert set(batch.column_names()) == {name for row in rows for name in row.values}
+        expected = outcome(_converter(specs, key, None, salt), specs, rows, label)
         assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
-                     outcome(_converter(specs, key, None, salt), specs, rows, label))
+                     expected)
+        assert _same(outcome(_converter(specs, key, None, salt), specs, python_batch, label),
+                     expected)
         # The columns a build watches for: seen alike (and the first row's named).
         assert _seen(batch, KEYS + ["e"]) == _seen(rows, KEYS + ["e"])
+
+
+def test_a_batch_holds_a_runs_bytes_of_lines_on_both_paths(native, tmp_path):
+    """A JSONL batch holds about a CSV run's bytes of lines (JSONL_BATCH_BYTES),
+    cut at the same lines with the kernel and without: many more rows of
+    free text than the statistics' text capacity, so that a batch's text
+    partial is purged before it is merged, not carried whole."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"id": at, "text": f"free text {at} " + "x" * 60}) + "\n"
+                            for at in range(15000)))
+    cuts = []
+    for kernels in (native, None):
+        batches = [value for tag, value in batched(_items(path, kernels), 1000, "t")
+                   if tag == ROWS]
+        assert sum(map(len, batches)) == 15000
+        longest = max(len(line) for batch in batches for line in batch.lines)
+        *whole, rest = batches
+        assert whole and all(JSONL_BATCH_BYTES <= batch.num_bytes < JSONL_BATCH_BYTES + longest
+                             and len(batch) > FREQUENT_CAPACITY for batch in whole)
+        assert rest.num_bytes < JSONL_BATCH_BYTES
+        cuts.append([batch.rows for batch in batches])
+    assert cuts[0] == cuts[1]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,7 +222,7 @@ def test_byte_ranges_read_the_same_rows(native, tmp_path_factory, data, cut):
     cut = min(cut, len(data))
     for start, end in ((0, cut), (cut, None)):
         assert _same(list(each_row(_items(path, native, start, end))),
-                     _items(path, None, start, end))
+                     list(each_row(_items(path, None, start, end))))
 
 
 def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome, tmp_path):
@@ -216,7 +245,7 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
     assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"] and texts == {"s": ["aé😀\n", "é"]}
     assert len(digests) == 32
     outcome(converter, specs, batch, "n")
-    assert batch._values == {}
+    assert batch._values is None
 
 
 def test_declined_rows_are_pythons_dead_letters(native, outcome, tmp_path):

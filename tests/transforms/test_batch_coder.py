@@ -7,6 +7,7 @@ from apache_beam.coders import registry
 
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms.batch_coder import BatchCoder, estimated_size
+from recordforge.transforms.readers.jsonl import JsonlRunBatch
 from recordforge.transforms.readers.rows import ColumnBatch, SourceRow
 from recordforge.transforms.splits import HashedExamples
 from recordforge.transforms.sources import ReadTable
@@ -49,9 +50,12 @@ def test_size_of_a_small_value_is_its_pickled_size():
 
 def test_size_of_a_batch_is_estimated_close_to_its_pickled_size():
     examples = HashedExamples([(str(i).encode(), b"x" * (100 + i % 7)) for i in range(5000)])
-    for value in (examples, _column_batch(5000)):
+    lines = [b'{"id": %d, "text": "%s"}' % (i, b"x" * (40 + i % 7)) for i in range(5000)]
+    jsonl = JsonlRunBatch("t", lines, list(range(1, 5001)))
+    for value in (examples, _column_batch(5000), jsonl):
         actual = len(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
         assert 0.8 * actual <= estimated_size(value) <= 1.25 * actual
+    assert jsonl._values is None  # (estimated without parsing its rows)
 
 
 def test_a_batch_is_estimated_from_a_few_rows_not_pickled_whole():

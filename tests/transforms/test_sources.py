@@ -19,7 +19,9 @@ from PIL import Image
 from recordforge.transforms import sources
 from recordforge.transforms.readers import csv as csv_reader, image_items, listing, tables
 from recordforge.transforms.readers.images import ImageOptions
+from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
 from recordforge.transforms.readers.rows import each_row
+from recordforge.transforms.sources.outputs import COUNTS, DEAD, ROWS, batched
 
 
 def encode(im, fmt, **params):
@@ -257,6 +259,43 @@ def test_read_table_csv_corpus(csv_corpus):
 def test_read_table_multi_processing(csv_corpus):
     run_csv(csv_corpus, PipelineOptions(["--direct_running_mode=multi_processing",
                                          "--direct_num_workers=2"]))
+
+
+def test_jsonl_batches_are_joined_and_cut_by_the_bytes_of_their_lines():
+    """JSONL rows come in runs or single lines and go on in batches cut by
+    the bytes of their lines, each ending with the line that brings it to
+    the bound; the values already read go with their rows."""
+    lines = [b'{"a": %d}' % at for at in range(10)]  # 8 bytes each
+    pieces = [JsonlRunBatch("t", lines[:3], [1, 2, 3]),
+              JsonlRunBatch("t", lines[3:4], [5], [{"a": 3}]),
+              JsonlRunBatch("t", lines[4:], list(range(6, 12)))]
+    whole = JsonlRunBatch.concatenated(pieces)
+    assert whole.lines == lines and whole.rows == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    assert whole.num_bytes == 80
+    batches, rest = whole.cut(20)
+    assert [batch.rows for batch in batches] == [[1, 2, 3], [5, 6, 7], [8, 9, 10]]
+    assert rest.rows == [11]
+    assert batches[1]._values == [{"a": 3}, None, None]
+    assert [row.values for row in batches[1]] == [{"a": 3}, {"a": 4}, {"a": 5}]
+    assert whole.cut(80) == ([whole], None) and whole.cut(81) == ([], whole)
+    with pytest.raises(ValueError):
+        JsonlRunBatch.concatenated([pieces[0], JsonlRunBatch("u", lines[:1], [1])])
+
+
+def test_jsonl_rows_are_batched_by_bytes_without_the_kernel(tmp_path, monkeypatch):
+    """Without the native kernels the reader gives each row as a batch of
+    one line with its values, so its rows are batched as the kernel's runs
+    are: by the bytes of their lines, not their number."""
+    monkeypatch.setattr("recordforge.transforms.readers.jsonl.kernels", lambda: None)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(b'{"a": %d}\n' % at for at in range(10)) + b"[1]\n")
+    items = list(iter_jsonl(str(path), source="t", columns=True))
+    assert all(isinstance(item, JsonlRunBatch) and item._values is not None
+               for item in items[:10])
+    out = list(batched(items, 1000, "t", 20))
+    assert [(tag, value.rows if tag == ROWS else value) for tag, value in out] == [
+        (ROWS, [1, 2, 3]), (ROWS, [4, 5, 6]), (ROWS, [7, 8, 9]), (DEAD, items[10]),
+        (ROWS, [10]), (COUNTS, ("t", 11))]
 
 
 def test_read_table_memory_filesystem_jsonl():

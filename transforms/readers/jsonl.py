@@ -22,6 +22,8 @@ statistics read).
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate, chain, repeat
 from typing import Iterator
 
 import fsspec
@@ -55,8 +57,9 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
     read dead letter per bad one: ``json_invalid`` (not JSON, not an object, or
     nested deeper than 64 levels), ``invalid_utf8``; ``empty_file`` and
     ``read_error`` stand for the whole file (or its unread rest). `start_line`,
-    `fs`, `source`: as for `iter_csv`. With `columns`, where the native
-    kernels run, rows come as `JsonlRunBatch`es (the same rows, in order).
+    `fs`, `source`: as for `iter_csv`. With `columns`, rows come as
+    `JsonlRunBatch`es (the same rows, in order): runs of lines where the
+    native kernels run, else one line each (its values already read).
     """
     fs, fs_path, source = resolve(path, fs, source)
     cursor = Cursor(0, 1)
@@ -78,7 +81,11 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
                     return
                 seen_any = True
                 row = _jsonl_row(raw, source, line_no, line_start == 0)
-                if row is not None:
+                if columns and isinstance(row, SourceRow):
+                    # A row as the kernel's path gives it, so that both are
+                    # batched by the bytes of their lines alike.
+                    yield JsonlRunBatch(source, [raw], [line_no], [row.values])
+                elif row is not None:
                     yield row
             if start <= 0 and not seen_any:
                 yield empty_file(source)
@@ -134,7 +141,7 @@ def _python_rows(lines: list[bytes], line_no: int, source: str):
     for at, raw in enumerate(lines, line_no):
         row = _jsonl_row(raw, source, at, at == 1)
         if isinstance(row, SourceRow):
-            yield JsonlRunBatch(source, [raw], [at])
+            yield JsonlRunBatch(source, [raw], [at], [row.values])
         elif row is not None:
             yield row
 
@@ -144,39 +151,75 @@ class JsonlRunBatch(ColumnBatch):
     line numbers (`rows`), which need not be consecutive. The native table
     kernel converts their lines in one call (`transforms/native_rows.py`);
     the rows' Python values are parsed (`_jsonl_row`, as the reader without
-    the kernel) only when something asks for them, so the batch equals the
-    SourceRows the plain reader gives, and pickles as its lines. The reader
-    gives runs of lines; `sources.outputs.batched` joins and cuts them into
-    batches of the rows a list of SourceRows would hold (`joined`,
-    `sliced`), so that every batch, and so every statistic, is the same on
-    both paths. Unlike a CSV run, rows need not hold the same keys: `row`
+    the kernel) only when something asks for them (`values`: those already
+    parsed, None where not), so the batch equals the SourceRows the plain
+    reader gives, and pickles as its lines. The reader gives runs of lines,
+    or single lines; `sources.outputs.batched` joins and cuts them into
+    batches by the bytes of their lines (`concatenated`, `cut`), which both
+    paths see alike, so that every batch, and so every statistic, is the
+    same on both. Unlike a CSV run, rows need not hold the same keys: `row`
     gives each line's own object."""
 
     __slots__ = ("lines", "rows", "_values")
 
-    def __init__(self, source: str, lines: list[bytes], rows: list[int]):
-        if len(lines) != len(rows):
-            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers")
+    def __init__(self, source: str, lines: list[bytes], rows: list[int],
+                 values: list[dict | None] | None = None):
+        if len(lines) != len(rows) or (values is not None and len(values) != len(lines)):
+            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers"
+                             f"{'' if values is None else f' and {len(values)} values'}")
         self.source, self.first_row, self._size = source, rows[0] if rows else 1, len(lines)
         self.lines, self.rows = lines, rows
-        self._values: dict[int, dict] = {}
+        self._values = values
 
     @property
     def run(self) -> bytes:
         """The lines, LF between them, as the kernel takes them."""
         return b"\n".join(self.lines)
 
-    def joined(self, other: "JsonlRunBatch") -> "JsonlRunBatch":
-        """The rows of this batch, then those of `other` (of the same file)."""
-        if other.source != self.source:
-            raise ValueError(f"rows of {other.source} joined to rows of {self.source}")
-        return JsonlRunBatch(self.source, self.lines + other.lines, self.rows + other.rows)
+    @property
+    def num_bytes(self) -> int:
+        """The bytes of its lines (without their LFs): what a batch is cut by."""
+        return sum(map(len, self.lines))
+
+    @classmethod
+    def concatenated(cls, batches: list["JsonlRunBatch"]) -> "JsonlRunBatch":
+        """The rows of `batches` (of one file), in order, as one batch."""
+        first = batches[0]
+        if len(batches) == 1:
+            return first
+        for other in batches:
+            if other.source != first.source:
+                raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
+        values = None
+        if any(batch._values is not None for batch in batches):
+            values = list(chain.from_iterable(
+                batch._values if batch._values is not None else repeat(None, len(batch))
+                for batch in batches))
+        return cls(first.source, list(chain.from_iterable(batch.lines for batch in batches)),
+                   list(chain.from_iterable(batch.rows for batch in batches)), values)
+
+    def cut(self, batch_bytes: int) -> tuple[list["JsonlRunBatch"], "JsonlRunBatch | None"]:
+        """(batches, rest): the rows in batches of at least `batch_bytes` bytes
+        of lines, each ending with the line that brings it there, and the
+        rows after the last of them (fewer bytes; None when there are none)."""
+        ends = list(accumulate(map(len, self.lines)))
+        batches, start, base = [], 0, 0
+        while True:
+            last = bisect_left(ends, base + batch_bytes, lo=start)
+            if last == len(ends):
+                break
+            batches.append(self.sliced(start, last + 1))
+            start, base = last + 1, ends[last]
+        return batches, self.sliced(start, len(ends)) if start < len(ends) else None
 
     def sliced(self, start: int, stop: int) -> "JsonlRunBatch":
-        return JsonlRunBatch(self.source, self.lines[start:stop], self.rows[start:stop])
+        if start == 0 and stop >= self._size:
+            return self
+        return JsonlRunBatch(self.source, self.lines[start:stop], self.rows[start:stop],
+                             None if self._values is None else self._values[start:stop])
 
     def _row_values(self, index: int) -> dict:
-        values = self._values.get(index)
+        values = self._values[index] if self._values is not None else None
         if values is None:
             line_no = self.rows[index]
             row = _jsonl_row(self.lines[index], self.source, line_no, line_no == 1)
@@ -186,6 +229,8 @@ class JsonlRunBatch(ColumnBatch):
                 # RECORDFORGE_PURE_PYTHON=1 reads the file without it.
                 raise RuntimeError(f"{self.source} line {line_no}: read as a row, "
                                    "refused when its values were asked for")
+            if self._values is None:
+                self._values = [None] * self._size
             values = self._values[index] = row.values
         return values
 

@@ -13,7 +13,7 @@ Each is applied to a pipeline (``p | ReadTable(...)``) and returns
 
 * ``rows``: RowBatch elements, ``list[SourceRow]`` of up to `batch_size` rows,
   or a `ColumnBatch` (the rows of a plain CSV block or a Parquet record batch,
-  column by column; it iterates as SourceRows);
+  column by column, or JSONL lines of about 1 MiB; it iterates as SourceRows);
 * ``dead_letter``: one dead-letter dict per input row that could not be read;
 * ``counts``: ``(source, rows_read)`` pairs; every input row is counted once,
   whether it became a SourceRow or a dead letter, so their sum is the number of

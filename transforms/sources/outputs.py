@@ -15,16 +15,20 @@ import apache_beam as beam
 from ...schemas.dead_letters import counted_rows
 from ..batch_coder import Batch
 from ..readers.jsonl import JsonlRunBatch
+from ..readers.ranges import BLOCK
 from ..readers.rows import ColumnBatch, SourceRow
 from ..tagged import select
 
-__all__ = ["COUNTS", "DEAD", "ROWS", "UNIT", "ReadOutputs", "SplitTagged", "batched",
-           "passed_on"]
+__all__ = ["COUNTS", "DEAD", "JSONL_BATCH_BYTES", "ROWS", "UNIT", "ReadOutputs", "SplitTagged",
+           "batched", "passed_on"]
 
 ROWS = "rows"
 DEAD = "dead_letter"
 COUNTS = "counts"
 UNIT = "unit"
+
+# A JSONL batch holds about the bytes of a CSV run (a block of lines).
+JSONL_BATCH_BYTES = BLOCK
 
 
 class ReadOutputs(NamedTuple):
@@ -35,26 +39,33 @@ class ReadOutputs(NamedTuple):
     counts: beam.PCollection
 
 
-def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str):
+def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str,
+            jsonl_batch_bytes: int = JSONL_BATCH_BYTES):
     """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
     as it comes; the JSONL reader's `JsonlRunBatch`es joined and cut into
-    batches of `batch_size` rows, as its rows would be), dead letters one by one, and finally ``(source, number of
-    rows)`` for the counts: the rows read and the rows the dead letters
-    stand for (`counted_rows`: a whole file that cannot be read may stand
-    for many)."""
+    batches of `jsonl_batch_bytes` bytes of lines, `JsonlRunBatch.cut`),
+    dead letters one by one, and finally ``(source, number of rows)`` for
+    the counts: the rows read and the rows the dead letters stand for
+    (`counted_rows`: a whole file that cannot be read may stand for many)."""
     batch: list[SourceRow] = []
-    held = None  # JSONL rows not yet in a batch (a JsonlRunBatch)
+    held: list[JsonlRunBatch] = []  # JSONL rows not yet in a batch
+    held_bytes = 0
     seen = 0
     for item in items:
         if isinstance(item, JsonlRunBatch):
-            # The JSONL reader's rows, batched as single rows are, so that
-            # a batch holds the same rows with the kernel as without.
+            # Cut by the bytes of the lines, as CSV's runs are, and alike
+            # with the kernel (runs of lines) and without (single lines):
+            # a batch of free text is then well past the statistics'
+            # capacity, so its partial is purged before it is merged.
             seen += len(item)
-            held = item if held is None else held.joined(item)
-            whole = len(held) - len(held) % batch_size
-            for start in range(0, whole, batch_size):
-                yield ROWS, held.sliced(start, start + batch_size)
-            held = held.sliced(whole, len(held)) if whole else held
+            held.append(item)
+            held_bytes += item.num_bytes
+            if held_bytes >= jsonl_batch_bytes:
+                whole, rest = JsonlRunBatch.concatenated(held).cut(jsonl_batch_bytes)
+                for cut in whole:
+                    yield ROWS, cut
+                held = [rest] if rest is not None else []
+                held_bytes = rest.num_bytes if rest is not None else 0
             continue
         if isinstance(item, ColumnBatch):
             seen += len(item)
@@ -73,7 +84,7 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
     if batch:
         yield ROWS, batch
     if held:
-        yield ROWS, held
+        yield ROWS, JsonlRunBatch.concatenated(held)
     yield COUNTS, (source, seen)
 
 
