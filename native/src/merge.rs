@@ -17,6 +17,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use crate::run_order::head;
 use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::guarded;
+use crate::run::gathered_slices;
 
 /// One sorted slice: each row's key and framed record.
 pub struct SortedSlice<'a> {
@@ -114,32 +115,32 @@ fn packed_sizes(bytes: &[u8]) -> Result<Vec<usize>, String> {
 
 /// Cuts `blob` into consecutive pieces of `sizes` bytes, which must add up
 /// to its length.
-fn pieces<'a>(blob: &'a [u8], sizes: &[usize], what: &str) -> Result<Vec<&'a [u8]>, String> {
+fn pieces<'a>(blob: &'a [u8], sizes: &[usize]) -> Result<Vec<&'a [u8]>, String> {
     let mut cut = Vec::with_capacity(sizes.len());
     let mut start = 0usize;
     for size in sizes {
         let end = start.checked_add(*size).filter(|end| *end <= blob.len())
-            .ok_or_else(|| format!("{what}: the sizes run past the {} bytes", blob.len()))?;
+            .ok_or_else(|| format!("the record sizes run past the {} bytes", blob.len()))?;
         cut.push(&blob[start..end]);
         start = end;
     }
     if start != blob.len() {
-        return Err(format!("{what}: the sizes cover {start} of {} bytes", blob.len()));
+        return Err(format!("the record sizes cover {start} of {} bytes", blob.len()));
     }
     Ok(cut)
 }
 
-/// A slice from its keys back to back, cut by `key_sizes`, and its framed
-/// records back to back, cut by `record_sizes`.
-pub fn slice_from<'a>(keys: &'a [u8], key_sizes: &[usize], records: &'a [u8], record_sizes: &[usize])
+/// A slice from its keys and its framed records back to back, cut by
+/// `record_sizes`.
+pub fn slice_from<'a>(keys: Vec<&'a [u8]>, records: &'a [u8], record_sizes: &[usize])
                       -> Result<SortedSlice<'a>, String> {
     if let Some(size) = record_sizes.iter().find(|size| **size < HEADER_SIZE + FOOTER_SIZE) {
         return Err(format!("a framed record of {size} bytes"));
     }
-    if key_sizes.len() != record_sizes.len() {
-        return Err(format!("{} keys for {} records", key_sizes.len(), record_sizes.len()));
+    if keys.len() != record_sizes.len() {
+        return Err(format!("{} keys for {} records", keys.len(), record_sizes.len()));
     }
-    Ok(SortedSlice { keys: pieces(keys, key_sizes, "keys")?, records: pieces(records, record_sizes, "records")? })
+    Ok(SortedSlice { keys, records: pieces(records, record_sizes)? })
 }
 
 /// The bytes of a contiguous buffer, for as long as `buffer` lives (as
@@ -156,20 +157,30 @@ fn held_bytes<'b>(py: Python<'_>, buffer: &'b PyBuffer<u8>) -> PyResult<&'b [u8]
     Ok(unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) })
 }
 
+/// `merged_order(slices) -> order | None`: `merged_order` of slices given
+/// as ``(keys, records, record_sizes)``: a list of bytes, the framed
+/// records back to back and their sizes (packed little-endian int64); the
+/// positions packed as little-endian int64. None when a slice is not in
+/// order or a key is not bytes (the caller sorts); records that do not
+/// agree with their sizes are a ValueError.
 #[pyfunction(name = "merged_order")]
 pub fn py_merged_order<'py>(py: Python<'py>, slices: &Bound<'py, PyList>)
                             -> PyResult<Option<Bound<'py, PyBytes>>> {
     let mut buffers = Vec::with_capacity(slices.len());
+    let mut keys = Vec::with_capacity(slices.len());
     for item in slices.iter() {
         let item = item.downcast::<PyTuple>()?;
-        buffers.push((item.get_item(0)?.extract::<PyBuffer<u8>>()?, item.get_item(1)?.extract::<PyBuffer<u8>>()?,
-                      item.get_item(2)?.extract::<PyBuffer<u8>>()?, item.get_item(3)?.extract::<PyBuffer<u8>>()?));
+        let list = item.get_item(0)?;
+        let every: Vec<usize> = (0..list.downcast::<PyList>()?.len()).collect();
+        // The owners are kept (`keys`) while their slices are read.
+        let Some(found) = gathered_slices(list.downcast::<PyList>()?, &every)? else { return Ok(None) };
+        keys.push(found);
+        buffers.push((item.get_item(1)?.extract::<PyBuffer<u8>>()?, item.get_item(2)?.extract::<PyBuffer<u8>>()?));
     }
     let mut sorted = Vec::with_capacity(buffers.len());
-    for (keys, key_sizes, records, record_sizes) in &buffers {
-        let key_sizes = packed_sizes(held_bytes(py, key_sizes)?).map_err(PyValueError::new_err)?;
+    for ((records, record_sizes), (_, key_slices)) in buffers.iter().zip(&keys) {
         let record_sizes = packed_sizes(held_bytes(py, record_sizes)?).map_err(PyValueError::new_err)?;
-        sorted.push(slice_from(held_bytes(py, keys)?, &key_sizes, held_bytes(py, records)?, &record_sizes)
+        sorted.push(slice_from(key_slices.clone(), held_bytes(py, records)?, &record_sizes)
             .map_err(PyValueError::new_err)?);
     }
     let Some(order) = guarded(AssertUnwindSafe(|| merged_order(&sorted)))? else { return Ok(None) };
@@ -216,11 +227,12 @@ mod tests {
 
     #[test]
     fn buffers_that_disagree_are_refused() {
-        assert!(slice_from(&[0; 2], &[1, 1], &[0; 16], &[16]).is_err());
-        assert!(slice_from(&[0; 2], &[2], &[0; 16], &[15]).is_err());
-        assert!(slice_from(&[0; 2], &[2], &[0; 17], &[16]).is_err());
-        assert!(slice_from(&[0; 2], &[3], &[0; 16], &[16]).is_err());
-        assert!(slice_from(&[0; 2], &[2], &[0; 16], &[16]).is_ok());
+        let key: &[u8] = b"k";
+        assert!(slice_from(vec![key, key], &[0; 16], &[16]).is_err());
+        assert!(slice_from(vec![key], &[0; 16], &[15]).is_err());
+        assert!(slice_from(vec![key], &[0; 17], &[16]).is_err());
+        assert!(slice_from(vec![key], &[0; 15], &[16]).is_err());
+        assert!(slice_from(vec![key], &[0; 16], &[16]).is_ok());
         assert!(packed_sizes(&(-1i64).to_le_bytes()).is_err());
     }
 
@@ -238,10 +250,10 @@ mod tests {
 
         #[test]
         fn hostile_sizes_are_refused_not_followed(
-            keys in proptest::collection::vec(any::<u8>(), 0..40), records in proptest::collection::vec(any::<u8>(), 0..80),
-            key_sizes in proptest::collection::vec(0usize..10, 0..6),
+            keys in 0usize..6, records in proptest::collection::vec(any::<u8>(), 0..80),
             record_sizes in proptest::collection::vec(0usize..40, 0..6)) {
-            if let Ok(slice) = slice_from(&keys, &key_sizes, &records, &record_sizes) {
+            let key: &[u8] = b"k";
+            if let Ok(slice) = slice_from(vec![key; keys], &records, &record_sizes) {
                 prop_assert_eq!(slice.keys.len(), record_sizes.len());
                 prop_assert!(merged_order(&[slice]).is_some() || record_sizes.len() > 1);
             }

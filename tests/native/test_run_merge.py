@@ -75,3 +75,9 @@ def test_buffers_that_disagree_are_refused(native, monkeypatch):
 def test_without_the_kernel_the_caller_sorts(monkeypatch):
     monkeypatch.setattr(run_merge, "kernels", lambda: None)
     assert run_merge.merged_positions([_slice([(b"k", b"e")])]) is None
+
+
+def test_keys_not_bytes_are_left_to_the_sort(native, monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    rows = _slice([(b"k", b"e")])
+    assert run_merge.merged_positions([rows, rows._replace(keys=["k"])]) is None
