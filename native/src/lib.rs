@@ -20,6 +20,7 @@ pub mod index;
 pub mod json;
 pub mod json_scan;
 pub mod nulls;
+pub mod merge;
 pub mod run;
 pub mod run_order;
 pub mod scan;
@@ -517,6 +518,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_framed_sizes, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_key_nones, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
+    module.add_function(wrap_pyfunction!(merge::py_merged_order, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_lone_carriage_return, module)?)?;
     module.add_function(wrap_pyfunction!(json::jsonl_segments, module)?)?;

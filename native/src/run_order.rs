@@ -17,7 +17,7 @@ use crate::{gathered, guarded, with_bytes};
 
 /// The first 8 bytes of `key` (zero-padded) as one big-endian integer: its
 /// byte order, where those bytes differ.
-fn head(key: &[u8]) -> u64 {
+pub(crate) fn head(key: &[u8]) -> u64 {
     let mut bytes = [0u8; 8];
     let take = key.len().min(8);
     bytes[..take].copy_from_slice(&key[..take]);

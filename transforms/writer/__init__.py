@@ -17,6 +17,7 @@ A row's way through the wing, module by module (lowest level last)::
     |     |                  cache's pieces)
     |     +-- run_kernel     the same run file written by the native kernels
     |     +-- sorting        a bucket's rows sorted from its runs
+    |     +-- run_merge      a key-ordered bucket's runs merged natively
     +-- shuffle_exchange  other runners: rows meet their bucket through the
           |               runner's shuffle
           +-- shuffle_steps    packing rows for the shuffle, writing shards

@@ -46,6 +46,7 @@ from .cells import interior_unit
 from .elements import BucketChunks, BucketRange, Chunk, RunInfo
 from .ratio_sample import bound_key, ratio_sample_of, ratio_sample_rows
 from .row_order import sorted_order, sorted_positions
+from .run_merge import merged_positions
 from .run_format import (
     BLOCK,
     KEY_IS_EXAMPLE,
@@ -242,8 +243,8 @@ def _read_in_order(bucket: BucketRange, parts: list[RunFile]) -> _Ordered:
     width = fixed.pop() if len(fixed) == 1 else KEY_VARIABLE
     if width == KEY_IS_EXAMPLE:
         width = KEY_VARIABLE
-    # One sorted slice is in order as it is.
-    return _Ordered(slices, width, presorted=len(slices) == 1)
+    # Each run's slice is in order: one is as it is, several are merged.
+    return _Ordered(slices, width, sorted_slices=True)
 
 
 class _Ordered:
@@ -254,7 +255,8 @@ class _Ordered:
     slices' keys are numpy arrays of fixed-width bytes (> 0), or lists of
     bytes. `records` gives them as one Arrow array, made once."""
 
-    def __init__(self, slices: Sequence[RunSlice], key_width: int, *, presorted: bool = False):
+    def __init__(self, slices: Sequence[RunSlice], key_width: int, *,
+                 sorted_slices: bool = False):
         self.slices = list(slices)
         self._records: tuple | None = None
         if not self.slices:
@@ -264,7 +266,11 @@ class _Ordered:
         self.sizes = np.concatenate([rows.sizes for rows in self.slices])
         self.sources = np.repeat(np.arange(len(self.slices)),
                                  [len(rows.sizes) for rows in self.slices])
-        self.order = None if presorted and len(self.slices) == 1 else self._sort(key_width)
+        if sorted_slices and len(self.slices) == 1:
+            self.order = None
+            return
+        merged = merged_positions(self.slices) if sorted_slices and key_width <= 0 else None
+        self.order = merged if merged is not None else self._sort(key_width)
 
     def _sort(self, key_width: int) -> np.ndarray:
         views = [rows.data for rows in self.slices]

@@ -1,0 +1,83 @@
+"""The merge of sorted run slices (`run_merge`) against the sort it replaces, position for position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from recordforge.transforms.tfrecord import frame_records
+from recordforge.transforms.writer import run_merge, sorting
+from recordforge.transforms.writer.run_format import KEY_VARIABLE, RunSlice
+
+# Small alphabets: keys and examples that tie, whole or in part, NUL bytes too.
+_bytes = st.binary(max_size=10).map(lambda data: bytes(b % 3 for b in data))
+
+
+def _slice(rows: list[tuple[bytes, bytes]], fixed: int = 0) -> RunSlice:
+    """A run slice of (key, example) rows: keys of `fixed` bytes in a numpy
+    array (0: a list of bytes), framed records back to back."""
+    records = [frame_records([example]) for _, example in rows]
+    keys = [key for key, _ in rows]
+    if fixed:
+        keys = np.array(keys, dtype=f"S{fixed}")
+    return RunSlice(keys, memoryview(b"".join(records)),
+                    np.array([len(record) for record in records], dtype=np.int64))
+
+
+def _reference(slices) -> list[int]:
+    """The sort the merge replaces (`row_order`, through `_Ordered`)."""
+    if not slices:
+        return []
+    return np.asarray(sorting._Ordered(slices, KEY_VARIABLE)._sort(KEY_VARIABLE)).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(drawn=st.lists(st.lists(st.tuples(_bytes, _bytes), max_size=12), max_size=6),
+       in_order=st.booleans())
+def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order):
+    """Slices in order merge to the sort's very positions (ties in slice,
+    then row order); a slice out of order gives None, and `_Ordered`
+    sorts instead."""
+    if in_order:
+        drawn = [sorted(rows) for rows in drawn]
+    slices = [_slice(rows) for rows in drawn]
+    expected = _reference(slices)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_merge, "kernels", lambda: native)
+        merged = run_merge.merged_positions(slices)
+        ordered = sorting._Ordered(slices, KEY_VARIABLE, sorted_slices=len(slices) > 1)
+    if all(rows == sorted(rows) for rows in drawn):
+        assert merged is not None and merged.tolist() == expected
+    else:
+        assert merged is None
+    assert (ordered.order is None and not slices) or ordered.order.tolist() == expected
+
+
+def test_mixed_key_kinds_merge_as_the_bytes_python_compares(native, monkeypatch):
+    """A fixed-width slice among variable ones (no shuffle): numpy gives its
+    keys without their trailing NULs, and both paths compare those."""
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    slices = [_slice([(b"a", b"2"), (b"b\0", b"1")], fixed=2), _slice([(b"a\0", b"1"), (b"b", b"0")])]
+    assert run_merge.merged_positions(slices).tolist() == _reference(slices) == [0, 2, 3, 1]
+
+
+def test_buffers_that_disagree_are_refused(native, monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    good = _slice([(b"k", b"e")])
+    with pytest.raises(ValueError):
+        run_merge.merged_positions([good._replace(sizes=good.sizes + 1)])
+    with pytest.raises(ValueError):
+        run_merge.merged_positions([good._replace(sizes=np.array([3], dtype=np.int64),
+                                                  data=memoryview(b"abc"))])
+
+
+def test_without_the_kernel_the_caller_sorts(monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: None)
+    assert run_merge.merged_positions([_slice([(b"k", b"e")])]) is None
+
+
+def test_keys_not_bytes_are_left_to_the_sort(native, monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    rows = _slice([(b"k", b"e")])
+    assert run_merge.merged_positions([rows, rows._replace(keys=["k"])]) is None

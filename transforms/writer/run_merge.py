@@ -1,0 +1,44 @@
+"""The order of a bucket's rows read from sorted runs: a merge, in the native kernel.
+
+No Beam. Every run holds its rows in ``(key, example)`` order
+(`run_format`), so a bucket's slice of each run is in order too, and the
+bucket's order is a k-way merge of its slices (`merged_order` of the
+extension: about log2(slices) comparisons a row) rather than a sort of
+every row again. The reference is that sort (`sorting._Ordered`, by
+`row_order`): the merge gives the very same positions, rows equal in key
+and example in slice order, then row order, as the stable sort leaves
+them.
+
+Only keys of any width (key-ordered output) are merged: their sort
+compares keys and examples in Python (0.75 CPU-s for 666k rows from 4
+runs, the merge 0.09). Fixed-width keys (digests) stay with numpy's sort
+of their first 8 bytes, which took less time than this merge (9 against
+16 ms for a bucket of 237k rows from 23 runs).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ...schemas.native import kernels
+from .run_format import RunSlice
+
+__all__ = ["merged_positions"]
+
+
+def merged_positions(slices: Sequence[RunSlice]) -> np.ndarray | None:
+    """The positions of the rows of `slices` (numbered in slice order) in
+    ``(key, example)`` order, merged by the native kernel, the slices'
+    keys being bytes (a list, or numpy's fixed-width bytes, given without
+    their trailing NULs as Python compares them) and each slice in that
+    order already; None where the kernel is absent, a key is not bytes or
+    a slice is not in order (the caller sorts)."""
+    native = kernels()
+    if native is None:
+        return None
+    given = [(rows.keys if isinstance(rows.keys, list) else list(rows.keys), rows.data,
+              np.ascontiguousarray(rows.sizes, dtype="<i8").view(np.uint8)) for rows in slices]
+    order = native.merged_order(given)
+    return None if order is None else np.frombuffer(order, dtype="<i8").astype(np.int64)
