@@ -25,6 +25,7 @@ from apache_beam import typehints
 from apache_beam.coders import coder_impl
 
 from .readers.rows import ColumnBatch
+from .splits import ExampleRows
 
 __all__ = ["Batch", "BatchCoder", "TaggedBatch", "estimated_size"]
 
@@ -43,13 +44,13 @@ TaggedBatch = typehints.Tuple[str, Batch]
 
 def estimated_size(value: Any) -> int:
     """Bytes `value` takes pickled: measured for a small value, estimated
-    from the first `_SAMPLE_ROWS` rows for a larger batch (a list or a
-    ColumnBatch)."""
+    from the first `_SAMPLE_ROWS` rows for a larger batch (a list, an
+    ExampleRows or a ColumnBatch)."""
     if isinstance(value, ColumnBatch) and len(value) > _SAMPLE_ROWS:
         head = ColumnBatch(value.source, value.first_row,
                            {name: rows[:_SAMPLE_ROWS] for name, rows in value.columns.items()})
         return len(value) * len(_pickled(head)) // _SAMPLE_ROWS
-    if isinstance(value, list) and len(value) > _SAMPLE_ROWS:
+    if isinstance(value, (list, ExampleRows)) and len(value) > _SAMPLE_ROWS:
         return len(value) * len(_pickled(value[:_SAMPLE_ROWS])) // _SAMPLE_ROWS
     return len(_pickled(value))
 
