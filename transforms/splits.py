@@ -66,13 +66,14 @@ class ExampleRows(Sequence):
     example)`` pair is made only for a row read as one (iterating,
     indexing), so a batch holds no tuple per row for the cyclic collector
     to walk. It reads like a list of pairs and equals one; it is not a
-    list, and nothing changes it once made. key_nones: how many keys are
-    None, when the maker knows (None: count them)."""
+    list, and nothing changes it once made. rows: pairs, or another
+    ExampleRows (its columns shared); key_nones: how many keys are None,
+    when the maker knows (None: count them)."""
 
     def __init__(self, rows: Iterable = (), *, columns: tuple[list, list] | None = None,
                  key_nones: int | None = None):
-        if columns is None:
-            columns = getattr(rows, "columns", None)
+        if columns is None and isinstance(rows, ExampleRows):
+            columns, key_nones = rows.columns, rows.key_nones
         if columns is None:
             rows = rows if isinstance(rows, list) else list(rows)
             columns = ([key for key, _ in rows], [example for _, example in rows])

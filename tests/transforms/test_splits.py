@@ -97,6 +97,8 @@ def test_example_rows_read_as_the_list_of_pairs_they_hold(rows, index, cut, hash
     made = [ExampleRows(rows), ExampleRows.zipped(keys, examples, keys.count(None)),
             HashedExamples(rows, assigner.salt, assigner.python_hash_rows(
                 hashed_sources(keys, examples))[0])]
+    shared = ExampleRows(made[1])
+    assert shared.columns == made[1].columns and shared.key_nones == keys.count(None)
     for batch in made + [pickle.loads(pickle.dumps(batch)) for batch in made]:
         assert len(batch) == len(rows) and bool(batch) == bool(rows)
         assert list(batch) == rows and batch == rows and rows == batch
