@@ -26,6 +26,7 @@ from apache_beam.coders import coder_impl
 
 from .readers.jsonl import JsonlRunBatch
 from .readers.rows import ColumnBatch
+from .splits import ExampleRows
 
 __all__ = ["Batch", "BatchCoder", "TaggedBatch", "estimated_size"]
 
@@ -44,8 +45,8 @@ TaggedBatch = typehints.Tuple[str, Batch]
 
 def estimated_size(value: Any) -> int:
     """Bytes `value` takes pickled: measured for a small value, estimated
-    from the first `_SAMPLE_ROWS` rows for a larger batch (a list or a
-    ColumnBatch)."""
+    from the first `_SAMPLE_ROWS` rows for a larger batch (a list, an
+    ExampleRows or a ColumnBatch)."""
     if isinstance(value, JsonlRunBatch) and len(value) > _SAMPLE_ROWS:
         # (it pickles as its lines: its columns would parse every row)
         return len(value) * len(_pickled(value.sliced(0, _SAMPLE_ROWS))) // _SAMPLE_ROWS
@@ -53,7 +54,7 @@ def estimated_size(value: Any) -> int:
         head = ColumnBatch(value.source, value.first_row,
                            {name: rows[:_SAMPLE_ROWS] for name, rows in value.columns.items()})
         return len(value) * len(_pickled(head)) // _SAMPLE_ROWS
-    if isinstance(value, list) and len(value) > _SAMPLE_ROWS:
+    if isinstance(value, (list, ExampleRows)) and len(value) > _SAMPLE_ROWS:
         return len(value) * len(_pickled(value[:_SAMPLE_ROWS])) // _SAMPLE_ROWS
     return len(_pickled(value))
 

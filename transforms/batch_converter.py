@@ -124,14 +124,16 @@ class BatchConverter:
         fast = self._native_path(batch, label, vocabulary)
         digests = None
         if fast is not None:
-            fast, texts, digests = fast[:4], fast[4], fast[5]
+            fast, texts, digests, declined = fast[:4], fast[4], fast[5], fast[6]
             if texts:
                 column = _with_columns(column, texts)
-        fast_examples, keys, fast_labels, checked = (
-            fast if fast is not None else self._column_path(column, count, label, vocabulary))
+        else:
+            fast = self._column_path(column, count, label, vocabulary)
+            declined = None  # (counted below only when some row was taken)
+        fast_examples, keys, fast_labels, checked = fast
         label_of = self._labeller(label, vocabulary) if label is not None else None
         label_source = self._encoder.source_of(label) if label is not None else None
-        if None not in fast_examples:
+        if declined == 0 or (declined is None and None not in fast_examples):
             self.good_rows = None
             if fast_labels is None:
                 fast_labels = (list(map(label_of, column(label_source))) if label is not None
@@ -178,17 +180,20 @@ class BatchConverter:
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 
     def _rows(self, keys: list, examples: list, digests: bytes | None = None) -> ExampleRows:
-        """The good rows' ExampleBatch, which keeps their columns (the shard
-        writer wants them so); with a digest salt, a HashedExamples with
-        their digests: the kernel's (`digests`), or made here."""
+        """The good rows' ExampleBatch, as their columns (the shard writer
+        wants them so); with a digest salt, a HashedExamples with their
+        digests: the kernel's (`digests`), or made here. Every good row
+        has a key with a key column and none without, so the Nones are
+        not counted again downstream."""
         keys = keys if type(keys) is list else list(keys)
         examples = examples if type(examples) is list else list(examples)
+        key_nones = 0 if self._key_column is not None else len(keys)
         if self._salt is None:
-            return ExampleRows.zipped(keys, examples)
+            return ExampleRows.zipped(keys, examples, key_nones)
         if digests is None:
-            digests = row_digests(self._salt, hashed_sources(keys, examples))
-        return HashedExamples(zip(keys, examples), self._salt, joined=digests,
-                              columns=(keys, examples))
+            digests = row_digests(self._salt, hashed_sources(keys, examples, key_nones))
+        return HashedExamples(salt=self._salt, joined=digests, columns=(keys, examples),
+                              key_nones=key_nones)
 
     def _spliced(self, digests: bytes, count: int, good: list[int], redone: list[int],
                  keys: list, examples: list) -> bytes | None:
@@ -219,12 +224,13 @@ class BatchConverter:
             return [None] * count, [], None, {}
 
     def _native_path(self, batch: Any, label: str | None, vocabulary: Sequence[str] | None
-                     ) -> tuple[list, list, list | None, dict, dict, bytes | None] | None:
+                     ) -> tuple[list, list, list | None, dict, dict, bytes | None, int] | None:
         """`_column_path`'s answer from the native table kernel, for a CSV
         run when the kernel runs (`native_rows`), the raw text columns
-        it gave (source -> str values: the batch need not split them) and
-        the rows' digests (None without a salt); None otherwise. The rows
-        it declines take the row path, as the column path's do."""
+        it gave (source -> str values: the batch need not split them),
+        the rows' digests (None without a salt) and how many rows it
+        declined; None otherwise. The rows it declines take the row path,
+        as the column path's do."""
         try:
             done = self._native.convert(batch)
         except Exception:  # a bug here must cost speed, not rows: the column path decides
@@ -233,9 +239,9 @@ class BatchConverter:
             return None
         if done is None:
             return None
-        examples, keys, checked, texts, digests = done
+        examples, keys, checked, texts, digests, declined = done
         return (examples, keys, _checked_labels(checked, label, vocabulary), checked, texts,
-                digests)
+                digests, declined)
 
     def _column_keys(self, column: Callable[[str], list], examples: list,
                      checked: Mapping[str, list]) -> list:

@@ -126,14 +126,10 @@ class SourcedExamples(HashedExamples):
     drops a row by its origin and names it in its dead letter."""
 
     def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = (),
-                 sources: Sequence[tuple] = (), origins: Sequence[bytes] = ()):
-        super().__init__(rows, salt, digests)
+                 sources: Sequence[tuple] = (), origins: Sequence[bytes] = (), **columns):
+        super().__init__(rows, salt, digests, **columns)
         self.sources = list(sources)
         self.origins = list(origins)
-
-    def __reduce__(self):
-        return (SourcedExamples, (list(self), self.salt, self.digests, self.sources,
-                                  self.origins))
 
 
 class _DropRowsFn(beam.DoFn):
@@ -155,18 +151,19 @@ class _DropRowsFn(beam.DoFn):
                 or not any(origin in removed for origin in batch.origins):
             yield "examples", batch
             return
-        kept, digests = HashedExamples((), batch.salt), []
-        for row, digest, (source, number), origin in zip(batch, batch.digests, batch.sources,
-                                                        batch.origins):
+        keys, examples, digests = [], [], []
+        for key, example, digest, (source, number), origin in zip(
+                batch.keys, batch.examples, batch.digests, batch.sources, batch.origins):
             removal = removed.get(origin)
             if removal is None:
-                kept.append(row)
+                keys.append(key)
+                examples.append(example)
                 digests.append(digest)
             else:
                 yield "dead_letter", self._dead_letter(source, number, removal)
-        kept.digests = digests
-        if kept:
-            yield "examples", kept
+        if examples:
+            yield "examples", HashedExamples(salt=batch.salt, digests=digests,
+                                             columns=(keys, examples))
 
     def _dead_letter(self, source: str, row: int | None, removal: Removal) -> dict:
         split, key = removal.earlier

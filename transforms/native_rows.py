@@ -79,14 +79,15 @@ class NativeRows:
                             for name in self._jsonl_names]
 
     def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list],
-                                      bytes | None] | None:
-        """(examples, keys, checked, texts, digests) of a batch: the first
+                                      bytes | None, int] | None:
+        """(examples, keys, checked, texts, digests, declined) of a batch: the first
         three as `BatchConverter`'s column path gives them, except that a
         numeric or vocabulary column's checked values are a numpy array
         (`_checked`), texts the raw str values of the columns that text
         features took whole (source -> values, as the reader splits them),
         digests every row's digest under the salt back to back (16 zero
-        bytes for a row declined) or None without a salt; or None when the
+        bytes for a row declined) or None without a salt, declined how many
+        rows the kernel declined (their examples None); or None when the
         kernel does not take the batch."""
         if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch,
                                                           JsonlRunBatch)):
@@ -113,14 +114,14 @@ class NativeRows:
             done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
         if done is None:
             return None
-        examples, keys, columns, digests = done
+        examples, keys, columns, digests, declined = done
         checked, texts = {}, {}
         for spec, kind, packed in zip(self._specs, kinds, columns):
             if packed is not None and kind is not None:
                 checked[spec.name] = _checked(kind, packed)
                 if kind == "text" and not spec.path:  # (a path is no column of the batch)
                     texts[spec.source] = checked[spec.name]
-        return examples, keys, checked, texts, digests
+        return examples, keys, checked, texts, digests, declined
 
     def _plan(self, names: tuple, nested: bool = False):
         """(CsvPlan, checked kind per feature: "int64", "float64", "ids",

@@ -58,24 +58,56 @@ def dataset_salt(dataset_name: str) -> bytes:
     return salt
 
 
-class ExampleRows(list):
-    """An ExampleBatch (list of ``(key, example)``) that also keeps the two
-    columns it was zipped from, ``(keys, examples)``, as `columns`: the step
-    that makes Examples has them as columns, and the shard writer wants
-    them so (`writer.prepare.batch_columns`), which unzipping a tuple per
-    row cost again. The columns must not change while the batch is in use
-    (nothing changes a batch once made); a pickled batch is a plain list."""
+class ExampleRows(Sequence):
+    """An ExampleBatch held as its two columns, ``keys`` and ``examples``
+    (one key, bytes or None, and one serialized Example per row): the step
+    that makes Examples has them so, and the shard writer and the build
+    cache read them so (`writer.prepare.batch_columns`). A ``(key,
+    example)`` pair is made only for a row read as one (iterating,
+    indexing), so a batch holds no tuple per row for the cyclic collector
+    to walk. It reads like a list of pairs and equals one; it is not a
+    list, and nothing changes it once made. rows: pairs, or another
+    ExampleRows (its columns shared); key_nones: how many keys are None,
+    when the maker knows (None: count them)."""
 
-    columns: tuple[list, list] | None = None
+    def __init__(self, rows: Iterable = (), *, columns: tuple[list, list] | None = None,
+                 key_nones: int | None = None):
+        if columns is None and isinstance(rows, ExampleRows):
+            columns, key_nones = rows.columns, rows.key_nones
+        if columns is None:
+            rows = rows if isinstance(rows, list) else list(rows)
+            columns = ([key for key, _ in rows], [example for _, example in rows])
+        self.keys, self.examples = columns
+        self.key_nones = key_nones
 
     @classmethod
-    def zipped(cls, keys: list, examples: list) -> "ExampleRows":
-        rows = cls(zip(keys, examples))
-        rows.columns = (keys, examples)
-        return rows
+    def zipped(cls, keys: list, examples: list, key_nones: int | None = None) -> "ExampleRows":
+        return cls(columns=(keys, examples), key_nones=key_nones)
 
-    def __reduce__(self):
-        return (list, (list(self),))
+    @property
+    def columns(self) -> tuple[list, list]:
+        return self.keys, self.examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):  # (a plain ExampleRows: digests are not sliced)
+            return ExampleRows(columns=(self.keys[index], self.examples[index]))
+        return self.keys[index], self.examples[index]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return zip(self.keys, self.examples)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ExampleRows):
+            return self.columns == other.columns
+        return isinstance(other, (list, tuple)) and list(self) == list(other)
+
+    __hash__ = None  # (as a list's)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
 
 
 class HashedExamples(ExampleRows):
@@ -87,15 +119,15 @@ class HashedExamples(ExampleRows):
     digests: one bytes per row; joined: the same back to back, when the
     maker has them so (the native convert call, which then gives no list:
     `digests` makes it when first read, and the shard writer reads only
-    `joined`); columns: as `ExampleRows`."""
+    `joined`); rows, columns, key_nones: as `ExampleRows`."""
 
     def __init__(self, rows: Iterable = (), salt: bytes = b"", digests: Sequence[bytes] = (),
-                 *, joined: bytes | None = None, columns: tuple[list, list] | None = None):
-        super().__init__(rows)
+                 *, joined: bytes | None = None, columns: tuple[list, list] | None = None,
+                 key_nones: int | None = None):
+        super().__init__(rows, columns=columns, key_nones=key_nones)
         self.salt = salt
         self._listed = list(digests) if digests or joined is None else None
         self.joined = joined
-        self.columns = columns
 
     @property
     def digests(self) -> list[bytes]:
@@ -122,14 +154,12 @@ class HashedExamples(ExampleRows):
         """The digests as `hash_rows`' (n, 2) little-endian uint64 words."""
         return _joined_words(self.joined_digests(), len(self))
 
-    def __reduce__(self):
-        return (_hashed_examples, (list(self), self.salt, self._listed, self.joined))
-
-
-def _hashed_examples(rows: list, salt: bytes, listed: list | None, joined: bytes | None
-                     ) -> HashedExamples:
-    """A pickled HashedExamples again (its columns, as an ExampleRows', not kept)."""
-    return HashedExamples(rows, salt, listed or (), joined=joined if listed is None else None)
+    def __getstate__(self) -> dict:
+        # The digests once: joined, or the list when there is one.
+        state = dict(self.__dict__)
+        if state["_listed"] is not None:
+            state["joined"] = None
+        return state
 
 
 class JoinedDigests(Sequence):
@@ -261,11 +291,11 @@ class SplitAssigner:
         its rows), else its rows hashed here."""
         if self._own_digests(batch, len(batch)) is not None:
             return batch
-        columns = getattr(batch, "columns", None)
-        keys, examples = columns if columns is not None else (
-            [key for key, _ in batch], [example for _, example in batch])
-        joined = row_digests(self.salt, hashed_sources(keys, examples))
-        return HashedExamples(batch, self.salt, joined=joined, columns=columns)
+        rows = ExampleRows(batch)  # (its own columns when it has them)
+        joined = row_digests(self.salt, hashed_sources(rows.keys, rows.examples,
+                                                       rows.key_nones))
+        return HashedExamples(salt=self.salt, joined=joined, columns=rows.columns,
+                              key_nones=rows.key_nones)
 
     def hash_batch(self, batch: Sequence, keys_or_examples: Sequence[bytes]
                    ) -> tuple[Sequence[bytes], bytes, np.ndarray]:

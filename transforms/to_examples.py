@@ -203,9 +203,9 @@ class BatchConversion:
         split, key (a keyless row's stands for its row digest), for removal
         origin, and for near-duplicate images the perceptual hash the image
         reader gave (column ``image_hash``) and the path."""
-        digests = content_digests([example for _, example in examples], self._checked_names)
+        digests = content_digests(examples.examples, self._checked_names)
         keys = [key if key is not None else keyless_key(row_digest)
-                for (key, _), row_digest in zip(examples, examples.digests)]
+                for key, row_digest in zip(examples.keys, examples.digests)]
         origins = b"".join(getattr(examples, "origins", None) or ())
         hashes = paths = None
         if self._duplicates.image_hashes and not isinstance(batch, ColumnBatch):
@@ -228,8 +228,10 @@ class BatchConversion:
             sources = [(batch.source, batch.row_number(index)) for index in indices]
         else:
             sources = [(batch[index].source, batch[index].row) for index in indices]
-        return SourcedExamples(examples, examples.salt, examples.digests, sources,
-                               [origin_of(source, row) for source, row in sources])
+        return SourcedExamples(salt=examples.salt, sources=sources,
+                               origins=[origin_of(source, row) for source, row in sources],
+                               joined=examples.joined_digests(), columns=examples.columns,
+                               key_nones=examples.key_nones)
 
     def _count(self, examples: list, labels: list[str | None]
                ) -> tuple[HashedExamples, np.ndarray, tuple]:

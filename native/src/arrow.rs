@@ -386,7 +386,7 @@ impl ByteBuffer {
 /// validity | None, values, offsets | None).
 type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-/// `convert_arrow_batch(columns, count, plan) -> (examples, keys, checked, digests) | None`:
+/// `convert_arrow_batch(columns, count, plan) -> (examples, keys, checked, digests, declined) | None`:
 /// a record batch of `count` rows, each column given as `ColumnBuffers` (or
 /// None), converted by `plan` (a `CsvPlan` whose width is the batch's
 /// column count; a "text" rule's `as_str` marks a string feature, else a

@@ -353,7 +353,7 @@ pub(crate) fn jsonl_keys(py: Python<'_>, run: PyBuffer<u8>) -> PyResult<Option<V
     })?
 }
 
-/// `convert_jsonl_run(run, count, plan, names) -> (examples, keys, checked, digests) | None`:
+/// `convert_jsonl_run(run, count, plan, names) -> (examples, keys, checked, digests, declined) | None`:
 /// a run of `count` JSONL lines converted by `plan` (a `CsvPlan` whose
 /// columns are the values at the keys `names`, each a list: a top-level
 /// key or a nested path; a "text" rule's `as_str` marks

@@ -266,9 +266,9 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
     Ok(PyBytes::new(py, &packed).into_any().unbind())
 }
 
-/// A table kernel's answer for Python: examples, keys, checked columns and
-/// the rows' digests joined (or None).
-type ConvertedObjects = (Py<PyList>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>);
+/// A table kernel's answer for Python: examples, keys, checked columns,
+/// the rows' digests joined (or None) and how many rows were declined.
+type ConvertedObjects = (Py<PyList>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>, usize);
 
 /// A run of CSV lines `check_csv_run` found plain: the run (immutable
 /// bytes, kept with it) and where its fields end (`table::RunFields`),
@@ -287,13 +287,14 @@ impl CsvRun {
     }
 }
 
-/// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests) | None`:
+/// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests, declined) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys,
 /// per feature None (a row failed it) or its `packed_column` (text as str
 /// where the plan says `as_str`), and with a plan made with a salt every
-/// row's digest joined (`table::Converted::digests`), else None. None when
-/// the run is not what the reader promises (the Python path takes the batch).
+/// row's digest joined (`table::Converted::digests`), else None; and how many
+/// rows it declined. None when the run is not what the reader promises (the
+/// Python path takes the batch).
 #[pyfunction]
 fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPlan)
                    -> PyResult<Option<ConvertedObjects>> {

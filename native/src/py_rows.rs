@@ -41,13 +41,15 @@ pub(crate) struct PyRows<'py> {
     examples: Vec<Option<Bound<'py, PyBytes>>>,
     keys: Vec<Option<Bound<'py, PyBytes>>>,
     example: Vec<u8>,
+    declined: usize,
 }
 
 impl<'py> PyRows<'py> {
     /// For `count` rows (a capacity only: the rows pushed may differ),
     /// which must be a count the caller checked against its input.
     pub(crate) fn new(py: Python<'py>, count: usize) -> Self {
-        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count), example: Vec::new() }
+        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count),
+                 example: Vec::new(), declined: 0 }
     }
 
     /// Every row's digest joined, as `table::Converted::digests`: of its
@@ -71,6 +73,7 @@ impl table::Rows for PyRows<'_> {
     }
 
     fn declined(&mut self) {
+        self.declined += 1;
         self.examples.push(None);
         self.keys.push(None);
     }
@@ -78,7 +81,9 @@ impl table::Rows for PyRows<'_> {
 
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`): `rows`' examples, keys and digests (when
-/// the plan has a salt: `PyRows::digests`), and per feature None or its `packed_column`.
+/// the plan has a salt: `PyRows::digests`), per feature None or its
+/// `packed_column`, and how many rows were declined (the caller need not
+/// look for a None among the examples).
 /// `validated`: as `packed_column`'s.
 pub(crate) fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
@@ -100,5 +105,6 @@ pub(crate) fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::C
     Ok((PyList::new(py, rows.examples)?.unbind(),
         PyList::new(py, rows.keys)?.unbind(),
         PyList::new(py, checked)?.unbind(),
-        digests))
+        digests,
+        rows.declined))
 }

@@ -60,6 +60,8 @@ def _outcome(converter, specs, batch, label):
     statistics = [[(where, stats.to_state())
                    for where, stats in batch_statistics(plan, values, split_of, names)]
                   for split_of, names in layouts]
+    if getattr(examples, "key_nones", None) is not None:  # (a count downstream takes as it is)
+        assert examples.key_nones == [key for key, _ in examples].count(None)
     return examples, list(labels), dead_letters, counted, statistics, _digests(examples)
 
 

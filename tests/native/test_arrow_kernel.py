@@ -220,7 +220,8 @@ def test_a_batch_takes_the_kernel_and_makes_no_python_values(native, outcome, tm
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = _converter(specs, "n", native)
-    examples, keys, checked, texts, _ = converter._native.convert(batch)
+    examples, keys, checked, texts, _, declined = converter._native.convert(batch)
+    assert declined == 0
     assert examples == [converter._encoder.encode({"n": 2, "s": "a"}),
                         converter._encoder.encode({"n": 1, "s": "é"})]
     assert keys == [b"\x02\x81\x02", b"\x02\x81\x01"]
@@ -282,8 +283,9 @@ def test_buffers_that_do_not_hold_their_lengths_are_refused(native, column, part
     done = native.convert_arrow_batch([tuple(item) for item in described], count % 8
                                       if part else count, _plan(native))
     if done is not None:
-        examples, keys, _, digests = done
+        examples, keys, _, digests, declined = done
         assert digests is None  # a plan made without a salt
+        assert declined == examples.count(None)
         assert len(examples) == len(keys) == (count % 8 if part else count)
 
 
@@ -310,7 +312,7 @@ def test_allowed_values_compile_into_a_plan(native):
     assert rows._plan(("c0", "c1", "c2")) is not None
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [2, 3], "c1": ["a", "a"],
                                                 "c2": [0.5, 0.5]}))
-    examples, _, checked, _, _ = rows.convert(batch)
+    examples, _, checked, _, _, _ = rows.convert(batch)
     assert examples[0] is not None and examples[1] is None and "n" not in checked
 
 
@@ -325,7 +327,7 @@ def test_a_null_leaves_out_an_optional_feature(native, outcome):
     converter = _converter(specs, None, native)
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [None, 1, 2], "c1": [0.5, None, 1.5],
                                                 "c2": ["a", "b", None]}))
-    examples, _, checked, _, _ = converter._native.convert(batch)
+    examples, _, checked, _, _, _ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
     assert "o" not in checked
     _agree(native, outcome, specs, None, "o", batch)

@@ -222,7 +222,9 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     assert isinstance(batch, CsvRunBatch)
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    examples, keys, checked, texts, _ = _converter(specs, "c0", native)._native.convert(batch)
+    examples, keys, checked, texts, _, declined = _converter(specs, "c0",
+                                                             native)._native.convert(batch)
+    assert declined == 0
     # The kernel vouched for the run and read its bytes: no field was split.
     assert batch._split is None
     assert examples == [
@@ -286,7 +288,8 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
     declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n4,\n-3,c\n")
     [batch] = list(iter_csv(str(clean), columns=True))
     converter = _converter(specs, key, native, assigner.salt)
-    examples, keys, _, _, digests = converter._native.convert(batch)
+    examples, keys, _, _, digests, refused = converter._native.convert(batch)
+    assert refused == 0
     sources = examples if key is None else keys
     assert digests == b"".join(assigner.python_hash_rows(sources)[0])
     hashed_here = []
@@ -301,8 +304,9 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
         hashed = converter.convert_observed_batch(batch, None)[0]
         assert hashed.joined == digests and assigner.hashed(hashed) is hashed
     [batch] = list(iter_csv(str(declined), columns=True))
-    examples, keys, _, _, digests = converter._native.convert(batch)
+    examples, keys, _, _, digests, refused = converter._native.convert(batch)
     assert examples[1] is None and examples[2] is None and digests[16:48] == bytes(32)
+    assert refused == examples.count(None) == 2
     with monkeypatch.context() as patch:
         patch.setattr(batch_converter, "row_digests", counted)
         hashed, _, dead_letters, _ = converter.convert_observed_batch(batch, None)

@@ -238,7 +238,8 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = _converter(specs, "n", native, b"salt")
-    examples, keys, _, texts, digests = converter._native.convert(batch)
+    examples, keys, _, texts, digests, declined = converter._native.convert(batch)
+    assert declined == 0
     # (escapes decoded as json does: a surrogate pair is one character)
     assert examples == [converter._encoder.encode({"n": 2, "s": "aé😀\n"}),
                         converter._encoder.encode({"n": 1, "s": "é"})]

@@ -60,7 +60,7 @@ def test_invalid_splits_are_rejected(splits, message):
 
 
 
-def test_example_rows_keep_their_columns_for_the_writer_and_pickle_as_a_list():
+def test_example_rows_are_their_columns_for_the_writer_and_pickle_so():
     import pickle
 
     from recordforge.transforms.splits import ExampleRows
@@ -68,14 +68,59 @@ def test_example_rows_keep_their_columns_for_the_writer_and_pickle_as_a_list():
 
     keys, examples = [b"k1", None], [b"e1", b"e2"]
     rows = ExampleRows.zipped(keys, examples)
-    assert rows == [(b"k1", b"e1"), (None, b"e2")]
+    assert rows == [(b"k1", b"e1"), (None, b"e2")] and not isinstance(rows, list)
     found = batch_columns(rows)
     assert found[0] is keys and found[1] is examples  # not unzipped again
     copy = pickle.loads(pickle.dumps(rows))
-    assert type(copy) is list and copy == rows
+    assert type(copy) is ExampleRows and copy == rows and copy.columns == (keys, examples)
     bad = ExampleRows.zipped([b"k"], ["not bytes"])
     with pytest.raises(TypeError, match="row 0 .*example must be bytes"):
         batch_columns(bad)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=20)),
+                               st.binary(min_size=1, max_size=40)), max_size=30),
+       index=st.integers(-40, 40), cut=st.tuples(st.integers(-40, 40), st.integers(-40, 40)),
+       hashed=st.booleans())
+def test_example_rows_read_as_the_list_of_pairs_they_hold(rows, index, cut, hashed):
+    """An ExampleRows (made from pairs or from columns, pickled or not)
+    reads as the list of its pairs: length, items, slices, iteration,
+    equality both ways; and the shard writer prepares it as that list."""
+    import pickle
+
+    from recordforge.transforms.splits import ExampleRows, HashedExamples, hashed_sources
+    from recordforge.transforms.writer.prepare import prepare_batch
+
+    keys, examples = [key for key, _ in rows], [example for _, example in rows]
+    assigner = SplitAssigner("pets", [("train", 0.5), ("test", 0.5)])
+    made = [ExampleRows(rows), ExampleRows.zipped(keys, examples, keys.count(None)),
+            HashedExamples(rows, assigner.salt, assigner.python_hash_rows(
+                hashed_sources(keys, examples))[0])]
+    shared = ExampleRows(made[1])
+    assert shared.columns == made[1].columns and shared.key_nones == keys.count(None)
+    for batch in made + [pickle.loads(pickle.dumps(batch)) for batch in made]:
+        assert len(batch) == len(rows) and bool(batch) == bool(rows)
+        assert list(batch) == rows and batch == rows and rows == batch
+        assert batch == ExampleRows(rows) and batch != rows + [(None, b"more")]
+        assert list(batch[slice(*cut)]) == rows[slice(*cut)]
+        if -len(rows) <= index < len(rows):
+            assert batch[index] == rows[index]
+        else:
+            with pytest.raises(IndexError):
+                batch[index]
+        for shuffle in (True, False):
+            ours = prepare_batch(assigner, batch, shuffle=shuffle, sample_every=64,
+                                 prefix_len=8)
+            theirs = prepare_batch(assigner, list(rows), shuffle=shuffle, sample_every=64,
+                                   prefix_len=8)
+            if not rows:
+                assert ours is None and theirs is None
+                continue
+            assert list(ours.examples) == list(theirs.examples)
+            assert list(ours.order_keys) == list(theirs.order_keys)
+            assert (ours.splits == theirs.splits).all() and ours.keyed == theirs.keyed
+            assert (ours.sizes == theirs.sizes).all() and ours.samples == theirs.samples
 
 
 @settings(max_examples=200, deadline=None)

@@ -48,7 +48,7 @@ import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
-from ..splits import HashedExamples, SplitAssigner
+from ..splits import ExampleRows, HashedExamples, SplitAssigner
 from ..merge_statistics import partial_from_json, partial_to_json
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 from ..writer import KEY_VARIABLE, CheckedFile, RunBuffer, RunFile, SampleEntry
@@ -291,26 +291,35 @@ class PieceContents:
         return [decode(item) for item in self.summary[tag]]
 
     def example_batches(self, fs: fsspec.AbstractFileSystem, salt: bytes
-                        ) -> Iterator[list[tuple[bytes | None, bytes]]]:
+                        ) -> Iterator[ExampleRows]:
         """The rows as ExampleBatches, for an exchange that takes Examples
         rather than runs: rows ordered by hash come with their digests
         (`HashedExamples`), rows ordered by their own key with the key."""
         for run in self.runs:
             reader = RunFile(run.path, fs=fs)
-            rows: list = []
+            keys: list = []
+            examples: list[bytes] = []
             digests: list[bytes] = []
             for key, example, _ in reader.stream(b"", None):
                 if reader.key_width > 0:
-                    rows.append((None, example))
+                    keys.append(None)
                     digests.append(bytes(key))
                 else:
-                    rows.append((bytes(key) if reader.key_width == KEY_VARIABLE else None,
-                                 example))
-                if len(rows) >= _BATCH_EXAMPLES:
-                    yield HashedExamples(rows, salt, digests) if digests else rows
-                    rows, digests = [], []
-            if rows:
-                yield HashedExamples(rows, salt, digests) if digests else rows
+                    keys.append(bytes(key) if reader.key_width == KEY_VARIABLE else None)
+                examples.append(example)
+                if len(examples) >= _BATCH_EXAMPLES:
+                    yield _cached_batch(keys, examples, salt, digests)
+                    keys, examples, digests = [], [], []
+            if examples:
+                yield _cached_batch(keys, examples, salt, digests)
+
+
+def _cached_batch(keys: list, examples: list, salt: bytes, digests: list[bytes]) -> ExampleRows:
+    """An ExampleBatch of rows read back from a run: with their digests
+    when the run is ordered by them."""
+    if digests:
+        return HashedExamples(salt=salt, digests=digests, columns=(keys, examples))
+    return ExampleRows.zipped(keys, examples)
 
 
 def read_piece(fs: fsspec.AbstractFileSystem, directory: str, name: str) -> PieceContents:

@@ -31,8 +31,8 @@ def _columns(batch) -> tuple[Sequence, Sequence]:
     """(keys, examples) of an ExampleBatch, unchecked."""
     if not batch:
         return (), ()
-    # A batch made by the step that makes Examples keeps its columns
-    # (`splits.ExampleRows`): no tuple per row unzipped again.
+    # A batch made by the step that makes Examples is its columns
+    # (`splits.ExampleRows`): no tuple per row made or unzipped.
     columns = getattr(batch, "columns", None)
     return columns if columns is not None else tuple(zip(*batch))
 
@@ -128,7 +128,9 @@ def prepare_batch(assigner: SplitAssigner, batch, *, shuffle: bool, sample_every
     if not count:
         return None
     sizes = _framed_sizes(batch, examples)
-    sources = hashed_sources(keys, examples, _key_nones(keys))
+    # (the maker of an `ExampleRows` may know how many keys are None)
+    nones = getattr(batch, "key_nones", None)
+    sources = hashed_sources(keys, examples, _key_nones(keys) if nones is None else nones)
     digests, joined, words = assigner.hash_batch(batch, sources)
     splits = assigner.split_indices(words)
     order_keys = digests if shuffle else sources
