@@ -239,7 +239,7 @@ def test_the_kernel_takes_iso_text_and_null_texts(native, tmp_path):
                     "1970-01-02,7,2\n", encoding="utf-8")
     [batch] = list(iter_csv(str(path), columns=True))
     assert isinstance(batch, CsvRunBatch)
-    examples, _, checked, _, _ = _converter(specs, None, native)._native.convert(batch)
+    examples, _, checked, _, _, _ = _converter(specs, None, native)._native.convert(batch)
     assert None not in examples
     assert checked["t"].tolist() == [1709289000500, -1, 86_400_000]
     assert "n" not in checked  # left out in a row: its statistics convert the column
