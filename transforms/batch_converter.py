@@ -20,6 +20,7 @@ from ..schemas.dead_letters import RowError, dead_letter, json_safe, row_faults
 from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
+from .framed_examples import FramedExamples
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .merge_statistics import CheckedValues
@@ -176,17 +177,22 @@ class BatchConverter:
         if digests is not None:
             digests = self._spliced(digests, len(fast_examples), good, redone, keys_kept,
                                     examples)
+        if declined is not None:  # (the kernel's batch: its Examples framed, as a clean one's)
+            examples = FramedExamples.of(examples)
         return self._rows(keys_kept, examples, digests), labels, dead_letters, (
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 
-    def _rows(self, keys: list, examples: list, digests: bytes | None = None) -> ExampleRows:
+    def _rows(self, keys: list, examples: list | FramedExamples,
+              digests: bytes | None = None) -> ExampleRows:
         """The good rows' ExampleBatch, as their columns (the shard writer
-        wants them so); with a digest salt, a HashedExamples with their
-        digests: the kernel's (`digests`), or made here. Every good row
-        has a key with a key column and none without, so the Nones are
-        not counted again downstream."""
+        wants them so): the examples a `FramedExamples` from the native
+        kernel, a list from the Python paths; with a digest salt, a
+        HashedExamples with their digests: the kernel's (`digests`), or
+        made here. Every good row has a key with a key column and none
+        without, so the Nones are not counted again downstream."""
         keys = keys if type(keys) is list else list(keys)
-        examples = examples if type(examples) is list else list(examples)
+        if not isinstance(examples, (list, FramedExamples)):
+            examples = list(examples)
         key_nones = 0 if self._key_column is not None else len(keys)
         if self._salt is None:
             return ExampleRows.zipped(keys, examples, key_nones)

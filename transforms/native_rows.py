@@ -3,14 +3,16 @@
 `NativeRows` compiles a schema's features, for a CSV header, into the
 kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 `CsvRunBatch` with one `convert_checked_run` call (on the fields the
-reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's Example and key,
-the checked values of the features whose whole column passed (text
+reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's
+Example, framed into one buffer (a `FramedExamples`: no bytes object per
+row), and key, the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
 kernel's array, no Python number made per row) and, given the dataset's
 salt, every row's digest (`splits.row_digests` of its key, or of its
 Example without one), back to back in one bytes object. The kernel takes
 only rows whose every value the fast path (`schemas/fast_paths.py`)
-stores as it stands; the rows it declines (examples[i] None) go down the
+stores as it stands; the rows it declines (an empty span; examples[i]
+None in `kernel_examples`' list) go down the
 Python row path, which converts them or writes their dead letter exactly
 as without the extension. A Parquet record batch (`ArrowBatch`) goes to
 `convert_arrow_batch` as its columns' buffers, with the same plan and the
@@ -36,9 +38,11 @@ from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
 from ..schemas.timestamps import UNIT_NANOS, zone
+from .framed_examples import FramedExamples
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
+from .tfrecord import FOOTER_SIZE, HEADER_SIZE
 
 __all__ = ["NativeRows"]
 
@@ -78,11 +82,12 @@ class NativeRows:
                              for key in ((name,) if isinstance(name, str) else name)]
                             for name in self._jsonl_names]
 
-    def convert(self, batch) -> tuple[list, list, dict[str, list], dict[str, list],
-                                      bytes | None, int] | None:
+    def convert(self, batch) -> tuple[FramedExamples | list, list, dict[str, list],
+                                      dict[str, list], bytes | None, int] | None:
         """(examples, keys, checked, texts, digests, declined) of a batch: the first
-        three as `BatchConverter`'s column path gives them, except that a
-        numeric or vocabulary column's checked values are a numpy array
+        three as `BatchConverter`'s column path gives them, except that the
+        examples are a `FramedExamples` when no row was declined (else
+        `kernel_examples`' list), a numeric or vocabulary column's checked values are a numpy array
         (`_checked`), texts the raw str values of the columns that text
         features took whole (source -> values, as the reader splits them),
         digests every row's digest under the salt back to back (16 zero
@@ -114,7 +119,8 @@ class NativeRows:
             done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
         if done is None:
             return None
-        examples, keys, columns, digests, declined = done
+        framed, offsets, keys, columns, digests, declined = done
+        examples = kernel_examples(framed, offsets, declined)
         checked, texts = {}, {}
         for spec, kind, packed in zip(self._specs, kinds, columns):
             if packed is not None and kind is not None:
@@ -221,6 +227,21 @@ def _timestamp_rule(spec: FeatureSpec) -> tuple:
         raise _Unsupported(f"feature {spec.name!r} reads a strptime pattern")
     naive_utc = zone(spec.timezone or "UTC") is dt.timezone.utc
     return ("timestamp", UNIT_NANOS[spec.unit or "s"], naive_utc, _int_allowed(spec.values))
+
+
+def kernel_examples(framed: bytes, offsets: bytes, declined: int) -> FramedExamples | list:
+    """A table kernel's Examples: `framed` (every taken row's record, in
+    row order) as a `FramedExamples` when no row was declined; else a list
+    of one Example (bytes) per row, None where declined (an empty span in
+    `offsets`, little-endian int64, one more than the rows), for the row
+    path to fill in. (Rows are rarely declined: the merged batch is
+    framed again then, `BatchConverter._rows`.)"""
+    ends = np.frombuffer(offsets, dtype="<i8")
+    if not declined:
+        return FramedExamples(framed, ends)
+    ends = ends.tolist()
+    return [framed[start + HEADER_SIZE:end - FOOTER_SIZE] if end > start else None
+            for start, end in zip(ends, ends[1:])]
 
 
 def arrow_buffers(record_batch) -> list:

@@ -386,7 +386,7 @@ impl ByteBuffer {
 /// validity | None, values, offsets | None).
 type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-/// `convert_arrow_batch(columns, count, plan) -> (examples, keys, checked, digests, declined) | None`:
+/// `convert_arrow_batch(columns, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
 /// a record batch of `count` rows, each column given as `ColumnBuffers` (or
 /// None), converted by `plan` (a `CsvPlan` whose width is the batch's
 /// column count; a "text" rule's `as_str` marks a string feature, else a
@@ -423,7 +423,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     }
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
-    let mut rows = crate::py_rows::PyRows::new(py, 0);
+    let mut rows = crate::py_rows::FramedRows::new(py, 0);
     let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
         convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
     }))?;

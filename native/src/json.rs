@@ -353,7 +353,7 @@ pub(crate) fn jsonl_keys(py: Python<'_>, run: PyBuffer<u8>) -> PyResult<Option<V
     })?
 }
 
-/// `convert_jsonl_run(run, count, plan, names) -> (examples, keys, checked, digests, declined) | None`:
+/// `convert_jsonl_run(run, count, plan, names) -> (framed, offsets, keys, checked, digests, declined) | None`:
 /// a run of `count` JSONL lines converted by `plan` (a `CsvPlan` whose
 /// columns are the values at the keys `names`, each a list: a top-level
 /// key or a nested path; a "text" rule's `as_str` marks
@@ -365,7 +365,7 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
     crate::with_bytes(py, &run, |bytes| {
         let mut arena = Vec::new();
         // (a capacity only: `convert_lines_into` checks `count` against the run)
-        let mut rows = crate::py_rows::PyRows::new(py, count.min(bytes.len() + 1));
+        let mut rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() + 1));
         let held = std::panic::AssertUnwindSafe((&mut arena, &mut rows));
         let Ok(columns) = crate::guarded(move || {
             let held = held; // (the wrapper whole, not its fields: it vouches for them)

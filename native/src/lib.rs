@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 pub mod arrow;
 pub mod csv_marks;
 pub mod digest;
+pub mod framed_rows;
 mod py_rows;
 pub mod stats;
 pub mod numeric_stats;
@@ -33,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use py_rows::{converted_objects, text_object, PyRows};
+use py_rows::{converted_objects, text_object, FramedRows};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -266,9 +267,11 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
     Ok(PyBytes::new(py, &packed).into_any().unbind())
 }
 
-/// A table kernel's answer for Python: examples, keys, checked columns,
-/// the rows' digests joined (or None) and how many rows were declined.
-type ConvertedObjects = (Py<PyList>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>, usize);
+/// A table kernel's answer for Python: the Examples framed into one
+/// buffer, their offsets (little-endian int64, one more than the rows; a
+/// declined row's span is empty), keys, checked columns, the rows'
+/// digests joined (or None) and how many rows were declined.
+type ConvertedObjects = (Py<PyBytes>, Py<PyBytes>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>, usize);
 
 /// A run of CSV lines `check_csv_run` found plain: the run (immutable
 /// bytes, kept with it) and where its fields end (`table::RunFields`),
@@ -287,9 +290,11 @@ impl CsvRun {
     }
 }
 
-/// `convert_csv_run(run, count, plan) -> (examples, keys, checked, digests, declined) | None`:
+/// `convert_csv_run(run, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
 /// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
-/// one bytes object (or None: declined) per row for examples and keys,
+/// every taken row's Example framed as a TFRecord record into one bytes
+/// object, in row order, and the rows' offsets into it (`FramedRows`: a
+/// declined row spans no bytes), one bytes object (or None) per row for keys,
 /// per feature None (a row failed it) or its `packed_column` (text as str
 /// where the plan says `as_str`), and with a plan made with a salt every
 /// row's digest joined (`table::Converted::digests`), else None; and how many
@@ -302,7 +307,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        let mut rows = PyRows::new(py, fields.rows);
+        let mut rows = FramedRows::new(py, fields.rows);
         let converted = guarded(std::panic::AssertUnwindSafe(|| {
             table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
         }))?;
@@ -317,7 +322,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let mut rows = PyRows::new(py, fields.rows);
+    let mut rows = FramedRows::new(py, fields.rows);
     let converted = guarded(std::panic::AssertUnwindSafe(|| {
         table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
     }))?;

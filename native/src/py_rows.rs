@@ -1,12 +1,12 @@
-//! A table kernel's rows and checked columns as the Python objects its
-//! callers take (`convert_csv_run`, `convert_checked_run`,
+//! A table kernel's rows (framed into one buffer) and checked columns as
+//! the Python objects its callers take (`convert_csv_run`, `convert_checked_run`,
 //! `arrow::convert_arrow_batch`), made as the rows come.
 
 use pyo3::prelude::*;
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::{digest, guarded, packed_column, table, wire, ConvertedObjects, CsvPlan};
+use crate::{digest, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
 
 /// `text` as a str. ASCII text (most fields) is copied into a new ASCII
 /// str as it is: CPython's UTF-8 decoder reads a field that does not start
@@ -31,61 +31,63 @@ pub(crate) fn text_object<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'p
     }
 }
 
-/// A table kernel's rows as Python objects, made as they come
-/// (`table::Rows`): one bytes object (or None: declined) per row for
-/// examples and keys. No buffer of the whole batch is written first:
-/// each Example is framed in `example`, which stays in cache, and copied
-/// once into its bytes object.
-pub(crate) struct PyRows<'py> {
+/// A table kernel's rows as the Python side takes them (`table::Rows`):
+/// every taken row's Example framed as a TFRecord record (length, masked
+/// CRC of the length, data, masked CRC of the data) into one buffer, in
+/// row order, with each row's start offset; a declined row spans no bytes
+/// (its start is the next row's). Keys stay one bytes object (or None)
+/// per row. Each Example is written in place, after room for its header:
+/// it is copied once more only as the whole buffer becomes a bytes object.
+pub(crate) struct FramedRows<'py> {
     py: Python<'py>,
-    examples: Vec<Option<Bound<'py, PyBytes>>>,
+    examples: framed_rows::FramedBuffer,
     keys: Vec<Option<Bound<'py, PyBytes>>>,
-    example: Vec<u8>,
     declined: usize,
 }
 
-impl<'py> PyRows<'py> {
+impl<'py> FramedRows<'py> {
     /// For `count` rows (a capacity only: the rows pushed may differ),
     /// which must be a count the caller checked against its input.
     pub(crate) fn new(py: Python<'py>, count: usize) -> Self {
-        PyRows { py, examples: Vec::with_capacity(count), keys: Vec::with_capacity(count),
-                 example: Vec::new(), declined: 0 }
+        FramedRows { py, examples: framed_rows::FramedBuffer::new(count),
+                     keys: Vec::with_capacity(count), declined: 0 }
     }
 
     /// Every row's digest joined, as `table::Converted::digests`: of its
     /// key, or of its Example without one; 16 zero bytes for a declined
     /// row. (Hashed together at the end, four rows at a time.)
     fn digests(&self, hasher: &digest::RowHasher) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.examples.len() * digest::DIGEST_SIZE);
-        let rows = self.examples.iter().zip(&self.keys)
-            .map(|(example, key)| example.as_ref().map(|example| key.as_ref().unwrap_or(example).as_bytes()));
+        let mut out = Vec::with_capacity(self.keys.len() * digest::DIGEST_SIZE);
+        let rows = self.keys.iter().enumerate().map(|(row, key)| {
+            self.examples.example(row).map(|example| key.as_ref().map_or(example, |key| key.as_bytes()))
+        });
         hasher.digest_rows(rows, &mut out);
         out
     }
 }
 
-impl table::Rows for PyRows<'_> {
+impl table::Rows for FramedRows<'_> {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
-        self.example.clear();
-        wire::put_example(&mut self.example, entries);
-        self.examples.push(Some(PyBytes::new(self.py, &self.example)));
+        self.examples.push_example(entries);
         self.keys.push(key.map(|key| PyBytes::new(self.py, key)));
     }
 
     fn declined(&mut self) {
         self.declined += 1;
-        self.examples.push(None);
+        self.examples.push_declined();
         self.keys.push(None);
     }
 }
 
 /// A table kernel's answer for Python (`convert_csv_run`,
-/// `arrow::convert_arrow_batch`): `rows`' examples, keys and digests (when
-/// the plan has a salt: `PyRows::digests`), per feature None or its
+/// `arrow::convert_arrow_batch`, `json::convert_jsonl_run`): `rows`'
+/// framed Examples and their offsets (little-endian int64, one more than
+/// the rows: a declined row's span is empty), keys and digests (when
+/// the plan has a salt: `FramedRows::digests`), per feature None or its
 /// `packed_column`, and how many rows were declined (the caller need not
-/// look for a None among the examples).
+/// look for an empty span).
 /// `validated`: as `packed_column`'s.
-pub(crate) fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::Columns, plan: &CsvPlan,
+pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
     let mut checked = Vec::with_capacity(columns.len());
     for (column, as_str) in columns.iter().zip(&plan.as_str) {
@@ -96,13 +98,14 @@ pub(crate) fn converted_objects(py: Python<'_>, rows: PyRows, columns: &table::C
     }
     let digests = match &plan.hasher {
         Some(hasher) => {
-            // (reads the bytes objects just made: nothing is left half-changed by a panic)
+            // (reads the buffer just made: nothing is left half-changed by a panic)
             let joined = guarded(std::panic::AssertUnwindSafe(|| rows.digests(hasher)))?;
             Some(PyBytes::new(py, &joined).unbind())
         }
         None => None,
     };
-    Ok((PyList::new(py, rows.examples)?.unbind(),
+    Ok((PyBytes::new(py, &rows.examples.framed).unbind(),
+        PyBytes::new(py, &rows.examples.packed_offsets()).unbind(),
         PyList::new(py, rows.keys)?.unbind(),
         PyList::new(py, checked)?.unbind(),
         digests,

@@ -7,7 +7,9 @@ import hashlib
 import numpy as np
 import pytest
 
+from recordforge.transforms.framed_examples import FramedExamples
 from recordforge.transforms.splits import HASH_SIZE, HashedExamples
+from recordforge.transforms.tfrecord.framing import python_frame_records
 
 try:
     from recordforge import _native
@@ -39,13 +41,24 @@ def _digests(examples):
     return joined
 
 
+def _framed(examples):
+    """A converted batch's Examples framed: the kernel's buffer (a
+    `FramedExamples`, read whole: its CRCs too), or the Python path's list
+    framed by the reference; with the framed sizes."""
+    column = examples.examples if hasattr(examples, "examples") else [e for _, e in examples]
+    if isinstance(column, FramedExamples):
+        return column.framed, column.framed_sizes().tolist()
+    return python_frame_records(list(column)), [len(example) + 16 for example in column]
+
+
 def _outcome(converter, specs, batch, label):
     """Everything a converter gives for a batch, as plain values to compare
     across paths: examples, labels (as a list), dead letters, the label
     counts and the statistics both with one split and with the rows dealt
     alternately to two (which picks each split's values from the checked
-    columns), and the rows' digests (`_digests`), when the converter has
-    a digest salt."""
+    columns), the rows' digests (`_digests`), when the converter has
+    a digest salt, and the Examples framed (`_framed`): the kernel's
+    buffer must be the reference's framing of the Python path's list."""
     from recordforge.schemas.stats import StatisticsPlan, batch_statistics
     from recordforge.transforms.to_examples import label_counts
 
@@ -62,7 +75,8 @@ def _outcome(converter, specs, batch, label):
                   for split_of, names in layouts]
     if getattr(examples, "key_nones", None) is not None:  # (a count downstream takes as it is)
         assert examples.key_nones == [key for key, _ in examples].count(None)
-    return examples, list(labels), dead_letters, counted, statistics, _digests(examples)
+    return (examples, list(labels), dead_letters, counted, statistics, _digests(examples),
+            _framed(examples))
 
 
 @pytest.fixture(scope="session")

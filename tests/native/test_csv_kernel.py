@@ -22,6 +22,7 @@ from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms import batch_converter, native_rows, splits
 from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.framed_examples import FramedExamples
 from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
@@ -224,7 +225,7 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
                             "s": {"type": "string", "from": "c1"}}, nested=False)
     examples, keys, checked, texts, _, declined = _converter(specs, "c0",
                                                              native)._native.convert(batch)
-    assert declined == 0
+    assert declined == 0 and isinstance(examples, FramedExamples)
     # The kernel vouched for the run and read its bytes: no field was split.
     assert batch._split is None
     assert examples == [
@@ -306,6 +307,7 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
     [batch] = list(iter_csv(str(declined), columns=True))
     examples, keys, _, _, digests, refused = converter._native.convert(batch)
     assert examples[1] is None and examples[2] is None and digests[16:48] == bytes(32)
+    assert not isinstance(examples, FramedExamples)  # (a list for the row path to fill in)
     assert refused == examples.count(None) == 2
     with monkeypatch.context() as patch:
         patch.setattr(batch_converter, "row_digests", counted)
