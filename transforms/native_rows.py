@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+from itertools import pairwise
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -241,7 +242,7 @@ def kernel_examples(framed: bytes, offsets: bytes, declined: int) -> FramedExamp
         return FramedExamples(framed, ends)
     ends = ends.tolist()
     return [framed[start + HEADER_SIZE:end - FOOTER_SIZE] if end > start else None
-            for start, end in zip(ends, ends[1:])]
+            for start, end in pairwise(ends)]
 
 
 def arrow_buffers(record_batch) -> list:

@@ -1,0 +1,69 @@
+"""The table kernels' framed Examples against the Python reference: the
+buffer is `FramedExamples.of` the Examples the Python row path makes of
+the rows the kernel took, a declined row an empty span (generated CSV
+runs with declined rows mixed in, empty runs, every kernel)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+
+from recordforge.transforms.framed_examples import FramedExamples
+from recordforge.transforms.native_rows import kernel_examples
+from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
+from recordforge.transforms.tfrecord import FRAMING
+
+from .test_csv_kernel import _converter, csv_files, schemas
+
+
+def _python_example(converter, row) -> bytes | None:
+    """The Example the Python row path makes of `row`, None for a dead letter."""
+    try:
+        return converter._convert_row(row)[1]
+    except Exception:  # (a RowError: the kernel must have declined the row)
+        return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas(), data=csv_files())
+def test_the_kernels_buffer_frames_the_python_paths_examples(native, tmp_path_factory,
+                                                             schema, data):
+    specs, key, _ = schema
+    path = tmp_path_factory.mktemp("csv") / "t.csv"
+    path.write_bytes(data)
+    converter = _converter(specs, key, native)
+    reference = _converter(specs, key, None)
+    for batch in iter_csv(str(path), columns=True):
+        if not isinstance(batch, CsvRunBatch):
+            continue
+        plan = converter._native._plan(batch.column_names())
+        if plan is None:
+            continue
+        done = native.convert_csv_run(batch.run, len(batch), plan[0])
+        if done is None:
+            continue
+        framed, offsets, keys, _, _, declined = done
+        sizes = np.diff(np.frombuffer(offsets, dtype="<i8"))
+        assert len(sizes) == len(keys) == len(batch)
+        taken = sizes > 0
+        assert int((~taken).sum()) == declined
+        rows = [batch.row(index) for index in range(len(batch))]
+        expected = [_python_example(reference, row) for row, took in zip(rows, taken) if took]
+        assert None not in expected  # (the kernel takes only rows Python stores)
+        assert framed == FramedExamples.of(expected).framed
+        assert sizes[taken].tolist() == [len(example) + FRAMING for example in expected]
+        examples = kernel_examples(framed, offsets, declined)
+        listed = list(examples)
+        assert [example for example in listed if example is not None] == expected
+        assert isinstance(examples, FramedExamples) == (declined == 0)
+
+
+def test_empty_runs_give_an_empty_buffer(native):
+    plan = native.CsvPlan(1, [(b"a", 0, ("int", -5, 5, None))])
+    for done in (native.convert_csv_run(b"", 0, plan),
+                 native.convert_jsonl_run(b"", 0, plan, [[b"a"]]),
+                 native.convert_arrow_batch([("int64", 0, 0, None, b"", None)], 0, plan)):
+        framed, offsets, keys, _, _, declined = done
+        assert (framed, np.frombuffer(offsets, dtype="<i8").tolist(), keys, declined) == \
+            (b"", [0], [], 0)
+        assert kernel_examples(framed, offsets, declined) == FramedExamples.of([])
