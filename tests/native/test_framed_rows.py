@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
+from recordforge.schemas.dead_letters import RowError
 from recordforge.transforms.framed_examples import FramedExamples
 from recordforge.transforms.native_rows import kernel_examples
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
@@ -20,7 +21,7 @@ def _python_example(converter, row) -> bytes | None:
     """The Example the Python row path makes of `row`, None for a dead letter."""
     try:
         return converter._convert_row(row)[1]
-    except Exception:  # (a RowError: the kernel must have declined the row)
+    except RowError:  # (a dead letter: the kernel must have declined the row)
         return None
 
 
