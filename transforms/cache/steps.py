@@ -67,7 +67,7 @@ from ..sources.outputs import COUNTS, DEAD, ROWS, batched, passed_on
 from ..sources.tables import ListTableFiles
 from ..splits import SplitAssigner
 from ..merge_statistics import StatisticsSetup
-from ..tagged import select
+from ..tagged import select, select_keyed
 from ..to_examples import (
     COLUMNS_SEEN,
     DEAD_LETTER,
@@ -81,11 +81,14 @@ from ..writer import ShardTuning, SpillRecord
 from .names import file_key, piece_name
 from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece
 
-__all__ = ["CACHE_USE", "CachedConversion", "ConvertTablesWithCache", "RowLayout", "Work"]
+__all__ = ["CACHE_USE", "GATHERED", "CachedConversion", "ConvertTablesWithCache", "RowLayout",
+           "Work"]
 
 READ_DEAD_LETTER = "read_dead_letter"
 CACHE_USE = "cache_use"
 RUNS = "runs"
+# The outputs gathered into `CachedConversion.gathered`, tagged as they are made.
+GATHERED = frozenset({LABEL_COUNTS, COLUMNS_SEEN, COUNTS, CACHE_USE})
 
 
 class RowLayout(NamedTuple):
@@ -352,18 +355,18 @@ class CachedConversion(NamedTuple):
     """What `ConvertTablesWithCache` gives: the rows (ExampleBatches, or
     with `rows_are_runs` SpillRecords of sorted runs for
     ``WriteShards(spilled=True)``), dead letters of the check stage and of
-    reading (the second includes the listing's), label counts, statistics,
-    columns seen, (source, rows read) and one cache-use dict per unit."""
+    reading (the second includes the listing's), statistics (None when
+    they are off), and in one PCollection (`GATHERED`, keyed by None for
+    the result's GroupByKey: `tagged.select_keyed`) the outputs only a
+    build's result reads: label counts, columns seen, (source, rows read)
+    and one cache-use dict per unit."""
 
     rows: beam.PCollection
     rows_are_runs: bool
     dead_letter: beam.PCollection
     read_dead_letter: beam.PCollection
-    label_counts: beam.PCollection
-    statistics: beam.PCollection
-    columns_seen: beam.PCollection
-    counts: beam.PCollection
-    cache_use: beam.PCollection
+    statistics: beam.PCollection | None
+    gathered: beam.PCollection
 
 
 class ConvertTablesWithCache(beam.PTransform):
@@ -407,6 +410,7 @@ class ConvertTablesWithCache(beam.PTransform):
         self._encoding_key = encoding_key
         self._whole_files = dict(whole_files)
         self._pieces = frozenset(pieces)
+        self._statistics_on = statistics is not None
         self._conversion = BatchConversion(specs, vocabularies, key_column, count_labels,
                                            watch_columns=watch_columns, statistics=statistics)
 
@@ -446,8 +450,6 @@ class ConvertTablesWithCache(beam.PTransform):
             rows_are_runs=self._give_runs,
             dead_letter=pick("DeadLetters", DEAD_LETTER),
             read_dead_letter=pick("ReadDeadLetters", READ_DEAD_LETTER),
-            label_counts=pick("LabelCounts", LABEL_COUNTS),
-            statistics=pick("Statistics", STATISTICS),
-            columns_seen=pick("ColumnsSeen", COLUMNS_SEEN),
-            counts=pick("Counts", COUNTS),
-            cache_use=pick("CacheUse", CACHE_USE))
+            statistics=pick("Statistics", STATISTICS) if self._statistics_on else None,
+            # (None, (tag, value)): one step for four outputs
+            gathered=converted | "Gather" >> beam.FlatMap(select_keyed, GATHERED))
