@@ -359,7 +359,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             layout=RowLayout(config.name, tuple(config.splits), config.output.shuffle),
             give_runs=cache.local and default_exchange(pipeline.runner) == "files",
             extensions=config.source.extensions, options=config.source.csv,
-            batch_size=READ_BATCH_SIZE, spread=spread,
+            batch_size=READ_BATCH_SIZE, spread=spread, known_contents=cache.known_contents,
             **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
