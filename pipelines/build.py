@@ -44,7 +44,7 @@ from .runners import default_beam_args, is_local, local_runner
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
-from ..transforms.readers.inputs import changed_inputs, source_inputs
+from ..transforms.readers.inputs import ContentTokens, changed_inputs, source_inputs
 from ..transforms.urls import redact_url
 
 __all__ = ["BuildResult", "PipelineFailed", "build", "run"]
@@ -127,10 +127,14 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise
     except ValueError as error:  # a version template or name that cannot be used
         raise ConfigError("version", str(error)) from None
-    # Fingerprinted before anything reads them, compared after the pipeline.
-    inputs = _source_inputs(config)
+    # Fingerprinted before anything reads them, compared after the pipeline;
+    # a local file is hashed here only (`ContentTokens`).
+    tokens = ContentTokens()
+    inputs = _source_inputs(config, tokens)
     vocabularies = known_vocabularies(config)
     cache_state = _open_cache(config, vocabularies)
+    if cache_state is not None:
+        cache_state = dataclasses.replace(cache_state, known_contents=tokens.known)
 
     # The fingerprints hold every input's size: the running mode is chosen
     # from them, not from a second listing (~30 ms for 3,000 images).
@@ -167,16 +171,17 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     with staging:
         return _build_staged(staging, config, inputs, vocabularies, cache_state, options,
                              requested_runner, verify=verify, update_latest=update_latest,
-                             show_progress=show_progress)
+                             show_progress=show_progress, tokens=tokens)
 
 
 def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mapping,
                   vocabularies: Mapping[str, Sequence[str]], cache_state: CacheState | None,
                   options: PipelineOptions, requested_runner: str | None, *, verify: bool,
-                  update_latest: bool, show_progress: bool) -> BuildResult:
+                  update_latest: bool, show_progress: bool,
+                  tokens: ContentTokens | None = None) -> BuildResult:
     """The build once its staging exists: runs the pipeline into it, checks
     it and publishes it (`publish.finalize`). The caller deletes the staging
-    on any exception."""
+    on any exception. tokens: the content tokens `inputs` were taken with."""
     started = time.monotonic()
     total_input = _input_size(inputs)
     # A large local build reads its shards back as they are written, on a
@@ -186,7 +191,7 @@ def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mappi
     with early_checks or contextlib.nullcontext():
         _run_pipeline(staging, config, vocabularies, options, requested_runner, show_progress,
                       cache_state, input_bytes=total_input)
-        _check_inputs_unchanged(config, inputs)
+        _check_inputs_unchanged(config, inputs, tokens)
 
         # stats.json, drift.json against the version LATEST names, the gates;
         # duplicates.json and its gates.
@@ -238,12 +243,14 @@ def _stderr_may_fail():
         pass  # the message is lost: stderr is where it would be reported
 
 
-def _source_inputs(config: DatasetConfig) -> dict:
+def _source_inputs(config: DatasetConfig, tokens: ContentTokens | None = None) -> dict:
     """The fingerprints of the files the build reads (the manifest's
-    ``inputs``); `BuildFailed` when they cannot be listed."""
+    ``inputs``); `BuildFailed` when they cannot be listed. tokens: the
+    build's `ContentTokens` (a local file unchanged since is not read)."""
     source = config.source
     try:
-        return source_inputs(source.type, source.path, source.extensions, source.labels)
+        return source_inputs(source.type, source.path, source.extensions, source.labels,
+                             tokens)
     except OSError as error:
         raise BuildFailed(f"cannot list the inputs at {redact_url(source.path)}; nothing was "
                           f"published: {type(error).__name__}: {error}") from error
@@ -255,11 +262,13 @@ def _input_size(inputs: Mapping) -> int:
     return sum(entry.get("size", 0) for entry in inputs["files"])
 
 
-def _check_inputs_unchanged(config: DatasetConfig, inputs: Mapping) -> None:
+def _check_inputs_unchanged(config: DatasetConfig, inputs: Mapping,
+                            tokens: ContentTokens | None = None) -> None:
     """Fails the build (nothing published; `build` deletes the staging)
     when an input was rewritten, truncated, added or removed while the
-    pipeline read."""
-    changes = changed_inputs(inputs, _source_inputs(config))
+    pipeline read. A local file whose write marks are those it was hashed
+    with (`tokens`) is not read again: no write happened to it."""
+    changes = changed_inputs(inputs, _source_inputs(config, tokens))
     if changes:
         raise BuildFailed("the inputs changed while the build read them; nothing was "
                           "published:\n" + "\n".join(f"  {line}" for line in changes))

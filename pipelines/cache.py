@@ -60,6 +60,10 @@ class CacheState:
     whole_files: Mapping[str, int]
     pieces: frozenset[str]
     num_bytes: int
+    # fs path -> (write marks, content token) of the inputs the build hashed
+    # before its pipeline (`inputs.ContentTokens.known`): the plan step
+    # takes a token from here while the file's marks are unchanged.
+    known_contents: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
 
     @property
     def display_url(self) -> str:

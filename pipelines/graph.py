@@ -33,8 +33,7 @@ from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
 from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
 from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup, statistics_entry
-from ..transforms.to_examples import (ConvertedRows, DuplicateSetup, LabelCounting,
-                                      RowsToExamples)
+from ..transforms.to_examples import GATHERABLE, DuplicateSetup, LabelCounting, RowsToExamples
 
 __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies",
            "near_threshold", "spreads", "stage_build", "watched_columns", "write_result"]
@@ -105,6 +104,8 @@ def write_result(parts: tuple, staging_url: str,
             dead_letter = value
         elif kind == "columns_seen":
             seen.update(value)
+        elif kind == "counts":  # (source file, rows read)
+            num_input_rows += value[1]
         elif kind == "label_counts":
             for split, label, count in value:
                 by_label = label_counts.setdefault(split, {})
@@ -120,8 +121,6 @@ def write_result(parts: tuple, staging_url: str,
             left.append(value)
         elif kind == "near_duplicates":
             result["near_duplicates"] = value
-        else:
-            num_input_rows += value
     result.update({"shards": sorted(shards, key=lambda s: (s["split"], s["file"])),
                    "dead_letter": dead_letter, "num_input_rows": num_input_rows,
                    "label_counts": label_counts, "statistics": statistics})
@@ -220,19 +219,22 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         if config.validation.duplicates is not None:
             raise ValueError("duplicate detection needs every row converted in this build: "
                              "it cannot take rows from the build cache")
-        converted, rows, columns_seen = source, source.rows, source.columns_seen
-        read_dead_letter, cache_use = source.read_dead_letter, source.cache_use
-        spilled = source.rows_are_runs
+        converted, rows, spilled = source, source.rows, source.rows_are_runs
+        read_dead_letter = source.read_dead_letter
+        # label counts, columns seen, rows read and cache use, one step
+        gathered = [source.gathered]
     else:
         # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
         # label_counts: ((split, label, examples), ...) for the report
         # statistics: ((split, feature), FeatureStatistics) per batch
         to_examples = RowsToExamples(config.features, vocabularies,
-                                     duplicates=_duplicate_setup(config),
+                                     duplicates=_duplicate_setup(config), gathered=GATHERABLE,
                                      **_conversion_options(config, vocabularies))
         converted = source.rows | "ToExamples" >> to_examples
-        rows, columns_seen = converted.examples, to_examples.columns_seen
-        read_dead_letter, cache_use, spilled = source.dead_letter, None, False
+        rows, read_dead_letter, spilled = converted.examples, source.dead_letter, False
+        # label counts and columns seen in one step; (source file, rows read)
+        gathered = [to_examples.gathered,
+                    source.counts | "RowsRead" >> beam.Map(_result_part, "counts")]
         # FingerprintBatch per batch, or None with detection off
         fingerprints = to_examples.fingerprints
     duplicate_parts, removed = _duplicates(fingerprints, config, input_bytes)
@@ -263,13 +265,10 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     # also keeps every branch in the graph that runs.
     parts = [shards | "TagShards" >> beam.Map(_result_part, "shard"),
              dead_letter | "TagDeadLetters" >> beam.Map(_result_part, "dead_letter"),
-             # (source file, rows read) -> ("rows_read", n)
-             source.counts | "RowsRead" >> beam.Map(_rows_read)]
-    parts += _optional_parts(converted, columns_seen, config, vocabularies)
+             *gathered]
+    if config.validation.statistics:
+        parts += _statistics_parts(converted.statistics)
     parts += duplicate_parts
-    if cache_use is not None:
-        # {"source", "reused", "damaged", "rows", "examples", "bytes"} per unit
-        parts.append(cache_use | "TagCacheUse" >> beam.Map(_result_part, "cache_use"))
     # Each part is (None, (kind, value)) already (`_result_part`).
     result = (tuple(parts)
               | "GatherResult" >> beam.Flatten()
@@ -315,10 +314,6 @@ def near_threshold(config: DatasetConfig) -> int | None:
     return duplicates.near_threshold
 
 
-def _rows_read(file_and_count: tuple[str, int]) -> tuple[None, tuple[str, int]]:
-    return _result_part(file_and_count[1], "rows_read")
-
-
 def _result_part(value, kind: str) -> tuple[None, tuple[str, object]]:
     """``(None, (kind, value))``: a value of the result, tagged with its
     kind and keyed for the one GroupByKey that gathers the result, in the
@@ -331,29 +326,14 @@ def _statistics_part(keyed: tuple[tuple[str, str], FeatureStatistics]
     return _result_part(statistics_entry(keyed), "statistics")
 
 
-def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: beam.PCollection,
-                    config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]) -> list:
-    """The result's parts of features the config may turn off: label counts
-    (a dataset with a label), the columns seen (optional or defaulted
-    features), statistics (``validation.statistics``). Off, a part gets no
-    step at all (`write_result` reads its absence as empty, which is what
-    it would have gathered): MergeStatistics alone is four runner stages."""
-    parts = []
-    if _label_counting(config, vocabularies) is not None:
-        # ((split, label, examples), ...) per batch
-        parts.append(converted.label_counts
-                     | "TagLabelCounts" >> beam.Map(_result_part, "label_counts"))
-    if watched_columns(config):
-        # (column name, ...) for the check that every feature's column was seen
-        parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(_result_part, "columns_seen"))
-    if config.validation.statistics:
-        # (split, feature, stats.json entry) per key as a result part, in
-        # two parts that go to the result's Flatten unflattened (a Flatten
-        # is a stage), each made by the step that finishes a key's merge
-        parts += converted.statistics | "MergeStatistics" >> MergeStatistics(
-            gathered=False, finish=_statistics_part,
-            spread=spreads(converted.statistics.pipeline))
-    return parts
+def _statistics_parts(statistics: beam.PCollection) -> tuple:
+    """The result's statistics parts: (split, feature, stats.json entry)
+    per key, in two parts that go to the result's Flatten unflattened (a
+    Flatten is a stage), each made by the step that finishes a key's merge
+    (MergeStatistics alone is four runner stages: none when statistics are
+    off)."""
+    return statistics | "MergeStatistics" >> MergeStatistics(
+        gathered=False, finish=_statistics_part, spread=spreads(statistics.pipeline))
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,
@@ -379,7 +359,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             layout=RowLayout(config.name, tuple(config.splits), config.output.shuffle),
             give_runs=cache.local and default_exchange(pipeline.runner) == "files",
             extensions=config.source.extensions, options=config.source.csv,
-            batch_size=READ_BATCH_SIZE, spread=spread,
+            batch_size=READ_BATCH_SIZE, spread=spread, known_contents=cache.known_contents,
             **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)

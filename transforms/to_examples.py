@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from typing import Mapping, NamedTuple, Sequence
+from typing import Collection, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
 
@@ -31,12 +31,12 @@ from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
 from .splits import HashedExamples, SplitAssigner
 from .merge_statistics import StatisticsSetup
-from .tagged import select
+from .tagged import select, select_keyed
 from .vocabulary_labels import VocabularyLabels
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "FINGERPRINTS",
-           "LABEL_COUNTS", "STATISTICS", "ConvertedRows", "DuplicateSetup", "LabelCounting",
-           "RowsToExamples"]
+           "GATHERABLE", "LABEL_COUNTS", "STATISTICS", "ConvertedRows", "DuplicateSetup",
+           "LabelCounting", "RowsToExamples"]
 
 EXAMPLES = "examples"
 DEAD_LETTER = "dead_letter"
@@ -44,6 +44,8 @@ LABEL_COUNTS = "label_counts"
 COLUMNS_SEEN = "columns_seen"
 STATISTICS = "statistics"
 FINGERPRINTS = "fingerprints"
+# The outputs a build's result alone reads (`RowsToExamples(gathered=...)`).
+GATHERABLE = frozenset({LABEL_COUNTS, COLUMNS_SEEN})
 
 
 class LabelCounting(NamedTuple):
@@ -286,7 +288,7 @@ class _ConvertBatchesFn(beam.DoFn):
 
 class ConvertedRows(NamedTuple):
     """The outputs of RowsToExamples; unpacks as ``examples, dead_letter,
-    label_counts, statistics``."""
+    label_counts, statistics`` (label_counts None when it is `gathered`)."""
 
     examples: beam.PCollection
     dead_letter: beam.PCollection
@@ -308,7 +310,7 @@ class RowsToExamples(beam.PTransform):
         written record again.
       statistics: with `statistics` (a `StatisticsSetup`), one
         ``((split, feature), FeatureStatistics)`` per batch, split and
-        feature, for `statistics.MergeStatistics` (empty without it).
+        feature, for `statistics.MergeStatistics` (None without it).
     specs/vocabularies: the parsed schema and resolved vocabularies.
     key_column: see `BatchConverter`; keys are `sortable_key` bytes.
     duplicates: with a `DuplicateSetup`, once applied, the transform's
@@ -319,6 +321,12 @@ class RowsToExamples(beam.PTransform):
       column names (each watched column a bundle meets, and the columns of
       its first row); their union over the build tells which watched
       columns no row held.
+    gathered: tags of the outputs only a build's result reads
+      (`GATHERABLE`: label counts, columns seen), which then have no
+      PCollection of their own (`label_counts` and the `columns_seen`
+      attribute are None): once applied, the transform's `gathered`
+      attribute is one PCollection of their ``(None, (tag, value))``
+      (`tagged.select_keyed`), one step where each would take two.
 
     One DoFn emits every kind as (tag, value) pairs that filters split,
     rather than a multi-output ParDo: Beam's Dask runner (2.77) hands every
@@ -330,10 +338,16 @@ class RowsToExamples(beam.PTransform):
                  key_column: str | None = None, count_labels: LabelCounting | None = None,
                  watch_columns: Sequence[str] = (),
                  statistics: StatisticsSetup | None = None,
-                 duplicates: DuplicateSetup | None = None):
+                 duplicates: DuplicateSetup | None = None,
+                 gathered: Collection[str] = ()):
         super().__init__()
         self._watch_columns = tuple(watch_columns)
+        self._gathered = frozenset(gathered)
+        if not self._gathered <= GATHERABLE:
+            raise ValueError(f"gathered: only {sorted(GATHERABLE)} can be gathered, "
+                             f"not {sorted(self._gathered - GATHERABLE)}")
         self.columns_seen = None
+        self.gathered = None
         self.fingerprints = None
         self._duplicates = duplicates
         self._specs = tuple(specs)
@@ -360,8 +374,14 @@ class RowsToExamples(beam.PTransform):
             self._specs, self._vocabularies, self._key_column, self._count_labels,
             watch_columns=self._watch_columns, statistics=self._statistics,
             duplicates=self._duplicates)).with_output_types(TaggedBatch)
-        # (column name, ...)
-        self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select, COLUMNS_SEEN)
+        if self._gathered:
+            # (None, (tag, value)) of the gathered tags
+            self.gathered = tagged | "GatherParts" >> beam.FlatMap(select_keyed,
+                                                                   self._gathered)
+        if COLUMNS_SEEN not in self._gathered:
+            # (column name, ...)
+            self.columns_seen = tagged | "SelectColumnsSeen" >> beam.FlatMap(select,
+                                                                            COLUMNS_SEEN)
         if self._duplicates is not None:
             # FingerprintBatch per batch; no step at all when detection is off
             self.fingerprints = tagged | "SelectFingerprints" >> beam.FlatMap(
@@ -373,6 +393,8 @@ class RowsToExamples(beam.PTransform):
             # dead-letter dict
             dead_letter=tagged | "SelectDeadLetters" >> beam.FlatMap(select, DEAD_LETTER),
             # ((split, label, examples), ...)
-            label_counts=tagged | "SelectLabelCounts" >> beam.FlatMap(select, LABEL_COUNTS),
-            # ((split, feature), FeatureStatistics)
-            statistics=tagged | "SelectStatistics" >> beam.FlatMap(select, STATISTICS))
+            label_counts=(None if LABEL_COUNTS in self._gathered else
+                          tagged | "SelectLabelCounts" >> beam.FlatMap(select, LABEL_COUNTS)),
+            # ((split, feature), FeatureStatistics); no step when they are off
+            statistics=(None if self._statistics is None else
+                        tagged | "SelectStatistics" >> beam.FlatMap(select, STATISTICS)))

@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from recordforge.pipelines.cache import CacheState
 from recordforge.pipelines.config import config_from_dict
 from recordforge.pipelines.graph import build_pipeline, known_vocabularies
 
@@ -78,13 +79,15 @@ def _graph(raw: dict) -> tuple[list[str], int]:
     return names, len(stages)
 
 
-def _pardos(raw: dict) -> list[str]:
+def _pardos(raw: dict, cached: bool = False) -> list[str]:
     """The unique names of the build's ParDos (each costs ~7 ms of CPU on a
-    small build: Beam inspects its DoFn ~8 times, pickles and sets it up)."""
+    small build: Beam inspects its DoFn ~8 times, pickles and sets it up);
+    cached: a table build that uses an empty build cache."""
     config = config_from_dict(raw)
     pipeline = beam.Pipeline(options=PipelineOptions([]))
+    cache = CacheState("/nonexistent/cache", "key", {}, frozenset(), 0) if cached else None
     build_pipeline(pipeline, config, staging_url="/nonexistent/staging",
-                   vocabularies=known_vocabularies(config))
+                   vocabularies=known_vocabularies(config), cache=cache)
     transforms = pipeline.to_runner_api().components.transforms.values()
     return [t.unique_name for t in transforms if t.spec.urn == "beam:transform:pardo:v1"]
 
@@ -93,15 +96,33 @@ def _pardos(raw: dict) -> list[str]:
 def test_the_result_and_the_statistics_take_no_step_of_their_own_per_part(source):
     """A part of the result is tagged and keyed for the one GroupByKey that
     gathers it in the step that makes it, and a merged statistic is made a
-    part by the step that ends its merge: with one worker statistics add 5
-    ParDos (the CombinePerKey's, the order-free filter, the ordered keys'
-    filter and their one merge, the order-free finish); with workers to
-    spread the ordered tree's levels over, 7 (its keying and three merges)."""
+    part by the step that ends its merge: with one worker statistics add 6
+    ParDos (the converter's filter of its partials, the CombinePerKey's, the
+    order-free filter, the ordered keys' filter and their one merge, the
+    order-free finish); with workers to spread the ordered tree's levels
+    over, 8 (its keying and three merges)."""
     off = _pardos(_config(source, statistics=False, label=True, optional=False))
     on = _pardos(_config(source, statistics=True, label=True, optional=False))
     assert not [name for name in on if name.startswith(("OneKey", "TagStatistics"))]
-    assert len(on) - len(off) == 5, sorted(set(on) - set(off))
+    assert len(on) - len(off) == 6, sorted(set(on) - set(off))
     assert _has(on, "MergeStatistics/MergeInOrder/MergeAll")
+
+
+@pytest.mark.parametrize("source,cached", [("csv", False), ("csv", True), ("images", False)])
+def test_the_outputs_only_the_result_reads_are_gathered_in_one_step(source, cached):
+    """Label counts, columns seen, rows read (and with the build cache,
+    the cache use) reach the result's GroupByKey from one step that keeps
+    them all (`tagged.select_keyed`), not a filter and a keying step each:
+    a label or a watched column adds no step, and the whole takes one step
+    of the cached read, or one of the converter and one of the read."""
+    plain = _pardos(_config(source, statistics=False, label=False, optional=False), cached)
+    full = _pardos(_config(source, statistics=False, label=True, optional=True), cached)
+    assert sorted(plain) == sorted(full)
+    gathering = [name for name in full if name.endswith(("/Gather", "/GatherParts", "RowsRead"))]
+    assert sorted(gathering) == (["ReadAndConvert/Gather"] if cached
+                                 else ["RowsRead", "ToExamples/GatherParts"])
+    assert not [name for name in full
+                if name.startswith(("TagLabelCounts", "TagColumnsSeen", "TagCacheUse"))]
 
 
 def _has(names: list[str], step: str) -> bool:
@@ -117,8 +138,7 @@ def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics,
     assert _has(names, "FindDuplicates") == duplicates
     assert _has(names, "ToExamples/SelectFingerprints") == duplicates
     assert _has(names, "MergeStatistics") == statistics
-    assert _has(names, "TagLabelCounts") == label
-    assert _has(names, "TagColumnsSeen") == optional
+    assert _has(names, "ToExamples/SelectStatistics") == statistics
     # A build's own graph hands the dead letters to the sink unflattened.
     assert not _has(names, "AllDeadLetters")
     assert _has(names, "FindNearImages") == (duplicates and source == "images")

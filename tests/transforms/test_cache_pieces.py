@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import fsspec
 import numpy as np
@@ -18,7 +19,10 @@ from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_na
 from recordforge.transforms.cache import pieces
 from recordforge.transforms.cache.pieces import (DamagedPiece, PieceWriter, decode_value,
                                                  encode_value, read_piece)
-from recordforge.transforms.readers.inputs import changed_inputs, content_token, input_fingerprint
+from recordforge.transforms.cache.steps import _PlanOrReuse
+from recordforge.transforms.readers import inputs as inputs_lib
+from recordforge.transforms.readers.inputs import (ContentTokens, changed_inputs, content_token,
+                                                   input_fingerprint, write_marks, xxh3_token)
 from recordforge.transforms.writer import RunFile
 from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.merge_statistics import partial_from_json, partial_to_json
@@ -321,3 +325,58 @@ def test_a_piece_is_the_bytes_the_whole_summary_json_gives(tmp_path, texts, dead
         [partial_to_json(numeric)] + [partial_to_json(partial) for partial in partials]))
     assert record[1:] == json.dumps(summary, ensure_ascii=True,
                                     separators=(",", ":")).encode("ascii")
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.binary(min_size=1, max_size=4096), second=st.binary(min_size=1, max_size=64),
+       keep_mtime=st.booleans())
+def test_a_build_hashes_a_local_file_once_until_it_is_written(tmp_path_factory, monkeypatch,
+                                                              first, second, keep_mtime):
+    """`ContentTokens` gives an unwritten file's token again without reading
+    it, to the driver's second look and to the plan step; any write (even
+    of the same size under the old mtime, as ``rsync -t`` leaves it) makes
+    both read it again, and the token then names the new bytes. (Files are
+    kept once settled, `SETTLED_NS`: here at once, and the rewrite comes
+    after the file system's clock has ticked.)"""
+    path = tmp_path_factory.mktemp("tokens") / "a.csv"
+    path.write_bytes(first)
+    fs = fsspec.filesystem("file")
+    tokens = ContentTokens()
+    hashed = []
+    real_hash = inputs_lib._hash_bytes
+    with monkeypatch.context() as patch:
+        patch.setattr(inputs_lib, "SETTLED_NS", -1)
+        before = input_fingerprint(fs, str(path), tokens)
+        patch.setattr(inputs_lib, "_hash_bytes",
+                      lambda fileobj: hashed.append(1) or real_hash(fileobj))
+        assert input_fingerprint(fs, str(path), tokens) == before and not hashed
+        plan = _PlanOrReuse(str(path), "csv", 1 << 20, None, "enc", {}, tokens.known)
+        plan.setup()
+        assert plan._known_version(str(path), write_marks(fs, str(path))) == before
+
+        stat = os.stat(path)
+        time.sleep(0.02)
+        path.write_bytes(first[:len(first) - len(second)] + second)
+        if keep_mtime:
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert plan._known_version(str(path), write_marks(fs, str(path))) is None
+        after = input_fingerprint(fs, str(path), tokens)
+    assert hashed and after["content"] == xxh3_token(xxhash.xxh3_128(path.read_bytes()))
+
+
+def test_a_file_changed_just_now_is_hashed_at_every_look(tmp_path, monkeypatch):
+    """A write within a tick of the file system's clock may leave a file's
+    marks as they were: a file changed less than `SETTLED_NS` ago is not
+    known, and is read at every look."""
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"id\n1\n")
+    fs = fsspec.filesystem("file")
+    tokens = ContentTokens()
+    hashed = []
+    real_hash = inputs_lib._hash_bytes
+    monkeypatch.setattr(inputs_lib, "_hash_bytes",
+                        lambda fileobj: hashed.append(1) or real_hash(fileobj))
+    first = input_fingerprint(fs, str(path), tokens)
+    assert input_fingerprint(fs, str(path), tokens) == first
+    assert len(hashed) == 2 and tokens.known == {}

@@ -54,7 +54,7 @@ from ..batch_coder import Batch, TaggedBatch
 from ..gc_tuning import relax_young_collections
 from ..malloc_tuning import keep_freed_memory
 from ..metrics import METRICS_NAMESPACE
-from ..readers.inputs import write_marks
+from ..readers.inputs import fingerprint, write_marks
 from ..readers.listing import normalized_extensions
 from ..readers.tables import (
     DEFAULT_RANGE_BYTES,
@@ -67,7 +67,7 @@ from ..sources.outputs import COUNTS, DEAD, ROWS, batched, passed_on
 from ..sources.tables import ListTableFiles
 from ..splits import SplitAssigner
 from ..merge_statistics import StatisticsSetup
-from ..tagged import select
+from ..tagged import select, select_keyed
 from ..to_examples import (
     COLUMNS_SEEN,
     DEAD_LETTER,
@@ -81,11 +81,14 @@ from ..writer import ShardTuning, SpillRecord
 from .names import file_key, piece_name
 from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece
 
-__all__ = ["CACHE_USE", "CachedConversion", "ConvertTablesWithCache", "RowLayout", "Work"]
+__all__ = ["CACHE_USE", "GATHERED", "CachedConversion", "ConvertTablesWithCache", "RowLayout",
+           "Work"]
 
 READ_DEAD_LETTER = "read_dead_letter"
 CACHE_USE = "cache_use"
 RUNS = "runs"
+# The outputs gathered into `CachedConversion.gathered`, tagged as they are made.
+GATHERED = frozenset({LABEL_COUNTS, COLUMNS_SEEN, COUNTS, CACHE_USE})
 
 
 class RowLayout(NamedTuple):
@@ -127,7 +130,9 @@ class _PlanOrReuse(beam.DoFn):
     letters and counts are handed on as they are (`passed_on`)."""
 
     def __init__(self, pattern: str, format: str, range_bytes: int, options,
-                 encoding_key: str, whole_files: Mapping[str, int]):
+                 encoding_key: str, whole_files: Mapping[str, int],
+                 known_contents: Mapping[str, tuple] | None = None):
+        self._known_contents = dict(known_contents or {})
         self._pattern = pattern
         self._format = format
         self._range_bytes = range_bytes
@@ -146,11 +151,13 @@ class _PlanOrReuse(beam.DoFn):
         # Marked before hashing: a write during or after the hash changes
         # the marks, and the pieces of what is then read are not kept.
         marks = write_marks(self._fs, fs_path)
-        # A file cut into byte ranges is planned as it is hashed, in one
-        # read: the scan costs little beside the read, even when its
-        # pieces are all kept and the units go unused.
-        units, version = plan_fingerprinted(self._fs, fs_path, self._format,
-                                            self._range_bytes, self._options)
+        units, version = None, self._known_version(fs_path, marks)
+        if version is None:
+            # A file cut into byte ranges is planned as it is hashed, in one
+            # read: the scan costs little beside the read, even when its
+            # pieces are all kept and the units go unused.
+            units, version = plan_fingerprinted(self._fs, fs_path, self._format,
+                                                self._range_bytes, self._options)
         key = file_key(self._encoding_key, version)
         source = version["path"]
         count = self._whole_files.get(key)
@@ -163,6 +170,17 @@ class _PlanOrReuse(beam.DoFn):
                                       self._options)
         for index, unit in enumerate(units):
             yield Work(key, index, len(units), fs_path, unit.source, unit, marks)
+
+    def _known_version(self, fs_path: str, marks: tuple | None) -> dict | None:
+        """The file's fingerprint with the content token the driver took
+        (`known_contents`) when its marks are still those taken before that
+        hash (no write since): the file is then read only if a unit of it
+        is to be converted, not to hash it again. Else None."""
+        known = self._known_contents.get(fs_path)
+        if known is None or marks is None or known[0] != marks:
+            return None
+        version = fingerprint(self._fs, fs_path)
+        return None if version.get("missing") else {**version, "content": known[1]}
 
 
 class _ConvertUnits(beam.DoFn):
@@ -352,18 +370,18 @@ class CachedConversion(NamedTuple):
     """What `ConvertTablesWithCache` gives: the rows (ExampleBatches, or
     with `rows_are_runs` SpillRecords of sorted runs for
     ``WriteShards(spilled=True)``), dead letters of the check stage and of
-    reading (the second includes the listing's), label counts, statistics,
-    columns seen, (source, rows read) and one cache-use dict per unit."""
+    reading (the second includes the listing's), statistics (None when
+    they are off), and in one PCollection (`GATHERED`, keyed by None for
+    the result's GroupByKey: `tagged.select_keyed`) the outputs only a
+    build's result reads: label counts, columns seen, (source, rows read)
+    and one cache-use dict per unit."""
 
     rows: beam.PCollection
     rows_are_runs: bool
     dead_letter: beam.PCollection
     read_dead_letter: beam.PCollection
-    label_counts: beam.PCollection
-    statistics: beam.PCollection
-    columns_seen: beam.PCollection
-    counts: beam.PCollection
-    cache_use: beam.PCollection
+    statistics: beam.PCollection | None
+    gathered: beam.PCollection
 
 
 class ConvertTablesWithCache(beam.PTransform):
@@ -380,7 +398,10 @@ class ConvertTablesWithCache(beam.PTransform):
     cache's sorted runs (the file exchange of a local runner, with the cache
     on its disk) rather than as ExampleBatches. spread: as `sources.ReadTable`
     (reshuffle the files and the units; False where there is one worker:
-    two Reshuffles spread nothing).
+    two Reshuffles spread nothing). known_contents: fs path -> (write
+    marks, content token) of local inputs the driver hashed
+    (`readers.inputs.ContentTokens.known`), not hashed again while their
+    marks are unchanged.
     Gives `CachedConversion`.
     """
 
@@ -392,8 +413,9 @@ class ConvertTablesWithCache(beam.PTransform):
                  layout: RowLayout, give_runs: bool = False,
                  extensions: Iterable[str] | None = None, options=None,
                  batch_size: int = 1000, range_bytes: int = DEFAULT_RANGE_BYTES,
-                 spread: bool = True):
+                 spread: bool = True, known_contents: Mapping[str, tuple] | None = None):
         super().__init__()
+        self._known_contents = dict(known_contents or {})
         self._spread = spread
         self._layout = layout
         self._give_runs = give_runs
@@ -407,6 +429,7 @@ class ConvertTablesWithCache(beam.PTransform):
         self._encoding_key = encoding_key
         self._whole_files = dict(whole_files)
         self._pieces = frozenset(pieces)
+        self._statistics_on = statistics is not None
         self._conversion = BatchConversion(specs, vocabularies, key_column, count_labels,
                                            watch_columns=watch_columns, statistics=statistics)
 
@@ -425,7 +448,8 @@ class ConvertTablesWithCache(beam.PTransform):
         # Work per unit | the listing's pairs
         works = files | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
             self._path, self._format, self._range_bytes, self._options,
-            self._encoding_key, self._whole_files)).with_output_types(Batch)
+            self._encoding_key, self._whole_files, self._known_contents)
+                                              ).with_output_types(Batch)
         if self._spread:
             works = works | "ReshuffleUnits" >> beam.Reshuffle()
         # (tag, value) pairs of every kind
@@ -446,8 +470,6 @@ class ConvertTablesWithCache(beam.PTransform):
             rows_are_runs=self._give_runs,
             dead_letter=pick("DeadLetters", DEAD_LETTER),
             read_dead_letter=pick("ReadDeadLetters", READ_DEAD_LETTER),
-            label_counts=pick("LabelCounts", LABEL_COUNTS),
-            statistics=pick("Statistics", STATISTICS),
-            columns_seen=pick("ColumnsSeen", COLUMNS_SEEN),
-            counts=pick("Counts", COUNTS),
-            cache_use=pick("CacheUse", CACHE_USE))
+            statistics=pick("Statistics", STATISTICS) if self._statistics_on else None,
+            # (None, (tag, value)): one step for four outputs
+            gathered=converted | "Gather" >> beam.FlatMap(select_keyed, GATHERED))

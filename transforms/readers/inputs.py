@@ -24,11 +24,17 @@ listing left out, by reason (`listing.Listing`).
 Whether an input is the same as before is decided by `identity`: its path,
 size and ``content``, never its modification time, which tools restore
 (``rsync -t``, ``cp -p``) over other bytes and change over the same ones.
+
+A build hashes a local file once (`ContentTokens`): the fingerprints taken
+after its pipeline, and the cache's plan step, take the token of a file
+whose `write_marks` (which every write changes, ctime included) are those
+taken before it was hashed, instead of reading it again.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Iterable, Mapping
 
 import fsspec
@@ -38,8 +44,8 @@ from fsspec.implementations.local import LocalFileSystem
 from .common import display_name
 from .listing import list_image_files, list_tables
 
-__all__ = ["changed_inputs", "content_token", "fingerprint", "hashes_locally", "identity",
-           "input_fingerprint", "source_inputs", "write_marks", "xxh3_token"]
+__all__ = ["ContentTokens", "changed_inputs", "content_token", "fingerprint", "hashes_locally",
+           "identity", "input_fingerprint", "source_inputs", "write_marks", "xxh3_token"]
 
 # Version tokens of object stores, in order of preference (fsspec `info` keys).
 _TOKENS = ("generation", "etag", "ETag", "mtime", "LastModified", "last_modified", "updated")
@@ -127,15 +133,59 @@ def content_token(fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) ->
         return _hash_bytes(fileobj)
 
 
-def input_fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str) -> dict:
+# A file changed this recently is hashed again each time (`ContentTokens`):
+# a write within one tick of the file system's clock may leave its marks
+# as they were ("racy" entries, as git calls them).
+SETTLED_NS = 2_000_000_000
+
+
+class ContentTokens:
+    """The content tokens of the local files a build hashed, each with the
+    `write_marks` taken before its bytes were read: `token` gives a file's
+    token again, unread, while its marks are unchanged (no write since),
+    and `known` hands them to the pipeline's plan step
+    (`ConvertTablesWithCache(known_contents=...)`), which checks the marks
+    the same way. Not kept: files of object stores (their token is the
+    store's checksum, read with their listing), and files changed less than
+    `SETTLED_NS` before they were marked, whose next write could leave the
+    same marks."""
+
+    def __init__(self):
+        self._known: dict[str, tuple[tuple, str]] = {}
+
+    def token(self, fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) -> str:
+        """`content_token` of the file, taken from what is known when its
+        marks are those it was hashed with."""
+        if not hashes_locally(fs):
+            return content_token(fs, fs_path, info)
+        now = time.time_ns()
+        marks = write_marks(fs, fs_path)  # before the bytes are read
+        known = self._known.get(fs_path)
+        if known is not None and marks is not None and known[0] == marks:
+            return known[1]
+        token = content_token(fs, fs_path, info)
+        # marks: (size, mtime_ns, inode, ctime_ns); every write sets ctime
+        if marks is not None and now - marks[3] > SETTLED_NS:
+            self._known[fs_path] = (marks, token)
+        return token
+
+    @property
+    def known(self) -> dict[str, tuple[tuple, str]]:
+        """fs path -> (write marks, content token) of every file hashed."""
+        return dict(self._known)
+
+
+def input_fingerprint(fs: fsspec.AbstractFileSystem, fs_path: str,
+                      tokens: ContentTokens | None = None) -> dict:
     """`fingerprint` plus ``content`` (`content_token`): what the build
     cache and the check for inputs changed during a build compare. A local
-    file is read in full to hash it."""
+    file is read in full to hash it, unless `tokens` knows it unchanged."""
     entry, info = _look(fs, fs_path)
     if entry.get("missing"):
         return entry
     try:
-        entry["content"] = content_token(fs, fs_path, info)
+        entry["content"] = (content_token(fs, fs_path, info) if tokens is None
+                            else tokens.token(fs, fs_path, info))
     except FileNotFoundError:  # gone between the two looks
         return {"path": entry["path"], "missing": True}
     except OSError as error:
@@ -173,11 +223,12 @@ def identity(entry: Mapping) -> dict:
 
 
 def source_inputs(type: str, path: str, extensions: Iterable[str] = (),
-                  labels: str | None = None) -> dict:
+                  labels: str | None = None, tokens: ContentTokens | None = None) -> dict:
     """The fingerprints of every file a source of `type` at `path` reads
     (listed as the build lists them), plus an image source's labels table,
     and what the listing skipped. Tables and labels tables get their
-    ``content`` (`input_fingerprint`); images their size and version token."""
+    ``content`` (`input_fingerprint`, with `tokens`: hashed once a build);
+    images their size and version token."""
     if type == "images":
         listing = list_image_files(path, extensions)
         paths = [fs_path for fs_path, _ in listing.files]
@@ -186,11 +237,13 @@ def source_inputs(type: str, path: str, extensions: Iterable[str] = (),
         paths = list(listing.files)
     # Tables are hashed: their fingerprints key the build cache. Images are
     # not cached, and hashing every image would read each one once more.
-    look = fingerprint if type == "images" else input_fingerprint
-    files = [look(listing.fs, fs_path) for fs_path in paths]
+    if type == "images":
+        files = [fingerprint(listing.fs, fs_path) for fs_path in paths]
+    else:
+        files = [input_fingerprint(listing.fs, fs_path, tokens) for fs_path in paths]
     if type == "images" and labels not in (None, "directory"):
         labels_fs, labels_path = fsspec.core.url_to_fs(labels)
-        files.append(input_fingerprint(labels_fs, labels_path))
+        files.append(input_fingerprint(labels_fs, labels_path, tokens))
     files.sort(key=lambda entry: entry["path"])
     return {"files": files, "skipped": dict(sorted(listing.skipped.items()))}
 
