@@ -337,7 +337,7 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
     (a dataset with a label), the columns seen (optional or defaulted
     features), statistics (``validation.statistics``). Off, a part gets no
     step at all (`write_result` reads its absence as empty, which is what
-    it would have gathered): MergeStatistics alone is four runner stages."""
+    it would have gathered): MergeStatistics alone is two runner stages."""
     parts = []
     if _label_counting(config, vocabularies) is not None:
         # ((split, label, examples), ...) per batch
@@ -347,12 +347,10 @@ def _optional_parts(converted: ConvertedRows | CachedConversion, columns_seen: b
         # (column name, ...) for the check that every feature's column was seen
         parts.append(columns_seen | "TagColumnsSeen" >> beam.Map(_result_part, "columns_seen"))
     if config.validation.statistics:
-        # (split, feature, stats.json entry) per key as a result part, in
-        # two parts that go to the result's Flatten unflattened (a Flatten
-        # is a stage), each made by the step that finishes a key's merge
-        parts += converted.statistics | "MergeStatistics" >> MergeStatistics(
-            gathered=False, finish=_statistics_part,
-            spread=spreads(converted.statistics.pipeline))
+        # (split, feature, stats.json entry) per key as a result part, made
+        # by the step that finishes a key's merge
+        parts.append(converted.statistics
+                     | "MergeStatistics" >> MergeStatistics(finish=_statistics_part))
     return parts
 
 

@@ -6,7 +6,6 @@ import json
 import random
 
 import apache_beam as beam
-import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
@@ -173,13 +172,9 @@ def _finished(keyed) -> tuple[str, list]:
     return "finished", list(statistics_entry(keyed))
 
 
-@pytest.mark.parametrize("spread", [True, False])
-@pytest.mark.parametrize("gathered", [True, False])
-def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered, spread):
-    """`finish` makes what each merged key is given as, gathered in one
-    PCollection or left in two parts (the order-free keys', the ordered
-    keys'), with the same merge as `merge_partials`: in the tree of
-    GroupByKeys (spread) or in one (one worker)."""
+def test_merge_statistics_finishes_each_merged_key_in_its_last_step():
+    """`finish` makes what each merged key is given as, with the same merge
+    as `merge_partials`."""
     partials = _table_partials()
     expected = []
     for key in sorted({key for key, _ in partials}):
@@ -191,9 +186,6 @@ def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered, sp
     with TestPipeline() as p:
         merged = (p | beam.Create([partial_to_json(partial) for partial in shuffled])
                   | beam.Map(partial_from_json)
-                  | MergeStatistics(gathered=gathered, finish=_finished, spread=spread))
-        if not gathered:
-            assert len(merged) == 2
-            merged = merged | beam.Flatten()
+                  | MergeStatistics(finish=_finished))
         assert_that(merged | beam.Map(lambda done: json.dumps(list(done), sort_keys=True)),
                     equal_to(expected))
