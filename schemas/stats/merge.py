@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import json
-from typing import Iterable
+from collections.abc import Iterable
 
 from .distinct import compact_theta
 from .feature_stats import FeatureStatistics
@@ -70,7 +71,7 @@ class MergingStatistics:
         # (level-1 group, fingerprint, digest, summary) per partial with counts
         self.waiting: list[tuple[int, bytes, bytes, FrequentValues]] = []
 
-    def add(self, stats: FeatureStatistics) -> "MergingStatistics":
+    def add(self, stats: FeatureStatistics) -> MergingStatistics:
         """Takes a partial (and may keep it as part of what it merges into)."""
         frequent = stats.frequent
         if not stats.order_free and frequent is not None and frequent.counts:
@@ -80,7 +81,7 @@ class MergingStatistics:
         self.merged = stats if self.merged is None else self.merged.merge(stats)
         return self
 
-    def merge(self, other: "MergingStatistics") -> "MergingStatistics":
+    def merge(self, other: MergingStatistics) -> MergingStatistics:
         """Adds what `other` took; returns self."""
         if other.merged is not None:
             self.merged = other.merged if self.merged is None else self.merged.merge(other.merged)
@@ -107,7 +108,7 @@ def _canonical_tree(waiting: list[tuple[int, bytes, bytes, FrequentValues]]) -> 
     for group, fingerprint, digest, frequent in waiting:
         level[group].append(((fingerprint, digest), frequent))
     results = {group: _merged_in_order(members) for group, members in level.items()}
-    for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
+    for finer, coarser in itertools.pairwise(MERGE_LEVELS):
         level = collections.defaultdict(list)
         for group, frequent in results.items():
             level[group >> (finer - coarser)].append((group, frequent))

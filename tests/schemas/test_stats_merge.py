@@ -293,7 +293,7 @@ def _reference_tree(partials: list[FeatureStatistics]) -> FeatureStatistics:
         key, group = merge_order(stats)
         level[group].append((key, stats))
     results = {group: _reference_group(members) for group, members in level.items()}
-    for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
+    for finer, coarser in itertools.pairwise(MERGE_LEVELS):
         level = collections.defaultdict(list)
         for group, stats in results.items():
             level[group >> (finer - coarser)].append((group, stats))
