@@ -327,13 +327,10 @@ def _statistics_part(keyed: tuple[tuple[str, str], FeatureStatistics]
 
 
 def _statistics_parts(statistics: beam.PCollection) -> tuple:
-    """The result's statistics parts: (split, feature, stats.json entry)
-    per key, in two parts that go to the result's Flatten unflattened (a
-    Flatten is a stage), each made by the step that finishes a key's merge
-    (MergeStatistics alone is four runner stages: none when statistics are
-    off)."""
-    return statistics | "MergeStatistics" >> MergeStatistics(
-        gathered=False, finish=_statistics_part, spread=spreads(statistics.pipeline))
+    """The result's statistics part: (split, feature, stats.json entry) per
+    key, made by the step that finishes a key's merge (no step at all when
+    statistics are off)."""
+    return (statistics | "MergeStatistics" >> MergeStatistics(finish=_statistics_part),)
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_url: str,

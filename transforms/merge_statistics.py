@@ -5,16 +5,12 @@ checked values are at hand (`CheckedValues`, `schemas.stats.StatisticsAccumulato
 and emits ``((split, feature), FeatureStatistics)``, a *partial*, per batch
 (the cached table path: text's per batch, the others' per reading unit);
 `MergeStatistics` merges the partials per key so that the result depends
-only on the set of partials, never on workers, bundles or order: partials
-whose merge gives the same in any order (all but text) go through a
+only on the set of partials, never on workers, bundles or order: one
 `CombinePerKey`, which runners apply before the shuffle (per bundle) and
-after it, so one set of sketches per bundle and key crosses it; the
-partials of text features, whose top-values summary depends on the merge
-order, are merged in a tree ordered by their content
-(`schemas.stats.merge_partials`), a GroupByKey per level; with one worker
-(``spread=False``) in one GroupByKey per key, where `merge_partials` runs
-the same tree (the runner holds every partial of that one GroupByKey, as it
-holds every partial of the tree's first level).
+after it, whose accumulator (`schemas.stats.MergingStatistics`) merges
+every part as it comes but the top values of text, whose summary depends
+on the merge order: those wait, without the rest of their partial, for
+the canonical tree ordered by their content.
 `partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
 """
 
@@ -26,8 +22,7 @@ import apache_beam as beam
 import numpy as np
 
 from ..schemas.row_encoder import RowEncoder
-from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
-                             merge_order, merge_partials)
+from ..schemas.stats import FeatureStatistics, MergingStatistics, StatisticsPlan
 
 __all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
            "partial_to_json", "statistics_entry"]
@@ -102,24 +97,25 @@ def partial_from_json(obj: Sequence) -> tuple[tuple[str, str], FeatureStatistics
 
 
 class _MergeFn(beam.CombineFn):
-    """FeatureStatistics of one key whose merge does not depend on the
-    order (`FeatureStatistics.order_free`), merged as they come."""
+    """The partials of one key merged as they come (`MergingStatistics`:
+    the theta sketch and every other part that merges alike in any order at
+    once, the top values of text in their canonical order at the end)."""
 
-    def create_accumulator(self):
-        return None
+    def create_accumulator(self) -> MergingStatistics:
+        return MergingStatistics()
 
-    def add_input(self, accumulator, stats: FeatureStatistics):
-        return stats if accumulator is None else accumulator.merge(stats)
+    def add_input(self, accumulator: MergingStatistics, stats: FeatureStatistics):
+        return accumulator.add(stats)
 
     def merge_accumulators(self, accumulators):
-        merged = None
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
         for accumulator in accumulators:
-            if accumulator is not None:
-                merged = accumulator if merged is None else merged.merge(accumulator)
+            merged.merge(accumulator)
         return merged
 
-    def extract_output(self, accumulator):
-        return accumulator
+    def extract_output(self, accumulator: MergingStatistics) -> FeatureStatistics:
+        return accumulator.result()
 
 
 def statistics_entry(keyed: tuple[tuple[str, str], FeatureStatistics]
@@ -129,120 +125,22 @@ def statistics_entry(keyed: tuple[tuple[str, str], FeatureStatistics]
     return split, feature, stats.to_json()
 
 
-def _order_free(keyed: tuple[tuple[str, str], FeatureStatistics]) -> bool:
-    return keyed[1].order_free
-
-
-def _first_level(keyed: tuple[tuple[str, str], FeatureStatistics]):
-    """((split, feature), stats) -> ((split, feature, group), (order, stats))
-    of a partial whose merge depends on the order; nothing for the others
-    (one step that filters and keys: a ParDo less)."""
-    (split, feature), stats = keyed
-    if stats.order_free:
-        return
-    order, group = merge_order(stats)
-    yield (split, feature, group), (order, stats)
-
-
-def _merged_group(grouped, finer: int, coarser: int):
-    """((split, feature, group), [(order, stats)]) -> the group merged in
-    order, keyed by its group at the next level: ((split, feature,
-    group >> (finer - coarser)), (group, stats))."""
-    (split, feature, group), members = grouped
-    return (split, feature, group >> (finer - coarser)), (group, merge_group(members))
-
-
-def _last_group(grouped, finish: Callable) -> Any:
-    """The last level's group merged, as `finish` gives ``((split, feature),
-    stats)``."""
-    (split, feature, _), members = grouped
-    return finish(((split, feature), merge_group(members)))
-
-
-def _ordered_partial(keyed: tuple[tuple[str, str], FeatureStatistics]):
-    """A partial whose merge depends on the order, as it is; nothing for the
-    others (one step that filters: a ParDo less)."""
-    if not keyed[1].order_free:
-        yield keyed
-
-
-def _whole_tree(grouped, finish: Callable) -> Any:
-    """((split, feature), [stats]) -> the key's partials merged in the tree
-    (`merge_partials`), as `finish` gives ``((split, feature), stats)``."""
-    key, members = grouped
-    return finish((key, merge_partials(members)))
-
-
-def _merged(keyed: tuple[tuple[str, str], FeatureStatistics]
-            ) -> tuple[tuple[str, str], FeatureStatistics]:
-    return keyed
-
-
-class _MergeInOrder(beam.PTransform):
-    """``((split, feature), FeatureStatistics)`` partials whose merge
-    depends on the order (others are left out) -> one merged per key, as
-    `finish` gives it, in the tree of `schemas.stats.merge_partials`: a
-    GroupByKey per level (MERGE_LEVELS), no level holding more than a
-    2**16th (level 1) or 256 (further levels) of a key's partials. With
-    one worker (`spread` False: no level's groups to spread over workers)
-    the same tree in one GroupByKey: two runner stages and two ParDos
-    less, the same merge."""
-
-    def __init__(self, finish: Callable, spread: bool = True):
-        super().__init__()
-        self._finish = finish
-        self._spread = spread
-
-    def expand(self, partials):
-        if not self._spread:
-            return (partials
-                    | "KeyOrdered" >> beam.FlatMap(_ordered_partial)
-                    | "GroupAll" >> beam.GroupByKey()  # ((split, feature), [stats])
-                    | "MergeAll" >> beam.Map(_whole_tree, self._finish))
-        # ((split, feature, group), (order, stats))
-        level = partials | "KeyByOrigin" >> beam.FlatMap(_first_level)
-        for finer, coarser in zip(MERGE_LEVELS, MERGE_LEVELS[1:]):
-            # ((split, feature, coarser group), (finer group, stats))
-            level = (level
-                     | f"Group[{finer}]" >> beam.GroupByKey()
-                     | f"Merge[{finer}]" >> beam.Map(_merged_group, finer, coarser))
-        return (level
-                | "GroupLast" >> beam.GroupByKey()
-                # finish(((split, feature), stats))
-                | "MergeLast" >> beam.Map(_last_group, self._finish))
-
-
 class MergeStatistics(beam.PTransform):
     """Takes ``((split, feature), FeatureStatistics)`` per batch; gives one
     ``(split, feature, stats.json entry)`` per key, the same whatever the
-    runner, its workers and bundles, and the order of the partials.
+    runner, its workers and bundles, and the order of the partials: one
+    `CombinePerKey`, which runners lift before their shuffle, so one
+    accumulator per bundle and key crosses it.
 
     finish: what each merged ``((split, feature), stats)`` is given as
-    (`statistics_entry` by default), in the step that ends its merge, not
-    in a step (a ParDo) of its own. gathered=False gives them as a tuple of
-    PCollections (the order-free keys', the ordered keys') for a consumer
-    that flattens them with other inputs anyway: a Flatten of its own here
-    would be one more runner stage. spread: merge the ordered keys in a
-    tree of GroupByKeys whose groups a runner spreads over its workers;
-    False where there is one worker (the same merge in one GroupByKey,
-    `_MergeInOrder`)."""
+    (`statistics_entry` by default), in the step that extracts it, not in
+    a step (a ParDo) of its own."""
 
-    def __init__(self, gathered: bool = True, finish: Callable = statistics_entry,
-                 spread: bool = True):
+    def __init__(self, finish: Callable = statistics_entry):
         super().__init__()
-        self._gathered = gathered
         self._finish = finish
-        self._spread = spread
 
     def expand(self, partials):
-        # ((split, feature), FeatureStatistics), one per key
-        order_free = (partials
-                      | "OrderFree" >> beam.Filter(_order_free)
-                      | "MergePerKey" >> beam.CombinePerKey(_MergeFn()))
-        if not self._gathered:
-            return (order_free | "Finish" >> beam.Map(self._finish),
-                    partials | "MergeInOrder" >> _MergeInOrder(self._finish, self._spread))
-        ordered = partials | "MergeInOrder" >> _MergeInOrder(_merged, self._spread)
-        return ((order_free, ordered)
-                | "AllMerged" >> beam.Flatten()
+        return (partials
+                | "MergePerKey" >> beam.CombinePerKey(_MergeFn())
                 | "Finish" >> beam.Map(self._finish))

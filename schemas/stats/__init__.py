@@ -12,7 +12,7 @@ Its rooms, each one job:
     text           a batch's text partial (top values, theta) in one native pass, or Python's
     feature_stats  FeatureStatistics: one feature in one split, built and merged
     entries        a FeatureStatistics as its stats.json entry; a stored sketch read back
-    merge          the canonical merge order of partials whose merge depends on it
+    merge          partials merged as they come; top values of text in the canonical order
     batches        a batch's checked values -> partials per (split, feature)
     stored         an earlier version's stats.json checked before drift reads it
 
@@ -27,12 +27,12 @@ from .entries import QUANTILE_RANKS, sketch_from_json
 from .feature_stats import FeatureStatistics
 from .frequent import FREQUENT_CAPACITY, FrequentValues
 from .histogram import HISTOGRAM_BUCKETS, ValueHistogram
-from .merge import MERGE_LEVELS, merge_group, merge_order, merge_partials, partial_digest
+from .merge import MERGE_LEVELS, MergingStatistics, merge_order, merge_partials, partial_digest
 from .plan import FORMAT, KINDS, StatisticsPlan, feature_kind
 from .stored import stored_statistics_problem
 
 __all__ = ["FORMAT", "FREQUENT_CAPACITY", "HISTOGRAM_BUCKETS", "KINDS", "MERGE_LEVELS",
-           "QUANTILE_RANKS", "FeatureStatistics", "FrequentValues", "StatisticsAccumulator",
-           "StatisticsPlan", "ValueHistogram", "batch_statistics", "feature_kind", "merge_group",
-           "merge_order", "merge_partials", "partial_digest", "sketch_from_json",
+           "QUANTILE_RANKS", "FeatureStatistics", "FrequentValues", "MergingStatistics",
+           "StatisticsAccumulator", "StatisticsPlan", "ValueHistogram", "batch_statistics",
+           "feature_kind", "merge_order", "merge_partials", "partial_digest", "sketch_from_json",
            "stored_statistics_problem"]

@@ -160,6 +160,15 @@ class FeatureStatistics:
             self.labels = self.labels + other.labels
         return self
 
+    def without_frequent(self) -> "FeatureStatistics":
+        """A copy of self without its top values (the sketches shared, not
+        copied: a merge into the copy replaces them, never changes them)."""
+        copy = FeatureStatistics.__new__(FeatureStatistics)
+        for name in self.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.frequent = None
+        return copy
+
     @property
     def order_free(self) -> bool:
         """Whether merging this with others gives the same in any order and

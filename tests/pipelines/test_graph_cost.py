@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 # (With one local worker, Beam's default here: the read's and the shard
 # writer's Reshuffles are left out, `graph.spreads`.)
 BASE_STAGES = {"csv": 11, "images": 11}
-STATISTICS_STAGES = 2  # one worker: the CombinePerKey's and the ordered keys' GroupByKeys
+STATISTICS_STAGES = 1  # the CombinePerKey's GroupByKey
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
 # Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
 # side input and buckets, and the one summary of its pairs).
@@ -96,16 +96,14 @@ def _pardos(raw: dict, cached: bool = False) -> list[str]:
 def test_the_result_and_the_statistics_take_no_step_of_their_own_per_part(source):
     """A part of the result is tagged and keyed for the one GroupByKey that
     gathers it in the step that makes it, and a merged statistic is made a
-    part by the step that ends its merge: with one worker statistics add 6
-    ParDos (the converter's filter of its partials, the CombinePerKey's, the
-    order-free filter, the ordered keys' filter and their one merge, the
-    order-free finish); with workers to spread the ordered tree's levels
-    over, 8 (its keying and three merges)."""
+    part by the step that ends its merge: statistics add 3 ParDos (the
+    converter's filter of its partials, the CombinePerKey's and the
+    finish)."""
     off = _pardos(_config(source, statistics=False, label=True, optional=False))
     on = _pardos(_config(source, statistics=True, label=True, optional=False))
     assert not [name for name in on if name.startswith(("OneKey", "TagStatistics"))]
-    assert len(on) - len(off) == 6, sorted(set(on) - set(off))
-    assert _has(on, "MergeStatistics/MergeInOrder/MergeAll")
+    assert len(on) - len(off) == 3, sorted(set(on) - set(off))
+    assert _has(on, "MergeStatistics/Finish")
 
 
 @pytest.mark.parametrize("source,cached", [("csv", False), ("csv", True), ("images", False)])
@@ -309,14 +307,12 @@ def test_one_worker_without_the_reshuffles_writes_what_two_workers_write(tmp_pat
     assert digests[0] == digests[1]
 
 
-@pytest.mark.parametrize("beam_args, spread", [
-    ([], False), (["--direct_num_workers=2"], True), (["--runner=PortableRunner"], True)])
-def test_the_ordered_statistics_merge_in_one_group_only_with_one_worker(beam_args, spread):
-    """The ordered statistics' tree (a GroupByKey per level) spreads its
-    groups over workers; with one worker the same tree runs in one
-    GroupByKey (`merge_partials`), two runner stages less."""
+@pytest.mark.parametrize("beam_args", [[], ["--direct_num_workers=2"],
+                                       ["--runner=PortableRunner"]])
+def test_the_statistics_merge_is_one_combine_on_every_runner(beam_args):
+    """Every partial, text's too, merges in one CombinePerKey whatever the
+    workers (`MergingStatistics`): no tree of GroupByKeys holding them."""
     names = _names(_config("csv", statistics=True, label=False, optional=False), beam_args)
-    prefix = "MergeStatistics/MergeInOrder/"
-    levels = {name[len(prefix):] for name in names
-              if name.startswith(f"{prefix}Group") and name.count("/") == 2}
-    assert levels == ({"Group[16]", "Group[8]", "GroupLast"} if spread else {"GroupAll"})
+    steps = {name for name in names
+             if name.startswith("MergeStatistics/") and name.count("/") == 1}
+    assert steps == {"MergeStatistics/MergePerKey", "MergeStatistics/Finish"}

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import heapq
+import itertools
 import json
+import pickle
 import random
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
-from recordforge.schemas.stats import (FREQUENT_CAPACITY, FeatureStatistics, FrequentValues,
-                                       StatisticsAccumulator, StatisticsPlan, ValueHistogram,
-                                       batch_statistics, merge_order, merge_partials)
+from recordforge.schemas.stats import (FREQUENT_CAPACITY, MERGE_LEVELS, FeatureStatistics,
+                                       FrequentValues, MergingStatistics, StatisticsAccumulator,
+                                       StatisticsPlan, ValueHistogram, batch_statistics,
+                                       merge_order, merge_partials, partial_digest)
 
 KINDS = ("numeric-int64", "numeric-float", "bytes", "vocabulary", "string")
 VOCABULARY = ("a", "b", "c", "d")
@@ -265,3 +269,110 @@ def test_frequent_values_state_lists_pairs_sorted_by_value(counts, offset):
     state = frequent.to_state()
     assert state == {"offset": offset, "items": sorted(map(list, counts.items()))}
     assert FrequentValues.from_state(json.loads(json.dumps(state))) == frequent
+
+
+def _reference_group(members) -> FeatureStatistics:
+    ordered = sorted(members, key=lambda member: member[0])
+    merged = None
+    for _, run in itertools.groupby(ordered, key=lambda member: member[0]):
+        run = list(run)
+        if len(run) > 1:
+            run.sort(key=lambda member: partial_digest(member[1]))
+        for _, stats in run:
+            merged = stats if merged is None else merged.merge(stats)
+    return merged
+
+
+def _reference_tree(partials: list[FeatureStatistics]) -> FeatureStatistics:
+    """The canonical merge as it is defined, over whole partials: level 1
+    groups them by MERGE_LEVELS[0] bits of their fingerprint and merges each
+    group in fingerprint order (ties: digest order), each further level
+    groups the results by fewer bits and merges them in group order."""
+    level = collections.defaultdict(list)
+    for stats in partials:
+        key, group = merge_order(stats)
+        level[group].append((key, stats))
+    results = {group: _reference_group(members) for group, members in level.items()}
+    for finer, coarser in itertools.pairwise(MERGE_LEVELS):
+        level = collections.defaultdict(list)
+        for group, stats in results.items():
+            level[group >> (finer - coarser)].append((group, stats))
+        results = {group: _reference_group(members) for group, members in level.items()}
+    return results[0]
+
+
+def _mixed_text_partials(seed: int) -> list[FeatureStatistics]:
+    """Batches of text that purge (more distinct values than the capacity,
+    some repeated), of free text whose summary purges to its offset alone,
+    of a few values (exact), and without values; some batches alike."""
+    rng = random.Random(seed)
+    pool = rng.choice((300, 1500, 4000))
+    partials = []
+    for index in range(rng.randrange(2, 24)):
+        shape = rng.choice(("purging", "purging", "free", "few", "none", "again"))
+        size = rng.randrange(200, 1600)
+        if shape == "purging":
+            values = [str(rng.randrange(pool)) if rng.random() < 0.8 else f"hot{rng.randrange(9)}"
+                      for _ in range(size)]
+        elif shape == "free":
+            values = [f"free-{seed}-{index}-{i}" for i in range(size)]
+        elif shape == "few":
+            values = [rng.choice("abcde") for _ in range(size)]
+        elif shape == "again" and partials:
+            partials.append(copy.deepcopy(rng.choice(partials)))
+            continue
+        else:
+            values = []
+        partials.append(FeatureStatistics.from_values("string", "bytes", size, values))
+    return partials
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32), st.randoms(use_true_random=False))
+def test_merging_as_they_come_gives_the_canonical_tree_in_any_grouping(seed, rng):
+    """Partials taken in any order by any number of accumulators (bundles),
+    pickled as a runner moves them and merged in any order, give what the
+    canonical tree of whole partials gives, to the state's last byte."""
+    partials = _mixed_text_partials(seed)
+    expected = _reference_tree(copy.deepcopy(partials)).to_state()
+    shuffled = copy.deepcopy(partials)
+    rng.shuffle(shuffled)
+    cuts = sorted(rng.sample(range(len(shuffled) + 1), rng.randrange(1, 4)))
+    bundles = [shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(shuffled)])]
+    accumulators = []
+    for bundle in bundles:
+        merging = MergingStatistics()
+        for stats in bundle:
+            merging.add(stats)
+        accumulators.append(pickle.loads(pickle.dumps(merging)))
+    rng.shuffle(accumulators)
+    merged = accumulators[0]
+    for accumulator in accumulators[1:]:
+        merged.merge(accumulator)
+    assert merged.result().to_state() == expected
+    assert merge_partials(copy.deepcopy(partials)).to_state() == expected
+
+
+def test_merging_holds_one_sketch_and_only_the_summaries_with_counts():
+    """What a merge holds does not grow with the partials it took: one
+    theta sketch whatever their number; free text (no value twice in a
+    batch, purged to its offset) leaves nothing waiting, and a partial
+    whose summary keeps counts leaves that summary alone, not its sketch."""
+    merging, sizes = MergingStatistics(), []
+    for index in range(40):
+        values = [f"free-{index}-{i}" for i in range(2000)]
+        merging.add(FeatureStatistics.from_values("string", "bytes", len(values), values))
+        assert not merging.waiting
+        sizes.append(len(pickle.dumps(merging)))
+    # full from the third batch on (4,096 hashes of 6,000 values): the same
+    # size since, but for the counts' few bytes
+    assert max(sizes[2:]) - min(sizes[2:]) < 32
+    assert sizes[-1] < 34_000
+    values = [str(i % 1500) for i in range(3000)] + ["hot"] * 50
+    repeated = FeatureStatistics.from_values("string", "bytes", len(values), values)
+    for count in range(1, 4):
+        merging.add(copy.deepcopy(repeated))
+        assert len(merging.waiting) == count
+        assert all(type(summary) is FrequentValues for *_, summary in merging.waiting)
+    assert merging.merged.frequent.counts == {}  # the free text's offsets alone
+    assert merging.result().frequent.counts

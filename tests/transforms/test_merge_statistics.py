@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, settings, strategies as st
@@ -173,13 +175,9 @@ def _finished(keyed) -> tuple[str, list]:
     return "finished", list(statistics_entry(keyed))
 
 
-@pytest.mark.parametrize("spread", [True, False])
-@pytest.mark.parametrize("gathered", [True, False])
-def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered, spread):
-    """`finish` makes what each merged key is given as, gathered in one
-    PCollection or left in two parts (the order-free keys', the ordered
-    keys'), with the same merge as `merge_partials`: in the tree of
-    GroupByKeys (spread) or in one (one worker)."""
+def test_merge_statistics_finishes_each_merged_key_in_its_last_step():
+    """`finish` makes what each merged key is given as, with the same merge
+    as `merge_partials`."""
     partials = _table_partials()
     expected = []
     for key in sorted({key for key, _ in partials}):
@@ -191,9 +189,59 @@ def test_merge_statistics_finishes_each_merged_key_in_its_last_step(gathered, sp
     with TestPipeline() as p:
         merged = (p | beam.Create([partial_to_json(partial) for partial in shuffled])
                   | beam.Map(partial_from_json)
-                  | MergeStatistics(gathered=gathered, finish=_finished, spread=spread))
-        if not gathered:
-            assert len(merged) == 2
-            merged = merged | beam.Flatten()
+                  | MergeStatistics(finish=_finished))
         assert_that(merged | beam.Map(lambda done: json.dumps(list(done), sort_keys=True)),
                     equal_to(expected))
+
+
+def _prism_args() -> list[str]:
+    from recordforge.pipelines import prism
+
+    binary = prism.binary_path()
+    if not os.path.exists(binary):
+        pytest.skip("the Prism binary is not installed")
+    return ["--runner=PrismRunner", f"--prism_location={binary}", "--environment_type=LOOPBACK"]
+
+
+def _merged_entries(pipeline, partials: list):
+    return (pipeline | beam.Create([partial_to_json(partial) for partial in partials])
+            | beam.Map(partial_from_json)
+            | MergeStatistics()
+            | beam.Map(lambda entry: json.dumps(list(entry), sort_keys=True)))
+
+
+def _check_merged_on(runner: str, partials: list) -> None:
+    if runner == "prism":
+        with beam.Pipeline(options=PipelineOptions(_prism_args())) as p:
+            assert_that(_merged_entries(p, partials), equal_to(_expected_entries(partials)))
+        return
+    distributed = pytest.importorskip("dask.distributed")
+    from apache_beam.runners.dask.dask_runner import DaskRunner
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        options = PipelineOptions([f"--dask_client_address={cluster.scheduler_address}"])
+        pipeline = beam.Pipeline(runner=DaskRunner(), options=options)
+        assert_that(_merged_entries(pipeline, partials), equal_to(_expected_entries(partials)))
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            result.client.close()
+
+
+def _expected_entries(partials: list) -> list[str]:
+    return [json.dumps([*key, merge_partials([partial_from_json(partial_to_json(p))[1]
+                                              for p in partials if p[0] == key]).to_json()],
+                       sort_keys=True)
+            for key in sorted({key for key, _ in partials})]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["prism", "dask"])
+def test_merge_statistics_gives_the_canonical_merge_on_prism_and_dask(runner):
+    """The accumulator crosses processes pickled (Dask's workers, Prism's
+    loopback worker) and merges to the same entries."""
+    partials = _table_partials()
+    random.Random(5).shuffle(partials)
+    _check_merged_on(runner, partials)
