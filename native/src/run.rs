@@ -10,8 +10,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::run_rows::{unframed, RunRows, FRAMING};
-use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
+use crate::run_rows::{borrowed_slices, gathered_slices, Records, RunRows};
+use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::{guarded, with_bytes, PREFETCH_AHEAD};
 
 // The sorts live in `run_order`; registered with the module under `run`.
@@ -57,40 +57,6 @@ impl Keys<'_> {
             Keys::Variable(keys) => keys.len() == rows,
             Keys::Example => true,
         }
-    }
-}
-
-/// A run's rows in order: Examples, framed as they are written, or
-/// records framed already (`run_rows`), copied as they are.
-#[derive(Clone, Copy)]
-pub struct Records<'a> {
-    pub slices: &'a [&'a [u8]],
-    pub framed: bool,
-}
-
-impl<'a> Records<'a> {
-    fn len(&self) -> usize {
-        self.slices.len()
-    }
-
-    /// The row's Example.
-    fn example(&self, row: usize) -> &'a [u8] {
-        if self.framed { unframed(self.slices[row]) } else { self.slices[row] }
-    }
-
-    /// The row's size framed.
-    fn size(&self, row: usize) -> usize {
-        self.slices[row].len() + if self.framed { 0 } else { FRAMING }
-    }
-
-    /// Writes the row framed at the head of `out`; returns its size.
-    fn put(&self, out: &mut [u8], row: usize) -> usize {
-        let record = self.slices[row];
-        if !self.framed {
-            return frame_at(out, record);
-        }
-        out[..record.len()].copy_from_slice(record);
-        record.len()
     }
 }
 
@@ -278,90 +244,6 @@ pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
     Some(nones)
 }
 
-/// ``records[i] for i in order`` as byte slices, with the objects that
-/// own them (strong references: `fileobj.write` runs Python, which might
-/// change the list), or None when one is not bytes; an index outside
-/// `records` is an IndexError. Each object is read once, asked for rows
-/// ahead (`prefetch`): a sorted order jumps all over the heap.
-#[allow(clippy::type_complexity)]
-pub(crate) fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
-                            -> PyResult<Option<(Vec<Bound<'py, PyBytes>>, Vec<&'a [u8]>)>> {
-    let (mut items, mut slices) = (Vec::with_capacity(order.len()), Vec::with_capacity(order.len()));
-    for (at, index) in order.iter().enumerate() {
-        if let Some(ahead) = order.get(at + PREFETCH_AHEAD) {
-            if *ahead < records.len() {
-                // SAFETY: `ahead` is inside the list (checked just above),
-                // whose items the GIL keeps alive; only the address is read.
-                crate::prefetch(unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), *ahead as isize) } as *const u8);
-            }
-        }
-        // get_item checks the index against the list as it is now.
-        let Ok(item) = records.get_item(*index)?.downcast_into::<PyBytes>() else { return Ok(None) };
-        let bytes = item.as_bytes();
-        // SAFETY: a bytes object never changes or moves its contents, and
-        // `items` keeps every one alive for as long as the caller keeps the
-        // pair (the slices are dropped with it, never returned further).
-        slices.push(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
-        items.push(item);
-    }
-    Ok(Some((items, slices)))
-}
-
-/// ``records[i] for i in order`` as byte slices borrowed from the list,
-/// without a reference taken to each (a reference is a write to each
-/// object's header, and dropping it another pass over the heap), or None
-/// when one is not bytes; an index outside `records` is an IndexError.
-/// The caller must run no Python code while it holds the slices: the list
-/// then keeps every object alive and unchanged (bytes never change).
-///
-/// Where the order takes a good part of the list, every item's slice is
-/// read first in list order, which is about the order the objects lie in
-/// memory, and the order then picks from that table: the objects are
-/// visited at random once (to copy their bytes), not twice.
-fn borrowed_slices<'a>(records: &'a Bound<'_, PyList>, order: &[usize]) -> PyResult<Option<Vec<&'a [u8]>>> {
-    let count = records.len();
-    if let Some(row) = order.iter().find(|row| **row >= count) {
-        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
-    }
-    // SAFETY (both closures): every index is inside the list (checked
-    // above), whose items the GIL keeps alive; only addresses are read.
-    let item = |row: usize| unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), row as isize) };
-    let ahead = |row: usize| crate::prefetch(item(row) as *const u8);
-    let slice = |row: usize| -> Option<&'a [u8]> {
-        let item = item(row);
-        // SAFETY: `item` is a live object; PyBytes_Check reads its type.
-        if unsafe { pyo3::ffi::PyBytes_Check(item) } == 0 {
-            return None;
-        }
-        // SAFETY: `item` is a bytes object (checked): its buffer is its
-        // size long, never changes or moves, and lives as long as the list
-        // holds it, which the caller's contract (no Python code run while
-        // the slices live) keeps for the slices' lifetime.
-        Some(unsafe {
-            std::slice::from_raw_parts(pyo3::ffi::PyBytes_AsString(item) as *const u8, pyo3::ffi::PyBytes_Size(item) as usize)
-        })
-    };
-    if order.len() * 4 < count {
-        let mut slices = Vec::with_capacity(order.len());
-        for (at, row) in order.iter().enumerate() {
-            if let Some(next) = order.get(at + PREFETCH_AHEAD) {
-                ahead(*next);
-            }
-            let Some(found) = slice(*row) else { return Ok(None) };
-            slices.push(found);
-        }
-        return Ok(Some(slices));
-    }
-    let mut table = Vec::with_capacity(count);
-    for row in 0..count {
-        if row + PREFETCH_AHEAD < count {
-            ahead(row + PREFETCH_AHEAD);
-        }
-        table.push(slice(row));
-    }
-    Ok(order.iter().map(|row| table[*row]).collect())
-}
-
 /// Where `py_write_run` puts a run's bytes: a Python file object's
 /// `write`, or straight into a file descriptor (a local file: no bytes
 /// object per block, no Python call, one buffer reused).
@@ -518,6 +400,8 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run_rows::FRAMING;
+    use crate::walk::frame_at;
     use proptest::prelude::*;
 
     /// The run file as one buffer, and the lengths of the writes.

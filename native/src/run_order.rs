@@ -190,7 +190,7 @@ pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, e
     };
     let Some((_items, slices)) = examples.examples(&rows)? else { return Ok(None) };
     let found = match keys {
-        Some(keys) => match crate::run::gathered_slices(keys, &rows)? {
+        Some(keys) => match crate::run_rows::gathered_slices(keys, &rows)? {
             Some(found) => Some(found),
             None => return Ok(None),
         },

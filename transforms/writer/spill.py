@@ -67,9 +67,12 @@ class RunBuffer:
     hold between two writes.
 
     `add` hashes a batch's rows, picks each row's split and order key
-    (`prepare.prepare_batch`, on whole batches) and keeps them; `write`
-    writes a split's rows as a sorted run; `clear` empties the buffer.
-    `buffered_bytes` estimates the memory held."""
+    (`prepare.prepare_batch`, on whole batches) and keeps the batch's
+    Examples framed in one buffer (`framed_runs.FramedBatches`); `write`
+    writes a split's rows as a sorted run, copying their framed records;
+    `clear` empties the buffer. `buffered_bytes` estimates the memory
+    held: the framed records, a few arrays' items a row, and the keys
+    where rows are ordered by keys of their own."""
 
     def __init__(self, assigner: SplitAssigner, *, shuffle: bool, sample_every: int,
                  prefix_len: int, index_every: int):
