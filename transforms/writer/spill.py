@@ -110,7 +110,7 @@ class RunBuffer:
         sizes = np.bincount(prepared.splits, weights=prepared.sizes, minlength=splits)
         # Framed once, in arrival order (a sequential pass); the batch's
         # bytes objects are not kept.
-        framed = FramedExamples.of(prepared.examples)
+        framed = FramedExamples.of(prepared.examples, prepared.sizes)
         self._rows_held.add(framed)
         self._splits.append(prepared.splits.astype(self._split_type, copy=False))
         held_keys = 0
