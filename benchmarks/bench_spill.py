@@ -4,6 +4,7 @@
     python benchmarks/bench_spill.py --baseline DIR --rounds 2   # and another checkout, alternating
     python benchmarks/bench_spill.py --ordered               # key-ordered rows with keys of their own
     python benchmarks/bench_spill.py --keyed                 # shuffled rows with keys of their own
+    python benchmarks/bench_spill.py --framed                # Examples handed over framed
 
 What the build cache's piece writer does with a unit's rows
 (`cache.pieces.PieceWriter`): the converting step's batches (1000 rows,
@@ -19,7 +20,9 @@ then this one, each in a fresh process with the same rows. With
 ``--ordered`` the rows have keys of their own (ids of up to 9 digits) and
 the buffer orders them by key (``shuffle: false``); with ``--keyed`` they
 have such keys and are shuffled (hashed by key), as a table with a
-``key`` column is. Each batch is made just before it is added (its
+``key`` column is. With ``--framed`` each batch's Examples come as one
+`FramedExamples` (framed before the add, as a converter that frames them
+hands them over; for code that has the class). Each batch is made just before it is added (its
 objects fresh, as the converting step's), and only the adds are timed.
 """
 
@@ -44,7 +47,7 @@ def _assigner():
 
 
 def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False,
-             keyed: bool = False):
+             keyed: bool = False, framed: bool = False):
     """The batches, each made just before it is asked for (as the
     converting step hands over batches it has just made: their objects
     still in the caches)."""
@@ -62,8 +65,12 @@ def _batches(rows: int, batch_rows: int, seed: int, ordered: bool = False,
         keys = ([str(key).encode() for key in generator.integers(0, 10**9, count).tolist()]
                 if ordered or keyed else [None] * count)
         digests, joined, _ = assigner.hash_rows_joined(keys if ordered or keyed else examples)
+        if framed:
+            from recordforge.transforms.framed_examples import FramedExamples
+
+            column = FramedExamples.of(examples)
         yield HashedExamples(zip(keys, examples), assigner.salt, digests, joined=joined,
-                             columns=(keys, examples))
+                             columns=(keys, column if framed else examples))
 
 
 def _checked_file(fileobj):
@@ -91,7 +98,7 @@ class _Checksummed:
 
 
 def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
-            keyed: bool = False) -> dict:
+            keyed: bool = False, framed: bool = False) -> dict:
     """Best of `repeat` of add and write, in µs a row, and the runs' sha256."""
     from recordforge.schemas.native import path_note
     from recordforge.transforms.writer import RunBuffer
@@ -103,7 +110,7 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
         buffer = RunBuffer(assigner, shuffle=not ordered, sample_every=(64 << 20) // 64,
                            prefix_len=64, index_every=64 << 10)
         adding = 0.0
-        for batch in _batches(rows, 1000, seed=37, ordered=ordered, keyed=keyed):
+        for batch in _batches(rows, 1000, seed=37, ordered=ordered, keyed=keyed, framed=framed):
             started = time.process_time()
             buffer.add(batch)
             adding += time.process_time() - started
@@ -124,14 +131,15 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
 
 
 def _in_process(pythonpath: str | None, rows: int, repeat: int, scratch: str,
-                ordered: bool, keyed: bool) -> dict:
+                ordered: bool, keyed: bool, framed: bool) -> dict:
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
     output = subprocess.run(
         [sys.executable, os.path.join(_HERE, "bench_spill.py"), "--rows", str(rows),
          "--repeat", str(repeat), "--scratch", scratch, "--json"]
-        + (["--ordered"] if ordered else []) + (["--keyed"] if keyed else []),
+        + (["--ordered"] if ordered else []) + (["--keyed"] if keyed else [])
+        + (["--framed"] if framed else []),
         env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
 
@@ -148,12 +156,15 @@ def main(argv=None) -> None:
                         help="rows with keys of their own, ordered by key")
     parser.add_argument("--keyed", action="store_true",
                         help="shuffled rows with keys of their own (hashed by key)")
+    parser.add_argument("--framed", action="store_true",
+                        help="each batch's Examples handed over as one FramedExamples")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scratch = args.scratch or tempfile.mkdtemp(prefix="bench_spill_")
     os.makedirs(scratch, exist_ok=True)
     if args.json:
-        print(json.dumps(measure(args.rows, args.repeat, scratch, args.ordered, args.keyed)))
+        print(json.dumps(measure(args.rows, args.repeat, scratch, args.ordered, args.keyed,
+                                 args.framed)))
         return
     codes = [("this code", os.environ.get("PYTHONPATH"))]
     if args.baseline is not None:
@@ -164,7 +175,7 @@ def main(argv=None) -> None:
     for _ in range(args.rounds):
         for name, pythonpath in codes:
             result = _in_process(pythonpath, args.rows, args.repeat, scratch, args.ordered,
-                                 args.keyed)
+                                 args.keyed, args.framed)
             if reference is None:
                 reference = result["runs"]
             elif result["runs"] != reference:

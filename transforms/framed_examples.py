@@ -42,12 +42,16 @@ class FramedExamples(Sequence):
         self.framed, self.offsets = framed, offsets
 
     @classmethod
-    def of(cls, examples: Sequence[bytes]) -> "FramedExamples":
-        """`examples` framed into one buffer (by the native kernel where present)."""
+    def of(cls, examples: Sequence[bytes],
+           framed_sizes: np.ndarray | None = None) -> "FramedExamples":
+        """`examples` framed into one buffer (by the native kernel where
+        present); framed_sizes: each one's framed size (int64), when the
+        caller has them."""
         if isinstance(examples, FramedExamples):
             return examples
         examples = examples if isinstance(examples, list) else list(examples)
-        sizes = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples)) + FRAMING
+        sizes = framed_sizes if framed_sizes is not None else np.fromiter(
+            map(len, examples), dtype=np.int64, count=len(examples)) + FRAMING
         offsets = np.zeros(len(examples) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         return cls(frame_records(examples), offsets)

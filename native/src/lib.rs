@@ -24,6 +24,7 @@ pub mod nulls;
 pub mod merge;
 pub mod run;
 pub mod run_order;
+pub mod run_rows;
 pub mod scan;
 pub mod table;
 pub mod timestamp;

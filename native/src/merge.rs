@@ -17,7 +17,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use crate::run_order::head;
 use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::guarded;
-use crate::run::gathered_slices;
+use crate::run_rows::gathered_slices;
 
 /// One sorted slice: each row's key and framed record.
 pub struct SortedSlice<'a> {

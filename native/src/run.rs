@@ -10,7 +10,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
+use crate::run_rows::{borrowed_slices, gathered_slices, Records, RunRows};
+use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::{guarded, with_bytes, PREFETCH_AHEAD};
 
 // The sorts live in `run_order`; registered with the module under `run`.
@@ -32,11 +33,11 @@ pub enum Keys<'a> {
 }
 
 impl Keys<'_> {
-    fn key<'b>(&'b self, examples: &[&'b [u8]], row: usize) -> &'b [u8] {
+    fn key<'b>(&'b self, records: &Records<'b>, row: usize) -> &'b [u8] {
         match self {
             Keys::Fixed { blob, width } => &blob[row * width..(row + 1) * width],
             Keys::Variable(keys) => keys[row],
-            Keys::Example => examples[row],
+            Keys::Example => records.example(row),
         }
     }
 
@@ -74,41 +75,41 @@ pub enum Refused {
 }
 
 /// Checks rows and keys before a byte is written.
-pub fn check(examples: &[&[u8]], keys: &Keys, index_every: u64) -> Result<(), Refused> {
+pub fn check(records: &Records, keys: &Keys, index_every: u64) -> Result<(), Refused> {
     if index_every == 0 {
         return Err(Refused::Bad("index_every must be at least 1".into()));
     }
-    if !keys.fit(examples.len()) {
-        return Err(Refused::Bad(format!("the keys do not fit {} rows", examples.len())));
+    if !keys.fit(records.len()) {
+        return Err(Refused::Bad(format!("the keys do not fit {} rows", records.len())));
     }
     let limit = u32::MAX as usize;
-    for row in 0..examples.len() {
-        if examples[row].len() > limit - HEADER_SIZE - FOOTER_SIZE || keys.key(examples, row).len() > limit {
+    for row in 0..records.len() {
+        if records.size(row) > limit || keys.key(records, row).len() > limit {
             return Err(Refused::TooLarge);
         }
     }
     Ok(())
 }
 
-/// Writes the run file of `examples` in their order (keys alike) through
+/// Writes the run file of `records` in their order (keys alike) through
 /// `sink`, `block` bytes or so at a time (`RunWriter` with `run_steps`;
 /// the bytes do not depend on the blocks); returns the number of rows.
 /// `check` must have passed.
-pub fn write_run<E>(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64,
+pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_every: u64,
                     block: usize, sink: &mut Sink<'_, E>) -> Result<u64, E> {
     let block = block.max(1);
-    let count = examples.len();
-    let framed = |row: usize| examples[row].len() + HEADER_SIZE + FOOTER_SIZE;
-    let index = index_entries(examples, keys, prefix_len, index_every);
+    let count = records.len();
+    let framed = |row: usize| records.size(row);
+    let index = index_entries(records, keys, prefix_len, index_every);
     for rows in blocks(count, block, framed) {
         let length = rows.clone().map(framed).sum();
         sink(length, &mut |out| {
             let mut at = 0;
             for row in rows.clone() {
-                if let Some(ahead) = examples.get(row + PREFETCH_AHEAD) {
+                if let Some(ahead) = records.slices.get(row + PREFETCH_AHEAD) {
                     crate::prefetch(ahead.as_ptr());
                 }
-                at += frame_at(&mut out[at..], examples[row]);
+                at += records.put(&mut out[at..], row);
             }
         })?;
     }
@@ -117,8 +118,8 @@ pub fn write_run<E>(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_ev
     let keys_offset = sizes_offset + 4 * count as u64;
     let mut key_sizes_offset = keys_offset;
     if !matches!(keys, Keys::Example) {
-        let size = |row: usize| keys.key(examples, row).len();
-        section(count, block, sink, size, |row, out| out.copy_from_slice(keys.key(examples, row)))?;
+        let size = |row: usize| keys.key(records, row).len();
+        section(count, block, sink, size, |row, out| out.copy_from_slice(keys.key(records, row)))?;
         key_sizes_offset += (0..count).map(|row| size(row) as u64).sum::<u64>();
     }
     let mut index_offset = key_sizes_offset;
@@ -139,11 +140,11 @@ pub fn write_run<E>(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_ev
 /// The index section and its number of entries: an entry at the first
 /// row whose record starts at or past `index_every` bytes after the last
 /// entry's (the first row has one), as `RunWriter.add_framed` finds them.
-fn index_entries(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64) -> (Vec<u8>, u64) {
+fn index_entries(records: &Records, keys: &Keys, prefix_len: usize, index_every: u64) -> (Vec<u8>, u64) {
     let mut index = Vec::new();
     let (mut entries, mut offset, mut key_offset, mut next_index) = (0u64, 0u64, 0u64, 0u64);
-    for (row, example) in examples.iter().enumerate() {
-        let key = keys.key(examples, row);
+    for row in 0..records.len() {
+        let key = keys.key(records, row);
         if offset >= next_index {
             let prefix = &key[..key.len().min(prefix_len)];
             index.reserve(INDEX_ENTRY + prefix.len());
@@ -157,7 +158,7 @@ fn index_entries(examples: &[&[u8]], keys: &Keys, prefix_len: usize, index_every
             entries += 1;
             next_index = offset + index_every;
         }
-        offset += (example.len() + HEADER_SIZE + FOOTER_SIZE) as u64;
+        offset += records.size(row) as u64;
         key_offset += key.len() as u64;
     }
     (index, entries)
@@ -243,90 +244,6 @@ pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
     Some(nones)
 }
 
-/// ``records[i] for i in order`` as byte slices, with the objects that
-/// own them (strong references: `fileobj.write` runs Python, which might
-/// change the list), or None when one is not bytes; an index outside
-/// `records` is an IndexError. Each object is read once, asked for rows
-/// ahead (`prefetch`): a sorted order jumps all over the heap.
-#[allow(clippy::type_complexity)]
-pub(crate) fn gathered_slices<'py, 'a>(records: &Bound<'py, PyList>, order: &[usize])
-                            -> PyResult<Option<(Vec<Bound<'py, PyBytes>>, Vec<&'a [u8]>)>> {
-    let (mut items, mut slices) = (Vec::with_capacity(order.len()), Vec::with_capacity(order.len()));
-    for (at, index) in order.iter().enumerate() {
-        if let Some(ahead) = order.get(at + PREFETCH_AHEAD) {
-            if *ahead < records.len() {
-                // SAFETY: `ahead` is inside the list (checked just above),
-                // whose items the GIL keeps alive; only the address is read.
-                crate::prefetch(unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), *ahead as isize) } as *const u8);
-            }
-        }
-        // get_item checks the index against the list as it is now.
-        let Ok(item) = records.get_item(*index)?.downcast_into::<PyBytes>() else { return Ok(None) };
-        let bytes = item.as_bytes();
-        // SAFETY: a bytes object never changes or moves its contents, and
-        // `items` keeps every one alive for as long as the caller keeps the
-        // pair (the slices are dropped with it, never returned further).
-        slices.push(unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) });
-        items.push(item);
-    }
-    Ok(Some((items, slices)))
-}
-
-/// ``records[i] for i in order`` as byte slices borrowed from the list,
-/// without a reference taken to each (a reference is a write to each
-/// object's header, and dropping it another pass over the heap), or None
-/// when one is not bytes; an index outside `records` is an IndexError.
-/// The caller must run no Python code while it holds the slices: the list
-/// then keeps every object alive and unchanged (bytes never change).
-///
-/// Where the order takes a good part of the list, every item's slice is
-/// read first in list order, which is about the order the objects lie in
-/// memory, and the order then picks from that table: the objects are
-/// visited at random once (to copy their bytes), not twice.
-fn borrowed_slices<'a>(records: &'a Bound<'_, PyList>, order: &[usize]) -> PyResult<Option<Vec<&'a [u8]>>> {
-    let count = records.len();
-    if let Some(row) = order.iter().find(|row| **row >= count) {
-        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
-    }
-    // SAFETY (both closures): every index is inside the list (checked
-    // above), whose items the GIL keeps alive; only addresses are read.
-    let item = |row: usize| unsafe { pyo3::ffi::PyList_GET_ITEM(records.as_ptr(), row as isize) };
-    let ahead = |row: usize| crate::prefetch(item(row) as *const u8);
-    let slice = |row: usize| -> Option<&'a [u8]> {
-        let item = item(row);
-        // SAFETY: `item` is a live object; PyBytes_Check reads its type.
-        if unsafe { pyo3::ffi::PyBytes_Check(item) } == 0 {
-            return None;
-        }
-        // SAFETY: `item` is a bytes object (checked): its buffer is its
-        // size long, never changes or moves, and lives as long as the list
-        // holds it, which the caller's contract (no Python code run while
-        // the slices live) keeps for the slices' lifetime.
-        Some(unsafe {
-            std::slice::from_raw_parts(pyo3::ffi::PyBytes_AsString(item) as *const u8, pyo3::ffi::PyBytes_Size(item) as usize)
-        })
-    };
-    if order.len() * 4 < count {
-        let mut slices = Vec::with_capacity(order.len());
-        for (at, row) in order.iter().enumerate() {
-            if let Some(next) = order.get(at + PREFETCH_AHEAD) {
-                ahead(*next);
-            }
-            let Some(found) = slice(*row) else { return Ok(None) };
-            slices.push(found);
-        }
-        return Ok(Some(slices));
-    }
-    let mut table = Vec::with_capacity(count);
-    for row in 0..count {
-        if row + PREFETCH_AHEAD < count {
-            ahead(row + PREFETCH_AHEAD);
-        }
-        table.push(slice(row));
-    }
-    Ok(order.iter().map(|row| table[*row]).collect())
-}
-
 /// Where `py_write_run` puts a run's bytes: a Python file object's
 /// `write`, or straight into a file descriptor (a local file: no bytes
 /// object per block, no Python call, one buffer reused).
@@ -339,7 +256,7 @@ enum Target<'a, 'py> {
 impl Target<'_, '_> {
     /// Writes the run through the target, keeping the CRC32C (from `crc`)
     /// and the size of what it writes; returns ``(rows, size, crc)``.
-    fn write(&mut self, py: Python<'_>, slices: &[&[u8]], keys: &Keys, prefix_len: usize, index_every: u64,
+    fn write(&mut self, py: Python<'_>, records: &Records, keys: &Keys, prefix_len: usize, index_every: u64,
              block: usize, crc: u32) -> PyResult<(u64, u64, u32)> {
         let (mut crc, mut size) = (crc, 0u64);
         let rows = match self {
@@ -354,7 +271,7 @@ impl Target<'_, '_> {
                     fileobj.call_method1("write", (data,))?;
                     Ok(())
                 };
-                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))??
+                guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))??
             }
             #[cfg(unix)]
             Target::Descriptor(file) => {
@@ -371,7 +288,7 @@ impl Target<'_, '_> {
                     size += length as u64;
                     file.write_all(out)
                 };
-                guarded(AssertUnwindSafe(|| write_run(slices, keys, prefix_len, index_every, block, &mut sink)))?
+                guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))?
                     .map_err(PyErr::from)?
             }
         };
@@ -381,7 +298,8 @@ impl Target<'_, '_> {
 
 /// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
 /// index_every, block, fd=None, crc=0) -> (rows, size, crc) | None`: writes
-/// the run file of ``examples[i] for i in order`` (packed int64), as
+/// the run file of ``examples[i] for i in order`` (packed int64;
+/// examples: a list of bytes, or framed records, `run_rows`), as
 /// `run_format.RunWriter` does, to `fileobj` (its `write`, about `block`
 /// bytes a call) or, given `fd`, straight to that file descriptor at its
 /// offset (`fileobj` is then not used: the caller flushes it before and
@@ -391,16 +309,19 @@ impl Target<'_, '_> {
 /// (key_width -1) or a buffer of key_width bytes a row. None, before
 /// anything is written, when an example or key is not bytes or is too
 /// large for the format's uint32 sizes (the Python writer takes the run);
-/// an order outside the rows is an IndexError, keys that do not fit or a
-/// negative fd a ValueError, and the write's own errors (OSError) pass
+/// an order outside the rows is an IndexError, keys that do not fit,
+/// framed records' offsets that do not cut their buffers or a negative fd
+/// a ValueError, and the write's own errors (OSError) pass
 /// through.
 #[pyfunction(name = "write_run")]
 #[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0))]
 #[allow(clippy::too_many_arguments)]
-pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyList>, order: PyBuffer<u8>,
+pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyAny>, order: PyBuffer<u8>,
                     keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize,
                     fd: Option<i32>, crc: u32) -> PyResult<Option<(u64, u64, u32)>> {
     let order = with_bytes(py, &order, packed_rows)??;
+    let rows = RunRows::new(py, examples)?;
+    let count = rows.len();
     let mut target = match fd {
         None => Target::Python(fileobj),
         #[cfg(unix)]
@@ -420,8 +341,8 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
         0 if keys.is_none() => Keys::Example,
         -1 => {
             let Ok(list) = keys.downcast::<PyList>() else { return Ok(None) };
-            if list.len() != examples.len() {
-                return Err(PyValueError::new_err(format!("{} keys for {} rows", list.len(), examples.len())));
+            if list.len() != count {
+                return Err(PyValueError::new_err(format!("{} keys for {count} rows", list.len())));
             }
             let Some((found, slices)) = gathered_slices(list, &order)? else { return Ok(None) };
             (key_items, variable) = (found, slices);
@@ -433,14 +354,14 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
             // Gathered into a copy, so no view of a writable buffer is kept
             // across `fileobj.write`.
             fixed = with_bytes(py, &PyBuffer::<u8>::get(keys)?, |blob| {
-                if blob.len() != width * examples.len() {
+                if blob.len() != width * count {
                     return Err(PyValueError::new_err(format!(
-                        "{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len())));
+                        "{} key bytes are not {count} keys of {width} bytes", blob.len())));
                 }
                 let mut ordered = Vec::with_capacity(order.len() * width);
                 for row in &order {
-                    if *row >= examples.len() {
-                        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {} rows", examples.len())));
+                    if *row >= count {
+                        return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
                     }
                     ordered.extend_from_slice(&blob[row * width..(row + 1) * width]);
                 }
@@ -452,32 +373,43 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
     };
     // Writing to a descriptor runs no Python code from here on, so the
     // examples can be borrowed from the list; a Python `write` could
-    // change the list, so then each object is held.
+    // change the list, so then each object is held (framed records'
+    // buffers are held by `rows`).
     let held;
-    let slices = if matches!(target, Target::Python(_)) {
-        let Some((items, slices)) = gathered_slices(examples, &order)? else { return Ok(None) };
-        held = items;
-        let _ = &held;
-        slices
-    } else {
-        let Some(slices) = borrowed_slices(examples, &order)? else { return Ok(None) };
-        slices
+    let slices = match rows.listed() {
+        Some(list) if !matches!(target, Target::Python(_)) => {
+            let Some(slices) = borrowed_slices(list, &order)? else { return Ok(None) };
+            slices
+        }
+        _ => {
+            let Some((items, slices)) = rows.gathered(&order)? else { return Ok(None) };
+            held = items;
+            let _ = &held;
+            slices
+        }
     };
-    match check(&slices, &keys, index_every) {
+    let records = Records { slices: &slices, framed: rows.is_framed() };
+    match check(&records, &keys, index_every) {
         Err(Refused::TooLarge) => return Ok(None),
         Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
         Ok(()) => {}
     }
-    target.write(py, &slices, &keys, prefix_len, index_every, block, crc).map(Some)
+    target.write(py, &records, &keys, prefix_len, index_every, block, crc).map(Some)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run_rows::FRAMING;
+    use crate::walk::frame_at;
     use proptest::prelude::*;
 
     /// The run file as one buffer, and the lengths of the writes.
     fn whole(examples: &[&[u8]], keys: &Keys, block: usize) -> (Vec<u8>, Vec<usize>) {
+        written(&Records { slices: examples, framed: false }, keys, block)
+    }
+
+    fn written(records: &Records, keys: &Keys, block: usize) -> (Vec<u8>, Vec<usize>) {
         let (mut out, mut writes) = (Vec::new(), Vec::new());
         let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> Result<(), ()> {
             let mut buffer = vec![0u8; length];
@@ -486,7 +418,7 @@ mod tests {
             writes.push(length);
             Ok(())
         };
-        write_run(examples, keys, 4, 64, block, &mut sink).unwrap();
+        write_run(records, keys, 4, 64, block, &mut sink).unwrap();
         (out, writes)
     }
 
@@ -502,6 +434,7 @@ mod tests {
     #[test]
     fn bad_rows_and_keys_are_refused() {
         let examples: Vec<&[u8]> = vec![b"a", b"b"];
+        let examples = Records { slices: &examples, framed: false };
         assert!(matches!(check(&examples, &Keys::Example, 0), Err(Refused::Bad(_))));
         let keys: Vec<&[u8]> = vec![b"k"];
         assert!(matches!(check(&examples, &Keys::Variable(&keys), 64), Err(Refused::Bad(_))));
@@ -525,6 +458,28 @@ mod tests {
             let framed: usize = slices.iter().map(|example| example.len() + 16).sum();
             prop_assert_eq!(u64::from_le_bytes(footer[..8].try_into().unwrap()), framed as u64);
             prop_assert_eq!(u64::from_le_bytes(footer[40..48].try_into().unwrap()), slices.len() as u64);
+        }
+
+        #[test]
+        fn framed_records_write_the_run_their_examples_write(
+            examples in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..90), 0..40),
+            block in 1usize..400, width in 0usize..3) {
+            let framed: Vec<Vec<u8>> = examples.iter().map(|example| {
+                let mut record = vec![0u8; example.len() + FRAMING];
+                frame_at(&mut record, example);
+                record
+            }).collect();
+            let slices: Vec<&[u8]> = examples.iter().map(|example| example.as_slice()).collect();
+            let records: Vec<&[u8]> = framed.iter().map(|record| record.as_slice()).collect();
+            let blob: Vec<u8> = examples.iter().flat_map(|example| { let mut key = example.clone(); key.resize(2, 7); key }).collect();
+            let keys = match width {
+                0 => Keys::Example,
+                1 => Keys::Variable(&slices),
+                _ => Keys::Fixed { blob: &blob, width: 2 },
+            };
+            let (listed, _) = written(&Records { slices: &slices, framed: false }, &keys, block);
+            let (copied, _) = written(&Records { slices: &records, framed: true }, &keys, block);
+            prop_assert_eq!(listed, copied);
         }
 
     }

@@ -12,8 +12,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::run::{gathered_slices, packed_rows};
-use crate::{gathered, guarded, with_bytes};
+use crate::run::packed_rows;
+use crate::run_rows::RunRows;
+use crate::{guarded, with_bytes};
 
 /// The first 8 bytes of `key` (zero-padded) as one big-endian integer: its
 /// byte order, where those bytes differ.
@@ -132,30 +133,32 @@ pub fn sorted_rows(keys: Option<&[&[u8]]>, examples: &[&[u8]]) -> Vec<usize> {
 /// `fixed_key_order(keys, width, examples, rows) -> order | None`:
 /// `fixed_key_order` of the rows `rows` (packed int64; None: all) of `examples`, whose
 /// keys are `width` bytes each back to back in the buffer `keys`, with
-/// ties broken by example (`break_ties`); the order packed as
+/// ties broken by example (`break_ties`; examples: a list of bytes, or
+/// framed records, `run_rows`); the order packed as
 /// little-endian int64. None when an example compared is not bytes (the
 /// Python path takes it); keys that do not fit `examples`, or a row
 /// outside, are a ValueError.
 #[pyfunction(name = "fixed_key_order")]
 #[pyo3(signature = (keys, width, examples, rows=None))]
-pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize, examples: &Bound<'py, PyList>,
+pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize, examples: &Bound<'py, PyAny>,
                                rows: Option<PyBuffer<u8>>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let examples = RunRows::new(py, examples)?;
+    let count = examples.len();
     let rows = match rows {
         Some(rows) => with_bytes(py, &rows, packed_rows)??,
-        None => (0..examples.len()).collect(),
+        None => (0..count).collect(),
     };
     let (mut order, ties) = with_bytes(py, &keys, |blob| {
-        if width == 0 || blob.len() != width * examples.len() {
-            return Err(format!("{} key bytes are not {} keys of {width} bytes", blob.len(), examples.len()));
+        if width == 0 || blob.len() != width * count {
+            return Err(format!("{} key bytes are not {count} keys of {width} bytes", blob.len()));
         }
         guarded(AssertUnwindSafe(|| fixed_key_order(blob, width, &rows))).map_err(|error| error.to_string())?
     })?
     .map_err(PyValueError::new_err)?;
     if !ties.is_empty() {
         let tied: Vec<usize> = ties.iter().flat_map(|range| order[range.clone()].to_vec()).collect();
-        let Some(items) = gathered(examples, &tied)? else { return Ok(None) };
-        let bytes: std::collections::HashMap<usize, &[u8]> =
-            tied.iter().zip(&items).map(|(row, item)| (*row, item.as_bytes())).collect();
+        let Some((_items, slices)) = examples.examples(&tied)? else { return Ok(None) };
+        let bytes: std::collections::HashMap<usize, &[u8]> = tied.iter().copied().zip(slices).collect();
         guarded(AssertUnwindSafe(|| break_ties(&mut order, &ties, |row| bytes[&row])))?;
     }
     let mut packed = Vec::with_capacity(order.len() * 8);
@@ -166,15 +169,16 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
 }
 
 /// `sorted_rows(keys, examples, rows=None) -> order | None`: `sorted_rows`
-/// of the rows `rows` (packed int64; None: all) of a list of examples and
-/// their keys (a list of bytes, one per example, or None: the example is
-/// the key), as positions in the lists, packed as little-endian int64.
+/// of the rows `rows` (packed int64; None: all) of examples (a list of
+/// bytes, or framed records, `run_rows`) and their keys (a list of bytes,
+/// one per example, or None: the example is the key), as positions, packed as little-endian int64.
 /// None when an item sorted is not bytes (Python sorts any); keys of
 /// another count are a ValueError, a row outside the lists an IndexError.
 #[pyfunction(name = "sorted_rows")]
 #[pyo3(signature = (keys, examples, rows=None))]
-pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyList>,
+pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyAny>,
                            rows: Option<PyBuffer<u8>>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let examples = RunRows::new(py, examples)?;
     if let Some(keys) = keys {
         if keys.len() != examples.len() {
             return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
@@ -184,9 +188,9 @@ pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, e
         Some(rows) => with_bytes(py, &rows, packed_rows)??,
         None => (0..examples.len()).collect(),
     };
-    let Some((_items, slices)) = gathered_slices(examples, &rows)? else { return Ok(None) };
+    let Some((_items, slices)) = examples.examples(&rows)? else { return Ok(None) };
     let found = match keys {
-        Some(keys) => match gathered_slices(keys, &rows)? {
+        Some(keys) => match crate::run_rows::gathered_slices(keys, &rows)? {
             Some(found) => Some(found),
             None => return Ok(None),
         },

@@ -10,7 +10,9 @@ from hypothesis import given, settings, strategies as st
 
 from recordforge.transforms.splits import ExampleRows, HashedExamples, SplitAssigner
 from recordforge.transforms.tfrecord import iter_records
-from recordforge.transforms.writer import prepare, row_order, run_format, run_kernel, spill
+from recordforge.transforms.framed_examples import FramedExamples
+from recordforge.transforms.writer import (framed_runs, prepare, row_order, run_format, run_kernel,
+                                           spill)
 
 # Small alphabets: keys that tie (whole or in their first 8 bytes), NUL bytes, trailing too.
 examples = st.lists(st.binary(max_size=40).map(lambda data: bytes(b % 3 for b in data)),
@@ -133,9 +135,11 @@ def test_a_written_run_reads_back_with_an_independent_reader(native, tmp_path):
     rows = [bytes([i % 7]) * (i % 13) for i in range(500)]
     keys = np.frombuffer(np.random.default_rng(3).bytes(16 * len(rows)), dtype="V16")
     path = tmp_path / "one.run"
+    held = framed_runs.FramedBatches()
+    held.add(FramedExamples.of(rows))
     with open(path, "wb") as out:
-        assert run_kernel.fixed_key_rows(out, keys, rows, None, prefix_len=8,
-                                         index_every=100, block=1000) == len(rows)
+        assert framed_runs.write_fixed_key_run(out, keys, held, np.arange(len(rows)),
+                                               prefix_len=8, index_every=100) == len(rows)
     run = run_format.RunFile(str(path))
     data = path.read_bytes()[:run.data_size]
     expected = [rows[i] for i in np.argsort(keys.view("S16"), kind="stable").tolist()]

@@ -11,6 +11,7 @@ from typing import Iterator, NamedTuple, Sequence
 import numpy as np
 
 from ...schemas.native import kernels
+from ..framed_examples import FramedExamples
 from ..splits import HASH_SIZE, SplitAssigner, hashed_sources
 from ..tfrecord import FRAMING
 from .elements import SampleEntry
@@ -19,8 +20,8 @@ __all__ = ["PreparedBatch", "batch_columns", "prepare_batch"]
 
 
 def batch_columns(batch) -> tuple[Sequence, Sequence[bytes]]:
-    """(keys, examples) of an ExampleBatch, checked: examples bytes, keys
-    bytes or None. Errors name the row."""
+    """(keys, examples) of an ExampleBatch, checked: examples bytes (or a
+    `FramedExamples`), keys bytes or None. Errors name the row."""
     keys, examples = _columns(batch)
     _check_examples(batch, examples)
     _check_keys(keys)
@@ -38,6 +39,8 @@ def _columns(batch) -> tuple[Sequence, Sequence]:
 
 
 def _check_examples(batch, examples: Sequence) -> None:
+    if isinstance(examples, FramedExamples):  # bytes by construction
+        return
     if set(map(type, examples)) != {bytes}:
         for position, (key, example) in enumerate(batch):
             if type(example) is not bytes:
@@ -54,8 +57,11 @@ def _check_keys(keys: Sequence) -> None:
 
 
 def _framed_sizes(batch, examples: Sequence) -> np.ndarray:
-    """Each example's framed size (int64), the examples checked: by the
-    native kernel in one call where it can (a list of bytes), else in Python."""
+    """Each example's framed size (int64), the examples checked: from a
+    `FramedExamples`' offsets, by the native kernel in one call where it
+    can (a list of bytes), else in Python."""
+    if isinstance(examples, FramedExamples):
+        return examples.framed_sizes()
     native = kernels()
     if native is not None and isinstance(examples, list):
         sizes = native.framed_sizes(examples)
@@ -90,7 +96,7 @@ def _key_nones(keys: Sequence) -> int:
 class PreparedBatch(NamedTuple):
     """An ExampleBatch's rows as the shard writer sees them, as columns.
 
-    examples: the serialized Examples; order_keys: what each row is sorted
+    examples: the serialized Examples (a list, or a `FramedExamples`); order_keys: what each row is sorted
     by (its digest when shuffling, else its key, or its example when it has
     none); splits: each row's split index; sizes: framed sizes (int64);
     samples: split index -> the rows of the batch sampled for bucket

@@ -12,7 +12,10 @@ write the run (no kernel, a row that is not bytes, a record too large for
 the format's uint32 sizes): `run_format.RunWriter` stays the reference.
 `sorted_rows` sorts key-ordered rows (keys of any width, or the examples
 themselves) as `write_sorted_run`'s Python `sorted` does, and
-`ordered_rows` writes a key-ordered split's run from the buffered lists.
+`fixed_key_order` sorts fixed-width keys (the shuffled rows' digests).
+The rows are a list of Examples (bytes) or a spill's batches framed
+(`framed_runs.FramedBatches.native`: ``(buffers, offsets)``), whose
+records the kernel copies as they are.
 
 A run written to a local file goes straight to its file descriptor (no
 bytes object per block, no Python call per block), and the kernel keeps
@@ -32,7 +35,7 @@ from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
 
-__all__ = ["CheckedFile", "fixed_key_rows", "ordered_rows", "sorted_rows", "write_ordered"]
+__all__ = ["CheckedFile", "fixed_key_order", "sorted_rows", "write_ordered"]
 
 _ROWS = np.dtype("<i8")
 # Local files whose descriptor the kernel may write to: the buffered and
@@ -104,33 +107,30 @@ def _packed(rows) -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=_ROWS).view(np.uint8)
 
 
-def fixed_key_rows(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes],
-                   rows: np.ndarray | None, *, prefix_len: int, index_every: int,
-                   block: int) -> int | None:
-    """Writes the rows `rows` of `examples` (all when None) sorted by
-    ``(key, example)`` as a run file of fixed-width keys: `keys` one numpy
-    item per row of `examples` ("V" items, every byte kept); returns the
-    number of rows, or None with nothing written where Python writes it."""
+def fixed_key_order(keys: np.ndarray, examples, rows: np.ndarray | None) -> np.ndarray | None:
+    """The positions of the rows `rows` (all when None) ordered by
+    ``(key, example)`` as `row_order.sorted_positions` orders them, as
+    int64: `keys` one numpy item per row ("V" items, every byte kept),
+    examples a list of bytes or framed batches. None where Python sorts
+    them (no kernel, an example compared that is not bytes)."""
     native = kernels()
-    if native is None or not isinstance(examples, list) or keys.dtype.itemsize == 0:
+    if native is None or not isinstance(examples, (list, tuple)) or keys.dtype.itemsize == 0:
         return None
     blob = np.ascontiguousarray(keys).view(np.uint8)
     order = native.fixed_key_order(blob, keys.dtype.itemsize, examples,
                                    None if rows is None else _packed(rows))
-    if order is None:
-        return None
-    return _write_run(native, fileobj, examples, order, blob, keys.dtype.itemsize, prefix_len,
-                      index_every, block)
+    return None if order is None else np.frombuffer(order, dtype=_ROWS)
 
 
 def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
                   key_width: int, prefix_len: int, index_every: int, block: int) -> int | None:
     """Writes ``examples[i] for i in order`` (keys alike) as a run file, as
     `RunWriter` does; keys: None (KEY_IS_EXAMPLE), a list of bytes
-    (KEY_VARIABLE) or the fixed-width keys back to back (bytes). Returns
+    (KEY_VARIABLE) or the fixed-width keys back to back (a buffer);
+    examples: a list of bytes or framed batches. Returns
     the number of rows, or None with nothing written where Python writes it."""
     native = kernels()
-    if native is None or not isinstance(examples, list):
+    if native is None or not isinstance(examples, (list, tuple)):
         return None
     if key_width < 0 and not isinstance(keys, list):
         return None
@@ -142,27 +142,11 @@ def sorted_rows(keys: list | None, examples: Sequence[bytes],
                 rows: np.ndarray | None = None) -> np.ndarray | None:
     """The positions of rows ordered by ``(key, example)`` (keys None: by
     example), as `run_format.write_sorted_run` sorts them, as int64; rows:
-    the positions to order (all when None). None where Python sorts them
-    (no kernel, an item that is not bytes)."""
+    the positions to order (all when None); examples a list of bytes or
+    framed batches. None where Python sorts them (no kernel, an item that
+    is not bytes)."""
     native = kernels()
-    if native is None or not isinstance(examples, list) or not isinstance(keys, (list, type(None))):
+    if native is None or not isinstance(examples, (list, tuple)) or not isinstance(keys, (list, type(None))):
         return None
     order = native.sorted_rows(keys, examples, None if rows is None else _packed(rows))
     return None if order is None else np.frombuffer(order, dtype=_ROWS)
-
-
-def ordered_rows(fileobj: BinaryIO, keys: list | None, examples: Sequence[bytes],
-                 rows: np.ndarray, *, key_width: int, prefix_len: int, index_every: int,
-                 block: int) -> int | None:
-    """`run_format.write_sorted_run` of the rows `rows` of `examples` (and
-    `keys`: a list, KEY_VARIABLE, or None, the key the example) without
-    the lists of them taken first: sorted by `sorted_rows` and written by
-    `write_run` straight from the lists. The number of rows, or None with
-    nothing written where Python writes it."""
-    if key_width > 0 or (keys is None) != (key_width == 0):
-        return None
-    order = sorted_rows(keys, examples, rows)
-    if order is None:
-        return None
-    return write_ordered(fileobj, keys, examples, order, key_width=key_width,
-                         prefix_len=prefix_len, index_every=index_every, block=block)

@@ -19,13 +19,11 @@ from typing import BinaryIO, NamedTuple, Sequence
 import fsspec
 import numpy as np
 
+from ..framed_examples import FramedExamples
 from ..splits import SplitAssigner
 from .elements import BucketRange, RunInfo, SampleEntry
+from .framed_runs import FramedBatches, key_ordered_rows, write_fixed_key_run
 from .prepare import prepare_batch
-from .row_order import Taken, framed_rows, sorted_order, take
-from .run_format import (BLOCK, KEY_IS_EXAMPLE, KEY_VARIABLE, RunWriter, run_steps,
-                         write_sorted_run)
-from .run_kernel import fixed_key_rows, ordered_rows
 
 __all__ = [
     "ROW_OVERHEAD",
@@ -38,12 +36,14 @@ __all__ = [
     "read_run_list",
     "remove_file",
     "remove_runs",
-    "write_fixed_key_run",
     "write_run_list",
 ]
 
 # Bytes of Python/numpy objects per row held in memory (buffered, or sorted).
 ROW_OVERHEAD = 160
+# Bytes per row a `RunBuffer` holds besides the framed records: the
+# record's offset, its split, its digest (shuffled), and the write's order.
+_FRAMED_ROW_OVERHEAD = 48
 
 
 def join_path(base: str, *parts: str) -> str:
@@ -67,9 +67,12 @@ class RunBuffer:
     hold between two writes.
 
     `add` hashes a batch's rows, picks each row's split and order key
-    (`prepare.prepare_batch`, on whole batches) and keeps them; `write`
-    writes a split's rows as a sorted run; `clear` empties the buffer.
-    `buffered_bytes` estimates the memory held."""
+    (`prepare.prepare_batch`, on whole batches) and keeps the batch's
+    Examples framed in one buffer (`framed_runs.FramedBatches`); `write`
+    writes a split's rows as a sorted run, copying their framed records;
+    `clear` empties the buffer. `buffered_bytes` estimates the memory
+    held: the framed records, a few arrays' items a row, and the keys
+    where rows are ordered by keys of their own."""
 
     def __init__(self, assigner: SplitAssigner, *, shuffle: bool, sample_every: int,
                  prefix_len: int, index_every: int):
@@ -83,11 +86,12 @@ class RunBuffer:
     def clear(self) -> None:
         splits = len(self._assigner.names)
         # Every row held, all splits together in arrival order: a batch is
-        # kept by extending lists and appending its arrays (no row taken
-        # one by one per split); `write` picks a split's rows. Keys: when
+        # kept as its Examples framed in one buffer and its arrays (no
+        # object per row); `write` picks a split's rows. Keys: when
         # shuffling the digests as numpy arrays of fixed-width items, one
-        # per batch (no bytes object per row kept); else each row's order key.
-        self._examples: list[bytes] = []
+        # per batch; else each batch's list of order keys, or None where
+        # they are its examples.
+        self._rows_held = FramedBatches()
         self._splits: list[np.ndarray] = []
         self._keys: list = []
         self._keyed = [False] * splits  # a row with its own key (no shuffle)
@@ -104,12 +108,19 @@ class RunBuffer:
         splits = len(self._rows)
         rows = np.bincount(prepared.splits, minlength=splits).tolist()
         sizes = np.bincount(prepared.splits, weights=prepared.sizes, minlength=splits)
-        self._examples += prepared.examples
+        # Framed once, in arrival order (a sequential pass); the batch's
+        # bytes objects are not kept.
+        framed = FramedExamples.of(prepared.examples, prepared.sizes)
+        self._rows_held.add(framed)
         self._splits.append(prepared.splits.astype(self._split_type, copy=False))
+        held_keys = 0
         if prepared.digests is not None:
             self._keys.append(prepared.digests)
+        elif prepared.keyed:
+            self._keys.append(list(prepared.order_keys))
+            held_keys = sum(map(len, prepared.order_keys)) + ROW_OVERHEAD * len(framed)
         else:
-            self._keys += prepared.order_keys
+            self._keys.append(None)
         held = []
         for split in np.flatnonzero(rows).tolist():
             self._keyed[split] = self._keyed[split] or prepared.keyed
@@ -118,8 +129,7 @@ class RunBuffer:
             self._bytes[split] += int(sizes[split])
             held.append(SplitRows(split, self._rows[split], self._bytes[split],
                                   tuple(prepared.samples.get(split, ()))))
-        self.buffered_bytes += (int(prepared.sizes.sum())
-                                + ROW_OVERHEAD * len(prepared.examples))
+        self.buffered_bytes += len(framed.framed) + _FRAMED_ROW_OVERHEAD * len(framed) + held_keys
         return held
 
     @property
@@ -132,82 +142,33 @@ class RunBuffer:
         return [split for split, rows in enumerate(self._rows) if rows]
 
     def _rows_of(self, split: int) -> np.ndarray:
-        """The positions of a split's rows among those held."""
+        """The positions of a split's rows among those held (int64)."""
         if len(self._splits) > 1:  # joined once, for every split's write
             self._splits = [np.concatenate(self._splits)]
-        return np.flatnonzero(self._splits[0] == split) if self._splits else np.zeros(0, int)
+        if not self._splits:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(self._splits[0] == split).astype(np.int64, copy=False)
 
     def write(self, split: int, fileobj: BinaryIO) -> int:
         """Writes a split's rows as a sorted run; returns its number of rows."""
         rows = self._rows_of(split)
+        options = {"prefix_len": self._prefix_len, "index_every": self._index_every}
         if self._shuffle:
-            if len(self._keys) > 1:
+            if len(self._keys) > 1:  # joined once, for every split's write
                 self._keys = [np.concatenate(self._keys)]
-            return write_fixed_key_run(fileobj, self._keys[0], self._examples,
-                                       prefix_len=self._prefix_len,
-                                       index_every=self._index_every,
-                                       framed_bytes=self._bytes[split], rows=rows)
-        key_width, keys = (KEY_VARIABLE, self._keys) if self._keyed[split] else (KEY_IS_EXAMPLE,
-                                                                                 None)
-        written = ordered_rows(fileobj, keys, self._examples, rows, key_width=key_width,
-                               prefix_len=self._prefix_len, index_every=self._index_every,
-                               block=BLOCK)
-        if written is not None:
-            return written
-        selected = rows.tolist()
-        keys = None if keys is None else take(keys, selected)
-        return write_sorted_run(fileobj, keys, take(self._examples, selected),
-                                key_width=key_width, prefix_len=self._prefix_len,
-                                index_every=self._index_every, framed_bytes=self._bytes[split])
+            return write_fixed_key_run(fileobj, self._keys[0], self._rows_held, rows, **options)
+        return key_ordered_rows(fileobj, self._key_list() if self._keyed[split] else None,
+                                self._rows_held, rows, **options)
 
-
-class _JoinedKeys:
-    """Fixed-width keys back to back, as a sequence of bytes: the exact
-    bytes of each (a numpy "S" item would lose trailing NULs)."""
-
-    __slots__ = ("blob", "width")
-
-    def __init__(self, blob: bytes, width: int):
-        self.blob, self.width = blob, width
-
-    def __getitem__(self, index: int) -> bytes:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self.blob[index * self.width:(index + 1) * self.width]
-
-    def __len__(self) -> int:
-        return len(self.blob) // self.width
-
-
-def write_fixed_key_run(fileobj: BinaryIO, keys: np.ndarray, examples: Sequence[bytes], *,
-                        prefix_len: int, index_every: int, framed_bytes: int | None = None,
-                        rows: np.ndarray | None = None) -> int:
-    """`run_format.write_sorted_run` of keys held as one numpy array of
-    fixed-width "V" items (the shuffled rows' digests): the same file,
-    sorted and gathered by the native kernel (`run_kernel`) or by numpy,
-    never a bytes object per key. rows: the positions of the rows to
-    write among `keys` and `examples` (all when None); framed_bytes: their
-    framed size in all, when the caller knows it."""
-    written = fixed_key_rows(fileobj, keys, examples, rows, prefix_len=prefix_len,
-                             index_every=index_every, block=BLOCK)
-    if written is not None:
-        return written
-    if rows is not None:
-        keys, examples = keys[rows], take(examples, rows.tolist())
-    width = keys.dtype.itemsize
-    order = sorted_order(keys.view(f"S{width}"), examples.__getitem__)
-    writer = RunWriter(fileobj, key_width=width, prefix_len=prefix_len,
-                       index_every=index_every)
-    for rows in run_steps(order, examples, framed_bytes):
-        blob = keys[rows].tobytes()
-        gathered = framed_rows(None, examples, rows)
-        if gathered is None:
-            writer.add(_JoinedKeys(blob, width), take(examples, rows), (blob, None))
-            continue
-        framed, sizes, _ = gathered
-        writer.add_framed(_JoinedKeys(blob, width), sizes, framed,
-                          Taken(examples, rows).__getitem__, (blob, None))
-    return writer.close()
+    def _key_list(self) -> list[bytes]:
+        """Every row's order key, its example where its batch had no key
+        of its own (batches with and without keys are rare together)."""
+        if len(self._keys) != 1 or self._keys[0] is None:
+            keys = []
+            for batch, batch_keys in zip(self._rows_held.batches(), self._keys):
+                keys += list(batch) if batch_keys is None else batch_keys
+            self._keys = [keys]
+        return self._keys[0]
 
 
 _BUCKET_REFERENCE = "bucket:"

@@ -6,7 +6,6 @@ import io
 import os
 import random
 import struct
-from unittest import mock
 
 import fsspec
 import numpy as np
@@ -179,23 +178,3 @@ def test_run_stream_reads_records_larger_than_a_block(tmp_path):
 
 
 
-@settings(max_examples=150, deadline=None)
-@given(rows=st.lists(st.tuples(st.binary(min_size=6, max_size=6).map(
-           lambda key: bytes(byte % 3 for byte in key)),  # ties and NUL bytes, trailing too
-                               st.binary(max_size=40)), max_size=60),
-       index_every=st.integers(1, 400), pure=st.booleans())
-def test_fixed_width_key_arrays_write_the_run_a_list_of_keys_writes(rows, index_every, pure):
-    """The spill keeps shuffled rows' digests as one numpy array of "V"
-    items (`spill.RunBuffer`): the run it writes is byte for byte the one
-    written from a list of the same keys, NUL bytes and ties included."""
-    keys = [key for key, _ in rows]
-    examples = [example for _, example in rows]
-    options = dict(key_width=6, prefix_len=4, index_every=index_every)
-    expected, written = io.BytesIO(), io.BytesIO()
-    with mock.patch.object(row_order, "kernels", (lambda: None) if pure else row_order.kernels):
-        run_format.write_sorted_run(expected, keys, examples, **options)
-        array = np.frombuffer(b"".join(keys), dtype="V6")
-        total = sum(map(len, examples)) + tfrecord.FRAMING * len(examples)
-        assert spill.write_fixed_key_run(written, array, examples, prefix_len=4,
-                                         index_every=index_every, framed_bytes=total) == len(rows)
-    assert written.getvalue() == expected.getvalue()
