@@ -36,6 +36,7 @@ from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
 from ..schemas.timestamps import UNIT_NANOS, zone
+from .merge_statistics import PartlyChecked
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
@@ -83,7 +84,9 @@ class NativeRows:
         """(examples, keys, checked, texts, digests, declined) of a batch: the first
         three as `BatchConverter`'s column path gives them, except that a
         numeric or vocabulary column's checked values are a numpy array
-        (`_checked`), texts the raw str values of the columns that text
+        (`_checked`) and a column some row holds no checked value of (left
+        out, or declined at it) is a `PartlyChecked` (for the statistics
+        alone), texts the raw str values of the columns that text
         features took whole (source -> values, as the reader splits them),
         digests every row's digest under the salt back to back (16 zero
         bytes for a row declined) or None without a salt, declined how many
@@ -116,11 +119,18 @@ class NativeRows:
             return None
         examples, keys, columns, digests, declined = done
         checked, texts = {}, {}
-        for spec, kind, packed in zip(self._specs, kinds, columns):
-            if packed is not None and kind is not None:
-                checked[spec.name] = _checked(kind, packed)
-                if kind == "text" and not spec.path:  # (a path is no column of the batch)
-                    texts[spec.source] = checked[spec.name]
+        for spec, kind, column in zip(self._specs, kinds, columns):
+            if kind is None:
+                continue
+            if type(column) is tuple:  # some row holds no checked value
+                packed, states = column
+                checked[spec.name] = PartlyChecked(
+                    None if packed is None else _checked(kind, packed),
+                    np.frombuffer(states, dtype=np.uint8))
+                continue
+            checked[spec.name] = _checked(kind, column)
+            if kind == "text" and not spec.path:  # (a path is no column of the batch)
+                texts[spec.source] = checked[spec.name]
         return examples, keys, checked, texts, digests, declined
 
     def _plan(self, names: tuple, nested: bool = False):
