@@ -29,8 +29,8 @@ from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import (MERGE_LEVELS, FeatureStatistics, StatisticsPlan, merge_group,
                              merge_order, merge_partials)
 
-__all__ = ["CheckedValues", "MergeStatistics", "PartlyChecked", "StatisticsSetup", "partial_from_json",
-           "partial_to_json", "statistics_entry"]
+__all__ = ["CheckedValues", "MergeStatistics", "PartlyChecked", "StatisticsSetup",
+           "partial_from_json", "partial_to_json", "statistics_entry"]
 
 
 class StatisticsSetup(NamedTuple):

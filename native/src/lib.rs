@@ -291,9 +291,9 @@ impl CsvRun {
 /// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
 /// one bytes object (or None: declined) per row for examples and keys,
 /// per feature its checked values (`py_rows::checked_column`: the
-/// `packed_column`, text as str where the plan says `as_str`, or with the
-/// rows that hold none the packed values and each row's state), and with a plan made with a salt every
-/// row's digest joined (`table::Converted::digests`), else None; and how many
+/// `packed_column`, text as str where the plan says `as_str`, or where
+/// some row holds none the packed values and each row's state), and with
+/// a plan made with a salt every row's digest joined (`table::Converted::digests`), else None; and how many
 /// rows it declined. None when the run is not what the reader promises (the
 /// Python path takes the batch).
 #[pyfunction]
