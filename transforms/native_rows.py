@@ -6,7 +6,8 @@ kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's Example and key,
 the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
-kernel's array, no Python number made per row) and, given the dataset's
+kernel's array, no Python number made per row; a column some row holds
+none of as a `merge_statistics.PartlyChecked`, for the statistics) and, given the dataset's
 salt, every row's digest (`splits.row_digests` of its key, or of its
 Example without one), back to back in one bytes object. The kernel takes
 only rows whose every value the fast path (`schemas/fast_paths.py`)
