@@ -21,9 +21,9 @@ from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
 from .framed_examples import FramedExamples
+from .merge_statistics import CheckedValues, PartlyChecked
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
-from .merge_statistics import CheckedValues
 from .splits import HASH_SIZE, ExampleRows, HashedExamples, hashed_sources, row_digests
 from .vocabulary_labels import VocabularyLabels
 
@@ -369,10 +369,11 @@ def _with_columns(column: Callable[[str], list], known: Mapping[str, list]
 def _checked_labels(checked: Mapping[str, list], label: str | None,
                     vocabulary: Sequence[str] | None) -> list[str] | None:
     """Each row's label text from the label feature's checked values, or
-    None when its column has none."""
-    if label is None or label not in checked:
-        return None
-    return _column_labels(checked[label], vocabulary)
+    None when its column has none for every row."""
+    values = None if label is None else checked.get(label)
+    if values is None or isinstance(values, PartlyChecked):
+        return None  # (a partly checked column's rows are labelled one by one)
+    return _column_labels(values, vocabulary)
 
 
 def _column_labels(values, vocabulary: Sequence[str] | None) -> Sequence[str] | None:

@@ -24,8 +24,8 @@ import numpy as np
 from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import FeatureStatistics, MergingStatistics, StatisticsPlan
 
-__all__ = ["CheckedValues", "MergeStatistics", "StatisticsSetup", "partial_from_json",
-           "partial_to_json", "statistics_entry"]
+__all__ = ["CheckedValues", "MergeStatistics", "PartlyChecked", "StatisticsSetup",
+           "partial_from_json", "partial_to_json", "statistics_entry"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -38,6 +38,21 @@ class StatisticsSetup(NamedTuple):
     splits: tuple[tuple[str, float], ...]
 
 
+class PartlyChecked(NamedTuple):
+    """A feature's checked values in a batch some row holds none of (the
+    native kernel's, `native_rows`): every row's value (an int64 or
+    float64 array, a placeholder where the row holds none; None for text,
+    which the batch's own column holds) and each row's state: `PRESENT`,
+    `OMITTED` (an optional feature left out) or `UNCHECKED` (declined at
+    this feature: the row path converts it)."""
+
+    values: np.ndarray | None
+    states: np.ndarray
+
+
+OMITTED, PRESENT, UNCHECKED = 0, 1, 2  # (the kernel's bytes: native/src/table.rs)
+
+
 class CheckedValues:
     """feature name -> the checked values of a batch's good examples, in
     the order the examples were emitted (the `values_of` of
@@ -45,9 +60,12 @@ class CheckedValues:
 
     A feature whose whole column took the column path has its checked value
     per row at hand ("scalars"; a string feature's raw text, which is what
-    it stores, then spares decoding it again). Any other feature (lists,
-    missing values, a column some row failed) is converted again here with
-    the same compiled rules, one value at a time ("rows")."""
+    it stores, then spares decoding it again). A feature the native kernel
+    checked in some rows only (`PartlyChecked`) has those values and which
+    rows hold one ("masked": the rows left unchecked are converted here,
+    and only those). Any other feature (lists, missing values on the
+    Python path) is converted again here with the same compiled rules,
+    one value at a time ("rows")."""
 
     def __init__(self, encoder: RowEncoder, plan: StatisticsPlan, column: Callable[[str], list],
                  checked: Mapping[str, list], good: Sequence[int] | None):
@@ -64,14 +82,49 @@ class CheckedValues:
             return values[self._good]
         return list(map(values.__getitem__, self._good))
 
-    def __call__(self, name: str) -> tuple[str, list]:
+    def __call__(self, name: str) -> tuple[str, Any]:
         source = self._encoder.source_of(name)
-        if name in self._checked:
+        checked = self._checked.get(name)
+        if isinstance(checked, PartlyChecked):
+            masked = self._masked(name, source, checked)
+            if masked is not None:
+                return "masked", masked
+        elif checked is not None:
             if self._kinds[name] == "string":
                 return "scalars", self._pick(self._column(source))
-            return "scalars", self._pick(self._checked[name])
+            return "scalars", self._pick(checked)
         convert = self._encoder.converter(name)
         return "rows", [_converted(convert, raw) for raw in self._pick(self._column(source))]
+
+    def _masked(self, name: str, source, checked: PartlyChecked):
+        """(every good row's value, whether it holds one) of a partly
+        checked feature: the kernel's values, and those of the rows it left
+        unchecked converted as the "rows" form converts them (None: none);
+        None when such a row holds other than one value (the "rows" form
+        then counts it as it is)."""
+        text = self._kinds[name] == "string"
+        states = self._pick(checked.states)
+        values = self._pick(self._column(source) if text else checked.values)
+        unchecked = np.flatnonzero(states == UNCHECKED)
+        if len(unchecked):
+            values = list(values) if text else values.copy()  # (the picks may be the batch's own)
+            states = states.copy()
+            convert = self._encoder.converter(name)
+            raws = values if text else self._pick(self._column(source))
+            for at in unchecked.tolist():
+                converted = _converted(convert, raws[at])
+                if converted is None:
+                    states[at] = OMITTED
+                    continue
+                if len(converted) != 1:
+                    return None
+                value = converted[0]
+                if not text and type(value) is not (int if values.dtype.kind == "i" else float):
+                    return None  # (no such value is converted; the array holds no other)
+                # (text the row path stores is UTF-8 bytes; the kernel's rows give str)
+                values[at] = value.decode("utf-8") if text and type(value) is bytes else value
+                states[at] = PRESENT
+        return values, states == PRESENT
 
 
 def _converted(convert, raw: Any) -> Any:

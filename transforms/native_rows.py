@@ -7,7 +7,8 @@ reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every 
 Example, framed into one buffer (a `FramedExamples`: no bytes object per
 row), and key, the checked values of the features whose whole column passed (text
 as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
-kernel's array, no Python number made per row) and, given the dataset's
+kernel's array, no Python number made per row; a column some row holds
+none of as a `merge_statistics.PartlyChecked`, for the statistics) and, given the dataset's
 salt, every row's digest (`splits.row_digests` of its key, or of its
 Example without one), back to back in one bytes object. The kernel takes
 only rows whose every value the fast path (`schemas/fast_paths.py`)
@@ -40,6 +41,7 @@ from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
 from ..schemas.timestamps import UNIT_NANOS, zone
 from .framed_examples import FramedExamples
+from .merge_statistics import PartlyChecked
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
@@ -88,8 +90,10 @@ class NativeRows:
         """(examples, keys, checked, texts, digests, declined) of a batch: the first
         three as `BatchConverter`'s column path gives them, except that the
         examples are a `FramedExamples` when no row was declined (else
-        `kernel_examples`' list), a numeric or vocabulary column's checked values are a numpy array
-        (`_checked`), texts the raw str values of the columns that text
+        `kernel_examples`' list), a numeric or vocabulary column's checked
+        values are a numpy array (`_checked`) and a column some row holds no
+        checked value of (left out, or declined at it) is a `PartlyChecked`
+        (for the statistics alone), texts the raw str values of the columns that text
         features took whole (source -> values, as the reader splits them),
         digests every row's digest under the salt back to back (16 zero
         bytes for a row declined) or None without a salt, declined how many
@@ -123,11 +127,18 @@ class NativeRows:
         framed, offsets, keys, columns, digests, declined = done
         examples = kernel_examples(framed, offsets, declined)
         checked, texts = {}, {}
-        for spec, kind, packed in zip(self._specs, kinds, columns):
-            if packed is not None and kind is not None:
-                checked[spec.name] = _checked(kind, packed)
-                if kind == "text" and not spec.path:  # (a path is no column of the batch)
-                    texts[spec.source] = checked[spec.name]
+        for spec, kind, column in zip(self._specs, kinds, columns):
+            if kind is None:
+                continue
+            if type(column) is tuple:  # some row holds no checked value
+                packed, states = column
+                checked[spec.name] = PartlyChecked(
+                    None if packed is None else _checked(kind, packed),
+                    np.frombuffer(states, dtype=np.uint8))
+                continue
+            checked[spec.name] = _checked(kind, column)
+            if kind == "text" and not spec.path:  # (a path is no column of the batch)
+                texts[spec.source] = checked[spec.name]
         return examples, keys, checked, texts, digests, declined
 
     def _plan(self, names: tuple, nested: bool = False):

@@ -315,7 +315,7 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         Key::Text(index) => Some(column(index)?),
         _ => None,
     };
-    let mut checked: Columns = plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect();
+    let mut checked: Columns = plan.features.iter().map(|_| table::Column::with_capacity(count)).collect();
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
     // Per feature: its checked value, or None (left out, or declining the row).
@@ -472,7 +472,10 @@ mod tests {
         assert_eq!(converted.key(0), csv.key(0));
         // -7 is below the bound, "long!" over the limit: declined.
         assert_eq!(converted.example(1), None);
-        assert!(converted.checked[0].is_none() && converted.checked[2].is_none());
+        for declined in [0, 2] {
+            assert_eq!(converted.checked[declined].states, vec![table::PRESENT, table::UNCHECKED]);
+        }
+        assert_eq!(converted.checked[1].complete(), Some(&[Value::Float(1.5), Value::Float(2.0)][..]));
     }
 
     #[test]

@@ -291,7 +291,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
         declined_lines.push(declined);
     }
     let arena: &'a [u8] = arena;
-    let mut checked: Columns = plan.features.iter().map(|_| Some(Vec::with_capacity(count))).collect();
+    let mut checked: Columns = plan.features.iter().map(|_| table::Column::with_capacity(count)).collect();
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
@@ -421,7 +421,7 @@ mod tests {
         assert_eq!(taken, vec![true, false, true, true, false, false]);
         assert!(converted.example(2).unwrap().ends_with(b"\n"));
         // (a line it cannot read leaves every column unchecked)
-        assert!(converted.checked.iter().all(Option::is_none));
+        assert!(converted.checked.iter().all(|column| column.states[5] == table::UNCHECKED));
         assert!(converted.example(3).unwrap().ends_with(b"c"));
     }
 

@@ -296,9 +296,10 @@ impl CsvRun {
 /// every taken row's Example framed as a TFRecord record into one bytes
 /// object, in row order, and the rows' offsets into it (`FramedRows`: a
 /// declined row spans no bytes), one bytes object (or None) per row for keys,
-/// per feature None (a row failed it) or its `packed_column` (text as str
-/// where the plan says `as_str`), and with a plan made with a salt every
-/// row's digest joined (`table::Converted::digests`), else None; and how many
+/// per feature its checked values (`py_rows::checked_column`: the
+/// `packed_column`, text as str where the plan says `as_str`, or where
+/// some row holds none the packed values and each row's state), and with
+/// a plan made with a salt every row's digest joined (`table::Converted::digests`), else None; and how many
 /// rows it declined. None when the run is not what the reader promises (the
 /// Python path takes the batch).
 #[pyfunction]

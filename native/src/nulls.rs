@@ -88,20 +88,19 @@ impl Feature {
 
 impl<'a> Part<'a> {
     /// Writes the part's entry into a row's `entries` and its value into
-    /// the feature's checked `column` (which a value left out or declined
-    /// ends: the Python column path checks no such column whole, its
-    /// statistics convert the values); gives the value a key may take
-    /// (a stored one only: a default never keys a row).
+    /// the feature's checked `column`: a value left out as OMITTED, one
+    /// declined as UNCHECKED (the Python row path converts it; the
+    /// statistics convert that value alone); gives the value a key may
+    /// take (a stored one only: a default never keys a row).
     pub(crate) fn record(self, feature: &Feature, entries: &mut Vec<u8>,
-                         column: &mut Option<Vec<Value<'a>>>) -> Option<Value<'a>> {
+                         column: &mut table::Column<'a>) -> Option<Value<'a>> {
         match self {
             Part::Stored(value) | Part::Defaulted(value) => {
                 table::put_entry(entries, feature, &value);
-                if let Some(values) = column {
-                    values.push(value);
-                }
+                column.push(value);
             }
-            Part::Omitted | Part::Declined => *column = None,
+            Part::Omitted => column.push_none(&feature.rule, table::OMITTED),
+            Part::Declined => column.push_none(&feature.rule, table::UNCHECKED),
         }
         match self {
             Part::Stored(value) => Some(value),

@@ -79,22 +79,35 @@ impl table::Rows for FramedRows<'_> {
     }
 }
 
+/// A checked column for Python: its `packed_column` when every row holds
+/// its checked value; else (packed values, one state byte per row:
+/// `table::PRESENT`, ...), the values packed for numbers (placeholders
+/// where a row holds none) and None for text (the batch's own text column
+/// is what a text feature stores: no str is made per row).
+fn checked_column(py: Python<'_>, column: &table::Column, as_str: bool, validated: bool) -> PyResult<PyObject> {
+    if let Some(values) = column.complete() {
+        return packed_column(py, values, as_str, validated);
+    }
+    let packed = match column.values.first() {
+        Some(table::Value::Bytes(_)) | None => py.None(),
+        Some(_) => packed_column(py, &column.values, as_str, validated)?,
+    };
+    Ok((packed, PyBytes::new(py, &column.states)).into_pyobject(py)?.into_any().unbind())
+}
+
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`, `json::convert_jsonl_run`): `rows`'
 /// framed Examples and their offsets (little-endian int64, one more than
 /// the rows: a declined row's span is empty), keys and digests (when
-/// the plan has a salt: `FramedRows::digests`), per feature None or its
-/// `packed_column`, and how many rows were declined (the caller need not
+/// the plan has a salt: `FramedRows::digests`), per feature its
+/// `checked_column`, and how many rows were declined (the caller need not
 /// look for an empty span).
 /// `validated`: as `packed_column`'s.
 pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
     let mut checked = Vec::with_capacity(columns.len());
     for (column, as_str) in columns.iter().zip(&plan.as_str) {
-        checked.push(match column {
-            Some(values) => Some(packed_column(py, values, *as_str, validated)?),
-            None => None,
-        });
+        checked.push(checked_column(py, column, *as_str, validated)?);
     }
     let digests = match &plan.hasher {
         Some(hasher) => {

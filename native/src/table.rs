@@ -80,8 +80,8 @@ pub struct Converted<'a> {
     /// Per row: where its key lies in `key_bytes` (None for a declined
     /// row, or every row without a key).
     pub keys: Vec<Option<std::ops::Range<usize>>>,
-    /// Per feature: its value in every row, when every row's value passed.
-    pub checked: Vec<Option<Vec<Value<'a>>>>,
+    /// Per feature: its checked value in every row, and which rows hold none.
+    pub checked: Columns<'a>,
 }
 
 /// Where a kernel's rows go, one call per row in order: `Converted`
@@ -96,9 +96,66 @@ pub trait Rows {
     fn declined(&mut self);
 }
 
-/// A batch's checked values per feature: all its rows' values, or None
-/// when some row's value did not pass.
-pub type Columns<'a> = Vec<Option<Vec<Value<'a>>>>;
+/// A batch's checked values per feature (`Column`).
+pub type Columns<'a> = Vec<Column<'a>>;
+
+/// A row's value in a `Column`: the checked value (or a default that
+/// stood in), none (an optional feature left out), or one the kernel did
+/// not check (the row was declined at this feature: the Python row path
+/// converts it). The byte values are what Python reads (`CheckedValues`).
+pub const PRESENT: u8 = 1;
+pub const OMITTED: u8 = 0;
+pub const UNCHECKED: u8 = 2;
+
+/// One feature's checked values in a batch, for the statistics (and the
+/// keys and labels of a column whose every row holds one): every row's
+/// value, with a placeholder of the rule's type where a row holds none,
+/// and each row's state (`PRESENT`, ...), left empty while every row is
+/// PRESENT (the common case: no byte per row to make or hand over).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Column<'a> {
+    pub values: Vec<Value<'a>>,
+    pub states: Vec<u8>,
+}
+
+impl<'a> Column<'a> {
+    pub fn with_capacity(rows: usize) -> Self {
+        Column { values: Vec::with_capacity(rows), states: Vec::new() }
+    }
+
+    /// Every row's value, when every row holds its checked value.
+    pub fn complete(&self) -> Option<&[Value<'a>]> {
+        self.states.is_empty().then_some(&self.values[..])
+    }
+
+    pub(crate) fn push(&mut self, value: Value<'a>) {
+        self.values.push(value);
+        if !self.states.is_empty() {
+            self.states.push(PRESENT);
+        }
+    }
+
+    /// A row without a checked value: `state` OMITTED or UNCHECKED.
+    pub(crate) fn push_none(&mut self, rule: &Rule, state: u8) {
+        if self.states.is_empty() {
+            self.states.reserve(self.values.capacity());
+            self.states.resize(self.values.len(), PRESENT);
+        }
+        self.values.push(rule.placeholder());
+        self.states.push(state);
+    }
+}
+
+impl Rule {
+    /// A value of the type the rule checks, standing where a row has none.
+    fn placeholder(&self) -> Value<'static> {
+        match self {
+            Rule::Float { .. } => Value::Float(0.0),
+            Rule::Text { .. } => Value::Bytes(b""),
+            Rule::Int { .. } | Rule::Label { .. } | Rule::Timestamp(_) => Value::Int(0),
+        }
+    }
+}
 
 impl Rows for Converted<'_> {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
@@ -453,7 +510,7 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
     if fields.width != plan.width {
         return Err(RunError::FieldCount { line: 0 });
     }
-    let mut checked: Columns = plan.features.iter().map(|_| Some(Vec::with_capacity(fields.rows))).collect();
+    let mut checked: Columns = plan.features.iter().map(|_| Column::with_capacity(fields.rows)).collect();
     let mut line: Vec<&[u8]> = Vec::with_capacity(plan.width);
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
@@ -639,6 +696,29 @@ mod tests {
                 prop_assert_eq!(converted.keys.len(), count);
                 let hasher = RowHasher::new(b"salt").unwrap();
                 prop_assert_eq!(converted.digests(&hasher).len(), count * DIGEST_SIZE);
+            }
+        }
+
+        #[test]
+        fn a_column_holds_every_row_and_its_state(states in prop::collection::vec(
+                prop::sample::select(vec![PRESENT, OMITTED, UNCHECKED]), 0..40)) {
+            let rule = Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None };
+            let mut column = Column::with_capacity(states.len());
+            for (row, state) in states.iter().enumerate() {
+                match *state {
+                    PRESENT => column.push(Value::Int(row as i64 + 1)),
+                    state => column.push_none(&rule, state),
+                }
+            }
+            let every = states.iter().all(|state| *state == PRESENT);
+            prop_assert_eq!(column.complete().is_some(), every);
+            prop_assert_eq!(column.values.len(), states.len());
+            if !every {
+                prop_assert_eq!(&column.states, &states);
+            }
+            for (row, value) in column.values.iter().enumerate() {
+                let expected = if states[row] == PRESENT { row as i64 + 1 } else { 0 };
+                prop_assert_eq!(*value, Value::Int(expected));
             }
         }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import numpy as np
@@ -20,9 +21,12 @@ def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
     alone (not of where they were read, so that the merged statistics
     depend only on the rows).
 
-    values_of(feature) -> ("scalars", [value per example]) or ("rows",
-    [list of values, or None when absent, per example]), the checked values
-    of the batch's good examples; split_of: each example's split index.
+    values_of(feature) -> ("scalars", [value per example]), ("masked",
+    ([value per example], [whether the example holds it, a bool array]):
+    what "rows" gives with None where it holds none and [value] where it
+    does) or ("rows", [list of values, or None when absent, per example]),
+    the checked values of the batch's good examples; split_of: each
+    example's split index.
     """
     out = []
     for (split, name), (kind, stored, is_list, vocabulary), rows, values, per_row in \
@@ -92,12 +96,16 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
     splits = [np.flatnonzero(split_of == index) for index in range(len(split_names))]
     for name, kind, stored, is_list, vocabulary in plan.features:
         form, values = values_of(name)
+        held = None
+        if form == "masked":
+            values, held = values
         for split, rows in zip(split_names, splits):
             if not len(rows):
                 continue
+            holds = held if held is None or len(rows) == len(split_of) else held[rows]
             if len(rows) == len(split_of):
                 chosen = values
-            elif form == "scalars" and isinstance(values, np.ndarray):
+            elif isinstance(values, np.ndarray):
                 # The native kernel's checked array of a numeric or
                 # vocabulary column: picked the same way.
                 chosen = values[rows]
@@ -109,7 +117,12 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
             else:
                 chosen = list(map(values.__getitem__, rows.tolist()))
             feature = (kind, stored, is_list, vocabulary)
-            if form == "scalars":
+            if form == "masked":
+                # The examples holding a value, one each: as "rows" counts them.
+                present = (chosen[holds] if isinstance(chosen, np.ndarray)
+                           else list(itertools.compress(chosen, holds)))
+                yield (split, name), feature, len(rows), present, None
+            elif form == "scalars":
                 yield (split, name), feature, len(rows), chosen, None
             else:
                 present = [row for row in chosen if row is not None]

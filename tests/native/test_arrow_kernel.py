@@ -26,6 +26,7 @@ from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.native_rows import kernel_examples
+from recordforge.transforms.merge_statistics import OMITTED, PRESENT, UNCHECKED
 from recordforge.transforms.readers import parquet as parquet_reader
 from recordforge.transforms.readers.arrow_batch import ArrowBatch
 from recordforge.transforms.readers.parquet import iter_parquet
@@ -315,7 +316,8 @@ def test_allowed_values_compile_into_a_plan(native):
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [2, 3], "c1": ["a", "a"],
                                                 "c2": [0.5, 0.5]}))
     examples, _, checked, _, _, _ = rows.convert(batch)
-    assert examples[0] is not None and examples[1] is None and "n" not in checked
+    assert examples[0] is not None and examples[1] is None
+    assert checked["n"].states.tolist() == [PRESENT, UNCHECKED]  # (3 is not allowed)
 
 
 def test_a_null_leaves_out_an_optional_feature(native, outcome):
@@ -331,5 +333,6 @@ def test_a_null_leaves_out_an_optional_feature(native, outcome):
                                                 "c2": ["a", "b", None]}))
     examples, _, checked, _, _, _ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
-    assert "o" not in checked
+    assert checked["o"].states.tolist() == [OMITTED, PRESENT, PRESENT]
+    assert checked["o"].values[1:].tolist() == [1, 2]
     _agree(native, outcome, specs, None, "o", batch)

@@ -25,6 +25,7 @@ from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
+from recordforge.transforms.merge_statistics import OMITTED, PRESENT, PartlyChecked
 from recordforge.transforms.readers.arrow_batch import ArrowBatch
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
@@ -242,7 +243,10 @@ def test_the_kernel_takes_iso_text_and_null_texts(native, tmp_path):
     examples, _, checked, _, _, _ = _converter(specs, None, native)._native.convert(batch)
     assert None not in examples
     assert checked["t"].tolist() == [1709289000500, -1, 86_400_000]
-    assert "n" not in checked  # left out in a row: its statistics convert the column
+    # Left out in two rows: the statistics take the kernel's values and which rows hold one.
+    assert isinstance(checked["n"], PartlyChecked)
+    assert checked["n"].states.tolist() == [OMITTED, OMITTED, PRESENT]
+    assert checked["n"].values[2] == 7
     assert checked["d"].tolist() == [0.5, 1.0, 2.0]
     python = BatchConverter(specs, {}, None)._encoder
     assert examples == [python.encode(dict(zip(["c0", "c1", "c2"], line.split(","))))
