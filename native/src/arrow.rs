@@ -7,7 +7,7 @@
 //! It mirrors the Python fast path (`schemas/fast_paths.py`, `columns.py`)
 //! for the Python values pyarrow makes of these arrays (`to_pydict`): an
 //! int64 feature takes an integer array's values (or text that
-//! `table::check` reads), a float feature a float array's (float32 widened
+//! `rules::check` reads), a float feature a float array's (float32 widened
 //! to a double, as pyarrow does), a string feature non-empty UTF-8 text, a
 //! bytes feature binary values, a vocabulary the exact label. Anything
 //! else (a null, a bool, a float for an int64 feature, an integer beyond
@@ -20,7 +20,8 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 
 use crate::nulls::Part;
-use crate::table::{self, Columns, Converted, Feature, Key, Plan, Rows, Rule, Value};
+use crate::rules::{self, Feature, Key, Plan, Rule, Value};
+use crate::table::{Columns, Converted, Rows};
 
 /// An array's physical layout (pyarrow's type names in `from_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,12 +246,12 @@ impl<'a> Checked<'a> {
 /// is `Rule::Text`); a bytes feature takes binary values, empty ones too.
 pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
     match (rule, field) {
-        (Rule::Int { .. }, Field::Int(number)) => table::checked_number(rule, Value::Int(number)),
-        (Rule::Float { .. }, Field::Float(number)) => table::checked_number(rule, Value::Float(number)),
+        (Rule::Int { .. }, Field::Int(number)) => rules::checked_number(rule, Value::Int(number)),
+        (Rule::Float { .. }, Field::Float(number)) => rules::checked_number(rule, Value::Float(number)),
         (Rule::Int { .. } | Rule::Float { .. } | Rule::Label { .. } | Rule::Timestamp(_), Field::Text(data)) => {
-            table::check(rule, data)
+            rules::check(rule, data)
         }
-        (Rule::Text { .. }, Field::Text(data)) if text => table::check(rule, data),
+        (Rule::Text { .. }, Field::Text(data)) if text => rules::check(rule, data),
         (Rule::Text { limit, allowed }, Field::Binary(data)) if !text => {
             let fits = (data.len() as u64) <= *limit;
             (fits && allowed.as_ref().is_none_or(|set| set.contains(data))).then_some(Value::Bytes(data))
@@ -275,8 +276,8 @@ pub(crate) fn field_part<'a>(feature: &Feature, text: bool, nullable: bool, fiel
 /// non-empty text or an int64; anything else declines the row.
 pub(crate) fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
     match field {
-        Field::Text(data) if !data.is_empty() => table::put_text_key(out, data),
-        Field::Int(number) => table::put_int_key(out, number),
+        Field::Text(data) if !data.is_empty() => rules::put_text_key(out, data),
+        Field::Int(number) => rules::put_int_key(out, number),
         _ => return false,
     }
     true
@@ -334,7 +335,7 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         let keyed = match (plan.key, key_column) {
             (Key::None, _) => true,
             (Key::Feature(position), _) => match &values[position] {
-                Some(value) => { table::put_value_key(&mut key, value); true }
+                Some(value) => { rules::put_value_key(&mut key, value); true }
                 None => false,
             },
             (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
@@ -434,7 +435,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Feature;
+    use crate::table;
     use proptest::prelude::*;
 
     fn plan(key: Key) -> Plan {

@@ -27,7 +27,8 @@ use pyo3::prelude::*;
 use crate::arrow::{self, Field};
 use crate::json_scan::{scan_line, Json};
 use crate::nulls::Part;
-use crate::table::{self, Columns, Converted, Key, Plan, Rows, Value};
+use crate::rules::{self, Key, Plan, Value};
+use crate::table::{Columns, Converted, Rows};
 
 /// What a line is to the reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,7 +319,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
             Key::None => true,
             Key::Feature(position) => match &values[position] {
                 Some(value) => {
-                    table::put_value_key(&mut key, value);
+                    rules::put_value_key(&mut key, value);
                     true
                 }
                 None => false,
@@ -383,7 +384,7 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{Feature, Rule};
+    use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
     #[test]

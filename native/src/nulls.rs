@@ -1,6 +1,6 @@
-//! A feature's declared null texts (`null_values`) in the table kernels,
-//! and what one feature makes of its field in a row (`Part`), shared by
-//! the CSV, Arrow and JSONL kernels.
+//! How the table kernels apply a feature's declared null texts
+//! (`null_values`, `rules::Nulls`), and what one feature makes of its
+//! field in a row (`Part`), shared by the CSV, Arrow and JSONL kernels.
 //!
 //! The rule is `schemas/checks.py`'s `_missing_rule`: text that is one of
 //! the listed texts, or blank text (Python's `not text.strip()`) for a
@@ -9,29 +9,7 @@
 //! (`Absent::Omit`), and a required one is a `missing_value` dead letter,
 //! which Python writes (`Absent::Decline`).
 
-use std::collections::HashSet;
-
-use crate::table::{self, Feature, Value};
-
-/// What a row holds for a feature whose value is missing.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Absent {
-    /// Left out of the Example (optional, no default).
-    Omit,
-    /// Python decides (a required feature's dead letter, a text default).
-    Decline,
-    /// The default's checked value (a number or a vocabulary id).
-    Default(Value<'static>),
-}
-
-/// A feature's `null_values` as the kernel applies them.
-#[derive(Debug, Clone)]
-pub struct Nulls {
-    pub texts: HashSet<Vec<u8>>,
-    /// Blank text is missing too (a number feature listing `""`).
-    pub blank: bool,
-    pub absent: Absent,
-}
+use crate::rules::{self, Absent, Feature, Value};
 
 /// One feature's part of a row.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,7 +74,7 @@ impl<'a> Part<'a> {
                          column: &mut Option<Vec<Value<'a>>>) -> Option<Value<'a>> {
         match self {
             Part::Stored(value) | Part::Defaulted(value) => {
-                table::put_entry(entries, feature, &value);
+                rules::put_entry(entries, feature, &value);
                 if let Some(values) = column {
                     values.push(value);
                 }
