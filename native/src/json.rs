@@ -24,7 +24,8 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
-use crate::arrow::{self, Field};
+use crate::arrow;
+use crate::arrow_array::Field;
 use crate::json_scan::{scan_line, Json};
 use crate::nulls::Part;
 use crate::rules::{self, Key, Plan, Value};

@@ -10,6 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pub mod arrow;
+pub mod arrow_array;
 pub mod csv_marks;
 pub mod digest;
 mod py_rows;
