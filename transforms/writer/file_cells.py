@@ -34,7 +34,17 @@ def plan_split_cells(split_buckets):
         yield runs_file, bucket_range, start, size, total
 
 
-class SortRunCellsFn(beam.DoFn):
+class _CellFn(beam.DoFn):
+    """What both cell steps hold: where the chunk files go, the cells'
+    size and their gzip level."""
+
+    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
+        self._work_dir = work_dir
+        self._cell_bytes = cell_bytes
+        self._gzip_level = gzip_level
+
+
+class SortRunCellsFn(_CellFn):
     """(run list file, BucketRange, start, bytes, total) -> ("unit", (run
     list file, BucketChunks)): the cells within the bucket, sorted and
     compressed into a chunk file (`sorting.sort_bucket_cells`); and
@@ -43,9 +53,7 @@ class SortRunCellsFn(beam.DoFn):
     they are to a small file (possibly empty) for `CompressSeamFn`."""
 
     def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int, tuning: ShardTuning):
-        self._work_dir = work_dir
-        self._cell_bytes = cell_bytes
-        self._gzip_level = gzip_level
+        super().__init__(work_dir, cell_bytes, gzip_level)
         self._tuning = tuning
 
     def setup(self):
@@ -71,16 +79,11 @@ class SortRunCellsFn(beam.DoFn):
         sorting.release_read_arena()
 
 
-class CompressSeamFn(beam.DoFn):
+class CompressSeamFn(_CellFn):
     """((split, cell), [pieces]) -> (run list file, BucketChunks): the
     seam's chunk (`bucket_output.join_seam`, each bucket's rows read from
     its seam file) in a chunk file of its own; nothing when no bucket had
     rows there."""
-
-    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
-        self._work_dir = work_dir
-        self._cell_bytes = cell_bytes
-        self._gzip_level = gzip_level
 
     def process(self, item):
         (split, cell), values = item

@@ -100,14 +100,12 @@ class WriteShardFn(beam.DoFn):
     def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
                  tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL,
                  index: bool = False, file_format: str = "tfrecord"):
-        self._staging_dir = staging_dir
-        self._index = index
-        self._file_format = file_format
-        self._temp_dir = temp_dir
-        self._compression = compression
         self._work_dir = work_dir
         self._tuning = tuning
-        self._gzip_level = gzip_level
+        # `write_shard`'s keywords, the same for every shard.
+        self._shard_options = {"staging_dir": staging_dir, "temp_dir": temp_dir,
+                               "compression": compression, "gzip_level": gzip_level,
+                               "index": index, "file_format": file_format}
 
     def setup(self):
         set_up_worker()
@@ -115,11 +113,9 @@ class WriteShardFn(beam.DoFn):
         self._counters = ShardCounters()
 
     def process(self, spec: ShardSpec):
-        metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
-                               compression=self._compression, runs_of=self._runs,
+        metadata = write_shard(spec, runs_of=self._runs,
                                bucket_options=bucket_sort_options(self._work_dir, self._tuning),
-                               gzip_level=self._gzip_level, index=self._index,
-                               file_format=self._file_format)
+                               **self._shard_options)
         self._counters.count(metadata["num_examples"], metadata["num_bytes"])
         yield metadata
 
