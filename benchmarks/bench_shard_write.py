@@ -7,7 +7,7 @@ RUN_DIR holds the ``*.run`` files of one split (a build cache keeps them:
 into `bucket_bytes` ranges of the digest keys, each bucket is measured
 (`sorting.measure_bucket`), shards are planned at rows
 (`shard_cuts.plan_row_shards`) and every shard is written as a build
-writes it (`file_exchange.write_shard`, with its index file) into a
+writes it (`file_shards.write_shard`, with its index file) into a
 scratch staging directory. Per repeat it prints the CPU seconds of the
 process (every thread: the write-behind and gather threads count) and the
 wall seconds of the writing alone; then the sha256 of every shard and
@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from recordforge.pipelines.publish.file_checks import read_back
-from recordforge.transforms.writer import file_exchange, shard_cuts, sorting
+from recordforge.transforms.writer import file_shards, shard_cuts, sorting
 from recordforge.transforms.writer.elements import BucketRange, RunInfo
 from recordforge.transforms.writer.run_format import RunFile
 from recordforge.transforms.writer.step_setup import set_up_worker
@@ -59,9 +59,9 @@ def _write_all(specs, runs, tuning: ShardTuning, staging: str, temp: str) -> lis
     options = {"scratch_dir": temp, "memory_bytes": tuning.memory_bytes,
                "fan_in": tuning.fan_in, "prefix_len": tuning.prefix_len,
                "index_every": tuning.index_every}
-    shards = [file_exchange.write_shard(spec, staging_dir=staging, temp_dir=temp,
-                                        compression="none", runs_of=lambda _: runs,
-                                        bucket_options=options, index=True)
+    shards = [file_shards.write_shard(spec, staging_dir=staging, temp_dir=temp,
+                                      compression="none", runs_of=lambda _: runs,
+                                      bucket_options=options, index=True)
               for spec in specs]
     sorting.release_read_arena()
     return shards

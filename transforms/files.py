@@ -11,7 +11,7 @@ directly. Retried writers (a re-run bundle) replace the file by identical
 bytes.
 
 Shards are large and written as streams; the shard writer has its own path
-(`writer.file_exchange.write_shard`).
+(`writer.file_shards.write_shard`).
 """
 
 from __future__ import annotations

@@ -7,250 +7,36 @@
 //! It mirrors the Python fast path (`schemas/fast_paths.py`, `columns.py`)
 //! for the Python values pyarrow makes of these arrays (`to_pydict`): an
 //! int64 feature takes an integer array's values (or text that
-//! `table::check` reads), a float feature a float array's (float32 widened
+//! `rules::check` reads), a float feature a float array's (float32 widened
 //! to a double, as pyarrow does), a string feature non-empty UTF-8 text, a
 //! bytes feature binary values, a vocabulary the exact label. Anything
 //! else (a null, a bool, a float for an int64 feature, an integer beyond
 //! int64, ...) declines its row, which the Python path converts or writes
 //! as a dead letter, exactly as without the extension. Buffers that do not
-//! hold what their offsets and lengths say are refused whole.
+//! hold what their offsets and lengths say are refused whole (`arrow_array`
+//! checks and reads an array's buffers).
 
 use pyo3::prelude::*;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 
+use crate::arrow_array::{Array, BatchError, Checked, Field, Layout};
+use crate::column::Column;
 use crate::nulls::Part;
-use crate::table::{self, Columns, Converted, Feature, Key, Plan, Rows, Rule, Value};
-
-/// An array's physical layout (pyarrow's type names in `from_name`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    Int(usize),
-    UInt(usize),
-    Float32,
-    Float64,
-    Bool,
-    /// Text or binary with int32 (4) or int64 (8) offsets.
-    Utf8(usize),
-    Binary(usize),
-}
-
-impl Layout {
-    pub fn from_name(name: &str) -> Option<Layout> {
-        Some(match name {
-            "int8" => Layout::Int(1),
-            "int16" => Layout::Int(2),
-            "int32" => Layout::Int(4),
-            "int64" => Layout::Int(8),
-            "uint8" => Layout::UInt(1),
-            "uint16" => Layout::UInt(2),
-            "uint32" => Layout::UInt(4),
-            "uint64" => Layout::UInt(8),
-            "float" => Layout::Float32,
-            "double" => Layout::Float64,
-            "bool" => Layout::Bool,
-            "string" => Layout::Utf8(4),
-            "large_string" => Layout::Utf8(8),
-            "binary" => Layout::Binary(4),
-            "large_binary" => Layout::Binary(8),
-            _ => return None,
-        })
-    }
-
-    /// Bytes per value of a fixed-width layout; None for bits and offsets.
-    fn width(self) -> Option<usize> {
-        match self {
-            Layout::Int(width) | Layout::UInt(width) => Some(width),
-            Layout::Float32 => Some(4),
-            Layout::Float64 => Some(8),
-            Layout::Bool | Layout::Utf8(_) | Layout::Binary(_) => None,
-        }
-    }
-}
-
-/// One array's buffers, borrowed from their owner (pyarrow), not yet checked.
-#[derive(Debug, Clone, Copy)]
-pub struct Array<'a> {
-    pub layout: Layout,
-    pub offset: usize,
-    pub length: usize,
-    pub validity: Option<&'a [u8]>,
-    pub values: &'a [u8],
-    pub offsets: Option<&'a [u8]>,
-}
-
-/// Why a batch is handed back whole.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BatchError {
-    /// A buffer is shorter than the array's offset and length need.
-    ShortBuffer { column: usize },
-    /// Offsets that fall outside the data or run backwards.
-    BadOffsets { column: usize, row: usize },
-    /// Text that is not UTF-8 (the reader checks; pyarrow would not make a str).
-    NotUtf8 { column: usize, row: usize },
-    /// A column the plan reads is absent, of a layout the kernel lacks, or
-    /// not `count` rows long; or the plan reads no column at all.
-    Columns,
-}
-
-/// One value as the Python path sees it (`to_pydict`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Field<'a> {
-    Null,
-    Int(i64),
-    /// An unsigned value beyond int64 (a Python int no int64 feature takes).
-    Huge,
-    Float(f64),
-    Bool,
-    Text(&'a [u8]),
-    Binary(&'a [u8]),
-}
-
-/// An array whose buffers were checked against its offset and length.
-#[derive(Debug, Clone, Copy)]
-struct Checked<'a> {
-    array: Array<'a>,
-    column: usize,
-}
-
-/// `length` bits or items past `offset`, as a count of items, without overflow.
-fn end_of(offset: usize, length: usize) -> Option<usize> {
-    offset.checked_add(length)
-}
-
-impl<'a> Array<'a> {
-    /// The array, once every buffer holds what its offset and length say
-    /// (and offsets, where there are some, rise within the data).
-    fn checked(self, column: usize) -> Result<Checked<'a>, BatchError> {
-        let short = BatchError::ShortBuffer { column };
-        let end = end_of(self.offset, self.length).ok_or(short.clone())?;
-        if let Some(validity) = self.validity {
-            if validity.len() < end.div_ceil(8) {
-                return Err(short);
-            }
-        }
-        match (self.layout, self.layout.width()) {
-            (_, Some(width)) => {
-                if end.checked_mul(width).is_none_or(|bytes| self.values.len() < bytes) {
-                    return Err(short);
-                }
-            }
-            (Layout::Bool, None) => {
-                if self.values.len() < end.div_ceil(8) {
-                    return Err(short);
-                }
-            }
-            (Layout::Utf8(size) | Layout::Binary(size), None) => {
-                let offsets = self.offsets.ok_or(short.clone())?;
-                let needed = end.checked_add(1).and_then(|count| count.checked_mul(size));
-                if needed.is_none_or(|bytes| offsets.len() < bytes) {
-                    return Err(short);
-                }
-                let mut previous = offset_at(offsets, size, self.offset);
-                for row in 0..self.length {
-                    let next = offset_at(offsets, size, self.offset + row + 1);
-                    match (previous, next) {
-                        (Some(start), Some(stop)) if start <= stop && stop <= self.values.len() => {}
-                        _ => return Err(BatchError::BadOffsets { column, row }),
-                    }
-                    previous = next;
-                }
-                if self.length == 0 && previous.is_none_or(|start| start > self.values.len()) {
-                    return Err(BatchError::BadOffsets { column, row: 0 });
-                }
-            }
-            _ => return Err(short),
-        }
-        Ok(Checked { array: self, column })
-    }
-}
-
-/// The offset at `index` of an int32 (`size` 4) or int64 offsets buffer,
-/// or None when it is negative; `index` must lie inside the buffer.
-fn offset_at(offsets: &[u8], size: usize, index: usize) -> Option<usize> {
-    let at = index * size;
-    let value = if size == 4 {
-        i64::from(i32::from_ne_bytes(offsets[at..at + 4].try_into().ok()?))
-    } else {
-        i64::from_ne_bytes(offsets[at..at + 8].try_into().ok()?)
-    };
-    usize::try_from(value).ok()
-}
-
-fn bit(bits: &[u8], index: usize) -> bool {
-    bits[index / 8] >> (index % 8) & 1 == 1
-}
-
-/// The `width` bytes of item `index` of a checked fixed-width buffer.
-fn item(values: &[u8], width: usize, index: usize) -> &[u8] {
-    &values[index * width..(index + 1) * width]
-}
-
-impl<'a> Checked<'a> {
-    /// Row `row`'s value (row < length, which the caller checked).
-    fn field(&self, row: usize) -> Result<Field<'a>, BatchError> {
-        let array = &self.array;
-        let index = array.offset + row;
-        if array.validity.is_some_and(|bits| !bit(bits, index)) {
-            return Ok(Field::Null);
-        }
-        let values = array.values;
-        Ok(match array.layout {
-            Layout::Int(width) => {
-                let mut wide = [0u8; 8];
-                let bytes = item(values, width, index);
-                // Sign-extend a narrower integer from its top byte (native order).
-                let negative = if cfg!(target_endian = "little") { bytes[width - 1] } else { bytes[0] } >= 0x80;
-                wide.fill(if negative { 0xFF } else { 0 });
-                if cfg!(target_endian = "little") {
-                    wide[..width].copy_from_slice(bytes);
-                } else {
-                    wide[8 - width..].copy_from_slice(bytes);
-                }
-                Field::Int(i64::from_ne_bytes(wide))
-            }
-            Layout::UInt(width) => {
-                let mut wide = [0u8; 8];
-                let bytes = item(values, width, index);
-                if cfg!(target_endian = "little") {
-                    wide[..width].copy_from_slice(bytes);
-                } else {
-                    wide[8 - width..].copy_from_slice(bytes);
-                }
-                i64::try_from(u64::from_ne_bytes(wide)).map_or(Field::Huge, Field::Int)
-            }
-            Layout::Float32 => Field::Float(f64::from(f32::from_ne_bytes(item(values, 4, index).try_into().unwrap_or_default()))),
-            Layout::Float64 => Field::Float(f64::from_ne_bytes(item(values, 8, index).try_into().unwrap_or_default())),
-            Layout::Bool => Field::Bool,
-            Layout::Utf8(size) | Layout::Binary(size) => {
-                let offsets = array.offsets.unwrap_or_default();
-                // Checked in `Array::checked`: both inside the data, rising.
-                let start = offset_at(offsets, size, index).unwrap_or(0);
-                let stop = offset_at(offsets, size, index + 1).unwrap_or(0);
-                let data = values.get(start..stop).ok_or(BatchError::BadOffsets { column: self.column, row })?;
-                if matches!(array.layout, Layout::Binary(_)) {
-                    Field::Binary(data)
-                } else if std::str::from_utf8(data).is_ok() {
-                    Field::Text(data)
-                } else {
-                    return Err(BatchError::NotUtf8 { column: self.column, row });
-                }
-            }
-        })
-    }
-}
+use crate::rules::{self, Feature, Key, Plan, Rule, Value};
+use crate::table::{Columns, Converted, Rows};
 
 /// The value a feature's `rule` stores for `field`, or None when the fast
 /// path would not take it as it stands. `text`: a string feature (its rule
 /// is `Rule::Text`); a bytes feature takes binary values, empty ones too.
 pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
     match (rule, field) {
-        (Rule::Int { .. }, Field::Int(number)) => table::checked_number(rule, Value::Int(number)),
-        (Rule::Float { .. }, Field::Float(number)) => table::checked_number(rule, Value::Float(number)),
+        (Rule::Int { .. }, Field::Int(number)) => rules::checked_number(rule, Value::Int(number)),
+        (Rule::Float { .. }, Field::Float(number)) => rules::checked_number(rule, Value::Float(number)),
         (Rule::Int { .. } | Rule::Float { .. } | Rule::Label { .. } | Rule::Timestamp(_), Field::Text(data)) => {
-            table::check(rule, data)
+            rules::check(rule, data)
         }
-        (Rule::Text { .. }, Field::Text(data)) if text => table::check(rule, data),
+        (Rule::Text { .. }, Field::Text(data)) if text => rules::check(rule, data),
         (Rule::Text { limit, allowed }, Field::Binary(data)) if !text => {
             let fits = (data.len() as u64) <= *limit;
             (fits && allowed.as_ref().is_none_or(|set| set.contains(data))).then_some(Value::Bytes(data))
@@ -275,8 +61,8 @@ pub(crate) fn field_part<'a>(feature: &Feature, text: bool, nullable: bool, fiel
 /// non-empty text or an int64; anything else declines the row.
 pub(crate) fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
     match field {
-        Field::Text(data) if !data.is_empty() => table::put_text_key(out, data),
-        Field::Int(number) => table::put_int_key(out, number),
+        Field::Text(data) if !data.is_empty() => rules::put_text_key(out, data),
+        Field::Int(number) => rules::put_int_key(out, number),
         _ => return false,
     }
     true
@@ -315,7 +101,7 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         Key::Text(index) => Some(column(index)?),
         _ => None,
     };
-    let mut checked: Columns = plan.features.iter().map(|_| table::Column::with_capacity(count)).collect();
+    let mut checked: Columns = plan.features.iter().map(|_| Column::with_capacity(count)).collect();
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
     // Per feature: its checked value, or None (left out, or declining the row).
@@ -334,7 +120,7 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         let keyed = match (plan.key, key_column) {
             (Key::None, _) => true,
             (Key::Feature(position), _) => match &values[position] {
-                Some(value) => { table::put_value_key(&mut key, value); true }
+                Some(value) => { rules::put_value_key(&mut key, value); true }
                 None => false,
             },
             (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
@@ -434,7 +220,8 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Feature;
+    use crate::arrow_array::tests::{ints, offsets};
+    use crate::table;
     use proptest::prelude::*;
 
     fn plan(key: Key) -> Plan {
@@ -447,14 +234,6 @@ mod tests {
             ],
             key,
         }
-    }
-
-    fn ints(values: &[i64]) -> Vec<u8> {
-        values.iter().flat_map(|value| value.to_ne_bytes()).collect()
-    }
-
-    fn offsets(values: &[i32]) -> Vec<u8> {
-        values.iter().flat_map(|value| value.to_ne_bytes()).collect()
     }
 
     #[test]
@@ -473,36 +252,9 @@ mod tests {
         // -7 is below the bound, "long!" over the limit: declined.
         assert_eq!(converted.example(1), None);
         for declined in [0, 2] {
-            assert_eq!(converted.checked[declined].states, vec![table::PRESENT, table::UNCHECKED]);
+            assert_eq!(converted.checked[declined].states, vec![crate::column::PRESENT, crate::column::UNCHECKED]);
         }
         assert_eq!(converted.checked[1].complete(), Some(&[Value::Float(1.5), Value::Float(2.0)][..]));
-    }
-
-    #[test]
-    fn narrow_integers_are_sign_extended_and_slices_offset() {
-        let values = [0x80u8, 0x7F, 0xFF];
-        let array = Array { layout: Layout::Int(1), offset: 1, length: 2, validity: Some(&[0b101]), values: &values, offsets: None };
-        let checked = array.checked(0).unwrap();
-        assert_eq!(checked.field(0), Ok(Field::Null));
-        assert_eq!(checked.field(1), Ok(Field::Int(-1)));
-        let huge = u64::MAX.to_ne_bytes();
-        let array = Array { layout: Layout::UInt(8), offset: 0, length: 1, validity: None, values: &huge, offsets: None };
-        assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Huge));
-    }
-
-    #[test]
-    fn inconsistent_buffers_are_refused() {
-        let values = ints(&[1, 2]);
-        let array = Array { layout: Layout::Int(8), offset: 1, length: 2, validity: None, values: &values, offsets: None };
-        assert_eq!(array.checked(0).err(), Some(BatchError::ShortBuffer { column: 0 }));
-        let bad = offsets(&[0, 5, 2]);
-        let array = Array { layout: Layout::Binary(4), offset: 0, length: 2, validity: None, values: b"abcde", offsets: Some(&bad) };
-        assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 1 }));
-        let negative = offsets(&[-1, 0]);
-        let array = Array { layout: Layout::Binary(4), offset: 0, length: 1, validity: None, values: b"", offsets: Some(&negative) };
-        assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 0 }));
-        let array = Array { layout: Layout::Int(8), offset: usize::MAX, length: 2, validity: None, values: &values, offsets: None };
-        assert!(array.checked(0).is_err());
     }
 
     fn layouts() -> impl Strategy<Value = Layout> {
@@ -591,15 +343,6 @@ mod tests {
                     prop_assert_eq!(Some(error), bad.map(|row| BatchError::NotUtf8 { column: 2, row }));
                 }
             }
-        }
-
-        #[test]
-        fn every_int_reads_back_from_any_width(value in any::<i64>(), width in prop::sample::select(vec![1usize, 2, 4, 8])) {
-            let bytes = value.to_ne_bytes();
-            let narrow = if cfg!(target_endian = "little") { &bytes[..width] } else { &bytes[8 - width..] };
-            let expected = match width { 1 => i64::from(value as i8), 2 => i64::from(value as i16), 4 => i64::from(value as i32), _ => value };
-            let array = Array { layout: Layout::Int(width), offset: 0, length: 1, validity: None, values: narrow, offsets: None };
-            prop_assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Int(expected)));
         }
     }
 }

@@ -24,10 +24,13 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
-use crate::arrow::{self, Field};
+use crate::arrow;
+use crate::arrow_array::Field;
 use crate::json_scan::{scan_line, Json};
+use crate::column::Column;
 use crate::nulls::Part;
-use crate::table::{self, Columns, Converted, Key, Plan, Rows, Value};
+use crate::rules::{self, Key, Plan, Value};
+use crate::table::{Columns, Converted, Rows};
 
 /// What a line is to the reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,7 +294,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
         declined_lines.push(declined);
     }
     let arena: &'a [u8] = arena;
-    let mut checked: Columns = plan.features.iter().map(|_| table::Column::with_capacity(count)).collect();
+    let mut checked: Columns = plan.features.iter().map(|_| Column::with_capacity(count)).collect();
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
     let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
@@ -318,7 +321,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
             Key::None => true,
             Key::Feature(position) => match &values[position] {
                 Some(value) => {
-                    table::put_value_key(&mut key, value);
+                    rules::put_value_key(&mut key, value);
                     true
                 }
                 None => false,
@@ -383,7 +386,7 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{Feature, Rule};
+    use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
     #[test]
@@ -421,7 +424,7 @@ mod tests {
         assert_eq!(taken, vec![true, false, true, true, false, false]);
         assert!(converted.example(2).unwrap().ends_with(b"\n"));
         // (a line it cannot read leaves every column unchecked)
-        assert!(converted.checked.iter().all(|column| column.states[5] == table::UNCHECKED));
+        assert!(converted.checked.iter().all(|column| column.states[5] == crate::column::UNCHECKED));
         assert!(converted.example(3).unwrap().ends_with(b"c"));
     }
 

@@ -10,6 +10,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pub mod arrow;
+pub mod arrow_array;
+pub mod column;
 pub mod csv_marks;
 pub mod digest;
 pub mod framed_rows;
@@ -23,6 +25,7 @@ pub mod json_scan;
 pub mod nulls;
 pub mod merge;
 pub mod run;
+pub mod rules;
 pub mod run_order;
 pub mod run_rows;
 pub mod scan;
@@ -110,11 +113,11 @@ fn index_lines<'py>(py: Python<'py>, buffer: PyBuffer<u8>, start: usize, offset:
     Ok((PyBytes::new(py, &found.lines), found.next, found.records, found.fault.map(fault_tuple)))
 }
 
-/// A compiled table plan (`table::Plan`), made once per schema and header
+/// A compiled table plan (`rules::Plan`), made once per schema and header
 /// by `transforms/native_rows.py`.
 #[pyclass(frozen, module = "recordforge._native")]
 struct CsvPlan {
-    plan: table::Plan,
+    plan: rules::Plan,
     /// Per feature: give its checked values as str (a text feature, whose
     /// statistics read the text), rather than nothing.
     as_str: Vec<bool>,
@@ -129,24 +132,24 @@ struct CsvPlan {
 /// allowed | None), ("float", lo, hi, allowed | None), ("text", limit |
 /// None, allowed | None[, as_str]), ("timestamp", nanoseconds per unit,
 /// naive text is UTC, allowed | None) or ("label", labels).
-fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
+fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<rules::Rule> {
     let kind: String = rule.get_item(0)?.extract()?;
     Ok(match kind.as_str() {
-        "int" => table::Rule::Int {
+        "int" => rules::Rule::Int {
             lo: rule.get_item(1)?.extract()?,
             hi: rule.get_item(2)?.extract()?,
             allowed: rule.get_item(3)?.extract::<Option<HashSet<i64>>>()?,
         },
-        "float" => table::Rule::Float {
+        "float" => rules::Rule::Float {
             lo: rule.get_item(1)?.extract()?,
             hi: rule.get_item(2)?.extract()?,
             allowed: rule.get_item(3)?.extract::<Option<Vec<f64>>>()?,
         },
-        "text" => table::Rule::Text {
+        "text" => rules::Rule::Text {
             limit: rule.get_item(1)?.extract::<Option<u64>>()?.unwrap_or(u64::MAX),
             allowed: rule.get_item(2)?.extract::<Option<HashSet<Vec<u8>>>>()?,
         },
-        "timestamp" => table::Rule::Timestamp(timestamp::TimestampRule {
+        "timestamp" => rules::Rule::Timestamp(timestamp::TimestampRule {
             per: rule.get_item(1)?.extract()?,
             naive_utc: rule.get_item(2)?.extract()?,
             allowed: rule.get_item(3)?.extract::<Option<HashSet<i64>>>()?,
@@ -155,7 +158,7 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
             let labels: Vec<Vec<u8>> = rule.get_item(1)?.extract()?;
             // As Python's {label: i for i, label in ...}: a repeated label keeps its last id.
             let ids: HashMap<Vec<u8>, i64> = labels.into_iter().enumerate().map(|(id, label)| (label, id as i64)).collect();
-            table::Rule::Label { ids }
+            rules::Rule::Label { ids }
         }
         other => return Err(PyValueError::new_err(format!("unknown rule kind {other:?}"))),
     })
@@ -163,24 +166,24 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<table::Rule> {
 
 /// A feature's null texts from their Python description: (texts, blank,
 /// absent), absent "omit", "decline", ("int", value) or ("float", value):
-/// what a missing value makes of the row (`nulls::Absent`).
-fn nulls_from(nulls: &Bound<'_, PyAny>) -> PyResult<nulls::Nulls> {
+/// what a missing value makes of the row (`rules::Absent`).
+fn nulls_from(nulls: &Bound<'_, PyAny>) -> PyResult<rules::Nulls> {
     let absent = nulls.get_item(2)?;
     let absent = if let Ok(word) = absent.extract::<String>() {
         match word.as_str() {
-            "omit" => nulls::Absent::Omit,
-            "decline" => nulls::Absent::Decline,
+            "omit" => rules::Absent::Omit,
+            "decline" => rules::Absent::Decline,
             other => return Err(PyValueError::new_err(format!("unknown absent rule {other:?}"))),
         }
     } else {
         let kind: String = absent.get_item(0)?.extract()?;
-        nulls::Absent::Default(match kind.as_str() {
-            "int" => table::Value::Int(absent.get_item(1)?.extract()?),
-            "float" => table::Value::Float(absent.get_item(1)?.extract()?),
+        rules::Absent::Default(match kind.as_str() {
+            "int" => rules::Value::Int(absent.get_item(1)?.extract()?),
+            "float" => rules::Value::Float(absent.get_item(1)?.extract()?),
             other => return Err(PyValueError::new_err(format!("unknown default kind {other:?}"))),
         })
     };
-    Ok(nulls::Nulls {
+    Ok(rules::Nulls {
         texts: nulls.get_item(0)?.extract::<HashSet<Vec<u8>>>()?,
         blank: nulls.get_item(1)?.extract()?,
         absent,
@@ -214,16 +217,16 @@ impl CsvPlan {
             let kind: String = rule.get_item(0)?.extract()?;
             as_str.push(kind == "text" && rule.len()? > 3 && rule.get_item(3)?.extract::<bool>()?);
             let nulls = nulls.map(|nulls| nulls_from(&nulls)).transpose()?;
-            compiled.push(table::Feature { name, column, rule: rule_from(&rule)?, nulls });
+            compiled.push(rules::Feature { name, column, rule: rule_from(&rule)?, nulls });
         }
         let key = match key {
-            None => table::Key::None,
-            Some((kind, at)) if kind == "feature" && at < compiled.len() => table::Key::Feature(at),
-            Some((kind, at)) if kind == "text" && at < width => table::Key::Text(at),
+            None => rules::Key::None,
+            Some((kind, at)) if kind == "feature" && at < compiled.len() => rules::Key::Feature(at),
+            Some((kind, at)) if kind == "text" && at < width => rules::Key::Text(at),
             Some(other) => return Err(PyValueError::new_err(format!("bad key {other:?}"))),
         };
         let hasher = salt.map(|salt| digest::RowHasher::new(&salt)).transpose().map_err(PyValueError::new_err)?;
-        Ok(CsvPlan { plan: table::Plan { width, features: compiled, key }, as_str, nullable, hasher })
+        Ok(CsvPlan { plan: rules::Plan { width, features: compiled, key }, as_str, nullable, hasher })
     }
 }
 
@@ -234,14 +237,14 @@ impl CsvPlan {
 /// `validated`: every text value is known to be UTF-8 (cut at ASCII
 /// commas and line ends from a run `table::check_run` validated whole),
 /// so it is not checked again.
-fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validated: bool) -> PyResult<PyObject> {
-    if let Some(table::Value::Bytes(_)) = values.first() {
+fn packed_column(py: Python<'_>, values: &[rules::Value], as_str: bool, validated: bool) -> PyResult<PyObject> {
+    if let Some(rules::Value::Bytes(_)) = values.first() {
         if !as_str {
             return Ok(PyBytes::new(py, b"").into_any().unbind());
         }
         let mut texts = Vec::with_capacity(values.len());
         for value in values {
-            let table::Value::Bytes(data) = value else {
+            let rules::Value::Bytes(data) = value else {
                 return Err(PyRuntimeError::new_err("a text column holds a number"));
             };
             let text = if validated {
@@ -260,9 +263,9 @@ fn packed_column(py: Python<'_>, values: &[table::Value], as_str: bool, validate
     let mut packed = Vec::with_capacity(values.len() * 8);
     for value in values {
         match value {
-            table::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            table::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            table::Value::Bytes(_) => return Err(PyRuntimeError::new_err("a numeric column holds text")),
+            rules::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            rules::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
+            rules::Value::Bytes(_) => return Err(PyRuntimeError::new_err("a numeric column holds text")),
         }
     }
     Ok(PyBytes::new(py, &packed).into_any().unbind())

@@ -1,6 +1,6 @@
-//! A feature's declared null texts (`null_values`) in the table kernels,
-//! and what one feature makes of its field in a row (`Part`), shared by
-//! the CSV, Arrow and JSONL kernels.
+//! How the table kernels apply a feature's declared null texts
+//! (`null_values`, `rules::Nulls`), and what one feature makes of its
+//! field in a row (`Part`), shared by the CSV, Arrow and JSONL kernels.
 //!
 //! The rule is `schemas/checks.py`'s `_missing_rule`: text that is one of
 //! the listed texts, or blank text (Python's `not text.strip()`) for a
@@ -9,29 +9,8 @@
 //! (`Absent::Omit`), and a required one is a `missing_value` dead letter,
 //! which Python writes (`Absent::Decline`).
 
-use std::collections::HashSet;
-
-use crate::table::{self, Feature, Value};
-
-/// What a row holds for a feature whose value is missing.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Absent {
-    /// Left out of the Example (optional, no default).
-    Omit,
-    /// Python decides (a required feature's dead letter, a text default).
-    Decline,
-    /// The default's checked value (a number or a vocabulary id).
-    Default(Value<'static>),
-}
-
-/// A feature's `null_values` as the kernel applies them.
-#[derive(Debug, Clone)]
-pub struct Nulls {
-    pub texts: HashSet<Vec<u8>>,
-    /// Blank text is missing too (a number feature listing `""`).
-    pub blank: bool,
-    pub absent: Absent,
-}
+use crate::column::{Column, OMITTED, UNCHECKED};
+use crate::rules::{self, Absent, Feature, Value};
 
 /// One feature's part of a row.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -93,14 +72,14 @@ impl<'a> Part<'a> {
     /// statistics convert that value alone); gives the value a key may
     /// take (a stored one only: a default never keys a row).
     pub(crate) fn record(self, feature: &Feature, entries: &mut Vec<u8>,
-                         column: &mut table::Column<'a>) -> Option<Value<'a>> {
+                         column: &mut Column<'a>) -> Option<Value<'a>> {
         match self {
             Part::Stored(value) | Part::Defaulted(value) => {
-                table::put_entry(entries, feature, &value);
+                rules::put_entry(entries, feature, &value);
                 column.push(value);
             }
-            Part::Omitted => column.push_none(&feature.rule, table::OMITTED),
-            Part::Declined => column.push_none(&feature.rule, table::UNCHECKED),
+            Part::Omitted => column.push_none(&feature.rule, OMITTED),
+            Part::Declined => column.push_none(&feature.rule, UNCHECKED),
         }
         match self {
             Part::Stored(value) => Some(value),

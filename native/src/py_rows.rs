@@ -6,6 +6,8 @@ use pyo3::prelude::*;
 use pyo3::exceptions::PyValueError;
 use pyo3::types::{PyBytes, PyList, PyString};
 
+use crate::column::Column;
+use crate::rules::Value;
 use crate::{digest, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
 
 /// `text` as a str. ASCII text (most fields) is copied into a new ASCII
@@ -81,15 +83,15 @@ impl table::Rows for FramedRows<'_> {
 
 /// A checked column for Python: its `packed_column` when every row holds
 /// its checked value; else (packed values, one state byte per row:
-/// `table::PRESENT`, ...), the values packed for numbers (placeholders
+/// `column::PRESENT`, ...), the values packed for numbers (placeholders
 /// where a row holds none) and None for text (the batch's own text column
 /// is what a text feature stores: no str is made per row).
-fn checked_column(py: Python<'_>, column: &table::Column, as_str: bool, validated: bool) -> PyResult<PyObject> {
+fn checked_column(py: Python<'_>, column: &Column, as_str: bool, validated: bool) -> PyResult<PyObject> {
     if let Some(values) = column.complete() {
         return packed_column(py, values, as_str, validated);
     }
     let packed = match column.values.first() {
-        Some(table::Value::Bytes(_)) | None => py.None(),
+        Some(Value::Bytes(_)) | None => py.None(),
         Some(_) => packed_column(py, &column.values, as_str, validated)?,
     };
     Ok((packed, PyBytes::new(py, &column.states)).into_pyobject(py)?.into_any().unbind())

@@ -10,63 +10,12 @@
 //! the Python path converts it or writes its dead letter, exactly as it does
 //! without the extension.
 
-use std::collections::{HashMap, HashSet};
-
 use crate::csv_marks;
 use crate::digest::{RowHasher, DIGEST_SIZE};
-use crate::nulls::{Nulls, Part};
-use crate::timestamp::TimestampRule;
+use crate::column::Column;
+use crate::nulls::Part;
+use crate::rules::{check, put_text_key, put_value_key, Key, Plan, Value};
 use crate::wire;
-
-/// How one feature converts its field (the fast path's rules).
-#[derive(Debug, Clone)]
-pub enum Rule {
-    /// int64: `[+-]?[0-9]+`, lo <= value <= hi, in `allowed` if given.
-    Int { lo: i64, hi: i64, allowed: Option<HashSet<i64>> },
-    /// float: the decimal syntax both Python's float() and Rust read the
-    /// same way, lo <= value <= hi (finite), in `allowed` if given.
-    Float { lo: f64, hi: f64, allowed: Option<Vec<f64>> },
-    /// string or bytes: non-empty text, at most `limit` bytes, in `allowed`.
-    Text { limit: u64, allowed: Option<HashSet<Vec<u8>>> },
-    /// int64 with a vocabulary: the exact label -> its id.
-    Label { ids: HashMap<Vec<u8>, i64> },
-    /// timestamp: ISO 8601 text -> its count of the unit (`timestamp.rs`).
-    Timestamp(TimestampRule),
-}
-
-#[derive(Debug, Clone)]
-pub struct Feature {
-    pub name: Vec<u8>,
-    pub column: usize,
-    pub rule: Rule,
-    /// The feature's declared null texts, or None for the standard rule
-    /// (whose missing values Python converts).
-    pub nulls: Option<Nulls>,
-}
-
-/// What orders rows: nothing, a feature's checked number, or a column's text.
-#[derive(Debug, Clone, Copy)]
-pub enum Key {
-    None,
-    Feature(usize),
-    Text(usize),
-}
-
-/// A compiled plan: the features in the order their entries are written.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub width: usize,
-    pub features: Vec<Feature>,
-    pub key: Key,
-}
-
-/// One checked value, as the Python path holds it (text borrowed from the run).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value<'a> {
-    Int(i64),
-    Float(f64),
-    Bytes(&'a [u8]),
-}
 
 /// The kernel's answer for a run. Examples and keys are written one after
 /// another into one buffer each (one allocation per run, not per row).
@@ -98,64 +47,6 @@ pub trait Rows {
 
 /// A batch's checked values per feature (`Column`).
 pub type Columns<'a> = Vec<Column<'a>>;
-
-/// A row's value in a `Column`: the checked value (or a default that
-/// stood in), none (an optional feature left out), or one the kernel did
-/// not check (the row was declined at this feature: the Python row path
-/// converts it). The byte values are what Python reads (`CheckedValues`).
-pub const PRESENT: u8 = 1;
-pub const OMITTED: u8 = 0;
-pub const UNCHECKED: u8 = 2;
-
-/// One feature's checked values in a batch, for the statistics (and the
-/// keys and labels of a column whose every row holds one): every row's
-/// value, with a placeholder of the rule's type where a row holds none,
-/// and each row's state (`PRESENT`, ...), left empty while every row is
-/// PRESENT (the common case: no byte per row to make or hand over).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Column<'a> {
-    pub values: Vec<Value<'a>>,
-    pub states: Vec<u8>,
-}
-
-impl<'a> Column<'a> {
-    pub fn with_capacity(rows: usize) -> Self {
-        Column { values: Vec::with_capacity(rows), states: Vec::new() }
-    }
-
-    /// Every row's value, when every row holds its checked value.
-    pub fn complete(&self) -> Option<&[Value<'a>]> {
-        self.states.is_empty().then_some(&self.values[..])
-    }
-
-    pub(crate) fn push(&mut self, value: Value<'a>) {
-        self.values.push(value);
-        if !self.states.is_empty() {
-            self.states.push(PRESENT);
-        }
-    }
-
-    /// A row without a checked value: `state` OMITTED or UNCHECKED.
-    pub(crate) fn push_none(&mut self, rule: &Rule, state: u8) {
-        if self.states.is_empty() {
-            self.states.reserve(self.values.capacity());
-            self.states.resize(self.values.len(), PRESENT);
-        }
-        self.values.push(rule.placeholder());
-        self.states.push(state);
-    }
-}
-
-impl Rule {
-    /// A value of the type the rule checks, standing where a row has none.
-    fn placeholder(&self) -> Value<'static> {
-        match self {
-            Rule::Float { .. } => Value::Float(0.0),
-            Rule::Text { .. } => Value::Bytes(b""),
-            Rule::Int { .. } | Rule::Label { .. } | Rule::Timestamp(_) => Value::Int(0),
-        }
-    }
-}
 
 impl Rows for Converted<'_> {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
@@ -206,153 +97,6 @@ pub enum RunError {
     BlankLine { line: usize },
     /// Longer than the u32 offsets of `RunFields` hold (or no columns).
     TooLong,
-}
-
-// Longer numbers are left to Python: no int64 needs more than 19 digits
-// past leading zeros, and no float32 needs more (float() still reads them).
-const MAX_NUMBER_TEXT: usize = 64;
-
-fn parse_int(text: &[u8]) -> Option<i64> {
-    if text.is_empty() || text.len() > MAX_NUMBER_TEXT {
-        return None;
-    }
-    let (negative, digits) = match text[0] {
-        b'+' => (false, &text[1..]),
-        b'-' => (true, &text[1..]),
-        _ => (false, text),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut magnitude: i128 = 0;
-    for digit in digits {
-        magnitude = magnitude * 10 + i128::from(digit - b'0');
-        if magnitude > 1 << 63 {
-            return None; // outside int64: Python reports int64_overflow
-        }
-    }
-    let value = if negative { -magnitude } else { magnitude };
-    i64::try_from(value).ok()
-}
-
-/// `[+-]?(D+(.D*)?|.D+)([eE][+-]?D+)?`: the syntax without whitespace,
-/// underscores or words (inf, nan) that Python's float() reads.
-fn plain_decimal(text: &[u8]) -> bool {
-    let mut at = 0;
-    let digits = |from: usize| text[from..].iter().take_while(|b| b.is_ascii_digit()).count();
-    if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
-        at += 1;
-    }
-    let whole = digits(at);
-    at += whole;
-    let mut fraction = 0;
-    if at < text.len() && text[at] == b'.' {
-        at += 1;
-        fraction = digits(at);
-        at += fraction;
-    }
-    if whole + fraction == 0 {
-        return false;
-    }
-    if at < text.len() && (text[at] == b'e' || text[at] == b'E') {
-        at += 1;
-        if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
-            at += 1;
-        }
-        let exponent = digits(at);
-        if exponent == 0 {
-            return false;
-        }
-        at += exponent;
-    }
-    at == text.len()
-}
-
-fn parse_float(text: &[u8]) -> Option<f64> {
-    if text.len() > MAX_NUMBER_TEXT || !plain_decimal(text) {
-        return None;
-    }
-    // Both parsers round correctly, so the same text gives the same double.
-    std::str::from_utf8(text).ok()?.parse::<f64>().ok()
-}
-
-/// The value `rule` stores for `field`, or None when the fast path would
-/// not take it as it stands.
-pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
-    match rule {
-        Rule::Int { .. } => checked_number(rule, Value::Int(parse_int(field)?)),
-        Rule::Float { .. } => checked_number(rule, Value::Float(parse_float(field)?)),
-        Rule::Text { limit, allowed } => {
-            let fits = !field.is_empty() && (field.len() as u64) <= *limit;
-            (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
-        }
-        Rule::Label { ids } => ids.get(field).map(|id| Value::Int(*id)),
-        Rule::Timestamp(rule) => rule.check(field).map(Value::Int),
-    }
-}
-
-/// `value` when a number `rule` (Int or Float, of the same kind) takes it
-/// as it stands: inside lo..hi and in `allowed`; shared by the CSV and the
-/// Arrow kernels (`arrow.rs`), whose numbers come parsed or typed.
-pub(crate) fn checked_number<'a>(rule: &Rule, value: Value<'a>) -> Option<Value<'a>> {
-    match (rule, value) {
-        (Rule::Int { lo, hi, allowed }, Value::Int(number)) => {
-            let inside = *lo <= number && number <= *hi;
-            (inside && allowed.as_ref().is_none_or(|set| set.contains(&number))).then_some(value)
-        }
-        (Rule::Float { lo, hi, allowed }, Value::Float(number)) => {
-            // NaN fails both comparisons; infinities are outside lo..hi.
-            let inside = *lo <= number && number <= *hi;
-            let listed = allowed.as_ref().is_none_or(|values| values.iter().any(|v| *v == number));
-            (inside && listed).then_some(value)
-        }
-        _ => None,
-    }
-}
-
-pub(crate) fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
-    match value {
-        Value::Int(number) => wire::put_int64_entry(out, &feature.name, *number),
-        Value::Float(number) => wire::put_float_entry(out, &feature.name, *number as f32),
-        Value::Bytes(data) => wire::put_bytes_entry(out, &feature.name, data),
-    }
-}
-
-/// Appends `keys.sortable_key` of a checked value.
-pub(crate) fn put_value_key(out: &mut Vec<u8>, value: &Value) {
-    match value {
-        Value::Int(number) => put_int_key(out, *number),
-        Value::Float(number) => put_float_key(out, *number),
-        Value::Bytes(data) => put_text_key(out, data),
-    }
-}
-
-pub(crate) fn put_int_key(out: &mut Vec<u8>, number: i64) {
-    let magnitude = number.unsigned_abs();
-    let size = (64 - magnitude.leading_zeros() as usize).div_ceil(8);
-    out.push(0x02);
-    if number >= 0 {
-        out.push(0x80 + size as u8);
-        out.extend_from_slice(&magnitude.to_be_bytes()[8 - size..]);
-    } else {
-        // 256**size + number: the low `size` bytes of two's complement.
-        out.push(0x7F - size as u8);
-        out.extend_from_slice(&(number as u64).to_be_bytes()[8 - size..]);
-    }
-}
-
-fn put_float_key(out: &mut Vec<u8>, number: f64) {
-    // One NaN (sorting after +inf), and -0.0 == 0.0.
-    let number = if number.is_nan() { f64::NAN } else if number == 0.0 { 0.0 } else { number };
-    let bits = number.to_bits();
-    let bits = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
-    out.push(0x03);
-    out.extend_from_slice(&bits.to_be_bytes());
-}
-
-pub(crate) fn put_text_key(out: &mut Vec<u8>, text: &[u8]) {
-    out.push(0x04);
-    out.extend_from_slice(text);
 }
 
 /// A plain run's fields as `check_run` found them: the run is valid
@@ -557,6 +301,7 @@ mod check_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
     fn plan() -> Plan {
@@ -569,41 +314,6 @@ mod tests {
             ],
             key: Key::Feature(0),
         }
-    }
-
-    #[test]
-    fn int_syntax_is_the_strict_one() {
-        assert_eq!(parse_int(b"-0042"), Some(-42));
-        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
-        for declined in [&b"9223372036854775808"[..], b"1_000", b" 1", b"1 ", b"+", b"", b"0x1", b"1.0", b"true"] {
-            assert_eq!(parse_int(declined), None, "{:?}", declined);
-        }
-    }
-
-    #[test]
-    fn float_syntax_declines_words_and_spaces() {
-        for declined in [&b"nan"[..], b"inf", b"-Infinity", b" 1.5", b"1_0.5", b"1e", b".", b"e5", b"1.5f"] {
-            assert_eq!(parse_float(declined), None, "{:?}", declined);
-        }
-        assert_eq!(parse_float(b"1."), Some(1.0));
-        assert_eq!(parse_float(b"-.5e-3"), Some(-0.0005));
-    }
-
-    fn int_key(number: i64) -> Vec<u8> {
-        let mut key = Vec::new();
-        put_int_key(&mut key, number);
-        key
-    }
-
-    #[test]
-    fn int_keys_match_the_reference() {
-        // sortable_key(n) in Python for a few n.
-        assert_eq!(int_key(0), b"\x02\x80".to_vec());
-        assert_eq!(int_key(255), b"\x02\x81\xff".to_vec());
-        assert_eq!(int_key(-1), b"\x02\x7e\xff".to_vec());
-        assert_eq!(int_key(-256), b"\x02\x7d\xff\x00".to_vec());
-        assert_eq!(int_key(-257), b"\x02\x7d\xfe\xff".to_vec());
     }
 
     #[test]
@@ -697,39 +407,6 @@ mod tests {
                 let hasher = RowHasher::new(b"salt").unwrap();
                 prop_assert_eq!(converted.digests(&hasher).len(), count * DIGEST_SIZE);
             }
-        }
-
-        #[test]
-        fn a_column_holds_every_row_and_its_state(states in prop::collection::vec(
-                prop::sample::select(vec![PRESENT, OMITTED, UNCHECKED]), 0..40)) {
-            let rule = Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None };
-            let mut column = Column::with_capacity(states.len());
-            for (row, state) in states.iter().enumerate() {
-                match *state {
-                    PRESENT => column.push(Value::Int(row as i64 + 1)),
-                    state => column.push_none(&rule, state),
-                }
-            }
-            let every = states.iter().all(|state| *state == PRESENT);
-            prop_assert_eq!(column.complete().is_some(), every);
-            prop_assert_eq!(column.values.len(), states.len());
-            if !every {
-                prop_assert_eq!(&column.states, &states);
-            }
-            for (row, value) in column.values.iter().enumerate() {
-                let expected = if states[row] == PRESENT { row as i64 + 1 } else { 0 };
-                prop_assert_eq!(*value, Value::Int(expected));
-            }
-        }
-
-        #[test]
-        fn every_i64_reads_back(value in any::<i64>()) {
-            prop_assert_eq!(parse_int(value.to_string().as_bytes()), Some(value));
-        }
-
-        #[test]
-        fn int_keys_sort_like_the_numbers(a in any::<i64>(), b in any::<i64>()) {
-            prop_assert_eq!(a.cmp(&b), int_key(a).cmp(&int_key(b)));
         }
     }
 }

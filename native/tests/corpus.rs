@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 
-use recordforge_native::table::{self, Feature, Key, Plan, Rule};
+use recordforge_native::rules::{Feature, Key, Plan, Rule};
+use recordforge_native::table;
 use recordforge_native::{index, walk};
 
 fn corpus(folder: &str) -> Vec<(String, Vec<u8>)> {

@@ -12,19 +12,19 @@ offset) convert alike. Hostile buffers are refused, never read past.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
 from recordforge.transforms import native_rows
-from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.native_rows import kernel_examples
 from recordforge.transforms.merge_statistics import OMITTED, PRESENT, UNCHECKED
 from recordforge.transforms.readers import parquet as parquet_reader
@@ -32,8 +32,13 @@ from recordforge.transforms.readers.arrow_batch import ArrowBatch
 from recordforge.transforms.readers.parquet import iter_parquet
 from recordforge.transforms.readers.rows import ColumnBatch
 
+_spec = importlib.util.spec_from_file_location("kernel_cases",
+                                               Path(__file__).with_name("kernel_cases.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
 COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
-VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
+VOCABULARY = cases.VOCABULARY
 TEXT = ["", " ", " 1", "1_000", "\u0663", "nan", "inf", "1e3", "3.5", "-0", "+7", "-5",
         "9223372036854775807", "9223372036854775808", "1e400", "3.4028235677973366e38",
         "cat", "dog", "Cat", " cat", "é", "\x00", "x" * 9, "12", "0.1"]
@@ -95,66 +100,7 @@ def _table(draw, specs) -> pa.Table:
     return pa.table(columns)
 
 
-@st.composite
-def feature_bodies(draw, column: str) -> dict:
-    kind = draw(st.sampled_from(["int64", "float", "string", "bytes", "label", "bool"]))
-    body: dict = {"from": column}
-    body.update(type="int64", vocabulary=VOCABULARY) if kind == "label" else body.update(type=kind)
-    if kind == "int64":
-        if draw(st.booleans()):
-            body["min"] = draw(st.integers(-2**64, 100))
-        if draw(st.booleans()):
-            body["max"] = draw(st.integers(-100, 2**64))
-        if draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.integers(-5, 5), min_size=1, max_size=4,
-                                           unique=True))
-    elif kind == "float":
-        if draw(st.booleans()):
-            body["min"] = draw(st.floats(-1e40, 10, allow_nan=False))
-        if draw(st.booleans()):
-            body["max"] = draw(st.floats(-10, 1e40, allow_nan=False))
-        body["allow_nan"] = draw(st.booleans())
-        if draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.sampled_from([0.0, 1.0, -0.0, 0.1, 2.5]),
-                                           min_size=1, max_size=3, unique=True))
-    elif kind in ("string", "bytes"):
-        if draw(st.booleans()):
-            body["max_bytes"] = draw(st.integers(1, 8))
-        if kind == "string" and draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.sampled_from(VOCABULARY), min_size=1,
-                                           max_size=3, unique=True))
-    if draw(st.booleans()):
-        body["required"] = False
-    elif draw(st.integers(0, 3)) == 0:
-        body["default"] = {"int64": "0", "float": "0", "string": "x", "bytes": "x",
-                           "label": "cat", "bool": "0"}[kind]
-    return body
-
-
-@st.composite
-def schemas(draw):
-    count = draw(st.integers(1, 5))
-    features = {f"f{i}{draw(st.sampled_from(['', 'x', '_a']))}":
-                draw(feature_bodies(draw(st.sampled_from(COLUMNS * 4 + ["absent"]))))
-                for i in range(count)}
-    try:
-        specs = parse_features(features, nested=False)
-    except ConfigError:
-        assume(False)
-    key = draw(st.one_of(st.none(), st.sampled_from(COLUMNS)))
-    label = draw(st.one_of(st.none(), st.sampled_from([spec.name for spec in specs])))
-    return specs, key, label
-
-
-# Salts of the rows' digests: none (no digests), hashlib's empty key
-# (plain BLAKE2b), any up to BLAKE2b's longest.
-salts = st.one_of(st.none(), st.binary(max_size=64))
-
-
-def _converter(specs, key, native, salt=b"flights"):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key, digest_salt=salt)
+schemas = cases.schemas(cases.feature_bodies(COLUMNS * 4 + ["absent"]), COLUMNS)
 
 
 def _items(path, kernels, batch_size=None):
@@ -171,20 +117,9 @@ def _contents(item):
     return item
 
 
-def _same(one, other) -> bool:
-    """Equal, with NaN equal to NaN (each conversion makes a new float
-    object, and nan != nan) and -0.0 apart from 0.0."""
-    return repr(one) == repr(other)
-
-
-def _agree(native, outcome, specs, key, label, batch, salt=b"flights"):
-    assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
-                 outcome(_converter(specs, key, None, salt), specs, batch, label))
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), data=st.data(), batch_size=st.sampled_from([None, 3]),
-       cut=st.integers(0, 14), salt=salts)
+@given(schema=schemas, data=st.data(), batch_size=st.sampled_from([None, 3]),
+       cut=st.integers(0, 14), salt=cases.salts)
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data,
                                       batch_size, cut, salt):
     """Through the reader (batches of a Parquet file) and as slices of a
@@ -195,20 +130,20 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema,
     path = tmp_path_factory.mktemp("parquet") / "t.parquet"
     pq.write_table(table, path)
     with_kernel = _items(path, native, batch_size)
-    assert _same(list(map(_contents, with_kernel)),
+    assert cases.same(list(map(_contents, with_kernel)),
                  list(map(_contents, _items(path, None, batch_size))))
     for batch in with_kernel:
         if isinstance(batch, dict):
             continue  # a read dead letter (an empty file): the reader's, on both paths
         assert isinstance(batch, ArrowBatch)
-        assert _same(pickle.loads(pickle.dumps(batch)).columns, batch.columns)
-        _agree(native, outcome, specs, key, label, batch, salt)
+        assert cases.same(pickle.loads(pickle.dumps(batch)).columns, batch.columns)
+        cases.agree(native, outcome, specs, key, label, batch, salt)
     [record_batch] = table.combine_chunks().to_batches() or [None]
     if record_batch is not None:
         sliced = ArrowBatch("t", 1 + cut, record_batch.slice(cut, 5))
-        _agree(native, outcome, specs, key, label, sliced, salt)
+        cases.agree(native, outcome, specs, key, label, sliced, salt)
         plain = ColumnBatch("t", 1 + cut, record_batch.slice(cut, 5).to_pydict())
-        assert _same(list(sliced), list(plain)) and _same(sliced.columns, plain.columns)
+        assert cases.same(list(sliced), list(plain)) and cases.same(sliced.columns, plain.columns)
 
 
 def test_a_batch_takes_the_kernel_and_makes_no_python_values(native, outcome, tmp_path):
@@ -221,7 +156,7 @@ def test_a_batch_takes_the_kernel_and_makes_no_python_values(native, outcome, tm
     [batch] = _items(path, native)
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
-    converter = _converter(specs, "n", native)
+    converter = cases.converter(specs, "n", native)
     examples, keys, checked, texts, _, declined = converter._native.convert(batch)
     assert declined == 0
     assert examples == [converter._encoder.encode({"n": 2, "s": "a"}),
@@ -328,11 +263,11 @@ def test_a_null_leaves_out_an_optional_feature(native, outcome):
                             "r": {"type": "float", "from": "c1"},
                             "d": {"type": "string", "from": "c2", "default": "x"}},
                            nested=False)
-    converter = _converter(specs, None, native)
+    converter = cases.converter(specs, None, native)
     batch = ArrowBatch("t", 1, pa.record_batch({"c0": [None, 1, 2], "c1": [0.5, None, 1.5],
                                                 "c2": ["a", "b", None]}))
     examples, _, checked, _, _, _ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"c1": 0.5, "c2": "a"}), None, None]
     assert checked["o"].states.tolist() == [OMITTED, PRESENT, PRESENT]
     assert checked["o"].values[1:].tolist() == [1, 2]
-    _agree(native, outcome, specs, None, "o", batch)
+    cases.agree(native, outcome, specs, None, "o", batch)

@@ -11,16 +11,17 @@ without, and everything they give must be equal.
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.transforms import batch_converter, native_rows, splits
+from recordforge.transforms import batch_converter, splits
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.framed_examples import FramedExamples
 from recordforge.transforms.readers import csv as csv_reader
@@ -29,8 +30,13 @@ from recordforge.transforms.readers.rows import ColumnBatch
 from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.vocabulary_labels import VocabularyLabels
 
+_spec = importlib.util.spec_from_file_location("kernel_cases",
+                                               Path(__file__).with_name("kernel_cases.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
 COLUMNS = ["c0", "c1", "c2", "c3", "c4"]
-VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
+VOCABULARY = cases.VOCABULARY
 
 # Text that every rule must judge as the Python path does.
 HOSTILE = ["", " ", "\t", " 1", "1 ", "1_000", "\u0663", "0x10", "true", "False", "TRUE",
@@ -59,58 +65,8 @@ field_text = st.one_of(
 )
 
 
-@st.composite
-def feature_bodies(draw, column: str) -> dict:
-    kind = draw(st.sampled_from(["int64", "float", "string", "bytes", "label"]))
-    body: dict = {"from": column}
-    if kind == "label":
-        body.update(type="int64", vocabulary=VOCABULARY)
-    else:
-        body["type"] = kind
-    if kind == "int64":
-        if draw(st.booleans()):
-            body["min"] = draw(st.integers(-2**64, 100))
-        if draw(st.booleans()):
-            body["max"] = draw(st.integers(-100, 2**64))
-        if draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.integers(-5, 5), min_size=1, max_size=4,
-                                           unique=True))
-    elif kind == "float":
-        if draw(st.booleans()):
-            body["min"] = draw(st.floats(-1e40, 10, allow_nan=False))
-        if draw(st.booleans()):
-            body["max"] = draw(st.floats(-10, 1e40, allow_nan=False))
-        body["allow_nan"] = draw(st.booleans())
-        if draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.sampled_from([0.0, 1.0, -0.0, 0.1, 2.5]),
-                                           min_size=1, max_size=3, unique=True))
-    elif kind in ("string", "bytes"):
-        if draw(st.booleans()):
-            body["max_bytes"] = draw(st.integers(1, 8))
-        if kind == "string" and draw(st.integers(0, 4)) == 0:
-            body["values"] = draw(st.lists(st.sampled_from(VOCABULARY), min_size=1,
-                                           max_size=3, unique=True))
-    if draw(st.booleans()):
-        body["required"] = False
-    elif draw(st.integers(0, 3)) == 0:
-        body["default"] = {"int64": "0", "float": "0", "string": "x", "bytes": "x",
-                           "label": "cat"}[kind]
-    return body
-
-
-@st.composite
-def schemas(draw):
-    count = draw(st.integers(1, 5))
-    features = {f"f{i}{draw(st.sampled_from(['', 'x', '_a']))}":
-                draw(feature_bodies(draw(st.sampled_from(COLUMNS * 4 + ["absent"]))))
-                for i in range(count)}
-    try:
-        specs = parse_features(features, nested=False)
-    except ConfigError:
-        assume(False)
-    key = draw(st.one_of(st.none(), st.sampled_from(COLUMNS)))
-    label = draw(st.one_of(st.none(), st.sampled_from([spec.name for spec in specs])))
-    return specs, key, label
+CSV_KINDS = [kind for kind in cases.KINDS if kind != "bool"]  # (no CSV field is a bool)
+schemas = cases.schemas(cases.feature_bodies(COLUMNS * 4 + ["absent"], CSV_KINDS), COLUMNS)
 
 
 @st.composite
@@ -137,27 +93,16 @@ def csv_files(draw) -> bytes:
     return bom + newline.join([",".join(header).encode()] + lines) + newline
 
 
-# Salts of the rows' digests: none (no digests), hashlib's empty key
-# (plain BLAKE2b), any up to BLAKE2b's longest.
-salts = st.one_of(st.none(), st.binary(max_size=64))
-
-
-def _converter(specs, key, native, salt=b"flights"):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key, digest_salt=salt)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), data=csv_files(), salt=salts)
+@given(schema=schemas, data=csv_files(), salt=cases.salts)
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, schema, data, salt):
     """Both paths give the same; with a salt, the digests of the convert
     call are hashlib's (`outcome`), in batches with bad rows too."""
     specs, key, label = schema
     path = tmp_path_factory.mktemp("csv") / "t.csv"
     path.write_bytes(data)
-    with_kernel = _converter(specs, key, native, salt)
-    without = _converter(specs, key, None, salt)
+    with_kernel = cases.converter(specs, key, native, salt)
+    without = cases.converter(specs, key, None, salt)
     for item in iter_csv(str(path), columns=True):
         if isinstance(item, dict):
             continue  # a read dead letter: the reader's, the same on both paths
@@ -185,7 +130,7 @@ def test_every_hostile_value_in_a_plain_run(native, outcome, tmp_path, body):
         path.write_bytes(f"c0,c1\n{text},1\n5,2\n".encode("utf-8", "surrogatepass"))
         items = list(iter_csv(str(path), columns=True))
         for key, label in ((None, None), ("c0", "v"), ("c1", "w")):
-            outcomes = [outcome(_converter(specs, key, kernels), specs, items[0], label)
+            outcomes = [outcome(cases.converter(specs, key, kernels), specs, items[0], label)
                         for kernels in (native, None)]
             assert outcomes[0] == outcomes[1], (text, key)
 
@@ -206,9 +151,9 @@ def test_vocabulary_labels_count_as_the_python_path(native, outcome, tmp_path_fa
     for batch in iter_csv(str(path), columns=True):
         if isinstance(batch, dict):
             continue
-        with_kernel = _converter(specs, "c1", native)
+        with_kernel = cases.converter(specs, "c1", native)
         assert outcome(with_kernel, specs, batch, "v") == \
-            outcome(_converter(specs, "c1", None), specs, batch, "v")
+            outcome(cases.converter(specs, "c1", None), specs, batch, "v")
         if all(label in VOCABULARY for label, _ in rows) and isinstance(batch, CsvRunBatch):
             labels = with_kernel.convert_observed_batch(batch, "v", tuple(VOCABULARY))[1]
             assert isinstance(labels, VocabularyLabels)  # the ids were counted
@@ -223,7 +168,7 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     assert isinstance(batch, CsvRunBatch)
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    examples, keys, checked, texts, _, declined = _converter(specs, "c0",
+    examples, keys, checked, texts, _, declined = cases.converter(specs, "c0",
                                                              native)._native.convert(batch)
     assert declined == 0 and isinstance(examples, FramedExamples)
     # The kernel vouched for the run and read its bytes: no field was split.
@@ -237,7 +182,7 @@ def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):
     # Numbers stay the kernel's array: no list of Python ints is made.
     assert isinstance(checked["n"], np.ndarray) and checked["n"].tolist() == [1, 2]
     # Converting with statistics leaves the fields unsplit too.
-    outcome(_converter(specs, "c0", native), specs, batch, "n")
+    outcome(cases.converter(specs, "c0", native), specs, batch, "n")
     assert batch._split is None
     assert batch.columns == {"c0": ["1", "2"], "c1": ["a", "b"]}
 
@@ -258,7 +203,7 @@ def test_text_columns_are_the_readers_str_values(native, tmp_path, texts, pad):
     assume(isinstance(batch, CsvRunBatch))
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    done = _converter(specs, None, native)._native.convert(batch)
+    done = cases.converter(specs, None, native)._native.convert(batch)
     assert done is not None
     found = done[2]["s"]
     assert found == texts and [type(text) for text in found] == [str] * len(texts)
@@ -288,7 +233,7 @@ def test_a_clean_run_is_hashed_in_the_convert_call_alone(native, tmp_path, monke
     # declines and the row path converts (without a key column "c1").
     declined.write_bytes(b"c0,c1\n1,a\n2.5,b\n4,\n-3,c\n")
     [batch] = list(iter_csv(str(clean), columns=True))
-    converter = _converter(specs, key, native, assigner.salt)
+    converter = cases.converter(specs, key, native, assigner.salt)
     examples, keys, _, _, digests, refused = converter._native.convert(batch)
     assert refused == 0
     sources = examples if key is None else keys
@@ -412,7 +357,7 @@ def hostile_runs(draw) -> tuple[bytes, int]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(generated=hostile_runs(), schema=schemas())
+@given(generated=hostile_runs(), schema=schemas)
 def test_a_checked_run_converts_as_an_unchecked_one(native, outcome, generated, schema):
     """The convert call on the fields the reader's check kept
     (`convert_checked_run`) gives what the run's own parse gives
@@ -423,13 +368,13 @@ def test_a_checked_run_converts_as_an_unchecked_one(native, outcome, generated, 
     specs, key, label = schema
     names = COLUMNS[:width]
     checked = native.check_csv_run(run, width)
-    with_kernel = _converter(specs, key if key in names else None, native)
+    with_kernel = cases.converter(specs, key if key in names else None, native)
     if checked is not None and with_kernel._native is not None:
         plan = with_kernel._native._plan(tuple(names))
         if plan is not None:
             assert native.convert_checked_run(checked, plan[0]) == \
                 native.convert_csv_run(run, len(checked), plan[0])
-    without = _converter(specs, key if key in names else None, None)
+    without = cases.converter(specs, key if key in names else None, None)
     items = {}
     for kernels in (native, None):
         with pytest.MonkeyPatch.context() as patch:
@@ -455,7 +400,7 @@ def test_a_checked_run_is_not_parsed_again(native, tmp_path):
     assert isinstance(batch, CsvRunBatch) and len(batch.checked) == 2
     specs = parse_features({"n": {"type": "int64", "from": "c0"},
                             "s": {"type": "string", "from": "c1"}}, nested=False)
-    converter = _converter(specs, "c0", native)
+    converter = cases.converter(specs, "c0", native)
     expected = converter._native.convert(batch)
     converter._native._native = SimpleNamespace(**{**vars(converter._native._native),
                                                    "convert_csv_run": _fails})

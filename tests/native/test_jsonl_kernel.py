@@ -14,17 +14,16 @@ must be equal, byte for byte.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
+from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.stats import FREQUENT_CAPACITY
-from recordforge.transforms import native_rows
-from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.native_rows import kernel_examples
 from recordforge.transforms.readers import jsonl as jsonl_reader
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
@@ -32,8 +31,13 @@ from recordforge.transforms.readers.rows import each_row
 from recordforge.transforms.sources.outputs import JSONL_BATCH_BYTES, ROWS, batched
 from recordforge.transforms.to_examples import BatchConversion
 
+_spec = importlib.util.spec_from_file_location("kernel_cases",
+                                               Path(__file__).with_name("kernel_cases.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
+
 KEYS = ["a", "b", "c", "d"]
-VOCABULARY = ["cat", "dog", "Cat", " cat", "é"]
+VOCABULARY = cases.VOCABULARY
 # Nested `from:` paths (the generated objects nest these keys two deep).
 PATHS = [["a", "b"], ["b", "a"], ["a", "c", "d"], ["d", "d"]]
 # Number literals written as they stand (json.dumps would not make most).
@@ -92,40 +96,8 @@ def jsonl_files(draw) -> bytes:
     return b"\n".join(lines) + draw(st.sampled_from([b"", b"\n"]))
 
 
-@st.composite
-def feature_bodies(draw, column) -> dict:
-    kind = draw(st.sampled_from(["int64", "float", "string", "bytes", "label", "bool"]))
-    body: dict = {"from": column}
-    body.update(type="int64", vocabulary=VOCABULARY) if kind == "label" else body.update(type=kind)
-    if kind == "int64" and draw(st.booleans()):
-        body["min"] = draw(st.integers(-2**64, 3))
-        body["max"] = draw(st.integers(-3, 2**64))
-    elif kind == "float" and draw(st.booleans()):
-        body["max"] = draw(st.floats(-10, 1e40, allow_nan=False))
-        body["allow_nan"] = draw(st.booleans())
-    elif kind in ("string", "bytes") and draw(st.booleans()):
-        body["max_bytes"] = draw(st.integers(1, 8))
-    if draw(st.booleans()):
-        body["required"] = False
-    elif draw(st.integers(0, 3)) == 0:
-        body["default"] = {"int64": "0", "float": "0", "string": "x", "bytes": "x",
-                           "label": "cat", "bool": "0"}[kind]
-    return body
-
-
-@st.composite
-def schemas(draw):
-    count = draw(st.integers(1, 4))
-    features = {f"f{i}{draw(st.sampled_from(['', 'x', '_a']))}":
-                draw(feature_bodies(draw(st.sampled_from(KEYS * 3 + ["absent"] + PATHS))))
-                for i in range(count)}
-    try:
-        specs = parse_features(features, nested=True)
-    except ConfigError:
-        assume(False)
-    key = draw(st.one_of(st.none(), st.sampled_from(KEYS)))
-    label = draw(st.one_of(st.none(), st.sampled_from([spec.name for spec in specs])))
-    return specs, key, label
+schemas = cases.schemas(cases.feature_bodies(KEYS * 3 + ["absent"] + PATHS), KEYS, most=4,
+                        nested=True)
 
 
 def _items(path, kernels, start=0, end=None, start_line=None):
@@ -133,12 +105,6 @@ def _items(path, kernels, start=0, end=None, start_line=None):
         patch.setattr(jsonl_reader, "kernels", lambda: kernels)
         return list(iter_jsonl(str(path), start=start, end=end, start_line=start_line,
                                columns=True))
-
-
-def _converter(specs, key, native, salt):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key, digest_salt=salt)
 
 
 def _seen(batch, watched) -> list:
@@ -149,13 +115,8 @@ def _seen(batch, watched) -> list:
     return list(conversion._columns_seen(batch))
 
 
-def _same(one, other) -> bool:
-    """Equal, with NaN equal to NaN and -0.0 apart from 0.0."""
-    return repr(one) == repr(other)
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=jsonl_files(), schema=schemas(), salt=st.one_of(st.none(), st.binary(max_size=64)),
+@given(data=jsonl_files(), schema=schemas, salt=cases.salts,
        batch_bytes=st.sampled_from([1, 40, 1 << 20]))
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, schema, salt,
                                       batch_bytes):
@@ -167,10 +128,10 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, s
     path.write_bytes(data)
     with_kernel = _items(path, native)
     without = _items(path, None)
-    assert _same(list(each_row(with_kernel)), list(each_row(without)))
+    assert cases.same(list(each_row(with_kernel)), list(each_row(without)))
     native_out = list(batched(with_kernel, 1000, "t", batch_bytes))
     python_out = list(batched(without, 1000, "t", batch_bytes))
-    assert _same([(tag, list(value) if tag == ROWS else value) for tag, value in native_out],
+    assert cases.same([(tag, list(value) if tag == ROWS else value) for tag, value in native_out],
                  [(tag, list(value) if tag == ROWS else value) for tag, value in python_out])
     specs, key, label = schema
     for (tag, batch), (_, python_batch) in zip(native_out, python_out):
@@ -180,12 +141,12 @@ def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, s
         rows = list(python_batch)
         # (the rows a duplicate's dead letter names: lines need not be consecutive)
         assert [batch.row_number(at) for at in range(len(batch))] == [row.row for row in rows]
-        assert _same(list(pickle.loads(pickle.dumps(batch))), rows)
+        assert cases.same(list(pickle.loads(pickle.dumps(batch))), rows)
         assert set(batch.column_names()) == {name for row in rows for name in row.values}
-        expected = outcome(_converter(specs, key, None, salt), specs, rows, label)
-        assert _same(outcome(_converter(specs, key, native, salt), specs, batch, label),
+        expected = outcome(cases.converter(specs, key, None, salt), specs, rows, label)
+        assert cases.same(outcome(cases.converter(specs, key, native, salt), specs, batch, label),
                      expected)
-        assert _same(outcome(_converter(specs, key, None, salt), specs, python_batch, label),
+        assert cases.same(outcome(cases.converter(specs, key, None, salt), specs, python_batch, label),
                      expected)
         # The columns a build watches for: seen alike (and the first row's named).
         assert _seen(batch, KEYS + ["e"]) == _seen(rows, KEYS + ["e"])
@@ -222,7 +183,7 @@ def test_byte_ranges_read_the_same_rows(native, tmp_path_factory, data, cut):
     path.write_bytes(data)
     cut = min(cut, len(data))
     for start, end in ((0, cut), (cut, None)):
-        assert _same(list(each_row(_items(path, native, start, end))),
+        assert cases.same(list(each_row(_items(path, native, start, end))),
                      list(each_row(_items(path, None, start, end))))
 
 
@@ -238,7 +199,7 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
     assert first.rows == [1] and batch.rows == [2, 3]
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
-    converter = _converter(specs, "n", native, b"salt")
+    converter = cases.converter(specs, "n", native, b"salt")
     examples, keys, _, texts, digests, declined = converter._native.convert(batch)
     assert declined == 0
     # (escapes decoded as json does: a surrogate pair is one character)
@@ -259,8 +220,8 @@ def test_declined_rows_are_pythons_dead_letters(native, outcome, tmp_path):
                     '{"n": 3, "n": 4}\n')
     [_, batch] = _items(path, native)
     specs = parse_features({"n": {"type": "int64", "from": "n"}}, nested=False)
-    native_side = outcome(_converter(specs, None, native, None), specs, batch, None)
-    assert _same(native_side, outcome(_converter(specs, None, None, None), specs, batch, None))
+    native_side = outcome(cases.converter(specs, None, native, None), specs, batch, None)
+    assert cases.same(native_side, outcome(cases.converter(specs, None, None, None), specs, batch, None))
     examples, _, dead_letters, *_ = native_side
     assert [letter["row"] for letter in dead_letters] == [2]
     assert dead_letters[0]["reason"] == "int64_overflow"
@@ -277,13 +238,13 @@ def test_nested_paths_take_the_kernel(native, outcome, tmp_path):
     specs = parse_features({"id": {"type": "int64", "from": ["u", "id"], "required": False},
                             "name": {"type": "string", "from": ["u", "name"],
                                      "required": False}}, nested=True)
-    converter = _converter(specs, None, native, None)
+    converter = cases.converter(specs, None, native, None)
     examples, *_ = converter._native.convert(batch)
     assert examples == [converter._encoder.encode({"u": {"id": 3, "name": "x"}}),
                         converter._encoder.encode({"u": {"id": 5}}),
                         converter._encoder.encode({"u": [1]})]
-    assert _same(outcome(converter, specs, batch, "id"),
-                 outcome(_converter(specs, None, None, None), specs, list(batch), "id"))
+    assert cases.same(outcome(converter, specs, batch, "id"),
+                 outcome(cases.converter(specs, None, None, None), specs, list(batch), "id"))
 
 
 @pytest.mark.parametrize("run, count, taken", [

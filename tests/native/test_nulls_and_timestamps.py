@@ -15,21 +15,26 @@ digests must be equal, byte for byte.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from recordforge.schemas.errors import ConfigError
 from recordforge.schemas.feature_config import parse_features
-from recordforge.transforms import native_rows
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.merge_statistics import OMITTED, PRESENT, PartlyChecked
 from recordforge.transforms.readers.arrow_batch import ArrowBatch
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.jsonl import JsonlRunBatch, iter_jsonl
 from recordforge.transforms.readers.rows import ColumnBatch
+
+_spec = importlib.util.spec_from_file_location("kernel_cases",
+                                               Path(__file__).with_name("kernel_cases.py"))
+cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cases)
 
 COLUMNS = ["c0", "c1", "c2", "c3"]
 VOCABULARY = ["cat", "dog", "NA"]
@@ -108,35 +113,9 @@ def feature_bodies(draw, column: str) -> dict:
     return body
 
 
-@st.composite
-def schemas(draw):
-    count = draw(st.integers(1, 4))
-    features = {f"f{i}": draw(feature_bodies(draw(st.sampled_from(COLUMNS))))
-                for i in range(count)}
-    source_nulls = draw(st.one_of(st.none(), st.lists(st.sampled_from(NULL_TEXTS), max_size=3)))
-    try:
-        specs = parse_features(features, nested=False, null_values=source_nulls)
-    except ConfigError:
-        assume(False)
-    key = draw(st.one_of(st.none(), st.sampled_from(COLUMNS)))
-    label = draw(st.one_of(st.none(), st.sampled_from([spec.name for spec in specs])))
-    return specs, key, label
-
-
-def _converter(specs, key, native, salt=b"flights"):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_rows, "kernels", lambda: native)
-        return BatchConverter(specs, {}, key, digest_salt=salt)
-
-
-def _same(one, other) -> bool:
-    """Equal, NaN to NaN and -0.0 apart from 0.0."""
-    return repr(one) == repr(other)
-
-
-def _agree(native, outcome, specs, key, label, batch):
-    assert _same(outcome(_converter(specs, key, native), specs, batch, label),
-                 outcome(_converter(specs, key, None), specs, batch, label))
+schemas = cases.schemas(st.sampled_from(COLUMNS).flatmap(feature_bodies), COLUMNS, most=4,
+                        suffixes=("",), source_nulls=st.one_of(
+                            st.none(), st.lists(st.sampled_from(NULL_TEXTS), max_size=3)))
 
 
 rows_of_fields = st.lists(st.lists(field_texts, min_size=len(COLUMNS), max_size=len(COLUMNS)),
@@ -144,7 +123,7 @@ rows_of_fields = st.lists(st.lists(field_texts, min_size=len(COLUMNS), max_size=
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), rows=rows_of_fields, quoted=st.integers(-1, 20))
+@given(schema=schemas, rows=rows_of_fields, quoted=st.integers(-1, 20))
 def test_csv_runs_agree(native, outcome, tmp_path_factory, schema, rows, quoted):
     specs, key, label = schema
     lines = [",".join(fields) for fields in rows]
@@ -155,12 +134,12 @@ def test_csv_runs_agree(native, outcome, tmp_path_factory, schema, rows, quoted)
     for item in iter_csv(str(path), columns=True):
         if isinstance(item, dict):
             continue  # a read dead letter: the reader's, the same on both paths
-        _agree(native, outcome, specs, key, label,
+        cases.agree(native, outcome, specs, key, label,
                item if isinstance(item, ColumnBatch) else [item])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), rows=rows_of_fields, data=st.data())
+@given(schema=schemas, rows=rows_of_fields, data=st.data())
 def test_jsonl_runs_agree(native, outcome, tmp_path_factory, schema, rows, data):
     """JSON strings (null texts among them), nulls, numbers and missing keys."""
     specs, key, label = schema
@@ -178,12 +157,12 @@ def test_jsonl_runs_agree(native, outcome, tmp_path_factory, schema, rows, data)
     for item in iter_jsonl(str(path), columns=True):
         if isinstance(item, dict):
             continue
-        _agree(native, outcome, specs, key, label,
+        cases.agree(native, outcome, specs, key, label,
                item if isinstance(item, ColumnBatch) else [item])
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), rows=rows_of_fields, nulls=st.lists(st.booleans(), min_size=12,
+@given(schema=schemas, rows=rows_of_fields, nulls=st.lists(st.booleans(), min_size=12,
                                                              max_size=12))
 def test_arrow_string_columns_agree(native, outcome, schema, rows, nulls):
     specs, key, label = schema
@@ -191,7 +170,7 @@ def test_arrow_string_columns_agree(native, outcome, schema, rows, nulls):
                                  for at, fields in enumerate(rows)], pa.string())
                for index, column in enumerate(COLUMNS)}
     batch = ArrowBatch("t", 1, pa.record_batch(columns))
-    _agree(native, outcome, specs, key, label, batch)
+    cases.agree(native, outcome, specs, key, label, batch)
 
 
 @pytest.mark.parametrize("body", [
@@ -223,7 +202,7 @@ def test_every_hostile_text_in_a_plain_run(native, outcome, tmp_path, body):
     [batch] = items
     assert isinstance(batch, CsvRunBatch)
     for key, label in ((None, None), ("c0", "v"), ("c1", "w")):
-        _agree(native, outcome, specs, key, label, batch)
+        cases.agree(native, outcome, specs, key, label, batch)
 
 
 def test_the_kernel_takes_iso_text_and_null_texts(native, tmp_path):
@@ -240,7 +219,7 @@ def test_the_kernel_takes_iso_text_and_null_texts(native, tmp_path):
                     "1970-01-02,7,2\n", encoding="utf-8")
     [batch] = list(iter_csv(str(path), columns=True))
     assert isinstance(batch, CsvRunBatch)
-    examples, _, checked, _, _, _ = _converter(specs, None, native)._native.convert(batch)
+    examples, _, checked, _, _, _ = cases.converter(specs, None, native)._native.convert(batch)
     assert None not in examples
     assert checked["t"].tolist() == [1709289000500, -1, 86_400_000]
     # Left out in two rows: the statistics take the kernel's values and which rows hold one.
@@ -261,7 +240,7 @@ def test_naive_text_in_another_zone_is_declined(native, tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("c0\n2024-03-31T02:30:00\n2024-03-31T02:30:00+02:00\n", encoding="utf-8")
     [batch] = list(iter_csv(str(path), columns=True))
-    examples = _converter(specs, None, native)._native.convert(batch)[0]
+    examples = cases.converter(specs, None, native)._native.convert(batch)[0]
     assert examples[0] is None and examples[1] is not None
 
 
@@ -274,5 +253,5 @@ def test_a_jsonl_run_with_null_texts_takes_the_kernel(native, tmp_path):
                     encoding="utf-8")
     *_, batch = iter_jsonl(str(path), columns=True)
     assert isinstance(batch, JsonlRunBatch) and len(batch) == 3
-    examples = _converter(specs, None, native)._native.convert(batch)[0]
+    examples = cases.converter(specs, None, native)._native.convert(batch)[0]
     assert None not in examples

@@ -12,6 +12,9 @@ A row's way through the wing, module by module (lowest level last)::
     |
     +-- file_exchange     local runners: rows meet their bucket through
     |     |               sorted run files on the local disk
+    |     +-- file_cells     key-ordered gzip: a bucket's cells and seams
+    |     +-- file_shards    a shard written from its buckets' runs or chunks
+    |     +-- file_runs      a split's run list read once, bucket sort options
     |     +-- spill          buffer a bundle's rows, write them as runs
     |     +-- run_format     the sorted run file format (also the build
     |     |                  cache's pieces)

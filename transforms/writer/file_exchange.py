@@ -3,8 +3,10 @@
 The exchange `WriteShards` uses on runners whose workers share one
 machine's disk and keep what crosses a GroupByKey in memory (the
 DirectRunner). Example bytes travel only inside the Spill step and through
-files; every PCollection after it holds small metadata. Steps and the
-elements between them::
+files; every PCollection after it holds small metadata. This module wires
+the steps and holds the spill, planning and measuring ones; the cell steps
+are in `file_cells`, the shard writing step in `file_shards`. Steps and
+the elements between them::
 
   ExampleBatch (or the build cache's SpillRecords, `spilled`)
   | Spill            -> SpillRecord    rows hashed, split, buffered; each full
@@ -53,26 +55,24 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Callable
 
 import apache_beam as beam
 import fsspec
 
-from .. import tfrecord
-from ..layout import SHARD_FILE_NAME, shard_suffix
-from ..page_cache import WriteBehind, drop_behind
+from ..page_cache import WriteBehind
 from ..splits import SplitAssigner
-from . import bucket_output, run_format, sorting, spill
-from .bucket_plan import bucket_places, plan_bucket_ranges, runs_of, sample_of
-from .elements import BucketChunks, Chunk, RunInfo, ShardSpec, SpillRecord
-from .shard_cuts import cuts_at_rows, plan_row_shards, plan_shards, row_shard_thresholds
-from .shard_files import publish_shard, shard_metadata
-from .step_setup import ShardCounters, counter, set_up_worker
+from . import bucket_output, sorting, spill
+from .bucket_plan import plan_bucket_ranges, runs_of, sample_of
+from .elements import SpillRecord
+from .file_cells import CompressSeamFn, SortRunCellsFn, plan_split_cells
+from .file_runs import RunLists
+from .file_shards import WriteShardFn
+from .shard_cuts import cuts_at_rows, plan_row_shards, plan_shards
+from .step_setup import counter, set_up_worker
 from .tuning import ShardJob, ShardTuning
 
-__all__ = ["FileExchange", "write_shard"]
+__all__ = ["FileExchange"]
 
-_COPY_BLOCK = 4 << 20
 
 
 class _SpillFn(beam.DoFn):
@@ -201,29 +201,6 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
     return shards
 
 
-class _RunLists:
-    """Run list file -> its runs, read once; buckets of one split share a
-    run list, so a few are kept."""
-
-    def __init__(self):
-        self._lists: dict[str, list[RunInfo]] = {}
-
-    def __call__(self, runs_file: str) -> list[RunInfo]:
-        runs = self._lists.get(runs_file)
-        if runs is None:
-            if len(self._lists) >= 8:
-                self._lists.clear()
-            runs = self._lists[runs_file] = spill.read_run_list(runs_file)
-        return runs
-
-
-def _bucket_options(work_dir: str, tuning: ShardTuning) -> dict:
-    """How buckets are sorted, for `sorting.sort_bucket` and `write_bucket_rows`."""
-    return {"scratch_dir": spill.join_path(work_dir, "merge"),
-            "memory_bytes": tuning.memory_bytes, "fan_in": tuning.fan_in,
-            "prefix_len": tuning.prefix_len, "index_every": tuning.index_every}
-
-
 class _MeasureBucketFn(beam.DoFn):
     """(run list file, BucketRange) -> (run list file, BucketChunks): the
     bucket's size and largest row, added up from the runs without sorting
@@ -238,191 +215,12 @@ class _MeasureBucketFn(beam.DoFn):
 
     def setup(self):
         set_up_worker()
-        self._runs = _RunLists()
+        self._runs = RunLists()
 
     def process(self, task):
         runs_file, bucket = task
         yield runs_file, sorting.measure_bucket(bucket, self._runs(runs_file), runs_file,
                                                     self._ratio_bound)
-
-
-def _plan_split_cells(split_buckets):
-    """(split, [(run list file, measured BucketChunks)]) -> (run list file,
-    BucketRange, first byte in the split, bytes, split total) per bucket
-    holding rows, in key order."""
-    _, items = split_buckets
-    placed, total = bucket_places(bucket for _, bucket in items)
-    for bucket, start, size in placed:
-        runs_file, bucket_range = spill.parse_bucket_reference(bucket.path)
-        yield runs_file, bucket_range, start, size, total
-
-
-class _SortRunCellsFn(beam.DoFn):
-    """(run list file, BucketRange, start, bytes, total) -> ("unit", (run
-    list file, BucketChunks)): the cells within the bucket, sorted and
-    compressed into a chunk file (`sorting.sort_bucket_cells`); and
-    ("seam", ((split, cell), (bucket, start, end, total, rows, file))) for
-    each cell it may share with a neighbour, its rows there written as
-    they are to a small file (possibly empty) for `_CompressSeamFn`."""
-
-    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int, tuning: ShardTuning):
-        self._work_dir = work_dir
-        self._cell_bytes = cell_bytes
-        self._gzip_level = gzip_level
-        self._tuning = tuning
-
-    def setup(self):
-        set_up_worker()
-        self._runs = _RunLists()
-
-    def process(self, task):
-        runs_file, bucket, start, size, total = task
-        unit, seams = sorting.sort_bucket_cells(
-            bucket, self._runs(runs_file), start=start, size=size, total=total,
-            cell_bytes=self._cell_bytes, gzip_level=self._gzip_level,
-            out_dir=spill.join_path(self._work_dir, "buckets"),
-            **_bucket_options(self._work_dir, self._tuning))
-        yield "unit", (runs_file, unit)
-        for cell, (data, rows) in seams.items():
-            path = spill.join_path(self._work_dir, "seams", f"{uuid.uuid4().hex}.seam")
-            with spill.open_for_write(path) as fileobj:
-                fileobj.write(data)
-            yield "seam", ((bucket.split, cell),
-                           (bucket.index, start, start + size, total, rows, path, runs_file))
-
-    def finish_bundle(self):
-        sorting.release_read_arena()
-
-
-class _CompressSeamFn(beam.DoFn):
-    """((split, cell), [pieces]) -> (run list file, BucketChunks): the
-    seam's chunk (`bucket_output.join_seam`, each bucket's rows read from
-    its seam file) in a chunk file of its own; nothing when no bucket had
-    rows there."""
-
-    def __init__(self, work_dir: str, cell_bytes: int, gzip_level: int):
-        self._work_dir = work_dir
-        self._cell_bytes = cell_bytes
-        self._gzip_level = gzip_level
-
-    def process(self, item):
-        (split, cell), values = item
-        values = list(values)  # a piece from each of a few buckets
-        seam = bucket_output.join_seam(split, cell, self._cell_bytes,
-                                        (value[:6] for value in values), self._gzip_level,
-                                        read=_read_file)
-        if seam is None:
-            return
-        unit, data, rows = seam
-        path = spill.join_path(self._work_dir, "buckets", f"{uuid.uuid4().hex}.chunks")
-        with spill.open_for_write(path) as fileobj:
-            fileobj.write(data)
-        runs_file = values[0][6]  # a split's buckets share its run list
-        yield runs_file, BucketChunks(split, unit, path, (Chunk(0, len(data), rows),))
-
-
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as fileobj:
-        return fileobj.read()
-
-
-def write_shard(spec: ShardSpec, *, staging_dir: str, temp_dir: str, compression: str,
-                runs_of: Callable[[str], list[RunInfo]] | None = None,
-                bucket_options: dict | None = None,
-                gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL, index: bool = False,
-                file_format: str = "tfrecord") -> dict:
-    """Writes a shard, hashing as it goes, and puts it at its final name in
-    `staging_dir` (`shard_files.publish_shard`): with `spec.cut`, the rows
-    of each listed bucket that the shard holds, sorted from the runs
-    (`sorting.write_bucket_rows`; `runs_of`: run list file -> runs;
-    `bucket_options`: see `_bucket_options`), for gzip into one gzip
-    member at `gzip_level` (`tfrecord.GzipStream`); else its chunk
-    ranges of bucket files, copied (key-ordered gzip). With `index`, its
-    index file beside it (`shard_files.publish_shard`). Returns the
-    shard's metadata dict. `file_format`: see `shard_files.publish_shard`.
-    Rerunning it writes the same bytes under the same final name."""
-    name = SHARD_FILE_NAME.format(split=spec.split, index=spec.index, count=spec.count,
-                                  suffix=shard_suffix(compression, file_format))
-    thresholds = row_shard_thresholds(*spec.cut) if spec.cut else None
-
-    def write(out) -> int:
-        num_examples = 0
-        sink = out
-        if spec.cut and compression == "gzip":
-            sink = tfrecord.GzipStream(out, gzip_level)
-        for path, offset, length in spec.pieces:
-            measured = spill.parse_bucket_reference(path) if spec.cut else None
-            if measured is not None:
-                runs_file, bucket = measured
-                rows, _ = sorting.write_bucket_rows(sink, bucket, offset, thresholds,
-                                                        spec.index, runs_of(runs_file),
-                                                        **bucket_options)
-                num_examples += rows
-            else:
-                _copy_range(out, path, offset, length, name)
-        if not spec.cut:
-            return spec.num_examples
-        if sink is not out:
-            sink.close()
-        if not num_examples:
-            raise run_format.RunFileError(f"{name}: no row of its buckets falls in it")
-        return num_examples
-
-    shard = publish_shard(name, write, staging_dir=staging_dir, temp_dir=temp_dir,
-                          compression=compression, index=index, file_format=file_format)
-    if not spec.cut and shard.num_bytes != spec.num_bytes:
-        raise run_format.RunFileError(f"{name}: assembled {shard.num_bytes} bytes, planned "
-                                 f"{spec.num_bytes}")
-    return shard_metadata(spec.split, name, shard)
-
-
-def _copy_range(out, path: str, offset: int, length: int, name: str) -> None:
-    """Copies `length` bytes at `offset` of the file at `path` to `out`."""
-    source_fs, source_path = fsspec.core.url_to_fs(path)
-    with source_fs.open(source_path, "rb") as source:
-        source.seek(offset)
-        remaining = length
-        while remaining:
-            block = source.read(min(_COPY_BLOCK, remaining))
-            if not block:
-                raise run_format.RunFileError(
-                    f"{path}: ends before byte {offset + length} while writing {name}")
-            out.write(block)
-            remaining -= len(block)
-        drop_behind(source, offset, length)
-
-
-class _WriteShardFn(beam.DoFn):
-    """ShardSpec -> shard metadata dict (the file is at its final name)."""
-
-    def __init__(self, staging_dir: str, temp_dir: str, compression: str, work_dir: str,
-                 tuning: ShardTuning, gzip_level: int = tfrecord.DEFAULT_GZIP_LEVEL,
-                 index: bool = False, file_format: str = "tfrecord"):
-        self._staging_dir = staging_dir
-        self._index = index
-        self._file_format = file_format
-        self._temp_dir = temp_dir
-        self._compression = compression
-        self._work_dir = work_dir
-        self._tuning = tuning
-        self._gzip_level = gzip_level
-
-    def setup(self):
-        set_up_worker()
-        self._runs = _RunLists()
-        self._counters = ShardCounters()
-
-    def process(self, spec: ShardSpec):
-        metadata = write_shard(spec, staging_dir=self._staging_dir, temp_dir=self._temp_dir,
-                               compression=self._compression, runs_of=self._runs,
-                               bucket_options=_bucket_options(self._work_dir, self._tuning),
-                               gzip_level=self._gzip_level, index=self._index,
-                               file_format=self._file_format)
-        self._counters.count(metadata["num_examples"], metadata["num_bytes"])
-        yield metadata
-
-    def finish_bundle(self):
-        sorting.release_read_arena()
 
 
 class FileExchange(beam.PTransform):
@@ -478,7 +276,7 @@ class FileExchange(beam.PTransform):
             gzip_level=self._job.gzip_level if gzip else None,
             multiple=self._job.shard_count_multiple)  # ShardSpec
         return (self._spread_step(specs, "SpreadShards")
-                | "WriteShardFiles" >> beam.ParDo(_WriteShardFn(
+                | "WriteShardFiles" >> beam.ParDo(WriteShardFn(
                     self._job.staging_dir, self._job.shard_temp_dir, self._job.compression, work_dir,
                     tuning, self._job.gzip_level, self._job.index,
                     self._job.file_format)))  # metadata dict
@@ -488,9 +286,9 @@ class FileExchange(beam.PTransform):
         (split, [(run list, BucketChunks)]) of the split's cells, in units
         (the buckets' interiors and the seams)."""
         # ("unit", (run list, BucketChunks)) | ("seam", ((split, cell), piece))
-        planned = measured | "PlanCells" >> beam.FlatMap(_plan_split_cells)
+        planned = measured | "PlanCells" >> beam.FlatMap(plan_split_cells)
         cells = (self._spread_step(planned, "SpreadCells")
-                 | "SortCells" >> beam.ParDo(_SortRunCellsFn(
+                 | "SortCells" >> beam.ParDo(SortRunCellsFn(
                      work_dir, cell_bytes, self._job.gzip_level, self._job.tuning)))
         units = (cells
                  | "UnitsOnly" >> beam.Filter(lambda item: item[0] == "unit")
@@ -499,7 +297,7 @@ class FileExchange(beam.PTransform):
                  | "SeamsOnly" >> beam.Filter(lambda item: item[0] == "seam")
                  | "Seams" >> beam.Map(lambda item: item[1])
                  | "GroupSeams" >> beam.GroupByKey()  # ((split, cell), [pieces])
-                 | "CompressSeams" >> beam.ParDo(_CompressSeamFn(
+                 | "CompressSeams" >> beam.ParDo(CompressSeamFn(
                      work_dir, cell_bytes, self._job.gzip_level)))
         return ((units, seams)
                 | "FlattenUnits" >> beam.Flatten()

@@ -34,11 +34,13 @@ def merged_positions(slices: Sequence[RunSlice]) -> np.ndarray | None:
     keys being bytes (a list, or numpy's fixed-width bytes, given without
     their trailing NULs as Python compares them) and each slice in that
     order already; None where the kernel is absent, a key is not bytes or
-    a slice is not in order (the caller sorts)."""
+    a slice is not in order (the caller sorts). The positions are a
+    read-only view of the kernel's little-endian int64s, not a copy: the
+    caller only slices them and indexes with them."""
     native = kernels()
     if native is None:
         return None
     given = [(rows.keys if isinstance(rows.keys, list) else list(rows.keys), rows.data,
               np.ascontiguousarray(rows.sizes, dtype="<i8").view(np.uint8)) for rows in slices]
     order = native.merged_order(given)
-    return None if order is None else np.frombuffer(order, dtype="<i8").astype(np.int64)
+    return None if order is None else np.frombuffer(order, dtype="<i8")

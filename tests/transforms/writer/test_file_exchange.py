@@ -19,7 +19,14 @@ import random
 import pytest
 from recordforge.transforms import tfrecord
 from recordforge.transforms.splits import SplitAssigner
-from recordforge.transforms.writer import ShardTuning, file_exchange, sorting, spill
+from recordforge.transforms.writer import (
+    ShardTuning,
+    file_cells,
+    file_exchange,
+    file_shards,
+    sorting,
+    spill,
+)
 from recordforge.transforms.writer.shard_cuts import cuts_at_rows
 from tfrecord import example_pb2
 
@@ -121,8 +128,8 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
         assert not os.path.exists(os.path.join(work, "buckets"))
         assert all(os.path.exists(record.path) for record in records)
     metadata = []
-    writer = file_exchange._WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
-                                  compression, work, tuning, 3)
+    writer = file_shards.WriteShardFn(staging, os.path.join(staging, "_tmp", "shards"),
+                                      compression, work, tuning, 3)
     writer.setup()
     for spec in specs:
         for _ in range(attempts):
@@ -135,13 +142,13 @@ def _cells_locally(measured, work, cell_bytes, tuning, attempts):
     """Key-ordered gzip: the split's cells of the measured buckets, in
     units, as the file exchange's cell steps give them (each step run
     `attempts` times, the last attempt's output kept)."""
-    sorter = file_exchange._SortRunCellsFn(work, cell_bytes, 3, tuning)
+    sorter = file_cells.SortRunCellsFn(work, cell_bytes, 3, tuning)
     sorter.setup()
-    compressor = file_exchange._CompressSeamFn(work, cell_bytes, 3)
+    compressor = file_cells.CompressSeamFn(work, cell_bytes, 3)
     units = collections.defaultdict(list)
     seams = collections.defaultdict(list)
     for split in sorted(measured):
-        for task in file_exchange._plan_split_cells((split, measured[split])):
+        for task in file_cells.plan_split_cells((split, measured[split])):
             for _ in range(attempts):
                 output = list(sorter.process(task))
             for kind, value in output:

@@ -1,0 +1,277 @@
+//! An Arrow array as the table kernel reads it: its plain buffers
+//! (validity bitmap, values, offsets, as pyarrow's `Array.buffers()` gives
+//! them, with the array's offset and length) checked against what its
+//! offset and length say, once, before any row; then each row's value as
+//! the Python path sees it (`to_pydict`: `Field`). Buffers that do not hold
+//! what they say are refused whole (`BatchError`), never read out of
+//! bounds. `arrow.rs` converts a record batch of such arrays.
+
+/// An array's physical layout (pyarrow's type names in `from_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Int(usize),
+    UInt(usize),
+    Float32,
+    Float64,
+    Bool,
+    /// Text or binary with int32 (4) or int64 (8) offsets.
+    Utf8(usize),
+    Binary(usize),
+}
+
+impl Layout {
+    pub fn from_name(name: &str) -> Option<Layout> {
+        Some(match name {
+            "int8" => Layout::Int(1),
+            "int16" => Layout::Int(2),
+            "int32" => Layout::Int(4),
+            "int64" => Layout::Int(8),
+            "uint8" => Layout::UInt(1),
+            "uint16" => Layout::UInt(2),
+            "uint32" => Layout::UInt(4),
+            "uint64" => Layout::UInt(8),
+            "float" => Layout::Float32,
+            "double" => Layout::Float64,
+            "bool" => Layout::Bool,
+            "string" => Layout::Utf8(4),
+            "large_string" => Layout::Utf8(8),
+            "binary" => Layout::Binary(4),
+            "large_binary" => Layout::Binary(8),
+            _ => return None,
+        })
+    }
+
+    /// Bytes per value of a fixed-width layout; None for bits and offsets.
+    fn width(self) -> Option<usize> {
+        match self {
+            Layout::Int(width) | Layout::UInt(width) => Some(width),
+            Layout::Float32 => Some(4),
+            Layout::Float64 => Some(8),
+            Layout::Bool | Layout::Utf8(_) | Layout::Binary(_) => None,
+        }
+    }
+}
+
+/// One array's buffers, borrowed from their owner (pyarrow), not yet checked.
+#[derive(Debug, Clone, Copy)]
+pub struct Array<'a> {
+    pub layout: Layout,
+    pub offset: usize,
+    pub length: usize,
+    pub validity: Option<&'a [u8]>,
+    pub values: &'a [u8],
+    pub offsets: Option<&'a [u8]>,
+}
+
+/// Why a batch is handed back whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchError {
+    /// A buffer is shorter than the array's offset and length need.
+    ShortBuffer { column: usize },
+    /// Offsets that fall outside the data or run backwards.
+    BadOffsets { column: usize, row: usize },
+    /// Text that is not UTF-8 (the reader checks; pyarrow would not make a str).
+    NotUtf8 { column: usize, row: usize },
+    /// A column the plan reads is absent, of a layout the kernel lacks, or
+    /// not `count` rows long; or the plan reads no column at all.
+    Columns,
+}
+
+/// One value as the Python path sees it (`to_pydict`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Field<'a> {
+    Null,
+    Int(i64),
+    /// An unsigned value beyond int64 (a Python int no int64 feature takes).
+    Huge,
+    Float(f64),
+    Bool,
+    Text(&'a [u8]),
+    Binary(&'a [u8]),
+}
+
+/// An array whose buffers were checked against its offset and length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checked<'a> {
+    array: Array<'a>,
+    column: usize,
+}
+
+/// `length` bits or items past `offset`, as a count of items, without overflow.
+fn end_of(offset: usize, length: usize) -> Option<usize> {
+    offset.checked_add(length)
+}
+
+impl<'a> Array<'a> {
+    /// The array, once every buffer holds what its offset and length say
+    /// (and offsets, where there are some, rise within the data).
+    pub(crate) fn checked(self, column: usize) -> Result<Checked<'a>, BatchError> {
+        let short = BatchError::ShortBuffer { column };
+        let end = end_of(self.offset, self.length).ok_or(short.clone())?;
+        if let Some(validity) = self.validity {
+            if validity.len() < end.div_ceil(8) {
+                return Err(short);
+            }
+        }
+        match (self.layout, self.layout.width()) {
+            (_, Some(width)) => {
+                if end.checked_mul(width).is_none_or(|bytes| self.values.len() < bytes) {
+                    return Err(short);
+                }
+            }
+            (Layout::Bool, None) => {
+                if self.values.len() < end.div_ceil(8) {
+                    return Err(short);
+                }
+            }
+            (Layout::Utf8(size) | Layout::Binary(size), None) => {
+                let offsets = self.offsets.ok_or(short.clone())?;
+                let needed = end.checked_add(1).and_then(|count| count.checked_mul(size));
+                if needed.is_none_or(|bytes| offsets.len() < bytes) {
+                    return Err(short);
+                }
+                let mut previous = offset_at(offsets, size, self.offset);
+                for row in 0..self.length {
+                    let next = offset_at(offsets, size, self.offset + row + 1);
+                    match (previous, next) {
+                        (Some(start), Some(stop)) if start <= stop && stop <= self.values.len() => {}
+                        _ => return Err(BatchError::BadOffsets { column, row }),
+                    }
+                    previous = next;
+                }
+                if self.length == 0 && previous.is_none_or(|start| start > self.values.len()) {
+                    return Err(BatchError::BadOffsets { column, row: 0 });
+                }
+            }
+            _ => return Err(short),
+        }
+        Ok(Checked { array: self, column })
+    }
+}
+
+/// The offset at `index` of an int32 (`size` 4) or int64 offsets buffer,
+/// or None when it is negative; `index` must lie inside the buffer.
+fn offset_at(offsets: &[u8], size: usize, index: usize) -> Option<usize> {
+    let at = index * size;
+    let value = if size == 4 {
+        i64::from(i32::from_ne_bytes(offsets[at..at + 4].try_into().ok()?))
+    } else {
+        i64::from_ne_bytes(offsets[at..at + 8].try_into().ok()?)
+    };
+    usize::try_from(value).ok()
+}
+
+fn bit(bits: &[u8], index: usize) -> bool {
+    bits[index / 8] >> (index % 8) & 1 == 1
+}
+
+/// The `width` bytes of item `index` of a checked fixed-width buffer.
+fn item(values: &[u8], width: usize, index: usize) -> &[u8] {
+    &values[index * width..(index + 1) * width]
+}
+
+impl<'a> Checked<'a> {
+    /// Row `row`'s value (row < length, which the caller checked).
+    pub(crate) fn field(&self, row: usize) -> Result<Field<'a>, BatchError> {
+        let array = &self.array;
+        let index = array.offset + row;
+        if array.validity.is_some_and(|bits| !bit(bits, index)) {
+            return Ok(Field::Null);
+        }
+        let values = array.values;
+        Ok(match array.layout {
+            Layout::Int(width) => {
+                let mut wide = [0u8; 8];
+                let bytes = item(values, width, index);
+                // Sign-extend a narrower integer from its top byte (native order).
+                let negative = if cfg!(target_endian = "little") { bytes[width - 1] } else { bytes[0] } >= 0x80;
+                wide.fill(if negative { 0xFF } else { 0 });
+                if cfg!(target_endian = "little") {
+                    wide[..width].copy_from_slice(bytes);
+                } else {
+                    wide[8 - width..].copy_from_slice(bytes);
+                }
+                Field::Int(i64::from_ne_bytes(wide))
+            }
+            Layout::UInt(width) => {
+                let mut wide = [0u8; 8];
+                let bytes = item(values, width, index);
+                if cfg!(target_endian = "little") {
+                    wide[..width].copy_from_slice(bytes);
+                } else {
+                    wide[8 - width..].copy_from_slice(bytes);
+                }
+                i64::try_from(u64::from_ne_bytes(wide)).map_or(Field::Huge, Field::Int)
+            }
+            Layout::Float32 => Field::Float(f64::from(f32::from_ne_bytes(item(values, 4, index).try_into().unwrap_or_default()))),
+            Layout::Float64 => Field::Float(f64::from_ne_bytes(item(values, 8, index).try_into().unwrap_or_default())),
+            Layout::Bool => Field::Bool,
+            Layout::Utf8(size) | Layout::Binary(size) => {
+                let offsets = array.offsets.unwrap_or_default();
+                // Checked in `Array::checked`: both inside the data, rising.
+                let start = offset_at(offsets, size, index).unwrap_or(0);
+                let stop = offset_at(offsets, size, index + 1).unwrap_or(0);
+                let data = values.get(start..stop).ok_or(BatchError::BadOffsets { column: self.column, row })?;
+                if matches!(array.layout, Layout::Binary(_)) {
+                    Field::Binary(data)
+                } else if std::str::from_utf8(data).is_ok() {
+                    Field::Text(data)
+                } else {
+                    return Err(BatchError::NotUtf8 { column: self.column, row });
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn ints(values: &[i64]) -> Vec<u8> {
+        values.iter().flat_map(|value| value.to_ne_bytes()).collect()
+    }
+
+    pub(crate) fn offsets(values: &[i32]) -> Vec<u8> {
+        values.iter().flat_map(|value| value.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn narrow_integers_are_sign_extended_and_slices_offset() {
+        let values = [0x80u8, 0x7F, 0xFF];
+        let array = Array { layout: Layout::Int(1), offset: 1, length: 2, validity: Some(&[0b101]), values: &values, offsets: None };
+        let checked = array.checked(0).unwrap();
+        assert_eq!(checked.field(0), Ok(Field::Null));
+        assert_eq!(checked.field(1), Ok(Field::Int(-1)));
+        let huge = u64::MAX.to_ne_bytes();
+        let array = Array { layout: Layout::UInt(8), offset: 0, length: 1, validity: None, values: &huge, offsets: None };
+        assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Huge));
+    }
+
+    #[test]
+    fn inconsistent_buffers_are_refused() {
+        let values = ints(&[1, 2]);
+        let array = Array { layout: Layout::Int(8), offset: 1, length: 2, validity: None, values: &values, offsets: None };
+        assert_eq!(array.checked(0).err(), Some(BatchError::ShortBuffer { column: 0 }));
+        let bad = offsets(&[0, 5, 2]);
+        let array = Array { layout: Layout::Binary(4), offset: 0, length: 2, validity: None, values: b"abcde", offsets: Some(&bad) };
+        assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 1 }));
+        let negative = offsets(&[-1, 0]);
+        let array = Array { layout: Layout::Binary(4), offset: 0, length: 1, validity: None, values: b"", offsets: Some(&negative) };
+        assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 0 }));
+        let array = Array { layout: Layout::Int(8), offset: usize::MAX, length: 2, validity: None, values: &values, offsets: None };
+        assert!(array.checked(0).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn every_int_reads_back_from_any_width(value in any::<i64>(), width in prop::sample::select(vec![1usize, 2, 4, 8])) {
+            let bytes = value.to_ne_bytes();
+            let narrow = if cfg!(target_endian = "little") { &bytes[..width] } else { &bytes[8 - width..] };
+            let expected = match width { 1 => i64::from(value as i8), 2 => i64::from(value as i16), 4 => i64::from(value as i32), _ => value };
+            let array = Array { layout: Layout::Int(width), offset: 0, length: 1, validity: None, values: narrow, offsets: None };
+            prop_assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Int(expected)));
+        }
+    }
+}
