@@ -14,7 +14,7 @@ from recordforge.transforms.native_rows import kernel_examples
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.tfrecord import FRAMING
 
-from .test_csv_kernel import _converter, csv_files, schemas
+from .test_csv_kernel import cases, csv_files, schemas
 
 
 def _python_example(converter, row) -> bytes | None:
@@ -26,14 +26,14 @@ def _python_example(converter, row) -> bytes | None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=schemas(), data=csv_files())
+@given(schema=schemas, data=csv_files())
 def test_the_kernels_buffer_frames_the_python_paths_examples(native, tmp_path_factory,
                                                              schema, data):
     specs, key, _ = schema
     path = tmp_path_factory.mktemp("csv") / "t.csv"
     path.write_bytes(data)
-    converter = _converter(specs, key, native)
-    reference = _converter(specs, key, None)
+    converter = cases.converter(specs, key, native)
+    reference = cases.converter(specs, key, None)
     for batch in iter_csv(str(path), columns=True):
         if not isinstance(batch, CsvRunBatch):
             continue
