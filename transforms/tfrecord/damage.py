@@ -8,7 +8,6 @@ where reading it back would.
 from __future__ import annotations
 
 import crc32c
-import numpy as np
 
 from ...schemas.native import kernels
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
@@ -204,6 +203,10 @@ def _first_bad_data_crc(buffer: bytearray, starts: list[int], ends: list[int]) -
     """Position in `starts` of the first record whose data CRC is wrong."""
     if not starts:
         return None
+    # numpy is imported here, not with the module: a process that reads
+    # shards back with the native kernels never needs it.
+    import numpy as np
+
     with memoryview(buffer) as view:
         data = map(view.__getitem__, map(slice, [start + HEADER_SIZE for start in starts],
                                          [end - FOOTER_SIZE for end in ends]))

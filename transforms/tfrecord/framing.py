@@ -12,12 +12,14 @@ as TensorFlow's `tf.io.TFRecordWriter` writes it.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import crc32c
-import numpy as np
 
 from ...schemas.native import kernels
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "FOOTER_SIZE",
@@ -86,6 +88,8 @@ def mask_crc(crc: int) -> int:
 def masked_crc32c_array(crcs: np.ndarray) -> np.ndarray:
     """`masked_crc32c`'s mask over a uint32 array of CRCs at once (uint32
     arithmetic wraps like ``& 0xFFFFFFFF``)."""
+    import numpy as np  # not with the module: see _framed_parts
+
     return ((crcs >> 15) | (crcs << 17)) + np.uint32(_CRC_MASK_DELTA)
 
 
@@ -139,6 +143,10 @@ def _framed_parts(records: list) -> list:
     The per-record work is a few C-level passes (map, numpy) rather than a
     Python loop: on ~1 KB rows the loop cost more than the CRCs themselves.
     """
+    # numpy is imported here, not with the module: a process that reads
+    # shards back with the native kernels never needs it (~0.1 s to import).
+    import numpy as np
+
     count = len(records)
     if not count:
         return []

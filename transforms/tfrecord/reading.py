@@ -11,7 +11,6 @@ import io
 from typing import Any, BinaryIO, Iterator
 
 import crc32c
-import fsspec
 
 from .damage import complete_records, count_complete
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, mask_crc,
@@ -170,6 +169,8 @@ def _counted(buffer: bytearray, position: int, index: int, path: str):
 
 def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
     """Yields the records of one TFRecord file opened through fsspec."""
+    import fsspec  # here: the codec's other readers take open files, and need none
+
     with fsspec.open(path, "rb") as fileobj:
         yield from iter_records(fileobj, path=path, compression=compression)
 
