@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import io
 import os
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+if TYPE_CHECKING:  # the processes that read shards back use `drop_behind` without fsspec
+    import fsspec
 
 __all__ = ["WriteBehind", "drop_behind", "read_file_once", "write_durably"]
 
@@ -55,6 +55,8 @@ def read_file_once(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     """The whole file at `path` (a path of `fs`), dropped from the page cache
     when it is local. Raises what `fs.cat_file` raises for a missing or
     unreadable file."""
+    from fsspec.implementations.local import LocalFileSystem  # loaded with `fs`'s fsspec
+
     if not isinstance(fs, LocalFileSystem):
         return fs.cat_file(path)
     with open(path, "rb", buffering=0) as fileobj:

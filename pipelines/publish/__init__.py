@@ -33,15 +33,51 @@ for a build a pipeline publishes itself), `finalize`,
 LATEST update that failed) and the errors.
 """
 
-from .commit import read_latest
-from .errors import (BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishError,
-                     PublishedWithErrors, VersionExistsError)
-from .finalizing import PublishResult, early_shard_checks, finalize, finish_latest
-from .recovery import live_builds
-from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
-from .versions import check_version_name, resolve_version
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .commit import read_latest
+    from .errors import (BuildFailed, ConcurrentBuildError, LatestNotUpdated, PublishError,
+                         PublishedWithErrors, VersionExistsError)
+    from .finalizing import PublishResult, early_shard_checks, finalize, finish_latest
+    from .recovery import live_builds
+    from .staging import Staging, StagingRef, begin_build, begin_pipeline_build
+    from .versions import check_version_name, resolve_version
 
 __all__ = ["BuildFailed", "ConcurrentBuildError", "LatestNotUpdated", "PublishError",
            "PublishResult", "PublishedWithErrors", "Staging", "StagingRef", "VersionExistsError",
            "begin_build", "begin_pipeline_build", "check_version_name", "early_shard_checks",
            "finalize", "finish_latest", "live_builds", "read_latest", "resolve_version"]
+
+# Loaded on first use (PEP 562): the processes that read shards back
+# (`reading_processes`) import `file_checks` through this package, and must
+# not import what committing and finalizing need (fsspec, numpy, the
+# statistics) to read a file.
+_MODULE_OF = {
+    "read_latest": "commit",
+    "BuildFailed": "errors", "ConcurrentBuildError": "errors", "LatestNotUpdated": "errors",
+    "PublishError": "errors", "PublishedWithErrors": "errors", "VersionExistsError": "errors",
+    "PublishResult": "finalizing", "early_shard_checks": "finalizing", "finalize": "finalizing",
+    "finish_latest": "finalizing",
+    "live_builds": "recovery",
+    "Staging": "staging", "StagingRef": "staging", "begin_build": "staging",
+    "begin_pipeline_build": "staging",
+    "check_version_name": "versions", "resolve_version": "versions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _MODULE_OF[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))

@@ -4,8 +4,14 @@
 parsing in one pass, so memory does not depend on file size) and returns a
 `FileCheck` listing every `Problem` found, each naming the file and, where
 there is one, the byte offset and record index of the first fault. It never
-raises for damaged data. `example_problem` says why a decoded Example does
-not match the manifest's features. `verify` runs these over a version.
+raises for damaged data. `verify` runs these over a version.
+
+This module is what a process that reads shards back imports
+(`reading_processes`): at the top it imports only the record walk
+(`transforms.tfrecord`) and the standard library. What only some checks
+need is imported by them: fsspec for a URL (`read_back` opens a local path
+itself), the Example checks of a deep verification (`example_checks`),
+ArrayRecord, the store's fingerprints.
 """
 
 from __future__ import annotations
@@ -16,20 +22,14 @@ import hashlib
 import io
 import os
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterator, Mapping
 
-import fsspec
-
-from ...schemas.example import ExampleDecodeError, decode_example
-from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 from ...transforms import tfrecord
 from ...transforms.layout import shard_file_format
-from .array_record_checks import read_array_record
 from ...transforms.page_cache import drop_behind
-from ...transforms.readers.inputs import fingerprint
 
 __all__ = ["FileCheck", "Problem", "ReadBack", "check_file", "check_read_back", "check_stored",
-           "example_problem", "file_identity", "read_back"]
+           "file_identity", "read_back"]
 
 _BLOCK = 1 << 20
 _DROP_EVERY = 8 << 20
@@ -73,47 +73,6 @@ class FileCheck:
     sha256: str = ""
     records: int | None = None
     problems: list[Problem] = field(default_factory=list)
-
-
-def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[str, Mapping],
-                    vocabulary_sizes: Mapping[str, int]) -> str | None:
-    """Why a decoded Example does not match the manifest's features, or None.
-
-    A feature may be absent exactly when the manifest says ``"required":
-    false`` (declared optional, without a default): the build writes every
-    other feature into every record, a list of any length ([-1]) included.
-    An empty value list matches any stored type.
-    """
-    for name, spec in features.items():
-        shape = spec.get("shape", [])
-        found = decoded.get(name)
-        if found is None:
-            if spec.get("required") is False:
-                continue
-            return f"feature {name!r} is missing (the manifest does not declare it optional)"
-        kind, values = found
-        if values and kind != spec["type"]:
-            return f"feature {name!r} holds {kind} values, manifest says {spec['type']}"
-        expected = 1 if not shape else shape[0]
-        if expected != -1 and len(values) != expected:
-            return f"feature {name!r} has {len(values)} values, shape {shape} needs {expected}"
-        size = vocabulary_sizes.get(name)
-        if size is not None:
-            for value in values:
-                if not 0 <= value < size:
-                    return f"feature {name!r}: id {value} is outside its vocabulary (0..{size - 1})"
-    extra = sorted(set(decoded) - set(features))
-    if extra:
-        return f"feature {extra[0]!r} is not in the manifest"
-    return None
-
-
-def _decoded(record: memoryview) -> Mapping:
-    """A record's features for `example_problem`: parsed by protobuf when
-    small, scanned in place (values made on demand) when large."""
-    if len(record) >= LARGE_EXAMPLE_BYTES:
-        return {name: (values.kind, values) for name, values in scan_example(record).items()}
-    return decode_example(record)
 
 
 class _HashingReader:
@@ -181,18 +140,30 @@ def check_file(url: str, file: str, *, compression: str | None = None,
     (`tfrecord.IndexMatch`), reading it alongside. Always: size and sha256
     against the expected values. Returns a `FileCheck`; never raises for
     damaged data."""
-    check = _read_file(url, file, compression, features, vocabulary_sizes, index)
+    check = _read_file(url, file, compression, features, vocabulary_sizes, index,
+                       open_file=_open_url)
     return _against_expected(check, compression, expected_size, expected_sha256,
                              expected_records)
 
 
+def _open_url(url: str) -> BinaryIO:
+    import fsspec  # here: `read_back`'s processes open local paths and never need it
+
+    return fsspec.open(url, "rb").open()
+
+
+def _open_local(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
 def _read_file(url: str, file: str, compression: str | None, features: Mapping | None,
-               vocabulary_sizes: Mapping | None,
-               index: tuple[str, str] | None = None) -> FileCheck:
-    """What reading the file finds, before comparing it with what was expected."""
+               vocabulary_sizes: Mapping | None, index: tuple[str, str] | None = None, *,
+               open_file: Callable[[str], BinaryIO]) -> FileCheck:
+    """What reading the file finds, before comparing it with what was expected.
+    open_file: `_open_url`, or `_open_local` for a local path."""
     check = FileCheck(file=file)
     try:
-        handle = fsspec.open(url, "rb").open()
+        handle = open_file(url)
     except FileNotFoundError:
         check.exists = False
         check.problems.append(Problem(file, "missing", code="missing"))
@@ -275,7 +246,7 @@ def read_back(path: str, file: str, *, compression: str) -> ReadBack | None:
     file changed or went while it was read (a writer that was retried
     replaced it): what was read is then no file's content."""
     before = file_identity(path)
-    check = _read_file(path, file, compression, None, None)
+    check = _read_file(path, file, compression, None, None, open_file=_open_local)
     after = file_identity(path)
     if before is None or before != after:
         return None
@@ -290,6 +261,8 @@ def check_read_back(url: str, file: str, *, read: ReadBack, compression: str,
     still the one read (same device, inode, size and modification time; a
     shard is renamed into place once written, never changed in place).
     Otherwise it is read again."""
+    import fsspec
+
     _, path = fsspec.core.url_to_fs(url)
     if file_identity(path) != read.identity:
         return check_file(url, file, compression=compression, expected_size=expected_size,
@@ -310,6 +283,10 @@ def check_stored(url: str, file: str, *, stored: Mapping, compression: str,
     An object that is not that one (rewritten by a retried writer, or
     replaced) is read back in full (`check_file`): a retry's identical
     bytes pass, anything else is reported as reading finds it."""
+    import fsspec
+
+    from ...transforms.readers.inputs import fingerprint
+
     fs, fs_path = fsspec.core.url_to_fs(url)
     now = fingerprint(fs, fs_path)
     if now.get("missing"):
@@ -361,7 +338,7 @@ def _index_lines(index: tuple[str, str] | None) -> Iterator[_IndexLines | None]:
         return
     url, file = index
     try:
-        handle = fsspec.open(url, "rb").open()
+        handle = _open_url(url)
     except OSError:
         yield None
         return
@@ -372,6 +349,8 @@ def _index_lines(index: tuple[str, str] | None) -> Iterator[_IndexLines | None]:
 def _check_records(reader: _HashingReader, file: str, compression: str, check: FileCheck,
                    features: Mapping | None, vocabulary_sizes: Mapping,
                    index: _IndexLines | None = None) -> None:
+    if features is not None:
+        from .example_checks import record_problem
     match = tfrecord.IndexMatch(index.readline) if index is not None else None
     count = 0
     first_bad = None
@@ -417,6 +396,9 @@ def _check_array_record(url: str, reader: _HashingReader, check: FileCheck,
     """`_check_records` for an ArrayRecord shard (`array_record_checks`):
     records counted and, with `features`, each checked; damage (a chunk's
     hash, an unreadable file) is a "framing" problem at its record."""
+    from .array_record_checks import read_array_record
+    from .example_checks import record_problem
+
     problem_of = None if features is None else (
         lambda record: record_problem(memoryview(record), features, vocabulary_sizes))
     found = read_array_record(url, check.file, reader, problem_of)
@@ -430,18 +412,6 @@ def _check_array_record(url: str, reader: _HashingReader, check: FileCheck,
         position, message = found.first_bad
         first_bad = Problem(check.file, message, record_index=position, code="example")
     add_example_problem(check, first_bad, found.bad)
-
-
-def record_problem(record, features: Mapping, vocabulary_sizes: Mapping) -> str | None:
-    """Why one record is not an Example of the manifest's features, or None."""
-    try:
-        return example_problem(_decoded(record), features, vocabulary_sizes)
-    except NonCanonicalExample as error:
-        return (f"a {len(record)}-byte Example in a non-canonical encoding ({error}); records "
-                f"over {LARGE_EXAMPLE_BYTES} bytes are checked in place, which needs the "
-                "encoding every serializer writes")
-    except ExampleDecodeError as error:
-        return str(error)
 
 
 def add_example_problem(check: FileCheck, first_bad: Problem | None, bad: int) -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recordforge.pipelines import publish
-from recordforge.pipelines.publish import file_checks, verify
+from recordforge.pipelines.publish import example_checks, file_checks, verify
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 from recordforge.transforms.layout import shard_file_name
@@ -249,16 +249,16 @@ def test_example_problem_shapes():
     features = {"fixed": {"type": "float", "shape": [2]}, "any": {"type": "int64", "shape": [-1]},
                 "opt": {"type": "bytes", "shape": [], "required": False}}
     ok = {"fixed": ("float", [1.0, 2.0]), "any": ("int64", [])}
-    assert file_checks.example_problem(ok, features, {}) is None
+    assert example_checks.example_problem(ok, features, {}) is None
     # A list of any length is still written into every record; only a
     # feature the manifest declares optional may be absent.
-    assert "'any' is missing" in file_checks.example_problem(
+    assert "'any' is missing" in example_checks.example_problem(
         {"fixed": ("float", [1.0, 2.0])}, features, {})
-    assert file_checks.example_problem({**ok, "opt": ("bytes", [b"x"])}, features, {}) is None
-    assert file_checks.example_problem({"fixed": ("float", [1.0])}, features, {}) == \
+    assert example_checks.example_problem({**ok, "opt": ("bytes", [b"x"])}, features, {}) is None
+    assert example_checks.example_problem({"fixed": ("float", [1.0])}, features, {}) == \
         "feature 'fixed' has 1 values, shape [2] needs 2"
-    assert file_checks.example_problem({**ok, "any": ("bytes", [])}, features, {}) is None
-    assert file_checks.example_problem({**ok, "any": ("int64", [5])}, features, {"any": 5}) == \
+    assert example_checks.example_problem({**ok, "any": ("bytes", [])}, features, {}) is None
+    assert example_checks.example_problem({**ok, "any": ("int64", [5])}, features, {"any": 5}) == \
         "feature 'any': id 5 is outside its vocabulary (0..4)"
 
 

@@ -7,9 +7,6 @@ where reading it back would.
 
 from __future__ import annotations
 
-import crc32c
-import numpy as np
-
 from ...schemas.native import kernels
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
                       cached_length_crc, length_crc, masked_crc32c_array)
@@ -204,10 +201,15 @@ def _first_bad_data_crc(buffer: bytearray, starts: list[int], ends: list[int]) -
     """Position in `starts` of the first record whose data CRC is wrong."""
     if not starts:
         return None
+    # numpy and crc32c are imported here, not with the module: a process
+    # that reads shards back with the native kernels never needs them.
+    import numpy as np
+    from crc32c import crc32c
+
     with memoryview(buffer) as view:
         data = map(view.__getitem__, map(slice, [start + HEADER_SIZE for start in starts],
                                          [end - FOOTER_SIZE for end in ends]))
-        crcs = np.fromiter(map(crc32c.crc32c, data), dtype=np.uint32, count=len(starts))
+        crcs = np.fromiter(map(crc32c, data), dtype=np.uint32, count=len(starts))
     masked = masked_crc32c_array(crcs)
     footers = np.asarray(ends, dtype=np.int64)[:, None] + np.arange(-FOOTER_SIZE, 0)
     stored = np.frombuffer(buffer, dtype=np.uint8)[footers].view("<u4").ravel()

@@ -12,12 +12,12 @@ as TensorFlow's `tf.io.TFRecordWriter` writes it.
 from __future__ import annotations
 
 import struct
-from typing import Iterable
-
-import crc32c
-import numpy as np
+from typing import TYPE_CHECKING, Iterable
 
 from ...schemas.native import kernels
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "FOOTER_SIZE",
@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "TFRecordError",
     "cached_length_crc",
+    "crc32c",
     "frame_records",
     "length_crc",
     "mask_crc",
@@ -72,9 +73,20 @@ class TFRecordError(Exception):
         self.record_index = record_index
 
 
+def crc32c(data, value: int = 0) -> int:
+    """The CRC32C of `data`, continuing `value` (the CRC of the bytes before)."""
+    # The crc32c package is imported on first use, here and in the codec's
+    # pure-Python checks: its import costs a process ~40 ms (it imports
+    # importlib.metadata and argparse), and a process that reads shards back
+    # with the native kernels never computes a CRC in Python.
+    from crc32c import crc32c as computed
+
+    return computed(data, value)
+
+
 def masked_crc32c(data) -> int:
     """The CRC32C of `data`, masked the way TFRecord files store it."""
-    return mask_crc(crc32c.crc32c(data))
+    return mask_crc(crc32c(data))
 
 
 def mask_crc(crc: int) -> int:
@@ -86,6 +98,8 @@ def mask_crc(crc: int) -> int:
 def masked_crc32c_array(crcs: np.ndarray) -> np.ndarray:
     """`masked_crc32c`'s mask over a uint32 array of CRCs at once (uint32
     arithmetic wraps like ``& 0xFFFFFFFF``)."""
+    import numpy as np  # not with the module: see _framed_parts
+
     return ((crcs >> 15) | (crcs << 17)) + np.uint32(_CRC_MASK_DELTA)
 
 
@@ -139,13 +153,18 @@ def _framed_parts(records: list) -> list:
     The per-record work is a few C-level passes (map, numpy) rather than a
     Python loop: on ~1 KB rows the loop cost more than the CRCs themselves.
     """
+    # numpy is imported here, not with the module: a process that reads
+    # shards back with the native kernels never needs it (~0.1 s to import).
+    import numpy as np
+    from crc32c import crc32c as computed  # see `crc32c`
+
     count = len(records)
     if not count:
         return []
     headers = list(map(_header_cache.get, map(len, records)))
     if None in headers:
         headers = [header or _header(len(record)) for header, record in zip(headers, records)]
-    crcs = np.fromiter(map(crc32c.crc32c, records), dtype=np.uint32, count=count)
+    crcs = np.fromiter(map(computed, records), dtype=np.uint32, count=count)
     masked = masked_crc32c_array(crcs)
     parts = [b""] * (3 * count)
     parts[0::3] = headers

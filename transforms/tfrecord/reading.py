@@ -10,11 +10,8 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO, Iterator
 
-import crc32c
-import fsspec
-
 from .damage import complete_records, count_complete
-from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, mask_crc,
+from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, crc32c, mask_crc,
                       masked_crc32c)
 from .gzip_members import GZIP_MAGIC, READ_BLOCK, GzipStreamError, gunzip_blocks
 from .writer import check_compression
@@ -170,6 +167,8 @@ def _counted(buffer: bytearray, position: int, index: int, path: str):
 
 def read_records(path: str, compression: str = "auto") -> Iterator[bytes]:
     """Yields the records of one TFRecord file opened through fsspec."""
+    import fsspec  # here: the codec's other readers take open files, and need none
+
     with fsspec.open(path, "rb") as fileobj:
         yield from iter_records(fileobj, path=path, compression=compression)
 
@@ -293,7 +292,7 @@ class StreamedRecord:
             raise self._error(f"truncated record ({self.length - self._left} of its "
                               f"{self.length} bytes at end of stream)")
         piece = walk.take(min(size, len(walk.buffer)))
-        self._crc = crc32c.crc32c(piece, self._crc)
+        self._crc = crc32c(piece, self._crc)
         self._left -= len(piece)
         if not self._left:
             self._check_footer()
