@@ -14,10 +14,10 @@ use crate::rules::Value;
 const OFFSET_SIZE: usize = 8;
 
 /// Every row's value of a text column (a placeholder, the empty text,
-/// where a row holds none: the states say which), joined, and the offsets
-/// that cut them apart. An error for a number (no text column holds one)
-/// or, unless `validated`, a value that is not UTF-8.
-pub fn joined(values: &[Value], validated: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
+/// where a row holds none: the states say which), and how many bytes they
+/// hold together. An error for a number (no text column holds one) or,
+/// unless `validated`, a value that is not UTF-8.
+fn texts<'v>(values: &[Value<'v>], validated: bool) -> Result<(Vec<&'v [u8]>, usize), String> {
     let mut texts = Vec::with_capacity(values.len());
     let mut total = 0usize;
     for value in values {
@@ -30,32 +30,50 @@ pub fn joined(values: &[Value], validated: bool) -> Result<(Vec<u8>, Vec<u8>), S
         total += text.len();
         texts.push(*text);
     }
-    let mut data = Vec::with_capacity(total);
+    Ok((texts, total))
+}
+
+/// `texts` joined into `data` (exactly as long as they are together), and
+/// the offsets that cut them apart.
+fn join_into(texts: &[&[u8]], data: &mut [u8]) -> Vec<u8> {
     let mut offsets = Vec::with_capacity((texts.len() + 1) * OFFSET_SIZE);
     offsets.extend_from_slice(&0i64.to_le_bytes());
+    let mut end = 0;
     for text in texts {
-        data.extend_from_slice(text);
-        offsets.extend_from_slice(&(data.len() as i64).to_le_bytes());
+        data[end..end + text.len()].copy_from_slice(text);
+        end += text.len();
+        offsets.extend_from_slice(&(end as i64).to_le_bytes());
     }
+    offsets
+}
+
+/// `values` (a text column's) joined, and the offsets that cut them apart
+/// (as `text_column_objects` gives them to Python).
+#[cfg(test)]
+pub(crate) fn joined(values: &[Value], validated: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let (texts, total) = texts(values, validated)?;
+    let mut data = vec![0u8; total];
+    let offsets = join_into(&texts, &mut data);
     Ok((data, offsets))
 }
 
-/// The values `offsets` cuts out of `data` (as `joined` makes them), each
-/// valid UTF-8; None for offsets that are not a whole number of int64, do
-/// not rise, or run past `data`, or a value that is not UTF-8.
+/// The values `offsets` cuts out of `data` (as `joined` makes them); None
+/// for offsets that are not a whole number of int64, fall, or run past
+/// `data`, or for `data` not valid UTF-8 or cut inside a character (so
+/// that every value is UTF-8: `data` is checked once, not each value).
 pub fn column_values<'a>(data: &'a [u8], offsets: &[u8]) -> Option<Vec<&'a [u8]>> {
     if offsets.len() % OFFSET_SIZE != 0 || offsets.is_empty() {
         return None;
     }
+    let text = std::str::from_utf8(data).ok()?;
     let mut bounds = offsets.chunks_exact(OFFSET_SIZE)
         .map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes")));
     let mut start = usize::try_from(bounds.next()?).ok()?;
     let mut values = Vec::with_capacity(offsets.len() / OFFSET_SIZE - 1);
     for end in bounds {
         let end = usize::try_from(end).ok()?;
-        let text = data.get(start..end)?;
-        std::str::from_utf8(text).ok()?;
-        values.push(text);
+        // (None where the range falls, runs past the text or cuts a character)
+        values.push(text.get(start..end)?.as_bytes());
         start = end;
     }
     Some(values)
@@ -65,11 +83,17 @@ pub fn column_values<'a>(data: &'a [u8], offsets: &[u8]) -> Option<Vec<&'a [u8]>
 /// `joined`'s two buffers as bytes, and one state byte per row
 /// (`column::PRESENT`, ...) or None when every row holds its value.
 pub(crate) fn text_column_objects(py: Python<'_>, column: &Column, validated: bool) -> PyResult<PyObject> {
-    let (data, offsets) = joined(&column.values, validated).map_err(|error| {
+    let (texts, total) = texts(&column.values, validated).map_err(|error| {
         if validated { PyRuntimeError::new_err(error) } else { PyValueError::new_err(error) }
     })?;
+    // (joined straight into the bytes object: no buffer of their own first)
+    let mut offsets = Vec::new();
+    let data = PyBytes::new_with(py, total, |data| {
+        offsets = join_into(&texts, data);
+        Ok(())
+    })?;
     let states = column.complete().is_none().then(|| PyBytes::new(py, &column.states));
-    Ok((PyBytes::new(py, &data), PyBytes::new(py, &offsets), states).into_pyobject(py)?.into_any().unbind())
+    Ok((data, PyBytes::new(py, &offsets), states).into_pyobject(py)?.into_any().unbind())
 }
 
 #[cfg(test)]
