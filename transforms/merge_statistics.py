@@ -23,6 +23,7 @@ import numpy as np
 
 from ..schemas.row_encoder import RowEncoder
 from ..schemas.stats import FeatureStatistics, MergingStatistics, StatisticsPlan
+from ..schemas.text_column import TextColumn
 
 __all__ = ["CheckedValues", "MergeStatistics", "PartlyChecked", "StatisticsSetup",
            "partial_from_json", "partial_to_json", "statistics_entry"]
@@ -41,12 +42,12 @@ class StatisticsSetup(NamedTuple):
 class PartlyChecked(NamedTuple):
     """A feature's checked values in a batch some row holds none of (the
     native kernel's, `native_rows`): every row's value (an int64 or
-    float64 array, a placeholder where the row holds none; None for text,
-    which the batch's own column holds) and each row's state: `PRESENT`,
+    float64 array, or a `TextColumn`, a placeholder where the row holds
+    none) and each row's state: `PRESENT`,
     `OMITTED` (an optional feature left out) or `UNCHECKED` (declined at
     this feature: the row path converts it)."""
 
-    values: np.ndarray | None
+    values: np.ndarray | TextColumn
     states: np.ndarray
 
 
@@ -80,6 +81,8 @@ class CheckedValues:
             return values
         if isinstance(values, np.ndarray):  # the native kernel's numbers: picked as an array
             return values[self._good]
+        if isinstance(values, TextColumn):  # and its text: picked as one buffer
+            return values.take(self._good)
         return list(map(values.__getitem__, self._good))
 
     def __call__(self, name: str) -> tuple[str, Any]:
@@ -104,13 +107,13 @@ class CheckedValues:
         then counts it as it is)."""
         text = self._kinds[name] == "string"
         states = self._pick(checked.states)
-        values = self._pick(self._column(source) if text else checked.values)
+        values = self._pick(checked.values)
         unchecked = np.flatnonzero(states == UNCHECKED)
         if len(unchecked):
             values = list(values) if text else values.copy()  # (the picks may be the batch's own)
             states = states.copy()
             convert = self._encoder.converter(name)
-            raws = values if text else self._pick(self._column(source))
+            raws = self._pick(self._column(source))
             for at in unchecked.tolist():
                 converted = _converted(convert, raws[at])
                 if converted is None:

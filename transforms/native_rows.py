@@ -6,8 +6,9 @@ kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's
 Example, framed into one buffer (a `FramedExamples`: no bytes object per
 row), and key, the checked values of the features whose whole column passed (text
-as `RowEncoder.encode_columns` gives it, numbers and vocabulary ids as the
-kernel's array, no Python number made per row; a column some row holds
+as a `TextColumn`, every row's value in one buffer, read as the str values
+`RowEncoder.encode_columns` gives; numbers and vocabulary ids as the
+kernel's array: no Python object made per row; a column some row holds
 none of as a `merge_statistics.PartlyChecked`, for the statistics) and, given the dataset's
 salt, every row's digest (`splits.row_digests` of its key, or of its
 Example without one), back to back in one bytes object. The kernel takes
@@ -39,6 +40,7 @@ from ..schemas.example import ExampleEncoder
 from ..schemas.fast_paths import fast_bounds
 from ..schemas.features import INT64_MAX, INT64_MIN, FeatureSpec
 from ..schemas.native import kernels
+from ..schemas.text_column import TextColumn
 from ..schemas.timestamps import UNIT_NANOS, zone
 from .framed_examples import FramedExamples
 from .merge_statistics import PartlyChecked
@@ -85,16 +87,18 @@ class NativeRows:
                              for key in ((name,) if isinstance(name, str) else name)]
                             for name in self._jsonl_names]
 
-    def convert(self, batch) -> tuple[FramedExamples | list, list, dict[str, list],
-                                      dict[str, list], bytes | None, int] | None:
+    def convert(self, batch) -> tuple[FramedExamples | list, list, dict[str, Any],
+                                      dict[str, TextColumn], bytes | None, int] | None:
         """(examples, keys, checked, texts, digests, declined) of a batch: the first
         three as `BatchConverter`'s column path gives them, except that the
         examples are a `FramedExamples` when no row was declined (else
         `kernel_examples`' list), a numeric or vocabulary column's checked
-        values are a numpy array (`_checked`) and a column some row holds no
+        values are a numpy array (`_checked`), a string feature's a
+        `TextColumn`, and a column some row holds no
         checked value of (left out, or declined at it) is a `PartlyChecked`
-        (for the statistics alone), texts the raw str values of the columns that text
-        features took whole (source -> values, as the reader splits them),
+        (for the statistics alone), texts the raw text values of the columns that text
+        features took whole (source -> `TextColumn`, read as the str values
+        the reader splits),
         digests every row's digest under the salt back to back (16 zero
         bytes for a row declined) or None without a salt, declined how many
         rows the kernel declined (their examples None); or None when the
@@ -130,15 +134,22 @@ class NativeRows:
         for spec, kind, column in zip(self._specs, kinds, columns):
             if kind is None:
                 continue
+            if kind == "text":  # (every row's text in one buffer: `TextColumn`)
+                data, offsets, states = column
+                values = TextColumn(data, offsets)
+                if states is not None:  # some row holds no checked value
+                    checked[spec.name] = PartlyChecked(values, np.frombuffer(states, dtype=np.uint8))
+                    continue
+                checked[spec.name] = values
+                if not spec.path:  # (a path is no column of the batch)
+                    texts[spec.source] = values
+                continue
             if type(column) is tuple:  # some row holds no checked value
                 packed, states = column
-                checked[spec.name] = PartlyChecked(
-                    None if packed is None else _checked(kind, packed),
-                    np.frombuffer(states, dtype=np.uint8))
+                checked[spec.name] = PartlyChecked(_checked(kind, packed),
+                                                   np.frombuffer(states, dtype=np.uint8))
                 continue
             checked[spec.name] = _checked(kind, column)
-            if kind == "text" and not spec.path:  # (a path is no column of the batch)
-                texts[spec.source] = checked[spec.name]
         return examples, keys, checked, texts, digests, declined
 
     def _plan(self, names: tuple, nested: bool = False):
@@ -199,7 +210,7 @@ class NativeRows:
         limit = None if limit == math.inf else int(limit)
         # The Python column path takes text columns whole, never bytes ones
         # (CSV gives text, which a bytes feature converts by its full rules):
-        # the kernel gives a text feature's values as str, for statistics.
+        # the kernel gives a text feature's values (a `TextColumn`) for statistics.
         # (a set: the kernel takes a set of allowed values, not a list)
         rule = ("text", limit, None if allowed is None else set(allowed), spec.is_text)
         return rule, ("text" if spec.is_text else None)
@@ -274,14 +285,11 @@ def arrow_buffers(record_batch) -> list:
     return described
 
 
-def _checked(kind: str, packed):
-    """A column's checked values from the kernel's packed ones. Text: the
-    kernel's str values, equal to the reader's (what a string feature
-    stores, encoded; `CheckedValues` reads those). Numbers and vocabulary
-    ids: the int64 or float64 array alone, which is all their readers take
-    (statistics, label counts): no list of Python numbers is made."""
-    if kind == "text":
-        return packed
+def _checked(kind: str, packed) -> np.ndarray:
+    """A numeric or vocabulary column's checked values from the kernel's
+    packed ones: the int64 or float64 array alone, which is all their
+    readers take (statistics, label counts): no list of Python numbers is
+    made."""
     # (a copy: an array of its own, writable, not a view of the kernel's bytes)
     return np.frombuffer(packed, dtype="<f8" if kind == "float64" else "<i8").copy()
 

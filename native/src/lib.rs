@@ -19,6 +19,7 @@ mod py_rows;
 pub mod stats;
 pub mod numeric_stats;
 pub mod text_stats;
+pub mod text_column;
 pub mod index;
 pub mod json;
 pub mod json_scan;
@@ -38,7 +39,7 @@ use std::collections::{HashMap, HashSet};
 
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use py_rows::{converted_objects, text_object, FramedRows};
+use py_rows::{converted_objects, FramedRows};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -230,35 +231,13 @@ impl CsvPlan {
     }
 }
 
-/// A feature's checked column for Python: its numbers packed as
-/// little-endian int64 or float64 (numpy reads them in one call); for
-/// text, a list of str when `as_str` (what the reader's split would have
-/// given: the statistics of a string feature read it), else b"".
-/// `validated`: every text value is known to be UTF-8 (cut at ASCII
-/// commas and line ends from a run `table::check_run` validated whole),
-/// so it is not checked again.
-fn packed_column(py: Python<'_>, values: &[rules::Value], as_str: bool, validated: bool) -> PyResult<PyObject> {
+/// A numeric feature's checked column for Python: its numbers packed as
+/// little-endian int64 or float64 (numpy reads them in one call); b"" for
+/// a bytes feature's text, which Python does not read (a string
+/// feature's text is a `text_column`, `py_rows::checked_column`).
+fn packed_column(py: Python<'_>, values: &[rules::Value]) -> PyResult<PyObject> {
     if let Some(rules::Value::Bytes(_)) = values.first() {
-        if !as_str {
-            return Ok(PyBytes::new(py, b"").into_any().unbind());
-        }
-        let mut texts = Vec::with_capacity(values.len());
-        for value in values {
-            let rules::Value::Bytes(data) = value else {
-                return Err(PyRuntimeError::new_err("a text column holds a number"));
-            };
-            let text = if validated {
-                // SAFETY: `validated` is passed only for the fields of a
-                // run `table::check_run` found valid UTF-8 whole, cut at
-                // ASCII bytes (',', '\r', '\n'), which never fall inside
-                // a multi-byte character: every field is valid UTF-8.
-                unsafe { std::str::from_utf8_unchecked(data) }
-            } else {
-                std::str::from_utf8(data).map_err(|error| PyValueError::new_err(error.to_string()))?
-            };
-            texts.push(text_object(py, text)?);
-        }
-        return Ok(PyList::new(py, texts)?.into_any().unbind());
+        return Ok(PyBytes::new(py, b"").into_any().unbind());
     }
     let mut packed = Vec::with_capacity(values.len() * 8);
     for value in values {
@@ -300,8 +279,9 @@ impl CsvRun {
 /// object, in row order, and the rows' offsets into it (`FramedRows`: a
 /// declined row spans no bytes), one bytes object (or None) per row for keys,
 /// per feature its checked values (`py_rows::checked_column`: the
-/// `packed_column`, text as str where the plan says `as_str`, or where
-/// some row holds none the packed values and each row's state), and with
+/// `packed_column`, a string feature's text as one buffer and offsets
+/// where the plan says `as_str` (`text_column`), or where some row holds
+/// none the packed values and each row's state), and with
 /// a plan made with a salt every row's digest joined (`table::Converted::digests`), else None; and how many
 /// rows it declined. None when the run is not what the reader promises (the
 /// Python path takes the batch).
@@ -523,6 +503,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numeric_stats::numeric_update_py, module)?)?;
     module.add_function(wrap_pyfunction!(text_theta, module)?)?;
     module.add_function(wrap_pyfunction!(text_stats::text_partial_py, module)?)?;
+    module.add_function(wrap_pyfunction!(text_stats::text_column_partial, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;

@@ -3,35 +3,12 @@
 //! `arrow::convert_arrow_batch`), made as the rows come.
 
 use pyo3::prelude::*;
-use pyo3::exceptions::PyValueError;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyList};
 
 use crate::column::Column;
 use crate::rules::Value;
+use crate::text_column::text_column_objects;
 use crate::{digest, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
-
-/// `text` as a str. ASCII text (most fields) is copied into a new ASCII
-/// str as it is: CPython's UTF-8 decoder reads a field that does not start
-/// on an 8-byte boundary (as a run's fields mostly do) a byte at a time.
-pub(crate) fn text_object<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyString>> {
-    if !text.is_ascii() {
-        return Ok(PyString::new(py, text));
-    }
-    let length = pyo3::ffi::Py_ssize_t::try_from(text.len())
-        .map_err(|_| PyValueError::new_err("a text longer than a str holds"))?;
-    // SAFETY: PyUnicode_New(n, 127) makes a compact ASCII str of n
-    // one-byte characters (its terminator set), whose data PyUnicode_DATA
-    // points at; exactly n ASCII bytes are written there before the str
-    // is seen by anyone, and a NULL (no memory) is raised as an error.
-    unsafe {
-        let object = pyo3::ffi::PyUnicode_New(length, 127);
-        if object.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        std::ptr::copy_nonoverlapping(text.as_ptr(), pyo3::ffi::PyUnicode_DATA(object) as *mut u8, text.len());
-        Ok(Bound::from_owned_ptr(py, object).downcast_into_unchecked())
-    }
-}
 
 /// A table kernel's rows as the Python side takes them (`table::Rows`):
 /// every taken row's Example framed as a TFRecord record (length, masked
@@ -81,18 +58,24 @@ impl table::Rows for FramedRows<'_> {
     }
 }
 
-/// A checked column for Python: its `packed_column` when every row holds
-/// its checked value; else (packed values, one state byte per row:
-/// `column::PRESENT`, ...), the values packed for numbers (placeholders
-/// where a row holds none) and None for text (the batch's own text column
-/// is what a text feature stores: no str is made per row).
+/// A checked column for Python: a string feature's (`as_str`) as its
+/// `text_column_objects` (every row's text in one buffer: no str per row);
+/// else its `packed_column` when every row holds its checked value; else
+/// (packed values, one state byte per row: `column::PRESENT`, ...), the
+/// values packed for numbers (placeholders where a row holds none) and
+/// None for a bytes feature's text, which Python does not read.
+/// `validated`: every text value is known to be UTF-8 (cut at ASCII
+/// commas and line ends from a run `table::check_run` validated whole).
 fn checked_column(py: Python<'_>, column: &Column, as_str: bool, validated: bool) -> PyResult<PyObject> {
+    if as_str {
+        return text_column_objects(py, column, validated);
+    }
     if let Some(values) = column.complete() {
-        return packed_column(py, values, as_str, validated);
+        return packed_column(py, values);
     }
     let packed = match column.values.first() {
         Some(Value::Bytes(_)) | None => py.None(),
-        Some(_) => packed_column(py, &column.values, as_str, validated)?,
+        Some(_) => packed_column(py, &column.values)?,
     };
     Ok((packed, PyBytes::new(py, &column.states)).into_pyobject(py)?.into_any().unbind())
 }
@@ -104,7 +87,7 @@ fn checked_column(py: Python<'_>, column: &Column, as_str: bool, validated: bool
 /// the plan has a salt: `FramedRows::digests`), per feature its
 /// `checked_column`, and how many rows were declined (the caller need not
 /// look for an empty span).
-/// `validated`: as `packed_column`'s.
+/// `validated`: as `checked_column`'s.
 pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
     let mut checked = Vec::with_capacity(columns.len());

@@ -17,6 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::stats::{compact_theta, murmur3_x64_128, THETA_SEED};
+use crate::text_column;
 
 /// One batch's text partial: `FrequentValues(counts, offset)` with counts
 /// the kept values (index of the first occurrence, count), in order of
@@ -144,13 +145,42 @@ fn utf8_items<'a>(items: &'a [Bound<'_, PyAny>], bound: usize) -> Option<Vec<&'a
 #[allow(clippy::type_complexity)]
 pub fn text_partial_py<'py>(py: Python<'py>, texts: &Bound<'py, PyAny>, capacity: usize, bound: usize, lg_k: u32)
                             -> PyResult<Option<(Vec<(usize, u64)>, u64, Bound<'py, PyBytes>)>> {
-    if !(5..=26).contains(&lg_k) {
-        return Err(PyValueError::new_err(format!("lg_k must be from 5 to 26 (DataSketches' range): {lg_k}")));
-    }
+    check_lg_k(lg_k)?;
     let Ok(list) = texts.downcast::<PyList>() else { return Ok(None) };
     let items: Vec<Bound<'py, PyAny>> = list.iter().collect();
     let Some(slices) = utf8_items(&items, bound) else { return Ok(None) };
-    let partial = crate::guarded(|| text_partial(&slices, capacity, lg_k))?;
+    partial_objects(py, &slices, capacity, lg_k)
+}
+
+/// `text_column_partial(data, offsets, capacity, bound, lg_k)`: as
+/// `text_partial`, of a text column given whole (`text_column`: the values
+/// joined in `data`, cut by `offsets`), as `TextColumn` holds it. None for
+/// offsets or values `text_column::column_values` refuses, or a value over
+/// `bound` bytes.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn text_column_partial<'py>(py: Python<'py>, data: &Bound<'py, PyBytes>, offsets: &Bound<'py, PyBytes>,
+                                capacity: usize, bound: usize, lg_k: u32)
+                                -> PyResult<Option<(Vec<(usize, u64)>, u64, Bound<'py, PyBytes>)>> {
+    check_lg_k(lg_k)?;
+    let Some(slices) = text_column::column_values(data.as_bytes(), offsets.as_bytes()) else { return Ok(None) };
+    if slices.iter().any(|text| text.len() > bound) {
+        return Ok(None);
+    }
+    partial_objects(py, &slices, capacity, lg_k)
+}
+
+fn check_lg_k(lg_k: u32) -> PyResult<()> {
+    if !(5..=26).contains(&lg_k) {
+        return Err(PyValueError::new_err(format!("lg_k must be from 5 to 26 (DataSketches' range): {lg_k}")));
+    }
+    Ok(())
+}
+
+#[allow(clippy::type_complexity)]
+fn partial_objects<'py>(py: Python<'py>, slices: &[&[u8]], capacity: usize, lg_k: u32)
+                        -> PyResult<Option<(Vec<(usize, u64)>, u64, Bound<'py, PyBytes>)>> {
+    let partial = crate::guarded(|| text_partial(slices, capacity, lg_k))?;
     Ok(Some((partial.kept, partial.offset, PyBytes::new(py, &partial.theta))))
 }
 
@@ -218,6 +248,18 @@ mod tests {
             prop_assert!(partial.kept.windows(2).all(|pair| pair[0].0 < pair[1].0));
             prop_assert!(partial.kept.iter().all(|(first, _)| !slices[..*first].contains(&slices[*first])));
             prop_assert_eq!(partial.theta, text_theta(slices.iter().copied(), lg_k));
+        }
+
+        #[test]
+        fn a_joined_column_gives_the_partial_of_its_values(
+            texts in prop::collection::vec(prop::sample::select(vec!["", "a", "b", "é", "😀", "ab"]), 0..200),
+            capacity in 0usize..8) {
+            let values: Vec<crate::rules::Value> = texts.iter()
+                .map(|text| crate::rules::Value::Bytes(text.as_bytes())).collect();
+            let (data, offsets) = text_column::joined(&values, false).unwrap();
+            let slices: Vec<&[u8]> = texts.iter().map(|text| text.as_bytes()).collect();
+            let whole = text_column::column_values(&data, &offsets).unwrap();
+            prop_assert_eq!(text_partial(&whole, capacity, 6), text_partial(&slices, capacity, 6));
         }
 
         #[test]

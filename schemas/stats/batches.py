@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..text_column import TextColumn
 from .distinct import compact_theta
 from .feature_stats import FeatureStatistics
 from .plan import StatisticsPlan, order_free
@@ -105,9 +106,9 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
             holds = held if held is None or len(rows) == len(split_of) else held[rows]
             if len(rows) == len(split_of):
                 chosen = values
-            elif isinstance(values, np.ndarray):
+            elif isinstance(values, (np.ndarray, TextColumn)):
                 # The native kernel's checked array of a numeric or
-                # vocabulary column: picked the same way.
+                # vocabulary column, or its text column: picked the same way.
                 chosen = values[rows]
             elif form == "scalars" and hasattr(values, "array"):
                 # A numeric column's checked array (`columns.CheckedNumbers`):
@@ -119,7 +120,7 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
             feature = (kind, stored, is_list, vocabulary)
             if form == "masked":
                 # The examples holding a value, one each: as "rows" counts them.
-                present = (chosen[holds] if isinstance(chosen, np.ndarray)
+                present = (chosen[holds] if isinstance(chosen, (np.ndarray, TextColumn))
                            else list(itertools.compress(chosen, holds)))
                 yield (split, name), feature, len(rows), present, None
             elif form == "scalars":

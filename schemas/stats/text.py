@@ -1,6 +1,7 @@
 """A batch's text partial: what `FeatureStatistics` adds for a string feature, native or Python.
 
-`text_parts` gives, for one batch of a string feature's values, its
+`text_parts` gives, for one batch of a string feature's values (str, UTF-8
+bytes, or a `TextColumn` from the table kernels), its
 frequent values (`frequent.FrequentValues`) and its theta sketch: in one
 pass of the native kernel (`recordforge._native.text_partial`,
 native/src/text_stats.rs) where the extension runs and the batch is a
@@ -21,6 +22,7 @@ from typing import Sequence
 import datasketches
 
 from ..native import kernels
+from ..text_column import TextColumn
 from .distinct import THETA_LG_K, add_texts, text_sketch
 from .frequent import FREQUENT_CAPACITY, MAX_VALUE_BYTES, FrequentValues, bounded_texts
 
@@ -62,12 +64,17 @@ def native_text_parts(values: Sequence):
     values and the same compact sketch as `python_text_parts`. None where
     the kernel does not run or declines (values that are not all str or
     all UTF-8 bytes, or one longer than `MAX_VALUE_BYTES`, whose bounded
-    key only Python makes): then Python's."""
+    key only Python makes): then Python's. A `TextColumn` goes to the
+    kernel as its buffers."""
     native = kernels()
     if native is None:
         return None
     try:
-        done = native.text_partial(values, FREQUENT_CAPACITY, MAX_VALUE_BYTES, THETA_LG_K)
+        if isinstance(values, TextColumn):  # (taken whole: no str made but the kept values')
+            done = native.text_column_partial(values.data, values.offsets, FREQUENT_CAPACITY,
+                                              MAX_VALUE_BYTES, THETA_LG_K)
+        else:
+            done = native.text_partial(values, FREQUENT_CAPACITY, MAX_VALUE_BYTES, THETA_LG_K)
     except Exception:  # a bug must cost speed, never the statistics
         _LOG.warning("native text statistics failed; taking the Python path", exc_info=True)
         return None

@@ -6,11 +6,13 @@ import json
 import random
 
 import datasketches
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.stats import FeatureStatistics, distinct, frequent, text
 from recordforge.schemas.stats.frequent import MAX_VALUE_BYTES
+from recordforge.schemas.text_column import TextColumn
 
 # Every value class the statistics meet: the empty text, 1-4 byte
 # characters, every MurmurHash3 tail length, values at and over the bound
@@ -80,6 +82,33 @@ def test_what_the_kernel_declines(native):
         native.text_partial(["a"], 8, 8, 4)
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=VALUES, capacity=st.integers(0, 12))
+def test_a_text_column_gives_the_parts_of_its_list(native, values, capacity):
+    """The table kernels' form of a column (one buffer, offsets) taken
+    whole: what the list of its str gives, and the reference's parts."""
+    column = TextColumn.of(values)
+    found = _native(native, column, capacity)
+    assert found == _native(native, values, capacity)
+    if found is not None:
+        assert found == _pure(values, capacity) == _pure(column, capacity)
+
+
+def test_what_the_kernel_declines_of_a_text_column(native):
+    """Offsets that are not int64, fall, start below 0 or run past the
+    data; a value that is not UTF-8 or is over the bound: None (Python's)."""
+    def ends(*at):
+        return np.array(at, dtype="<i8").tobytes()
+    for data, offsets in ((b"ab", b"\0" * 7), (b"ab", b""), (b"ab", ends(0, 3)),
+                          (b"ab", ends(0, 2, 1)), (b"ab", ends(-1, 1)), (b"\xff", ends(0, 1)),
+                          (b"\xc3\xa9", ends(0, 1, 2))):
+        assert native.text_column_partial(data, offsets, 8, MAX_VALUE_BYTES, 12) is None
+    assert native.text_column_partial(b"ab", ends(0, 1, 2), 8, 1, 12) is not None
+    assert native.text_column_partial(b"ab", ends(0, 2), 8, 1, 12) is None
+    with pytest.raises(ValueError, match="lg_k"):
+        native.text_column_partial(b"a", ends(0, 1), 8, 8, 27)
+
+
 def test_a_kernel_failure_costs_speed_not_the_statistics(caplog):
     class Broken:
         def text_partial(self, *args):
@@ -118,6 +147,13 @@ def test_many_texts_and_long_ones_give_the_same_statistics(native):
     batches = [[f"text {rng.randrange(30_000)}" for _ in range(10_000)] for _ in range(2)]
     batches.append(["x" * 5000, "y" * 1025, "z"] * 3)  # bounded keys, hashed as such
     assert _string_statistics(batches, native) == _string_statistics(batches, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(VALUES, min_size=1, max_size=3))
+def test_text_columns_give_the_statistics_of_their_lists(native, batches):
+    columns = [TextColumn.of(batch) for batch in batches]
+    assert _string_statistics(columns, native) == _string_statistics(batches, None)
 
 
 def test_many_batches_past_the_capacity_merge_the_same(native):

@@ -1,0 +1,134 @@
+//! A text feature's checked column as Python takes it: every row's UTF-8
+//! value back to back in one bytes object, with where each starts and ends
+//! (little-endian int64, one more than the rows), which
+//! `schemas/text_column.py` (`TextColumn`) reads as a sequence of str, and
+//! the text statistics (`text_stats`) take whole. No str is made per row.
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::column::Column;
+use crate::rules::Value;
+
+const OFFSET_SIZE: usize = 8;
+
+/// Every row's value of a text column (a placeholder, the empty text,
+/// where a row holds none: the states say which), and how many bytes they
+/// hold together. An error for a number (no text column holds one) or,
+/// unless `validated`, a value that is not UTF-8.
+fn texts<'v>(values: &[Value<'v>], validated: bool) -> Result<(Vec<&'v [u8]>, usize), String> {
+    let mut texts = Vec::with_capacity(values.len());
+    let mut total = 0usize;
+    for value in values {
+        let Value::Bytes(text) = value else { return Err("a text column holds a number".into()) };
+        // (`validated`: cut from a run `table::check_run` found valid UTF-8
+        // whole, at ASCII bytes, which never fall inside a character)
+        if !validated {
+            std::str::from_utf8(text).map_err(|error| error.to_string())?;
+        }
+        total += text.len();
+        texts.push(*text);
+    }
+    Ok((texts, total))
+}
+
+/// `texts` joined into `data` (exactly as long as they are together), and
+/// the offsets that cut them apart.
+fn join_into(texts: &[&[u8]], data: &mut [u8]) -> Vec<u8> {
+    let mut offsets = Vec::with_capacity((texts.len() + 1) * OFFSET_SIZE);
+    offsets.extend_from_slice(&0i64.to_le_bytes());
+    let mut end = 0;
+    for text in texts {
+        data[end..end + text.len()].copy_from_slice(text);
+        end += text.len();
+        offsets.extend_from_slice(&(end as i64).to_le_bytes());
+    }
+    offsets
+}
+
+/// `values` (a text column's) joined, and the offsets that cut them apart
+/// (as `text_column_objects` gives them to Python).
+#[cfg(test)]
+pub(crate) fn joined(values: &[Value], validated: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let (texts, total) = texts(values, validated)?;
+    let mut data = vec![0u8; total];
+    let offsets = join_into(&texts, &mut data);
+    Ok((data, offsets))
+}
+
+/// The values `offsets` cuts out of `data` (as `joined` makes them); None
+/// for offsets that are not a whole number of int64, fall, or run past
+/// `data`, or for `data` not valid UTF-8 or cut inside a character (so
+/// that every value is UTF-8: `data` is checked once, not each value).
+pub fn column_values<'a>(data: &'a [u8], offsets: &[u8]) -> Option<Vec<&'a [u8]>> {
+    if offsets.len() % OFFSET_SIZE != 0 || offsets.is_empty() {
+        return None;
+    }
+    let text = std::str::from_utf8(data).ok()?;
+    let mut bounds = offsets.chunks_exact(OFFSET_SIZE)
+        .map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+    let mut start = usize::try_from(bounds.next()?).ok()?;
+    let mut values = Vec::with_capacity(offsets.len() / OFFSET_SIZE - 1);
+    for end in bounds {
+        let end = usize::try_from(end).ok()?;
+        // (None where the range falls, runs past the text or cuts a character)
+        values.push(text.get(start..end)?.as_bytes());
+        start = end;
+    }
+    Some(values)
+}
+
+/// A text feature's checked column for Python, `(data, offsets, states)`:
+/// `joined`'s two buffers as bytes, and one state byte per row
+/// (`column::PRESENT`, ...) or None when every row holds its value.
+pub(crate) fn text_column_objects(py: Python<'_>, column: &Column, validated: bool) -> PyResult<PyObject> {
+    let (texts, total) = texts(&column.values, validated).map_err(|error| {
+        if validated { PyRuntimeError::new_err(error) } else { PyValueError::new_err(error) }
+    })?;
+    // (joined straight into the bytes object: no buffer of their own first)
+    let mut offsets = Vec::new();
+    let data = PyBytes::new_with(py, total, |data| {
+        offsets = join_into(&texts, data);
+        Ok(())
+    })?;
+    let states = column.complete().is_none().then(|| PyBytes::new(py, &column.states));
+    Ok((data, PyBytes::new(py, &offsets), states).into_pyobject(py)?.into_any().unbind())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn joined_values_cut_back_apart(texts in prop::collection::vec(".{0,6}", 0..40)) {
+            let values: Vec<Value> = texts.iter().map(|text| Value::Bytes(text.as_bytes())).collect();
+            let (data, offsets) = joined(&values, false).unwrap();
+            let back = column_values(&data, &offsets).unwrap();
+            prop_assert_eq!(back, texts.iter().map(|text| text.as_bytes()).collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn any_offsets_are_read_safely(data in prop::collection::vec(any::<u8>(), 0..40),
+                                       offsets in prop::collection::vec(any::<u8>(), 0..80),
+                                       small in prop::collection::vec(-2i64..45, 0..10)) {
+            let _ = column_values(&data, &offsets);
+            let packed: Vec<u8> = small.iter().flat_map(|at| at.to_le_bytes()).collect();
+            if let Some(values) = column_values(&data, &packed) {
+                prop_assert_eq!(values.len() + 1, small.len());
+                prop_assert!(values.iter().all(|value| std::str::from_utf8(value).is_ok()));
+            }
+        }
+    }
+
+    #[test]
+    fn numbers_and_bad_utf8_are_refused() {
+        assert!(joined(&[Value::Int(1)], true).is_err());
+        assert!(joined(&[Value::Bytes(b"\xff")], false).is_err());
+        assert!(joined(&[Value::Bytes(b"\xff")], true).is_ok());
+        assert_eq!(column_values(b"ab", &[0u8; 0]), None);
+        assert_eq!(column_values(b"\xff", &[0i64.to_le_bytes(), 1i64.to_le_bytes()].concat()), None);
+    }
+}
