@@ -7,8 +7,8 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from recordforge.transforms.framed_keys import FramedKeys
 
 keys = st.lists(st.one_of(st.none(), st.binary(max_size=8)), max_size=30)
