@@ -21,6 +21,7 @@ from ..schemas.features import FeatureSpec, label_text
 from ..schemas.keys import int64_keys, sortable_key
 from ..schemas.row_encoder import RowEncoder
 from .framed_examples import FramedExamples
+from .framed_keys import FramedKeys
 from .merge_statistics import CheckedValues, PartlyChecked
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
@@ -182,15 +183,16 @@ class BatchConverter:
         return self._rows(keys_kept, examples, digests), labels, dead_letters, (
             None if plan is None else CheckedValues(self._encoder, plan, column, checked, good))
 
-    def _rows(self, keys: list, examples: list | FramedExamples,
+    def _rows(self, keys: list | FramedKeys, examples: list | FramedExamples,
               digests: bytes | None = None) -> ExampleRows:
         """The good rows' ExampleBatch, as their columns (the shard writer
-        wants them so): the examples a `FramedExamples` from the native
-        kernel, a list from the Python paths; with a digest salt, a
+        wants them so): the examples a `FramedExamples` and the keys a
+        `FramedKeys` from the native kernel, lists from the Python paths; with a digest salt, a
         HashedExamples with their digests: the kernel's (`digests`), or
         made here. Every good row has a key with a key column and none
         without, so the Nones are not counted again downstream."""
-        keys = keys if type(keys) is list else list(keys)
+        if not isinstance(keys, (list, FramedKeys)):
+            keys = list(keys)
         if not isinstance(examples, (list, FramedExamples)):
             examples = list(examples)
         key_nones = 0 if self._key_column is not None else len(keys)

@@ -5,8 +5,8 @@ kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 `CsvRunBatch` with one `convert_checked_run` call (on the fields the
 reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's
 Example, framed into one buffer (a `FramedExamples`: no bytes object per
-row), and key, the checked values of the features whose whole column passed (text
-as a `TextColumn`, every row's value in one buffer, read as the str values
+row), and key (in one buffer too: a `FramedKeys`), the checked values of
+the features whose whole column passed (text as a `TextColumn`, every row's value in one buffer, read as the str values
 `RowEncoder.encode_columns` gives; numbers and vocabulary ids as the
 kernel's array: no Python object made per row; a column some row holds
 none of as a `merge_statistics.PartlyChecked`, for the statistics) and, given the dataset's
@@ -43,6 +43,7 @@ from ..schemas.native import kernels
 from ..schemas.text_column import TextColumn
 from ..schemas.timestamps import UNIT_NANOS, zone
 from .framed_examples import FramedExamples
+from .framed_keys import FramedKeys
 from .merge_statistics import PartlyChecked
 from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
 from .readers.csv import CsvRunBatch
@@ -87,14 +88,14 @@ class NativeRows:
                              for key in ((name,) if isinstance(name, str) else name)]
                             for name in self._jsonl_names]
 
-    def convert(self, batch) -> tuple[FramedExamples | list, list, dict[str, Any],
+    def convert(self, batch) -> tuple[FramedExamples | list, FramedKeys, dict[str, Any],
                                       dict[str, TextColumn], bytes | None, int] | None:
         """(examples, keys, checked, texts, digests, declined) of a batch: the first
         three as `BatchConverter`'s column path gives them, except that the
         examples are a `FramedExamples` when no row was declined (else
-        `kernel_examples`' list), a numeric or vocabulary column's checked
-        values are a numpy array (`_checked`), a string feature's a
-        `TextColumn`, and a column some row holds no
+        `kernel_examples`' list), the keys a `FramedKeys`, a numeric or
+        vocabulary column's checked values are a numpy array (`_checked`), a
+        string feature's a `TextColumn`, and a column some row holds no
         checked value of (left out, or declined at it) is a `PartlyChecked`
         (for the statistics alone), texts the raw text values of the columns that text
         features took whole (source -> `TextColumn`, read as the str values
@@ -130,6 +131,7 @@ class NativeRows:
             return None
         framed, offsets, keys, columns, digests, declined = done
         examples = kernel_examples(framed, offsets, declined)
+        keys = kernel_keys(keys)
         checked, texts = {}, {}
         for spec, kind, column in zip(self._specs, kinds, columns):
             if kind is None:
@@ -265,6 +267,15 @@ def kernel_examples(framed: bytes, offsets: bytes, declined: int) -> FramedExamp
     ends = ends.tolist()
     return [framed[start + HEADER_SIZE:end - FOOTER_SIZE] if end > start else None
             for start, end in pairwise(ends)]
+
+
+def kernel_keys(keys: tuple) -> FramedKeys:
+    """A table kernel's keys, ``(buffer, offsets, missing)`` (offsets
+    little-endian int64, one more than the rows; missing one byte a row,
+    1 where it has no key, or None when every row has one), as a `FramedKeys`."""
+    buffer, offsets, missing = keys
+    return FramedKeys(buffer, np.frombuffer(offsets, dtype="<i8"),
+                      None if missing is None else np.frombuffer(missing, dtype=np.uint8))
 
 
 def arrow_buffers(record_batch) -> list:

@@ -14,6 +14,7 @@ pub mod arrow_array;
 pub mod column;
 pub mod csv_marks;
 pub mod digest;
+pub mod framed_keys;
 pub mod framed_rows;
 mod py_rows;
 pub mod stats;
@@ -252,9 +253,10 @@ fn packed_column(py: Python<'_>, values: &[rules::Value]) -> PyResult<PyObject> 
 
 /// A table kernel's answer for Python: the Examples framed into one
 /// buffer, their offsets (little-endian int64, one more than the rows; a
-/// declined row's span is empty), keys, checked columns, the rows'
+/// declined row's span is empty), keys (`framed_keys`: buffer, offsets,
+/// which rows have none), checked columns, the rows'
 /// digests joined (or None) and how many rows were declined.
-type ConvertedObjects = (Py<PyBytes>, Py<PyBytes>, Py<PyList>, Py<PyList>, Option<Py<PyBytes>>, usize);
+type ConvertedObjects = (Py<PyBytes>, Py<PyBytes>, PyObject, Py<PyList>, Option<Py<PyBytes>>, usize);
 
 /// A run of CSV lines `check_csv_run` found plain: the run (immutable
 /// bytes, kept with it) and where its fields end (`table::RunFields`),
@@ -277,7 +279,7 @@ impl CsvRun {
 /// a plain CSV run of `count` lines converted by `plan` (as `table::convert_run`):
 /// every taken row's Example framed as a TFRecord record into one bytes
 /// object, in row order, and the rows' offsets into it (`FramedRows`: a
-/// declined row spans no bytes), one bytes object (or None) per row for keys,
+/// declined row spans no bytes), the keys in one buffer (`py_rows::converted_objects`),
 /// per feature its checked values (`py_rows::checked_column`: the
 /// `packed_column`, a string feature's text as one buffer and offsets
 /// where the plan says `as_str` (`text_column`), or where some row holds
@@ -292,7 +294,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        let mut rows = FramedRows::new(py, fields.rows);
+        let mut rows = FramedRows::new(fields.rows);
         let converted = guarded(std::panic::AssertUnwindSafe(|| {
             table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
         }))?;
@@ -307,7 +309,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let mut rows = FramedRows::new(py, fields.rows);
+    let mut rows = FramedRows::new(fields.rows);
     let converted = guarded(std::panic::AssertUnwindSafe(|| {
         table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
     }))?;

@@ -8,47 +8,48 @@ use pyo3::types::{PyBytes, PyList};
 use crate::column::Column;
 use crate::rules::Value;
 use crate::text_column::text_column_objects;
-use crate::{digest, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
+use crate::{digest, framed_keys, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
 
 /// A table kernel's rows as the Python side takes them (`table::Rows`):
 /// every taken row's Example framed as a TFRecord record (length, masked
 /// CRC of the length, data, masked CRC of the data) into one buffer, in
 /// row order, with each row's start offset; a declined row spans no bytes
-/// (its start is the next row's). Keys stay one bytes object (or None)
-/// per row. Each Example is written in place, after room for its header:
-/// it is copied once more only as the whole buffer becomes a bytes object.
-pub(crate) struct FramedRows<'py> {
-    py: Python<'py>,
+/// (its start is the next row's). The keys are held alike, back to back
+/// in one buffer (`framed_keys::KeyBuffer`): no bytes object per row.
+/// Each Example is written in place, after room for its header: it is
+/// copied once more only as the whole buffer becomes a bytes object.
+pub(crate) struct FramedRows {
     examples: framed_rows::FramedBuffer,
-    keys: Vec<Option<Bound<'py, PyBytes>>>,
+    keys: framed_keys::KeyBuffer,
     declined: usize,
 }
 
-impl<'py> FramedRows<'py> {
+impl FramedRows {
     /// For `count` rows (a capacity only: the rows pushed may differ),
     /// which must be a count the caller checked against its input.
-    pub(crate) fn new(py: Python<'py>, count: usize) -> Self {
-        FramedRows { py, examples: framed_rows::FramedBuffer::new(count),
-                     keys: Vec::with_capacity(count), declined: 0 }
+    pub(crate) fn new(count: usize) -> Self {
+        FramedRows { examples: framed_rows::FramedBuffer::new(count),
+                     keys: framed_keys::KeyBuffer::new(count), declined: 0 }
     }
 
     /// Every row's digest joined, as `table::Converted::digests`: of its
     /// key, or of its Example without one; 16 zero bytes for a declined
     /// row. (Hashed together at the end, four rows at a time.)
     fn digests(&self, hasher: &digest::RowHasher) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.keys.len() * digest::DIGEST_SIZE);
-        let rows = self.keys.iter().enumerate().map(|(row, key)| {
-            self.examples.example(row).map(|example| key.as_ref().map_or(example, |key| key.as_bytes()))
+        let count = self.examples.rows();
+        let mut out = Vec::with_capacity(count * digest::DIGEST_SIZE);
+        let rows = (0..count).map(|row| {
+            self.examples.example(row).map(|example| self.keys.key(row).unwrap_or(example))
         });
         hasher.digest_rows(rows, &mut out);
         out
     }
 }
 
-impl table::Rows for FramedRows<'_> {
+impl table::Rows for FramedRows {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
         self.examples.push_example(entries);
-        self.keys.push(key.map(|key| PyBytes::new(self.py, key)));
+        self.keys.push(key);
     }
 
     fn declined(&mut self) {
@@ -80,10 +81,19 @@ fn checked_column(py: Python<'_>, column: &Column, as_str: bool, validated: bool
     Ok((packed, PyBytes::new(py, &column.states)).into_pyobject(py)?.into_any().unbind())
 }
 
+/// A batch's keys for Python: ``(buffer, offsets, missing | None)``.
+fn key_objects(py: Python<'_>, keys: &framed_keys::KeyBuffer) -> PyResult<PyObject> {
+    let missing = (keys.nones > 0).then(|| PyBytes::new(py, &keys.missing));
+    Ok((PyBytes::new(py, &keys.bytes), PyBytes::new(py, &keys.packed_offsets()), missing)
+        .into_pyobject(py)?.into_any().unbind())
+}
+
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`, `json::convert_jsonl_run`): `rows`'
 /// framed Examples and their offsets (little-endian int64, one more than
-/// the rows: a declined row's span is empty), keys and digests (when
+/// the rows: a declined row's span is empty), keys (`framed_keys`:
+/// ``(buffer, offsets, missing)``, `missing` one byte a row, 1 where it
+/// has no key, or None when every row has one) and digests (when
 /// the plan has a salt: `FramedRows::digests`), per feature its
 /// `checked_column`, and how many rows were declined (the caller need not
 /// look for an empty span).
@@ -104,7 +114,7 @@ pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &tabl
     };
     Ok((PyBytes::new(py, &rows.examples.framed).unbind(),
         PyBytes::new(py, &rows.examples.packed_offsets()).unbind(),
-        PyList::new(py, rows.keys)?.unbind(),
+        key_objects(py, &rows.keys)?,
         PyList::new(py, checked)?.unbind(),
         digests,
         rows.declined))

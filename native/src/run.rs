@@ -305,8 +305,9 @@ impl Target<'_, '_> {
 /// offset (`fileobj` is then not used: the caller flushes it before and
 /// moves it past the run after); returns the rows, the bytes written and
 /// their CRC32C continued from `crc` (the piece writer's check of a run).
-/// keys: None (key_width 0: the example is the key), a list of bytes
-/// (key_width -1) or a buffer of key_width bytes a row. None, before
+/// keys: None (key_width 0: the example is the key), a list of bytes or
+/// a key column ``(buffer, offsets)`` (`framed_keys::KeyColumn`) (key_width
+/// -1), or a buffer of key_width bytes a row. None, before
 /// anything is written, when an example or key is not bytes or is too
 /// large for the format's uint32 sizes (the Python writer takes the run);
 /// an order outside the rows is an IndexError, keys that do not fit,
@@ -335,10 +336,15 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
     };
     // The keys first: getting a buffer may run an exporter's code, which
     // must be done before any example is borrowed (below).
-    let key_items;
+    let (key_items, column);
     let (fixed, variable);
     let keys = match key_width {
         0 if keys.is_none() => Keys::Example,
+        -1 if !keys.is_instance_of::<PyList>() => {
+            column = crate::framed_keys::KeyColumn::new(py, keys, count)?;
+            variable = column.gathered(&order)?;
+            Keys::Variable(&variable)
+        }
         -1 => {
             let Ok(list) = keys.downcast::<PyList>() else { return Ok(None) };
             if list.len() != count {

@@ -12,6 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+use crate::framed_keys::KeyColumn;
 use crate::run::packed_rows;
 use crate::run_rows::RunRows;
 use crate::{guarded, with_bytes};
@@ -171,15 +172,23 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
 /// `sorted_rows(keys, examples, rows=None) -> order | None`: `sorted_rows`
 /// of the rows `rows` (packed int64; None: all) of examples (a list of
 /// bytes, or framed records, `run_rows`) and their keys (a list of bytes,
-/// one per example, or None: the example is the key), as positions, packed as little-endian int64.
+/// one per example, a key column ``(buffer, offsets)``,
+/// `framed_keys::KeyColumn`, or None: the example is the key), as positions, packed as little-endian int64.
 /// None when an item sorted is not bytes (Python sorts any); keys of
 /// another count are a ValueError, a row outside the lists an IndexError.
 #[pyfunction(name = "sorted_rows")]
 #[pyo3(signature = (keys, examples, rows=None))]
-pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, examples: &Bound<'py, PyAny>,
+pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyAny>>, examples: &Bound<'py, PyAny>,
                            rows: Option<PyBuffer<u8>>) -> PyResult<Option<Bound<'py, PyBytes>>> {
     let examples = RunRows::new(py, examples)?;
-    if let Some(keys) = keys {
+    // A key column first: getting its offsets' buffer may run an
+    // exporter's code, which must be done before any example is borrowed.
+    let listed = keys.and_then(|keys| keys.downcast::<PyList>().ok());
+    let column = match keys {
+        Some(keys) if listed.is_none() => Some(KeyColumn::new(py, keys, examples.len())?),
+        _ => None,
+    };
+    if let Some(keys) = listed {
         if keys.len() != examples.len() {
             return Err(PyValueError::new_err(format!("{} keys for {} rows", keys.len(), examples.len())));
         }
@@ -189,14 +198,15 @@ pub fn py_sorted_rows<'py>(py: Python<'py>, keys: Option<&Bound<'py, PyList>>, e
         None => (0..examples.len()).collect(),
     };
     let Some((_items, slices)) = examples.examples(&rows)? else { return Ok(None) };
-    let found = match keys {
-        Some(keys) => match crate::run_rows::gathered_slices(keys, &rows)? {
-            Some(found) => Some(found),
+    let (_key_items, found) = match (listed, &column) {
+        (Some(keys), _) => match crate::run_rows::gathered_slices(keys, &rows)? {
+            Some((items, found)) => (items, Some(found)),
             None => return Ok(None),
         },
-        None => None,
+        (None, Some(column)) => (Vec::new(), Some(column.gathered(&rows)?)),
+        (None, None) => (Vec::new(), None),
     };
-    let key_slices = found.as_ref().map(|(_, slices)| slices.as_slice());
+    let key_slices = found.as_deref();
     let order = guarded(AssertUnwindSafe(|| sorted_rows(key_slices, &slices)))?;
     let mut packed = Vec::with_capacity(order.len() * 8);
     for at in &order {

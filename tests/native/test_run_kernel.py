@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from recordforge.transforms.splits import ExampleRows, HashedExamples, SplitAssigner
 from recordforge.transforms.tfrecord import iter_records
 from recordforge.transforms.framed_examples import FramedExamples
+from recordforge.transforms.framed_keys import FramedKeys
 from recordforge.transforms.writer import (framed_runs, prepare, row_order, run_format, run_kernel,
                                            spill)
 
@@ -71,6 +72,11 @@ def test_write_run_writes_the_file_run_writer_writes(native, rows, data, kind, p
                                        block=block, **options)
     assert written == len(order)
     assert out.getvalue() == _python_run(keys, rows, order, key_width, steps, **options)
+    if kind == "variable":  # the same keys as one buffer (a table kernel's)
+        framed = io.BytesIO()
+        assert run_kernel.write_ordered(framed, FramedKeys.of(keys), rows, order,
+                                        key_width=key_width, block=block, **options) == len(order)
+        assert framed.getvalue() == out.getvalue()
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,27 +105,30 @@ batches = st.lists(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=6)
 
 @settings(max_examples=150, deadline=None)
 @given(batches=batches, shuffle=st.booleans(), splits=st.integers(1, 3),
-       hashed=st.booleans(), index_every=st.integers(1, 300))
+       hashed=st.booleans(), index_every=st.integers(1, 300), framed=st.booleans())
 def test_a_run_buffer_writes_the_same_runs_with_and_without_the_kernels(
-        native, batches, shuffle, splits, hashed, index_every):
+        native, batches, shuffle, splits, hashed, index_every, framed):
     """Whole spills: batches with and without keys of their own, with their
-    digests or not, one to three splits, shuffled or in key order."""
+    digests or not, their keys in one buffer (a table kernel's `FramedKeys`)
+    or not, one to three splits, shuffled or in key order."""
     assigner = SplitAssigner("runs", [(f"s{i}", 1.0) for i in range(splits)])
 
-    def batch(rows):
+    def batch(rows, kernels):
+        if framed and kernels is not None:
+            rows = ExampleRows.zipped(FramedKeys.of([key for key, _ in rows]),
+                                      [row for _, row in rows])
         if not hashed:
             return rows
         digests, joined, _ = assigner.hash_rows_joined(
             [example if key is None else key for key, example in rows])
-        return HashedExamples(rows, assigner.salt, digests, joined=joined,
-                              columns=([key for key, _ in rows], [row for _, row in rows]))
+        return HashedExamples(rows, assigner.salt, digests, joined=joined)
 
     def spilled(kernels):
         with pytest.MonkeyPatch.context() as patch:
             _patched(patch, kernels)
             buffer = spill.RunBuffer(assigner, shuffle=shuffle, sample_every=200,
                                      prefix_len=5, index_every=index_every)
-            held = [buffer.add(batch(rows)) for rows in batches]
+            held = [buffer.add(batch(rows, kernels)) for rows in batches]
             runs = {}
             for split in buffer.splits_held():
                 out = io.BytesIO()
@@ -175,6 +184,17 @@ def test_what_the_kernels_refuse(native):
         native.write_run(out, rows, order, [b"k"], -1, 4, 64, 100)
     with pytest.raises(ValueError, match="key width"):
         native.write_run(out, rows, order, b"kk", 0, 4, 64, 100)
+    column = FramedKeys.of([b"k", b"", b"kk"]).native()
+    for wrong, why in ((FramedKeys.of([b"k", b"kk"]).native(), "keys for"),
+                       ((b"k", column[1]), "run from"),
+                       ((column[0],), "tuple"), ("k", "tuple"),
+                       ((column[0], np.array([0, 2, 1, 3], "<i8").view(np.uint8)), "goes back")):
+        with pytest.raises(ValueError, match=why):
+            native.write_run(out, rows, order, wrong, -1, 4, 64, 100)
+        with pytest.raises(ValueError, match=why):
+            native.sorted_rows(wrong, rows)
+    with pytest.raises(IndexError):
+        native.sorted_rows(column, rows, np.array([3], "<i8").view(np.uint8))
     with pytest.raises(ValueError, match="index_every"):
         native.write_run(out, rows, order, None, 0, 4, 0, 100)
     with pytest.raises(ValueError, match="key bytes"):
@@ -243,6 +263,10 @@ def test_sorted_rows_sort_as_python_sorts(native, rows, keyed):
     value = (lambda row: rows[row]) if keyed else examples.__getitem__
     assert [value(row) for row in order] == sorted(map(value, range(len(rows))))
     assert sorted(order) == list(range(len(rows)))
+    if keyed:  # the same keys as one buffer (a table kernel's)
+        framed = np.frombuffer(native.sorted_rows(FramedKeys.of(keys).native(), examples), "<i8")
+        assert framed.tolist() == order
+        assert run_kernel.sorted_rows(FramedKeys.of(keys), examples).tolist() == order
     assert native.sorted_rows(None, [b"a", "b"]) is None
     assert native.sorted_rows([b"k", 1], [b"a", b"b"]) is None
     with pytest.raises(ValueError, match="keys for"):

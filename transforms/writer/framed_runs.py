@@ -92,7 +92,8 @@ def write_framed_run(fileobj: BinaryIO, keys, rows: FramedBatches, order: np.nda
                      key_width: int, prefix_len: int, index_every: int) -> int:
     """Writes ``rows[i] for i in order`` (keys alike) as a run file, copying
     their framed records; returns the number of rows. keys: None
-    (KEY_IS_EXAMPLE), a list of bytes, one per row (KEY_VARIABLE), or a
+    (KEY_IS_EXAMPLE), a list of bytes or a `FramedKeys`, one per row
+    (KEY_VARIABLE), or a
     numpy array of fixed-width "V" items, one per row (key_width > 0)."""
     native_keys = np.ascontiguousarray(keys).view(np.uint8) if key_width > 0 else keys
     written = write_ordered(fileobj, native_keys, rows.native(), order, key_width=key_width,
@@ -132,11 +133,11 @@ def write_fixed_key_run(fileobj: BinaryIO, keys: np.ndarray, rows: FramedBatches
                             prefix_len=prefix_len, index_every=index_every)
 
 
-def key_ordered_rows(fileobj: BinaryIO, keys: list | None, rows: FramedBatches,
+def key_ordered_rows(fileobj: BinaryIO, keys: Sequence[bytes] | None, rows: FramedBatches,
                      selected: np.ndarray, *, prefix_len: int, index_every: int) -> int:
     """`run_format.write_sorted_run` of the rows `selected` of `rows` by
-    ``(key, example)``: keys a list, one per row (KEY_VARIABLE), or None
-    (KEY_IS_EXAMPLE: the example is the key)."""
+    ``(key, example)``: keys a list or a `FramedKeys`, one per row
+    (KEY_VARIABLE), or None (KEY_IS_EXAMPLE: the example is the key)."""
     order = sorted_rows(keys, rows.native(), selected)
     if order is None:
         by = rows.__getitem__ if keys is None else (lambda row: (keys[row], rows[row]))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ...schemas.native import kernels
 from ..framed_examples import FramedExamples
+from ..framed_keys import FramedKeys
 from ..splits import HASH_SIZE, SplitAssigner, hashed_sources
 from ..tfrecord import FRAMING
 from .elements import SampleEntry
@@ -49,6 +50,8 @@ def _check_examples(batch, examples: Sequence) -> None:
 
 
 def _check_keys(keys: Sequence) -> None:
+    if isinstance(keys, FramedKeys):  # bytes or None by construction
+        return
     if not set(map(type, keys)) <= {bytes, type(None)}:
         for position, key in enumerate(keys):
             if key is not None and type(key) is not bytes:
@@ -73,8 +76,11 @@ def _framed_sizes(batch, examples: Sequence) -> np.ndarray:
 
 def _key_nones(keys: Sequence) -> int:
     """How many keys are None, the others checked to be bytes (a TypeError
-    names the first that is not): by the native kernel in one pass where
-    it can (a list), else in Python."""
+    names the first that is not): a `FramedKeys` knows (its keys are
+    bytes by construction); by the native kernel in one pass where it can
+    (a list), else in Python."""
+    if isinstance(keys, FramedKeys):
+        return keys.nones
     native = kernels()
     if native is not None and isinstance(keys, list):
         nones = native.key_nones(keys)

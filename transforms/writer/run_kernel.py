@@ -34,6 +34,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
+from ..framed_keys import FramedKeys
 
 __all__ = ["CheckedFile", "fixed_key_order", "sorted_rows", "write_ordered"]
 
@@ -125,28 +126,34 @@ def fixed_key_order(keys: np.ndarray, examples, rows: np.ndarray | None) -> np.n
 def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
                   key_width: int, prefix_len: int, index_every: int, block: int) -> int | None:
     """Writes ``examples[i] for i in order`` (keys alike) as a run file, as
-    `RunWriter` does; keys: None (KEY_IS_EXAMPLE), a list of bytes
-    (KEY_VARIABLE) or the fixed-width keys back to back (a buffer);
+    `RunWriter` does; keys: None (KEY_IS_EXAMPLE), a list of bytes or a
+    `FramedKeys` without a None (KEY_VARIABLE) or the fixed-width keys
+    back to back (a buffer);
     examples: a list of bytes or framed batches. Returns
     the number of rows, or None with nothing written where Python writes it."""
     native = kernels()
     if native is None or not isinstance(examples, (list, tuple)):
         return None
-    if key_width < 0 and not isinstance(keys, list):
+    if key_width < 0 and not isinstance(keys, (list, FramedKeys)):
         return None
+    if isinstance(keys, FramedKeys):
+        keys = keys.native()
     return _write_run(native, fileobj, examples, _packed(order), keys, key_width, prefix_len,
                       index_every, block)
 
 
-def sorted_rows(keys: list | None, examples: Sequence[bytes],
+def sorted_rows(keys: list | FramedKeys | None, examples: Sequence[bytes],
                 rows: np.ndarray | None = None) -> np.ndarray | None:
-    """The positions of rows ordered by ``(key, example)`` (keys None: by
-    example), as `run_format.write_sorted_run` sorts them, as int64; rows:
+    """The positions of rows ordered by ``(key, example)`` (keys a list
+    or a `FramedKeys` without a None; None: by example), as `run_format.write_sorted_run` sorts them, as int64; rows:
     the positions to order (all when None); examples a list of bytes or
     framed batches. None where Python sorts them (no kernel, an item that
     is not bytes)."""
     native = kernels()
-    if native is None or not isinstance(examples, (list, tuple)) or not isinstance(keys, (list, type(None))):
+    if native is None or not isinstance(examples, (list, tuple)) \
+            or not isinstance(keys, (list, FramedKeys, type(None))):
         return None
+    if isinstance(keys, FramedKeys):
+        keys = keys.native()
     order = native.sorted_rows(keys, examples, None if rows is None else _packed(rows))
     return None if order is None else np.frombuffer(order, dtype=_ROWS)

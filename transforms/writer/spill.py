@@ -20,6 +20,7 @@ import fsspec
 import numpy as np
 
 from ..framed_examples import FramedExamples
+from ..framed_keys import FramedKeys
 from ..splits import SplitAssigner
 from .elements import BucketRange, RunInfo, SampleEntry
 from .framed_runs import FramedBatches, key_ordered_rows, write_fixed_key_run
@@ -44,6 +45,8 @@ ROW_OVERHEAD = 160
 # Bytes per row a `RunBuffer` holds besides the framed records: the
 # record's offset, its split, its digest (shuffled), and the write's order.
 _FRAMED_ROW_OVERHEAD = 48
+# Bytes per row a batch's `FramedKeys` holds besides the keys: an offset.
+_KEY_OFFSET_SIZE = 8
 
 
 def join_path(base: str, *parts: str) -> str:
@@ -89,8 +92,8 @@ class RunBuffer:
         # kept as its Examples framed in one buffer and its arrays (no
         # object per row); `write` picks a split's rows. Keys: when
         # shuffling the digests as numpy arrays of fixed-width items, one
-        # per batch; else each batch's list of order keys, or None where
-        # they are its examples.
+        # per batch; else each batch's order keys (a `FramedKeys` from the
+        # native kernel, else a list), or None where they are its examples.
         self._rows_held = FramedBatches()
         self._splits: list[np.ndarray] = []
         self._keys: list = []
@@ -116,6 +119,9 @@ class RunBuffer:
         held_keys = 0
         if prepared.digests is not None:
             self._keys.append(prepared.digests)
+        elif isinstance(prepared.order_keys, FramedKeys):  # (keyed: no key is None)
+            self._keys.append(prepared.order_keys)
+            held_keys = len(prepared.order_keys.buffer) + _KEY_OFFSET_SIZE * len(framed)
         elif prepared.keyed:
             self._keys.append(list(prepared.order_keys))
             held_keys = sum(map(len, prepared.order_keys)) + ROW_OVERHEAD * len(framed)
@@ -160,14 +166,18 @@ class RunBuffer:
         return key_ordered_rows(fileobj, self._key_list() if self._keyed[split] else None,
                                 self._rows_held, rows, **options)
 
-    def _key_list(self) -> list[bytes]:
+    def _key_list(self) -> list[bytes] | FramedKeys:
         """Every row's order key, its example where its batch had no key
-        of its own (batches with and without keys are rare together)."""
+        of its own (batches with and without keys are rare together): one
+        `FramedKeys` when some batch's keys came so (the native kernel's),
+        else a list."""
         if len(self._keys) != 1 or self._keys[0] is None:
-            keys = []
-            for batch, batch_keys in zip(self._rows_held.batches(), self._keys):
-                keys += list(batch) if batch_keys is None else batch_keys
-            self._keys = [keys]
+            parts = [list(batch) if batch_keys is None else batch_keys
+                     for batch, batch_keys in zip(self._rows_held.batches(), self._keys)]
+            if any(isinstance(part, FramedKeys) for part in parts):
+                self._keys = [FramedKeys.joined(list(map(FramedKeys.of, parts)))]
+            else:
+                self._keys = [[key for part in parts for key in part]]
         return self._keys[0]
 
 
