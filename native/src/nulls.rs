@@ -71,7 +71,6 @@ impl<'a> Part<'a> {
     /// declined as UNCHECKED (the Python row path converts it; the
     /// statistics convert that value alone); gives the value a key may
     /// take (a stored one only: a default never keys a row).
-    #[inline]
     pub(crate) fn record(self, feature: &Feature, entries: &mut Vec<u8>,
                          column: &mut Column<'a>) -> Option<Value<'a>> {
         match self {

@@ -140,10 +140,7 @@ pub struct Nulls {
     pub absent: Absent,
 }
 /// The value `rule` stores for `field`, or None when the fast path would
-/// not take it as it stands. (Inlined: its answer then stays in
-/// registers, where a call hands it back through memory that the caller
-/// reads at once, wider than it was written, and waits on.)
-#[inline]
+/// not take it as it stands.
 pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     match rule {
         Rule::Int { .. } => checked_number(rule, Value::Int(parse_int(field)?)),
@@ -160,7 +157,6 @@ pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
 /// `value` when a number `rule` (Int or Float, of the same kind) takes it
 /// as it stands: inside lo..hi and in `allowed`; shared by the CSV and the
 /// Arrow kernels (`arrow.rs`), whose numbers come parsed or typed.
-#[inline]
 pub(crate) fn checked_number<'a>(rule: &Rule, value: Value<'a>) -> Option<Value<'a>> {
     match (rule, value) {
         (Rule::Int { lo, hi, allowed }, Value::Int(number)) => {
