@@ -31,6 +31,17 @@ impl FramedBuffer {
     /// in once its length is known (no copy of the Example).
     pub fn push_example(&mut self, entries: &[u8]) {
         let start = self.framed.len();
+        // (the record: header, Example tag, length varint, entries, footer)
+        let needed = walk::HEADER_SIZE + 1 + 10 + entries.len() + walk::FOOTER_SIZE;
+        if self.framed.capacity() - start < needed {
+            // Room for the rows still to come at this one's size and half
+            // again: one allocation for most batches, where growing by
+            // doubling copies the buffer made so far at each step; at most
+            // 64 MB ahead, beyond which the copies matter little.
+            let rows_left = self.offsets.capacity().saturating_sub(self.offsets.len()).max(1);
+            let ahead = rows_left.saturating_mul(needed + needed / 2).min(64 << 20);
+            self.framed.reserve(ahead.max(needed));
+        }
         self.framed.resize(start + walk::HEADER_SIZE, 0);
         wire::put_example(&mut self.framed, entries);
         let length = ((self.framed.len() - start - walk::HEADER_SIZE) as u64).to_le_bytes();

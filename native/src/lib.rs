@@ -25,6 +25,7 @@ pub mod index;
 pub mod json;
 pub mod json_scan;
 pub mod nulls;
+mod number_text;
 pub mod merge;
 pub mod run;
 pub mod rules;
@@ -36,7 +37,7 @@ pub mod timestamp;
 pub mod walk;
 pub mod wire;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use pyo3::types::{PyBytes, PyList, PyString};
 
@@ -159,7 +160,7 @@ fn rule_from(rule: &Bound<'_, PyAny>) -> PyResult<rules::Rule> {
         "label" => {
             let labels: Vec<Vec<u8>> = rule.get_item(1)?.extract()?;
             // As Python's {label: i for i, label in ...}: a repeated label keeps its last id.
-            let ids: HashMap<Vec<u8>, i64> = labels.into_iter().enumerate().map(|(id, label)| (label, id as i64)).collect();
+            let ids: rules::LabelIds = labels.into_iter().enumerate().map(|(id, label)| (label, id as i64)).collect();
             rules::Rule::Label { ids }
         }
         other => return Err(PyValueError::new_err(format!("unknown rule kind {other:?}"))),

@@ -1,11 +1,13 @@
 //! The table kernels' compiled plan and value rules, shared by the CSV,
 //! Arrow and JSONL kernels: each feature's rule and declared null texts,
 //! what orders rows, the check of a field against its rule (the fast path's
-//! number syntax and ranges), and the wire entry and sortable key of a
-//! checked value.
+//! number syntax, `number_text`, and ranges), and the wire entry and
+//! sortable key of a checked value.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::number_text::{parse_float, parse_int};
 use crate::timestamp::TimestampRule;
 use crate::wire;
 
@@ -20,7 +22,7 @@ pub enum Rule {
     /// string or bytes: non-empty text, at most `limit` bytes, in `allowed`.
     Text { limit: u64, allowed: Option<HashSet<Vec<u8>>> },
     /// int64 with a vocabulary: the exact label -> its id.
-    Label { ids: HashMap<Vec<u8>, i64> },
+    Label { ids: LabelIds },
     /// timestamp: ISO 8601 text -> its count of the unit (`timestamp.rs`).
     Timestamp(TimestampRule),
 }
@@ -33,6 +35,54 @@ impl Rule {
             Rule::Text { .. } => Value::Bytes(b""),
             Rule::Int { .. } | Rule::Label { .. } | Rule::Timestamp(_) => Value::Int(0),
         }
+    }
+}
+
+/// A vocabulary's labels -> their ids, looked up once per row and
+/// feature: hashed by `LabelHasher` rather than the default SipHash, whose
+/// seeding guards against inputs chosen to collide. Here only the labels
+/// (the schema's) are stored, and a field, whatever it holds, is looked
+/// up in a table whose layout they alone decide.
+pub type LabelIds = HashMap<Vec<u8>, i64, BuildHasherDefault<LabelHasher>>;
+
+/// A multiply-rotate hash of 8 bytes at a time (as rustc's FxHasher),
+/// finished by murmur3's 64-bit mix so that the low bits the table
+/// indexes by depend on every byte.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LabelHasher(u64);
+
+impl LabelHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for LabelHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().expect("chunks of 8")));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            // (zero-padded: the slice's length, hashed first, tells the paddings apart)
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut hash = self.0;
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        hash ^= hash >> 33;
+        hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        hash ^ (hash >> 33)
     }
 }
 
@@ -89,74 +139,6 @@ pub struct Nulls {
     pub blank: bool,
     pub absent: Absent,
 }
-// Longer numbers are left to Python: no int64 needs more than 19 digits
-// past leading zeros, and no float32 needs more (float() still reads them).
-const MAX_NUMBER_TEXT: usize = 64;
-
-fn parse_int(text: &[u8]) -> Option<i64> {
-    if text.is_empty() || text.len() > MAX_NUMBER_TEXT {
-        return None;
-    }
-    let (negative, digits) = match text[0] {
-        b'+' => (false, &text[1..]),
-        b'-' => (true, &text[1..]),
-        _ => (false, text),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut magnitude: i128 = 0;
-    for digit in digits {
-        magnitude = magnitude * 10 + i128::from(digit - b'0');
-        if magnitude > 1 << 63 {
-            return None; // outside int64: Python reports int64_overflow
-        }
-    }
-    let value = if negative { -magnitude } else { magnitude };
-    i64::try_from(value).ok()
-}
-
-/// `[+-]?(D+(.D*)?|.D+)([eE][+-]?D+)?`: the syntax without whitespace,
-/// underscores or words (inf, nan) that Python's float() reads.
-fn plain_decimal(text: &[u8]) -> bool {
-    let mut at = 0;
-    let digits = |from: usize| text[from..].iter().take_while(|b| b.is_ascii_digit()).count();
-    if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
-        at += 1;
-    }
-    let whole = digits(at);
-    at += whole;
-    let mut fraction = 0;
-    if at < text.len() && text[at] == b'.' {
-        at += 1;
-        fraction = digits(at);
-        at += fraction;
-    }
-    if whole + fraction == 0 {
-        return false;
-    }
-    if at < text.len() && (text[at] == b'e' || text[at] == b'E') {
-        at += 1;
-        if at < text.len() && (text[at] == b'+' || text[at] == b'-') {
-            at += 1;
-        }
-        let exponent = digits(at);
-        if exponent == 0 {
-            return false;
-        }
-        at += exponent;
-    }
-    at == text.len()
-}
-
-fn parse_float(text: &[u8]) -> Option<f64> {
-    if text.len() > MAX_NUMBER_TEXT || !plain_decimal(text) {
-        return None;
-    }
-    // Both parsers round correctly, so the same text gives the same double.
-    std::str::from_utf8(text).ok()?.parse::<f64>().ok()
-}
-
 /// The value `rule` stores for `field`, or None when the fast path would
 /// not take it as it stands.
 pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
@@ -241,25 +223,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    #[test]
-    fn int_syntax_is_the_strict_one() {
-        assert_eq!(parse_int(b"-0042"), Some(-42));
-        assert_eq!(parse_int(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_int(b"-9223372036854775808"), Some(i64::MIN));
-        for declined in [&b"9223372036854775808"[..], b"1_000", b" 1", b"1 ", b"+", b"", b"0x1", b"1.0", b"true"] {
-            assert_eq!(parse_int(declined), None, "{:?}", declined);
-        }
-    }
-
-    #[test]
-    fn float_syntax_declines_words_and_spaces() {
-        for declined in [&b"nan"[..], b"inf", b"-Infinity", b" 1.5", b"1_0.5", b"1e", b".", b"e5", b"1.5f"] {
-            assert_eq!(parse_float(declined), None, "{:?}", declined);
-        }
-        assert_eq!(parse_float(b"1."), Some(1.0));
-        assert_eq!(parse_float(b"-.5e-3"), Some(-0.0005));
-    }
-
     fn int_key(number: i64) -> Vec<u8> {
         let mut key = Vec::new();
         put_int_key(&mut key, number);
@@ -278,8 +241,15 @@ mod tests {
 
     proptest! {
         #[test]
-        fn every_i64_reads_back(value in any::<i64>()) {
-            prop_assert_eq!(parse_int(value.to_string().as_bytes()), Some(value));
+        fn labels_are_found_as_a_default_hash_map_finds_them(
+                labels in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), 0..40),
+                others in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..20), 0..20)) {
+            let ids: LabelIds = labels.iter().cloned().zip(0..).collect();
+            let plain: HashMap<Vec<u8>, i64> = labels.iter().cloned().zip(0..).collect();
+            prop_assert_eq!(ids.len(), plain.len());
+            for text in labels.iter().chain(&others) {
+                prop_assert_eq!(ids.get(text), plain.get(text));
+            }
         }
 
         #[test]

@@ -1,6 +1,8 @@
 //! The tf.train.Example wire format of one scalar feature's map entry, as
 //! `schemas/example.py` (`scalar_entry_encoder`, `example_head`) writes it.
 
+use std::mem::MaybeUninit;
+
 /// Appends the protobuf varint of `value` (negative int64s as 10 bytes).
 pub fn put_varint(out: &mut Vec<u8>, value: u64) {
     let mut rest = value;
@@ -24,46 +26,172 @@ pub enum ListKind {
     Int64 = 0x1a,
 }
 
+/// Names up to this long are written with an entry's head into the room
+/// `put_in_room` makes; an entry with a longer one is written by `plain`.
+const SHORT_NAME: usize = 48;
+
+/// The room an entry but for its text value takes at most with a short
+/// name: 22 bytes before the name, the name, 22 after it and 12 of an
+/// int64's payload (6 of a float's, 11 of a text's head).
+const ROOM: usize = 22 + SHORT_NAME + 22 + 12;
+
+/// Bytes written one after another into the spare capacity of the
+/// entries (`put_in_room`): no capacity check, call or stored length per
+/// byte as `Vec::push` has, and no copy from a buffer on the stack.
+struct Room<'a> {
+    slots: &'a mut [MaybeUninit<u8>],
+    len: usize,
+}
+
+// (Inlined, all of it: the room's length then stays in a register.)
+impl Room<'_> {
+    #[inline(always)]
+    fn byte(&mut self, byte: u8) {
+        self.slots[self.len].write(byte);
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.byte(*byte);
+        }
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, value: u64) {
+        let mut rest = value;
+        while rest >= 0x80 {
+            self.byte((rest as u8 & 0x7F) | 0x80);
+            rest >>= 7;
+        }
+        self.byte(rest as u8);
+    }
+
+    /// The head of a feature's map entry around a list payload of
+    /// `payload_size` bytes (`plain::put_entry_head`), for a short name.
+    #[inline(always)]
+    fn entry_head(&mut self, name: &[u8], kind: ListKind, payload_size: usize) {
+        debug_assert!(name.len() <= SHORT_NAME);
+        let key_field = 1 + varint_len(name.len() as u64) + name.len();
+        let feature_size = 1 + varint_len(payload_size as u64) + payload_size;
+        let entry_size = key_field + 1 + varint_len(feature_size as u64) + feature_size;
+        self.byte(0x0a);
+        self.varint(entry_size as u64);
+        self.byte(0x0a);
+        self.varint(name.len() as u64);
+        self.bytes(name);
+        self.byte(0x12);
+        self.varint(feature_size as u64);
+        self.byte(kind as u8);
+        self.varint(payload_size as u64);
+    }
+}
+
+/// Appends what `write` writes into a `Room` of `ROOM` bytes (more is a
+/// panic, never a write out of bounds).
+#[inline(always)]
+fn put_in_room(out: &mut Vec<u8>, write: impl FnOnce(&mut Room)) {
+    out.reserve(ROOM);
+    let start = out.len();
+    let mut room = Room { slots: &mut out.spare_capacity_mut()[..ROOM], len: 0 };
+    write(&mut room);
+    let written = room.len;
+    // SAFETY: `room` wrote its slots in order from the first, `written`
+    // of them (each write indexed, so within the spare capacity): the
+    // `written` bytes past the length are initialized.
+    unsafe { out.set_len(start + written) };
+}
+
 /// Appends a feature's map entry around a list payload of `payload_size`
 /// bytes (the payload itself follows): entry tag and length, key, Feature
 /// tag and length, list tag and length.
 pub fn put_entry_head(out: &mut Vec<u8>, name: &[u8], kind: ListKind, payload_size: usize) {
-    let key_field = 1 + varint_len(name.len() as u64) + name.len();
-    let feature_size = 1 + varint_len(payload_size as u64) + payload_size;
-    let entry_size = key_field + 1 + varint_len(feature_size as u64) + feature_size;
-    out.push(0x0a);
-    put_varint(out, entry_size as u64);
-    out.push(0x0a);
-    put_varint(out, name.len() as u64);
-    out.extend_from_slice(name);
-    out.push(0x12);
-    put_varint(out, feature_size as u64);
-    out.push(kind as u8);
-    put_varint(out, payload_size as u64);
+    if name.len() > SHORT_NAME {
+        return plain::put_entry_head(out, name, kind, payload_size);
+    }
+    put_in_room(out, |room| room.entry_head(name, kind, payload_size));
 }
 
 /// The entry of an int64 feature holding `value` (one packed varint).
 pub fn put_int64_entry(out: &mut Vec<u8>, name: &[u8], value: i64) {
+    if name.len() > SHORT_NAME {
+        return plain::put_int64_entry(out, name, value);
+    }
     let packed = varint_len(value as u64);
-    put_entry_head(out, name, ListKind::Int64, 1 + varint_len(packed as u64) + packed);
-    out.push(0x0a);
-    put_varint(out, packed as u64);
-    put_varint(out, value as u64);
+    put_in_room(out, |room| {
+        room.entry_head(name, ListKind::Int64, 1 + varint_len(packed as u64) + packed);
+        room.byte(0x0a);
+        room.varint(packed as u64);
+        room.varint(value as u64);
+    });
 }
 
 /// The entry of a float feature holding `value` as float32.
 pub fn put_float_entry(out: &mut Vec<u8>, name: &[u8], value: f32) {
-    put_entry_head(out, name, ListKind::Float, 6);
-    out.extend_from_slice(&[0x0a, 0x04]);
-    out.extend_from_slice(&value.to_le_bytes());
+    if name.len() > SHORT_NAME {
+        return plain::put_float_entry(out, name, value);
+    }
+    put_in_room(out, |room| {
+        room.entry_head(name, ListKind::Float, 6);
+        room.bytes(&[0x0a, 0x04]);
+        room.bytes(&value.to_le_bytes());
+    });
 }
 
 /// The entry of a bytes feature holding `value`.
 pub fn put_bytes_entry(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    put_entry_head(out, name, ListKind::Bytes, 1 + varint_len(value.len() as u64) + value.len());
-    out.push(0x0a);
-    put_varint(out, value.len() as u64);
+    if name.len() > SHORT_NAME {
+        return plain::put_bytes_entry(out, name, value);
+    }
+    put_in_room(out, |room| {
+        room.entry_head(name, ListKind::Bytes, 1 + varint_len(value.len() as u64) + value.len());
+        room.byte(0x0a);
+        room.varint(value.len() as u64);
+    });
     out.extend_from_slice(value);
+}
+
+/// The same entries written a push at a time: for a long name, and the
+/// reference the tests hold the writers above to.
+mod plain {
+    use super::{put_varint, varint_len, ListKind};
+
+    pub fn put_entry_head(out: &mut Vec<u8>, name: &[u8], kind: ListKind, payload_size: usize) {
+        let key_field = 1 + varint_len(name.len() as u64) + name.len();
+        let feature_size = 1 + varint_len(payload_size as u64) + payload_size;
+        let entry_size = key_field + 1 + varint_len(feature_size as u64) + feature_size;
+        out.push(0x0a);
+        put_varint(out, entry_size as u64);
+        out.push(0x0a);
+        put_varint(out, name.len() as u64);
+        out.extend_from_slice(name);
+        out.push(0x12);
+        put_varint(out, feature_size as u64);
+        out.push(kind as u8);
+        put_varint(out, payload_size as u64);
+    }
+
+    pub fn put_int64_entry(out: &mut Vec<u8>, name: &[u8], value: i64) {
+        let packed = varint_len(value as u64);
+        put_entry_head(out, name, ListKind::Int64, 1 + varint_len(packed as u64) + packed);
+        out.push(0x0a);
+        put_varint(out, packed as u64);
+        put_varint(out, value as u64);
+    }
+
+    pub fn put_float_entry(out: &mut Vec<u8>, name: &[u8], value: f32) {
+        put_entry_head(out, name, ListKind::Float, 6);
+        out.extend_from_slice(&[0x0a, 0x04]);
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+
+    pub fn put_bytes_entry(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        put_entry_head(out, name, ListKind::Bytes, 1 + varint_len(value.len() as u64) + value.len());
+        out.push(0x0a);
+        put_varint(out, value.len() as u64);
+        out.extend_from_slice(value);
+    }
 }
 
 /// Appends a serialized Example made of its map entries, concatenated in
@@ -80,6 +208,27 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn entries_are_the_plain_writers_bytes(
+                before in prop::collection::vec(any::<u8>(), 0..40),
+                name in prop::collection::vec(any::<u8>(), 0..80),
+                number in any::<i64>(), float in any::<f32>(),
+                text in prop::collection::vec(any::<u8>(), 0..300),
+                payload_size in prop_oneof![0usize..300, Just(usize::MAX >> 8)],
+                kind in prop::sample::select(vec![ListKind::Bytes, ListKind::Float, ListKind::Int64])) {
+            // (after some bytes already held, as a row's later entries are)
+            let (mut found, mut expected) = (before.clone(), before);
+            put_int64_entry(&mut found, &name, number);
+            plain::put_int64_entry(&mut expected, &name, number);
+            put_float_entry(&mut found, &name, float);
+            plain::put_float_entry(&mut expected, &name, float);
+            put_bytes_entry(&mut found, &name, &text);
+            plain::put_bytes_entry(&mut expected, &name, &text);
+            put_entry_head(&mut found, &name, kind, payload_size);
+            plain::put_entry_head(&mut expected, &name, kind, payload_size);
+            prop_assert_eq!(found, expected);
+        }
+
         #[test]
         fn varint_len_is_the_bytes_put(value in any::<u64>()) {
             let mut out = Vec::new();
