@@ -11,7 +11,9 @@ What the build cache's piece writer does with a unit's rows
 `HashedExamples` with their digests back to back and their columns, no
 keys, Examples of 80-160 random bytes) go into a shuffling `RunBuffer`
 with two splits (0.8 / 0.2), then each split is written as a run file
-through a CRC32C-keeping writer, as the piece writer's. Per code: the
+through a CRC32C-keeping writer, as the piece writer's (behind a
+`page_cache.WriteBehind` where the code's piece writer has one), each
+time to new files kept until the end. Per code: the
 best of `--repeat` of each step in microseconds a row, and the sha256 of
 the run files, which must be the same for every code measured (the run
 fails otherwise). With ``--baseline DIR`` (a directory holding another
@@ -84,6 +86,17 @@ def _checked_file(fileobj):
     return CheckedFile(fileobj)
 
 
+def _on_disk(fileobj):
+    """The piece writer's file under its CRC32C: a `page_cache.WriteBehind`
+    where the code's kernel gives that advice itself as it writes a run
+    (`WriteBehind.wrote`), else the file as the older piece writer wrote it."""
+    try:
+        from recordforge.transforms.page_cache import WriteBehind
+    except ImportError:
+        return fileobj
+    return WriteBehind(fileobj) if hasattr(WriteBehind, "wrote") else fileobj
+
+
 class _Checksummed:
     """The piece writer's CRC32C-keeping file before `run_kernel.CheckedFile`."""
 
@@ -105,7 +118,7 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
 
     assigner = _assigner()
     best_add = best_write = float("inf")
-    digests = []
+    digests, paths = [], []
     for _ in range(repeat):
         buffer = RunBuffer(assigner, shuffle=not ordered, sample_every=(64 << 20) // 64,
                            prefix_len=64, index_every=64 << 10)
@@ -117,15 +130,23 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
         added = time.process_time()
         digests = []
         for split in buffer.splits_held():
-            path = os.path.join(scratch, f"s{split}.run")
-            with open(path, "wb") as fileobj:
-                buffer.write(split, _checked_file(fileobj))
+            # A new file each time, kept to the end, as a build's runs are:
+            # its pages new to the cache, not those a truncation just freed.
+            paths.append(os.path.join(scratch, f"s{split}-{len(paths)}.run"))
+            with open(paths[-1], "wb") as fileobj:
+                on_disk = _on_disk(fileobj)
+                buffer.write(split, _checked_file(on_disk))
+                if on_disk is not fileobj:
+                    on_disk.finish(durable=False)
+            digests.append(paths[-1])
         written = time.process_time()
-        for split in buffer.splits_held():
-            with open(os.path.join(scratch, f"s{split}.run"), "rb") as fileobj:
-                digests.append(hashlib.sha256(fileobj.read()).hexdigest())
+        for at, path in enumerate(digests):
+            with open(path, "rb") as fileobj:
+                digests[at] = hashlib.sha256(fileobj.read()).hexdigest()
         best_add = min(best_add, adding)
         best_write = min(best_write, written - added)
+    for path in paths:
+        os.remove(path)
     return {"path": path_note(), "add_us": best_add / rows * 1e6,
             "write_us": best_write / rows * 1e6, "runs": digests}
 

@@ -88,6 +88,23 @@ class WriteBehind:
         self._handed = 0  # bytes [0, _handed) were handed to the disk
         self._dropped = 0  # bytes [0, _dropped) were dropped from the cache
 
+    @property
+    def file(self) -> BinaryIO:
+        """The file written to."""
+        return self._file
+
+    @property
+    def window(self) -> int:
+        """The advice's window in bytes; 0 where the file takes no advice."""
+        return self._window if self._advised else 0
+
+    def wrote(self, length: int) -> None:
+        """Counts `length` bytes written straight to the file's descriptor
+        by a writer that gave them this advice itself, a `window` at a time
+        (the run kernel: `writer.run_kernel`); `finish` advises them again,
+        dropping windows the disk had not finished when they were advised."""
+        self._written += length
+
     def write(self, data) -> None:
         self._file.write(data)
         self._written += len(data)

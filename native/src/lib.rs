@@ -31,6 +31,8 @@ pub mod run;
 pub mod rules;
 pub mod run_order;
 pub mod run_rows;
+#[cfg(unix)]
+pub mod run_sink;
 pub mod scan;
 pub mod table;
 pub mod timestamp;

@@ -245,59 +245,50 @@ pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
 }
 
 /// Where `py_write_run` puts a run's bytes: a Python file object's
-/// `write`, or straight into a file descriptor (a local file: no bytes
-/// object per block, no Python call, one buffer reused).
+/// `write` (after the CRC32C given), or straight into a file descriptor
+/// (`run_sink`).
 enum Target<'a, 'py> {
-    Python(&'a Bound<'py, PyAny>),
+    Python(&'a Bound<'py, PyAny>, u32),
     #[cfg(unix)]
-    Descriptor(std::mem::ManuallyDrop<std::fs::File>),
+    Descriptor(crate::run_sink::DescriptorSink),
 }
 
 impl Target<'_, '_> {
-    /// Writes the run through the target, keeping the CRC32C (from `crc`)
-    /// and the size of what it writes; returns ``(rows, size, crc)``.
+    /// Writes the run through the target, keeping the CRC32C and the size
+    /// of what it writes; returns ``(rows, size, crc)``.
     fn write(&mut self, py: Python<'_>, records: &Records, keys: &Keys, prefix_len: usize, index_every: u64,
-             block: usize, crc: u32) -> PyResult<(u64, u64, u32)> {
-        let (mut crc, mut size) = (crc, 0u64);
-        let rows = match self {
-            Target::Python(fileobj) => {
+             block: usize) -> PyResult<(u64, u64, u32)> {
+        match self {
+            Target::Python(fileobj, crc) => {
+                let mut size = 0u64;
                 let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
                     let data = PyBytes::new_with(py, length, |out| {
                         fill(out);
-                        crc = crate::walk::crc32c_append(crc, out);
+                        *crc = crate::walk::crc32c_append(*crc, out);
                         Ok(())
                     })?;
                     size += length as u64;
                     fileobj.call_method1("write", (data,))?;
                     Ok(())
                 };
-                guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))??
+                let rows = guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))??;
+                Ok((rows, size, *crc))
             }
             #[cfg(unix)]
-            Target::Descriptor(file) => {
-                use std::io::Write;
-                // One buffer for every block: grown (zeroed) only past its largest yet.
-                let mut buffer: Vec<u8> = Vec::new();
-                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> std::io::Result<()> {
-                    if buffer.len() < length {
-                        buffer.resize(length, 0);
-                    }
-                    let out = &mut buffer[..length];
-                    fill(out);
-                    crc = crate::walk::crc32c_append(crc, out);
-                    size += length as u64;
-                    file.write_all(out)
-                };
-                guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))?
-                    .map_err(PyErr::from)?
+            Target::Descriptor(descriptor) => {
+                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| descriptor.put(length, fill);
+                let rows = guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))?
+                    .map_err(PyErr::from)?;
+                descriptor.finish();
+                Ok((rows, descriptor.size, descriptor.crc))
             }
-        };
-        Ok((rows, size, crc))
+        }
     }
 }
 
 /// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
-/// index_every, block, fd=None, crc=0) -> (rows, size, crc) | None`: writes
+/// index_every, block, fd=None, crc=0, drop_behind=0) -> (rows, size, crc)
+/// | None`: writes
 /// the run file of ``examples[i] for i in order`` (packed int64;
 /// examples: a list of bytes, or framed records, `run_rows`), as
 /// `run_format.RunWriter` does, to `fileobj` (its `write`, about `block`
@@ -305,6 +296,9 @@ impl Target<'_, '_> {
 /// offset (`fileobj` is then not used: the caller flushes it before and
 /// moves it past the run after); returns the rows, the bytes written and
 /// their CRC32C continued from `crc` (the piece writer's check of a run).
+/// With `fd`, a `drop_behind` > 0 hands the bytes written to the disk and
+/// drops them from the page cache that many bytes at a time
+/// (`page_cache.WriteBehind`'s advice, `run_sink`).
 /// keys: None (key_width 0: the example is the key), a list of bytes or
 /// a key column ``(buffer, offsets)`` (`framed_keys::KeyColumn`) (key_width
 /// -1), or a buffer of key_width bytes a row. None, before
@@ -315,23 +309,21 @@ impl Target<'_, '_> {
 /// a ValueError, and the write's own errors (OSError) pass
 /// through.
 #[pyfunction(name = "write_run")]
-#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0))]
+#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0,
+                    drop_behind=0))]
 #[allow(clippy::too_many_arguments)]
 pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyAny>, order: PyBuffer<u8>,
                     keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize,
-                    fd: Option<i32>, crc: u32) -> PyResult<Option<(u64, u64, u32)>> {
+                    fd: Option<i32>, crc: u32, drop_behind: u64) -> PyResult<Option<(u64, u64, u32)>> {
     let order = with_bytes(py, &order, packed_rows)??;
     let rows = RunRows::new(py, examples)?;
     let count = rows.len();
     let mut target = match fd {
-        None => Target::Python(fileobj),
+        None => Target::Python(fileobj, crc),
         #[cfg(unix)]
-        Some(fd) if fd >= 0 => {
-            use std::os::fd::FromRawFd;
-            // SAFETY: the descriptor is only written to, never closed
-            // (ManuallyDrop); one that is not open fails the write (EBADF).
-            Target::Descriptor(std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) }))
-        }
+        // SAFETY: the caller's file object owns the descriptor and keeps it
+        // open through this call; the sink never closes it.
+        Some(fd) if fd >= 0 => Target::Descriptor(unsafe { crate::run_sink::DescriptorSink::new(fd, crc, drop_behind) }),
         Some(fd) => return Err(PyValueError::new_err(format!("no file descriptor {fd} to write to"))),
     };
     // The keys first: getting a buffer may run an exporter's code, which
@@ -383,7 +375,7 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
     // buffers are held by `rows`).
     let held;
     let slices = match rows.listed() {
-        Some(list) if !matches!(target, Target::Python(_)) => {
+        Some(list) if !matches!(target, Target::Python(..)) => {
             let Some(slices) = borrowed_slices(list, &order)? else { return Ok(None) };
             slices
         }
@@ -400,7 +392,7 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
         Err(Refused::Bad(why)) => return Err(PyValueError::new_err(why)),
         Ok(()) => {}
     }
-    target.write(py, &records, &keys, prefix_len, index_every, block, crc).map(Some)
+    target.write(py, &records, &keys, prefix_len, index_every, block).map(Some)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from recordforge.transforms import page_cache
 from recordforge.transforms.splits import SplitAssigner
 from recordforge.transforms.writer import CheckedFile, prepare, run_kernel, spill
 
@@ -42,24 +43,28 @@ def _opened(path, opener: int):
 @settings(max_examples=150, deadline=None)
 @given(rows=examples, data=st.data(), kind=st.sampled_from(["fixed", "variable", "example"]),
        index_every=st.integers(1, 300), block=st.integers(1, 500),
-       before=st.binary(max_size=20), opener=st.integers(0, 2))
+       before=st.binary(max_size=20), opener=st.integers(0, 2), behind=st.booleans())
 def test_a_run_written_to_a_descriptor_is_the_python_writers(
-        native, tmp_path_factory, rows, data, kind, index_every, block, before, opener):
+        native, tmp_path_factory, rows, data, kind, index_every, block, before, opener, behind):
     """Any order and keys of every kind, after bytes the file object still
     buffers: the file holds those bytes then `RunWriter`'s run, the file
     object's position is past it (a write after lands after it), and the
     CRC32C and size kept are the crc32c package's of the whole file; the
-    same through an in-memory file's `write`."""
+    same through an in-memory file's `write`, and through a `WriteBehind`
+    (the piece writer's: its advice given by the kernel, a small window)."""
     order, key_width, keys = _drawn_order_and_keys(data, rows, kind)
     options = dict(prefix_len=4, index_every=index_every)
     path = tmp_path_factory.mktemp("runs") / "one.run"
     with _opened(path, opener) as fileobj:
         assert (run_kernel._descriptor(fileobj) is None) == (opener == 2)
-        checked = CheckedFile(fileobj)
+        on_disk = page_cache.WriteBehind(fileobj, window=64) if behind else fileobj
+        checked = CheckedFile(on_disk)
         checked.write(before)
         written = run_kernel.write_ordered(checked, b"".join(keys) if kind == "fixed" else keys,
                                            rows, order, key_width=key_width, block=block,
                                            **options)
+        if behind:
+            on_disk.finish(durable=False)
         fileobj.write(b"after")
     content = fileobj.kept if opener == 2 else path.read_bytes()
     assert written == len(order)

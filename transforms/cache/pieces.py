@@ -50,6 +50,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ..splits import ExampleRows, HashedExamples, SplitAssigner
 from ..merge_statistics import partial_from_json, partial_to_json
+from ..page_cache import WriteBehind
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 from ..writer import KEY_VARIABLE, CheckedFile, RunBuffer, RunFile, SampleEntry
 
@@ -236,8 +237,12 @@ class PieceWriter:
             name = run_file_name(self._name, split)
             fileobj, path = self._open(name)
             with fileobj:
-                checked = CheckedFile(fileobj)
+                # Read back once by this build's shards, soon, and by later
+                # builds from the disk: handed to it as written (page_cache).
+                on_disk = WriteBehind(fileobj)
+                checked = CheckedFile(on_disk)
                 self._buffer.write(split, checked)
+                on_disk.finish(durable=False)
             self._finish(path, name)
             num_records, num_bytes = self._held[split]
             sample = tuple(self._samples.get(split, ()))

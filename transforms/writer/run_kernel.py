@@ -20,7 +20,10 @@ records the kernel copies as they are.
 A run written to a local file goes straight to its file descriptor (no
 bytes object per block, no Python call per block), and the kernel keeps
 the CRC32C of what it writes for a `CheckedFile` (the build cache's check
-of its runs), so no second pass over the bytes is made in Python.
+of its runs), so no second pass over the bytes is made in Python. Written
+through a `page_cache.WriteBehind`, the run is handed to the disk and
+dropped from the page cache a window at a time by the kernel
+(`native/src/run_sink.rs`), as the wrapper does with Python's writes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from fsspec.implementations.local import LocalFileOpener
 
 from ...schemas.native import kernels
 from ..framed_keys import FramedKeys
+from ..page_cache import WriteBehind
 
 __all__ = ["CheckedFile", "fixed_key_order", "sorted_rows", "write_ordered"]
 
@@ -79,10 +83,13 @@ def _write_run(native, fileobj, examples: list, order, keys, key_width: int, pre
                index_every: int, block: int) -> int | None:
     """The kernel's `write_run` to `fileobj` (a `CheckedFile`'s file, its
     CRC32C and size kept up to date), through the file's descriptor where
-    `_descriptor` allows; the number of rows, or None with nothing written."""
+    `_descriptor` allows, with a `WriteBehind`'s page cache advice given by
+    the kernel as it writes; the number of rows, or None with nothing
+    written."""
     checked = fileobj if isinstance(fileobj, CheckedFile) else None
     target = checked.fileobj if checked is not None else fileobj
-    local = _descriptor(target)
+    behind = target if isinstance(target, WriteBehind) else None
+    local = _descriptor(target if behind is None else behind.file)
     if local is None:
         written = native.write_run(target, examples, order, keys, key_width, prefix_len,
                                    index_every, block, crc=checked.crc if checked else 0)
@@ -92,9 +99,12 @@ def _write_run(native, fileobj, examples: list, order, keys, key_width: int, pre
         start = local_file.tell()
         written = native.write_run(None, examples, order, keys, key_width, prefix_len,
                                    index_every, block, fd=fd,
-                                   crc=checked.crc if checked else 0)
+                                   crc=checked.crc if checked else 0,
+                                   drop_behind=behind.window if behind is not None else 0)
         if written is not None:
             local_file.seek(start + written[1])
+            if behind is not None:
+                behind.wrote(written[1])
     if written is None:
         return None
     rows, size, crc = written
