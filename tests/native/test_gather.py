@@ -11,24 +11,26 @@ from recordforge.transforms.writer import sorting
 from recordforge.transforms.writer.run_format import RunSlice
 
 
+def _slice(data: memoryview, examples: list[bytes]) -> RunSlice:
+    return RunSlice(None, data, np.array([len(example) + 16 for example in examples],
+                                         dtype=np.int64))
+
+
 def _slices(drawn: list[list[bytes]], gaps: list[int], one_buffer: bool) -> list[RunSlice]:
-    """Run slices of framed examples: in one buffer with other bytes between
-    them (as a bucket is read), or each in a buffer of its own."""
-    framed = [frame_records(examples) for examples in drawn]
-    if one_buffer:
-        arena = bytearray()
-        places = []
-        for data, gap in zip(framed, gaps):
-            arena += b"\xee" * gap
-            places.append((len(arena), len(data)))
-            arena += data
-        whole = memoryview(arena)
-        views = [whole[start:start + size] for start, size in places]
-    else:
-        views = [memoryview(bytes(data)) for data in framed]
-    return [RunSlice(None, view, np.array([len(example) + 16 for example in examples],
-                                          dtype=np.int64))
-            for examples, view in zip(drawn, views)]
+    """Run slices of framed examples, each in a buffer of its own, or all in
+    one, as a bucket is read: each after a record that is in none (a run's
+    rows outside the bucket)."""
+    if not one_buffer:
+        return [_slice(memoryview(frame_records(examples)), examples) for examples in drawn]
+    whole = memoryview(frame_records([row for gap, examples in zip(gaps, drawn)
+                                      for row in [b"\xee" * gap, *examples]]))
+    slices, start = [], 0
+    for gap, examples in zip(gaps, drawn):
+        start += gap + 16
+        end = start + sum(len(example) + 16 for example in examples)
+        slices.append(_slice(whole[start:end], examples))
+        start = end
+    return slices
 
 
 def _gathered(kernels, records, rows) -> bytes:
