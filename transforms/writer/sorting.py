@@ -319,7 +319,8 @@ def _write_ordered(writer, ordered: _Ordered) -> None:
     step = max(1, len(order) * BLOCK // max(1, int(sizes.sum())))
     blocks = [order[first:first + step] for first in range(0, len(order), step)]
     # The next block is gathered while the writer hashes and writes this one:
-    # both release the GIL, so a worker's second core shares the copying.
+    # hashing and writing release the GIL, so a worker's second core shares
+    # the copying (the native gather holds the GIL, Arrow's take does not).
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gather") as gatherer:
         ahead: tuple[int, concurrent.futures.Future] | None = None
         for index, rows in enumerate(blocks):
@@ -388,7 +389,7 @@ def _gather(records: pa.LargeBinaryArray, rows: np.ndarray) -> memoryview:
     """The framed records at positions `rows` of `records`, back to back:
     copied by the native kernel straight into the bytes it gives (Arrow's
     take, the reference, also made offsets for them and a fresh buffer a
-    block, and cost about three times as much), else by Arrow's take (in C,
+    block, and cost about twice as much), else by Arrow's take (in C,
     without the GIL; a Python loop over the rows cost about 0.3 µs a row)."""
     native = kernels()
     if native is not None and records.offset == 0:
