@@ -33,6 +33,7 @@ _KERNELS_USED = (
     "key_nones",  # transforms/writer/prepare.py: a batch's keys checked and their Nones counted
     "sorted_rows",  # transforms/writer/run_format.py: write_sorted_run's sort (run_kernel.py)
     "merged_order",  # transforms/writer/sorting.py: _Ordered's sort of sorted slices (run_merge.py)
+    "gather_values",  # transforms/writer/sorting.py: _gather (Arrow's take of a block's records)
     "hash_rows",  # transforms/splits.py: SplitAssigner.hash_rows
     "numeric_update",  # schemas/stats/numeric.py: python_update
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))

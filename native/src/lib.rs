@@ -16,6 +16,7 @@ pub mod csv_marks;
 pub mod digest;
 pub mod framed_keys;
 pub mod framed_rows;
+pub mod gather;
 mod py_rows;
 pub mod stats;
 pub mod numeric_stats;
@@ -516,6 +517,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run::py_key_nones, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_sorted_rows, module)?)?;
     module.add_function(wrap_pyfunction!(merge::py_merged_order, module)?)?;
+    module.add_function(wrap_pyfunction!(gather::py_gather_values, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_count_newlines_quotes, module)?)?;
     module.add_function(wrap_pyfunction!(scan::py_lone_carriage_return, module)?)?;
     module.add_function(wrap_pyfunction!(json::jsonl_segments, module)?)?;
