@@ -16,10 +16,37 @@ import numpy as np
 
 from .tfrecord import FRAMING, HEADER_SIZE, frame_records
 
-__all__ = ["FramedExamples"]
+__all__ = ["FramedExamples", "Spans"]
 
 
-class FramedExamples(Sequence):
+class Spans(Sequence):
+    """Rows held as spans of one buffer at int64 `offsets` (one more than
+    the rows): the indexing `FramedExamples` and `FramedKeys` share. A
+    slice of step 1 is one span, cut by `_spans`; a row is read by `_row`."""
+
+    __slots__ = ()
+    _unit = "rows"  # (what an IndexError calls them)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index):
+        count = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(count)
+            if step != 1:
+                return [self[position] for position in range(start, stop, step)]
+            stop = max(start, stop)
+            return self._spans(start, stop, int(self.offsets[start]), int(self.offsets[stop]))
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError(f"{type(self).__name__} index {index} out of range "
+                             f"({count} {self._unit})")
+        return self._row(index)
+
+
+class FramedExamples(Spans):
     """Framed TFRecord records back to back: record ``i`` spans
     ``framed[offsets[i]:offsets[i + 1]]`` and reads as the Example between
     its 12-byte header and its 4-byte CRC.
@@ -60,23 +87,12 @@ class FramedExamples(Sequence):
         """Each record's framed size (int64), from the offsets."""
         return np.diff(self.offsets)
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
+    _unit = "records"
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[position] for position in range(start, stop, step)]
-            stop = max(start, stop)
-            base = int(self.offsets[start])
-            return FramedExamples(self.framed[base:int(self.offsets[stop])],
-                                  self.offsets[start:stop + 1] - base)
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"FramedExamples index {index} out of range ({count} records)")
+    def _spans(self, start: int, stop: int, base: int, end: int) -> "FramedExamples":
+        return FramedExamples(self.framed[base:end], self.offsets[start:stop + 1] - base)
+
+    def _row(self, index: int) -> bytes:
         return self.framed[int(self.offsets[index]) + HEADER_SIZE:
                            int(self.offsets[index + 1]) - (FRAMING - HEADER_SIZE)]
 

@@ -15,10 +15,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from .framed_examples import Spans
+
 __all__ = ["FramedKeys"]
 
 
-class FramedKeys(Sequence):
+class FramedKeys(Spans):
     """Keys back to back: row ``i``'s key is ``buffer[offsets[i]:offsets[i + 1]]``,
     or None where ``missing[i]`` is set (its span then empty).
 
@@ -87,24 +89,13 @@ class FramedKeys(Sequence):
             return self.nones
         return super().count(value)
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
+    _unit = "keys"
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[position] for position in range(start, stop, step)]
-            stop = max(start, stop)
-            base = int(self.offsets[start])
-            return FramedKeys(self.buffer[base:int(self.offsets[stop])],
-                              self.offsets[start:stop + 1] - base,
-                              None if self.missing is None else self.missing[start:stop])
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError(f"FramedKeys index {index} out of range ({count} keys)")
+    def _spans(self, start: int, stop: int, base: int, end: int) -> "FramedKeys":
+        return FramedKeys(self.buffer[base:end], self.offsets[start:stop + 1] - base,
+                          None if self.missing is None else self.missing[start:stop])
+
+    def _row(self, index: int) -> bytes | None:
         if self.missing is not None and self.missing[index]:
             return None
         return self.buffer[int(self.offsets[index]):int(self.offsets[index + 1])]
