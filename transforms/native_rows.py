@@ -6,7 +6,8 @@ kernel's plan (`recordforge._native.CsvPlan`) once, and converts each
 reader's `check_csv_run` found; `convert_csv_run` for a run not checked): every row's
 Example, framed into one buffer (a `FramedExamples`: no bytes object per
 row), and key (in one buffer too: a `FramedKeys`), the checked values of
-the features whose whole column passed (text as a `TextColumn`, every row's value in one buffer, read as the str values
+the features whose whole column passed (text as a `TextColumn`, every
+row's value in one buffer, read as the str values
 `RowEncoder.encode_columns` gives; numbers and vocabulary ids as the
 kernel's array: no Python object made per row; a column some row holds
 none of as a `merge_statistics.PartlyChecked`, for the statistics) and, given the dataset's

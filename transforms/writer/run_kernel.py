@@ -155,8 +155,9 @@ def write_ordered(fileobj: BinaryIO, keys, examples: Sequence[bytes], order, *,
 def sorted_rows(keys: list | FramedKeys | None, examples: Sequence[bytes],
                 rows: np.ndarray | None = None) -> np.ndarray | None:
     """The positions of rows ordered by ``(key, example)`` (keys a list
-    or a `FramedKeys` without a None; None: by example), as `run_format.write_sorted_run` sorts them, as int64; rows:
-    the positions to order (all when None); examples a list of bytes or
+    or a `FramedKeys` without a None; None: by example), as
+    `run_format.write_sorted_run` sorts them, as int64; rows: the
+    positions to order (all when None); examples a list of bytes or
     framed batches. None where Python sorts them (no kernel, an item that
     is not bytes)."""
     native = kernels()
