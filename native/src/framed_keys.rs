@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::with_bytes;
+use crate::{packed, with_bytes};
 
 /// Keys back to back: row `i`'s spans `bytes[offsets[i]..offsets[i + 1]]`;
 /// a row without a key spans none and is marked in `missing`.
@@ -55,7 +55,7 @@ impl KeyBuffer {
 
     /// The offsets as little-endian int64 bytes (numpy reads them in one call).
     pub fn packed_offsets(&self) -> Vec<u8> {
-        self.offsets.iter().flat_map(|offset| offset.to_le_bytes()).collect()
+        packed::packed_i64(&self.offsets)
     }
 }
 
@@ -93,12 +93,8 @@ impl<'py> KeyColumn<'py> {
         }
         let buffer = tuple.get_item(0)?.downcast_into::<PyBytes>().map_err(|_| bad())?;
         let packed = PyBuffer::<u8>::get(&tuple.get_item(1)?)?;
-        let offsets = with_bytes(py, &packed, |bytes| {
-            if bytes.len() % 8 != 0 {
-                return Err(PyValueError::new_err("key offsets' length is not a multiple of 8"));
-            }
-            Ok(bytes.chunks_exact(8).map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect::<Vec<_>>())
-        })??;
+        let offsets = with_bytes(py, &packed, |bytes| packed::signed_words(bytes, "key offsets'"))?
+            .map_err(PyValueError::new_err)?;
         let column = KeyColumn { buffer, offsets };
         let keys = column.slices()?.len();
         if keys != count {

@@ -66,7 +66,7 @@ impl FramedBuffer {
 
     /// The offsets as little-endian int64 bytes (numpy reads them in one call).
     pub fn packed_offsets(&self) -> Vec<u8> {
-        self.offsets.iter().flat_map(|offset| offset.to_le_bytes()).collect()
+        crate::packed::packed_i64(&self.offsets)
     }
 }
 

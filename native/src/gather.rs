@@ -12,7 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{guarded, with_bytes};
+use crate::{guarded, packed, with_bytes};
 
 /// Value `i` of `(offsets, data)` as a range of `data`, checked: both ends
 /// inside `data` and in order.
@@ -58,14 +58,6 @@ pub fn gather_into(out: &mut [u8], data: &[u8], ranges: &[(usize, usize)]) {
     }
 }
 
-/// Little-endian 64-bit words (offsets, positions) of a packed buffer.
-pub fn packed_words(bytes: &[u8], what: &str) -> Result<Vec<u64>, String> {
-    if bytes.len() % 8 != 0 {
-        return Err(format!("{what}: {} bytes, not a whole number of int64s", bytes.len()));
-    }
-    Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect())
-}
-
 /// `gather_values(offsets, data, positions) -> bytes`: the values of the
 /// binary array `(offsets, data)` at `positions`, back to back (offsets and
 /// positions packed little-endian int64, as numpy and Arrow hold them). A
@@ -76,8 +68,8 @@ pub fn py_gather_values<'py>(py: Python<'py>, offsets: PyBuffer<u8>, data: PyBuf
     with_bytes(py, &offsets, |offsets| {
         with_bytes(py, &positions, |positions| {
             with_bytes(py, &data, |data| {
-                let offsets = packed_words(offsets, "offsets").map_err(PyValueError::new_err)?;
-                let positions = packed_words(positions, "positions").map_err(PyValueError::new_err)?;
+                let offsets = packed::words(offsets, "offsets'").map_err(PyValueError::new_err)?;
+                let positions = packed::words(positions, "positions'").map_err(PyValueError::new_err)?;
                 let (ranges, total) = gathered_ranges(&offsets, data.len(), &positions)
                     .map_err(PyValueError::new_err)?;
                 PyBytes::new_with(py, total, |out| {

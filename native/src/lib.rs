@@ -26,6 +26,7 @@ pub mod index;
 pub mod json;
 pub mod json_scan;
 pub mod nulls;
+pub mod packed;
 mod number_text;
 pub mod merge;
 pub mod run;

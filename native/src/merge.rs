@@ -104,11 +104,8 @@ fn sift_down(heap: &mut [Entry], mut at: usize, less: &impl Fn(&Entry, &Entry) -
 /// Little-endian int64 values (a numpy array's buffer); a length not a
 /// multiple of 8, or a negative value, is an error.
 fn packed_sizes(bytes: &[u8]) -> Result<Vec<usize>, String> {
-    if bytes.len() % 8 != 0 {
-        return Err("packed sizes' length is not a multiple of 8".to_string());
-    }
-    bytes.chunks_exact(8)
-        .map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes")))
+    crate::packed::signed_words(bytes, "packed sizes'")?
+        .into_iter()
         .map(|value| usize::try_from(value).map_err(|_| format!("size {value} is negative")))
         .collect()
 }

@@ -146,10 +146,7 @@ pub fn update((mut partial, candidates): (Numeric, Candidates), held: Option<&Bu
 
 /// Little-endian 8-byte words of a buffer; a length not a multiple of 8 is a ValueError.
 fn words(bytes: &[u8]) -> PyResult<Vec<u64>> {
-    if bytes.len() % 8 != 0 {
-        return Err(PyValueError::new_err("a packed column's length is not a multiple of 8"));
-    }
-    Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect())
+    crate::packed::words(bytes, "a packed column's").map_err(PyValueError::new_err)
 }
 
 type UpdateTuple = (u64, u64, u64, PyObject, PyObject, Vec<(i128, i32)>, Vec<(u128, i32)>,

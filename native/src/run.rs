@@ -201,10 +201,7 @@ fn section<E>(count: usize, block: usize, sink: &mut Sink<'_, E>, size: impl Fn(
 /// Row numbers packed as little-endian int64 (a numpy array's buffer);
 /// a negative one, or a length not a multiple of 8, is a ValueError.
 pub(crate) fn packed_rows(bytes: &[u8]) -> PyResult<Vec<usize>> {
-    if bytes.len() % 8 != 0 {
-        return Err(PyValueError::new_err("packed rows' length is not a multiple of 8"));
-    }
-    let rows: Vec<i64> = bytes.chunks_exact(8).map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect();
+    let rows = crate::packed::signed_words(bytes, "packed rows'").map_err(PyValueError::new_err)?;
     if let Some(row) = rows.iter().find(|row| **row < 0) {
         return Err(PyValueError::new_err(format!("row {row} is negative")));
     }

@@ -200,12 +200,9 @@ impl<'py, 'a> RunRows<'py, 'a> {
         for buffer in listed.iter() {
             buffers.push(buffer.downcast_into::<PyBytes>().map_err(|_| bad())?);
         }
-        let offsets = with_bytes(py, &PyBuffer::<u8>::get(&tuple.get_item(1)?)?, |bytes| {
-            if bytes.len() % 8 != 0 {
-                return Err(PyValueError::new_err("packed offsets' length is not a multiple of 8"));
-            }
-            Ok(bytes.chunks_exact(8).map(|chunk| i64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect::<Vec<i64>>())
-        })??;
+        let offsets = with_bytes(py, &PyBuffer::<u8>::get(&tuple.get_item(1)?)?,
+                                 |bytes| crate::packed::signed_words(bytes, "packed offsets'"))?
+            .map_err(PyValueError::new_err)?;
         // SAFETY: a bytes object never changes or moves its contents, and
         // `_buffers` keeps every one alive as long as the slices (never
         // handed out past the `RunRows`'s own lifetime by its callers).

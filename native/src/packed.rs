@@ -1,0 +1,45 @@
+//! Buffers of little-endian 8-byte words, as numpy and Arrow hold int64
+//! arrays (offsets, row numbers, sizes, histogram keys): read from the
+//! buffer Python hands over, checked for a whole number of words, and
+//! written back for it.
+
+/// The words of `bytes`; an error when its length is not a multiple of 8,
+/// naming the buffer (`what`, possessive: "packed rows'").
+pub fn words(bytes: &[u8], what: &str) -> Result<Vec<u64>, String> {
+    if bytes.len() % 8 != 0 {
+        return Err(format!("{what} length is not a multiple of 8 (a whole number of int64s)"));
+    }
+    Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect())
+}
+
+/// `words` read as int64 (two's complement, as numpy's "<i8").
+pub fn signed_words(bytes: &[u8], what: &str) -> Result<Vec<i64>, String> {
+    Ok(words(bytes, what)?.into_iter().map(|word| word as i64).collect())
+}
+
+/// `values` as little-endian int64 bytes (numpy reads them in one call).
+pub fn packed_i64(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|value| value.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn words_read_back_what_was_packed(values in prop::collection::vec(any::<i64>(), 0..40)) {
+            prop_assert_eq!(signed_words(&packed_i64(&values), "values'").unwrap(), values);
+        }
+
+        #[test]
+        fn a_length_not_a_multiple_of_8_is_refused(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
+            let read = words(&bytes, "packed rows'");
+            prop_assert_eq!(read.is_ok(), bytes.len() % 8 == 0);
+            if let Err(message) = read {
+                prop_assert_eq!(message, "packed rows' length is not a multiple of 8 (a whole number of int64s)");
+            }
+        }
+    }
+}
