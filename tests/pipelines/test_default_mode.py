@@ -75,3 +75,34 @@ def test_the_running_mode_is_chosen_from_the_sizes_of_the_files_the_build_reads(
     with pytest.raises(_Chosen):
         build.build(raw)
     assert sizes == [sum(len(data) for data in read.values())]
+
+
+def test_build_options_make_each_view_once_and_answer_as_beams_views_do():
+    """`BuildOptions` reuses a view; what it reads and writes is what
+    `PipelineOptions` would, and a copy (Beam's `Pipeline` deep-copies its
+    options) or a pickle shares nothing with the original."""
+    import copy
+    import pickle
+
+    from apache_beam.options import pipeline_options as beam_options
+
+    direct, standard = beam_options.DirectOptions, beam_options.StandardOptions
+    args = ["--direct_running_mode=in_memory", "--direct_num_workers=1", "--experiments=x"]
+    options = runners.BuildOptions(args)
+    assert options.view_as(direct) is options.view_as(direct)
+    assert options.get_all_options() == beam_options.PipelineOptions(args).get_all_options()
+    assert options.view_as(direct).direct_num_workers == 1
+    assert options.view_as(beam_options.TypeOptions).pipeline_type_check is True
+
+    options.view_as(standard).runner = "X"  # through a view: every view sees it
+    assert options.view_as(standard).runner == "X"
+    assert options.get_all_options()["runner"] == "X"
+    assert "_views" not in options.get_all_options()
+
+    copied = copy.deepcopy(options)
+    assert type(copied) is runners.BuildOptions and "_views" not in vars(copied)
+    copied.view_as(standard).runner = "Y"
+    assert (copied.view_as(standard).runner, options.view_as(standard).runner) == ("Y", "X")
+    unpickled = pickle.loads(pickle.dumps(options))
+    assert "_views" not in vars(unpickled)
+    assert unpickled.get_all_options() == options.get_all_options()
