@@ -293,7 +293,7 @@ def test_jsonl_rows_are_batched_by_bytes_without_the_kernel(tmp_path, monkeypatc
     assert all(isinstance(item, JsonlRunBatch) and item._values is not None
                for item in items[:10])
     out = list(batched(items, 1000, "t", 20))
-    assert [(tag, value.rows if tag == ROWS else value) for tag, value in out] == [
+    assert [(tag, list(value.rows) if tag == ROWS else value) for tag, value in out] == [
         (ROWS, [1, 2, 3]), (ROWS, [4, 5, 6]), (ROWS, [7, 8, 9]), (DEAD, items[10]),
         (ROWS, [10]), (COUNTS, ("t", 11))]
 

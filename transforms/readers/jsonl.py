@@ -22,11 +22,11 @@ statistics read).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import accumulate, chain, repeat
-from typing import Iterator
+from itertools import chain, pairwise, repeat
+from typing import Iterator, Sequence
 
 import fsspec
+import numpy as np
 
 from ...schemas.native import kernels
 from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_error, resolve
@@ -38,6 +38,7 @@ __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
 
 # The kernel's verdicts on a line (`native/src/json.rs`, `Line`).
 _BLANK, _OBJECT, _OTHER = 0, 1, 2
+_LF = ord("\n")
 
 
 def jsonl_split_points(path: str, target_bytes: int, *,
@@ -84,7 +85,7 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
                 if columns and isinstance(row, SourceRow):
                     # A row as the kernel's path gives it, so that both are
                     # batched by the bytes of their lines alike.
-                    yield JsonlRunBatch(source, [raw], [line_no], [row.values])
+                    yield JsonlRunBatch(source, [raw], range(line_no, line_no + 1), [row.values])
                 elif row is not None:
                     yield row
             if start <= 0 and not seen_any:
@@ -129,10 +130,20 @@ def _block_rows(block: bytes, line_no: int, source: str, native):
         segments = [(_OTHER, 0, len(block), 0, None)]
     for kind, start, end, first, lines in segments:
         if kind == _OBJECT:
-            yield JsonlRunBatch(source, block[start:end].split(b"\n"),
-                                list(range(line_no + first, line_no + first + lines)))
+            # The run stays the block's bytes: its lines are found by where
+            # its LFs are, not split into a bytes object each.
+            yield JsonlRunBatch.of_run(source, block[start:end], _line_ends(block, start, end),
+                                       range(line_no + first, line_no + first + lines))
         elif kind != _BLANK:
             yield from _python_rows(block[start:end].split(b"\n"), line_no + first, source)
+
+
+def _line_ends(block: bytes, start: int, end: int) -> np.ndarray:
+    """Where each line of ``block[start:end]`` (lines with an LF between
+    them) ends, from `start`: its LF, and `end` for the last."""
+    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=end - start,
+                                            offset=start) == _LF)
+    return np.append(newlines, end - start)
 
 
 def _python_rows(lines: list[bytes], line_no: int, source: str):
@@ -141,48 +152,71 @@ def _python_rows(lines: list[bytes], line_no: int, source: str):
     for at, raw in enumerate(lines, line_no):
         row = _jsonl_row(raw, source, at, at == 1)
         if isinstance(row, SourceRow):
-            yield JsonlRunBatch(source, [raw], [at], [row.values])
+            yield JsonlRunBatch(source, [raw], range(at, at + 1), [row.values])
         elif row is not None:
             yield row
 
 
 class JsonlRunBatch(ColumnBatch):
-    """JSONL rows of `source` as their raw lines (`lines`, without LF) and
-    line numbers (`rows`), which need not be consecutive. The native table
-    kernel converts their lines in one call (`transforms/native_rows.py`);
-    the rows' Python values are parsed (`_jsonl_row`, as the reader without
+    """JSONL rows of `source` as their raw lines and line numbers (`rows`,
+    which need not be consecutive: a list, or a range for a run the reader
+    found). The lines are held as one run (`run`: the lines, LF between
+    them, as the native table kernel converts them in one call,
+    `transforms/native_rows.py`) and where each ends in it: the reader cuts
+    a block's run of object lines out whole, and joining, cutting and
+    handing the lines to the kernel copy bytes, not a bytes object per line.
+    The rows' Python values are parsed (`_jsonl_row`, as the reader without
     the kernel) only when something asks for them (`values`: those already
     parsed, None where not), so the batch equals the SourceRows the plain
-    reader gives, and pickles as its lines. The reader gives runs of lines,
+    reader gives, and pickles without them. The reader gives runs of lines,
     or single lines; `sources.outputs.batched` joins and cuts them into
     batches by the bytes of their lines (`concatenated`, `cut`), which both
     paths see alike, so that every batch, and so every statistic, is the
     same on both. Unlike a CSV run, rows need not hold the same keys: `row`
     gives each line's own object."""
 
-    __slots__ = ("lines", "rows", "_values")
+    __slots__ = ("run", "rows", "_ends", "_values")
 
-    def __init__(self, source: str, lines: list[bytes], rows: list[int],
+    def __init__(self, source: str, lines: list[bytes], rows: Sequence[int],
                  values: list[dict | None] | None = None):
-        if len(lines) != len(rows) or (values is not None and len(values) != len(lines)):
-            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers"
+        ends = np.cumsum([len(line) + 1 for line in lines], dtype=np.int64) - 1
+        self._take(source, b"\n".join(lines), ends, rows, values)
+
+    @classmethod
+    def of_run(cls, source: str, run: bytes, ends: np.ndarray, rows: Sequence[int],
+               values: list[dict | None] | None = None) -> JsonlRunBatch:
+        """The batch of the lines of `run` (LF between them) that end at
+        `ends` (each line's LF, and ``len(run)`` for the last)."""
+        batch = cls.__new__(cls)
+        batch._take(source, run, ends, rows, values)
+        return batch
+
+    def _take(self, source: str, run: bytes, ends: np.ndarray, rows: Sequence[int],
+              values: list[dict | None] | None) -> None:
+        if len(ends) != len(rows) or (values is not None and len(values) != len(ends)):
+            raise ValueError(f"{source}: {len(ends)} lines but {len(rows)} line numbers"
                              f"{'' if values is None else f' and {len(values)} values'}")
-        self.source, self.first_row, self._size = source, rows[0] if rows else 1, len(lines)
-        self.lines, self.rows = lines, rows
+        if len(ends) and ends[-1] != len(run):
+            raise ValueError(f"{source}: the lines end at {ends[-1]}, their run at {len(run)}")
+        self.source, self.first_row, self._size = source, rows[0] if len(rows) else 1, len(ends)
+        self.run, self.rows, self._ends = run, rows, ends
         self._values = values
 
     @property
-    def run(self) -> bytes:
-        """The lines, LF between them, as the kernel takes them."""
-        return b"\n".join(self.lines)
+    def lines(self) -> list[bytes]:
+        """The lines, without their LFs."""
+        return self.run.split(b"\n") if self._size else []
+
+    def line(self, index: int) -> bytes:
+        return self.run[self._ends[index - 1] + 1 if index else 0:self._ends[index]]
 
     @property
     def num_bytes(self) -> int:
         """The bytes of its lines (without their LFs): what a batch is cut by."""
-        return sum(map(len, self.lines))
+        return len(self.run) - self._size + 1 if self._size else 0
 
     @classmethod
-    def concatenated(cls, batches: list["JsonlRunBatch"]) -> "JsonlRunBatch":
+    def concatenated(cls, batches: list[JsonlRunBatch]) -> JsonlRunBatch:
         """The rows of `batches` (of one file), in order, as one batch."""
         first = batches[0]
         if len(batches) == 1:
@@ -190,39 +224,48 @@ class JsonlRunBatch(ColumnBatch):
         for other in batches:
             if other.source != first.source:
                 raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
+        batches = [batch for batch in batches if batch._size] or [first]
         values = None
         if any(batch._values is not None for batch in batches):
             values = list(chain.from_iterable(
                 batch._values if batch._values is not None else repeat(None, len(batch))
                 for batch in batches))
-        return cls(first.source, list(chain.from_iterable(batch.lines for batch in batches)),
-                   list(chain.from_iterable(batch.rows for batch in batches)), values)
+        # Each run's ends move by the bytes (and LF) of the runs before it.
+        starts = np.cumsum([0] + [len(batch.run) + 1 for batch in batches[:-1]])
+        ends = np.concatenate([batch._ends + start for batch, start in zip(batches, starts)])
+        return cls.of_run(first.source, b"\n".join(batch.run for batch in batches), ends,
+                          _joined_rows([batch.rows for batch in batches]), values)
 
-    def cut(self, batch_bytes: int) -> tuple[list["JsonlRunBatch"], "JsonlRunBatch | None"]:
+    def cut(self, batch_bytes: int) -> tuple[list[JsonlRunBatch], JsonlRunBatch | None]:
         """(batches, rest): the rows in batches of at least `batch_bytes` bytes
         of lines, each ending with the line that brings it there, and the
         rows after the last of them (fewer bytes; None when there are none)."""
-        ends = list(accumulate(map(len, self.lines)))
+        # The bytes of the lines up to each line's end: its end less the LFs before it.
+        through = self._ends - np.arange(self._size)
         batches, start, base = [], 0, 0
         while True:
-            last = bisect_left(ends, base + batch_bytes, lo=start)
-            if last == len(ends):
+            last = start + int(np.searchsorted(through[start:], base + batch_bytes))
+            if last == self._size:
                 break
             batches.append(self.sliced(start, last + 1))
-            start, base = last + 1, ends[last]
-        return batches, self.sliced(start, len(ends)) if start < len(ends) else None
+            start, base = last + 1, int(through[last])
+        return batches, self.sliced(start, self._size) if start < self._size else None
 
-    def sliced(self, start: int, stop: int) -> "JsonlRunBatch":
-        if start == 0 and stop >= self._size:
+    def sliced(self, start: int, stop: int) -> JsonlRunBatch:
+        stop = min(stop, self._size)
+        if start == 0 and stop == self._size:
             return self
-        return JsonlRunBatch(self.source, self.lines[start:stop], self.rows[start:stop],
-                             None if self._values is None else self._values[start:stop])
+        begin = int(self._ends[start - 1]) + 1 if start else 0
+        return JsonlRunBatch.of_run(
+            self.source, self.run[begin:self._ends[stop - 1]] if stop > start else b"",
+            self._ends[start:stop] - begin, self.rows[start:stop],
+            None if self._values is None else self._values[start:stop])
 
     def _row_values(self, index: int) -> dict:
         values = self._values[index] if self._values is not None else None
         if values is None:
             line_no = self.rows[index]
-            row = _jsonl_row(self.lines[index], self.source, line_no, line_no == 1)
+            row = _jsonl_row(self.line(index), self.source, line_no, line_no == 1)
             if not isinstance(row, SourceRow):
                 # The reader made the batch of lines `_jsonl_row` read as
                 # rows: one it refuses now is a bug, not a bad row;
@@ -261,7 +304,7 @@ class JsonlRunBatch(ColumnBatch):
         return SourceRow(self.source, self.rows[index], self._row_values(index))
 
     def __reduce__(self):
-        return (JsonlRunBatch, (self.source, self.lines, self.rows))
+        return (_unpickled, (self.source, self.run, self.rows))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, ColumnBatch) and len(self) == len(other)
@@ -269,6 +312,22 @@ class JsonlRunBatch(ColumnBatch):
 
     def __repr__(self) -> str:
         return f"JsonlRunBatch({self.source!r}, {self._size} rows from line {self.first_row})"
+
+
+def _unpickled(source: str, run: bytes, rows: Sequence[int]) -> JsonlRunBatch:
+    """A pickled `JsonlRunBatch` (its run and line numbers) again."""
+    ends = _line_ends(run, 0, len(run)) if len(rows) else np.zeros(0, dtype=np.int64)
+    return JsonlRunBatch.of_run(source, run, ends, rows)
+
+
+def _joined_rows(parts: list[Sequence[int]]) -> Sequence[int]:
+    """The line numbers of `parts` one after the other: a range where they
+    are consecutive ranges (a file's runs of object lines, block after
+    block), else a list."""
+    if all(type(part) is range for part in parts) and all(
+            before.stop == after.start for before, after in pairwise(parts)):
+        return range(parts[0].start, parts[-1].stop)
+    return list(chain.from_iterable(parts))
 
 
 def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow | dict | None:
