@@ -31,7 +31,8 @@ import numpy as np
 from ...schemas.native import kernels
 from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_error, resolve
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds
-from .ranges import Cursor, iter_line_blocks, iter_lines, scan_split_points, seek_to_record
+from .ranges import (Cursor, count_newlines, iter_line_blocks, iter_lines, scan_split_points,
+                     seek_to_record)
 from .rows import ColumnBatch, SourceRow
 
 __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
@@ -130,20 +131,11 @@ def _block_rows(block: bytes, line_no: int, source: str, native):
         segments = [(_OTHER, 0, len(block), 0, None)]
     for kind, start, end, first, lines in segments:
         if kind == _OBJECT:
-            # The run stays the block's bytes: its lines are found by where
-            # its LFs are, not split into a bytes object each.
-            yield JsonlRunBatch.of_run(source, block[start:end], _line_ends(block, start, end),
+            # The run stays the block's bytes, not split into a bytes object a line.
+            yield JsonlRunBatch.of_run(source, block[start:end],
                                        range(line_no + first, line_no + first + lines))
         elif kind != _BLANK:
             yield from _python_rows(block[start:end].split(b"\n"), line_no + first, source)
-
-
-def _line_ends(block: bytes, start: int, end: int) -> np.ndarray:
-    """Where each line of ``block[start:end]`` (lines with an LF between
-    them) ends, from `start`: its LF, and `end` for the last."""
-    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=end - start,
-                                            offset=start) == _LF)
-    return np.append(newlines, end - start)
 
 
 def _python_rows(lines: list[bytes], line_no: int, source: str):
@@ -159,48 +151,46 @@ def _python_rows(lines: list[bytes], line_no: int, source: str):
 
 class JsonlRunBatch(ColumnBatch):
     """JSONL rows of `source` as their raw lines and line numbers (`rows`,
-    which need not be consecutive: a list, or a range for a run the reader
-    found). The lines are held as one run (`run`: the lines, LF between
-    them, as the native table kernel converts them in one call,
-    `transforms/native_rows.py`) and where each ends in it: the reader cuts
-    a block's run of object lines out whole, and joining, cutting and
-    handing the lines to the kernel copy bytes, not a bytes object per line.
-    The rows' Python values are parsed (`_jsonl_row`, as the reader without
-    the kernel) only when something asks for them (`values`: those already
-    parsed, None where not), so the batch equals the SourceRows the plain
-    reader gives, and pickles without them. The reader gives runs of lines,
-    or single lines; `sources.outputs.batched` joins and cuts them into
-    batches by the bytes of their lines (`concatenated`, `cut`), which both
-    paths see alike, so that every batch, and so every statistic, is the
-    same on both. Unlike a CSV run, rows need not hold the same keys: `row`
-    gives each line's own object."""
+    which need not be consecutive: a list, or a range where they are). The
+    lines are held as one run (`run`: the lines, LF between them), as the
+    native table kernel converts them in one call
+    (`transforms/native_rows.py`) and as the reader cuts a block's object
+    lines out: joining and cutting batches copies bytes and counts LFs,
+    not a bytes object per line. The rows' Python values are parsed
+    (`_jsonl_row`, as the reader without the kernel) only when something
+    asks for them (`values`: those already parsed, None where not), so the
+    batch equals the SourceRows the plain reader gives, and pickles without
+    them. The reader gives runs of lines, or single lines;
+    `sources.outputs.batched` joins and cuts them into batches by the bytes
+    of their lines (`concatenated`, `cut`), which both paths see alike, so
+    that every batch, and so every statistic, is the same on both. Unlike a
+    CSV run, rows need not hold the same keys: `row` gives each line's own
+    object."""
 
-    __slots__ = ("run", "rows", "_ends", "_values")
+    __slots__ = ("_ends", "_values", "rows", "run")
 
     def __init__(self, source: str, lines: list[bytes], rows: Sequence[int],
                  values: list[dict | None] | None = None):
-        ends = np.cumsum([len(line) + 1 for line in lines], dtype=np.int64) - 1
-        self._take(source, b"\n".join(lines), ends, rows, values)
+        if len(lines) != len(rows):
+            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers")
+        self._take(source, b"\n".join(lines), rows, values)
 
     @classmethod
-    def of_run(cls, source: str, run: bytes, ends: np.ndarray, rows: Sequence[int],
+    def of_run(cls, source: str, run: bytes, rows: Sequence[int],
                values: list[dict | None] | None = None) -> JsonlRunBatch:
-        """The batch of the lines of `run` (LF between them) that end at
-        `ends` (each line's LF, and ``len(run)`` for the last)."""
+        """The batch of the lines of `run` (LF between them), one per line
+        number in `rows`."""
         batch = cls.__new__(cls)
-        batch._take(source, run, ends, rows, values)
+        batch._take(source, run, rows, values)
         return batch
 
-    def _take(self, source: str, run: bytes, ends: np.ndarray, rows: Sequence[int],
+    def _take(self, source: str, run: bytes, rows: Sequence[int],
               values: list[dict | None] | None) -> None:
-        if len(ends) != len(rows) or (values is not None and len(values) != len(ends)):
-            raise ValueError(f"{source}: {len(ends)} lines but {len(rows)} line numbers"
-                             f"{'' if values is None else f' and {len(values)} values'}")
-        if len(ends) and ends[-1] != len(run):
-            raise ValueError(f"{source}: the lines end at {ends[-1]}, their run at {len(run)}")
-        self.source, self.first_row, self._size = source, rows[0] if len(rows) else 1, len(ends)
-        self.run, self.rows, self._ends = run, rows, ends
-        self._values = values
+        if values is not None and len(values) != len(rows):
+            raise ValueError(f"{source}: {len(rows)} line numbers but {len(values)} values")
+        self.source, self.first_row, self._size = source, rows[0] if len(rows) else 1, len(rows)
+        self.run, self.rows, self._values = run, rows, values
+        self._ends = None  # where each line ends in the run: found when a line is asked for
 
     @property
     def lines(self) -> list[bytes]:
@@ -208,6 +198,12 @@ class JsonlRunBatch(ColumnBatch):
         return self.run.split(b"\n") if self._size else []
 
     def line(self, index: int) -> bytes:
+        if self._ends is None:
+            newlines = np.flatnonzero(np.frombuffer(self.run, dtype=np.uint8) == _LF)
+            self._ends = np.append(newlines, len(self.run)).tolist()
+            if len(self._ends) != self._size:
+                raise ValueError(f"{self.source}: {len(self._ends)} lines held where "
+                                 f"{self._size} line numbers are")
         return self.run[self._ends[index - 1] + 1 if index else 0:self._ends[index]]
 
     @property
@@ -230,36 +226,39 @@ class JsonlRunBatch(ColumnBatch):
             values = list(chain.from_iterable(
                 batch._values if batch._values is not None else repeat(None, len(batch))
                 for batch in batches))
-        # Each run's ends move by the bytes (and LF) of the runs before it.
-        starts = np.cumsum([0] + [len(batch.run) + 1 for batch in batches[:-1]])
-        ends = np.concatenate([batch._ends + start for batch, start in zip(batches, starts)])
-        return cls.of_run(first.source, b"\n".join(batch.run for batch in batches), ends,
+        return cls.of_run(first.source, b"\n".join(batch.run for batch in batches),
                           _joined_rows([batch.rows for batch in batches]), values)
 
     def cut(self, batch_bytes: int) -> tuple[list[JsonlRunBatch], JsonlRunBatch | None]:
-        """(batches, rest): the rows in batches of at least `batch_bytes` bytes
-        of lines, each ending with the line that brings it there, and the
-        rows after the last of them (fewer bytes; None when there are none)."""
-        # The bytes of the lines up to each line's end: its end less the LFs before it.
-        through = self._ends - np.arange(self._size)
-        batches, start, base = [], 0, 0
+        """(batches, rest): the rows in batches of at least `batch_bytes` (> 0)
+        bytes of lines, each ending with the line that brings it there, and
+        the rows after the last of them (fewer bytes; None when there are none)."""
+        batches, start, line = [], 0, 0  # where the next batch starts: byte and line
         while True:
-            last = start + int(np.searchsorted(through[start:], base + batch_bytes))
-            if last == self._size:
+            end = _end_of_line_reaching(self.run, start, batch_bytes)
+            if end is None:
                 break
-            batches.append(self.sliced(start, last + 1))
-            start, base = last + 1, int(through[last])
-        return batches, self.sliced(start, self._size) if start < self._size else None
+            lines = count_newlines(self.run, start, end) + 1
+            batches.append(self._part(start, end, line, line + lines))
+            start, line = end + 1, line + lines
+        return batches, self._part(start, len(self.run), line, self._size) if (
+            line < self._size) else None
 
     def sliced(self, start: int, stop: int) -> JsonlRunBatch:
+        """Its rows `start` to `stop` (line indices)."""
         stop = min(stop, self._size)
+        if stop <= start:
+            return self._part(0, 0, 0, 0)
+        self.line(start)  # (finds where the lines end)
+        begin = self._ends[start - 1] + 1 if start else 0
+        return self._part(begin, self._ends[stop - 1], start, stop)
+
+    def _part(self, begin: int, end: int, start: int, stop: int) -> JsonlRunBatch:
+        """Its lines `start` to `stop`, which are ``run[begin:end]``."""
         if start == 0 and stop == self._size:
             return self
-        begin = int(self._ends[start - 1]) + 1 if start else 0
-        return JsonlRunBatch.of_run(
-            self.source, self.run[begin:self._ends[stop - 1]] if stop > start else b"",
-            self._ends[start:stop] - begin, self.rows[start:stop],
-            None if self._values is None else self._values[start:stop])
+        return JsonlRunBatch.of_run(self.source, self.run[begin:end], self.rows[start:stop],
+                                    None if self._values is None else self._values[start:stop])
 
     def _row_values(self, index: int) -> dict:
         values = self._values[index] if self._values is not None else None
@@ -304,7 +303,7 @@ class JsonlRunBatch(ColumnBatch):
         return SourceRow(self.source, self.rows[index], self._row_values(index))
 
     def __reduce__(self):
-        return (_unpickled, (self.source, self.run, self.rows))
+        return (JsonlRunBatch.of_run, (self.source, self.run, self.rows))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, ColumnBatch) and len(self) == len(other)
@@ -314,10 +313,22 @@ class JsonlRunBatch(ColumnBatch):
         return f"JsonlRunBatch({self.source!r}, {self._size} rows from line {self.first_row})"
 
 
-def _unpickled(source: str, run: bytes, rows: Sequence[int]) -> JsonlRunBatch:
-    """A pickled `JsonlRunBatch` (its run and line numbers) again."""
-    ends = _line_ends(run, 0, len(run)) if len(rows) else np.zeros(0, dtype=np.int64)
-    return JsonlRunBatch.of_run(source, run, ends, rows)
+def _end_of_line_reaching(run: bytes, start: int, want: int) -> int | None:
+    """Where in `run` the line ends (its LF, or the run's end) that brings
+    the bytes of lines from `start` (without their LFs) to `want` (> 0);
+    None when the run ends first. The byte that does is at ``p - 1`` for
+    the least ``p = start + want + (LFs in run[start:p])``, found from below
+    by counting only the LFs not yet counted."""
+    newlines, counted = 0, start
+    while True:
+        reach = start + want + newlines
+        if reach > len(run):
+            return None
+        if reach == counted:
+            end = run.find(b"\n", reach - 1)
+            return len(run) if end < 0 else end
+        newlines += count_newlines(run, counted, reach)
+        counted = reach
 
 
 def _joined_rows(parts: list[Sequence[int]]) -> Sequence[int]:
