@@ -170,7 +170,7 @@ def test_a_batch_holds_a_runs_bytes_of_lines_on_both_paths(native, tmp_path):
         assert whole and all(JSONL_BATCH_BYTES <= batch.num_bytes < JSONL_BATCH_BYTES + longest
                              and len(batch) > FREQUENT_CAPACITY for batch in whole)
         assert rest.num_bytes < JSONL_BATCH_BYTES
-        cuts.append([batch.rows for batch in batches])
+        cuts.append([list(batch.rows) for batch in batches])
     assert cuts[0] == cuts[1]
 
 
@@ -196,7 +196,7 @@ def test_a_clean_run_takes_the_kernel_and_makes_no_python_values(native, outcome
                     '{"s": "é", "n": 1}\n')
     first, batch = _items(path, native)
     # (the file's first line is Python's: its byte-order mark)
-    assert first.rows == [1] and batch.rows == [2, 3]
+    assert list(first.rows) == [1] and list(batch.rows) == [2, 3]
     specs = parse_features({"n": {"type": "int64", "from": "n"},
                             "s": {"type": "string", "from": "s"}}, nested=False)
     converter = cases.converter(specs, "n", native, b"salt")

@@ -11,6 +11,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -282,6 +283,39 @@ def test_jsonl_batches_are_joined_and_cut_by_the_bytes_of_their_lines():
         JsonlRunBatch.concatenated([pieces[0], JsonlRunBatch("u", lines[:1], [1])])
 
 
+def _cut_by_lines(lines: list[bytes], batch_bytes: int) -> list[list[bytes]]:
+    """The batches (the last: the rest) of `JsonlRunBatch.cut`, line by line."""
+    batches, batch, held = [], [], 0
+    for line in lines:
+        batch.append(line)
+        held += len(line)
+        if held >= batch_bytes:
+            batches.append(batch)
+            batch, held = [], 0
+    return batches + [batch] if batch else batches
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.binary(min_size=1, max_size=12).map(lambda b: b.replace(b"\n", b"x")),
+                      min_size=1, max_size=40),
+       batch_bytes=st.integers(1, 60), first=st.integers(1, 5))
+def test_jsonl_batches_cut_at_the_lines_the_bytes_reach(lines, batch_bytes, first):
+    """Cutting a run where its LFs are counted ends each batch at the line
+    that brings it to the bound, as adding the lines one by one does; a
+    batch's lines, numbers and values follow them."""
+    rows = range(first, first + len(lines))
+    batch = JsonlRunBatch("t", lines, rows, [{"at": at} for at in rows])
+    whole, rest = batch.cut(batch_bytes)
+    expected = _cut_by_lines(lines, batch_bytes)
+    got = whole + ([rest] if rest is not None else [])
+    assert [part.lines for part in got] == expected
+    assert (rest is None) == (sum(map(len, expected[-1])) >= batch_bytes)
+    assert [at for part in got for at in part.rows] == list(rows)
+    assert [row.values for part in got for row in part] == [{"at": at} for at in rows]
+    assert [part.line(len(part) - 1) for part in got] == [part[-1] for part in expected]
+    assert [len(part) for part in got] == [len(part) for part in expected]
+
+
 def test_jsonl_rows_are_batched_by_bytes_without_the_kernel(tmp_path, monkeypatch):
     """Without the native kernels the reader gives each row as a batch of
     one line with its values, so its rows are batched as the kernel's runs
@@ -293,7 +327,7 @@ def test_jsonl_rows_are_batched_by_bytes_without_the_kernel(tmp_path, monkeypatc
     assert all(isinstance(item, JsonlRunBatch) and item._values is not None
                for item in items[:10])
     out = list(batched(items, 1000, "t", 20))
-    assert [(tag, value.rows if tag == ROWS else value) for tag, value in out] == [
+    assert [(tag, list(value.rows) if tag == ROWS else value) for tag, value in out] == [
         (ROWS, [1, 2, 3]), (ROWS, [4, 5, 6]), (ROWS, [7, 8, 9]), (DEAD, items[10]),
         (ROWS, [10]), (COUNTS, ("t", 11))]
 

@@ -22,22 +22,24 @@ statistics read).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import accumulate, chain, repeat
-from typing import Iterator
+from itertools import chain, pairwise, repeat
+from typing import Iterator, Sequence
 
 import fsspec
+import numpy as np
 
 from ...schemas.native import kernels
 from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_error, resolve
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds
-from .ranges import Cursor, iter_line_blocks, iter_lines, scan_split_points, seek_to_record
+from .ranges import (Cursor, count_newlines, iter_line_blocks, iter_lines, scan_split_points,
+                     seek_to_record)
 from .rows import ColumnBatch, SourceRow
 
 __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
 
 # The kernel's verdicts on a line (`native/src/json.rs`, `Line`).
 _BLANK, _OBJECT, _OTHER = 0, 1, 2
+_LF = ord("\n")
 
 
 def jsonl_split_points(path: str, target_bytes: int, *,
@@ -84,7 +86,7 @@ def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
                 if columns and isinstance(row, SourceRow):
                     # A row as the kernel's path gives it, so that both are
                     # batched by the bytes of their lines alike.
-                    yield JsonlRunBatch(source, [raw], [line_no], [row.values])
+                    yield JsonlRunBatch(source, [raw], range(line_no, line_no + 1), [row.values])
                 elif row is not None:
                     yield row
             if start <= 0 and not seen_any:
@@ -129,8 +131,9 @@ def _block_rows(block: bytes, line_no: int, source: str, native):
         segments = [(_OTHER, 0, len(block), 0, None)]
     for kind, start, end, first, lines in segments:
         if kind == _OBJECT:
-            yield JsonlRunBatch(source, block[start:end].split(b"\n"),
-                                list(range(line_no + first, line_no + first + lines)))
+            # The run stays the block's bytes, not split into a bytes object a line.
+            yield JsonlRunBatch.of_run(source, block[start:end],
+                                       range(line_no + first, line_no + first + lines))
         elif kind != _BLANK:
             yield from _python_rows(block[start:end].split(b"\n"), line_no + first, source)
 
@@ -141,48 +144,75 @@ def _python_rows(lines: list[bytes], line_no: int, source: str):
     for at, raw in enumerate(lines, line_no):
         row = _jsonl_row(raw, source, at, at == 1)
         if isinstance(row, SourceRow):
-            yield JsonlRunBatch(source, [raw], [at], [row.values])
+            yield JsonlRunBatch(source, [raw], range(at, at + 1), [row.values])
         elif row is not None:
             yield row
 
 
 class JsonlRunBatch(ColumnBatch):
-    """JSONL rows of `source` as their raw lines (`lines`, without LF) and
-    line numbers (`rows`), which need not be consecutive. The native table
-    kernel converts their lines in one call (`transforms/native_rows.py`);
-    the rows' Python values are parsed (`_jsonl_row`, as the reader without
-    the kernel) only when something asks for them (`values`: those already
-    parsed, None where not), so the batch equals the SourceRows the plain
-    reader gives, and pickles as its lines. The reader gives runs of lines,
-    or single lines; `sources.outputs.batched` joins and cuts them into
-    batches by the bytes of their lines (`concatenated`, `cut`), which both
-    paths see alike, so that every batch, and so every statistic, is the
-    same on both. Unlike a CSV run, rows need not hold the same keys: `row`
-    gives each line's own object."""
+    """JSONL rows of `source` as their raw lines and line numbers (`rows`,
+    which need not be consecutive: a list, or a range where they are). The
+    lines are held as one run (`run`: the lines, LF between them), as the
+    native table kernel converts them in one call
+    (`transforms/native_rows.py`) and as the reader cuts a block's object
+    lines out: joining and cutting batches copies bytes and counts LFs,
+    not a bytes object per line. The rows' Python values are parsed
+    (`_jsonl_row`, as the reader without the kernel) only when something
+    asks for them (`values`: those already parsed, None where not), so the
+    batch equals the SourceRows the plain reader gives, and pickles without
+    them. The reader gives runs of lines, or single lines;
+    `sources.outputs.batched` joins and cuts them into batches by the bytes
+    of their lines (`concatenated`, `cut`), which both paths see alike, so
+    that every batch, and so every statistic, is the same on both. Unlike a
+    CSV run, rows need not hold the same keys: `row` gives each line's own
+    object."""
 
-    __slots__ = ("lines", "rows", "_values")
+    __slots__ = ("_ends", "_values", "rows", "run")
 
-    def __init__(self, source: str, lines: list[bytes], rows: list[int],
+    def __init__(self, source: str, lines: list[bytes], rows: Sequence[int],
                  values: list[dict | None] | None = None):
-        if len(lines) != len(rows) or (values is not None and len(values) != len(lines)):
-            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers"
-                             f"{'' if values is None else f' and {len(values)} values'}")
-        self.source, self.first_row, self._size = source, rows[0] if rows else 1, len(lines)
-        self.lines, self.rows = lines, rows
-        self._values = values
+        if len(lines) != len(rows):
+            raise ValueError(f"{source}: {len(lines)} lines but {len(rows)} line numbers")
+        self._take(source, b"\n".join(lines), rows, values)
+
+    @classmethod
+    def of_run(cls, source: str, run: bytes, rows: Sequence[int],
+               values: list[dict | None] | None = None) -> JsonlRunBatch:
+        """The batch of the lines of `run` (LF between them), one per line
+        number in `rows`."""
+        batch = cls.__new__(cls)
+        batch._take(source, run, rows, values)
+        return batch
+
+    def _take(self, source: str, run: bytes, rows: Sequence[int],
+              values: list[dict | None] | None) -> None:
+        if values is not None and len(values) != len(rows):
+            raise ValueError(f"{source}: {len(rows)} line numbers but {len(values)} values")
+        self.source, self.first_row, self._size = source, rows[0] if len(rows) else 1, len(rows)
+        self.run, self.rows, self._values = run, rows, values
+        self._ends = None  # where each line ends in the run: found when a line is asked for
 
     @property
-    def run(self) -> bytes:
-        """The lines, LF between them, as the kernel takes them."""
-        return b"\n".join(self.lines)
+    def lines(self) -> list[bytes]:
+        """The lines, without their LFs."""
+        return self.run.split(b"\n") if self._size else []
+
+    def line(self, index: int) -> bytes:
+        if self._ends is None:
+            newlines = np.flatnonzero(np.frombuffer(self.run, dtype=np.uint8) == _LF)
+            self._ends = np.append(newlines, len(self.run)).tolist()
+            if len(self._ends) != self._size:
+                raise ValueError(f"{self.source}: {len(self._ends)} lines held where "
+                                 f"{self._size} line numbers are")
+        return self.run[self._ends[index - 1] + 1 if index else 0:self._ends[index]]
 
     @property
     def num_bytes(self) -> int:
         """The bytes of its lines (without their LFs): what a batch is cut by."""
-        return sum(map(len, self.lines))
+        return len(self.run) - self._size + 1 if self._size else 0
 
     @classmethod
-    def concatenated(cls, batches: list["JsonlRunBatch"]) -> "JsonlRunBatch":
+    def concatenated(cls, batches: list[JsonlRunBatch]) -> JsonlRunBatch:
         """The rows of `batches` (of one file), in order, as one batch."""
         first = batches[0]
         if len(batches) == 1:
@@ -190,39 +220,51 @@ class JsonlRunBatch(ColumnBatch):
         for other in batches:
             if other.source != first.source:
                 raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
+        batches = [batch for batch in batches if batch._size] or [first]
         values = None
         if any(batch._values is not None for batch in batches):
             values = list(chain.from_iterable(
                 batch._values if batch._values is not None else repeat(None, len(batch))
                 for batch in batches))
-        return cls(first.source, list(chain.from_iterable(batch.lines for batch in batches)),
-                   list(chain.from_iterable(batch.rows for batch in batches)), values)
+        return cls.of_run(first.source, b"\n".join(batch.run for batch in batches),
+                          _joined_rows([batch.rows for batch in batches]), values)
 
-    def cut(self, batch_bytes: int) -> tuple[list["JsonlRunBatch"], "JsonlRunBatch | None"]:
-        """(batches, rest): the rows in batches of at least `batch_bytes` bytes
-        of lines, each ending with the line that brings it there, and the
-        rows after the last of them (fewer bytes; None when there are none)."""
-        ends = list(accumulate(map(len, self.lines)))
-        batches, start, base = [], 0, 0
+    def cut(self, batch_bytes: int) -> tuple[list[JsonlRunBatch], JsonlRunBatch | None]:
+        """(batches, rest): the rows in batches of at least `batch_bytes` (> 0)
+        bytes of lines, each ending with the line that brings it there, and
+        the rows after the last of them (fewer bytes; None when there are none)."""
+        batches, start, line = [], 0, 0  # where the next batch starts: byte and line
         while True:
-            last = bisect_left(ends, base + batch_bytes, lo=start)
-            if last == len(ends):
+            end = _end_of_line_reaching(self.run, start, batch_bytes)
+            if end is None:
                 break
-            batches.append(self.sliced(start, last + 1))
-            start, base = last + 1, ends[last]
-        return batches, self.sliced(start, len(ends)) if start < len(ends) else None
+            lines = count_newlines(self.run, start, end) + 1
+            batches.append(self._part(start, end, line, line + lines))
+            start, line = end + 1, line + lines
+        return batches, self._part(start, len(self.run), line, self._size) if (
+            line < self._size) else None
 
-    def sliced(self, start: int, stop: int) -> "JsonlRunBatch":
-        if start == 0 and stop >= self._size:
+    def sliced(self, start: int, stop: int) -> JsonlRunBatch:
+        """Its rows `start` to `stop` (line indices)."""
+        stop = min(stop, self._size)
+        if stop <= start:
+            return self._part(0, 0, 0, 0)
+        self.line(start)  # (finds where the lines end)
+        begin = self._ends[start - 1] + 1 if start else 0
+        return self._part(begin, self._ends[stop - 1], start, stop)
+
+    def _part(self, begin: int, end: int, start: int, stop: int) -> JsonlRunBatch:
+        """Its lines `start` to `stop`, which are ``run[begin:end]``."""
+        if start == 0 and stop == self._size:
             return self
-        return JsonlRunBatch(self.source, self.lines[start:stop], self.rows[start:stop],
-                             None if self._values is None else self._values[start:stop])
+        return JsonlRunBatch.of_run(self.source, self.run[begin:end], self.rows[start:stop],
+                                    None if self._values is None else self._values[start:stop])
 
     def _row_values(self, index: int) -> dict:
         values = self._values[index] if self._values is not None else None
         if values is None:
             line_no = self.rows[index]
-            row = _jsonl_row(self.lines[index], self.source, line_no, line_no == 1)
+            row = _jsonl_row(self.line(index), self.source, line_no, line_no == 1)
             if not isinstance(row, SourceRow):
                 # The reader made the batch of lines `_jsonl_row` read as
                 # rows: one it refuses now is a bug, not a bad row;
@@ -261,7 +303,7 @@ class JsonlRunBatch(ColumnBatch):
         return SourceRow(self.source, self.rows[index], self._row_values(index))
 
     def __reduce__(self):
-        return (JsonlRunBatch, (self.source, self.lines, self.rows))
+        return (JsonlRunBatch.of_run, (self.source, self.run, self.rows))
 
     def __eq__(self, other) -> bool:
         return (isinstance(other, ColumnBatch) and len(self) == len(other)
@@ -269,6 +311,34 @@ class JsonlRunBatch(ColumnBatch):
 
     def __repr__(self) -> str:
         return f"JsonlRunBatch({self.source!r}, {self._size} rows from line {self.first_row})"
+
+
+def _end_of_line_reaching(run: bytes, start: int, want: int) -> int | None:
+    """Where in `run` the line ends (its LF, or the run's end) that brings
+    the bytes of lines from `start` (without their LFs) to `want` (> 0);
+    None when the run ends first. The byte that does is at ``p - 1`` for
+    the least ``p = start + want + (LFs in run[start:p])``, found from below
+    by counting only the LFs not yet counted."""
+    newlines, counted = 0, start
+    while True:
+        reach = start + want + newlines
+        if reach > len(run):
+            return None
+        if reach == counted:
+            end = run.find(b"\n", reach - 1)
+            return len(run) if end < 0 else end
+        newlines += count_newlines(run, counted, reach)
+        counted = reach
+
+
+def _joined_rows(parts: list[Sequence[int]]) -> Sequence[int]:
+    """The line numbers of `parts` one after the other: a range where they
+    are consecutive ranges (a file's runs of object lines, block after
+    block), else a list."""
+    if all(type(part) is range for part in parts) and all(
+            before.stop == after.start for before, after in pairwise(parts)):
+        return range(parts[0].start, parts[-1].stop)
+    return list(chain.from_iterable(parts))
 
 
 def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow | dict | None:
