@@ -148,7 +148,15 @@ def check_file(url: str, file: str, *, compression: str | None = None,
 
 def _open_url(url: str) -> BinaryIO:
     import fsspec  # here: `read_back`'s processes open local paths and never need it
+    from fsspec.implementations.memory import MemoryFileSystem
 
+    fs, fs_path = fsspec.core.url_to_fs(url)
+    if isinstance(fs, MemoryFileSystem):
+        # memory:// hands every opener of a file the one object it stores,
+        # read position included: the checks of a shard and of its index
+        # file read the index at once, and would move each other's reads.
+        # Each opener gets its own view of the bytes instead.
+        return io.BytesIO(fs.cat_file(fs_path))
     return fsspec.open(url, "rb").open()
 
 

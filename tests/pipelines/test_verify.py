@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from recordforge.pipelines import publish
 from recordforge.pipelines.publish import example_checks, file_checks, verify
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 from recordforge.transforms.layout import shard_file_name
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecord
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 FEATURES = {"id": {"type": "int64", "shape": []},
             "label": {"type": "int64", "shape": []},
@@ -396,3 +396,17 @@ def test_the_hashing_reader_hashes_every_byte_read_either_way(records, most, fli
         outcomes.append((found, reader.size, reader.digest.hexdigest()))
     assert outcomes[0] == outcomes[1] == outcomes[2]
     assert outcomes[0][1:] == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_memory_files_open_with_a_read_position_each():
+    # memory:// stores one object per file; the checks of a shard and of its
+    # index read the index at once, each from its own position.
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file("/rf-opened-twice/index", b"0 47\n47 48\n")
+    try:
+        first = file_checks._open_url("memory://rf-opened-twice/index")
+        second = file_checks._open_url("memory://rf-opened-twice/index")
+        assert first.read() == b"0 47\n47 48\n"
+        assert second.read() == b"0 47\n47 48\n"
+    finally:
+        fs.rm("/rf-opened-twice", recursive=True)
