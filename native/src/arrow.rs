@@ -214,7 +214,8 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
         convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
     }))?;
     let Ok(columns) = converted else { return Ok(None) };
-    Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, false)?))
+    // (validated: a string feature's values are text `Checked::field` found UTF-8)
+    Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, true)?))
 }
 
 #[cfg(test)]

@@ -95,6 +95,9 @@ pub(crate) enum Field<'a> {
 pub(crate) struct Checked<'a> {
     array: Array<'a>,
     column: usize,
+    /// Every value of a text array is UTF-8 (`whole_utf8`): `field` need
+    /// not check each again.
+    utf8: bool,
 }
 
 /// `length` bits or items past `offset`, as a count of items, without overflow.
@@ -145,7 +148,20 @@ impl<'a> Array<'a> {
             }
             _ => return Err(short),
         }
-        Ok(Checked { array: self, column })
+        Ok(Checked { array: self, column, utf8: self.whole_utf8() })
+    }
+
+    /// Whether the array is text whose every value is UTF-8 (its offsets
+    /// checked), known at once: the text they span together is, and each
+    /// value starts at a character's start. (One pass over the bytes,
+    /// where a check per value costs a call and a setup per value; false
+    /// sends `field` back to checking each, which finds the row at fault.)
+    fn whole_utf8(&self) -> bool {
+        let (Layout::Utf8(size), Some(offsets)) = (self.layout, self.offsets) else { return false };
+        let bound = |index| offset_at(offsets, size, index).unwrap_or(0);
+        let (first, last) = (bound(self.offset), bound(self.offset + self.length));
+        let Some(Ok(text)) = self.values.get(first..last).map(std::str::from_utf8) else { return false };
+        (1..self.length).all(|row| text.is_char_boundary(bound(self.offset + row) - first))
     }
 }
 
@@ -214,7 +230,7 @@ impl<'a> Checked<'a> {
                 let data = values.get(start..stop).ok_or(BatchError::BadOffsets { column: self.column, row })?;
                 if matches!(array.layout, Layout::Binary(_)) {
                     Field::Binary(data)
-                } else if std::str::from_utf8(data).is_ok() {
+                } else if self.utf8 || std::str::from_utf8(data).is_ok() {
                     Field::Text(data)
                 } else {
                     return Err(BatchError::NotUtf8 { column: self.column, row });
@@ -262,6 +278,23 @@ pub(crate) mod tests {
         assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 0 }));
         let array = Array { layout: Layout::Int(8), offset: usize::MAX, length: 2, validity: None, values: &values, offsets: None };
         assert!(array.checked(0).is_err());
+    }
+
+    #[test]
+    fn text_is_utf8_value_by_value_though_checked_whole() {
+        // "é" whole, but cut inside the character: neither value is UTF-8.
+        let cut = offsets(&[0, 1, 2]);
+        let array = Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: "é".as_bytes(), offsets: Some(&cut) };
+        let checked = array.checked(0).unwrap();
+        assert!(!checked.utf8);
+        assert_eq!(checked.field(0), Err(BatchError::NotUtf8 { column: 0, row: 0 }));
+        // Cut between characters (past a sliced-off head), each value is.
+        let whole = offsets(&[0, 1, 3, 5]);
+        let values = b"\xff\xc3\xa9\xc3\xa9";
+        let array = Array { layout: Layout::Utf8(4), offset: 1, length: 2, validity: None, values, offsets: Some(&whole) };
+        let checked = array.checked(3).unwrap();
+        assert!(checked.utf8);
+        assert_eq!(checked.field(1), Ok(Field::Text("é".as_bytes())));
     }
 
     proptest! {

@@ -27,13 +27,13 @@ KERNEL_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", 
                           "binary", "large_binary"})
 
 
-def lazy_types(record_batch) -> bool:
-    """Whether every column of `record_batch` is of a `KERNEL_TYPES` type
-    and their names are distinct (``to_pydict`` keeps one of a repeated
-    name)."""
-    names = record_batch.schema.names
+def lazy_types(schema) -> bool:
+    """Whether every column of a record batch of Arrow `schema` is of a
+    `KERNEL_TYPES` type and their names are distinct (``to_pydict`` keeps
+    one of a repeated name)."""
+    names = schema.names
     return len(set(names)) == len(names) and all(
-        str(field.type) in KERNEL_TYPES for field in record_batch.schema)
+        str(field.type) in KERNEL_TYPES for field in schema)
 
 
 class ArrowBatch(ColumnBatch):

@@ -175,9 +175,11 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
     row = first_row
     native = kernels() if columns else None
     try:
+        # (every batch holds the file's columns, as its Arrow schema types them)
+        lazy = native is not None and lazy_types(parquet.schema_arrow)
         for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group],
                                           use_threads=False):
-            if native is not None and lazy_types(batch) and _valid(batch):
+            if lazy and _valid(batch):
                 # The native kernel reads the batch's buffers; Python values
                 # are made only if something asks (`ArrowBatch`).
                 yield ArrowBatch(source, row + 1, batch)
