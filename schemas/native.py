@@ -39,6 +39,7 @@ _KERNELS_USED = (
     "text_theta",  # schemas/stats/distinct.py: compact_theta(add_texts(None, texts))
     "text_partial",  # schemas/stats/text.py: python_text_parts of a batch alone
     "text_column_partial",  # the same of a TextColumn (schemas/text_column.py) whole
+    "text_column_take",  # schemas/text_column.py: TextColumn.python_take
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
     "count_newlines_quotes",  # transforms/readers/ranges.py: bytes.count of "\n" and '"'

@@ -6,7 +6,8 @@ it (little-endian int64, one more than the rows), rather than a str per
 row that only the statistics read. `TextColumn` reads as the list of str
 it stands for, making a str only for a row asked for; the text statistics
 (`schemas/stats/text.py`) hand its buffers to the kernel whole, and picking
-rows (`take`, or indexing with an array) gives another `TextColumn`.
+rows (`take`, or indexing with an array) gives another `TextColumn`, its
+bytes copied by the kernel (`text_column_take`) where it runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from itertools import pairwise
 
 import numpy as np
+
+from .native import kernels
 
 __all__ = ["TextColumn"]
 
@@ -63,11 +66,33 @@ class TextColumn(Sequence):
         return (data[start:end].decode("utf-8") for start, end in pairwise(ends))
 
     def take(self, rows) -> TextColumn:
-        """The column of the rows at `rows` (int positions), in that order."""
+        """The column of the rows at `rows` (int positions), in that order:
+        by the native kernel (`text_column_take`) where it runs, else as
+        `python_take` picks them (the reference, and the path that says
+        what is wrong with offsets the kernel declines)."""
+        rows = self._checked_rows(rows)
+        native = kernels()
+        if native is not None:
+            taken = native.text_column_take(self.data, self.offsets,
+                                            rows.astype("<i8", copy=False).view(np.uint8))
+            if taken is not None:
+                return TextColumn(*taken)
+        return self._picked(rows)
+
+    def python_take(self, rows) -> TextColumn:
+        """`take` with numpy: the reference the kernel is held to."""
+        return self._picked(self._checked_rows(rows))
+
+    def _checked_rows(self, rows) -> np.ndarray:
+        """`rows` as non-negative int positions (negative ones count from
+        the end); an IndexError for one out of range."""
         rows = np.asarray(rows, dtype=np.intp)
         rows = np.where(rows < 0, rows + len(self), rows)
         if len(rows) and not (0 <= rows.min() and rows.max() < len(self)):
             raise IndexError("text column index out of range")
+        return rows
+
+    def _picked(self, rows: np.ndarray) -> TextColumn:
         starts, ends = self._ends[rows], self._ends[rows + 1]
         lengths = ends - starts
         taken = np.zeros(len(rows) + 1, dtype="<i8")

@@ -122,25 +122,35 @@ pub fn merged_buckets(held: Option<&Buckets>, keys: &[u64], counts: &[u64]) -> B
 /// histogram's range (the batch's values as doubles), the merged buckets
 /// (None without a finite value: the held ones stand) and, in `partial.
 /// hashes`, the theta hashes of its candidates that `HashedTheta.add`
-/// keeps (below `theta`, not 0), each hashed and screened in one pass.
+/// keeps (below `theta`, not 0), each hashed and screened in one pass,
+/// then cut to the `most` smallest distinct ones, ascending.
+///
+/// `most` is one more than the sketch's nominal entries: the sketch ends
+/// as the nominal smallest distinct hashes of all its values, theta the
+/// next, and a hash past the batch's `most` smallest has that many
+/// smaller ones beside it, so it is never one of them (nor theta). Sent
+/// back ascending, they merge into the sketch's held hashes without a sort.
 pub struct Update {
     pub partial: Numeric,
     pub range: Option<(f64, f64)>,
     pub buckets: Option<Buckets>,
 }
 
-pub fn update((mut partial, candidates): (Numeric, Candidates), held: Option<&Buckets>, theta: u64) -> Update {
+pub fn update((mut partial, candidates): (Numeric, Candidates), held: Option<&Buckets>, theta: u64,
+              most: usize) -> Update {
     if partial.keys.is_empty() {
         return Update { partial, range: None, buckets: None };
     }
     let range = (stats::unordered_key(partial.keys[0]), stats::unordered_key(partial.keys[partial.keys.len() - 1]));
     let buckets = merged_buckets(held, &partial.keys, &partial.counts);
     let kept = |hash: &u64| *hash < theta && *hash != 0;
-    partial.hashes = match &candidates {
+    let mut hashes: Vec<u64> = match &candidates {
         Candidates::OfKeys { is_int } => partial.keys.iter()
             .map(|key| stats::theta_hash(Candidates::of_key(*key, *is_int))).filter(kept).collect(),
         Candidates::Every(values) => values.iter().map(|word| stats::theta_hash(*word)).filter(kept).collect(),
     };
+    stats::smallest_distinct(&mut hashes, most);
+    partial.hashes = hashes;
     Update { partial, range: Some(range), buckets: Some(buckets) }
 }
 
@@ -152,20 +162,21 @@ fn words(bytes: &[u8]) -> PyResult<Vec<u64>> {
 type UpdateTuple = (u64, u64, u64, PyObject, PyObject, Vec<(i128, i32)>, Vec<(u128, i32)>,
                     Option<(f64, f64)>, Option<(u32, Py<PyBytes>, Py<PyBytes>)>, Py<PyBytes>);
 
-/// `numeric_update(values, is_int, held, theta) -> (nan, inf, finite, low,
-/// high, sum, squares, range, buckets, hashes)`: `update` of the partial of
+/// `numeric_update(values, is_int, held, theta, most) -> (nan, inf, finite,
+/// low, high, sum, squares, range, buckets, hashes)`: `update` of the partial of
 /// a buffer of little-endian int64 or float64 values, as
 /// `schemas/stats/numeric.py` reads it: held None or (shift, keys, counts)
 /// of the histogram held (packed words, keys ascending); low and high int,
 /// float or None; sum and squares [(value, shift)] terms; range None or the
 /// batch's (min, max) as doubles; buckets None or the merged (shift, keys,
-/// counts); hashes packed words. A buffer whose length is not a multiple
+/// counts); hashes packed words, ascending. A buffer whose length is not a multiple
 /// of 8, keys and counts of different lengths, or a shift over 63 is a
 /// ValueError.
 #[pyfunction]
-#[pyo3(name = "numeric_update", signature = (values, is_int, held, theta))]
+#[pyo3(name = "numeric_update", signature = (values, is_int, held, theta, most))]
 pub fn numeric_update_py(py: Python<'_>, values: PyBuffer<u8>, is_int: bool,
-                         held: Option<(u32, PyBuffer<u8>, PyBuffer<u8>)>, theta: u64) -> PyResult<UpdateTuple> {
+                         held: Option<(u32, PyBuffer<u8>, PyBuffer<u8>)>, theta: u64,
+                         most: usize) -> PyResult<UpdateTuple> {
     let held = match held {
         None => None,
         Some((shift, keys, counts)) => {
@@ -188,7 +199,7 @@ pub fn numeric_update_py(py: Python<'_>, values: PyBuffer<u8>, is_int: bool,
             } else {
                 stats::float_runs(values.map(f64::from_bits))
             };
-            update(runs, held.as_ref(), theta)
+            update(runs, held.as_ref(), theta, most)
         })
     })??;
     let bound = |value: Option<stats::Value>| -> PyResult<PyObject> {
@@ -249,13 +260,18 @@ mod tests {
     fn screening_keeps_hashes_below_theta_and_not_zero() {
         let words = [0u64, 1, 2, 3, 4, 5, 6, 7, 8, 9];
         let hashes: Vec<u64> = words.iter().map(|word| stats::theta_hash(*word)).collect();
-        let theta = hashes[4];
+        let mut sorted = hashes.clone();
+        sorted.sort_unstable();
+        let theta = sorted[6];
         let partial = Numeric { keys: vec![5], counts: vec![1], ..Numeric::default() };
-        let done = update((partial, Candidates::Every(words.to_vec())), None, theta);
-        let kept: Vec<u64> = hashes.into_iter().filter(|hash| *hash < theta).collect();
-        assert!(!kept.is_empty());
+        let done = update((partial.clone(), Candidates::Every(words.to_vec())), None, theta, 100);
+        let mut kept: Vec<u64> = hashes.into_iter().filter(|hash| *hash < theta).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, sorted[..6]);
         assert_eq!(done.partial.hashes, kept);
         assert_eq!(done.buckets.map(|b| b.keys), Some(vec![5]));
+        let fewest = update((partial, Candidates::Every(words.to_vec())), None, theta, 2);
+        assert_eq!(fewest.partial.hashes, kept[..2]);
     }
 
     proptest! {
@@ -279,7 +295,7 @@ mod tests {
         #[test]
         fn hostile_held_buckets_never_panic(held in prop::collection::vec((any::<u64>(), any::<u64>()), 0..200),
                                             shift in 0u32..64, values in prop::collection::vec(any::<u64>(), 0..300),
-                                            is_int in any::<bool>(), theta in any::<u64>()) {
+                                            is_int in any::<bool>(), theta in any::<u64>(), most in 0usize..400) {
             // unsorted, repeated, wrapping counts: garbage in, no panic out
             let held = Buckets { shift, keys: held.iter().map(|p| p.0).collect(), counts: held.iter().map(|p| p.1).collect() };
             let runs = if is_int {
@@ -288,12 +304,18 @@ mod tests {
                 stats::float_runs(values.iter().map(|word| f64::from_bits(*word)))
             };
             let whole = stats::float_partial(values.iter().map(|word| f64::from_bits(*word)));
-            let done = update(runs, Some(&held), theta);
+            let done = update(runs, Some(&held), theta, most);
             if !is_int {
-                // the hashes screened are those of the whole partial's candidates
-                let screened: Vec<u64> = whole.hashes.into_iter().filter(|hash| *hash < theta && *hash != 0).collect();
+                // the hashes kept are the `most` smallest distinct ones the
+                // whole partial's candidates have below theta
+                let mut screened: Vec<u64> = whole.hashes.into_iter().filter(|hash| *hash < theta && *hash != 0).collect();
+                screened.sort_unstable();
+                screened.dedup();
+                screened.truncate(most);
                 prop_assert_eq!(&done.partial.hashes, &screened);
             }
+            prop_assert!(done.partial.hashes.len() <= most);
+            prop_assert!(done.partial.hashes.windows(2).all(|pair| pair[0] < pair[1]));
             prop_assert!(done.partial.hashes.iter().all(|hash| *hash < theta && *hash != 0));
             if let Some(buckets) = done.buckets {
                 prop_assert!(buckets.shift <= 63 && buckets.keys.len() == buckets.counts.len());

@@ -341,7 +341,7 @@ pub fn text_hash(text: &[u8]) -> Option<u64> {
 /// around the count-th smallest puts them first in linear time, and while
 /// they hold no repeat (hashes of distinct values almost never do) they
 /// are the answer; else every hash is sorted.
-fn smallest_distinct(hashes: &mut Vec<u64>, count: usize) {
+pub fn smallest_distinct(hashes: &mut Vec<u64>, count: usize) {
     if count > 0 && hashes.len() > count {
         hashes.select_nth_unstable(count - 1);
         let head = &mut hashes[..count];

@@ -4,6 +4,7 @@
 //! `schemas/text_column.py` (`TextColumn`) reads as a sequence of str, and
 //! the text statistics (`text_stats`) take whole. No str is made per row.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -79,6 +80,57 @@ pub fn column_values<'a>(data: &'a [u8], offsets: &[u8]) -> Option<Vec<&'a [u8]>
     Some(values)
 }
 
+/// The values at `rows` (row numbers, in any order, repeats allowed) of
+/// the column `offsets` cuts out of `data`, and how many bytes they hold
+/// together. None where a row number is negative or past the last row, or
+/// a taken row's bounds fall or run past `data` (the caller's reference
+/// then says what is wrong), or a total past usize; the values are bytes,
+/// UTF-8 or not.
+fn taken_values<'a>(data: &'a [u8], offsets: &[u64], rows: &[u64]) -> Option<(Vec<&'a [u8]>, usize)> {
+    let count = offsets.len().checked_sub(1)?;
+    let mut values = Vec::with_capacity(rows.len());
+    let mut total = 0usize;
+    for row in rows {
+        let row = usize::try_from(*row).ok().filter(|row| *row < count)?;
+        let (start, end) = (usize::try_from(offsets[row]).ok()?, usize::try_from(offsets[row + 1]).ok()?);
+        values.push(data.get(start..end)?);
+        total = total.checked_add(end - start)?;
+    }
+    Some((values, total))
+}
+
+/// `taken_values` joined, and the offsets that cut them apart:
+/// `TextColumn.take`'s buffers, with no index per byte.
+#[cfg(test)]
+fn taken(data: &[u8], offsets: &[u64], rows: &[u64]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (values, total) = taken_values(data, offsets, rows)?;
+    let mut joined = vec![0u8; total];
+    let cuts = join_into(&values, &mut joined);
+    Some((joined, cuts))
+}
+
+/// `text_column_take(data, offsets, rows) -> (data, offsets) | None`: the
+/// rows at `rows` (packed int64 row numbers) of a `TextColumn`'s buffers,
+/// joined straight into the bytes given back (`taken_values`), as
+/// `schemas/text_column.py` (`TextColumn.take`; `python_take` is the
+/// reference) reads it. Offsets or rows not a whole number of int64 are a
+/// ValueError.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn text_column_take<'py>(py: Python<'py>, data: &Bound<'py, PyBytes>, offsets: &Bound<'py, PyBytes>,
+                             rows: PyBuffer<u8>) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+    let bounds = crate::packed::words(offsets.as_bytes(), "a text column's offsets'").map_err(PyValueError::new_err)?;
+    let rows = crate::with_bytes(py, &rows, |bytes| crate::packed::words(bytes, "a text column's taken rows'"))?
+        .map_err(PyValueError::new_err)?;
+    let Some((values, total)) = taken_values(data.as_bytes(), &bounds, &rows) else { return Ok(None) };
+    let mut cuts = Vec::new();
+    let joined = PyBytes::new_with(py, total, |joined| {
+        cuts = join_into(&values, joined);
+        Ok(())
+    })?;
+    Ok(Some((joined, PyBytes::new(py, &cuts))))
+}
+
 /// A text feature's checked column for Python, `(data, offsets, states)`:
 /// `joined`'s two buffers as bytes, and one state byte per row
 /// (`column::PRESENT`, ...) or None when every row holds its value.
@@ -119,6 +171,32 @@ mod tests {
             if let Some(values) = column_values(&data, &packed) {
                 prop_assert_eq!(values.len() + 1, small.len());
                 prop_assert!(values.iter().all(|value| std::str::from_utf8(value).is_ok()));
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn taken_rows_are_the_rows_picked(texts in prop::collection::vec(".{0,6}", 1..40),
+                                          picks in prop::collection::vec(any::<prop::sample::Index>(), 0..60)) {
+            let values: Vec<Value> = texts.iter().map(|text| Value::Bytes(text.as_bytes())).collect();
+            let (data, offsets) = joined(&values, false).unwrap();
+            let bounds = crate::packed::words(&offsets, "offsets'").unwrap();
+            let rows: Vec<u64> = picks.iter().map(|pick| pick.index(texts.len()) as u64).collect();
+            let (picked, cuts) = taken(&data, &bounds, &rows).unwrap();
+            let expected: Vec<&[u8]> = rows.iter().map(|row| texts[*row as usize].as_bytes()).collect();
+            prop_assert_eq!(column_values(&picked, &cuts).unwrap(), expected);
+        }
+
+        #[test]
+        fn any_bounds_and_rows_are_taken_safely(data in prop::collection::vec(any::<u8>(), 0..40),
+                                                bounds in prop::collection::vec(-2i64..45, 0..10),
+                                                rows in prop::collection::vec(-2i64..12, 0..20)) {
+            let bounds: Vec<u64> = bounds.iter().map(|at| *at as u64).collect();
+            let rows: Vec<u64> = rows.iter().map(|row| *row as u64).collect();
+            if let Some((picked, cuts)) = taken(&data, &bounds, &rows) {
+                prop_assert_eq!(cuts.len(), (rows.len() + 1) * OFFSET_SIZE);
+                prop_assert!(picked.len() <= rows.len() * data.len());
             }
         }
     }

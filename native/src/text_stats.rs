@@ -42,7 +42,8 @@ fn count_distinct(texts: &[&[u8]]) -> Vec<Distinct> {
     let slots = (2 * texts.len()).next_power_of_two().max(2);
     let mask = slots - 1;
     let mut table = vec![0u32; slots];
-    let mut distinct: Vec<Distinct> = Vec::new();
+    // (sized for every value distinct: never grown while counting)
+    let mut distinct: Vec<Distinct> = Vec::with_capacity(texts.len());
     for (index, text) in texts.iter().enumerate() {
         let hash = murmur3_x64_128(text, THETA_SEED).0;
         let mut slot = hash as usize & mask;

@@ -46,8 +46,11 @@ fn every_corpus_input_and_prefix_gives_whole_partials() {
             let half = stats::float_partial(words(&buffer[..cut / 2]).map(f64::from_bits));
             let held = (!half.keys.is_empty()).then(|| numeric_stats::merged_buckets(None, &half.keys, &half.counts));
             let theta = words(buffer).next().unwrap_or(u64::MAX) >> 1;
-            let done = numeric_stats::update(stats::float_runs(words(buffer).map(f64::from_bits)), held.as_ref(), theta);
+            let most = cut % 40;
+            let done = numeric_stats::update(stats::float_runs(words(buffer).map(f64::from_bits)), held.as_ref(), theta, most);
             assert!(done.partial.hashes.iter().all(|hash| *hash < theta && *hash != 0), "{name} cut at {cut}");
+            assert!(done.partial.hashes.len() <= most, "{name} cut at {cut}");
+            assert!(done.partial.hashes.windows(2).all(|pair| pair[0] < pair[1]), "{name} cut at {cut}");
             if let Some(buckets) = &done.buckets {
                 assert_eq!(buckets.counts.iter().sum::<u64>(), floats.finite + half.finite, "{name} cut at {cut}");
                 assert!(buckets.keys.len() <= numeric_stats::HISTOGRAM_BUCKETS, "{name} cut at {cut}");

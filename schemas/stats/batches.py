@@ -94,38 +94,60 @@ def _split_values(plan: StatisticsPlan, values_of, split_of: np.ndarray,
     """((split, feature), (kind, stored, is a list, vocabulary), rows, values,
     per_row) of a batch, per feature and split with rows: its values as
     `FeatureStatistics.from_values` takes them."""
-    splits = [np.flatnonzero(split_of == index) for index in range(len(split_names))]
+    splits = [(split_names[index], rows) for index, rows in _split_rows(split_of, len(split_names))]
     for name, kind, stored, is_list, vocabulary in plan.features:
         form, values = values_of(name)
         held = None
         if form == "masked":
             values, held = values
-        for split, rows in zip(split_names, splits):
-            if not len(rows):
-                continue
-            holds = held if held is None or len(rows) == len(split_of) else held[rows]
-            if len(rows) == len(split_of):
-                chosen = values
-            elif isinstance(values, (np.ndarray, TextColumn)):
-                # The native kernel's checked array of a numeric or
-                # vocabulary column, or its text column: picked the same way.
-                chosen = values[rows]
-            elif form == "scalars" and hasattr(values, "array"):
-                # A numeric column's checked array (`columns.CheckedNumbers`):
-                # the split's values picked in one numpy call, which the
-                # statistics take as they are (no list of numbers made).
-                chosen = values.array[rows]
-            else:
-                chosen = list(map(values.__getitem__, rows.tolist()))
-            feature = (kind, stored, is_list, vocabulary)
+        feature = (kind, stored, is_list, vocabulary)
+        for split, rows in splits:
+            count = len(split_of) if rows is None else len(rows)
             if form == "masked":
                 # The examples holding a value, one each: as "rows" counts them.
-                present = (chosen[holds] if isinstance(chosen, (np.ndarray, TextColumn))
-                           else list(itertools.compress(chosen, holds)))
-                yield (split, name), feature, len(rows), present, None
+                yield (split, name), feature, count, _held_values(values, held, rows), None
             elif form == "scalars":
-                yield (split, name), feature, len(rows), chosen, None
+                yield (split, name), feature, count, _picked(values, rows, scalars=True), None
             else:
-                present = [row for row in chosen if row is not None]
+                present = [row for row in _picked(values, rows) if row is not None]
                 flat = [value for row in present for value in row]
-                yield (split, name), feature, len(rows), flat, list(map(len, present))
+                yield (split, name), feature, count, flat, list(map(len, present))
+
+
+def _split_rows(split_of: np.ndarray, splits: int) -> list[tuple[int, np.ndarray | None]]:
+    """(split index, its rows) of every split holding some of a batch's
+    rows, in split order; rows None where one split holds them all (its
+    values are then taken whole, not copied)."""
+    if not len(split_of):
+        return []
+    if splits == 1 and not split_of.any():  # (most builds: nothing to compare or count)
+        return [(0, None)]
+    picked = [np.flatnonzero(split_of == index) for index in range(splits)]
+    return [(index, None if len(rows) == len(split_of) else rows)
+            for index, rows in enumerate(picked) if len(rows)]
+
+
+def _picked(values, rows: np.ndarray | None, scalars: bool = False):
+    """The values at `rows` (None: all of them, as they are); `scalars`:
+    the values are a feature's one number per example."""
+    if rows is None:
+        return values
+    if isinstance(values, (np.ndarray, TextColumn)):
+        # The native kernel's checked array of a numeric or vocabulary
+        # column, or its text column: picked the same way.
+        return values[rows]
+    if scalars and hasattr(values, "array"):
+        # A numeric column's checked array (`columns.CheckedNumbers`): the
+        # split's values picked in one numpy call, which the statistics
+        # take as they are (no list of numbers made).
+        return values.array[rows]
+    return list(map(values.__getitem__, rows.tolist()))
+
+
+def _held_values(values, held: np.ndarray, rows: np.ndarray | None):
+    """The values at `rows` (None: all) of the examples that hold one
+    (`held`): an array or text column picked once, at those positions."""
+    if isinstance(values, (np.ndarray, TextColumn)):
+        return values[np.flatnonzero(held) if rows is None else rows[held[rows]]]
+    chosen = _picked(values, rows)
+    return list(itertools.compress(chosen, held if rows is None else held[rows]))

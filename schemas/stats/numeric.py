@@ -9,7 +9,8 @@ else with numpy (`python_update`: `python_parts`, then
 `ValueHistogram.of_counts`; the reference the kernel is held to by
 tests/native/test_numeric_partials.py). The kernel hands back the merged
 histogram (at most `HISTOGRAM_BUCKETS` buckets) and only the theta hashes
-the sketch keeps (`distinct.theta_bound`), not arrays of the batch's length.
+the sketch keeps (`distinct.theta_bound`), at most the smallest
+`distinct.theta_most` of them and ascending, not arrays of the batch's length.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..native import kernels
-from .distinct import theta_bound, theta_candidates
+from .distinct import theta_bound, theta_candidates, theta_most
 from .histogram import ValueHistogram, counted_keys
 from .sums import SHIFT, exact_float_sums, exact_int_sums
 
@@ -56,7 +57,8 @@ class NumericUpdate(NamedTuple):
     batch's finite values (None without one: the held one stands); the
     theta sketch's new values as candidates (`theta_candidates`) with
     hashes None, or as hashes alone (the kernel's, screened by
-    `theta_bound`) with candidates None."""
+    `theta_bound` and cut to the `theta_most` smallest, ascending and
+    distinct) with candidates None."""
 
     nan: int
     inf: int
@@ -111,7 +113,8 @@ def native_update(numeric_update_kernel, values: Sequence, stored: str,
         histogram.shift, np.ascontiguousarray(histogram.keys, dtype="<u8").view(np.uint8),
         np.ascontiguousarray(histogram.counts, dtype="<i8").view(np.uint8))
     (nan, inf, finite, low, high, total, squares, bounds, buckets, hashes) = \
-        numeric_update_kernel(array.view(np.uint8), is_int, held, theta_bound(theta))
+        numeric_update_kernel(array.view(np.uint8), is_int, held, theta_bound(theta),
+                              theta_most(theta))
     merged = None
     if buckets is not None:
         shift, keys, counts = buckets

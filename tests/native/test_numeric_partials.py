@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from recordforge.schemas.columns import CheckedNumbers
 from recordforge.schemas.stats import FeatureStatistics, numeric
-from recordforge.schemas.stats.distinct import add_numbers, compact_theta, theta_bound, theta_hashes
+from recordforge.schemas.stats.distinct import (HashedTheta, add_numbers, compact_theta, theta_bound,
+                                               theta_hashes, theta_most)
 from recordforge.schemas.stats.sums import SHIFT
 
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -47,11 +48,12 @@ def _assert_same(ours, reference, theta=None):
         assert ours.histogram.keys.dtype == reference.histogram.keys.dtype
         assert ours.histogram.counts.dtype == reference.histogram.counts.dtype
         assert ours.histogram.serialize() == reference.histogram.serialize()
-    # The kernel gives the hashes of numpy's candidates that the sketch keeps.
+    # The kernel gives the hashes of numpy's candidates that the sketch
+    # keeps, the `theta_most` smallest distinct ones, ascending.
     assert ours.candidates is None and reference.hashes is None
     hashes = theta_hashes(reference.candidates)
-    kept = hashes[(hashes < np.uint64(theta_bound(theta))) & (hashes != 0)]
-    assert ours.hashes.tobytes() == kept.tobytes()
+    kept = np.unique(hashes[(hashes < np.uint64(theta_bound(theta))) & (hashes != 0)])
+    assert ours.hashes.tobytes() == kept[:theta_most(theta)].tobytes()
 
 
 @settings(max_examples=400, deadline=None)
@@ -74,10 +76,14 @@ def test_repeated_values_are_counted_once_per_key(native, values):
     _assert_same(*_both(native, values, "int64"))
 
 
-def _chained(native, batches, stored):
+def _chained(native, batches, stored, lg_k=None):
     """Each batch folded in turn into what each path holds (histogram and
-    theta sketch), compared batch by batch; the final sketches too."""
-    ours_histogram = reference_histogram = ours_theta = reference_theta = None
+    theta sketch), compared batch by batch; the final sketches too.
+    lg_k: the sketches are `HashedTheta(lg_k)` from the start (a small one
+    fills, and the kernel cuts a batch's hashes, within a few values)."""
+    ours_histogram = reference_histogram = None
+    ours_theta, reference_theta = ((None, None) if lg_k is None
+                                   else (HashedTheta(lg_k), HashedTheta(lg_k)))
     for batch in batches:
         ours, reference = _both(native, batch, stored, ours_histogram, ours_theta,
                                 reference_histogram)
@@ -113,6 +119,17 @@ def test_float_batches_fold_into_the_same_histogram_and_sketch(native, batches):
         _chained(native, batches, "float")
 
 
+@settings(max_examples=100, deadline=None)
+@given(ints=CHAINED_INTS, floats=CHAINED_FLOATS, lg_k=st.integers(5, 7))
+def test_a_small_sketch_cut_by_the_kernel_ends_the_same(native, ints, floats, lg_k):
+    """Sketches of 32-128 entries: most batches hold more distinct values
+    than `theta_most`, which the kernel cuts them to; the sketches still
+    end as numpy's uncut hashes make them."""
+    _chained(native, ints, "int64", lg_k)
+    with np.errstate(over="ignore"):
+        _chained(native, floats, "float", lg_k)
+
+
 def test_a_wide_column_coarsens_batch_by_batch_the_same(native):
     rng = np.random.default_rng(3)
     batches = [rng.integers(-(1 << 40), 1 << 40, 10_000) for _ in range(6)]
@@ -140,17 +157,17 @@ def test_a_sum_of_squares_past_128_bits_is_exact(native):
 
 def test_a_buffer_of_odd_length_is_refused(native):
     with pytest.raises(ValueError, match="multiple of 8"):
-        native.numeric_update(b"\x00" * 9, True, None, 1 << 62)
+        native.numeric_update(b"\x00" * 9, True, None, 1 << 62, 4097)
     with pytest.raises(ValueError, match="multiple of 8"):
-        native.numeric_update(b"\x00" * 8, True, (0, b"\x00" * 7, b""), 1 << 62)
+        native.numeric_update(b"\x00" * 8, True, (0, b"\x00" * 7, b""), 1 << 62, 4097)
 
 
 def test_a_held_histogram_that_cannot_be_is_refused(native):
     key, count = b"\x00" * 8, b"\x01" + b"\x00" * 7
     with pytest.raises(ValueError, match="shift is over 63"):
-        native.numeric_update(key, True, (64, key, count), 1 << 62)
+        native.numeric_update(key, True, (64, key, count), 1 << 62, 4097)
     with pytest.raises(ValueError, match="differ in number"):
-        native.numeric_update(key, True, (0, key * 2, count), 1 << 62)
+        native.numeric_update(key, True, (0, key * 2, count), 1 << 62, 4097)
 
 
 def _statistics(batches, stored, native, kind="numeric"):

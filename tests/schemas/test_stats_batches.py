@@ -83,3 +83,54 @@ def test_a_checked_array_gives_each_split_the_statistics_of_its_list(ints, float
             assert not accumulator.add(columns.__getitem__, split_of)
         states.append(json.dumps([[key, stats.to_state()] for key, stats in accumulator.flush()]))
     assert states[0] == states[1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 60), splits=st.integers(1, 3))
+def test_each_split_gets_the_statistics_of_its_own_values(data, rows, splits):
+    """Arrays, text columns, masked and listed values split per split (one
+    split holding every row, some empty, or rows spread): each (split,
+    feature) partial is the statistics of that split's values alone, as
+    plain lists give them."""
+    from recordforge.schemas.stats import FeatureStatistics
+    from recordforge.schemas.text_column import TextColumn
+
+    split_of = np.array(data.draw(st.lists(st.integers(0, splits - 1), min_size=rows,
+                                           max_size=rows)), dtype=np.intp)
+    ints = data.draw(st.lists(st.integers(-5, 5), min_size=rows, max_size=rows))
+    texts = data.draw(st.lists(st.sampled_from(["", "a", "é", "b😀"]), min_size=rows,
+                               max_size=rows))
+    held = np.array(data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows)), dtype=bool)
+    listed = data.draw(st.lists(st.none() | st.lists(st.integers(0, 3), max_size=3),
+                                min_size=rows, max_size=rows))
+    plan = StatisticsPlan((("n", "numeric", "int64", False, None),
+                           ("t", "string", "bytes", False, None),
+                           ("m", "string", "bytes", False, None),
+                           ("k", "numeric", "int64", False, None),
+                           ("l", "vocabulary", "int64", True, ("w", "x", "y", "z"))))
+    columns = {"n": ("scalars", np.array(ints, dtype=np.int64)),
+               "t": ("scalars", TextColumn.of(texts)),
+               "m": ("masked", (TextColumn.of(texts), held)),
+               "k": ("masked", (ints, held)),
+               "l": ("rows", listed)}
+    names = ["train", "test", "eval"][:splits]
+    out = [(key, json.dumps(stats.to_state()))
+           for key, stats in batch_statistics(plan, columns.__getitem__, split_of, names)]
+    expected = []
+    for name, kind, stored, is_list, vocabulary in plan.features:
+        for index, split in enumerate(names):
+            mine = np.flatnonzero(split_of == index).tolist()
+            if not mine:
+                continue
+            per_row = None
+            if name in ("n", "t"):
+                values = [(ints if name == "n" else texts)[at] for at in mine]
+            elif name in ("m", "k"):
+                values = [(texts if name == "m" else ints)[at] for at in mine if held[at]]
+            else:
+                present = [listed[at] for at in mine if listed[at] is not None]
+                values, per_row = [value for row in present for value in row], list(map(len, present))
+            stats = FeatureStatistics.from_values(kind, stored, len(mine), values, is_list,
+                                                  vocabulary, per_row)
+            expected.append(((split, name), json.dumps(stats.to_state())))
+    assert out == expected

@@ -85,6 +85,24 @@ def test_hashed_theta_at_small_sizes_is_datasketches_sketch(batches, lg_k):
     assert held.compact().serialize() == _datasketches_theta("int64", every, lg_k)
 
 
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(_INTS, max_size=80), min_size=1, max_size=6),
+       lg_k=st.integers(5, 7), ordered=st.lists(st.booleans(), min_size=6, max_size=6))
+def test_ascending_hashes_cut_to_theta_most_end_as_every_hash(batches, lg_k, ordered):
+    """Batches given as the kernel gives them (ascending, distinct, the
+    `theta_most` smallest, merged without a full sort) among batches given
+    whole and unordered: the sketch of every value all the same."""
+    held = distinct.HashedTheta(lg_k)
+    for batch, ascending in zip(batches, ordered):
+        hashes = distinct.theta_hashes(np.array(batch, dtype=np.int64))
+        if ascending:
+            hashes = np.unique(hashes[hashes < np.uint64(distinct.theta_bound(held))])
+            hashes = hashes[:distinct.theta_most(held)]
+        held.add(hashes, ascending)
+    every = [value for batch in batches for value in batch]
+    assert held.compact().serialize() == _datasketches_theta("int64", every, lg_k)
+
+
 def test_a_hashed_theta_unites_with_compact_sketches():
     """Merging, pickling and reading back take the compact form; a sketch
     read back and given more values unites the two (`add_numbers`)."""
