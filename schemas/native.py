@@ -28,6 +28,7 @@ _KERNELS_USED = (
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records
     "fixed_key_order",  # transforms/writer/row_order.py: sorted_positions (run_kernel.py)
+    "head_order",  # transforms/writer/row_order.py: _order_by_head
     "write_run",  # transforms/writer/run_format.py: RunWriter of rows in order (run_kernel.py)
     "framed_sizes",  # transforms/writer/prepare.py: the framed sizes of a batch's examples
     "key_nones",  # transforms/writer/prepare.py: a batch's keys checked and their Nones counted

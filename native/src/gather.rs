@@ -15,12 +15,18 @@ use pyo3::types::PyBytes;
 use crate::{guarded, packed, with_bytes};
 
 /// Value `i` of `(offsets, data)` as a range of `data`, checked: both ends
-/// inside `data` and in order.
-fn value_range(offsets: &[u64], data_len: usize, value: u64) -> Result<(usize, usize), String> {
-    let at = usize::try_from(value).ok()
-        .filter(|at| at.checked_add(1).is_some_and(|next| next < offsets.len()))
-        .ok_or_else(|| format!("position {value} outside the {} values", offsets.len().saturating_sub(1)))?;
-    let (start, end) = (offsets[at], offsets[at + 1]);
+/// inside `data` and in order. The offsets are read in place, packed
+/// (little-endian words, `whole_words`): a bucket's are megabytes, a block
+/// takes a few of them.
+fn value_range(offsets: &[u8], data_len: usize, value: u64) -> Result<(usize, usize), String> {
+    let values = (offsets.len() / 8).saturating_sub(1);
+    if value >= values as u64 {
+        return Err(format!("position {value} outside the {values} values"));
+    }
+    let at = value as usize; // < values: the words at and at + 1 exist
+    let pair = &offsets[at * 8..at * 8 + 16];
+    let start = u64::from_le_bytes(pair[..8].try_into().expect("8 bytes"));
+    let end = u64::from_le_bytes(pair[8..].try_into().expect("8 bytes"));
     if start > end || end > data_len as u64 {
         return Err(format!("value {at} spans bytes {start}..{end} of {data_len}"));
     }
@@ -28,16 +34,20 @@ fn value_range(offsets: &[u64], data_len: usize, value: u64) -> Result<(usize, u
 }
 
 /// The ranges of the values at `positions`, in that order, and their bytes
-/// in all; an error names the first position outside the array or value
-/// whose offsets fall outside `data` or run backwards. Each range is
-/// checked against `data`, so the total is at most `positions.len()` times
-/// its length: no size here is read unchecked from the input.
-pub fn gathered_ranges(offsets: &[u64], data_len: usize, positions: &[u64])
+/// in all (`offsets` and `positions` packed little-endian words); an
+/// error names a buffer that is not whole words, or the first position
+/// outside the array or value whose offsets fall outside `data` or run
+/// backwards. Each range is checked against `data`, so the total is at
+/// most the positions' count times its length: no size here is read
+/// unchecked from the input.
+pub fn gathered_ranges(offsets: &[u8], data_len: usize, positions: &[u8])
                        -> Result<(Vec<(usize, usize)>, usize), String> {
-    let mut ranges = Vec::with_capacity(positions.len());
+    packed::whole_words(offsets, "offsets'")?;
+    packed::whole_words(positions, "positions'")?;
+    let mut ranges = Vec::with_capacity(positions.len() / 8);
     let mut total = 0usize;
-    for position in positions {
-        let (start, end) = value_range(offsets, data_len, *position)?;
+    for position in positions.chunks_exact(8) {
+        let (start, end) = value_range(offsets, data_len, u64::from_le_bytes(position.try_into().expect("8 bytes")))?;
         total = total.checked_add(end - start).ok_or("gathered bytes overflow")?;
         ranges.push((start, end));
     }
@@ -68,9 +78,7 @@ pub fn py_gather_values<'py>(py: Python<'py>, offsets: PyBuffer<u8>, data: PyBuf
     with_bytes(py, &offsets, |offsets| {
         with_bytes(py, &positions, |positions| {
             with_bytes(py, &data, |data| {
-                let offsets = packed::words(offsets, "offsets'").map_err(PyValueError::new_err)?;
-                let positions = packed::words(positions, "positions'").map_err(PyValueError::new_err)?;
-                let (ranges, total) = gathered_ranges(&offsets, data.len(), &positions)
+                let (ranges, total) = gathered_ranges(offsets, data.len(), positions)
                     .map_err(PyValueError::new_err)?;
                 PyBytes::new_with(py, total, |out| {
                     // Unwind-safe: after a panic the half-written object is dropped.
@@ -86,8 +94,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn packed(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|word| word.to_le_bytes()).collect()
+    }
+
     fn gathered(offsets: &[u64], data: &[u8], positions: &[u64]) -> Result<Vec<u8>, String> {
-        let (ranges, total) = gathered_ranges(offsets, data.len(), positions)?;
+        let (ranges, total) = gathered_ranges(&packed(offsets), data.len(), &packed(positions))?;
         let mut out = vec![0u8; total];
         gather_into(&mut out, data, &ranges);
         Ok(out)
@@ -128,5 +140,13 @@ mod tests {
         assert!(gathered(&[0, 3], b"ab", &[0]).is_err());
         assert!(gathered(&[2, 1], b"ab", &[0]).is_err());
         assert_eq!(gathered(&[0, 1, 2], b"ab", &[1, 0, 1]), Ok(b"bab".to_vec()));
+        assert!(gathered(&[0, 2], b"ab", &[u64::MAX]).is_err());
+    }
+
+    #[test]
+    fn buffers_of_part_words_are_refused() {
+        assert!(gathered_ranges(&[0; 15], 2, &[0; 8]).is_err());
+        assert!(gathered_ranges(&[0; 16], 2, &[0; 7]).is_err());
+        assert_eq!(gathered_ranges(&packed(&[0, 2]), 2, &packed(&[0])), Ok((vec![(0, 2)], 2)));
     }
 }

@@ -3,12 +3,20 @@
 //! buffer Python hands over, checked for a whole number of words, and
 //! written back for it.
 
-/// The words of `bytes`; an error when its length is not a multiple of 8,
-/// naming the buffer (`what`, possessive: "packed rows'").
-pub fn words(bytes: &[u8], what: &str) -> Result<Vec<u64>, String> {
+/// An error when the length of `bytes` is not a multiple of 8, naming the
+/// buffer (`what`, possessive: "packed rows'"), for readers of its words
+/// in place.
+pub fn whole_words(bytes: &[u8], what: &str) -> Result<(), String> {
     if bytes.len() % 8 != 0 {
         return Err(format!("{what} length is not a multiple of 8 (a whole number of int64s)"));
     }
+    Ok(())
+}
+
+/// The words of `bytes`; an error when its length is not a multiple of 8
+/// (`whole_words`).
+pub fn words(bytes: &[u8], what: &str) -> Result<Vec<u64>, String> {
+    whole_words(bytes, what)?;
     Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect())
 }
 

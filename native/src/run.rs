@@ -15,7 +15,7 @@ use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::{guarded, with_bytes, PREFETCH_AHEAD};
 
 // The sorts live in `run_order`; registered with the module under `run`.
-pub use crate::run_order::{py_fixed_key_order, py_sorted_rows};
+pub use crate::run_order::{py_fixed_key_order, py_head_order, py_sorted_rows};
 
 /// The footer's last 8 bytes (`run_format._MAGIC`).
 pub const MAGIC: &[u8; 8] = b"RFRUN002";

@@ -20,6 +20,9 @@ use crate::{guarded, with_bytes};
 /// The first 8 bytes of `key` (zero-padded) as one big-endian integer: its
 /// byte order, where those bytes differ.
 pub(crate) fn head(key: &[u8]) -> u64 {
+    if let Some(first) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*first); // (no copy of a variable length: a call to memcpy a key)
+    }
     let mut bytes = [0u8; 8];
     let take = key.len().min(8);
     bytes[..take].copy_from_slice(&key[..take]);
@@ -64,6 +67,26 @@ pub fn fixed_key_order(blob: &[u8], width: usize, rows: &[usize]) -> Result<(Vec
         start = end;
     }
     Ok((order, ties))
+}
+
+/// `rows` keys of `width` bytes each (back to back in `blob`) ordered by
+/// their first 8 bytes (zero-padded) read as one big-endian integer, when
+/// no two keys share those bytes: then it is their byte order, the order
+/// `row_order._order_by_head` finds with numpy's stable sort. None when two
+/// keys share them (the caller compares whole keys and examples). The
+/// stable sort finds a bucket's sorted slices and merges them, like
+/// numpy's, but on integers it made itself (numpy's took three times as
+/// long with the heads' copies and checks around it).
+pub fn head_order(blob: &[u8], width: usize) -> Result<Option<Vec<usize>>, String> {
+    if width == 0 || blob.len() % width != 0 {
+        return Err(format!("{} key bytes are not keys of {width} bytes", blob.len()));
+    }
+    let mut packed: Vec<u128> = blob.chunks_exact(width).enumerate().map(|(row, key)| (head(key) as u128) << 64 | row as u128).collect();
+    packed.sort(); // merges the sorted runs it finds: a bucket's slices
+    if packed.windows(2).any(|pair| pair[0] >> 64 == pair[1] >> 64) {
+        return Ok(None);
+    }
+    Ok(Some(packed.iter().map(|item| *item as u64 as usize).collect()))
 }
 
 /// `items` sorted: by their top bits first (a counting sort into about
@@ -169,6 +192,27 @@ pub fn py_fixed_key_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize
     Ok(Some(PyBytes::new(py, &packed)))
 }
 
+/// `head_order(keys, width) -> order | None`: `head_order` of the keys
+/// `width` bytes each back to back in the buffer `keys`, packed as
+/// little-endian int64; None when two keys share their first 8 bytes.
+/// Keys that are not whole keys of `width` bytes are a ValueError.
+#[pyfunction(name = "head_order")]
+pub fn py_head_order<'py>(py: Python<'py>, keys: PyBuffer<u8>, width: usize) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let order = with_bytes(py, &keys, |blob| {
+        guarded(AssertUnwindSafe(|| head_order(blob, width))).map_err(|error| error.to_string())?
+    })?
+    .map_err(PyValueError::new_err)?;
+    order.map(|order| {
+        PyBytes::new_with(py, order.len() * 8, |packed| {
+            for (bytes, row) in packed.chunks_exact_mut(8).zip(&order) {
+                bytes.copy_from_slice(&(*row as i64).to_le_bytes());
+            }
+            Ok(())
+        })
+    })
+    .transpose()
+}
+
 /// `sorted_rows(keys, examples, rows=None) -> order | None`: `sorted_rows`
 /// of the rows `rows` (packed int64; None: all) of examples (a list of
 /// bytes, or framed records, `run_rows`) and their keys (a list of bytes,
@@ -241,6 +285,8 @@ mod tests {
         assert!(fixed_key_order(&[0; 3], 2, &[0]).is_err());
         assert!(fixed_key_order(&[0; 4], 2, &[2]).is_err());
         assert!(fixed_key_order(&[], 0, &[]).is_err());
+        assert!(head_order(&[0; 3], 2).is_err());
+        assert!(head_order(&[], 0).is_err());
     }
 
     proptest! {
@@ -286,6 +332,25 @@ mod tests {
                 (if keyed { rows[*row].0.clone() } else { Vec::new() }, rows[*row].1.clone())
             }).collect();
             prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn the_head_order_is_the_stable_sort_of_distinct_heads(
+            keys in proptest::collection::vec(proptest::collection::vec(0u8..4, 9), 0..3000),
+            width in 1usize..10, extra in 0usize..2) {
+            // Keys of a few byte values: some share their first 8 bytes, some not.
+            let blob: Vec<u8> = keys.iter().flat_map(|key| key[..width].to_vec()).chain(std::iter::repeat_n(0, extra)).collect();
+            let found = head_order(&blob, width);
+            if extra > 0 && width > 1 {
+                prop_assert!(found.is_err());
+                return Ok(());
+            }
+            let whole = &blob[..blob.len() - blob.len() % width];
+            let heads: Vec<u64> = whole.chunks_exact(width).map(head).collect();
+            let mut expected: Vec<usize> = (0..heads.len()).collect();
+            expected.sort_by_key(|row| heads[*row]);
+            let distinct = expected.windows(2).all(|pair| heads[pair[0]] != heads[pair[1]]);
+            prop_assert_eq!(found.unwrap(), distinct.then_some(expected));
         }
 
         #[test]

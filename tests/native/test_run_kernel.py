@@ -99,6 +99,33 @@ def test_fixed_key_order_is_sorted_positions(native, rows, data, width):
     assert got == [(keys[selected[at]], rows[selected[at]]) for at in expected]
 
 
+
+@settings(max_examples=300, deadline=None)
+@given(heads=st.lists(st.binary(min_size=9, max_size=9), max_size=2000),
+       alphabet=st.integers(2, 256), width=st.integers(1, 20))
+def test_head_order_is_the_numpy_order_by_head(native, heads, alphabet, width):
+    """Keys of any width whose first 8 bytes repeat (few byte values) or
+    not, digests' sizes too: the kernel's order by those bytes is numpy's
+    stable sort of them (`row_order.python_order_by_head`, the reference),
+    and it is None exactly where numpy finds two keys sharing them."""
+    keys = [bytes(b % alphabet for b in head).ljust(width, b"\1")[:width] for head in heads]
+    fixed = np.frombuffer(b"".join(keys), dtype=f"S{width}") if keys else np.zeros(0, f"S{width}")
+    expected = row_order.python_order_by_head(fixed)
+    if len(keys) < 2:  # (left to its caller by the reference: they are in order)
+        expected = np.arange(len(keys))
+    found = native.head_order(np.ascontiguousarray(fixed).view(np.uint8), width)
+    if expected is None:
+        assert found is None
+    else:
+        assert np.frombuffer(found, dtype="<i8").tolist() == expected.tolist()
+
+
+def test_head_order_refuses_keys_cut_short(native):
+    with pytest.raises(ValueError):
+        native.head_order(np.zeros(3, dtype=np.uint8), 2)
+    with pytest.raises(ValueError):
+        native.head_order(np.zeros(4, dtype=np.uint8), 0)
+
 batches = st.lists(st.lists(st.tuples(st.one_of(st.none(), st.binary(max_size=6)),
                                       st.binary(max_size=60)), max_size=30), max_size=5)
 

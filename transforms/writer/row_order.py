@@ -15,7 +15,8 @@ import numpy as np
 
 from ...schemas.native import kernels
 
-__all__ = ["Taken", "framed_rows", "sorted_order", "sorted_positions", "take"]
+__all__ = ["Taken", "framed_rows", "python_order_by_head", "sorted_order", "sorted_positions",
+           "take"]
 
 
 def take(items: Sequence, order: list[int]) -> list:
@@ -104,7 +105,22 @@ def _order_by_head(keys: np.ndarray) -> np.ndarray | None:
 
     Shuffled rows are ordered by digests, whose first 8 bytes all differ
     in practice, and sorting them as integers took about half the time of
-    sorting the keys as bytes here (two thirds on runs already in order)."""
+    sorting the keys as bytes here (two thirds on runs already in order).
+    The kernel's sort of them (`head_order`) took two thirds of the time
+    of numpy's (`python_order_by_head`, the reference) on a bucket's
+    slices: 4.7 against 6.7 ms for 237k rows from 23 runs."""
+    if len(keys) < 2 or keys.dtype.itemsize == 0:
+        return None
+    native = kernels()
+    if native is None:
+        return python_order_by_head(keys)
+    order = native.head_order(np.ascontiguousarray(keys).view(np.uint8), keys.dtype.itemsize)
+    return None if order is None else np.frombuffer(order, dtype="<i8")
+
+
+def python_order_by_head(keys: np.ndarray) -> np.ndarray | None:
+    """`_order_by_head` by numpy's stable sort of the heads (one key or
+    none: None, left to the caller)."""
     width = keys.dtype.itemsize
     if len(keys) < 2 or width == 0:
         return None
