@@ -34,7 +34,7 @@ impl FramedRows {
 
     /// Every row's digest joined, as `table::Converted::digests`: of its
     /// key, or of its Example without one; 16 zero bytes for a declined
-    /// row. (Hashed together at the end, four rows at a time.)
+    /// row. (Hashed together at the end, eight rows at a time.)
     fn digests(&self, hasher: &digest::RowHasher) -> Vec<u8> {
         let count = self.examples.rows();
         let mut out = Vec::with_capacity(count * digest::DIGEST_SIZE);
