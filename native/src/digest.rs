@@ -277,16 +277,7 @@ mod lanes {
             v[c] = _mm512_add_epi64(v[c], v[d]);
             v[b] = _mm512_ror_epi64::<63>(_mm512_xor_si512(v[b], v[c]));
         };
-        for sigma in &SIGMA {
-            mix(&mut v, (0, 4, 8, 12), m[sigma[0]], m[sigma[1]]);
-            mix(&mut v, (1, 5, 9, 13), m[sigma[2]], m[sigma[3]]);
-            mix(&mut v, (2, 6, 10, 14), m[sigma[4]], m[sigma[5]]);
-            mix(&mut v, (3, 7, 11, 15), m[sigma[6]], m[sigma[7]]);
-            mix(&mut v, (0, 5, 10, 15), m[sigma[8]], m[sigma[9]]);
-            mix(&mut v, (1, 6, 11, 12), m[sigma[10]], m[sigma[11]]);
-            mix(&mut v, (2, 7, 8, 13), m[sigma[12]], m[sigma[13]]);
-            mix(&mut v, (3, 4, 9, 14), m[sigma[14]], m[sigma[15]]);
-        }
+        rounds(&mut v, &m, mix);
         // Only the first two words are read (the digest's 16 bytes).
         std::array::from_fn(|i| {
             let mut words = [0u64; GROUP];
@@ -330,22 +321,30 @@ mod lanes {
             let t = _mm256_xor_si256(v[b], v[c]);
             v[b] = _mm256_xor_si256(_mm256_srli_epi64(t, 63), _mm256_add_epi64(t, t));
         };
-        for sigma in &SIGMA {
-            mix(&mut v, (0, 4, 8, 12), m[sigma[0]], m[sigma[1]]);
-            mix(&mut v, (1, 5, 9, 13), m[sigma[2]], m[sigma[3]]);
-            mix(&mut v, (2, 6, 10, 14), m[sigma[4]], m[sigma[5]]);
-            mix(&mut v, (3, 7, 11, 15), m[sigma[6]], m[sigma[7]]);
-            mix(&mut v, (0, 5, 10, 15), m[sigma[8]], m[sigma[9]]);
-            mix(&mut v, (1, 6, 11, 12), m[sigma[10]], m[sigma[11]]);
-            mix(&mut v, (2, 7, 8, 13), m[sigma[12]], m[sigma[13]]);
-            mix(&mut v, (3, 4, 9, 14), m[sigma[14]], m[sigma[15]]);
-        }
+        rounds(&mut v, &m, mix);
         std::array::from_fn(|i| {
             let mut word = [0u64; LANES];
             let mixed = _mm256_xor_si256(load(&start[i]), _mm256_xor_si256(v[i], v[i + 8]));
             _mm256_storeu_si256(word.as_mut_ptr() as *mut __m256i, mixed);
             word
         })
+    }
+
+    /// BLAKE2b's twelve rounds over the working words `v`: each mixes
+    /// the columns, then the diagonals, with the message words in the
+    /// round's order (one schedule for every build; `mix` is the build's G).
+    #[inline(always)]
+    fn rounds<V: Copy>(v: &mut [V; 16], m: &[V; 16], mix: impl Fn(&mut [V; 16], (usize, usize, usize, usize), V, V)) {
+        for sigma in &SIGMA {
+            mix(v, (0, 4, 8, 12), m[sigma[0]], m[sigma[1]]);
+            mix(v, (1, 5, 9, 13), m[sigma[2]], m[sigma[3]]);
+            mix(v, (2, 6, 10, 14), m[sigma[4]], m[sigma[5]]);
+            mix(v, (3, 7, 11, 15), m[sigma[6]], m[sigma[7]]);
+            mix(v, (0, 5, 10, 15), m[sigma[8]], m[sigma[9]]);
+            mix(v, (1, 6, 11, 12), m[sigma[10]], m[sigma[11]]);
+            mix(v, (2, 7, 8, 13), m[sigma[12]], m[sigma[13]]);
+            mix(v, (3, 4, 9, 14), m[sigma[14]], m[sigma[15]]);
+        }
     }
 
     /// The 16 message words of each lane's block, little-endian.
@@ -386,16 +385,7 @@ mod lanes {
         if last {
             v[14] = v[14].map(|word| !word);
         }
-        for sigma in &SIGMA {
-            mix(&mut v, (0, 4, 8, 12), m[sigma[0]], m[sigma[1]]);
-            mix(&mut v, (1, 5, 9, 13), m[sigma[2]], m[sigma[3]]);
-            mix(&mut v, (2, 6, 10, 14), m[sigma[4]], m[sigma[5]]);
-            mix(&mut v, (3, 7, 11, 15), m[sigma[6]], m[sigma[7]]);
-            mix(&mut v, (0, 5, 10, 15), m[sigma[8]], m[sigma[9]]);
-            mix(&mut v, (1, 6, 11, 12), m[sigma[10]], m[sigma[11]]);
-            mix(&mut v, (2, 7, 8, 13), m[sigma[12]], m[sigma[13]]);
-            mix(&mut v, (3, 4, 9, 14), m[sigma[14]], m[sigma[15]]);
-        }
+        rounds(&mut v, m, mix);
         std::array::from_fn(|i| std::array::from_fn(|lane| h[i][lane] ^ v[i][lane] ^ v[i + 8][lane]))
     }
 }
