@@ -209,7 +209,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     }
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
-    let mut rows = crate::py_rows::FramedRows::new(0);
+    let mut rows = crate::py_rows::FramedRows::new(py, 0);
     let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
         convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
     }))?;

@@ -1,24 +1,65 @@
 //! A table kernel's Examples framed as TFRecord records into one buffer,
 //! in row order, as `transforms/framed_examples.py`'s `FramedExamples`
 //! holds them; a declined row spans no bytes. `py_rows::FramedRows` keeps
-//! one of these for the Python side.
+//! one of these for the Python side, written straight into the bytes
+//! object Python gets (`py_bytes::GrowingBytes`).
 
 use crate::{walk, wire};
 
+/// Where a framed buffer's bytes are written: a `Vec<u8>`, or the bytes
+/// object Python gets (`py_bytes::GrowingBytes`).
+pub trait Store {
+    /// The bytes written so far.
+    fn written(&self) -> &[u8];
+    /// How many more bytes fit without growing.
+    fn spare(&self) -> usize;
+    /// Grows the room to at least `additional` bytes past the written ones.
+    fn reserve(&mut self, additional: usize);
+    /// Writes `size` bytes after the written ones (`write` gets them zeroed).
+    fn append(&mut self, size: usize, write: impl FnOnce(&mut [u8]));
+}
+
+impl Store for Vec<u8> {
+    fn written(&self) -> &[u8] {
+        self
+    }
+
+    fn spare(&self) -> usize {
+        self.capacity() - self.len()
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        Vec::reserve(self, additional);
+    }
+
+    fn append(&mut self, size: usize, write: impl FnOnce(&mut [u8])) {
+        let start = self.len();
+        self.resize(start + size, 0);
+        write(&mut self[start..]);
+    }
+}
+
 /// Framed Examples back to back: row `i` spans
 /// `framed[offsets[i]..offsets[i + 1]]`, empty for a declined row.
-pub struct FramedBuffer {
-    pub framed: Vec<u8>,
-    /// One more than the rows, from 0 to `framed.len()`.
+pub struct FramedBuffer<S: Store = Vec<u8>> {
+    pub framed: S,
+    /// One more than the rows, from 0 to `framed`'s length.
     pub offsets: Vec<i64>,
 }
 
 impl FramedBuffer {
-    /// For about `count` rows (a capacity only).
+    /// For about `count` rows (a capacity only), in a `Vec`.
     pub fn new(count: usize) -> Self {
+        FramedBuffer::in_store(Vec::new(), count)
+    }
+}
+
+impl<S: Store> FramedBuffer<S> {
+    /// For about `count` rows (a capacity only), written into `framed`.
+    pub fn in_store(framed: S, count: usize) -> Self {
         let mut offsets = Vec::with_capacity(count + 1);
         offsets.push(0);
-        FramedBuffer { framed: Vec::new(), offsets }
+        FramedBuffer { framed, offsets }
     }
 
     /// How many rows, taken or declined.
@@ -26,42 +67,44 @@ impl FramedBuffer {
         self.offsets.len() - 1
     }
 
-    /// Appends the Example of map `entries` (`wire::put_example`), framed:
-    /// it is written in place after room for its header, which is filled
-    /// in once its length is known (no copy of the Example).
+    /// Appends the Example of map `entries` (`wire::put_example`), framed,
+    /// written once in its place (no copy of the Example).
     pub fn push_example(&mut self, entries: &[u8]) {
-        let start = self.framed.len();
-        // (the record: header, Example tag, length varint, entries, footer)
-        let needed = walk::HEADER_SIZE + 1 + 10 + entries.len() + walk::FOOTER_SIZE;
-        if self.framed.capacity() - start < needed {
-            // Room for the rows still to come at this one's size and half
-            // again: one allocation for most batches, where growing by
+        let example_size = wire::example_size(entries.len());
+        let needed = walk::HEADER_SIZE + example_size + walk::FOOTER_SIZE;
+        if self.framed.spare() < needed {
+            // Room for the rows still to come at this one's size and an
+            // eighth again: for most batches one allocation, cut to size
+            // when done (a realloc that copies nothing), where growing by
             // doubling copies the buffer made so far at each step; at most
-            // 64 MB ahead, beyond which the copies matter little.
+            // 64 MB ahead, beyond which the copies matter little. (Not
+            // more: an allocation much larger than the buffers freed
+            // before it is mapped afresh, and its pages faulted in, each time.)
             let rows_left = self.offsets.capacity().saturating_sub(self.offsets.len()).max(1);
-            let ahead = rows_left.saturating_mul(needed + needed / 2).min(64 << 20);
+            let ahead = rows_left.saturating_mul(needed + needed / 8).min(64 << 20);
             self.framed.reserve(ahead.max(needed));
         }
-        self.framed.resize(start + walk::HEADER_SIZE, 0);
-        wire::put_example(&mut self.framed, entries);
-        let length = ((self.framed.len() - start - walk::HEADER_SIZE) as u64).to_le_bytes();
-        self.framed[start..start + 8].copy_from_slice(&length);
-        self.framed[start + 8..start + walk::HEADER_SIZE]
-            .copy_from_slice(&walk::masked_length_crc(&length).to_le_bytes());
-        let crc = walk::masked_crc32c(&self.framed[start + walk::HEADER_SIZE..]);
-        self.framed.extend_from_slice(&crc.to_le_bytes());
-        self.offsets.push(self.framed.len() as i64);
+        self.framed.append(needed, |record| {
+            let (header, rest) = record.split_at_mut(walk::HEADER_SIZE);
+            let (example, footer) = rest.split_at_mut(example_size);
+            wire::example_at(example, entries);
+            let length = (example_size as u64).to_le_bytes();
+            header[..8].copy_from_slice(&length);
+            header[8..].copy_from_slice(&walk::masked_length_crc(&length).to_le_bytes());
+            footer.copy_from_slice(&walk::masked_crc32c(example).to_le_bytes());
+        });
+        self.offsets.push(self.framed.written().len() as i64);
     }
 
     /// Appends a declined row: an empty span.
     pub fn push_declined(&mut self) {
-        self.offsets.push(self.framed.len() as i64);
+        self.offsets.push(self.framed.written().len() as i64);
     }
 
     /// Row `row`'s Example (its record's data), None when it was declined.
     pub fn example(&self, row: usize) -> Option<&[u8]> {
         let (start, end) = (self.offsets[row] as usize, self.offsets[row + 1] as usize);
-        (end > start).then(|| &self.framed[start + walk::HEADER_SIZE..end - walk::FOOTER_SIZE])
+        (end > start).then(|| &self.framed.written()[start + walk::HEADER_SIZE..end - walk::FOOTER_SIZE])
     }
 
     /// The offsets as little-endian int64 bytes (numpy reads them in one call).

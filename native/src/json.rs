@@ -368,7 +368,7 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
     crate::with_bytes(py, &run, |bytes| {
         let mut arena = Vec::new();
         // (a capacity only: `convert_lines_into` checks `count` against the run)
-        let mut rows = crate::py_rows::FramedRows::new(count.min(bytes.len() + 1));
+        let mut rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() + 1));
         let held = std::panic::AssertUnwindSafe((&mut arena, &mut rows));
         let Ok(columns) = crate::guarded(move || {
             let held = held; // (the wrapper whole, not its fields: it vouches for them)

@@ -17,6 +17,7 @@ pub mod digest;
 pub mod framed_keys;
 pub mod framed_rows;
 pub mod gather;
+mod py_bytes;
 mod py_rows;
 pub mod stats;
 pub mod numeric_stats;
@@ -299,7 +300,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        let mut rows = FramedRows::new(fields.rows);
+        let mut rows = FramedRows::new(py, fields.rows);
         let converted = guarded(std::panic::AssertUnwindSafe(|| {
             table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
         }))?;
@@ -314,7 +315,7 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let mut rows = FramedRows::new(fields.rows);
+    let mut rows = FramedRows::new(py, fields.rows);
     let converted = guarded(std::panic::AssertUnwindSafe(|| {
         table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
     }))?;

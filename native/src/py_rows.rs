@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::column::Column;
+use crate::py_bytes::GrowingBytes;
 use crate::rules::Value;
 use crate::text_column::text_column_objects;
 use crate::{digest, framed_keys, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
@@ -16,25 +17,25 @@ use crate::{digest, framed_keys, framed_rows, guarded, packed_column, table, Con
 /// row order, with each row's start offset; a declined row spans no bytes
 /// (its start is the next row's). The keys are held alike, back to back
 /// in one buffer (`framed_keys::KeyBuffer`): no bytes object per row.
-/// Each Example is written in place, after room for its header: it is
-/// copied once more only as the whole buffer becomes a bytes object.
-pub(crate) struct FramedRows {
-    examples: framed_rows::FramedBuffer,
+/// Each Example is written once, in its place in the bytes object Python
+/// gets (`GrowingBytes`): the buffer is not copied again.
+pub(crate) struct FramedRows<'py> {
+    examples: framed_rows::FramedBuffer<GrowingBytes<'py>>,
     keys: framed_keys::KeyBuffer,
     declined: usize,
 }
 
-impl FramedRows {
+impl<'py> FramedRows<'py> {
     /// For `count` rows (a capacity only: the rows pushed may differ),
     /// which must be a count the caller checked against its input.
-    pub(crate) fn new(count: usize) -> Self {
-        FramedRows { examples: framed_rows::FramedBuffer::new(count),
+    pub(crate) fn new(py: Python<'py>, count: usize) -> Self {
+        FramedRows { examples: framed_rows::FramedBuffer::in_store(GrowingBytes::new(py), count),
                      keys: framed_keys::KeyBuffer::new(count), declined: 0 }
     }
 
     /// Every row's digest joined, as `table::Converted::digests`: of its
     /// key, or of its Example without one; 16 zero bytes for a declined
-    /// row. (Hashed together at the end, four rows at a time.)
+    /// row. (Hashed together at the end, eight rows at a time.)
     fn digests(&self, hasher: &digest::RowHasher) -> Vec<u8> {
         let count = self.examples.rows();
         let mut out = Vec::with_capacity(count * digest::DIGEST_SIZE);
@@ -46,7 +47,7 @@ impl FramedRows {
     }
 }
 
-impl table::Rows for FramedRows {
+impl table::Rows for FramedRows<'_> {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>) {
         self.examples.push_example(entries);
         self.keys.push(key);
@@ -98,7 +99,7 @@ fn key_objects(py: Python<'_>, keys: &framed_keys::KeyBuffer) -> PyResult<PyObje
 /// `checked_column`, and how many rows were declined (the caller need not
 /// look for an empty span).
 /// `validated`: as `checked_column`'s.
-pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &table::Columns, plan: &CsvPlan,
+pub(crate) fn converted_objects<'py>(py: Python<'py>, rows: FramedRows<'py>, columns: &table::Columns, plan: &CsvPlan,
                      validated: bool) -> PyResult<ConvertedObjects> {
     let mut checked = Vec::with_capacity(columns.len());
     for (column, as_str) in columns.iter().zip(&plan.as_str) {
@@ -112,10 +113,8 @@ pub(crate) fn converted_objects(py: Python<'_>, rows: FramedRows, columns: &tabl
         }
         None => None,
     };
-    Ok((PyBytes::new(py, &rows.examples.framed).unbind(),
-        PyBytes::new(py, &rows.examples.packed_offsets()).unbind(),
-        key_objects(py, &rows.keys)?,
-        PyList::new(py, checked)?.unbind(),
-        digests,
-        rows.declined))
+    let offsets = PyBytes::new(py, &rows.examples.packed_offsets()).unbind();
+    let keys = key_objects(py, &rows.keys)?;
+    Ok((rows.examples.framed.finish().unbind(), offsets, keys, PyList::new(py, checked)?.unbind(),
+        digests, rows.declined))
 }

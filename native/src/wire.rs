@@ -202,12 +202,43 @@ pub fn put_example(out: &mut Vec<u8>, entries: &[u8]) {
     out.extend_from_slice(entries);
 }
 
+/// The size of the Example `put_example` writes of `entries_size` bytes of entries.
+pub fn example_size(entries_size: usize) -> usize {
+    1 + varint_len(entries_size as u64) + entries_size
+}
+
+/// `put_example` into `out`, which is exactly `example_size` long.
+pub fn example_at(out: &mut [u8], entries: &[u8]) {
+    let (head, body) = out.split_at_mut(out.len() - entries.len());
+    head[0] = 0x0a;
+    let mut rest = entries.len() as u64;
+    for byte in &mut head[1..] {
+        // (the varint's bytes fill the head: all but the last have the high bit)
+        *byte = (rest as u8 & 0x7F) | if rest >= 0x80 { 0x80 } else { 0 };
+        rest >>= 7;
+    }
+    body.copy_from_slice(entries);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn an_example_written_in_place_is_put_examples(
+                // (sizes whose length varint takes one, two and three bytes)
+                entries in prop::collection::vec(any::<u8>(), 0..300),
+                padding in prop::sample::select(vec![0usize, 16_000, 16_500])) {
+            let entries = [entries, vec![7; padding]].concat();
+            let mut expected = Vec::new();
+            put_example(&mut expected, &entries);
+            let mut out = vec![0xff; example_size(entries.len())];
+            example_at(&mut out, &entries);
+            prop_assert_eq!(out, expected);
+        }
+
         #[test]
         fn entries_are_the_plain_writers_bytes(
                 before in prop::collection::vec(any::<u8>(), 0..40),
