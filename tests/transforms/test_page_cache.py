@@ -8,6 +8,7 @@ import ctypes.util
 import mmap
 import os
 import sys
+import threading
 
 import fsspec
 import pytest
@@ -68,6 +69,36 @@ def test_read_file_once_returns_the_file_on_every_filesystem(tmp_path):
         memory.rm("/page_cache_test", recursive=True)
     with pytest.raises(FileNotFoundError):
         page_cache.read_file_once(local, str(tmp_path / "missing.bin"))
+
+
+def test_read_file_once_names_what_it_cannot_read_as_open_does(tmp_path):
+    local = fsspec.filesystem("file")
+    for path in (str(tmp_path), str(tmp_path / "missing.bin")):
+        with pytest.raises(OSError) as opened:
+            open(path, "rb").close()
+        with pytest.raises(OSError) as read:
+            page_cache.read_file_once(local, path)
+        assert (type(read.value), str(read.value)) == (type(opened.value), str(opened.value))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="a named pipe")
+def test_read_file_once_reads_past_the_size_the_file_had(tmp_path):
+    # A pipe's size is 0 and its bytes come in pieces: read to its end.
+    path = str(tmp_path / "pipe")
+    os.mkfifo(path)
+    pieces = [os.urandom(5000), os.urandom(70_000), b"end"]
+
+    def write():
+        with open(path, "wb", buffering=0) as pipe:
+            for piece in pieces:
+                pipe.write(piece)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert page_cache.read_file_once(fsspec.filesystem("file"), path) == b"".join(pieces)
+    finally:
+        writer.join()
 
 
 @linux_only
