@@ -24,9 +24,8 @@ fn value_range(offsets: &[u8], data_len: usize, value: u64) -> Result<(usize, us
         return Err(format!("position {value} outside the {values} values"));
     }
     let at = value as usize; // < values: the words at and at + 1 exist
-    let pair = &offsets[at * 8..at * 8 + 16];
-    let start = u64::from_le_bytes(pair[..8].try_into().expect("8 bytes"));
-    let end = u64::from_le_bytes(pair[8..].try_into().expect("8 bytes"));
+    let start = packed::word_at(offsets, at).expect("a value's first offset");
+    let end = packed::word_at(offsets, at + 1).expect("a value's last offset");
     if start > end || end > data_len as u64 {
         return Err(format!("value {at} spans bytes {start}..{end} of {data_len}"));
     }
@@ -46,8 +45,8 @@ pub fn gathered_ranges(offsets: &[u8], data_len: usize, positions: &[u8])
     packed::whole_words(positions, "positions'")?;
     let mut ranges = Vec::with_capacity(positions.len() / 8);
     let mut total = 0usize;
-    for position in positions.chunks_exact(8) {
-        let (start, end) = value_range(offsets, data_len, u64::from_le_bytes(position.try_into().expect("8 bytes")))?;
+    for position in packed::iter_words(positions) {
+        let (start, end) = value_range(offsets, data_len, position)?;
         total = total.checked_add(end - start).ok_or("gathered bytes overflow")?;
         ranges.push((start, end));
     }

@@ -192,7 +192,7 @@ pub fn numeric_update_py(py: Python<'_>, values: PyBuffer<u8>, is_int: bool,
         if bytes.len() % 8 != 0 {
             return Err(PyValueError::new_err("a packed column's length is not a multiple of 8"));
         }
-        let values = bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        let values = crate::packed::iter_words(bytes);
         crate::guarded(|| {
             let runs = if is_int {
                 stats::int_runs(values.map(|word| word as i64))

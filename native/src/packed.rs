@@ -13,11 +13,24 @@ pub fn whole_words(bytes: &[u8], what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The whole words of `bytes`, read in place one at a time (a trailing
+/// part word is not read: check the length first, `whole_words`).
+pub fn iter_words(bytes: &[u8]) -> impl Iterator<Item = u64> + Clone + '_ {
+    bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")))
+}
+
+/// Word `index` of `bytes`, read in place; None past its whole words.
+pub fn word_at(bytes: &[u8], index: usize) -> Option<u64> {
+    let start = index.checked_mul(8)?;
+    let word = bytes.get(start..start.checked_add(8)?)?;
+    Some(u64::from_le_bytes(word.try_into().expect("8 bytes")))
+}
+
 /// The words of `bytes`; an error when its length is not a multiple of 8
 /// (`whole_words`).
 pub fn words(bytes: &[u8], what: &str) -> Result<Vec<u64>, String> {
     whole_words(bytes, what)?;
-    Ok(bytes.chunks_exact(8).map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes"))).collect())
+    Ok(iter_words(bytes).collect())
 }
 
 /// `words` read as int64 (two's complement, as numpy's "<i8").
@@ -39,6 +52,14 @@ mod tests {
         #[test]
         fn words_read_back_what_was_packed(values in prop::collection::vec(any::<i64>(), 0..40)) {
             prop_assert_eq!(signed_words(&packed_i64(&values), "values'").unwrap(), values);
+        }
+
+        #[test]
+        fn words_read_in_place_are_the_words(bytes in prop::collection::vec(any::<u8>(), 0..40), index in 0usize..8) {
+            let whole = &bytes[..bytes.len() - bytes.len() % 8];
+            let all = words(whole, "bytes'").unwrap();
+            prop_assert_eq!(iter_words(&bytes).collect::<Vec<_>>(), all.clone());
+            prop_assert_eq!(word_at(&bytes, index), all.get(index).copied());
         }
 
         #[test]
