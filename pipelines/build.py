@@ -32,7 +32,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from . import progress, publish, scratch, signals
-from .cache import CacheState, cache_url, open_cache, prune_cache
+from .cache import CacheState, cache_url, open_cache, prune_cache, uses_cache
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
 from .graph import build_pipeline, known_vocabularies, near_threshold
@@ -45,6 +45,7 @@ from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
 from ..transforms.readers.inputs import ContentTokens, changed_inputs, source_inputs
+from ..transforms.readers.tables import DEFAULT_RANGE_BYTES, RangeScan
 from ..transforms.urls import redact_url
 
 __all__ = ["BuildResult", "PipelineFailed", "build", "run"]
@@ -128,8 +129,10 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     except ValueError as error:  # a version template or name that cannot be used
         raise ConfigError("version", str(error)) from None
     # Fingerprinted before anything reads them, compared after the pipeline;
-    # a local file is hashed here only (`ContentTokens`).
-    tokens = ContentTokens()
+    # a local file is hashed here only (`ContentTokens`), and a table file
+    # cut into byte ranges is planned in the same read, as the cache's
+    # plan step cuts it.
+    tokens = ContentTokens(_range_scan(config))
     inputs = _source_inputs(config, tokens)
     vocabularies = known_vocabularies(config)
     cache_state = _open_cache(config, vocabularies)
@@ -254,6 +257,16 @@ def _source_inputs(config: DatasetConfig, tokens: ContentTokens | None = None) -
     except OSError as error:
         raise BuildFailed(f"cannot list the inputs at {redact_url(source.path)}; nothing was "
                           f"published: {type(error).__name__}: {error}") from error
+
+
+def _range_scan(config: DatasetConfig) -> RangeScan | None:
+    """How the build's cached read cuts its table files
+    (`ConvertTablesWithCache`, at its default range size), for
+    `ContentTokens` to find their split points as it hashes them; None
+    for a build that does not use the cache."""
+    if not uses_cache(config):
+        return None
+    return RangeScan(config.source.type, DEFAULT_RANGE_BYTES, config.source.csv)
 
 
 def _input_size(inputs: Mapping) -> int:

@@ -41,7 +41,7 @@ from ..transforms.readers.tables import DEFAULT_RANGE_BYTES
 from ..transforms.sources.outputs import JSONL_BATCH_BYTES
 from ..transforms.urls import redact_url
 
-__all__ = ["CacheState", "cache_url", "encoding_key", "open_cache", "prune_cache"]
+__all__ = ["CacheState", "cache_url", "encoding_key", "open_cache", "prune_cache", "uses_cache"]
 
 # Reading units: the same file must be cut the same way for its pieces to match.
 READ_BATCH_SIZE = 1000
@@ -60,9 +60,10 @@ class CacheState:
     whole_files: Mapping[str, int]
     pieces: frozenset[str]
     num_bytes: int
-    # fs path -> (write marks, content token) of the inputs the build hashed
-    # before its pipeline (`inputs.ContentTokens.known`): the plan step
-    # takes a token from here while the file's marks are unchanged.
+    # fs path -> (write marks, content token, split) of the inputs the build
+    # hashed before its pipeline (`inputs.ContentTokens.known`): the plan
+    # step takes a token, and the split points found as the file was
+    # hashed, from here while the file's marks are unchanged.
     known_contents: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
 
     @property

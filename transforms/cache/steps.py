@@ -59,9 +59,11 @@ from ..readers.listing import normalized_extensions
 from ..readers.tables import (
     DEFAULT_RANGE_BYTES,
     FileRange,
+    RangeScan,
     plan_fingerprinted,
     plan_table_ranges,
     read_range,
+    split_ranges,
 )
 from ..sources.outputs import COUNTS, DEAD, ROWS, batched, passed_on
 from ..sources.tables import ListTableFiles
@@ -151,13 +153,15 @@ class _PlanOrReuse(beam.DoFn):
         # Marked before hashing: a write during or after the hash changes
         # the marks, and the pieces of what is then read are not kept.
         marks = write_marks(self._fs, fs_path)
-        units, version = None, self._known_version(fs_path, marks)
+        version = self._known_version(fs_path, marks)
         if version is None:
             # A file cut into byte ranges is planned as it is hashed, in one
             # read: the scan costs little beside the read, even when its
             # pieces are all kept and the units go unused.
             units, version = plan_fingerprinted(self._fs, fs_path, self._format,
                                                 self._range_bytes, self._options)
+        else:
+            units = self._known_units(fs_path, version["path"])
         key = file_key(self._encoding_key, version)
         source = version["path"]
         count = self._whole_files.get(key)
@@ -170,6 +174,16 @@ class _PlanOrReuse(beam.DoFn):
                                       self._options)
         for index, unit in enumerate(units):
             yield Work(key, index, len(units), fs_path, unit.source, unit, marks)
+
+    def _known_units(self, fs_path: str, source: str) -> list[FileRange] | None:
+        """The units of a file whose `_known_version` was taken, from the
+        split points the driver found as it hashed it, when it cut it as
+        this step does; else None (planned below if they are needed)."""
+        split = self._known_contents[fs_path][2]
+        if split is None or split[0] != RangeScan(self._format, self._range_bytes,
+                                                  self._options):
+            return None
+        return split_ranges(fs_path, source, split[1])
 
     def _known_version(self, fs_path: str, marks: tuple | None) -> dict | None:
         """The file's fingerprint with the content token the driver took
@@ -399,9 +413,10 @@ class ConvertTablesWithCache(beam.PTransform):
     on its disk) rather than as ExampleBatches. spread: as `sources.ReadTable`
     (reshuffle the files and the units; False where there is one worker:
     two Reshuffles spread nothing). known_contents: fs path -> (write
-    marks, content token) of local inputs the driver hashed
+    marks, content token, split) of local inputs the driver hashed
     (`readers.inputs.ContentTokens.known`), not hashed again while their
-    marks are unchanged.
+    marks are unchanged, nor scanned again for the split points it found
+    (small: an offset and a line per unit, carried by the plan step).
     Gives `CachedConversion`.
     """
 

@@ -28,7 +28,9 @@ size and ``content``, never its modification time, which tools restore
 A build hashes a local file once (`ContentTokens`): the fingerprints taken
 after its pipeline, and the cache's plan step, take the token of a file
 whose `write_marks` (which every write changes, ctime included) are those
-taken before it was hashed, instead of reading it again.
+taken before it was hashed, instead of reading it again. A file the build
+cuts into byte ranges is planned in that same read: its split points go to
+the plan step with its token.
 """
 
 from __future__ import annotations
@@ -148,10 +150,17 @@ class ContentTokens:
     the same way. Not kept: files of object stores (their token is the
     store's checksum, read with their listing), and files changed less than
     `SETTLED_NS` before they were marked, whose next write could leave the
-    same marks."""
+    same marks.
 
-    def __init__(self):
-        self._known: dict[str, tuple[tuple, str]] = {}
+    ranges: how the build cuts its table files (`tables.RangeScan`), or
+    None. A file it cuts by scanning its every byte is hashed by that scan
+    (`RangeScan.hash_and_split`), and its split points are kept with its
+    token: the plan step then makes its units from them instead of reading
+    the file once more before its ranges are read."""
+
+    def __init__(self, ranges=None):
+        self._ranges = ranges
+        self._known: dict[str, tuple[tuple, str, tuple | None]] = {}
 
     def token(self, fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping) -> str:
         """`content_token` of the file, taken from what is known when its
@@ -163,15 +172,27 @@ class ContentTokens:
         known = self._known.get(fs_path)
         if known is not None and marks is not None and known[0] == marks:
             return known[1]
-        token = content_token(fs, fs_path, info)
+        token, split = self._hash(fs, fs_path, info, marks)
         # marks: (size, mtime_ns, inode, ctime_ns); every write sets ctime
         if marks is not None and now - marks[3] > SETTLED_NS:
-            self._known[fs_path] = (marks, token)
+            self._known[fs_path] = (marks, token, split)
         return token
 
+    def _hash(self, fs: fsspec.AbstractFileSystem, fs_path: str, info: Mapping,
+              marks: tuple | None) -> tuple[str, tuple | None]:
+        """(content token, (`ranges`, split points) or None)."""
+        if self._ranges is not None and marks is not None \
+                and self._ranges.fuses(fs, fs_path, marks[0]):
+            fused = self._ranges.hash_and_split(fs, fs_path)
+            if fused is not None:
+                return fused[0], (self._ranges, fused[1])
+        return content_token(fs, fs_path, info), None
+
     @property
-    def known(self) -> dict[str, tuple[tuple, str]]:
-        """fs path -> (write marks, content token) of every file hashed."""
+    def known(self) -> dict[str, tuple[tuple, str, tuple | None]]:
+        """fs path -> (write marks, content token, split) of every file
+        hashed; split: (the `ranges` it was cut by, its split points), or
+        None where hashing found none."""
         return dict(self._known)
 
 

@@ -20,12 +20,13 @@ from .csv_dialect import CsvOptions, iter_csv_dialect, read_dialect_header
 from .common import READ_ERRORS, display_name, is_compressed
 from .inputs import fingerprint, hashes_locally, input_fingerprint, xxh3_token
 from .listing import list_files
-from .ranges import scan_split_points
+from .ranges import SplitPoint, scan_split_points
 from .rows import ColumnBatch, SourceRow
 
 __all__ = [
     "DEFAULT_RANGE_BYTES",
     "FileRange",
+    "RangeScan",
     "TABLE_FORMATS",
     "iter_table",
     "plan_fingerprinted",
@@ -33,6 +34,7 @@ __all__ = [
     "read_range",
     "read_table_columns",
     "scan_distinct",
+    "split_ranges",
 ]
 
 TABLE_FORMATS = ("csv", "jsonl", "json", "parquet", "avro", "tfrecord")
@@ -103,13 +105,46 @@ def plan_table_ranges(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
         points = scan_split_points(fs_path, range_bytes, quote_aware=format == "csv", fs=fs)
     except (*READ_ERRORS, ValueError):
         return whole
-    return _byte_ranges(fs_path, source, points)
+    return split_ranges(fs_path, source, points)
 
 
-def _byte_ranges(fs_path: str, source: str, points: list) -> list[FileRange]:
-    """The units between consecutive split points, the last to the end."""
+def split_ranges(fs_path: str, source: str, points: Sequence[SplitPoint]) -> list[FileRange]:
+    """The units between consecutive split points (`scan_split_points`),
+    the last to the end of the file."""
     ends = [p.offset for p in points[1:]] + [None]
     return [FileRange(fs_path, source, p.offset, end, p.line) for p, end in zip(points, ends)]
+
+
+class RangeScan(NamedTuple):
+    """How `plan_table_ranges` cuts a build's files (`format`,
+    `range_bytes`, `options`), for a reader of a file's every byte to find
+    the split points as it hashes them (`plan_fingerprinted`, and before
+    the pipeline `inputs.ContentTokens`)."""
+
+    format: str
+    range_bytes: int = DEFAULT_RANGE_BYTES
+    options: CsvOptions | None = None
+
+    def fuses(self, fs: fsspec.AbstractFileSystem, fs_path: str, size: int) -> bool:
+        """Whether hashing the file and planning it both read it whole, so
+        that one read does both: a local CSV or JSONL file, not compressed,
+        of more than `range_bytes` (`size`), cut into byte ranges."""
+        return (hashes_locally(fs) and self.format in ("csv", "jsonl")
+                and not _whole_files(self.format, self.options)
+                and (self.range_bytes or 0) > 0
+                and not is_compressed(fs_path) and size > self.range_bytes)
+
+    def hash_and_split(self, fs: fsspec.AbstractFileSystem, fs_path: str
+                       ) -> tuple[str, tuple[SplitPoint, ...]] | None:
+        """(content token, split points) of a file it `fuses`, in one read;
+        None when that read fails (hashing it alone then says how)."""
+        digest = xxhash.xxh3_128()
+        try:
+            points = scan_split_points(fs_path, self.range_bytes,
+                                       quote_aware=self.format == "csv", fs=fs, digest=digest)
+        except (*READ_ERRORS, ValueError):
+            return None
+        return xxh3_token(digest), tuple(points)
 
 
 def plan_fingerprinted(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
@@ -118,24 +153,17 @@ def plan_fingerprinted(fs: fsspec.AbstractFileSystem, fs_path: str, format: str,
                        ) -> tuple[list[FileRange] | None, dict]:
     """(`plan_table_ranges`, `inputs.input_fingerprint`) of one file, equal
     to the two calls', in one read of its bytes where both would read them
-    all: a local CSV or JSONL file cut into byte ranges, whose scan for split
-    points hashes each block it reads. Otherwise (and where that read fails:
-    the calls then say how) ``(None, input_fingerprint(...))``: the caller
+    all (`RangeScan.fuses`). Otherwise (and where that read fails: the
+    calls then say how) ``(None, input_fingerprint(...))``: the caller
     plans with `plan_table_ranges` if it needs the units (planning reads
     little then: a Parquet footer, at most)."""
     entry = fingerprint(fs, fs_path)
-    if (hashes_locally(fs) and not entry.get("missing") and format in ("csv", "jsonl")
-            and not _whole_files(format, options) and range_bytes and range_bytes > 0
-            and not is_compressed(fs_path) and entry["size"] > range_bytes):
-        digest = xxhash.xxh3_128()
-        try:
-            points = scan_split_points(fs_path, range_bytes, quote_aware=format == "csv",
-                                       fs=fs, digest=digest)
-        except (*READ_ERRORS, ValueError):
-            pass
-        else:
-            entry["content"] = xxh3_token(digest)
-            return _byte_ranges(fs_path, entry["path"], points), entry
+    scan = RangeScan(format, range_bytes, options)
+    if not entry.get("missing") and scan.fuses(fs, fs_path, entry["size"]):
+        fused = scan.hash_and_split(fs, fs_path)
+        if fused is not None:
+            entry["content"], points = fused
+            return split_ranges(fs_path, entry["path"], points), entry
     return None, input_fingerprint(fs, fs_path)
 
 
