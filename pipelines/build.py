@@ -263,8 +263,9 @@ def _range_scan(config: DatasetConfig) -> RangeScan | None:
     """How the build's cached read cuts its table files
     (`ConvertTablesWithCache`, at its default range size), for
     `ContentTokens` to find their split points as it hashes them; None
-    for a build that does not use the cache."""
-    if not uses_cache(config):
+    for a build that does not use the cache (off, or duplicate detection
+    on: `_open_cache`), whose read plans its files itself."""
+    if not uses_cache(config) or config.validation.duplicates is not None:
         return None
     return RangeScan(config.source.type, DEFAULT_RANGE_BYTES, config.source.csv)
 
