@@ -24,6 +24,7 @@ _KERNELS_USED = (
     "convert_csv_run",  # RowEncoder.encode_columns + BatchConverter._column_keys
     "convert_checked_run",  # the same for a run check_csv_run parsed (its fields kept)
     "convert_arrow_batch",  # the same for a Parquet record batch (readers/arrow_batch.py)
+    "arrow_text_valid",  # transforms/readers/parquet.py: RecordBatch.validate(full=True) (_valid)
     "frame_gathered",  # transforms/writer/run_format.py: RunWriter.add of take(examples, order)
     "join_gathered",  # transforms/writer/run_format.py: b"".join(take(keys, order))
     "frame_records",  # transforms/tfrecord/framing.py: frame_records

@@ -46,7 +46,7 @@ from ..schemas.timestamps import UNIT_NANOS, zone
 from .framed_examples import FramedExamples
 from .framed_keys import FramedKeys
 from .merge_statistics import PartlyChecked
-from .readers.arrow_batch import KERNEL_TYPES, ArrowBatch
+from .readers.arrow_batch import ArrowBatch, arrow_buffers
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
 from .tfrecord import FOOTER_SIZE, HEADER_SIZE
@@ -277,24 +277,6 @@ def kernel_keys(keys: tuple) -> FramedKeys:
     buffer, offsets, missing = keys
     return FramedKeys(buffer, np.frombuffer(offsets, dtype="<i8"),
                       None if missing is None else np.frombuffer(missing, dtype=np.uint8))
-
-
-def arrow_buffers(record_batch) -> list:
-    """Each column of `record_batch` as `convert_arrow_batch` takes it:
-    (type name, offset, length, validity, values, offsets), or None for a
-    type the kernel does not read (its features then decline the batch)."""
-    described = []
-    for array in record_batch.columns:
-        kind = str(array.type)
-        if kind not in KERNEL_TYPES:
-            described.append(None)
-            continue
-        buffers = array.buffers()
-        validity, offsets, values = (buffers if len(buffers) == 3
-                                     else (buffers[0], None, buffers[1]))
-        described.append((kind, array.offset, len(array), validity,
-                          b"" if values is None else values, offsets))
-    return described
 
 
 def _checked(kind: str, packed) -> np.ndarray:

@@ -172,18 +172,13 @@ impl ByteBuffer {
 /// validity | None, values, offsets | None).
 type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-/// `convert_arrow_batch(columns, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
-/// a record batch of `count` rows, each column given as `ColumnBuffers` (or
-/// None), converted by `plan` (a `CsvPlan` whose width is the batch's
-/// column count; a "text" rule's `as_str` marks a string feature, else a
-/// bytes one) as `convert_csv_run` answers. None when the kernel does not
-/// take the batch (a column it lacks, buffers that do not hold what they
-/// say, text that is not UTF-8): the Python path takes it.
-#[pyfunction]
-pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>, count: usize,
-                           plan: &crate::CsvPlan) -> PyResult<Option<crate::ConvertedObjects>> {
+/// A column's buffers, held (as `PyBuffer`s) while the kernel reads them.
+type HeldColumn = (Layout, usize, usize, Option<ByteBuffer>, ByteBuffer, Option<ByteBuffer>);
+
+/// Each described column's buffers held, None for a type the kernel lacks.
+fn held_columns(columns: &[Option<ColumnBuffers<'_>>]) -> PyResult<Vec<Option<HeldColumn>>> {
     let mut held = Vec::with_capacity(columns.len());
-    for described in &columns {
+    for described in columns {
         held.push(match described {
             Some((kind, offset, length, validity, values, offsets)) => match Layout::from_name(kind) {
                 Some(layout) => Some((layout, *offset, *length, validity.as_ref().map(ByteBuffer::of).transpose()?,
@@ -193,8 +188,13 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
             None => None,
         });
     }
+    Ok(held)
+}
+
+/// The held columns as `Array`s over their bytes (not yet checked).
+fn arrays_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>]) -> PyResult<Vec<Option<Array<'a>>>> {
     let mut arrays = Vec::with_capacity(held.len());
-    for column in &held {
+    for column in held {
         arrays.push(match column {
             Some((layout, offset, length, validity, values, offsets)) => Some(Array {
                 layout: *layout,
@@ -207,6 +207,21 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
             None => None,
         });
     }
+    Ok(arrays)
+}
+
+/// `convert_arrow_batch(columns, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
+/// a record batch of `count` rows, each column given as `ColumnBuffers` (or
+/// None), converted by `plan` (a `CsvPlan` whose width is the batch's
+/// column count; a "text" rule's `as_str` marks a string feature, else a
+/// bytes one) as `convert_csv_run` answers. None when the kernel does not
+/// take the batch (a column it lacks, buffers that do not hold what they
+/// say, text that is not UTF-8): the Python path takes it.
+#[pyfunction]
+pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>, count: usize,
+                           plan: &crate::CsvPlan) -> PyResult<Option<crate::ConvertedObjects>> {
+    let held = held_columns(&columns)?;
+    let arrays = arrays_of(py, &held)?;
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
     let mut rows = crate::py_rows::FramedRows::new(py, 0);
@@ -216,6 +231,31 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     let Ok(columns) = converted else { return Ok(None) };
     // (validated: a string feature's values are text `Checked::field` found UTF-8)
     Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, true)?))
+}
+
+/// Whether every column is of a layout the kernel reads, its buffers hold
+/// what its offset and length say, and every non-null text value is UTF-8:
+/// what `RecordBatch.validate(full=True)` finds of a batch the Parquet
+/// reader made (which checks its offsets, not its text). False sends the
+/// caller to that validation.
+pub fn text_valid(arrays: &[Option<Array<'_>>]) -> bool {
+    arrays.iter().enumerate().all(|(column, array)| {
+        let Some(array) = array else { return false };
+        match array.checked(column) {
+            Ok(checked) => !matches!(array.layout, Layout::Utf8(_)) || checked.utf8()
+                || (0..array.length).all(|row| checked.field(row).is_ok()),
+            Err(_) => false,
+        }
+    })
+}
+
+/// `arrow_text_valid(columns) -> bool`: `text_valid` of a record batch's
+/// columns given as `convert_arrow_batch` takes them.
+#[pyfunction]
+pub(crate) fn arrow_text_valid(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>) -> PyResult<bool> {
+    let held = held_columns(&columns)?;
+    let arrays = arrays_of(py, &held)?;
+    crate::guarded(std::panic::AssertUnwindSafe(|| text_valid(&arrays)))
 }
 
 #[cfg(test)]
@@ -258,6 +298,17 @@ mod tests {
         assert_eq!(converted.checked[1].complete(), Some(&[Value::Float(1.5), Value::Float(2.0)][..]));
     }
 
+    #[test]
+    fn text_that_is_not_utf8_is_not_valid_unless_null() {
+        let (text, text_offsets) = (b"ok\xff".to_vec(), offsets(&[0, 2, 3]));
+        let array = |validity| Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity, values: &text, offsets: Some(&text_offsets) });
+        assert!(!text_valid(&[array(None)]));
+        assert!(text_valid(&[array(Some(&[0b01]))]));
+        let binary = Some(Array { layout: Layout::Binary(4), ..array(None).unwrap() });
+        assert!(text_valid(&[binary]));
+        assert!(!text_valid(&[None]));
+    }
+
     fn layouts() -> impl Strategy<Value = Layout> {
         prop::sample::select(vec![Layout::Int(1), Layout::Int(4), Layout::Int(8), Layout::UInt(2), Layout::UInt(8),
                                   Layout::Float32, Layout::Float64, Layout::Bool, Layout::Utf8(4), Layout::Utf8(8),
@@ -292,6 +343,21 @@ mod tests {
                 let hasher = crate::digest::RowHasher::new(b"salt").unwrap();
                 prop_assert_eq!(converted.digests(&hasher).len(), count * crate::digest::DIGEST_SIZE);
             }
+        }
+
+        #[test]
+        fn text_is_valid_only_where_every_value_reads(
+                columns in prop::collection::vec(prop::option::of(hostile_array()), 0..4)) {
+            let arrays: Vec<Option<Array>> = columns.iter().map(|column| column.as_ref().map(|(layout, offset, length, validity, values, offsets)| Array {
+                layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(),
+            })).collect();
+            let reads = arrays.iter().enumerate().all(|(column, array)| array.is_some_and(|array| {
+                array.checked(column).is_ok_and(|checked| (0..array.length).all(|row| match checked.field(row) {
+                    Ok(Field::Text(data)) => std::str::from_utf8(data).is_ok(),
+                    other => other.is_ok(),
+                }))
+            }));
+            prop_assert_eq!(text_valid(&arrays), reads);
         }
 
         #[test]

@@ -187,6 +187,11 @@ fn item(values: &[u8], width: usize, index: usize) -> &[u8] {
 }
 
 impl<'a> Checked<'a> {
+    /// Every value is known UTF-8 text at once (`Array::whole_utf8`).
+    pub(crate) fn utf8(&self) -> bool {
+        self.utf8
+    }
+
     /// Row `row`'s value (row < length, which the caller checked).
     pub(crate) fn field(&self, row: usize) -> Result<Field<'a>, BatchError> {
         let array = &self.array;

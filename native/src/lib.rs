@@ -514,6 +514,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(text_stats::text_column_partial, module)?)?;
     module.add_function(wrap_pyfunction!(text_column::text_column_take, module)?)?;
     module.add_function(wrap_pyfunction!(arrow::convert_arrow_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(arrow::arrow_text_valid, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_fixed_key_order, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_head_order, module)?)?;
     module.add_function(wrap_pyfunction!(run::py_write_run, module)?)?;

@@ -28,7 +28,7 @@ from recordforge.transforms import native_rows
 from recordforge.transforms.native_rows import kernel_examples, kernel_keys
 from recordforge.transforms.merge_statistics import OMITTED, PRESENT, UNCHECKED
 from recordforge.transforms.readers import parquet as parquet_reader
-from recordforge.transforms.readers.arrow_batch import ArrowBatch
+from recordforge.transforms.readers.arrow_batch import ArrowBatch, arrow_buffers
 from recordforge.transforms.readers.parquet import iter_parquet
 from recordforge.transforms.readers.rows import ColumnBatch
 
@@ -182,8 +182,32 @@ def test_text_that_is_not_utf8_is_the_readers_dead_letter(native, tmp_path):
             for item in items] == ["SourceRow", "invalid_utf8"]
 
 
+def _validates(batch) -> bool:
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.binary(max_size=5),
+                                 st.text(max_size=3).map(str.encode)), max_size=12),
+       large=st.booleans(), start=st.integers(0, 12), binary=st.booleans())
+def test_text_validity_is_arrows_full_validation(native, values, large, start, binary):
+    # Text of any bytes (as Parquet holds it: unchecked), nulls among it,
+    # sliced from `start`, beside an int column and a binary one.
+    kind = pa.large_string() if large else pa.string()
+    text = pa.array(values, type=pa.large_binary() if large else pa.binary()).view(kind)
+    numbers = pa.array(range(len(values)), type=pa.int64())
+    columns = [text, numbers] + ([pa.array(values, type=pa.binary())] if binary else [])
+    batch = pa.record_batch(columns, names=[str(i) for i in range(len(columns))])
+    batch = batch.slice(min(start, len(values)))
+    assert native.arrow_text_valid(arrow_buffers(batch)) == _validates(batch)
+
+
 def _described(record_batch):
-    return native_rows.arrow_buffers(record_batch)
+    return arrow_buffers(record_batch)
 
 
 def _plan(native):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["ArrowBatch", "KERNEL_TYPES", "lazy_types"]
+__all__ = ["ArrowBatch", "KERNEL_TYPES", "arrow_buffers", "lazy_types"]
 
 # The Arrow types the native kernel reads (`native/src/arrow.rs`,
 # `Layout::from_name`), by pyarrow's names; also those whose Python values
@@ -34,6 +34,24 @@ def lazy_types(schema) -> bool:
     names = schema.names
     return len(set(names)) == len(names) and all(
         str(field.type) in KERNEL_TYPES for field in schema)
+
+
+def arrow_buffers(record_batch) -> list:
+    """Each column of `record_batch` as `convert_arrow_batch` takes it:
+    (type name, offset, length, validity, values, offsets), or None for a
+    type the kernel does not read (its features then decline the batch)."""
+    described = []
+    for array in record_batch.columns:
+        kind = str(array.type)
+        if kind not in KERNEL_TYPES:
+            described.append(None)
+            continue
+        buffers = array.buffers()
+        validity, offsets, values = (buffers if len(buffers) == 3
+                                     else (buffers[0], None, buffers[1]))
+        described.append((kind, array.offset, len(array), validity,
+                          b"" if values is None else values, offsets))
+    return described
 
 
 class ArrowBatch(ColumnBatch):

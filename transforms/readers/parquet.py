@@ -19,7 +19,7 @@ import fsspec
 from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
 from ...schemas.native import kernels
-from .arrow_batch import ArrowBatch, lazy_types
+from .arrow_batch import ArrowBatch, arrow_buffers, lazy_types
 from .rows import ColumnBatch, SourceRow
 
 __all__ = ["iter_parquet", "parquet_row_groups", "read_parquet_columns",
@@ -137,12 +137,17 @@ def _rows_with_bad_text(batch, source: str, first_row: int) -> Iterator[SourceRo
             yield SourceRow(source, row, {name: values[name][index] for name in names})
 
 
-def _valid(batch) -> bool:
+def _valid(batch, native) -> bool:
     """Whether `batch` holds what its types promise, its text UTF-8 above
     all (Parquet does not check it; `to_pydict` would fail on it): a batch
-    that does not is converted at once, whose failure the reader reports."""
+    that does not is converted at once, whose failure the reader reports.
+    The kernels' `arrow_text_valid` (its columns of `KERNEL_TYPES`) answers
+    for most batches in one pass over the text; where it does not, Arrow's
+    full validation decides."""
     import pyarrow as pa
 
+    if native.arrow_text_valid(arrow_buffers(batch)):
+        return True
     try:
         batch.validate(full=True)
     except pa.ArrowInvalid:
@@ -179,7 +184,7 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
         lazy = native is not None and lazy_types(parquet.schema_arrow)
         for batch in parquet.iter_batches(batch_size=batch_size, row_groups=[group],
                                           use_threads=False):
-            if lazy and _valid(batch):
+            if lazy and _valid(batch, native):
                 # The native kernel reads the batch's buffers; Python values
                 # are made only if something asks (`ArrowBatch`).
                 yield ArrowBatch(source, row + 1, batch)
