@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 
 use crate::arrow;
 use crate::arrow_array::Field;
-use crate::json_scan::{scan_line, Json};
+use crate::json_scan::{scan_line, scan_run_line, Json};
 use crate::column::Column;
 use crate::nulls::Part;
 use crate::rules::{self, Key, Plan, Value};
@@ -62,24 +62,42 @@ fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
     body.split(|byte| *byte == b'\n').filter(move |_| !empty)
 }
 
-pub fn classify(line: &[u8], utf8: bool) -> Line {
-    if line.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r')) {
+/// The run without the LF that ends its last line, and how many lines it
+/// holds (as `lines` gives them: the body's LFs part them).
+fn body_and_count(run: &[u8]) -> (&[u8], usize) {
+    let body = run.strip_suffix(b"\n").unwrap_or(run);
+    let count = if run.is_empty() { 0 } else { body.iter().filter(|&&byte| byte == b'\n').count() + 1 };
+    (body, count)
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r'))
+}
+
+/// The kind of the line of `body` that starts at `start`, and its end (its
+/// LF, or the body's end), found in the one scan; `utf8`: the whole body
+/// is valid UTF-8 (else the line is checked).
+fn classify_at(body: &[u8], start: usize, utf8: bool) -> (Line, usize) {
+    let (whole, end) = scan_run_line(body, start, |_, _, _| {});
+    let line = &body[start..end];
+    let kind = if is_blank(line) {
         Line::Blank
-    } else if (utf8 || std::str::from_utf8(line).is_ok()) && scan_line(line, |_, _, _| {}) {
+    } else if whole && (utf8 || std::str::from_utf8(line).is_ok()) {
         Line::Object
     } else {
         Line::Other
-    }
+    };
+    (kind, end)
 }
 
 /// The run's lines grouped into segments of one kind, in order.
 pub fn segments(run: &[u8]) -> Vec<Segment> {
     let utf8 = std::str::from_utf8(run).is_ok();
+    let (body, count) = body_and_count(run);
     let mut found: Vec<Segment> = Vec::new();
     let mut start = 0;
-    for (index, line) in lines(run).enumerate() {
-        let kind = classify(line, utf8);
-        let end = start + line.len();
+    for index in 0..count {
+        let (kind, end) = classify_at(body, start, utf8);
         match found.last_mut() {
             Some(last) if last.kind == kind => {
                 last.end = end;
@@ -261,7 +279,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
-    let found = lines(run).count();
+    let (body, found) = body_and_count(run);
     if found != count {
         return Err(RunError::RowCount { expected: count, found });
     }
@@ -269,12 +287,13 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
     // rows, once the arena no longer grows.
     let mut slots: Vec<Slot> = Vec::with_capacity(count.saturating_mul(plan.width));
     let mut declined_lines: Vec<bool> = Vec::with_capacity(count);
-    for line in lines(run) {
+    let mut start = 0;
+    for _ in 0..count {
         let first = slots.len();
         slots.resize(first + plan.width, Slot::Known(Some(Field::Null)));
         // An escaped key may name a column once decoded: Python decides.
         let mut declined = false;
-        let whole = scan_line(line, |key, escaped, value| {
+        let (whole, end) = scan_run_line(body, start, |key, escaped, value| {
             declined |= escaped;
             // Duplicate keys keep the last value, as Python's dict does.
             for (column, path) in names.iter().enumerate() {
@@ -283,6 +302,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
                 }
             }
         });
+        start = end + 1;
         if !whole || declined {
             // A line Python read as a row (one the kernel does not model,
             // or the file's first), or one with an escaped key: Python
@@ -389,10 +409,23 @@ mod tests {
     use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
+    /// A line's kind found from the line alone (split from its run first):
+    /// what `classify_at` finds in the run.
+    fn classify(line: &[u8], utf8: bool) -> Line {
+        if is_blank(line) {
+            Line::Blank
+        } else if (utf8 || std::str::from_utf8(line).is_ok()) && scan_line(line, |_, _, _| {}) {
+            Line::Object
+        } else {
+            Line::Other
+        }
+    }
+
     #[test]
     fn deep_nesting_is_left_to_python() {
         let deep = format!("{{\"a\": {}{}}}", "[".repeat(40), "]".repeat(40));
         assert_eq!(classify(deep.as_bytes(), true), Line::Other);
+        assert_eq!(segments(deep.as_bytes())[0].kind, Line::Other);
     }
 
     #[test]
@@ -462,13 +495,30 @@ mod tests {
         fn any_bytes_are_scanned_without_panic(run in prop::collection::vec(
                 prop::sample::select(b"{}[]\":,.-+eE0129 \t\r\n\\unlltrufas\xff\xc3\xa9".to_vec()), 0..160)) {
             let found = segments(&run);
-            let lines: usize = found.iter().map(|segment| segment.lines).sum();
-            prop_assert_eq!(lines, super::lines(&run).count());
+            // The one pass over the run finds what reading each line alone finds.
+            let utf8 = std::str::from_utf8(&run).is_ok();
+            let alone: Vec<Line> = super::lines(&run).map(|line| classify(line, utf8)).collect();
+            let kinds: Vec<Line> = found.iter().flat_map(|segment| std::iter::repeat(segment.kind).take(segment.lines)).collect();
+            prop_assert_eq!(kinds, alone);
+            let mut starts = 0;
+            for segment in &found {
+                let lines: Vec<&[u8]> = super::lines(&run).skip(segment.first).take(segment.lines).collect();
+                prop_assert_eq!(&run[segment.start..segment.end], &lines.join(&b'\n')[..]);
+                starts += segment.lines;
+            }
+            prop_assert_eq!(starts, super::lines(&run).count());
             let _ = keys(&run);
             let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
             for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
                 let part = &run[segment.start..segment.end];
-                prop_assert!(convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut Vec::new()).is_ok());
+                let mut arena = Vec::new();
+                let whole = convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+                // Each line converts in its run as it does alone.
+                for (row, line) in super::lines(part).enumerate() {
+                    let mut arena = Vec::new();
+                    let alone = convert_lines(line, 1, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+                    prop_assert_eq!(whole.example(row), alone.example(0));
+                }
             }
             let _ = convert_lines(&run, 3, &plan(), &names, &[false, true], &[false, false], &mut Vec::new());
         }
