@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 
 use crate::arrow;
 use crate::arrow_array::Field;
-use crate::json_scan::{scan_line, scan_run_line, Json};
+use crate::json_scan::{count_lf, scan_line, scan_run_line, Json};
 use crate::column::Column;
 use crate::nulls::Part;
 use crate::rules::{self, Key, Plan, Value};
@@ -66,7 +66,7 @@ fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// holds (as `lines` gives them: the body's LFs part them).
 fn body_and_count(run: &[u8]) -> (&[u8], usize) {
     let body = run.strip_suffix(b"\n").unwrap_or(run);
-    let count = if run.is_empty() { 0 } else { body.iter().filter(|&&byte| byte == b'\n').count() + 1 };
+    let count = if run.is_empty() { 0 } else { count_lf(body) + 1 };
     (body, count)
 }
 
@@ -93,10 +93,11 @@ fn classify_at(body: &[u8], start: usize, utf8: bool) -> (Line, usize) {
 /// The run's lines grouped into segments of one kind, in order.
 pub fn segments(run: &[u8]) -> Vec<Segment> {
     let utf8 = std::str::from_utf8(run).is_ok();
-    let (body, count) = body_and_count(run);
+    let body = run.strip_suffix(b"\n").unwrap_or(run);
     let mut found: Vec<Segment> = Vec::new();
-    let mut start = 0;
-    for index in 0..count {
+    // (as `lines`: the body's LFs part its lines; an empty run holds none)
+    let (mut start, mut index) = (0, 0);
+    while !run.is_empty() && start <= body.len() {
         let (kind, end) = classify_at(body, start, utf8);
         match found.last_mut() {
             Some(last) if last.kind == kind => {
@@ -105,7 +106,7 @@ pub fn segments(run: &[u8]) -> Vec<Segment> {
             }
             _ => found.push(Segment { kind, start, end, first: index, lines: 1 }),
         }
-        start = end + 1;
+        (start, index) = (end + 1, index + 1);
     }
     found
 }

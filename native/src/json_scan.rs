@@ -64,6 +64,18 @@ fn plain_end(bytes: &[u8], from: usize) -> usize {
                  |byte| matches!(byte, b'"' | b'\\' | 0..=0x1F))
 }
 
+/// How many LFs `bytes` holds (8 bytes at a time: a byte's mark here is
+/// exact, no borrow crosses bytes).
+pub fn count_lf(bytes: &[u8]) -> usize {
+    const LOW7: u64 = !HIGHS;
+    let chunks = bytes.chunks_exact(8);
+    let tail = chunks.remainder().iter().filter(|&&byte| byte == b'\n').count();
+    chunks.map(|chunk| {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])) ^ (ONES * u64::from(b'\n'));
+        (!(((word & LOW7) + LOW7) | word | LOW7)).count_ones() as usize
+    }).sum::<usize>() + tail
+}
+
 /// The index of the first LF in `bytes` from `from` on, or the length.
 pub fn line_end(bytes: &[u8], from: usize) -> usize {
     first_wanted(bytes, from, |word| equal(word, b'\n'), |byte| byte == b'\n')
@@ -312,6 +324,7 @@ mod tests {
                 + bytes[from.min(bytes.len())..].iter().position(|&byte| wanted(byte)).unwrap_or(bytes.len().saturating_sub(from));
             prop_assert_eq!(plain_end(&bytes, from), first(&|byte| matches!(byte, b'"' | b'\\' | 0..=0x1F)));
             prop_assert_eq!(line_end(&bytes, from), first(&|byte| byte == b'\n'));
+            prop_assert_eq!(count_lf(&bytes), bytes.iter().filter(|&&byte| byte == b'\n').count());
         }
 
         #[test]
