@@ -19,7 +19,9 @@
 //! an integer beyond int64, a list, an object, a bool) is declined, and
 //! the Python row path converts it or writes its dead letter, exactly as
 //! without the extension. A nested `from:` path is dug as
-//! `row_encoder.dig` does (`dig`).
+//! `row_encoder.dig` does (`dig`). Both walk a run's lines in place: each
+//! line is scanned where it stands, and its scan finds its end
+//! (`json_scan::scan_run_line`).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -54,16 +56,9 @@ pub struct Segment {
     pub lines: usize,
 }
 
-/// The lines of a run, each without its LF; the run's last LF ends a line
-/// and starts none (as `ranges.block_lines`).
-fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let body = run.strip_suffix(b"\n").unwrap_or(run);
-    let empty = run.is_empty();
-    body.split(|byte| *byte == b'\n').filter(move |_| !empty)
-}
-
 /// The run without the LF that ends its last line, and how many lines it
-/// holds (as `lines` gives them: the body's LFs part them).
+/// holds: the body's LFs part them; an empty run holds none (as
+/// `ranges.block_lines` gives a block's lines).
 fn body_and_count(run: &[u8]) -> (&[u8], usize) {
     let body = run.strip_suffix(b"\n").unwrap_or(run);
     let count = if run.is_empty() { 0 } else { count_lf(body) + 1 };
@@ -95,7 +90,7 @@ pub fn segments(run: &[u8]) -> Vec<Segment> {
     let utf8 = std::str::from_utf8(run).is_ok();
     let body = run.strip_suffix(b"\n").unwrap_or(run);
     let mut found: Vec<Segment> = Vec::new();
-    // (as `lines`: the body's LFs part its lines; an empty run holds none)
+    // (the body's LFs part its lines, as `body_and_count` counts them)
     let (mut start, mut index) = (0, 0);
     while !run.is_empty() && start <= body.len() {
         let (kind, end) = classify_at(body, start, utf8);
@@ -116,10 +111,12 @@ pub fn segments(run: &[u8]) -> Vec<Segment> {
 /// escaped (Python would decode it).
 pub fn keys(run: &[u8]) -> Option<Vec<&str>> {
     let text = std::str::from_utf8(run).ok()?;
+    let (body, count) = body_and_count(text.as_bytes());
     let mut found: Vec<&str> = Vec::new();
     let mut plain = true;
-    for line in lines(text.as_bytes()) {
-        let whole = scan_line(line, |key, escaped, _| {
+    let mut start = 0;
+    for _ in 0..count {
+        let (whole, end) = scan_run_line(body, start, |key, escaped, _| {
             plain &= !escaped;
             // (a key is cut at ASCII quotes from valid UTF-8: it is UTF-8)
             if let Ok(key) = std::str::from_utf8(key) {
@@ -131,6 +128,7 @@ pub fn keys(run: &[u8]) -> Option<Vec<&str>> {
         if !whole || !plain {
             return None;
         }
+        start = end + 1;
     }
     Some(found)
 }
@@ -410,6 +408,14 @@ mod tests {
     use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
+    /// A run's lines, each without its LF, split from the run: the run's
+    /// last LF ends a line and starts none (as `ranges.block_lines`).
+    fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let body = run.strip_suffix(b"\n").unwrap_or(run);
+        let empty = run.is_empty();
+        body.split(|byte| *byte == b'\n').filter(move |_| !empty)
+    }
+
     /// A line's kind found from the line alone (split from its run first):
     /// what `classify_at` finds in the run.
     fn classify(line: &[u8], utf8: bool) -> Line {
@@ -498,24 +504,40 @@ mod tests {
             let found = segments(&run);
             // The one pass over the run finds what reading each line alone finds.
             let utf8 = std::str::from_utf8(&run).is_ok();
-            let alone: Vec<Line> = super::lines(&run).map(|line| classify(line, utf8)).collect();
+            let alone: Vec<Line> = lines(&run).map(|line| classify(line, utf8)).collect();
             let kinds: Vec<Line> = found.iter().flat_map(|segment| std::iter::repeat(segment.kind).take(segment.lines)).collect();
             prop_assert_eq!(kinds, alone);
             let mut starts = 0;
             for segment in &found {
-                let lines: Vec<&[u8]> = super::lines(&run).skip(segment.first).take(segment.lines).collect();
+                let lines: Vec<&[u8]> = lines(&run).skip(segment.first).take(segment.lines).collect();
                 prop_assert_eq!(&run[segment.start..segment.end], &lines.join(&b'\n')[..]);
                 starts += segment.lines;
             }
-            prop_assert_eq!(starts, super::lines(&run).count());
-            let _ = keys(&run);
+            prop_assert_eq!(starts, lines(&run).count());
+            // (the keys found walking the run are those found line by line)
+            let mut alone: Option<Vec<&str>> = std::str::from_utf8(&run).ok().map(|_| Vec::new());
+            for line in lines(&run) {
+                let mut plain = true;
+                let whole = scan_line(line, |key, escaped, _| {
+                    plain &= !escaped;
+                    if let (Some(found), Ok(key)) = (alone.as_mut(), std::str::from_utf8(key)) {
+                        if !found.contains(&key) {
+                            found.push(key);
+                        }
+                    }
+                });
+                if !whole || !plain {
+                    alone = None;
+                }
+            }
+            prop_assert_eq!(keys(&run), alone);
             let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
             for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
                 let part = &run[segment.start..segment.end];
                 let mut arena = Vec::new();
                 let whole = convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
                 // Each line converts in its run as it does alone.
-                for (row, line) in super::lines(part).enumerate() {
+                for (row, line) in lines(part).enumerate() {
                     let mut arena = Vec::new();
                     let alone = convert_lines(line, 1, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
                     prop_assert_eq!(whole.example(row), alone.example(0));
