@@ -497,53 +497,77 @@ mod tests {
         }
     }
 
+    /// `run`'s walk checked against reading each line alone: the kinds,
+    /// the segments' bytes, the keys, and each object line's conversion.
+    fn walk_agrees(run: &[u8]) -> Result<(), TestCaseError> {
+        let found = segments(run);
+        // The one pass over the run finds what reading each line alone finds.
+        let utf8 = std::str::from_utf8(run).is_ok();
+        let alone: Vec<Line> = lines(run).map(|line| classify(line, utf8)).collect();
+        let kinds: Vec<Line> = found.iter().flat_map(|segment| std::iter::repeat(segment.kind).take(segment.lines)).collect();
+        prop_assert_eq!(kinds, alone);
+        let mut starts = 0;
+        for segment in &found {
+            let lines: Vec<&[u8]> = lines(run).skip(segment.first).take(segment.lines).collect();
+            prop_assert_eq!(&run[segment.start..segment.end], &lines.join(&b'\n')[..]);
+            starts += segment.lines;
+        }
+        prop_assert_eq!(starts, lines(run).count());
+        // (the keys found walking the run are those found line by line)
+        let mut alone: Option<Vec<&str>> = std::str::from_utf8(run).ok().map(|_| Vec::new());
+        for line in lines(run) {
+            let mut plain = true;
+            let whole = scan_line(line, |key, escaped, _| {
+                plain &= !escaped;
+                if let (Some(found), Ok(key)) = (alone.as_mut(), std::str::from_utf8(key)) {
+                    if !found.contains(&key) {
+                        found.push(key);
+                    }
+                }
+            });
+            if !whole || !plain {
+                alone = None;
+            }
+        }
+        prop_assert_eq!(keys(run), alone);
+        let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
+        for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
+            let part = &run[segment.start..segment.end];
+            let mut arena = Vec::new();
+            let whole = convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+            // Each line converts in its run as it does alone.
+            for (row, line) in lines(part).enumerate() {
+                let mut arena = Vec::new();
+                let alone = convert_lines(line, 1, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+                prop_assert_eq!(whole.example(row), alone.example(0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lines drawn whole: objects the kernel reads (long texts, escapes,
+    /// numbers), and ones that end inside a value or hold more.
+    const PIECES: [&[u8]; 12] = [br#"{"n": 1, "s": "abcdefghijklmnopqrstu"}"#, br#"{"s": "a\"bcdefgh\u00e9ijklm", "n": -2.5e3}"#,
+        br#" {"n": 12} "#, br#"{"s": "abcdefghijk"#, br#"{"n": 1"#, br#"{"n": 1} x"#, b"", b" \t\r",
+        b"{\"s\": \"abc\xc3\xa9defghi\x7fjk\"}", b"{\"s\": \"abcdefghij\x1fk\"}", b"{\"s\": \"\xff\"}", br#"{"n": {"n": 1}}"#];
+
     proptest! {
         #[test]
         fn any_bytes_are_scanned_without_panic(run in prop::collection::vec(
                 prop::sample::select(b"{}[]\":,.-+eE0129 \t\r\n\\unlltrufas\xff\xc3\xa9".to_vec()), 0..160)) {
-            let found = segments(&run);
-            // The one pass over the run finds what reading each line alone finds.
-            let utf8 = std::str::from_utf8(&run).is_ok();
-            let alone: Vec<Line> = lines(&run).map(|line| classify(line, utf8)).collect();
-            let kinds: Vec<Line> = found.iter().flat_map(|segment| std::iter::repeat(segment.kind).take(segment.lines)).collect();
-            prop_assert_eq!(kinds, alone);
-            let mut starts = 0;
-            for segment in &found {
-                let lines: Vec<&[u8]> = lines(&run).skip(segment.first).take(segment.lines).collect();
-                prop_assert_eq!(&run[segment.start..segment.end], &lines.join(&b'\n')[..]);
-                starts += segment.lines;
-            }
-            prop_assert_eq!(starts, lines(&run).count());
-            // (the keys found walking the run are those found line by line)
-            let mut alone: Option<Vec<&str>> = std::str::from_utf8(&run).ok().map(|_| Vec::new());
-            for line in lines(&run) {
-                let mut plain = true;
-                let whole = scan_line(line, |key, escaped, _| {
-                    plain &= !escaped;
-                    if let (Some(found), Ok(key)) = (alone.as_mut(), std::str::from_utf8(key)) {
-                        if !found.contains(&key) {
-                            found.push(key);
-                        }
-                    }
-                });
-                if !whole || !plain {
-                    alone = None;
-                }
-            }
-            prop_assert_eq!(keys(&run), alone);
+            walk_agrees(&run)?;
             let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
-            for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
-                let part = &run[segment.start..segment.end];
-                let mut arena = Vec::new();
-                let whole = convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
-                // Each line converts in its run as it does alone.
-                for (row, line) in lines(part).enumerate() {
-                    let mut arena = Vec::new();
-                    let alone = convert_lines(line, 1, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
-                    prop_assert_eq!(whole.example(row), alone.example(0));
-                }
-            }
             let _ = convert_lines(&run, 3, &plan(), &names, &[false, true], &[false, false], &mut Vec::new());
+        }
+
+        #[test]
+        fn runs_of_whole_lines_walk_as_lines_alone(picks in prop::collection::vec(0..PIECES.len(), 0..12),
+                                                   last_lf in any::<bool>()) {
+            let mut run = picks.iter().map(|&pick| PIECES[pick]).collect::<Vec<_>>().join(&b'\n');
+            if last_lf {
+                run.push(b'\n');
+            }
+            walk_agrees(&run)?;
         }
 
     }
