@@ -19,14 +19,16 @@
 //! an integer beyond int64, a list, an object, a bool) is declined, and
 //! the Python row path converts it or writes its dead letter, exactly as
 //! without the extension. A nested `from:` path is dug as
-//! `row_encoder.dig` does (`dig`).
+//! `row_encoder.dig` does (`dig`). Both walk a run's lines in place: each
+//! line is scanned where it stands, and its scan finds its end
+//! (`json_scan::scan_run_line`).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 use crate::arrow;
 use crate::arrow_array::Field;
-use crate::json_scan::{scan_line, Json};
+use crate::json_scan::{count_lf, scan_line, scan_run_line, Json};
 use crate::column::Column;
 use crate::nulls::Part;
 use crate::rules::{self, Key, Plan, Value};
@@ -54,32 +56,44 @@ pub struct Segment {
     pub lines: usize,
 }
 
-/// The lines of a run, each without its LF; the run's last LF ends a line
-/// and starts none (as `ranges.block_lines`).
-fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
+/// The run without the LF that ends its last line, and how many lines it
+/// holds: the body's LFs part them; an empty run holds none (as
+/// `ranges.block_lines` gives a block's lines).
+fn body_and_count(run: &[u8]) -> (&[u8], usize) {
     let body = run.strip_suffix(b"\n").unwrap_or(run);
-    let empty = run.is_empty();
-    body.split(|byte| *byte == b'\n').filter(move |_| !empty)
+    let count = if run.is_empty() { 0 } else { count_lf(body) + 1 };
+    (body, count)
 }
 
-pub fn classify(line: &[u8], utf8: bool) -> Line {
-    if line.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r')) {
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|byte| matches!(byte, b' ' | b'\t' | b'\r'))
+}
+
+/// The kind of the line of `body` that starts at `start`, and its end (its
+/// LF, or the body's end), found in the one scan; `utf8`: the whole body
+/// is valid UTF-8 (else the line is checked).
+fn classify_at(body: &[u8], start: usize, utf8: bool) -> (Line, usize) {
+    let (whole, end) = scan_run_line(body, start, |_, _, _| {});
+    let line = &body[start..end];
+    let kind = if is_blank(line) {
         Line::Blank
-    } else if (utf8 || std::str::from_utf8(line).is_ok()) && scan_line(line, |_, _, _| {}) {
+    } else if whole && (utf8 || std::str::from_utf8(line).is_ok()) {
         Line::Object
     } else {
         Line::Other
-    }
+    };
+    (kind, end)
 }
 
 /// The run's lines grouped into segments of one kind, in order.
 pub fn segments(run: &[u8]) -> Vec<Segment> {
     let utf8 = std::str::from_utf8(run).is_ok();
+    let body = run.strip_suffix(b"\n").unwrap_or(run);
     let mut found: Vec<Segment> = Vec::new();
-    let mut start = 0;
-    for (index, line) in lines(run).enumerate() {
-        let kind = classify(line, utf8);
-        let end = start + line.len();
+    // (the body's LFs part its lines, as `body_and_count` counts them)
+    let (mut start, mut index) = (0, 0);
+    while !run.is_empty() && start <= body.len() {
+        let (kind, end) = classify_at(body, start, utf8);
         match found.last_mut() {
             Some(last) if last.kind == kind => {
                 last.end = end;
@@ -87,7 +101,7 @@ pub fn segments(run: &[u8]) -> Vec<Segment> {
             }
             _ => found.push(Segment { kind, start, end, first: index, lines: 1 }),
         }
-        start = end + 1;
+        (start, index) = (end + 1, index + 1);
     }
     found
 }
@@ -97,10 +111,12 @@ pub fn segments(run: &[u8]) -> Vec<Segment> {
 /// escaped (Python would decode it).
 pub fn keys(run: &[u8]) -> Option<Vec<&str>> {
     let text = std::str::from_utf8(run).ok()?;
+    let (body, count) = body_and_count(text.as_bytes());
     let mut found: Vec<&str> = Vec::new();
     let mut plain = true;
-    for line in lines(text.as_bytes()) {
-        let whole = scan_line(line, |key, escaped, _| {
+    let mut start = 0;
+    for _ in 0..count {
+        let (whole, end) = scan_run_line(body, start, |key, escaped, _| {
             plain &= !escaped;
             // (a key is cut at ASCII quotes from valid UTF-8: it is UTF-8)
             if let Ok(key) = std::str::from_utf8(key) {
@@ -112,6 +128,7 @@ pub fn keys(run: &[u8]) -> Option<Vec<&str>> {
         if !whole || !plain {
             return None;
         }
+        start = end + 1;
     }
     Some(found)
 }
@@ -261,7 +278,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
-    let found = lines(run).count();
+    let (body, found) = body_and_count(run);
     if found != count {
         return Err(RunError::RowCount { expected: count, found });
     }
@@ -269,12 +286,13 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
     // rows, once the arena no longer grows.
     let mut slots: Vec<Slot> = Vec::with_capacity(count.saturating_mul(plan.width));
     let mut declined_lines: Vec<bool> = Vec::with_capacity(count);
-    for line in lines(run) {
+    let mut start = 0;
+    for _ in 0..count {
         let first = slots.len();
         slots.resize(first + plan.width, Slot::Known(Some(Field::Null)));
         // An escaped key may name a column once decoded: Python decides.
         let mut declined = false;
-        let whole = scan_line(line, |key, escaped, value| {
+        let (whole, end) = scan_run_line(body, start, |key, escaped, value| {
             declined |= escaped;
             // Duplicate keys keep the last value, as Python's dict does.
             for (column, path) in names.iter().enumerate() {
@@ -283,6 +301,7 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
                 }
             }
         });
+        start = end + 1;
         if !whole || declined {
             // A line Python read as a row (one the kernel does not model,
             // or the file's first), or one with an escaped key: Python
@@ -389,10 +408,31 @@ mod tests {
     use crate::rules::{Feature, Rule};
     use proptest::prelude::*;
 
+    /// A run's lines, each without its LF, split from the run: the run's
+    /// last LF ends a line and starts none (as `ranges.block_lines`).
+    fn lines(run: &[u8]) -> impl Iterator<Item = &[u8]> {
+        let body = run.strip_suffix(b"\n").unwrap_or(run);
+        let empty = run.is_empty();
+        body.split(|byte| *byte == b'\n').filter(move |_| !empty)
+    }
+
+    /// A line's kind found from the line alone (split from its run first):
+    /// what `classify_at` finds in the run.
+    fn classify(line: &[u8], utf8: bool) -> Line {
+        if is_blank(line) {
+            Line::Blank
+        } else if (utf8 || std::str::from_utf8(line).is_ok()) && scan_line(line, |_, _, _| {}) {
+            Line::Object
+        } else {
+            Line::Other
+        }
+    }
+
     #[test]
     fn deep_nesting_is_left_to_python() {
         let deep = format!("{{\"a\": {}{}}}", "[".repeat(40), "]".repeat(40));
         assert_eq!(classify(deep.as_bytes(), true), Line::Other);
+        assert_eq!(segments(deep.as_bytes())[0].kind, Line::Other);
     }
 
     #[test]
@@ -457,20 +497,77 @@ mod tests {
         }
     }
 
+    /// `run`'s walk checked against reading each line alone: the kinds,
+    /// the segments' bytes, the keys, and each object line's conversion.
+    fn walk_agrees(run: &[u8]) -> Result<(), TestCaseError> {
+        let found = segments(run);
+        // The one pass over the run finds what reading each line alone finds.
+        let utf8 = std::str::from_utf8(run).is_ok();
+        let alone: Vec<Line> = lines(run).map(|line| classify(line, utf8)).collect();
+        let kinds: Vec<Line> = found.iter().flat_map(|segment| std::iter::repeat(segment.kind).take(segment.lines)).collect();
+        prop_assert_eq!(kinds, alone);
+        let mut starts = 0;
+        for segment in &found {
+            let lines: Vec<&[u8]> = lines(run).skip(segment.first).take(segment.lines).collect();
+            prop_assert_eq!(&run[segment.start..segment.end], &lines.join(&b'\n')[..]);
+            starts += segment.lines;
+        }
+        prop_assert_eq!(starts, lines(run).count());
+        // (the keys found walking the run are those found line by line)
+        let mut alone: Option<Vec<&str>> = std::str::from_utf8(run).ok().map(|_| Vec::new());
+        for line in lines(run) {
+            let mut plain = true;
+            let whole = scan_line(line, |key, escaped, _| {
+                plain &= !escaped;
+                if let (Some(found), Ok(key)) = (alone.as_mut(), std::str::from_utf8(key)) {
+                    if !found.contains(&key) {
+                        found.push(key);
+                    }
+                }
+            });
+            if !whole || !plain {
+                alone = None;
+            }
+        }
+        prop_assert_eq!(keys(run), alone);
+        let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
+        for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
+            let part = &run[segment.start..segment.end];
+            let mut arena = Vec::new();
+            let whole = convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+            // Each line converts in its run as it does alone.
+            for (row, line) in lines(part).enumerate() {
+                let mut arena = Vec::new();
+                let alone = convert_lines(line, 1, &plan(), &names, &[false, true], &[true, true], &mut arena).unwrap();
+                prop_assert_eq!(whole.example(row), alone.example(0));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lines drawn whole: objects the kernel reads (long texts, escapes,
+    /// numbers), and ones that end inside a value or hold more.
+    const PIECES: [&[u8]; 12] = [br#"{"n": 1, "s": "abcdefghijklmnopqrstu"}"#, br#"{"s": "a\"bcdefgh\u00e9ijklm", "n": -2.5e3}"#,
+        br#" {"n": 12} "#, br#"{"s": "abcdefghijk"#, br#"{"n": 1"#, br#"{"n": 1} x"#, b"", b" \t\r",
+        b"{\"s\": \"abc\xc3\xa9defghi\x7fjk\"}", b"{\"s\": \"abcdefghij\x1fk\"}", b"{\"s\": \"\xff\"}", br#"{"n": {"n": 1}}"#];
+
     proptest! {
         #[test]
         fn any_bytes_are_scanned_without_panic(run in prop::collection::vec(
                 prop::sample::select(b"{}[]\":,.-+eE0129 \t\r\n\\unlltrufas\xff\xc3\xa9".to_vec()), 0..160)) {
-            let found = segments(&run);
-            let lines: usize = found.iter().map(|segment| segment.lines).sum();
-            prop_assert_eq!(lines, super::lines(&run).count());
-            let _ = keys(&run);
+            walk_agrees(&run)?;
             let names = vec![vec![b"n".to_vec()], vec![b"s".to_vec()]];
-            for segment in found.iter().filter(|segment| segment.kind == Line::Object) {
-                let part = &run[segment.start..segment.end];
-                prop_assert!(convert_lines(part, segment.lines, &plan(), &names, &[false, true], &[true, true], &mut Vec::new()).is_ok());
-            }
             let _ = convert_lines(&run, 3, &plan(), &names, &[false, true], &[false, false], &mut Vec::new());
+        }
+
+        #[test]
+        fn runs_of_whole_lines_walk_as_lines_alone(picks in prop::collection::vec(0..PIECES.len(), 0..12),
+                                                   last_lf in any::<bool>()) {
+            let mut run = picks.iter().map(|&pick| PIECES[pick]).collect::<Vec<_>>().join(&b'\n');
+            if last_lf {
+                run.push(b'\n');
+            }
+            walk_agrees(&run)?;
         }
 
     }

@@ -26,6 +26,61 @@ pub enum Json<'a> {
     Array,
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `word` below `limit` (at most 0x80) set;
+/// a borrow may mark bytes above the lowest such byte, never below it, so
+/// the lowest mark is a true one.
+fn below(word: u64, limit: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
+}
+
+/// The marks of the bytes of `word` equal to `byte` (as `below`).
+fn equal(word: u64, byte: u8) -> u64 {
+    below(word ^ (ONES * u64::from(byte)), 1)
+}
+
+/// The index of the first byte of `bytes` from `from` on that `wanted`
+/// takes, or the length: 8 bytes at a time by `marks` (which marks, as
+/// `below` does, the bytes `wanted` takes), the last few one by one.
+fn first_wanted(bytes: &[u8], from: usize, marks: impl Fn(u64) -> u64, wanted: impl Fn(u8) -> bool) -> usize {
+    let mut at = from.min(bytes.len());
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let found = marks(u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])));
+        if found != 0 {
+            return at + (found.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes[at..].iter().position(|&byte| wanted(byte)).unwrap_or(bytes.len() - at)
+}
+
+/// Where the plain bytes of a string from `from` on end: at the first
+/// byte its scan must look at (a quote, a backslash, a control character).
+/// A text's plain bytes, most of a line, are passed over 8 at a time.
+fn plain_end(bytes: &[u8], from: usize) -> usize {
+    first_wanted(bytes, from, |word| equal(word, b'"') | equal(word, b'\\') | below(word, 0x20),
+                 |byte| matches!(byte, b'"' | b'\\' | 0..=0x1F))
+}
+
+/// How many LFs `bytes` holds (8 bytes at a time: a byte's mark here is
+/// exact, no borrow crosses bytes).
+pub fn count_lf(bytes: &[u8]) -> usize {
+    const LOW7: u64 = !HIGHS;
+    let chunks = bytes.chunks_exact(8);
+    let tail = chunks.remainder().iter().filter(|&&byte| byte == b'\n').count();
+    chunks.map(|chunk| {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])) ^ (ONES * u64::from(b'\n'));
+        (!(((word & LOW7) + LOW7) | word | LOW7)).count_ones() as usize
+    }).sum::<usize>() + tail
+}
+
+/// The index of the first LF in `bytes` from `from` on, or the length.
+pub fn line_end(bytes: &[u8], from: usize) -> usize {
+    first_wanted(bytes, from, |word| equal(word, b'\n'), |byte| byte == b'\n')
+}
+
 struct Scanner<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -36,9 +91,11 @@ impl<'a> Scanner<'a> {
         self.bytes.get(self.at).copied()
     }
 
-    /// JSON's whitespace (Python's `json` takes these four only).
+    /// JSON's whitespace (Python's `json` takes four), but the LF: the
+    /// scanner reads one line, which holds none, and so stops at the LF
+    /// that ends it when it reads a line in its run (`scan_run_line`).
     fn skip_space(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\r')) {
             self.at += 1;
         }
     }
@@ -65,6 +122,7 @@ impl<'a> Scanner<'a> {
         let start = self.at;
         let mut escaped = false;
         loop {
+            self.at = plain_end(self.bytes, self.at);
             match self.peek()? {
                 b'"' => {
                     let raw = &self.bytes[start..self.at];
@@ -212,6 +270,22 @@ pub fn scan_line<'a>(line: &'a [u8], member: impl FnMut(&'a [u8], bool, Json<'a>
     scanner.at == line.len()
 }
 
+/// Scans the line of `run` that starts at `start` (up to the next LF or
+/// the run's end) as `scan_line` scans it alone, in the one pass that also
+/// finds where it ends: gives whether it is one object, and its end (the
+/// index of its LF, or the run's length).
+pub fn scan_run_line<'a>(run: &'a [u8], start: usize, member: impl FnMut(&'a [u8], bool, Json<'a>)) -> (bool, usize) {
+    let mut scanner = Scanner { bytes: run, at: start };
+    scanner.skip_space();
+    // (no rule takes an LF: a scan stops at or before the line's end)
+    let whole = scanner.object(1, member).is_some() && {
+        scanner.skip_space();
+        matches!(scanner.peek(), None | Some(b'\n'))
+    };
+    let end = if whole { scanner.at } else { line_end(run, scanner.at) };
+    (whole, end)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +317,16 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn eight_at_a_time_finds_what_one_by_one_finds(bytes in prop::collection::vec(
+                prop::sample::select(b"a\"\\\n\x1f \x20\x7f\x80\xc3\xa9\x01\x00!#]".to_vec()), 0..40), from in 0usize..45) {
+            let first = |wanted: &dyn Fn(u8) -> bool| from.min(bytes.len())
+                + bytes[from.min(bytes.len())..].iter().position(|&byte| wanted(byte)).unwrap_or(bytes.len().saturating_sub(from));
+            prop_assert_eq!(plain_end(&bytes, from), first(&|byte| matches!(byte, b'"' | b'\\' | 0..=0x1F)));
+            prop_assert_eq!(line_end(&bytes, from), first(&|byte| byte == b'\n'));
+            prop_assert_eq!(count_lf(&bytes), bytes.iter().filter(|&&byte| byte == b'\n').count());
+        }
+
         #[test]
         fn generated_objects_read_back(values in prop::collection::vec((any::<i64>(), "[a-z]{0,6}", any::<bool>()), 1..6)) {
             let mut line = String::from("{");

@@ -84,7 +84,11 @@ HOSTILE = [b"", b" ", b"\t\r", b"\x0c", b"\xc2\xa0", b"{", b"[1, 2]", b"3", b'"a
            b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}', b'\xef\xbb\xbf{"a": 1}',
            b'{"a": "\\x"}', b'{"a": "\t"}', b'{"a": tru}', b'{"a": -}',
            b'{"a": ' + b"[" * 70 + b"]" * 70 + b"}", b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}",
-           b'{"a": ' + b"1" * 5000 + b"}", b'{"a": 1}\r', b' {"a": 2} ']
+           b'{"a": ' + b"1" * 5000 + b"}", b'{"a": 1}\r', b' {"a": 2} ',
+           # (a line that ends inside a value; text past 8 bytes around what ends a plain run)
+           b'{"a": "abcdefghijklmnop', b'{"a": 12', b'{"a"\r:\r1\r}\t',
+           b'{"a": "abcdefgh\\"ijklmnop\\u00e9qrstuvw\xc3\xa9xyz"}', b'{"a": "abcdefghij\x1fklm"}',
+           b'{"a": "abcdefghij\x7fklmnopq"}']
 
 
 @st.composite
@@ -249,7 +253,8 @@ def test_nested_paths_take_the_kernel(native, outcome, tmp_path):
 
 @pytest.mark.parametrize("run, count, taken", [
     (b"", 1, None), (b"\xff", 1, None), (b'{"a": 1}', 2, None), (b"{", 1, [False]),
-    (b'{"a": 1}\n[', 2, [True, False]), (b'{"a": 1}\n{"a": NaN}', 2, [True, False])])
+    (b'{"a": 1}\n[', 2, [True, False]), (b'{"a": 1}\n{"a": NaN}', 2, [True, False]),
+    (b'{"a": "abcdefghijkl\n{"a": 1}\n', 2, [False, True]), (b'{"a": 1}\n\n{"a": 2}', 3, [True, False, True])])
 def test_lines_the_kernel_cannot_read_are_declined(native, run, count, taken):
     """convert_jsonl_run refuses (None) a run that is not `count` lines of
     UTF-8, and declines each line it does not model (Python converts it)."""
