@@ -23,18 +23,36 @@ this way against 2.6-4.6 s through the cache.
 
 It is advice only, and only for local files: the bytes stay on disk, so a
 retried read is correct, just not served from memory.
+
+Many small files read one after another (an image build's images) are
+advised the other way first: `read_files_once` asks the kernel to read the
+next few MB of files ahead (``POSIX_FADV_WILLNEED``) before it reads the
+first of them, so their reads reach the disk together instead of one
+request, one wait and one wake-up per file. On the development VM that
+took reading 3,000 images of ~45 KB from the disk from 83-92 to 45-50 us
+of CPU per image, and the wall time about by half (windows of 8 to 64
+files measured alike).
 """
 
 from __future__ import annotations
 
+import collections
 import io
 import os
-from typing import TYPE_CHECKING, BinaryIO
+import stat
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:  # the processes that read shards back use `drop_behind` without fsspec
     import fsspec
 
-__all__ = ["WriteBehind", "drop_behind", "read_file_once", "write_durably"]
+__all__ = ["READ_AHEAD_BYTES", "READ_AHEAD_FILES", "WriteBehind", "drop_behind",
+           "read_file_once", "read_files_once", "write_durably"]
+
+# How far `read_files_once` advises files ahead of the one it reads: at most
+# this many files (each holds a descriptor until it is read) and about this
+# many bytes of them (what the page cache holds of files not yet read).
+READ_AHEAD_FILES = 16
+READ_AHEAD_BYTES = 8 << 20
 
 
 def drop_behind(fileobj: BinaryIO, offset: int, length: int) -> None:
@@ -50,11 +68,16 @@ def drop_behind(fileobj: BinaryIO, offset: int, length: int) -> None:
 
 
 def _drop(fd: int, offset: int, length: int) -> None:
+    _advise(fd, offset, length, "POSIX_FADV_DONTNEED")
+
+
+def _advise(fd: int, offset: int, length: int, advice: str) -> None:
+    """posix_fadvise's `advice` (its name in `os`), where there is one."""
     advise = getattr(os, "posix_fadvise", None)
     if advise is None:
         return
     try:
-        advise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        advise(fd, offset, length, getattr(os, advice))
     except (OSError, ValueError):
         pass
 
@@ -70,7 +93,12 @@ def read_file_once(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     # The descriptor itself, not a file object: an image build reads every
     # image here, and a file object takes twice the system calls (its size,
     # its position, a last read to find the end) and more Python around them.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    return _read_and_drop(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+
+def _read_and_drop(path: str, fd: int) -> bytes:
+    """The whole file open at `fd` (`path`: its name for errors), dropped
+    from the page cache; closes `fd`."""
     try:
         size = os.fstat(fd).st_size
         data = os.read(fd, size + 1)
@@ -89,6 +117,80 @@ def _to_the_end(fd: int, first: bytes):
     yield first
     while chunk := os.read(fd, 1 << 20):
         yield chunk
+
+
+def read_files_once(fs: fsspec.AbstractFileSystem, paths: Sequence[str]
+                    ) -> Iterator[Callable[[], bytes]]:
+    """For each of `paths` in turn, a function that reads that file as
+    `read_file_once` does (its bytes, or what `read_file_once` raises).
+
+    Local files are opened and advised to the kernel a window at a time
+    (`READ_AHEAD_FILES`, `READ_AHEAD_BYTES`) before the first of the window
+    is read. A file that cannot be opened ahead, or is not a regular file,
+    is left to its own read, which opens it and raises as
+    `read_file_once` does. Descriptors of files not read are closed when
+    the caller moves on or closes the iterator."""
+    from fsspec.implementations.local import LocalFileSystem  # loaded with `fs`'s fsspec
+
+    if not isinstance(fs, LocalFileSystem):
+        for path in paths:
+            yield lambda path=path: read_file_once(fs, path)
+        return
+    # A descriptor (opened and advised) or None per path of the window not
+    # yet handed out; `held`: the descriptor of the path handed out last,
+    # until its read takes it.
+    window: collections.deque[int | None] = collections.deque()
+    held: list[int] = []
+    after_window = 0
+    try:
+        for path in paths:
+            if not window:
+                after_window = _open_ahead(paths, after_window, window)
+            fd = window.popleft()
+            held = [] if fd is None else [fd]
+
+            def read(path=path, held=held) -> bytes:
+                if not held:
+                    return read_file_once(fs, path)
+                return _read_and_drop(path, held.pop())
+
+            yield read
+            while held:  # not read
+                os.close(held.pop())
+    finally:
+        for fd in (*held, *window):
+            if fd is not None:
+                os.close(fd)
+
+
+def _open_ahead(paths: Sequence[str], first: int, window: collections.deque) -> int:
+    """Opens ``paths[first:]`` up to the read-ahead limits into `window` (a
+    descriptor, advised, or None per path) and returns the next path's
+    index."""
+    held_bytes = 0
+    index = first
+    while index < len(paths) and len(window) < READ_AHEAD_FILES and (
+            index == first or held_bytes < READ_AHEAD_BYTES):
+        fd = None
+        try:
+            # Non-blocking: a named pipe is not waited for here (it is
+            # left to its own read).
+            fd = os.open(paths[index], os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            status = os.fstat(fd)
+            if stat.S_ISREG(status.st_mode):
+                os.set_blocking(fd, True)
+                _advise(fd, 0, 0, "POSIX_FADV_WILLNEED")
+                held_bytes += status.st_size
+            else:
+                os.close(fd)
+                fd = None
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            fd = None
+        window.append(fd)
+        index += 1
+    return index
 
 
 class WriteBehind:

@@ -12,7 +12,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::{guarded, packed, with_bytes};
+use std::mem::MaybeUninit;
+
+use crate::py_bytes::written_bytes;
+use crate::{packed, with_bytes};
 
 /// Value `i` of `(offsets, data)` as a range of `data`, checked: both ends
 /// inside `data` and in order. The offsets are read in place, packed
@@ -55,16 +58,19 @@ pub fn gathered_ranges(offsets: &[u8], data_len: usize, positions: &[u8])
 
 /// Copies the `ranges` of `data` back to back into `out`, which holds
 /// exactly their bytes (`gathered_ranges`).
-pub fn gather_into(out: &mut [u8], data: &[u8], ranges: &[(usize, usize)]) {
+/// `out` may be memory not yet written (a new bytes object's,
+/// `py_bytes::written_bytes`); returns the bytes written, all of `out`.
+pub fn gather_into(out: &mut [MaybeUninit<u8>], data: &[u8], ranges: &[(usize, usize)]) -> usize {
     let mut at = 0;
     for (index, (start, end)) in ranges.iter().enumerate() {
         if let Some((ahead, _)) = ranges.get(index + crate::PREFETCH_AHEAD) {
             crate::prefetch(data[*ahead..].as_ptr());
         }
         let length = end - start;
-        out[at..at + length].copy_from_slice(&data[*start..*end]);
+        out[at..at + length].write_copy_of_slice(&data[*start..*end]);
         at += length;
     }
+    at
 }
 
 /// `gather_values(offsets, data, positions) -> bytes`: the values of the
@@ -79,10 +85,7 @@ pub fn py_gather_values<'py>(py: Python<'py>, offsets: PyBuffer<u8>, data: PyBuf
             with_bytes(py, &data, |data| {
                 let (ranges, total) = gathered_ranges(offsets, data.len(), positions)
                     .map_err(PyValueError::new_err)?;
-                PyBytes::new_with(py, total, |out| {
-                    // Unwind-safe: after a panic the half-written object is dropped.
-                    guarded(std::panic::AssertUnwindSafe(|| gather_into(out, data, &ranges)))
-                })
+                written_bytes(py, total, |out| gather_into(out, data, &ranges))
             })?
         })?
     })?
@@ -99,9 +102,10 @@ mod tests {
 
     fn gathered(offsets: &[u64], data: &[u8], positions: &[u64]) -> Result<Vec<u8>, String> {
         let (ranges, total) = gathered_ranges(&packed(offsets), data.len(), &packed(positions))?;
-        let mut out = vec![0u8; total];
-        gather_into(&mut out, data, &ranges);
-        Ok(out)
+        let mut out = vec![MaybeUninit::new(0u8); total];
+        assert_eq!(gather_into(&mut out, data, &ranges), total);
+        // SAFETY: every byte was made initialized above.
+        Ok(out.into_iter().map(|byte| unsafe { byte.assume_init() }).collect())
     }
 
     proptest! {

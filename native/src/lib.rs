@@ -369,17 +369,15 @@ fn prefetch(address: *const u8) {
 fn framed_bytes<'py>(py: Python<'py>, slices: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
     // The sizes of objects that exist: no length here comes from the input's bytes.
     let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
-    PyBytes::new_with(py, total, |out| {
-        // Unwind-safe: after a panic the half-written object is dropped.
-        guarded(std::panic::AssertUnwindSafe(|| {
-            let mut at = 0;
-            for (index, slice) in slices.iter().enumerate() {
-                if let Some(ahead) = slices.get(index + PREFETCH_AHEAD) {
-                    prefetch(ahead.as_ptr());
-                }
-                at += walk::frame_at(&mut out[at..], slice);
+    py_bytes::written_bytes(py, total, |out| {
+        let mut at = 0;
+        for (index, slice) in slices.iter().enumerate() {
+            if let Some(ahead) = slices.get(index + PREFETCH_AHEAD) {
+                prefetch(ahead.as_ptr());
             }
-        }))
+            at += walk::frame_uninit(&mut out[at..], slice);
+        }
+        at
     })
 }
 

@@ -4,6 +4,7 @@
 //! when done, so that Python gets the object the bytes were written into
 //! rather than a copy of them.
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 
 use pyo3::ffi;
@@ -122,6 +123,36 @@ impl Store for GrowingBytes<'_> {
     }
 }
 
+/// A bytes object of `len` bytes written by `write`, which gets them
+/// not yet written (no pass zeroing them first: for a batch of images
+/// that pass is as long as the copy) and returns how many it wrote from
+/// the start; any it left are zeroed, so Python never sees memory no one
+/// wrote. A panic in `write` is an error, and the object is dropped.
+pub(crate) fn written_bytes<'py>(py: Python<'py>, len: usize,
+                                 write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize)
+                                 -> PyResult<Bound<'py, PyBytes>> {
+    let size = ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("a bytes object's size fits isize"))?;
+    // SAFETY: the GIL is held (`py`); a null data pointer makes an object
+    // of `size` bytes, not yet written (null with an error set when there
+    // is no memory, which `from_owned_ptr_or_err` raises).
+    let object = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyBytes_FromStringAndSize(std::ptr::null(), size))? };
+    if len == 0 {
+        return Ok(unsafe { object.downcast_into_unchecked::<PyBytes>() });
+    }
+    // SAFETY: `object` is a bytes object of `len` bytes (made above) that
+    // nothing else refers to yet; MaybeUninit makes no claim on them.
+    let room = unsafe {
+        std::slice::from_raw_parts_mut(ffi::PyBytes_AsString(object.as_ptr()).cast::<MaybeUninit<u8>>(), len)
+    };
+    let written = crate::guarded(std::panic::AssertUnwindSafe(|| write(&mut *room)))?;
+    for byte in &mut room[written.min(len)..] {
+        byte.write(0);
+    }
+    // SAFETY: made above as a bytes object.
+    Ok(unsafe { object.downcast_into_unchecked::<PyBytes>() })
+}
+
 impl Drop for GrowingBytes<'_> {
     fn drop(&mut self) {
         if let Some(object) = self.object.take() {
@@ -155,6 +186,33 @@ mod tests {
                 Ok(())
             })?;
         }
+    }
+
+    proptest! {
+        #[test]
+        fn written_bytes_holds_what_was_written_and_zeros_after(
+                data in prop::collection::vec(any::<u8>(), 0..300), extra in 0usize..40) {
+            pyo3::prepare_freethreaded_python();
+            Python::with_gil(|py| {
+                let bytes = written_bytes(py, data.len() + extra, |room| {
+                    room[..data.len()].write_copy_of_slice(&data);
+                    data.len()
+                }).expect("made");
+                let mut expected = data.clone();
+                expected.resize(data.len() + extra, 0);
+                prop_assert_eq!(bytes.as_bytes(), &expected[..]);
+                Ok(())
+            })?;
+        }
+    }
+
+    #[test]
+    fn a_panic_while_writing_is_an_error() {
+        pyo3::prepare_freethreaded_python();
+        Python::with_gil(|py| {
+            let made = written_bytes(py, 8, |_| panic!("no"));
+            assert!(made.is_err());
+        });
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! `transforms/tfrecord/damage.py` (the reference), which keeps the error
 //! messages: this module only says which fault, where.
 
+use std::mem::MaybeUninit;
+
 /// Bytes before a record's data: u64 length, u32 masked CRC of the length.
 pub const HEADER_SIZE: usize = 12;
 /// Bytes after it: u32 masked CRC of the data.
@@ -301,12 +303,20 @@ pub fn frame_into(out: &mut Vec<u8>, record: &[u8]) {
 /// Writes `record` framed as a TFRecord at the start of `out`, which must
 /// hold at least its framed size; returns that size.
 pub fn frame_at(out: &mut [u8], record: &[u8]) -> usize {
+    // SAFETY: MaybeUninit<u8> has u8's layout, and `frame_uninit` writes
+    // only initialized bytes into it, so `out` stays initialized.
+    frame_uninit(unsafe { &mut *(out as *mut [u8] as *mut [MaybeUninit<u8>]) }, record)
+}
+
+/// `frame_at` into memory not yet written (a new bytes object's,
+/// `py_bytes::written_bytes`): every byte of the framed size is written.
+pub fn frame_uninit(out: &mut [MaybeUninit<u8>], record: &[u8]) -> usize {
     let length = (record.len() as u64).to_le_bytes();
     let end = HEADER_SIZE + record.len();
-    out[..8].copy_from_slice(&length);
-    out[8..HEADER_SIZE].copy_from_slice(&masked_crc32c(&length).to_le_bytes());
-    out[HEADER_SIZE..end].copy_from_slice(record);
-    out[end..end + FOOTER_SIZE].copy_from_slice(&masked_crc32c(record).to_le_bytes());
+    out[..8].write_copy_of_slice(&length);
+    out[8..HEADER_SIZE].write_copy_of_slice(&masked_crc32c(&length).to_le_bytes());
+    out[HEADER_SIZE..end].write_copy_of_slice(record);
+    out[end..end + FOOTER_SIZE].write_copy_of_slice(&masked_crc32c(record).to_le_bytes());
     end + FOOTER_SIZE
 }
 

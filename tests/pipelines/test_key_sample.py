@@ -254,10 +254,14 @@ def test_images_keyed_by_a_listed_column_give_bounds_without_reading_an_image(
     assert key_sample.uses_sampled_bounds(config, "shuffle")
     _, keys = _image_keys(config, vocabularies)
 
-    def no_reading(*args, **kwargs):
+    def no_reading(fs, paths):
+        for _ in paths:
+            yield no_read
+
+    def no_read():
         raise AssertionError("an image was read")
 
-    monkeypatch.setattr(image_items, "read_file_once", no_reading)
+    monkeypatch.setattr(image_items, "read_files_once", no_reading)
     bounds = key_sample.sample_bucket_bounds(config, vocabularies, TUNING)
     assert set(bounds[1:]) <= {row_key[:TUNING.prefix_len] for row_key in keys}
     buckets = collections.Counter(
@@ -280,13 +284,13 @@ def test_images_keyed_by_what_only_the_image_gives_read_a_few_images(tmp_path, m
     items, keys = _image_keys(config, vocabularies)
 
     read = []
-    real_read = image_items.read_file_once
+    real_reads = image_items.read_files_once
 
-    def counted(fs, path):
-        read.append(path)
-        return real_read(fs, path)
+    def counted(fs, paths):
+        for path, real_read in zip(paths, real_reads(fs, paths)):
+            yield lambda path=path, real_read=real_read: (read.append(path), real_read())[1]
 
-    monkeypatch.setattr(image_items, "read_file_once", counted)
+    monkeypatch.setattr(image_items, "read_files_once", counted)
     monkeypatch.setattr(key_sample, "SAMPLE_IMAGES", 40)
     bounds = key_sample.sample_bucket_bounds(config, vocabularies, TUNING)
     # 40 of the listed images, spread over the listing (both ends' classes).

@@ -110,6 +110,95 @@ def test_read_file_once_leaves_no_page_of_the_file_cached(tmp_path):
     assert not any(_residency(path))
 
 
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("ahead_files", [1, 2, 64])
+def test_read_files_once_reads_each_file_as_read_file_once_does(tmp_path, monkeypatch,
+                                                                ahead_files):
+    monkeypatch.setattr(page_cache, "READ_AHEAD_FILES", ahead_files)
+    monkeypatch.setattr(page_cache, "READ_AHEAD_BYTES", 3 * _PAGE)
+    paths = []
+    for index, size in enumerate([0, 17, 2 * _PAGE + 5, 5 * _PAGE, 1]):
+        path = tmp_path / f"{index}.bin"
+        path.write_bytes(os.urandom(size))
+        paths.append(str(path))
+    paths[2:2] = [str(tmp_path / "missing.bin"), str(tmp_path)]  # one gone, one a folder
+    memory = fsspec.filesystem("memory")
+    for path in paths:
+        if os.path.isfile(path):
+            memory.pipe(path, open(path, "rb").read())
+    for fs in (fsspec.filesystem("file"), memory):
+        got = []
+        for path, read in zip(paths, page_cache.read_files_once(fs, paths)):
+            try:
+                got.append(read())
+            except Exception as exc:  # as read_file_once raises it
+                got.append((type(exc), str(exc)))
+        expected = []
+        for path in paths:
+            try:
+                expected.append(page_cache.read_file_once(fs, path))
+            except Exception as exc:
+                expected.append((type(exc), str(exc)))
+        assert got == expected
+        assert sum(isinstance(value, tuple) for value in got) == 2
+    memory.rm(str(tmp_path), recursive=True)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="open descriptors from /proc")
+def test_read_files_once_closes_the_files_it_did_not_read(tmp_path):
+    paths = []
+    for index in range(10):
+        (tmp_path / f"{index}.bin").write_bytes(b"x" * index)
+        paths.append(str(tmp_path / f"{index}.bin"))
+    local = fsspec.filesystem("file")
+    before = _open_descriptors()
+    reads = page_cache.read_files_once(local, paths)
+    assert next(reads)() == b""
+    next(reads)  # handed out, not read
+    assert _open_descriptors() == before + 9  # the window's files, opened ahead
+    assert next(reads)() == b"xx"
+    reads.close()
+    assert _open_descriptors() == before
+    assert [read() for read in page_cache.read_files_once(local, paths)] == [
+        b"x" * index for index in range(10)]
+    assert _open_descriptors() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="a named pipe")
+def test_read_files_once_leaves_a_named_pipe_to_its_own_read(tmp_path):
+    path = str(tmp_path / "pipe")
+    os.mkfifo(path)
+    (tmp_path / "after.bin").write_bytes(b"after")
+
+    def write():
+        with open(path, "wb", buffering=0) as pipe:
+            pipe.write(b"piped")
+
+    reads = page_cache.read_files_once(fsspec.filesystem("file"),
+                                       [path, str(tmp_path / "after.bin")])
+    read_pipe = next(reads)  # opening the window did not wait for a writer
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert read_pipe() == b"piped"
+    finally:
+        writer.join()
+    assert next(reads)() == b"after"
+
+
+@linux_only
+def test_read_files_once_leaves_no_page_of_the_files_cached(tmp_path):
+    paths = [_cached_file(tmp_path, f"{index}.bin", os.urandom(16 * _PAGE))
+             for index in range(4)]
+    local = fsspec.filesystem("file")
+    for read in page_cache.read_files_once(local, paths):
+        read()
+    assert not any(any(_residency(path)) for path in paths)
+
+
 def _table(tmp_path) -> str:
     lines = [b"id,text"] + [b"%d,%s" % (i, b"x" * 200) for i in range(120_000)]
     return _cached_file(tmp_path, "table.csv", b"\n".join(lines) + b"\n")  # ~25 MB

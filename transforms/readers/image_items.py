@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 import fsspec
 
 from ...schemas.dead_letters import RowError, dead_letter
-from ..page_cache import read_file_once
+from ..page_cache import read_files_once
 from ..urls import redact_url
 from .common import READ_ERRORS, display_name, read_error
 from .images import ImageOptions, image_columns
@@ -113,11 +113,12 @@ def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],
     """Reads and checks images: a SourceRow (path, label, image columns) per good
     image, a dead letter per file that cannot be read (``read_error``: vanished,
     unreadable) or fails its checks (stage "decode")."""
-    for item in items:
+    items = list(items)
+    for item, read in zip(items, read_files_once(fs, [item.fs_path for item in items])):
         source = display_name(fs, item.fs_path)
         raw_input = {"path": item.rel, "label": item.label}
         try:
-            data = read_file_once(fs, item.fs_path)
+            data = read()
         except READ_ERRORS as exc:
             yield read_error(source, None, exc, input=raw_input, rows=1)
             continue
