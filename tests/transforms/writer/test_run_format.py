@@ -10,12 +10,10 @@ import struct
 import fsspec
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 from recordforge.transforms import tfrecord
 from recordforge.transforms.writer import (
     bucket_plan,
     elements,
-    row_order,
     run_format,
     spill,
 )
@@ -48,7 +46,7 @@ def _write_rows(fileobj, rows, kind, **options):
 
 def _pairs(run_slice):
     keys = run_slice.keys
-    if not isinstance(keys, list):
+    if isinstance(keys, np.ndarray):
         blob = keys.tobytes()
         keys = [blob[i:i + keys.itemsize] for i in range(0, len(blob), keys.itemsize)]
     return list(zip(keys, run_slice.examples()))
