@@ -118,6 +118,21 @@ def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
             run_format.RunFile(str(path)).read(b"", None, mapped)
 
 
+def test_run_whose_key_sizes_overrun_its_keys_is_reported(tmp_path):
+    # Variable-width keys are read as one buffer: one read cut short by the
+    # file's end names the file and the byte, rather than giving short keys.
+    path = tmp_path / "r.run"
+    buffer = io.BytesIO()
+    _write_rows(buffer, _rows(random.Random(3), 50), "variable", prefix_len=8, index_every=100)
+    data = bytearray(buffer.getvalue())
+    key_sizes_offset = struct.unpack_from("<Q", data, len(data) - 64 + 16)[0]  # footer: third field
+    struct.pack_into("<I", data, key_sizes_offset + 4 * 49, 1 << 20)  # the last row's key size
+    path.write_bytes(bytes(data))
+    for mapped in (False, True):
+        with pytest.raises(run_format.RunFileError, match=r"r.run: keys cut short at byte \d+"):
+            run_format.RunFile(str(path)).read(b"", None, mapped)
+
+
 @pytest.mark.parametrize("how", ["renamed", "rewritten", "removed"])
 def test_a_run_file_replaced_at_its_path_is_read_anew(tmp_path, how):
     """Local run layouts are kept by path between buckets; another file at
