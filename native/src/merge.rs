@@ -17,6 +17,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use crate::run_order::head;
 use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::guarded;
+use crate::framed_keys::KeyColumn;
 use crate::run_rows::gathered_slices;
 
 /// One sorted slice: each row's key and framed record.
@@ -155,30 +156,45 @@ fn held_bytes<'b>(py: Python<'_>, buffer: &'b PyBuffer<u8>) -> PyResult<&'b [u8]
 }
 
 /// `merged_order(slices) -> order | None`: `merged_order` of slices given
-/// as ``(keys, records, record_sizes)``: a list of bytes, the framed
-/// records back to back and their sizes (packed little-endian int64); the
-/// positions packed as little-endian int64. None when a slice is not in
-/// order or a key is not bytes (the caller sorts); records that do not
-/// agree with their sizes are a ValueError.
+/// as ``(keys, records, record_sizes)``: the keys a list of bytes or a key
+/// column ``(buffer, offsets)`` (`framed_keys::KeyColumn`, as a run file's
+/// reader holds them: no bytes object a key), the framed records back to
+/// back and their sizes (packed little-endian int64); the positions packed
+/// as little-endian int64. None when a slice is not in order or a listed
+/// key is not bytes (the caller sorts); records that do not agree with
+/// their sizes, or a key column that does not cut its buffer into a key a
+/// record, are a ValueError.
 #[pyfunction(name = "merged_order")]
 pub fn py_merged_order<'py>(py: Python<'py>, slices: &Bound<'py, PyList>)
                             -> PyResult<Option<Bound<'py, PyBytes>>> {
-    let mut buffers = Vec::with_capacity(slices.len());
-    let mut keys = Vec::with_capacity(slices.len());
+    let mut given = Vec::with_capacity(slices.len());
     for item in slices.iter() {
         let item = item.downcast::<PyTuple>()?;
-        let list = item.get_item(0)?;
-        let every: Vec<usize> = (0..list.downcast::<PyList>()?.len()).collect();
-        // The owners are kept (`keys`) while their slices are read.
-        let Some(found) = gathered_slices(list.downcast::<PyList>()?, &every)? else { return Ok(None) };
-        keys.push(found);
-        buffers.push((item.get_item(1)?.extract::<PyBuffer<u8>>()?, item.get_item(2)?.extract::<PyBuffer<u8>>()?));
+        given.push((item.get_item(0)?, item.get_item(1)?.extract::<PyBuffer<u8>>()?,
+                    item.get_item(2)?.extract::<PyBuffer<u8>>()?));
     }
-    let mut sorted = Vec::with_capacity(buffers.len());
-    for ((records, record_sizes), (_, key_slices)) in buffers.iter().zip(&keys) {
+    // Each slice's record sizes, and its keys' owners: the bytes objects
+    // of a list (kept while their slices are read) or a key column.
+    let mut owners = Vec::with_capacity(given.len());
+    for (keys, _, record_sizes) in &given {
         let record_sizes = packed_sizes(held_bytes(py, record_sizes)?).map_err(PyValueError::new_err)?;
-        sorted.push(slice_from(key_slices.clone(), held_bytes(py, records)?, &record_sizes)
-            .map_err(PyValueError::new_err)?);
+        let owner = match keys.downcast::<PyList>() {
+            Ok(list) => {
+                let every: Vec<usize> = (0..list.len()).collect();
+                let Some((items, found)) = gathered_slices(list, &every)? else { return Ok(None) };
+                KeyOwner::Listed { _held: items, keys: found }
+            }
+            Err(_) => KeyOwner::Column(KeyColumn::new(py, keys, record_sizes.len())?),
+        };
+        owners.push((owner, record_sizes));
+    }
+    let mut sorted = Vec::with_capacity(owners.len());
+    for ((owner, record_sizes), (_, records, _)) in owners.iter().zip(&given) {
+        let keys = match owner {
+            KeyOwner::Listed { keys, .. } => keys.clone(),
+            KeyOwner::Column(column) => column.slices()?,
+        };
+        sorted.push(slice_from(keys, held_bytes(py, records)?, record_sizes).map_err(PyValueError::new_err)?);
     }
     let Some(order) = guarded(AssertUnwindSafe(|| merged_order(&sorted)))? else { return Ok(None) };
     let mut packed = Vec::with_capacity(order.len() * 8);
@@ -186,6 +202,14 @@ pub fn py_merged_order<'py>(py: Python<'py>, slices: &Bound<'py, PyList>)
         packed.extend_from_slice(&(*position as i64).to_le_bytes());
     }
     Ok(Some(PyBytes::new(py, &packed)))
+}
+
+/// What a slice's keys are borrowed from.
+enum KeyOwner<'py, 'a> {
+    /// A list's bytes objects (held while their slices are read), and the slices.
+    Listed { _held: Vec<Bound<'py, PyBytes>>, keys: Vec<&'a [u8]> },
+    /// A key column.
+    Column(KeyColumn<'py>),
 }
 
 #[cfg(test)]

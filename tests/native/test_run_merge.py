@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from recordforge.transforms.framed_keys import FramedKeys
 from recordforge.transforms.tfrecord import frame_records
 from recordforge.transforms.writer import run_merge, sorting
 from recordforge.transforms.writer.run_format import KEY_VARIABLE, RunSlice
@@ -14,13 +15,16 @@ from recordforge.transforms.writer.run_format import KEY_VARIABLE, RunSlice
 _bytes = st.binary(max_size=10).map(lambda data: bytes(b % 3 for b in data))
 
 
-def _slice(rows: list[tuple[bytes, bytes]], fixed: int = 0) -> RunSlice:
+def _slice(rows: list[tuple[bytes, bytes]], fixed: int = 0, column: bool = False) -> RunSlice:
     """A run slice of (key, example) rows: keys of `fixed` bytes in a numpy
-    array (0: a list of bytes), framed records back to back."""
+    array (0: a list of bytes, or with `column` a `FramedKeys`, as a run
+    file's reader gives them), framed records back to back."""
     records = [frame_records([example]) for _, example in rows]
     keys = [key for key, _ in rows]
     if fixed:
         keys = np.array(keys, dtype=f"S{fixed}")
+    elif column:
+        keys = FramedKeys.of(keys)
     return RunSlice(keys, memoryview(b"".join(records)),
                     np.array([len(record) for record in records], dtype=np.int64))
 
@@ -34,14 +38,14 @@ def _reference(slices) -> list[int]:
 
 @settings(max_examples=300, deadline=None)
 @given(drawn=st.lists(st.lists(st.tuples(_bytes, _bytes), max_size=12), max_size=6),
-       in_order=st.booleans())
-def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order):
+       in_order=st.booleans(), columns=st.lists(st.booleans(), min_size=6, max_size=6))
+def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order, columns):
     """Slices in order merge to the sort's very positions (ties in slice,
-    then row order); a slice out of order gives None, and `_Ordered`
-    sorts instead."""
+    then row order), their keys listed or in key columns alike; a slice out
+    of order gives None, and `_Ordered` sorts instead."""
     if in_order:
         drawn = [sorted(rows) for rows in drawn]
-    slices = [_slice(rows) for rows in drawn]
+    slices = [_slice(rows, column=column) for rows, column in zip(drawn, columns)]
     expected = _reference(slices)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_merge, "kernels", lambda: native)
@@ -70,6 +74,16 @@ def test_buffers_that_disagree_are_refused(native, monkeypatch):
     with pytest.raises(ValueError):
         run_merge.merged_positions([good._replace(sizes=np.array([3], dtype=np.int64),
                                                   data=memoryview(b"abc"))])
+
+
+def test_a_key_column_that_does_not_fit_its_records_is_refused(native, monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    good = _slice([(b"k", b"e"), (b"l", b"f")], column=True)
+    with pytest.raises(ValueError):
+        run_merge.merged_positions([good._replace(keys=FramedKeys.of([b"k"]))])
+    with pytest.raises(ValueError):  # offsets past the buffer
+        native.merged_order([((b"kl", np.array([0, 1, 3], dtype="<i8").view(np.uint8)),
+                              good.data, good.sizes.view(np.uint8))])
 
 
 def test_without_the_kernel_the_caller_sorts(monkeypatch):

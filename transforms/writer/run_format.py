@@ -39,6 +39,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import tfrecord
+from ..framed_keys import FramedKeys
 from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import Taken, framed_rows, sorted_order, take
@@ -212,7 +213,8 @@ def run_steps(order: list[int], examples: Sequence[bytes], framed_bytes: int | N
 class RunSlice(NamedTuple):
     """Consecutive rows of a run: their framed records back to back in
     `data`, the framed size of each, and their keys (a numpy array of
-    fixed-width bytes, or a list of bytes)."""
+    fixed-width bytes, a `FramedKeys` of variable-width ones, or a list of
+    bytes)."""
 
     keys: object
     data: memoryview
@@ -378,25 +380,33 @@ class RunFile:
                    key_offset: int, mapped: bool = False, into: memoryview | None = None
                    ) -> RunSlice:
         count = end - first
-        fileobj.seek(self._sizes_offset + 4 * first)
-        raw_sizes = fileobj.read(4 * count)
-        if len(raw_sizes) != 4 * count:
-            raise RunFileError(f"{self.path}: sizes cut short at row {first}")
+        raw_sizes = self._section(fileobj, self._sizes_offset + 4 * first, 4 * count, "sizes")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
         data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
         if self.key_width > 0:
-            fileobj.seek(self._keys_offset + self.key_width * first)
-            keys = _fixed_keys(fileobj.read(self.key_width * count), self.key_width)
+            keys = _fixed_keys(self._section(fileobj, self._keys_offset + self.key_width * first,
+                                             self.key_width * count, "keys"), self.key_width)
         elif self.key_width == KEY_VARIABLE:
-            fileobj.seek(self._key_sizes_offset + 4 * first)
-            key_ends = np.cumsum(np.frombuffer(fileobj.read(4 * count), dtype=_SIZE)).tolist()
-            fileobj.seek(self._keys_offset + key_offset)
-            blob = fileobj.read(key_ends[-1] if key_ends else 0)
-            keys = [blob[start:stop] for start, stop in zip([0] + key_ends[:-1], key_ends)]
+            # The keys stay in the one bytes object read (a `FramedKeys`):
+            # a bytes object per key cost more than reading them.
+            key_offsets = np.zeros(count + 1, dtype=np.int64)
+            np.cumsum(np.frombuffer(self._section(fileobj, self._key_sizes_offset + 4 * first,
+                                                  4 * count, "key sizes"), dtype=_SIZE),
+                      out=key_offsets[1:])
+            keys = FramedKeys(self._section(fileobj, self._keys_offset + key_offset,
+                                            int(key_offsets[-1]), "keys"), key_offsets)
         else:
             keys = None
         rows = RunSlice(keys, data, sizes)
         return rows if keys is not None else rows._replace(keys=rows.examples())
+
+    def _section(self, fileobj, offset: int, length: int, what: str) -> bytes:
+        """Bytes ``[offset, offset + length)`` of the file (a column section's)."""
+        fileobj.seek(offset)
+        data = fileobj.read(length)
+        if len(data) != length:
+            raise RunFileError(f"{self.path}: {what} cut short at byte {offset + len(data)}")
+        return data
 
     def _records(self, fileobj, offset: int, length: int, mapped: bool,
                  into: memoryview | None = None) -> memoryview:

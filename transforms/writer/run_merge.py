@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from ...schemas.native import kernels
+from ..framed_keys import FramedKeys
 from .run_format import RunSlice
 
 __all__ = ["merged_positions"]
@@ -32,8 +33,8 @@ __all__ = ["merged_positions"]
 def merged_positions(slices: Sequence[RunSlice]) -> np.ndarray | None:
     """The positions of the rows of `slices` (numbered in slice order) in
     ``(key, example)`` order, merged by the native kernel, the slices'
-    keys being bytes (a list, or numpy's fixed-width bytes, given without
-    their trailing NULs as Python compares them) and each slice in that
+    keys being bytes (a list, a `FramedKeys`, or numpy's fixed-width bytes,
+    given without their trailing NULs as Python compares them) and each slice in that
     order already; None where the kernel is absent, a key is not bytes or
     a slice is not in order (the caller sorts). The positions are a
     read-only view of the kernel's little-endian int64s, not a copy: the
@@ -41,7 +42,16 @@ def merged_positions(slices: Sequence[RunSlice]) -> np.ndarray | None:
     native = kernels()
     if native is None:
         return None
-    given = [(rows.keys if isinstance(rows.keys, list) else list(rows.keys), rows.data,
+    given = [(_native_keys(rows.keys), rows.data,
               np.ascontiguousarray(rows.sizes, dtype="<i8").view(np.uint8)) for rows in slices]
     order = native.merged_order(given)
     return None if order is None else np.frombuffer(order, dtype="<i8")
+
+
+def _native_keys(keys) -> list | tuple:
+    """A slice's keys as the kernel takes them: a `FramedKeys` (a run
+    file's variable-width keys) as its key column, without a bytes object
+    a key; else a list."""
+    if isinstance(keys, FramedKeys) and keys.missing is None:
+        return keys.native()
+    return keys if isinstance(keys, list) else list(keys)

@@ -10,12 +10,10 @@ import struct
 import fsspec
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
 from recordforge.transforms import tfrecord
 from recordforge.transforms.writer import (
     bucket_plan,
     elements,
-    row_order,
     run_format,
     spill,
 )
@@ -48,7 +46,7 @@ def _write_rows(fileobj, rows, kind, **options):
 
 def _pairs(run_slice):
     keys = run_slice.keys
-    if not isinstance(keys, list):
+    if isinstance(keys, np.ndarray):
         blob = keys.tobytes()
         keys = [blob[i:i + keys.itemsize] for i in range(0, len(blob), keys.itemsize)]
     return list(zip(keys, run_slice.examples()))
@@ -117,6 +115,21 @@ def test_run_whose_sizes_overrun_its_records_is_reported(tmp_path):
     path.write_bytes(bytes(data))
     for mapped in (False, True):
         with pytest.raises(run_format.RunFileError, match="r.run: record cut short"):
+            run_format.RunFile(str(path)).read(b"", None, mapped)
+
+
+def test_run_whose_key_sizes_overrun_its_keys_is_reported(tmp_path):
+    # Variable-width keys are read as one buffer: one read cut short by the
+    # file's end names the file and the byte, rather than giving short keys.
+    path = tmp_path / "r.run"
+    buffer = io.BytesIO()
+    _write_rows(buffer, _rows(random.Random(3), 50), "variable", prefix_len=8, index_every=100)
+    data = bytearray(buffer.getvalue())
+    key_sizes_offset = struct.unpack_from("<Q", data, len(data) - 64 + 16)[0]  # footer: third field
+    struct.pack_into("<I", data, key_sizes_offset + 4 * 49, 1 << 20)  # the last row's key size
+    path.write_bytes(bytes(data))
+    for mapped in (False, True):
+        with pytest.raises(run_format.RunFileError, match=r"r.run: keys cut short at byte \d+"):
             run_format.RunFile(str(path)).read(b"", None, mapped)
 
 

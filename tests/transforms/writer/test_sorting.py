@@ -48,7 +48,7 @@ def _write_rows(fileobj, rows, kind, **options):
 
 def _pairs(run_slice):
     keys = run_slice.keys
-    if not isinstance(keys, list):
+    if isinstance(keys, np.ndarray):
         blob = keys.tobytes()
         keys = [blob[i:i + keys.itemsize] for i in range(0, len(blob), keys.itemsize)]
     return list(zip(keys, run_slice.examples()))
