@@ -168,22 +168,41 @@ impl ByteBuffer {
     }
 }
 
-/// One column's description from Python: (type name, offset, length,
+/// One array's description from Python: (type name, offset, length,
 /// validity | None, values, offsets | None).
-type ColumnBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
+type ArrayBuffers<'py> = (String, usize, usize, Option<Bound<'py, PyAny>>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>);
 
-/// A column's buffers, held (as `PyBuffer`s) while the kernel reads them.
-type HeldColumn = (Layout, usize, usize, Option<ByteBuffer>, ByteBuffer, Option<ByteBuffer>);
+/// One column's description from Python: its array's, or for a dictionary
+/// array (its indices' description, its dictionary's).
+#[derive(FromPyObject)]
+pub(crate) enum ColumnBuffers<'py> {
+    Plain(ArrayBuffers<'py>),
+    Dictionary(ArrayBuffers<'py>, ArrayBuffers<'py>),
+}
+
+/// An array's buffers, held (as `PyBuffer`s) while the kernel reads them.
+type HeldArray = (Layout, usize, usize, Option<ByteBuffer>, ByteBuffer, Option<ByteBuffer>);
+
+/// A column's held array, and its dictionary's for a dictionary array.
+type HeldColumn = (HeldArray, Option<HeldArray>);
+
+/// An array's buffers held, None for a type the kernel lacks.
+fn held_array(described: &ArrayBuffers<'_>) -> PyResult<Option<HeldArray>> {
+    let (kind, offset, length, validity, values, offsets) = described;
+    let Some(layout) = Layout::from_name(kind) else { return Ok(None) };
+    Ok(Some((layout, *offset, *length, validity.as_ref().map(ByteBuffer::of).transpose()?,
+             ByteBuffer::of(values)?, offsets.as_ref().map(ByteBuffer::of).transpose()?)))
+}
 
 /// Each described column's buffers held, None for a type the kernel lacks.
 fn held_columns(columns: &[Option<ColumnBuffers<'_>>]) -> PyResult<Vec<Option<HeldColumn>>> {
     let mut held = Vec::with_capacity(columns.len());
     for described in columns {
         held.push(match described {
-            Some((kind, offset, length, validity, values, offsets)) => match Layout::from_name(kind) {
-                Some(layout) => Some((layout, *offset, *length, validity.as_ref().map(ByteBuffer::of).transpose()?,
-                                      ByteBuffer::of(values)?, offsets.as_ref().map(ByteBuffer::of).transpose()?)),
-                None => None,
+            Some(ColumnBuffers::Plain(array)) => held_array(array)?.map(|array| (array, None)),
+            Some(ColumnBuffers::Dictionary(indices, dictionary)) => match (held_array(indices)?, held_array(dictionary)?) {
+                (Some(indices), Some(dictionary)) => Some((indices, Some(dictionary))),
+                _ => None,
             },
             None => None,
         });
@@ -191,27 +210,42 @@ fn held_columns(columns: &[Option<ColumnBuffers<'_>>]) -> PyResult<Vec<Option<He
     Ok(held)
 }
 
-/// The held columns as `Array`s over their bytes (not yet checked).
-fn arrays_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>]) -> PyResult<Vec<Option<Array<'a>>>> {
-    let mut arrays = Vec::with_capacity(held.len());
-    for column in held {
-        arrays.push(match column {
-            Some((layout, offset, length, validity, values, offsets)) => Some(Array {
-                layout: *layout,
-                offset: *offset,
-                length: *length,
-                validity: validity.as_ref().map(|buffer| buffer.bytes(py)).transpose()?,
-                values: values.bytes(py)?,
-                offsets: offsets.as_ref().map(|buffer| buffer.bytes(py)).transpose()?,
-            }),
-            None => None,
-        });
-    }
-    Ok(arrays)
+/// A held array as an `Array` over its bytes (not yet checked).
+fn array_of<'a>(py: Python<'_>, held: &'a HeldArray, dictionary: Option<&'a Array<'a>>) -> PyResult<Array<'a>> {
+    let (layout, offset, length, validity, values, offsets) = held;
+    Ok(Array {
+        layout: *layout,
+        offset: *offset,
+        length: *length,
+        validity: validity.as_ref().map(|buffer| buffer.bytes(py)).transpose()?,
+        values: values.bytes(py)?,
+        offsets: offsets.as_ref().map(|buffer| buffer.bytes(py)).transpose()?,
+        dictionary,
+    })
+}
+
+/// The held columns' dictionaries as `Array`s (None for a column without).
+fn dictionaries_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>]) -> PyResult<Vec<Option<Array<'a>>>> {
+    held.iter().map(|column| match column {
+        Some((_, Some(dictionary))) => array_of(py, dictionary, None).map(Some),
+        _ => Ok(None),
+    }).collect()
+}
+
+/// The held columns as `Array`s over their bytes (not yet checked), each
+/// dictionary array pointing at its dictionary in `dictionaries`
+/// (`dictionaries_of` the same columns).
+fn arrays_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>], dictionaries: &'a [Option<Array<'a>>])
+                 -> PyResult<Vec<Option<Array<'a>>>> {
+    held.iter().zip(dictionaries).map(|(column, dictionary)| match column {
+        Some((array, _)) => array_of(py, array, dictionary.as_ref()).map(Some),
+        None => Ok(None),
+    }).collect()
 }
 
 /// `convert_arrow_batch(columns, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
-/// a record batch of `count` rows, each column given as `ColumnBuffers` (or
+/// a record batch of `count` rows, each column given as `ColumnBuffers`
+/// (a dictionary array's values read through its indices) (or
 /// None), converted by `plan` (a `CsvPlan` whose width is the batch's
 /// column count; a "text" rule's `as_str` marks a string feature, else a
 /// bytes one) as `convert_csv_run` answers. None when the kernel does not
@@ -221,7 +255,8 @@ fn arrays_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>]) -> PyResult<Vec
 pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>, count: usize,
                            plan: &crate::CsvPlan) -> PyResult<Option<crate::ConvertedObjects>> {
     let held = held_columns(&columns)?;
-    let arrays = arrays_of(py, &held)?;
+    let dictionaries = dictionaries_of(py, &held)?;
+    let arrays = arrays_of(py, &held, &dictionaries)?;
     // (no capacity: `count` is not yet checked against the buffers, and the
     // lists grow as the rows come)
     let mut rows = crate::py_rows::FramedRows::new(py, 0);
@@ -242,8 +277,10 @@ pub fn text_valid(arrays: &[Option<Array<'_>>]) -> bool {
     arrays.iter().enumerate().all(|(column, array)| {
         let Some(array) = array else { return false };
         match array.checked(column) {
-            Ok(checked) => !matches!(array.layout, Layout::Utf8(_)) || checked.utf8()
-                || (0..array.length).all(|row| checked.field(row).is_ok()),
+            // (Arrow's validation checks a dictionary's every value,
+            // whether a row points at it or not: so does `utf8`)
+            Ok(checked) => !matches!(checked.value_layout(), Layout::Utf8(_)) || checked.utf8()
+                || (array.dictionary.is_none() && (0..array.length).all(|row| checked.field(row).is_ok())),
             Err(_) => false,
         }
     })
@@ -254,7 +291,8 @@ pub fn text_valid(arrays: &[Option<Array<'_>>]) -> bool {
 #[pyfunction]
 pub(crate) fn arrow_text_valid(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>) -> PyResult<bool> {
     let held = held_columns(&columns)?;
-    let arrays = arrays_of(py, &held)?;
+    let dictionaries = dictionaries_of(py, &held)?;
+    let arrays = arrays_of(py, &held, &dictionaries)?;
     crate::guarded(std::panic::AssertUnwindSafe(|| text_valid(&arrays)))
 }
 
@@ -282,9 +320,9 @@ mod tests {
         let (a, b) = (ints(&[1, -7]), [1.5f64, 2.0].iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<_>>());
         let (text, text_offsets) = (b"xyzlong!".to_vec(), offsets(&[0, 3, 8]));
         let arrays = [
-            Some(Array { layout: Layout::Int(8), offset: 0, length: 2, validity: None, values: &a, offsets: None }),
-            Some(Array { layout: Layout::Float64, offset: 0, length: 2, validity: None, values: &b, offsets: None }),
-            Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: &text, offsets: Some(&text_offsets) }),
+            Some(Array { layout: Layout::Int(8), offset: 0, length: 2, validity: None, values: &a, offsets: None, dictionary: None }),
+            Some(Array { layout: Layout::Float64, offset: 0, length: 2, validity: None, values: &b, offsets: None, dictionary: None }),
+            Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: &text, offsets: Some(&text_offsets), dictionary: None }),
         ];
         let converted = convert_batch(&arrays, 2, &plan(Key::Feature(0)), &[false, false, true], &[false; 3]).unwrap();
         let csv = table::convert_run(b"1,1.5,xyz\n", 1, &Plan { width: 3, ..plan(Key::Feature(0)) }).unwrap();
@@ -301,7 +339,7 @@ mod tests {
     #[test]
     fn text_that_is_not_utf8_is_not_valid_unless_null() {
         let (text, text_offsets) = (b"ok\xff".to_vec(), offsets(&[0, 2, 3]));
-        let array = |validity| Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity, values: &text, offsets: Some(&text_offsets) });
+        let array = |validity| Some(Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity, values: &text, offsets: Some(&text_offsets), dictionary: None });
         assert!(!text_valid(&[array(None)]));
         assert!(text_valid(&[array(Some(&[0b01]))]));
         let binary = Some(Array { layout: Layout::Binary(4), ..array(None).unwrap() });
@@ -331,7 +369,7 @@ mod tests {
                 count in prop_oneof![0usize..12, Just(usize::MAX)],
                 key in prop::sample::select(vec![Key::None, Key::Feature(0), Key::Text(2)])) {
             let arrays: Vec<Option<Array>> = columns.iter().map(|column| column.as_ref().map(|(layout, offset, length, validity, values, offsets)| Array {
-                layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(),
+                layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(), dictionary: None,
             })).collect();
             if let Ok(converted) = convert_batch(&arrays, count, &plan(key), &[false, false, true], &[true, false, false]) {
                 prop_assert_eq!(converted.examples.len(), count);
@@ -346,10 +384,88 @@ mod tests {
         }
 
         #[test]
+        fn a_dictionary_column_converts_as_its_decoded_values(
+                words in prop::collection::vec(prop::collection::vec(prop::sample::select(b"ab\xc3\xa9\xff1".to_vec()), 0..6), 1..5),
+                picks in prop::collection::vec(prop::option::of(0usize..8), 0..12),
+                start in 0usize..12, width in prop::sample::select(vec![1usize, 2, 4, 8]),
+                indices_offset in 0usize..3, length in 0usize..14) {
+            // A text dictionary (its values any bytes) and its indices (some
+            // past it, some null), sliced, against the same text decoded
+            // into a plain array; hostile slices and lengths are refused.
+            let mut data = Vec::new();
+            let mut ends = vec![0i32];
+            for word in &words {
+                data.extend_from_slice(word);
+                ends.push(data.len() as i32);
+            }
+            let dictionary_offsets = offsets(&ends);
+            let dictionary = Array { layout: Layout::Utf8(4), offset: 0, length: words.len(), validity: None, values: &data, offsets: Some(&dictionary_offsets), dictionary: None };
+            let mut indices = Vec::new();
+            let mut validity = vec![0u8; picks.len().div_ceil(8)];
+            for (row, pick) in picks.iter().enumerate() {
+                let index = pick.unwrap_or(0) as i64;
+                indices.extend_from_slice(&index.to_ne_bytes()[if cfg!(target_endian = "little") { 0 } else { 8 - width }..][..width]);
+                if pick.is_some() {
+                    validity[row / 8] |= 1 << (row % 8);
+                }
+            }
+            let start = start.min(picks.len());
+            let count = (picks.len() - start).min(length);
+            let offset = start + indices_offset;
+            let dictionary_array = Array { layout: Layout::Int(width), offset, length: count, validity: Some(&validity), values: &indices, offsets: None, dictionary: Some(&dictionary) };
+            // The same rows decoded (when every index lies in the dictionary).
+            let past = offset + count > picks.len();
+            let rows: Option<Vec<Option<&Vec<u8>>>> = (offset..offset + count).filter(|_| !past).map(|row| match picks.get(row) {
+                Some(Some(pick)) => words.get(*pick).map(Some),
+                Some(None) => Some(None),
+                None => None,
+            }).collect();
+            let numbers = ints(&vec![1; 16]);
+            let plain_numbers = Array { layout: Layout::Int(8), offset: 0, length: count, validity: None, values: &numbers, offsets: None, dictionary: None };
+            let floats = vec![0u8; 8 * 16];
+            let plain_floats = Array { layout: Layout::Float64, values: &floats, ..plain_numbers };
+            let plan = Plan { width: 3, ..plan(Key::Text(2)) };
+            let converted = convert_batch(&[Some(plain_numbers), Some(plain_floats), Some(dictionary_array)], count, &plan, &[false, false, true], &[false, false, true]);
+            match rows.filter(|_| !past) {
+                None => prop_assert!(converted.is_err()),
+                Some(rows) => {
+                    let mut decoded_data = Vec::new();
+                    let mut decoded_ends = vec![0i32];
+                    let mut decoded_validity = vec![0u8; count.div_ceil(8)];
+                    for (row, word) in rows.iter().enumerate() {
+                        if let Some(word) = word {
+                            decoded_data.extend_from_slice(word);
+                            decoded_validity[row / 8] |= 1 << (row % 8);
+                        }
+                        decoded_ends.push(decoded_data.len() as i32);
+                    }
+                    let decoded_offsets = offsets(&decoded_ends);
+                    let decoded = Array { layout: Layout::Utf8(4), offset: 0, length: count, validity: Some(&decoded_validity), values: &decoded_data, offsets: Some(&decoded_offsets), dictionary: None };
+                    let expected = convert_batch(&[Some(plain_numbers), Some(plain_floats), Some(decoded)], count, &plan, &[false, false, true], &[false, false, true]);
+                    match (converted, expected) {
+                        (Ok(converted), Ok(expected)) => {
+                            prop_assert_eq!(&converted.examples, &expected.examples);
+                            prop_assert_eq!(&converted.keys, &expected.keys);
+                            for row in 0..count {
+                                prop_assert_eq!(converted.example(row), expected.example(row));
+                            }
+                        }
+                        (converted, expected) => prop_assert_eq!(converted.err(), expected.err()),
+                    }
+                    let (a, b) = (Some(dictionary_array), Some(decoded));
+                    // Arrow checks a dictionary's every value, pointed at or not.
+                    let every_word = words.iter().all(|word| std::str::from_utf8(word).is_ok());
+                    prop_assert_eq!(text_valid(&[a]), every_word);
+                    prop_assert!(!every_word || text_valid(&[b]));
+                }
+            }
+        }
+
+        #[test]
         fn text_is_valid_only_where_every_value_reads(
                 columns in prop::collection::vec(prop::option::of(hostile_array()), 0..4)) {
             let arrays: Vec<Option<Array>> = columns.iter().map(|column| column.as_ref().map(|(layout, offset, length, validity, values, offsets)| Array {
-                layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(),
+                layout: *layout, offset: *offset, length: *length, validity: validity.as_deref(), values, offsets: offsets.as_deref(), dictionary: None,
             })).collect();
             let reads = arrays.iter().enumerate().all(|(column, array)| array.is_some_and(|array| {
                 array.checked(column).is_ok_and(|checked| (0..array.length).all(|row| match checked.field(row) {
@@ -385,9 +501,9 @@ mod tests {
             let offsets: Vec<u8> = ends.iter().flat_map(|end| end.to_ne_bytes()).collect();
             let count = rows - start;
             let arrays = [
-                Some(Array { layout: Layout::Int(8), offset: start, length: count, validity: Some(&validity), values: &values, offsets: None }),
-                Some(Array { layout: Layout::Float64, offset: 0, length: count, validity: None, values: &vec![0u8; 8 * count], offsets: None }),
-                Some(Array { layout: Layout::Utf8(8), offset: start, length: count, validity: None, values: &data, offsets: Some(&offsets) }),
+                Some(Array { layout: Layout::Int(8), offset: start, length: count, validity: Some(&validity), values: &values, offsets: None, dictionary: None }),
+                Some(Array { layout: Layout::Float64, offset: 0, length: count, validity: None, values: &vec![0u8; 8 * count], offsets: None, dictionary: None }),
+                Some(Array { layout: Layout::Utf8(8), offset: start, length: count, validity: None, values: &data, offsets: Some(&offsets), dictionary: None }),
             ];
             let plan = Plan { width: 3, ..plan(Key::Text(2)) };
             match convert_batch(&arrays, count, &plan, &[false, false, true], &[nullable, false, false]) {

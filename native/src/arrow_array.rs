@@ -4,7 +4,11 @@
 //! offset and length say, once, before any row; then each row's value as
 //! the Python path sees it (`to_pydict`: `Field`). Buffers that do not hold
 //! what they say are refused whole (`BatchError`), never read out of
-//! bounds. `arrow.rs` converts a record batch of such arrays.
+//! bounds. A dictionary array is its indices (an integer array) with its
+//! dictionary (an array of any other layout): every index is checked to
+//! lie in the dictionary, and a row's value is the dictionary's value at
+//! its index (`to_pydict` gives the same). `arrow.rs` converts a record
+//! batch of such arrays.
 
 /// An array's physical layout (pyarrow's type names in `from_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +65,8 @@ pub struct Array<'a> {
     pub validity: Option<&'a [u8]>,
     pub values: &'a [u8],
     pub offsets: Option<&'a [u8]>,
+    /// A dictionary array's values (`self` holding its integer indices).
+    pub dictionary: Option<&'a Array<'a>>,
 }
 
 /// Why a batch is handed back whole.
@@ -72,6 +78,9 @@ pub enum BatchError {
     BadOffsets { column: usize, row: usize },
     /// Text that is not UTF-8 (the reader checks; pyarrow would not make a str).
     NotUtf8 { column: usize, row: usize },
+    /// A dictionary index outside its dictionary (or a dictionary of
+    /// dictionaries, or indices that are not integers).
+    BadIndex { column: usize, row: usize },
     /// A column the plan reads is absent, of a layout the kernel lacks, or
     /// not `count` rows long; or the plan reads no column at all.
     Columns,
@@ -95,8 +104,8 @@ pub(crate) enum Field<'a> {
 pub(crate) struct Checked<'a> {
     array: Array<'a>,
     column: usize,
-    /// Every value of a text array is UTF-8 (`whole_utf8`): `field` need
-    /// not check each again.
+    /// Every value of a text array (a dictionary's: of its dictionary) is
+    /// UTF-8 (`whole_utf8`): `field` need not check each again.
     utf8: bool,
 }
 
@@ -109,6 +118,9 @@ impl<'a> Array<'a> {
     /// The array, once every buffer holds what its offset and length say
     /// (and offsets, where there are some, rise within the data).
     pub(crate) fn checked(self, column: usize) -> Result<Checked<'a>, BatchError> {
+        if let Some(dictionary) = self.dictionary {
+            return self.checked_indices(dictionary, column);
+        }
         let short = BatchError::ShortBuffer { column };
         let end = end_of(self.offset, self.length).ok_or(short.clone())?;
         if let Some(validity) = self.validity {
@@ -149,6 +161,26 @@ impl<'a> Array<'a> {
             _ => return Err(short),
         }
         Ok(Checked { array: self, column, utf8: self.whole_utf8() })
+    }
+
+    /// A dictionary array checked: its dictionary (itself no dictionary
+    /// array) as any array, its indices as an integer array each of whose
+    /// non-null values lies in the dictionary, so that `field` may read
+    /// the dictionary at any of them.
+    fn checked_indices(self, dictionary: &'a Array<'a>, column: usize) -> Result<Checked<'a>, BatchError> {
+        if dictionary.dictionary.is_some() || !matches!(self.layout, Layout::Int(_) | Layout::UInt(_)) {
+            return Err(BatchError::BadIndex { column, row: 0 });
+        }
+        let values = dictionary.checked(column)?;
+        let indices = Array { dictionary: None, ..self }.checked(column)?;
+        for row in 0..self.length {
+            match indices.field(row)? {
+                Field::Null => {}
+                Field::Int(index) if usize::try_from(index).is_ok_and(|index| index < dictionary.length) => {}
+                _ => return Err(BatchError::BadIndex { column, row }),
+            }
+        }
+        Ok(Checked { array: self, column, utf8: values.utf8 })
     }
 
     /// Whether the array is text whose every value is UTF-8 (its offsets
@@ -192,12 +224,20 @@ impl<'a> Checked<'a> {
         self.utf8
     }
 
+    /// The layout of the values: a dictionary's values', else the array's.
+    pub(crate) fn value_layout(&self) -> Layout {
+        self.array.dictionary.map_or(self.array.layout, |dictionary| dictionary.layout)
+    }
+
     /// Row `row`'s value (row < length, which the caller checked).
     pub(crate) fn field(&self, row: usize) -> Result<Field<'a>, BatchError> {
         let array = &self.array;
         let index = array.offset + row;
         if array.validity.is_some_and(|bits| !bit(bits, index)) {
             return Ok(Field::Null);
+        }
+        if let Some(dictionary) = array.dictionary {
+            return self.dictionary_field(dictionary, row);
         }
         let values = array.values;
         Ok(match array.layout {
@@ -245,6 +285,27 @@ impl<'a> Checked<'a> {
     }
 }
 
+impl<'a> Checked<'a> {
+    /// A dictionary array's row `row`: its dictionary's value at its index
+    /// (checked to lie in the dictionary: `Array::checked_indices`), a text
+    /// value's fault reported at `row`.
+    fn dictionary_field(&self, dictionary: &'a Array<'a>, row: usize) -> Result<Field<'a>, BatchError> {
+        let (column, at_row) = (self.column, |error| match error {
+            BatchError::NotUtf8 { column, .. } => BatchError::NotUtf8 { column, row },
+            other => other,
+        });
+        let indices = Checked { array: Array { dictionary: None, ..self.array }, column, utf8: false };
+        let values = Checked { array: *dictionary, column, utf8: self.utf8 };
+        match indices.field(row)? {
+            Field::Null => Ok(Field::Null),
+            Field::Int(index) if usize::try_from(index).is_ok_and(|index| index < dictionary.length) => {
+                values.field(index as usize).map_err(at_row)
+            }
+            _ => Err(BatchError::BadIndex { column, row }),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -261,27 +322,27 @@ pub(crate) mod tests {
     #[test]
     fn narrow_integers_are_sign_extended_and_slices_offset() {
         let values = [0x80u8, 0x7F, 0xFF];
-        let array = Array { layout: Layout::Int(1), offset: 1, length: 2, validity: Some(&[0b101]), values: &values, offsets: None };
+        let array = Array { layout: Layout::Int(1), offset: 1, length: 2, validity: Some(&[0b101]), values: &values, offsets: None, dictionary: None };
         let checked = array.checked(0).unwrap();
         assert_eq!(checked.field(0), Ok(Field::Null));
         assert_eq!(checked.field(1), Ok(Field::Int(-1)));
         let huge = u64::MAX.to_ne_bytes();
-        let array = Array { layout: Layout::UInt(8), offset: 0, length: 1, validity: None, values: &huge, offsets: None };
+        let array = Array { layout: Layout::UInt(8), offset: 0, length: 1, validity: None, values: &huge, offsets: None, dictionary: None };
         assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Huge));
     }
 
     #[test]
     fn inconsistent_buffers_are_refused() {
         let values = ints(&[1, 2]);
-        let array = Array { layout: Layout::Int(8), offset: 1, length: 2, validity: None, values: &values, offsets: None };
+        let array = Array { layout: Layout::Int(8), offset: 1, length: 2, validity: None, values: &values, offsets: None, dictionary: None };
         assert_eq!(array.checked(0).err(), Some(BatchError::ShortBuffer { column: 0 }));
         let bad = offsets(&[0, 5, 2]);
-        let array = Array { layout: Layout::Binary(4), offset: 0, length: 2, validity: None, values: b"abcde", offsets: Some(&bad) };
+        let array = Array { layout: Layout::Binary(4), offset: 0, length: 2, validity: None, values: b"abcde", offsets: Some(&bad), dictionary: None };
         assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 1 }));
         let negative = offsets(&[-1, 0]);
-        let array = Array { layout: Layout::Binary(4), offset: 0, length: 1, validity: None, values: b"", offsets: Some(&negative) };
+        let array = Array { layout: Layout::Binary(4), offset: 0, length: 1, validity: None, values: b"", offsets: Some(&negative), dictionary: None };
         assert_eq!(array.checked(0).err(), Some(BatchError::BadOffsets { column: 0, row: 0 }));
-        let array = Array { layout: Layout::Int(8), offset: usize::MAX, length: 2, validity: None, values: &values, offsets: None };
+        let array = Array { layout: Layout::Int(8), offset: usize::MAX, length: 2, validity: None, values: &values, offsets: None, dictionary: None };
         assert!(array.checked(0).is_err());
     }
 
@@ -289,17 +350,44 @@ pub(crate) mod tests {
     fn text_is_utf8_value_by_value_though_checked_whole() {
         // "é" whole, but cut inside the character: neither value is UTF-8.
         let cut = offsets(&[0, 1, 2]);
-        let array = Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: "é".as_bytes(), offsets: Some(&cut) };
+        let array = Array { layout: Layout::Utf8(4), offset: 0, length: 2, validity: None, values: "é".as_bytes(), offsets: Some(&cut), dictionary: None };
         let checked = array.checked(0).unwrap();
         assert!(!checked.utf8);
         assert_eq!(checked.field(0), Err(BatchError::NotUtf8 { column: 0, row: 0 }));
         // Cut between characters (past a sliced-off head), each value is.
         let whole = offsets(&[0, 1, 3, 5]);
         let values = b"\xff\xc3\xa9\xc3\xa9";
-        let array = Array { layout: Layout::Utf8(4), offset: 1, length: 2, validity: None, values, offsets: Some(&whole) };
+        let array = Array { layout: Layout::Utf8(4), offset: 1, length: 2, validity: None, values, offsets: Some(&whole), dictionary: None };
         let checked = array.checked(3).unwrap();
         assert!(checked.utf8);
         assert_eq!(checked.field(1), Ok(Field::Text("é".as_bytes())));
+    }
+
+    #[test]
+    fn a_dictionary_array_reads_its_values_through_its_indices() {
+        // Dictionary ["ok", null, "\xff"], sliced from 1: rows point at 2, 0, null, 1.
+        let (text, text_offsets) = (b"ok\xff".to_vec(), offsets(&[0, 2, 2, 3]));
+        let dictionary = Array { layout: Layout::Utf8(4), offset: 0, length: 3, validity: Some(&[0b101]), values: &text, offsets: Some(&text_offsets), dictionary: None };
+        let indices = [9i8 as u8, 2, 0, 7, 1];
+        let array = Array { layout: Layout::Int(1), offset: 1, length: 4, validity: Some(&[0b10111]), values: &indices, offsets: None, dictionary: Some(&dictionary) };
+        let checked = array.checked(5).unwrap();
+        assert!(!checked.utf8());
+        assert_eq!(checked.value_layout(), Layout::Utf8(4));
+        assert_eq!(checked.field(0), Err(BatchError::NotUtf8 { column: 5, row: 0 }));
+        assert_eq!(checked.field(1), Ok(Field::Text(b"ok")));
+        assert_eq!(checked.field(2), Ok(Field::Null));
+        assert_eq!(checked.field(3), Ok(Field::Null));
+        // An index past the dictionary (9 unsliced, or -1) refuses the array.
+        let whole = Array { offset: 0, ..array };
+        assert_eq!(whole.checked(5).err(), Some(BatchError::BadIndex { column: 5, row: 0 }));
+        let negative = [0xFFu8];
+        let array = Array { offset: 0, length: 1, validity: None, values: &negative, ..array };
+        assert_eq!(array.checked(5).err(), Some(BatchError::BadIndex { column: 5, row: 0 }));
+        // Indices that are not integers, or a dictionary of dictionaries.
+        let nested = Array { layout: Layout::Int(1), offset: 0, length: 1, validity: None, values: &[0], offsets: None, dictionary: Some(&dictionary) };
+        for array in [Array { layout: Layout::Float32, values: &[0; 4], ..array }, Array { dictionary: Some(&nested), values: &[0], ..array }] {
+            assert!(matches!(array.checked(5), Err(BatchError::BadIndex { .. })));
+        }
     }
 
     proptest! {
@@ -308,7 +396,7 @@ pub(crate) mod tests {
             let bytes = value.to_ne_bytes();
             let narrow = if cfg!(target_endian = "little") { &bytes[..width] } else { &bytes[8 - width..] };
             let expected = match width { 1 => i64::from(value as i8), 2 => i64::from(value as i16), 4 => i64::from(value as i32), _ => value };
-            let array = Array { layout: Layout::Int(width), offset: 0, length: 1, validity: None, values: narrow, offsets: None };
+            let array = Array { layout: Layout::Int(width), offset: 0, length: 1, validity: None, values: narrow, offsets: None, dictionary: None };
             prop_assert_eq!(array.checked(0).unwrap().field(0), Ok(Field::Int(expected)));
         }
     }
