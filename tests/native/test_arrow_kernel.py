@@ -295,3 +295,82 @@ def test_a_null_leaves_out_an_optional_feature(native, outcome):
     assert checked["o"].states.tolist() == [OMITTED, PRESENT, PRESENT]
     assert checked["o"].values[1:].tolist() == [1, 2]
     cases.agree(native, outcome, specs, None, "o", batch)
+
+
+def _dictionary(draw, column: pa.Array) -> pa.Array:
+    """`column` as a dictionary array: its values (hostile ones, nulls,
+    repeats) as the dictionary and indices drawn into it (some null), in
+    any integer width, often sliced (indices with an offset)."""
+    if not len(column):
+        return column.dictionary_encode() if draw(st.booleans()) else column
+    index = st.integers(0, len(column) - 1)
+    picks = draw(st.lists(st.one_of(index, st.none()) if draw(st.booleans()) else index,
+                          min_size=len(column) + 2, max_size=len(column) + 2))
+    kind = draw(st.sampled_from([pa.int8(), pa.int16(), pa.int32(), pa.int64()]))
+    array = pa.DictionaryArray.from_arrays(pa.array(picks, kind), column)
+    start = draw(st.integers(0, 2))
+    return array.slice(start, len(column))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=schemas, data=st.data(), batch_size=st.sampled_from([None, 3]), salt=cases.salts)
+def test_dictionary_columns_convert_as_their_values(native, outcome, tmp_path_factory, schema,
+                                                    data, batch_size, salt):
+    """Dictionary arrays (pandas' categoricals; a Parquet file read back
+    keeps them) convert as the plain arrays of their values: a value
+    failing a rule fails each row pointing at it, with that row's number."""
+    specs, key, label = schema
+    table = data.draw(st.composite(_table)(specs))
+    columns = {name: table[name].combine_chunks() for name in table.column_names}
+    columns = {name: _dictionary(data.draw, column) if data.draw(st.booleans()) else column
+               for name, column in columns.items()}
+    batch = ArrowBatch("t", 1, pa.record_batch(columns))
+    cases.agree(native, outcome, specs, key, label, batch, salt)
+    assert cases.same(list(batch), list(ColumnBatch("t", 1, batch.record_batch.to_pydict())))
+    if any(pa.types.is_dictionary(column.type) and column.dictionary.null_count
+           for column in columns.values()):
+        return  # (Parquet cannot hold a null in a dictionary)
+    path = tmp_path_factory.mktemp("parquet") / "t.parquet"
+    pq.write_table(pa.table(columns), path)
+    with_kernel = _items(path, native, batch_size)
+    assert cases.same(list(map(_contents, with_kernel)),
+                      list(map(_contents, _items(path, None, batch_size))))
+    for item in with_kernel:
+        if isinstance(item, ArrowBatch):
+            cases.agree(native, outcome, specs, key, label, item, salt)
+
+
+def test_a_dictionary_column_takes_the_kernel(native, tmp_path):
+    """A Parquet file of categoricals is read as ArrowBatches the kernel
+    converts whole: no Python values are made but the statistics' text."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"n": [2, 1, 2], "s": pa.array(["a", "é", "a"]).dictionary_encode()}),
+                   path)
+    [batch] = _items(path, native)
+    assert pa.types.is_dictionary(batch.record_batch.schema.field("s").type)
+    specs = parse_features({"n": {"type": "int64", "from": "n"},
+                            "s": {"type": "string", "from": "s"}}, nested=False)
+    converter = cases.converter(specs, "n", native)
+    examples, _, _, texts, _, declined = converter._native.convert(batch)
+    assert declined == 0 and texts == {"s": ["a", "é", "a"]}
+    assert examples[1] == converter._encoder.encode({"n": 1, "s": "é"})
+    assert batch._converted is None
+
+
+@pytest.mark.parametrize("index", [3, -1, 127])
+def test_an_index_outside_the_dictionary_is_refused(native, index):
+    """Indices that do not lie in their dictionary (which Arrow's own
+    constructors refuse, but buffers can hold) are malformed input: the
+    kernel refuses the batch, never reads past the dictionary."""
+    dictionary = pa.array(["x", "yy", "z"])
+    indices = pa.Array.from_buffers(pa.int8(), 2, [None, pa.py_buffer(
+        np.array([0, index], dtype=np.int8).tobytes())])
+    numbers = ("int64", 0, 2, None, pa.py_buffer(np.int64([1, 2]).tobytes()), None)
+    floats = ("double", 0, 2, None, pa.py_buffer(np.float64([1, 2]).tobytes()), None)
+    text = ArrowBatch("t", 1, pa.record_batch({"c": dictionary}))
+    described = (("int8", 0, 2, None, indices.buffers()[1], None),
+                 arrow_buffers(text.record_batch)[0])
+    assert native.convert_arrow_batch([numbers, floats, described], 2, _plan(native)) is None
+    assert not native.arrow_text_valid([described])
+    inside = (("int8", 0, 1, None, indices.buffers()[1], None), described[1])
+    assert native.arrow_text_valid([inside])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["ArrowBatch", "KERNEL_TYPES", "arrow_buffers", "lazy_types"]
+__all__ = ["ArrowBatch", "KERNEL_TYPES", "arrow_buffers", "kernel_type", "lazy_types"]
 
 # The Arrow types the native kernel reads (`native/src/arrow.rs`,
 # `Layout::from_name`), by pyarrow's names; also those whose Python values
@@ -21,37 +21,57 @@ __all__ = ["ArrowBatch", "KERNEL_TYPES", "arrow_buffers", "lazy_types"]
 # so a batch of only these may wait to make them. Any other column
 # (timestamps, decimals, lists ...) is converted by the reader at once, as
 # without the kernels, so that a value Python cannot hold is reported by
-# the reader as before.
+# the reader as before. A dictionary array (pandas' categoricals) of
+# integer indices and a dictionary of one of these is read too
+# (`kernel_type`): the kernel reads its values through its indices.
 KERNEL_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                           "uint64", "float", "double", "bool", "string", "large_string",
                           "binary", "large_binary"})
 
 
+def kernel_type(arrow_type) -> bool:
+    """Whether the native kernel reads arrays of `arrow_type`: one of
+    `KERNEL_TYPES`, or a dictionary of one of them."""
+    if str(arrow_type) in KERNEL_TYPES:
+        return True
+    import pyarrow as pa  # (only Arrow batches ask)
+
+    return (pa.types.is_dictionary(arrow_type) and str(arrow_type.index_type) in KERNEL_TYPES
+            and str(arrow_type.value_type) in KERNEL_TYPES)
+
+
 def lazy_types(schema) -> bool:
     """Whether every column of a record batch of Arrow `schema` is of a
-    `KERNEL_TYPES` type and their names are distinct (``to_pydict`` keeps
+    `kernel_type` and their names are distinct (``to_pydict`` keeps
     one of a repeated name)."""
     names = schema.names
-    return len(set(names)) == len(names) and all(
-        str(field.type) in KERNEL_TYPES for field in schema)
+    return len(set(names)) == len(names) and all(kernel_type(field.type) for field in schema)
 
 
 def arrow_buffers(record_batch) -> list:
     """Each column of `record_batch` as `convert_arrow_batch` takes it:
-    (type name, offset, length, validity, values, offsets), or None for a
-    type the kernel does not read (its features then decline the batch)."""
+    (type name, offset, length, validity, values, offsets); a dictionary
+    array as (its indices', its dictionary's); None for a type the kernel
+    does not read (its features then decline the batch)."""
     described = []
     for array in record_batch.columns:
-        kind = str(array.type)
-        if kind not in KERNEL_TYPES:
+        if not kernel_type(array.type):
             described.append(None)
-            continue
-        buffers = array.buffers()
-        validity, offsets, values = (buffers if len(buffers) == 3
-                                     else (buffers[0], None, buffers[1]))
-        described.append((kind, array.offset, len(array), validity,
-                          b"" if values is None else values, offsets))
+        elif str(array.type) in KERNEL_TYPES:
+            described.append(_plain_buffers(array, str(array.type)))
+        else:
+            # (the indices are the dictionary array's own buffers)
+            described.append((_plain_buffers(array, str(array.type.index_type)),
+                              _plain_buffers(array.dictionary, str(array.type.value_type))))
     return described
+
+
+def _plain_buffers(array, kind: str) -> tuple:
+    """`array` as (type name `kind`, offset, length, validity, values, offsets)."""
+    buffers = array.buffers()
+    validity, offsets, values = (buffers if len(buffers) == 3
+                                 else (buffers[0], None, buffers[1]))
+    return kind, array.offset, len(array), validity, b"" if values is None else values, offsets
 
 
 class ArrowBatch(ColumnBatch):
