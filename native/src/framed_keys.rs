@@ -62,17 +62,28 @@ impl KeyBuffer {
 /// Every key of `buffer` cut at `offsets` (from 0 to the buffer's length,
 /// never going back); an error when they do not cut it so.
 pub fn key_slices<'a>(buffer: &'a [u8], offsets: &[i64]) -> Result<Vec<&'a [u8]>, String> {
-    if offsets.first() != Some(&0) || offsets.last().map(|end| *end as u64) != Some(buffer.len() as u64) {
-        return Err(format!("key offsets must run from 0 to {}", buffer.len()));
+    check_offsets(buffer.len(), offsets.iter().copied())?;
+    Ok(offsets.windows(2).map(|pair| &buffer[pair[0] as usize..pair[1] as usize]).collect())
+}
+
+/// How many keys `offsets` cut a buffer of `length` bytes into: they must
+/// run from 0 to `length`, never going back; an error otherwise.
+pub fn check_offsets(length: usize, offsets: impl IntoIterator<Item = i64>) -> Result<usize, String> {
+    let mut offsets = offsets.into_iter();
+    if offsets.next() != Some(0) {
+        return Err(format!("key offsets must run from 0 to {length}"));
     }
-    let mut slices = Vec::with_capacity(offsets.len() - 1);
-    for pair in offsets.windows(2) {
-        if pair[1] < pair[0] {
-            return Err(format!("key offset {} after {} goes back", pair[1], pair[0]));
+    let (mut last, mut keys) = (0i64, 0usize);
+    for offset in offsets {
+        if offset < last {
+            return Err(format!("key offset {offset} after {last} goes back"));
         }
-        slices.push(&buffer[pair[0] as usize..pair[1] as usize]);
+        (last, keys) = (offset, keys + 1);
     }
-    Ok(slices)
+    if last as u64 != length as u64 {
+        return Err(format!("key offsets must run from 0 to {length}"));
+    }
+    Ok(keys)
 }
 
 /// A key column from Python, ``(buffer, offsets)`` (`FramedKeys.native`):
@@ -86,13 +97,7 @@ pub struct KeyColumn<'py> {
 
 impl<'py> KeyColumn<'py> {
     pub fn new(py: Python<'py>, keys: &Bound<'py, PyAny>, count: usize) -> PyResult<Self> {
-        let bad = || PyValueError::new_err("keys must be a list of bytes or a (buffer, offsets) tuple");
-        let tuple = keys.downcast::<PyTuple>().map_err(|_| bad())?;
-        if tuple.len() != 2 {
-            return Err(bad());
-        }
-        let buffer = tuple.get_item(0)?.downcast_into::<PyBytes>().map_err(|_| bad())?;
-        let packed = PyBuffer::<u8>::get(&tuple.get_item(1)?)?;
+        let (buffer, packed) = column_parts(keys)?;
         let offsets = with_bytes(py, &packed, |bytes| packed::signed_words(bytes, "key offsets'"))?
             .map_err(PyValueError::new_err)?;
         let column = KeyColumn { buffer, offsets };
@@ -115,6 +120,19 @@ impl<'py> KeyColumn<'py> {
             pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {} keys", slices.len()))
         })).collect()
     }
+}
+
+/// The two parts of a key column from Python, ``(buffer, offsets)``: the
+/// buffer (a bytes object) and the offsets' buffer, unchecked; anything
+/// else is a ValueError.
+pub fn column_parts<'py>(keys: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyBytes>, PyBuffer<u8>)> {
+    let bad = || PyValueError::new_err("keys must be a list of bytes or a (buffer, offsets) tuple");
+    let tuple = keys.downcast::<PyTuple>().map_err(|_| bad())?;
+    if tuple.len() != 2 {
+        return Err(bad());
+    }
+    let buffer = tuple.get_item(0)?.downcast_into::<PyBytes>().map_err(|_| bad())?;
+    Ok((buffer, PyBuffer::<u8>::get(&tuple.get_item(1)?)?))
 }
 
 #[cfg(test)]
@@ -147,6 +165,8 @@ mod tests {
                 && offsets.windows(2).all(|pair| pair[0] <= pair[1]);
             let found = key_slices(&buffer, &offsets);
             prop_assert_eq!(found.is_ok(), cuts);
+            prop_assert_eq!(check_offsets(buffer.len(), offsets.iter().copied()).ok(),
+                            found.as_ref().ok().map(|slices| slices.len()));
             if let Ok(slices) = found {
                 prop_assert_eq!(slices.concat(), buffer);
             }
