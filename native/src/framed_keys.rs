@@ -59,20 +59,24 @@ impl KeyBuffer {
     }
 }
 
-/// Every key of `buffer` cut at `offsets` (from 0 to the buffer's length,
-/// never going back); an error when they do not cut it so.
-pub fn key_slices<'a>(buffer: &'a [u8], offsets: &[i64]) -> Result<Vec<&'a [u8]>, String> {
-    if offsets.first() != Some(&0) || offsets.last().map(|end| *end as u64) != Some(buffer.len() as u64) {
-        return Err(format!("key offsets must run from 0 to {}", buffer.len()));
+/// How many keys `offsets` cut a buffer of `length` bytes into: they must
+/// run from 0 to `length`, never going back; an error otherwise.
+pub fn check_offsets(length: usize, offsets: impl IntoIterator<Item = i64>) -> Result<usize, String> {
+    let mut offsets = offsets.into_iter();
+    if offsets.next() != Some(0) {
+        return Err(format!("key offsets must run from 0 to {length}"));
     }
-    let mut slices = Vec::with_capacity(offsets.len() - 1);
-    for pair in offsets.windows(2) {
-        if pair[1] < pair[0] {
-            return Err(format!("key offset {} after {} goes back", pair[1], pair[0]));
+    let (mut last, mut keys) = (0i64, 0usize);
+    for offset in offsets {
+        if offset < last {
+            return Err(format!("key offset {offset} after {last} goes back"));
         }
-        slices.push(&buffer[pair[0] as usize..pair[1] as usize]);
+        (last, keys) = (offset, keys + 1);
     }
-    Ok(slices)
+    if last as u64 != length as u64 {
+        return Err(format!("key offsets must run from 0 to {length}"));
+    }
+    Ok(keys)
 }
 
 /// A key column from Python, ``(buffer, offsets)`` (`FramedKeys.native`):
@@ -86,35 +90,43 @@ pub struct KeyColumn<'py> {
 
 impl<'py> KeyColumn<'py> {
     pub fn new(py: Python<'py>, keys: &Bound<'py, PyAny>, count: usize) -> PyResult<Self> {
-        let bad = || PyValueError::new_err("keys must be a list of bytes or a (buffer, offsets) tuple");
-        let tuple = keys.downcast::<PyTuple>().map_err(|_| bad())?;
-        if tuple.len() != 2 {
-            return Err(bad());
-        }
-        let buffer = tuple.get_item(0)?.downcast_into::<PyBytes>().map_err(|_| bad())?;
-        let packed = PyBuffer::<u8>::get(&tuple.get_item(1)?)?;
+        let (buffer, packed) = column_parts(keys)?;
         let offsets = with_bytes(py, &packed, |bytes| packed::signed_words(bytes, "key offsets'"))?
             .map_err(PyValueError::new_err)?;
-        let column = KeyColumn { buffer, offsets };
-        let keys = column.slices()?.len();
+        let keys = check_offsets(buffer.as_bytes().len(), offsets.iter().copied()).map_err(PyValueError::new_err)?;
         if keys != count {
             return Err(PyValueError::new_err(format!("{keys} keys for {count} rows")));
         }
-        Ok(column)
+        Ok(KeyColumn { buffer, offsets })
     }
 
-    /// Every key, in row order.
-    pub fn slices(&self) -> PyResult<Vec<&[u8]>> {
-        key_slices(self.buffer.as_bytes(), &self.offsets).map_err(PyValueError::new_err)
-    }
-
-    /// The keys of `rows`, in their order; a row outside the keys is an IndexError.
+    /// The keys of `rows`, in their order, read in place (no slice made
+    /// for a key not asked for); a row outside the keys is an IndexError.
     pub fn gathered(&self, rows: &[usize]) -> PyResult<Vec<&[u8]>> {
-        let slices = self.slices()?;
-        rows.iter().map(|row| slices.get(*row).copied().ok_or_else(|| {
-            pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {} keys", slices.len()))
-        })).collect()
+        let buffer = self.buffer.as_bytes();
+        let keys = self.offsets.len().saturating_sub(1);
+        rows.iter().map(|row| {
+            if *row >= keys {
+                return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {keys} keys")));
+            }
+            // (`new` checked the offsets: this only keeps a bug from panicking)
+            buffer.get(self.offsets[*row] as usize..self.offsets[row + 1] as usize)
+                .ok_or_else(|| PyValueError::new_err("key offsets must cut the buffer"))
+        }).collect()
     }
+}
+
+/// The two parts of a key column from Python, ``(buffer, offsets)``: the
+/// buffer (a bytes object) and the offsets' buffer, unchecked; anything
+/// else is a ValueError.
+pub fn column_parts<'py>(keys: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyBytes>, PyBuffer<u8>)> {
+    let bad = || PyValueError::new_err("keys must be a list of bytes or a (buffer, offsets) tuple");
+    let tuple = keys.downcast::<PyTuple>().map_err(|_| bad())?;
+    if tuple.len() != 2 {
+        return Err(bad());
+    }
+    let buffer = tuple.get_item(0)?.downcast_into::<PyBytes>().map_err(|_| bad())?;
+    Ok((buffer, PyBuffer::<u8>::get(&tuple.get_item(1)?)?))
 }
 
 #[cfg(test)]
@@ -134,7 +146,8 @@ mod tests {
             for (row, key) in keys.iter().enumerate() {
                 prop_assert_eq!(buffer.key(row), key.as_deref());
             }
-            let cut = key_slices(&buffer.bytes, &buffer.offsets).unwrap();
+            prop_assert_eq!(check_offsets(buffer.bytes.len(), buffer.offsets.iter().copied()), Ok(keys.len()));
+            let cut: Vec<&[u8]> = buffer.offsets.windows(2).map(|pair| &buffer.bytes[pair[0] as usize..pair[1] as usize]).collect();
             let expected: Vec<&[u8]> = keys.iter().map(|key| key.as_deref().unwrap_or(b"")).collect();
             prop_assert_eq!(cut, expected);
             prop_assert_eq!(buffer.packed_offsets().len(), 8 * (keys.len() + 1));
@@ -145,10 +158,9 @@ mod tests {
                                                           offsets in prop::collection::vec(-3i64..40, 0..8)) {
             let cuts = offsets.first() == Some(&0) && offsets.last() == Some(&(buffer.len() as i64))
                 && offsets.windows(2).all(|pair| pair[0] <= pair[1]);
-            let found = key_slices(&buffer, &offsets);
-            prop_assert_eq!(found.is_ok(), cuts);
-            if let Ok(slices) = found {
-                prop_assert_eq!(slices.concat(), buffer);
+            prop_assert_eq!(check_offsets(buffer.len(), offsets.iter().copied()).is_ok(), cuts);
+            if cuts {
+                prop_assert_eq!(check_offsets(buffer.len(), offsets.iter().copied()), Ok(offsets.len() - 1));
             }
         }
     }

@@ -6,7 +6,6 @@
 //! gives the same positions, ties (rows equal in key and example) in
 //! slice order, then row order, as that stable sort does.
 
-use std::cmp::Ordering;
 use std::panic::AssertUnwindSafe;
 
 use pyo3::buffer::PyBuffer;
@@ -14,63 +13,156 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::run_order::head;
-use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
+use crate::framed_keys::{check_offsets, column_parts};
 use crate::guarded;
-use crate::framed_keys::KeyColumn;
+use crate::packed::{iter_words, whole_words};
+use crate::run_order::head;
 use crate::run_rows::gathered_slices;
+use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 
-/// One sorted slice: each row's key and framed record.
+/// A slice's keys: listed, or a key column read in place (`buffer` cut at
+/// `offsets`, little-endian int64s, one more than the rows, checked by
+/// `slice_from`).
+pub enum SliceKeys<'a> {
+    Listed(&'a [&'a [u8]]),
+    Column { buffer: &'a [u8], offsets: &'a [u8] },
+}
+
+impl<'a> SliceKeys<'a> {
+    fn len(&self) -> usize {
+        match self {
+            SliceKeys::Listed(keys) => keys.len(),
+            SliceKeys::Column { offsets, .. } => (offsets.len() / 8).saturating_sub(1),
+        }
+    }
+
+    fn key(&self, row: usize) -> &'a [u8] {
+        match self {
+            SliceKeys::Listed(keys) => keys[row],
+            SliceKeys::Column { buffer, offsets } => &buffer[word(offsets, row)..word(offsets, row + 1)],
+        }
+    }
+}
+
+/// Word `index` of little-endian int64s already checked (`slice_from`:
+/// in bounds, not negative).
+fn word(words: &[u8], index: usize) -> usize {
+    let at = 8 * index;
+    i64::from_le_bytes(words[at..at + 8].try_into().expect("8 bytes")) as usize
+}
+
+/// One sorted slice, read in place: its keys, its framed records back to
+/// back and their sizes (little-endian int64s, checked by `slice_from`).
 pub struct SortedSlice<'a> {
-    pub keys: Vec<&'a [u8]>,
-    pub records: Vec<&'a [u8]>,
+    keys: SliceKeys<'a>,
+    records: &'a [u8],
+    sizes: &'a [u8],
 }
 
-/// The example of a framed record (its header and footer cut off).
-fn example(record: &[u8]) -> &[u8] {
-    &record[HEADER_SIZE..record.len() - FOOTER_SIZE]
+/// A slice from its keys and its framed records back to back, cut by
+/// `record_sizes` (packed little-endian int64): the sizes must be whole
+/// words, each at least the framing's 16 bytes, adding up to the records'
+/// length, one a key; a key column's offsets must cut its buffer.
+pub fn slice_from<'a>(keys: SliceKeys<'a>, records: &'a [u8], record_sizes: &'a [u8])
+                      -> Result<SortedSlice<'a>, String> {
+    whole_words(record_sizes, "packed sizes'")?;
+    let mut total = 0usize;
+    for size in iter_words(record_sizes).map(|size| size as i64) {
+        let framed = usize::try_from(size).map_err(|_| format!("size {size} is negative"))?;
+        if framed < HEADER_SIZE + FOOTER_SIZE {
+            return Err(format!("a framed record of {size} bytes"));
+        }
+        total = total.checked_add(framed).filter(|total| *total <= records.len())
+            .ok_or_else(|| format!("the record sizes run past the {} bytes", records.len()))?;
+    }
+    if total != records.len() {
+        return Err(format!("the record sizes cover {total} of {} bytes", records.len()));
+    }
+    if let SliceKeys::Column { buffer, offsets } = &keys {
+        whole_words(offsets, "key offsets'")?;
+        check_offsets(buffer.len(), iter_words(offsets).map(|offset| offset as i64))?;
+    }
+    let rows = record_sizes.len() / 8;
+    if keys.len() != rows {
+        return Err(format!("{} keys for {rows} records", keys.len()));
+    }
+    Ok(SortedSlice { keys, records, sizes: record_sizes })
 }
 
-fn row_cmp(slice: &SortedSlice, row: usize, other: &SortedSlice, other_row: usize) -> Ordering {
-    slice.keys[row].cmp(other.keys[other_row])
-        .then_with(|| example(slice.records[row]).cmp(example(other.records[other_row])))
+/// A slice's next row in the merge: its number among every slice's rows,
+/// its key and its example (its framed record, header and footer cut off).
+struct Cursor<'s, 'a> {
+    slice: &'s SortedSlice<'a>,
+    row: usize,
+    number: usize,
+    start: usize,
+    key: &'a [u8],
+    example: &'a [u8],
+}
+
+impl<'s, 'a> Cursor<'s, 'a> {
+    /// At the slice's first row, numbered `number`; None for an empty slice.
+    fn first(slice: &'s SortedSlice<'a>, number: usize) -> Option<Self> {
+        let mut cursor = Cursor { slice, row: 0, number, start: 0, key: &[], example: &[] };
+        (slice.keys.len() > 0).then(|| {
+            cursor.read();
+            cursor
+        })
+    }
+
+    fn read(&mut self) {
+        let end = self.start + word(self.slice.sizes, self.row);
+        self.key = self.slice.keys.key(self.row);
+        self.example = &self.slice.records[self.start + HEADER_SIZE..end - FOOTER_SIZE];
+    }
+
+    /// On to the slice's next row; false past its last.
+    fn advance(&mut self) -> bool {
+        self.start += word(self.slice.sizes, self.row);
+        self.row += 1;
+        self.number += 1;
+        if self.row == self.slice.keys.len() {
+            return false;
+        }
+        self.read();
+        true
+    }
 }
 
 /// The rows of `slices` (numbered in slice order: slice 0's rows first) in
 /// ``(key, example)`` order, rows equal in both in the order of their
-/// numbers; None when a slice is not in order (the caller sorts instead).
-/// Records must be at least the framing's 16 bytes (`slice_from` checks).
-pub fn merged_order(slices: &[SortedSlice]) -> Option<Vec<usize>> {
-    let mut bases = Vec::with_capacity(slices.len());
-    let mut total = 0;
+/// numbers, written into `order` as little-endian int64s (8 bytes a row);
+/// false when a slice is not in order (the caller sorts instead) or
+/// `order` is not 8 bytes a row (the caller sizes it so).
+pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
+    let mut cursors = Vec::with_capacity(slices.len());
+    let mut rows = 0;
     for slice in slices {
-        bases.push(total);
-        total += slice.keys.len();
+        cursors.extend(Cursor::first(slice, rows));
+        rows += slice.keys.len();
     }
-    // A binary heap of each slice's next row, as (the key's first 8 bytes
-    // as an integer, slice, row): integers decide where those bytes differ
-    // (digests: nearly always), whole keys and examples elsewhere; a tie
-    // goes to the lower slice, whose rows are numbered first.
-    let entry = |slice: usize, row: usize| (head(slices[slice].keys[row]), slice, row);
-    let less = |a: &Entry, b: &Entry| {
-        a.0.cmp(&b.0).then_with(|| row_cmp(&slices[a.1], a.2, &slices[b.1], b.2)).then(a.1.cmp(&b.1))
-            == Ordering::Less
-    };
-    let mut heap: Vec<Entry> =
-        (0..slices.len()).filter(|slice| !slices[*slice].keys.is_empty()).map(|slice| entry(slice, 0)).collect();
+    if order.len() != rows * 8 {
+        return false;
+    }
+    // A binary heap of the cursors, as (the key's first 8 bytes as an
+    // integer, cursor): integers decide where those bytes differ (digests:
+    // nearly always), whole keys and examples elsewhere; a tie goes to the
+    // lower cursor (slice), whose rows are numbered first.
+    let mut heap: Vec<Entry> = cursors.iter().enumerate().map(|(at, cursor)| (head(cursor.key), at)).collect();
     for at in (0..heap.len() / 2).rev() {
-        sift_down(&mut heap, at, &less);
+        sift_down(&mut heap, at, &cursors);
     }
-    let mut order = Vec::with_capacity(total);
-    while let Some(&top) = heap.first() {
-        let (_, slice, row) = top;
-        order.push(bases[slice] + row);
-        if row + 1 < slices[slice].keys.len() {
-            let next = entry(slice, row + 1);
-            if less(&next, &top) {
-                return None;
+    let mut written = order.chunks_exact_mut(8);
+    while let Some(&(_, at)) = heap.first() {
+        let cursor = &mut cursors[at];
+        let Some(word) = written.next() else { return false };
+        word.copy_from_slice(&(cursor.number as i64).to_le_bytes());
+        let before = (cursor.key, cursor.example);
+        if cursor.advance() {
+            if (cursor.key, cursor.example) < before {
+                return false;
             }
-            heap[0] = next;
+            heap[0].0 = head(cursor.key);
         } else {
             let last = heap.pop().expect("the heap is not empty");
             if heap.is_empty() {
@@ -78,67 +170,38 @@ pub fn merged_order(slices: &[SortedSlice]) -> Option<Vec<usize>> {
             }
             heap[0] = last;
         }
-        sift_down(&mut heap, 0, &less);
+        sift_down(&mut heap, 0, &cursors);
     }
-    Some(order)
+    true
 }
 
-/// A slice's next row in the merge: (its key's `head`, slice, row).
-type Entry = (u64, usize, usize);
+/// A cursor in the merge's heap: (its key's `head`, its index).
+type Entry = (u64, usize);
 
-fn sift_down(heap: &mut [Entry], mut at: usize, less: &impl Fn(&Entry, &Entry) -> bool) {
+fn less(a: &Entry, b: &Entry, cursors: &[Cursor]) -> bool {
+    a.0.cmp(&b.0)
+        .then_with(|| {
+            let (a, b) = (&cursors[a.1], &cursors[b.1]);
+            a.key.cmp(b.key).then_with(|| a.example.cmp(b.example))
+        })
+        .then(a.1.cmp(&b.1))
+        .is_lt()
+}
+
+fn sift_down(heap: &mut [Entry], mut at: usize, cursors: &[Cursor]) {
     loop {
         let left = 2 * at + 1;
         if left >= heap.len() {
             return;
         }
         let right = left + 1;
-        let child = if right < heap.len() && less(&heap[right], &heap[left]) { right } else { left };
-        if !less(&heap[child], &heap[at]) {
+        let child = if right < heap.len() && less(&heap[right], &heap[left], cursors) { right } else { left };
+        if !less(&heap[child], &heap[at], cursors) {
             return;
         }
         heap.swap(at, child);
         at = child;
     }
-}
-
-/// Little-endian int64 values (a numpy array's buffer); a length not a
-/// multiple of 8, or a negative value, is an error.
-fn packed_sizes(bytes: &[u8]) -> Result<Vec<usize>, String> {
-    crate::packed::signed_words(bytes, "packed sizes'")?
-        .into_iter()
-        .map(|value| usize::try_from(value).map_err(|_| format!("size {value} is negative")))
-        .collect()
-}
-
-/// Cuts `blob` into consecutive pieces of `sizes` bytes, which must add up
-/// to its length.
-fn pieces<'a>(blob: &'a [u8], sizes: &[usize]) -> Result<Vec<&'a [u8]>, String> {
-    let mut cut = Vec::with_capacity(sizes.len());
-    let mut start = 0usize;
-    for size in sizes {
-        let end = start.checked_add(*size).filter(|end| *end <= blob.len())
-            .ok_or_else(|| format!("the record sizes run past the {} bytes", blob.len()))?;
-        cut.push(&blob[start..end]);
-        start = end;
-    }
-    if start != blob.len() {
-        return Err(format!("the record sizes cover {start} of {} bytes", blob.len()));
-    }
-    Ok(cut)
-}
-
-/// A slice from its keys and its framed records back to back, cut by
-/// `record_sizes`.
-pub fn slice_from<'a>(keys: Vec<&'a [u8]>, records: &'a [u8], record_sizes: &[usize])
-                      -> Result<SortedSlice<'a>, String> {
-    if let Some(size) = record_sizes.iter().find(|size| **size < HEADER_SIZE + FOOTER_SIZE) {
-        return Err(format!("a framed record of {size} bytes"));
-    }
-    if keys.len() != record_sizes.len() {
-        return Err(format!("{} keys for {} records", keys.len(), record_sizes.len()));
-    }
-    Ok(SortedSlice { keys, records: pieces(records, record_sizes)? })
 }
 
 /// The bytes of a contiguous buffer, for as long as `buffer` lives (as
@@ -158,58 +221,64 @@ fn held_bytes<'b>(py: Python<'_>, buffer: &'b PyBuffer<u8>) -> PyResult<&'b [u8]
 /// `merged_order(slices) -> order | None`: `merged_order` of slices given
 /// as ``(keys, records, record_sizes)``: the keys a list of bytes or a key
 /// column ``(buffer, offsets)`` (`framed_keys::KeyColumn`, as a run file's
-/// reader holds them: no bytes object a key), the framed records back to
-/// back and their sizes (packed little-endian int64); the positions packed
-/// as little-endian int64. None when a slice is not in order or a listed
-/// key is not bytes (the caller sorts); records that do not agree with
-/// their sizes, or a key column that does not cut its buffer into a key a
-/// record, are a ValueError.
+/// reader holds them: read in place, no bytes object a key), the framed
+/// records back to back and their sizes (packed little-endian int64); the
+/// positions packed as little-endian int64. None when a slice is not in
+/// order or a listed key is not bytes (the caller sorts); records that do
+/// not agree with their sizes, or a key column that does not cut its
+/// buffer into a key a record, are a ValueError.
 #[pyfunction(name = "merged_order")]
 pub fn py_merged_order<'py>(py: Python<'py>, slices: &Bound<'py, PyList>)
                             -> PyResult<Option<Bound<'py, PyBytes>>> {
+    // Each slice's keys' owner (the bytes objects of a list, kept while
+    // their slices are read, or a key column's two buffers), records and
+    // record sizes.
     let mut given = Vec::with_capacity(slices.len());
     for item in slices.iter() {
         let item = item.downcast::<PyTuple>()?;
-        given.push((item.get_item(0)?, item.get_item(1)?.extract::<PyBuffer<u8>>()?,
-                    item.get_item(2)?.extract::<PyBuffer<u8>>()?));
-    }
-    // Each slice's record sizes, and its keys' owners: the bytes objects
-    // of a list (kept while their slices are read) or a key column.
-    let mut owners = Vec::with_capacity(given.len());
-    for (keys, _, record_sizes) in &given {
-        let record_sizes = packed_sizes(held_bytes(py, record_sizes)?).map_err(PyValueError::new_err)?;
+        let keys = item.get_item(0)?;
         let owner = match keys.downcast::<PyList>() {
             Ok(list) => {
                 let every: Vec<usize> = (0..list.len()).collect();
                 let Some((items, found)) = gathered_slices(list, &every)? else { return Ok(None) };
                 KeyOwner::Listed { _held: items, keys: found }
             }
-            Err(_) => KeyOwner::Column(KeyColumn::new(py, keys, record_sizes.len())?),
+            Err(_) => {
+                let (buffer, offsets) = column_parts(&keys)?;
+                KeyOwner::Column { buffer, offsets }
+            }
         };
-        owners.push((owner, record_sizes));
+        given.push((owner, item.get_item(1)?.extract::<PyBuffer<u8>>()?,
+                    item.get_item(2)?.extract::<PyBuffer<u8>>()?));
     }
-    let mut sorted = Vec::with_capacity(owners.len());
-    for ((owner, record_sizes), (_, records, _)) in owners.iter().zip(&given) {
+    let mut sorted = Vec::with_capacity(given.len());
+    let mut rows = 0usize;
+    for (owner, records, record_sizes) in &given {
         let keys = match owner {
-            KeyOwner::Listed { keys, .. } => keys.clone(),
-            KeyOwner::Column(column) => column.slices()?,
+            KeyOwner::Listed { keys, .. } => SliceKeys::Listed(keys),
+            KeyOwner::Column { buffer, offsets } => {
+                SliceKeys::Column { buffer: buffer.as_bytes(), offsets: held_bytes(py, offsets)? }
+            }
         };
-        sorted.push(slice_from(keys, held_bytes(py, records)?, record_sizes).map_err(PyValueError::new_err)?);
+        let slice = slice_from(keys, held_bytes(py, records)?, held_bytes(py, record_sizes)?)
+            .map_err(PyValueError::new_err)?;
+        rows += slice.keys.len();
+        sorted.push(slice);
     }
-    let Some(order) = guarded(AssertUnwindSafe(|| merged_order(&sorted)))? else { return Ok(None) };
-    let mut packed = Vec::with_capacity(order.len() * 8);
-    for position in &order {
-        packed.extend_from_slice(&(*position as i64).to_le_bytes());
-    }
-    Ok(Some(PyBytes::new(py, &packed)))
+    let mut in_order = false;
+    let order = PyBytes::new_with(py, rows * 8, |order| {
+        in_order = guarded(AssertUnwindSafe(|| merged_order(&sorted, order)))?;
+        Ok(())
+    })?;
+    Ok(in_order.then_some(order))
 }
 
 /// What a slice's keys are borrowed from.
 enum KeyOwner<'py, 'a> {
     /// A list's bytes objects (held while their slices are read), and the slices.
     Listed { _held: Vec<Bound<'py, PyBytes>>, keys: Vec<&'a [u8]> },
-    /// A key column.
-    Column(KeyColumn<'py>),
+    /// A key column: its buffer and its offsets.
+    Column { buffer: Bound<'py, PyBytes>, offsets: PyBuffer<u8> },
 }
 
 #[cfg(test)]
@@ -224,59 +293,141 @@ mod tests {
         record
     }
 
-    /// Slices of (key, example) rows, as `merged_order` takes them.
-    fn slices_of(rows: &[Vec<(Vec<u8>, Vec<u8>)>]) -> Vec<SortedSlice<'static>> {
-        rows.iter().map(|slice| {
-            let keys: Vec<&'static [u8]> = slice.iter().map(|(key, _)| &*Box::leak(key.clone().into_boxed_slice())).collect();
-            let records: Vec<&'static [u8]> = slice.iter().map(|(_, example)| &*Box::leak(framed(example).into_boxed_slice())).collect();
-            SortedSlice { keys, records }
-        }).collect()
+    fn packed(values: impl IntoIterator<Item = usize>) -> Vec<u8> {
+        values.into_iter().flat_map(|value| (value as i64).to_le_bytes()).collect()
+    }
+
+    /// The buffers of a slice of (key, example) rows: its keys (a key column
+    /// when `column`, else listed), records and record sizes.
+    struct Owned {
+        listed: Vec<Vec<u8>>,
+        column: Option<(Vec<u8>, Vec<u8>)>,
+        records: Vec<u8>,
+        sizes: Vec<u8>,
+    }
+
+    impl Owned {
+        fn of(rows: &[(Vec<u8>, Vec<u8>)], column: bool) -> Self {
+            let listed: Vec<Vec<u8>> = rows.iter().map(|(key, _)| key.clone()).collect();
+            let column = column.then(|| {
+                let mut ends = vec![0];
+                ends.extend(listed.iter().scan(0, |end, key| { *end += key.len(); Some(*end) }));
+                (listed.concat(), packed(ends))
+            });
+            let records: Vec<Vec<u8>> = rows.iter().map(|(_, example)| framed(example)).collect();
+            Owned { listed, column, sizes: packed(records.iter().map(Vec::len)), records: records.concat() }
+        }
+    }
+
+    /// `merged_order` of `rows`, their keys listed or (`columns`) in key columns.
+    fn merged(rows: &[Vec<(Vec<u8>, Vec<u8>)>], columns: &[bool]) -> Option<Vec<usize>> {
+        let owned: Vec<Owned> = rows.iter().enumerate()
+            .map(|(at, slice)| Owned::of(slice, columns.get(at) == Some(&true))).collect();
+        let listed: Vec<Vec<&[u8]>> = owned.iter().map(|slice| slice.listed.iter().map(Vec::as_slice).collect()).collect();
+        let slices: Vec<SortedSlice> = owned.iter().zip(&listed).map(|(slice, keys)| {
+            let keys = match &slice.column {
+                Some((buffer, offsets)) => SliceKeys::Column { buffer, offsets },
+                None => SliceKeys::Listed(keys),
+            };
+            slice_from(keys, &slice.records, &slice.sizes).expect("a well-formed slice")
+        }).collect();
+        let mut order = vec![0u8; 8 * rows.iter().map(Vec::len).sum::<usize>()];
+        merged_order(&slices, &mut order)
+            .then(|| order.chunks_exact(8).map(|word| i64::from_le_bytes(word.try_into().unwrap()) as usize).collect())
+    }
+
+    fn rows_of(pairs: &[(&[u8], &[u8])]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        pairs.iter().map(|(key, example)| (key.to_vec(), example.to_vec())).collect()
     }
 
     #[test]
     fn ties_go_to_the_lower_slice_then_row() {
-        let row = (b"k".to_vec(), b"e".to_vec());
-        let rows = vec![vec![row.clone(), row.clone()], vec![(b"a".to_vec(), b"z".to_vec()), row.clone()]];
-        assert_eq!(merged_order(&slices_of(&rows)), Some(vec![2, 0, 1, 3]));
+        let row: (&[u8], &[u8]) = (b"k", b"e");
+        let rows = vec![rows_of(&[row, row]), rows_of(&[(b"a", b"z"), row])];
+        for columns in [[false, false], [true, false], [true, true]] {
+            assert_eq!(merged(&rows, &columns), Some(vec![2, 0, 1, 3]));
+        }
+    }
+
+    #[test]
+    fn keys_that_are_prefixes_of_others_come_first() {
+        // Equal first 8 bytes (zero-padded): the whole keys decide.
+        let rows = vec![rows_of(&[(b"abcdefgh\0", b""), (b"abcdefgh\0\0", b"")]),
+                        rows_of(&[(b"abcdefgh", b"z"), (b"abcdefgh\0", b"")]), rows_of(&[(b"abc", b"")])];
+        assert_eq!(merged(&rows, &[true, false, true]), Some(vec![4, 2, 0, 3, 1]));
+    }
+
+    #[test]
+    fn empty_slices_and_one_slice_merge_as_they_are() {
+        let one = rows_of(&[(b"a", b"1"), (b"a", b"2"), (b"b", b"")]);
+        assert_eq!(merged(&[vec![], one.clone(), vec![]], &[true, true, false]), Some(vec![0, 1, 2]));
+        assert_eq!(merged(&[one], &[false]), Some(vec![0, 1, 2]));
+        assert_eq!(merged(&[vec![], vec![]], &[true]), Some(vec![]));
+        assert_eq!(merged(&[], &[]), Some(vec![]));
     }
 
     #[test]
     fn a_slice_out_of_order_gives_none() {
-        let rows = vec![vec![(b"b".to_vec(), vec![]), (b"a".to_vec(), vec![])]];
-        assert_eq!(merged_order(&slices_of(&rows)), None);
+        let rows = vec![rows_of(&[(b"b", b""), (b"a", b"")])];
+        assert_eq!(merged(&rows, &[false]), None);
+        assert_eq!(merged(&[rows_of(&[(b"a", b"2"), (b"a", b"1")])], &[true]), None);
+    }
+
+    #[test]
+    fn an_order_of_the_wrong_size_is_not_written() {
+        let owned = Owned::of(&rows_of(&[(b"a", b"")]), false);
+        let keys: Vec<&[u8]> = vec![b"a"];
+        let slice = slice_from(SliceKeys::Listed(&keys), &owned.records, &owned.sizes).unwrap();
+        assert!(!merged_order(&[slice], &mut [0u8; 16]));
     }
 
     #[test]
     fn buffers_that_disagree_are_refused() {
         let key: &[u8] = b"k";
-        assert!(slice_from(vec![key, key], &[0; 16], &[16]).is_err());
-        assert!(slice_from(vec![key], &[0; 16], &[15]).is_err());
-        assert!(slice_from(vec![key], &[0; 17], &[16]).is_err());
-        assert!(slice_from(vec![key], &[0; 15], &[16]).is_err());
-        assert!(slice_from(vec![key], &[0; 16], &[16]).is_ok());
-        assert!(packed_sizes(&(-1i64).to_le_bytes()).is_err());
+        let (one, two) = ([key], [key, key]);
+        assert!(slice_from(SliceKeys::Listed(&two), &[0; 16], &packed([16])).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 16], &packed([15])).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 17], &packed([16])).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 15], &packed([16])).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 16], &(-1i64).to_le_bytes()).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 16], &packed([16])[..7]).is_err());
+        assert!(slice_from(SliceKeys::Listed(&one), &[0; 16], &packed([16])).is_ok());
+        let column = |offsets: &[usize]| SliceKeys::Column { buffer: b"kl", offsets: Box::leak(packed(offsets.to_vec()).into_boxed_slice()) };
+        assert!(slice_from(column(&[0, 2]), &[0; 16], &packed([16])).is_ok());
+        assert!(slice_from(column(&[0, 3]), &[0; 16], &packed([16])).is_err());
+        assert!(slice_from(column(&[0, 1, 2]), &[0; 16], &packed([16])).is_err());
+        assert!(slice_from(column(&[1, 2]), &[0; 16], &packed([16])).is_err());
+        assert!(slice_from(column(&[]), &[], &[]).is_err());
     }
 
     proptest! {
         #[test]
         fn the_merge_is_the_stable_sort(
             slices in proptest::collection::vec(proptest::collection::vec(
-                (proptest::collection::vec(0u8..3, 0..3), proptest::collection::vec(0u8..3, 0..3)), 0..20), 0..6)) {
+                (proptest::collection::vec(0u8..3, 0..10), proptest::collection::vec(0u8..3, 0..3)), 0..20), 0..6),
+            columns in proptest::collection::vec(any::<bool>(), 6)) {
+            // Keys up to 10 bytes of a small alphabet: ties in the first 8 bytes, prefixes, NULs.
             let rows: Vec<Vec<(Vec<u8>, Vec<u8>)>> = slices.into_iter().map(|mut slice| { slice.sort(); slice }).collect();
             let all: Vec<(Vec<u8>, Vec<u8>)> = rows.iter().flatten().cloned().collect();
             let mut expected: Vec<usize> = (0..all.len()).collect();
             expected.sort_by(|a, b| all[*a].cmp(&all[*b]));  // stable: ties by position
-            prop_assert_eq!(merged_order(&slices_of(&rows)), Some(expected));
+            prop_assert_eq!(merged(&rows, &columns), Some(expected));
         }
 
         #[test]
         fn hostile_sizes_are_refused_not_followed(
             keys in 0usize..6, records in proptest::collection::vec(any::<u8>(), 0..80),
-            record_sizes in proptest::collection::vec(0usize..40, 0..6)) {
+            record_sizes in proptest::collection::vec(-20i64..40, 0..6),
+            offsets in proptest::collection::vec(-3i64..10, 0..8), column in any::<bool>()) {
             let key: &[u8] = b"k";
-            if let Ok(slice) = slice_from(vec![key; keys], &records, &record_sizes) {
+            let listed = vec![key; keys];
+            let sizes: Vec<u8> = record_sizes.iter().flat_map(|size| size.to_le_bytes()).collect();
+            let offsets: Vec<u8> = offsets.iter().flat_map(|offset| offset.to_le_bytes()).collect();
+            let keys = if column { SliceKeys::Column { buffer: b"keys", offsets: &offsets } } else { SliceKeys::Listed(&listed) };
+            if let Ok(slice) = slice_from(keys, &records, &sizes) {
                 prop_assert_eq!(slice.keys.len(), record_sizes.len());
-                prop_assert!(merged_order(&[slice]).is_some() || record_sizes.len() > 1);
+                let mut order = vec![0u8; 8 * record_sizes.len()];
+                prop_assert!(merged_order(&[slice], &mut order) || record_sizes.len() > 1);
             }
         }
     }

@@ -13,6 +13,9 @@ from recordforge.transforms.writer.run_format import KEY_VARIABLE, RunSlice
 
 # Small alphabets: keys and examples that tie, whole or in part, NUL bytes too.
 _bytes = st.binary(max_size=10).map(lambda data: bytes(b % 3 for b in data))
+# Keys that share their first 8 bytes (the kernel's integer head) now and then.
+_keys = st.tuples(st.sampled_from([b"", b"", b"\0\1\2\0\1\2\0", b"\0\1\2\0\1\2\0\1"]),
+                  _bytes).map(b"".join)
 
 
 def _slice(rows: list[tuple[bytes, bytes]], fixed: int = 0, column: bool = False) -> RunSlice:
@@ -37,7 +40,7 @@ def _reference(slices) -> list[int]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(drawn=st.lists(st.lists(st.tuples(_bytes, _bytes), max_size=12), max_size=6),
+@given(drawn=st.lists(st.lists(st.tuples(_keys, _bytes), max_size=12), max_size=6),
        in_order=st.booleans(), columns=st.lists(st.booleans(), min_size=6, max_size=6))
 def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order, columns):
     """Slices in order merge to the sort's very positions (ties in slice,
@@ -56,6 +59,26 @@ def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order, c
     else:
         assert merged is None
     assert (ordered.order is None and not slices) or ordered.order.tolist() == expected
+
+
+@pytest.mark.parametrize("column", [False, True])
+@pytest.mark.parametrize("drawn", [
+    [[(b"k", b"e"), (b"k", b"e")], [(b"a", b"z"), (b"k", b"e")]],  # ties: slice, then row order
+    [[], [(b"a", b"1"), (b"a", b"2")], []],  # empty slices around one
+    [[(b"b", b"")], [], [(b"a", b"")]],
+    [[(b"abcdefgh\0", b""), (b"abcdefgh\0\0", b"")],  # the first 8 bytes tie; prefixes first
+     [(b"abcdefgh", b"z"), (b"abcdefgh\0", b"")], [(b"abc", b"")]],
+])
+def test_ties_empty_slices_and_prefixes_merge_as_the_sort(native, monkeypatch, drawn, column):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    slices = [_slice(rows, column=column) for rows in drawn]
+    assert run_merge.merged_positions(slices).tolist() == _reference(slices)
+
+
+def test_one_slice_merges_as_it_is(native, monkeypatch):
+    monkeypatch.setattr(run_merge, "kernels", lambda: native)
+    one = _slice([(b"a", b"1"), (b"a", b"2"), (b"b", b"")], column=True)
+    assert run_merge.merged_positions([one]).tolist() == [0, 1, 2]
 
 
 def test_mixed_key_kinds_merge_as_the_bytes_python_compares(native, monkeypatch):
