@@ -215,10 +215,16 @@ class S3Server:
 
     def requests_since(self, mark: int) -> list[tuple[str, str]]:
         """(request type, URL) of every request recorded after `mark`."""
-        with open(self.recording, encoding="utf-8") as f:
-            # Complete lines only: the server may be writing the last one.
-            lines = [line for line in f if line.endswith("\n") and line.strip()
-                     and READER_AGENT not in line][mark:]
+        # Read once, then cut at the last line break: the server may be
+        # writing the last line. (Iterating over the open file would not
+        # do: a line met half-written at the end of the file reads as a
+        # piece without its break, and the reader then goes on to the rest
+        # of it, which ends with one and looks whole.)
+        with open(self.recording, "rb") as f:
+            recorded = f.read()
+        complete = recorded[:recorded.rfind(b"\n") + 1].decode("utf-8")
+        lines = [line for line in complete.split("\n")
+                 if line.strip() and READER_AGENT not in line][mark:]
         found = []
         for line in lines:
             entry = json.loads(line)
