@@ -2,6 +2,7 @@
 hands to verification: a shard read while the pipeline ran is judged as if
 it were read at the end, and one that changed since is read again."""
 
+import concurrent.futures
 import hashlib
 import os
 import pathlib
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.pipelines.publish import file_checks, finalizing
+from recordforge.pipelines.publish import early_checks, file_checks, finalizing
 from recordforge.pipelines.publish.early_checks import EarlyShardChecks
 from recordforge.schemas.example import encode_example
 from recordforge.transforms import tfrecord
@@ -120,6 +121,54 @@ def test_early_checks_read_each_shard_as_it_appears(tmp_path):
     assert sorted(found) == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
     assert found["train-00000-of-00002.tfrecord"].check.records == 4  # the replacement's
     assert found["train-00001-of-00002.tfrecord"].check.records == 3
+
+
+class RecordingPool(concurrent.futures.ThreadPoolExecutor):
+    """A reading pool in threads that notes the shards of each task."""
+
+    def __init__(self, tasks: list):
+        super().__init__(2)
+        self.tasks = tasks
+
+    def submit(self, fn, shards, *args):
+        self.tasks.append(sorted(name for _, name in shards))
+        return super().submit(fn, shards, *args)
+
+
+@pytest.mark.parametrize("task_bytes, tasks", [
+    (1 << 20, [[f"train-{shard:05d}-of-00004.tfrecord" for shard in range(4)]]),
+    (1, [[f"train-{shard:05d}-of-00004.tfrecord"] for shard in range(4)]),
+])
+def test_shards_left_at_the_end_go_to_readers_in_tasks_of_task_bytes(tmp_path, monkeypatch,
+                                                                      task_bytes, tasks):
+    """Small shards share one reader (each reader started is a Python
+    start-up); a backlog of TASK_BYTES or more is spread over readers."""
+    submitted: list = []
+    monkeypatch.setattr(early_checks, "reading_pool", lambda workers: RecordingPool(submitted))
+    monkeypatch.setattr(early_checks, "TASK_BYTES", task_bytes)
+    with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=60) as checks:
+        for shard in range(4):
+            (tmp_path / f"train-{shard:05d}-of-00004.tfrecord").write_bytes(shard_bytes(shard + 1))
+        found = checks.results()
+    assert sorted(submitted) == tasks
+    assert {name: read.check.records for name, read in found.items()} == {
+        f"train-{shard:05d}-of-00004.tfrecord": shard + 1 for shard in range(4)}
+
+
+def test_shards_that_appear_between_two_looks_go_to_one_reader(tmp_path, monkeypatch):
+    submitted: list = []
+    monkeypatch.setattr(early_checks, "reading_pool", lambda workers: RecordingPool(submitted))
+    names = [f"train-{shard:05d}-of-00003.tfrecord" for shard in range(3)]
+    for name in names[:2]:
+        (tmp_path / name).write_bytes(shard_bytes(2))
+    with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.05) as checks:
+        deadline = time.monotonic() + 30
+        while not submitted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / names[2]).write_bytes(shard_bytes(2))
+        found = checks.results()
+    assert submitted == [names[:2], names[2:]]
+    assert sorted(found) == names
 
 
 def test_early_checks_of_a_directory_that_never_appears(tmp_path):
