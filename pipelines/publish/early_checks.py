@@ -16,9 +16,10 @@ read early passes or fails exactly as if it were read at the end.
 Every reader started costs a Python start-up (about 0.07 CPU-s, what
 reading some 60 MB of shards back costs), and one reader reads a shard in a
 fraction of the time its writer took. So the shards that appeared since the
-last look go to one reader together, once the shards it read before are
-done; another reader starts only when `TASK_BYTES` of shards wait while one
-is reading (a faster writer, or many), or are left at the end.
+last look wait until no reading is under way, then go to one reader
+together; only a backlog of `TASK_BYTES` or more (a faster writer, or many
+writers; or the shards left at the end) is handed out at once, in tasks of
+`TASK_BYTES`, which start another reader where none is free.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class EarlyShardChecks:
             self._look()
             self._reading = {future for future in self._reading if not future.done()}
             if not self._reading or self._waiting_bytes() >= TASK_BYTES:
-                self._submit([list(self._waiting)])
+                self._submit(self._tasks())
 
     def _waiting_bytes(self) -> int:
         return sum(identity[2] for _, identity in self._waiting.values())

@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import os
 import pathlib
+import threading
 import time
 
 import pytest
@@ -162,13 +163,46 @@ def test_shards_that_appear_between_two_looks_go_to_one_reader(tmp_path, monkeyp
     for name in names[:2]:
         (tmp_path / name).write_bytes(shard_bytes(2))
     with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.05) as checks:
-        deadline = time.monotonic() + 30
-        while not submitted and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: submitted)
         (tmp_path / names[2]).write_bytes(shard_bytes(2))
         found = checks.results()
     assert submitted == [names[:2], names[2:]]
     assert sorted(found) == names
+
+
+def test_shards_wait_for_a_busy_reader_until_task_bytes_of_them_wait(tmp_path, monkeypatch):
+    submitted: list = []
+    reader_free = threading.Event()
+
+    class BusyPool(RecordingPool):
+        def submit(self, fn, shards, *args):
+            def busy(*call):
+                reader_free.wait(30)
+                return fn(*call)
+            return super().submit(busy, shards, *args)
+
+    data = shard_bytes(2)
+    names = [f"train-{shard:05d}-of-00003.tfrecord" for shard in range(3)]
+    monkeypatch.setattr(early_checks, "reading_pool", lambda workers: BusyPool(submitted))
+    monkeypatch.setattr(early_checks, "TASK_BYTES", 2 * len(data))
+    with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.02) as checks:
+        (tmp_path / names[0]).write_bytes(data)
+        wait_for(lambda: submitted)
+        (tmp_path / names[1]).write_bytes(data)
+        time.sleep(0.2)  # ten looks
+        assert submitted == [names[:1]]  # one shard waits for the busy reader
+        (tmp_path / names[2]).write_bytes(data)
+        wait_for(lambda: len(submitted) == 2)
+        assert submitted == [names[:1], names[1:]]  # TASK_BYTES wait: another reader
+        reader_free.set()
+        found = checks.results()
+    assert sorted(found) == names
+
+
+def wait_for(condition) -> None:
+    deadline = time.monotonic() + 30
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def test_early_checks_of_a_directory_that_never_appears(tmp_path):
