@@ -92,10 +92,18 @@ class EarlyShardChecks:
         for entry in entries:
             if parse_shard_file_name(entry.name) is None:
                 continue
+            known = self._futures.get(entry.name)
+            if known is not None and known[0][1] == entry.inode():
+                # Still the file handed out (the listing gives its inode; a
+                # writer puts a new file in place): no stat per shard and
+                # look, which would grow with the shards times the looks.
+                # A change in place is found by verification, which
+                # compares the whole identity (`file_checks.check_read_back`).
+                self._waiting.pop(entry.name, None)
+                continue
             identity = file_identity(entry.path)
             if identity is None:  # gone since the listing
                 continue
-            known = self._futures.get(entry.name)
             if known is not None and known[0] == identity:
                 self._waiting.pop(entry.name, None)
             else:

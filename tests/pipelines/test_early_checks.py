@@ -199,6 +199,26 @@ def test_shards_wait_for_a_busy_reader_until_task_bytes_of_them_wait(tmp_path, m
     assert sorted(found) == names
 
 
+def test_a_shard_handed_out_is_not_looked_at_again(tmp_path, monkeypatch):
+    """Each look lists the directory; a shard already handed out costs no
+    stat (else the looks would cost the shards times the looks)."""
+    stats: list = []
+
+    def counted(path):
+        stats.append(path)
+        return file_checks.file_identity(path)
+
+    monkeypatch.setattr(early_checks, "file_identity", counted)
+    path = tmp_path / "train-00000-of-00001.tfrecord"
+    path.write_bytes(shard_bytes(2))
+    with EarlyShardChecks(str(tmp_path), "none", workers=1, interval=0.01) as checks:
+        wait_for(lambda: checks._futures)
+        time.sleep(0.2)  # about twenty looks
+        found = checks.results()
+    assert stats == [str(path)]
+    assert list(found) == [path.name]
+
+
 def wait_for(condition) -> None:
     deadline = time.monotonic() + 30
     while not condition() and time.monotonic() < deadline:
