@@ -374,7 +374,13 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
                         "{} key bytes are not {count} keys of {width} bytes", blob.len())));
                 }
                 let mut ordered = Vec::with_capacity(order.len() * width);
-                for row in &order {
+                for (at, row) in order.iter().enumerate() {
+                    // The order jumps all over the keys: each asked for rows ahead.
+                    if let Some(ahead) = order.get(at + PREFETCH_AHEAD).and_then(|ahead| ahead.checked_mul(width)) {
+                        if let Some(key) = blob.get(ahead..) {
+                            crate::prefetch(key.as_ptr());
+                        }
+                    }
                     if *row >= count {
                         return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
                     }
