@@ -380,15 +380,12 @@ class RunFile:
                    key_offset: int, mapped: bool = False, into: memoryview | None = None
                    ) -> RunSlice:
         count = end - first
-        raw_sizes = self._section(fileobj, self._sizes_offset + 4 * first, 4 * count, "sizes",
-                                  mapped)
+        raw_sizes = self._section(fileobj, self._sizes_offset + 4 * first, 4 * count, "sizes")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
         data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
         if self.key_width > 0:
-            # Mapped, only the pages `_within`'s binary search looks at are read.
             keys = _fixed_keys(self._section(fileobj, self._keys_offset + self.key_width * first,
-                                             self.key_width * count, "keys", mapped),
-                               self.key_width)
+                                             self.key_width * count, "keys"), self.key_width)
         elif self.key_width == KEY_VARIABLE:
             # The keys stay in the one bytes object read (a `FramedKeys`):
             # a bytes object per key cost more than reading them.
@@ -403,16 +400,8 @@ class RunFile:
         rows = RunSlice(keys, data, sizes)
         return rows if keys is not None else rows._replace(keys=rows.examples())
 
-    def _section(self, fileobj, offset: int, length: int, what: str,
-                 mapped: bool = False) -> bytes | memoryview:
-        """Bytes ``[offset, offset + length)`` of the file (a column
-        section's); `mapped`: a view of the local file's map (`_records`)."""
-        if mapped and isinstance(self._fs, LocalFileSystem):
-            whole = self._mapping(fileobj)
-            if offset + length > len(whole):
-                raise RunFileError(f"{self.path}: {what} cut short at byte "
-                                   f"{max(offset, len(whole))}")
-            return memoryview(whole)[offset:offset + length]
+    def _section(self, fileobj, offset: int, length: int, what: str) -> bytes:
+        """Bytes ``[offset, offset + length)`` of the file (a column section's)."""
         fileobj.seek(offset)
         data = fileobj.read(length)
         if len(data) != length:
@@ -425,9 +414,7 @@ class RunFile:
 
         `mapped` (measuring): a local run is mapped rather than read, so
         that bytes never looked at cost nothing: measuring a bucket needs
-        only the sizes (and, for the ratio sample, the keys and a few rows);
-        its sizes and fixed-width keys are mapped too (`_section`), so the
-        keys cost the few pages a binary search looks at, not a copy.
+        only the sizes (and, for the ratio sample, the keys and a few rows).
         Pages looked at count in the process's RSS until `release`, which
         is why writing reads instead (mapped, peak RSS followed the largest
         bucket: 1.26x higher at 4 GB than at 1 GB).
@@ -455,15 +442,11 @@ class RunFile:
             return memoryview(data)
         if offset + length > self.data_size:
             raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
-        return memoryview(self._mapping(fileobj))[offset:offset + length]
-
-    def _mapping(self, fileobj) -> mmap.mmap:
-        """The whole local file, mapped on the first call."""
         if self._map is None:
             # The map outlives this call and the file: the slices handed out
             # keep it alive, and it is unmapped once the last one is gone.
             self._map = mmap.mmap(fileobj.fileno(), 0, access=mmap.ACCESS_READ)
-        return self._map
+        return memoryview(self._map)[offset:offset + length]
 
     def _open(self) -> BinaryIO:
         # A local run is opened by Python itself: through fsspec each open

@@ -133,29 +133,6 @@ def test_run_whose_key_sizes_overrun_its_keys_is_reported(tmp_path):
             run_format.RunFile(str(path)).read(b"", None, mapped)
 
 
-@pytest.mark.parametrize("section, field", [("sizes", 0), ("keys", 1)])
-def test_a_fixed_key_section_past_the_end_is_reported_mapped_or_read(tmp_path, section, field):
-    """Measuring maps a local run's sizes and fixed-width keys: a section
-    the footer places past the file's end is the same RunFileError, at the
-    same byte, as when it is read."""
-    path = tmp_path / "r.run"
-    buffer = io.BytesIO()
-    _write_rows(buffer, _rows(random.Random(4), 50, width=6), "fixed", prefix_len=8,
-                index_every=100)
-    data = bytearray(buffer.getvalue())
-    footer = len(data) - 64
-    offset = struct.unpack_from("<Q", data, footer + 8 * field)[0]
-    struct.pack_into("<Q", data, footer + 8 * field, offset + len(data))
-    path.write_bytes(bytes(data))
-    errors = []
-    for mapped in (False, True):
-        run = run_format.RunFile(str(path))
-        with pytest.raises(run_format.RunFileError, match=f"r.run: {section} cut short") as error:
-            run.read(b"", None, mapped)
-        errors.append(str(error.value))
-    assert errors[0] == errors[1]
-
-
 @pytest.mark.parametrize("how", ["renamed", "rewritten", "removed"])
 def test_a_run_file_replaced_at_its_path_is_read_anew(tmp_path, how):
     """Local run layouts are kept by path between buckets; another file at
