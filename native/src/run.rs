@@ -82,9 +82,14 @@ pub fn check(records: &Records, keys: &Keys, index_every: u64) -> Result<(), Ref
     if !keys.fit(records.len()) {
         return Err(Refused::Bad(format!("the keys do not fit {} rows", records.len())));
     }
+    // An example as key is shorter than its record, and fixed keys are
+    // all `width` long: only variable keys are looked at one by one.
     let limit = u32::MAX as usize;
+    if matches!(keys, Keys::Fixed { width, .. } if *width > limit) {
+        return Err(Refused::TooLarge);
+    }
     for row in 0..records.len() {
-        if records.size(row) > limit || keys.key(records, row).len() > limit {
+        if records.size(row) > limit || matches!(keys, Keys::Variable(all) if all[row].len() > limit) {
             return Err(Refused::TooLarge);
         }
     }
@@ -117,10 +122,20 @@ pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_eve
     section(count, block, sink, |_| 4, |row, out| out.copy_from_slice(&(framed(row) as u32).to_le_bytes()))?;
     let keys_offset = sizes_offset + 4 * count as u64;
     let mut key_sizes_offset = keys_offset;
-    if !matches!(keys, Keys::Example) {
-        let size = |row: usize| keys.key(records, row).len();
-        section(count, block, sink, size, |row, out| out.copy_from_slice(keys.key(records, row)))?;
-        key_sizes_offset += (0..count).map(|row| size(row) as u64).sum::<u64>();
+    match keys {
+        Keys::Fixed { blob, width } => {
+            // The keys section is the blob itself, a block of whole keys at a time.
+            for chunk in blob.chunks((block / width).max(1) * width) {
+                sink(chunk.len(), &mut |out| out.copy_from_slice(chunk))?;
+            }
+            key_sizes_offset += blob.len() as u64;
+        }
+        Keys::Variable(all) => {
+            let size = |row: usize| all[row].len();
+            section(count, block, sink, size, |row, out| out.copy_from_slice(all[row]))?;
+            key_sizes_offset += all.iter().map(|key| key.len() as u64).sum::<u64>();
+        }
+        Keys::Example => {}
     }
     let mut index_offset = key_sizes_offset;
     if let Keys::Variable(all) = keys {
@@ -144,8 +159,8 @@ fn index_entries(records: &Records, keys: &Keys, prefix_len: usize, index_every:
     let mut index = Vec::new();
     let (mut entries, mut offset, mut key_offset, mut next_index) = (0u64, 0u64, 0u64, 0u64);
     for row in 0..records.len() {
-        let key = keys.key(records, row);
         if offset >= next_index {
+            let key = keys.key(records, row);
             let prefix = &key[..key.len().min(prefix_len)];
             index.reserve(INDEX_ENTRY + prefix.len());
             index.extend_from_slice(&(row as u64).to_le_bytes());
@@ -159,7 +174,9 @@ fn index_entries(records: &Records, keys: &Keys, prefix_len: usize, index_every:
             next_index = offset + index_every;
         }
         offset += records.size(row) as u64;
-        key_offset += key.len() as u64;
+        if let Keys::Variable(all) = keys {
+            key_offset += all[row].len() as u64;
+        }
     }
     (index, entries)
 }
@@ -245,23 +262,25 @@ pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
 /// `write` (after the CRC32C given), or straight into a file descriptor
 /// (`run_sink`).
 enum Target<'a, 'py> {
-    Python(&'a Bound<'py, PyAny>, u32),
+    Python(&'a Bound<'py, PyAny>, Option<u32>),
     #[cfg(unix)]
     Descriptor(crate::run_sink::DescriptorSink),
 }
 
 impl Target<'_, '_> {
-    /// Writes the run through the target, keeping the CRC32C and the size
-    /// of what it writes; returns ``(rows, size, crc)``.
+    /// Writes the run through the target, keeping the size of what it
+    /// writes and, when asked, its CRC32C; returns ``(rows, size, crc)``.
     fn write(&mut self, py: Python<'_>, records: &Records, keys: &Keys, prefix_len: usize, index_every: u64,
-             block: usize) -> PyResult<(u64, u64, u32)> {
+             block: usize) -> PyResult<(u64, u64, Option<u32>)> {
         match self {
             Target::Python(fileobj, crc) => {
                 let mut size = 0u64;
                 let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
                     let data = PyBytes::new_with(py, length, |out| {
                         fill(out);
-                        *crc = crate::walk::crc32c_append(*crc, out);
+                        if let Some(crc) = crc.as_mut() {
+                            *crc = crate::walk::crc32c_append(*crc, out);
+                        }
                         Ok(())
                     })?;
                     size += length as u64;
@@ -284,15 +303,16 @@ impl Target<'_, '_> {
 }
 
 /// `write_run(fileobj, examples, order, keys, key_width, prefix_len,
-/// index_every, block, fd=None, crc=0, drop_behind=0) -> (rows, size, crc)
-/// | None`: writes
+/// index_every, block, fd=None, crc=None, drop_behind=0) -> (rows, size,
+/// crc) | None`: writes
 /// the run file of ``examples[i] for i in order`` (packed int64;
 /// examples: a list of bytes, or framed records, `run_rows`), as
 /// `run_format.RunWriter` does, to `fileobj` (its `write`, about `block`
 /// bytes a call) or, given `fd`, straight to that file descriptor at its
 /// offset (`fileobj` is then not used: the caller flushes it before and
 /// moves it past the run after); returns the rows, the bytes written and
-/// their CRC32C continued from `crc` (the piece writer's check of a run).
+/// their CRC32C continued from `crc` (the piece writer's check of a run;
+/// None, not computed, when `crc` is None).
 /// With `fd`, a `drop_behind` > 0 hands the bytes written to the disk and
 /// drops them from the page cache that many bytes at a time
 /// (`page_cache.WriteBehind`'s advice, `run_sink`).
@@ -306,12 +326,12 @@ impl Target<'_, '_> {
 /// a ValueError, and the write's own errors (OSError) pass
 /// through.
 #[pyfunction(name = "write_run")]
-#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=0,
+#[pyo3(signature = (fileobj, examples, order, keys, key_width, prefix_len, index_every, block, fd=None, crc=None,
                     drop_behind=0))]
 #[allow(clippy::too_many_arguments)]
 pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound<'_, PyAny>, order: PyBuffer<u8>,
                     keys: &Bound<'_, PyAny>, key_width: i64, prefix_len: usize, index_every: u64, block: usize,
-                    fd: Option<i32>, crc: u32, drop_behind: u64) -> PyResult<Option<(u64, u64, u32)>> {
+                    fd: Option<i32>, crc: Option<u32>, drop_behind: u64) -> PyResult<Option<(u64, u64, Option<u32>)>> {
     let order = with_bytes(py, &order, packed_rows)??;
     let rows = RunRows::new(py, examples)?;
     let count = rows.len();
@@ -354,7 +374,13 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
                         "{} key bytes are not {count} keys of {width} bytes", blob.len())));
                 }
                 let mut ordered = Vec::with_capacity(order.len() * width);
-                for row in &order {
+                for (at, row) in order.iter().enumerate() {
+                    // The order jumps all over the keys: each asked for rows ahead.
+                    if let Some(ahead) = order.get(at + PREFETCH_AHEAD).and_then(|ahead| ahead.checked_mul(width)) {
+                        if let Some(key) = blob.get(ahead..) {
+                            crate::prefetch(key.as_ptr());
+                        }
+                    }
                     if *row >= count {
                         return Err(pyo3::exceptions::PyIndexError::new_err(format!("row {row} outside {count} rows")));
                     }
@@ -441,9 +467,14 @@ mod tests {
         #[test]
         fn the_blocks_never_change_the_bytes(
             examples in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..90), 0..40),
-            block in 1usize..400, variable in any::<bool>()) {
+            block in 1usize..400, kind in 0usize..3, width in 1usize..40) {
             let slices: Vec<&[u8]> = examples.iter().map(|example| example.as_slice()).collect();
-            let keys = if variable { Keys::Variable(&slices) } else { Keys::Example };
+            let blob: Vec<u8> = (0..slices.len() * width).map(|at| (at * 7) as u8).collect();
+            let keys = match kind {
+                0 => Keys::Example,
+                1 => Keys::Variable(&slices),
+                _ => Keys::Fixed { blob: &blob, width },
+            };
             let (small, writes) = whole(&slices, &keys, block);
             let (large, _) = whole(&slices, &keys, 1 << 20);
             prop_assert_eq!(&small, &large);

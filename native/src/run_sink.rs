@@ -21,25 +21,28 @@ use std::ops::Range;
 
 use crate::walk::crc32c_append;
 
-/// A run's bytes written to a file descriptor, the CRC32C (continued from
-/// the one given) and size of them kept.
+/// A run's bytes written to a file descriptor, their size and, when asked
+/// (a build cache's piece, which records it), their CRC32C continued from
+/// the one given: a spill run is read back by this build only, through the
+/// records' own CRCs and the run's checks, so it is not computed for one.
 pub struct DescriptorSink {
     file: ManuallyDrop<File>,
     buffer: Vec<u8>,
     behind: Option<Behind>,
-    pub crc: u32,
+    pub crc: Option<u32>,
     pub size: u64,
 }
 
 impl DescriptorSink {
-    /// A sink writing at `fd`'s offset; `drop_behind` > 0: the window of
-    /// the page cache advice (0: none).
+    /// A sink writing at `fd`'s offset, keeping the CRC32C from `crc`
+    /// (None: none kept); `drop_behind` > 0: the window of the page cache
+    /// advice (0: none).
     ///
     /// # Safety
     /// `fd` must stay open, owned by the caller, while the sink lives: the
     /// sink only writes to it and never closes it (a descriptor that is not
     /// open fails the first write, EBADF).
-    pub unsafe fn new(fd: i32, crc: u32, drop_behind: u64) -> Self {
+    pub unsafe fn new(fd: i32, crc: Option<u32>, drop_behind: u64) -> Self {
         use std::os::fd::FromRawFd;
         let file = ManuallyDrop::new(File::from_raw_fd(fd));
         let behind = Behind::new(&file, fd, drop_behind);
@@ -54,7 +57,9 @@ impl DescriptorSink {
         }
         let out = &mut self.buffer[..length];
         fill(out);
-        self.crc = crc32c_append(self.crc, out);
+        if let Some(crc) = &mut self.crc {
+            *crc = crc32c_append(*crc, out);
+        }
         self.size += length as u64;
         self.file.write_all(out)?;
         if let Some(behind) = &mut self.behind {
@@ -141,10 +146,10 @@ mod tests {
 
     /// Writes `blocks` (each a block of its length) through a sink, after
     /// `before` bytes written to the file; the file's bytes and the sink's size and CRC.
-    fn through_sink(file: &mut File, before: usize, blocks: &[usize], window: u64) -> (u64, u32) {
+    fn through_sink(file: &mut File, before: usize, blocks: &[usize], window: u64, crc: Option<u32>) -> (u64, Option<u32>) {
         file.write_all(&vec![9u8; before]).unwrap();
         // SAFETY: `file` owns the descriptor and outlives the sink.
-        let mut sink = unsafe { DescriptorSink::new(file.as_raw_fd(), 0, window) };
+        let mut sink = unsafe { DescriptorSink::new(file.as_raw_fd(), crc, window) };
         for (number, length) in blocks.iter().enumerate() {
             sink.put(*length, &mut |out| out.fill(number as u8)).unwrap();
         }
@@ -167,27 +172,28 @@ mod tests {
         let (mut reader, writer) = std::io::pipe().unwrap();
         let mut writer = File::from(std::os::fd::OwnedFd::from(writer));
         // SAFETY: `writer` owns the descriptor and outlives the sink.
-        assert!(unsafe { DescriptorSink::new(writer.as_raw_fd(), 0, 4) }.behind.is_none());
-        let (size, crc) = through_sink(&mut writer, 0, &[3, 0, 7, 2], 4);
+        assert!(unsafe { DescriptorSink::new(writer.as_raw_fd(), Some(0), 4) }.behind.is_none());
+        let (size, crc) = through_sink(&mut writer, 0, &[3, 0, 7, 2], 4, Some(0));
         drop(writer);
         let mut read = Vec::new();
         reader.read_to_end(&mut read).unwrap();
         assert_eq!(read, expected(&[3, 0, 7, 2]));
-        assert_eq!((size, crc), (12, crc32c::crc32c(&read)));
+        assert_eq!((size, crc), (12, Some(crc32c::crc32c(&read))));
     }
 
     proptest! {
         #[test]
         fn the_advice_never_changes_the_bytes(
             blocks in proptest::collection::vec(0usize..5000, 0..12), before in 0usize..100,
-            window in 0u64..9000) {
+            window in 0u64..9000, start in proptest::option::of(any::<u32>())) {
             let (path, mut file) = temporary("bytes");
-            let (size, crc) = through_sink(&mut file, before, &blocks, window);
+            let (size, crc) = through_sink(&mut file, before, &blocks, window, start);
             let written = std::fs::read(&path).unwrap();
             std::fs::remove_file(&path).unwrap();
             let run = expected(&blocks);
             prop_assert_eq!(&written[before..], &run[..]);
-            prop_assert_eq!((size, crc), (run.len() as u64, crc32c::crc32c(&run)));
+            // The CRC32C only when asked, continued from the one given.
+            prop_assert_eq!((size, crc), (run.len() as u64, start.map(|start| crc32c::crc32c_append(start, &run))));
         }
 
         #[test]

@@ -132,6 +132,25 @@ def test_what_is_not_written_to_a_descriptor(native, tmp_path):
     assert (tmp_path / "refused").read_bytes() == b""
 
 
+def test_the_crc_is_kept_only_when_asked(native, tmp_path):
+    """A run written for a spill (no `CheckedFile`) has no CRC32C computed
+    (None), through a descriptor or a file's `write`; asked, it is the
+    crc32c package's of the bytes written, continued from the one given."""
+    rows = [b"a", b"bb", b"ccc"]
+    order = np.array([2, 0, 1], "<i8").view(np.uint8)
+    memory = io.BytesIO()
+    assert native.write_run(memory, rows, order, None, 0, 4, 64, 5)[2] is None
+    run = memory.getvalue()
+    assert native.write_run(io.BytesIO(), rows, order, None, 0, 4, 64, 5,
+                            crc=7)[2] == crc32c.crc32c(run, 7)
+    for crc, expected in ((None, None), (7, crc32c.crc32c(run, 7))):
+        with open(tmp_path / "run", "wb") as fileobj:
+            written = native.write_run(None, rows, order, None, 0, 4, 64, 5,
+                                       fd=fileobj.fileno(), crc=crc)
+        assert written == (3, len(run), expected)
+        assert (tmp_path / "run").read_bytes() == run
+
+
 def test_all_rows_are_ordered_without_a_list_of_them(native):
     """`fixed_key_order` with rows None orders every row, as the rows
     0..n given one by one."""

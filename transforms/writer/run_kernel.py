@@ -20,7 +20,9 @@ records the kernel copies as they are.
 A run written to a local file goes straight to its file descriptor (no
 bytes object per block, no Python call per block), and the kernel keeps
 the CRC32C of what it writes for a `CheckedFile` (the build cache's check
-of its runs), so no second pass over the bytes is made in Python. Written
+of its runs), so no second pass over the bytes is made in Python; for
+any other file (a spill run, read back by this build only, through its
+records' own CRCs) none is computed. Written
 through a `page_cache.WriteBehind`, the run is handed to the disk and
 dropped from the page cache a window at a time by the kernel
 (`native/src/run_sink.rs`), as the wrapper does with Python's writes.
@@ -92,14 +94,14 @@ def _write_run(native, fileobj, examples: list, order, keys, key_width: int, pre
     local = _descriptor(target if behind is None else behind.file)
     if local is None:
         written = native.write_run(target, examples, order, keys, key_width, prefix_len,
-                                   index_every, block, crc=checked.crc if checked else 0)
+                                   index_every, block, crc=checked.crc if checked else None)
     else:
         local_file, fd = local
         local_file.flush()  # what Python buffered lands before the run's bytes
         start = local_file.tell()
         written = native.write_run(None, examples, order, keys, key_width, prefix_len,
                                    index_every, block, fd=fd,
-                                   crc=checked.crc if checked else 0,
+                                   crc=checked.crc if checked else None,
                                    drop_behind=behind.window if behind is not None else 0)
         if written is not None:
             local_file.seek(start + written[1])
