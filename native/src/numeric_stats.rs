@@ -193,7 +193,7 @@ fn counted(mut buckets: Vec<u64>, first: u64, last: u64, bits: u32) -> (Vec<u64>
         counts.retain(|count| *count > 0);
         return (keys, counts);
     }
-    stats::radix_sort(&mut buckets, bits);
+    crate::radix::radix_sort(&mut buckets, bits);
     stats::run_lengths(&buckets, |bucket| bucket)
 }
 
