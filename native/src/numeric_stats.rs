@@ -373,7 +373,7 @@ mod tests {
             let values: Vec<u64> = values.into_iter().map(|word| if is_int { ((word as i64) >> narrow) as u64 } else { word >> narrow | 0x3FF0 << 48 }).collect();
             let (keys, counts) = distinct_run(held.into_iter().map(|key| key >> shift).collect());
             let held = Buckets { shift, keys, counts };
-            let theta = theta >> 1; // (below MAX_THETA: what `screens` asks)
+            let theta = theta.min(THETA_MAX - 1); // (what `screens` asks)
             prop_assert!(screens(&held, theta));
             let runs = if is_int {
                 stats::int_runs(values.iter().map(|word| *word as i64))
