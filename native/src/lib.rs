@@ -19,6 +19,7 @@ pub mod framed_rows;
 pub mod gather;
 mod py_bytes;
 mod py_rows;
+pub mod radix;
 pub mod stats;
 pub mod numeric_stats;
 pub mod text_stats;

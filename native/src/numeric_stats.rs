@@ -110,12 +110,91 @@ fn merged_runs(a: (&[u64], &[u64]), b: (&[u64], &[u64])) -> (Vec<u64>, Vec<u64>)
 /// batch's keys coarsened to that shift first, as Python's are.
 pub fn merged_buckets(held: Option<&Buckets>, keys: &[u64], counts: &[u64]) -> Buckets {
     let Some(held) = held else { return fitted(0, keys.to_vec(), counts.to_vec()) };
-    let shift = held.shift.min(63);
-    let (batch_keys, batch_counts) = coarsened(keys, counts, shift);
+    let (batch_keys, batch_counts) = coarsened(keys, counts, held.shift.min(63));
+    held_with(held, &batch_keys, &batch_counts)
+}
+
+/// The buckets held merged with a batch's buckets at their shift
+/// (distinct, ascending), fitted again.
+fn held_with(held: &Buckets, batch_keys: &[u64], batch_counts: &[u64]) -> Buckets {
     // (held keys that are not distinct and ascending, which `ValueHistogram`
     // never holds, give a histogram as wrong as they are, never a panic)
-    let (keys, counts) = merged_runs((&held.keys, &held.counts), (&batch_keys, &batch_counts));
-    fitted(shift, keys, counts)
+    let (keys, counts) = merged_runs((&held.keys, &held.counts), (batch_keys, batch_counts));
+    fitted(held.shift.min(63), keys, counts)
+}
+
+/// The largest theta (DataSketches' MAX_THETA): a sketch in exact mode.
+const THETA_MAX: u64 = i64::MAX as u64;
+
+/// Whether `screened_update` gives a batch's `update` (its precondition):
+/// a histogram held at a shift over 0 (its buckets are coarser than the
+/// values) and a sketch past its nominal entries (a theta that screens
+/// most hashes out), as every batch of a wide column has after its first.
+pub fn screens(held: &Buckets, theta: u64) -> bool {
+    held.shift > 0 && theta < THETA_MAX
+}
+
+/// `update` of a batch of little-endian int64 or float64 `words` where
+/// `screens` holds, without sorting the values: in the one pass that
+/// counts and sums them, each value's bucket at the held shift is taken
+/// (the batch's buckets, then counted, are what `merged_buckets` merges:
+/// `coarsened` of its distinct keys) and each value's theta hash screened.
+/// A value's theta candidate is the value (an int as it is, within 2**53
+/// or beyond; a float as the double of its float32), so the hashes of
+/// every value, repeats cut by `smallest_distinct`, are those of the
+/// distinct candidates. The partial's keys and counts are left empty
+/// (Python takes the merged buckets only).
+pub fn screened_update(words: impl Iterator<Item = u64>, is_int: bool, held: &Buckets, theta: u64,
+                       most: usize) -> Update {
+    let shift = held.shift.min(63);
+    let mut buckets = Vec::with_capacity(words.size_hint().0);
+    let (mut first, mut last) = (u64::MAX, 0);
+    let mut hashes = Vec::new();
+    let mut take = |double: f64, candidate: u64| {
+        let bucket = stats::ordered_key(double) >> shift;
+        first = first.min(bucket);
+        last = last.max(bucket);
+        buckets.push(bucket);
+        let hash = stats::theta_hash(candidate);
+        if hash < theta && hash != 0 {
+            hashes.push(hash);
+        }
+    };
+    let mut partial = if is_int {
+        stats::int_sums(words.map(|word| word as i64), |value| take(value as f64, value as u64)).0
+    } else {
+        stats::float_sums(words.map(f64::from_bits), |key| {
+            let double = stats::key_double(key);
+            take(double, double.to_bits())
+        })
+    };
+    let (Some(low), Some(high)) = (partial.low, partial.high) else {
+        return Update { partial, range: None, buckets: None };
+    };
+    let (batch_keys, batch_counts) = counted(buckets, first, last, 64 - shift);
+    stats::smallest_distinct(&mut hashes, most);
+    partial.hashes = hashes;
+    Update { partial, range: Some((stats::as_double(low), stats::as_double(high))),
+             buckets: Some(held_with(held, &batch_keys, &batch_counts)) }
+}
+
+/// Buckets (from `first` to `last`, each below 2**bits) -> (distinct
+/// ones ascending, how often each occurs): counted in an array where they
+/// span no more than about twice their number (a batch's buckets at a
+/// coarse shift mostly do), else sorted.
+fn counted(mut buckets: Vec<u64>, first: u64, last: u64, bits: u32) -> (Vec<u64>, Vec<u64>) {
+    let span = last.wrapping_sub(first);
+    if first <= last && span < 2 * buckets.len() as u64 + 4096 {
+        let mut counts = vec![0u64; span as usize + 1];
+        for bucket in &buckets {
+            counts[(bucket - first) as usize] += 1; // (first <= bucket <= last)
+        }
+        let keys = (first..=last).zip(&counts).filter(|(_, count)| **count > 0).map(|(key, _)| key).collect();
+        counts.retain(|count| *count > 0);
+        return (keys, counts);
+    }
+    crate::radix::radix_sort(&mut buckets, bits);
+    stats::run_lengths(&buckets, |bucket| bucket)
 }
 
 /// One batch folded into a feature's statistics: its partial with the
@@ -194,6 +273,9 @@ pub fn numeric_update_py(py: Python<'_>, values: PyBuffer<u8>, is_int: bool,
         }
         let values = crate::packed::iter_words(bytes);
         crate::guarded(|| {
+            if let Some(held) = held.as_ref().filter(|held| screens(held, theta)) {
+                return screened_update(values, is_int, held, theta, most);
+            }
             let runs = if is_int {
                 stats::int_runs(values.map(|word| word as i64))
             } else {
@@ -274,7 +356,35 @@ mod tests {
         assert_eq!(fewest.partial.hashes, kept[..2]);
     }
 
+    /// What Python takes of an `Update`: all but the partial's keys,
+    /// counts and candidates.
+    fn taken(done: Update) -> (Numeric, Option<(f64, f64)>, Option<Buckets>) {
+        let partial = Numeric { keys: vec![], counts: vec![], candidates: vec![], ..done.partial };
+        (partial, done.range, done.buckets)
+    }
+
     proptest! {
+        #[test]
+        fn screening_unsorted_values_is_the_sorted_update(values in prop::collection::vec(any::<u64>(), 0..3000),
+                                                          narrow in 0u32..64, is_int in any::<bool>(),
+                                                          shift in 1u32..64, held in prop::collection::vec(any::<u64>(), 0..300),
+                                                          theta in any::<u64>(), most in 0usize..5000) {
+            // narrow: values sharing their top bits, as a column's do, and repeating
+            let values: Vec<u64> = values.into_iter().map(|word| if is_int { ((word as i64) >> narrow) as u64 } else { word >> narrow | 0x3FF0 << 48 }).collect();
+            let (keys, counts) = distinct_run(held.into_iter().map(|key| key >> shift).collect());
+            let held = Buckets { shift, keys, counts };
+            let theta = theta.min(THETA_MAX - 1); // (what `screens` asks)
+            prop_assert!(screens(&held, theta));
+            let runs = if is_int {
+                stats::int_runs(values.iter().map(|word| *word as i64))
+            } else {
+                stats::float_runs(values.iter().map(|word| f64::from_bits(*word)))
+            };
+            let sorted = update(runs, Some(&held), theta, most);
+            let screened = screened_update(values.iter().copied(), is_int, &held, theta, most);
+            prop_assert_eq!(taken(screened), taken(sorted));
+        }
+
         #[test]
         fn merging_gives_the_histogram_of_the_union(held in prop::collection::vec(any::<u64>(), 1..3000),
                                                     batch in prop::collection::vec(any::<u64>(), 1..3000),

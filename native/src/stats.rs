@@ -14,6 +14,8 @@
 //! hash DataSketches compares against its theta (`distinct.theta_hashes`).
 //! Nothing is sized by anything but the input's length.
 
+use crate::radix::radix_sort;
+
 /// The 2**53 below which every int converts to a double exactly
 /// (`sums.EXACT_INT`): such ints are theta candidates once each.
 const EXACT_INT: u64 = 1 << 53;
@@ -46,8 +48,16 @@ pub enum Value {
     Float(f64),
 }
 
+/// A value as a double (an int rounded to the nearest).
+pub fn as_double(value: Value) -> f64 {
+    match value {
+        Value::Int(number) => number as f64,
+        Value::Float(number) => number,
+    }
+}
+
 /// `histogram.ordered_keys` of one double: keys order as the values do.
-fn ordered_key(value: f64) -> u64 {
+pub fn ordered_key(value: f64) -> u64 {
     let bits = value.to_bits();
     if bits >> 63 != 0 { !bits } else { bits | 1 << 63 }
 }
@@ -74,44 +84,11 @@ pub fn theta_hash(word: u64) -> u64 {
     fmix64(h1).wrapping_add(fmix64(h2)) >> 1
 }
 
-/// Sorts keys below 2**bits in place: least significant digit first, 11
-/// bits a pass, a pass skipped when every key has the same digit there
-/// (a batch's values mostly share their top bits).
-pub fn radix_sort(keys: &mut Vec<u64>, bits: u32) {
-    const DIGIT: u32 = 11;
-    const BUCKETS: usize = 1 << DIGIT;
-    let passes = bits.div_ceil(DIGIT) as usize;
-    let mut histograms = vec![[0usize; BUCKETS]; passes];
-    for key in keys.iter() {
-        for (pass, histogram) in histograms.iter_mut().enumerate() {
-            histogram[((key >> (pass as u32 * DIGIT)) as usize) & (BUCKETS - 1)] += 1;
-        }
-    }
-    let mut other = vec![0u64; keys.len()];
-    for (pass, histogram) in histograms.iter().enumerate() {
-        if histogram.iter().any(|count| *count == keys.len()) {
-            continue;
-        }
-        let mut starts = [0usize; BUCKETS];
-        let mut total = 0;
-        for (start, count) in starts.iter_mut().zip(histogram) {
-            *start = total;
-            total += count;
-        }
-        for key in keys.iter() {
-            let digit = ((key >> (pass as u32 * DIGIT)) as usize) & (BUCKETS - 1);
-            other[starts[digit]] = *key;
-            starts[digit] += 1;
-        }
-        std::mem::swap(keys, &mut other);
-    }
-}
-
 /// Adjacent equal items of a sorted run -> (distinct keys, counts): each
 /// distinct item's `key` (keys ascend as the items do; distinct items of
 /// one key, as big ints rounding to one double, are counted together).
 /// Items compare as they are, so only a distinct one is converted.
-fn run_lengths(sorted: &[u64], key: impl Fn(u64) -> u64) -> (Vec<u64>, Vec<u64>) {
+pub fn run_lengths(sorted: &[u64], key: impl Fn(u64) -> u64) -> (Vec<u64>, Vec<u64>) {
     let (mut distinct, mut counts): (Vec<u64>, Vec<u64>) = (Vec::with_capacity(sorted.len()), Vec::with_capacity(sorted.len()));
     let mut start = 0;
     while start < sorted.len() {
@@ -177,33 +154,43 @@ pub fn float_partial(values: impl Iterator<Item = f64>) -> Numeric {
     hashed(float_runs(values))
 }
 
-/// The partial of int64 values but its candidates and hashes, and where
-/// the candidates come from (one pass over the values, and a second over
-/// ints beyond 2**53, which are theta candidates as they come).
-pub fn int_runs(values: impl Iterator<Item = i64> + Clone) -> (Numeric, Candidates) {
+/// The count, min, max and exact sums of int64 values (`finite`, `low`,
+/// `high`, `sum`, `squares`), each value handed to `each` as it comes
+/// (one pass); with the min and max.
+pub fn int_sums(values: impl Iterator<Item = i64>, mut each: impl FnMut(i64)) -> (Numeric, i64, i64) {
     let mut partial = Numeric::default();
     let (mut low, mut high) = (i64::MAX, i64::MIN);
     let mut sum: i128 = 0;
     let (mut squares, mut carries): (u128, u128) = (0, 0);
-    // Each int with its sign bit flipped: unsigned order is the ints' order.
-    let mut sorted = Vec::with_capacity(values.size_hint().0);
-    for value in values.clone() {
+    for value in values {
         low = low.min(value);
         high = high.max(value);
         sum += i128::from(value); // |sum| < 2**63 * 2**64: no overflow from a slice
         let (added, carried) = squares.overflowing_add(value.unsigned_abs() as u128 * value.unsigned_abs() as u128);
         squares = added;
         carries += u128::from(carried);
-        sorted.push(value as u64 ^ 1 << 63);
+        partial.finite += 1;
+        each(value);
     }
+    if partial.finite > 0 {
+        partial.low = Some(Value::Int(low));
+        partial.high = Some(Value::Int(high));
+        partial.sum = vec![(sum, 0)];
+        partial.squares = vec![(squares, 0), (carries, 128)];
+    }
+    (partial, low, high)
+}
+
+/// The partial of int64 values but its candidates and hashes, and where
+/// the candidates come from (one pass over the values, and a second over
+/// ints beyond 2**53, which are theta candidates as they come).
+pub fn int_runs(values: impl Iterator<Item = i64> + Clone) -> (Numeric, Candidates) {
+    // Each int with its sign bit flipped: unsigned order is the ints' order.
+    let mut sorted = Vec::with_capacity(values.size_hint().0);
+    let (mut partial, low, high) = int_sums(values.clone(), |value| sorted.push(value as u64 ^ 1 << 63));
     if sorted.is_empty() {
         return (partial, Candidates::OfKeys { is_int: true });
     }
-    partial.finite = sorted.len() as u64;
-    partial.low = Some(Value::Int(low));
-    partial.high = Some(Value::Int(high));
-    partial.sum = vec![(sum, 0)];
-    partial.squares = vec![(squares, 0), (carries, 128)];
     // Ints below 2**31 sort as their 32 bits (the low half, its sign bit flipped).
     let narrow = low >= i64::from(i32::MIN) && high <= i64::from(i32::MAX);
     if narrow {
@@ -223,15 +210,22 @@ pub fn int_runs(values: impl Iterator<Item = i64> + Clone) -> (Numeric, Candidat
     (partial, candidates)
 }
 
-/// The partial of float64 values, as their float32 roundings, but its
-/// candidates (each distinct key's value) and hashes.
-pub fn float_runs(values: impl Iterator<Item = f64>) -> (Numeric, Candidates) {
+/// The double of a float32 ordered key (`float_sums`).
+pub fn key_double(key: u32) -> f64 {
+    f64::from(f32::from_bits(if key >> 31 != 0 { key ^ 1 << 31 } else { !key }))
+}
+
+/// NaN, infinity and finite counts, min, max and exact sums of float64
+/// values as their float32 roundings (-0.0 as 0.0), each finite one handed
+/// to `each` as it comes (one pass) as its float32 ordered key (the same
+/// order as the doubles').
+pub fn float_sums(values: impl Iterator<Item = f64>, mut each: impl FnMut(u32)) -> Numeric {
     let mut partial = Numeric::default();
     // Per float32 exponent field (0 for subnormals, which scale as 1):
     // Σ ±mantissa and Σ mantissa², exact in 128 bits for any slice.
     let mut sums = [0i128; 255];
     let mut squares = [0u128; 255];
-    let mut sorted = Vec::with_capacity(values.size_hint().0);
+    let (mut low, mut high) = (u32::MAX, 0);
     for value in values {
         let single = value as f32 + 0.0; // + 0.0: -0.0 counts as 0.0
         if single.is_nan() {
@@ -247,24 +241,32 @@ pub fn float_runs(values: impl Iterator<Item = f64>) -> (Numeric, Candidates) {
         let mantissa = i128::from(bits & 0x7F_FFFF | if field > 0 { 1 << 23 } else { 0 });
         sums[field] += if bits >> 31 != 0 { -mantissa } else { mantissa };
         squares[field] += (mantissa * mantissa) as u128;
-        // float32's own ordered key: the same order as the doubles'.
-        sorted.push(u64::from(if bits >> 31 != 0 { !bits } else { bits | 1 << 31 }));
+        let key = if bits >> 31 != 0 { !bits } else { bits | 1 << 31 };
+        low = low.min(key);
+        high = high.max(key);
+        partial.finite += 1;
+        each(key);
     }
-    partial.finite = sorted.len() as u64;
+    if partial.finite > 0 {
+        let scale = |field: usize| field.max(1) as i32 - 150; // mantissa * 2**scale
+        partial.sum = (0..255).filter(|f| sums[*f] != 0).map(|f| (sums[f], scale(f))).collect();
+        partial.squares = (0..255).filter(|f| squares[*f] != 0).map(|f| (squares[f], 2 * scale(f))).collect();
+        partial.low = Some(Value::Float(key_double(low)));
+        partial.high = Some(Value::Float(key_double(high)));
+    }
+    partial
+}
+
+/// The partial of float64 values, as their float32 roundings, but its
+/// candidates (each distinct key's value) and hashes.
+pub fn float_runs(values: impl Iterator<Item = f64>) -> (Numeric, Candidates) {
+    let mut sorted = Vec::with_capacity(values.size_hint().0);
+    let mut partial = float_sums(values, |key| sorted.push(u64::from(key)));
     if sorted.is_empty() {
         return (partial, Candidates::OfKeys { is_int: false });
     }
-    let scale = |field: usize| field.max(1) as i32 - 150; // mantissa * 2**scale
-    partial.sum = (0..255).filter(|f| sums[*f] != 0).map(|f| (sums[f], scale(f))).collect();
-    partial.squares = (0..255).filter(|f| squares[*f] != 0).map(|f| (squares[f], 2 * scale(f))).collect();
     radix_sort(&mut sorted, 32);
-    let as_double = |key: u64| {
-        let key = key as u32;
-        f64::from(f32::from_bits(if key >> 31 != 0 { key ^ 1 << 31 } else { !key }))
-    };
-    let (keys, counts) = run_lengths(&sorted, |key| ordered_key(as_double(key)));
-    partial.low = Some(Value::Float(unordered_key(keys[0])));
-    partial.high = Some(Value::Float(unordered_key(keys[keys.len() - 1])));
+    let (keys, counts) = run_lengths(&sorted, |key| ordered_key(key_double(key as u32)));
     partial.keys = keys;
     partial.counts = counts;
     (partial, Candidates::OfKeys { is_int: false })
@@ -458,17 +460,6 @@ mod tests {
             expected.truncate(count);
             smallest_distinct(&mut hashes, count);
             prop_assert_eq!(hashes, expected);
-        }
-
-        #[test]
-        fn radix_sort_sorts(mut keys in prop::collection::vec(any::<u64>(), 0..3000), narrow in any::<bool>()) {
-            if narrow {
-                keys.iter_mut().for_each(|key| *key &= 0xFFFF_FFFF);
-            }
-            let mut expected = keys.clone();
-            expected.sort_unstable();
-            radix_sort(&mut keys, if narrow { 32 } else { 64 });
-            prop_assert_eq!(keys, expected);
         }
 
         #[test]

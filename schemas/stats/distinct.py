@@ -16,7 +16,7 @@ from .sums import EXACT_INT
 
 __all__ = ["THETA_LG_K", "HashedTheta", "add_numbers", "add_texts", "compact_theta", "distinct_estimate",
            "text_sketch", "theta_bound", "theta_candidates", "theta_hashes", "theta_most",
-           "theta_union"]
+           "theta_union", "united"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ def theta_union(a, b):
     union.update(compact_theta(a) if isinstance(a, HashedTheta) else a)
     union.update(compact_theta(b) if isinstance(b, HashedTheta) else b)
     return union.get_result()
+
+
+def united(held, sketch) -> "HashedTheta":
+    """`theta_union(held, sketch)` as a `HashedTheta` (its `compact` is
+    that union's sketch): `held` itself with `sketch` added where it is
+    one (so a merge that holds it owns it), else a new one of both. A merge
+    of many partials unites their sketches this way without a DataSketches
+    union per partial (each one builds a hash table of both sketches'
+    entries and compacts it again)."""
+    if not isinstance(held, HashedTheta):
+        held = HashedTheta().unite(held)
+    return held.unite(sketch)
 
 
 def theta_candidates(finite: np.ndarray, keys: np.ndarray, low, high) -> np.ndarray:
@@ -152,11 +164,11 @@ def add_numbers(theta, values: np.ndarray, hashes: np.ndarray | None = None):
     only those under `theta_bound`) go into a `HashedTheta`, computed and
     screened for the whole array at once rather than one sketch update per
     value; the sketch ends the same (tests/schemas/test_stats_distinct.py)."""
-    ordered = hashes is not None
-    if hashes is None:
-        hashes = theta_hashes(values)
     held = theta if isinstance(theta, HashedTheta) else HashedTheta()
-    held.add(hashes, ordered)
+    if hashes is None:
+        held.add(theta_hashes(values))
+    else:
+        held.add_screened(hashes)
     return held if theta is None or held is theta else theta_union(theta, held)
 
 
@@ -192,12 +204,40 @@ class HashedTheta:
         """Adds values by their `theta_hashes` (a hash of 0 is never kept,
         as DataSketches keeps none); `ordered`: the hashes ascend."""
         kept = hashes[(hashes < np.uint64(self.theta)) & (hashes != 0)]
+        self._take(kept, ordered)
+
+    def add_screened(self, hashes: np.ndarray) -> None:
+        """`add` of hashes already screened by this sketch's theta (none at
+        or above it, no 0), ascending and distinct, as the native kernel
+        gives them (`theta_bound`): not screened again."""
+        self._take(hashes, True)
+
+    def _take(self, kept: np.ndarray, ordered: bool) -> None:
         if len(kept):
             self._parts.append(kept)
             self._size += len(kept)
             self._ordered = self._ordered and ordered
             if self._size > 2 << self.lg_k:
                 self._held()
+
+    def unite(self, sketch) -> "HashedTheta":
+        """Adds a sketch's (a `HashedTheta`, or DataSketches') hashes and theta as a
+        DataSketches theta union takes them: theta the smaller of the two,
+        the hashes below it kept; returns self. A union ends as the
+        2**lg_k smallest distinct hashes below the least theta of its
+        sketches (theta the next one, or that least theta): what `compact`
+        gives of these."""
+        if isinstance(sketch, HashedTheta):
+            theta, hashes = sketch.theta, sketch._held()
+        else:
+            theta, hashes = _compact_parts(compact_theta(sketch).serialize())
+        if theta < self.theta:
+            # (the hashes held at or above the new theta are dropped, as the union's are)
+            self.theta = theta
+            self._parts = [part[part < np.uint64(theta)] for part in self._parts]
+            self._size = sum(map(len, self._parts))
+        self.add(hashes, ordered=True)
+        return self
 
     def _held(self) -> np.ndarray:
         """The distinct kept hashes, ascending, at most 2**lg_k of them
@@ -228,6 +268,22 @@ class HashedTheta:
         header = _COMPACT_HEADER.pack(preamble, 3, 3, flags, _SEED_HASH)
         return datasketches.compact_theta_sketch.deserialize(
             header + tail + held.astype("<u8").tobytes())
+
+
+def _compact_parts(data: bytes) -> tuple[int, np.ndarray]:
+    """(theta, hashes ascending) of a serialized compact sketch (the
+    layout `HashedTheta.compact` writes, which DataSketches' `serialize`
+    of a compact sketch gives; its hashes are ordered: every sketch
+    here is canonical)."""
+    preamble, version, family, flags, _ = _COMPACT_HEADER.unpack_from(data)
+    if version != 3 or family != 3 or not flags & _ORDERED:
+        raise ValueError("not an ordered compact theta sketch of serial version 3")
+    if preamble == 1:
+        count = 0 if flags & _EMPTY else 1
+    else:
+        (count,) = struct.unpack_from("<I", data, 8)
+    theta = struct.unpack_from("<Q", data, 16)[0] if preamble >= 3 else _THETA_MAX
+    return theta, np.frombuffer(data, dtype="<u8", count=count, offset=8 * preamble)
 
 
 def _to_update(theta):

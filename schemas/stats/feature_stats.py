@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import datasketches
 import numpy as np
 
-from .distinct import add_numbers, compact_theta, theta_union
+from .distinct import HashedTheta, add_numbers, compact_theta, united
 from .entries import feature_entry
 from .frequent import FrequentValues
 from .histogram import ValueHistogram
@@ -151,8 +151,10 @@ class FeatureStatistics:
             self.histogram = (other.histogram if self.histogram is None
                               else self.histogram.merge(other.histogram))
         if other.theta is not None:
+            # (united: the sketches held as one HashedTheta, which this
+            # merge owns and adds to, not a DataSketches union per merge)
             self.theta = (compact_theta(other.theta) if self.theta is None
-                          else theta_union(self.theta, other.theta))
+                          else united(self.theta, other.theta))
         if other.frequent is not None:
             self.frequent = (other.frequent if self.frequent is None
                              else self.frequent.merge(other.frequent))
@@ -162,11 +164,14 @@ class FeatureStatistics:
 
     def without_frequent(self) -> "FeatureStatistics":
         """A copy of self without its top values (the sketches shared, not
-        copied: a merge into the copy replaces them, never changes them)."""
+        copied: a merge into the copy replaces them, never changes them;
+        a `HashedTheta`, which a merge adds to, goes compact)."""
         copy = FeatureStatistics.__new__(FeatureStatistics)
         for name in self.__slots__:
             setattr(copy, name, getattr(self, name))
         copy.frequent = None
+        if isinstance(self.theta, HashedTheta):
+            copy.theta = compact_theta(self.theta)
         return copy
 
     @property

@@ -113,3 +113,49 @@ def test_a_hashed_theta_unites_with_compact_sketches():
     assert again.serialize() == _datasketches_theta("int64", range(9000))
     assert distinct.theta_union(first, first).serialize() == \
         _datasketches_theta("int64", range(3000))
+
+
+def _sketch_of(hashes: np.ndarray, form: str):
+    """A sketch of values with these `theta_hashes`: as a `HashedTheta`,
+    or compact (canonical), as merges meet them."""
+    held = distinct.HashedTheta()
+    held.add(hashes)
+    return held if form == "hashed" else held.compact()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_united_sketches_are_datasketches_union(data):
+    """A merge unites its partials' sketches into one `HashedTheta`
+    (`united`): it must end as the DataSketches union of them, folded
+    pairwise, byte for byte: empty, single, exact and estimating sketches
+    with different thetas, sharing hashes, in any order."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    span = data.draw(st.sampled_from([2**63 - 1, 10**6, 50_000]), label="hash span")
+    sketches = []
+    for _ in range(data.draw(st.integers(1, 7), label="sketches")):
+        size = data.draw(st.sampled_from([0, 1, 3, 2000, 4096, 4097, 9000, 30_000]), label="size")
+        hashes = rng.integers(1, span, size, dtype=np.uint64)
+        sketches.append(_sketch_of(hashes, data.draw(st.sampled_from(["hashed", "compact"]))))
+    expected = distinct.compact_theta(sketches[0])
+    for sketch in sketches[1:]:
+        expected = distinct.theta_union(expected, sketch)
+    held = sketches[0]
+    for sketch in sketches[1:]:
+        held = distinct.united(held, sketch)
+    assert distinct.compact_theta(held).serialize() == expected.serialize()
+
+
+def test_united_takes_update_sketches_and_owns_what_it_adds_to():
+    """The Python text path's update sketch unites as its compact form; a
+    compact sketch given first is never changed, a `HashedTheta` is added to."""
+    texts = datasketches.update_theta_sketch(distinct.THETA_LG_K)
+    for value in range(5000):
+        texts.update(f"t{value}")
+    numbers = distinct.add_numbers(None, np.arange(3000, dtype=np.int64)).compact()
+    before = numbers.serialize()
+    held = distinct.united(numbers, texts)
+    assert isinstance(held, distinct.HashedTheta)
+    assert numbers.serialize() == before
+    assert distinct.united(held, numbers) is held
+    assert held.compact().serialize() == distinct.theta_union(numbers, texts).serialize()
