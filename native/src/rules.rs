@@ -143,8 +143,16 @@ pub struct Nulls {
 /// not take it as it stands.
 pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     match rule {
-        Rule::Int { .. } => checked_number(rule, Value::Int(parse_int(field)?)),
-        Rule::Float { .. } => checked_number(rule, Value::Float(parse_float(field)?)),
+        // (the number tested as read: not wrapped, and its rule matched
+        // again, by `checked_number`, which cost a call per field)
+        Rule::Int { lo, hi, allowed } => {
+            let number = parse_int(field)?;
+            int_taken(*lo, *hi, allowed.as_ref(), number).then_some(Value::Int(number))
+        }
+        Rule::Float { lo, hi, allowed } => {
+            let number = parse_float(field)?;
+            float_taken(*lo, *hi, allowed.as_deref(), number).then_some(Value::Float(number))
+        }
         Rule::Text { limit, allowed } => {
             let fits = !field.is_empty() && (field.len() as u64) <= *limit;
             (fits && allowed.as_ref().is_none_or(|set| set.contains(field))).then_some(Value::Bytes(field))
@@ -160,17 +168,26 @@ pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
 pub(crate) fn checked_number<'a>(rule: &Rule, value: Value<'a>) -> Option<Value<'a>> {
     match (rule, value) {
         (Rule::Int { lo, hi, allowed }, Value::Int(number)) => {
-            let inside = *lo <= number && number <= *hi;
-            (inside && allowed.as_ref().is_none_or(|set| set.contains(&number))).then_some(value)
+            int_taken(*lo, *hi, allowed.as_ref(), number).then_some(value)
         }
         (Rule::Float { lo, hi, allowed }, Value::Float(number)) => {
-            // NaN fails both comparisons; infinities are outside lo..hi.
-            let inside = *lo <= number && number <= *hi;
-            let listed = allowed.as_ref().is_none_or(|values| values.iter().any(|v| *v == number));
-            (inside && listed).then_some(value)
+            float_taken(*lo, *hi, allowed.as_deref(), number).then_some(value)
         }
         _ => None,
     }
+}
+
+/// An int rule takes `number`: inside lo..hi and in `allowed`.
+#[inline(always)]
+fn int_taken(lo: i64, hi: i64, allowed: Option<&HashSet<i64>>, number: i64) -> bool {
+    lo <= number && number <= hi && allowed.is_none_or(|set| set.contains(&number))
+}
+
+/// A float rule takes `number`: inside lo..hi (NaN fails both
+/// comparisons; infinities are outside) and in `allowed`.
+#[inline(always)]
+fn float_taken(lo: f64, hi: f64, allowed: Option<&[f64]>, number: f64) -> bool {
+    lo <= number && number <= hi && allowed.is_none_or(|values| values.contains(&number))
 }
 
 pub(crate) fn put_entry(out: &mut Vec<u8>, feature: &Feature, value: &Value) {
