@@ -141,6 +141,7 @@ pub struct Nulls {
 }
 /// The value `rule` stores for `field`, or None when the fast path would
 /// not take it as it stands.
+#[inline(always)]
 pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
     match rule {
         // (the number tested as read: not wrapped, and its rule matched
