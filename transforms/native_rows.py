@@ -284,8 +284,9 @@ def _checked(kind: str, packed) -> np.ndarray:
     packed ones: the int64 or float64 array alone, which is all their
     readers take (statistics, label counts): no list of Python numbers is
     made."""
-    # (a copy: an array of its own, writable, not a view of the kernel's bytes)
-    return np.frombuffer(packed, dtype="<f8" if kind == "float64" else "<i8").copy()
+    # (a read-only view of the kernel's bytes, not a copy: its readers
+    # copy before they change an array a batch may share, `merge_statistics`)
+    return np.frombuffer(packed, dtype="<f8" if kind == "float64" else "<i8")
 
 
 def _int_bounds(lo, hi) -> tuple[int, int]:

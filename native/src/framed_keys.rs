@@ -52,11 +52,6 @@ impl KeyBuffer {
     pub fn key(&self, row: usize) -> Option<&[u8]> {
         (self.missing[row] == 0).then(|| &self.bytes[self.offsets[row] as usize..self.offsets[row + 1] as usize])
     }
-
-    /// The offsets as little-endian int64 bytes (numpy reads them in one call).
-    pub fn packed_offsets(&self) -> Vec<u8> {
-        packed::packed_i64(&self.offsets)
-    }
 }
 
 /// How many keys `offsets` cut a buffer of `length` bytes into: they must
@@ -150,7 +145,6 @@ mod tests {
             let cut: Vec<&[u8]> = buffer.offsets.windows(2).map(|pair| &buffer.bytes[pair[0] as usize..pair[1] as usize]).collect();
             let expected: Vec<&[u8]> = keys.iter().map(|key| key.as_deref().unwrap_or(b"")).collect();
             prop_assert_eq!(cut, expected);
-            prop_assert_eq!(buffer.packed_offsets().len(), 8 * (keys.len() + 1));
         }
 
         #[test]

@@ -106,11 +106,6 @@ impl<S: Store> FramedBuffer<S> {
         let (start, end) = (self.offsets[row] as usize, self.offsets[row + 1] as usize);
         (end > start).then(|| &self.framed.written()[start + walk::HEADER_SIZE..end - walk::FOOTER_SIZE])
     }
-
-    /// The offsets as little-endian int64 bytes (numpy reads them in one call).
-    pub fn packed_offsets(&self) -> Vec<u8> {
-        crate::packed::packed_i64(&self.offsets)
-    }
 }
 
 #[cfg(test)]
@@ -149,8 +144,6 @@ mod tests {
             let walked = walk::walk_records(&buffer.framed);
             prop_assert_eq!(walked.fault, None);
             prop_assert_eq!(walked.starts.len(), examples.iter().flatten().count());
-            let packed = buffer.packed_offsets();
-            prop_assert_eq!(packed.len(), 8 * (rows.len() + 1));
         }
     }
 }

@@ -239,25 +239,6 @@ impl CsvPlan {
     }
 }
 
-/// A numeric feature's checked column for Python: its numbers packed as
-/// little-endian int64 or float64 (numpy reads them in one call); b"" for
-/// a bytes feature's text, which Python does not read (a string
-/// feature's text is a `text_column`, `py_rows::checked_column`).
-fn packed_column(py: Python<'_>, values: &[rules::Value]) -> PyResult<PyObject> {
-    if let Some(rules::Value::Bytes(_)) = values.first() {
-        return Ok(PyBytes::new(py, b"").into_any().unbind());
-    }
-    let mut packed = Vec::with_capacity(values.len() * 8);
-    for value in values {
-        match value {
-            rules::Value::Int(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            rules::Value::Float(number) => packed.extend_from_slice(&number.to_le_bytes()),
-            rules::Value::Bytes(_) => return Err(PyRuntimeError::new_err("a numeric column holds text")),
-        }
-    }
-    Ok(PyBytes::new(py, &packed).into_any().unbind())
-}
-
 /// A table kernel's answer for Python: the Examples framed into one
 /// buffer, their offsets (little-endian int64, one more than the rows; a
 /// declined row's span is empty), keys (`framed_keys`: buffer, offsets,

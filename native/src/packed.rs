@@ -38,8 +38,10 @@ pub fn signed_words(bytes: &[u8], what: &str) -> Result<Vec<i64>, String> {
     Ok(words(bytes, what)?.into_iter().map(|word| word as i64).collect())
 }
 
-/// `values` as little-endian int64 bytes (numpy reads them in one call).
-pub fn packed_i64(values: &[i64]) -> Vec<u8> {
+/// `values` as little-endian int64 bytes (the reference the words are
+/// read back against; the kernels write theirs in place, `py_bytes::packed_i64s`).
+#[cfg(test)]
+fn packed_i64(values: &[i64]) -> Vec<u8> {
     values.iter().flat_map(|value| value.to_le_bytes()).collect()
 }
 

@@ -153,6 +153,30 @@ pub(crate) fn written_bytes<'py>(py: Python<'py>, len: usize,
     Ok(unsafe { object.downcast_into_unchecked::<PyBytes>() })
 }
 
+/// A bytes object of `count` 8-byte words from `words` (as numpy reads
+/// "<i8" or "<f8": `to_le_bytes` of each) back to back, written in place:
+/// no Vec first that the object then copies. Words past `count` are not
+/// taken; a shortfall is zeroed (`written_bytes`).
+pub(crate) fn packed_words<'py>(py: Python<'py>, count: usize, words: impl Iterator<Item = [u8; 8]>)
+                                -> PyResult<Bound<'py, PyBytes>> {
+    let len = count.checked_mul(8)
+        .ok_or_else(|| pyo3::exceptions::PyOverflowError::new_err("a bytes object's size fits usize"))?;
+    written_bytes(py, len, |room| {
+        let mut written = 0;
+        for (slot, word) in room.chunks_exact_mut(8).zip(words) {
+            slot.write_copy_of_slice(&word);
+            written += 8;
+        }
+        written
+    })
+}
+
+/// `values` as little-endian int64 bytes (numpy reads them in one call),
+/// written in place (`packed_words`).
+pub(crate) fn packed_i64s<'py>(py: Python<'py>, values: &[i64]) -> PyResult<Bound<'py, PyBytes>> {
+    packed_words(py, values.len(), values.iter().map(|value| value.to_le_bytes()))
+}
+
 impl Drop for GrowingBytes<'_> {
     fn drop(&mut self) {
         if let Some(object) = self.object.take() {
@@ -201,6 +225,27 @@ mod tests {
                 let mut expected = data.clone();
                 expected.resize(data.len() + extra, 0);
                 prop_assert_eq!(bytes.as_bytes(), &expected[..]);
+                Ok(())
+            })?;
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn packed_words_are_the_values_little_endian(values in prop::collection::vec(any::<i64>(), 0..40),
+                                                      short in 0usize..3) {
+            pyo3::prepare_freethreaded_python();
+            Python::with_gil(|py| {
+                let expected: Vec<u8> = values.iter().flat_map(|value| value.to_le_bytes()).collect();
+                let packed = packed_i64s(py, &values).expect("made");
+                prop_assert_eq!(packed.as_bytes(), &expected[..]);
+                // (fewer words than counted: the rest zeros)
+                let taken = values.len().saturating_sub(short);
+                let bytes = packed_words(py, values.len(), values[..taken].iter().map(|value| value.to_le_bytes()))
+                    .expect("made");
+                let mut padded = expected[..taken * 8].to_vec();
+                padded.resize(values.len() * 8, 0);
+                prop_assert_eq!(bytes.as_bytes(), &padded[..]);
                 Ok(())
             })?;
         }

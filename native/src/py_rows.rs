@@ -2,14 +2,15 @@
 //! the Python objects its callers take (`convert_csv_run`, `convert_checked_run`,
 //! `arrow::convert_arrow_batch`), made as the rows come.
 
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::column::Column;
-use crate::py_bytes::GrowingBytes;
+use crate::py_bytes::{packed_i64s, packed_words, GrowingBytes};
 use crate::rules::Value;
 use crate::text_column::text_column_objects;
-use crate::{digest, framed_keys, framed_rows, guarded, packed_column, table, ConvertedObjects, CsvPlan};
+use crate::{digest, framed_keys, framed_rows, guarded, table, ConvertedObjects, CsvPlan};
 
 /// A table kernel's rows as the Python side takes them (`table::Rows`):
 /// every taken row's Example framed as a TFRecord record (length, masked
@@ -73,19 +74,41 @@ fn checked_column(py: Python<'_>, column: &Column, as_str: bool, validated: bool
         return text_column_objects(py, column, validated);
     }
     if let Some(values) = column.complete() {
-        return packed_column(py, values);
+        return Ok(packed_column(py, values)?.into_any().unbind());
     }
     let packed = match column.values.first() {
         Some(Value::Bytes(_)) | None => py.None(),
-        Some(_) => packed_column(py, &column.values)?,
+        Some(_) => packed_column(py, &column.values)?.into_any().unbind(),
     };
     Ok((packed, PyBytes::new(py, &column.states)).into_pyobject(py)?.into_any().unbind())
+}
+
+/// A numeric column's values packed as numpy reads them (int64 or
+/// float64, little-endian), written straight into the bytes object; b""
+/// for a bytes feature's column, whose values Python does not read.
+fn packed_column<'py>(py: Python<'py>, values: &[Value]) -> PyResult<Bound<'py, PyBytes>> {
+    if let Some(Value::Bytes(_)) = values.first() {
+        return Ok(PyBytes::new(py, b""));
+    }
+    let mut text = false;
+    let packed = packed_words(py, values.len(), values.iter().map(|value| match value {
+        Value::Int(number) => number.to_le_bytes(),
+        Value::Float(number) => number.to_le_bytes(),
+        Value::Bytes(_) => {
+            text = true;
+            [0; 8]
+        }
+    }))?;
+    if text {
+        return Err(PyRuntimeError::new_err("a numeric column holds text"));
+    }
+    Ok(packed)
 }
 
 /// A batch's keys for Python: ``(buffer, offsets, missing | None)``.
 fn key_objects(py: Python<'_>, keys: &framed_keys::KeyBuffer) -> PyResult<PyObject> {
     let missing = (keys.nones > 0).then(|| PyBytes::new(py, &keys.missing));
-    Ok((PyBytes::new(py, &keys.bytes), PyBytes::new(py, &keys.packed_offsets()), missing)
+    Ok((PyBytes::new(py, &keys.bytes), packed_i64s(py, &keys.offsets)?, missing)
         .into_pyobject(py)?.into_any().unbind())
 }
 
@@ -113,7 +136,7 @@ pub(crate) fn converted_objects<'py>(py: Python<'py>, rows: FramedRows<'py>, col
         }
         None => None,
     };
-    let offsets = PyBytes::new(py, &rows.examples.packed_offsets()).unbind();
+    let offsets = packed_i64s(py, &rows.examples.offsets)?.unbind();
     let keys = key_objects(py, &rows.keys)?;
     Ok((rows.examples.framed.finish().unbind(), offsets, keys, PyList::new(py, checked)?.unbind(),
         digests, rows.declined))

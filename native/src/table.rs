@@ -14,7 +14,7 @@ use crate::csv_marks;
 use crate::digest::{RowHasher, DIGEST_SIZE};
 use crate::column::Column;
 use crate::nulls::Part;
-use crate::rules::{check, put_text_key, put_value_key, Key, Plan, Value};
+use crate::rules::{check, put_text_key, put_value_key, Key, Plan};
 use crate::wire;
 
 /// The kernel's answer for a run. Examples and keys are written one after
@@ -258,23 +258,30 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
     let mut line: Vec<&[u8]> = Vec::with_capacity(plan.width);
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
-    let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
+    // (the one feature whose value keys a row: only its value is kept)
+    let key_position = match plan.key {
+        Key::Feature(position) => Some(position),
+        Key::None | Key::Text(_) => None,
+    };
     let mut start = 0;
     for row in 0..fields.rows {
         start = fields.cut_row(run, row, start, &mut line)?;
         entries.clear();
-        values.clear();
         let mut declined = false;
+        let mut key_value = None;
         for (position, feature) in plan.features.iter().enumerate() {
             let field = line[feature.column];
             let part = feature.part(Some(field), || check(&feature.rule, field));
             declined |= part == Part::Declined;
-            values.push(part.record(feature, &mut entries, &mut checked[position]));
+            let stored = part.record(feature, &mut entries, &mut checked[position]);
+            if key_position == Some(position) {
+                key_value = stored;
+            }
         }
         key.clear();
         let keyed = match plan.key {
             Key::None => true,
-            Key::Feature(position) => match &values[position] {
+            Key::Feature(_) => match &key_value {
                 Some(value) => { put_value_key(&mut key, value); true }
                 None => false,
             },

@@ -10,16 +10,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::column::Column;
+use crate::py_bytes::{packed_words, written_bytes};
 use crate::rules::Value;
 
 const OFFSET_SIZE: usize = 8;
 
-/// Every row's value of a text column (a placeholder, the empty text,
-/// where a row holds none: the states say which), and how many bytes they
-/// hold together. An error for a number (no text column holds one) or,
-/// unless `validated`, a value that is not UTF-8.
-fn texts<'v>(values: &[Value<'v>], validated: bool) -> Result<(Vec<&'v [u8]>, usize), String> {
-    let mut texts = Vec::with_capacity(values.len());
+/// How many bytes every row's value of a text column (a placeholder, the
+/// empty text, where a row holds none: the states say which) holds
+/// together. An error for a number (no text column holds one) or, unless
+/// `validated`, a value that is not UTF-8.
+fn total_size(values: &[Value], validated: bool) -> Result<usize, String> {
     let mut total = 0usize;
     for value in values {
         let Value::Bytes(text) = value else { return Err("a text column holds a number".into()) };
@@ -29,9 +29,16 @@ fn texts<'v>(values: &[Value<'v>], validated: bool) -> Result<(Vec<&'v [u8]>, us
             std::str::from_utf8(text).map_err(|error| error.to_string())?;
         }
         total += text.len();
-        texts.push(*text);
     }
-    Ok((texts, total))
+    Ok(total)
+}
+
+/// A value of a column `total_size` found all text.
+fn text_of<'v>(value: &Value<'v>) -> &'v [u8] {
+    match value {
+        Value::Bytes(text) => text,
+        Value::Int(_) | Value::Float(_) => b"",
+    }
 }
 
 /// `texts` joined into `data` (exactly as long as they are together), and
@@ -52,7 +59,8 @@ fn join_into(texts: &[&[u8]], data: &mut [u8]) -> Vec<u8> {
 /// (as `text_column_objects` gives them to Python).
 #[cfg(test)]
 pub(crate) fn joined(values: &[Value], validated: bool) -> Result<(Vec<u8>, Vec<u8>), String> {
-    let (texts, total) = texts(values, validated)?;
+    let total = total_size(values, validated)?;
+    let texts: Vec<&[u8]> = values.iter().map(text_of).collect();
     let mut data = vec![0u8; total];
     let offsets = join_into(&texts, &mut data);
     Ok((data, offsets))
@@ -135,17 +143,28 @@ pub fn text_column_take<'py>(py: Python<'py>, data: &Bound<'py, PyBytes>, offset
 /// `joined`'s two buffers as bytes, and one state byte per row
 /// (`column::PRESENT`, ...) or None when every row holds its value.
 pub(crate) fn text_column_objects(py: Python<'_>, column: &Column, validated: bool) -> PyResult<PyObject> {
-    let (texts, total) = texts(&column.values, validated).map_err(|error| {
+    let total = total_size(&column.values, validated).map_err(|error| {
         if validated { PyRuntimeError::new_err(error) } else { PyValueError::new_err(error) }
     })?;
-    // (joined straight into the bytes object: no buffer of their own first)
-    let mut offsets = Vec::new();
-    let data = PyBytes::new_with(py, total, |data| {
-        offsets = join_into(&texts, data);
-        Ok(())
+    // (the texts and their offsets written straight into the bytes objects:
+    // no list of the texts, no buffer of their own first, no zeroing first)
+    let data = written_bytes(py, total, |data| {
+        let mut end = 0;
+        for text in column.values.iter().map(text_of) {
+            // (`total` bytes in all: `total_size` summed these same values)
+            data[end..end + text.len()].write_copy_of_slice(text);
+            end += text.len();
+        }
+        end
     })?;
+    let mut end = 0i64;
+    let ends = column.values.iter().map(|value| {
+        end += text_of(value).len() as i64;
+        end.to_le_bytes()
+    });
+    let offsets = packed_words(py, column.values.len() + 1, std::iter::once(0i64.to_le_bytes()).chain(ends))?;
     let states = column.complete().is_none().then(|| PyBytes::new(py, &column.states));
-    Ok((data, PyBytes::new(py, &offsets), states).into_pyobject(py)?.into_any().unbind())
+    Ok((data, offsets, states).into_pyobject(py)?.into_any().unbind())
 }
 
 #[cfg(test)]
