@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 pub mod arrow;
 pub mod arrow_array;
 pub mod column;
+pub mod crc;
 pub mod csv_marks;
 pub mod digest;
 pub mod framed_keys;
@@ -351,16 +352,7 @@ fn prefetch(address: *const u8) {
 fn framed_bytes<'py>(py: Python<'py>, slices: &[&[u8]]) -> PyResult<Bound<'py, PyBytes>> {
     // The sizes of objects that exist: no length here comes from the input's bytes.
     let total: usize = slices.iter().map(|slice| slice.len() + walk::HEADER_SIZE + walk::FOOTER_SIZE).sum();
-    py_bytes::written_bytes(py, total, |out| {
-        let mut at = 0;
-        for (index, slice) in slices.iter().enumerate() {
-            if let Some(ahead) = slices.get(index + PREFETCH_AHEAD) {
-                prefetch(ahead.as_ptr());
-            }
-            at += walk::frame_uninit(&mut out[at..], slice);
-        }
-        at
-    })
+    py_bytes::written_bytes(py, total, |out| walk::frame_all_uninit(out, slices))
 }
 
 /// `frame_records(records) -> bytes | None`: the TFRecord framing of a list

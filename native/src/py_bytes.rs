@@ -95,6 +95,14 @@ impl Store for GrowingBytes<'_> {
         unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
+    fn written_mut(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as `written`'s; `&mut self` makes this the one view of them.
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+    }
+
     fn spare(&self) -> usize {
         self.capacity - self.len
     }
@@ -203,6 +211,11 @@ mod tests {
                     prop_assert!(growing.spare() >= *reserve);
                     growing.append(piece.len(), |room| room.copy_from_slice(piece));
                     Store::append(&mut plain, piece.len(), |room: &mut [u8]| room.copy_from_slice(piece));
+                    prop_assert_eq!(growing.written(), &plain[..]);
+                    // Written over in place, as a framed buffer's CRCs are.
+                    if let (Some(first), Some(last)) = (growing.written_mut().first_mut(), plain.first_mut()) {
+                        (*first, *last) = (first.wrapping_add(1), last.wrapping_add(1));
+                    }
                     prop_assert_eq!(growing.written(), &plain[..]);
                 }
                 let bytes = growing.finish();

@@ -138,6 +138,6 @@ pub(crate) fn converted_objects<'py>(py: Python<'py>, rows: FramedRows<'py>, col
     };
     let offsets = packed_i64s(py, &rows.examples.offsets)?.unbind();
     let keys = key_objects(py, &rows.keys)?;
-    Ok((rows.examples.framed.finish().unbind(), offsets, keys, PyList::new(py, checked)?.unbind(),
+    Ok((rows.examples.into_store().finish().unbind(), offsets, keys, PyList::new(py, checked)?.unbind(),
         digests, rows.declined))
 }
