@@ -7,6 +7,14 @@ below a bound K, all of them, in (key, framed record) order, cut to the
 first RATIO_SAMPLE_LIMIT framed bytes. A set defined by content alone,
 so every exchange, bundling and worker count sees the same sample.
 
+Partial samples (a batch's, a bundle's, a bucket's) are cut too, to keep
+what crosses small, but each keeps the row that passed the limit
+(`ratio_sample_of`): the rows of their union below it are then exactly
+the whole's, and the whole's cut ends at that row. A partial cut before
+that row would let rows after it in, and the sample, its estimate and at
+times the shard count would follow how the rows were grouped. Only the
+estimate drops that row (`within_limit`).
+
 K (`tuning.RATIO_SAMPLE_BOUND`) is one constant, not sized to the input:
 `WriteDataset` cannot know its input's size, and must give `build`'s
 bytes. A bound that followed the input sampled 4 MB of a small build but
@@ -23,7 +31,7 @@ import numpy as np
 from ..splits import HASH_SIZE
 
 __all__ = ["RATIO_SAMPLE_LIMIT", "bound_key", "estimated_written_bytes", "ratio_sample_of",
-           "ratio_sample_rows", "rows_below"]
+           "ratio_sample_rows", "rows_below", "within_limit"]
 
 # The most framed bytes kept in a sample (a bound on the planning step's
 # memory, and on what one bundle sends).
@@ -65,19 +73,27 @@ def ratio_sample_rows(digests: bytes, data, sizes: np.ndarray, bound: int
 
 
 def ratio_sample_of(rows: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The sample from any superset of its rows that holds every row below
-    K with a lower key than a row it holds (a bundle's, a bucket's, several
-    merged): ``(key, framed record)`` sorted, cut where the framed bytes
-    would pass RATIO_SAMPLE_LIMIT. The rows kept are the first of the
-    split's own sample, so cutting partial samples changes nothing."""
+    """The sample from any superset of its rows that holds every row of
+    the sample (a bundle's, a bucket's, several such merged): ``(key,
+    framed record)`` sorted, up to and with the first row at which the
+    framed bytes pass RATIO_SAMPLE_LIMIT. Cutting partial samples so
+    changes nothing (module docstring); `within_limit` gives the rows an
+    estimate takes."""
     ordered = sorted(rows)
-    kept, running = [], 0
-    for row in ordered:
+    running = 0
+    for end, row in enumerate(ordered, 1):
         running += len(row[1])
         if running > RATIO_SAMPLE_LIMIT:
-            break
-        kept.append(row)
-    return kept
+            return ordered[:end]
+    return ordered
+
+
+def within_limit(sample: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The rows of a `ratio_sample_of` sample within RATIO_SAMPLE_LIMIT
+    framed bytes: all but the row that passed it, if it holds one."""
+    if sum(len(record) for _, record in sample) > RATIO_SAMPLE_LIMIT:
+        return sample[:-1]
+    return sample
 
 
 def estimated_written_bytes(total_bytes: int, sample_written: int, sample_bytes: int) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .bucket_plan import bucket_places, one_per_bucket
 from .elements import BucketChunks, Chunk, ShardSpec
-from .ratio_sample import estimated_written_bytes, ratio_sample_of
+from .ratio_sample import estimated_written_bytes, ratio_sample_of, within_limit
 
 __all__ = ["ShardCountError", "cuts_at_rows", "plan_row_shards", "plan_shards",
            "row_shard_count",
@@ -127,7 +127,8 @@ def plan_row_shards(split: str, buckets: Iterable[BucketChunks], shard_size: int
     largest = max(bucket.max_row for bucket, _, _ in placed)
     written = None
     if written_size is not None:
-        sample = ratio_sample_of(row for bucket, _, _ in placed for row in bucket.ratio_sample)
+        sample = within_limit(ratio_sample_of(
+            row for bucket, _, _ in placed for row in bucket.ratio_sample))
         written = estimated_written_bytes(total, written_size(sample),
                                           sum(len(record) for _, record in sample))
     count = row_shard_count(total, shard_size, largest, written, multiple=multiple,

@@ -27,7 +27,7 @@ import numpy as np
 from .. import tfrecord
 from . import run_format
 from .bucket_output import gzip_written_size
-from .ratio_sample import RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of
+from .ratio_sample import RATIO_SAMPLE_LIMIT, estimated_written_bytes, ratio_sample_of, within_limit
 from .shard_cuts import (
     row_shard_count,
     row_shard_thresholds,
@@ -204,7 +204,7 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
     total = int(nbytes.sum())
     written = None
     if gzip_level is not None:
-        sample = ratio_sample_of(sample)
+        sample = within_limit(ratio_sample_of(sample))
         written = estimated_written_bytes(total, gzip_written_size(sample, gzip_level),
                                           sum(len(record) for _, record in sample))
     count = row_shard_count(total, shard_size, largest, written, multiple=multiple,

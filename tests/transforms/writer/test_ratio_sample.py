@@ -71,11 +71,31 @@ def test_the_ratio_sample_does_not_depend_on_how_its_rows_are_grouped(rows, cuts
                   for key, size in rows] * repeats  # duplicate rows are kept, like rows
     with unittest.mock.patch.object(ratio_sample, "RATIO_SAMPLE_LIMIT", 200):
         whole = ratio_sample.ratio_sample_of(limit_rows)
-        assert sum(len(record) for _, record in whole) <= 200
+        kept = ratio_sample.within_limit(whole)
+        assert sum(len(record) for _, record in kept) <= 200
         assert whole == sorted(limit_rows)[:len(whole)]
         if sum(len(record) for _, record in limit_rows) > 200:
-            assert len(whole) < len(limit_rows)  # the limit cut it
+            # The limit cut it after the row that passed it, which only
+            # the estimate drops.
+            assert sum(len(record) for _, record in whole) > 200
+            assert kept == whole[:-1]
+        else:
+            assert kept == whole == sorted(limit_rows)
         edges = sorted({0, len(limit_rows), *(cut % (len(limit_rows) + 1) for cut in cuts)})
         groups = [limit_rows[a:b] for a, b in zip(edges[:-1], edges[1:])]
         cut = [row for group in reversed(groups) for row in ratio_sample.ratio_sample_of(group)]
         assert ratio_sample.ratio_sample_of(cut) == whole
+
+
+def test_a_partial_cut_before_the_row_that_passes_the_limit_lets_no_later_row_in():
+    """Rows a < b < c, a and b past the limit together: the whole's
+    estimate takes a alone. A partial of {a, b} cut to {a} merged with
+    {c} would take c as well; the partial keeps b, which stops the merge."""
+    import unittest.mock
+    a, b, c = (bytes([1]) * 16, b"a" * 150), (bytes([2]) * 16, b"b" * 100), (bytes([3]) * 16, b"c" * 10)
+    with unittest.mock.patch.object(ratio_sample, "RATIO_SAMPLE_LIMIT", 200):
+        whole = ratio_sample.ratio_sample_of([a, b, c])
+        merged = ratio_sample.ratio_sample_of(
+            ratio_sample.ratio_sample_of([a, b]) + ratio_sample.ratio_sample_of([c]))
+        assert merged == whole == [a, b]
+        assert ratio_sample.within_limit(merged) == [a]

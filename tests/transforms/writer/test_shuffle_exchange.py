@@ -641,7 +641,9 @@ def test_the_ratio_sample_is_the_rows_below_the_bound_in_both_exchanges(tmp_path
     import unittest.mock
     with unittest.mock.patch.object(ratio_sample, "RATIO_SAMPLE_LIMIT", 40_000):
         limited = _file_exchange_sample(tmp_path, rows, few)
-        assert 0 < sum(len(record) for _, record in limited) <= 40_000
+        kept = ratio_sample.within_limit(limited)
+        assert 0 < sum(len(record) for _, record in kept) <= 40_000
+        assert sum(len(record) for _, record in limited) > 40_000
         assert list(_pack_sample(rows, range(0, 3000, 77), [5], few)) == limited
 
 
