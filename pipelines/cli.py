@@ -188,6 +188,9 @@ def _dispatch(argv: list[str], console: bool = False) -> int:
         from .progress import hide_beam_noise
         hide_beam_noise(False)
     with _imports_frozen(console):
+        if console:
+            from .beam_import import import_beam_without_pandas
+            import_beam_without_pandas()
         function = getattr(importlib.import_module(module_name), function_name)
         from ..schemas.errors import ConfigError
     try:
