@@ -1,34 +1,57 @@
-"""Importing Beam without pandas, for the console script's process.
+"""Importing Beam without what a build does not use, for the console script's process.
 
-`apache_beam.typehints` imports pandas whenever it is installed, only to
-register Beam's conversions between pandas objects and batches of elements
-(`apache_beam.typehints.pandas_type_compatibility`, for DoFns that declare
-pandas batch types and for Beam DataFrames). recordforge declares no such
-type, and pandas (with what it imports) is the largest single piece of
-importing Beam: ~0.4 s of CPU of the ~1.4 s, which a small build (a few
-hundred thousand rows, a few thousand images) spends before its first row.
+A small build (a few hundred thousand rows, a few thousand images) spends
+most of its CPU importing Beam (~1.2 s of ~1.4 s), before its first row.
+Two pieces of that import are for nothing recordforge does:
 
-`import_beam_without_pandas` imports Beam while ``import pandas`` fails, then
-lets pandas be imported again: whatever imports it later (a Beam DataFrame,
-``pyarrow.Table.to_pandas``) gets it as usual, and Beam's DataFrame modules
-import the pandas conversions themselves. Only the console script does
-this: a caller's own process keeps Beam as it imports it.
+* pandas (~0.25 s): `apache_beam.typehints` imports it whenever it is
+  installed, only to register Beam's conversions between pandas objects
+  and batches of elements (`apache_beam.typehints.pandas_type_compatibility`,
+  for DoFns that declare pandas batch types and for Beam DataFrames).
+  recordforge declares no such type, and Beam's DataFrame modules import
+  those conversions themselves.
+* Beam's own filesystem for ``s3://`` (boto3, ~0.08 s): recordforge reads
+  and writes object stores through fsspec; Beam itself touches one only
+  where its options name a location there (`import_beam_filesystems`).
+
+`import_beam_lean` imports Beam while those modules cannot be imported,
+then lets them be imported again: whatever needs them later imports them
+as usual (pandas for ``pyarrow.Table.to_pandas``, Beam's S3 filesystem,
+which registers itself with Beam's `FileSystems` as it is imported). Only
+the console script does this: a caller's own process keeps Beam as it
+imports it.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
-__all__ = ["import_beam_without_pandas"]
+__all__ = ["import_beam_filesystems", "import_beam_lean"]
+
+# Modules importing Beam does not import, by the name Beam imports them by.
+_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem")
 
 
-def import_beam_without_pandas() -> None:
-    """Imports `apache_beam` with pandas hidden, unless either is imported already."""
-    if "apache_beam" in sys.modules or "pandas" in sys.modules:
+def import_beam_lean() -> None:
+    """Imports `apache_beam` without `_LEFT_OUT` (but those imported
+    already), unless Beam is imported already."""
+    if "apache_beam" in sys.modules:
         return
-    sys.modules["pandas"] = None  # `import pandas` raises ImportError while this is here
+    left_out = [name for name in _LEFT_OUT if name not in sys.modules]
+    for name in left_out:
+        sys.modules[name] = None  # importing it raises ModuleNotFoundError meanwhile
     try:
         import apache_beam  # noqa: F401
     finally:
-        if sys.modules.get("pandas", 0) is None:
-            del sys.modules["pandas"]
+        for name in left_out:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+def import_beam_filesystems(beam_args: Sequence[str]) -> None:
+    """Imports Beam's S3 filesystem when a Beam option names an ``s3://``
+    location (a temp or staging location), which `import_beam_lean` left
+    out; otherwise nothing."""
+    if any("s3://" in str(arg).lower() for arg in beam_args):
+        import apache_beam.io.aws.s3filesystem  # noqa: F401

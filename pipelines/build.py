@@ -32,6 +32,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from . import progress, publish, scratch, signals
+from .beam_import import import_beam_filesystems
 from .cache import CacheState, cache_url, open_cache, prune_cache, uses_cache
 from .config import DatasetConfig, load_config, load_runner_profile
 from .config.output import refuse_process_local_output
@@ -142,6 +143,7 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     # The fingerprints hold every input's size: the running mode is chosen
     # from them, not from a second listing (~30 ms for 3,000 images).
     beam_args = default_beam_args(beam_args, input_bytes=lambda: _input_size(inputs))
+    import_beam_filesystems(beam_args)
     options = BuildOptions(beam_args)
     requested_runner = options.view_as(StandardOptions).runner
     try:

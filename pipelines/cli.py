@@ -189,8 +189,8 @@ def _dispatch(argv: list[str], console: bool = False) -> int:
         hide_beam_noise(False)
     with _imports_frozen(console):
         if console:
-            from .beam_import import import_beam_without_pandas
-            import_beam_without_pandas()
+            from .beam_import import import_beam_lean
+            import_beam_lean()
         function = getattr(importlib.import_module(module_name), function_name)
         from ..schemas.errors import ConfigError
     try:
