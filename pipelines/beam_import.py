@@ -1,4 +1,4 @@
-"""Importing Beam without what a build does not use, for the console script's process.
+"""Importing Beam without what a build does not use, for the console script's `build`.
 
 A small build (a few hundred thousand rows, a few thousand images) spends
 most of its CPU importing Beam (~1.2 s of ~1.4 s), before its first row.
@@ -18,8 +18,9 @@ Two pieces of that import are for nothing recordforge does:
 then lets them be imported again: whatever needs them later imports them
 as usual (pandas for ``pyarrow.Table.to_pandas``, Beam's S3 filesystem,
 which registers itself with Beam's `FileSystems` as it is imported). Only
-the console script does this: a caller's own process keeps Beam as it
-imports it.
+the console script's `build` does this (`cli`): a caller's own process
+keeps Beam as it imports it, and the other commands import Beam late or
+not at all.
 """
 
 from __future__ import annotations

@@ -188,7 +188,9 @@ def _dispatch(argv: list[str], console: bool = False) -> int:
         from .progress import hide_beam_noise
         hide_beam_noise(False)
     with _imports_frozen(console):
-        if console:
+        if console and command == "build":
+            # Most of a small build's CPU (`beam_import`); the other
+            # commands import Beam late or not at all.
             from .beam_import import import_beam_lean
             import_beam_lean()
         function = getattr(importlib.import_module(module_name), function_name)

@@ -59,6 +59,15 @@ def test_beams_s3_filesystem_is_imported_when_an_option_names_an_s3_location(arg
     assert _run(code) == [str(imported)]
 
 
+@pytest.mark.parametrize("command", [["verify", "no-such-dataset"], ["install-prism", "--help"]])
+def test_the_console_scripts_other_commands_import_no_beam_for_it(command):
+    code = ("import atexit, sys; from recordforge.pipelines import cli; "
+            "atexit.register(lambda: print('apache_beam' in sys.modules)); cli.main()")
+    proc = subprocess.run([sys.executable, "-c", code, *command], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.stdout.split()[-1:] == ["False"], proc.stderr
+
+
 @pytest.mark.parametrize("first", ["pandas", "apache_beam"])
 def test_it_leaves_a_process_that_imported_either_already_as_it_is(first):
     code = (f"import sys, {first}; " + LEAN + "import apache_beam; "
