@@ -23,7 +23,7 @@ import numpy as np
 from .fast_paths import FastBounds, fast_bounds
 from .features import FeatureSpec
 
-__all__ = ["CheckedNumbers", "ColumnEncoder", "bytes_by_length", "rows_as_bytes"]
+__all__ = ["CheckedNumbers", "ColumnEncoder", "HeadedEntries", "bytes_by_length", "rows_as_bytes"]
 
 # Entry heads remembered per value size (bytes and text features).
 _MAX_HEADS = 4096
@@ -43,6 +43,18 @@ class CheckedNumbers(list):
         self.array = array
 
 
+class HeadedEntries(tuple):
+    """A bytes column's map entries as two lists, ``(heads, values)``:
+    entry i is ``heads[i] + values[i]``. The caller joins them straight
+    into the Example, so a large value (an image) is copied once there
+    rather than first into its own entry."""
+
+    __slots__ = ()
+
+    def __new__(cls, heads: list, values: list):
+        return super().__new__(cls, (heads, values))
+
+
 class ColumnEncoder:
     """Encodes one feature's column of raw values.
 
@@ -51,7 +63,8 @@ class ColumnEncoder:
     instance with a column (list of raw values, one per row) returns
     ``(entries, values)``: entries[i] is row i's map entry, or None where
     the row path must take the row; values are the checked values (one per
-    row) when the whole column took the column path, else None.
+    row) when the whole column took the column path, else None. A bytes
+    column that took the column path gives its entries as `HeadedEntries`.
     """
 
     def __init__(self, spec: FeatureSpec, vocabulary: Sequence[str] | None,
@@ -162,10 +175,10 @@ class ColumnEncoder:
         def data(raws):
             if set(map(type, raws)) != {bytes}:
                 return None
-            return self._sized_entries(raws, bounds)
+            return self._sized_entries(raws, bounds, headed=True)
         return data
 
-    def _sized_entries(self, values: list, bounds: FastBounds):
+    def _sized_entries(self, values: list, bounds: FastBounds, headed: bool = False):
         sizes = list(map(len, values))
         if max(sizes) > bounds.limit:
             return None
@@ -179,6 +192,8 @@ class ColumnEncoder:
             for size in missing:
                 entry = self._scalar_entry(bytes(size))
                 heads[size] = entry[:len(entry) - size]
+        if headed:
+            return HeadedEntries(list(map(heads.__getitem__, sizes)), values), values
         return list(map(bytes.__add__, map(heads.__getitem__, sizes), values)), values
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from .checks import Converter, checked_converter, compile_entry
-from .columns import ColumnEncoder
+from .columns import ColumnEncoder, HeadedEntries
 from .dead_letters import RowError
 from .errors import ConfigError
 from .example import (ExampleEncoder, ExampleValueError, example_from_entries, example_head,
@@ -170,8 +170,11 @@ class RowEncoder:
             elif None in entries:
                 to_row_path.update(i for i, entry in enumerate(entries) if entry is None)
                 entries = [b"" if entry is None else entry for entry in entries]
-            sizes += np.fromiter(map(len, entries), dtype=np.int64, count=count)
-            columns.append(entries)
+            # A bytes column's heads and values are joined once, below.
+            parts = entries if isinstance(entries, HeadedEntries) else (entries,)
+            for part in parts:
+                sizes += np.fromiter(map(len, part), dtype=np.int64, count=count)
+            columns.extend(parts)
         sizes = sizes.tolist()
         head_of = {size: example_head(size) for size in set(sizes)}
         examples = list(map(b"".join, zip(map(head_of.__getitem__, sizes), *columns)))

@@ -96,11 +96,14 @@ def read_file_once(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     return _read_and_drop(path, os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
 
-def _read_and_drop(path: str, fd: int) -> bytes:
+def _read_and_drop(path: str, fd: int, size: int | None = None) -> bytes:
     """The whole file open at `fd` (`path`: its name for errors), dropped
-    from the page cache; closes `fd`."""
+    from the page cache; closes `fd`. size: the file's size when it was
+    opened, if known (None: asked here); only a guess of how much to read
+    in one call, so a file that changed size since is still read whole."""
     try:
-        size = os.fstat(fd).st_size
+        if size is None:
+            size = os.fstat(fd).st_size
         data = os.read(fd, size + 1)
         if len(data) != size:  # the file changed size, or a short read
             data = b"".join(_to_the_end(fd, data))
@@ -136,37 +139,38 @@ def read_files_once(fs: fsspec.AbstractFileSystem, paths: Sequence[str]
         for path in paths:
             yield lambda path=path: read_file_once(fs, path)
         return
-    # A descriptor (opened and advised) or None per path of the window not
-    # yet handed out; `held`: the descriptor of the path handed out last,
-    # until its read takes it.
-    window: collections.deque[int | None] = collections.deque()
-    held: list[int] = []
+    # (descriptor opened and advised, the file's size then) or None per
+    # path of the window not yet handed out; `held`: that of the path
+    # handed out last, until its read takes it.
+    window: collections.deque[tuple[int, int] | None] = collections.deque()
+    held: list[tuple[int, int]] = []
     after_window = 0
     try:
         for path in paths:
             if not window:
                 after_window = _open_ahead(paths, after_window, window)
-            fd = window.popleft()
-            held = [] if fd is None else [fd]
+            opened = window.popleft()
+            held = [] if opened is None else [opened]
 
             def read(path=path, held=held) -> bytes:
                 if not held:
                     return read_file_once(fs, path)
-                return _read_and_drop(path, held.pop())
+                # The size from opening it ahead: no second fstat per image
+                return _read_and_drop(path, *held.pop())
 
             yield read
             while held:  # not read
-                os.close(held.pop())
+                os.close(held.pop()[0])
     finally:
-        for fd in (*held, *window):
-            if fd is not None:
-                os.close(fd)
+        for opened in (*held, *window):
+            if opened is not None:
+                os.close(opened[0])
 
 
 def _open_ahead(paths: Sequence[str], first: int, window: collections.deque) -> int:
-    """Opens ``paths[first:]`` up to the read-ahead limits into `window` (a
-    descriptor, advised, or None per path) and returns the next path's
-    index."""
+    """Opens ``paths[first:]`` up to the read-ahead limits into `window`
+    (``(descriptor, size)``, advised, or None per path) and returns the
+    next path's index."""
     held_bytes = 0
     index = first
     while index < len(paths) and len(window) < READ_AHEAD_FILES and (
@@ -188,7 +192,7 @@ def _open_ahead(paths: Sequence[str], first: int, window: collections.deque) -> 
             if fd is not None:
                 os.close(fd)
             fd = None
-        window.append(fd)
+        window.append(None if fd is None else (fd, status.st_size))
         index += 1
     return index
 

@@ -147,6 +147,24 @@ def test_read_files_once_reads_each_file_as_read_file_once_does(tmp_path, monkey
     memory.rm(str(tmp_path), recursive=True)
 
 
+def test_read_files_once_reads_a_file_whole_that_changed_size_after_it_was_opened(tmp_path):
+    # The size taken when a file is opened ahead only says how much to read
+    # in one call: a file that grew or shrank since is read as it is now.
+    paths = [str(tmp_path / f"{index}.bin") for index in range(3)]
+    for path in paths:
+        with open(path, "wb") as out:
+            out.write(b"x" * 1000)
+    reads = page_cache.read_files_once(fsspec.filesystem("file"), paths)
+    first = next(reads)  # the window, all three files, is opened here
+    with open(paths[1], "ab") as out:
+        out.write(b"y" * 5000)
+    with open(paths[2], "r+b") as out:
+        out.truncate(10)
+    assert first() == b"x" * 1000
+    assert next(reads)() == b"x" * 1000 + b"y" * 5000
+    assert next(reads)() == b"x" * 10
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="open descriptors from /proc")
 def test_read_files_once_closes_the_files_it_did_not_read(tmp_path):
     paths = []

@@ -116,19 +116,21 @@ def read_image_items(fs: fsspec.AbstractFileSystem, items: Iterable[ImageItem],
     items = list(items)
     for item, read in zip(items, read_files_once(fs, [item.fs_path for item in items])):
         source = display_name(fs, item.fs_path)
-        raw_input = {"path": item.rel, "label": item.label}
         try:
             data = read()
         except READ_ERRORS as exc:
-            yield read_error(source, None, exc, input=raw_input, rows=1)
+            yield read_error(source, None, exc, input=_raw_input(item), rows=1)
             continue
         try:
             columns = image_columns(data, source, options)
         except RowError as exc:
             yield dead_letter(source=source, row=None, key=None, stage=exc.stage,
                               reason=exc.reason, feature=exc.feature, message=exc.message,
-                              input=raw_input)
+                              input=_raw_input(item))
             continue
-        values: dict[str, Any] = {"path": item.rel, "label": item.label}
-        values.update(columns)
-        yield SourceRow(source, None, values)
+        yield SourceRow(source, None, {"path": item.rel, "label": item.label, **columns})
+
+
+def _raw_input(item: ImageItem) -> dict[str, Any]:
+    """What a dead letter of an image shows as its input."""
+    return {"path": item.rel, "label": item.label}
