@@ -321,6 +321,12 @@ fn murmur3_from(mut state: (u64, u64), rest: &[u8], len: usize) -> (u64, u64) {
         let word = tail_word(&rest[..rest.len() - tail.len() + low], low);
         h1 ^= word.wrapping_mul(MURMUR_C1).rotate_left(31).wrapping_mul(MURMUR_C2);
     }
+    murmur3_finish((h1, h2), len)
+}
+
+/// The hash from the state after every byte of a text of `len` bytes.
+#[inline(always)]
+fn murmur3_finish((mut h1, mut h2): (u64, u64), len: usize) -> (u64, u64) {
     h1 ^= len as u64;
     h2 ^= len as u64;
     h1 = h1.wrapping_add(h2);
@@ -482,14 +488,7 @@ mod tests {
         if !tail.is_empty() {
             h1 ^= word(&tail[..tail.len().min(8)]).wrapping_mul(MURMUR_C1).rotate_left(31).wrapping_mul(MURMUR_C2);
         }
-        h1 ^= data.len() as u64;
-        h2 ^= data.len() as u64;
-        h1 = h1.wrapping_add(h2);
-        h2 = h2.wrapping_add(h1);
-        h1 = fmix64(h1);
-        h2 = fmix64(h2);
-        h1 = h1.wrapping_add(h2);
-        (h1, h2.wrapping_add(h1))
+        murmur3_finish((h1, h2), data.len())
     }
 
     #[test]
