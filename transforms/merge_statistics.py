@@ -11,11 +11,13 @@ after it, whose accumulator (`schemas.stats.MergingStatistics`) merges
 every part as it comes but the top values of text, whose summary depends
 on the merge order: those wait, without the rest of their partial, for
 the canonical tree ordered by their content.
-`partial_to_json` / `partial_from_json` give a partial as JSON-safe values.
+`partial_to_json` / `partial_from_json` give a partial as JSON-safe values,
+`partial_json_text` as the JSON text of those.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import apache_beam as beam
@@ -26,7 +28,7 @@ from ..schemas.stats import FeatureStatistics, MergingStatistics, StatisticsPlan
 from ..schemas.text_column import TextColumn
 
 __all__ = ["CheckedValues", "MergeStatistics", "PartlyChecked", "StatisticsSetup",
-           "partial_from_json", "partial_to_json", "statistics_entry"]
+           "partial_from_json", "partial_json_text", "partial_to_json", "statistics_entry"]
 
 
 class StatisticsSetup(NamedTuple):
@@ -144,6 +146,15 @@ def partial_to_json(value: tuple[tuple[str, str], FeatureStatistics]) -> list:
     values: ``[[split, feature], state]`` (`FeatureStatistics.to_state`)."""
     (split, feature), stats = value
     return [[split, feature], stats.to_state()]
+
+
+def partial_json_text(value: tuple[tuple[str, str], FeatureStatistics]) -> str:
+    """`partial_to_json(value)` as compact ASCII JSON text (`json.dumps`
+    with separators ``(",", ":")``), its state written by
+    `FeatureStatistics.state_json`."""
+    (split, feature), stats = value
+    key = json.dumps([split, feature], separators=(",", ":"))
+    return f"[{key},{stats.state_json()}]"
 
 
 def partial_from_json(obj: Sequence) -> tuple[tuple[str, str], FeatureStatistics]:

@@ -32,6 +32,7 @@ pub mod nulls;
 pub mod packed;
 mod number_text;
 pub mod merge;
+pub mod murmur;
 pub mod run;
 pub mod rules;
 pub mod run_order;

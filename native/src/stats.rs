@@ -14,6 +14,7 @@
 //! hash DataSketches compares against its theta (`distinct.theta_hashes`).
 //! Nothing is sized by anything but the input's length.
 
+use crate::murmur::{fmix64, murmur3_x64_128};
 use crate::radix::radix_sort;
 
 /// The 2**53 below which every int converts to a double exactly
@@ -64,12 +65,6 @@ pub fn ordered_key(value: f64) -> u64 {
 
 pub fn unordered_key(key: u64) -> f64 {
     f64::from_bits(if key >> 63 != 0 { key ^ 1 << 63 } else { !key })
-}
-
-fn fmix64(mut k: u64) -> u64 {
-    k = (k ^ (k >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    k = (k ^ (k >> 33)).wrapping_mul(0xC4CE_B9FE_1A85_EC53);
-    k ^ (k >> 33)
 }
 
 /// `distinct.theta_hashes` of one 8-byte word: MurmurHash3_x64_128 with
@@ -270,39 +265,6 @@ pub fn float_runs(values: impl Iterator<Item = f64>) -> (Numeric, Candidates) {
     partial.keys = keys;
     partial.counts = counts;
     (partial, Candidates::OfKeys { is_int: false })
-}
-
-/// MurmurHash3_x64_128 of `data` with `seed`: the hash DataSketches
-/// gives every theta sketch update (the bytes of a text's UTF-8).
-pub fn murmur3_x64_128(data: &[u8], seed: u64) -> (u64, u64) {
-    const C1: u64 = 0x87C3_7B91_1142_53D5;
-    const C2: u64 = 0x4CF5_AD43_2745_937F;
-    let (mut h1, mut h2) = (seed, seed);
-    let mut blocks = data.chunks_exact(16);
-    for block in &mut blocks {
-        let k1 = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
-        let k2 = u64::from_le_bytes(block[8..].try_into().expect("8 bytes"));
-        h1 ^= k1.wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-        h1 = h1.rotate_left(27).wrapping_add(h2).wrapping_mul(5).wrapping_add(0x52DC_E729);
-        h2 ^= k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-        h2 = h2.rotate_left(31).wrapping_add(h1).wrapping_mul(5).wrapping_add(0x3849_5AB5);
-    }
-    let tail = blocks.remainder();
-    let word = |bytes: &[u8]| bytes.iter().rev().fold(0u64, |word, byte| word << 8 | u64::from(*byte));
-    if tail.len() > 8 {
-        h2 ^= word(&tail[8..]).wrapping_mul(C2).rotate_left(33).wrapping_mul(C1);
-    }
-    if !tail.is_empty() {
-        h1 ^= word(&tail[..tail.len().min(8)]).wrapping_mul(C1).rotate_left(31).wrapping_mul(C2);
-    }
-    h1 ^= data.len() as u64;
-    h2 ^= data.len() as u64;
-    h1 = h1.wrapping_add(h2);
-    h2 = h2.wrapping_add(h1);
-    h1 = fmix64(h1);
-    h2 = fmix64(h2);
-    h1 = h1.wrapping_add(h2);
-    (h1, h2.wrapping_add(h1))
 }
 
 /// DataSketches' default update seed, which every sketch here uses.

@@ -16,7 +16,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use crate::stats::{compact_theta, murmur3_x64_128, THETA_SEED};
+use crate::murmur::murmur3_x64_128;
+use crate::stats::{compact_theta, THETA_SEED};
 use crate::text_column;
 
 /// One batch's text partial: `FrequentValues(counts, offset)` with counts

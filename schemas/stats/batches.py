@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from ..text_column import TextColumn
-from .distinct import compact_theta
+from .distinct import compact_theta, serialized_theta
 from .feature_stats import FeatureStatistics
 from .plan import StatisticsPlan, order_free
 
@@ -71,8 +71,9 @@ class StatisticsAccumulator:
                 continue
             stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list,
                                                   vocabulary, per_row)
-            # Its canonical theta once, for the merge order, the cache and pickling.
-            stats.theta = compact_theta(stats.theta) if stats.theta is not None else None
+            # Its canonical theta as bytes once, for the merge order, the
+            # cache and pickling (the kernel's bytes as they are).
+            stats.theta = serialized_theta(stats.theta) if stats.theta is not None else None
             out.append((key, stats))
         return out
 

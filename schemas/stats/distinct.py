@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import collections
 import logging
 import struct
@@ -14,9 +15,9 @@ from ..native import kernels
 from .histogram import unordered_keys
 from .sums import EXACT_INT
 
-__all__ = ["THETA_LG_K", "HashedTheta", "add_numbers", "add_texts", "compact_theta", "distinct_estimate",
-           "text_sketch", "theta_bound", "theta_candidates", "theta_hashes", "theta_most",
-           "theta_union", "united"]
+__all__ = ["THETA_LG_K", "HashedTheta", "SerializedTheta", "add_numbers", "add_texts", "compact_theta",
+           "distinct_estimate", "serialized_theta", "text_sketch", "theta_bound", "theta_candidates",
+           "theta_hashes", "theta_most", "theta_union", "united"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ def compact_theta(sketch):
         return sketch
     if isinstance(sketch, HashedTheta):
         return sketch.compact()
+    if isinstance(sketch, SerializedTheta):
+        return datasketches.compact_theta_sketch.deserialize(sketch.data)
     union = datasketches.theta_union(THETA_LG_K)
     union.update(sketch)
     return union.get_result()
@@ -41,9 +44,39 @@ def compact_theta(sketch):
 def theta_union(a, b):
     """The union of two theta sketches, compact (canonical)."""
     union = datasketches.theta_union(THETA_LG_K)
-    union.update(compact_theta(a) if isinstance(a, HashedTheta) else a)
-    union.update(compact_theta(b) if isinstance(b, HashedTheta) else b)
+    union.update(compact_theta(a) if isinstance(a, (HashedTheta, SerializedTheta)) else a)
+    union.update(compact_theta(b) if isinstance(b, (HashedTheta, SerializedTheta)) else b)
     return union.get_result()
+
+
+class SerializedTheta:
+    """A compact theta sketch in its canonical form held as its serialized
+    bytes (`data`): a text partial's sketch from the native kernel to the
+    merge, which reads only its bytes (the merge order, the digest, the
+    build cache's JSON, pickling, `HashedTheta.unite`). Held so, the
+    kernel's bytes are never deserialized to be serialized again three
+    times, and their base64 is made once. `compact_theta` gives the
+    DataSketches sketch."""
+
+    __slots__ = ("data", "_base64")
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self._base64: str | None = None
+
+    def base64(self) -> str:
+        """`data` in base64, as the JSON state holds it (made once: the bytes never change)."""
+        if self._base64 is None:
+            self._base64 = base64.b64encode(self.data).decode("ascii")
+        return self._base64
+
+
+def serialized_theta(sketch) -> SerializedTheta:
+    """`sketch` (any theta sketch here) in its canonical compact form, as
+    its serialized bytes."""
+    if isinstance(sketch, SerializedTheta):
+        return sketch
+    return SerializedTheta(compact_theta(sketch).serialize())
 
 
 def united(held, sketch) -> "HashedTheta":
@@ -230,7 +263,7 @@ class HashedTheta:
         if isinstance(sketch, HashedTheta):
             theta, hashes = sketch.theta, sketch._held()
         else:
-            theta, hashes = _compact_parts(compact_theta(sketch).serialize())
+            theta, hashes = _compact_parts(serialized_theta(sketch).data)
         if theta < self.theta:
             # (the hashes held at or above the new theta are dropped, as the union's are)
             self.theta = theta

@@ -14,12 +14,12 @@ fixes that order.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any, Mapping, Sequence
 
-import datasketches
 import numpy as np
 
-from .distinct import HashedTheta, add_numbers, compact_theta, united
+from .distinct import HashedTheta, SerializedTheta, add_numbers, compact_theta, serialized_theta, united
 from .entries import feature_entry
 from .frequent import FrequentValues
 from .histogram import ValueHistogram
@@ -183,14 +183,14 @@ class FeatureStatistics:
     def __getstate__(self):
         state = {name: getattr(self, name) for name in self.__slots__}
         if state["theta"] is not None:
-            state["theta"] = compact_theta(state["theta"]).serialize()
+            state["theta"] = serialized_theta(state["theta"]).data
         return state
 
     def __setstate__(self, state):
         for name in self.__slots__:
             setattr(self, name, state[name])
         if self.theta is not None:
-            self.theta = datasketches.compact_theta_sketch.deserialize(self.theta)
+            self.theta = SerializedTheta(self.theta)
 
     def to_state(self) -> dict:
         """Everything this holds as JSON-safe values (`from_state` gives it
@@ -205,12 +205,26 @@ class FeatureStatistics:
         state["sum"], state["sum_squares"] = hex(self.sum), hex(self.sum_squares)
         state["labels"] = self.labels.tolist() if self.labels is not None else None
         state["frequent"] = None if self.frequent is None else self.frequent.to_state()
-        for name, sketch in (("histogram", self.histogram),
-                             ("theta", None if self.theta is None
-                              else compact_theta(self.theta))):
-            state[name] = (None if sketch is None
-                           else base64.b64encode(sketch.serialize()).decode("ascii"))
+        state["histogram"] = (None if self.histogram is None
+                              else base64.b64encode(self.histogram.serialize()).decode("ascii"))
+        state["theta"] = None if self.theta is None else serialized_theta(self.theta).base64()
         return state
+
+    def state_json(self, sort_keys: bool = False) -> str:
+        """`to_state` as compact ASCII JSON text (`json.dumps` with
+        separators ``(",", ":")`` and `sort_keys`), the theta sketch's
+        base64 (tens of kilobytes in a text partial, none of it to escape)
+        put in as it is rather than scanned by the encoder."""
+        state = self.to_state()
+        theta = state["theta"]
+        if theta is None:
+            return json.dumps(state, sort_keys=sort_keys, separators=(",", ":"))
+        # (an empty placeholder: no str inside the JSON text can hold the
+        # marker, whose quotes would be escaped there, so it is the key's)
+        state["theta"] = ""
+        head, _, tail = json.dumps(state, sort_keys=sort_keys, separators=(",", ":")
+                                        ).partition('"theta":""')
+        return "".join((head, '"theta":"', theta, '"', tail))
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "FeatureStatistics":
@@ -224,10 +238,10 @@ class FeatureStatistics:
             stats.labels = np.array(state["labels"], dtype=np.int64)
         if state["frequent"] is not None:
             stats.frequent = FrequentValues.from_state(state["frequent"])
-        for name, kind in (("histogram", ValueHistogram),
-                           ("theta", datasketches.compact_theta_sketch)):
-            if state[name] is not None:
-                setattr(stats, name, kind.deserialize(base64.b64decode(state[name])))
+        if state["histogram"] is not None:
+            stats.histogram = ValueHistogram.deserialize(base64.b64decode(state["histogram"]))
+        if state["theta"] is not None:
+            stats.theta = SerializedTheta(base64.b64decode(state["theta"]))
         return stats
 
     def to_json(self) -> dict:

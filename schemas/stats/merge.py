@@ -5,10 +5,9 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
-import json
 from collections.abc import Iterable
 
-from .distinct import compact_theta
+from .distinct import serialized_theta
 from .feature_stats import FeatureStatistics
 from .frequent import FrequentValues
 
@@ -25,8 +24,7 @@ MERGE_LEVELS = (16, 8, 0)
 
 def partial_digest(stats: FeatureStatistics) -> bytes:
     """SHA-256 of the statistics' canonical JSON (`to_state`): their content."""
-    return hashlib.sha256(json.dumps(stats.to_state(), sort_keys=True,
-                                     separators=(",", ":")).encode("utf-8")).digest()
+    return hashlib.sha256(stats.state_json(sort_keys=True).encode("ascii")).digest()
 
 
 def merge_order(stats: FeatureStatistics) -> tuple[bytes, int]:
@@ -38,8 +36,8 @@ def merge_order(stats: FeatureStatistics) -> tuple[bytes, int]:
     are named."""
     theta = b""
     if stats.theta is not None:
-        stats.theta = compact_theta(stats.theta)  # as pickling would
-        theta = stats.theta.serialize()
+        stats.theta = serialized_theta(stats.theta)  # as pickling would
+        theta = stats.theta.data
     offset = stats.frequent.offset if stats.frequent is not None else 0
     fingerprint = hashlib.sha256(b"".join((
         repr((stats.kind, stats.rows, stats.present, stats.num_values, offset)).encode("ascii"),

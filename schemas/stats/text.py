@@ -2,7 +2,8 @@
 
 `text_parts` gives, for one batch of a string feature's values (str, UTF-8
 bytes, or a `TextColumn` from the table kernels), its
-frequent values (`frequent.FrequentValues`) and its theta sketch: in one
+frequent values (`frequent.FrequentValues`) and its theta sketch (the
+kernel's as its bytes, `distinct.SerializedTheta`): in one
 pass of the native kernel (`recordforge._native.text_partial`,
 native/src/text_stats.rs) where the extension runs and the batch is a
 fresh partial (the case of every text partial: they are made per batch,
@@ -19,11 +20,9 @@ import collections
 import logging
 from typing import Sequence
 
-import datasketches
-
 from ..native import kernels
 from ..text_column import TextColumn
-from .distinct import THETA_LG_K, add_texts, text_sketch
+from .distinct import THETA_LG_K, SerializedTheta, add_texts, text_sketch
 from .frequent import FREQUENT_CAPACITY, MAX_VALUE_BYTES, FrequentValues, bounded_texts
 
 __all__ = ["native_text_parts", "python_text_parts", "text_parts"]
@@ -85,4 +84,4 @@ def native_text_parts(values: Sequence):
         counts = {values[first].decode("utf-8"): count for first, count in kept}
     else:
         counts = {values[first]: count for first, count in kept}
-    return FrequentValues(counts, offset), datasketches.compact_theta_sketch.deserialize(sketch)
+    return FrequentValues(counts, offset), SerializedTheta(sketch)

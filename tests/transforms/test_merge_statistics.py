@@ -17,8 +17,8 @@ from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.stats import FeatureStatistics, StatisticsPlan, merge_partials
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.merge_statistics import (MergeStatistics, StatisticsSetup,
-                                                     partial_from_json, partial_to_json,
-                                                     statistics_entry)
+                                                     partial_from_json, partial_json_text,
+                                                     partial_to_json, statistics_entry)
 from recordforge.transforms.to_examples import STATISTICS, BatchConversion
 
 SPECS = parse_features({
@@ -71,10 +71,27 @@ def test_partials_roundtrip_through_json_exactly(values):
         assert back[0] == partial[0]
         assert partial_to_json(back) == as_json
         assert back[1].to_json() == partial[1].to_json()
+        # the JSON text made around the theta sketch's base64 is json's own
+        assert partial_json_text(partial) == json.dumps(as_json, separators=(",", ":"))
+        assert partial_json_text(back) == partial_json_text(partial)
+        for sort_keys in (False, True):
+            assert partial[1].state_json(sort_keys) == json.dumps(as_json[1], sort_keys=sort_keys,
+                                                                  separators=(",", ":"))
         # and it merges as the original does
         twice = partial_from_json(as_json)[1].merge(back[1])
         assert twice.to_json() == partial_from_json(as_json)[1].merge(
             partial_from_json(as_json)[1]).to_json()
+
+
+@pytest.mark.parametrize("texts", [['"theta":""', "theta", '"theta":"x"', "é\u2028"], ["a"] * 3])
+def test_state_json_is_jsons_own_whatever_the_values_hold(texts):
+    stats = FeatureStatistics.from_values("string", "bytes", len(texts), texts)
+    for partial in (stats, partial_from_json(partial_to_json((("train", "t"), stats)))[1]):
+        for sort_keys in (False, True):
+            assert partial.state_json(sort_keys) == json.dumps(stats.to_state(), sort_keys=sort_keys,
+                                                               separators=(",", ":"))
+    assert partial_json_text((("tr\u00e9", "t"), stats)) == json.dumps(
+        [["tr\u00e9", "t"], stats.to_state()], separators=(",", ":"))
 
 
 def test_exact_parts_survive_json():

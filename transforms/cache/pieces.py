@@ -49,7 +49,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..splits import ExampleRows, HashedExamples, SplitAssigner
-from ..merge_statistics import partial_from_json, partial_to_json
+from ..merge_statistics import partial_from_json, partial_json_text, partial_to_json
 from ..page_cache import WriteBehind
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 from ..writer import KEY_VARIABLE, CheckedFile, RunBuffer, RunFile, SampleEntry
@@ -206,7 +206,7 @@ class PieceWriter:
                 # form is a list per value held (a text partial of free text
                 # holds ~1000) until the unit ends, each one more object for
                 # the cyclic collector to walk in every full collection.
-                self._summary[tag].append(_json_text(partial_to_json(value)))
+                self._summary[tag].append(partial_json_text(value))
             elif key in self._merged:
                 self._merged[key].merge(stats)
             else:  # a copy: the partial itself goes on down the pipeline
@@ -252,7 +252,7 @@ class PieceWriter:
                             "bytes": num_bytes, "size": checked.size, "crc32c": checked.crc,
                             "sample": encode_value(sample)})
             size += checked.size
-        statistics = [_json_text(partial_to_json((key, self._merged[key])))
+        statistics = [partial_json_text((key, self._merged[key]))
                       for key in sorted(self._merged)]
         if not remember:
             self._temporary.clear()

@@ -1,0 +1,85 @@
+"""A text partial's way from the convert step to the merge: its making, the build cache's JSON text, the merge.
+
+    python benchmarks/bench_text_partials.py [--rows 10000] [--batches 20] [--repeat 9]
+
+Makes batches of the end-to-end benchmark's free text (`e2e_workloads`:
+20-120 characters of words, each batch with one value twice, as the
+benchmark table's batches hold one repeat: its top values keep a count,
+so its partial waits for the canonical merge) as the `TextColumn` the
+native kernels give, and times, best of `--repeat`, per partial:
+`StatisticsAccumulator.add` of each batch (the text kernel), the partial's
+JSON text as the build cache writes it, and `MergingStatistics` of all
+partials to the stats.json entry (the merge order, the digest, the union).
+Run it with another checkout first on PYTHONPATH to compare, alternating
+(a checkout without `partial_json_text` gets the cache's text as it wrote
+it then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from e2e_workloads import _text  # noqa: E402
+
+from recordforge.schemas.stats import MergingStatistics, StatisticsPlan  # noqa: E402
+from recordforge.schemas.stats.batches import StatisticsAccumulator  # noqa: E402
+from recordforge.schemas.text_column import TextColumn  # noqa: E402
+from recordforge.transforms import merge_statistics  # noqa: E402
+from recordforge.transforms.cache import pieces  # noqa: E402
+
+PLAN = StatisticsPlan((("text", "string", "bytes", False, None),))
+json_text = getattr(merge_statistics, "partial_json_text", None) or (
+    lambda value: pieces._json_text(merge_statistics.partial_to_json(value)))
+
+
+def make_batches(rows: int, batches: int, seed: int = 7) -> list[TextColumn]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(batches):
+        texts = [_text(rng) for _ in range(rows)]
+        texts[1] = texts[0]
+        out.append(TextColumn.of(texts))
+    return out
+
+
+def run(batches: list[TextColumn]) -> tuple[float, float, float]:
+    """CPU seconds to make the partials, their cache text, and their merge."""
+    split_of = np.zeros(len(batches[0]), dtype=np.int64)
+    started = time.process_time()
+    accumulator = StatisticsAccumulator(PLAN, ["train"])
+    partials = []
+    for batch in batches:
+        partials += accumulator.add(lambda name, batch=batch: ("scalars", batch), split_of)
+    made = time.process_time()
+    for partial in partials:
+        json_text(partial)
+    cached = time.process_time()
+    merging = MergingStatistics()
+    for _, stats in partials:
+        merging.add(stats)
+    merging.result().to_json()
+    return made - started, cached - made, time.process_time() - cached
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000, help="rows a batch")
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=9)
+    args = parser.parse_args()
+    batches = make_batches(args.rows, args.batches)
+    best = [min(times) for times in zip(*(run(batches) for _ in range(args.repeat)))]
+    made, cached, merged = (seconds / args.batches * 1e6 for seconds in best)
+    print(f"µs a partial of {args.rows} rows: made {made:.0f}, cache text {cached:.0f}, "
+          f"merged {merged:.0f}, together {made + cached + merged:.0f} (best of {args.repeat})")
+
+
+if __name__ == "__main__":
+    main()
