@@ -27,6 +27,7 @@ framed bytes.
 from __future__ import annotations
 
 import bisect
+import io
 import mmap
 import os
 import shutil
@@ -333,6 +334,51 @@ def _filesystem(path: str) -> tuple:
 _LOCAL = LocalFileSystem()
 
 
+def _read_at(fileobj, offset: int, length: int) -> bytes:
+    """Up to `length` bytes of the file at `offset` (fewer at its end): one
+    `pread` for a local file, no seek (a run's reads are all at offsets)."""
+    if isinstance(fileobj, io.FileIO):
+        parts = []
+        while length > 0:
+            part = os.pread(fileobj.fileno(), length, offset)
+            if not part:
+                break
+            parts.append(part)
+            offset += len(part)
+            length -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    fileobj.seek(offset)
+    return fileobj.read(length)
+
+
+def _read_into(fileobj, view: memoryview, offset: int) -> int:
+    """Reads the file from `offset` into `view` until it is full or the
+    file ends; returns the bytes read."""
+    filled = 0
+    if not isinstance(fileobj, io.FileIO):
+        fileobj.seek(offset)
+    while filled < len(view):
+        if isinstance(fileobj, io.FileIO):
+            count = os.preadv(fileobj.fileno(), [view[filled:]], offset + filled)
+        else:
+            count = fileobj.readinto(view[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
+
+
+def _within(rows: RunSlice, lo: bytes, hi: bytes | None, width: int) -> RunSlice:
+    """The rows of a sorted slice with lo <= key < hi."""
+    start = _bound(rows.keys, lo, width)
+    stop = _bound(rows.keys, hi, width)
+    ends = np.cumsum(rows.sizes)
+    first_byte = int(ends[start - 1]) if start else 0
+    last_byte = int(ends[stop - 1]) if stop else 0
+    return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
+                    rows.sizes[start:stop])
+
+
 class RunFile:
     """Reads a run file's footer and index, and its rows in a key range."""
 
@@ -376,13 +422,18 @@ class RunFile:
             return end - first, self.data_size - offset
         return end - first, self.offsets[bisect.bisect_left(self.rows, end)] - offset
 
-    def _read_rows(self, fileobj, first: int, end: int, offset: int,
-                   key_offset: int, mapped: bool = False, into: memoryview | None = None
-                   ) -> RunSlice:
+    def _read_rows(self, fileobj, first: int, end: int, offset: int, key_offset: int,
+                   lo: bytes, hi: bytes | None, mapped: bool = False,
+                   into: memoryview | None = None) -> RunSlice:
+        """The rows with lo <= key < hi of rows ``[first, end)`` (`offset`,
+        `key_offset`: row first's record and key offsets). The sizes and
+        keys are read first and the records of those rows only: an indexed
+        range runs up to `index_every` bytes past the key range at each
+        end, which every bucket read twice over (its own edges, and its
+        neighbours')."""
         count = end - first
         raw_sizes = self._section(fileobj, self._sizes_offset + 4 * first, 4 * count, "sizes")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
-        data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
         if self.key_width > 0:
             keys = _fixed_keys(self._section(fileobj, self._keys_offset + self.key_width * first,
                                              self.key_width * count, "keys"), self.key_width)
@@ -396,14 +447,20 @@ class RunFile:
             keys = FramedKeys(self._section(fileobj, self._keys_offset + key_offset,
                                             int(key_offsets[-1]), "keys"), key_offsets)
         else:
-            keys = None
-        rows = RunSlice(keys, data, sizes)
-        return rows if keys is not None else rows._replace(keys=rows.examples())
+            # The key is the example: the records are read to find the range.
+            data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
+            rows = RunSlice(None, data, sizes)
+            return _within(rows._replace(keys=rows.examples()), lo, hi, self.key_width)
+        start = _bound(keys, lo, self.key_width)
+        stop = max(start, _bound(keys, hi, self.key_width))
+        skipped = int(sizes[:start].sum())
+        sizes = sizes[start:stop]
+        data = self._records(fileobj, offset + skipped, int(sizes.sum()), mapped, into)
+        return RunSlice(keys[start:stop], data, sizes)
 
     def _section(self, fileobj, offset: int, length: int, what: str) -> bytes:
         """Bytes ``[offset, offset + length)`` of the file (a column section's)."""
-        fileobj.seek(offset)
-        data = fileobj.read(length)
+        data = _read_at(fileobj, offset, length)
         if len(data) != length:
             raise RunFileError(f"{self.path}: {what} cut short at byte {offset + len(data)}")
         return data
@@ -422,26 +479,21 @@ class RunFile:
         `into` (writing): read into this buffer (at least `length` bytes)
         instead of a new one; see `bucket_arena.read_arena`.
         """
+        if offset + length > self.data_size:
+            raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
         if into is not None and not mapped:
-            fileobj.seek(offset)
             view = into[:length]
-            filled = 0
-            while filled < length:
-                count = fileobj.readinto(view[filled:])
-                if not count:
-                    raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
-                filled += count
-            if not self._keep_pages:
+            filled = _read_into(fileobj, view, offset)
+            if filled != length:
+                raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
+            if length and not self._keep_pages:
                 drop_behind(fileobj, offset, length)  # read once (twice at most)
             return view
         if not mapped or not isinstance(self._fs, LocalFileSystem):
-            fileobj.seek(offset)
-            data = fileobj.read(length)
+            data = _read_at(fileobj, offset, length)
             if len(data) != length:
                 raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
             return memoryview(data)
-        if offset + length > self.data_size:
-            raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
         if self._map is None:
             # The map outlives this call and the file: the slices handed out
             # keep it alive, and it is unmapped once the last one is gone.
@@ -451,8 +503,9 @@ class RunFile:
     def _open(self) -> BinaryIO:
         # A local run is opened by Python itself: through fsspec each open
         # cost ~30 µs, and a shard's writer opens every run once per bucket.
+        # Unbuffered: every read is of a known range, at its offset (`_read_at`).
         if isinstance(self._fs, LocalFileSystem):
-            return open(self._fs_path, "rb")
+            return open(self._fs_path, "rb", buffering=0)
         return self._fs.open(self._fs_path, "rb")
 
     def release(self) -> None:
@@ -462,24 +515,14 @@ class RunFile:
         if self._map is not None:
             self._map.madvise(mmap.MADV_DONTNEED)
 
-    def _within(self, rows: RunSlice, lo: bytes, hi: bytes | None) -> RunSlice:
-        """The rows of a sorted slice with lo <= key < hi."""
-        start = _bound(rows.keys, lo, self.key_width)
-        stop = _bound(rows.keys, hi, self.key_width)
-        ends = np.cumsum(rows.sizes)
-        first_byte = int(ends[start - 1]) if start else 0
-        last_byte = int(ends[stop - 1]) if stop else 0
-        return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
-                        rows.sizes[start:stop])
-
     def read(self, lo: bytes, hi: bytes | None, mapped: bool = False,
              into: memoryview | None = None) -> RunSlice:
         """The rows with lo <= key < hi, in a few reads (`mapped`, `into`:
         see `_records`; `into` must hold the range's `estimate` bytes)."""
         first, end, offset, key_offset = self.row_range(lo, hi)
         with self._open() as fileobj:
-            rows = self._read_rows(fileobj, first, end, offset, key_offset, mapped, into)
-        return self._within(rows, lo, hi)
+            return self._read_rows(fileobj, first, end, offset, key_offset, lo, hi, mapped,
+                                   into)
 
     def stream(self, lo: bytes, hi: bytes | None) -> Iterator[tuple]:
         """``(key, example, framed record)`` of the rows with lo <= key < hi,
@@ -493,8 +536,7 @@ class RunFile:
                 entry = bisect.bisect_right(self.offsets, offset + BLOCK)
                 stop = self.rows[entry] if entry < len(self.rows) else self.num_records
                 stop = min(end, max(stop, row + 1))
-                rows = self._within(self._read_rows(fileobj, row, stop, offset, key_offset),
-                                    lo, hi)
+                rows = self._read_rows(fileobj, row, stop, offset, key_offset, lo, hi)
                 yield from _row_tuples(rows, self.key_width)
                 if stop < end:
                     index = bisect.bisect_left(self.rows, stop)
