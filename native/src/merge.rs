@@ -133,7 +133,9 @@ impl<'s, 'a> Cursor<'s, 'a> {
 /// ``(key, example)`` order, rows equal in both in the order of their
 /// numbers, written into `order` as little-endian int64s (8 bytes a row);
 /// false when a slice is not in order (the caller sorts instead) or
-/// `order` is not 8 bytes a row (the caller sizes it so).
+/// `order` is not 8 bytes a row (the caller sizes it so). Keys whose
+/// heads all differ are ordered by those (`order_by_heads`), any others
+/// by the heap.
 pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
     let mut cursors = Vec::with_capacity(slices.len());
     let mut rows = 0;
