@@ -27,7 +27,6 @@ framed bytes.
 from __future__ import annotations
 
 import bisect
-import io
 import mmap
 import os
 import shutil
@@ -35,7 +34,6 @@ import struct
 import tempfile
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
-import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
@@ -45,6 +43,7 @@ from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import Taken, framed_rows, sorted_order, take
 from .run_kernel import sorted_rows, write_ordered
+from .run_reads import filesystem, open_run, read_at, read_into
 
 __all__ = [
     "BLOCK",
@@ -325,49 +324,6 @@ def _layout(fs, fs_path: str, path: str) -> _Layout:
     return layout
 
 
-def _filesystem(path: str) -> tuple:
-    if "://" not in path and "::" not in path:
-        return _LOCAL, path  # a plain local path: url_to_fs costs more than the lookup
-    return fsspec.core.url_to_fs(path)
-
-
-_LOCAL = LocalFileSystem()
-
-
-def _read_at(fileobj, offset: int, length: int) -> bytes:
-    """Up to `length` bytes of the file at `offset` (fewer at its end): one
-    `pread` for a local file, no seek (a run's reads are all at offsets)."""
-    if isinstance(fileobj, io.FileIO):
-        parts = []
-        while length > 0:
-            part = os.pread(fileobj.fileno(), length, offset)
-            if not part:
-                break
-            parts.append(part)
-            offset += len(part)
-            length -= len(part)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-    fileobj.seek(offset)
-    return fileobj.read(length)
-
-
-def _read_into(fileobj, view: memoryview, offset: int) -> int:
-    """Reads the file from `offset` into `view` until it is full or the
-    file ends; returns the bytes read."""
-    filled = 0
-    if not isinstance(fileobj, io.FileIO):
-        fileobj.seek(offset)
-    while filled < len(view):
-        if isinstance(fileobj, io.FileIO):
-            count = os.preadv(fileobj.fileno(), [view[filled:]], offset + filled)
-        else:
-            count = fileobj.readinto(view[filled:])
-        if not count:
-            break
-        filled += count
-    return filled
-
-
 def _within(rows: RunSlice, lo: bytes, hi: bytes | None, width: int) -> RunSlice:
     """The rows of a sorted slice with lo <= key < hi."""
     start = _bound(rows.keys, lo, width)
@@ -389,7 +345,7 @@ class RunFile:
         # next build and were just read whole by the cache's check, so
         # dropping them only costs: 0.4 s a GB of advice calls here.
         self._keep_pages = keep_pages
-        self._fs, self._fs_path = (fs, path) if fs is not None else _filesystem(path)
+        self._fs, self._fs_path = (fs, path) if fs is not None else filesystem(path)
         layout = _layout(self._fs, self._fs_path, path)
         self._sizes_offset = layout.sizes_offset
         self._keys_offset = layout.keys_offset
@@ -460,7 +416,7 @@ class RunFile:
 
     def _section(self, fileobj, offset: int, length: int, what: str) -> bytes:
         """Bytes ``[offset, offset + length)`` of the file (a column section's)."""
-        data = _read_at(fileobj, offset, length)
+        data = read_at(fileobj, offset, length)
         if len(data) != length:
             raise RunFileError(f"{self.path}: {what} cut short at byte {offset + len(data)}")
         return data
@@ -483,14 +439,14 @@ class RunFile:
             raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
         if into is not None and not mapped:
             view = into[:length]
-            filled = _read_into(fileobj, view, offset)
+            filled = read_into(fileobj, view, offset)
             if filled != length:
                 raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
             if length and not self._keep_pages:
                 drop_behind(fileobj, offset, length)  # read once (twice at most)
             return view
         if not mapped or not isinstance(self._fs, LocalFileSystem):
-            data = _read_at(fileobj, offset, length)
+            data = read_at(fileobj, offset, length)
             if len(data) != length:
                 raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
             return memoryview(data)
@@ -501,12 +457,7 @@ class RunFile:
         return memoryview(self._map)[offset:offset + length]
 
     def _open(self) -> BinaryIO:
-        # A local run is opened by Python itself: through fsspec each open
-        # cost ~30 µs, and a shard's writer opens every run once per bucket.
-        # Unbuffered: every read is of a known range, at its offset (`_read_at`).
-        if isinstance(self._fs, LocalFileSystem):
-            return open(self._fs_path, "rb", buffering=0)
-        return self._fs.open(self._fs_path, "rb")
+        return open_run(self._fs, self._fs_path)
 
     def release(self) -> None:
         """Takes the mapped pages out of this process's memory (they stay in
