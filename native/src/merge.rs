@@ -133,7 +133,9 @@ impl<'s, 'a> Cursor<'s, 'a> {
 /// ``(key, example)`` order, rows equal in both in the order of their
 /// numbers, written into `order` as little-endian int64s (8 bytes a row);
 /// false when a slice is not in order (the caller sorts instead) or
-/// `order` is not 8 bytes a row (the caller sizes it so).
+/// `order` is not 8 bytes a row (the caller sizes it so). Keys whose
+/// heads all differ are ordered by those (`order_by_heads`), any others
+/// by the heap.
 pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
     let mut cursors = Vec::with_capacity(slices.len());
     let mut rows = 0;
@@ -143,6 +145,12 @@ pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
     }
     if order.len() != rows * 8 {
         return false;
+    }
+    if let Some(numbers) = order_by_heads(slices, rows) {
+        for (word, number) in order.chunks_exact_mut(8).zip(numbers) {
+            word.copy_from_slice(&(number as i64).to_le_bytes());
+        }
+        return true;
     }
     // A binary heap of the cursors, as (the key's first 8 bytes as an
     // integer, cursor): integers decide where those bytes differ (digests:
@@ -173,6 +181,36 @@ pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
         sift_down(&mut heap, 0, &cursors);
     }
     true
+}
+
+/// The rows' numbers ordered by their keys' `head`s, when no two rows
+/// share a head and each slice's heads rise: then that is their
+/// ``(key, example)`` order (keys whose first 8 bytes, zero-padded, differ
+/// order as those bytes), with no example compared. Else None, for the
+/// heap's merge, which breaks ties and finds a slice out of order.
+///
+/// Key-ordered tables' keys (ids, names) mostly differ in their first 8
+/// bytes: sorting the heads as integers (the stable sort finds the
+/// slices' sorted runs and merges them) took about a third of the heap's
+/// time, whose comparisons each branch on cursors all over the slices.
+fn order_by_heads(slices: &[SortedSlice], rows: usize) -> Option<impl Iterator<Item = usize>> {
+    let mut packed: Vec<u128> = Vec::with_capacity(rows);
+    for slice in slices {
+        let mut previous: Option<u64> = None;
+        for row in 0..slice.keys.len() {
+            let head = head(slice.keys.key(row));
+            if previous.is_some_and(|previous| previous >= head) {
+                return None;
+            }
+            previous = Some(head);
+            packed.push((head as u128) << 64 | packed.len() as u128);
+        }
+    }
+    packed.sort();
+    if packed.windows(2).any(|pair| pair[0] >> 64 == pair[1] >> 64) {
+        return None;
+    }
+    Some(packed.into_iter().map(|item| item as u64 as usize))
 }
 
 /// A cursor in the merge's heap: (its key's `head`, its index).
@@ -412,6 +450,25 @@ mod tests {
             let mut expected: Vec<usize> = (0..all.len()).collect();
             expected.sort_by(|a, b| all[*a].cmp(&all[*b]));  // stable: ties by position
             prop_assert_eq!(merged(&rows, &columns), Some(expected));
+        }
+
+        #[test]
+        fn keys_with_distinct_heads_merge_as_the_stable_sort(
+            slices in proptest::collection::vec(proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..12), proptest::collection::vec(0u8..3, 0..3)), 0..20), 0..6),
+            columns in proptest::collection::vec(any::<bool>(), 6), shuffled in any::<bool>()) {
+            // Keys of any bytes: their heads mostly differ (`order_by_heads`
+            // decides); a slice left unsorted must still give None.
+            let rows: Vec<Vec<(Vec<u8>, Vec<u8>)>> = slices.into_iter().map(|mut slice| {
+                slice.sort();
+                if shuffled { slice.reverse(); }
+                slice
+            }).collect();
+            let all: Vec<(Vec<u8>, Vec<u8>)> = rows.iter().flatten().cloned().collect();
+            let mut expected: Vec<usize> = (0..all.len()).collect();
+            expected.sort_by(|a, b| all[*a].cmp(&all[*b]));
+            let in_order = rows.iter().all(|slice| slice.windows(2).all(|pair| pair[0] <= pair[1]));
+            prop_assert_eq!(merged(&rows, &columns), in_order.then_some(expected));
         }
 
         #[test]

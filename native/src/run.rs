@@ -109,12 +109,23 @@ pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_eve
     for rows in blocks(count, block, framed) {
         let length = rows.clone().map(framed).sum();
         sink(length, &mut |out| {
+            if !records.framed {
+                // Examples are framed a batch of CRCs at a time (`frame_all_uninit`),
+                // not one record's CRC after the other.
+                // SAFETY: MaybeUninit<u8> has u8's layout, and `frame_all_uninit`
+                // writes only initialized bytes, every byte of the rows' framed size.
+                let out = unsafe { &mut *(out as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+                crate::walk::frame_all_uninit(out, &records.slices[rows.clone()]);
+                return;
+            }
             let mut at = 0;
             for row in rows.clone() {
                 if let Some(ahead) = records.slices.get(row + PREFETCH_AHEAD) {
                     crate::prefetch(ahead.as_ptr());
                 }
-                at += records.put(&mut out[at..], row);
+                let record = records.slices[row];
+                out[at..at + record.len()].copy_from_slice(record);
+                at += record.len();
             }
         })?;
     }

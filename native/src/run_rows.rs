@@ -13,7 +13,7 @@ use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
-use crate::walk::{frame_at, FOOTER_SIZE, HEADER_SIZE};
+use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::{with_bytes, PREFETCH_AHEAD};
 
 /// The framing's bytes around an Example: header and CRC.
@@ -76,16 +76,6 @@ impl<'a> Records<'a> {
     /// The row's size framed.
     pub fn size(&self, row: usize) -> usize {
         self.slices[row].len() + if self.framed { 0 } else { FRAMING }
-    }
-
-    /// Writes the row framed at the head of `out`; returns its size.
-    pub fn put(&self, out: &mut [u8], row: usize) -> usize {
-        let record = self.slices[row];
-        if !self.framed {
-            return frame_at(out, record);
-        }
-        out[..record.len()].copy_from_slice(record);
-        record.len()
     }
 }
 

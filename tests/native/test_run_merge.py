@@ -46,6 +46,20 @@ def test_the_merge_gives_the_positions_the_sort_gives(native, drawn, in_order, c
     """Slices in order merge to the sort's very positions (ties in slice,
     then row order), their keys listed or in key columns alike; a slice out
     of order gives None, and `_Ordered` sorts instead."""
+    _check_merge(native, drawn, in_order, columns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(drawn=st.lists(st.lists(st.tuples(st.binary(max_size=12), _bytes), max_size=12),
+                      max_size=6),
+       in_order=st.booleans(), columns=st.lists(st.booleans(), min_size=6, max_size=6))
+def test_keys_of_any_bytes_merge_as_the_sort(native, drawn, in_order, columns):
+    """Keys of any bytes mostly differ in their first 8: the kernel orders
+    those by their heads alone, with the same positions as the sort."""
+    _check_merge(native, drawn, in_order, columns)
+
+
+def _check_merge(native, drawn, in_order, columns):
     if in_order:
         drawn = [sorted(rows) for rows in drawn]
     slices = [_slice(rows, column=column) for rows, column in zip(drawn, columns)]

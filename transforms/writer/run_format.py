@@ -34,7 +34,6 @@ import struct
 import tempfile
 from typing import BinaryIO, Iterator, NamedTuple, Sequence
 
-import fsspec
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
@@ -44,6 +43,7 @@ from ..page_cache import drop_behind
 from ..tfrecord import FOOTER_SIZE, FRAMING, HEADER_SIZE
 from .row_order import Taken, framed_rows, sorted_order, take
 from .run_kernel import sorted_rows, write_ordered
+from .run_reads import filesystem, open_run, read_at, read_into
 
 __all__ = [
     "BLOCK",
@@ -324,13 +324,15 @@ def _layout(fs, fs_path: str, path: str) -> _Layout:
     return layout
 
 
-def _filesystem(path: str) -> tuple:
-    if "://" not in path and "::" not in path:
-        return _LOCAL, path  # a plain local path: url_to_fs costs more than the lookup
-    return fsspec.core.url_to_fs(path)
-
-
-_LOCAL = LocalFileSystem()
+def _within(rows: RunSlice, lo: bytes, hi: bytes | None, width: int) -> RunSlice:
+    """The rows of a sorted slice with lo <= key < hi."""
+    start = _bound(rows.keys, lo, width)
+    stop = _bound(rows.keys, hi, width)
+    ends = np.cumsum(rows.sizes)
+    first_byte = int(ends[start - 1]) if start else 0
+    last_byte = int(ends[stop - 1]) if stop else 0
+    return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
+                    rows.sizes[start:stop])
 
 
 class RunFile:
@@ -343,7 +345,7 @@ class RunFile:
         # next build and were just read whole by the cache's check, so
         # dropping them only costs: 0.4 s a GB of advice calls here.
         self._keep_pages = keep_pages
-        self._fs, self._fs_path = (fs, path) if fs is not None else _filesystem(path)
+        self._fs, self._fs_path = (fs, path) if fs is not None else filesystem(path)
         layout = _layout(self._fs, self._fs_path, path)
         self._sizes_offset = layout.sizes_offset
         self._keys_offset = layout.keys_offset
@@ -376,13 +378,18 @@ class RunFile:
             return end - first, self.data_size - offset
         return end - first, self.offsets[bisect.bisect_left(self.rows, end)] - offset
 
-    def _read_rows(self, fileobj, first: int, end: int, offset: int,
-                   key_offset: int, mapped: bool = False, into: memoryview | None = None
-                   ) -> RunSlice:
+    def _read_rows(self, fileobj, first: int, end: int, offset: int, key_offset: int,
+                   lo: bytes, hi: bytes | None, mapped: bool = False,
+                   into: memoryview | None = None) -> RunSlice:
+        """The rows with lo <= key < hi of rows ``[first, end)`` (`offset`,
+        `key_offset`: row first's record and key offsets). The sizes and
+        keys are read first and the records of those rows only: an indexed
+        range runs up to `index_every` bytes past the key range at each
+        end, which every bucket read twice over (its own edges, and its
+        neighbours')."""
         count = end - first
         raw_sizes = self._section(fileobj, self._sizes_offset + 4 * first, 4 * count, "sizes")
         sizes = np.frombuffer(raw_sizes, dtype=_SIZE).astype(np.int64)
-        data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
         if self.key_width > 0:
             keys = _fixed_keys(self._section(fileobj, self._keys_offset + self.key_width * first,
                                              self.key_width * count, "keys"), self.key_width)
@@ -396,14 +403,20 @@ class RunFile:
             keys = FramedKeys(self._section(fileobj, self._keys_offset + key_offset,
                                             int(key_offsets[-1]), "keys"), key_offsets)
         else:
-            keys = None
-        rows = RunSlice(keys, data, sizes)
-        return rows if keys is not None else rows._replace(keys=rows.examples())
+            # The key is the example: the records are read to find the range.
+            data = self._records(fileobj, offset, int(sizes.sum()), mapped, into)
+            rows = RunSlice(None, data, sizes)
+            return _within(rows._replace(keys=rows.examples()), lo, hi, self.key_width)
+        start = _bound(keys, lo, self.key_width)
+        stop = max(start, _bound(keys, hi, self.key_width))
+        skipped = int(sizes[:start].sum())
+        sizes = sizes[start:stop]
+        data = self._records(fileobj, offset + skipped, int(sizes.sum()), mapped, into)
+        return RunSlice(keys[start:stop], data, sizes)
 
     def _section(self, fileobj, offset: int, length: int, what: str) -> bytes:
         """Bytes ``[offset, offset + length)`` of the file (a column section's)."""
-        fileobj.seek(offset)
-        data = fileobj.read(length)
+        data = read_at(fileobj, offset, length)
         if len(data) != length:
             raise RunFileError(f"{self.path}: {what} cut short at byte {offset + len(data)}")
         return data
@@ -422,26 +435,21 @@ class RunFile:
         `into` (writing): read into this buffer (at least `length` bytes)
         instead of a new one; see `bucket_arena.read_arena`.
         """
+        if offset + length > self.data_size:
+            raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
         if into is not None and not mapped:
-            fileobj.seek(offset)
             view = into[:length]
-            filled = 0
-            while filled < length:
-                count = fileobj.readinto(view[filled:])
-                if not count:
-                    raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
-                filled += count
-            if not self._keep_pages:
+            filled = read_into(fileobj, view, offset)
+            if filled != length:
+                raise RunFileError(f"{self.path}: record cut short at byte {offset + filled}")
+            if length and not self._keep_pages:
                 drop_behind(fileobj, offset, length)  # read once (twice at most)
             return view
         if not mapped or not isinstance(self._fs, LocalFileSystem):
-            fileobj.seek(offset)
-            data = fileobj.read(length)
+            data = read_at(fileobj, offset, length)
             if len(data) != length:
                 raise RunFileError(f"{self.path}: record cut short at byte {offset + len(data)}")
             return memoryview(data)
-        if offset + length > self.data_size:
-            raise RunFileError(f"{self.path}: record cut short at byte {self.data_size}")
         if self._map is None:
             # The map outlives this call and the file: the slices handed out
             # keep it alive, and it is unmapped once the last one is gone.
@@ -449,11 +457,7 @@ class RunFile:
         return memoryview(self._map)[offset:offset + length]
 
     def _open(self) -> BinaryIO:
-        # A local run is opened by Python itself: through fsspec each open
-        # cost ~30 µs, and a shard's writer opens every run once per bucket.
-        if isinstance(self._fs, LocalFileSystem):
-            return open(self._fs_path, "rb")
-        return self._fs.open(self._fs_path, "rb")
+        return open_run(self._fs, self._fs_path)
 
     def release(self) -> None:
         """Takes the mapped pages out of this process's memory (they stay in
@@ -462,24 +466,14 @@ class RunFile:
         if self._map is not None:
             self._map.madvise(mmap.MADV_DONTNEED)
 
-    def _within(self, rows: RunSlice, lo: bytes, hi: bytes | None) -> RunSlice:
-        """The rows of a sorted slice with lo <= key < hi."""
-        start = _bound(rows.keys, lo, self.key_width)
-        stop = _bound(rows.keys, hi, self.key_width)
-        ends = np.cumsum(rows.sizes)
-        first_byte = int(ends[start - 1]) if start else 0
-        last_byte = int(ends[stop - 1]) if stop else 0
-        return RunSlice(rows.keys[start:stop], rows.data[first_byte:last_byte],
-                        rows.sizes[start:stop])
-
     def read(self, lo: bytes, hi: bytes | None, mapped: bool = False,
              into: memoryview | None = None) -> RunSlice:
         """The rows with lo <= key < hi, in a few reads (`mapped`, `into`:
         see `_records`; `into` must hold the range's `estimate` bytes)."""
         first, end, offset, key_offset = self.row_range(lo, hi)
         with self._open() as fileobj:
-            rows = self._read_rows(fileobj, first, end, offset, key_offset, mapped, into)
-        return self._within(rows, lo, hi)
+            return self._read_rows(fileobj, first, end, offset, key_offset, lo, hi, mapped,
+                                   into)
 
     def stream(self, lo: bytes, hi: bytes | None) -> Iterator[tuple]:
         """``(key, example, framed record)`` of the rows with lo <= key < hi,
@@ -493,8 +487,7 @@ class RunFile:
                 entry = bisect.bisect_right(self.offsets, offset + BLOCK)
                 stop = self.rows[entry] if entry < len(self.rows) else self.num_records
                 stop = min(end, max(stop, row + 1))
-                rows = self._within(self._read_rows(fileobj, row, stop, offset, key_offset),
-                                    lo, hi)
+                rows = self._read_rows(fileobj, row, stop, offset, key_offset, lo, hi)
                 yield from _row_tuples(rows, self.key_width)
                 if stop < end:
                     index = bisect.bisect_left(self.rows, stop)

@@ -77,6 +77,26 @@ def test_run_file_ranges_hold_exactly_the_keys_in_range(tmp_path, kind):
         assert b"".join(framed for _, _, framed in streamed) == tfrecord.frame_records(
             [example for _, example in expected])
 
+@pytest.mark.parametrize("kind", ["variable", "fixed"])
+def test_a_range_read_into_a_buffer_reads_only_its_rows_records(tmp_path, kind):
+    """The indexed range runs past the key range at both ends; only the
+    rows within it are read (the rest of the buffer is left as it was)."""
+    rows = _rows(random.Random(13), 2000, width=6 if kind == "fixed" else None)
+    path = str(tmp_path / "r.run")
+    with open(path, "wb") as fileobj:
+        _write_rows(fileobj, rows, kind, prefix_len=8, index_every=20_000)
+    run = run_format.RunFile(path)
+    lo, hi = rows[700][0], rows[1300][0]
+    expected = [row for row in rows if lo <= row[0] < hi]
+    buffer = np.full(run.estimate(lo, hi)[1], 0xEE, dtype=np.uint8)
+    read = run.read(lo, hi, into=memoryview(buffer))
+    assert _pairs(read) == expected
+    framed = tfrecord.frame_records([example for _, example in expected])
+    assert len(framed) < len(buffer)  # the indexed range holds rows outside the key range
+    assert bytes(buffer[:len(framed)]) == framed
+    assert not (buffer[len(framed):] != 0xEE).any()
+
+
 def test_run_file_damage_is_reported_with_the_file_name(tmp_path):
     path = tmp_path / "r.run"
     buffer = io.BytesIO()
