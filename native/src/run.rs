@@ -60,9 +60,40 @@ impl Keys<'_> {
     }
 }
 
-/// Where a run's bytes go: `sink(length, fill)` makes a buffer of
-/// `length` bytes, lets `fill` write it whole, and writes it out.
-pub type Sink<'s, E> = dyn FnMut(usize, &mut dyn FnMut(&mut [u8])) -> Result<(), E> + 's;
+/// Where a run's bytes go, a block at a time.
+pub trait Sink<E> {
+    /// Makes a buffer of `length` bytes, lets `fill` write it whole, and
+    /// writes it out.
+    fn put(&mut self, length: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), E>;
+
+    /// Writes `pieces` back to back: copied into one buffer (`put`), unless
+    /// the sink can write them where they lie (`run_sink`'s `writev`).
+    fn put_pieces(&mut self, pieces: &[&[u8]]) -> Result<(), E> {
+        let length = pieces.iter().map(|piece| piece.len()).sum();
+        self.put(length, &mut |out| copy_pieces(out, pieces))
+    }
+}
+
+/// A `Sink` of a function `(length, fill)`, as `Sink::put`.
+pub struct FillSink<F>(pub F);
+
+impl<E, F: FnMut(usize, &mut dyn FnMut(&mut [u8])) -> Result<(), E>> Sink<E> for FillSink<F> {
+    fn put(&mut self, length: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), E> {
+        (self.0)(length, fill)
+    }
+}
+
+/// Copies `pieces` back to back into `out`, which holds exactly their bytes.
+pub fn copy_pieces(out: &mut [u8], pieces: &[&[u8]]) {
+    let mut at = 0;
+    for (index, piece) in pieces.iter().enumerate() {
+        if let Some(ahead) = pieces.get(index + PREFETCH_AHEAD) {
+            crate::prefetch(ahead.as_ptr());
+        }
+        out[at..at + piece.len()].copy_from_slice(piece);
+        at += piece.len();
+    }
+}
 
 /// Why a run cannot be written by the kernel (the Python writer then does it).
 #[derive(Debug, PartialEq, Eq)]
@@ -101,32 +132,26 @@ pub fn check(records: &Records, keys: &Keys, index_every: u64) -> Result<(), Ref
 /// the bytes do not depend on the blocks); returns the number of rows.
 /// `check` must have passed.
 pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_every: u64,
-                    block: usize, sink: &mut Sink<'_, E>) -> Result<u64, E> {
+                    block: usize, sink: &mut dyn Sink<E>) -> Result<u64, E> {
     let block = block.max(1);
     let count = records.len();
     let framed = |row: usize| records.size(row);
     let index = index_entries(records, keys, prefix_len, index_every);
     for rows in blocks(count, block, framed) {
+        if records.framed {
+            // Records framed already are written as they are (where they
+            // lie, when the sink can: `run_sink`).
+            sink.put_pieces(&records.slices[rows])?;
+            continue;
+        }
         let length = rows.clone().map(framed).sum();
-        sink(length, &mut |out| {
-            if !records.framed {
-                // Examples are framed a batch of CRCs at a time (`frame_all_uninit`),
-                // not one record's CRC after the other.
-                // SAFETY: MaybeUninit<u8> has u8's layout, and `frame_all_uninit`
-                // writes only initialized bytes, every byte of the rows' framed size.
-                let out = unsafe { &mut *(out as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
-                crate::walk::frame_all_uninit(out, &records.slices[rows.clone()]);
-                return;
-            }
-            let mut at = 0;
-            for row in rows.clone() {
-                if let Some(ahead) = records.slices.get(row + PREFETCH_AHEAD) {
-                    crate::prefetch(ahead.as_ptr());
-                }
-                let record = records.slices[row];
-                out[at..at + record.len()].copy_from_slice(record);
-                at += record.len();
-            }
+        sink.put(length, &mut |out| {
+            // Examples are framed a batch of CRCs at a time (`frame_all_uninit`),
+            // not one record's CRC after the other.
+            // SAFETY: MaybeUninit<u8> has u8's layout, and `frame_all_uninit`
+            // writes only initialized bytes, every byte of the rows' framed size.
+            let out = unsafe { &mut *(out as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+            crate::walk::frame_all_uninit(out, &records.slices[rows.clone()]);
         })?;
     }
     let sizes_offset = (0..count).map(|row| framed(row) as u64).sum::<u64>();
@@ -137,7 +162,7 @@ pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_eve
         Keys::Fixed { blob, width } => {
             // The keys section is the blob itself, a block of whole keys at a time.
             for chunk in blob.chunks((block / width).max(1) * width) {
-                sink(chunk.len(), &mut |out| out.copy_from_slice(chunk))?;
+                sink.put(chunk.len(), &mut |out| out.copy_from_slice(chunk))?;
             }
             key_sizes_offset += blob.len() as u64;
         }
@@ -159,7 +184,7 @@ pub fn write_run<E>(records: &Records, keys: &Keys, prefix_len: usize, index_eve
     }
     tail.extend_from_slice(&keys.width_code().to_le_bytes());
     tail.extend_from_slice(MAGIC);
-    sink(tail.len(), &mut |out| out.copy_from_slice(&tail))?;
+    sink.put(tail.len(), &mut |out| out.copy_from_slice(&tail))?;
     Ok(count as u64)
 }
 
@@ -211,11 +236,11 @@ fn blocks(count: usize, block: usize, size: impl Fn(usize) -> usize) -> impl Ite
 }
 
 /// One column section: `put(row, out)` writes each row's `size(row)` bytes, in order.
-fn section<E>(count: usize, block: usize, sink: &mut Sink<'_, E>, size: impl Fn(usize) -> usize + Copy,
+fn section<E>(count: usize, block: usize, sink: &mut dyn Sink<E>, size: impl Fn(usize) -> usize + Copy,
               put: impl Fn(usize, &mut [u8])) -> Result<(), E> {
     for rows in blocks(count, block, size) {
         let length = rows.clone().map(size).sum();
-        sink(length, &mut |out| {
+        sink.put(length, &mut |out| {
             let mut at = 0;
             for row in rows.clone() {
                 put(row, &mut out[at..at + size(row)]);
@@ -286,7 +311,7 @@ impl Target<'_, '_> {
         match self {
             Target::Python(fileobj, crc) => {
                 let mut size = 0u64;
-                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
+                let mut sink = FillSink(|length: usize, fill: &mut dyn FnMut(&mut [u8])| -> PyResult<()> {
                     let data = PyBytes::new_with(py, length, |out| {
                         fill(out);
                         if let Some(crc) = crc.as_mut() {
@@ -297,14 +322,13 @@ impl Target<'_, '_> {
                     size += length as u64;
                     fileobj.call_method1("write", (data,))?;
                     Ok(())
-                };
+                });
                 let rows = guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))??;
                 Ok((rows, size, *crc))
             }
             #[cfg(unix)]
             Target::Descriptor(descriptor) => {
-                let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| descriptor.put(length, fill);
-                let rows = guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, &mut sink)))?
+                let rows = guarded(AssertUnwindSafe(|| write_run(records, keys, prefix_len, index_every, block, descriptor)))?
                     .map_err(PyErr::from)?;
                 descriptor.finish();
                 Ok((rows, descriptor.size, descriptor.crc))
@@ -443,13 +467,13 @@ mod tests {
 
     fn written(records: &Records, keys: &Keys, block: usize) -> (Vec<u8>, Vec<usize>) {
         let (mut out, mut writes) = (Vec::new(), Vec::new());
-        let mut sink = |length: usize, fill: &mut dyn FnMut(&mut [u8])| -> Result<(), ()> {
+        let mut sink = FillSink(|length: usize, fill: &mut dyn FnMut(&mut [u8])| -> Result<(), ()> {
             let mut buffer = vec![0u8; length];
             fill(&mut buffer);
             out.extend_from_slice(&buffer);
             writes.push(length);
             Ok(())
-        };
+        });
         write_run(records, keys, 4, 64, block, &mut sink).unwrap();
         (out, writes)
     }
