@@ -1,6 +1,7 @@
 //! Where `run::py_write_run` puts a run written to a local file: straight
 //! into its file descriptor (no bytes object per block, no Python call),
-//! one buffer reused for every block, keeping the CRC32C and size of what
+//! one buffer reused for every block (large framed records, images, are
+//! written from where they lie by `writev`), keeping the CRC32C and size of what
 //! it writes, and, asked to, handing the written bytes to the disk a
 //! window at a time and dropping each window from the page cache once the
 //! disk has it, as `transforms/page_cache.py`'s `WriteBehind` does with

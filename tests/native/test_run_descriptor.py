@@ -103,6 +103,44 @@ def test_a_spilled_run_and_its_crc_are_the_same_through_the_descriptor(
     assert spilled(native, "native") == spilled(None, "python")
 
 
+# Rows the size of images among small ones: a block whose records are
+# large on average is written where they lie (`writev`), else copied.
+_large_rows = st.lists(st.tuples(st.sampled_from([0, 3, 900, 5000, 20000, 70000]),
+                                 st.integers(0, 255)).map(lambda drawn: bytes([drawn[1]]) * drawn[0]),
+                       max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(_large_rows, max_size=3), shuffle=st.booleans(),
+       index_every=st.sampled_from([1, 3000, 1 << 20]), checked=st.booleans())
+def test_large_spilled_records_write_the_run_the_python_writer_does(
+        native, tmp_path_factory, batches, shuffle, index_every, checked):
+    """A `RunBuffer` of large framed records (and small ones) written to a
+    local file by the kernel (its records written where they lie) is the
+    Python writer's run, and so are the CRC32C and size kept."""
+    assigner = SplitAssigner("runs", [("a", 1.0), ("b", 1.0)])
+    directory = tmp_path_factory.mktemp("large")
+
+    def spilled(kernels, name):
+        with pytest.MonkeyPatch.context() as patch:
+            _patched(patch, kernels)
+            buffer = spill.RunBuffer(assigner, shuffle=shuffle, sample_every=200, prefix_len=5,
+                                     index_every=index_every)
+            for rows in batches:
+                buffer.add([(None, row) for row in rows])
+            runs = {}
+            for split in buffer.splits_held():
+                path = directory / f"{name}{split}.run"
+                with open(path, "wb") as fileobj:
+                    target = CheckedFile(fileobj) if checked else fileobj
+                    count = buffer.write(split, target)
+                kept = (target.size, target.crc) if checked else None
+                runs[split] = (count, path.read_bytes(), kept)
+        return runs
+
+    assert spilled(native, "native") == spilled(None, "python")
+
+
 def test_what_is_not_written_to_a_descriptor(native, tmp_path):
     """In-memory and spooled files take the kernel's calls to `write` (a
     spooled file would be rolled over to disk by `fileno`); a closed
