@@ -73,6 +73,30 @@ def test_a_run_written_to_a_descriptor_is_the_python_writers(
     assert (checked.size, checked.crc) == (len(before + run), crc32c.crc32c(before + run))
 
 
+def _spilled(kernels, directory, name: str, batches, *, splits: int, shuffle: bool,
+             index_every: int, checked: bool = True) -> dict:
+    """Each split's run of a `RunBuffer` of `batches` written to a local
+    file as the piece writer does (`CheckedFile`; the spill step's plain
+    file when not `checked`), with `kernels` or without (None): its rows,
+    bytes, and the size and CRC32C kept."""
+    assigner = SplitAssigner("runs", [(f"s{i}", 1.0) for i in range(splits)])
+    with pytest.MonkeyPatch.context() as patch:
+        _patched(patch, kernels)
+        buffer = spill.RunBuffer(assigner, shuffle=shuffle, sample_every=200, prefix_len=5,
+                                 index_every=index_every)
+        for rows in batches:
+            buffer.add([(None, row) for row in rows])
+        runs = {}
+        for split in buffer.splits_held():
+            path = directory / f"{name}{split}.run"
+            with open(path, "wb") as fileobj:
+                target = CheckedFile(fileobj) if checked else fileobj
+                count = buffer.write(split, target)
+            kept = (target.size, target.crc) if checked else None
+            runs[split] = (count, path.read_bytes(), kept)
+    return runs
+
+
 @settings(max_examples=100, deadline=None)
 @given(batches=st.lists(st.lists(st.binary(max_size=60), max_size=40), max_size=4),
        splits=st.integers(1, 3), index_every=st.integers(1, 300))
@@ -81,26 +105,10 @@ def test_a_spilled_run_and_its_crc_are_the_same_through_the_descriptor(
     """A shuffled `RunBuffer`'s runs written to local files as the piece
     writer does (`CheckedFile`), with and without the kernels: the same
     files, sizes and CRC32Cs."""
-    assigner = SplitAssigner("runs", [(f"s{i}", 1.0) for i in range(splits)])
     directory = tmp_path_factory.mktemp("spill")
-
-    def spilled(kernels, name):
-        with pytest.MonkeyPatch.context() as patch:
-            _patched(patch, kernels)
-            buffer = spill.RunBuffer(assigner, shuffle=True, sample_every=200, prefix_len=5,
-                                     index_every=index_every)
-            for rows in batches:
-                buffer.add([(None, row) for row in rows])
-            runs = {}
-            for split in buffer.splits_held():
-                path = directory / f"{name}{split}.run"
-                with open(path, "wb") as fileobj:
-                    checked = CheckedFile(fileobj)
-                    count = buffer.write(split, checked)
-                runs[split] = (count, path.read_bytes(), checked.size, checked.crc)
-        return runs
-
-    assert spilled(native, "native") == spilled(None, "python")
+    options = dict(splits=splits, shuffle=True, index_every=index_every)
+    assert (_spilled(native, directory, "native", batches, **options)
+            == _spilled(None, directory, "python", batches, **options))
 
 
 # Rows the size of images among small ones: a block whose records are
@@ -118,27 +126,10 @@ def test_large_spilled_records_write_the_run_the_python_writer_does(
     """A `RunBuffer` of large framed records (and small ones) written to a
     local file by the kernel (its records written where they lie) is the
     Python writer's run, and so are the CRC32C and size kept."""
-    assigner = SplitAssigner("runs", [("a", 1.0), ("b", 1.0)])
     directory = tmp_path_factory.mktemp("large")
-
-    def spilled(kernels, name):
-        with pytest.MonkeyPatch.context() as patch:
-            _patched(patch, kernels)
-            buffer = spill.RunBuffer(assigner, shuffle=shuffle, sample_every=200, prefix_len=5,
-                                     index_every=index_every)
-            for rows in batches:
-                buffer.add([(None, row) for row in rows])
-            runs = {}
-            for split in buffer.splits_held():
-                path = directory / f"{name}{split}.run"
-                with open(path, "wb") as fileobj:
-                    target = CheckedFile(fileobj) if checked else fileobj
-                    count = buffer.write(split, target)
-                kept = (target.size, target.crc) if checked else None
-                runs[split] = (count, path.read_bytes(), kept)
-        return runs
-
-    assert spilled(native, "native") == spilled(None, "python")
+    options = dict(splits=2, shuffle=shuffle, index_every=index_every, checked=checked)
+    assert (_spilled(native, directory, "native", batches, **options)
+            == _spilled(None, directory, "python", batches, **options))
 
 
 def test_what_is_not_written_to_a_descriptor(native, tmp_path):
