@@ -193,7 +193,7 @@ class WriteDeadLetters(beam.PTransform):
                 | "WithMarker" >> beam.Flatten()
                 # (None, [(sort key, line, rows)])
                 | "GroupAll" >> beam.GroupByKey()
-                # one summary dict
+                # one summary dict (given as `finish` of it, with `finish`)
                 | "WriteParts" >> beam.ParDo(_WriteAllFn(self._directory,
                                                          self._records_per_file,
                                                          self._finish)))
