@@ -9,6 +9,7 @@ step (docs/DESIGN.md has the whole map). `known_vocabularies` resolves
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Mapping, NamedTuple, Sequence
 
@@ -242,7 +243,12 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         # The later copies leave before the shard writer, as dead letters.
         rows, removed = rows | "DropDuplicates" >> DropDuplicateRows(
             removed, config.split_names, config.validation.duplicates.dedupe)
-    # {"split", "file", "num_examples", "num_bytes", "sha256"} per shard
+    # One element that makes the shard writer's cleanup and the dead-letter
+    # summary run even with nothing to write: one Create (a runner stage
+    # and two ParDos) for both, not one each.
+    trigger = rows.pipeline | "Trigger" >> beam.Create([(None, None)])
+    # (None, ("shard", {"split", "file", "num_examples", "num_bytes", "sha256"}))
+    # per shard: tagged for the result by the writer's last step
     shards = rows | "WriteShards" >> WriteShards(
         staging_url, dataset_name=config.name, splits=config.splits,
         shuffle=output.shuffle, shard_size=output.shard_size,
@@ -250,22 +256,23 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
         shard_count_multiple=output.shard_count_multiple, file_format=output.file_format,
         temp_dir=f"{staging_url}/{TMP_DIR}",
         spilled=spilled, tuning=ShardTuning.for_input(input_bytes), key_bounds=key_bounds,
-        spread=spreads(rows.pipeline))
+        spread=spreads(rows.pipeline), finish=functools.partial(_result_part, kind="shard"),
+        trigger=trigger)
     # dead-letter dicts, read and check stages
     dead_parts = (read_dead_letter | "KeyReadFailures" >> beam.Map(_with_key, config.key),
                   converted.dead_letter) + ((removed,) if removed is not None else ())
-    # One {"num_rows", "by_reason", "files", "samples"}; the sink takes the
-    # parts unflattened: every multi-input Flatten is a stage of its own on
-    # Beam's portable runners, and the sink flattens them once anyway.
+    # One (None, ("dead_letter", {"num_rows", "by_reason", "files", "samples"}));
+    # the sink takes the parts unflattened: every multi-input Flatten is a
+    # stage of its own on Beam's portable runners, and the sink flattens
+    # them once anyway.
     dead_letter = dead_parts | "WriteDeadLetters" >> WriteDeadLetters(
-        f"{staging_url}/{DEAD_LETTER_DIR}")
+        f"{staging_url}/{DEAD_LETTER_DIR}",
+        finish=functools.partial(_result_part, kind="dead_letter"), marker=trigger)
     # Everything the driver needs is gathered by one GroupByKey, not side
     # inputs: the Dask runner re-runs side-input producers, and only computes
     # the branch of the last transform, so the step applied to this result
     # also keeps every branch in the graph that runs.
-    parts = [shards | "TagShards" >> beam.Map(_result_part, "shard"),
-             dead_letter | "TagDeadLetters" >> beam.Map(_result_part, "dead_letter"),
-             *gathered]
+    parts = [shards, dead_letter, *gathered]
     if config.validation.statistics:
         parts += _statistics_parts(converted.statistics)
     parts += duplicate_parts

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Callable
 
 import apache_beam as beam
 import fsspec
@@ -82,20 +83,17 @@ def _to_entry(record: dict) -> tuple[tuple, str, int | None]:
     return sort_key(record), dead_letter_line(record), rows_of(record)
 
 
-# Stands in for "no record" in the group; real entries are (tuple, str, rows).
-_MARKER = ((), "", 0)
-
-
 class _WriteAllFn(beam.DoFn):
-    """(None, [(sort key, line, rows)] plus one marker) -> the summary dict.
+    """(None, [(sort key, line, rows)] plus None for each marker) -> the summary dict.
 
     Sorts every record, writes parts of `records_per_file` records, each to a
     temporary name and then renamed, so a retried or duplicated attempt only
     ever replaces a file by identical bytes."""
 
-    def __init__(self, directory: str, records_per_file: int):
+    def __init__(self, directory: str, records_per_file: int, finish: Callable | None):
         self._directory = directory
         self._records_per_file = records_per_file
+        self._finish = finish
 
     def setup(self):
         self._fs, self._root = fsspec.core.url_to_fs(self._directory)
@@ -103,13 +101,14 @@ class _WriteAllFn(beam.DoFn):
 
     def process(self, element):
         _, entries = element
-        entries = sorted(entry for entry in entries if entry != _MARKER)
+        entries = sorted(entry for entry in entries if entry is not None)
         files = []
         for start in range(0, len(entries), self._records_per_file):
             name = dead_letter_part_name(len(files))
             self._write(name, entries[start:start + self._records_per_file])
             files.append(f"{self._prefix}/{name}")
-        yield summarize(entries, files)
+        summary = summarize(entries, files)
+        yield summary if self._finish is None else self._finish(summary)
 
     def _write(self, name: str, entries: list) -> None:
         self._fs.makedirs(self._root, exist_ok=True)
@@ -160,10 +159,21 @@ class WriteDeadLetters(beam.PTransform):
       "uncounted", "files":
       ["<basename of directory>/part-00000.jsonl", ...], "samples": {reason:
       first record}}``.
+
+    finish: what the summary is given as (None: the dict), in the step that
+    writes the files, not in a step (a ParDo) of its own.
+
+    marker: a PCollection of ``(None, None)`` (at least one) that makes the
+    summary come out even without dead letters; None: the sink makes its
+    own (a ``beam.Create``, a runner stage of its own), so a graph with
+    other steps that need one can share it (`graph.stage_build`).
     """
 
-    def __init__(self, directory: str, records_per_file: int = RECORDS_PER_FILE):
+    def __init__(self, directory: str, records_per_file: int = RECORDS_PER_FILE,
+                 finish: Callable | None = None, marker: beam.PCollection | None = None):
         super().__init__()
+        self._finish = finish
+        self._marker = marker
         if records_per_file < 1:
             raise ValueError("records_per_file must be positive")
         self._directory = directory
@@ -174,13 +184,16 @@ class WriteDeadLetters(beam.PTransform):
         # (None, (sort key, JSON line, rows it stands for)) per part
         entries = [part | (f"ToLines[{index}]" if index else "ToLines") >> beam.Map(_keyed_entry)
                    for index, part in enumerate(parts)]
-        # One marker, so the group below exists (and a summary comes out) even
+        # A marker, so the group below exists (and a summary comes out) even
         # without dead letters; no side input or global combine is needed.
-        marker = parts[0].pipeline | "Marker" >> beam.Create([(None, _MARKER)])
+        marker = self._marker
+        if marker is None:
+            marker = parts[0].pipeline | "Marker" >> beam.Create([(None, None)])
         return ((*entries, marker)
                 | "WithMarker" >> beam.Flatten()
                 # (None, [(sort key, line, rows)])
                 | "GroupAll" >> beam.GroupByKey()
-                # one summary dict
+                # one summary dict (given as `finish` of it, with `finish`)
                 | "WriteParts" >> beam.ParDo(_WriteAllFn(self._directory,
-                                                         self._records_per_file)))
+                                                         self._records_per_file,
+                                                         self._finish)))

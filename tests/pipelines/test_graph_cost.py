@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 # result), and what each feature adds at most.
 # (With one local worker, Beam's default here: the read's and the shard
 # writer's Reshuffles are left out, `graph.spreads`.)
-BASE_STAGES = {"csv": 11, "images": 11}
+BASE_STAGES = {"csv": 10, "images": 10}
 STATISTICS_STAGES = 1  # the CombinePerKey's GroupByKey
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
 # Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
@@ -121,6 +121,27 @@ def test_the_outputs_only_the_result_reads_are_gathered_in_one_step(source, cach
                                  else ["RowsRead", "ToExamples/GatherParts"])
     assert not [name for name in full
                 if name.startswith(("TagLabelCounts", "TagColumnsSeen", "TagCacheUse"))]
+
+
+@pytest.mark.parametrize("source", ["csv", "images"])
+def test_the_shards_and_the_dead_letter_summary_are_tagged_by_the_steps_that_make_them(source):
+    """The shard writer's last step gives each shard's metadata, and the
+    dead-letter sink's the summary, already tagged and keyed for the
+    result's GroupByKey (their `finish`), not through a ParDo each."""
+    names = _pardos(_config(source, statistics=False, label=False, optional=False))
+    assert not [name for name in names if name.startswith(("TagShards", "TagDeadLetters"))]
+    assert "WriteShards/Cleanup" in names and "WriteDeadLetters/WriteParts" in names
+
+
+@pytest.mark.parametrize("source", ["csv", "images"])
+def test_the_shard_writer_and_the_dead_letter_sink_share_one_trigger(source):
+    """The element that makes the shard writer's cleanup and the
+    dead-letter summary run even with nothing to write comes from one
+    Create (a runner stage and two ParDos), not one each."""
+    names = _pardos(_config(source, statistics=False, label=False, optional=False))
+    assert _has(names, "Trigger")
+    assert not _has(names, "WriteShards/CleanupTrigger")
+    assert not _has(names, "WriteDeadLetters/Marker")
 
 
 def _has(names: list[str], step: str) -> bool:

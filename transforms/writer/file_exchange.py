@@ -14,11 +14,12 @@ the elements between them::
                                        file per split (fused with the source)
   | KeySpills | GroupSpills            -> (split, [SpillRecord])
   | PlanBuckets      -> (run list file, BucketRange)   key ranges of ~bucket_bytes
-  | SpreadBuckets | MeasureBuckets     -> (run list file, BucketChunks)  each range
-                                       read from every run of its split and
-                                       measured, not sorted (shuffled gzip: its
-                                       rows in the ratio sample read too)
-  | KeyBuckets | GroupBuckets          -> (split, [(run list file, BucketChunks)])
+  | SpreadBuckets | MeasureBuckets     -> (split, (run list file, BucketChunks))
+                                       each range read from every run of its
+                                       split and measured, not sorted (shuffled
+                                       gzip: its rows in the ratio sample read
+                                       too), keyed by its split
+  | GroupBuckets                       -> (split, [(run list file, BucketChunks)])
   key-ordered gzip only (`_cells`), the split's cells as units of chunks:
   | PlanCells | SpreadCells | SortCells  -> ("unit", (run list file, BucketChunks))
                                        the cells within a bucket, sorted and
@@ -202,8 +203,9 @@ def _plan_split_shards(split_buckets, shard_size: int, delete_runs: bool,
 
 
 class _MeasureBucketFn(beam.DoFn):
-    """(run list file, BucketRange) -> (run list file, BucketChunks): the
-    bucket's size and largest row, added up from the runs without sorting
+    """(run list file, BucketRange) -> (split, (run list file, BucketChunks)),
+    keyed for the split's GroupByKey here rather than in a ParDo of its own:
+    the bucket's size and largest row, added up from the runs without sorting
     (`sorting.measure_bucket`; with `ratio_bound`, shuffled gzip, its
     rows in the ratio sample too). Shards cut at rows then write their
     rows of the bucket straight from the runs: one write and one read of
@@ -219,8 +221,8 @@ class _MeasureBucketFn(beam.DoFn):
 
     def process(self, task):
         runs_file, bucket = task
-        yield runs_file, sorting.measure_bucket(bucket, self._runs(runs_file), runs_file,
-                                                    self._ratio_bound)
+        yield _key_sorted_bucket((runs_file, sorting.measure_bucket(
+            bucket, self._runs(runs_file), runs_file, self._ratio_bound)))
 
 
 class FileExchange(beam.PTransform):
@@ -265,7 +267,6 @@ class FileExchange(beam.PTransform):
                       tuning=tuning))  # (run list file, BucketRange)
         measured = (self._spread_step(ranges, "SpreadBuckets")
                     | "MeasureBuckets" >> beam.ParDo(_MeasureBucketFn(ratio_bound))
-                    | "KeyBuckets" >> beam.Map(_key_sorted_bucket)
                     | "GroupBuckets" >> beam.GroupByKey())  # (split, [(run list, BucketChunks)])
         if not cut_at_rows:
             measured = self._cells(measured, work_dir, chunk_bytes)

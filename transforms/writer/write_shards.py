@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from typing import Sequence
+from typing import Callable, Sequence
 
 import apache_beam as beam
 import fsspec
@@ -54,20 +54,24 @@ def _remove_if_empty(path: str) -> None:
         pass  # another writer's files are still there
 
 
-def _cleanup(gathered, *, work_dir: str, shard_temp_dir: str, temp_roots: Sequence[str]):
-    """(key, [metadata dict | None]) -> metadata dicts, sorted by file.
+def _cleanup(gathered, *, work_dir: str, shard_temp_dir: str, temp_roots: Sequence[str],
+             finish: Callable | None = None):
+    """(key, [metadata dict | trigger element]) -> metadata dicts, sorted by
+    file (each given as ``finish(metadata)`` with `finish`).
 
     Runs once every shard is written (it follows a GroupByKey of all their
-    metadata, plus one None so that it runs even when nothing was written):
+    metadata, plus a trigger's element so that it runs even when nothing was
+    written):
     deletes this writer's temporary files, then passes the metadata on.
     """
     _, items = gathered
-    by_file = {item["file"]: item for item in items if item is not None}
+    by_file = {item["file"]: item for item in items if isinstance(item, dict)}
     _remove_tree(work_dir)
     _remove_tree(shard_temp_dir)
     for root in temp_roots:  # only directories this writer may have created
         _remove_if_empty(root)
-    return [by_file[name] for name in sorted(by_file)]
+    shards = [by_file[name] for name in sorted(by_file)]
+    return shards if finish is None else [finish(shard) for shard in shards]
 
 
 class WriteShards(beam.PTransform):
@@ -131,6 +135,15 @@ class WriteShards(beam.PTransform):
     runner's workers; False where there is one worker (nothing to spread
     over: `FileExchange`). The bytes are the same either way.
 
+    finish: what each shard's metadata dict is given as (None: the dict),
+    in the step that ends the writer, not in a step (a ParDo) of its own.
+
+    trigger: a PCollection of at least one element (anything but a dict)
+    that makes the cleanup run even when nothing was written; None: the
+    writer makes its own (a ``beam.Create``, a runner stage of its own), so
+    a graph with other steps that need one can share it
+    (`graph.stage_build`).
+
     Shards are assembled under
     ``<staging_dir>/_tmp`` where the filesystem needs a temporary name (so
     the final rename stays on one filesystem); temporary files are removed
@@ -144,8 +157,11 @@ class WriteShards(beam.PTransform):
                  exchange: str = "auto", spilled: bool = False,
                  key_bounds: Sequence[bytes] | None = None, index: bool | None = None,
                  shard_count_multiple: int = 1, file_format: str = "tfrecord",
-                 spread: bool = True):
+                 spread: bool = True, finish: Callable | None = None,
+                 trigger: beam.PCollection | None = None):
         super().__init__()
+        self._finish = finish
+        self._trigger = trigger
         self._spread = spread
         array_record.check_file_format(file_format)
         if file_format == "array_record" and (compression != "none" or index):
@@ -212,7 +228,9 @@ class WriteShards(beam.PTransform):
     def _cleanup(self, batches, shards, work_dir: str, staging_temp: str, writer_id: str):
         # The trigger makes the gather non-empty, so cleanup also runs when
         # there is nothing to write.
-        trigger = batches.pipeline | "CleanupTrigger" >> beam.Create([None])
+        trigger = self._trigger
+        if trigger is None:
+            trigger = batches.pipeline | "CleanupTrigger" >> beam.Create([None])
         return ((shards, trigger)
                 | "FlattenShards" >> beam.Flatten()
                 | "KeyAll" >> beam.Map(lambda item: ("shards", item))
@@ -220,4 +238,4 @@ class WriteShards(beam.PTransform):
                 | "Cleanup" >> beam.FlatMap(
                     _cleanup, work_dir=work_dir,
                     shard_temp_dir=join_path(staging_temp, writer_id),
-                    temp_roots=(staging_temp,)))
+                    temp_roots=(staging_temp,), finish=self._finish))

@@ -106,8 +106,9 @@ def _write_locally(bundles, staging, *, shard_size, compression, shuffle=True,
     for task in tasks:
         for _ in range(attempts):
             output = list(measurer.process(task))
-        for item in output:
-            buckets[item[1].split].append(item)
+        for split, item in output:  # keyed by the measuring step
+            assert split == item[1].split
+            buckets[split].append(item)
     if not cut_at_rows:
         buckets = _cells_locally(buckets, work, tuning.chunk_bytes(shard_size), tuning, attempts)
     specs = []
