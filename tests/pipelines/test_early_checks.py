@@ -242,7 +242,9 @@ def test_a_build_whose_input_is_small_reads_once_its_shards_make_start_bytes(tmp
 
 def test_a_build_whose_shards_never_make_start_bytes_starts_no_reader(tmp_path, monkeypatch):
     """Verification reads a small build's shards in threads: no process."""
-    monkeypatch.setattr(early_checks, "reading_pool", pytest.fail)
+    pools: list = []
+    monkeypatch.setattr(early_checks, "reading_pool",
+                        lambda workers: pools.append(RecordingPool([])) or pools[-1])
     data = shard_bytes(3)
     with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.02,
                           start_bytes=3 * len(data)) as checks:
@@ -250,6 +252,7 @@ def test_a_build_whose_shards_never_make_start_bytes_starts_no_reader(tmp_path, 
             (tmp_path / f"train-{shard:05d}-of-00002.tfrecord").write_bytes(data)
         time.sleep(0.1)
         assert checks.results() == {}
+    assert pools == []
 
 
 @pytest.mark.parametrize("expected_bytes, start_bytes", [
