@@ -122,7 +122,7 @@ class NativeRows:
                                                   self._jsonl_keys)
         elif isinstance(batch, ArrowBatch):
             done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
-                                                    len(batch), kernel_plan)
+                                                    len(batch), kernel_plan, batch.utf8_known)
         elif batch.checked is not None:
             # The run the reader's check parsed: its fields are not found again.
             done = self._native.convert_checked_run(batch.checked, kernel_plan)

@@ -76,17 +76,20 @@ pub(crate) fn put_raw_key(out: &mut Vec<u8>, field: Field) -> bool {
 pub fn convert_batch<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool],
                          nullable: &[bool]) -> Result<Converted<'a>, BatchError> {
     let mut converted = Converted::default();
-    converted.checked = convert_batch_into(arrays, count, plan, text, nullable, &mut converted)?;
+    converted.checked = convert_batch_into(arrays, count, plan, text, nullable, false, &mut converted)?;
     Ok(converted)
 }
 
 /// As `convert_batch`, each row given to `rows` as it is converted; gives
-/// the checked columns.
+/// the checked columns. `utf8_known`: `text_valid` (or Arrow's full
+/// validation) found the batch's text UTF-8 already (`Array::checked_with`).
+#[allow(clippy::too_many_arguments)]
 pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: &Plan, text: &[bool],
-                              nullable: &[bool], rows: &mut impl Rows) -> Result<Columns<'a>, BatchError> {
+                              nullable: &[bool], utf8_known: bool, rows: &mut impl Rows)
+                              -> Result<Columns<'a>, BatchError> {
     let column = |index: usize| -> Result<Checked<'a>, BatchError> {
         match arrays.get(index) {
-            Some(Some(array)) if array.length == count => array.checked(index),
+            Some(Some(array)) if array.length == count => array.checked_with(index, utf8_known),
             _ => Err(BatchError::Columns),
         }
     };
@@ -243,17 +246,20 @@ fn arrays_of<'a>(py: Python<'_>, held: &'a [Option<HeldColumn>], dictionaries: &
     }).collect()
 }
 
-/// `convert_arrow_batch(columns, count, plan) -> (framed, offsets, keys, checked, digests, declined) | None`:
+/// `convert_arrow_batch(columns, count, plan, utf8_known=False) -> (framed, offsets, keys, checked, digests, declined) | None`:
 /// a record batch of `count` rows, each column given as `ColumnBuffers`
 /// (a dictionary array's values read through its indices) (or
 /// None), converted by `plan` (a `CsvPlan` whose width is the batch's
 /// column count; a "text" rule's `as_str` marks a string feature, else a
 /// bytes one) as `convert_csv_run` answers. None when the kernel does not
 /// take the batch (a column it lacks, buffers that do not hold what they
-/// say, text that is not UTF-8): the Python path takes it.
+/// say, text that is not UTF-8): the Python path takes it. `utf8_known`:
+/// the reader found the batch's text UTF-8 (`arrow_text_valid`, or Arrow's
+/// full validation), which is then not scanned again.
 #[pyfunction]
+#[pyo3(signature = (columns, count, plan, utf8_known=false))]
 pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuffers<'_>>>, count: usize,
-                           plan: &crate::CsvPlan) -> PyResult<Option<crate::ConvertedObjects>> {
+                           plan: &crate::CsvPlan, utf8_known: bool) -> PyResult<Option<crate::ConvertedObjects>> {
     let held = held_columns(&columns)?;
     let dictionaries = dictionaries_of(py, &held)?;
     let arrays = arrays_of(py, &held, &dictionaries)?;
@@ -261,7 +267,7 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     // lists grow as the rows come)
     let mut rows = crate::py_rows::FramedRows::new(py, 0);
     let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
-        convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, &mut rows)
+        convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, utf8_known, &mut rows)
     }))?;
     let Ok(columns) = converted else { return Ok(None) };
     // (validated: a string feature's values are text `Checked::field` found UTF-8)
@@ -508,6 +514,14 @@ mod tests {
             let plan = Plan { width: 3, ..plan(Key::Text(2)) };
             match convert_batch(&arrays, count, &plan, &[false, false, true], &[nullable, false, false]) {
                 Ok(converted) => {
+                    // Text found UTF-8 already, not scanned again: the same rows.
+                    let mut known = Converted::default();
+                    known.checked = convert_batch_into(&arrays, count, &plan, &[false, false, true],
+                                                       &[nullable, false, false], true, &mut known).unwrap();
+                    for row in 0..count {
+                        prop_assert_eq!(known.example(row), converted.example(row));
+                        prop_assert_eq!(known.key(row), converted.key(row));
+                    }
                     for row in 0..count {
                         let (number, text) = (numbers[start + row], &texts[start + row]);
                         // A null int is left out when nullable, else declines.

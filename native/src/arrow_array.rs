@@ -118,8 +118,17 @@ impl<'a> Array<'a> {
     /// The array, once every buffer holds what its offset and length say
     /// (and offsets, where there are some, rise within the data).
     pub(crate) fn checked(self, column: usize) -> Result<Checked<'a>, BatchError> {
+        self.checked_with(column, false)
+    }
+
+    /// As `checked`, `utf8_known`: its text (a dictionary's, whole) was
+    /// found UTF-8 already (`arrow::text_valid`, or Arrow's full
+    /// validation): not scanned again. (Its offsets are checked all the
+    /// same; text that is not UTF-8 after all is copied as bytes, never read
+    /// as characters, and never out of its buffer.)
+    pub(crate) fn checked_with(self, column: usize, utf8_known: bool) -> Result<Checked<'a>, BatchError> {
         if let Some(dictionary) = self.dictionary {
-            return self.checked_indices(dictionary, column);
+            return self.checked_indices(dictionary, column, utf8_known);
         }
         let short = BatchError::ShortBuffer { column };
         let end = end_of(self.offset, self.length).ok_or(short.clone())?;
@@ -160,18 +169,20 @@ impl<'a> Array<'a> {
             }
             _ => return Err(short),
         }
-        Ok(Checked { array: self, column, utf8: self.whole_utf8() })
+        let text = matches!(self.layout, Layout::Utf8(_));
+        Ok(Checked { array: self, column, utf8: (utf8_known && text) || self.whole_utf8() })
     }
 
     /// A dictionary array checked: its dictionary (itself no dictionary
     /// array) as any array, its indices as an integer array each of whose
     /// non-null values lies in the dictionary, so that `field` may read
     /// the dictionary at any of them.
-    fn checked_indices(self, dictionary: &'a Array<'a>, column: usize) -> Result<Checked<'a>, BatchError> {
+    fn checked_indices(self, dictionary: &'a Array<'a>, column: usize, utf8_known: bool)
+                       -> Result<Checked<'a>, BatchError> {
         if dictionary.dictionary.is_some() || !matches!(self.layout, Layout::Int(_) | Layout::UInt(_)) {
             return Err(BatchError::BadIndex { column, row: 0 });
         }
-        let values = dictionary.checked(column)?;
+        let values = dictionary.checked_with(column, utf8_known)?;
         let indices = Array { dictionary: None, ..self }.checked(column)?;
         for row in 0..self.length {
             match indices.field(row)? {

@@ -20,6 +20,13 @@ last look wait until no reading is under way, then go to one reader
 together; only a backlog of `TASK_BYTES` or more (a faster writer, or many
 writers; or the shards left at the end) is handed out at once, in tasks of
 `TASK_BYTES`, which start another reader where none is free.
+
+Whether a build is large enough to read back by processes is known for sure
+only from its shards: a build's input may be small for its shards (182 MB
+of Parquet, whose columns are compressed, make 650 MB of shards). Such a
+build's checks (`start_bytes`) read nothing until the shards seen make
+that many bytes; a build whose shards never do is left to verification,
+which reads it in threads, no process started.
 """
 
 from __future__ import annotations
@@ -42,15 +49,17 @@ TASK_BYTES = 128 << 20
 
 class EarlyShardChecks:
     """Reads back the shards that appear in a local `directory`, `workers`
-    at a time, every `interval` seconds, from `start` until `results`.
+    at a time, every `interval` seconds, from `start` until `results`, once
+    the shards seen hold `start_bytes` (0: from the first).
     compression: the shards' ("gzip" or "none")."""
 
     def __init__(self, directory: str, compression: str, *, workers: int = 1,
-                 interval: float = 0.5):
+                 interval: float = 0.5, start_bytes: int = 0):
         self._directory = directory
         self._compression = compression
         self._workers = workers
         self._interval = interval
+        self._start_bytes = start_bytes
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         # name -> (identity, a task reading it: its result maps names to readings)
         self._futures: dict[str, tuple[tuple, concurrent.futures.Future]] = {}
@@ -67,7 +76,6 @@ class EarlyShardChecks:
         self.close()
 
     def start(self) -> None:
-        self._pool = reading_pool(self._workers)
         self._thread = threading.Thread(target=self._watch, name="early-shard-checks",
                                         daemon=True)
         self._thread.start()
@@ -75,9 +83,18 @@ class EarlyShardChecks:
     def _watch(self) -> None:
         while not self._stop.wait(self._interval):
             self._look()
+            if not self._large_enough():
+                continue
             self._reading = {future for future in self._reading if not future.done()}
             if not self._reading or self._waiting_bytes() >= TASK_BYTES:
                 self._submit(self._tasks())
+
+    def _large_enough(self) -> bool:
+        """Whether the shards seen make a build worth reading back by
+        processes (nothing is handed out before, so all seen still wait)."""
+        if self._waiting_bytes() >= self._start_bytes:
+            self._start_bytes = 0
+        return self._start_bytes == 0
 
     def _waiting_bytes(self) -> int:
         return sum(identity[2] for _, identity in self._waiting.values())
@@ -114,6 +131,8 @@ class EarlyShardChecks:
         for names in tasks:
             if not names:
                 continue
+            if self._pool is None:  # started by the first task: a small build starts none
+                self._pool = reading_pool(self._workers)
             shards = [(self._waiting[name][0], name) for name in names]
             try:
                 future = self._pool.submit(_read_backs, shards, self._compression)
@@ -142,6 +161,9 @@ class EarlyShardChecks:
         they were read are left out: verification reads them)."""
         self._stop_watching()
         self._look()
+        if not self._large_enough():  # verification reads them, in threads
+            self.close()
+            return {}
         if self._waiting_bytes() < TASK_BYTES:  # for the readers there are, once free
             concurrent.futures.wait(self._reading)
         self._submit(self._tasks())

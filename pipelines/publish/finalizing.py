@@ -348,14 +348,17 @@ def _verify_executor(out: Output, manifest: Mapping[str, Any]) -> str:
 
 def early_shard_checks(staging: Staging, compression: str,
                        expected_bytes: int) -> EarlyShardChecks | None:
-    """An `EarlyShardChecks` (not started) for a build expected to stage
-    about `expected_bytes` of shards, where verification would read them
-    by processes (`_verify_executor`): on the local disk, large, with more
-    than one core. Else None."""
-    if (staging.out.local and expected_bytes >= VERIFY_PROCESSES_FROM
-            and (os.cpu_count() or 1) > 1):
-        return EarlyShardChecks(staging.directory, compression, workers=os.cpu_count() or 1)
-    return None
+    """An `EarlyShardChecks` (not started) for a build on the local disk of
+    a machine with more than one core, whose large shards verification
+    would read by processes (`_verify_executor`). One expected to stage
+    `expected_bytes` (its input's size) or more reads from its first shard;
+    another (its input compressed, as Parquet's columns are) once its
+    shards make a large build. Else None."""
+    if not staging.out.local or (os.cpu_count() or 1) < 2:
+        return None
+    start_bytes = 0 if expected_bytes >= VERIFY_PROCESSES_FROM else VERIFY_PROCESSES_FROM
+    return EarlyShardChecks(staging.directory, compression, workers=os.cpu_count() or 1,
+                            start_bytes=start_bytes)
 
 
 def _checked_as_written(result: Mapping[str, Any]) -> dict[str, dict]:

@@ -206,6 +206,34 @@ def test_text_validity_is_arrows_full_validation(native, values, large, start, b
     assert native.arrow_text_valid(arrow_buffers(batch)) == _validates(batch)
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.binary(max_size=5), st.text(max_size=3).map(str.encode)),
+                       min_size=1, max_size=12),
+       large=st.booleans(), start=st.integers(0, 11), dictionary=st.booleans())
+def test_text_the_reader_found_utf8_converts_as_text_scanned_again(native, values, large,
+                                                                    start, dictionary):
+    """`utf8_known` (the reader's `_valid` passed the batch) skips the
+    kernel's own UTF-8 scan: the same answer for text that is UTF-8; text
+    that is not never reaches the kernel so (the reader makes it a dead
+    letter), and were it handed over, it is still read within its buffers."""
+    start = min(start, len(values) - 1)
+    kind = pa.large_string() if large else pa.string()
+    text = pa.array(values, type=pa.large_binary() if large else pa.binary()).view(kind)
+    if dictionary:
+        text = pa.DictionaryArray.from_arrays(pa.array(range(len(values)), pa.int32()), text)
+    batch = pa.record_batch([pa.array(range(len(values)), pa.int64()),
+                             pa.array([0.5] * len(values)), text], names=["a", "b", "c"])
+    batch = batch.slice(start)
+    described = arrow_buffers(batch)
+    scanned = native.convert_arrow_batch(described, batch.num_rows, _plan(native))
+    known = native.convert_arrow_batch(described, batch.num_rows, _plan(native), True)
+    assert known is not None
+    if native.arrow_text_valid(described):
+        assert known == scanned
+    elif not dictionary:  # (a dictionary's text the slice does not use may fail it)
+        assert scanned is None
+
+
 def _described(record_batch):
     return arrow_buffers(record_batch)
 

@@ -219,6 +219,62 @@ def test_a_shard_handed_out_is_not_looked_at_again(tmp_path, monkeypatch):
     assert list(found) == [path.name]
 
 
+def test_a_build_whose_input_is_small_reads_once_its_shards_make_start_bytes(tmp_path,
+                                                                             monkeypatch):
+    """Shards wait until those seen hold start_bytes (a compressed input's
+    build may stage many times its input), then go to readers."""
+    submitted: list = []
+    monkeypatch.setattr(early_checks, "reading_pool", lambda workers: RecordingPool(submitted))
+    data = shard_bytes(3)
+    names = [f"train-{shard:05d}-of-00003.tfrecord" for shard in range(3)]
+    with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.02,
+                          start_bytes=2 * len(data)) as checks:
+        (tmp_path / names[0]).write_bytes(data)
+        time.sleep(0.2)  # ten looks
+        assert submitted == []
+        (tmp_path / names[1]).write_bytes(data)
+        wait_for(lambda: submitted)
+        assert submitted == [names[:2]]
+        (tmp_path / names[2]).write_bytes(data)
+        found = checks.results()
+    assert sorted(found) == names
+
+
+def test_a_build_whose_shards_never_make_start_bytes_starts_no_reader(tmp_path, monkeypatch):
+    """Verification reads a small build's shards in threads: no process."""
+    pools: list = []
+    monkeypatch.setattr(early_checks, "reading_pool",
+                        lambda workers: pools.append(RecordingPool([])) or pools[-1])
+    data = shard_bytes(3)
+    with EarlyShardChecks(str(tmp_path), "none", workers=2, interval=0.02,
+                          start_bytes=3 * len(data)) as checks:
+        for shard in range(2):
+            (tmp_path / f"train-{shard:05d}-of-00002.tfrecord").write_bytes(data)
+        time.sleep(0.1)
+        assert checks.results() == {}
+    assert pools == []
+
+
+@pytest.mark.parametrize("expected_bytes, start_bytes", [
+    (0, finalizing.VERIFY_PROCESSES_FROM),
+    (finalizing.VERIFY_PROCESSES_FROM - 1, finalizing.VERIFY_PROCESSES_FROM),
+    (finalizing.VERIFY_PROCESSES_FROM, 0),
+])
+def test_a_local_build_reads_early_from_its_first_shard_when_its_input_is_large(
+        tmp_path, monkeypatch, expected_bytes, start_bytes):
+    from recordforge.pipelines.publish.staging import begin_build
+
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 2)
+    staging = begin_build(str(tmp_path / "out"), "v1")
+    try:
+        checks = finalizing.early_shard_checks(staging, "none", expected_bytes)
+        assert checks is not None and checks._start_bytes == start_bytes
+        monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 1)
+        assert finalizing.early_shard_checks(staging, "none", expected_bytes) is None
+    finally:
+        staging.abort()
+
+
 def wait_for(condition) -> None:
     deadline = time.monotonic() + 30
     while not condition() and time.monotonic() < deadline:

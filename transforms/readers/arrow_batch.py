@@ -76,15 +76,18 @@ def _plain_buffers(array, kind: str) -> tuple:
 
 class ArrowBatch(ColumnBatch):
     """Rows ``first_row`` on of `source`, held as `record_batch`; `columns`
-    (``to_pydict``) is made on first use unless given."""
+    (``to_pydict``) is made on first use unless given. utf8_known: the
+    reader found every text value of the batch (a dictionary's, whole)
+    UTF-8, which the kernel then does not scan again."""
 
-    __slots__ = ("record_batch", "_converted", "_some")
+    __slots__ = ("record_batch", "utf8_known", "_converted", "_some")
 
     def __init__(self, source: str, first_row: int, record_batch,
-                 columns: dict[str, list] | None = None):
+                 columns: dict[str, list] | None = None, *, utf8_known: bool = False):
         self.source, self.first_row = source, first_row
         self._size = record_batch.num_rows
         self.record_batch = record_batch
+        self.utf8_known = utf8_known
         self._converted = columns
         self._some: dict[str, list] = {}
 

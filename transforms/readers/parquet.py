@@ -216,8 +216,9 @@ def _parquet_group(parquet, group: int, first_row: int, end_row: int, batch_size
                                           use_threads=False):
             if lazy and _valid(batch, native):
                 # The native kernel reads the batch's buffers; Python values
-                # are made only if something asks (`ArrowBatch`).
-                yield ArrowBatch(source, row + 1, batch)
+                # are made only if something asks (`ArrowBatch`). Its text
+                # was found UTF-8 here, which the kernel need not do again.
+                yield ArrowBatch(source, row + 1, batch, utf8_known=True)
                 row += batch.num_rows
                 continue
             try:
