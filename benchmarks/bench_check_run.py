@@ -29,12 +29,12 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from child_process import run_in_child
 from e2e_workloads import LABELS, TABLE_FEATURES
 
 
@@ -116,15 +116,6 @@ def _add_answer(digest, answer) -> None:
         digest.update(repr(column).encode() if isinstance(column, (list, tuple)) else column)
 
 
-def _child(path: str, mb: int, pythonpath: str | None, convert: bool) -> list:
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    command = [sys.executable, __file__, path, "--mb", str(mb), "--round"] + ["--convert"] * convert
-    return json.loads(subprocess.run(command, env=env, check=True, capture_output=True,
-                                     text=True).stdout)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
@@ -144,9 +135,10 @@ def main(argv=None) -> None:
                                                            "this": None}
     best: dict[str, list] = {}
     rounds: dict[str, list[float]] = {}
+    arguments = [args.path, "--mb", str(args.mb), "--round"] + ["--convert"] * args.convert
     for _ in range(args.repeat):
         for side, pythonpath in sides.items():
-            cpu, *answer = _child(args.path, args.mb, pythonpath, args.convert)
+            cpu, *answer = run_in_child(__file__, arguments, pythonpath)
             rounds.setdefault(side, []).append(cpu)
             seen = best.setdefault(side, [cpu, answer])
             seen[0] = min(seen[0], cpu)

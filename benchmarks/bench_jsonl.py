@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+from child_process import run_in_child  # noqa: E402
 from e2e_workloads import LABELS, TABLE_FEATURES, make_table  # noqa: E402
 
 BATCH_SIZE = 1000  # (rows of other sources: JSONL is cut by bytes)
@@ -99,13 +98,9 @@ def main(argv=None) -> None:
         print(f"{'path':<10} {'read s':>8} {'r+conv s':>9} {'convert s':>9} {'MB/cpu-s':>9}")
         for _ in range(args.rounds):
             for name, pure, pythonpath in paths:
-                env = {**os.environ, "RECORDFORGE_PURE_PYTHON": pure}
-                if pythonpath is not None:
-                    env["PYTHONPATH"] = pythonpath
-                done = subprocess.run([sys.executable, __file__, "--measure", table.path,
-                                       "--repeat", str(args.repeat)], env=env, check=True,
-                                      capture_output=True, text=True)
-                found = json.loads(done.stdout)
+                found = run_in_child(__file__, ["--measure", table.path, "--repeat",
+                                                str(args.repeat)], pythonpath,
+                                     env={"RECORDFORGE_PURE_PYTHON": pure})
                 both = found["read+convert"]
                 print(f"{name:<10} {found['read']:>8.3f} {both:>9.3f} "
                       f"{both - found['read']:>9.3f} {megabytes / both:>9.1f}")

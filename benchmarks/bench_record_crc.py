@@ -28,9 +28,10 @@ import hashlib
 import json
 import os
 import random
-import subprocess
 import sys
 import time
+
+from child_process import best_of_rounds, run_in_child, same_answers
 
 PASSES = ("frame", "walk", "walk-list")
 
@@ -67,15 +68,6 @@ def measure(count: int, size: int) -> dict:
     return results
 
 
-def _child(args, pythonpath: str | None) -> dict:
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    command = [sys.executable, __file__, "--round", "--records", str(args.records), "--size", str(args.size)]
-    return json.loads(subprocess.run(command, env=env, check=True, capture_output=True,
-                                     text=True).stdout)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -89,21 +81,15 @@ def main(argv=None) -> None:
         print(json.dumps(measure(args.records, args.size)))
         return
     sides = {"this": None} if args.baseline is None else {"baseline": args.baseline, "this": None}
-    best: dict[str, dict[str, list]] = {side: {} for side in sides}
-    for _ in range(args.repeat):
-        for side, pythonpath in sides.items():
-            for name, (cpu, digest) in _child(args, pythonpath).items():
-                seen = best[side].setdefault(name, [cpu, digest])
-                seen[0] = min(seen[0], cpu)
-                if seen[1] != digest:
-                    sys.exit(f"{side} {name}: the answer differs from an earlier round's")
+    arguments = ["--round", "--records", str(args.records), "--size", str(args.size)]
+    best = best_of_rounds(args.repeat, sides,
+                          lambda pythonpath: run_in_child(__file__, arguments, pythonpath))
     print(f"{args.records} records of ~{args.size} bytes, best of {args.repeat}, "
           f"load average {os.getloadavg()[0]:.2f}")
     for name in PASSES:
         line = "  ".join(f"{side} cpu {best[side][name][0] * 1e3:.1f} ms" for side in sides)
         if args.baseline is not None:
-            if best["this"][name][1] != best["baseline"][name][1]:
-                sys.exit(f"{name}: this code's answer differs from the baseline's")
+            same_answers(best, name)
             line += f"  cpu ratio {best['baseline'][name][0] / best['this'][name][0]:.2f}x"
         print(f"{name:9s} {line}")
 

@@ -34,10 +34,10 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
+
+from child_process import run_in_child
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -153,16 +153,12 @@ def measure(rows: int, repeat: int, scratch: str, ordered: bool = False,
 
 def _in_process(pythonpath: str | None, rows: int, repeat: int, scratch: str,
                 ordered: bool, keyed: bool, framed: bool) -> dict:
-    env = dict(os.environ)
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    output = subprocess.run(
-        [sys.executable, os.path.join(_HERE, "bench_spill.py"), "--rows", str(rows),
-         "--repeat", str(repeat), "--scratch", scratch, "--json"]
+    return run_in_child(
+        os.path.join(_HERE, "bench_spill.py"),
+        ["--rows", str(rows), "--repeat", str(repeat), "--scratch", scratch, "--json"]
         + (["--ordered"] if ordered else []) + (["--keyed"] if keyed else [])
         + (["--framed"] if framed else []),
-        env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+        pythonpath)
 
 
 def main(argv=None) -> None:
