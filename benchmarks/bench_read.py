@@ -33,7 +33,7 @@ import json
 import os
 import time
 
-from child_process import best_of_rounds, run_in_child, same_answers
+from child_process import best_of_rounds, print_passes, run_in_child
 
 # The passes, in the order a build makes them.
 PASSES = ("hash", "plan", "plan+hash", "read")
@@ -115,13 +115,8 @@ def main(argv=None) -> None:
     size = os.path.getsize(args.path)
     print(f"{args.path}: {size / 1e6:.1f} MB, {'cold' if args.cold else 'warm'} page cache, "
           f"best of {args.repeat}, load average {os.getloadavg()[0]:.2f}")
-    for name in PASSES:
-        line = "  ".join(f"{side} cpu {best[side][name][0]:.3f} s wall {best[side][name][1]:.3f} s"
-                         for side in sides)
-        if args.baseline is not None:
-            same_answers(best, name)
-            line += f"  cpu ratio {best['baseline'][name][0] / best['this'][name][0]:.2f}x"
-        print(f"{name:9s} {line}")
+    print_passes(best, PASSES,
+                 lambda figures: f"cpu {figures[0]:.3f} s wall {figures[1]:.3f} s")
 
 
 if __name__ == "__main__":

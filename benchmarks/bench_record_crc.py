@@ -31,7 +31,7 @@ import random
 import sys
 import time
 
-from child_process import best_of_rounds, run_in_child, same_answers
+from child_process import best_of_rounds, print_passes, run_in_child
 
 PASSES = ("frame", "walk", "walk-list")
 
@@ -86,12 +86,7 @@ def main(argv=None) -> None:
                           lambda pythonpath: run_in_child(__file__, arguments, pythonpath))
     print(f"{args.records} records of ~{args.size} bytes, best of {args.repeat}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    for name in PASSES:
-        line = "  ".join(f"{side} cpu {best[side][name][0] * 1e3:.1f} ms" for side in sides)
-        if args.baseline is not None:
-            same_answers(best, name)
-            line += f"  cpu ratio {best['baseline'][name][0] / best['this'][name][0]:.2f}x"
-        print(f"{name:9s} {line}")
+    print_passes(best, PASSES, lambda figures: f"cpu {figures[0] * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

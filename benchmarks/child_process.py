@@ -5,7 +5,8 @@ measuring pass in a fresh interpreter per side and round, so that each side
 imports its own recordforge and extension and neither warms the other's
 caches. `run_in_child` runs one pass and returns what it printed as JSON;
 `best_of_rounds` alternates the sides round by round and keeps each pass's
-least times, checking that every round gave the same answer.
+least times, checking that every round gave the same answer, and
+`print_passes` prints them with the CPU ratio against the baseline.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["best_of_rounds", "run_in_child", "same_answers"]
+__all__ = ["best_of_rounds", "print_passes", "run_in_child"]
 
 
 def run_in_child(script: str, arguments: Sequence[str], pythonpath: str | None = None,
@@ -51,8 +52,16 @@ def best_of_rounds(repeat: int, sides: Mapping[str, str | None],
     return best
 
 
-def same_answers(best: Mapping[str, Mapping[str, list]], name: str) -> None:
-    """Ends the benchmark unless the baseline and this code gave `name` the
-    same answer."""
-    if best["this"][name][-1] != best["baseline"][name][-1]:
-        sys.exit(f"{name}: this code's answer differs from the baseline's")
+def print_passes(best: Mapping[str, Mapping[str, list]], names: Sequence[str],
+                 describe: Callable[[list], str]) -> None:
+    """Prints a line a pass of `names`: each side's figures (`describe` of
+    its ``[times..., answer]``) and, where a ``baseline`` side ran, the CPU
+    ratio of the first times, once both sides are seen to give the same
+    answer (else the benchmark ends)."""
+    for name in names:
+        line = "  ".join(f"{side} {describe(best[side][name])}" for side in best)
+        if "baseline" in best:
+            if best["this"][name][-1] != best["baseline"][name][-1]:
+                sys.exit(f"{name}: this code's answer differs from the baseline's")
+            line += f"  cpu ratio {best['baseline'][name][0] / best['this'][name][0]:.2f}x"
+        print(f"{name:9s} {line}")
