@@ -2,7 +2,7 @@
 
 A small build (a few hundred thousand rows, a few thousand images) spends
 most of its CPU importing Beam (~1.2 s of ~1.4 s), before its first row.
-Two pieces of that import are for nothing recordforge does:
+Three pieces of that import are for nothing recordforge does:
 
 * pandas (~0.25 s): `apache_beam.typehints` imports it whenever it is
   installed, only to register Beam's conversions between pandas objects
@@ -10,49 +10,94 @@ Two pieces of that import are for nothing recordforge does:
   for DoFns that declare pandas batch types and for Beam DataFrames).
   recordforge declares no such type, and Beam's DataFrame modules import
   those conversions themselves.
-* Beam's own filesystem for ``s3://`` (boto3, ~0.08 s): recordforge reads
-  and writes object stores through fsspec; Beam itself touches one only
-  where its options name a location there (`import_beam_filesystems`).
+* Beam's own filesystems for ``s3://`` (boto3, ~0.08 s) and ``gs://``
+  (google-cloud-storage, google.auth, ~0.15 s): recordforge reads and
+  writes object stores through fsspec; Beam itself touches one only where
+  its options name a location there (a temp or staging location, a
+  package to stage) or its runner is Dataflow (`import_beam_filesystems`).
 
 `import_beam_lean` imports Beam while those modules cannot be imported,
 then lets them be imported again: whatever needs them later imports them
-as usual (pandas for ``pyarrow.Table.to_pandas``, Beam's S3 filesystem,
-which registers itself with Beam's `FileSystems` as it is imported). Only
-the console script's `build` does this (`cli`): a caller's own process
-keeps Beam as it imports it, and the other commands import Beam late or
-not at all.
+as usual (pandas for ``pyarrow.Table.to_pandas``, Beam's S3 and GCS
+filesystems, which register themselves with Beam's `FileSystems` as they
+are imported). The GCS client module (`apache_beam.io.gcp.gcsio`) is also
+imported by `apache_beam.io`, in the same try block as Beam's
+cross-language IO wrappers: it is imported deferred rather than left out
+(`importlib.util.LazyLoader`, its body runs when first used), so
+`apache_beam.io` holds the names it always does. Only the console
+script's `build` does this (`cli`): a caller's own process keeps Beam as
+it imports it, and the other commands import Beam late or not at all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
+import importlib.util
 import sys
 from typing import Sequence
 
 __all__ = ["import_beam_filesystems", "import_beam_lean"]
 
 # Modules importing Beam does not import, by the name Beam imports them by.
-_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem")
+_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.gcsfilesystem")
+# A module importing Beam imports without running it; it runs when first used.
+_DEFERRED = "apache_beam.io.gcp.gcsio"
 
 
 def import_beam_lean() -> None:
     """Imports `apache_beam` without `_LEFT_OUT` (but those imported
-    already), unless Beam is imported already."""
+    already) and with `_DEFERRED` not run yet, unless Beam is imported
+    already."""
     if "apache_beam" in sys.modules:
         return
     left_out = [name for name in _LEFT_OUT if name not in sys.modules]
     for name in left_out:
         sys.modules[name] = None  # importing it raises ModuleNotFoundError meanwhile
+    deferring = _DeferringFinder()
+    sys.meta_path.insert(0, deferring)
     try:
         import apache_beam  # noqa: F401
     finally:
+        sys.meta_path.remove(deferring)
         for name in left_out:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
 
 
+class _DeferringFinder:
+    """Finds `_DEFERRED` where the path finder does, with a loader that
+    runs its body at its first attribute lookup. Only while
+    google-cloud-storage is installed: without it the import fails at
+    once, as Beam expects (`apache_beam.io` then leaves the GCS names out)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != _DEFERRED or not _installed("google.cloud.storage"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+        return spec
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def import_beam_filesystems(beam_args: Sequence[str]) -> None:
-    """Imports Beam's S3 filesystem when a Beam option names an ``s3://``
-    location (a temp or staging location), which `import_beam_lean` left
-    out; otherwise nothing."""
-    if any("s3://" in str(arg).lower() for arg in beam_args):
-        import apache_beam.io.aws.s3filesystem  # noqa: F401
+    """Imports the Beam filesystems `import_beam_lean` left out that the
+    build's Beam options can reach: S3's where an option names an ``s3://``
+    location, GCS's where one names a ``gs://`` location or the runner is
+    Dataflow (which creates a default ``gs://`` temp location when none
+    is given); otherwise nothing. One whose client is not installed is
+    skipped, as Beam skips it."""
+    args = [str(arg).lower() for arg in beam_args]
+    with contextlib.suppress(ModuleNotFoundError):
+        if any("s3://" in arg for arg in args):
+            import apache_beam.io.aws.s3filesystem  # noqa: F401
+    with contextlib.suppress(ModuleNotFoundError):
+        if any("gs://" in arg or "dataflow" in arg for arg in args):
+            import apache_beam.io.gcp.gcsfilesystem  # noqa: F401

@@ -9,6 +9,7 @@ import pytest
 
 LEAN = "from recordforge.pipelines.beam_import import import_beam_lean; import_beam_lean(); "
 BEAM_S3 = "apache_beam.io.aws.s3filesystem"
+BEAM_GCS = "apache_beam.io.gcp.gcsfilesystem"
 
 
 def _run(code: str, *args: str, cwd=None) -> list[str]:
@@ -18,10 +19,10 @@ def _run(code: str, *args: str, cwd=None) -> list[str]:
     return proc.stdout.split()
 
 
-def test_a_console_build_of_a_small_table_imports_neither_pandas_nor_beams_s3(tmp_path):
+def test_a_console_build_of_a_small_table_imports_no_pandas_nor_beams_s3_or_gcs(tmp_path):
     """A small build spends most of its CPU importing; pandas (Beam imports
-    it only for pandas batch types, which no step has) and Beam's S3
-    filesystem (boto3) are no part of it."""
+    it only for pandas batch types, which no step has) and Beam's S3 and
+    GCS filesystems (boto3, google-cloud-storage) are no part of it."""
     (tmp_path / "t.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(50)))
     (tmp_path / "c.yaml").write_text(
         "name: t\nversion: '1'\nsource: {type: csv, path: t.csv}\n"
@@ -29,11 +30,11 @@ def test_a_console_build_of_a_small_table_imports_neither_pandas_nor_beams_s3(tm
         "output: {path: out, shuffle: true}\nkey: id\n")
     code = ("import atexit, sys; from recordforge.pipelines import cli; "
             "atexit.register(lambda: print(*(name in sys.modules for name in "
-            f"('pandas', 'boto3', '{BEAM_S3}', 'apache_beam')))); "
-            "sys.exit(cli.main())")
+            f"('pandas', 'boto3', '{BEAM_S3}', 'google.cloud.storage', '{BEAM_GCS}', "
+            "'apache_beam')))); sys.exit(cli.main())")
     out = _run(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
                "--direct_num_workers=1", cwd=tmp_path)
-    assert out == ["False", "False", "False", "True"]
+    assert out == ["False"] * 5 + ["True"]
     assert (tmp_path / "out" / "LATEST").exists()
 
 
@@ -44,19 +45,36 @@ def test_what_it_left_out_can_be_imported_after_beam_and_registers_as_usual():
             "from apache_beam.io.filesystems import FileSystems; "
             "print('pandas' in known); import apache_beam.dataframe.schemas; "
             "import pandas; print('pandas' in known, pandas.DataFrame({'a': [1, 2]})['a'].sum()); "
-            f"import {BEAM_S3}; print(type(FileSystems.get_filesystem('s3://b/k')).__name__)")
-    assert _run(code) == ["True", "False", "False", "True", "3", "S3FileSystem"]
+            f"import {BEAM_S3}; print(type(FileSystems.get_filesystem('s3://b/k')).__name__); "
+            f"import {BEAM_GCS}; print(type(FileSystems.get_filesystem('gs://b/k')).__name__)")
+    assert _run(code) == ["True", "False", "False", "True", "3", "S3FileSystem", "GCSFileSystem"]
 
 
-@pytest.mark.parametrize("args,imported", [
-    (["--direct_num_workers=1", "--temp_location=/tmp/x"], False),
-    (["--temp_location", "S3://bucket/tmp"], True),
+def test_beams_io_names_are_the_ones_a_plain_import_gives_and_its_gcs_client_runs_when_used():
+    """`apache_beam.io` imports the GCS client in the try block that also
+    imports the cross-language IO wrappers: deferred, not left out, so
+    none of those names goes missing."""
+    names = "import apache_beam.io as io; print(len(dir(io)), 'gcsio' in dir(io)); "
+    plain = _run(names)
+    code = ("import sys; " + LEAN + names + "gcsio = sys.modules['apache_beam.io.gcp.gcsio']; "
+            "print('google.cloud.storage' in sys.modules); gcsio.GcsIO; "
+            "print('google.cloud.storage' in sys.modules, type(gcsio).__name__)")
+    assert _run(code) == plain + ["False", "True", "module"]
+
+
+@pytest.mark.parametrize("args,s3,gcs", [
+    (["--direct_num_workers=1", "--temp_location=/tmp/x"], False, False),
+    (["--temp_location", "S3://bucket/tmp"], True, False),
+    (["--staging_location=gs://bucket/staging"], False, True),
+    (["--runner=DataflowRunner", "--project=p"], False, True),
 ])
-def test_beams_s3_filesystem_is_imported_when_an_option_names_an_s3_location(args, imported):
+def test_beams_object_store_filesystems_are_imported_when_an_option_can_reach_one(args, s3, gcs):
     code = ("import sys; " + LEAN + "from recordforge.pipelines.beam_import import "
             f"import_beam_filesystems; import_beam_filesystems({args!r}); "
-            f"print('{BEAM_S3}' in sys.modules)")
-    assert _run(code) == [str(imported)]
+            "from apache_beam.io.filesystem import FileSystem; "
+            "schemes = {fs.scheme() for fs in FileSystem.get_all_subclasses()}; "
+            "print('hdfs' in schemes, 's3' in schemes, 'gs' in schemes)")
+    assert _run(code) == ["True", str(s3), str(gcs)]
 
 
 @pytest.mark.parametrize("command", [["verify", "no-such-dataset"], ["install-prism", "--help"]])
