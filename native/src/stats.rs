@@ -307,9 +307,9 @@ pub fn text_hash(text: &[u8]) -> Option<u64> {
 /// are the answer; else every hash is sorted.
 pub fn smallest_distinct(hashes: &mut Vec<u64>, count: usize) {
     if count > 0 && hashes.len() > count {
-        let high = *hashes.select_nth_unstable(count - 1).1;
+        hashes.select_nth_unstable(count - 1);
         let head = &mut hashes[..count];
-        spread_sort(head, high);
+        head.sort_unstable();
         if head.windows(2).all(|pair| pair[0] != pair[1]) {
             hashes.truncate(count);
             return;
@@ -318,50 +318,6 @@ pub fn smallest_distinct(hashes: &mut Vec<u64>, count: usize) {
     radix_sort(hashes, 63);
     hashes.dedup();
     hashes.truncate(count);
-}
-
-/// Sorts `keys`, every one at most `high`, in about linear time where they
-/// spread evenly below it, as hashes do: each goes to the bucket of its
-/// value (as many buckets as keys), then an insertion sort orders the few
-/// that share one. Keys that crowd (the insertions moving keys more than
-/// twice as often as there are keys) are sorted by comparisons instead.
-fn spread_sort(keys: &mut [u64], high: u64) {
-    let count = keys.len();
-    if count < 2 || high == 0 {
-        return; // (all 0 where the highest is)
-    }
-    // (`key << shift` < 2**64 for every key <= high: its bucket < count)
-    let shift = high.leading_zeros();
-    let bucket = |key: u64| ((u128::from(key << shift) * count as u128) >> 64) as usize;
-    let mut starts = vec![0usize; count + 1];
-    for key in keys.iter() {
-        starts[bucket(*key) + 1] += 1;
-    }
-    for at in 1..=count {
-        starts[at] += starts[at - 1];
-    }
-    let mut spread = vec![0u64; count];
-    for key in keys.iter() {
-        let place = &mut starts[bucket(*key)];
-        spread[*place] = *key;
-        *place += 1;
-    }
-    let mut moves_left = 2 * count;
-    for at in 1..count {
-        let key = spread[at];
-        let mut to = at;
-        while to > 0 && spread[to - 1] > key {
-            spread[to] = spread[to - 1];
-            to -= 1;
-        }
-        spread[to] = key;
-        moves_left = moves_left.saturating_sub(at - to);
-        if moves_left == 0 {
-            spread.sort_unstable();
-            break;
-        }
-    }
-    keys.copy_from_slice(&spread);
 }
 
 /// The serialized compact theta sketch (as `text_theta` lays it out) of
@@ -455,21 +411,6 @@ mod tests {
                                    lg_k in 0u32..6) {
             let sketch = text_theta(texts.iter().map(|text| text.as_slice()), lg_k);
             prop_assert!(sketch.len() >= 8 && sketch.len() % 8 == 0);
-        }
-
-        #[test]
-        fn spread_sort_sorts(mut keys in prop::collection::vec(any::<u64>(), 0..600), narrow in 0u32..64,
-                             crowd in any::<bool>()) {
-            // (narrow: keys of few bits; crowd: most keys in one bucket)
-            keys.iter_mut().for_each(|key| *key >>= narrow);
-            if crowd {
-                keys.iter_mut().skip(1).for_each(|key| *key &= 0xFF);
-            }
-            let mut expected = keys.clone();
-            expected.sort_unstable();
-            let high = keys.iter().copied().max().unwrap_or(0);
-            spread_sort(&mut keys, high);
-            prop_assert_eq!(keys, expected);
         }
 
         #[test]
