@@ -13,7 +13,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::framed_keys::KeyColumn;
-use crate::radix::radix_sort_by_high;
 use crate::run::packed_rows;
 use crate::run_rows::RunRows;
 use crate::{guarded, with_bytes};
@@ -75,17 +74,15 @@ pub fn fixed_key_order(blob: &[u8], width: usize, rows: &[usize]) -> Result<(Vec
 /// no two keys share those bytes: then it is their byte order, the order
 /// `row_order._order_by_head` finds with numpy's stable sort. None when two
 /// keys share them (the caller compares whole keys and examples). The
-/// heads are sorted as integers made here (numpy's stable sort took three
-/// times as long with the heads' copies and checks around it), by a radix
-/// sort (`radix::radix_sort_by_high`): a third of the time of the stable
-/// sort's merges of a bucket's sorted slices (9 against 29 ms for 190k
-/// digests from 23 slices).
+/// stable sort finds a bucket's sorted slices and merges them, like
+/// numpy's, but on integers it made itself (numpy's took three times as
+/// long with the heads' copies and checks around it).
 pub fn head_order(blob: &[u8], width: usize) -> Result<Option<Vec<usize>>, String> {
     if width == 0 || blob.len() % width != 0 {
         return Err(format!("{} key bytes are not keys of {width} bytes", blob.len()));
     }
     let mut packed: Vec<u128> = blob.chunks_exact(width).enumerate().map(|(row, key)| (head(key) as u128) << 64 | row as u128).collect();
-    radix_sort_by_high(&mut packed); // rows numbered in order: `packed.sort()`
+    packed.sort(); // merges the sorted runs it finds: a bucket's slices
     if packed.windows(2).any(|pair| pair[0] >> 64 == pair[1] >> 64) {
         return Ok(None);
     }
