@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyList, PyTuple};
 use crate::framed_keys::{check_offsets, column_parts};
 use crate::guarded;
 use crate::packed::{iter_words, whole_words};
+use crate::radix::radix_sort_by_high;
 use crate::run_order::head;
 use crate::run_rows::gathered_slices;
 use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
@@ -190,9 +191,12 @@ pub fn merged_order(slices: &[SortedSlice], order: &mut [u8]) -> bool {
 /// heap's merge, which breaks ties and finds a slice out of order.
 ///
 /// Key-ordered tables' keys (ids, names) mostly differ in their first 8
-/// bytes: sorting the heads as integers (the stable sort finds the
-/// slices' sorted runs and merges them) took about a third of the heap's
+/// bytes: sorting the heads as integers took about a third of the heap's
 /// time, whose comparisons each branch on cursors all over the slices.
+/// A bucket's heads share their top bits, so a radix sort of them passes
+/// over the rows two or three times where the stable sort's merges of
+/// the slices' runs took about log2(slices) passes: the 20 buckets of a
+/// 3.8M-row key-ordered build took 0.084 CPU-s against 0.117 here.
 fn order_by_heads(slices: &[SortedSlice], rows: usize) -> Option<impl Iterator<Item = usize>> {
     let mut packed: Vec<u128> = Vec::with_capacity(rows);
     for slice in slices {
@@ -206,7 +210,7 @@ fn order_by_heads(slices: &[SortedSlice], rows: usize) -> Option<impl Iterator<I
             packed.push((head as u128) << 64 | packed.len() as u128);
         }
     }
-    packed.sort();
+    radix_sort_by_high(&mut packed); // rows numbered in order: `packed.sort()`
     if packed.windows(2).any(|pair| pair[0] >> 64 == pair[1] >> 64) {
         return None;
     }
