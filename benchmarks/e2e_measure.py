@@ -89,12 +89,16 @@ def measure(cmd: list[str], *, env: dict | None = None, interval: float = 0.05) 
 
 
 def output_files(directory: str) -> list[str]:
-    """The TFRecord files below `directory`, sorted (manifests and the like left out)."""
+    """The TFRecord files below `directory`, sorted (manifests, record
+    index files and the like left out)."""
+    from recordforge.transforms.layout import INDEX_SUFFIX
+
     found = []
     for parent, dirnames, files in os.walk(directory):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
         found.extend(os.path.join(parent, name) for name in files
-                     if ".tfrecord" in name and not name.startswith((".", "_")))
+                     if ".tfrecord" in name and not name.endswith(INDEX_SUFFIX)
+                     and not name.startswith((".", "_")))
     return sorted(found)
 
 
