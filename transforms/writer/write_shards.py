@@ -23,8 +23,9 @@ __all__ = ["EXCHANGES", "WriteShards", "default_exchange"]
 EXCHANGES = ("auto", "files", "shuffle")
 # Runners whose workers are processes of one machine: they share its disk,
 # and keep what crosses a GroupByKey in memory.
-_LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
-                            "BundleBasedDirectRunner"})
+# (LocalFnApiRunner: the FnApiRunner of a local build, `pipelines.local_engine`.)
+_LOCAL_RUNNERS = frozenset({"FnApiRunner", "LocalFnApiRunner", "DirectRunner",
+                            "SwitchingDirectRunner", "BundleBasedDirectRunner"})
 
 
 def default_exchange(runner) -> str:

@@ -1,0 +1,46 @@
+"""The engine of a local build: Beam's FnApiRunner, its worker processes started lean.
+
+With ``--direct_running_mode=multi_processing`` the FnApiRunner gives the
+pipeline an environment whose workers it starts with a shell command,
+``<python> -m apache_beam.runners.worker.sdk_worker_main``.
+`LocalFnApiRunner` swaps that command for one that starts `sdk_worker`
+(Beam's same worker, Beam imported lean) with the same interpreter; a
+pipeline on any other environment runs as the FnApiRunner runs it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from apache_beam.portability import python_urns
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+__all__ = ["LocalFnApiRunner", "lean_worker_command", "start_workers_lean"]
+
+# The command as Beam 2.77's FnApiRunner.run_pipeline writes it (bytes in
+# the environment's payload).
+_BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+
+
+def lean_worker_command() -> str:
+    return f"{sys.executable} -m {__package__}.sdk_worker"
+
+
+def start_workers_lean(pipeline_proto) -> int:
+    """Rewrites, in `pipeline_proto`, each environment that starts Beam's
+    own worker to start `sdk_worker` instead; returns how many it rewrote."""
+    rewritten = 0
+    for environment in pipeline_proto.components.environments.values():
+        if (environment.urn == python_urns.SUBPROCESS_SDK
+                and environment.payload == _BEAM_WORKER_COMMAND.encode("utf-8")):
+            environment.payload = lean_worker_command().encode("utf-8")
+            rewritten += 1
+    return rewritten
+
+
+class LocalFnApiRunner(fn_runner.FnApiRunner):
+    """The FnApiRunner, its multi_processing workers started by `sdk_worker`."""
+
+    def run_via_runner_api(self, pipeline_proto, options):
+        start_workers_lean(pipeline_proto)
+        return super().run_via_runner_api(pipeline_proto, options)
