@@ -1,0 +1,62 @@
+"""A local build's engine starts its multi_processing workers lean (`pipelines.local_engine`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability import python_urns
+from apache_beam.transforms import environments
+
+from recordforge.pipelines.local_engine import lean_worker_command, start_workers_lean
+from recordforge.pipelines.runners import local_runner
+from recordforge.transforms.writer import default_exchange
+
+BEAM_WORKER = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+
+
+def _proto(environment):
+    pipeline = beam.Pipeline(options=PipelineOptions())
+    _ = pipeline | beam.Create([1]) | beam.Map(abs)
+    return pipeline.to_runner_api(default_environment=environment)
+
+
+def _payloads(proto) -> list[bytes]:
+    return [environment.payload for environment in proto.components.environments.values()
+            if environment.urn == python_urns.SUBPROCESS_SDK]
+
+
+def test_the_command_of_beams_own_worker_is_rewritten_and_no_other():
+    proto = _proto(environments.SubprocessSDKEnvironment.from_command_string(BEAM_WORKER))
+    assert start_workers_lean(proto) == 1
+    assert _payloads(proto) == [lean_worker_command().encode()]
+
+    own = environments.SubprocessSDKEnvironment.from_command_string(f"{BEAM_WORKER} --mine")
+    proto = _proto(own)
+    assert start_workers_lean(proto) == 0
+    assert _payloads(proto) == [f"{BEAM_WORKER} --mine".encode()]
+    assert start_workers_lean(_proto(environments.EmbeddedPythonEnvironment.default())) == 0
+
+
+def _record_worker(element, out_dir):
+    with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as file:
+        json.dump({"main": sys.modules["__main__"].__spec__.name,
+                   "pandas": "pandas" in sys.modules, "boto3": "boto3" in sys.modules}, file)
+    return element
+
+
+def test_a_multi_processing_worker_runs_the_lean_worker_and_imports_no_pandas(tmp_path):
+    options = PipelineOptions(["--direct_running_mode=multi_processing",
+                               "--direct_num_workers=1"])
+    runner = local_runner(options)
+    assert default_exchange(runner) == "files"  # a local engine: the file exchange
+    with beam.Pipeline(runner=runner, options=options) as pipeline:
+        _ = (pipeline | beam.Create([1, 2])
+             | beam.Map(_record_worker, out_dir=str(tmp_path)))
+    seen = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
+    assert seen and all(worker == {"main": "recordforge.pipelines.sdk_worker",
+                                   "pandas": False, "boto3": False} for worker in seen)
+    assert all(str(path.stem) != str(os.getpid()) for path in tmp_path.glob("*.json"))
