@@ -254,14 +254,10 @@ mod tests {
         // The wait for a window's writeback before it is dropped is what
         // makes the drop certain: advice alone keeps pages still being written.
         let (path, mut file) = temporary("dropped");
+        // SAFETY: a statfs of a path into a zeroed struct it fills.
+        let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
         let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        // SAFETY: statfs of a NUL-terminated path fills the (zeroed, plain
-        // data) struct it is given.
-        let stats = unsafe {
-            let mut stats: libc::statfs = std::mem::zeroed();
-            assert_eq!(libc::statfs(c_path.as_ptr(), &mut stats), 0);
-            stats
-        };
+        assert_eq!(unsafe { libc::statfs(c_path.as_ptr(), &mut stats) }, 0);
         const TMPFS_MAGIC: i64 = 0x0102_1994; // memory only: its pages cannot be dropped
         if stats.f_type as i64 == TMPFS_MAGIC {
             std::fs::remove_file(&path).unwrap();
