@@ -169,32 +169,21 @@ impl Behind {
     }
 }
 
-/// POSIX_FADV_DONTNEED for each range, `[hand, drop]`: it starts the
-/// writeback of the new window's dirty pages, and drops the window before
-/// it once `sync_file_range` has waited for that one's writeback to end.
-/// Advice alone skips pages still being written, which then stay cached:
-/// when the disk is behind the writer the cache grows by the whole run,
-/// in fresh pages, and a `write` into fresh pages cost about 2.5 times a
-/// byte what one into pages just dropped did (on a virtual machine the
-/// host backs a fresh page first). The wait is for bytes handed to the
-/// disk a window earlier, so it rarely blocks. An empty range is skipped
-/// (a length of 0 would mean the rest of the file). Advice only: a file
-/// system that takes none (an error) changes nothing written, so the
-/// error is not reported.
+/// POSIX_FADV_DONTNEED for each range: it starts the writeback of dirty
+/// pages and drops clean ones, so the new window goes to the disk and the
+/// one before it (on disk by now, unless the disk is slower than the
+/// writer) leaves the cache; pages still being written stay cached, as
+/// without advice. An empty range is skipped (a length of 0 would mean
+/// the rest of the file). Advice only: a file system that takes none (an
+/// error) changes nothing written, so the error is not reported.
 #[cfg(target_os = "linux")]
-fn advise(fd: i32, [hand, drop]: [Range<u64>; 2]) {
-    let span = |range: &Range<u64>| (range.start as libc::off_t, (range.end - range.start) as libc::off_t);
-    if !drop.is_empty() {
-        let (offset, length) = span(&drop);
-        let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        // SAFETY: sync_file_range reads no memory of ours; a bad descriptor is an error code.
-        unsafe { libc::sync_file_range(fd, offset, length, wait) };
-    }
-    for range in [hand, drop].into_iter().filter(|range| !range.is_empty()) {
-        let (offset, length) = span(&range);
+fn advise(fd: i32, ranges: [Range<u64>; 2]) {
+    for range in ranges.into_iter().filter(|range| !range.is_empty()) {
         // SAFETY: posix_fadvise reads no memory of ours; a bad descriptor is an error code.
-        unsafe { libc::posix_fadvise(fd, offset, length, libc::POSIX_FADV_DONTNEED) };
+        unsafe {
+            libc::posix_fadvise(fd, range.start as libc::off_t, (range.end - range.start) as libc::off_t,
+                                libc::POSIX_FADV_DONTNEED)
+        };
     }
 }
 
@@ -229,48 +218,6 @@ mod tests {
         let path = std::env::temp_dir().join(format!("run_sink-{}-{name}", std::process::id()));
         let file = File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         (path, file)
-    }
-
-    /// Which of the file's pages are in the page cache (mincore of a map).
-    #[cfg(target_os = "linux")]
-    fn resident_pages(file: &File, length: usize) -> Vec<bool> {
-        // SAFETY: a shared read-only map of `length` bytes of an open file,
-        // unmapped before returning; mincore writes one byte a page into
-        // `pages`, which has room for every page of the map.
-        unsafe {
-            let map = libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
-            assert_ne!(map, libc::MAP_FAILED);
-            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
-            let mut pages = vec![0u8; length.div_ceil(page)];
-            assert_eq!(libc::mincore(map, length, pages.as_mut_ptr()), 0);
-            libc::munmap(map, length);
-            pages.iter().map(|flags| flags & 1 == 1).collect()
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn every_window_before_the_last_two_leaves_the_page_cache() {
-        // The wait for a window's writeback before it is dropped is what
-        // makes the drop certain: advice alone keeps pages still being written.
-        let (path, mut file) = temporary("dropped");
-        // SAFETY: a statfs of a path into a zeroed struct it fills.
-        let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
-        let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        assert_eq!(unsafe { libc::statfs(c_path.as_ptr(), &mut stats) }, 0);
-        const TMPFS_MAGIC: i64 = 0x0102_1994; // memory only: its pages cannot be dropped
-        if stats.f_type as i64 == TMPFS_MAGIC {
-            std::fs::remove_file(&path).unwrap();
-            return;
-        }
-        let window = 64 << 10;
-        let (size, _) = through_sink(&mut file, 0, &[window as usize; 12], window, None);
-        let resident = resident_pages(&file, size as usize);
-        std::fs::remove_file(&path).unwrap();
-        // After `finish` the last window is handed to the disk and the one
-        // before it is still cached; every earlier page has been dropped.
-        let pages_dropped = resident.len() * (12 - 2) / 12;
-        assert!(resident[..pages_dropped].iter().all(|page| !page), "a dropped window is still cached");
     }
 
     #[test]
