@@ -256,9 +256,9 @@ def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, Bi
 
     Raises RunFileError when the rows the runner delivered are not the
     plan's (rows lost, or delivered twice, between the step that packed
-    them and this one: their rows and bytes both count, so that a lost
-    packet is never made up for by another's copy of the same size), or
-    when the sort gave other bytes than it took."""
+    them and this one: rows and bytes both count, so that another
+    packet's copy makes up for a lost one only if it has its rows and its
+    bytes), or when the sort gave other bytes than it took."""
     (split, bucket), values = item
     plan = next((value for tag, value in values if tag == "plan"), None)
     if plan is None:
