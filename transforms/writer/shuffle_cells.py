@@ -242,12 +242,12 @@ class SortCellsFn(BucketSortFn):
         (split, bucket), _ = item
 
         def cell_writer(out, plan):
-            start, size, total, _ = plan
+            start, size, total, _, _ = plan
             return bucket_output.CellWriter(out, start=start, size=size, total=total,
                                             cell_bytes=self._cell_bytes,
                                             gzip_level=self._gzip_level)
 
-        with sorted_bucket(item, self._tuning, cell_writer) as ((start, size, total, _),
+        with sorted_bucket(item, self._tuning, cell_writer) as ((start, size, total, *_),
                                                                  writer, out):
             chunks = writer.close()
             if chunks:
@@ -308,7 +308,7 @@ class PlaceFn(beam.DoFn):
         if plan is None or layout is None:
             raise ValueError(f"split {split!r}, unit {unit}: chunks came without the "
                              f"split's plan or the unit's layout")
-        start, size, total, count = plan
+        start, size, total, count, _ = plan
         lengths, records = (np.frombuffer(part, dtype="<i8") for part in layout)
         if int(lengths.sum()) != size:
             raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunks of "

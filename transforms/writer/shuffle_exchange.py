@@ -23,7 +23,7 @@ and key-ordered plain output::
                           digest is below the ratio sample's bound go with
                           the sizes
   | BucketSizes (CombinePerKey) | PlanCuts
-                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards)))
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards, rows)))
                           ((split, shard), ("spec", (shards, buckets it may get)))
   | GroupBuckets (Flatten + GroupByKey) | SortBuckets
                        -> ((split, shard), ("piece", (bucket, number, bytes)))
@@ -76,7 +76,7 @@ never change the bytes::
   | Pack (with key_bounds) or Pack | ... | Route (without)  as above
                        -> ("sizes", ...), ("rows", ((split, bucket), ("rows", packet)))
   | BucketSizes (CombinePerKey) | PlanStarts
-                       -> ((split, bucket), ("plan", (first byte, bytes, total, _)))
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, _, rows)))
   | GroupBuckets (Flatten + GroupByKey) | SortBuckets
                        -> ("sizes", (split, (unit, chunks, bytes, largest chunk, ())))
                           ("chunk", ((split, unit), ("layout", chunk sizes and rows)))
@@ -90,7 +90,7 @@ never change the bytes::
                           rows joined in key order, compressed as one cell,
                           unit 2b of the last of them
   | UnitSizes (CombinePerKey) | PlanShards
-                       -> ((split, unit), ("plan", (first byte, bytes, total, shards)))
+                       -> ((split, unit), ("plan", (first byte, bytes, total, shards, chunks)))
                           ((split, shard), ("spec", (shards, units it may get)))
                           as PlanCuts, on the chunks' bytes on disk
   | JoinPlaces (Flatten + GroupByKey) | Place
@@ -251,7 +251,7 @@ class ShuffleExchange(beam.PTransform):
     def _plan(self, sizes, *, step: str, added_up: str, gzip_level: int | None = None):
         """(placements, specs): `plan_row_cuts` on `sizes` added up per
         bucket (or unit of chunks). Placements: ((split, bucket), ("plan",
-        (first byte, bytes, total, shards))); specs: ((split, shard),
+        (first byte, bytes, total, shards, rows or chunks))); specs: ((split, shard),
         ("spec", (shards, buckets it may get)))."""
         plan = (sizes
                 | added_up >> beam.CombinePerKey(BucketSizesFn())
@@ -284,7 +284,7 @@ class ShuffleExchange(beam.PTransform):
         return self._write_shards(specs, pieces, compress=True)
 
     def _cut_at_cells(self, sizes, rows):
-        # ((split, bucket), ("plan", (first byte, bytes, total, _)))
+        # ((split, bucket), ("plan", (first byte, bytes, total, _, rows)))
         starts, _ = self._plan(sizes, step="PlanStarts", added_up="BucketSizes")
         # ("sizes", (split, (units, chunks, bytes, largest chunk, ())))
         # | ("chunk", ((split, unit), ("layout", sizes) | ("chunk", (offset, bytes))))

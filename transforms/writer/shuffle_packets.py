@@ -226,29 +226,56 @@ def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
+class _Delivered:
+    """A bucket's packets as they stream into its sort, with the rows and
+    framed bytes the runner delivered of them added up."""
+
+    def __init__(self, values):
+        self._values = values
+        self.rows = self.bytes = 0
+
+    def __iter__(self) -> Iterator[tuple]:
+        for tag, packet in self._values:
+            if tag == "rows":
+                self.rows += len(packet[3]) // SIZE_DTYPE.itemsize
+                self.bytes += len(packet[2])
+                yield packet
+
+
 @contextlib.contextmanager
 def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, BinaryIO]]:
     """Sorts one bucket of the shuffle exchange into a writer over a
     spooled file; yields ``(plan, writer, file)`` once every row is in.
 
-    item: ``((split, bucket), [("plan", (start, size, total, count)),
-    ("rows", packet), ...])``. The values are iterated twice (runners give
-    re-iterables): the plan is found first, then the rows stream into the
-    sort. make_writer(file, plan): the writer the sorted rows go to, with
-    an `offset` (the next row's first byte in the split), which must end
-    where the plan says the bucket does."""
+    item: ``((split, bucket), [("plan", (start, size, total, count,
+    rows)), ("rows", packet), ...])``. The values are iterated twice
+    (runners give re-iterables): the plan is found first, then the rows
+    stream into the sort. make_writer(file, plan): the writer the sorted
+    rows go to, with an `offset` (the next row's first byte in the split),
+    which must end where the plan says the bucket does.
+
+    Raises RunFileError when the rows the runner delivered are not the
+    plan's (rows lost, or delivered twice, between the step that packed
+    them and this one: rows and bytes both count, so that another
+    packet's copy makes up for a lost one only if it has its rows and its
+    bytes), or when the sort gave other bytes than it took."""
     (split, bucket), values = item
     plan = next((value for tag, value in values if tag == "plan"), None)
     if plan is None:
         raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
                          f"split's plan")
-    start, size = plan[0], plan[1]
-    packets = (value for tag, value in values if tag == "rows")
+    start, size, rows = plan[0], plan[1], plan[4]
+    delivered = _Delivered(values)
     with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
         writer = make_writer(out, plan)
-        sort_bucket_packets(packets, writer, memory_bytes=tuning.memory_bytes,
+        sort_bucket_packets(delivered, writer, memory_bytes=tuning.memory_bytes,
                             fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                             index_every=tuning.index_every)
+        if (delivered.rows, delivered.bytes) != (rows, size):
+            raise run_format.RunFileError(
+                f"split {split!r}, bucket {bucket}: the runner delivered {delivered.rows} "
+                f"rows ({delivered.bytes} bytes) of the bucket, the plan counted {rows} rows "
+                f"({size} bytes): rows were lost or duplicated crossing the runner's shuffle")
         if writer.offset != start + size:
             raise run_format.RunFileError(
                 f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "

@@ -194,7 +194,7 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
                   multiple: int = 1):
     """(split, (rows per bucket, bytes per bucket, largest row, ratio
     sample)) -> for each bucket holding rows, ((split, bucket), ("plan",
-    (first byte, bytes, total, shard count))); for each shard, ((split,
+    (first byte, bytes, total, shard count, rows))); for each shard, ((split,
     shard), ("spec", (shard count, buckets that may hold its rows))).
     With `gzip_level`, the shard count follows the bytes the split is
     estimated to take compressed (its ratio sample compressed as a shard
@@ -214,7 +214,7 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
     expected: list[list[int]] = [[] for _ in range(count)]
     for bucket in np.flatnonzero(rows).tolist():
         start, size = int(starts[bucket]), int(nbytes[bucket])
-        yield ((split, bucket), ("plan", (start, size, total, count)))
+        yield ((split, bucket), ("plan", (start, size, total, count, int(rows[bucket]))))
         for shard in shards_touched(start, start + size, thresholds):
             expected[shard].append(bucket)
     for shard in range(count):
@@ -235,10 +235,10 @@ class CutBucketFn(BucketSortFn):
         tuning = self._tuning
 
         def make_cutter(out, plan):
-            start, _, total, count = plan
+            start, _, total, count, _ = plan
             return ShardCutter(out, start, row_shard_thresholds(total, count))
 
-        with sorted_bucket(item, tuning, make_cutter) as ((start, size, _, _), cutter, out):
+        with sorted_bucket(item, tuning, make_cutter) as ((start, size, *_), cutter, out):
             sent: dict[int, list[int]] = {}
             out.seek(0)
             for shard, _, length, rows in cutter.segments:

@@ -29,8 +29,14 @@ _LOCAL_RUNNERS = frozenset({"FnApiRunner", "LocalFnApiRunner", "DirectRunner",
 
 
 def default_exchange(runner) -> str:
-    """The exchange WriteShards picks for a runner (see WriteShards)."""
-    return "files" if type(runner).__name__ in _LOCAL_RUNNERS else "shuffle"
+    """The exchange WriteShards picks for a runner (see WriteShards): the
+    file exchange on a local runner, or a class made from one (a local
+    engine under another name). Beam's FnApiRunner with worker processes
+    was seen to lose some of a step's outputs on their way to a GroupByKey
+    when ~2 GB crossed it, which the shuffle exchange sends all rows through
+    (its buckets then fail: `shuffle_packets.sorted_bucket`)."""
+    local = any(cls.__name__ in _LOCAL_RUNNERS for cls in type(runner).__mro__)
+    return "files" if local else "shuffle"
 
 
 def _local_temp_dir(temp_dir: str) -> str:

@@ -325,7 +325,7 @@ class _BucketValues:
             yield "chunk", (index * self.chunk_bytes, bytes([index % 251]) * self.chunk_bytes)
             if index == 3:  # a retried step's chunk, delivered again
                 yield "chunk", (0, bytes([0]) * self.chunk_bytes)
-        yield "plan", (0, total, total, 2)
+        yield "plan", (0, total, total, 2, self.chunks)
 
 
 def test_placing_a_bucket_holds_one_chunk_at_a_time():
@@ -508,12 +508,17 @@ def test_shuffle_exchange_on_two_worker_processes_gives_the_same_bytes(tmp_path)
 
 
 def test_auto_picks_files_on_the_direct_runner_and_shuffle_elsewhere():
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from recordforge.transforms.writer import default_exchange
 
     class DaskRunner:
         pass
 
+    class LocalEngine(FnApiRunner):  # a local runner under another name
+        pass
+
     assert default_exchange(beam.Pipeline().runner) == "files"
+    assert default_exchange(LocalEngine()) == "files"
     assert default_exchange(DaskRunner()) == "shuffle"
 
 
