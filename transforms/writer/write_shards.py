@@ -24,8 +24,8 @@ EXCHANGES = ("auto", "files", "shuffle")
 # Runners whose workers are processes of one machine: they share its disk,
 # and keep what crosses a GroupByKey in memory.
 # (LocalFnApiRunner: the FnApiRunner of a local build, `pipelines.local_engine`.)
-_LOCAL_RUNNERS = frozenset({"FnApiRunner", "LocalFnApiRunner", "DirectRunner",
-                            "SwitchingDirectRunner", "BundleBasedDirectRunner"})
+_LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
+                            "BundleBasedDirectRunner"})
 
 
 def default_exchange(runner) -> str:
