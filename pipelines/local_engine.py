@@ -6,41 +6,55 @@ pipeline an environment whose workers it starts with a shell command,
 `LocalFnApiRunner` swaps that command for one that starts `sdk_worker`
 (Beam's same worker, Beam imported lean) with the same interpreter; a
 pipeline on any other environment runs as the FnApiRunner runs it.
+A build that quiets Beam (a worker log level above CRITICAL,
+`progress.QUIET_BEAM_ARGS`) starts them quiet from their first line.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from apache_beam.portability import python_urns
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-__all__ = ["LocalFnApiRunner", "lean_worker_command", "start_workers_lean"]
+from .sdk_worker import QUIET_FLAG
+
+__all__ = ["LocalFnApiRunner", "lean_worker_command", "start_workers_lean", "workers_quiet"]
 
 # The command as Beam 2.77's FnApiRunner.run_pipeline writes it (bytes in
 # the environment's payload).
 _BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
 
 
-def lean_worker_command() -> str:
-    return f"{sys.executable} -m {__package__}.sdk_worker"
+def lean_worker_command(quiet: bool = False) -> str:
+    command = f"{sys.executable} -m {__package__}.sdk_worker"
+    return f"{command} {QUIET_FLAG}" if quiet else command
 
 
-def start_workers_lean(pipeline_proto) -> int:
+def start_workers_lean(pipeline_proto, quiet: bool = False) -> int:
     """Rewrites, in `pipeline_proto`, each environment that starts Beam's
-    own worker to start `sdk_worker` instead; returns how many it rewrote."""
+    own worker to start `sdk_worker` instead (`quiet`: with Beam's logging
+    quieted before it is imported); returns how many it rewrote."""
     rewritten = 0
     for environment in pipeline_proto.components.environments.values():
         if (environment.urn == python_urns.SUBPROCESS_SDK
                 and environment.payload == _BEAM_WORKER_COMMAND.encode("utf-8")):
-            environment.payload = lean_worker_command().encode("utf-8")
+            environment.payload = lean_worker_command(quiet).encode("utf-8")
             rewritten += 1
     return rewritten
+
+
+def workers_quiet(options) -> bool:
+    """Whether `options` set the workers' log level above CRITICAL, which
+    silences them once they read it (as `progress.QUIET_BEAM_ARGS` does)."""
+    level = str(options.get_all_options().get("default_sdk_harness_log_level") or "")
+    return level.isdecimal() and int(level) > logging.CRITICAL
 
 
 class LocalFnApiRunner(fn_runner.FnApiRunner):
     """The FnApiRunner, its multi_processing workers started by `sdk_worker`."""
 
     def run_via_runner_api(self, pipeline_proto, options):
-        start_workers_lean(pipeline_proto)
+        start_workers_lean(pipeline_proto, quiet=workers_quiet(options))
         return super().run_via_runner_api(pipeline_proto, options)

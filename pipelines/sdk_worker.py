@@ -18,10 +18,20 @@ from __future__ import annotations
 import gc
 import sys
 
-__all__ = ["main"]
+__all__ = ["QUIET_FLAG", "main"]
+
+
+# Given by `local_engine` when the build quiets Beam (`progress.hide_beam_noise`).
+QUIET_FLAG = "--quiet"
 
 
 def main() -> None:
+    if QUIET_FLAG in sys.argv[1:]:
+        # Before Beam is imported: its import logs a warning (the apitools
+        # notice), and its worker an INFO line, before the worker reads the
+        # build's quiet log level from the pipeline options.
+        from .progress import hide_beam_noise
+        hide_beam_noise(verbose=False)
     gc.disable()  # three full collections otherwise, over a heap that only grows
     try:
         from .beam_import import import_beam_lean

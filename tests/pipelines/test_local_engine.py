@@ -11,7 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import python_urns
 from apache_beam.transforms import environments
 
-from recordforge.pipelines.local_engine import lean_worker_command, start_workers_lean
+from recordforge.pipelines.local_engine import (lean_worker_command, start_workers_lean,
+                                                workers_quiet)
 from recordforge.pipelines.runners import local_runner
 from recordforge.transforms.writer import default_exchange
 
@@ -60,3 +61,31 @@ def test_a_multi_processing_worker_runs_the_lean_worker_and_imports_no_pandas(tm
     assert seen and all(worker == {"main": "recordforge.pipelines.sdk_worker",
                                    "pandas": False, "boto3": False} for worker in seen)
     assert all(str(path.stem) != str(os.getpid()) for path in tmp_path.glob("*.json"))
+
+
+def test_workers_are_quiet_exactly_when_the_build_quiets_beams_worker_logs():
+    from recordforge.pipelines.progress import QUIET_BEAM_ARGS
+
+    assert workers_quiet(PipelineOptions(list(QUIET_BEAM_ARGS)))
+    for args in ([], ["--default_sdk_harness_log_level=INFO"],
+                 ["--default_sdk_harness_log_level=50"]):
+        assert not workers_quiet(PipelineOptions(args))
+    proto = _proto(environments.SubprocessSDKEnvironment.from_command_string(BEAM_WORKER))
+    assert start_workers_lean(proto, quiet=True) == 1
+    assert _payloads(proto) == [lean_worker_command(quiet=True).encode()]
+    assert lean_worker_command(quiet=True).endswith(" --quiet")
+
+
+def test_a_quiet_build_s_workers_print_nothing_of_beams(tmp_path, capfd):
+    from recordforge.pipelines.progress import QUIET_BEAM_ARGS
+
+    options = PipelineOptions(["--direct_running_mode=multi_processing",
+                               "--direct_num_workers=1", *QUIET_BEAM_ARGS])
+    with beam.Pipeline(runner=local_runner(options), options=options) as pipeline:
+        _ = (pipeline | beam.Create([1, 2])
+             | beam.Map(_record_worker, out_dir=str(tmp_path)))
+    assert list(tmp_path.glob("*.json"))  # a worker process ran the step
+    err = capfd.readouterr().err
+    # Beam's import warns about apitools and its worker logs its start, both
+    # before the worker reads the quiet log level from the options.
+    assert "apache_beam" not in err and "apitools" not in err, err
