@@ -30,12 +30,16 @@ _LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunne
 
 def default_exchange(runner) -> str:
     """The exchange WriteShards picks for a runner (see WriteShards): the
-    file exchange on a local runner, or a class made from one (a local
-    engine under another name). Beam's FnApiRunner with worker processes
-    was seen to lose some of a step's outputs on their way to a GroupByKey
-    when ~2 GB crossed it, which the shuffle exchange sends all rows through
-    (its buckets then fail: `shuffle_packets.sorted_bucket`)."""
-    local = any(cls.__name__ in _LOCAL_RUNNERS for cls in type(runner).__mro__)
+    file exchange on a local runner, or on a class made from Beam's
+    FnApiRunner (a local engine under another name); the shuffle exchange
+    on any other, a class made from another local runner included (Beam's
+    DaskRunner is made from its BundleBasedDirectRunner, and its workers
+    share no disk). Beam's FnApiRunner with worker processes was seen to
+    lose some of a step's outputs on their way to a GroupByKey when ~2 GB
+    crossed it, which the shuffle exchange sends all rows through (its
+    buckets then fail: `shuffle_packets.sorted_bucket`)."""
+    local = (type(runner).__name__ in _LOCAL_RUNNERS
+             or any(cls.__name__ == "FnApiRunner" for cls in type(runner).__mro__))
     return "files" if local else "shuffle"
 
 

@@ -511,15 +511,17 @@ def test_auto_picks_files_on_the_direct_runner_and_shuffle_elsewhere():
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from recordforge.transforms.writer import default_exchange
 
-    class DaskRunner:
-        pass
+    from apache_beam.runners.dask.dask_runner import DaskRunner
+    from apache_beam.runners.portability.portable_runner import PortableRunner
 
     class LocalEngine(FnApiRunner):  # a local runner under another name
         pass
 
     assert default_exchange(beam.Pipeline().runner) == "files"
     assert default_exchange(LocalEngine()) == "files"
+    # Made from Beam's BundleBasedDirectRunner, but its workers share no disk.
     assert default_exchange(DaskRunner()) == "shuffle"
+    assert default_exchange(PortableRunner()) == "shuffle"
 
 
 def test_shuffle_exchange_writes_only_the_final_shards_to_the_output_store():
