@@ -25,7 +25,7 @@ from .bucket_plan import hash_buckets_of
 from .prepare import prepare_batch
 from .ratio_sample import ratio_sample_rows
 from .shard_files import publish_shard, shard_metadata
-from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
+from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet, row_digests
 from .step_setup import ShardCounters, counter, set_up_worker
 
 __all__ = ["BucketSortFn", "PackFn", "ShardFileFn"]
@@ -36,7 +36,7 @@ class PackFn(beam.DoFn):
     bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
     with `hash_buckets` (shuffled output) or `key_bounds` (key-ordered
     plain output whose bucket bounds are known before the run), ("sizes",
-    (split, (buckets, rows, bytes, largest row, ratio sample))) and
+    (split, (buckets, rows, bytes, digests, largest row, ratio sample))) and
     ("rows", ((split, bucket), ("rows", packet))) per bucket the batch's
     rows fall in. The ratio sample: with `ratio_bound` (gzip), ``((digest,
     framed record), ...)`` of the batch's rows whose digest is below it
@@ -105,7 +105,8 @@ class PackFn(beam.DoFn):
     def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray):
         for bucket, piece in cut_packet(packet, buckets):
             yield ("rows", ((split, bucket), ("rows", piece)))
-        yield ("sizes", (split, (*bucket_sizes(buckets, sizes),
+        digests = row_digests(packet[2], sizes)
+        yield ("sizes", (split, (*bucket_sizes(buckets, sizes, digests),
                                  self._ratio_sample(packet, sizes))))
 
     def _ratio_sample(self, packet: tuple, sizes: np.ndarray) -> tuple:
