@@ -275,23 +275,47 @@ def sort_bucket_packets(packets: Iterable[tuple], writer, *, memory_bytes: int, 
 
 
 class _Delivered:
-    """A bucket's packets as they stream into its sort, with the rows,
-    framed bytes and sum of row digests (`row_digests`) the runner
-    delivered of them added up."""
+    """A bucket's packets as they stream into its sort, with the rows and
+    framed bytes the runner delivered of them added up."""
 
     def __init__(self, values):
         self._values = values
-        self.rows = self.bytes = self.digest = 0
+        self.rows = self.bytes = 0
 
     def __iter__(self) -> Iterator[tuple]:
         for tag, packet in self._values:
             if tag == "rows":
-                sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE)
-                self.rows += len(sizes)
+                self.rows += len(packet[3]) // SIZE_DTYPE.itemsize
                 self.bytes += len(packet[2])
-                digest = int(row_digests(packet[2], sizes).sum(dtype=np.uint64))
-                self.digest = (self.digest + digest) & _DIGEST_MASK
                 yield packet
+
+
+class _Digesting:
+    """A bucket's writer as its sort sees it, adding up the `row_digests`
+    of the rows it is given (mod 2^64). They are taken from the sort's
+    output, blocks of `run_format.BLOCK` bytes, rather than as the packets
+    are delivered: a packet may hold a handful of rows (a batch cut into
+    hundreds of buckets), on which numpy's cost per call would be most of
+    the digest's. The sum is blind to order, so it is the delivered rows'
+    as long as the sort keeps them (it answers for its bytes apart)."""
+
+    def __init__(self, writer):
+        self._writer = writer
+        self.digest = 0
+
+    @property
+    def offset(self) -> int:
+        return self._writer.offset
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return True  # every row's bytes are digested
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        self._writer.write_framed(data, sizes)
+        # (after the writer: it has just read the block, which may have
+        # been gathered on another core, into this one's cache)
+        digest = int(row_digests(data, sizes).sum(dtype=np.uint64))
+        self.digest = (self.digest + digest) & _DIGEST_MASK
 
 
 _DIGEST_MASK = (1 << 64) - 1
@@ -313,8 +337,8 @@ def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, Bi
     plan's (rows lost, or delivered twice, between the step that packed
     them and this one): their rows, bytes and digest (the sum of their
     `row_digests`, which another packet's rows delivered in place of lost
-    ones change unless they are the same rows), or when the sort gave
-    other bytes than it took."""
+    ones change unless they are the same rows; taken as they leave the
+    sort, `_Digesting`), or when the sort gave other bytes than it took."""
     (split, bucket), values = item
     plan = next((value for tag, value in values if tag == "plan"), None)
     if plan is None:
@@ -324,17 +348,22 @@ def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, Bi
     delivered = _Delivered(values)
     with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
         writer = make_writer(out, plan)
-        sort_bucket_packets(delivered, writer, memory_bytes=tuning.memory_bytes,
+        digesting = _Digesting(writer)
+        sort_bucket_packets(delivered, digesting, memory_bytes=tuning.memory_bytes,
                             fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                             index_every=tuning.index_every)
-        if (delivered.rows, delivered.bytes, delivered.digest) != (rows, size, digest):
-            raise run_format.RunFileError(
-                f"split {split!r}, bucket {bucket}: the runner delivered {delivered.rows} "
-                f"rows ({delivered.bytes} bytes, digest {delivered.digest:016x}) of the "
-                f"bucket, the plan counted {rows} rows ({size} bytes, digest {digest:016x}): "
-                f"rows were lost or duplicated crossing the runner's shuffle")
+        lost = run_format.RunFileError(
+            f"split {split!r}, bucket {bucket}: the runner delivered {delivered.rows} rows "
+            f"({delivered.bytes} bytes, digest {digesting.digest:016x}) of the bucket, the "
+            f"plan counted {rows} rows ({size} bytes, digest {digest:016x}): rows were lost "
+            f"or duplicated crossing the runner's shuffle")
+        if (delivered.rows, delivered.bytes) != (rows, size):
+            raise lost
         if writer.offset != start + size:
             raise run_format.RunFileError(
                 f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "
                 f"the plan counted {size}")
+        # The sort gave as many bytes as it took: its rows are the delivered ones.
+        if digesting.digest != digest:
+            raise lost
         yield plan, writer, out
