@@ -1,13 +1,18 @@
 """The shuffle exchange's row digests: what they cost Pack and a bucket's sort, per row.
 
 A table's rows (a CSV of id, count, score, text, label: the benchmark
-tables' shape) are encoded as Examples and cut into batches; each round
-runs, with and without the row digests (which first alternates), Pack
-(`shuffle_steps.PackFn`) over every batch and then every bucket's sort
-(`shuffle_rows.CutBucketFn`). Without: Pack's digests replaced by None
-(as for units of chunks), the sort's writer given the rows as they are
+tables' shape) are encoded as Examples and cut into batches. Pack
+(`shuffle_steps.PackFn`) takes every batch twice, with the row digests
+and without, and every bucket is sorted (`shuffle_rows.CutBucketFn`)
+twice, with them and without; which goes first alternates from one batch
+or bucket to the next, so that a shared machine's drift falls on both
+alike. Without: Pack's digests replaced by None (as for units of
+chunks), the sort's writer given the rows as they are
 (`shuffle_packets._Digesting` passing them through) and the plans'
-digests 0. CPU seconds of this process (`time.process_time`), medians.
+digests 0. CPU seconds of this process (`time.process_time`), added up
+over the rounds; the figures are per row. Python's cyclic collector is
+off while timing (run between rounds): Pack's outputs, held for the
+sorts, would make its passes fall on either side at random.
 
 Usage:
   python benchmarks/bench_shuffle_digest.py /path/to/table.csv --rounds 5
@@ -18,7 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import statistics
+import gc
 import time
 
 from recordforge.schemas.example import encode_example
@@ -36,7 +41,10 @@ def _batches(path: str, batch_rows: int) -> list[list[tuple[None, bytes]]]:
 
 
 @contextlib.contextmanager
-def _without_digests():
+def _digests(on: bool):
+    if on:
+        yield
+        return
     pack_digests = shuffle_steps.row_digests
     write_framed = shuffle_packets._Digesting.write_framed
     shuffle_steps.row_digests = lambda data, sizes: None
@@ -49,17 +57,16 @@ def _without_digests():
         shuffle_packets._Digesting.write_framed = write_framed
 
 
-def _pack(batches, tuning) -> tuple[float, list]:
-    pack = shuffle_steps.PackFn("bench", (("train", 1.0),), True, tuning,
-                                hash_buckets=tuning.hash_buckets)
-    pack.setup()
-    started = time.process_time()
-    outputs = [output for batch in batches for output in pack.process(batch)]
-    return time.process_time() - started, outputs
+def _timed(step, item, on: bool, seconds: dict) -> list:
+    with _digests(on):
+        started = time.process_time()
+        outputs = list(step.process(item))
+        seconds[on] += time.process_time() - started
+    return outputs
 
 
-def _sort(outputs, tuning) -> float:
-    """CPU seconds of every bucket's sort (`CutBucketFn`)."""
+def _plans(outputs) -> tuple[dict, dict]:
+    """Each bucket's plan and packets, from Pack's outputs."""
     combine = shuffle_rows.BucketSizesFn()
     accumulator = combine.create_accumulator()
     buckets: dict = {}
@@ -72,13 +79,7 @@ def _sort(outputs, tuning) -> float:
     plans = {key: value for key, value in shuffle_rows.plan_row_cuts(
         ("train", combine.extract_output(accumulator)), shard_size=64 << 20)
         if value[0] == "plan"}
-    step = shuffle_rows.CutBucketFn(tuning)
-    step.setup()
-    started = time.process_time()
-    for key, packets in buckets.items():
-        for _ in step.process((key, [plans[key], *packets])):
-            pass
-    return time.process_time() - started
+    return plans, buckets
 
 
 def main(argv=None) -> None:
@@ -90,23 +91,38 @@ def main(argv=None) -> None:
     tuning = ShardTuning()
     batches = _batches(args.table, args.batch_rows)
     rows = sum(len(batch) for batch in batches)
-    figures: dict[str, list[float]] = {"pack": [], "pack_bare": [], "sort": [], "sort_bare": []}
-    for round_number in range(args.rounds):
-        # which goes first alternates: neither gets the warmer caches
-        for bare in (False, True) if round_number % 2 else (True, False):
-            suffix = "_bare" if bare else ""
-            with _without_digests() if bare else contextlib.nullcontext():
-                seconds, outputs = _pack(batches, tuning)
-                figures[f"pack{suffix}"].append(seconds)
-                figures[f"sort{suffix}"].append(_sort(outputs, tuning))
-    ns = {name: statistics.median(values) * 1e9 / rows for name, values in figures.items()}
+    pack = shuffle_steps.PackFn("bench", (("train", 1.0),), True, tuning,
+                                hash_buckets=tuning.hash_buckets)
+    pack.setup()
+    sort = shuffle_rows.CutBucketFn(tuning)
+    sort.setup()
+    packing, sorting = {True: 0.0, False: 0.0}, {True: 0.0, False: 0.0}
+    turn = 0
+    gc.disable()
+    for _ in range(args.rounds):
+        gc.collect()
+        packed: dict[bool, list] = {True: [], False: []}
+        for batch in batches:
+            turn += 1
+            for on in (True, False) if turn % 2 else (False, True):
+                packed[on] += _timed(pack, batch, on, packing)
+        plans, buckets = {}, {}
+        for on in (True, False):
+            plans[on], buckets[on] = _plans(packed[on])
+        for key in buckets[True]:
+            turn += 1
+            for on in (True, False) if turn % 2 else (False, True):
+                _timed(sort, (key, [plans[on][key], *buckets[on][key]]), on, sorting)
+    gc.enable()
+    per_row = 1e9 / (rows * args.rounds)
     print(f"{rows} rows, {len(batches)} batches of {args.batch_rows}, "
-          f"{tuning.hash_buckets} buckets, {args.rounds} rounds (medians, CPU ns per row)")
-    for step in ("pack", "sort"):
-        mine, bare = ns[step], ns[f"{step}_bare"]
-        print(f"{step}: with digests {mine:.0f}, without {bare:.0f}: {mine - bare:+.0f} "
+          f"{tuning.hash_buckets} buckets, {args.rounds} rounds (CPU ns per row)")
+    for name, seconds in (("pack", packing), ("sort", sorting)):
+        mine, bare = seconds[True] * per_row, seconds[False] * per_row
+        print(f"{name}: with digests {mine:.0f}, without {bare:.0f}: {mine - bare:+.0f} "
               f"({(mine - bare) / bare:+.1%})")
-    both, bare = ns["pack"] + ns["sort"], ns["pack_bare"] + ns["sort_bare"]
+    both = (packing[True] + sorting[True]) * per_row
+    bare = (packing[False] + sorting[False]) * per_row
     print(f"pack + sort: {both - bare:+.0f} ns per row ({(both - bare) / bare:+.1%})")
 
 

@@ -83,7 +83,9 @@ class PackFn(beam.DoFn):
             self._exchanged.inc(len(data))
             buckets = self._buckets(width, keys, examples)
             if buckets is not None:
-                yield from self._by_bucket(names[split], packet, sizes, buckets)
+                # (digested as soon as framed, while the records are in cache)
+                digests = row_digests(data, sizes)
+                yield from self._by_bucket(names[split], packet, sizes, buckets, digests)
                 continue
             # Lanes only spread the waiting rows over workers: any lane will
             # do, and none changes the output.
@@ -102,10 +104,10 @@ class PackFn(beam.DoFn):
             return bucket_of_keys(self._key_bounds, width, examples if keys is None else keys)
         return None
 
-    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray):
+    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray,
+                   digests: np.ndarray):
         for bucket, piece in cut_packet(packet, buckets):
             yield ("rows", ((split, bucket), ("rows", piece)))
-        digests = row_digests(packet[2], sizes)
         yield ("sizes", (split, (*bucket_sizes(buckets, sizes, digests),
                                  self._ratio_sample(packet, sizes))))
 
