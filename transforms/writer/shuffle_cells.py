@@ -41,6 +41,7 @@ from .shuffle_packets import (
     cut_packet,
     merge_packets,
     packet_buckets,
+    row_digests,
     sorted_bucket,
 )
 from .shuffle_steps import BucketSortFn
@@ -148,9 +149,9 @@ def plan_lanes(split_stats, *, tuning, bucket_bytes: int):
 
 class RouteFn(beam.DoFn):
     """((split, lane), [plan, packets...]) -> ("rows", ((split, bucket),
-    ("rows", packet))), and each packet's rows and bytes per bucket and its
-    largest row as ("sizes", (split, (buckets, rows, bytes, largest row,
-    ()))): what `shuffle_steps.PackFn` gives when the bounds are known
+    ("rows", packet))), and each packet's rows, bytes and row digests per
+    bucket and its largest row as ("sizes", (split, (buckets, rows, bytes,
+    digests, largest row, ()))): what `shuffle_steps.PackFn` gives when the bounds are known
     before the run.
 
     A bucket's rows are gathered into packets of about `route_bytes`
@@ -181,7 +182,8 @@ class RouteFn(beam.DoFn):
             buckets = packet_buckets(packet, bounds)
             if len(buckets):
                 sizes = np.frombuffer(packet[3], dtype=SIZE_DTYPE).astype(np.int64)
-                yield ("sizes", (split, (*bucket_sizes(buckets, sizes), ())))
+                yield ("sizes", (split, (*bucket_sizes(buckets, sizes,
+                                                       row_digests(packet[2], sizes)), ())))
             for bucket, piece in cut_packet(packet, buckets):
                 held.setdefault(bucket, []).append(piece)
                 held_bytes[bucket] = held_bytes.get(bucket, 0) + len(piece[2])
@@ -206,7 +208,8 @@ def _unit_outputs(split: str, unit: int, chunks: Sequence[Chunk], read,
                   exchanged) -> Iterator[tuple]:
     """What a unit of chunks (a bucket's interior, or a seam) sends on:
     ("sizes", (split, sizes)), its chunk count and bytes as
-    `shuffle_rows.BucketSizesFn` adds them up (a chunk for a row);
+    `shuffle_rows.BucketSizesFn` adds them up (a chunk for a row; no
+    digest, 0: `PlaceFn` checks the chunks against the layout);
     ("chunk", ((split, unit), ("layout", (lengths, records)))), its chunks'
     sizes and records (int64 arrays as bytes); and ("chunk", ((split,
     unit), ("chunk", (offset, bytes)))) per chunk, read in order by
@@ -242,7 +245,7 @@ class SortCellsFn(BucketSortFn):
         (split, bucket), _ = item
 
         def cell_writer(out, plan):
-            start, size, total, _, _ = plan
+            start, size, total, *_ = plan
             return bucket_output.CellWriter(out, start=start, size=size, total=total,
                                             cell_bytes=self._cell_bytes,
                                             gzip_level=self._gzip_level)
@@ -308,7 +311,7 @@ class PlaceFn(beam.DoFn):
         if plan is None or layout is None:
             raise ValueError(f"split {split!r}, unit {unit}: chunks came without the "
                              f"split's plan or the unit's layout")
-        start, size, total, count, _ = plan
+        start, size, total, count, *_ = plan
         lengths, records = (np.frombuffer(part, dtype="<i8") for part in layout)
         if int(lengths.sum()) != size:
             raise run_format.RunFileError(f"split {split!r}, unit {unit}: chunks of "

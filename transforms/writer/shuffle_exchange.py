@@ -12,8 +12,8 @@ Shards cut at rows: shuffled output (the default config; plain or gzip)
 and key-ordered plain output::
 
   ExampleBatch
-  | Pack               -> ("sizes", (split, (buckets, rows, bytes, largest row,
-                                             ratio sample)))
+  | Pack               -> ("sizes", (split, (buckets, rows, bytes, digests,
+                                             largest row, ratio sample)))
                           ("rows", ((split, bucket), ("rows", packet)))
                           a batch's rows of one split, framed once (CRCs),
                           cut by bucket: shuffled, `hash_buckets` equal
@@ -23,8 +23,13 @@ and key-ordered plain output::
                           digest is below the ratio sample's bound go with
                           the sizes
   | BucketSizes (CombinePerKey) | PlanCuts
-                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards, rows)))
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, shards, rows,
+                                                      digest)))
                           ((split, shard), ("spec", (shards, buckets it may get)))
+                          a bucket's digest: the sum of its rows' digests
+                          (64 bits of each row's data CRC and size), which
+                          the bucket checks, with its rows and bytes, on
+                          what the runner delivered
   | GroupBuckets (Flatten + GroupByKey) | SortBuckets
                        -> ((split, shard), ("piece", (bucket, number, bytes)))
                           ((split, shard), ("end", (bucket, (pieces, rows, bytes))))
@@ -76,7 +81,8 @@ never change the bytes::
   | Pack (with key_bounds) or Pack | ... | Route (without)  as above
                        -> ("sizes", ...), ("rows", ((split, bucket), ("rows", packet)))
   | BucketSizes (CombinePerKey) | PlanStarts
-                       -> ((split, bucket), ("plan", (first byte, bytes, total, _, rows)))
+                       -> ((split, bucket), ("plan", (first byte, bytes, total, _, rows,
+                                                      digest)))
   | GroupBuckets (Flatten + GroupByKey) | SortBuckets
                        -> ("sizes", (split, (unit, chunks, bytes, largest chunk, ())))
                           ("chunk", ((split, unit), ("layout", chunk sizes and rows)))
@@ -210,7 +216,7 @@ class ShuffleExchange(beam.PTransform):
         packed: hash buckets (shuffled output) or the given key bounds."""
         tuning = self._job.tuning
         shuffled_gzip = self._job.shuffle and self._job.compression == "gzip"
-        # ("sizes", (split, (buckets, rows, bytes, largest row, ratio sample)))
+        # ("sizes", (split, (buckets, rows, bytes, digests, largest row, ratio sample)))
         # | ("rows", ((split, bucket), ("rows", packet)))
         packed = batches | "Pack" >> beam.ParDo(PackFn(
             self._job.dataset_name, self._job.splits, self._job.shuffle, tuning,
@@ -223,7 +229,7 @@ class ShuffleExchange(beam.PTransform):
         """Key-ordered output without bounds known before the run: (sizes,
         rows), each lane's rows cut by the split's bucket bounds once they
         are known."""
-        # ("sizes", (split, (buckets, rows, bytes, largest row, ())))
+        # ("sizes", (split, (buckets, rows, bytes, digests, largest row, ())))
         # | ("rows", ((split, bucket), ("rows", packet)))
         return _sizes_and_rows(self._routed(batches))
 
@@ -251,8 +257,8 @@ class ShuffleExchange(beam.PTransform):
     def _plan(self, sizes, *, step: str, added_up: str, gzip_level: int | None = None):
         """(placements, specs): `plan_row_cuts` on `sizes` added up per
         bucket (or unit of chunks). Placements: ((split, bucket), ("plan",
-        (first byte, bytes, total, shards, rows or chunks))); specs: ((split, shard),
-        ("spec", (shards, buckets it may get)))."""
+        (first byte, bytes, total, shards, rows or chunks, digest))); specs:
+        ((split, shard), ("spec", (shards, buckets it may get)))."""
         plan = (sizes
                 | added_up >> beam.CombinePerKey(BucketSizesFn())
                 | step >> beam.FlatMap(plan_row_cuts, shard_size=self._job.shard_size,
@@ -284,7 +290,7 @@ class ShuffleExchange(beam.PTransform):
         return self._write_shards(specs, pieces, compress=True)
 
     def _cut_at_cells(self, sizes, rows):
-        # ((split, bucket), ("plan", (first byte, bytes, total, _, rows)))
+        # ((split, bucket), ("plan", (first byte, bytes, total, _, rows, digest)))
         starts, _ = self._plan(sizes, step="PlanStarts", added_up="BucketSizes")
         # ("sizes", (split, (units, chunks, bytes, largest chunk, ())))
         # | ("chunk", ((split, unit), ("layout", sizes) | ("chunk", (offset, bytes))))

@@ -34,10 +34,16 @@ from .elements import RunInfo
 from .spill import ROW_OVERHEAD
 
 __all__ = ["SIZE_DTYPE", "sorted_bucket", "bucket_of_keys", "bucket_sizes", "cut_packet", "merge_packets",
-           "packet_buckets", "sort_bucket_packets", "split_packet"]
+           "packet_buckets", "row_digests", "sort_bucket_packets", "split_packet"]
 
 # A packet's row sizes: little-endian uint32, one per framed record.
 SIZE_DTYPE = np.dtype("<u4")
+
+# splitmix64's finalizer: a bijection on 64 bits that spreads every input
+# bit over the whole output.
+_MIX_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
+_MIX_FACTORS = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+_FRAMING = 16  # a framed record's length, length CRC and data CRC
 
 
 def bucket_of_keys(lower_bounds: Sequence[bytes], key_width: int, keys) -> np.ndarray:
@@ -81,16 +87,58 @@ def split_packet(packet, lower_bounds: Sequence[bytes]) -> list[tuple[int, tuple
     return cut_packet(packet, packet_buckets(packet, lower_bounds))
 
 
-def bucket_sizes(buckets: np.ndarray, sizes: np.ndarray) -> tuple[bytes, bytes, bytes, int]:
+def row_digests(data, sizes: np.ndarray) -> np.ndarray:
+    """Each framed record's 64-bit digest (uint64), from bytes its framing
+    already holds: its data's CRC32C (the masked CRC of its last 4 bytes)
+    and its framed size, mixed (`_MIX_FACTORS`). Vectorized: no Python
+    step per row.
+
+    A bucket's digest is the sum of its rows' digests mod 2^64: a multiset
+    digest, blind to order (the runner's) and counting a row that is twice
+    in the input twice. Rows lost and others delivered in their place
+    (e.g. a packet lost, another of the same rows and bytes delivered
+    twice) leave it unchanged only if the two lots of rows have the same
+    (CRC, size) pairs, which for rows of other data happens by chance
+    once in 2^32 per row (CRC32C), or if their mixed sums collide, once
+    in 2^64 (the mix is a bijection spreading each pair over 64 bits, so
+    that sums of different pairs are as good as random). Rows of the
+    same data are the same framed bytes: one in place of the other
+    changes nothing written."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if not len(sizes):
+        return np.zeros(0, dtype=np.uint64)
+    ends = np.cumsum(sizes)
+    if int(sizes.min()) < _FRAMING or int(ends[-1]) != len(data):
+        raise run_format.RunFileError(f"a packet of {len(data)} bytes holds framed records "
+                                     f"of {int(ends[-1])} bytes, the smallest "
+                                     f"{int(sizes.min())}: not its sizes")
+    tail = np.frombuffer(data, dtype=np.uint8)[(ends - 4)[:, None] + np.arange(4)]
+    crcs = np.ascontiguousarray(tail).view("<u4").ravel()
+    value = (crcs.astype(np.uint64) << np.uint64(32)) | sizes.astype(np.uint64)
+    value ^= value >> _MIX_SHIFTS[0]
+    value *= _MIX_FACTORS[0]
+    value ^= value >> _MIX_SHIFTS[1]
+    value *= _MIX_FACTORS[1]
+    value ^= value >> _MIX_SHIFTS[2]
+    return value
+
+
+def bucket_sizes(buckets: np.ndarray, sizes: np.ndarray, digests: np.ndarray | None = None,
+                 ) -> tuple[bytes, bytes, bytes, bytes, int]:
     """What the shuffle exchange's plan counts of some rows (each row's
-    bucket and framed size, at least one row): the buckets present
-    (uint32), their rows and bytes (int64), and the largest row."""
+    bucket and framed size, at least one row, and its `row_digests`;
+    None: units of chunks, checked against their layout instead): the
+    buckets present (uint32), their rows and bytes (int64), the sums of
+    their rows' digests mod 2^64 (uint64), and the largest row."""
     present, inverse = np.unique(buckets, return_inverse=True)
     rows = np.bincount(inverse).astype("<i8")
     nbytes = np.zeros(len(present), dtype="<i8")
     np.add.at(nbytes, inverse, sizes)
+    digest_sums = np.zeros(len(present), dtype="<u8")
+    if digests is not None:
+        np.add.at(digest_sums, inverse, digests)
     return (present.astype("<u4").tobytes(), rows.tobytes(), nbytes.tobytes(),
-            int(sizes.max()))
+            digest_sums.tobytes(), int(sizes.max()))
 
 
 def cut_packet(packet, buckets: np.ndarray) -> list[tuple[int, tuple]]:
@@ -242,13 +290,44 @@ class _Delivered:
                 yield packet
 
 
+class _Digesting:
+    """A bucket's writer as its sort sees it, adding up the `row_digests`
+    of the rows it is given (mod 2^64). They are taken from the sort's
+    output, blocks of `run_format.BLOCK` bytes, rather than as the packets
+    are delivered: a packet may hold a handful of rows (a batch cut into
+    hundreds of buckets), on which numpy's cost per call would be most of
+    the digest's. The sum is blind to order, so it is the delivered rows'
+    as long as the sort keeps them (it answers for its bytes apart)."""
+
+    def __init__(self, writer):
+        self._writer = writer
+        self.digest = 0
+
+    @property
+    def offset(self) -> int:
+        return self._writer.offset
+
+    def needs_bytes(self, nbytes: int) -> bool:
+        return True  # every row's bytes are digested
+
+    def write_framed(self, data, sizes: np.ndarray) -> None:
+        self._writer.write_framed(data, sizes)
+        # (after the writer: it has just read the block, which may have
+        # been gathered on another core, into this one's cache)
+        digest = int(row_digests(data, sizes).sum(dtype=np.uint64))
+        self.digest = (self.digest + digest) & _DIGEST_MASK
+
+
+_DIGEST_MASK = (1 << 64) - 1
+
+
 @contextlib.contextmanager
 def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, BinaryIO]]:
     """Sorts one bucket of the shuffle exchange into a writer over a
     spooled file; yields ``(plan, writer, file)`` once every row is in.
 
     item: ``((split, bucket), [("plan", (start, size, total, count,
-    rows)), ("rows", packet), ...])``. The values are iterated twice
+    rows, digest)), ("rows", packet), ...])``. The values are iterated twice
     (runners give re-iterables): the plan is found first, then the rows
     stream into the sort. make_writer(file, plan): the writer the sorted
     rows go to, with an `offset` (the next row's first byte in the split),
@@ -256,28 +335,35 @@ def sorted_bucket(item, tuning, make_writer) -> Iterator[tuple[tuple, object, Bi
 
     Raises RunFileError when the rows the runner delivered are not the
     plan's (rows lost, or delivered twice, between the step that packed
-    them and this one: rows and bytes both count, so that another
-    packet's copy makes up for a lost one only if it has its rows and its
-    bytes), or when the sort gave other bytes than it took."""
+    them and this one): their rows, bytes and digest (the sum of their
+    `row_digests`, which another packet's rows delivered in place of lost
+    ones change unless they are the same rows; taken as they leave the
+    sort, `_Digesting`), or when the sort gave other bytes than it took."""
     (split, bucket), values = item
     plan = next((value for tag, value in values if tag == "plan"), None)
     if plan is None:
         raise ValueError(f"split {split!r}, bucket {bucket}: rows came without the "
                          f"split's plan")
-    start, size, rows = plan[0], plan[1], plan[4]
+    start, size, rows, digest = plan[0], plan[1], plan[4], plan[5]
     delivered = _Delivered(values)
     with tempfile.SpooledTemporaryFile(max_size=tuning.memory_bytes) as out:
         writer = make_writer(out, plan)
-        sort_bucket_packets(delivered, writer, memory_bytes=tuning.memory_bytes,
+        digesting = _Digesting(writer)
+        sort_bucket_packets(delivered, digesting, memory_bytes=tuning.memory_bytes,
                             fan_in=tuning.fan_in, prefix_len=tuning.prefix_len,
                             index_every=tuning.index_every)
+        lost = run_format.RunFileError(
+            f"split {split!r}, bucket {bucket}: the runner delivered {delivered.rows} rows "
+            f"({delivered.bytes} bytes, digest {digesting.digest:016x}) of the bucket, the "
+            f"plan counted {rows} rows ({size} bytes, digest {digest:016x}): rows were lost "
+            f"or duplicated crossing the runner's shuffle")
         if (delivered.rows, delivered.bytes) != (rows, size):
-            raise run_format.RunFileError(
-                f"split {split!r}, bucket {bucket}: the runner delivered {delivered.rows} "
-                f"rows ({delivered.bytes} bytes) of the bucket, the plan counted {rows} rows "
-                f"({size} bytes): rows were lost or duplicated crossing the runner's shuffle")
+            raise lost
         if writer.offset != start + size:
             raise run_format.RunFileError(
                 f"split {split!r}, bucket {bucket}: sorted {writer.offset - start} bytes, "
                 f"the plan counted {size}")
+        # The sort gave as many bytes as it took: its rows are the delivered ones.
+        if digesting.digest != digest:
+            raise lost
         yield plan, writer, out

@@ -118,55 +118,63 @@ def assemble_shard(name: str, buckets: Sequence[int], ends: dict, pieces: dict,
 
 
 class BucketSizesFn(beam.CombineFn):
-    """(buckets, rows, bytes, largest row, ratio sample) of a split's
-    batches -> (rows per bucket, bytes per bucket, largest row, ratio
-    sample): int64 arrays up to the highest bucket holding rows (a split
-    has as many buckets as its hash bucket count or key bounds say), and
-    the sample's rows (`ratio_sample.ratio_sample_of`: cut at its limit,
-    which changes nothing, so that an accumulator stays small). Only
-    counts cross, and for gzip the few rows of the ratio sample."""
+    """(buckets, rows, bytes, digests, largest row, ratio sample) of a
+    split's batches -> (rows per bucket, bytes per bucket, digest per
+    bucket, largest row, ratio sample): arrays up to the highest bucket
+    holding rows (a split has as many buckets as its hash bucket count or
+    key bounds say; rows and bytes int64, digests uint64 added mod 2^64,
+    `shuffle_packets.row_digests`), and the sample's rows
+    (`ratio_sample.ratio_sample_of`: cut at its limit, which changes
+    nothing, so that an accumulator stays small). Only counts cross, and
+    for gzip the few rows of the ratio sample."""
 
     def create_accumulator(self):
-        return [np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0, [], 0]
+        return [*(np.zeros(0, dtype=dtype) for dtype in _COUNT_DTYPES), 0, [], 0]
 
     def add_input(self, accumulator, element):
-        present, rows, nbytes, largest, sample = element
+        present, rows, nbytes, digests, largest, sample = element
         present = np.frombuffer(present, dtype="<u4").astype(np.intp)
         if len(present):
             _grow(accumulator, int(present.max()) + 1)
-        accumulator[0][present] += np.frombuffer(rows, dtype="<i8")
-        accumulator[1][present] += np.frombuffer(nbytes, dtype="<i8")
-        accumulator[2] = max(accumulator[2], largest)
+        for position, counts in enumerate((rows, nbytes, digests)):
+            accumulator[position][present] += np.frombuffer(counts,
+                                                            dtype=_COUNT_DTYPES[position])
+        accumulator[3] = max(accumulator[3], largest)
         if sample:
-            accumulator[3].extend(sample)
-            accumulator[4] += sum(len(record) for _, record in sample)
-            if accumulator[4] > 2 * RATIO_SAMPLE_LIMIT:
-                accumulator[3] = ratio_sample_of(accumulator[3])
-                accumulator[4] = sum(len(record) for _, record in accumulator[3])
+            accumulator[4].extend(sample)
+            accumulator[5] += sum(len(record) for _, record in sample)
+            if accumulator[5] > 2 * RATIO_SAMPLE_LIMIT:
+                accumulator[4] = ratio_sample_of(accumulator[4])
+                accumulator[5] = sum(len(record) for _, record in accumulator[4])
         return accumulator
 
     def merge_accumulators(self, accumulators):
         merged = self.create_accumulator()
-        for rows, nbytes, largest, sample, _ in accumulators:
-            _grow(merged, len(rows))
-            merged[0][:len(rows)] += rows
-            merged[1][:len(nbytes)] += nbytes
-            merged[2] = max(merged[2], largest)
-            merged[3].extend(sample)
-        merged[3] = ratio_sample_of(merged[3])
-        merged[4] = sum(len(record) for _, record in merged[3])
+        for *counts, largest, sample, _ in accumulators:
+            _grow(merged, len(counts[0]))
+            for position, values in enumerate(counts):
+                merged[position][:len(values)] += values
+            merged[3] = max(merged[3], largest)
+            merged[4].extend(sample)
+        merged[4] = ratio_sample_of(merged[4])
+        merged[5] = sum(len(record) for _, record in merged[4])
         return merged
 
     def compact(self, accumulator):
         _trim(accumulator)
-        accumulator[3] = ratio_sample_of(accumulator[3])
-        accumulator[4] = sum(len(record) for _, record in accumulator[3])
+        accumulator[4] = ratio_sample_of(accumulator[4])
+        accumulator[5] = sum(len(record) for _, record in accumulator[4])
         return accumulator
 
     def extract_output(self, accumulator):
         _trim(accumulator)
-        rows, nbytes, largest, sample, _ = accumulator
-        return rows, nbytes, largest, tuple(ratio_sample_of(sample))
+        rows, nbytes, digests, largest, sample, _ = accumulator
+        return rows, nbytes, digests, largest, tuple(ratio_sample_of(sample))
+
+
+# A BucketSizesFn accumulator's per-bucket arrays: rows, bytes, digests
+# (uint64: numpy's sums of them wrap, mod 2^64).
+_COUNT_DTYPES = (np.int64, np.int64, np.uint64)
 
 
 def _grow(accumulator: list, count: int) -> None:
@@ -174,10 +182,10 @@ def _grow(accumulator: list, count: int) -> None:
     long, doubling them at least: key-ordered gzip adds one bucket at a
     time, and ~300,000 of them at 10 TB, which growing by one would copy
     quadratically often."""
-    for position in (0, 1):
+    for position, dtype in enumerate(_COUNT_DTYPES):
         length = len(accumulator[position])
         if length < count:
-            grown = np.zeros(max(count, 2 * length), dtype=np.int64)
+            grown = np.zeros(max(count, 2 * length), dtype=dtype)
             grown[:length] = accumulator[position]
             accumulator[position] = grown
 
@@ -187,20 +195,22 @@ def _trim(accumulator: list) -> None:
     bucket holding rows (`_grow` leaves room beyond it)."""
     present = np.flatnonzero(accumulator[0])
     used = int(present[-1]) + 1 if len(present) else 0
-    accumulator[0], accumulator[1] = accumulator[0][:used], accumulator[1][:used]
+    for position in range(len(_COUNT_DTYPES)):
+        accumulator[position] = accumulator[position][:used]
 
 
 def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None,
                   multiple: int = 1):
-    """(split, (rows per bucket, bytes per bucket, largest row, ratio
-    sample)) -> for each bucket holding rows, ((split, bucket), ("plan",
-    (first byte, bytes, total, shard count, rows))); for each shard, ((split,
+    """(split, (rows per bucket, bytes per bucket, digest per bucket,
+    largest row, ratio sample)) -> for each bucket holding rows, ((split,
+    bucket), ("plan", (first byte, bytes, total, shard count, rows,
+    digest))); for each shard, ((split,
     shard), ("spec", (shard count, buckets that may hold its rows))).
     With `gzip_level`, the shard count follows the bytes the split is
     estimated to take compressed (its ratio sample compressed as a shard
     is, `bucket_output.gzip_written_size`). multiple: the count is a
     multiple of it (`shard_cuts.row_shard_count`)."""
-    split, (rows, nbytes, largest, sample) = split_sizes
+    split, (rows, nbytes, digests, largest, sample) = split_sizes
     total = int(nbytes.sum())
     written = None
     if gzip_level is not None:
@@ -214,7 +224,8 @@ def plan_row_cuts(split_sizes, *, shard_size: int, gzip_level: int | None = None
     expected: list[list[int]] = [[] for _ in range(count)]
     for bucket in np.flatnonzero(rows).tolist():
         start, size = int(starts[bucket]), int(nbytes[bucket])
-        yield ((split, bucket), ("plan", (start, size, total, count, int(rows[bucket]))))
+        yield ((split, bucket), ("plan", (start, size, total, count, int(rows[bucket]),
+                                          int(digests[bucket]))))
         for shard in shards_touched(start, start + size, thresholds):
             expected[shard].append(bucket)
     for shard in range(count):
@@ -235,7 +246,7 @@ class CutBucketFn(BucketSortFn):
         tuning = self._tuning
 
         def make_cutter(out, plan):
-            start, _, total, count, _ = plan
+            start, _, total, count, *_ = plan
             return ShardCutter(out, start, row_shard_thresholds(total, count))
 
         with sorted_bucket(item, tuning, make_cutter) as ((start, size, *_), cutter, out):

@@ -25,7 +25,7 @@ from .bucket_plan import hash_buckets_of
 from .prepare import prepare_batch
 from .ratio_sample import ratio_sample_rows
 from .shard_files import publish_shard, shard_metadata
-from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet
+from .shuffle_packets import SIZE_DTYPE, bucket_of_keys, bucket_sizes, cut_packet, row_digests
 from .step_setup import ShardCounters, counter, set_up_worker
 
 __all__ = ["BucketSortFn", "PackFn", "ShardFileFn"]
@@ -36,7 +36,7 @@ class PackFn(beam.DoFn):
     bytes, sample))) and ("rows", ((split, lane), ("rows", packet))); or,
     with `hash_buckets` (shuffled output) or `key_bounds` (key-ordered
     plain output whose bucket bounds are known before the run), ("sizes",
-    (split, (buckets, rows, bytes, largest row, ratio sample))) and
+    (split, (buckets, rows, bytes, digests, largest row, ratio sample))) and
     ("rows", ((split, bucket), ("rows", packet))) per bucket the batch's
     rows fall in. The ratio sample: with `ratio_bound` (gzip), ``((digest,
     framed record), ...)`` of the batch's rows whose digest is below it
@@ -83,7 +83,9 @@ class PackFn(beam.DoFn):
             self._exchanged.inc(len(data))
             buckets = self._buckets(width, keys, examples)
             if buckets is not None:
-                yield from self._by_bucket(names[split], packet, sizes, buckets)
+                # (digested as soon as framed, while the records are in cache)
+                digests = row_digests(data, sizes)
+                yield from self._by_bucket(names[split], packet, sizes, buckets, digests)
                 continue
             # Lanes only spread the waiting rows over workers: any lane will
             # do, and none changes the output.
@@ -102,10 +104,11 @@ class PackFn(beam.DoFn):
             return bucket_of_keys(self._key_bounds, width, examples if keys is None else keys)
         return None
 
-    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray):
+    def _by_bucket(self, split: str, packet: tuple, sizes: np.ndarray, buckets: np.ndarray,
+                   digests: np.ndarray):
         for bucket, piece in cut_packet(packet, buckets):
             yield ("rows", ((split, bucket), ("rows", piece)))
-        yield ("sizes", (split, (*bucket_sizes(buckets, sizes),
+        yield ("sizes", (split, (*bucket_sizes(buckets, sizes, digests),
                                  self._ratio_sample(packet, sizes))))
 
     def _ratio_sample(self, packet: tuple, sizes: np.ndarray) -> tuple:

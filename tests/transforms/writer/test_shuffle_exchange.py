@@ -325,7 +325,7 @@ class _BucketValues:
             yield "chunk", (index * self.chunk_bytes, bytes([index % 251]) * self.chunk_bytes)
             if index == 3:  # a retried step's chunk, delivered again
                 yield "chunk", (0, bytes([0]) * self.chunk_bytes)
-        yield "plan", (0, total, total, 2, self.chunks)
+        yield "plan", (0, total, total, 2, self.chunks, 0)
 
 
 def test_placing_a_bucket_holds_one_chunk_at_a_time():
@@ -565,8 +565,8 @@ def test_requests_grow_linearly_with_the_data():
                 min_size=1, max_size=60), st.lists(st.integers(0, 60), max_size=4))
 def test_bucket_sizes_add_up_whatever_the_bundles(elements, cuts):
     """One bucket at a time (key-ordered gzip's chunk sizes, ~300,000
-    buckets at 10 TB), any bundling: the counts of every bucket, arrays
-    ending at the highest bucket holding rows."""
+    buckets at 10 TB), any bundling: the counts of every bucket (digests
+    added mod 2^64), arrays ending at the highest bucket holding rows."""
     combine = shuffle_rows.BucketSizesFn()
     edges = sorted({0, len(elements), *(cut % (len(elements) + 1) for cut in cuts)})
     accumulators = []
@@ -574,16 +574,25 @@ def test_bucket_sizes_add_up_whatever_the_bundles(elements, cuts):
         accumulator = combine.create_accumulator()
         for bucket, rows, nbytes in elements[a:b]:
             sizes = np.full(rows, nbytes // rows + 1, dtype=np.int64)
+            digests = np.full(rows, _digest(bucket, nbytes), dtype=np.uint64)
             accumulator = combine.add_input(accumulator, (
-                *shuffle_packets.bucket_sizes(np.full(rows, bucket), sizes), ()))
+                *shuffle_packets.bucket_sizes(np.full(rows, bucket), sizes, digests), ()))
         accumulators.append(combine.compact(accumulator))
-    rows, nbytes, largest, _ = combine.extract_output(combine.merge_accumulators(accumulators))
+    rows, nbytes, digests, largest, _ = combine.extract_output(
+        combine.merge_accumulators(accumulators))
     highest = max(bucket for bucket, _, _ in elements)
-    assert len(rows) == len(nbytes) == highest + 1
+    assert len(rows) == len(nbytes) == len(digests) == highest + 1
     for bucket in range(highest + 1):
         mine = [(r, r * (n // r + 1)) for b, r, n in elements if b == bucket]
         assert (rows[bucket], nbytes[bucket]) == (sum(r for r, _ in mine), sum(n for _, n in mine))
+        assert int(digests[bucket]) == sum(
+            r * _digest(b, n) for b, r, n in elements if b == bucket) % 2**64
     assert largest == max(n // r + 1 for _, r, n in elements)
+
+
+def _digest(bucket: int, nbytes: int) -> int:
+    """A row digest near 2^64, so that a bucket's sum wraps."""
+    return 2**64 - 1 - bucket * 10_007 - nbytes
 
 
 def _pack_sample(rows, batches, bundles, tuning):
@@ -605,7 +614,7 @@ def _pack_sample(rows, batches, bundles, tuning):
         for _, element in sizes[a:b]:
             accumulator = combine.add_input(accumulator, element)
         accumulators.append(combine.compact(accumulator))
-    return combine.extract_output(combine.merge_accumulators(accumulators[::-1]))[3]
+    return combine.extract_output(combine.merge_accumulators(accumulators[::-1]))[4]
 
 
 def _file_exchange_sample(tmp_path, rows, tuning):
