@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from apache_beam.options.pipeline_options import WorkerOptions
 from apache_beam.portability import python_urns
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 
@@ -38,17 +39,21 @@ def start_workers_lean(pipeline_proto, quiet: bool = False) -> int:
     quieted before it is imported); returns how many it rewrote."""
     rewritten = 0
     for environment in pipeline_proto.components.environments.values():
-        if (environment.urn == python_urns.SUBPROCESS_SDK
-                and environment.payload == _BEAM_WORKER_COMMAND.encode("utf-8")):
+        if _starts_beams_worker(environment):
             environment.payload = lean_worker_command(quiet).encode("utf-8")
             rewritten += 1
     return rewritten
 
 
+def _starts_beams_worker(environment) -> bool:
+    return (environment.urn == python_urns.SUBPROCESS_SDK
+            and environment.payload == _BEAM_WORKER_COMMAND.encode("utf-8"))
+
+
 def workers_quiet(options) -> bool:
     """Whether `options` set the workers' log level above CRITICAL, which
     silences them once they read it (as `progress.QUIET_BEAM_ARGS` does)."""
-    level = str(options.get_all_options().get("default_sdk_harness_log_level") or "")
+    level = str(options.view_as(WorkerOptions).default_sdk_harness_log_level or "")
     return level.isdecimal() and int(level) > logging.CRITICAL
 
 
@@ -56,5 +61,8 @@ class LocalFnApiRunner(fn_runner.FnApiRunner):
     """The FnApiRunner, its multi_processing workers started by `sdk_worker`."""
 
     def run_via_runner_api(self, pipeline_proto, options):
-        start_workers_lean(pipeline_proto, quiet=workers_quiet(options))
+        # The options are read only for a pipeline that starts workers.
+        environments = pipeline_proto.components.environments.values()
+        if any(map(_starts_beams_worker, environments)):
+            start_workers_lean(pipeline_proto, quiet=workers_quiet(options))
         return super().run_via_runner_api(pipeline_proto, options)

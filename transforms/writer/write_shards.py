@@ -23,7 +23,7 @@ __all__ = ["EXCHANGES", "WriteShards", "default_exchange"]
 EXCHANGES = ("auto", "files", "shuffle")
 # Runners whose workers are processes of one machine: they share its disk,
 # and keep what crosses a GroupByKey in memory.
-# (LocalFnApiRunner: the FnApiRunner of a local build, `pipelines.local_engine`.)
+# A class made from the FnApiRunner counts too (`default_exchange`).
 _LOCAL_RUNNERS = frozenset({"FnApiRunner", "DirectRunner", "SwitchingDirectRunner",
                             "BundleBasedDirectRunner"})
 
