@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from recordforge.pipelines import publish
-from recordforge.pipelines.publish import verify
+from recordforge.pipelines.publish import owners, verify
+from recordforge.transforms.layout import OWNER_SUFFIX
 
 TRIALS = int(os.environ.get("RECORDFORGE_CRASH_TRIALS", "10"))
 VERSION = "1.0.0"
@@ -279,6 +280,13 @@ def _run_trials(tmp_path: Path, kind: str) -> None:
                                    f"{kind} trial {trial} ({mode}, killed={killed})")
     assert killed_count >= TRIALS // 2, "too few trials were killed mid-build"
 
+    # A trial killed while writing its first owner file leaves only that
+    # file's temporary, which recovery rightly keeps for BIRTH_GRACE seconds
+    # (its build may still be starting); one such leftover is planted, and
+    # all are aged past the grace, so the final build's recovery must treat
+    # them as the dead builds' they are.
+    _plant_unborn_owner_temporary(root)
+    _age_unborn_owner_temporaries(root)
     final = driver.run(root, seed=TRIALS)
     assert final.returncode == 0, final.stderr[-3000:]
     assert verify.verify_dataset(str(root), deep=True).ok
@@ -287,6 +295,22 @@ def _run_trials(tmp_path: Path, kind: str) -> None:
     assert (root / BASE_VERSION / "manifest.json").exists()
     # Everything the killed builds left in .staging was theirs and is gone.
     assert sorted(p.name for p in (root / ".staging").iterdir()) == []
+
+
+def _plant_unborn_owner_temporary(root: Path) -> None:
+    """Leaves in .staging what a build killed halfway through writing its
+    first owner file leaves: a part of that file's temporary copy."""
+    build_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-0123456789ab"
+    temporary = root / ".staging" / f"{VERSION}.{build_id}{OWNER_SUFFIX}.{'5f3a' * 8}.tmp"
+    temporary.write_text('{"build_id": "' + build_id)
+
+
+def _age_unborn_owner_temporaries(root: Path) -> None:
+    """Moves the modification time of every owner-file temporary in
+    .staging back past `owners.BIRTH_GRACE`."""
+    past = time.time() - owners.BIRTH_GRACE - 5
+    for entry in (root / ".staging").glob(f"*{OWNER_SUFFIX}.*"):
+        os.utime(entry, (past, past))
 
 
 def test_killed_publish_driver_never_publishes_incomplete_versions(tmp_path):
