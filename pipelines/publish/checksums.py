@@ -48,7 +48,7 @@ def parse_sha256sums(data: bytes) -> dict[str, str]:
         if not line:
             continue
         digest, sep, file = line.partition(" ")
-        if not sep or not SHA256_HEX.match(digest.lower()) or not file[:1] in (" ", "*"):
+        if not sep or not SHA256_HEX.match(digest.lower()) or file[:1] not in (" ", "*"):
             raise ManifestError(f"{SHA256SUMS_FILE} line {number}", f"not '<sha256>  <file>': {line!r}")
         file = file[1:]
         if file in sums:

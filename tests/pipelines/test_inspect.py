@@ -77,7 +77,7 @@ def test_directory_and_limit(tmp_path):
     for path in (tmp_path, tmp_path / "v1"):  # the output root (LATEST) or the version
         code, lines = _run([str(path), "--limit", "6"])
         assert code == 0 and len(lines) == 6
-        assert [l["file"] for l in lines] == ["train-00000-of-00002.tfrecord"] * 4 + [
+        assert [line["file"] for line in lines] == ["train-00000-of-00002.tfrecord"] * 4 + [
             "train-00001-of-00002.tfrecord"] * 2
 
 
@@ -100,7 +100,7 @@ def test_damaged_file_prints_records_before_the_damage_then_fails(tmp_path, caps
     path = tmp_path / "bad.tfrecord"
     path.write_bytes(bytes(data))
     code, lines = _run([str(path)])
-    assert code == 1 and [l["record"] for l in lines] == [0, 1, 2]
+    assert code == 1 and [line["record"] for line in lines] == [0, 1, 2]
     err = capsys.readouterr().err
     assert "bad.tfrecord" in err and f"byte offset {offset}" in err and "record 3" in err
 
