@@ -2,7 +2,7 @@
 
 A small build (a few hundred thousand rows, a few thousand images) spends
 most of its CPU importing Beam (~1.2 s of ~1.4 s), before its first row.
-Four pieces of that import are for nothing recordforge does:
+Five pieces of that import are for nothing recordforge does:
 
 * pandas (~0.25 s): `apache_beam.typehints` imports it whenever it is
   installed, only to register Beam's conversions between pandas objects
@@ -18,6 +18,11 @@ Four pieces of that import are for nothing recordforge does:
 * httplib2 and requests (~0.05 s with pyparsing and urllib3), which Beam
   imports for its stager's downloads and its BigQuery IO's metadata
   look-up, neither of which a local build reaches.
+* pymongo and bson (~0.055 s), for Beam's MongoDB IO, which no build
+  uses: without them `apache_beam.io.mongodbio` takes the fallback Beam
+  has for an incompatible bson package (its MongoDB IO does not work,
+  the rest of Beam does) for the rest of the process, and its warning
+  about that package is dropped (`_quiet_mongodb_fallback`).
 
 `import_beam_lean` imports Beam while those modules cannot be imported,
 then lets them be imported again: whatever needs them later imports them
@@ -40,13 +45,18 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 from typing import Sequence
 
 __all__ = ["import_beam_filesystems", "import_beam_lean"]
 
 # Modules importing Beam does not import, by the name Beam imports them by.
-_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.gcsfilesystem")
+_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.gcsfilesystem",
+             "bson", "pymongo")
+# What Beam's MongoDB IO logs when bson cannot be imported.
+_MONGODB_LOGGER = "apache_beam.io.mongodbio"
+_MONGODB_FALLBACK_WARNING = "Could not find a compatible bson package."
 # Modules importing Beam imports without running them; each runs when first
 # used. Beam's GCS client only while google-cloud-storage is installed
 # (`_DeferringFinder`); httplib2 (with pyparsing) for the stager's downloads
@@ -68,12 +78,30 @@ def import_beam_lean() -> None:
     deferring = _DeferringFinder()
     sys.meta_path.insert(0, deferring)
     try:
-        import apache_beam  # noqa: F401
+        with _quiet_mongodb_fallback():
+            import apache_beam  # noqa: F401
     finally:
         sys.meta_path.remove(deferring)
         for name in left_out:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
+
+
+@contextlib.contextmanager
+def _quiet_mongodb_fallback():
+    """Drops the warning of Beam's MongoDB IO that no compatible bson
+    package was found: it was left out, and is no incompatible package
+    (the warning would show in a verbose build)."""
+    logger = logging.getLogger(_MONGODB_LOGGER)
+
+    def not_the_fallback_warning(record: logging.LogRecord) -> bool:
+        return record.getMessage() != _MONGODB_FALLBACK_WARNING
+
+    logger.addFilter(not_the_fallback_warning)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_the_fallback_warning)
 
 
 class _DeferringFinder:
