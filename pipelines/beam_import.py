@@ -2,7 +2,7 @@
 
 A small build (a few hundred thousand rows, a few thousand images) spends
 most of its CPU importing Beam (~1.2 s of ~1.4 s), before its first row.
-Three pieces of that import are for nothing recordforge does:
+Five pieces of that import are for nothing recordforge does:
 
 * pandas (~0.25 s): `apache_beam.typehints` imports it whenever it is
   installed, only to register Beam's conversions between pandas objects
@@ -15,6 +15,14 @@ Three pieces of that import are for nothing recordforge does:
   writes object stores through fsspec; Beam itself touches one only where
   its options name a location there (a temp or staging location, a
   package to stage) or its runner is Dataflow (`import_beam_filesystems`).
+* httplib2 and requests (~0.05 s with pyparsing and urllib3), which Beam
+  imports for its stager's downloads and its BigQuery IO's metadata
+  look-up, neither of which a local build reaches.
+* pymongo and bson (~0.055 s), for Beam's MongoDB IO, which no build
+  uses: without them `apache_beam.io.mongodbio` takes the fallback Beam
+  has for an incompatible bson package (its MongoDB IO does not work,
+  the rest of Beam does) for the rest of the process, and its warning
+  about that package is dropped (`_quiet_mongodb_fallback`).
 
 `import_beam_lean` imports Beam while those modules cannot be imported,
 then lets them be imported again: whatever needs them later imports them
@@ -24,7 +32,10 @@ are imported). The GCS client module (`apache_beam.io.gcp.gcsio`) is also
 imported by `apache_beam.io`, in the same try block as Beam's
 cross-language IO wrappers: it is imported deferred rather than left out
 (`importlib.util.LazyLoader`, its body runs when first used), so
-`apache_beam.io` holds the names it always does. Only the console
+`apache_beam.io` holds the names it always does; so are httplib2 and
+requests, which Beam's modules import as modules and use only inside
+functions (a library imported later that uses them at its own import,
+such as google-auth's transport for gcsfs, runs them then). Only the console
 script's `build` does this (`cli`): a caller's own process keeps Beam as
 it imports it, and the other commands import Beam late or not at all.
 """
@@ -34,15 +45,25 @@ from __future__ import annotations
 import contextlib
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 from typing import Sequence
 
 __all__ = ["import_beam_filesystems", "import_beam_lean"]
 
 # Modules importing Beam does not import, by the name Beam imports them by.
-_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.gcsfilesystem")
-# A module importing Beam imports without running it; it runs when first used.
-_DEFERRED = "apache_beam.io.gcp.gcsio"
+_LEFT_OUT = ("pandas", "apache_beam.io.aws.s3filesystem", "apache_beam.io.gcp.gcsfilesystem",
+             "bson", "pymongo")
+# What Beam's MongoDB IO logs when bson cannot be imported.
+_MONGODB_LOGGER = "apache_beam.io.mongodbio"
+_MONGODB_FALLBACK_WARNING = "Could not find a compatible bson package."
+# Modules importing Beam imports without running them; each runs when first
+# used. Beam's GCS client only while google-cloud-storage is installed
+# (`_DeferringFinder`); httplib2 (with pyparsing) for the stager's downloads
+# of packages named by URL, requests (with urllib3) for the Dataflow job id
+# Beam's BigQuery IO asks the GCE metadata server for: ~0.05 CPU-s together.
+_DEFERRED = ("apache_beam.io.gcp.gcsio", "httplib2", "requests")
+_DEFERRED_ONLY_WITH = {"apache_beam.io.gcp.gcsio": "google.cloud.storage"}
 
 
 def import_beam_lean() -> None:
@@ -57,7 +78,8 @@ def import_beam_lean() -> None:
     deferring = _DeferringFinder()
     sys.meta_path.insert(0, deferring)
     try:
-        import apache_beam  # noqa: F401
+        with _quiet_mongodb_fallback():
+            import apache_beam  # noqa: F401
     finally:
         sys.meta_path.remove(deferring)
         for name in left_out:
@@ -65,14 +87,35 @@ def import_beam_lean() -> None:
                 del sys.modules[name]
 
 
+@contextlib.contextmanager
+def _quiet_mongodb_fallback():
+    """Drops the warning of Beam's MongoDB IO that no compatible bson
+    package was found: it was left out, and is no incompatible package
+    (the warning would show in a verbose build)."""
+    logger = logging.getLogger(_MONGODB_LOGGER)
+
+    def not_the_fallback_warning(record: logging.LogRecord) -> bool:
+        return record.getMessage() != _MONGODB_FALLBACK_WARNING
+
+    logger.addFilter(not_the_fallback_warning)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_the_fallback_warning)
+
+
 class _DeferringFinder:
-    """Finds `_DEFERRED` where the path finder does, with a loader that
-    runs its body at its first attribute lookup. Only while
-    google-cloud-storage is installed: without it the import fails at
-    once, as Beam expects (`apache_beam.io` then leaves the GCS names out)."""
+    """Finds each of `_DEFERRED` where the path finder does, with a loader
+    that runs its body at its first attribute lookup. Beam's GCS client only
+    while google-cloud-storage is installed: without it the import fails
+    at once, as Beam expects (`apache_beam.io` then leaves the GCS names
+    out); one not installed at all fails at once as usual."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != _DEFERRED or not _installed("google.cloud.storage"):
+        if name not in _DEFERRED:
+            return None
+        needs = _DEFERRED_ONLY_WITH.get(name)
+        if needs is not None and not _installed(needs):
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is not None and spec.loader is not None:

@@ -193,6 +193,9 @@ def _dispatch(argv: list[str], console: bool = False) -> int:
             # commands import Beam late or not at all.
             from .beam_import import import_beam_lean
             import_beam_lean()
+            # ~8% of a small build: Beam inspects each DoFn method ~8 times.
+            from .beam_signatures import memoize_method_signatures
+            memoize_method_signatures()
         function = getattr(importlib.import_module(module_name), function_name)
         from ..schemas.errors import ConfigError
     try:

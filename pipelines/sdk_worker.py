@@ -36,6 +36,8 @@ def main() -> None:
     try:
         from .beam_import import import_beam_lean
         import_beam_lean()
+        from .beam_signatures import memoize_method_signatures
+        memoize_method_signatures()  # the bundle processors inspect every DoFn
         from apache_beam.runners.worker import sdk_worker_main
     finally:
         # What the imports made lives as long as the worker: out of every

@@ -62,6 +62,54 @@ def test_beams_io_names_are_the_ones_a_plain_import_gives_and_its_gcs_client_run
     assert _run(code) == plain + ["False", "True", "module"]
 
 
+def test_httplib2_and_requests_run_only_when_first_used():
+    """Beam imports them for its stager's downloads and its BigQuery IO's
+    metadata look-up, which a local build never reaches: a console build
+    leaves them unrun, and whatever uses them later finds them whole."""
+    lazy = ("print(*(type(sys.modules[name]).__name__ == '_LazyModule' "
+            "for name in ('httplib2', 'requests'))); ")
+    code = ("import sys; " + LEAN + lazy +
+            "print('pyparsing' in sys.modules, 'urllib3' in sys.modules); "
+            "from apache_beam.internal.http_client import get_new_http; "
+            "print(type(get_new_http()).__name__, 'pyparsing' in sys.modules); "
+            "from apache_beam.io.gcp import gce_metadata_util; import requests; "
+            "print(requests.Session.__name__, gce_metadata_util.requests is requests); "
+            + lazy)
+    assert _run(code) == ["True", "True", "False", "False", "Http", "True", "Session", "True",
+                          "False", "False"]
+
+
+def test_beams_mongodb_io_takes_its_fallback_quietly_and_pymongo_imports_after():
+    """pymongo and bson are left out: Beam's MongoDB IO, which no build
+    uses, takes the fallback Beam has for an incompatible bson package,
+    without its warning about that package; both import as usual after."""
+    code = ("import logging, sys; logging.basicConfig(level=logging.INFO); " + LEAN +
+            "import apache_beam.io.mongodbio as mongodbio; "
+            "print('pymongo' in sys.modules, 'bson' in sys.modules, "
+            "mongodbio.MongoClient is None, hasattr(mongodbio, 'ReadFromMongoDB')); "
+            "import pymongo, bson; print(pymongo.MongoClient.__name__, bson.ObjectId.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False", "True", "True", "MongoClient", "ObjectId"]
+    assert "bson" not in proc.stderr
+
+
+def test_a_console_build_of_a_small_table_imports_no_pymongo_and_runs_no_httplib2(tmp_path):
+    (tmp_path / "t.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(20)))
+    (tmp_path / "c.yaml").write_text(
+        "name: t\nversion: '1'\nsource: {type: csv, path: t.csv}\n"
+        "features:\n  id: {type: int64}\n  name: {type: string}\n"
+        "output: {path: out}\nkey: id\n")
+    code = ("import atexit, sys; from recordforge.pipelines import cli; "
+            "atexit.register(lambda: print(*(name in sys.modules for name in "
+            "('pyparsing', 'urllib3', 'pymongo', 'bson', 'httplib2', 'requests')))); "
+            "sys.exit(cli.main())")
+    out = _run(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
+               "--direct_num_workers=1", cwd=tmp_path)
+    assert out == ["False"] * 4 + ["True", "True"]  # the last two imported, never run
+
+
 @pytest.mark.parametrize("args,s3,gcs", [
     (["--direct_num_workers=1", "--temp_location=/tmp/x"], False, False),
     (["--temp_location", "S3://bucket/tmp"], True, False),
