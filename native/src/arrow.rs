@@ -105,37 +105,103 @@ pub fn convert_batch_into<'a>(arrays: &[Option<Array<'a>>], count: usize, plan: 
         _ => None,
     };
     let mut checked: Columns = plan.features.iter().map(|_| Column::with_capacity(count)).collect();
-    // One row's entries and key, reused from row to row.
-    let (mut entries, mut key) = (Vec::new(), Vec::new());
-    // Per feature: its checked value, or None (left out, or declining the row).
-    let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
-    for row in 0..count {
-        entries.clear();
-        values.clear();
-        let mut declined = false;
-        for (position, (feature, array)) in plan.features.iter().zip(&features).enumerate() {
-            let field = array.field(row)?;
-            let part = field_part(feature, text[position], nullable[position], field);
-            declined |= part == Part::Declined;
-            values.push(part.record(feature, &mut entries, &mut checked[position]));
-        }
-        key.clear();
-        let keyed = match (plan.key, key_column) {
-            (Key::None, _) => true,
-            (Key::Feature(position), _) => match &values[position] {
-                Some(value) => { rules::put_value_key(&mut key, value); true }
-                None => false,
-            },
-            (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
-            (Key::Text(_), None) => false,
-        };
-        if keyed && !declined {
-            rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
-        } else {
-            rows.declined();
-        }
+    let mut dictionary_parts: Vec<Option<DictionaryParts>> =
+        features.iter().map(|array| DictionaryParts::for_array(array, count)).collect();
+    let batch = Batch { features: &features, key_column, plan, text, nullable, count };
+    if dictionary_parts.iter().any(Option::is_some) {
+        batch.convert_rows::<true>(&mut dictionary_parts, &mut checked, rows)?;
+    } else {
+        batch.convert_rows::<false>(&mut dictionary_parts, &mut checked, rows)?;
     }
     Ok(checked)
+}
+
+/// A batch's checked columns and what `convert_batch_into` was told of it.
+struct Batch<'b, 'a> {
+    features: &'b [Checked<'a>],
+    key_column: Option<Checked<'a>>,
+    plan: &'b Plan,
+    text: &'b [bool],
+    nullable: &'b [bool],
+    count: usize,
+}
+
+impl<'a> Batch<'_, 'a> {
+    /// Converts every row, giving it to `rows` and its values to `checked`.
+    /// `DICTIONARIES`: some feature has its `DictionaryParts` (compiled
+    /// apart, so that the rows of a batch without any run as they did
+    /// before there were any: a look per value costs them ~3%).
+    fn convert_rows<const DICTIONARIES: bool>(&self, dictionary_parts: &mut [Option<DictionaryParts<'a>>],
+                                              checked: &mut Columns<'a>, rows: &mut impl Rows)
+                                              -> Result<(), BatchError> {
+        let (plan, text, nullable) = (self.plan, self.text, self.nullable);
+        // One row's entries and key, reused from row to row.
+        let (mut entries, mut key) = (Vec::new(), Vec::new());
+        // Per feature: its checked value, or None (left out, or declining the row).
+        let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
+        for row in 0..self.count {
+            entries.clear();
+            values.clear();
+            let mut declined = false;
+            for (position, (feature, array)) in plan.features.iter().zip(self.features).enumerate() {
+                let part_of = |field| field_part(feature, text[position], nullable[position], field);
+                let part = match &mut dictionary_parts[position] {
+                    Some(parts) if DICTIONARIES => parts.part(array, row, part_of)?,
+                    _ => part_of(array.field(row)?),
+                };
+                declined |= part == Part::Declined;
+                values.push(part.record(feature, &mut entries, &mut checked[position]));
+            }
+            key.clear();
+            let keyed = match (plan.key, self.key_column) {
+                (Key::None, _) => true,
+                (Key::Feature(position), _) => match &values[position] {
+                    Some(value) => { rules::put_value_key(&mut key, value); true }
+                    None => false,
+                },
+                (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
+                (Key::Text(_), None) => false,
+            };
+            if keyed && !declined {
+                rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
+            } else {
+                rows.declined();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The part each value of a dictionary array's dictionary makes for one
+/// feature, found at the first row that holds it: a feature's part depends
+/// on its field alone, so a row then costs its index rather than its
+/// value's check (a vocabulary's lookup, a text's length and null texts).
+/// Kept only for a dictionary no longer than the batch, so that the table
+/// costs no more than the rows it serves.
+struct DictionaryParts<'a> {
+    parts: Vec<Option<Part<'a>>>,
+}
+
+impl<'a> DictionaryParts<'a> {
+    fn for_array(array: &Checked<'a>, count: usize) -> Option<Self> {
+        let length = array.dictionary_length().filter(|&length| length <= count)?;
+        Some(DictionaryParts { parts: vec![None; length] })
+    }
+
+    /// Row `row`'s part (`part_of` its field), as `field` would give it:
+    /// a null row's part, or its value's, found once; a value's fault
+    /// (text that is not UTF-8) is found at the first row that holds it,
+    /// as `field` finds it there.
+    fn part(&mut self, array: &Checked<'a>, row: usize, part_of: impl FnOnce(Field<'a>) -> Part<'a>)
+            -> Result<Part<'a>, BatchError> {
+        let Some(index) = array.dictionary_index(row)? else { return Ok(part_of(Field::Null)) };
+        if let Some(part) = self.parts[index] {
+            return Ok(part);
+        }
+        let part = part_of(array.field(row)?);
+        self.parts[index] = Some(part);
+        Ok(part)
+    }
 }
 
 /// A byte view of a pyarrow buffer (its format is "b") or any other

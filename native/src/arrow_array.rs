@@ -183,15 +183,12 @@ impl<'a> Array<'a> {
             return Err(BatchError::BadIndex { column, row: 0 });
         }
         let values = dictionary.checked_with(column, utf8_known)?;
-        let indices = Array { dictionary: None, ..self }.checked(column)?;
+        Array { dictionary: None, ..self }.checked(column)?;
+        let checked = Checked { array: self, column, utf8: values.utf8 };
         for row in 0..self.length {
-            match indices.field(row)? {
-                Field::Null => {}
-                Field::Int(index) if usize::try_from(index).is_ok_and(|index| index < dictionary.length) => {}
-                _ => return Err(BatchError::BadIndex { column, row }),
-            }
+            checked.dictionary_index(row)?;
         }
-        Ok(Checked { array: self, column, utf8: values.utf8 })
+        Ok(checked)
     }
 
     /// Whether the array is text whose every value is UTF-8 (its offsets
@@ -224,6 +221,24 @@ fn bit(bits: &[u8], index: usize) -> bool {
     bits[index / 8] >> (index % 8) & 1 == 1
 }
 
+/// Item `index` of a checked buffer of `width`-byte integers as an index:
+/// None where it is negative (`signed`) or beyond usize.
+fn unsigned_index(values: &[u8], width: usize, index: usize, signed: bool) -> Option<usize> {
+    let bytes = item(values, width, index);
+    let value: i128 = match (width, signed) {
+        (1, true) => i8::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (2, true) => i16::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (4, true) => i32::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (8, true) => i64::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (1, false) => u8::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (2, false) => u16::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (4, false) => u32::from_ne_bytes(bytes.try_into().ok()?).into(),
+        (8, false) => u64::from_ne_bytes(bytes.try_into().ok()?).into(),
+        _ => return None,
+    };
+    usize::try_from(value).ok()
+}
+
 /// The `width` bytes of item `index` of a checked fixed-width buffer.
 fn item(values: &[u8], width: usize, index: usize) -> &[u8] {
     &values[index * width..(index + 1) * width]
@@ -238,6 +253,35 @@ impl<'a> Checked<'a> {
     /// The layout of the values: a dictionary's values', else the array's.
     pub(crate) fn value_layout(&self) -> Layout {
         self.array.dictionary.map_or(self.array.layout, |dictionary| dictionary.layout)
+    }
+
+    /// How many values a dictionary array's dictionary holds; None for
+    /// an array without one.
+    pub(crate) fn dictionary_length(&self) -> Option<usize> {
+        self.array.dictionary.map(|dictionary| dictionary.length)
+    }
+
+    /// Row `row` of a dictionary array as the index of its value in the
+    /// dictionary (checked to lie in it: `Array::checked_indices`), None
+    /// for a null row; the same error as `field` where the row has no
+    /// index in the dictionary (or the array no dictionary).
+    pub(crate) fn dictionary_index(&self, row: usize) -> Result<Option<usize>, BatchError> {
+        let array = &self.array;
+        let at = array.offset + row;
+        if array.validity.is_some_and(|bits| !bit(bits, at)) {
+            return Ok(None);
+        }
+        let length = self.dictionary_length().unwrap_or(0);
+        // (read as its own width: `field`'s widening to an i64 costs a
+        // row more than the lookup it serves)
+        let index = match array.layout {
+            Layout::Int(width) | Layout::UInt(width) => unsigned_index(array.values, width, at, array.layout == Layout::Int(width)),
+            _ => None,
+        };
+        match index {
+            Some(index) if index < length => Ok(Some(index)),
+            _ => Err(BatchError::BadIndex { column: self.column, row }),
+        }
     }
 
     /// Row `row`'s value (row < length, which the caller checked).
@@ -305,14 +349,10 @@ impl<'a> Checked<'a> {
             BatchError::NotUtf8 { column, .. } => BatchError::NotUtf8 { column, row },
             other => other,
         });
-        let indices = Checked { array: Array { dictionary: None, ..self.array }, column, utf8: false };
         let values = Checked { array: *dictionary, column, utf8: self.utf8 };
-        match indices.field(row)? {
-            Field::Null => Ok(Field::Null),
-            Field::Int(index) if usize::try_from(index).is_ok_and(|index| index < dictionary.length) => {
-                values.field(index as usize).map_err(at_row)
-            }
-            _ => Err(BatchError::BadIndex { column, row }),
+        match self.dictionary_index(row)? {
+            None => Ok(Field::Null),
+            Some(index) => values.field(index).map_err(at_row),
         }
     }
 }
@@ -372,6 +412,31 @@ pub(crate) mod tests {
         let checked = array.checked(3).unwrap();
         assert!(checked.utf8);
         assert_eq!(checked.field(1), Ok(Field::Text("é".as_bytes())));
+    }
+
+    proptest! {
+        #[test]
+        fn a_dictionary_index_is_its_integer_field(bytes in prop::collection::vec(any::<u8>(), 8..40),
+                                                   width in prop::sample::select(vec![1usize, 2, 4, 8]),
+                                                   signed: bool, length in 0usize..300, valid: bool) {
+            // Read at the index's own width, as `field` reads the integer
+            // (widened to an i64) and `checked_indices` once checked it.
+            let dictionary = Array { layout: Layout::Int(8), offset: 0, length, validity: None, values: &[], offsets: None, dictionary: None };
+            let layout = if signed { Layout::Int(width) } else { Layout::UInt(width) };
+            let rows = bytes.len() / width;
+            let validity = [if valid { 0xFF } else { 0x55 }; 5];
+            let indices = Array { layout, offset: 0, length: rows, validity: Some(&validity), values: &bytes, offsets: None, dictionary: Some(&dictionary) };
+            let checked = Checked { array: indices, column: 2, utf8: false };
+            let plain = Checked { array: Array { dictionary: None, ..indices }, column: 2, utf8: false };
+            for row in 0..rows {
+                let expected = match plain.field(row) {
+                    Ok(Field::Null) => Ok(None),
+                    Ok(Field::Int(index)) if usize::try_from(index).is_ok_and(|index| index < length) => Ok(Some(index as usize)),
+                    _ => Err(BatchError::BadIndex { column: 2, row }),
+                };
+                prop_assert_eq!(checked.dictionary_index(row), expected);
+            }
+        }
     }
 
     #[test]
