@@ -124,6 +124,17 @@ class RowEncoder:
                 return source
         raise KeyError(name)
 
+    def reader(self, name: str) -> Callable[[Mapping[str, Any]], Any]:
+        """row values (column -> raw value) -> the raw value feature `name`
+        reads in that row: found as `convert` finds it, at the keys of a
+        nested ``from:`` path (its read key is no column of the row)."""
+        source = self.source_of(name)
+        keys = self._paths.get(source)
+        if keys is None:
+            return lambda values: values.get(source)
+        first, rest = keys[0], keys[1:]
+        return lambda values: dig(values.get(first), rest)
+
     def encode(self, values: Mapping[str, Any]) -> bytes:
         """Raw row -> serialized tf.train.Example. Raises RowError.
 

@@ -101,7 +101,8 @@ class BatchConverter:
         """Like `convert_batch`, plus each good row's label: how `label_text`
         names the first value the row stores in feature `label` (None when it
         stores none, or when `label` is None). The value comes from the same
-        converter that encoded the row.
+        converter that encoded the row, applied to the same raw value (at a
+        nested ``from:`` path, the value there).
 
         The batch goes a column at a time first (`RowEncoder.encode_columns`);
         rows that path leaves, and only those, go row by row."""
@@ -133,13 +134,19 @@ class BatchConverter:
             fast = self._column_path(column, count, label, vocabulary)
             declined = None  # (counted below only when some row was taken)
         fast_examples, keys, fast_labels, checked = fast
-        label_of = self._labeller(label, vocabulary) if label is not None else None
-        label_source = self._encoder.source_of(label) if label is not None else None
+        label_of = label_in = label_source = None
+        if label is not None:
+            # The label's raw value is read as the encoder reads the
+            # feature's (at a nested path's keys: its read key is no column
+            # of the row), so that the label names the value the row stores.
+            label_of = self._labeller(label, vocabulary)
+            label_in = self._encoder.reader(label)
+            label_source = self._encoder.source_of(label)
         if declined == 0 or (declined is None and None not in fast_examples):
             self.good_rows = None
             if fast_labels is None:
-                fast_labels = (list(map(label_of, column(label_source))) if label is not None
-                               else [None] * count)
+                fast_labels = (list(map(label_of, self._encoder.columns_as_read(column)(
+                    label_source))) if label is not None else [None] * count)
             return self._rows(keys, fast_examples, digests), fast_labels, [], (
                 None if plan is None else CheckedValues(self._encoder, plan, column, checked, None))
         keys_kept = []
@@ -154,13 +161,13 @@ class BatchConverter:
                 keys_kept.append(keys[index])
                 examples.append(example)
                 labels.append(fast_labels[index] if fast_labels is not None
-                              else label_of(row_at(index).values.get(label_source))
+                              else label_of(label_in(row_at(index).values))
                               if label is not None else None)
                 continue
             row = row_at(index)
             try:
                 key, example = self._convert_row(row)
-                labels.append(label_of(row.values.get(label_source)) if label is not None
+                labels.append(label_of(label_in(row.values)) if label is not None
                               else None)
                 redone.append(len(examples))
                 keys_kept.append(key)

@@ -20,7 +20,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from recordforge.schemas.feature_config import parse_features
 from recordforge.schemas.stats import FREQUENT_CAPACITY
@@ -119,9 +119,23 @@ def _seen(batch, watched) -> list:
     return list(conversion._columns_seen(batch))
 
 
+# A label read from a nested path, on a line the kernel declines (a byte-order
+# mark, a repeated key): labelled from the value the feature stores.
+_NESTED_LABEL_LINE = (b'\xef\xbb\xbf{"d":{"a":0,"a":0,"a":0,"a":0,"a":0,"d":%s},'
+                      b'"a":0,"a":0,"a":0,"a":0,"a":0}')
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=jsonl_files(), schema=schemas, salt=cases.salts,
        batch_bytes=st.sampled_from([1, 40, 1 << 20]))
+@example(data=_NESTED_LABEL_LINE % b"0",
+         schema=(tuple(parse_features({"f0": {"type": "float", "from": ["d", "d"],
+                                              "values": [0.0]}}, nested=True)), None, "f0"),
+         salt=None, batch_bytes=1)
+@example(data=_NESTED_LABEL_LINE % b'"0"',
+         schema=(tuple(parse_features({"f0": {"type": "string", "from": ["d", "d"],
+                                              "required": False}}, nested=True)), None, "f0"),
+         salt=None, batch_bytes=1)
 def test_kernel_and_python_path_agree(native, outcome, tmp_path_factory, data, schema, salt,
                                       batch_bytes):
     """The reader gives the same rows and dead letters with the kernel as

@@ -346,6 +346,27 @@ def test_remembered_label_texts_equal_a_fresh_conversion_for_every_raw_value():
             assert label == (str(stored[0]) if stored else None), row
 
 
+def test_a_label_read_from_a_nested_path_names_the_value_its_feature_stores():
+    # The label's raw value is the one at the feature's path, not whatever
+    # the row holds under its read key (none): a required feature must not
+    # fail there, nor an optional one be labelled None, on either path.
+    specs = parse_features({"id": {"type": "int64"},
+                            "score": {"type": "float", "from": ["m", "score"]},
+                            "kind": {"type": "string", "from": ["m", "kind"],
+                                     "required": False}}, nested=True)
+    rows = [SourceRow("t.jsonl", n, {"id": n, "m": {"score": n / 2, "kind": f"k{n}"}})
+            for n in range(3)]
+    bad = SourceRow("t.jsonl", 3, {"id": "x", "m": {"score": 1, "kind": "k"}})
+    for converter in (BatchConverter(specs, {}, "id"),
+                      row_by_row(BatchConverter(specs, {}, "id"))):
+        for batch in (rows, rows + [bad]):
+            for label, expected in (("score", ["0.0", "0.5", "1.0"]),
+                                    ("kind", ["k0", "k1", "k2"])):
+                examples, labels, dead = converter.convert_labelled_batch(batch, label)
+                assert len(examples) == 3 and labels == expected
+                assert [letter["row"] for letter in dead] == [3] * (len(batch) - 3)
+
+
 # --- the column path against the row path -------------------------------------------
 
 MIXED_SPECS = parse_features({
