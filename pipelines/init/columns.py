@@ -22,6 +22,7 @@ import json
 from collections import Counter
 from typing import Any, NamedTuple
 
+from ...schemas.features import INT64_MAX, INT64_MIN
 from .kinds import ISO, TIME_FORMATS, float32_exact, has_time, number_value, time_formats, \
     value_kind
 
@@ -60,6 +61,7 @@ class ColumnSample:
         self.many = False
         self.low = self.high = None
         self.fractional = False  # some number is not whole
+        self.wide_wholes = False  # some whole double lies beyond int64
         self.inexact_ints = False  # some integer is not exact in float32
         self.off_midnight = False  # some native time is not midnight UTC
         self.nanoseconds = False  # some native time has nanoseconds (pandas)
@@ -105,6 +107,9 @@ class ColumnSample:
         if kind == "float":
             whole = number == int(number)
             self.fractional |= not whole
+            if whole and not INT64_MIN <= int(number) <= INT64_MAX:
+                self.wide_wholes = True
+                self.examples.setdefault("wide_whole", number)
         elif not float32_exact(int(number)):
             self.inexact_ints = True
             self.examples.setdefault("inexact", number)
@@ -206,8 +211,13 @@ def _numbers(column: ColumnSample, kinds: set[str], source_kind: str
                           "and string features take only text")
     if (kinds <= {"int", "bool", "float"} and not column.fractional
             and source_kind in ("parquet", "avro")):
-        return {"type": "int64"}, ("every value is whole (a double column, as pandas "
-                                   "writes nullable integers): int64")
+        if not column.wide_wholes:
+            return {"type": "int64"}, ("every value is whole (a double column, as pandas "
+                                       "writes nullable integers): int64")
+        # Whole, yet beyond int64: an int64 feature would reject the row.
+        return {"type": "float"}, (f"every value is whole, but "
+                                   f"{_shown(column.examples['wide_whole'])} lies beyond "
+                                   "int64: float")
     if column.inexact_ints:
         return None, ("integers that float32 would round (e.g. "
                       f"{_shown(column.examples['inexact'])}) mixed with fractions")

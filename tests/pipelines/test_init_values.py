@@ -225,6 +225,20 @@ def test_pandas_parquet_whole_doubles_and_midnight_timestamps(tmp_path):
     assert "midnight" in text and "whole" in text
 
 
+def test_whole_doubles_beyond_int64_are_proposed_as_float(tmp_path):
+    """A double column of whole values is proposed as int64 only when every
+    value fits one: beyond it, the int64 feature would turn rows away."""
+    for beyond in (-4.220031131080483e+33, 2.0 ** 63):
+        frame = pd.DataFrame({"n": pd.array([1.0, None, beyond], dtype="float64")})
+        frame.to_parquet(tmp_path / "t.parquet")
+        text = infer_config(str(tmp_path / "t.parquet"))
+        assert _specs(text)["n"].type == "float", text
+        assert "beyond int64" in text
+    frame = pd.DataFrame({"n": pd.array([1.0, None, -(2.0 ** 63)], dtype="float64")})
+    frame.to_parquet(tmp_path / "t.parquet")  # int64's least value: still int64
+    assert _specs(infer_config(str(tmp_path / "t.parquet")))["n"].type == "int64"
+
+
 # --- 38.9: objects inside lists, empty objects, list<struct> -----------------------
 
 _JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000),
