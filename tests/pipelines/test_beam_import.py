@@ -19,15 +19,11 @@ def _run(code: str, *args: str, cwd=None) -> list[str]:
     return proc.stdout.split()
 
 
-def test_a_console_build_of_a_small_table_imports_no_pandas_nor_beams_s3_or_gcs(tmp_path):
+def test_a_console_build_of_a_small_table_imports_no_pandas_nor_beams_s3_or_gcs(small_table):
     """A small build spends most of its CPU importing; pandas (Beam imports
     it only for pandas batch types, which no step has) and Beam's S3 and
     GCS filesystems (boto3, google-cloud-storage) are no part of it."""
-    (tmp_path / "t.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(50)))
-    (tmp_path / "c.yaml").write_text(
-        "name: t\nversion: '1'\nsource: {type: csv, path: t.csv}\n"
-        "features:\n  id: {type: int64}\n  name: {type: string}\n"
-        "output: {path: out, shuffle: true}\nkey: id\n")
+    tmp_path = small_table(50, "{path: out, shuffle: true}")
     code = ("import atexit, sys; from recordforge.pipelines import cli; "
             "atexit.register(lambda: print(*(name in sys.modules for name in "
             f"('pandas', 'boto3', '{BEAM_S3}', 'google.cloud.storage', '{BEAM_GCS}', "
@@ -95,12 +91,8 @@ def test_beams_mongodb_io_takes_its_fallback_quietly_and_pymongo_imports_after()
     assert "bson" not in proc.stderr
 
 
-def test_a_console_build_of_a_small_table_imports_no_pymongo_and_runs_no_httplib2(tmp_path):
-    (tmp_path / "t.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(20)))
-    (tmp_path / "c.yaml").write_text(
-        "name: t\nversion: '1'\nsource: {type: csv, path: t.csv}\n"
-        "features:\n  id: {type: int64}\n  name: {type: string}\n"
-        "output: {path: out}\nkey: id\n")
+def test_a_console_build_of_a_small_table_imports_no_pymongo_and_runs_no_httplib2(small_table):
+    tmp_path = small_table(20)
     code = ("import atexit, sys; from recordforge.pipelines import cli; "
             "atexit.register(lambda: print(*(name in sys.modules for name in "
             "('pyparsing', 'urllib3', 'pymongo', 'bson', 'httplib2', 'requests')))); "

@@ -100,12 +100,8 @@ def test_installed_once_per_process():
     assert _run(code) == ["True", "True"]
 
 
-def test_a_console_build_installs_it(tmp_path):
-    (tmp_path / "t.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(20)))
-    (tmp_path / "c.yaml").write_text(
-        "name: t\nversion: '1'\nsource: {type: csv, path: t.csv}\n"
-        "features:\n  id: {type: int64}\n  name: {type: string}\n"
-        "output: {path: out}\nkey: id\n")
+def test_a_console_build_installs_it(small_table):
+    tmp_path = small_table(20)
     code = ("import atexit, sys; from recordforge.pipelines import cli; "
             f"atexit.register(lambda: exec({MEMOIZED!r})); sys.exit(cli.main())")
     assert _run(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
