@@ -31,7 +31,8 @@ filesystems, which register themselves with Beam's `FileSystems` as they
 are imported). The GCS client module (`apache_beam.io.gcp.gcsio`) is also
 imported by `apache_beam.io`, in the same try block as Beam's
 cross-language IO wrappers: it is imported deferred rather than left out
-(`importlib.util.LazyLoader`, its body runs when first used), so
+(`lazy_modules.LazyLoader`, its body runs when first used, by one
+thread while any other waits), so
 `apache_beam.io` holds the names it always does; so are httplib2 and
 requests, which Beam's modules import as modules and use only inside
 functions (a library imported later that uses them at its own import,
@@ -48,6 +49,8 @@ import importlib.util
 import logging
 import sys
 from typing import Sequence
+
+from .lazy_modules import LazyLoader
 
 __all__ = ["import_beam_filesystems", "import_beam_lean"]
 
@@ -119,7 +122,7 @@ class _DeferringFinder:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is not None and spec.loader is not None:
-            spec.loader = importlib.util.LazyLoader(spec.loader)
+            spec.loader = LazyLoader(spec.loader)
         return spec
 
 

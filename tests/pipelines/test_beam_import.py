@@ -75,6 +75,28 @@ def test_httplib2_and_requests_run_only_when_first_used():
                           "False", "False"]
 
 
+def test_threads_that_first_import_httplib2_and_requests_together_all_find_them_whole():
+    """Libraries such as google-auth import them from whatever thread needs
+    them first: every thread waits for the one running the module (with
+    the standard library's loader on Python 3.11 most of these threads
+    got ``AttributeError``)."""
+    code = ("import sys, threading; " + LEAN +
+            "start = threading.Barrier(8); failures = []\n"
+            "def use(i):\n"
+            "    start.wait()\n"
+            "    try:\n"
+            "        if i % 2:\n"
+            "            import requests; requests.Session\n"
+            "        else:\n"
+            "            import httplib2; httplib2.Http\n"
+            "    except Exception as error:\n"
+            "        failures.append(repr(error))\n"
+            "threads = [threading.Thread(target=use, args=(i,)) for i in range(8)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n"
+            "print(len(failures), *failures)")
+    assert _run(code) == ["0"]
+
+
 def test_beams_mongodb_io_takes_its_fallback_quietly_and_pymongo_imports_after():
     """pymongo and bson are left out: Beam's MongoDB IO, which no build
     uses, takes the fallback Beam has for an incompatible bson package,
