@@ -8,8 +8,8 @@ child and all its live descendants at each sample).
 
 `output_files` / `shard_stats` describe the TFRecord files a build wrote;
 `example_digests` reads them back with recordforge's independent reader and
-gives the sorted sha256 of every record, so outputs of different tools can be
-compared as multisets of Examples.
+gives the sorted sha256 of every Example (in protobuf's deterministic form), so
+outputs of different tools can be compared as multisets of Examples.
 """
 
 from __future__ import annotations
@@ -113,11 +113,18 @@ def shard_stats(files: list[str]) -> dict:
 
 
 def example_digests(files: list[str]) -> list[str]:
-    """Sorted sha256 hex digests of every record in `files` (any compression)."""
+    """Sorted sha256 hex digests of every Example in `files` (any
+    compression), each serialized again in protobuf's deterministic form
+    (features in name order): equal Examples give equal digests whichever
+    order their writer put the features in (TensorFlow keeps the order they
+    were added in)."""
+    from recordforge.schemas.example import parse_example
     from recordforge.transforms.tfrecord import read_records
 
     digests = []
     for path in files:
-        digests.extend(hashlib.sha256(record).hexdigest() for record in read_records(path))
+        digests.extend(
+            hashlib.sha256(parse_example(record).SerializeToString(deterministic=True)).hexdigest()
+            for record in read_records(path))
     digests.sort()
     return digests
