@@ -149,7 +149,8 @@ def propose(column: ColumnSample, rows: int, source_kind: str) -> Proposal:
         seen = ", ".join(json.dumps(t, ensure_ascii=False) for t in tokens) or "none"
         notes.append(f"missing in {missing} of {rows} rows (null texts seen: {seen})")
     if column.low is not None and body["type"] in ("int64", "float"):
-        notes.append(f"observed {column.low:g} .. {column.high:g}")
+        # Every digit: a bound read off the comment ("min: ...") must be the value seen.
+        notes.append(f"observed {column.low} .. {column.high}")
     if not column.many and column.values and body["type"] in ("int64", "string"):
         shown = ", ".join(json.dumps(v, ensure_ascii=False) if body["type"] == "string"
                           else str(v).strip() for v in sorted(column.values, key=str))

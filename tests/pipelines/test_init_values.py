@@ -239,6 +239,25 @@ def test_whole_doubles_beyond_int64_are_proposed_as_float(tmp_path):
     assert _specs(infer_config(str(tmp_path / "t.parquet")))["n"].type == "int64"
 
 
+@settings(**_SETTINGS)
+@given(values=st.one_of(
+    st.lists(st.integers(-(2 ** 63), 2 ** 63 - 1), min_size=1, max_size=20),
+    st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), min_size=1,
+             max_size=20)))
+def test_the_observed_range_comment_gives_the_least_and_greatest_value_exactly(tmp_path,
+                                                                              values):
+    """It showed 9.22337e+18 for int64's greatest value: six digits of it."""
+    path = tmp_path / "t.csv"
+    _write_csv(path, ["v"], [[repr(v)] for v in values])
+    text = infer_config(str(path))
+    line = next(line for line in text.splitlines() if "observed " in line)
+    low, high = line.split("observed ", 1)[1].split(";")[0].split(" .. ")
+    if all(isinstance(v, int) for v in values):
+        assert (int(low), int(high)) == (min(values), max(values)), line
+    else:
+        assert (float(low), float(high)) == (min(values), max(values)), line
+
+
 # --- 38.9: objects inside lists, empty objects, list<struct> -----------------------
 
 _JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000),
