@@ -40,6 +40,7 @@ pub mod run_rows;
 #[cfg(unix)]
 pub mod run_sink;
 pub mod scan;
+pub mod sink;
 pub mod table;
 pub mod timestamp;
 pub mod walk;

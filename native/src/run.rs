@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::run_rows::{borrowed_slices, gathered_slices, Records, RunRows};
+use crate::run_sink::DescriptorSink;
+use crate::sink::{FillSink, Sink};
 use crate::walk::{FOOTER_SIZE, HEADER_SIZE};
 use crate::{guarded, with_bytes, PREFETCH_AHEAD};
 
@@ -57,41 +59,6 @@ impl Keys<'_> {
             Keys::Variable(keys) => keys.len() == rows,
             Keys::Example => true,
         }
-    }
-}
-
-/// Where a run's bytes go, a block at a time.
-pub trait Sink<E> {
-    /// Makes a buffer of `length` bytes, lets `fill` write it whole, and
-    /// writes it out.
-    fn put(&mut self, length: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), E>;
-
-    /// Writes `pieces` back to back: copied into one buffer (`put`), unless
-    /// the sink can write them where they lie (`run_sink`'s `writev`).
-    fn put_pieces(&mut self, pieces: &[&[u8]]) -> Result<(), E> {
-        let length = pieces.iter().map(|piece| piece.len()).sum();
-        self.put(length, &mut |out| copy_pieces(out, pieces))
-    }
-}
-
-/// A `Sink` of a function `(length, fill)`, as `Sink::put`.
-pub struct FillSink<F>(pub F);
-
-impl<E, F: FnMut(usize, &mut dyn FnMut(&mut [u8])) -> Result<(), E>> Sink<E> for FillSink<F> {
-    fn put(&mut self, length: usize, fill: &mut dyn FnMut(&mut [u8])) -> Result<(), E> {
-        (self.0)(length, fill)
-    }
-}
-
-/// Copies `pieces` back to back into `out`, which holds exactly their bytes.
-pub fn copy_pieces(out: &mut [u8], pieces: &[&[u8]]) {
-    let mut at = 0;
-    for (index, piece) in pieces.iter().enumerate() {
-        if let Some(ahead) = pieces.get(index + PREFETCH_AHEAD) {
-            crate::prefetch(ahead.as_ptr());
-        }
-        out[at..at + piece.len()].copy_from_slice(piece);
-        at += piece.len();
     }
 }
 
@@ -300,7 +267,7 @@ pub fn py_key_nones(keys: &Bound<'_, PyList>) -> Option<usize> {
 enum Target<'a, 'py> {
     Python(&'a Bound<'py, PyAny>, Option<u32>),
     #[cfg(unix)]
-    Descriptor(crate::run_sink::DescriptorSink),
+    Descriptor(DescriptorSink),
 }
 
 impl Target<'_, '_> {
@@ -375,7 +342,7 @@ pub fn py_write_run(py: Python<'_>, fileobj: &Bound<'_, PyAny>, examples: &Bound
         #[cfg(unix)]
         // SAFETY: the caller's file object owns the descriptor and keeps it
         // open through this call; the sink never closes it.
-        Some(fd) if fd >= 0 => Target::Descriptor(unsafe { crate::run_sink::DescriptorSink::new(fd, crc, drop_behind) }),
+        Some(fd) if fd >= 0 => Target::Descriptor(unsafe { DescriptorSink::new(fd, crc, drop_behind) }),
         Some(fd) => return Err(PyValueError::new_err(format!("no file descriptor {fd} to write to"))),
     };
     // The keys first: getting a buffer may run an exporter's code, which

@@ -20,7 +20,7 @@ use std::io::{ErrorKind, IoSlice, Seek, Write};
 use std::mem::ManuallyDrop;
 use std::ops::Range;
 
-use crate::run::{copy_pieces, Sink};
+use crate::sink::{copy_pieces, Sink};
 use crate::walk::crc32c_append;
 
 /// A run's bytes written to a file descriptor, their size and, when asked
