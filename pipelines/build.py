@@ -146,34 +146,38 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
     import_beam_filesystems(beam_args)
     options = BuildOptions(beam_args)
     requested_runner = options.view_as(StandardOptions).runner
-    try:
-        staging = publish.begin_build(config.output.path, version, overwrite=overwrite)
-    except OSError as error:
-        raise BuildFailed(f"cannot start a build in {config.output.path}; nothing was "
-                          f"published: {type(error).__name__}: {error}") from error
-    except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
-        raise ConfigError("output.path", f"{config.output.path}: {error}") from None
-    except ConfigError:
-        raise
-    except ValueError as error:  # a URL the filesystem refuses (an invalid bucket name)
-        raise ConfigError("output.path", f"{config.output.path}: {error}") from None
-    except VersionExistsError:
-        # A build that published the version but could not move LATEST is
-        # finished by running it again.
-        finished = publish.finish_latest(config.output.path, version) if update_latest else None
-        if finished is None:
-            raise
-        print(f"recordforge build: version {version!r} was already published; LATEST now "
-              "names it", file=sys.stderr)
-        return BuildResult.from_manifest(finished.manifest, finished.url, True)
-
-    # Whatever escapes from here on (a failure, Ctrl-C, SystemExit, a
-    # scheduler's timeout raised by its signal handler, which may not be an
+    # Whatever escapes once the staging exists (a failure, Ctrl-C, SystemExit,
+    # a scheduler's timeout raised by its signal handler, which may not be an
     # Exception) deletes the staging directory and owner file, as the
     # command line's signal handling does: nothing is published, the cache
     # stays for the next build, and no dead build is left for it to clean.
-    # (Once committed, the staging is closed and this deletes nothing.)
-    with staging:
+    # (Once committed, the staging is closed and this deletes nothing.) The
+    # command line's signals wait while the directory is made and put under
+    # `guard` (`signals.held`): a signal between the two left it behind.
+    with contextlib.ExitStack() as guard:
+        with signals.held():
+            try:
+                staging = publish.begin_build(config.output.path, version, overwrite=overwrite)
+            except OSError as error:
+                raise BuildFailed(f"cannot start a build in {config.output.path}; nothing was "
+                                  f"published: {type(error).__name__}: {error}") from error
+            except ImportError as error:  # output.path's protocol needs an extra (s3fs, gcsfs)
+                raise ConfigError("output.path", f"{config.output.path}: {error}") from None
+            except ConfigError:
+                raise
+            except ValueError as error:  # a URL the filesystem refuses (an invalid bucket name)
+                raise ConfigError("output.path", f"{config.output.path}: {error}") from None
+            except VersionExistsError:
+                # A build that published the version but could not move LATEST
+                # is finished by running it again.
+                finished = (publish.finish_latest(config.output.path, version)
+                            if update_latest else None)
+                if finished is None:
+                    raise
+                print(f"recordforge build: version {version!r} was already published; "
+                      "LATEST now names it", file=sys.stderr)
+                return BuildResult.from_manifest(finished.manifest, finished.url, True)
+            guard.enter_context(staging)
         return _build_staged(staging, config, inputs, vocabularies, cache_state, options,
                              requested_runner, verify=verify, update_latest=update_latest,
                              show_progress=show_progress, tokens=tokens)

@@ -98,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _one_blas_thread()
     with signals.commanding():
         try:
-            return _dispatch(argv, console)
+            status = _dispatch(argv, console)
+            signals.raise_swallowed()  # a signal whose exception Python ignored
+            return status
         except KeyboardInterrupt as interrupt:  # while a subcommand was imported or ran
             command = argv[0] if argv else ""
             print(f"recordforge {command}: interrupted", file=sys.stderr)

@@ -16,12 +16,25 @@ the wakeup pipe before the main thread runs its handler).
 
 Inside `deferred` (the commit and the LATEST update) a signal is only
 recorded: the few renames finish, and the build reports what it published.
+Inside `held` (the staging directory's creation, until the build guards
+it) a signal waits the same way and is raised when the block ends, so the
+build's clean-up always knows the directory it must delete.
 
 Before any of that, `install_first` (called by the command line as its
 first statement) covers the seconds spent importing Beam: a signal inside
 `commanding` raises `Interrupted` for the command to report; one outside
 it (the command is not running yet, or has returned) exits at once with
 ``128 + signal`` and one line, as nothing has been written yet.
+
+A handler's `Interrupted` lands wherever the main thread is, and where
+Python cannot pass an exception on (a weakref callback, such as the import
+system's module-lock clean-up, a ``__del__``) Python ignores it and prints
+its traceback: the signal would be lost and the build would publish. From
+`install_first` on, such an `Interrupted` prints nothing and is kept
+(`_unraisable`), and the command raises it again at its next check point
+(`raise_swallowed`): when the build's handling starts (`interruptible`),
+before the commit (`publish.finalizing`), and when a command returns
+(`cli`).
 """
 
 from __future__ import annotations
@@ -29,13 +42,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["WORKER_GRACE", "Interrupted", "commanding", "deferred", "install_first",
-           "interruptible", "received", "stop_workers"]
+__all__ = ["WORKER_GRACE", "Interrupted", "commanding", "deferred", "held", "install_first",
+           "interruptible", "raise_swallowed", "received", "stop_workers"]
 
 WORKER_GRACE = 5.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -56,6 +70,7 @@ class Interrupted(KeyboardInterrupt):
 class _State:
     def __init__(self):
         self.received: int | None = None
+        self.arrivals = 0  # signals `_handle` took, for `held`
         self.arrived = False
         self.deferring = 0
         self.quieted = False
@@ -63,6 +78,8 @@ class _State:
         self.excepthook = None
         self.commanding = 0
         self.first: dict | None = None  # the handlers `install_first` replaced
+        self.unraisablehook = None  # the hook `install_first` replaced
+        self.swallowed: int | None = None  # an Interrupted Python ignored: its signal
 
 
 _state = _State()
@@ -166,12 +183,33 @@ def _quiet() -> None:
 def _handle(signum: int, frame) -> None:
     first = _state.received is None
     _state.received = signum
+    _state.arrivals += 1
     if _state.deferring:
         return
     if first:
         _quiet()
         stop_workers()
     raise Interrupted(signum)
+
+
+def _unraisable(unraisable) -> None:
+    """`sys.unraisablehook` from `install_first` on: an `Interrupted` that
+    Python ignored is kept for `raise_swallowed`, silently; anything else
+    goes to the hook in place before."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _state.swallowed = unraisable.exc_value.signum
+        return
+    (_state.unraisablehook or sys.__unraisablehook__)(unraisable)
+
+
+def raise_swallowed() -> None:
+    """Raises, once, the `Interrupted` that Python ignored where a handler
+    raised it (see the module docstring); nothing inside `deferred`, whose
+    signals wait by design."""
+    signum = _state.swallowed
+    if signum is not None and not _state.deferring:
+        _state.swallowed = None
+        raise Interrupted(signum)
 
 
 def _handle_first(signum: int, frame) -> None:
@@ -191,6 +229,8 @@ def install_first() -> None:
     _state.first = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     for signum in _SIGNALS:
         signal.signal(signum, _handle_first)
+    if sys.unraisablehook is not _unraisable:
+        _state.unraisablehook, sys.unraisablehook = sys.unraisablehook, _unraisable
 
 
 @contextmanager
@@ -200,6 +240,8 @@ def commanding() -> Iterator[None]:
     put back, so a process that calls the command (a test, a notebook)
     keeps its own."""
     install_first()
+    if not _state.commanding:
+        _state.swallowed = None
     _state.commanding += 1
     try:
         yield
@@ -211,6 +253,10 @@ def commanding() -> Iterator[None]:
             for signum, handler in first.items():
                 # None: a handler installed from C, which Python cannot put back.
                 signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+            if sys.unraisablehook is _unraisable:
+                sys.unraisablehook = _state.unraisablehook or sys.__unraisablehook__
+            _state.unraisablehook = None
+            _state.swallowed = None
 
 
 @contextmanager
@@ -221,6 +267,7 @@ def interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    raise_swallowed()  # a signal while the command started, whose exception Python ignored
     previous = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     _state.received, _state.arrived = None, False
     _state.excepthook = threading.excepthook
@@ -260,3 +307,16 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _state.deferring -= 1
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """While the block runs a signal waits, as in `deferred`; one that came
+    meanwhile is raised as `Interrupted` when the block ends. For steps that
+    must not be cut in two (a directory made and put under the guard that
+    deletes it), after which the build still stops."""
+    arrivals = _state.arrivals
+    with deferred():
+        yield
+    if _state.arrivals != arrivals and _state.received is not None:
+        raise Interrupted(_state.received)

@@ -193,8 +193,11 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
             _verify_staged(staging, verify_workers,
                            "thread" if read_already else _verify_executor(out, manifest),
                            _checked_as_written(result), read_already)
-        # From here to LATEST a SIGINT or SIGTERM waits: the commit's few
-        # renames finish and the build reports what it published.
+        # A signal whose exception Python ignored where it landed stops the
+        # build here, before it publishes. From here to LATEST a SIGINT or
+        # SIGTERM waits: the commit's few renames finish and the build
+        # reports what it published.
+        signals.raise_swallowed()
         with signals.deferred():
             late = _commit(out, staging, ours)
     except ConcurrentBuildError:

@@ -19,6 +19,7 @@ owns a heartbeat thread. The pipeline writes into it (names in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Callable, NamedTuple
@@ -246,9 +247,13 @@ def open_staging(output_path: str, version: str, *, stale_after: float,
         admit(out, identity)
         out.fs.makedirs(staging_dir, exist_ok=True)
         out.fs.makedirs(f"{staging_dir}/{TMP_DIR}", exist_ok=True)
+        return Staging(out=out, version=version, build_id=build_id, identity=identity,
+                       stale_after=stale_after, heartbeat=heartbeat)
     except BaseException:
         heartbeat.stop()
+        # The directory, if it was made before what failed; a later build
+        # removes one that this cannot (it has no owner file by then).
+        with contextlib.suppress(OSError):
+            out.remove(staging_dir, recursive=True)
         out.remove(owner_path)
         raise
-    return Staging(out=out, version=version, build_id=build_id, identity=identity,
-                   stale_after=stale_after, heartbeat=heartbeat)
