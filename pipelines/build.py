@@ -167,20 +167,24 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
                 raise
             except ValueError as error:  # a URL the filesystem refuses (an invalid bucket name)
                 raise ConfigError("output.path", f"{config.output.path}: {error}") from None
-            except VersionExistsError:
-                # A build that published the version but could not move LATEST
-                # is finished by running it again.
-                finished = (publish.finish_latest(config.output.path, version)
-                            if update_latest else None)
-                if finished is None:
+            except VersionExistsError as exists:
+                if not update_latest:
                     raise
-                print(f"recordforge build: version {version!r} was already published; "
-                      "LATEST now names it", file=sys.stderr)
-                return BuildResult.from_manifest(finished.manifest, finished.url, True)
-            guard.enter_context(staging)
-        return _build_staged(staging, config, inputs, vocabularies, cache_state, options,
-                             requested_runner, verify=verify, update_latest=update_latest,
-                             show_progress=show_progress, tokens=tokens)
+                staging, published_already = None, exists
+            else:
+                guard.enter_context(staging)
+        if staging is not None:
+            return _build_staged(staging, config, inputs, vocabularies, cache_state, options,
+                                 requested_runner, verify=verify, update_latest=update_latest,
+                                 show_progress=show_progress, tokens=tokens)
+    # A build that published the version but could not move LATEST is
+    # finished by running it again.
+    finished = publish.finish_latest(config.output.path, version)
+    if finished is None:
+        raise published_already
+    print(f"recordforge build: version {version!r} was already published; LATEST now "
+          "names it", file=sys.stderr)
+    return BuildResult.from_manifest(finished.manifest, finished.url, True)
 
 
 def _build_staged(staging: publish.Staging, config: DatasetConfig, inputs: Mapping,
