@@ -38,6 +38,8 @@ def main() -> None:
         import_beam_lean()
         from .beam_signatures import memoize_method_signatures
         memoize_method_signatures()  # the bundle processors inspect every DoFn
+        from .beam_sampler import sample_promptly
+        sample_promptly()  # a bundle's end waits for the sampler's thread
         from apache_beam.runners.worker import sdk_worker_main
     finally:
         # What the imports made lives as long as the worker: out of every

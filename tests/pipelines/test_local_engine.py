@@ -9,8 +9,10 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import python_urns
+from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import environments
 
+from recordforge.pipelines.beam_sampler import SAMPLING_PERIOD_MS
 from recordforge.pipelines.local_engine import (lean_worker_command, start_workers_lean,
                                                 workers_quiet)
 from recordforge.pipelines.runners import local_runner
@@ -44,12 +46,14 @@ def test_the_command_of_beams_own_worker_is_rewritten_and_no_other():
 
 def _record_worker(element, out_dir):
     with open(os.path.join(out_dir, f"{os.getpid()}.json"), "w") as file:
+        sampler = statesampler.get_current_tracker()
         json.dump({"main": sys.modules["__main__"].__spec__.name,
-                   "pandas": "pandas" in sys.modules, "boto3": "boto3" in sys.modules}, file)
+                   "pandas": "pandas" in sys.modules, "boto3": "boto3" in sys.modules,
+                   "sampler": [type(sampler).__name__, sampler.sampling_period_ms]}, file)
     return element
 
 
-def test_a_multi_processing_worker_runs_the_lean_worker_and_imports_no_pandas(tmp_path):
+def test_a_multi_processing_worker_runs_the_lean_worker_imports_no_pandas_and_samples_promptly(tmp_path):
     options = PipelineOptions(["--direct_running_mode=multi_processing",
                                "--direct_num_workers=1"])
     runner = local_runner(options)
@@ -59,7 +63,9 @@ def test_a_multi_processing_worker_runs_the_lean_worker_and_imports_no_pandas(tm
              | beam.Map(_record_worker, out_dir=str(tmp_path)))
     seen = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
     assert seen and all(worker == {"main": "recordforge.pipelines.sdk_worker",
-                                   "pandas": False, "boto3": False} for worker in seen)
+                                   "pandas": False, "boto3": False,
+                                   "sampler": ["PromptStateSampler", SAMPLING_PERIOD_MS]}
+                        for worker in seen)
     assert all(str(path.stem) != str(os.getpid()) for path in tmp_path.glob("*.json"))
 
 
