@@ -51,6 +51,10 @@ _KERNELS_USED = (
     "jsonl_keys",  # transforms/readers/jsonl.py: JsonlRunBatch.column_names
     "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
 )
+# Kernels an extension may lack, None where it does (built for Linux only).
+_KERNELS_OPTIONAL = (
+    "FileReadAhead",  # transforms/page_cache.py: read_files_once's window of advised files
+)
 
 
 def _load() -> tuple[SimpleNamespace | None, str]:
@@ -67,8 +71,9 @@ def _load() -> tuple[SimpleNamespace | None, str]:
     except ImportError as error:
         return None, (f"pure Python (the native extension is not installed: {error}; "
                       "install with cargo on PATH to build it)")
-    return SimpleNamespace(**{name: getattr(native, name) for name in _KERNELS_USED}), \
-        "native (recordforge._native)"
+    kernels = {name: getattr(native, name) for name in _KERNELS_USED}
+    kernels.update((name, getattr(native, name, None)) for name in _KERNELS_OPTIONAL)
+    return SimpleNamespace(**kernels), "native (recordforge._native)"
 
 
 # Read once per process: a build (and every worker) keeps the path it
@@ -77,8 +82,9 @@ _KERNELS, _NOTE = _load()
 
 
 def kernels() -> SimpleNamespace | None:
-    """The native kernels (`_KERNELS_USED`), or None where the Python path
-    runs (an extension without one of them counts as absent)."""
+    """The native kernels (`_KERNELS_USED`, and `_KERNELS_OPTIONAL` or None
+    for each), or None where the Python path runs (an extension without
+    one of `_KERNELS_USED` counts as absent)."""
     return _KERNELS
 
 

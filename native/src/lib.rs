@@ -21,6 +21,8 @@ pub mod gather;
 mod py_bytes;
 mod py_rows;
 pub mod radix;
+#[cfg(target_os = "linux")]
+pub mod read_ahead;
 pub mod stats;
 pub mod numeric_stats;
 pub mod text_stats;
@@ -503,5 +505,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(json::jsonl_keys, module)?)?;
     module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
     module.add_class::<CsvPlan>()?;
+    #[cfg(target_os = "linux")]
+    module.add_class::<read_ahead::PyFileReadAhead>()?;
     Ok(())
 }

@@ -8,10 +8,13 @@ import ctypes.util
 import mmap
 import os
 import sys
+import tempfile
 import threading
 
 import fsspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recordforge.transforms import page_cache
 from recordforge.transforms.readers import csv as csv_reader
@@ -53,6 +56,26 @@ def _cached_file(tmp_path, name: str, data: bytes) -> str:
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux") or
                                 not hasattr(os, "posix_fadvise"),
                                 reason="page cache residency is read with Linux's mincore")
+
+_NATIVE_READ_AHEAD = page_cache._native_read_ahead()
+
+
+@pytest.fixture(params=["window", "thread"])
+def read_ahead(request, monkeypatch):
+    """`read_files_once` both ways: the Python window of advised files, and
+    the extension's reading thread (where it is built)."""
+    if request.param == "thread":
+        if _NATIVE_READ_AHEAD is None:
+            pytest.skip("the native extension's FileReadAhead is not built here")
+    else:
+        monkeypatch.setattr(page_cache, "_native_read_ahead", lambda: None)
+    return request.param
+
+
+@pytest.fixture
+def python_window(monkeypatch):
+    """`read_files_once` through the Python window of advised files."""
+    monkeypatch.setattr(page_cache, "_native_read_ahead", lambda: None)
 
 
 def test_read_file_once_returns_the_file_on_every_filesystem(tmp_path):
@@ -116,7 +139,7 @@ def _open_descriptors() -> int:
 
 @pytest.mark.parametrize("ahead_files", [1, 2, 64])
 def test_read_files_once_reads_each_file_as_read_file_once_does(tmp_path, monkeypatch,
-                                                                ahead_files):
+                                                                ahead_files, read_ahead):
     monkeypatch.setattr(page_cache, "READ_AHEAD_FILES", ahead_files)
     monkeypatch.setattr(page_cache, "READ_AHEAD_BYTES", 3 * _PAGE)
     paths = []
@@ -147,7 +170,8 @@ def test_read_files_once_reads_each_file_as_read_file_once_does(tmp_path, monkey
     memory.rm(str(tmp_path), recursive=True)
 
 
-def test_read_files_once_reads_a_file_whole_that_changed_size_after_it_was_opened(tmp_path):
+def test_read_files_once_reads_a_file_whole_that_changed_size_after_it_was_opened(
+        tmp_path, python_window):
     # The size taken when a file is opened ahead only says how much to read
     # in one call: a file that grew or shrank since is read as it is now.
     paths = [str(tmp_path / f"{index}.bin") for index in range(3)]
@@ -166,7 +190,7 @@ def test_read_files_once_reads_a_file_whole_that_changed_size_after_it_was_opene
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="open descriptors from /proc")
-def test_read_files_once_closes_the_files_it_did_not_read(tmp_path):
+def test_read_files_once_closes_the_files_it_did_not_read(tmp_path, python_window):
     paths = []
     for index in range(10):
         (tmp_path / f"{index}.bin").write_bytes(b"x" * index)
@@ -186,7 +210,7 @@ def test_read_files_once_closes_the_files_it_did_not_read(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="a named pipe")
-def test_read_files_once_leaves_a_named_pipe_to_its_own_read(tmp_path):
+def test_read_files_once_leaves_a_named_pipe_to_its_own_read(tmp_path, read_ahead):
     path = str(tmp_path / "pipe")
     os.mkfifo(path)
     (tmp_path / "after.bin").write_bytes(b"after")
@@ -208,7 +232,7 @@ def test_read_files_once_leaves_a_named_pipe_to_its_own_read(tmp_path):
 
 
 @linux_only
-def test_read_files_once_leaves_no_page_of_the_files_cached(tmp_path):
+def test_read_files_once_leaves_no_page_of_the_files_cached(tmp_path, read_ahead):
     paths = [_cached_file(tmp_path, f"{index}.bin", os.urandom(16 * _PAGE))
              for index in range(4)]
     local = fsspec.filesystem("file")
@@ -308,3 +332,69 @@ def test_verification_reads_a_shard_once_and_leaves_none_of_it_cached(tmp_path):
                               expected_records=len(records))
     assert check.records == len(records) and not check.problems
     assert not any(_residency(path))
+
+
+def _outcome(read):
+    try:
+        return read()
+    except Exception as exc:  # as read_file_once raises it
+        return (type(exc), str(exc))
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 3 * _PAGE), max_size=12),
+       calls=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=12, max_size=12),
+       budget=st.integers(0, 4 * _PAGE))
+def test_the_reading_thread_gives_each_file_read_whichever_are_skipped_or_read_again(
+        sizes, calls, budget):
+    if _NATIVE_READ_AHEAD is None:
+        pytest.skip("the native extension's FileReadAhead is not built here")
+    local = fsspec.filesystem("file")
+    with tempfile.TemporaryDirectory() as folder:
+        paths = []
+        for index, size in enumerate(sizes):
+            paths.append(os.path.join(folder, f"{index}.bin"))
+            with open(paths[-1], "wb") as out:
+                out.write(os.urandom(size))
+        original = page_cache.READ_AHEAD_BYTES
+        page_cache.READ_AHEAD_BYTES = budget
+        try:
+            for path, read, (call, again) in zip(paths, page_cache.read_files_once(local, paths),
+                                                 calls):
+                if call:
+                    assert _outcome(read) == _outcome(lambda: page_cache.read_file_once(local, path))
+                if again:  # its turn passed or taken: read on its own, the same bytes
+                    assert _outcome(read) == _outcome(lambda: page_cache.read_file_once(local, path))
+        finally:
+            page_cache.READ_AHEAD_BYTES = original
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="a file whose read fails")
+def test_a_read_that_fails_raises_as_read_file_once_does(tmp_path, read_ahead):
+    # /proc/self/mem is a regular file that opens, and whose read at offset 0 fails (EIO).
+    (tmp_path / "after.bin").write_bytes(b"after")
+    paths = ["/proc/self/mem", str(tmp_path / "after.bin")]
+    local = fsspec.filesystem("file")
+    with pytest.raises(OSError) as expected:
+        page_cache.read_file_once(local, paths[0])
+    reads = page_cache.read_files_once(local, paths)
+    with pytest.raises(OSError) as raised:
+        next(reads)()
+    assert (type(raised.value), str(raised.value)) == (type(expected.value), str(expected.value))
+    assert next(reads)() == b"after"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads and descriptors from /proc")
+def test_closing_the_reads_early_stops_the_reading_thread_and_leaves_no_file_open(tmp_path):
+    if _NATIVE_READ_AHEAD is None:
+        pytest.skip("the native extension's FileReadAhead is not built here")
+    paths = []
+    for index in range(40):
+        (tmp_path / f"{index}.bin").write_bytes(b"x" * 10_000)
+        paths.append(str(tmp_path / f"{index}.bin"))
+    threads, descriptors = len(os.listdir("/proc/self/task")), _open_descriptors()
+    reads = page_cache.read_files_once(fsspec.filesystem("file"), paths)
+    assert next(reads)() == b"x" * 10_000
+    assert len(os.listdir("/proc/self/task")) == threads + 1
+    reads.close()
+    assert (len(os.listdir("/proc/self/task")), _open_descriptors()) == (threads, descriptors)
