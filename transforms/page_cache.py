@@ -144,9 +144,9 @@ def read_files_once(fs: fsspec.AbstractFileSystem, paths: Sequence[str]
         for path in paths:
             yield lambda path=path: read_file_once(fs, path)
         return
-    reader_thread = _native_read_ahead()
-    if reader_thread is not None:
-        yield from _read_on_a_thread(fs, paths, reader_thread)
+    ahead = _start_reading_thread(paths)
+    if ahead is not None:
+        yield from _read_on_a_thread(fs, paths, ahead)
         return
     # (descriptor opened and advised, the file's size then) or None per
     # path of the window not yet handed out; `held`: that of the path
@@ -184,16 +184,29 @@ def _native_read_ahead():
     return None if native is None else native.FileReadAhead
 
 
-def _read_on_a_thread(fs: fsspec.AbstractFileSystem, paths: Sequence[str], reader_thread
+def _start_reading_thread(paths: Sequence[str]):
+    """The extension's `FileReadAhead` reading `paths`, or None where the
+    extension does not run or no thread can be started (the window then
+    reads them on the caller's thread)."""
+    reader_thread = _native_read_ahead()
+    if reader_thread is None:
+        return None
+    try:
+        return reader_thread(list(paths), READ_AHEAD_BYTES)
+    except OSError:  # no thread to be had (the process's limit)
+        return None
+
+
+def _read_on_a_thread(fs: fsspec.AbstractFileSystem, paths: Sequence[str], ahead
                       ) -> Iterator[Callable[[], bytes]]:
-    """`read_files_once` of local `paths` by `reader_thread` (the extension's
-    `FileReadAhead`). Its thread does each file's system calls and copies
-    without Python's lock, so an image build reads its next images on
-    another core while it checks one (a Python thread would wait for the
-    lock between each call). It gives a file's bytes, read to the end and
-    dropped from the cache as `_read_and_drop` reads, its read's errno, or
-    None for a file it left (not opened, not regular, or its turn passed)."""
-    ahead = reader_thread(list(paths), READ_AHEAD_BYTES)
+    """`read_files_once` of local `paths` by `ahead` (the extension's
+    `FileReadAhead` reading them). Its thread does each file's system
+    calls and copies without Python's lock, so an image build reads its
+    next images on another core while it checks one (a Python thread would
+    wait for the lock between each call). It gives a file's bytes, read to
+    the end and dropped from the cache as `_read_and_drop` reads, its
+    read's errno, or None for a file it left (not opened, not regular, or
+    its turn passed)."""
     try:
         for index, path in enumerate(paths):
             def read(path=path, index=index) -> bytes:

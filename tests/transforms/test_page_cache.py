@@ -398,3 +398,16 @@ def test_closing_the_reads_early_stops_the_reading_thread_and_leaves_no_file_ope
     assert len(os.listdir("/proc/self/task")) == threads + 1
     reads.close()
     assert (len(os.listdir("/proc/self/task")), _open_descriptors()) == (threads, descriptors)
+
+
+def test_without_a_thread_to_be_had_the_files_are_read_on_the_callers(tmp_path, monkeypatch):
+    def no_thread(paths, budget):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(page_cache, "_native_read_ahead", lambda: no_thread)
+    paths = []
+    for index in range(3):
+        (tmp_path / f"{index}.bin").write_bytes(b"x" * index)
+        paths.append(str(tmp_path / f"{index}.bin"))
+    reads = page_cache.read_files_once(fsspec.filesystem("file"), paths)
+    assert [read() for read in reads] == [b"", b"x", b"xx"]
