@@ -192,7 +192,7 @@ def _start_reading_thread(paths: Sequence[str]):
     if reader_thread is None:
         return None
     try:
-        return reader_thread(list(paths), READ_AHEAD_BYTES)
+        return reader_thread(list(paths), READ_AHEAD_BYTES, READ_AHEAD_FILES)
     except OSError:  # no thread to be had (the process's limit)
         return None
 

@@ -51,20 +51,21 @@ struct Shared {
 }
 
 /// Reads `paths` in order on a thread, at most `budget` bytes of files
-/// read ahead and not taken (a file larger than that is read alone).
+/// read ahead and not taken (a file larger than that is read alone), with
+/// at most `window` files opened and advised ahead of the one it reads.
 pub struct ReadAhead {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ReadAhead {
-    pub fn start(paths: Vec<PathBuf>, budget: usize) -> io::Result<ReadAhead> {
+    pub fn start(paths: Vec<PathBuf>, budget: usize, window: usize) -> io::Result<ReadAhead> {
         let shared = Arc::new(Shared { queue: Mutex::default(), changed: Condvar::new(),
                                        stop: AtomicBool::new(false) });
         let reader = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("read-ahead".into())
-            .spawn(move || read_all(&reader, paths, budget))?;
+            .spawn(move || read_all(&reader, paths, budget, window.max(1)))?;
         Ok(ReadAhead { shared, thread: Some(thread) })
     }
 
@@ -110,10 +111,7 @@ fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
     queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// At most this many files opened and advised ahead of the one read.
-const WINDOW_FILES: usize = 16;
-
-fn read_all(shared: &Shared, paths: Vec<PathBuf>, budget: usize) {
+fn read_all(shared: &Shared, paths: Vec<PathBuf>, budget: usize, window_files: usize) {
     // Files opened and advised (POSIX_FADV_WILLNEED) ahead, so that their
     // reads reach the disk together: `page_cache._open_ahead`'s window.
     let mut window: VecDeque<Option<(File, u64)>> = VecDeque::new();
@@ -130,7 +128,7 @@ fn read_all(shared: &Shared, paths: Vec<PathBuf>, budget: usize) {
         if shared.stop.load(Ordering::Relaxed) {
             break;
         }
-        while window.len() < WINDOW_FILES && next_open < paths.len()
+        while window.len() < window_files && next_open < paths.len()
             && (window.is_empty() || window_bytes < budget) {
             let opened = open_advised(&paths[next_open]);
             window_bytes = window_bytes.saturating_add(opened.as_ref().map_or(0, |(_, size)| *size as usize));
@@ -206,7 +204,8 @@ fn drop_from_cache(file: &File) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
-/// `ReadAhead` for Python (`page_cache.read_files_once`): `take(index)`
+/// `ReadAhead` for Python (`page_cache.read_files_once`, with its
+/// `READ_AHEAD_BYTES` and `READ_AHEAD_FILES`): `take(index)`
 /// gives the file's bytes, its read's errno (int), or None (left to the
 /// caller's own read); `close()` stops the thread and waits for it.
 #[pyo3::pyclass(module = "recordforge._native", name = "FileReadAhead")]
@@ -217,8 +216,8 @@ pub struct PyFileReadAhead {
 #[pyo3::pymethods]
 impl PyFileReadAhead {
     #[new]
-    fn new(paths: Vec<PathBuf>, budget: usize) -> pyo3::PyResult<Self> {
-        Ok(PyFileReadAhead { ahead: Some(ReadAhead::start(paths, budget)?) })
+    fn new(paths: Vec<PathBuf>, budget: usize, window: usize) -> pyo3::PyResult<Self> {
+        Ok(PyFileReadAhead { ahead: Some(ReadAhead::start(paths, budget, window)?) })
     }
 
     fn take(&self, py: pyo3::Python<'_>, index: usize) -> pyo3::PyResult<pyo3::PyObject> {
@@ -276,9 +275,9 @@ mod tests {
         #[test]
         fn taken_files_give_their_bytes(sizes in prop::collection::vec(0usize..5000, 0..12),
                                         skip in prop::collection::vec(any::<bool>(), 12),
-                                        budget in 0usize..20000) {
+                                        budget in 0usize..20000, window in 0usize..20) {
             let (_dir, paths) = files(&sizes);
-            let ahead = ReadAhead::start(paths.clone(), budget).unwrap();
+            let ahead = ReadAhead::start(paths.clone(), budget, window).unwrap();
             for (index, path) in paths.iter().enumerate() {
                 if skip[index] {
                     continue;
@@ -294,7 +293,7 @@ mod tests {
         let (dir, mut paths) = files(&[3]);
         paths.push(dir.path.join("missing"));
         paths.push(dir.path.clone()); // a directory
-        let ahead = ReadAhead::start(paths, 1 << 20).unwrap();
+        let ahead = ReadAhead::start(paths, 1 << 20, 16).unwrap();
         assert!(matches!(ahead.take(0), Some(Outcome::Read(bytes)) if bytes.len() == 3));
         assert_eq!(ahead.take(1), Some(Outcome::Left));
         assert_eq!(ahead.take(2), Some(Outcome::Left));
@@ -304,7 +303,7 @@ mod tests {
     #[test]
     fn an_index_taken_or_passed_gives_none() {
         let (_dir, paths) = files(&[1, 2, 3]);
-        let ahead = ReadAhead::start(paths, 1 << 20).unwrap();
+        let ahead = ReadAhead::start(paths, 1 << 20, 16).unwrap();
         assert!(ahead.take(1).is_some());
         assert_eq!(ahead.take(0), None);
         assert_eq!(ahead.take(1), None);
@@ -314,7 +313,7 @@ mod tests {
     #[test]
     fn dropping_it_early_stops_the_thread() {
         let (_dir, paths) = files(&[10_000; 50]);
-        let ahead = ReadAhead::start(paths, 1).unwrap();
+        let ahead = ReadAhead::start(paths, 1, 16).unwrap();
         assert!(ahead.take(0).is_some());
         drop(ahead); // joins: the thread waits for room, sees the stop
     }
@@ -322,7 +321,7 @@ mod tests {
     #[test]
     fn the_thread_holds_at_most_the_budget_or_one_file() {
         let (_dir, paths) = files(&[1000; 20]);
-        let ahead = ReadAhead::start(paths, 2500).unwrap();
+        let ahead = ReadAhead::start(paths, 2500, 16).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let held = lock(&ahead.shared.queue).held_bytes;
         assert!(held <= 3000, "held {held}");

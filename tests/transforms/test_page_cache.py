@@ -401,7 +401,7 @@ def test_closing_the_reads_early_stops_the_reading_thread_and_leaves_no_file_ope
 
 
 def test_without_a_thread_to_be_had_the_files_are_read_on_the_callers(tmp_path, monkeypatch):
-    def no_thread(paths, budget):
+    def no_thread(paths, budget, window):
         raise OSError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(page_cache, "_native_read_ahead", lambda: no_thread)
