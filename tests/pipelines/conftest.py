@@ -1,5 +1,8 @@
 """Fixtures shared by the pipeline tests."""
 
+import subprocess
+import sys
+
 import pytest
 
 
@@ -19,3 +22,18 @@ def small_table(tmp_path):
         return tmp_path
 
     return write
+
+
+@pytest.fixture
+def run_python():
+    """run(code, *args, cwd=None) -> the words the code printed: `code` run by
+    ``python -c`` in a process of its own (with `args` as its argv), which
+    must exit 0 (else its stderr is the failure)."""
+
+    def run(code: str, *args: str, cwd=None) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, cwd=cwd, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    return run

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 from recordforge.pipelines.beam_sampler import SAMPLING_PERIOD_MS
 
 
-def _run(code: str, *args: str, cwd=None) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split()
-
-
-def test_installed_once_per_process_for_the_samplers_beam_makes():
+def test_installed_once_per_process_for_the_samplers_beam_makes(run_python):
     code = ("from recordforge.pipelines.beam_sampler import sample_promptly; "
             "from apache_beam.runners.worker import statesampler; "
             "from apache_beam.utils.counters import CounterFactory; "
@@ -25,28 +16,28 @@ def test_installed_once_per_process_for_the_samplers_beam_makes():
             "own = statesampler.StateSampler('fnapi-step-2', CounterFactory(), 50); "
             "print(once is not before, statesampler.StateSampler is once, "
             "issubclass(once, before), made.sampling_period_ms, own.sampling_period_ms)")
-    assert _run(code) == ["True", "True", "True", str(SAMPLING_PERIOD_MS), "50"]
+    assert run_python(code) == ["True", "True", "True", str(SAMPLING_PERIOD_MS), "50"]
 
 
-def test_beams_own_sampler_is_left_alone_in_a_callers_process():
+def test_beams_own_sampler_is_left_alone_in_a_callers_process(run_python):
     code = ("import recordforge.pipelines.beam_sampler; "
             "from apache_beam.runners.worker import statesampler; "
             "from apache_beam.utils.counters import CounterFactory; "
             "print(statesampler.StateSampler('p', CounterFactory()).sampling_period_ms)")
-    assert _run(code) == ["200"]
+    assert run_python(code) == ["200"]
 
 
-def test_a_sampler_stops_and_counts_as_beams_does():
+def test_a_sampler_stops_and_counts_as_beams_does(run_python):
     code = ("import time; from recordforge.pipelines.beam_sampler import PromptStateSampler; "
             "from apache_beam.utils.counters import CounterFactory; "
             "sampler = PromptStateSampler('p', CounterFactory()); sampler.start(); "
             "state = sampler.scoped_state('step', 'process'); "
             "state.__enter__(); time.sleep(0.3); state.__exit__(None, None, None); "
             "sampler.stop(); print(sampler.finished, 100 <= state.sampled_msecs_int() <= 2000)")
-    assert _run(code) == ["True", "True"]
+    assert run_python(code) == ["True", "True"]
 
 
-def test_every_bundle_of_a_console_build_uses_it(small_table):
+def test_every_bundle_of_a_console_build_uses_it(small_table, run_python):
     tmp_path = small_table(20)
     code = ("import atexit, sys; from apache_beam.runners.worker import bundle_processor; "
             "made = set(); init = bundle_processor.BundleProcessor.__init__\n"
@@ -56,16 +47,16 @@ def test_every_bundle_of_a_console_build_uses_it(small_table):
             "bundle_processor.BundleProcessor.__init__ = recording\n"
             "atexit.register(lambda: print(*sorted(made)))\n"
             "from recordforge.pipelines import cli; sys.exit(cli.main())")
-    printed = _run(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
+    printed = run_python(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
                    "--direct_num_workers=1", cwd=tmp_path)
     assert printed == ["('PromptStateSampler',", f"{SAMPLING_PERIOD_MS})"]
     assert (tmp_path / "out" / "LATEST").exists()
 
 
-def test_a_local_worker_installs_it_before_beams_worker_starts():
+def test_a_local_worker_installs_it_before_beams_worker_starts(run_python):
     code = ("from apache_beam.runners.worker import sdk_worker_main; "
             "sdk_worker_main.main = lambda argv: print("
             "__import__('apache_beam.runners.worker.statesampler', fromlist=['x'])"
             ".StateSampler.__name__); "
             "from recordforge.pipelines import sdk_worker; sdk_worker.main()")
-    assert _run(code) == ["PromptStateSampler"]
+    assert run_python(code) == ["PromptStateSampler"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import apache_beam as beam
 from apache_beam.transforms import core, userstate
@@ -80,37 +78,30 @@ def test_beams_state_and_timer_look_up_finds_the_same_specs_through_it():
     assert plain[0] == {_Stateful.COUNT}
 
 
-def _run(code: str, *args: str, cwd=None) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.split()
-
-
 MEMOIZED = ("from apache_beam.transforms import core; "
             "print(getattr(core.get_function_args_defaults, 'memoized_per_function', False))")
 
 
-def test_installed_once_per_process():
+def test_installed_once_per_process(run_python):
     code = ("from recordforge.pipelines.beam_signatures import memoize_method_signatures; "
             "from apache_beam.transforms import core; before = core.get_function_args_defaults; "
             "memoize_method_signatures(); once = core.get_function_args_defaults; "
             "memoize_method_signatures(); "
             "print(once is not before, core.get_function_args_defaults is once)")
-    assert _run(code) == ["True", "True"]
+    assert run_python(code) == ["True", "True"]
 
 
-def test_a_console_build_installs_it(small_table):
+def test_a_console_build_installs_it(small_table, run_python):
     tmp_path = small_table(20)
     code = ("import atexit, sys; from recordforge.pipelines import cli; "
             f"atexit.register(lambda: exec({MEMOIZED!r})); sys.exit(cli.main())")
-    assert _run(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
+    assert run_python(code, "build", "c.yaml", "--", "--direct_running_mode=in_memory",
                 "--direct_num_workers=1", cwd=tmp_path) == ["True"]
     assert (tmp_path / "out" / "LATEST").exists()
 
 
-def test_a_local_worker_installs_it_before_beams_worker_starts():
+def test_a_local_worker_installs_it_before_beams_worker_starts(run_python):
     code = ("from apache_beam.runners.worker import sdk_worker_main; "
             f"sdk_worker_main.main = lambda argv: exec({MEMOIZED!r}); "
             "from recordforge.pipelines import sdk_worker; sdk_worker.main()")
-    assert _run(code) == ["True"]
+    assert run_python(code) == ["True"]
