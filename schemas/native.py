@@ -44,6 +44,7 @@ _KERNELS_USED = (
     "text_column_take",  # schemas/text_column.py: TextColumn.python_take
     "index_lines",  # transforms/tfrecord/index.py: RecordIndexer._framed per header
     "walk_records",  # transforms/tfrecord/damage.py: python_complete_records
+    "crc32c_append",  # transforms/tfrecord/framing.py: crc32c (the crc32c package's)
     "count_newlines_quotes",  # transforms/readers/ranges.py: bytes.count of "\n" and '"'
     "lone_carriage_return",  # transforms/readers/csv.py: count(b"\r") != count(b"\r\n")
     "count_walk",  # transforms/tfrecord/damage.py: python_count_complete

@@ -83,6 +83,14 @@ fn guarded<T>(job: impl FnOnce() -> T + std::panic::UnwindSafe) -> PyResult<T> {
     })
 }
 
+/// `crc32c_append(buffer, crc) -> int`: the CRC32C of the bytes `crc` is
+/// the CRC32C of, followed by `buffer` (`crc::crc32c_append`; 0 to start):
+/// a whole file's CRC taken block by block as it is written or read.
+#[pyfunction]
+fn crc32c_append(py: Python<'_>, buffer: PyBuffer<u8>, crc: u32) -> PyResult<u32> {
+    with_bytes(py, &buffer, |bytes| crc::crc32c_append(crc, bytes))
+}
+
 /// `walk_records(buffer) -> (starts, ends, fault)`: the intact records at
 /// the head of `buffer`; fault is None or ``(kind, offset, length)`` with
 /// kind "length_crc", "too_long" or "data_crc", offset the faulty record's
@@ -477,6 +485,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(frame_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(join_gathered, module)?)?;
     module.add_function(wrap_pyfunction!(hash_rows, module)?)?;
+    module.add_function(wrap_pyfunction!(crc32c_append, module)?)?;
     module.add_function(wrap_pyfunction!(walk_records, module)?)?;
     module.add_function(wrap_pyfunction!(count_walk, module)?)?;
     module.add_function(wrap_pyfunction!(index_lines, module)?)?;

@@ -2,7 +2,8 @@
 
 The pipeline's last step writes ``<staging>/_pipeline_result.json``::
 
-    {"shards": [{"split", "file", "num_examples", "num_bytes", "sha256"}, ...],
+    {"shards": [{"split", "file", "num_examples", "num_bytes", "sha256",
+                 "written_crc32c": {file: crc}}, ...],
      "dead_letter": {"num_rows", "by_reason": {reason: n}, "uncounted": n,
                      "files": [...], "samples": {reason: dead-letter record}},
      "num_input_rows": int,
@@ -79,6 +80,11 @@ def _result_problem(result: Any) -> str | None:
             return f"shards[{position}] needs split, file, num_examples, num_bytes, sha256"
         if not (_is_count(shard["num_examples"]) and _is_count(shard["num_bytes"])):
             return f"shards[{position}]: counts must be non-negative integers"
+        crcs = shard.get("written_crc32c", {})
+        if not (isinstance(crcs, dict) and all(
+                isinstance(file, str) and _is_count(crc) and crc < 1 << 32
+                for file, crc in crcs.items())):
+            return f"shards[{position}]: written_crc32c must map file names to CRC-32Cs"
     dead = result.get("dead_letter")
     if not isinstance(dead, dict) or not _is_count(dead.get("num_rows")):
         return "dead_letter.num_rows must be a non-negative integer"

@@ -192,7 +192,7 @@ def finalize(staging: Staging, *, name: str, compression: str, features: Mapping
             read_already = early_checks.results() if early_checks is not None else {}
             _verify_staged(staging, verify_workers,
                            "thread" if read_already else _verify_executor(out, manifest),
-                           _checked_as_written(result), read_already)
+                           _checked_as_written(result), read_already, _written_crc32c(result))
         # A signal whose exception Python ignored where it landed stops the
         # build here, before it publishes. From here to LATEST a SIGINT or
         # SIGTERM waits: the commit's few renames finish and the build
@@ -372,11 +372,21 @@ def _checked_as_written(result: Mapping[str, Any]) -> dict[str, dict]:
             if isinstance(shard.get("stored"), dict)}
 
 
+def _written_crc32c(result: Mapping[str, Any]) -> dict[str, int]:
+    """file -> the CRC-32C its writer took as it wrote it, for every shard
+    and index file the pipeline reports one for: verification checks the
+    staged copies against these (`verify.verify_dataset`)."""
+    return {file: crc for shard in result["shards"]
+            for file, crc in shard.get("written_crc32c", {}).items()}
+
+
 def _verify_staged(staging: Staging, workers: int | None, executor: str = "thread",
                    checked_as_written: Mapping[str, dict] | None = None,
-                   read_already: Mapping[str, ReadBack] | None = None) -> None:
+                   read_already: Mapping[str, ReadBack] | None = None,
+                   written_crc32c: Mapping[str, int] | None = None) -> None:
     report = verify_dataset(staging.url, workers=workers, executor=executor,
-                            checked_as_written=checked_as_written, read_already=read_already)
+                            checked_as_written=checked_as_written, read_already=read_already,
+                            written_crc32c=written_crc32c)
     if not report.ok:
         lines = [f"the staged build failed verification ({len(report.problems)} problems); "
                  "nothing was published:"] + [f"  {problem}" for problem in report.problems[:20]]

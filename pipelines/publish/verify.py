@@ -64,7 +64,8 @@ __all__ = ["DatasetNotFoundError", "VerifyReport", "main", "verify_dataset"]
 # Which problem of a file is reported first: the most specific cause (a
 # wrong file, the first bad byte) before its consequences (size, checksum).
 _FIRST_FAULT_ORDER = {code: rank for rank, code in enumerate(
-    ["missing", "swapped", "framing", "example", "index", "count", "size", "sha256"])}
+    ["missing", "swapped", "framing", "example", "index", "count", "size", "sha256",
+     "crc32c"])}
 
 
 @dataclass
@@ -152,7 +153,8 @@ def _protocols(fs) -> tuple[str, ...]:
 def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                    executor: str = "thread",
                    checked_as_written: Mapping[str, Mapping] | None = None,
-                   read_already: Mapping[str, ReadBack] | None = None) -> VerifyReport:
+                   read_already: Mapping[str, ReadBack] | None = None,
+                   written_crc32c: Mapping[str, int] | None = None) -> VerifyReport:
     """Verifies the dataset at `path` (version directory or output root with
     LATEST). Returns a `VerifyReport`; raises `DatasetNotFoundError` only
     when `path` does not exist. `workers` defaults to the CPU count;
@@ -162,9 +164,13 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     again: each must still be that object (`file_checks.check_stored`).
     read_already: local shards read back while the build ran
     (`early_checks`), judged without reading them again while each is
-    still the file read (`file_checks.check_read_back`)."""
+    still the file read (`file_checks.check_read_back`). written_crc32c:
+    file -> the CRC-32C its writer took of the bytes it wrote (shards and
+    index files a build staged): such a file is judged by that instead of
+    hashing it with sha256 once more (`file_checks`); not with `deep`."""
     checked_as_written = checked_as_written or {}
     read_already = read_already or {}
+    written_crc32c = {} if deep else dict(written_crc32c or {})
     started = time.monotonic()
     located = locate_version(path)
     fs, version_dir, version_url = located.fs, located.version_dir, located.url
@@ -198,7 +204,9 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     vocabulary_sizes = _vocabulary_sizes(manifest["features"], manifest["vocabularies"])
     shards = {shard["file"]: (split, shard) for split, summary in manifest["splits"].items()
               for shard in summary["shards"]}
-    owner_of_sha = {shard["sha256"]: file for file, (_, shard) in shards.items()}
+    owner_of_digest = {("sha256", shard["sha256"]): file for file, (_, shard) in shards.items()}
+    owner_of_digest.update((("crc32c", crc), file) for file, crc in written_crc32c.items()
+                           if file in shards)
     indexes = manifest_lib.index_files(manifest)
 
     tasks = []  # (size hint, file, check function, kwargs)
@@ -212,24 +220,26 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
                 stored=checked_as_written[file], compression=compression,
                 expected_size=shard["num_bytes"],
                 expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
-        elif file in read_already and not deep:
+        elif file in read_already and file in written_crc32c:
             tasks.append((0, file, check_read_back, dict(
                 read=read_already[file], compression=compression,
                 expected_size=shard["num_bytes"],
-                expected_sha256=shard["sha256"], expected_records=shard["num_examples"])))
+                expected_crc32c=written_crc32c[file], expected_records=shard["num_examples"])))
         else:
             index = shard.get("index")
             tasks.append((shard["num_bytes"], file, check_file, dict(
                 compression=compression, expected_size=shard["num_bytes"],
-                expected_sha256=shard["sha256"], expected_records=shard["num_examples"],
+                expected_records=shard["num_examples"], **_whole_file(file, shard["sha256"],
+                                                                       written_crc32c),
                 features=features, vocabulary_sizes=vocabulary_sizes,
                 index=(f"{version_url}/{index['file']}", index["file"])
                 if deep and index and index["file"] not in links else None)))
         report.problems.extend(_listed_as_in_manifest(sums, file, shard["sha256"], "shard"))
     for file, shard in indexes.items():  # plain: size and sha256 (deep: lines, above)
         if file not in links:
-            tasks.append((0, file, check_file, dict(expected_size=shard["index"]["num_bytes"],
-                                                    expected_sha256=shard["index"]["sha256"])))
+            tasks.append((0, file, check_file, dict(
+                expected_size=shard["index"]["num_bytes"],
+                **_whole_file(file, shard["index"]["sha256"], written_crc32c))))
         report.problems.extend(_listed_as_in_manifest(sums, file, shard["index"]["sha256"],
                                                       "index"))
     for file in sorted(_unlisted_indexes(present | set(sums), indexes)):
@@ -287,9 +297,9 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
         report.files_checked += check.exists
         report.bytes_checked += check.size
         report.records_checked += check.records or 0
-        other = owner_of_sha.get(check.sha256) if file in shards else None
+        other = owner_of_digest.get(check.whole_file_digest()) if file in shards else None
         for problem in check.problems:
-            if problem.code == "sha256" and other and other != file:
+            if problem.code in ("sha256", "crc32c") and other and other != file:
                 # The whole file is wrong from its first byte: it is another
                 # shard's content.
                 problem = Problem(file, f"holds the bytes of {other} (shards swapped or "
@@ -308,6 +318,14 @@ def verify_dataset(path: str, deep: bool = False, workers: int | None = None, *,
     report.problems += duplicates_problems(fs, version_dir, manifest)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _whole_file(file: str, sha256: str, written_crc32c: Mapping[str, int]) -> dict:
+    """`check_file`'s expected whole-file hash for `file`: its writer's
+    CRC-32C where one is known, else the manifest's sha256."""
+    if file in written_crc32c:
+        return {"expected_crc32c": written_crc32c[file]}
+    return {"expected_sha256": sha256}
 
 
 def _listed_as_in_manifest(sums: Mapping[str, str], file: str, digest: str,

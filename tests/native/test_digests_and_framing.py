@@ -128,3 +128,20 @@ def test_a_run_written_with_gathered_framing_is_the_same_file(native, examples, 
     order = sorted(range(len(examples)), key=lambda i: (
         examples[i] if keys is None else keys[i], examples[i]))
     assert read == [examples[i] for i in order]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=20000), start=st.integers(0, 2**32 - 1),
+       cut=st.integers(0, 20000))
+def test_a_continued_crc32c_matches_the_crc32c_package(native, data, start, cut):
+    """`crc32c_append` (a whole file's CRC-32C, block by block) against the
+    crc32c package's, from any CRC before it and cut anywhere; and
+    `framing.crc32c` (which takes the kernel when it is loaded) agrees."""
+    import crc32c
+
+    expected = crc32c.crc32c(data, start)
+    assert native.crc32c_append(data, start) == expected
+    cut = min(cut, len(data))
+    assert native.crc32c_append(memoryview(data)[cut:],
+                                native.crc32c_append(data[:cut], start)) == expected
+    assert framing.crc32c(bytearray(data), start) == expected

@@ -3,12 +3,12 @@ hands to verification: a shard read while the pipeline ran is judged as if
 it were read at the end, and one that changed since is read again."""
 
 import concurrent.futures
-import hashlib
 import os
 import pathlib
 import threading
 import time
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +28,9 @@ def shard_bytes(count: int, first: int = 0, compression: str = "none") -> bytes:
 
 
 def expected(data: bytes, count: int) -> dict:
-    return {"expected_size": len(data), "expected_sha256": hashlib.sha256(data).hexdigest(),
+    """What the writer of `data` would report: size, whole-file CRC-32C
+    (from the crc32c package, not the extension), records."""
+    return {"expected_size": len(data), "expected_crc32c": crc32c.crc32c(data),
             "expected_records": count}
 
 
@@ -319,3 +321,54 @@ def test_a_shard_damaged_after_its_early_reading_is_not_published(tmp_path, monk
                           beam_args=["--direct_running_mode=in_memory"])
     assert damaged and damaged[0] in str(failure.value)
     assert not (tmp_path / "out" / "LATEST").exists()
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_build_judges_what_it_staged_by_its_writers_crc32c(tmp_path, monkeypatch, early):
+    """A build reads each staged shard and index file once, taking its
+    CRC-32C (not a second sha256) to compare with its writer's; the
+    manifest's sha256s are those of the files published, which
+    `recordforge verify` (sha256) accepts."""
+    import hashlib
+
+    import recordforge
+    from recordforge.pipelines.publish import verify
+    from recordforge.pipelines.publish.early_checks import EarlyShardChecks as Checks
+
+    read_whole_by = {}  # file -> "crc32c" or "sha256", as verification read it
+    read_file = file_checks._read_file
+
+    def recording(url, file, *args, crc32c=False, **kwargs):
+        read_whole_by[file] = "crc32c" if crc32c else "sha256"
+        return read_file(url, file, *args, crc32c=crc32c, **kwargs)
+
+    results = Checks.results
+
+    def recorded_results(self):
+        found = results(self)
+        read_whole_by.update((name, read.check.whole_file_digest()[0])
+                             for name, read in found.items())
+        return found
+
+    monkeypatch.setattr(file_checks, "_read_file", recording)
+    monkeypatch.setattr(Checks, "results", recorded_results)
+    monkeypatch.setattr(finalizing.os, "cpu_count", lambda: 2)
+    if early:  # read back by processes while the pipeline runs
+        monkeypatch.setattr(finalizing, "VERIFY_PROCESSES_FROM", 0)
+    monkeypatch.chdir(REPO)
+    result = recordforge.build(str(REPO / "configs" / "examples" / "flights.yaml"),
+                               output=str(tmp_path / "out"),
+                               beam_args=["--direct_running_mode=in_memory"])
+    version_dir = tmp_path / "out" / result.version
+    shards = [shard for split in result.manifest["splits"].values()
+              for shard in split["shards"]]
+    staged = {shard["file"] for shard in shards} | {shard["index"]["file"] for shard in shards}
+    assert {file: read_whole_by.get(file) for file in staged} == dict.fromkeys(staged, "crc32c")
+    others = set(read_whole_by) - staged
+    assert others and {read_whole_by[file] for file in others} == {"sha256"}
+    for shard in shards:
+        for entry in (shard, shard["index"]):
+            data = (version_dir / entry["file"]).read_bytes()
+            assert (entry["num_bytes"], entry["sha256"]) == (
+                len(data), hashlib.sha256(data).hexdigest())
+    assert verify.verify_dataset(str(tmp_path / "out")).ok

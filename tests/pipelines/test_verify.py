@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import uuid
 
+import crc32c
 import fsspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -79,6 +80,14 @@ def damaged(report):
     return {problem.file for problem in report.problems}
 
 
+def written_crc32c(version_dir):
+    """What a build's writer reports of its shards as it writes them: each
+    file's CRC-32C (here from the crc32c package, not the extension),
+    taken before any damage below."""
+    return {file: crc32c.crc32c((version_dir / file).read_bytes())
+            for file in shards_of(version_dir)}
+
+
 # --- intact ---------------------------------------------------------------------------
 
 def test_intact_dataset_exits_zero_from_root_and_version_dir(dataset, capsys):
@@ -129,9 +138,14 @@ def flip_datasets(tmp_path_factory):
 
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), compression=st.sampled_from(["none", "gzip"]))
-def test_every_single_byte_flip_is_caught_and_located(flip_datasets, data, compression):
+@given(data=st.data(), compression=st.sampled_from(["none", "gzip"]),
+       judged_by=st.sampled_from(["sha256", "crc32c"]))
+def test_every_single_byte_flip_is_caught_and_located(flip_datasets, data, compression,
+                                                       judged_by):
+    """Against the manifest's sha256 (`recordforge verify`) or against the
+    writer's CRC-32C (a build's check of what it staged) alike."""
     version_dir = flip_datasets[compression]
+    crcs = written_crc32c(version_dir) if judged_by == "crc32c" else None
     file = data.draw(st.sampled_from(sorted(shards_of(version_dir))))
     path = version_dir / file
     original = path.read_bytes()
@@ -141,11 +155,13 @@ def test_every_single_byte_flip_is_caught_and_located(flip_datasets, data, compr
     flipped[position] ^= mask
     path.write_bytes(bytes(flipped))
     try:
-        report = verify.verify_dataset(str(version_dir), workers=1)
+        report = verify.verify_dataset(str(version_dir), workers=1, written_crc32c=crcs)
     finally:
         path.write_bytes(original)
     assert not report.ok
     assert damaged(report) == {file}
+    assert not any(p.code == {"sha256": "crc32c", "crc32c": "sha256"}[judged_by]
+                   for p in report.problems)
     located = [p for p in report.problems if p.offset is not None or p.record_index is not None]
     if compression == "none":
         # Every byte of a plain TFRecord file is under a CRC.
@@ -192,9 +208,13 @@ def test_deleted_shard(dataset, capsys):
 def test_swapped_shards_of_a_split(dataset, capsys):
     a = dataset / "v1" / "train-00000-of-00002.tfrecord.gz"
     b = dataset / "v1" / "train-00001-of-00002.tfrecord.gz"
+    crcs = written_crc32c(dataset / "v1")
     data_a, data_b = a.read_bytes(), b.read_bytes()
     a.write_bytes(data_b)
     b.write_bytes(data_a)
+    # Found by the writer's CRC-32Cs as by the manifest's sha256.
+    by_crc = verify.verify_dataset(str(dataset), written_crc32c=crcs)
+    assert {p.file for p in by_crc.problems if p.code == "swapped"} == {a.name, b.name}
     report = verify.verify_dataset(str(dataset))
     swapped = {p.file: p for p in report.problems if p.code == "swapped"}
     assert set(swapped) == {a.name, b.name}
@@ -213,9 +233,13 @@ def test_same_size_record_swap_inside_a_shard_is_caught(tmp_path):
     path = tmp_path / "v1" / "test-00000-of-00001.tfrecord"
     records = list(tfrecord.iter_records(path.open("rb")))
     records[0], records[1] = records[1], records[0]
+    crcs = written_crc32c(tmp_path / "v1")
     path.write_bytes(tfrecord.frame_records(records))
     report = verify.verify_dataset(str(tmp_path))
     assert [p.code for p in report.problems] == ["sha256"]
+    by_crc = verify.verify_dataset(str(tmp_path), written_crc32c=crcs)
+    assert [p.code for p in by_crc.problems] == ["crc32c"]
+    assert "of the bytes its writer wrote" in by_crc.problems[0].message
 
 
 def test_deep_finds_schema_violations_by_record(tmp_path):

@@ -21,7 +21,7 @@ imports this door only, never its modules:
 
 from .damage import RecordStreamCheck, complete_records
 from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRecordError,
-                      frame_records, masked_crc32c)
+                      crc32c, frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
 from .index import INDEX_LINE_LIMIT, IndexMatch, RecordIndexer, index_line, indexable
 from .reading import (StreamedRecord, count_records, iter_record_views, iter_records,
@@ -46,6 +46,7 @@ __all__ = [
     "check_compression",
     "complete_records",
     "count_records",
+    "crc32c",
     "frame_records",
     "gzip_compress",
     "index_line",

@@ -75,10 +75,13 @@ class TFRecordError(Exception):
 
 def crc32c(data, value: int = 0) -> int:
     """The CRC32C of `data`, continuing `value` (the CRC of the bytes before)."""
+    native = kernels()
+    if native is not None:
+        return native.crc32c_append(data, value)
     # The crc32c package is imported on first use, here and in the codec's
     # pure-Python checks: its import costs a process ~40 ms (it imports
     # importlib.metadata and argparse), and a process that reads shards back
-    # with the native kernels never computes a CRC in Python.
+    # with the native kernels never needs it.
     from crc32c import crc32c as computed
 
     return computed(data, value)

@@ -8,7 +8,10 @@ exchange of `shuffle_exchange.py`, through `shuffle_steps.ShardFileFn`) end in
   then renamed; on an object store, whose objects appear only when
   complete, it is written at its final name (no copy); on other
   filesystems it is moved from its temporary name.
-- Its sha256 and size are taken from the bytes as they are written.
+- Its sha256 and size are taken from the bytes as they are written, and
+  so is its CRC-32C (``written_crc32c``): publishing checks a copy it
+  reads back against that, a pass ~15 times cheaper than its sha256 again
+  (`pipelines.publish.file_checks`).
 - Where the shard is not on the local disk, its records are also checked
   as they are written: every record's framing and both CRCs, and their
   number against the writer's own count (`tfrecord.RecordStreamCheck`).
@@ -55,7 +58,7 @@ import posixpath
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
 import fsspec
@@ -82,15 +85,16 @@ class ShardCheckError(Exception):
 
 
 class HashingWriter:
-    """Writes to a file, hashing and counting what passes through; each
-    of `taps` (`tfrecord.RecordStreamCheck`, `tfrecord.RecordIndexer`)
-    sees the bytes first, and its `TFRecordError` becomes a
-    `ShardCheckError`."""
+    """Writes to a file, hashing (sha256 and CRC-32C) and counting what
+    passes through; each of `taps` (`tfrecord.RecordStreamCheck`,
+    `tfrecord.RecordIndexer`) sees the bytes first, and its
+    `TFRecordError` becomes a `ShardCheckError`."""
 
     def __init__(self, out: BinaryIO, taps: tuple = ()):
         self._out = out
         self._taps = taps
         self.digest = hashlib.sha256()
+        self.crc32c = 0
         self.written = 0
 
     def write(self, data) -> None:
@@ -100,6 +104,7 @@ class HashingWriter:
             except TFRecordError as error:
                 raise ShardCheckError(f"as written: {error}") from error
         self.digest.update(data)
+        self.crc32c = tfrecord.crc32c(data, self.crc32c)
         self._out.write(data)
         self.written += len(data)
 
@@ -111,13 +116,16 @@ class PublishedShard:
     ``{"path", "size", <version token>}`` of the object, taken after it was
     written, for a shard checked as it was written (None for one on the
     local disk, which publishing reads back instead); index: its index
-    file's ``{"file", "num_bytes", "sha256"}`` (None: no index)."""
+    file's ``{"file", "num_bytes", "sha256"}`` (None: no index);
+    written_crc32c: file name -> CRC-32C of the whole file as written, for
+    the shard and its index file."""
 
     num_bytes: int
     sha256: str
     num_examples: int
     fingerprint: dict | None
     index: dict | None = None
+    written_crc32c: dict = field(default_factory=dict)
 
 
 def _writes_atomically(fs) -> bool:
@@ -180,6 +188,7 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
         out, records, stored = _put(fs, name, written_through, staging_dir=staging_dir,
                                     temp_dir=temp_dir, taps=taps, checked=check is not None)
         entry = None
+        crcs = {name: out.crc32c}
         if indexer is not None:
             index_name = index_file_name(name)
             lines.seek(0)
@@ -188,8 +197,10 @@ def publish_shard(name: str, write: Callable[[BinaryIO], int], *, staging_dir: s
                                    checked=False)
             entry = {"file": index_name, "num_bytes": index_out.written,
                      "sha256": index_out.digest.hexdigest()}
+            crcs[index_name] = index_out.crc32c
     return PublishedShard(num_bytes=out.written, sha256=out.digest.hexdigest(),
-                          num_examples=records, fingerprint=stored, index=entry)
+                          num_examples=records, fingerprint=stored, index=entry,
+                          written_crc32c=crcs)
 
 
 def _publish_array_record(fs, name: str, write: Callable, *, staging_dir: str, temp_dir: str,
@@ -210,7 +221,7 @@ def _publish_array_record(fs, name: str, write: Callable, *, staging_dir: str, t
         try:
             records = _write_array_record(local_path, name, write, display=final_path)
             if local:
-                num_bytes, sha256 = _hashed(local_path)
+                num_bytes, sha256, crc = _hashed(local_path)
                 _, fs_final = fsspec.core.url_to_fs(final_path)
                 os.makedirs(os.path.dirname(fs_final), exist_ok=True)
                 os.replace(local_path, fs_final)  # atomic on one filesystem
@@ -219,12 +230,12 @@ def _publish_array_record(fs, name: str, write: Callable, *, staging_dir: str, t
                 out, _, stored = _put(fs, name, functools.partial(_copy_file, local_path),
                                       staging_dir=staging_dir, temp_dir=temp_dir, taps=(),
                                       checked=True)
-                num_bytes, sha256 = out.written, out.digest.hexdigest()
+                num_bytes, sha256, crc = out.written, out.digest.hexdigest(), out.crc32c
         finally:
             if os.path.exists(local_path):
                 os.remove(local_path)
     return PublishedShard(num_bytes=num_bytes, sha256=sha256, num_examples=records,
-                          fingerprint=stored)
+                          fingerprint=stored, written_crc32c={name: crc})
 
 
 def _write_array_record(local_path: str, name: str, write: Callable, *, display: str) -> int:
@@ -246,17 +257,18 @@ def _write_array_record(local_path: str, name: str, write: Callable, *, display:
     return records
 
 
-def _hashed(path: str) -> tuple[int, str]:
-    """Size and sha256 of the local file at `path`, read once, and the
-    file synced to disk (it is renamed into place next)."""
+def _hashed(path: str) -> tuple[int, str, int]:
+    """Size, sha256 and CRC-32C of the local file at `path`, read once, and
+    the file synced to disk (it is renamed into place next)."""
     digest = hashlib.sha256()
-    size = 0
+    size = crc = 0
     with open(path, "rb") as fileobj:
         for block in iter(functools.partial(fileobj.read, 1 << 20), b""):
             digest.update(block)
+            crc = tfrecord.crc32c(block, crc)
             size += len(block)
         os.fsync(fileobj.fileno())
-    return size, digest.hexdigest()
+    return size, digest.hexdigest(), crc
 
 
 def _copy_file(path: str, out: HashingWriter) -> int:
@@ -315,11 +327,12 @@ def _put(fs, name: str, write: Callable[[HashingWriter], int], *, staging_dir: s
 def shard_metadata(split: str, name: str, shard: PublishedShard) -> dict:
     """The metadata dict a shard writer gives for a published shard:
     split, file, num_examples, num_bytes, sha256, ``index`` (its index
-    file's ``{"file", "num_bytes", "sha256"}``) when it has one, and
+    file's ``{"file", "num_bytes", "sha256"}``) when it has one,
     ``stored`` (the store's fingerprint) for a shard checked as it was
-    written."""
+    written, and ``written_crc32c`` (`PublishedShard`)."""
     metadata = {"split": split, "file": name, "num_examples": shard.num_examples,
-                "num_bytes": shard.num_bytes, "sha256": shard.sha256}
+                "num_bytes": shard.num_bytes, "sha256": shard.sha256,
+                "written_crc32c": dict(shard.written_crc32c)}
     if shard.fingerprint is not None:
         metadata["stored"] = shard.fingerprint
     if shard.index is not None:

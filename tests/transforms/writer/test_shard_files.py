@@ -4,6 +4,7 @@ import hashlib
 import io
 import uuid
 
+import crc32c
 import fsspec
 import pytest
 from recordforge.pipelines.publish.file_checks import check_stored
@@ -58,7 +59,9 @@ def test_a_shard_on_the_local_disk_is_left_for_verification(tmp_path):
                                       staging_dir=str(tmp_path / "staging"),
                                       temp_dir=str(tmp_path / "tmp"), compression="none")
     assert shard.fingerprint is None
-    assert "stored" not in shard_files.shard_metadata("train", "s.tfrecord", shard)
+    metadata = shard_files.shard_metadata("train", "s.tfrecord", shard)
+    assert "stored" not in metadata
+    assert metadata["written_crc32c"] == {"s.tfrecord": crc32c.crc32c(data)}
     assert (tmp_path / "staging" / "s.tfrecord").read_bytes() == data
     assert list((tmp_path / "tmp").iterdir()) == []
 
@@ -131,6 +134,10 @@ def test_a_shard_and_its_index_are_written_again_the_same_under_the_same_names(
                                   "sha256": hashlib.sha256(index).hexdigest()}
     metadata = shard_files.shard_metadata("train", "s.tfrecord", published[0])
     assert metadata["index"] == published[0].index
+    # What verification checks the staged copies against (the crc32c
+    # package's CRC of what is on disk, not the extension's).
+    assert metadata["written_crc32c"] == {"s.tfrecord": crc32c.crc32c(data),
+                                          "s.tfrecord.index": crc32c.crc32c(index)}
 
 
 def test_an_index_that_counts_other_records_than_the_writer_fails_the_shard(tmp_path):
