@@ -41,7 +41,8 @@ from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExi
                       report)
 from .publish.duplicates import DuplicatesCheck
 from .publish.gates import BuildChecks, StatisticsCheck
-from .runners import BuildOptions, default_beam_args, is_local, local_runner
+from .runners import (BuildOptions, default_beam_args, is_local, local_parallel_min_bytes,
+                      local_runner)
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
@@ -142,7 +143,8 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
 
     # The fingerprints hold every input's size: the running mode is chosen
     # from them, not from a second listing (~30 ms for 3,000 images).
-    beam_args = default_beam_args(beam_args, input_bytes=lambda: _input_size(inputs))
+    beam_args = default_beam_args(beam_args, input_bytes=lambda: _input_size(inputs),
+                                  parallel_from=local_parallel_min_bytes(config.source.type))
     import_beam_filesystems(beam_args)
     options = BuildOptions(beam_args)
     requested_runner = options.view_as(StandardOptions).runner

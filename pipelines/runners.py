@@ -13,34 +13,46 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "BuildOptions", "default_beam_args", "is_local",
-           "local_runner", "one_local_worker"]
+           "local_parallel_min_bytes", "local_runner", "one_local_worker"]
 
 
 # Below this much input a local build runs in one process (in_memory, one
 # worker): starting multi_processing workers (each imports Beam and unpickles
-# the pipeline) costs about 1.5 s and every worker holds its own ~200 MB. On
-# the 2-core benchmark machine two workers ran the bundled samples (under
-# 1 MB) 0.55x as fast as one, a 100 MB table 1.03x-1.09x, 456 MB of images
-# 0.85x-0.96x, 1 GB of large records 1.01x-1.30x and 4 GB 1.41x-1.43x
-# (benchmarks/RESULTS.md, full run of 2026-11-22 15:11).
+# the pipeline) costs ~0.5 s of wall and ~1 CPU-s, and every worker holds
+# its own memory. Where a second worker pays depends on the work per byte,
+# so on the kind of source. Measured on the 2-core benchmark machine
+# (benchmarks/RESULTS.md, "The local default's threshold, by source kind",
+# 2026-11-30; wall of two workers against one): CSV 151 MB 0.92x, 250 MB
+# 1.08x, 383 MB 1.14x, 1 GB 1.37x; Parquet 43 MB 0.82x, 72 MB 0.97x,
+# 182 MB 1.28x; JPEG images 138 MB 0.71x, 412 MB 0.92x. Kinds not measured
+# there (JSON, JSONL, Avro, TFRecord) keep the threshold of images, as all
+# kinds had before (1 GB of large records 1.01x-1.30x, 2026-11-22).
 LOCAL_PARALLEL_MIN_BYTES = 1 << 30
+_LOCAL_PARALLEL_MIN_BYTES_BY_KIND = {"csv": 256 << 20, "parquet": 128 << 20}
+
+
+def local_parallel_min_bytes(source_kind: str) -> int:
+    """The input size from which a local build of this kind of source
+    (``source.type``) runs in multi_processing mode by default."""
+    return _LOCAL_PARALLEL_MIN_BYTES_BY_KIND.get(source_kind, LOCAL_PARALLEL_MIN_BYTES)
 
 
 def default_beam_args(beam_args: Sequence[str],
-                      input_bytes: Callable[[], int | None] | None = None) -> list[str]:
+                      input_bytes: Callable[[], int | None] | None = None,
+                      parallel_from: int = LOCAL_PARALLEL_MIN_BYTES) -> list[str]:
     """Beam options with recordforge's local defaults filled in where the user
     set nothing: the DirectRunner, in_memory with one worker when
     `input_bytes()` (the size of the input, called only then) is below
-    `LOCAL_PARALLEL_MIN_BYTES`, else multi_processing with one worker per
-    core (the per-row work is CPU-bound Python, so processes, not threads,
-    are what scale)."""
+    `parallel_from` (`local_parallel_min_bytes` of the source's kind), else
+    multi_processing with one worker per core (the per-row work is
+    CPU-bound, so processes, not threads, are what scale)."""
     args = list(beam_args)
     if is_local(PipelineOptions(args).view_as(StandardOptions).runner):
         chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
                      for a in args)
         if not chosen and input_bytes is not None:
             size = input_bytes()
-            if size is not None and size < LOCAL_PARALLEL_MIN_BYTES:
+            if size is not None and size < parallel_from:
                 return args + ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
         if not any(a.startswith("--direct_running_mode") for a in args):
             args.append("--direct_running_mode=multi_processing")

@@ -26,6 +26,22 @@ def test_big_or_unknown_input_runs_one_worker_process_per_core(size):
         "--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count() or 1}"]
 
 
+@pytest.mark.parametrize("kind, threshold", [
+    ("csv", 256 << 20), ("parquet", 128 << 20),
+    *[(kind, runners.LOCAL_PARALLEL_MIN_BYTES)
+      for kind in ("images", "json", "jsonl", "avro", "tfrecord")]])
+def test_where_two_workers_start_to_pay_depends_on_the_kind_of_source(kind, threshold):
+    """A byte of Parquet is more work than a byte of CSV, and both more
+    than a byte of JPEG: each kind runs in parallel from its own size."""
+    assert runners.local_parallel_min_bytes(kind) == threshold
+    below = runners.default_beam_args([], input_bytes=lambda: threshold - 1,
+                                      parallel_from=threshold)
+    from_there = runners.default_beam_args([], input_bytes=lambda: threshold,
+                                           parallel_from=threshold)
+    assert below == ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    assert from_there[0] == "--direct_running_mode=multi_processing"
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--direct_running_mode=multi_processing"],
      ["--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count() or 1}"]),
@@ -61,12 +77,13 @@ def test_the_running_mode_is_chosen_from_the_sizes_of_the_files_the_build_reads(
         features = {"image": {"type": "bytes"}}
     for path, data in {**read, **others}.items():
         path.write_bytes(data)
-    sizes = []
+    sizes, thresholds = [], []
     choose = runners.default_beam_args
 
-    def spying(beam_args, input_bytes=None):
+    def spying(beam_args, input_bytes=None, parallel_from=runners.LOCAL_PARALLEL_MIN_BYTES):
         sizes.append(input_bytes())
-        choose(beam_args, input_bytes=lambda: sizes[-1])
+        thresholds.append(parallel_from)
+        choose(beam_args, input_bytes=lambda: sizes[-1], parallel_from=parallel_from)
         raise _Chosen
 
     monkeypatch.setattr(build, "default_beam_args", spying)
@@ -75,6 +92,7 @@ def test_the_running_mode_is_chosen_from_the_sizes_of_the_files_the_build_reads(
     with pytest.raises(_Chosen):
         build.build(raw)
     assert sizes == [sum(len(data) for data in read.values())]
+    assert thresholds == [runners.local_parallel_min_bytes(kind)]
 
 
 def test_build_options_make_each_view_once_and_answer_as_beams_views_do():
