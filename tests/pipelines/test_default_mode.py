@@ -27,9 +27,9 @@ def test_big_or_unknown_input_runs_one_worker_process_per_core(size):
 
 
 @pytest.mark.parametrize("kind, threshold", [
-    ("csv", 256 << 20), ("parquet", 128 << 20),
+    ("csv", 256 << 20), ("jsonl", 256 << 20), ("parquet", 128 << 20),
     *[(kind, runners.LOCAL_PARALLEL_MIN_BYTES)
-      for kind in ("images", "json", "jsonl", "avro", "tfrecord")]])
+      for kind in ("images", "json", "avro", "tfrecord")]])
 def test_where_two_workers_start_to_pay_depends_on_the_kind_of_source(kind, threshold):
     """A byte of Parquet is more work than a byte of CSV, and both more
     than a byte of JPEG: each kind runs in parallel from its own size."""
