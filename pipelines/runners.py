@@ -46,12 +46,14 @@ def default_beam_args(beam_args: Sequence[str],
     set nothing: the DirectRunner, in_memory with one worker when
     `input_bytes()` (the size of the input, called only then) is below
     `parallel_from` (`local_parallel_min_bytes` of the source's kind), else
-    multi_processing with one worker per core (the per-row work is
-    CPU-bound, so processes, not threads, are what scale)."""
+    multi_processing with one worker per core, at most one per half of
+    `parallel_from` of input (the per-row work is CPU-bound, so
+    processes, not threads, are what scale)."""
     args = list(beam_args)
     if is_local(PipelineOptions(args).view_as(StandardOptions).runner):
         chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
                      for a in args)
+        size = None
         if not chosen and input_bytes is not None:
             size = input_bytes()
             if size is not None and size < parallel_from:
@@ -59,8 +61,19 @@ def default_beam_args(beam_args: Sequence[str],
         if not any(a.startswith("--direct_running_mode") for a in args):
             args.append("--direct_running_mode=multi_processing")
         if not any(a.startswith("--direct_num_workers") for a in args):
-            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+            args.append(f"--direct_num_workers={_local_workers(size, parallel_from)}")
     return args
+
+
+def _local_workers(size: int | None, parallel_from: int) -> int:
+    """One worker per core; for an input of known size, no more than one
+    per half of `parallel_from` of it (two at least): two workers were
+    measured to pay from `parallel_from` on, half of it each, and a worker
+    given less costs its start (~1 CPU-s) and memory for little work."""
+    cores = os.cpu_count() or 1
+    if size is None:
+        return cores
+    return min(cores, max(2, size // max(1, parallel_from // 2)))
 
 
 class BuildOptions(PipelineOptions):

@@ -20,10 +20,23 @@ def test_small_input_runs_in_one_process():
         "--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
-@pytest.mark.parametrize("size", [BIG, None])
-def test_big_or_unknown_input_runs_one_worker_process_per_core(size):
+@pytest.mark.parametrize("size, workers", [
+    (BIG, 2), (2 * BIG, 4), (BIG * 5 // 2, 5), (100 * BIG, 16), (None, 16)])
+def test_big_or_unknown_input_runs_a_worker_process_per_core_and_half_threshold(
+        monkeypatch, size, workers):
+    """One worker per core, none for less than half the threshold of input
+    (two workers were measured to pay from the threshold); an input of
+    unknown size gets every core."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert runners.default_beam_args([], input_bytes=lambda: size) == [
-        "--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count() or 1}"]
+        "--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+
+
+@pytest.mark.parametrize("cores", [None, 1])
+def test_one_core_runs_one_worker_process(monkeypatch, cores):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert runners.default_beam_args([], input_bytes=lambda: 10 * BIG)[-1] == \
+        "--direct_num_workers=1"
 
 
 @pytest.mark.parametrize("kind, threshold", [
