@@ -133,8 +133,30 @@ def test_read_file_once_leaves_no_page_of_the_file_cached(tmp_path):
     assert not any(_residency(path))
 
 
-def _open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_descriptors(root) -> int:
+    """This process's descriptors open on files under `root`: the test's
+    own files (other threads of the test process open and close theirs)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(root) + os.sep)
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+def _read_ahead_threads() -> set[str]:
+    """The ids of this process's threads named as the extension's read-ahead
+    thread (other threads of the test process come and go)."""
+    found = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                if comm.read().strip() == "read-ahead":
+                    found.add(task)
+        except OSError:
+            pass  # ended meanwhile
+    return found
 
 
 @pytest.mark.parametrize("ahead_files", [1, 2, 64])
@@ -196,17 +218,16 @@ def test_read_files_once_closes_the_files_it_did_not_read(tmp_path, python_windo
         (tmp_path / f"{index}.bin").write_bytes(b"x" * index)
         paths.append(str(tmp_path / f"{index}.bin"))
     local = fsspec.filesystem("file")
-    before = _open_descriptors()
     reads = page_cache.read_files_once(local, paths)
     assert next(reads)() == b""
     next(reads)  # handed out, not read
-    assert _open_descriptors() == before + 9  # the window's files, opened ahead
+    assert _open_descriptors(tmp_path) == 9  # the window's files, opened ahead
     assert next(reads)() == b"xx"
     reads.close()
-    assert _open_descriptors() == before
+    assert _open_descriptors(tmp_path) == 0
     assert [read() for read in page_cache.read_files_once(local, paths)] == [
         b"x" * index for index in range(10)]
-    assert _open_descriptors() == before
+    assert _open_descriptors(tmp_path) == 0
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="a named pipe")
@@ -392,12 +413,14 @@ def test_closing_the_reads_early_stops_the_reading_thread_and_leaves_no_file_ope
     for index in range(40):
         (tmp_path / f"{index}.bin").write_bytes(b"x" * 10_000)
         paths.append(str(tmp_path / f"{index}.bin"))
-    threads, descriptors = len(os.listdir("/proc/self/task")), _open_descriptors()
+    threads = _read_ahead_threads()
     reads = page_cache.read_files_once(fsspec.filesystem("file"), paths)
     assert next(reads)() == b"x" * 10_000
-    assert len(os.listdir("/proc/self/task")) == threads + 1
+    started = _read_ahead_threads() - threads
+    assert len(started) == 1
     reads.close()
-    assert (len(os.listdir("/proc/self/task")), _open_descriptors()) == (threads, descriptors)
+    assert not started & _read_ahead_threads()
+    assert _open_descriptors(tmp_path) == 0
 
 
 def test_without_a_thread_to_be_had_the_files_are_read_on_the_callers(tmp_path, monkeypatch):
