@@ -26,8 +26,9 @@ __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "BuildOptions", "default_beam_args", "is_
 # 1.08x, 383 MB 1.14x, 1 GB 1.37x; Parquet 43 MB 0.82x, 72 MB 0.97x,
 # 182 MB 1.28x; JSONL 258 MB 1.07x, 303 MB 1.12x, 455 MB 1.18x; JPEG
 # images (header checks) 138 MB 0.71x, 412 MB 0.92x, 1.24 GB 1.00x: images
-# keep 1 GiB, where a build that decodes or re-encodes every pixel (several
-# times the work a byte) already pays. JSON, Avro and TFRecord files are read
+# keep 1 GiB, since a build that decodes or re-encodes every pixel does
+# several times the work a byte and should pay sooner (not measured
+# there). JSON, Avro and TFRecord files are read
 # a whole file per unit of work, so a second worker helps only where there
 # are several: they keep the threshold of images, as every kind had before
 # (1 GB of large records 1.01x-1.30x, 2026-11-22).
