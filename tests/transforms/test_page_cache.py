@@ -409,13 +409,18 @@ def test_a_read_that_fails_raises_as_read_file_once_does(tmp_path, read_ahead):
 def test_closing_the_reads_early_stops_the_reading_thread_and_leaves_no_file_open(tmp_path):
     if _NATIVE_READ_AHEAD is None:
         pytest.skip("the native extension's FileReadAhead is not built here")
+    # More than the thread may hold ahead (READ_AHEAD_BYTES): it waits for
+    # room, so it is still there when looked for (with less, it would read
+    # every file and end at once).
+    size = 1 << 20
+    count = 2 * page_cache.READ_AHEAD_BYTES // size + 2
     paths = []
-    for index in range(40):
-        (tmp_path / f"{index}.bin").write_bytes(b"x" * 10_000)
+    for index in range(count):
+        (tmp_path / f"{index}.bin").write_bytes(b"x" * size)
         paths.append(str(tmp_path / f"{index}.bin"))
     threads = _read_ahead_threads()
     reads = page_cache.read_files_once(fsspec.filesystem("file"), paths)
-    assert next(reads)() == b"x" * 10_000
+    assert next(reads)() == b"x" * size
     started = _read_ahead_threads() - threads
     assert len(started) == 1
     reads.close()
