@@ -25,13 +25,12 @@ __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "BuildOptions", "default_beam_args", "is_
 # 2026-11-30; wall of two workers against one): CSV 151 MB 0.92x, 250 MB
 # 1.08x, 383 MB 1.14x, 1 GB 1.37x; Parquet 43 MB 0.82x, 72 MB 0.97x,
 # 182 MB 1.28x; JSONL 258 MB 1.07x, 303 MB 1.12x, 455 MB 1.18x; JPEG
-# images (header checks) 138 MB 0.71x, 412 MB 0.92x, 1.24 GB 1.00x: images
-# keep 1 GiB, since a build that decodes or re-encodes every pixel does
-# several times the work a byte and should pay sooner (not measured
-# there). JSON, Avro and TFRecord files are read
-# a whole file per unit of work, so a second worker helps only where there
-# are several: they keep the threshold of images, as every kind had before
-# (1 GB of large records 1.01x-1.30x, 2026-11-22).
+# images (header checks) 138 MB 0.71x, 412 MB 0.92x, 1.24 GB 1.00x.
+# Images keep 1 GiB: a build that decodes or re-encodes every pixel does
+# several times the work a byte and should pay sooner (not measured). JSON,
+# Avro and TFRecord keep it too: their files are read a whole file per unit
+# of work, so a second worker helps only where there are several (every
+# kind had 1 GiB before: 1 GB of large records 1.01x-1.30x, 2026-11-22).
 LOCAL_PARALLEL_MIN_BYTES = 1 << 30
 _LOCAL_PARALLEL_MIN_BYTES_BY_KIND = {"csv": 256 << 20, "jsonl": 256 << 20, "parquet": 128 << 20}
 
