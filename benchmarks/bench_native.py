@@ -5,6 +5,7 @@
     python benchmarks/bench_native.py --baseline /path/to/old/checkout   # and the old code's native path
     python benchmarks/bench_native.py --parquet            # and the same rows from Parquet
     python benchmarks/bench_native.py --jsonl              # and the same rows from JSONL
+    python benchmarks/bench_native.py --rows 3800000 --table numbers --steady --repeat 4
 
 Generates the end-to-end benchmark's five-column table (`e2e_workloads.make_table`:
 id, count, score, 20-120 characters of text, a label of 10) and builds it
@@ -24,6 +25,14 @@ figure is MB of the CSV per CPU second too, so the two sources compare.
 ``--jsonl`` does the same with the rows written as JSONL (`write_jsonl`:
 one object per line, as ``json.dumps`` writes it), and with ``--baseline``
 the other code's JSONL build too.
+``--table numbers`` builds the table issue 37 describes instead
+(`e2e_workloads.make_numbers_table`: id, an int in ±10^9, a double, 20-120
+random letters, a label 0-9; 417 MB of CSV at 3.8M rows).
+``--steady`` also builds, in every round and on every path, a 50-row
+table from the same generator and schema (the fixed cost of a build:
+start-up, the graph, the read-back processes, the publishing) and prints
+the steady-state rate beside the whole build's: MB per CPU second of what
+the large build costs beyond that small one. Verification is in both.
 """
 
 from __future__ import annotations
@@ -32,19 +41,26 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 import pathlib
 import shutil
+import statistics
 import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from e2e_measure import measure  # noqa: E402
-from e2e_workloads import config_yaml, make_table  # noqa: E402
+from e2e_measure import child_env, compile_recordforge, measure  # noqa: E402
+from e2e_workloads import config_yaml, make_numbers_table, make_table  # noqa: E402
 
-BUILD = ("import sys; from recordforge.pipelines import build; "
-         "sys.exit(build.run(sys.argv[1:]))")
+# The tables `--table` chooses: their generators (CSV and Parquet workloads).
+TABLES = {"table": make_table, "numbers": make_numbers_table}
+# Rows of the small build that gives a path's fixed cost (`--steady`).
+STEADY_BASE_ROWS = 50
+
+# `recordforge build` as the console script runs it (its process tuning
+# included: the heap kept out of the collector's passes, one BLAS thread),
+# importing recordforge from the PYTHONPATH a path gives.
+BUILD = ("-m", "recordforge.pipelines.cli", "build")
 
 
 def _shards(output: pathlib.Path) -> dict[str, str]:
@@ -54,13 +70,22 @@ def _shards(output: pathlib.Path) -> dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
+def _env(pythonpath: str | None) -> dict:
+    """The builds' environment (with bytecode caches, as an installed
+    package has them: `e2e_measure.child_env`), importing recordforge from
+    `pythonpath` when given."""
+    env = child_env()
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    return env
+
+
 def _build(config: pathlib.Path, output: pathlib.Path, pure: bool,
            pythonpath: str | None = None):
     shutil.rmtree(output, ignore_errors=True)
-    env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1" if pure else "0"}
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    result = measure([sys.executable, "-c", BUILD, str(config), "--output", str(output), "--",
+    env = _env(pythonpath)
+    env["RECORDFORGE_PURE_PYTHON"] = "1" if pure else "0"
+    result = measure([sys.executable, *BUILD, str(config), "--output", str(output), "--",
                       "--direct_running_mode=in_memory", "--direct_num_workers=1"], env=env)
     if result.returncode != 0:
         raise SystemExit(f"build failed:\n{result.stderr_tail}")
@@ -79,24 +104,39 @@ def write_jsonl(parquet_workload, path: pathlib.Path):
                                path=str(path), input_bytes=path.stat().st_size)
 
 
-def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None,
-              parquet: bool = False, jsonl: bool = False) -> None:
-    csv_workload, parquet_workload = make_table(scratch / f"table{rows}", rows)
-    output = scratch / "out"
-    configs = {}
+def _configs(scratch: pathlib.Path, name: str, rows: int, output: pathlib.Path,
+             parquet: bool, jsonl: bool, table: str = "table"):
+    """The table's workloads written under `scratch`/`name` and a config per
+    source type; returns (csv workload, parquet workload, configs)."""
+    csv_workload, parquet_workload = TABLES[table](scratch / name, rows)
     workloads = [csv_workload] + [parquet_workload] * parquet
     if jsonl:
-        workloads.append(write_jsonl(parquet_workload, scratch / f"table{rows}" / "table.jsonl"))
-        print(f"(JSONL: {workloads[-1].input_bytes / 1e6:,.1f} MB)")
+        workloads.append(write_jsonl(parquet_workload, scratch / name / "table.jsonl"))
+    configs = {}
     for workload in workloads:
-        configs[workload.source_type] = scratch / f"table{rows}-{workload.source_type}.yaml"
+        configs[workload.source_type] = scratch / f"{name}-{workload.source_type}.yaml"
         configs[workload.source_type].write_text(config_yaml(workload, str(output), "none"))
+    return csv_workload, parquet_workload, configs
+
+
+def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None,
+              parquet: bool = False, jsonl: bool = False, table: str = "table",
+              steady: bool = False) -> None:
+    output = scratch / "out"
+    csv_workload, parquet_workload, configs = _configs(scratch, f"{table}{rows}", rows, output,
+                                                       parquet, jsonl, table)
+    if jsonl:
+        print(f"(JSONL: {(scratch / f'{table}{rows}' / 'table.jsonl').stat().st_size / 1e6:,.1f} MB)")
+    # A small table of the same kind, for each path's fixed cost.
+    small = (_configs(scratch, f"{table}{STEADY_BASE_ROWS}", STEADY_BASE_ROWS, output, parquet,
+                      jsonl, table)[2] if steady else {})
     # Every path's figure is MB of the CSV per CPU second: the Parquet
     # builds read the same rows.
     megabytes = csv_workload.input_bytes / 1e6
     print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV"
           + (f" ({parquet_workload.input_bytes / 1e6:,.1f} MB of Parquet)" if parquet else ""))
-    print(f"{'path':<16} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}")
+    print(f"{'path':<16} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}"
+          + (f" {'fixed cpu s':>11} {'steady MB/cpu-s':>15}" if steady else ""))
     # (name, source type, pure Python, PYTHONPATH)
     paths = [("native", "csv", False, None), ("python", "csv", True, None)]
     if parquet:
@@ -112,15 +152,26 @@ def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | Non
         if jsonl:
             paths.insert(1, ("jsonl baseline", "jsonl", False, baseline))
     reference: dict[str, dict] = {}
+    steady_rates: dict[str, list[float]] = {}
     for _ in range(repeat):
         for name, source_type, pure, pythonpath in paths:
+            fixed = (_build(small[source_type], output, pure, pythonpath)[0].cpu_s
+                     if steady else None)
             result, shards = _build(configs[source_type], output, pure, pythonpath)
             # Each source's builds must write the same files.
             if reference.setdefault(source_type, shards) != shards:
                 raise SystemExit("the paths (or two runs) wrote different files")
-            print(f"{name:<16} {result.wall_s:>7.2f} "
-                  f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
-                  f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
+            line = (f"{name:<16} {result.wall_s:>7.2f} "
+                    f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
+                    f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
+            if fixed is not None:
+                rate = megabytes / max(result.cpu_s - fixed, 1e-9)
+                steady_rates.setdefault(name, []).append(rate)
+                line += f" {fixed:>11.2f} {rate:>15.1f}"
+            print(line)
+    for name, rates in steady_rates.items():
+        print(f"{name}: steady state {statistics.median(rates):.1f} MB/cpu-s "
+              f"(median of {len(rates)})")
     for source_type, files in reference.items():
         print(f"every {source_type} build wrote the same {len(files)} shards, dead-letter "
               "files and stats.json (sha256)")
@@ -137,11 +188,18 @@ def main(argv=None) -> None:
                         help="also build the same rows from Parquet, native and pure Python")
     parser.add_argument("--jsonl", action="store_true",
                         help="also build the same rows from JSONL, native and pure Python")
+    parser.add_argument("--table", choices=sorted(TABLES), default="table",
+                        help="table: the end-to-end benchmark's; numbers: issue 37's")
+    parser.add_argument("--steady", action="store_true",
+                        help="also the steady-state rate: beyond a 50-row build's CPU")
     args = parser.parse_args(argv)
+    for pythonpath in (None, args.baseline):
+        compile_recordforge(_env(pythonpath))
     scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
     try:
         for rows in args.rows:
-            run_table(scratch, rows, args.repeat, args.baseline, args.parquet, args.jsonl)
+            run_table(scratch, rows, args.repeat, args.baseline, args.parquet, args.jsonl,
+                      args.table, args.steady)
     finally:
         if args.scratch is None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -9,6 +9,11 @@ runs on two machines read the same bytes. Three kinds of workload:
 * images: JPEGs of varied sizes (about 10-200 KB) in 10 class folders;
   distinct pictures are rendered once and written under many names (the
   decoder only reads headers, so repeated pixels cost the same as new ones);
+* numbers: the table the native row path's issue measures (issue 37): rows of
+  ``id`` (int), ``int_col`` (int in ±10^9), ``float_col`` (a double, as
+  Python writes it: up to 17 digits), ``str_col`` (20-120 random letters)
+  and ``label`` (an int 0-9), as CSV and Parquet; ~417 MB of CSV at 3.8M
+  rows (the issue's 419 MB); only `bench_native.py` builds it;
 * large: CSV rows of ``id``, ``label`` and a ``payload`` text column of ~64 KB,
   to show how memory behaves as the dataset grows; written in one streaming
   pass and deleted after use.
@@ -33,11 +38,13 @@ __all__ = [
     "IMAGE_FEATURES",
     "LABELS",
     "LARGE_FEATURES",
+    "NUMBERS_FEATURES",
     "TABLE_FEATURES",
     "Workload",
     "config_yaml",
     "make_images",
     "make_large",
+    "make_numbers_table",
     "make_table",
 ]
 
@@ -58,6 +65,13 @@ IMAGE_FEATURES = {
     "image/format": {"type": "string", "from": "format"},
     "image/filename": {"type": "string", "from": "path"},
     "label": {"type": "int64", "from": "label", "vocabulary": list(LABELS)},
+}
+NUMBERS_FEATURES = {
+    "id": {"type": "int64", "min": 0},
+    "int_col": {"type": "int64"},
+    "float_col": {"type": "float"},
+    "str_col": {"type": "string", "max_bytes": 200},
+    "label": {"type": "int64", "min": 0, "max": 9},
 }
 LARGE_FEATURES = {
     "id": {"type": "int64", "min": 0},
@@ -99,8 +113,8 @@ class Workload:
 
     @property
     def features(self) -> dict:
-        return {"table": TABLE_FEATURES, "images": IMAGE_FEATURES,
-                "large": LARGE_FEATURES}[self.kind]
+        return {"table": TABLE_FEATURES, "numbers": NUMBERS_FEATURES,
+                "images": IMAGE_FEATURES, "large": LARGE_FEATURES}[self.kind]
 
 
 def _shard_plan(estimated_output_bytes: int, target_shards: int) -> tuple[int, int]:
@@ -161,6 +175,49 @@ def make_table(directory: Path, rows: int, *, seed: int = 7) -> list[Workload]:
     return [Workload("table-csv", "table", "csv", str(csv_path), rows, csv_bytes,
                      shard_size, shards),
             Workload("table-parquet", "table", "parquet", str(parquet_path), rows,
+                     parquet_path.stat().st_size, shard_size, shards)]
+
+
+def make_numbers_table(directory: Path, rows: int, *, seed: int = 37) -> list[Workload]:
+    """Writes the numbers table as ``table.csv`` and ``table.parquet``;
+    returns both workloads. ids are a shuffled range; each float is written
+    as ``repr`` writes it (its shortest round-trip form) and stored as
+    float32 by the build, as the schema says."""
+    import string
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    ids = list(range(rows))
+    rng.shuffle(ids)
+    csv_path = directory / "table.csv"
+    columns: dict[str, list] = {name: [] for name in NUMBERS_FEATURES}
+    with open(csv_path, "w", encoding="utf-8", newline="") as out:
+        out.write(",".join(NUMBERS_FEATURES) + "\n")
+        lines = []
+        for i in range(rows):
+            values = (ids[i], rng.randint(-10**9, 10**9), rng.uniform(-1e6, 1e6),
+                      "".join(rng.choices(string.ascii_letters, k=rng.randint(20, 120))),
+                      rng.randint(0, 9))
+            for name, value in zip(columns, values):
+                columns[name].append(value)
+            lines.append(f"{values[0]},{values[1]},{values[2]!r},{values[3]},{values[4]}\n")
+            if len(lines) >= 10_000:
+                out.writelines(lines)
+                lines = []
+        out.writelines(lines)
+    parquet_path = directory / "table.parquet"
+    types = {"id": pa.int64(), "int_col": pa.int64(), "float_col": pa.float64(),
+             "str_col": pa.string(), "label": pa.int64()}
+    pq.write_table(pa.table({name: pa.array(columns[name], types[name]) for name in types}),
+                   parquet_path, row_group_size=65_536)
+    csv_bytes = csv_path.stat().st_size
+    shard_size, shards = _shard_plan(csv_bytes + rows * 45, max(1, rows // 250_000))
+    return [Workload("numbers-csv", "numbers", "csv", str(csv_path), rows, csv_bytes,
+                     shard_size, shards),
+            Workload("numbers-parquet", "numbers", "parquet", str(parquet_path), rows,
                      parquet_path.stat().st_size, shard_size, shards)]
 
 

@@ -20,9 +20,10 @@ process tree and one at a time:
 
 and records wall time, CPU seconds and peak RSS of the process tree
 (`e2e_measure.py`; every command runs with Python's bytecode caches, as an
-installed package does: `_child_env`), rows/s, MB/s written, shard count and size spread. With
-``--check`` (the default with ``--quick``) it also reads every output back and
-checks that all of them wrote the same multiset of Examples. Before every
+installed package does: `e2e_measure.child_env`), rows/s, MB/s written,
+shard count and size spread. With ``--check`` (the default with
+``--quick``) it also reads every output back and checks that all of them
+wrote the same multiset of Examples. Before every
 measured run the inputs are read once and dirty pages are flushed
 (`_settle`), so that no system pays for the disk: neither for writing back
 what the generator (or the run before) wrote, nor for reading inputs the
@@ -36,11 +37,9 @@ between markers for the mode (quick or full), keeping the rest of the file.
 from __future__ import annotations
 
 import argparse
-import compileall
 import datetime
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -121,35 +120,7 @@ def _run(systems: list[str], workload: Workload, compression: str, work: Path, r
     return rows
 
 
-def _child_env() -> dict:
-    """The environment of every measured command: this process's, without
-    PYTHONDONTWRITEBYTECODE. Where that is set (some shells and containers
-    set it) Python neither writes nor keeps bytecode for a source checkout,
-    so every `recordforge build` compiled recordforge's ~170 modules again:
-    0.15-0.27 s of CPU per run (RESULTS.md) that an installed package never
-    pays (pip compiles its modules as it installs them; site-packages,
-    Beam's included, keeps its own caches either way)."""
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
-
-
-CHILD_ENV = _child_env()
-
-
-def _compile_recordforge() -> None:
-    """Writes the bytecode of the recordforge the commands import (an
-    editable install, a checkout on PYTHONPATH), so that no measured run
-    compiles it: the first run of each system would otherwise. A checkout
-    is its own package directory, so a virtual environment inside it
-    (``.venv``) and other hidden or site-packages directories are left out:
-    they are not recordforge, and their packages keep their own caches."""
-    root = subprocess.run([sys.executable, "-c", "import os, recordforge; "
-                           "print(os.path.dirname(recordforge.__file__))"],
-                          env=CHILD_ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()
-    not_ours = re.compile(re.escape(root) + r"[/\\](?:.*[/\\])?(?:\.|site-packages)")
-    compileall.compile_dir(root, quiet=1, rx=not_ours)
+CHILD_ENV = e2e_measure.child_env()
 
 
 def _settle(workload: Workload) -> None:
@@ -455,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(args.scratch or tempfile.mkdtemp(prefix="recordforge-e2e-"))
     scratch.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    _compile_recordforge()
+    e2e_measure.compile_recordforge(CHILD_ENV)
     load_before = _load()
     rows: list[dict] = []
     workloads: list[Workload] = []
