@@ -30,9 +30,12 @@ the other code's JSONL build too.
 random letters, a label 0-9; 417 MB of CSV at 3.8M rows).
 ``--steady`` also builds, in every round and on every path, a 50-row
 table from the same generator and schema (the fixed cost of a build:
-start-up, the graph, the read-back processes, the publishing) and prints
-the steady-state rate beside the whole build's: MB per CPU second of what
-the large build costs beyond that small one. Verification is in both.
+start-up, the graph and runner, publishing) and prints the steady-state
+rate beside the whole build's: MB per CPU second of what the large build
+costs beyond that small one. Verification is in both. The small build
+reads its shards back in its own process; the large one starts reader
+processes for that, whose start-up is counted as the large build's own
+work, so the rate errs low.
 """
 
 from __future__ import annotations
