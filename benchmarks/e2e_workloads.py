@@ -139,43 +139,13 @@ def _text(rng: random.Random) -> str:
 def make_table(directory: Path, rows: int, *, seed: int = 7) -> list[Workload]:
     """Writes the table as ``table.csv`` and ``table.parquet``; returns both
     workloads. Each label is stored as its name; ids are a shuffled range."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    def row(rng: random.Random) -> tuple:
+        return (rng.randint(-1000, 100_000), round(rng.uniform(-100.0, 100.0), 4), _text(rng),
+                rng.choice(LABELS))
 
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    ids = list(range(rows))
-    rng.shuffle(ids)
-    csv_path = directory / "table.csv"
-    columns = {"id": [], "count": [], "score": [], "text": [], "label": []}
-    with open(csv_path, "w", encoding="utf-8", newline="") as out:
-        out.write("id,count,score,text,label\n")
-        lines = []
-        for i in range(rows):
-            values = (ids[i], rng.randint(-1000, 100_000),
-                      round(rng.uniform(-100.0, 100.0), 4), _text(rng), rng.choice(LABELS))
-            for name, value in zip(columns, values):
-                columns[name].append(value)
-            lines.append(f"{values[0]},{values[1]},{values[2]!r},{values[3]},{values[4]}\n")
-            if len(lines) >= 10_000:
-                out.writelines(lines)
-                lines = []
-        out.writelines(lines)
-    parquet_path = directory / "table.parquet"
-    table = pa.table({"id": pa.array(columns["id"], pa.int64()),
-                      "count": pa.array(columns["count"], pa.int64()),
-                      "score": pa.array(columns["score"], pa.float64()),
-                      "text": pa.array(columns["text"], pa.string()),
-                      "label": pa.array(columns["label"], pa.string())})
-    pq.write_table(table, parquet_path, row_group_size=65_536)
-    csv_bytes = csv_path.stat().st_size
-    # A serialized row is about its CSV line plus ~45 bytes of feature names
-    # and framing.
-    shard_size, shards = _shard_plan(csv_bytes + rows * 45, max(1, rows // 250_000))
-    return [Workload("table-csv", "table", "csv", str(csv_path), rows, csv_bytes,
-                     shard_size, shards),
-            Workload("table-parquet", "table", "parquet", str(parquet_path), rows,
-                     parquet_path.stat().st_size, shard_size, shards)]
+    return _write_table(directory, rows, seed, "table", row, {
+        "id": "int64", "count": "int64", "score": "float64", "text": "string",
+        "label": "string"})
 
 
 def make_numbers_table(directory: Path, rows: int, *, seed: int = 37) -> list[Workload]:
@@ -185,6 +155,22 @@ def make_numbers_table(directory: Path, rows: int, *, seed: int = 37) -> list[Wo
     float32 by the build, as the schema says."""
     import string
 
+    def row(rng: random.Random) -> tuple:
+        return (rng.randint(-10**9, 10**9), rng.uniform(-1e6, 1e6),
+                "".join(rng.choices(string.ascii_letters, k=rng.randint(20, 120))),
+                rng.randint(0, 9))
+
+    return _write_table(directory, rows, seed, "numbers", row, {
+        "id": "int64", "int_col": "int64", "float_col": "float64", "str_col": "string",
+        "label": "int64"})
+
+
+def _write_table(directory: Path, rows: int, seed: int, kind: str, row, types: dict
+                 ) -> list[Workload]:
+    """Writes `rows` rows as ``table.csv`` and ``table.parquet`` (row groups
+    of 64k rows) under `directory`: a shuffled range of ids, then the rest of
+    each row from `row(rng)`; `types` names each column's Arrow type.
+    Returns the CSV and the Parquet workload of `kind`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -193,31 +179,31 @@ def make_numbers_table(directory: Path, rows: int, *, seed: int = 37) -> list[Wo
     ids = list(range(rows))
     rng.shuffle(ids)
     csv_path = directory / "table.csv"
-    columns: dict[str, list] = {name: [] for name in NUMBERS_FEATURES}
+    columns: dict[str, list] = {name: [] for name in types}
     with open(csv_path, "w", encoding="utf-8", newline="") as out:
-        out.write(",".join(NUMBERS_FEATURES) + "\n")
+        out.write(",".join(types) + "\n")
         lines = []
         for i in range(rows):
-            values = (ids[i], rng.randint(-10**9, 10**9), rng.uniform(-1e6, 1e6),
-                      "".join(rng.choices(string.ascii_letters, k=rng.randint(20, 120))),
-                      rng.randint(0, 9))
+            values = (ids[i], *row(rng))
             for name, value in zip(columns, values):
                 columns[name].append(value)
-            lines.append(f"{values[0]},{values[1]},{values[2]!r},{values[3]},{values[4]}\n")
+            lines.append(",".join(repr(v) if isinstance(v, float) else str(v)
+                                  for v in values) + "\n")
             if len(lines) >= 10_000:
                 out.writelines(lines)
                 lines = []
         out.writelines(lines)
     parquet_path = directory / "table.parquet"
-    types = {"id": pa.int64(), "int_col": pa.int64(), "float_col": pa.float64(),
-             "str_col": pa.string(), "label": pa.int64()}
-    pq.write_table(pa.table({name: pa.array(columns[name], types[name]) for name in types}),
-                   parquet_path, row_group_size=65_536)
+    table = pa.table({name: pa.array(columns[name], getattr(pa, types[name])())
+                      for name in types})
+    pq.write_table(table, parquet_path, row_group_size=65_536)
     csv_bytes = csv_path.stat().st_size
+    # A serialized row is about its CSV line plus ~45 bytes of feature names
+    # and framing.
     shard_size, shards = _shard_plan(csv_bytes + rows * 45, max(1, rows // 250_000))
-    return [Workload("numbers-csv", "numbers", "csv", str(csv_path), rows, csv_bytes,
+    return [Workload(f"{kind}-csv", kind, "csv", str(csv_path), rows, csv_bytes,
                      shard_size, shards),
-            Workload("numbers-parquet", "numbers", "parquet", str(parquet_path), rows,
+            Workload(f"{kind}-parquet", kind, "parquet", str(parquet_path), rows,
                      parquet_path.stat().st_size, shard_size, shards)]
 
 
