@@ -168,9 +168,12 @@ def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | Non
                     f"{result.cpu_s:>7.2f} {megabytes / result.cpu_s:>9.1f} "
                     f"{rows / result.wall_s:>9,.0f} {result.peak_rss / 1e6:>8.0f}")
             if fixed is not None:
-                rate = megabytes / max(result.cpu_s - fixed, 1e-9)
-                steady_rates.setdefault(name, []).append(rate)
-                line += f" {fixed:>11.2f} {rate:>15.1f}"
+                beyond = result.cpu_s - fixed
+                # (a table too small to cost more than the small one has no rate)
+                rate = megabytes / beyond if beyond > 0 else None
+                if rate is not None:
+                    steady_rates.setdefault(name, []).append(rate)
+                line += f" {fixed:>11.2f} " + (f"{rate:>15.1f}" if rate is not None else f"{'-':>15}")
             print(line)
     for name, rates in steady_rates.items():
         print(f"{name}: steady state {statistics.median(rates):.1f} MB/cpu-s "
@@ -196,7 +199,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steady", action="store_true",
                         help="also the steady-state rate: beyond a 50-row build's CPU")
     args = parser.parse_args(argv)
-    for pythonpath in (None, args.baseline):
+    for pythonpath in dict.fromkeys((None, args.baseline)):
         compile_recordforge(_env(pythonpath))
     scratch = args.scratch or pathlib.Path(tempfile.mkdtemp(prefix="bench_native_"))
     try:

@@ -1,7 +1,7 @@
 """Inputs and configs of the end-to-end benchmark (`run_e2e.py`).
 
 Every input is generated into a scratch directory from a fixed seed, so two
-runs on two machines read the same bytes. Three kinds of workload:
+runs on two machines read the same bytes. Four kinds of workload:
 
 * table: rows of ``id`` (int), ``count`` (int), ``score`` (float), ``text``
   (20-120 characters of words) and ``label`` (one of 10 classes), written as
@@ -30,6 +30,7 @@ import io
 import json
 import math
 import random
+from typing import Callable
 from pathlib import Path
 
 import yaml
@@ -165,7 +166,8 @@ def make_numbers_table(directory: Path, rows: int, *, seed: int = 37) -> list[Wo
         "label": "int64"})
 
 
-def _write_table(directory: Path, rows: int, seed: int, kind: str, row, types: dict
+def _write_table(directory: Path, rows: int, seed: int, kind: str,
+                 row: Callable[[random.Random], tuple], types: dict[str, str]
                  ) -> list[Workload]:
     """Writes `rows` rows as ``table.csv`` and ``table.parquet`` (row groups
     of 64k rows) under `directory`: a shuffled range of ids, then the rest of
