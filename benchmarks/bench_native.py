@@ -110,34 +110,35 @@ def write_jsonl(parquet_workload, path: pathlib.Path):
 def _configs(scratch: pathlib.Path, name: str, rows: int, output: pathlib.Path,
              parquet: bool, jsonl: bool, table: str = "table"):
     """The table's workloads written under `scratch`/`name` and a config per
-    source type; returns (csv workload, parquet workload, configs)."""
+    source type; returns both, each by source type (the CSV's always)."""
     csv_workload, parquet_workload = TABLES[table](scratch / name, rows)
-    workloads = [csv_workload] + [parquet_workload] * parquet
+    workloads = {"csv": csv_workload}
+    if parquet:
+        workloads["parquet"] = parquet_workload
     if jsonl:
-        workloads.append(write_jsonl(parquet_workload, scratch / name / "table.jsonl"))
+        workloads["jsonl"] = write_jsonl(parquet_workload, scratch / name / "table.jsonl")
     configs = {}
-    for workload in workloads:
-        configs[workload.source_type] = scratch / f"{name}-{workload.source_type}.yaml"
-        configs[workload.source_type].write_text(config_yaml(workload, str(output), "none"))
-    return csv_workload, parquet_workload, configs
+    for source_type, workload in workloads.items():
+        configs[source_type] = scratch / f"{name}-{source_type}.yaml"
+        configs[source_type].write_text(config_yaml(workload, str(output), "none"))
+    return workloads, configs
 
 
 def run_table(scratch: pathlib.Path, rows: int, repeat: int, baseline: str | None,
               parquet: bool = False, jsonl: bool = False, table: str = "table",
               steady: bool = False) -> None:
     output = scratch / "out"
-    csv_workload, parquet_workload, configs = _configs(scratch, f"{table}{rows}", rows, output,
-                                                       parquet, jsonl, table)
+    workloads, configs = _configs(scratch, f"{table}{rows}", rows, output, parquet, jsonl, table)
     if jsonl:
-        print(f"(JSONL: {(scratch / f'{table}{rows}' / 'table.jsonl').stat().st_size / 1e6:,.1f} MB)")
+        print(f"(JSONL: {workloads['jsonl'].input_bytes / 1e6:,.1f} MB)")
     # A small table of the same kind, for each path's fixed cost.
     small = (_configs(scratch, f"{table}{STEADY_BASE_ROWS}", STEADY_BASE_ROWS, output, parquet,
-                      jsonl, table)[2] if steady else {})
+                      jsonl, table)[1] if steady else {})
     # Every path's figure is MB of the CSV per CPU second: the Parquet
     # builds read the same rows.
-    megabytes = csv_workload.input_bytes / 1e6
+    megabytes = workloads["csv"].input_bytes / 1e6
     print(f"\n{rows:,} rows, {megabytes:,.1f} MB of CSV"
-          + (f" ({parquet_workload.input_bytes / 1e6:,.1f} MB of Parquet)" if parquet else ""))
+          + (f" ({workloads['parquet'].input_bytes / 1e6:,.1f} MB of Parquet)" if parquet else ""))
     print(f"{'path':<16} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'rows/s':>9} {'peak MB':>8}"
           + (f" {'fixed cpu s':>11} {'steady MB/cpu-s':>15}" if steady else ""))
     # (name, source type, pure Python, PYTHONPATH)
