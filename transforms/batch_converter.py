@@ -26,7 +26,7 @@ from .merge_statistics import CheckedValues, PartlyChecked
 from .native_rows import NativeRows
 from .readers.rows import ColumnBatch, SourceRow
 from .splits import HASH_SIZE, ExampleRows, HashedExamples, hashed_sources, row_digests
-from .vocabulary_labels import VocabularyLabels
+from .int_labels import IntLabels
 
 __all__ = ["BatchConverter"]
 
@@ -115,7 +115,7 @@ class BatchConverter:
         """Like `convert_labelled_batch`, plus the good rows' checked values
         for statistics: a `statistics.CheckedValues` for `plan` (a
         `schemas.stats.StatisticsPlan`), or None without one. The labels
-        are a sequence of texts, not always a list (`VocabularyLabels`)."""
+        are a sequence of texts, not always a list (`IntLabels`)."""
         if isinstance(batch, ColumnBatch):
             column, row_at, count = batch.column, batch.row, len(batch)
         else:
@@ -388,10 +388,11 @@ def _checked_labels(checked: Mapping[str, list], label: str | None,
 def _column_labels(values, vocabulary: Sequence[str] | None) -> Sequence[str] | None:
     """The label text of each checked label value (ints or bytes; floats
     are left to the row path, whose remembered texts keep -0.0 apart). The
-    native kernel's vocabulary ids (an array) stay ids, named only where
-    read (`VocabularyLabels`): counting them needs no text per row."""
+    native kernel's int64 values (an array: vocabulary ids or numbers) stay
+    values, named only where read (`IntLabels`): counting them needs no
+    text per row."""
     if isinstance(values, np.ndarray):
-        labels = VocabularyLabels.of(values, vocabulary)
+        labels = IntLabels.of(values, vocabulary)
         if labels is not None:
             return labels
         values = values.tolist()

@@ -32,7 +32,7 @@ from .metrics import METRICS_NAMESPACE
 from .splits import HashedExamples, SplitAssigner
 from .merge_statistics import StatisticsSetup
 from .tagged import select, select_keyed
-from .vocabulary_labels import VocabularyLabels
+from .int_labels import IntLabels
 
 __all__ = ["BatchConversion", "COLUMNS_SEEN", "DEAD_LETTER", "EXAMPLES", "FINGERPRINTS",
            "GATHERABLE", "LABEL_COUNTS", "STATISTICS", "ConvertedRows", "DuplicateSetup",
@@ -255,8 +255,8 @@ def label_counts(names: Sequence[str], split_of: np.ndarray,
     split names[split_of[i]] with label labels[i] (None: not counted).
     Counted a split at a time over the labels themselves, not over a
     (split, label) pair made per row: most builds have one split. Labels
-    held as vocabulary ids (`VocabularyLabels`) are counted as ids."""
-    if isinstance(labels, VocabularyLabels):
+    held as an int64 array (`IntLabels`) are counted as numbers."""
+    if isinstance(labels, IntLabels):
         per_split = labels.counts(split_of, len(names))
     elif len(names) == 1:
         per_split = [collections.Counter(labels)]

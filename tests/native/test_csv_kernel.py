@@ -28,7 +28,7 @@ from recordforge.transforms.readers import csv as csv_reader
 from recordforge.transforms.readers.csv import CsvRunBatch, iter_csv
 from recordforge.transforms.readers.rows import ColumnBatch
 from recordforge.transforms.splits import SplitAssigner
-from recordforge.transforms.vocabulary_labels import VocabularyLabels
+from recordforge.transforms.int_labels import IntLabels
 
 _spec = importlib.util.spec_from_file_location("kernel_cases",
                                                Path(__file__).with_name("kernel_cases.py"))
@@ -156,7 +156,10 @@ def test_vocabulary_labels_count_as_the_python_path(native, outcome, tmp_path_fa
             outcome(cases.converter(specs, "c1", None), specs, batch, "v")
         if all(label in VOCABULARY for label, _ in rows) and isinstance(batch, CsvRunBatch):
             labels = with_kernel.convert_observed_batch(batch, "v", tuple(VOCABULARY))[1]
-            assert isinstance(labels, VocabularyLabels)  # the ids were counted
+            assert isinstance(labels, IntLabels)  # the ids were counted
+            numbers = with_kernel.convert_observed_batch(batch, "n", None)[1]
+            assert isinstance(numbers, IntLabels)  # and a label of plain numbers too
+            assert list(numbers) == [str(number) for _, number in rows]
 
 
 def test_a_plain_run_takes_the_kernel(native, outcome, tmp_path):

@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from tfrecord import example_pb2
 
 from recordforge.schemas.feature_config import parse_features
+from recordforge.schemas.features import label_text
 from recordforge.schemas.keys import sortable_key
 from recordforge.transforms.readers.rows import SourceRow
 from recordforge.transforms.splits import HashedExamples, SplitAssigner, assign_split
-from recordforge.transforms.vocabulary_labels import VocabularyLabels
+from recordforge.transforms.int_labels import IntLabels
 from recordforge.transforms.batch_converter import BatchConverter
 from recordforge.transforms.to_examples import (LabelCounting, RowsToExamples, _ConvertBatchesFn,
                                                label_counts)
@@ -500,17 +501,37 @@ def test_label_ids_count_as_their_texts(splits, vocabulary, rows):
     rows = [(split % splits, label_id % len(vocabulary)) for split, label_id in rows]
     split_of = np.array([split for split, _ in rows], dtype=np.intp)
     ids = np.array([label_id for _, label_id in rows], dtype=np.int64)
-    labels = VocabularyLabels.of(ids, vocabulary)
+    labels = IntLabels.of(ids, vocabulary)
     texts = [vocabulary[label_id] for label_id in ids.tolist()]
     assert list(labels) == texts and labels[:3] == texts[:3]
     assert label_counts(names, split_of, labels) == label_counts(names, split_of, texts)
 
 
-def test_label_ids_outside_the_vocabulary_are_not_taken():
-    """An id the vocabulary does not name (or no vocabulary) leaves the
-    labels to the list of texts, and never sizes a count by the id."""
-    assert VocabularyLabels.of(np.array([0, 2], dtype=np.int64), ["a", "b"]) is None
-    assert VocabularyLabels.of(np.array([-1], dtype=np.int64), ["a"]) is None
-    assert VocabularyLabels.of(np.array([0], dtype=np.int64), None) is None
-    assert VocabularyLabels.of(np.array([0.0]), ["a"]) is None
-    assert len(VocabularyLabels.of(np.zeros(0, dtype=np.int64), ["a"])) == 0
+@settings(max_examples=300, deadline=None)
+@given(splits=st.integers(1, 3),
+       vocabulary=st.none() | st.lists(st.sampled_from(["a", "b", "é", "", "7", "-1"]),
+                                       min_size=1, max_size=6),
+       rows=st.lists(st.tuples(st.integers(0, 2), st.one_of(
+           st.integers(-3, 9), st.integers(-2**63, 2**63 - 1),
+           st.sampled_from([-2**63, 2**63 - 1, -2**63 + 1, 2**63 - 2]))), max_size=40))
+def test_int_labels_count_as_their_texts(splits, vocabulary, rows):
+    """Int labels (the kernel's array: vocabulary ids in range or not, or
+    plain numbers of any span, the int64 limits included) give the counts,
+    and the texts row by row, of the list of their texts; two values of one
+    text (the vocabulary's "7" and the number 7) count together."""
+    names = ["train", "validation", "test"][:splits]
+    split_of = np.array([split % splits for split, _ in rows], dtype=np.intp)
+    values = np.array([value for _, value in rows], dtype=np.int64)
+    labels = IntLabels.of(values, vocabulary)
+    texts = [label_text(value, vocabulary) for value in values.tolist()]
+    assert list(labels) == texts and labels[:3] == texts[:3]
+    assert label_counts(names, split_of, labels) == label_counts(names, split_of, texts)
+
+
+def test_int_labels_take_int64_arrays_only():
+    """Values that are not int64 (floats, whose texts keep -0.0 apart) are
+    left to the list of texts."""
+    assert IntLabels.of(np.array([0.0]), ["a"]) is None
+    assert IntLabels.of(np.array([0], dtype=np.int32), None) is None
+    assert len(IntLabels.of(np.zeros(0, dtype=np.int64), ["a"])) == 0
+    assert IntLabels.of(np.zeros(0, dtype=np.int64), None).counts(np.zeros(0, np.intp), 2) == [{}, {}]
