@@ -10,6 +10,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability import python_urns
 from apache_beam.runners.worker import statesampler
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import environments
 
 from recordforge.pipelines.beam_sampler import SAMPLING_PERIOD_MS
@@ -95,3 +96,37 @@ def test_a_quiet_build_s_workers_print_nothing_of_beams(tmp_path, capfd):
     # Beam's import warns about apitools and its worker logs its start, both
     # before the worker reads the quiet log level from the options.
     assert "apache_beam" not in err and "apitools" not in err, err
+
+
+def test_every_worker_is_told_it_is_done_before_the_first_is_closed(monkeypatch):
+    """A multi_processing run's workers are all told to end before Beam's
+    close of the first one waits for it; the run's result is Beam's."""
+    from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
+
+    from recordforge.pipelines.local_engine import TogetherClosingManager
+
+    servicer = worker_handlers.BeamFnControlServicer
+    events = []
+    push, close = worker_handlers.ControlConnection.push, worker_handlers.ControlConnection.close
+
+    def recorded_push(connection, request):
+        if request is servicer._DONE_MARKER:
+            events.append(("done", id(connection)))
+        return push(connection, request)
+
+    def recorded_close(connection):
+        events.append(("close", id(connection)))
+        return close(connection)
+
+    monkeypatch.setattr(worker_handlers.ControlConnection, "push", recorded_push)
+    monkeypatch.setattr(worker_handlers.ControlConnection, "close", recorded_close)
+    options = PipelineOptions(["--direct_running_mode=multi_processing",
+                               "--direct_num_workers=3"])
+    with beam.Pipeline(runner=local_runner(options), options=options) as pipeline:
+        squares = pipeline | beam.Create(range(30)) | beam.Reshuffle() | beam.Map(lambda n: n * n)
+        assert_that(squares, equal_to([n * n for n in range(30)]))
+    assert issubclass(fn_runner.WorkerHandlerManager, TogetherClosingManager)
+    closed = [connection for kind, connection in events if kind == "close"]
+    first_close = events.index(("close", closed[0]))
+    told = {connection for kind, connection in events[:first_close] if kind == "done"}
+    assert len(set(closed)) == 3 and told == set(closed)
