@@ -11,7 +11,8 @@ A build that quiets Beam (a worker log level above CRITICAL,
 
 At the end of a run Beam closes its workers one after another, each close
 waiting for that worker to end (its control stream, then its process:
-~40 ms a worker here, so a build's close grew with its workers). The
+tens of milliseconds a worker here, so a build's close grew with its
+workers). The
 engine tells every started worker that it is done first, so that all of
 them end together, and then lets Beam close them as before
 (`close_workers_together`).
@@ -65,20 +66,18 @@ def workers_quiet(options) -> bool:
     return level.isdecimal() and int(level) > logging.CRITICAL
 
 
-def _tell_done(handler) -> bool:
+def _tell_done(handler) -> None:
     """Queues the end of `handler`'s control stream, as Beam's own close
     of its connection does first (`ControlConnection.close`, whose second
-    marker then stays unread), if its worker started one; whether it did.
-    A handler without a gRPC control connection is left to Beam."""
+    marker then stays unread), if its worker started one. A handler
+    without a gRPC control connection is left to Beam."""
     connection = getattr(handler, "control_conn", None)
     if not isinstance(connection, worker_handlers.ControlConnection):
-        return False
+        return
     servicer = worker_handlers.BeamFnControlServicer
     with worker_handlers.ControlConnection._lock:  # as `close` reads the state
-        if getattr(connection, "_state", None) != servicer.STARTED_STATE:
-            return False
-        connection.push(servicer._DONE_MARKER)
-    return True
+        if getattr(connection, "_state", None) == servicer.STARTED_STATE:
+            connection.push(servicer._DONE_MARKER)
 
 
 class TogetherClosingManager(worker_handlers.WorkerHandlerManager):
