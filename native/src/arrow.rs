@@ -29,6 +29,7 @@ use crate::table::{Columns, Converted, Rows};
 /// The value a feature's `rule` stores for `field`, or None when the fast
 /// path would not take it as it stands. `text`: a string feature (its rule
 /// is `Rule::Text`); a bytes feature takes binary values, empty ones too.
+#[inline(always)]
 pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Value<'a>> {
     match (rule, field) {
         (Rule::Int { .. }, Field::Int(number)) => rules::checked_number(rule, Value::Int(number)),
@@ -47,14 +48,16 @@ pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Val
 
 /// What `feature` makes of an Arrow or JSON `field` (`nulls::Part`):
 /// `text` and `nullable` as `convert_batch` takes them for it.
+#[inline(always)]
 pub(crate) fn field_part<'a>(feature: &Feature, text: bool, nullable: bool, field: Field<'a>) -> Part<'a> {
-    let checked = || check(&feature.rule, text, field);
-    match field {
-        Field::Null if nullable => Part::Omitted,
+    let (null_text, field) = match field {
+        Field::Null if nullable => return Part::Omitted,
         // (only text, a Python str, can be one of the null texts)
-        Field::Text(data) => feature.part(Some(data), checked),
-        _ => feature.part(None, checked),
-    }
+        Field::Text(data) => (Some(data), field),
+        _ => (None, field),
+    };
+    // (one call of `part`, so that its check is made inline, not called)
+    feature.part(null_text, || check(&feature.rule, text, field))
 }
 
 /// A raw key column's key (`BatchConverter.key_of` of its Python value):

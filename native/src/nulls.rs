@@ -45,6 +45,7 @@ impl Feature {
     /// What the feature makes of a field: `text` is its text when the
     /// field is text (a Python str), which the null texts are matched
     /// against; `check` gives its checked value otherwise (None: declined).
+    #[inline(always)]
     pub(crate) fn part<'a>(&self, text: Option<&'a [u8]>, check: impl FnOnce() -> Option<Value<'a>>) -> Part<'a> {
         if let (Some(nulls), Some(text)) = (&self.nulls, text) {
             let missing = if nulls.texts.contains(text) {
@@ -71,6 +72,7 @@ impl<'a> Part<'a> {
     /// declined as UNCHECKED (the Python row path converts it; the
     /// statistics convert that value alone); gives the value a key may
     /// take (a stored one only: a default never keys a row).
+    #[inline(always)]
     pub(crate) fn record(self, feature: &Feature, entries: &mut Vec<u8>,
                          column: &mut Column<'a>) -> Option<Value<'a>> {
         match self {

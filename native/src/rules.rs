@@ -181,6 +181,7 @@ pub fn check<'a>(rule: &Rule, field: &'a [u8]) -> Option<Value<'a>> {
 /// `value` when a number `rule` (Int or Float, of the same kind) takes it
 /// as it stands: inside lo..hi and in `allowed`; shared by the CSV and the
 /// Arrow kernels (`arrow.rs`), whose numbers come parsed or typed.
+#[inline(always)]
 pub(crate) fn checked_number<'a>(rule: &Rule, value: Value<'a>) -> Option<Value<'a>> {
     match (rule, value) {
         (Rule::Int { lo, hi, allowed }, Value::Int(number)) => {
