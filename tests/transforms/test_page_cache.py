@@ -283,6 +283,62 @@ def test_a_csv_range_reader_drops_its_range_and_keeps_the_others(tmp_path):
     assert inside and not any(inside)
 
 
+def _parquet_table(tmp_path, groups: int = 4, group_rows: int = 1500) -> str:
+    """A cached Parquet file of `groups` row groups of ~6 MB each
+    (incompressible binary values, a dictionary-encoded label, a number)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = groups * group_rows
+    table = pa.table({"id": pa.array(range(rows), pa.int64()),
+                      "data": pa.array([os.urandom(4000) for _ in range(rows)], pa.binary()),
+                      "label": pa.array([f"class_{i % 7}" for i in range(rows)])})
+    path = str(tmp_path / "table.parquet")
+    pq.write_table(table, path, row_group_size=group_rows)
+    with open(path, "rb") as fileobj:
+        return _cached_file(tmp_path, "cached.parquet", fileobj.read())
+
+
+def test_row_group_spans_tile_the_file_between_its_magic_and_its_footer(tmp_path):
+    import pyarrow.parquet as pq
+    from recordforge.transforms.readers.parquet import row_group_span
+
+    path = _parquet_table(tmp_path)
+    with open(path, "rb") as fileobj:
+        data = fileobj.read()
+    # A Parquet file: "PAR1", the row groups' column chunks, the footer,
+    # its length (4 bytes, little-endian), "PAR1".
+    footer_start = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    metadata = pq.ParquetFile(path).metadata
+    spans = [row_group_span(metadata.row_group(group)) for group in range(metadata.num_row_groups)]
+    assert len(spans) == 4
+    assert spans[0][0] == len(b"PAR1")
+    for (offset, length), (next_offset, _) in zip(spans, spans[1:]):
+        assert offset + length == next_offset
+    assert spans[-1][0] + spans[-1][1] == footer_start
+
+
+@linux_only
+def test_a_parquet_reader_drops_the_row_groups_it_read_and_keeps_the_others(tmp_path):
+    import pyarrow.parquet as pq
+    from recordforge.transforms.readers import parquet as parquet_reader
+
+    path = _parquet_table(tmp_path)
+    rows = list(parquet_reader.iter_parquet(path, row_groups=[1, 2]))
+    assert len(rows) == 3000 and not any(isinstance(row, dict) for row in rows)
+    metadata = pq.ParquetFile(path).metadata
+    start = parquet_reader.row_group_span(metadata.row_group(1))[0]
+    offset, length = parquet_reader.row_group_span(metadata.row_group(2))
+    end = offset + length
+    resident = _residency(path)
+    margin = (2 << 20) // _PAGE  # whole cached folios, as for the CSV ranges
+    first, last = start // _PAGE, end // _PAGE
+    # The other row groups and the footer (every reader reads it) stay cached.
+    assert all(resident[:first]) and all(resident[last + 1:])
+    inside = resident[first + margin:last - margin]
+    assert inside and not any(inside)
+
+
 @linux_only
 def test_a_reader_stopped_early_drops_nothing(tmp_path):
     path = _table(tmp_path)

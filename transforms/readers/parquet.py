@@ -4,8 +4,10 @@ Values are `pyarrow`'s Python conversions (``to_pylist``, or ``to_pydict`` a
 record batch at a time as a `ColumnBatch`); ``row`` is the 1-based row index
 in the file. A footer that cannot be read stands for the file, a row group
 that does not decode for its unread rows; a row holding text that is not
-UTF-8 is that row's ``invalid_utf8`` dead letter. Arrow chooses its own reads, so
-these files are left to the page cache. Where the native kernels run, a
+UTF-8 is that row's ``invalid_utf8`` dead letter. Arrow chooses its own reads;
+once a row group is read, its column chunks are dropped from the page cache
+(`transforms.page_cache`: the build's writes then reuse their memory, as
+they do the other readers'). Where the native kernels run, a
 record batch comes as an `ArrowBatch`, whose Python values are made only
 when asked.
 
@@ -20,6 +22,7 @@ from typing import IO, Iterable, Iterator
 
 import fsspec
 
+from .. import page_cache
 from .common import (READ_ERRORS, open_file, read_dead_letter, rows_of_whole_file,
                      read_error, resolve)
 from ...schemas.native import kernels
@@ -120,6 +123,7 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
         for i in range(metadata.num_row_groups):
             firsts.append(firsts[-1] + metadata.row_group(i).num_rows)
         groups = range(metadata.num_row_groups) if row_groups is None else row_groups
+        previous = None  # the span of the row group read last
         for group in groups:
             if not 0 <= group < metadata.num_row_groups:
                 yield read_error(source, None, IndexError(
@@ -129,8 +133,36 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
             rows = batch_size or _parquet_batch_rows(metadata.row_group(group))
             yield from _parquet_group(parquet, group, firsts[group], firsts[group + 1],
                                       rows, source, columns)
+            span = row_group_span(metadata.row_group(group))
+            if span is not None:
+                # From the start of the group before, where they lie back to
+                # back: the kernel drops only the cached folios (up to 2 MB)
+                # that lie wholly inside the range, and one straddles them.
+                start = previous[0] if previous and sum(previous) == span[0] else span[0]
+                page_cache.drop_behind(f, start, sum(span) - start)
+            previous = span
 
     return rows_of_whole_file(path, fs, source, read_rows)
+
+
+def row_group_span(row_group) -> tuple[int, int] | None:
+    """(offset, length) of the bytes that hold `row_group`'s column chunks
+    (its metadata), from the first chunk's first page to the end of the
+    last: what reading the group read. None when the metadata gives no
+    such bytes. The footer's numbers are the file's word, not checked: the
+    span only advises the page cache."""
+    start, end = None, None
+    for index in range(row_group.num_columns):
+        chunk = row_group.column(index)
+        first = chunk.data_page_offset
+        if chunk.has_dictionary_page and chunk.dictionary_page_offset is not None:
+            first = min(first, chunk.dictionary_page_offset)
+        last = first + chunk.total_compressed_size
+        start = first if start is None else min(start, first)
+        end = last if end is None else max(end, last)
+    if start is None or start < 0 or end <= start:
+        return None
+    return start, end - start
 
 
 def _rows_with_bad_text(batch, source: str, first_row: int) -> Iterator[SourceRow | dict]:
