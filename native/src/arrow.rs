@@ -50,11 +50,11 @@ pub(crate) fn check<'a>(rule: &Rule, text: bool, field: Field<'a>) -> Option<Val
 /// `text` and `nullable` as `convert_batch` takes them for it.
 #[inline(always)]
 pub(crate) fn field_part<'a>(feature: &Feature, text: bool, nullable: bool, field: Field<'a>) -> Part<'a> {
-    let (null_text, field) = match field {
+    let null_text = match field {
         Field::Null if nullable => return Part::Omitted,
         // (only text, a Python str, can be one of the null texts)
-        Field::Text(data) => (Some(data), field),
-        _ => (None, field),
+        Field::Text(data) => Some(data),
+        _ => None,
     };
     // (one call of `part`, so that its check is made inline, not called)
     feature.part(null_text, || check(&feature.rule, text, field))
