@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import json
 import ctypes.util
 import mmap
 import os
@@ -337,6 +338,53 @@ def test_a_parquet_reader_drops_the_row_groups_it_read_and_keeps_the_others(tmp_
     assert all(resident[:first]) and all(resident[last + 1:])
     inside = resident[first + margin:last - margin]
     assert inside and not any(inside)
+
+
+def _avro_bytes(rows: list[dict]) -> bytes:
+    import fastavro
+
+    schema = {"type": "record", "name": "row", "fields": [
+        {"name": "id", "type": "long"}, {"name": "text", "type": "string"}]}
+    out = io.BytesIO()
+    fastavro.writer(out, schema, rows)
+    return out.getvalue()
+
+
+def _tfrecord_bytes(rows: list[dict]) -> bytes:
+    from recordforge.schemas.example import encode_example
+    from recordforge.transforms.tfrecord.framing import frame_records
+
+    return frame_records([encode_example({"id": [row["id"]], "text": [row["text"].encode()]})
+                          for row in rows])
+
+
+# Each whole-file format: (file name, its bytes of `rows`, its reader).
+_WHOLE_FILE_FORMATS = {
+    "avro": ("table.avro", _avro_bytes, "avro"),
+    "json": ("table.json", lambda rows: json.dumps(rows).encode(), "json_array"),
+    "tfrecord": ("table.tfrecord", _tfrecord_bytes, "tfrecords"),
+}
+
+
+@linux_only
+@pytest.mark.parametrize("kind", sorted(_WHOLE_FILE_FORMATS))
+def test_a_file_read_whole_leaves_no_page_cached(tmp_path, kind):
+    import importlib
+
+    name, make, module = _WHOLE_FILE_FORMATS[kind]
+    rows = [{"id": i, "text": "x" * 300} for i in range(30_000)]  # ~9 MB
+    path = _cached_file(tmp_path, name, make(rows))
+    reader = importlib.import_module(f"recordforge.transforms.readers.{module}")
+    read = list(getattr(reader, f"iter_{module}")(path))
+    assert [row.values["id"] for row in read] in ([row["id"] for row in rows],
+                                                   [[row["id"]] for row in rows])
+    assert not any(_residency(path))
+    # Stopped early, a reader leaves the file as it found it.
+    _cached_file(tmp_path, name, make(rows))
+    early = getattr(reader, f"iter_{module}")(path)
+    next(early)
+    early.close()
+    assert all(_residency(path))
 
 
 @linux_only

@@ -116,25 +116,6 @@ def open_file(fs: fsspec.AbstractFileSystem, path: str) -> IO[bytes]:
     return fs.open(path, "rb", compression="infer")
 
 
-def rows_of_whole_file(path: str, fs: fsspec.AbstractFileSystem | None, source: str | None,
-                       read_rows: Callable[[IO[bytes], str], Iterator[Any]]) -> Iterator[Any]:
-    """The rows and read dead letters of one file read whole from its
-    start: `read_rows(file, source)` gives them from the open file. A file
-    of no byte is one `empty_file` dead letter, and a failure to open or
-    read it a `read_error` (a reader that knows the row it reached catches
-    its own first)."""
-    fs, fs_path, source = resolve(path, fs, source)
-    try:
-        with open_file(fs, fs_path) as f:
-            if f.seek(0, 2) == 0:
-                yield empty_file(source)
-                return
-            f.seek(0)
-            yield from read_rows(f, source)
-    except READ_ERRORS as exc:
-        yield read_error(source, None, exc)
-
-
 @contextlib.contextmanager
 def open_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None,
                opener=open_file) -> Iterator[IO[bytes]]:
@@ -145,3 +126,26 @@ def open_range(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | 
     with opener(fs, path) as f:
         yield f
         page_cache.drop_behind(f, start, 0 if end is None else end - start)
+
+
+def rows_of_whole_file(path: str, fs: fsspec.AbstractFileSystem | None, source: str | None,
+                       read_rows: Callable[[IO[bytes], str], Iterator[Any]], *,
+                       reads_every_byte: bool = True) -> Iterator[Any]:
+    """The rows and read dead letters of one file read whole from its
+    start: `read_rows(file, source)` gives them from the open file. A file
+    of no byte is one `empty_file` dead letter, and a failure to open or
+    read it a `read_error` (a reader that knows the row it reached catches
+    its own first). `reads_every_byte`: `read_rows` reads the file through
+    once, which then leaves the page cache (`open_range` of the whole
+    file); a reader of some of its parts drops them itself."""
+    fs, fs_path, source = resolve(path, fs, source)
+    try:
+        with (open_range(fs, fs_path, 0, None) if reads_every_byte
+              else open_file(fs, fs_path)) as f:
+            if f.seek(0, 2) == 0:
+                yield empty_file(source)
+                return
+            f.seek(0)
+            yield from read_rows(f, source)
+    except READ_ERRORS as exc:
+        yield read_error(source, None, exc)

@@ -27,7 +27,7 @@ from typing import IO, Iterator
 
 import fsspec
 
-from .common import (READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve,
+from .common import (READ_ERRORS, empty_file, open_range, read_dead_letter, read_error, resolve,
                      skip_utf8_bom)
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds, kind_of
 from .rows import SourceRow
@@ -93,7 +93,8 @@ def iter_json_array(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     fs, fs_path, source = resolve(path, fs, source)
     index = 0
     try:
-        with open_file(fs, fs_path) as f:
+        # (read through once: it then leaves the page cache, `open_range`)
+        with open_range(fs, fs_path, 0, None) as f:
             skip_utf8_bom(f)
             text = _Text(f)
             first = text.skip_space()

@@ -142,7 +142,7 @@ def iter_parquet(path: str, *, row_groups: Iterable[int] | None = None,
                 page_cache.drop_behind(f, start, sum(span) - start)
             previous = span
 
-    return rows_of_whole_file(path, fs, source, read_rows)
+    return rows_of_whole_file(path, fs, source, read_rows, reads_every_byte=False)
 
 
 def row_group_span(row_group) -> tuple[int, int] | None:

@@ -23,7 +23,8 @@ import fsspec
 
 from ...schemas.example import ExampleDecodeError, decode_example
 from ..tfrecord import TFRecordError, iter_records
-from .common import READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve
+from .common import (READ_ERRORS, empty_file, open_file, open_range, read_dead_letter,
+                     read_error, resolve)
 from .rows import SourceRow
 
 __all__ = ["iter_tfrecords"]
@@ -47,7 +48,8 @@ def iter_tfrecords(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
     fs, fs_path, source = resolve(path, fs, source)
     index = 0
     try:
-        with _open_tfrecord(fs, fs_path) as f:
+        # (read through once: it then leaves the page cache, `open_range`)
+        with open_range(fs, fs_path, 0, None, opener=_open_tfrecord) as f:
             try:
                 for record in iter_records(f, path=fs_path, compression="auto"):
                     index += 1
