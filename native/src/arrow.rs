@@ -140,12 +140,12 @@ impl<'a> Batch<'_, 'a> {
         let (plan, text, nullable) = (self.plan, self.text, self.nullable);
         // One row's entries and key, reused from row to row.
         let (mut entries, mut key) = (Vec::new(), Vec::new());
-        // Per feature: its checked value, or None (left out, or declining the row).
-        let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
+        // (the one feature whose value keys a row: only its value is kept)
+        let key_position = plan.key.feature();
         for row in 0..self.count {
             entries.clear();
-            values.clear();
             let mut declined = false;
+            let mut key_value = None;
             for (position, (feature, array)) in plan.features.iter().zip(self.features).enumerate() {
                 let part_of = |field| field_part(feature, text[position], nullable[position], field);
                 let part = match &mut dictionary_parts[position] {
@@ -153,12 +153,15 @@ impl<'a> Batch<'_, 'a> {
                     _ => part_of(array.field(row)?),
                 };
                 declined |= part == Part::Declined;
-                values.push(part.record(feature, &mut entries, &mut checked[position]));
+                let stored = part.record(feature, &mut entries, &mut checked[position]);
+                if key_position == Some(position) {
+                    key_value = stored;
+                }
             }
             key.clear();
             let keyed = match (plan.key, self.key_column) {
                 (Key::None, _) => true,
-                (Key::Feature(position), _) => match &values[position] {
+                (Key::Feature(_), _) => match &key_value {
                     Some(value) => { rules::put_value_key(&mut key, value); true }
                     None => false,
                 },

@@ -170,7 +170,8 @@ impl<'a> Array<'a> {
             _ => return Err(short),
         }
         let text = matches!(self.layout, Layout::Utf8(_));
-        Ok(Checked { array: self, column, utf8: (utf8_known && text) || self.whole_utf8() })
+        let utf8 = (utf8_known && text) || self.whole_utf8();
+        Ok(Checked { array: self.without_all_set_validity(), column, utf8 })
     }
 
     /// A dictionary array checked: its dictionary (itself no dictionary
@@ -184,11 +185,21 @@ impl<'a> Array<'a> {
         }
         let values = dictionary.checked_with(column, utf8_known)?;
         Array { dictionary: None, ..self }.checked(column)?;
-        let checked = Checked { array: self, column, utf8: values.utf8 };
+        let checked = Checked { array: self.without_all_set_validity(), column, utf8: values.utf8 };
         for row in 0..self.length {
             checked.dictionary_index(row)?;
         }
         Ok(checked)
+    }
+
+    /// The array without its validity bitmap where every row is valid (its
+    /// bitmap checked to hold them): a column with no null, which Parquet's
+    /// reader gives a bitmap of set bits, then costs its rows no bit each.
+    fn without_all_set_validity(self) -> Self {
+        match self.validity {
+            Some(bits) if all_set(bits, self.offset, self.length) => Array { validity: None, ..self },
+            _ => self,
+        }
     }
 
     /// Whether the array is text whose every value is UTF-8 (its offsets
@@ -219,6 +230,19 @@ fn offset_at(offsets: &[u8], size: usize, index: usize) -> Option<usize> {
 
 fn bit(bits: &[u8], index: usize) -> bool {
     bits[index / 8] >> (index % 8) & 1 == 1
+}
+
+/// Whether bits `offset` .. `offset + length` of `bits` (which holds
+/// them) are all set: the whole bytes among them compared a byte at a time.
+fn all_set(bits: &[u8], offset: usize, length: usize) -> bool {
+    let end = offset + length;
+    let (first_whole, end_whole) = (offset.div_ceil(8), end / 8);
+    if first_whole >= end_whole {
+        return (offset..end).all(|index| bit(bits, index));
+    }
+    (offset..first_whole * 8).all(|index| bit(bits, index))
+        && bits[first_whole..end_whole].iter().all(|&byte| byte == 0xFF)
+        && (end_whole * 8..end).all(|index| bit(bits, index))
 }
 
 /// Item `index` of a checked buffer of `width`-byte integers as an index:
@@ -419,6 +443,35 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        #[test]
+        fn all_set_is_every_bit_set(bits in prop::collection::vec(
+                                        prop::sample::select(vec![0xFFu8, 0xFE, 0x7F, 0xEF, 0x00]), 0..6),
+                                    offset in 0usize..48, length in 0usize..48) {
+            let length = length.min((bits.len() * 8).saturating_sub(offset));
+            let offset = offset.min(bits.len() * 8);
+            prop_assert_eq!(all_set(&bits, offset, length), (offset..offset + length).all(|index| bit(&bits, index)));
+        }
+
+        #[test]
+        fn an_array_reads_alike_without_a_bitmap_of_set_bits(values in prop::collection::vec(any::<i64>(), 0..40),
+                                                              offset in 0usize..8, unset in prop::option::of(0usize..40)) {
+            let data = ints(&values);
+            let offset = offset.min(values.len());
+            let length = values.len() - offset;
+            let mut validity = vec![0xFFu8; 6];
+            if let Some(index) = unset.filter(|index| *index < values.len()) {
+                validity[index / 8] &= !(1 << (index % 8));
+            }
+            let array = Array { layout: Layout::Int(8), offset, length, validity: Some(&validity), values: &data, offsets: None, dictionary: None };
+            let checked = array.checked(0).unwrap();
+            // The bitmap is dropped only where it sets every row's bit.
+            prop_assert_eq!(checked.array.validity.is_none(), all_set(&validity, offset, length));
+            for row in 0..length {
+                let expected = if bit(&validity, offset + row) { Field::Int(values[offset + row]) } else { Field::Null };
+                prop_assert_eq!(checked.field(row), Ok(expected));
+            }
+        }
+
         #[test]
         fn a_dictionary_index_is_its_integer_field(bytes in prop::collection::vec(any::<u8>(), 8..40),
                                                    width in prop::sample::select(vec![1usize, 2, 4, 8]),

@@ -31,7 +31,7 @@ use crate::arrow_array::Field;
 use crate::json_scan::{count_lf, scan_line, scan_run_line, Json};
 use crate::column::Column;
 use crate::nulls::Part;
-use crate::rules::{self, Key, Plan, Value};
+use crate::rules::{self, Key, Plan};
 use crate::table::{Columns, Converted, Rows};
 
 /// What a line is to the reader.
@@ -316,7 +316,8 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
     let mut checked: Columns = plan.features.iter().map(|_| Column::with_capacity(count)).collect();
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
-    let mut values: Vec<Option<Value>> = Vec::with_capacity(plan.features.len());
+    // (the one feature whose value keys a row: only its value is kept)
+    let key_position = plan.key.feature();
     let mut fields: Vec<Option<Field<'a>>> = Vec::with_capacity(plan.width);
     for (line_slots, declined) in slots.chunks(plan.width).zip(declined_lines) {
         let mut declined = declined;
@@ -326,19 +327,22 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
             Slot::Decoded(start, end) => Some(Field::Text(&arena[start..end])),
         }));
         entries.clear();
-        values.clear();
+        let mut key_value = None;
         for (position, feature) in plan.features.iter().enumerate() {
             // (None: a value the kernel does not model, which declines the row)
             let part = fields[feature.column].map_or(Part::Declined, |field| {
                 arrow::field_part(feature, text[position], nullable[position], field)
             });
             declined |= part == Part::Declined;
-            values.push(part.record(feature, &mut entries, &mut checked[position]));
+            let stored = part.record(feature, &mut entries, &mut checked[position]);
+            if key_position == Some(position) {
+                key_value = stored;
+            }
         }
         key.clear();
         let keyed = match plan.key {
             Key::None => true,
-            Key::Feature(position) => match &values[position] {
+            Key::Feature(_) => match &key_value {
                 Some(value) => {
                     rules::put_value_key(&mut key, value);
                     true

@@ -119,6 +119,17 @@ pub enum Key {
     Text(usize),
 }
 
+impl Key {
+    /// The position of the feature whose value keys a row, if one does:
+    /// the kernels keep that value alone of a row's.
+    pub fn feature(self) -> Option<usize> {
+        match self {
+            Key::Feature(position) => Some(position),
+            Key::None | Key::Text(_) => None,
+        }
+    }
+}
+
 /// A compiled plan: the features in the order their entries are written.
 #[derive(Debug, Clone)]
 pub struct Plan {

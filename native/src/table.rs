@@ -259,10 +259,7 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
     // One row's entries and key, reused from row to row.
     let (mut entries, mut key) = (Vec::new(), Vec::new());
     // (the one feature whose value keys a row: only its value is kept)
-    let key_position = match plan.key {
-        Key::Feature(position) => Some(position),
-        Key::None | Key::Text(_) => None,
-    };
+    let key_position = plan.key.feature();
     let mut start = 0;
     for row in 0..fields.rows {
         start = fields.cut_row(run, row, start, &mut line)?;
