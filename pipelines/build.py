@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import stat
 import sys
 import time
 import traceback
@@ -31,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from . import progress, publish, scratch, signals
+from . import progress, publish, scratch, signals, waiting_workers
 from .beam_import import import_beam_filesystems
 from .cache import CacheState, cache_url, open_cache, prune_cache, uses_cache
 from .config import DatasetConfig, load_config, load_runner_profile
@@ -42,7 +43,7 @@ from .publish import (BuildFailed, PublishError, PublishedWithErrors, VersionExi
 from .publish.duplicates import DuplicatesCheck
 from .publish.gates import BuildChecks, StatisticsCheck
 from .runners import (BuildOptions, default_beam_args, is_local, local_parallel_min_bytes,
-                      local_runner)
+                      local_runner, planned_local_workers)
 from ..schemas.checks import stored_defaults
 from ..schemas.errors import ConfigError
 from ..schemas.features import manifest_features
@@ -130,6 +131,26 @@ def build(config: "str | os.PathLike | Mapping[str, Any] | DatasetConfig", *,
         raise
     except ValueError as error:  # a version template or name that cannot be used
         raise ConfigError("version", str(error)) from None
+    # The workers a local multi_processing run will ask for start now, so
+    # that their imports overlap the reading of the inputs below; those
+    # the run does not take end with the build (`waiting_workers`).
+    workers = planned_local_workers(beam_args, _source_file_size(config.source.path),
+                                    local_parallel_min_bytes(config.source.type))
+    if workers:
+        from .local_engine import start_workers_ahead  # (Beam's runner: local builds only)
+        start_workers_ahead(beam_args, workers)
+    try:
+        return _build_version(config, version, beam_args, overwrite=overwrite,
+                              update_latest=update_latest, verify=verify,
+                              show_progress=show_progress)
+    finally:
+        waiting_workers.discard()
+
+
+def _build_version(config: DatasetConfig, version: str, beam_args: Sequence[str], *,
+                   overwrite: bool, update_latest: bool, verify: bool,
+                   show_progress: bool) -> BuildResult:
+    """`build` of `config`'s `version` (resolved)."""
     # Fingerprinted before anything reads them, compared after the pipeline;
     # a local file is hashed here only (`ContentTokens`), and a table file
     # cut into byte ranges is planned in the same read, as the cache's
@@ -256,6 +277,19 @@ def _stderr_may_fail():
         yield
     except OSError:
         pass  # the message is lost: stderr is where it would be reported
+
+
+def _source_file_size(path: str) -> int | None:
+    """The size of a source that is one local file, known at once (its
+    stat); None for anything else (a folder, a pattern, a URL), whose size
+    the listing of its files gives."""
+    if "://" in path or any(char in path for char in "*?["):
+        return None
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
 
 
 def _source_inputs(config: DatasetConfig, tokens: ContentTokens | None = None) -> dict:

@@ -16,6 +16,10 @@ workers). The
 engine tells every started worker that it is done first, so that all of
 them end together, and then lets Beam close them as before
 (`close_workers_together`).
+
+A build that knows before it reads its inputs that it will run workers
+starts them then (`start_workers_ahead`), and Beam's start of a worker takes
+one of those (`waiting_workers`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ from __future__ import annotations
 import logging
 import sys
 
-from apache_beam.options.pipeline_options import WorkerOptions
+from apache_beam.options.pipeline_options import PipelineOptions, WorkerOptions
 from apache_beam.portability import python_urns
 from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
+from . import waiting_workers
 from .sdk_worker import QUIET_FLAG
 
 __all__ = ["LocalFnApiRunner", "close_workers_together", "lean_worker_command",
-           "start_workers_lean", "workers_quiet"]
+           "start_workers_ahead", "start_workers_lean", "workers_quiet"]
 
 # The command as Beam 2.77's FnApiRunner.run_pipeline writes it (bytes in
 # the environment's payload).
@@ -52,6 +57,14 @@ def start_workers_lean(pipeline_proto, quiet: bool = False) -> int:
             environment.payload = lean_worker_command(quiet).encode("utf-8")
             rewritten += 1
     return rewritten
+
+
+def start_workers_ahead(beam_args, count: int) -> None:
+    """Starts `count` multi_processing workers of a local build of
+    `beam_args` (`runners.planned_local_workers`) to wait for its run
+    (`waiting_workers`), quiet where its options quiet Beam."""
+    quiet = workers_quiet(PipelineOptions(list(beam_args)))
+    waiting_workers.start(lean_worker_command(quiet), count)
 
 
 def _starts_beams_worker(environment) -> bool:
@@ -106,10 +119,14 @@ class LocalFnApiRunner(fn_runner.FnApiRunner):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         close_workers_together()
+        waiting_workers.install()
 
     def run_via_runner_api(self, pipeline_proto, options):
         # The options are read only for a pipeline that starts workers.
         environments = pipeline_proto.components.environments.values()
         if any(map(_starts_beams_worker, environments)):
             start_workers_lean(pipeline_proto, quiet=workers_quiet(options))
-        return super().run_via_runner_api(pipeline_proto, options)
+        try:
+            return super().run_via_runner_api(pipeline_proto, options)
+        finally:
+            waiting_workers.discard()  # those the run did not take

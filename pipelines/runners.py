@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 __all__ = ["LOCAL_PARALLEL_MIN_BYTES", "BuildOptions", "default_beam_args", "is_local",
-           "local_parallel_min_bytes", "local_runner", "one_local_worker"]
+           "local_parallel_min_bytes", "local_runner", "one_local_worker", "planned_local_workers"]
 
 
 # Below this much input a local build runs in one process (in_memory, one
@@ -106,6 +106,25 @@ class BuildOptions(PipelineOptions):
 
 def is_local(runner: str | None) -> bool:
     return runner in (None, "DirectRunner", "direct")
+
+
+def planned_local_workers(beam_args: Sequence[str], input_bytes: int | None,
+                          parallel_from: int = LOCAL_PARALLEL_MIN_BYTES) -> int:
+    """The multi_processing workers a local build of `beam_args` will
+    start (`default_beam_args`, given `input_bytes` of input), known before
+    its inputs are read; 0 for none, or where that waits on an input size
+    not known yet (None)."""
+    chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
+                 for a in beam_args)
+    if not chosen and input_bytes is None:
+        return 0
+    args = default_beam_args(beam_args, input_bytes=lambda: input_bytes,
+                             parallel_from=parallel_from)
+    options = PipelineOptions(args)
+    if (not is_local(options.view_as(StandardOptions).runner)
+            or options.view_as(DirectOptions).direct_running_mode != "multi_processing"):
+        return 0
+    return options.view_as(DirectOptions).direct_num_workers or 0
 
 
 def one_local_worker(options: PipelineOptions) -> bool:

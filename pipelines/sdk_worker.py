@@ -11,18 +11,27 @@ uses) with the collector paused and the heap frozen after
 here instead (`local_engine`), which does the same and then runs Beam's
 worker unchanged (`sdk_worker_main.main`). Whatever a step needs that was
 left out is imported when it is first used, as in the console script.
+
+Started with `WAIT_FLAG` (`waiting_workers`), a worker does its imports
+and then waits for what Beam gives a new worker's environment, one line of
+JSON on stdin, before it runs; it ends at once if stdin ends first.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import signal
 import sys
 
-__all__ = ["QUIET_FLAG", "main"]
+__all__ = ["QUIET_FLAG", "WAIT_FLAG", "main"]
 
 
 # Given by `local_engine` when the build quiets Beam (`progress.hide_beam_noise`).
 QUIET_FLAG = "--quiet"
+# Given by `waiting_workers` to a worker started before its run.
+WAIT_FLAG = "--wait"
 
 
 def main() -> None:
@@ -46,7 +55,24 @@ def main() -> None:
         # later collection's walk.
         gc.freeze()
         gc.enable()
+    if WAIT_FLAG in sys.argv[1:]:
+        given = _wait_for_run()
+        if given is None:  # not taken: nothing to run
+            return
+        os.environ.update(given)
     sdk_worker_main.main(sys.argv)
+
+
+def _wait_for_run() -> dict[str, str] | None:
+    """The environment variables the run gives on stdin, None once stdin
+    ends first. A Ctrl-C meanwhile ends the process as it ends a new one
+    (silently, by the signal), not with a traceback."""
+    interrupted = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        given = sys.stdin.buffer.readline()
+    finally:
+        signal.signal(signal.SIGINT, interrupted)
+    return json.loads(given) if given else None
 
 
 if __name__ == "__main__":
