@@ -103,6 +103,48 @@ def test_a_piece_gives_back_what_was_written(tmp_path, examples, dead_letters, s
         assert sorted(back) == sorted(examples)
 
 
+def _merged_rows(paths) -> list:
+    """Every row of the runs at `paths`, in (key, example) order."""
+    return sorted((bytes(key), bytes(example)) for path in paths
+                  for key, example, _ in RunFile(str(path)).stream(b"", None))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(examples=examples_strategy, shuffle=st.booleans(), run_bytes=st.integers(1, 3000))
+def test_a_piece_whose_rows_pass_its_run_bytes_holds_the_same_rows_in_several_runs(
+        tmp_path, examples, shuffle, run_bytes):
+    import shutil
+
+    for path in tmp_path.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    one_run = tmp_path / "one"
+    one_run.mkdir()
+    whole, _ = _write(one_run, examples, shuffle=shuffle)
+    writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
+                         run_bytes=run_bytes, **_options(shuffle))
+    for start in range(0, len(examples), 7):
+        writer.add("examples", examples[start:start + 7])
+        # Never more held than a batch past the bound.
+        assert writer._buffer.buffered_bytes < run_bytes + 7 * 400
+    runs, size = writer.commit()
+    piece = read_piece(LOCAL, str(tmp_path), NAME)
+    assert piece.runs == runs and piece.size == size and piece.examples == len(examples)
+    for split in {run.split for run in whole} | {run.split for run in runs}:
+        ours = [run for run in runs if run.split == split]
+        theirs = [run for run in whole if run.split == split]
+        # The same rows of each split, counted, sized and sampled alike.
+        assert _merged_rows(run.path for run in ours) == _merged_rows(run.path for run in theirs)
+        assert sum(run.num_records for run in ours) == sum(run.num_records for run in theirs)
+        assert sum(run.num_bytes for run in ours) == sum(run.num_bytes for run in theirs)
+        assert (sorted(entry for run in ours for entry in run.sample)
+                == sorted(entry for run in theirs for entry in run.sample))
+    if run_bytes <= 16:  # (a framed record's least): a run per batch and split it had
+        batches = [examples[start:start + 7] for start in range(0, len(examples), 7)]
+        assert len(runs) == sum(len(RunBuffer(SplitAssigner("d", SPLITS), **_options(shuffle))
+                                    .add(batch)) for batch in batches)
+
+
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(examples=examples_strategy.filter(bool), data=st.data())
@@ -144,7 +186,9 @@ def test_a_summary_cannot_name_a_file_outside_its_runs(tmp_path):
     (tmp_path / "secret").write_bytes(b"x")
     with open(tmp_path / NAME, "rb") as handle:
         summary = json.loads(next(iter_records(handle, compression="none"))[1:])
-    for evil in ("../secret", "secret", NAME[:-6] + ".s0.run/../../secret", NAME[:-6] + ".s.run"):
+    for evil in ("../secret", "secret", NAME[:-6] + ".s0.run/../../secret", NAME[:-6] + ".s.run",
+                 NAME[:-6] + ".s0.0.run", NAME[:-6] + ".s0.1.2.run", NAME[:-6] + ".s0..run",
+                 NAME[:-6] + ".s00.run", NAME[:-6] + ".s0.01.run", NAME[:-6] + ".s0.１.run"):
         summary["runs"][0]["file"] = evil
         body = frame_records([b"j" + json.dumps(summary).encode()])
         (tmp_path / NAME).write_bytes(body + frame_records([b"s" + hashlib.sha256(body).digest()]))
@@ -219,6 +263,8 @@ def test_names_say_which_files_are_whole():
              piece_name(other, 2, 3), piece_name(key, 0, 2) + ".abc.tmp", "README"]
     assert whole_files(names) == {key: 2}
     assert key_of(piece_name(key, 1, 2)[:-len(".piece")] + ".s3.run") == key
+    assert key_of(piece_name(key, 1, 2)[:-len(".piece")] + ".s3.12.run") == key
+    assert key_of(piece_name(key, 1, 2)[:-len(".piece")] + ".s3.x.run") is None
     assert key_of(piece_name(key, 0, 2) + ".abc.tmp") is None
     assert parse_piece_name(piece_name(other, 2, 3)) == (other, 2, 3)
     assert parse_piece_name("x" * 40 + ".00003-of-00002.piece") is None

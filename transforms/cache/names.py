@@ -6,6 +6,7 @@ names say which:
 
     <file key>.<unit index:05d>-of-<unit count:05d>.piece
     <file key>.<unit index:05d>-of-<unit count:05d>.s<split index>.run
+    <file key>.<unit index:05d>-of-<unit count:05d>.s<split index>.<n>.run
 
 The file key is a digest of the encoding key (everything in the config and
 the package that changes what a row becomes, `pipelines.cache`) and the
@@ -31,7 +32,7 @@ __all__ = ["PIECE_SUFFIX", "file_key", "key_of", "parse_piece_name", "piece_name
 PIECE_SUFFIX = ".piece"
 _KEY_HEX = 40
 _PIECE_NAME = re.compile(r"^([0-9a-f]{40})\.(\d{5,})-of-(\d{5,})\.piece$")
-_CACHE_FILE = re.compile(r"^([0-9a-f]{40})\.\d{5,}-of-\d{5,}\.(?:piece|s\d+\.run)$")
+_CACHE_FILE = re.compile(r"^([0-9a-f]{40})\.\d{5,}-of-\d{5,}\.(?:piece|s\d+(?:\.\d+)?\.run)$")
 
 
 def file_key(encoding_key: str, fingerprint: Mapping) -> str:

@@ -1,9 +1,14 @@
 """A piece of the build cache: one reading unit's rows as sorted runs, and everything else it gave.
 
-A piece is a summary file and one run file per split the unit had rows of:
+A piece is a summary file and a run file per split the unit had rows of:
 
-    <file key>.<unit>-of-<count>.piece          summary (TFRecord-framed)
-    <file key>.<unit>-of-<count>.s<split>.run   the split's rows, sorted
+    <file key>.<unit>-of-<count>.piece            summary (TFRecord-framed)
+    <file key>.<unit>-of-<count>.s<split>.run     the split's rows, sorted
+    <file key>.<unit>-of-<count>.s<split>.<n>.run  its next run (n = 1, 2, ...)
+
+A unit whose rows pass the writer's `run_bytes` (a whole Avro, JSON or
+TFRecord file is one unit, of any size) is written as several runs per
+split as its rows come, so that the memory a unit holds stays bounded.
 
 The run files are the shard writer's own sorted runs (`writer.RunBuffer`,
 the format `writer.run_format` documents), so a reused unit's rows go to the shard
@@ -84,9 +89,10 @@ class CachedRun(NamedTuple):
     sample: tuple[SampleEntry, ...]
 
 
-def run_file_name(piece: str, split: int) -> str:
-    """``<piece name without .piece>.s<split>.run``."""
-    return f"{piece[:-len('.piece')]}.s{split}.run"
+def run_file_name(piece: str, split: int, index: int = 0) -> str:
+    """``<piece name without .piece>.s<split>.run`` (a split's first run),
+    ``....s<split>.<index>.run`` (its next)."""
+    return f"{piece[:-len('.piece')]}.s{split}{f'.{index}' if index else ''}.run"
 
 
 # --- values through JSON ---------------------------------------------------------------
@@ -165,15 +171,16 @@ class PieceWriter:
     """Writes one piece as its unit is converted: `add(tag, value)` for every
     output, `commit()` at the end, `abort()` on failure.
 
-    Rows wait in a `writer.RunBuffer` (the unit's Examples, held until the
-    unit ends: a unit is ~16 MB of input), the rest for the summary. Files
-    are written under temporary names and renamed locally; on object stores
-    each upload completes at once or not at all. A retried unit writes the
-    same names again."""
+    Rows wait in a `writer.RunBuffer` until they hold `run_bytes` (a unit
+    of a range reader is ~16 MB of input, but a whole file is one unit) or
+    the unit ends, then are written as a run per split; the rest waits for
+    the summary. Files are written under temporary names and renamed
+    locally; on object stores each upload completes at once or not at all.
+    A retried unit writes the same names again."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, directory: str, name: str,
                  assigner: SplitAssigner, *, shuffle: bool, sample_every: int,
-                 prefix_len: int, index_every: int):
+                 prefix_len: int, index_every: int, run_bytes: int = 64 << 20):
         self._fs = fs
         self._directory = directory.rstrip("/")
         self._name = name
@@ -181,8 +188,16 @@ class PieceWriter:
         self._local = isinstance(fs, LocalFileSystem)
         self._buffer = RunBuffer(assigner, shuffle=shuffle, sample_every=sample_every,
                                  prefix_len=prefix_len, index_every=index_every)
+        self._run_bytes = run_bytes
+        # Per split: rows, bytes and sampled keys of the rows buffered
+        # (the run they make next), and how many of its runs were written.
         self._held: dict[int, tuple[int, int]] = {}
         self._samples: dict[int, list[SampleEntry]] = {}
+        self._runs_written: dict[int, int] = {}
+        # What the runs written so far make: CachedRuns, summary entries, bytes.
+        self._runs: list[CachedRun] = []
+        self._entries: list[dict] = []
+        self._size = 0
         self._summary: dict[str, list] = {tag: [] for tag in SUMMARY_TAGS}
         # (split, feature) -> the unit's partials merged, for partials whose
         # merge does not depend on the order (all but text's top values)
@@ -199,6 +214,8 @@ class PieceWriter:
                 self._held[split] = (num_records, num_bytes)
                 self._samples.setdefault(split, []).extend(sample)
             self.examples += len(value)
+            if self._buffer.buffered_bytes >= self._run_bytes:
+                self._write_runs()
         elif tag == "statistics":
             key, stats = value
             if not stats.order_free:
@@ -226,15 +243,12 @@ class PieceWriter:
         if self._local:
             os.replace(path, self._path(name))
 
-    def commit(self, remember: bool = True) -> tuple[list[CachedRun], int]:
-        """Writes the runs, then (with `remember`) the summary; returns the
-        runs and the piece's size in bytes. Without the summary the runs
-        serve this build only: the piece is not complete, so no later build
-        reuses it, and the next one to convert the unit writes them again."""
-        runs, entries, size = [], [], 0
+    def _write_runs(self) -> None:
+        """Writes the rows held as a run per split, and empties the buffer."""
         names = self._assigner.names
         for split in self._buffer.splits_held():
-            name = run_file_name(self._name, split)
+            name = run_file_name(self._name, split, self._runs_written.get(split, 0))
+            self._runs_written[split] = self._runs_written.get(split, 0) + 1
             fileobj, path = self._open(name)
             with fileobj:
                 # Read back once by this build's shards, soon, and by later
@@ -246,12 +260,23 @@ class PieceWriter:
             self._finish(path, name)
             num_records, num_bytes = self._held[split]
             sample = tuple(self._samples.get(split, ()))
-            runs.append(CachedRun(names[split], self._path(name), num_records, num_bytes,
-                                  sample))
-            entries.append({"split": names[split], "file": name, "records": num_records,
-                            "bytes": num_bytes, "size": checked.size, "crc32c": checked.crc,
-                            "sample": encode_value(sample)})
-            size += checked.size
+            self._runs.append(CachedRun(names[split], self._path(name), num_records, num_bytes,
+                                        sample))
+            self._entries.append({"split": names[split], "file": name, "records": num_records,
+                                  "bytes": num_bytes, "size": checked.size,
+                                  "crc32c": checked.crc, "sample": encode_value(sample)})
+            self._size += checked.size
+        self._buffer.clear()
+        self._held.clear()
+        self._samples.clear()
+
+    def commit(self, remember: bool = True) -> tuple[list[CachedRun], int]:
+        """Writes the runs, then (with `remember`) the summary; returns the
+        runs and the piece's size in bytes. Without the summary the runs
+        serve this build only: the piece is not complete, so no later build
+        reuses it, and the next one to convert the unit writes them again."""
+        self._write_runs()
+        runs, entries, size = self._runs, self._entries, self._size
         statistics = [partial_json_text((key, self._merged[key]))
                       for key in sorted(self._merged)]
         if not remember:
@@ -363,10 +388,14 @@ def read_piece(fs: fsspec.AbstractFileSystem, directory: str, name: str) -> Piec
 
 
 def _is_run_of(piece: str, file: Any) -> bool:
+    """Whether `file` is a name `run_file_name` gives `piece`'s runs."""
     base = piece[:-len(".piece")]
-    return (isinstance(file, str) and file.startswith(f"{base}.s") and file.endswith(".run")
-            and file[len(base) + 2:-len(".run")].isdigit()
-            and file[len(base) + 2:-len(".run")].isascii())
+    if not (isinstance(file, str) and file.startswith(f"{base}.s") and file.endswith(".run")):
+        return False
+    numbers = file[len(base) + 2:-len(".run")].split(".")
+    return (len(numbers) in (1, 2) and all(n.isascii() and n.isdigit() for n in numbers)
+            and file == run_file_name(piece, int(numbers[0]),
+                                      int(numbers[1]) if len(numbers) == 2 else 0))
 
 
 def _check_run(fs: fsspec.AbstractFileSystem, path: str, size: int, crc: int) -> None:

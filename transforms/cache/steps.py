@@ -333,7 +333,8 @@ class _ConvertUnits(beam.DoFn):
         tuning = self._layout.tuning
         writer = PieceWriter(self._cache_fs, self._cache_path, name, self._assigner,
                              shuffle=self._layout.shuffle, sample_every=tuning.sample_every(),
-                             prefix_len=tuning.prefix_len, index_every=tuning.index_every)
+                             prefix_len=tuning.prefix_len, index_every=tuning.index_every,
+                             run_bytes=tuning.run_bytes)
         try:
             rows = 0
             unreadable = False  # an I/O error, which the next build may not meet
