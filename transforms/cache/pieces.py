@@ -295,7 +295,11 @@ class PieceWriter:
         return runs, size + len(data)
 
     def abort(self) -> None:
-        """Drops what an unfinished piece wrote (a failed or abandoned unit)."""
+        """Drops what an unfinished piece wrote under temporary names (a
+        failed or abandoned unit). A large unit's runs already renamed to
+        their names stay, named by no summary, until the unit is converted
+        again, which writes the same names (another attempt of the unit may
+        hold them: not deleted here)."""
         for path in self._temporary:
             try:
                 self._fs.rm(path)
