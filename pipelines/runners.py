@@ -53,8 +53,7 @@ def default_beam_args(beam_args: Sequence[str],
     processes, not threads, are what scale)."""
     args = list(beam_args)
     if is_local(PipelineOptions(args).view_as(StandardOptions).runner):
-        chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
-                     for a in args)
+        chosen = _chooses_local_mode(args)
         size = None
         if not chosen and input_bytes is not None:
             size = input_bytes()
@@ -65,6 +64,12 @@ def default_beam_args(beam_args: Sequence[str],
         if not any(a.startswith("--direct_num_workers") for a in args):
             args.append(f"--direct_num_workers={_local_workers(size, parallel_from)}")
     return args
+
+
+def _chooses_local_mode(beam_args: Sequence[str]) -> bool:
+    """Whether `beam_args` set the local running mode or its workers
+    (then the input's size decides neither)."""
+    return any(a.startswith(("--direct_running_mode", "--direct_num_workers")) for a in beam_args)
 
 
 def _local_workers(size: int | None, parallel_from: int) -> int:
@@ -114,9 +119,7 @@ def planned_local_workers(beam_args: Sequence[str], input_bytes: int | None,
     start (`default_beam_args`, given `input_bytes` of input), known before
     its inputs are read; 0 for none, or where that waits on an input size
     not known yet (None)."""
-    chosen = any(a.startswith(("--direct_running_mode", "--direct_num_workers"))
-                 for a in beam_args)
-    if not chosen and input_bytes is None:
+    if not _chooses_local_mode(beam_args) and input_bytes is None:
         return 0
     args = default_beam_args(beam_args, input_bytes=lambda: input_bytes,
                              parallel_from=parallel_from)

@@ -23,6 +23,16 @@ def no_worker_left():
     waiting_workers.discard()
 
 
+@pytest.fixture
+def started_workers(monkeypatch) -> list:
+    """The workers `waiting_workers.start` starts from now on."""
+    started = []
+    start = waiting_workers.start
+    monkeypatch.setattr(waiting_workers, "start",
+                        lambda command, count: started.extend(start(command, count)) or started)
+    return started
+
+
 def waiting_count_is_zero() -> bool:
     return waiting_workers.waiting_count() == 0
 
@@ -92,28 +102,25 @@ def test_the_planned_workers_are_the_ones_the_build_s_options_will_start(args, s
     assert planned == expected
 
 
-def test_a_build_runs_on_the_workers_it_started_before_reading_its_input(small_table, monkeypatch):
+def test_a_build_runs_on_the_workers_it_started_before_reading_its_input(
+        small_table, monkeypatch, started_workers):
+    started = started_workers
     root = small_table(300)
-    started = []
-    start = waiting_workers.start
-    monkeypatch.setattr(waiting_workers, "start",
-                        lambda command, count: started.extend(start(command, count)) or started)
     monkeypatch.chdir(root)
     build(str(root / "c.yaml"), beam_args=[*MULTI, "--direct_num_workers=2"])
     assert len(started) == 2 and [process.poll() for process in started] == [0, 0]
     assert waiting_count_is_zero()
 
 
-def test_a_build_that_stops_before_its_run_leaves_no_worker_waiting(small_table, monkeypatch):
+def test_a_build_that_stops_before_its_run_leaves_no_worker_waiting(
+        small_table, monkeypatch, started_workers):
     from recordforge.pipelines.publish import VersionExistsError
 
+    started = started_workers
     root = small_table(30)
     monkeypatch.chdir(root)
     build(str(root / "c.yaml"))  # one local worker: none started ahead
-    started = []
-    start = waiting_workers.start
-    monkeypatch.setattr(waiting_workers, "start",
-                        lambda command, count: started.extend(start(command, count)) or started)
+    assert started == []
     with pytest.raises(VersionExistsError):
         build(str(root / "c.yaml"), beam_args=[*MULTI, "--direct_num_workers=2"])
     assert len(started) == 2 and all(process.poll() is not None for process in started)
