@@ -32,6 +32,9 @@ __all__ = ["QUIET_FLAG", "WAIT_FLAG", "main"]
 QUIET_FLAG = "--quiet"
 # Given by `waiting_workers` to a worker started before its run.
 WAIT_FLAG = "--wait"
+# The most a waiting worker reads of its stdin for the line it waits for
+# (Beam's few environment variables, the pipeline options the largest).
+MAX_WAIT_LINE = 64 << 20
 
 
 def main() -> None:
@@ -65,13 +68,16 @@ def main() -> None:
 
 def _wait_for_run() -> dict[str, str] | None:
     """The environment variables the run gives on stdin, None once stdin
-    ends first. A Ctrl-C meanwhile ends the process as it ends a new one
-    (silently, by the signal), not with a traceback."""
+    ends first. A Ctrl-C meanwhile ends the process silently, by the
+    signal, not with a traceback. A line longer than MAX_WAIT_LINE is
+    refused (ValueError), never read whole."""
     interrupted = signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        given = sys.stdin.buffer.readline()
+        given = sys.stdin.buffer.readline(MAX_WAIT_LINE + 1)
     finally:
         signal.signal(signal.SIGINT, interrupted)
+    if len(given) > MAX_WAIT_LINE:
+        raise ValueError(f"the line a waiting worker read is over {MAX_WAIT_LINE} bytes")
     return json.loads(given) if given else None
 
 

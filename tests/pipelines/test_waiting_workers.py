@@ -78,6 +78,23 @@ def test_workers_no_run_takes_end(tmp_path):
     assert waiting_count_is_zero() and all(process.poll() is not None for process in started)
 
 
+def test_a_waiting_worker_reads_no_more_than_a_bounded_line(monkeypatch):
+    import io
+    import sys
+
+    from recordforge.pipelines import sdk_worker
+
+    monkeypatch.setattr(sdk_worker, "MAX_WAIT_LINE", 10)
+    endless = io.BufferedReader(io.BytesIO(b"x" * (1 << 20)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(endless))
+    with pytest.raises(ValueError, match="over 10 bytes"):
+        sdk_worker._wait_for_run()
+    assert endless.tell() <= 11 + io.DEFAULT_BUFFER_SIZE  # not read to its end
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(b'{"A": "1"}\n'))))
+    monkeypatch.setattr(sdk_worker, "MAX_WAIT_LINE", 11)
+    assert sdk_worker._wait_for_run() == {"A": "1"}
+
+
 def test_a_waiting_worker_ends_by_itself_when_its_stdin_ends():
     (process,) = waiting_workers.start(lean_worker_command(quiet=True), 1)
     process.stdin.close()  # as when the process that started it is gone
