@@ -23,7 +23,7 @@ from .runners import one_local_worker
 from ..schemas.duplicates import merge_parts, render_part
 from ..schemas.features import label_feature, manifest_features, resolve_vocabularies
 from ..schemas.stats import FeatureStatistics, StatisticsPlan
-from ..transforms.cache.steps import CachedConversion, ConvertTablesWithCache, RowLayout
+from ..transforms.cache.steps import ConvertTablesWithCache, RowLayout
 from ..transforms.dead_letter_sink import WriteDeadLetters
 from ..transforms.duplicates import DropDuplicateRows, FindDuplicates, duplicate_buckets
 from ..transforms.near_pairs import FindNearImages
@@ -32,16 +32,20 @@ from ..transforms.layout import DEAD_LETTER_DIR, RESULT_FILE, TMP_DIR
 from ..transforms.writer import ShardTuning, WriteShards, default_exchange
 from ..transforms.readers.image_items import known_labels
 from ..transforms.readers.tables import scan_distinct
-from ..transforms.sources import ReadImages, ReadOutputs, ReadTable
+from ..transforms.sources import ReadImages, ReadOutputs
 from ..transforms.merge_statistics import MergeStatistics, StatisticsSetup, statistics_entry
 from ..transforms.to_examples import GATHERABLE, DuplicateSetup, LabelCounting, RowsToExamples
+from ..transforms.unit_conversion import ConvertTables, ConvertedTables
 
 __all__ = ["StagedBuild", "build_pipeline", "cache_summary", "known_vocabularies",
            "near_threshold", "spreads", "stage_build", "watched_columns", "write_result"]
 
 
-def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
-    """The source's read; spread: reshuffle its reading units over the
+def _read_source(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]],
+                 spread: bool) -> beam.PTransform:
+    """The source's read without the build cache: images as row batches
+    (`ReadImages`), table files read and converted a unit at a time
+    (`ConvertTables`); spread: reshuffle its reading units over the
     runner's workers (False: one worker, nothing to spread over)."""
     source = config.source
     if source.type == "images":
@@ -52,8 +56,11 @@ def _read_source(config: DatasetConfig, spread: bool) -> beam.PTransform:
                 image, perceptual_hash=True,
                 perceptual_views=config.validation.duplicates.near_views)
         return ReadImages(source.path, source.extensions, source.labels, image, spread=spread)
-    return ReadTable(source.path, source.type, extensions=source.extensions,
-                     options=source.csv, spread=spread)
+    return ConvertTables(source.path, source.type, specs=config.features,
+                         vocabularies=vocabularies, duplicates=_duplicate_setup(config),
+                         extensions=source.extensions, options=source.csv,
+                         batch_size=READ_BATCH_SIZE, spread=spread,
+                         **_conversion_options(config, vocabularies))
 
 
 def spreads(pipeline: beam.Pipeline) -> bool:
@@ -187,15 +194,15 @@ class StagedBuild(NamedTuple):
 
 def _conversion_options(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]]
                         ) -> dict:
-    """What converting rows needs of the config (`RowsToExamples`'s and
-    `ConvertTablesWithCache`'s keyword arguments)."""
+    """What converting rows needs of the config (`RowsToExamples`'s,
+    `ConvertTables`'s and `ConvertTablesWithCache`'s keyword arguments)."""
     return {"key_column": config.key,
             "count_labels": _label_counting(config, vocabularies),
             "watch_columns": sorted(set(watched_columns(config).values())),
             "statistics": _statistics_setup(config, vocabularies)}
 
 
-def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *,
+def stage_build(source: ReadOutputs | ConvertedTables, config: DatasetConfig, *,
                 staging_url: str, vocabularies: Mapping[str, Sequence[str]],
                 input_bytes: int | None = None,
                 key_bounds: Sequence[bytes] | None = None,
@@ -204,7 +211,7 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
 
     `source` is what a source gives (`transforms.sources.ReadOutputs`: row
     batches, dead letters, (source, rows read)), or rows already converted
-    by `ConvertTablesWithCache` (`CachedConversion`); the shards and
+    by `ConvertTables` or `ConvertTablesWithCache` (`ConvertedTables`); the shards and
     dead-letter files are written into `staging_url`. Used by
     `build_pipeline` and by `WriteDataset`, so both write the same bytes for
     the same rows. input_bytes: the size of the input, when known, which
@@ -216,14 +223,16 @@ def stage_build(source: ReadOutputs | CachedConversion, config: DatasetConfig, *
     """
     output = config.output
     fingerprints = None
-    if isinstance(source, CachedConversion):
-        if config.validation.duplicates is not None:
+    if isinstance(source, ConvertedTables):
+        if config.validation.duplicates is not None and source.fingerprints is None:
             raise ValueError("duplicate detection needs every row converted in this build: "
                              "it cannot take rows from the build cache")
         converted, rows, spilled = source, source.rows, source.rows_are_runs
         read_dead_letter = source.read_dead_letter
-        # label counts, columns seen, rows read and cache use, one step
+        # label counts, columns seen, rows read (and cache use), one step
         gathered = [source.gathered]
+        # FingerprintBatch per batch, or None with detection off
+        fingerprints = source.fingerprints
     else:
         # examples: ExampleBatch = [(key, serialized Example)]; dead_letter: dict;
         # label_counts: ((split, label, examples), ...) for the report
@@ -367,7 +376,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: DatasetConfig, *, staging_ur
             **_conversion_options(config, vocabularies))
     else:
         # rows: RowBatch; dead_letter: dead-letter dict; counts: (source file, rows read)
-        source = pipeline | "Read" >> _read_source(config, spread=spread)
+        label = "Read" if config.source.type == "images" else "ReadAndConvert"
+        source = pipeline | label >> _read_source(config, vocabularies, spread=spread)
     key_bounds = None
     if uses_sampled_bounds(config, default_exchange(pipeline.runner)):
         key_bounds = sample_bucket_bounds(config, vocabularies,

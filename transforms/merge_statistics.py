@@ -3,7 +3,8 @@
 `RowsToExamples` (with a `StatisticsSetup`) summarises each batch where its
 checked values are at hand (`CheckedValues`, `schemas.stats.StatisticsAccumulator`)
 and emits ``((split, feature), FeatureStatistics)``, a *partial*, per batch
-(the cached table path: text's per batch, the others' per reading unit);
+(the table paths, `unit_conversion`: one per reading unit, its batches'
+text summaries merged in the order they were read);
 `MergeStatistics` merges the partials per key so that the result depends
 only on the set of partials, never on workers, bundles or order: one
 `CombinePerKey`, which runners apply before the shuffle (per bundle) and

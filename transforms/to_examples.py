@@ -75,12 +75,12 @@ class DuplicateSetup(NamedTuple):
 
 class BatchConversion:
     """The work of `RowsToExamples` on one batch, as a plain object that the
-    step's DoFn, and any DoFn that converts rows itself (the reusing reader
-    of `transforms.reuse`), call: `setup` once per worker, `start_bundle`
+    step's DoFn, and any DoFn that converts rows itself (the table units'
+    of `unit_conversion` and the build cache's), call: `setup` once per worker, `start_bundle`
     per bundle, `convert(batch)` per batch, which yields ("examples",
     ExampleBatch), ("dead_letter", dead-letter dict), with label counting
     ("label_counts", ((split, label, examples), ...)), with statistics
-    ("statistics", ((split, feature), FeatureStatistics)), per batch (text's)
+    ("statistics", ((split, feature), FeatureStatistics)), per batch
     or, held, per run of batches (`convert`; `merge_statistics.partial_to_json`
     gives one as JSON), ("columns_seen", names) and, with duplicate
     detection, ("fingerprints", FingerprintBatch) per batch."""
@@ -150,10 +150,12 @@ class BatchConversion:
 
     def convert(self, batch, hold_statistics: bool = False):
         """The tagged outputs of one batch. With `hold_statistics`, the
-        statistics partials whose merge does not depend on the order are
-        added up across batches until `held_statistics` gives them, for a
-        caller that knows where a run of batches ends (the build cache's
-        reading unit); without, each batch gives its own."""
+        statistics are held across batches until `held_statistics` gives one
+        partial per split and feature for all of them, for a caller that
+        reads a run of batches in the same order every time (a reading
+        unit: `unit_conversion`): text's top values, whose merge depends on
+        the order, are merged in the order the batches come
+        (`StatisticsAccumulator`). Without, each batch gives its own."""
         if self._unseen:
             yield from self._columns_seen(batch)
         counting, statistics, duplicates = self._counting, self._statistics, self._duplicates
@@ -172,8 +174,7 @@ class BatchConversion:
                 if counting is not None:
                     yield LABEL_COUNTS, label_counts
                 if statistics is not None:
-                    for keyed in self._held_statistics.add(values, split_of):
-                        yield STATISTICS, keyed
+                    self._held_statistics.add(values, split_of)
                     if not hold_statistics:
                         yield from self.held_statistics()
             yield EXAMPLES, examples

@@ -39,52 +39,60 @@ def batch_statistics(plan: StatisticsPlan, values_of, split_of: np.ndarray,
 
 
 class StatisticsAccumulator:
-    """The statistics partials of a run of batches (a reading unit):
-    `batch_statistics` of each, with the partials whose merge does not
-    depend on the order (`FeatureStatistics.order_free`) added up.
+    """The statistics partials of a run of batches (a reading unit): one
+    partial per (split, feature) for every batch added since the last
+    `flush`.
 
-    `add` takes a batch as `batch_statistics` does and returns its text
-    partials (merged later in an order fixed by their content);
-    the values of every other feature are added to the statistics held for
-    their (split, feature) (`FeatureStatistics.add_values`: one theta sketch
-    per feature updated by every batch, where a partial per batch would
-    make one per batch and unite them twice on its way, in the cache's piece
-    and in `MergeStatistics`). `flush` gives what it holds, one partial per
-    (split, feature) for the run, and starts anew. The
-    merged result is the same: these partials merge in any grouping to the
-    statistics of all their values."""
+    Every part of a partial but the top values of text merges the same in
+    any order: those values are added to the statistics held for their
+    (split, feature) (`FeatureStatistics.add_values`: one theta sketch per
+    feature updated by every batch, where a partial per batch would make
+    one per batch and unite them twice on its way, in the cache's piece and
+    in `MergeStatistics`). A text feature's batch partial
+    (`FeatureStatistics.from_values`: the native text kernel's, where it
+    runs) is merged into the one held, in the order the batches are added.
+    A reading unit's batches always come in the same order, so its text
+    partial is one thing; and the merge (`merge.MergingStatistics`), which
+    holds each text partial until the last one is in, holds one per unit
+    and split rather than one per batch (1000 rows of free text each).
+    `flush` gives what it holds, in (split, feature) order, and starts anew:
+    flushed after every batch, the partials are the batch's own
+    (`batch_statistics`)."""
 
     def __init__(self, plan: StatisticsPlan, split_names: Sequence[str]):
         self._plan = plan
         self._split_names = tuple(split_names)
         self._held: dict[tuple[str, str], FeatureStatistics] = {}
 
-    def add(self, values_of, split_of: np.ndarray) -> list[tuple[tuple[str, str], FeatureStatistics]]:
-        out = []
+    def add(self, values_of, split_of: np.ndarray) -> None:
+        """Adds a batch, as `batch_statistics` takes one."""
         for key, (kind, stored, is_list, vocabulary), rows, values, per_row in \
                 _split_values(self._plan, values_of, split_of, self._split_names):
+            held = self._held.get(key)
             if order_free(kind):
-                held = self._held.get(key)
                 if held is None:
                     held = self._held[key] = FeatureStatistics(kind, stored, is_list, vocabulary)
                 held.add_values(rows, values, per_row)
                 continue
             stats = FeatureStatistics.from_values(kind, stored, rows, values, is_list,
                                                   vocabulary, per_row)
-            # Its canonical theta as bytes once, for the merge order, the
-            # cache and pickling (the kernel's bytes as they are).
-            stats.theta = serialized_theta(stats.theta) if stats.theta is not None else None
-            out.append((key, stats))
-        return out
+            if held is None:
+                self._held[key] = stats
+            else:
+                held.merge(stats)
 
     def flush(self) -> list[tuple[tuple[str, str], FeatureStatistics]]:
-        """The order-free partials of every batch added since the last
-        flush, in (split, feature) order; none are held afterwards."""
+        """The partials of every batch added since the last flush, one per
+        (split, feature), in (split, feature) order; none are held
+        afterwards."""
         out = []
         for key in sorted(self._held):
             stats = self._held[key]
             if stats.theta is not None:
-                stats.theta = compact_theta(stats.theta)
+                # A text partial's canonical theta as bytes, for the merge
+                # order, the cache and pickling (the kernel's bytes as they are).
+                stats.theta = (compact_theta(stats.theta) if stats.order_free
+                               else serialized_theta(stats.theta))
             out.append((key, stats))
         self._held = {}
         return out

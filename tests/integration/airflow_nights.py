@@ -61,9 +61,9 @@ def _stall_read(on_call: int) -> callable:
     """Makes the `on_call`-th input file the pipeline converts stall (a hung
     network read) until Airflow's timeout stops the try, once; returns the
     function that undoes it."""
-    from recordforge.transforms.cache import steps
+    from recordforge.transforms import unit_conversion
 
-    original, calls = steps.read_range, []
+    original, calls = unit_conversion.read_range, []
 
     def stalling(*args, **kwargs):
         calls.append(None)
@@ -71,8 +71,8 @@ def _stall_read(on_call: int) -> callable:
             time.sleep(3600)  # AirflowTaskTimeout is raised in here
         return original(*args, **kwargs)
 
-    steps.read_range = stalling
-    return lambda: setattr(steps, "read_range", original)
+    unit_conversion.read_range = stalling
+    return lambda: setattr(unit_conversion, "read_range", original)
 
 
 def _names(path: Path) -> list[str]:

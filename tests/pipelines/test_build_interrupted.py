@@ -32,7 +32,7 @@ import recordforge
 from recordforge.pipelines import build as build_module
 from recordforge.pipelines.publish import finalizing, report, staging
 from recordforge.pipelines.publish.output import Output
-from recordforge.transforms.cache import steps
+from recordforge.transforms import unit_conversion
 from recordforge.transforms.cache.names import parse_piece_name
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -46,7 +46,7 @@ PHASES = [
     (staging, "recover", False, False),
     (staging, "published_identity", False, False),
     (build_module, "build_pipeline", False, False),
-    (steps, "read_range", False, False),  # inside the running pipeline, once per input file
+    (unit_conversion, "read_range", False, False),  # in the running pipeline, once per input file
     (build_module, "_close_runner_client", False, False),
     (build_module, "_check_inputs_unchanged", False, False),
     (finalizing, "read_pipeline_result", False, False),

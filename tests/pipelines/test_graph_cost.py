@@ -35,6 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 # (With one local worker, Beam's default here: the read's and the shard
 # writer's Reshuffles are left out, `graph.spreads`.)
 BASE_STAGES = {"csv": 10, "images": 10}
+# The source's step: a table's units are read and converted in one
+READ_STEP = {"csv": "ReadAndConvert", "images": "Read"}
 STATISTICS_STAGES = 1  # the CombinePerKey's GroupByKey
 DUPLICATES_STAGES = 1  # the digest buckets' GroupByKey
 # Image sources: near-duplicate images (FindNearDuplicates' bucket sizes,
@@ -112,12 +114,13 @@ def test_the_outputs_only_the_result_reads_are_gathered_in_one_step(source, cach
     the cache use) reach the result's GroupByKey from one step that keeps
     them all (`tagged.select_keyed`), not a filter and a keying step each:
     a label or a watched column adds no step, and the whole takes one step
-    of the cached read, or one of the converter and one of the read."""
+    of a table's read (which converts its units, with the cache or
+    without), or for images one of the converter and one of the read."""
     plain = _pardos(_config(source, statistics=False, label=False, optional=False), cached)
     full = _pardos(_config(source, statistics=False, label=True, optional=True), cached)
     assert sorted(plain) == sorted(full)
     gathering = [name for name in full if name.endswith(("/Gather", "/GatherParts", "RowsRead"))]
-    assert sorted(gathering) == (["ReadAndConvert/Gather"] if cached
+    assert sorted(gathering) == (["ReadAndConvert/Gather"] if source == "csv"
                                  else ["RowsRead", "ToExamples/GatherParts"])
     assert not [name for name in full
                 if name.startswith(("TagLabelCounts", "TagColumnsSeen", "TagCacheUse"))]
@@ -154,10 +157,12 @@ def _has(names: list[str], step: str) -> bool:
 def test_a_build_has_steps_only_for_the_features_that_are_on(source, statistics, label,
                                                              optional, duplicates):
     names, stages = _graph(_config(source, statistics, label, optional, duplicates))
+    # (a table's units are converted where they are read)
+    converter = "ToExamples/Select" if source == "images" else "ReadAndConvert/"
     assert _has(names, "FindDuplicates") == duplicates
-    assert _has(names, "ToExamples/SelectFingerprints") == duplicates
+    assert _has(names, f"{converter}Fingerprints") == duplicates
     assert _has(names, "MergeStatistics") == statistics
-    assert _has(names, "ToExamples/SelectStatistics") == statistics
+    assert _has(names, f"{converter}Statistics") == statistics
     # A build's own graph hands the dead letters to the sink unflattened.
     assert not _has(names, "AllDeadLetters")
     assert _has(names, "FindNearImages") == (duplicates and source == "images")
@@ -230,8 +235,8 @@ def test_the_read_reshuffles_only_where_there_are_workers_to_spread_over(source,
     worker it spreads nothing, so the read has none."""
     names = _names(_config(source, statistics=False, label=False, optional=False), beam_args)
     reshuffles = {name.split("/")[1] for name in names
-                  if name.startswith("Read/Reshuffle") and name.count("/") == 1}
-    expected = {"csv": {"ReshuffleFiles", "ReshuffleRanges"}, "images": {"ReshuffleBatches"}}
+                  if name.startswith(f"{READ_STEP[source]}/Reshuffle") and name.count("/") == 1}
+    expected = {"csv": {"ReshuffleFiles", "ReshuffleUnits"}, "images": {"ReshuffleBatches"}}
     assert reshuffles == (expected[source] if spread else set())
 
 
@@ -247,7 +252,8 @@ def test_the_read_flattens_nothing(source, beam_args):
                    vocabularies=known_vocabularies(config))
     transforms = pipeline.to_runner_api().components.transforms.values()
     flattens = [t.unique_name for t in transforms if t.spec.urn == "beam:transform:flatten:v1"]
-    assert flattens and not [name for name in flattens if name.startswith("Read/")], flattens
+    assert flattens and not [name for name in flattens
+                             if name.startswith(f"{READ_STEP[source]}/")], flattens
 
 
 @pytest.mark.parametrize("beam_args, spread", [

@@ -408,24 +408,24 @@ def test_a_cache_on_an_object_store_gives_rows_as_examples(tmp_path):
 def test_a_unit_that_met_an_io_error_is_read_again_next_build(tmp_path, monkeypatch):
     """An I/O error may be gone by the next build: the unit's read_error
     dead letter is not cached, the next build reads the file again."""
-    from recordforge.transforms.cache import steps
+    from recordforge.transforms import unit_conversion
     from recordforge.transforms.readers.common import read_error
 
     source = tmp_path / "in"
     source.mkdir()
     for index in range(3):
         (source / f"part-{index}.csv").write_text(_rows(index, 200))
-    read_range = steps.read_range
+    read_range = unit_conversion.read_range
 
     def flaky(fs, unit, *args, **kwargs):
         if unit.source.endswith("part-1.csv"):
             return iter([read_error(unit.source, None, OSError("connection reset"), rows=200)])
         return read_range(fs, unit, *args, **kwargs)
 
-    monkeypatch.setattr(steps, "read_range", flaky)
+    monkeypatch.setattr(unit_conversion, "read_range", flaky)
     first = recordforge.build(_config(source, tmp_path / "out", "v1"), beam_args=IN_MEMORY)
     assert first.manifest["dead_letter"]["by_reason"]["read_error"] == 200
-    monkeypatch.setattr(steps, "read_range", read_range)
+    monkeypatch.setattr(unit_conversion, "read_range", read_range)
     second = recordforge.build(_config(source, tmp_path / "out", "v2"), beam_args=IN_MEMORY)
     assert second.manifest["cache"]["files_reused"] == 2
     assert second.manifest["cache"]["files_converted"] == 1

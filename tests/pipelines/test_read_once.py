@@ -16,7 +16,7 @@ import pytest
 from fsspec.implementations.local import LocalFileOpener
 
 import recordforge
-from recordforge.transforms.cache import steps
+from recordforge.transforms import unit_conversion
 from recordforge.transforms.cache.steps import Work, _PlanOrReuse
 from recordforge.transforms.readers import inputs as inputs_lib
 from recordforge.transforms.readers import ranges, tables
@@ -124,14 +124,14 @@ def test_a_build_reads_a_big_local_csv_once_before_its_ranges(tmp_path, monkeypa
     monkeypatch.setattr(inputs_lib, "SETTLED_NS", -1)  # the file was just written
     counts = _count_reads(monkeypatch)
     before_ranges = []
-    read_range = steps.read_range
+    read_range = unit_conversion.read_range
 
     def first_read(fs, unit, *args, **kwargs):
         if not before_ranges:
             before_ranges.append(counts.get(str(path), 0))
         return read_range(fs, unit, *args, **kwargs)
 
-    monkeypatch.setattr(steps, "read_range", first_read)
+    monkeypatch.setattr(unit_conversion, "read_range", first_read)
     config = {"name": "once", "version": "v1",
               "source": {"type": "csv", "path": str(path)},
               "features": {"id": {"type": "int64"}, "note": {"type": "string"}},

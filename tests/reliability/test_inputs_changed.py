@@ -14,8 +14,7 @@ from PIL import Image
 
 from recordforge.transforms.readers import inputs as inputs_lib
 from recordforge.transforms.sources import images as image_source
-from recordforge.transforms.cache import steps as cached_source
-from recordforge.transforms.sources import tables as table_source
+from recordforge.transforms import unit_conversion
 
 
 def _table_config(tmp_path, data, cache: bool = True) -> str:
@@ -63,7 +62,7 @@ def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, mon
     data.mkdir()
     (data / "a.csv").write_text(_rows(0, 500))
     (data / "b.csv").write_text(_rows(1000, 500))
-    read_range = table_source.read_range
+    read_range = unit_conversion.read_range
     changed = []
 
     def read_and_change(fs, unit, *args, **kwargs):
@@ -73,8 +72,9 @@ def test_a_table_changed_while_the_build_reads_fails_it(tmp_path, run_build, mon
             CHANGES[change](data)
         return read_range(fs, unit, *args, **kwargs)
 
-    monkeypatch.setattr(table_source, "read_range", read_and_change)
-    monkeypatch.setattr(cached_source, "read_range", read_and_change)
+    # (the units of a table are read where they are converted, with the
+    # cache or without)
+    monkeypatch.setattr(unit_conversion, "read_range", read_and_change)
     status, _, err = run_build(_table_config(tmp_path, data, cache))
     assert changed and status == 1
     assert "the inputs changed while the build read them; nothing was published" in err
@@ -98,7 +98,7 @@ def test_pieces_of_a_file_written_while_read_are_never_reused(tmp_path_factory, 
     (data / "a.csv").write_text(_rows(0, 500))
     (data / "b.csv").write_text(_rows(1000, 500))
     first_bytes = (data / "a.csv").read_bytes()
-    read_range = cached_source.read_range
+    read_range = unit_conversion.read_range
     changed = []
 
     def read_and_change(fs, unit, *args, **kwargs):
@@ -108,7 +108,7 @@ def test_pieces_of_a_file_written_while_read_are_never_reused(tmp_path_factory, 
         return read_range(fs, unit, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(cached_source, "read_range", read_and_change)
+        patch.setattr(unit_conversion, "read_range", read_and_change)
         status, _, err = run_build(_table_config(tmp_path, data))
     assert changed and status == 1, err
     (data / "a.csv").write_bytes(first_bytes)

@@ -13,7 +13,7 @@ import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.stats import FeatureStatistics, merge_partials
+from recordforge.schemas.stats import FeatureStatistics
 from recordforge.transforms.cache.names import (file_key, key_of, parse_piece_name, piece_name,
                                                 whole_files)
 from recordforge.transforms.cache import pieces
@@ -25,7 +25,7 @@ from recordforge.transforms.readers.inputs import (ContentTokens, changed_inputs
                                                    input_fingerprint, write_marks, xxh3_token)
 from recordforge.transforms.writer import RunFile
 from recordforge.transforms.splits import SplitAssigner
-from recordforge.transforms.merge_statistics import partial_from_json, partial_to_json
+from recordforge.transforms.merge_statistics import partial_to_json
 from recordforge.transforms.writer import RunBuffer, ShardTuning
 from recordforge.transforms.tfrecord import iter_records
 
@@ -217,34 +217,29 @@ def test_a_summary_is_a_tfrecord_file_an_independent_reader_walks(tmp_path):
                         max_size=6),
        texts=st.lists(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=10),
                       min_size=1, max_size=4))
-def test_a_piece_keeps_statistics_that_merge_to_the_same(tmp_path, batches, texts):
-    """Order-free partials are merged per unit before they are stored, text
-    partials kept one per batch: merging what the piece gives back
-    equals merging what the unit gave."""
+def test_a_piece_keeps_the_statistics_it_is_given(tmp_path, batches, texts):
+    """A unit gives its statistics once, a partial per split and feature
+    (`unit_conversion.unit_outputs`): the piece keeps each as it was given
+    (its JSON form, in the order given), text's and the others' alike, and
+    leaves the partials going on down the pipeline as they were."""
     for path in tmp_path.iterdir():
         path.unlink()
     writer = PieceWriter(LOCAL, str(tmp_path), NAME, SplitAssigner("d", SPLITS),
                          **_options(True))
     given_partials = []
-    for index, values in enumerate(batches):
+    for split, values in enumerate(batches):
         stats = FeatureStatistics.from_values("numeric", "float", len(values), values)
-        given_partials.append((("train", "price"), stats))
-    for values in texts:
+        given_partials.append(((f"s{split}", "price"), stats))
+    for split, values in enumerate(texts):
         stats = FeatureStatistics.from_values("string", "bytes", len(values), values)
-        given_partials.append((("train", "city"), stats))
-    copies = [partial_from_json(partial_to_json(partial)) for partial in given_partials]
-    expected = {key: merge_partials([s for k, s in copies if k == key]).to_json()
-                for key in {key for key, _ in copies}}
+        given_partials.append(((f"s{split}", "city"), stats))
+    expected = [partial_to_json(partial) for partial in given_partials]
     for partial in given_partials:
         writer.add("statistics", partial)
     writer.commit()
     stored = read_piece(LOCAL, str(tmp_path), NAME).values("statistics")
-    assert len([key for key, _ in stored if key == ("train", "price")]) == 1
-    assert {key: merge_partials([s for k, s in stored if k == key]).to_json()
-            for key in expected} == expected
-    # The partials given on down the pipeline are not changed by the writer.
-    assert given_partials[0][1].rows == len(batches[0])
-
+    assert [partial_to_json(partial) for partial in stored] == expected
+    assert [partial_to_json(partial) for partial in given_partials] == expected
 
 def test_values_survive_the_json_form():
     value = ("train", ("a", 3), {"x": [b"\x00", None, 1.5]}, np.arange(3))
@@ -368,7 +363,7 @@ def test_a_piece_is_the_bytes_the_whole_summary_json_gives(tmp_path, texts, dead
         record = next(iter_records(handle, compression="none"))
     summary = json.loads(record[1:])
     assert summary["statistics"] == json.loads(json.dumps(
-        [partial_to_json(numeric)] + [partial_to_json(partial) for partial in partials]))
+        [partial_to_json(partial) for partial in partials + [numeric]]))
     assert record[1:] == json.dumps(summary, ensure_ascii=True,
                                     separators=(",", ":")).encode("ascii")
 

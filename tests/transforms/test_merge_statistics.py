@@ -128,20 +128,30 @@ def _merged_states(partials: list) -> dict:
     return {key: merge_partials(members).to_state() for key, members in by_key.items()}
 
 
-def test_held_statistics_merge_to_what_each_batch_gives():
+def test_held_statistics_are_one_partial_per_split_and_feature_for_the_run():
+    """Held, a run of batches gives its statistics once, one partial per
+    split and feature, text's included (its batches' partials merged in
+    their order); where nothing purges (the counts exact) they merge to
+    what the batches give one by one."""
     conversion = _conversion()
-    held = []
-    for rows in _table_batches():
-        held += [value for tag, value in conversion.convert(rows, hold_statistics=True)
-                 if tag == STATISTICS]
-    text = len(held)
-    held += [value for _, value in conversion.held_statistics()]
-    # text partials come per batch (their merge order rests on their
-    # origin), the others once for all the batches, one per split and feature
-    assert {key[1] for key, _ in held[:text]} == {"city"}
-    assert len(held) - text == len({key for key, _ in held[text:]})
+    batches = _table_batches()
+    for rows in batches:
+        assert not [value for tag, value in conversion.convert(rows, hold_statistics=True)
+                    if tag == STATISTICS]
+    held = [value for _, value in conversion.held_statistics()]
+    assert len(held) == len({key for key, _ in held})
     assert not list(conversion.held_statistics())
-    assert _merged_states(held) == _merged_states(_table_partials())
+    merged = _merged_states(held)
+    each = _merged_states(_table_partials())
+    assert {key: state for key, state in merged.items() if key[1] != "city"} == \
+        {key: state for key, state in each.items() if key[1] != "city"}
+    few = [[row for row in rows if row.values["city"] in ("oslo", "7", "8")] for rows in batches]
+    conversion = _conversion()
+    for rows in few:
+        list(conversion.convert(rows, hold_statistics=True))
+    held = [value for _, value in conversion.held_statistics()]
+    singly = [partial for rows in few for partial in _partials(_conversion(), rows)]
+    assert _merged_states(held) == _merged_states(singly)
 
 
 def test_merge_statistics_gives_the_canonical_merge_in_any_order():

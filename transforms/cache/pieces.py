@@ -14,9 +14,8 @@ The run files are the shard writer's own sorted runs (`writer.RunBuffer`,
 the format `writer.run_format` documents), so a reused unit's rows go to the shard
 writer as they are: not read, hashed, sorted or written again. The summary
 holds the rest of what the unit gave, as the converting step gave it: dead
-letters of reading and checking, label counts, statistics (the unit's
-partials merged per split and feature where the merge does not depend on
-the order, text's kept one per batch with its origin), the columns seen,
+letters of reading and checking, label counts, statistics (one partial
+per split and feature: `unit_conversion.unit_outputs`), the columns seen,
 the rows read, and per run its split, rows, bytes, sampled keys,
 file size and CRC32C. Its records are, by first byte:
 
@@ -26,10 +25,9 @@ file size and CRC32C. Its records are, by first byte:
 Values go through JSON with a few tagged forms (tuples, bytes, numpy
 arrays; statistics by their own JSON form), never pickle: the cache sits in storage others may
 write to, and loading it must not run code. The writer turns each text
-partial into its JSON text as it comes (a JSONL unit gives one per 1000-row
-batch and split, each holding up to ~1000 values) and splices those texts
-into the summary: the same bytes as `json.dumps` of the whole, without a
-list per value held until the unit ends. The summary is written last,
+partial into its JSON text as it comes (each holding up to ~1000 values)
+and splices those texts into the summary: the same bytes as `json.dumps`
+of the whole, without a list per value held until the unit ends. The summary is written last,
 after its runs: a piece whose summary exists names complete runs.
 
 `read_piece` checks the summary's digest and every run's size and CRC32C
@@ -54,7 +52,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..splits import ExampleRows, HashedExamples, SplitAssigner
-from ..merge_statistics import partial_from_json, partial_json_text, partial_to_json
+from ..merge_statistics import partial_from_json, partial_json_text
 from ..page_cache import WriteBehind
 from ..tfrecord import FRAMING, TFRecordError, frame_records, iter_records
 from ..writer import KEY_VARIABLE, CheckedFile, RunBuffer, RunFile, SampleEntry
@@ -64,8 +62,9 @@ __all__ = ["CachedRun", "DamagedPiece", "PieceContents", "PieceWriter", "SUMMARY
 
 # The summary's format and, with it, the runs' (`writer.run_format`'s format): change it
 # when either changes, and every cached piece is rebuilt (it is part of the
-# encoding key, `pipelines.cache.encoding_key`).
-FORMAT = "recordforge.piece/2"
+# encoding key, `pipelines.cache.encoding_key`). 3: a unit's text statistics
+# are one partial per split and feature, no longer one per batch.
+FORMAT = "recordforge.piece/3"
 # The tags of everything but Examples, in the order a reused piece gives them.
 SUMMARY_TAGS = ("read_dead_letter", "dead_letter", "label_counts", "statistics",
                 "columns_seen", "counts")
@@ -199,9 +198,6 @@ class PieceWriter:
         self._entries: list[dict] = []
         self._size = 0
         self._summary: dict[str, list] = {tag: [] for tag in SUMMARY_TAGS}
-        # (split, feature) -> the unit's partials merged, for partials whose
-        # merge does not depend on the order (all but text's top values)
-        self._merged: dict[tuple[str, str], Any] = {}
         self._temporary: list[str] = []
         self.examples = 0
 
@@ -217,17 +213,11 @@ class PieceWriter:
             if self._buffer.buffered_bytes >= self._run_bytes:
                 self._write_runs()
         elif tag == "statistics":
-            key, stats = value
-            if not stats.order_free:
-                # Its JSON text at once: one str object, where the JSON-safe
-                # form is a list per value held (a text partial of free text
-                # holds ~1000) until the unit ends, each one more object for
-                # the cyclic collector to walk in every full collection.
-                self._summary[tag].append(partial_json_text(value))
-            elif key in self._merged:
-                self._merged[key].merge(stats)
-            else:  # a copy: the partial itself goes on down the pipeline
-                self._merged[key] = partial_from_json(partial_to_json(value))[1]
+            # Its JSON text at once: one str object, where the JSON-safe
+            # form is a list per value held (a text partial of free text
+            # holds ~1000) until the unit ends, each one more object for
+            # the cyclic collector to walk in every full collection.
+            self._summary[tag].append(partial_json_text(value))
         elif tag in self._summary:
             self._summary[tag].append(encode_value(value))
         else:
@@ -277,14 +267,12 @@ class PieceWriter:
         reuses it, and the next one to convert the unit writes them again."""
         self._write_runs()
         runs, entries, size = self._runs, self._entries, self._size
-        statistics = [partial_json_text((key, self._merged[key]))
-                      for key in sorted(self._merged)]
         if not remember:
             self._temporary.clear()
             return runs, size
         summary = {"format": FORMAT, "examples": self.examples, "runs": entries,
                    **self._summary,
-                   "statistics": _Encoded(statistics + self._summary["statistics"])}
+                   "statistics": _Encoded(self._summary["statistics"])}
         body = frame_records([b"j" + _summary_text(summary).encode("ascii")])
         data = body + frame_records([b"s" + hashlib.sha256(body).digest()])
         fileobj, path = self._open(self._name)

@@ -19,9 +19,10 @@ with the build cache between them:
                           the next pieces while changed units are converted;
                           their outputs follow, at the latest when the
                           bundle ends
-      -> SplitOutputs     `CachedConversion`
+      -> SplitOutputs     `unit_conversion.ConvertedTables`
 
-Reading and converting happen in one DoFn, so a unit's every output (its
+Reading and converting happen in one DoFn (`unit_conversion.unit_outputs`,
+as a build without the cache does them), so a unit's every output (its
 Examples, dead letters, label counts, statistics, rows read) is at hand to
 write its piece, and cached and new rows come out of the same step: rows
 never pass a Flatten (see `sources.outputs`); nor does anything else: each
@@ -62,14 +63,12 @@ from ..readers.tables import (
     RangeScan,
     plan_fingerprinted,
     plan_table_ranges,
-    read_range,
     split_ranges,
 )
-from ..sources.outputs import COUNTS, DEAD, ROWS, batched, passed_on
-from ..sources.tables import ListTableFiles
+from ..sources.outputs import COUNTS, passed_on
+from ..sources.tables import listed_files
 from ..splits import SplitAssigner
 from ..merge_statistics import StatisticsSetup
-from ..tagged import select, select_keyed
 from ..to_examples import (
     COLUMNS_SEEN,
     DEAD_LETTER,
@@ -79,18 +78,23 @@ from ..to_examples import (
     BatchConversion,
     LabelCounting,
 )
+from ..unit_conversion import (
+    GATHERED as CONVERSION_GATHERED,
+    READ_DEAD_LETTER,
+    listing_output,
+    split_converted,
+    unit_outputs,
+)
 from ..writer import ShardTuning, SpillRecord
 from .names import file_key, piece_name
 from .pieces import DamagedPiece, PieceContents, PieceWriter, read_piece
 
-__all__ = ["CACHE_USE", "GATHERED", "CachedConversion", "ConvertTablesWithCache", "RowLayout",
-           "Work"]
+__all__ = ["CACHE_USE", "GATHERED", "ConvertTablesWithCache", "RowLayout", "Work"]
 
-READ_DEAD_LETTER = "read_dead_letter"
 CACHE_USE = "cache_use"
 RUNS = "runs"
-# The outputs gathered into `CachedConversion.gathered`, tagged as they are made.
-GATHERED = frozenset({LABEL_COUNTS, COLUMNS_SEEN, COUNTS, CACHE_USE})
+# The outputs gathered into `ConvertedTables.gathered`, tagged as they are made.
+GATHERED = CONVERSION_GATHERED | {CACHE_USE}
 
 
 class RowLayout(NamedTuple):
@@ -245,8 +249,7 @@ class _ConvertUnits(beam.DoFn):
 
     def process(self, work: Work | tuple[str, object]):
         if not isinstance(work, Work):  # the listing's (tag, value), handed on
-            tag, value = work
-            yield (READ_DEAD_LETTER if tag == DEAD else tag), value
+            yield listing_output(work)
             return
         name = piece_name(work.key, work.index, work.count)
         if work.unit is None or name in self._pieces:
@@ -338,27 +341,17 @@ class _ConvertUnits(beam.DoFn):
         try:
             rows = 0
             unreadable = False  # an I/O error, which the next build may not meet
-            for tag, value in batched(read_range(self._fs, unit, self._format, self._options),
-                                      self._batch_size, unit.source):
-                if tag == ROWS:
-                    for out_tag, out_value in self._conversion.convert(value,
-                                                                       hold_statistics=True):
-                        writer.add(out_tag, out_value)
-                        if out_tag != EXAMPLES or not self._give_runs:
-                            yield out_tag, out_value
-                else:
-                    out_tag = READ_DEAD_LETTER if tag == DEAD else COUNTS
-                    if tag == COUNTS:
-                        rows += value[1]
-                    else:
-                        unreadable = unreadable or value["reason"] == "read_error"
-                    writer.add(out_tag, value)
-                    yield out_tag, value
-            # The unit's order-free statistics, one partial per split and
+            # Last come the unit's statistics, one partial per split and
             # feature, as its piece keeps them and gives them when reused.
-            for out_tag, out_value in self._conversion.held_statistics():
-                writer.add(out_tag, out_value)
-                yield out_tag, out_value
+            for tag, value in unit_outputs(self._fs, unit, self._format, self._options,
+                                           self._batch_size, self._conversion):
+                if tag == COUNTS:
+                    rows += value[1]
+                elif tag == READ_DEAD_LETTER:
+                    unreadable = unreadable or value["reason"] == "read_error"
+                writer.add(tag, value)
+                if tag != EXAMPLES or not self._give_runs:
+                    yield tag, value
             examples = writer.examples
             # A unit that met an I/O error is read again next build, not
             # remembered as failed; nor is one whose file was written to
@@ -381,24 +374,6 @@ def _rows(counts: list) -> int:
     return sum(count for _, count in counts)
 
 
-class CachedConversion(NamedTuple):
-    """What `ConvertTablesWithCache` gives: the rows (ExampleBatches, or
-    with `rows_are_runs` SpillRecords of sorted runs for
-    ``WriteShards(spilled=True)``), dead letters of the check stage and of
-    reading (the second includes the listing's), statistics (None when
-    they are off), and in one PCollection (`GATHERED`, keyed by None for
-    the result's GroupByKey: `tagged.select_keyed`) the outputs only a
-    build's result reads: label counts, columns seen, (source, rows read)
-    and one cache-use dict per unit."""
-
-    rows: beam.PCollection
-    rows_are_runs: bool
-    dead_letter: beam.PCollection
-    read_dead_letter: beam.PCollection
-    statistics: beam.PCollection | None
-    gathered: beam.PCollection
-
-
 class ConvertTablesWithCache(beam.PTransform):
     """Reads, checks and encodes table files, reusing cached pieces.
 
@@ -418,7 +393,7 @@ class ConvertTablesWithCache(beam.PTransform):
     (`readers.inputs.ContentTokens.known`), not hashed again while their
     marks are unchanged, nor scanned again for the split points it found
     (small: an offset and a line per unit, carried by the plan step).
-    Gives `CachedConversion`.
+    Gives `unit_conversion.ConvertedTables` (no fingerprints: a reused unit has none).
     """
 
     def __init__(self, path: str, format: str, *, cache_url: str, encoding_key: str,
@@ -450,17 +425,8 @@ class ConvertTablesWithCache(beam.PTransform):
                                            watch_columns=watch_columns, statistics=statistics)
 
     def expand(self, pbegin):
-        # ("unit", fs path) per file | dead letter and count for what cannot be listed
-        listed = (pbegin
-                  | "Pattern" >> beam.Create([self._path])
-                  | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
-                                              ).with_output_types(TaggedBatch))
-        # The listing's dead letters and counts go along with the files
-        # (`passed_on`) to come out of ConvertUnits: no second origin to
-        # flatten at the end.
-        files = listed
-        if self._spread:
-            files = files | "ReshuffleFiles" >> beam.Reshuffle()
+        # ("unit", fs path) per file | the listing's dead letters and counts
+        files = listed_files(pbegin, self._path, self._extensions, self._spread)
         # Work per unit | the listing's pairs
         works = files | "PlanOrReuse" >> beam.ParDo(_PlanOrReuse(
             self._path, self._format, self._range_bytes, self._options,
@@ -474,18 +440,6 @@ class ConvertTablesWithCache(beam.PTransform):
             self._cache_url, self._pieces, self._conversion, self._layout, self._give_runs)
         ).with_output_types(TaggedBatch)
 
-        def pick(label: str, tag: str, output_type=None):
-            step = beam.FlatMap(select, tag)
-            if output_type is not None:
-                step = step.with_output_types(output_type)
-            return converted | label >> step
-
-        return CachedConversion(
-            rows=(pick("Runs", RUNS, Batch) if self._give_runs
-                  else pick("Examples", EXAMPLES, Batch)),
-            rows_are_runs=self._give_runs,
-            dead_letter=pick("DeadLetters", DEAD_LETTER),
-            read_dead_letter=pick("ReadDeadLetters", READ_DEAD_LETTER),
-            statistics=pick("Statistics", STATISTICS) if self._statistics_on else None,
-            # (None, (tag, value)): one step for four outputs
-            gathered=converted | "Gather" >> beam.FlatMap(select_keyed, GATHERED))
+        return split_converted(converted, rows_tag=RUNS if self._give_runs else EXAMPLES,
+                               rows_are_runs=self._give_runs, statistics=self._statistics_on,
+                               gathered=GATHERED)

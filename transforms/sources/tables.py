@@ -27,7 +27,7 @@ from ..readers.tables import (DEFAULT_RANGE_BYTES, TABLE_FORMATS, FileRange, pla
 from ..urls import redact_url
 from .outputs import COUNTS, DEAD, UNIT, SplitTagged, batched, passed_on
 
-__all__ = ["ListTableFiles", "ReadTable"]
+__all__ = ["ListTableFiles", "PlanTableRanges", "ReadTable", "listed_files"]
 
 
 def _no_match(path: str) -> dict:
@@ -56,7 +56,25 @@ class ListTableFiles(beam.DoFn):
             yield UNIT, fs_path
 
 
-class _PlanTableRanges(beam.DoFn):
+def listed_files(pbegin, path: str, extensions: tuple[str, ...] | None, spread: bool):
+    """The steps every table read starts with: ``Pattern`` (a Create of
+    `path`: not an Impulse-rooted IO, which the Dask runner cannot run),
+    ``ListFiles`` (`ListTableFiles`) and, with `spread`, ``ReshuffleFiles``.
+    Gives ("unit", fs path) per file, and the listing's dead letters and
+    counts, which go along with the files (`passed_on`) to come out of the
+    step that reads them: no second origin to flatten at the end."""
+    # Paths are pickled between steps (`Batch`): a local file name that
+    # is not UTF-8 holds lone surrogates, which Beam's text coder refuses.
+    files = (pbegin
+             | "Pattern" >> beam.Create([path])
+             | "ListFiles" >> beam.ParDo(ListTableFiles(extensions)
+                                         ).with_output_types(TaggedBatch))
+    if spread:
+        files = files | "ReshuffleFiles" >> beam.Reshuffle()
+    return files
+
+
+class PlanTableRanges(beam.DoFn):
     """("unit", fs path) -> ("unit", FileRange) per unit (one streaming pass
     over big CSV/JSONL files); the listing's other pairs pass on."""
 
@@ -135,22 +153,11 @@ class ReadTable(beam.PTransform):
         self._spread = spread
 
     def expand(self, pbegin):
-        # (tag, value): ("unit", fs path) per file | dead letter and count if none match
-        # Paths are pickled between steps (`Batch`): a local file name that
-        # is not UTF-8 holds lone surrogates, which Beam's text coder refuses.
-        listed = (
-            pbegin
-            | "Pattern" >> beam.Create([self._path])
-            | "ListFiles" >> beam.ParDo(ListTableFiles(self._extensions)
-                                        ).with_output_types(TaggedBatch))
-        # The listing's dead letters and counts go along with the files
-        # (`passed_on`): no second origin to flatten at the end.
-        files = listed
-        if self._spread:
-            files = files | "ReshuffleFiles" >> beam.Reshuffle()
+        # ("unit", fs path) per file | the listing's dead letters and counts
+        files = listed_files(pbegin, self._path, self._extensions, self._spread)
         # ("unit", FileRange: byte range or row-group span) | the listing's pairs
         units = files | "PlanRanges" >> beam.ParDo(
-            _PlanTableRanges(self._path, self._format, self._range_bytes, self._options)
+            PlanTableRanges(self._path, self._format, self._range_bytes, self._options)
         ).with_output_types(TaggedBatch)
         if self._spread:
             units = units | "ReshuffleRanges" >> beam.Reshuffle()
