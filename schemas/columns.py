@@ -91,6 +91,10 @@ class ColumnEncoder:
     def __call__(self, raws: list) -> tuple[list, list | None]:
         if self._column is not None:
             done = self._column(raws)
+            if done is None:
+                items = _only_items(raws)
+                if items is not None:
+                    done = self._column(items)
             if done is not None:
                 return done
         return self._value_by_value(raws), None
@@ -195,6 +199,26 @@ class ColumnEncoder:
         if headed:
             return HeadedEntries(list(map(heads.__getitem__, sizes)), values), values
         return list(map(bytes.__add__, map(heads.__getitem__, sizes), values)), values
+
+
+def _only_items(raws: list) -> list | None:
+    """Each raw value's one item, when every raw value is a list (or tuple)
+    of one item that is not a missing value (None, blank text); else None.
+    The row path converts such a value as it converts its item
+    (`checks._compile_rules`: a list is never a missing value, and a scalar
+    feature takes a list's only item); a TFRecord source gives every value
+    so, as an Example's features are lists."""
+    if not raws or type(raws[0]) not in (list, tuple):
+        return None
+    items = []
+    for raw in raws:
+        if type(raw) not in (list, tuple) or len(raw) != 1:
+            return None
+        item = raw[0]
+        if item is None or (type(item) is str and not item.strip()):
+            return None
+        items.append(item)
+    return items
 
 
 def _parsed(raws: list, number: type) -> list | None:

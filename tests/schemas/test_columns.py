@@ -160,3 +160,46 @@ def test_text_columns_of_any_size(texts, pad):
     examples, checked = check_batch(encoder, rows)
     valid = all(not any(0xD800 <= ord(c) <= 0xDFFF for c in text) for text in texts)
     assert ("t" in checked) == valid
+
+
+def _wrapped(value, rng):
+    """A value as a TFRecord source gives it: a list of one (or a tuple)."""
+    return (value,) if rng.random() < 0.2 else [value]
+
+
+def test_columns_of_one_item_lists_take_the_column_path():
+    """An Example's features are lists: a column of one-item lists of clean
+    values takes the column path as the values themselves would, with the
+    row path's bytes and checked values."""
+    encoder = RowEncoder(parse_features(SCHEMA))
+    rng = random.Random(5)
+    rows = [{column: (good[i % len(good)] if column == "tags"
+                      else _wrapped(good[i % len(good)], rng))
+             for column, (good, _) in CHOICES.items()} for i in range(50)]
+    examples, checked = check_batch(encoder, rows)
+    assert None not in examples
+    assert set(checked) == {"id", "count", "score", "ratio", "text", "blob", "label"}
+    plain = [{column: value[0] if column != "tags" else value for column, value in row.items()}
+             for row in rows]
+    assert examples == encoder.encode_many(plain)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_lists_of_anything_encode_like_the_row_path(data):
+    """Columns of lists (one item, good or bad, None, blank text; none or
+    two items) mixed with bare values: every row the column path encodes
+    has the row path's bytes, and its checked values are the row path's."""
+    encoder = RowEncoder(parse_features(SCHEMA))
+    size = data.draw(st.integers(1, 12))
+    wrapped = st.sampled_from(["one", "one", "one", "tuple", "bare", "empty", "two"])
+    rows = []
+    for _ in range(size):
+        row = {}
+        for column, (good, bad) in CHOICES.items():
+            value = data.draw(st.sampled_from(good + bad + ["", "  ", None]))
+            form = data.draw(wrapped)
+            row[column] = {"one": [value], "tuple": (value,), "bare": value, "empty": [],
+                           "two": [value, value]}[form]
+        rows.append(row)
+    check_batch(encoder, rows)
