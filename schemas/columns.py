@@ -165,12 +165,26 @@ class ColumnEncoder:
 
     def _texts(self, bounds: FastBounds):
         def texts(raws):
-            # The row path sends "" to the complete rules (a missing value).
-            if set(map(type, raws)) != {str} or not all(raws):
-                return None
-            try:
-                values = list(map(str.encode, raws))
-            except UnicodeEncodeError:
+            kinds = set(map(type, raws))
+            if kinds == {str}:
+                # The row path sends "" to the complete rules (a missing value).
+                if not all(raws):
+                    return None
+                try:
+                    values = list(map(str.encode, raws))
+                except UnicodeEncodeError:
+                    return None
+            elif kinds == {bytes}:
+                # Bytes are stored as they are when they are UTF-8
+                # (`values._to_text_bytes`; b"" too: only text can be a
+                # missing value). Checked joined by an ASCII byte, which no
+                # multi-byte sequence holds: each value's check stays its own.
+                try:
+                    b"\n".join(raws).decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+                values = raws
+            else:
                 return None
             return self._sized_entries(values, bounds)
         return texts

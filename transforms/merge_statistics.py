@@ -97,7 +97,11 @@ class CheckedValues:
                 return "masked", masked
         elif checked is not None:
             if self._kinds[name] == "string":
-                return "scalars", self._pick(self._column(source))
+                # Text as it was read spares decoding the stored UTF-8 again,
+                # unless it was read as one-item lists (`columns._only_items`)
+                raws = self._column(source)
+                listed = len(raws) > 0 and type(raws[0]) in (list, tuple)
+                return "scalars", self._pick(checked if listed else raws)
             return "scalars", self._pick(checked)
         convert = self._encoder.converter(name)
         return "rows", [_converted(convert, raw) for raw in self._pick(self._column(source))]

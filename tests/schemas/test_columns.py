@@ -203,3 +203,28 @@ def test_lists_of_anything_encode_like_the_row_path(data):
                            "two": [value, value]}[form]
         rows.append(row)
     check_batch(encoder, rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=8).map(str.encode) | st.binary(max_size=14)
+                | st.sampled_from([b"\xc3", b"\xa9", b"\xed\xa0\x80", b"", b"\xff"]),
+                min_size=1, max_size=20))
+def test_bytes_in_a_text_column_are_stored_when_they_are_utf8(values):
+    """A text feature read as bytes (an Example's bytes_list): a column of
+    UTF-8 bytes (any length up to max_bytes, b"" too) takes the column path
+    with the row path's bytes; a value that is not UTF-8 on its own (half a
+    character, one its neighbour would complete, an encoded surrogate) or
+    too long leaves the column to the row path."""
+    encoder = RowEncoder(parse_features({"text": {"type": "string", "max_bytes": 12}}))
+    examples, checked = check_batch(encoder, [{"text": value} for value in values])
+
+    def stored(value):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return len(value) <= 12
+
+    assert ("text" in checked) == all(map(stored, values))
+    if "text" in checked:
+        assert checked["text"] == values

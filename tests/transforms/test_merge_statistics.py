@@ -83,6 +83,30 @@ def test_partials_roundtrip_through_json_exactly(values):
             partial_from_json(as_json)[1]).to_json()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_row, min_size=1, max_size=25), st.booleans())
+def test_one_item_lists_give_the_statistics_of_their_items(values, as_tuples):
+    """Values read as one-item lists (an Example's features), text as
+    UTF-8 bytes or as str: the statistics of the same values read bare."""
+    def wrapped(value):
+        if value is None or isinstance(value, list):
+            return value
+        return (value,) if as_tuples else [value]
+
+    bare = [SourceRow("shop.tfrecord", i + 1, {"id": i, **{k: v for k, v in row.items()
+                                                          if v is not None}})
+            for i, row in enumerate(values)]
+    listed = [SourceRow(row.source, row.row, {key: wrapped(value) if key != "id" else [value]
+                                              for key, value in row.values.items()})
+              for row in bare]
+    as_bytes = [SourceRow(row.source, row.row, {
+        key: [value[0].encode("utf-8")] if key == "city" else value
+        for key, value in row.values.items()}) for row in listed]
+    expected = _merged_states(_partials(_conversion(), bare))
+    for rows in (listed, as_bytes):
+        assert _merged_states(_partials(_conversion(), rows)) == expected
+
+
 @pytest.mark.parametrize("texts", [['"theta":""', "theta", '"theta":"x"', "é\u2028"], ["a"] * 3])
 def test_state_json_is_jsons_own_whatever_the_values_hold(texts):
     stats = FeatureStatistics.from_values("string", "bytes", len(texts), texts)
