@@ -102,11 +102,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             signals.raise_swallowed()  # a signal whose exception Python ignored
             return status
         except KeyboardInterrupt as interrupt:  # while a subcommand was imported or ran
-            command = argv[0] if argv else ""
-            print(f"recordforge {command}: interrupted", file=sys.stderr)
-            return getattr(interrupt, "exit_status", 130)
+            return _interrupted(argv, interrupt)
+        except Exception as error:
+            # Python 3.11 passes an exception raised inside `__set_name__`
+            # (a dataclass's fields, as a module the command imports makes
+            # one) on as a RuntimeError raised from it: a signal's there too.
+            interrupt = _interrupt_behind(error)
+            if interrupt is None:
+                raise
+            return _interrupted(argv, interrupt)
         finally:
             _freeze_heap(console, collect_first=True)
+
+
+def _interrupted(argv: Sequence[str], interrupt: KeyboardInterrupt) -> int:
+    """Says the command was interrupted; its exit status (128 + signal)."""
+    command = argv[0] if argv else ""
+    print(f"recordforge {command}: interrupted", file=sys.stderr)
+    return getattr(interrupt, "exit_status", 130)
+
+
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt `error` was raised from (``raise ... from``,
+    followed through its causes), or None."""
+    seen = set()
+    cause = error.__cause__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return None
 
 
 def _one_blas_thread() -> None:

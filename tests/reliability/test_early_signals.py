@@ -79,3 +79,32 @@ def test_a_signal_while_the_build_starts_gives_one_line_and_its_status(
     assert not (work / "out" / "LATEST").exists()
     staged = work / "out" / ".staging"
     assert not staged.exists() or not any(staged.iterdir()), list(staged.iterdir())
+
+
+def test_a_signal_inside_a_class_being_made_at_import_is_an_interruption(monkeypatch, capsys):
+    """A signal can land while a module the command imports makes a class,
+    inside a field's ``__set_name__`` (a dataclass's), where Python 3.11
+    passes the handler's `Interrupted` on as a RuntimeError raised from it
+    (seen once in CI, at a SIGTERM 0.45 s into a build): the command still
+    says it was interrupted and exits 128 + signal; any other error whose
+    cause is no interruption still escapes."""
+    from recordforge.pipelines import cli, signals
+
+    class Landing:
+        def __set_name__(self, owner, name):
+            raise signals.Interrupted(signal.SIGTERM)
+
+    def importing(argv, console):
+        type("Outcome", (), {"field": Landing()})  # the signal lands here
+        return 0
+
+    monkeypatch.setattr(cli, "_dispatch", importing)
+    assert cli.main(["build", "x.yaml"]) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.splitlines()[-1] == "recordforge build: interrupted"
+
+    def failing(argv, console):
+        raise RuntimeError("a bug") from ValueError("its cause")
+
+    monkeypatch.setattr(cli, "_dispatch", failing)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["build", "x.yaml"])
