@@ -5,8 +5,10 @@
 Makes the text partials a unit of the end-to-end benchmark's table gives
 (`bench_stats_batch.make_batches`: 20-120 characters of text per row,
 mostly distinct; three splits as the bench config's 80/10/10), one per
-split and batch of `--rows` rows as `StatisticsAccumulator.add` gives them,
-and times what `PieceWriter` does with them: `add` of each (its JSON form)
+split, feature and batch of `--rows` rows as `StatisticsAccumulator` gives
+them flushed after each batch (a piece now gets one per split and feature
+for its whole unit: this is many units' worth), and times what
+`PieceWriter` does with them: `add` of each (its JSON form)
 and the summary's JSON at `commit` (no runs), best of `--repeat`, CPU s,
 with the cyclic collector tuned as the convert step tunes it.
 Run it with another checkout first on PYTHONPATH to compare, alternating.
@@ -37,15 +39,15 @@ NAME = "a" * 40 + ".00000-of-00001.piece"
 
 
 def partials(rows: int, batches: int) -> list:
-    """Every batch's partials (text per batch, the rest once), as the convert step adds them."""
+    """Every batch's own partials, one per split and feature."""
     accumulator = StatisticsAccumulator(PLAN, [name for name, _ in SPLITS])
     rng = np.random.default_rng(7)
     out = []
     for batch in make_batches(rows, batches):
         split_of = rng.choice(len(SPLITS), size=rows, p=[weight for _, weight in SPLITS])
-        out.extend(accumulator.add(lambda name, batch=batch: ("scalars", batch[name]),
-                                   split_of))
-    return out + accumulator.flush()
+        accumulator.add(lambda name, batch=batch: ("scalars", batch[name]), split_of)
+        out.extend(accumulator.flush())
+    return out
 
 
 def run(values: list, directory: str) -> float:

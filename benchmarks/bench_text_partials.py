@@ -6,8 +6,9 @@ Makes batches of the end-to-end benchmark's free text (`e2e_workloads`:
 20-120 characters of words, each batch with one value twice, as the
 benchmark table's batches hold one repeat: its top values keep a count,
 so its partial waits for the canonical merge) as the `TextColumn` the
-native kernels give, and times, best of `--repeat`, per partial:
-`StatisticsAccumulator.add` of each batch (the text kernel), the partial's
+native kernels give, and times, best of `--repeat`, per partial (one per
+batch: `StatisticsAccumulator` flushed after each, as an image source's
+batch gives it): `StatisticsAccumulator.add` of each batch (the text kernel), the partial's
 JSON text as the build cache writes it, and `MergingStatistics` of all
 partials to the stats.json entry (the merge order, the digest, the union).
 Run it with another checkout first on PYTHONPATH to compare, alternating
@@ -66,7 +67,8 @@ def run(batches: list[TextColumn]) -> tuple[float, float, float]:
     accumulator = StatisticsAccumulator(PLAN, ["train"])
     partials = []
     for batch in batches:
-        partials += accumulator.add(lambda name, batch=batch: ("scalars", batch), split_of)
+        accumulator.add(lambda name, batch=batch: ("scalars", batch), split_of)
+        partials += accumulator.flush()
     made = time.process_time()
     for partial in partials:
         json_text(partial)
