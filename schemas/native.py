@@ -51,6 +51,7 @@ _KERNELS_USED = (
     "jsonl_segments",  # transforms/readers/jsonl.py: _jsonl_row's verdict per line
     "jsonl_keys",  # transforms/readers/jsonl.py: JsonlRunBatch.column_names
     "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
+    "example_values",  # schemas/example.py: decode_example's values, names sorted
 )
 # Kernels an extension may lack, None where it does (built for Linux only).
 _KERNELS_OPTIONAL = (

@@ -15,6 +15,7 @@ pub mod column;
 pub mod crc;
 pub mod csv_marks;
 pub mod digest;
+pub mod example_values;
 pub mod framed_keys;
 pub mod framed_rows;
 pub mod gather;
@@ -513,6 +514,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(json::jsonl_segments, module)?)?;
     module.add_function(wrap_pyfunction!(json::jsonl_keys, module)?)?;
     module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
+    module.add_function(wrap_pyfunction!(example_values::example_values, module)?)?;
     module.add_class::<CsvPlan>()?;
     #[cfg(target_os = "linux")]
     module.add_class::<read_ahead::PyFileReadAhead>()?;

@@ -108,3 +108,30 @@ fn every_csv_input_and_prefix_is_counted_as_convert_run_reads_it() {
         }
     }
 }
+
+#[test]
+fn every_example_input_and_prefix_reads_inside_the_buffer_or_is_left_to_protobuf() {
+    use recordforge_native::example_values::{canonical_features, Values};
+    for (name, data) in corpus("example") {
+        for cut in 0..=data.len() {
+            let record = &data[..cut];
+            let Some(features) = canonical_features(record) else { continue };
+            let inside = |slice: &[u8]| {
+                let (start, end) = (slice.as_ptr() as usize, slice.as_ptr() as usize + slice.len());
+                start >= record.as_ptr() as usize && end <= record.as_ptr() as usize + record.len()
+            };
+            for pair in features.windows(2) {
+                assert!(pair[0].0 < pair[1].0, "{name} cut at {cut}: names not sorted or twice");
+            }
+            for (feature, values) in &features {
+                assert!(inside(feature.as_bytes()), "{name} cut at {cut}");
+                match values {
+                    Values::Bytes(items) => assert!(items.iter().all(|item| inside(item)), "{name} cut at {cut}"),
+                    Values::Floats(packed) => assert!(inside(packed) && packed.len() % 4 == 0, "{name} cut at {cut}"),
+                    Values::Ints(ints) => assert!(ints.len() <= record.len(), "{name} cut at {cut}"),
+                    Values::Unset => {}
+                }
+            }
+        }
+    }
+}

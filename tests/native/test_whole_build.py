@@ -197,6 +197,81 @@ def _timestamped_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     return config
 
 
+def _tfrecord_source(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    """A TFRecord file of Examples in the encodings readers meet: recordforge's
+    own (names sorted by bytes), protobuf's deterministic one (upb writes
+    ``label/text`` before ``label``), valid ones in another encoding (an
+    unpacked int, a name twice), values the rules refuse (a negative id,
+    two values, another kind, an infinite float) and records that are not
+    Examples."""
+    from recordforge.schemas import example
+    from recordforge.transforms.tfrecord.framing import frame_records
+
+    rng = random.Random(41)
+    records = []
+    for i in range(rows):
+        label = rng.randint(0, 9)
+        features = {"id": [i], "label": [label], "label/text": [LABELS[label].encode()],
+                    "score": [rng.uniform(-100.0, 100.0)],
+                    "text": [("word " * rng.randint(1, 20)).encode()]}
+        fault = rng.random()
+        if fault < 0.01:
+            features[rng.choice(["id", "score"])] = [-1, 2]
+        elif fault < 0.02:
+            features["id"] = [b"seven"]
+        elif fault < 0.03:
+            features["id"], features["score"] = [-i - 1], [float("inf")]
+        if rng.random() < 0.5:
+            message = example.example_class()()
+            for name, values in features.items():
+                kind = ("bytes_list" if isinstance(values[0], bytes) else
+                        "float_list" if isinstance(values[0], float) else "int64_list")
+                getattr(message.features.feature[name], kind).value.extend(values)
+            record = message.SerializeToString(deterministic=True)
+        else:
+            record = example.encode_example(dict(sorted(features.items())))
+        draw = rng.random()
+        if draw < 0.005:
+            record = b"\x0f" + record  # not an Example (wire type 7)
+        elif draw < 0.01:
+            record = b"\x08\x01" + record  # a field of the wrong wire type: protobuf skips it
+        elif draw < 0.02:  # the id again, a second features field: protobuf keeps the last
+            record += example.encode_example({"id": [i + rows]})
+        elif draw < 0.03:  # the id again, unpacked
+            record += _unpacked_id(i + rows)
+        records.append(record)
+    source = directory / "examples.tfrecord"
+    source.write_bytes(frame_records(records))
+    config = directory / "tfrecord.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "native_check", "version": "1",
+        "source": {"type": "tfrecord", "path": str(source)},
+        "features": {"id": {"type": "int64", "min": 0}, "score": {"type": "float"},
+                     "text": {"type": "string", "max_bytes": 200},
+                     "label": {"type": "int64", "min": 0, "max": 9},
+                     "label/text": {"type": "string"}},
+        "key": "id", "splits": {"train": 0.8, "test": 0.2},
+        "output": {"shard_size": "1MB", "shuffle": True},
+        "dead_letter": {"max_error_rate": 0.5}}, sort_keys=False))
+    return config
+
+
+def _unpacked_id(value: int) -> bytes:
+    """An Example of one feature, ``id``, its int64 value not packed (valid
+    protobuf that no serializer writes)."""
+    def field(tag: int, payload: bytes) -> bytes:
+        assert len(payload) < 128
+        return bytes([tag, len(payload)]) + payload
+
+    varint = bytearray()
+    while value >= 0x80:
+        varint.append(value & 0x7F | 0x80)
+        value >>= 7
+    varint.append(value)
+    feature = field(0x1a, b"\x08" + bytes(varint))
+    return field(0x0a, field(0x0a, field(0x0a, b"id") + field(0x12, feature)))
+
+
 @pytest.fixture(scope="module")
 def native_built():
     try:
@@ -205,12 +280,14 @@ def native_built():
         pytest.skip(f"the native extension is not built ({error})")
 
 
-@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl", "timestamped"])
+@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl", "timestamped",
+                                   "tfrecord"])
 def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
     make = {"flights": lambda: FLIGHTS, "table": lambda: _table(tmp_path, 20_000),
             "parquet": lambda: _parquet_table(tmp_path, 20_000),
             "jsonl": lambda: _jsonl_table(tmp_path, 20_000),
-            "timestamped": lambda: _timestamped_table(tmp_path, 20_000)}
+            "timestamped": lambda: _timestamped_table(tmp_path, 20_000),
+            "tfrecord": lambda: _tfrecord_source(tmp_path, 20_000)}
     config = make[which]()
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)

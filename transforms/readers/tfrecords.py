@@ -2,9 +2,9 @@
 
 Read without TensorFlow by the project's own codec (`transforms.tfrecord`:
 both CRCs of every record checked; gzip found by suffix or by sniffing) and
-Example parser (`schemas.example.decode_example`). A row's values are its
-features, name -> list of values (int64 as int, float as the float32 value,
-bytes as bytes), which the schema then checks like any other row: a
+Example parser (`schemas.example.example_values`). A row's values are its
+features in name order, name -> list of values (int64 as int, float as the
+float32 value, bytes as bytes), which the schema then checks like any other row: a
 one-element list fills a scalar feature. ``row`` is the record's 1-based
 index in the file; each file is one unit of work.
 
@@ -21,7 +21,7 @@ from typing import Iterator
 
 import fsspec
 
-from ...schemas.example import ExampleDecodeError, decode_example
+from ...schemas.example import ExampleDecodeError, example_values
 from ..tfrecord import TFRecordError, iter_records
 from .common import (READ_ERRORS, empty_file, open_file, open_range, read_dead_letter,
                      read_error, resolve)
@@ -54,14 +54,13 @@ def iter_tfrecords(path: str, *, fs: fsspec.AbstractFileSystem | None = None,
                 for record in iter_records(f, path=fs_path, compression="auto"):
                     index += 1
                     try:
-                        features = decode_example(record)
+                        features = example_values(record)
                     except ExampleDecodeError as exc:
                         yield read_dead_letter(
                             source, index, "example_invalid",
                             f"{source} record {index}: {exc}", {"record": index})
                         continue
-                    yield SourceRow(source, index,
-                                    {name: values for name, (_, values) in features.items()})
+                    yield SourceRow(source, index, features)
             except TFRecordError as exc:
                 yield read_dead_letter(
                     source, exc.record_index + 1, "tfrecord_corrupt",
