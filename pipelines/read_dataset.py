@@ -27,7 +27,7 @@ from .publish.held_manifest import (DatasetCorrupt, HeldShard, VersionReplaced,
                                      checked_records, held_shards)
 from .publish.manifest import compression_from_label, load_manifest
 from .publish.output import Output
-from ..schemas.example import decode_example
+from ..schemas.example import example_values
 from ..transforms.layout import LATEST_FILE, MANIFEST_FILE
 
 __all__ = ["DatasetCorrupt", "ReadDataset", "VersionReplaced", "decode_row",
@@ -62,10 +62,10 @@ def resolve_version_dir(path: str) -> tuple[str, dict]:
 def decode_row(record: bytes, features: Mapping[str, Mapping[str, Any]]) -> dict:
     """One serialized Example -> row dict, shaped as the manifest's
     `features` say (module docstring)."""
-    decoded = decode_example(record)
+    decoded = example_values(record)
     row = {}
     for name, spec in features.items():
-        values = decoded.get(name, (None, []))[1]
+        values = decoded.get(name, [])
         if spec.get("text"):
             values = [value.decode("utf-8") for value in values]
         if spec.get("shape") == []:

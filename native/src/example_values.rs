@@ -14,6 +14,7 @@
 //! which decides by its own rules. So this reader never has to agree with
 //! protobuf on anything but canonical bytes, where the answer is plain.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyList};
 
@@ -146,30 +147,75 @@ pub fn canonical_features(record: &[u8]) -> Option<Features<'_>> {
     Some(features)
 }
 
-/// `canonical_features` as the Python path's dict: name -> list of values
-/// (bytes, float of the float32 stored, int), in name order; None where
-/// the record is left to protobuf.
-#[pyfunction]
-pub fn example_values<'py>(py: Python<'py>, record: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(features) = crate::guarded(|| canonical_features(record))? else {
-        return Ok(None);
-    };
-    let dict = PyDict::new(py);
-    for (name, values) in features {
-        let list = match values {
-            Values::Unset => PyList::empty(py),
-            Values::Bytes(items) => PyList::new(py, items.into_iter().map(|item| PyBytes::new(py, item)))?,
+impl Values<'_> {
+    /// The kind protobuf's oneof names, None where no list is set.
+    fn kind(&self) -> Option<&'static str> {
+        match self {
+            Values::Unset => None,
+            Values::Bytes(_) => Some("bytes"),
+            Values::Floats(_) => Some("float"),
+            Values::Ints(_) => Some("int64"),
+        }
+    }
+
+    /// The values as a Python list: bytes, floats (of the float32 stored),
+    /// ints.
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        match self {
+            Values::Unset => Ok(PyList::empty(py)),
+            Values::Bytes(items) => PyList::new(py, items.iter().map(|item| PyBytes::new(py, item))),
             Values::Floats(packed) => PyList::new(
                 py,
                 packed.chunks_exact(4).map(|four| {
                     PyFloat::new(py, f64::from(f32::from_le_bytes([four[0], four[1], four[2], four[3]])))
                 }),
-            )?,
-            Values::Ints(ints) => PyList::new(py, ints)?,
-        };
-        dict.set_item(name, list)?;
+            ),
+            Values::Ints(ints) => PyList::new(py, ints),
+        }
+    }
+}
+
+fn read_record(record: &[u8]) -> PyResult<Option<Features<'_>>> {
+    crate::guarded(|| canonical_features(record))
+}
+
+/// `canonical_features` as the Python path's dict: name -> list of values
+/// (bytes, float of the float32 stored, int), in name order; None where
+/// the record is left to protobuf.
+#[pyfunction]
+pub fn example_values<'py>(py: Python<'py>, record: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(features) = read_record(record)? else {
+        return Ok(None);
+    };
+    let dict = PyDict::new(py);
+    for (name, values) in features {
+        dict.set_item(name, values.to_list(py)?)?;
     }
     Ok(Some(dict))
+}
+
+/// As `example_values`, each feature's values with the kind of list that
+/// holds them: name -> (kind, list), the kind None for a Feature with no
+/// list set (where `decode_example` says "bytes"); for the loaders, which
+/// tell an unset feature from an empty list. `record`: bytes or any
+/// contiguous buffer.
+#[pyfunction]
+pub fn example_features<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let fill = |features: Option<Features>| -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(features) = features else {
+            return Ok(None);
+        };
+        let dict = PyDict::new(py);
+        for (name, values) in features {
+            dict.set_item(name, (values.kind(), values.to_list(py)?))?;
+        }
+        Ok(Some(dict))
+    };
+    if let Ok(bytes) = record.downcast::<PyBytes>() {
+        return fill(read_record(bytes.as_bytes())?);
+    }
+    let buffer = PyBuffer::<u8>::get(record)?;
+    crate::with_bytes(py, &buffer, |data| fill(read_record(data)?))?
 }
 
 #[cfg(test)]

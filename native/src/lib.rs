@@ -515,6 +515,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(json::jsonl_keys, module)?)?;
     module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
     module.add_function(wrap_pyfunction!(example_values::example_values, module)?)?;
+    module.add_function(wrap_pyfunction!(example_values::example_features, module)?)?;
     module.add_class::<CsvPlan>()?;
     #[cfg(target_os = "linux")]
     module.add_class::<read_ahead::PyFileReadAhead>()?;

@@ -15,12 +15,12 @@ missing without a default, a wrong count or kind) raises
 from __future__ import annotations
 
 import base64
-import operator
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ...schemas.example import ExampleDecodeError, parse_example
+from ...schemas.native import kernels
 from ..publish.held_manifest import DatasetCorrupt
 
 __all__ = ["ExampleDecoder", "RecordDecodeError"]
@@ -47,7 +47,27 @@ def _default(spec: Mapping[str, Any]) -> list | None:
 
 
 _KIND_BY_FIELD = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
-_FIELD_BY_KIND = {kind: field for field, kind in _KIND_BY_FIELD.items()}
+# The kernel reading a canonical Example's features, or None (Python path).
+_canonical_features = None if kernels() is None else kernels().example_features
+
+
+def features_of(record) -> dict[str, tuple[str | None, list]]:
+    """A serialized Example's features (`record`: bytes or a buffer):
+    name -> (kind, values), the kind None for a feature with no list set
+    (TensorFlow reads it as no values; a manifest's default fills it).
+    Read by the native kernel where the Example is canonical
+    (`schemas.example.example_values`), by protobuf otherwise; raises
+    `ExampleDecodeError` for bytes that are not an Example."""
+    if _canonical_features is not None:
+        found = _canonical_features(record)
+        if found is not None:
+            return found
+    features = {}
+    for name, feature in parse_example(record).features.feature.items():
+        which = feature.WhichOneof("kind")
+        features[name] = ((None, []) if which is None else
+                          (_KIND_BY_FIELD[which], list(getattr(feature, which).value)))
+    return features
 
 
 class _Feature:
@@ -61,17 +81,19 @@ class _Feature:
         self.fixed_scalar = not shape and not self.variable
         self.default = _default(spec)
         self.dtype = _DTYPES.get(self.kind)
-        self._list = operator.attrgetter(f"{_FIELD_BY_KIND[self.kind]}.value")
 
-    def value(self, features, where: Callable[[], str]):
-        """This feature's value from the message's feature map (`get`: a
-        protobuf map's ``[]`` would insert a missing key)."""
-        feature = features.get(self.name)
-        # The manifest's kind first: values there are the only list set (a
-        # oneof), so the kind is asked only of a feature with none there.
-        values = self._list(feature) if feature is not None else None
-        if not values:
-            values = self._unset(feature, where)
+    def value(self, features: Mapping[str, tuple[str | None, list]], where: Callable[[], str]):
+        """This feature's value from a record's features (`features_of`)."""
+        found = features.get(self.name)
+        if found is None:
+            values = self._absent(True, where)
+        else:
+            kind, values = found
+            if kind is None:
+                values = self._absent(False, where)
+            elif values and kind != self.kind:
+                raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {kind} values, "
+                                        f"but the manifest says {self.kind}")
         if not self.variable and len(values) != self.count:
             shape = "[]" if self.fixed_scalar else f"[{self.count}]"
             raise RecordDecodeError(f"{where()}: feature {self.name!r} holds {len(values)} "
@@ -81,19 +103,6 @@ class _Feature:
         if self.fixed_scalar:
             return np.array(values[0], dtype=self.dtype)
         return np.fromiter(values, dtype=self.dtype, count=len(values))
-
-    def _unset(self, feature, where: Callable[[], str]):
-        """The values of a feature with none of the manifest's kind: absent,
-        of no kind, an empty list, or another kind's values (an error)."""
-        which = feature.WhichOneof("kind") if feature is not None else None
-        if which is None:
-            return self._absent(feature is None, where)
-        values = getattr(feature, which).value
-        if values and _KIND_BY_FIELD[which] != self.kind:
-            raise RecordDecodeError(f"{where()}: feature {self.name!r} holds "
-                                    f"{_KIND_BY_FIELD[which]} values, but the manifest "
-                                    f"says {self.kind}")
-        return values
 
     def _absent(self, missing: bool, where: Callable[[], str]) -> list:
         """The values of a feature a record lacks (`missing`) or holds with
@@ -127,7 +136,7 @@ class ExampleDecoder:
             return f"{shard}: record {index}"
 
         try:
-            features = parse_example(record).features.feature
+            features = features_of(record)
         except ExampleDecodeError as error:
             raise RecordDecodeError(f"{where()}: {error}") from None
         return {feature.name: feature.value(features, where) for feature in self._plan}

@@ -176,3 +176,40 @@ def test_the_cargo_corpus_and_its_prefixes_read_as_protobuf_reads_them(native, p
         if found is not None:
             assert expected is not None, f"cut at {cut}"
             _same(found, expected)
+
+
+def _protobuf_features(record) -> dict:
+    from recordforge.pipelines.loaders import decode
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(decode, "_canonical_features", None)
+        return decode.features_of(record)
+
+
+@settings(max_examples=300, deadline=None)
+@given(features=_FEATURES, data=st.data())
+def test_the_loaders_features_with_their_kinds_are_protobuf_s(native, features, data):
+    """`example_features`: the kind of list each feature holds (None: no
+    list set, which a loader fills with the manifest's default), from bytes
+    or a memoryview, damaged or not."""
+    blob = bytearray(_serialized(features))
+    if blob and data.draw(st.booleans()):
+        blob[data.draw(st.integers(0, len(blob) - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    for record in (bytes(blob), memoryview(blob)):
+        try:
+            expected = _protobuf_features(record)
+        except ExampleDecodeError:
+            expected = None
+        found = native.example_features(record)
+        if found is None:
+            continue
+        assert expected is not None
+        assert sorted(found) == list(found) and set(found) == set(expected)
+        for name, (kind, values) in expected.items():
+            assert found[name][0] == kind
+            _same({name: found[name][1]}, {name: values})
+    if not blob:
+        return
+    unset = [name for name, (kind, _) in features.items() if kind == "unset"]
+    if unset and bytes(blob) == _serialized(features):
+        assert all(native.example_features(bytes(blob))[name] == (None, []) for name in unset)
