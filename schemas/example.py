@@ -43,6 +43,7 @@ __all__ = [
     "example_from_entries",
     "example_head",
     "example_class",
+    "example_features",
     "example_values",
     "parse_example",
     "scalar_entry_encoder",
@@ -438,8 +439,9 @@ def decode_example(data: bytes) -> dict[str, tuple[str, list]]:
             for name, feature in parse_example(data).features.feature.items()}
 
 
-# The kernel reading a canonical Example's values, or None (Python path).
+# The kernels reading a canonical Example, or None (Python path).
 _canonical_values = None if kernels() is None else kernels().example_values
+_canonical_features = None if kernels() is None else kernels().example_features
 
 
 def example_values(data: bytes) -> dict[str, list]:
@@ -456,6 +458,26 @@ def example_values(data: bytes) -> dict[str, list]:
         if found is not None:
             return found
     return {name: values for name, (_, values) in sorted(decode_example(data).items())}
+
+
+def example_features(data) -> dict[str, tuple[str | None, list]]:
+    """A serialized Example's features (`data`: bytes or any buffer): name
+    -> (kind, values), in name order, the kind None for a feature with no
+    list set (no values: TensorFlow reads it so, where `decode_example`
+    says "bytes"; a manifest's default fills it). Read by the native kernel
+    where the Example is canonical (as `example_values`), by protobuf
+    otherwise; raises `ExampleDecodeError` for bytes that are not an
+    Example."""
+    if _canonical_features is not None:
+        found = _canonical_features(data)
+        if found is not None:
+            return found
+    features = {}
+    for name, feature in sorted(parse_example(data).features.feature.items()):
+        which = feature.WhichOneof("kind")
+        features[name] = ((None, []) if which is None else
+                          (_KIND_BY_FIELD[which], list(getattr(feature, which).value)))
+    return features
 
 
 def decode_features(data: bytes, names: Iterable[str]) -> dict[str, tuple[str, list]]:

@@ -52,7 +52,7 @@ _KERNELS_USED = (
     "jsonl_keys",  # transforms/readers/jsonl.py: JsonlRunBatch.column_names
     "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
     "example_values",  # schemas/example.py: decode_example's values, names sorted
-    "example_features",  # pipelines/loaders/decode.py: features_of's protobuf path
+    "example_features",  # schemas/example.py: example_features' protobuf path
 )
 # Kernels an extension may lack, None where it does (built for Linux only).
 _KERNELS_OPTIONAL = (

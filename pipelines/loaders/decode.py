@@ -19,8 +19,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ...schemas.example import ExampleDecodeError, parse_example
-from ...schemas.native import kernels
+from ...schemas.example import ExampleDecodeError, example_features
 from ..publish.held_manifest import DatasetCorrupt
 
 __all__ = ["ExampleDecoder", "RecordDecodeError"]
@@ -46,30 +45,6 @@ def _default(spec: Mapping[str, Any]) -> list | None:
     return list(values)
 
 
-_KIND_BY_FIELD = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
-# The kernel reading a canonical Example's features, or None (Python path).
-_canonical_features = None if kernels() is None else kernels().example_features
-
-
-def features_of(record) -> dict[str, tuple[str | None, list]]:
-    """A serialized Example's features (`record`: bytes or a buffer):
-    name -> (kind, values), the kind None for a feature with no list set
-    (TensorFlow reads it as no values; a manifest's default fills it).
-    Read by the native kernel where the Example is canonical
-    (`schemas.example.example_values`), by protobuf otherwise; raises
-    `ExampleDecodeError` for bytes that are not an Example."""
-    if _canonical_features is not None:
-        found = _canonical_features(record)
-        if found is not None:
-            return found
-    features = {}
-    for name, feature in parse_example(record).features.feature.items():
-        which = feature.WhichOneof("kind")
-        features[name] = ((None, []) if which is None else
-                          (_KIND_BY_FIELD[which], list(getattr(feature, which).value)))
-    return features
-
-
 class _Feature:
     """How one feature's values become the reader's value."""
 
@@ -83,7 +58,7 @@ class _Feature:
         self.dtype = _DTYPES.get(self.kind)
 
     def value(self, features: Mapping[str, tuple[str | None, list]], where: Callable[[], str]):
-        """This feature's value from a record's features (`features_of`)."""
+        """This feature's value from a record's features (`example_features`)."""
         found = features.get(self.name)
         if found is None:
             values = self._absent(True, where)
@@ -136,7 +111,7 @@ class ExampleDecoder:
             return f"{shard}: record {index}"
 
         try:
-            features = features_of(record)
+            features = example_features(record)
         except ExampleDecodeError as error:
             raise RecordDecodeError(f"{where()}: {error}") from None
         return {feature.name: feature.value(features, where) for feature in self._plan}

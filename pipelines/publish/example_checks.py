@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ...schemas.example import ExampleDecodeError, decode_example
+from ...schemas.example import ExampleDecodeError, example_features
 from ...schemas.example_scan import LARGE_EXAMPLE_BYTES, NonCanonicalExample, scan_example
 
 __all__ = ["example_problem", "record_problem"]
@@ -52,11 +52,13 @@ def example_problem(decoded: Mapping[str, tuple[str, list]], features: Mapping[s
 
 
 def _decoded(record: memoryview) -> Mapping:
-    """A record's features for `example_problem`: parsed by protobuf when
-    small, scanned in place (values made on demand) when large."""
+    """A record's features for `example_problem`: read whole when small
+    (`example_features`: a feature with no list set has kind None and no
+    values, which match any type), scanned in place (values made on
+    demand) when large."""
     if len(record) >= LARGE_EXAMPLE_BYTES:
         return {name: (values.kind, values) for name, values in scan_example(record).items()}
-    return decode_example(record)
+    return example_features(record)
 
 
 def record_problem(record, features: Mapping, vocabulary_sizes: Mapping) -> str | None:

@@ -179,11 +179,9 @@ def test_the_cargo_corpus_and_its_prefixes_read_as_protobuf_reads_them(native, p
 
 
 def _protobuf_features(record) -> dict:
-    from recordforge.pipelines.loaders import decode
-
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(decode, "_canonical_features", None)
-        return decode.features_of(record)
+        patched.setattr(example, "_canonical_features", None)
+        return example.example_features(record)
 
 
 @settings(max_examples=300, deadline=None)
