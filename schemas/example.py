@@ -444,15 +444,16 @@ _canonical_values = None if kernels() is None else kernels().example_values
 _canonical_features = None if kernels() is None else kernels().example_features
 
 
-def example_values(data: bytes) -> dict[str, list]:
-    """Feature name -> values of a serialized Example (bytes), in name
-    order: `decode_example` without the kinds. Raises `ExampleDecodeError`
-    as `decode_example` does. Where the native kernels run, an Example in
-    the canonical encoding (one list per feature, numbers packed, names in
-    increasing order as every deterministic serializer writes them) is read
-    by the kernel (native/src/example_values.rs), several times faster than
-    protobuf's parse and map walk; anything else, valid or not, is left to
-    protobuf. Both give the same dict."""
+def example_values(data) -> dict[str, list]:
+    """Feature name -> values of a serialized Example (`data`: bytes or any
+    buffer), in name order: `decode_example` without the kinds. Raises
+    `ExampleDecodeError` as `decode_example` does. Where the native kernels
+    run, an Example in the canonical encoding (one features field, one
+    list per feature, numbers packed, no name twice: what every
+    deterministic serializer writes) is read by the kernel
+    (native/src/example_values.rs), about ten times faster than protobuf's
+    parse and map walk; anything else, valid or not, is left to protobuf.
+    Both give the same dict."""
     if _canonical_values is not None:
         found = _canonical_values(data)
         if found is not None:

@@ -175,47 +175,51 @@ impl Values<'_> {
     }
 }
 
-fn read_record(record: &[u8]) -> PyResult<Option<Features<'_>>> {
-    crate::guarded(|| canonical_features(record))
+/// `job` of the features `canonical_features` reads from `record` (bytes,
+/// or any contiguous buffer), None where it leaves the record to protobuf.
+fn with_features<'py, T>(py: Python<'py>, record: &Bound<'py, PyAny>,
+                         job: impl Fn(Features) -> PyResult<T>) -> PyResult<Option<T>> {
+    let read = |data: &[u8]| -> PyResult<Option<T>> {
+        match crate::guarded(|| canonical_features(data))? {
+            Some(features) => job(features).map(Some),
+            None => Ok(None),
+        }
+    };
+    if let Ok(bytes) = record.downcast::<PyBytes>() {
+        return read(bytes.as_bytes());
+    }
+    let buffer = PyBuffer::<u8>::get(record)?;
+    crate::with_bytes(py, &buffer, read)?
 }
 
 /// `canonical_features` as the Python path's dict: name -> list of values
 /// (bytes, float of the float32 stored, int), in name order; None where
-/// the record is left to protobuf.
+/// the record is left to protobuf. `record`: bytes or any contiguous
+/// buffer.
 #[pyfunction]
-pub fn example_values<'py>(py: Python<'py>, record: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(features) = read_record(record)? else {
-        return Ok(None);
-    };
-    let dict = PyDict::new(py);
-    for (name, values) in features {
-        dict.set_item(name, values.to_list(py)?)?;
-    }
-    Ok(Some(dict))
+pub fn example_values<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    with_features(py, record, |features| {
+        let dict = PyDict::new(py);
+        for (name, values) in features {
+            dict.set_item(name, values.to_list(py)?)?;
+        }
+        Ok(dict)
+    })
 }
 
 /// As `example_values`, each feature's values with the kind of list that
 /// holds them: name -> (kind, list), the kind None for a Feature with no
 /// list set (where `decode_example` says "bytes"); for the loaders, which
-/// tell an unset feature from an empty list. `record`: bytes or any
-/// contiguous buffer.
+/// tell an unset feature from an empty list.
 #[pyfunction]
 pub fn example_features<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let fill = |features: Option<Features>| -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(features) = features else {
-            return Ok(None);
-        };
+    with_features(py, record, |features| {
         let dict = PyDict::new(py);
         for (name, values) in features {
             dict.set_item(name, (values.kind(), values.to_list(py)?))?;
         }
-        Ok(Some(dict))
-    };
-    if let Ok(bytes) = record.downcast::<PyBytes>() {
-        return fill(read_record(bytes.as_bytes())?);
-    }
-    let buffer = PyBuffer::<u8>::get(record)?;
-    crate::with_bytes(py, &buffer, |data| fill(read_record(data)?))?
+        Ok(dict)
+    })
 }
 
 #[cfg(test)]
