@@ -38,7 +38,7 @@ from ..transforms.cache.names import file_key, key_of, parse_piece_name, whole_f
 from ..transforms.cache.pieces import FORMAT as PIECE_FORMAT
 from ..transforms.layout import CACHE_DIR
 from ..transforms.readers.tables import DEFAULT_RANGE_BYTES
-from ..transforms.sources.outputs import JSONL_BATCH_BYTES
+from ..transforms.sources.outputs import JSONL_BATCH_BYTES, RECORD_BATCH_BYTES
 from ..transforms.urls import redact_url
 
 __all__ = ["CacheState", "cache_url", "encoding_key", "open_cache", "prune_cache", "uses_cache"]
@@ -91,7 +91,7 @@ def encoding_key(config: DatasetConfig, vocabularies: Mapping[str, Sequence[str]
         "pieces": PIECE_FORMAT,  # a new format of pieces or runs: every key changes
         # How rows are batched: a batch gives the statistics' partials.
         "read": {"batch_size": READ_BATCH_SIZE, "jsonl_batch_bytes": JSONL_BATCH_BYTES,
-                 "range_bytes": DEFAULT_RANGE_BYTES},
+                 "record_batch_bytes": RECORD_BATCH_BYTES, "range_bytes": DEFAULT_RANGE_BYTES},
         "source": source,
         "features": resolved.get("features"),
         "vocabularies": {name: list(labels) for name, labels in sorted(vocabularies.items())},

@@ -53,6 +53,8 @@ _KERNELS_USED = (
     "convert_jsonl_run",  # convert_csv_run for the rows of a JsonlRunBatch
     "example_values",  # schemas/example.py: decode_example's values, names sorted
     "example_features",  # schemas/example.py: example_features' protobuf path
+    "example_run_check",  # transforms/readers/tfrecords.py: example_values of each record read
+    "convert_example_run",  # convert_csv_run for the rows of an ExampleRunBatch
 )
 # Kernels an extension may lack, None where it does (built for Linux only).
 _KERNELS_OPTIONAL = (

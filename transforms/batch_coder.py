@@ -26,6 +26,7 @@ from apache_beam.coders import coder_impl
 
 from .readers.jsonl import JsonlRunBatch
 from .readers.rows import ColumnBatch
+from .readers.tfrecords import ExampleRunBatch
 from .splits import ExampleRows
 
 __all__ = ["Batch", "BatchCoder", "TaggedBatch", "estimated_size"]
@@ -47,8 +48,8 @@ def estimated_size(value: Any) -> int:
     """Bytes `value` takes pickled: measured for a small value, estimated
     from the first `_SAMPLE_ROWS` rows for a larger batch (a list, an
     ExampleRows or a ColumnBatch)."""
-    if isinstance(value, JsonlRunBatch) and len(value) > _SAMPLE_ROWS:
-        # (it pickles as its lines: its columns would parse every row)
+    if isinstance(value, (JsonlRunBatch, ExampleRunBatch)) and len(value) > _SAMPLE_ROWS:
+        # (it pickles as its lines or records: its columns would parse every row)
         return len(value) * len(_pickled(value.sliced(0, _SAMPLE_ROWS))) // _SAMPLE_ROWS
     if isinstance(value, ColumnBatch) and len(value) > _SAMPLE_ROWS:
         head = ColumnBatch(value.source, value.first_row,

@@ -96,9 +96,11 @@ class CheckedValues:
             if masked is not None:
                 return "masked", masked
         elif checked is not None:
-            if self._kinds[name] == "string":
+            if self._kinds[name] == "string" and not isinstance(checked, TextColumn):
                 # Text as it was read spares decoding the stored UTF-8 again,
-                # unless it was read as one-item lists (`columns._only_items`)
+                # unless it was read as one-item lists (`columns._only_items`).
+                # (the native kernels' text is already read as str: a
+                # TFRecord batch's rows are then never made)
                 raws = self._column(source)
                 listed = len(raws) > 0 and type(raws[0]) in (list, tuple)
                 return "scalars", self._pick(checked if listed else raws)

@@ -19,7 +19,10 @@ None in `kernel_examples`' list) go down the
 Python row path, which converts them or writes their dead letter exactly
 as without the extension. A Parquet record batch (`ArrowBatch`) goes to
 `convert_arrow_batch` as its columns' buffers, with the same plan and the
-same answer. Declared null texts (`null_values`) and ISO 8601 timestamps
+same answer; a JSONL batch (`JsonlRunBatch`) to `convert_jsonl_run` as its
+lines, a TFRecord batch (`ExampleRunBatch`) to `convert_example_run` as
+its framed records (whose features are the columns: a row keyed by a
+column's raw value, a list here, takes the Python path). Declared null texts (`null_values`) and ISO 8601 timestamps
 (`native/src/nulls.rs`, `timestamp.rs`) are in the plan; a schema the
 kernel does not cover (lists, strptime timestamp formats, nested paths in
 CSV and Parquet, a feature or key whose column the header lacks) has no
@@ -49,6 +52,7 @@ from .merge_statistics import PartlyChecked
 from .readers.arrow_batch import ArrowBatch, arrow_buffers
 from .readers.csv import CsvRunBatch
 from .readers.jsonl import JsonlRunBatch
+from .readers.tfrecords import ExampleRunBatch
 from .tfrecord import FOOTER_SIZE, HEADER_SIZE
 
 __all__ = ["NativeRows"]
@@ -88,6 +92,11 @@ class NativeRows:
         self._jsonl_keys = [[key.encode("utf-8", "surrogatepass")
                              for key in ((name,) if isinstance(name, str) else name)]
                             for name in self._jsonl_names]
+        # A TFRecord row's columns are its Example's features: those the
+        # features read (a row is never keyed by its raw text here).
+        self._example_names = tuple(dict.fromkeys(spec.source for spec in self._specs))
+        self._example_keys = [name.encode("utf-8", "surrogatepass")
+                              for name in self._example_names]
 
     def convert(self, batch) -> tuple[FramedExamples | list, FramedKeys, dict[str, Any],
                                       dict[str, TextColumn], bytes | None, int] | None:
@@ -106,20 +115,27 @@ class NativeRows:
         rows the kernel declined (their examples None); or None when the
         kernel does not take the batch."""
         if self._native is None or not isinstance(batch, (CsvRunBatch, ArrowBatch,
-                                                          JsonlRunBatch)):
+                                                          JsonlRunBatch, ExampleRunBatch)):
             return None
         jsonl = isinstance(batch, JsonlRunBatch)
-        # A JSONL row's columns are its object's keys: those the plan reads.
-        names = self._jsonl_names if jsonl else batch.column_names()
-        plan = self._plans.get(names, False)
+        tfrecord = isinstance(batch, ExampleRunBatch)
+        # A JSONL row's columns are its object's keys, a TFRecord row's its
+        # Example's features: those the plan reads.
+        names = (self._jsonl_names if jsonl else self._example_names if tfrecord
+                 else batch.column_names())
+        plan_key = ("examples", names) if tfrecord else names
+        plan = self._plans.get(plan_key, False)
         if plan is False:
-            plan = self._plans[names] = self._plan(names, nested=jsonl)
+            plan = self._plans[plan_key] = self._plan(names, nested=jsonl, examples=tfrecord)
         if plan is None:
             return None
         kernel_plan, kinds = plan
         if jsonl:
             done = self._native.convert_jsonl_run(batch.run, len(batch), kernel_plan,
                                                   self._jsonl_keys)
+        elif tfrecord:
+            done = self._native.convert_example_run(batch.run, len(batch), kernel_plan,
+                                                    self._example_keys)
         elif isinstance(batch, ArrowBatch):
             done = self._native.convert_arrow_batch(arrow_buffers(batch.record_batch),
                                                     len(batch), kernel_plan, batch.utf8_known)
@@ -144,7 +160,8 @@ class NativeRows:
                     checked[spec.name] = PartlyChecked(values, np.frombuffer(states, dtype=np.uint8))
                     continue
                 checked[spec.name] = values
-                if not spec.path:  # (a path is no column of the batch)
+                # (a path is no column of the batch; a TFRecord row's values are lists)
+                if not spec.path and not tfrecord:
                     texts[spec.source] = values
                 continue
             if type(column) is tuple:  # some row holds no checked value
@@ -155,11 +172,15 @@ class NativeRows:
             checked[spec.name] = _checked(kind, column)
         return examples, keys, checked, texts, digests, declined
 
-    def _plan(self, names: tuple, nested: bool = False):
+    def _plan(self, names: tuple, nested: bool = False, examples: bool = False):
         """(CsvPlan, checked kind per feature: "int64", "float64", "ids",
         "text" or None), or None for the Python path. `nested`: the batch's
-        columns may be nested paths (JSONL: `names` holds their tuples)."""
+        columns may be nested paths (JSONL: `names` holds their tuples);
+        `examples`: the columns are an Example's features (keyed by a
+        feature's value or not at all)."""
         try:
+            if examples and self._key_column is not None and self._key_feature is None:
+                raise _Unsupported(f"key column {self._key_column!r} is read as its raw list")
             columns = {name: index for index, name in enumerate(names)}
             features, kinds = [], []
             for spec in self._specs:

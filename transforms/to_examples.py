@@ -26,6 +26,7 @@ from .batch_converter import BatchConverter
 from .duplicates import SourcedExamples
 from .readers.jsonl import JsonlRunBatch
 from .readers.rows import ColumnBatch
+from .readers.tfrecords import ExampleRunBatch
 from .gc_tuning import relax_young_collections
 from .malloc_tuning import keep_freed_memory
 from .metrics import METRICS_NAMESPACE
@@ -128,14 +129,15 @@ class BatchConversion:
         this bundle had not seen, with (once per bundle) the columns of its
         first row, which name the columns a typo may have meant. Rows are
         looked at only while a watched column is unseen."""
-        if isinstance(batch, ColumnBatch):
+        if isinstance(batch, ColumnBatch) and not isinstance(batch, ExampleRunBatch):
             names = set(batch.column_names())
             # (a JSONL batch's rows need not share their columns: its first
             # row's, as for a list of rows)
             first = set(batch.row(0).values) if isinstance(batch, JsonlRunBatch) else names
         else:
             names = set()
-            first = set(batch[0].values) if batch else set()
+            first = set(batch.row(0).values if isinstance(batch, ColumnBatch) else
+                        batch[0].values) if len(batch) else set()
             for row in batch:
                 names.update(self._unseen.intersection(row.values))
                 if names >= self._unseen:

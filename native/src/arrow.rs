@@ -24,7 +24,7 @@ use crate::arrow_array::{Array, BatchError, Checked, Field, Layout};
 use crate::column::Column;
 use crate::nulls::Part;
 use crate::rules::{self, Feature, Key, Plan, Rule, Value};
-use crate::table::{Columns, Converted, Rows};
+use crate::table::{give_row, Columns, Converted, Rows};
 
 /// The value a feature's `rule` stores for `field`, or None when the fast
 /// path would not take it as it stands. `text`: a string feature (its rule
@@ -158,21 +158,12 @@ impl<'a> Batch<'_, 'a> {
                     key_value = stored;
                 }
             }
-            key.clear();
-            let keyed = match (plan.key, self.key_column) {
-                (Key::None, _) => true,
-                (Key::Feature(_), _) => match &key_value {
-                    Some(value) => { rules::put_value_key(&mut key, value); true }
-                    None => false,
-                },
-                (Key::Text(_), Some(array)) => put_raw_key(&mut key, array.field(row)?),
-                (Key::Text(_), None) => false,
+            let raw_key = match (plan.key, self.key_column) {
+                (Key::Text(_), Some(array)) => Some(array.field(row)?),
+                _ => None,
             };
-            if keyed && !declined {
-                rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
-            } else {
-                rows.declined();
-            }
+            give_row(rows, plan, &entries, &mut key, key_value.as_ref(), declined,
+                     |_, key| raw_key.is_some_and(|field| put_raw_key(key, field)));
         }
         Ok(())
     }

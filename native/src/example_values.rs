@@ -18,15 +18,19 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyList};
 
-/// One feature's values, as slices of the record.
-#[derive(Debug, PartialEq)]
+/// One feature's values, as slices of the record (checked when read, and
+/// walked again only when asked for: reading a record allocates nothing
+/// per feature).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Values<'a> {
     /// A Feature with no list set: protobuf gives ("bytes", []).
     Unset,
-    Bytes(Vec<&'a [u8]>),
+    /// A BytesList's body: `count` length-delimited items (`items`).
+    Bytes { list: &'a [u8], count: usize },
     /// Packed little-endian float32s (a multiple of 4 bytes).
     Floats(&'a [u8]),
-    Ints(Vec<i64>),
+    /// An Int64List's packed run: `count` varints (`ints`).
+    Ints { packed: &'a [u8], count: usize },
 }
 
 /// (name, values) per feature, in increasing name (byte) order.
@@ -99,12 +103,12 @@ fn values(feature: &[u8]) -> Option<Values<'_>> {
     }
     match kind {
         BYTES_LIST => {
-            let mut items = Vec::new();
-            let mut at = 0;
+            let (mut count, mut at) = (0, 0);
             while at < list.len() {
-                items.push(field(list, &mut at, FIELD_1)?);
+                field(list, &mut at, FIELD_1)?;
+                count += 1;
             }
-            Some(Values::Bytes(items))
+            Some(Values::Bytes { list, count })
         }
         FLOAT_LIST => {
             let packed = only_field(list, FIELD_1)?;
@@ -112,20 +116,55 @@ fn values(feature: &[u8]) -> Option<Values<'_>> {
         }
         _ => {
             let packed = only_field(list, FIELD_1)?;
-            let mut ints = Vec::new();
-            let mut at = 0;
+            let (mut count, mut at) = (0, 0);
             while at < packed.len() {
-                ints.push(varint(packed, &mut at)? as i64);
+                varint(packed, &mut at)?;
+                count += 1;
             }
-            Some(Values::Ints(ints))
+            Some(Values::Ints { packed, count })
         }
+    }
+}
+
+impl<'a> Values<'a> {
+    /// A bytes list's items (none for the other kinds).
+    pub fn items(self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let list = match self {
+            Values::Bytes { list, .. } => list,
+            _ => &[],
+        };
+        let mut at = 0;
+        // (checked by `values`: every item is whole)
+        std::iter::from_fn(move || (at < list.len()).then(|| field(list, &mut at, FIELD_1)).flatten())
+    }
+
+    /// An int64 list's values (none for the other kinds).
+    pub fn ints(self) -> impl Iterator<Item = i64> + 'a {
+        let packed = match self {
+            Values::Ints { packed, .. } => packed,
+            _ => &[],
+        };
+        let mut at = 0;
+        // (checked by `values`: every varint is whole and fits)
+        std::iter::from_fn(move || (at < packed.len()).then(|| varint(packed, &mut at)).flatten().map(|value| value as i64))
     }
 }
 
 /// The features of a canonical serialized Example, or None (see the module).
 pub fn canonical_features(record: &[u8]) -> Option<Features<'_>> {
+    let mut features = Vec::new();
+    canonical_features_into(record, &mut features).then_some(features)
+}
+
+/// `canonical_features` into `features` (cleared first; a caller reading
+/// many records reuses it): false where the record is left to protobuf.
+pub fn canonical_features_into<'a>(record: &'a [u8], features: &mut Features<'a>) -> bool {
+    features.clear();
+    read_features(record, features).is_some()
+}
+
+fn read_features<'a>(record: &'a [u8], features: &mut Features<'a>) -> Option<()> {
     let entries = only_field(record, FIELD_1)?;
-    let mut features: Features = Vec::new();
     let mut at = 0;
     while at < entries.len() {
         let entry = field(entries, &mut at, FIELD_1)?;
@@ -144,7 +183,7 @@ pub fn canonical_features(record: &[u8]) -> Option<Features<'_>> {
             return None; // a name twice: protobuf keeps the last
         }
     }
-    Some(features)
+    Some(())
 }
 
 impl Values<'_> {
@@ -152,25 +191,25 @@ impl Values<'_> {
     fn kind(&self) -> Option<&'static str> {
         match self {
             Values::Unset => None,
-            Values::Bytes(_) => Some("bytes"),
+            Values::Bytes { .. } => Some("bytes"),
             Values::Floats(_) => Some("float"),
-            Values::Ints(_) => Some("int64"),
+            Values::Ints { .. } => Some("int64"),
         }
     }
 
     /// The values as a Python list: bytes, floats (of the float32 stored),
     /// ints.
-    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    fn to_list<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         match self {
             Values::Unset => Ok(PyList::empty(py)),
-            Values::Bytes(items) => PyList::new(py, items.iter().map(|item| PyBytes::new(py, item))),
+            Values::Bytes { .. } => PyList::new(py, self.items().map(|item| PyBytes::new(py, item)).collect::<Vec<_>>()),
             Values::Floats(packed) => PyList::new(
                 py,
                 packed.chunks_exact(4).map(|four| {
                     PyFloat::new(py, f64::from(f32::from_le_bytes([four[0], four[1], four[2], four[3]])))
                 }),
             ),
-            Values::Ints(ints) => PyList::new(py, ints),
+            Values::Ints { .. } => PyList::new(py, self.ints().collect::<Vec<_>>()),
         }
     }
 }
@@ -251,9 +290,11 @@ mod tests {
         let bytes = [BYTES_LIST, 5, FIELD_1, 3, b'a', b'b', b'c'];
         let record = example(&[entry(b"a", &ints), entry(b"b", &floats), entry(b"c", &bytes), entry(b"d", &[])]);
         let features = canonical_features(&record).unwrap();
-        assert_eq!(features[0], ("a", Values::Ints(vec![150])));
+        assert_eq!(features[0].0, "a");
+        assert_eq!(features[0].1.ints().collect::<Vec<_>>(), [150]);
         assert_eq!(features[1], ("b", Values::Floats(&[0, 0, 0xc0, 0x3f])));
-        assert_eq!(features[2], ("c", Values::Bytes(vec![b"abc".as_slice()])));
+        assert_eq!(features[2].1.items().collect::<Vec<_>>(), [b"abc".as_slice()]);
+        assert_eq!(features[2].1, Values::Bytes { list: &bytes[2..], count: 1 });
         assert_eq!(features[3], ("d", Values::Unset));
         assert_eq!(canonical_features(&[]), Some(vec![]));
         assert_eq!(canonical_features(&[FIELD_1, 0]), Some(vec![]));
@@ -299,9 +340,13 @@ mod tests {
             if let Some(features) = canonical_features(&data) {
                 for (name, values) in features {
                     prop_assert!(name.len() <= data.len());
-                    if let Values::Bytes(items) = values {
-                        prop_assert!(items.iter().map(|item| item.len()).sum::<usize>() <= data.len());
-                    }
+                    prop_assert!(values.items().map(|item| item.len()).sum::<usize>() <= data.len());
+                    let count = match values {
+                        Values::Bytes { count, .. } => { prop_assert_eq!(values.items().count(), count); count }
+                        Values::Ints { count, .. } => { prop_assert_eq!(values.ints().count(), count); count }
+                        _ => 0,
+                    };
+                    prop_assert!(count <= data.len());
                 }
             }
         }

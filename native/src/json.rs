@@ -31,8 +31,8 @@ use crate::arrow_array::Field;
 use crate::json_scan::{count_lf, scan_line, scan_run_line, Json};
 use crate::column::Column;
 use crate::nulls::Part;
-use crate::rules::{self, Key, Plan};
-use crate::table::{Columns, Converted, Rows};
+use crate::rules::Plan;
+use crate::table::{give_row, Columns, Converted, Rows};
 
 /// What a line is to the reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,23 +339,8 @@ pub fn convert_lines_into<'a>(run: &'a [u8], count: usize, plan: &Plan, names: &
                 key_value = stored;
             }
         }
-        key.clear();
-        let keyed = match plan.key {
-            Key::None => true,
-            Key::Feature(_) => match &key_value {
-                Some(value) => {
-                    rules::put_value_key(&mut key, value);
-                    true
-                }
-                None => false,
-            },
-            Key::Text(column) => fields[column].is_some_and(|field| arrow::put_raw_key(&mut key, field)),
-        };
-        if keyed && !declined {
-            rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
-        } else {
-            rows.declined();
-        }
+        give_row(rows, plan, &entries, &mut key, key_value.as_ref(), declined,
+                 |column, key| fields[column].is_some_and(|field| arrow::put_raw_key(key, field)));
     }
     Ok(checked)
 }
@@ -409,7 +394,7 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{Feature, Rule};
+    use crate::rules::{Feature, Key, Rule};
     use proptest::prelude::*;
 
     /// A run's lines, each without its LF, split from the run: the run's

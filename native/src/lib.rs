@@ -16,6 +16,7 @@ pub mod crc;
 pub mod csv_marks;
 pub mod digest;
 pub mod example_values;
+pub mod example_table;
 pub mod framed_keys;
 pub mod framed_rows;
 pub mod gather;
@@ -516,6 +517,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(json::convert_jsonl_run, module)?)?;
     module.add_function(wrap_pyfunction!(example_values::example_values, module)?)?;
     module.add_function(wrap_pyfunction!(example_values::example_features, module)?)?;
+    module.add_function(wrap_pyfunction!(example_table::example_run_check, module)?)?;
+    module.add_function(wrap_pyfunction!(example_table::convert_example_run, module)?)?;
     module.add_class::<CsvPlan>()?;
     #[cfg(target_os = "linux")]
     module.add_class::<read_ahead::PyFileReadAhead>()?;

@@ -14,7 +14,7 @@ use crate::csv_marks;
 use crate::digest::{RowHasher, DIGEST_SIZE};
 use crate::column::Column;
 use crate::nulls::Part;
-use crate::rules::{check, put_text_key, put_value_key, Key, Plan};
+use crate::rules::{check, put_text_key, put_value_key, Key, Plan, Value};
 use crate::wire;
 
 /// The kernel's answer for a run. Examples and keys are written one after
@@ -43,6 +43,31 @@ pub trait Rows {
     fn taken(&mut self, entries: &[u8], key: Option<&[u8]>);
     /// A row declined (the Python path converts it).
     fn declined(&mut self);
+}
+
+/// Ends a row a kernel converted: writes its key into `key` (the stored
+/// value of the plan's key feature, `key_value`; or, keyed by a column's
+/// raw value, what `raw_key(column, key)` writes, false where the row has
+/// none) and gives the row to `rows`, or declines it (`declined`, or no
+/// key). Every table kernel ends its rows here.
+#[inline(always)]
+pub(crate) fn give_row(rows: &mut impl Rows, plan: &Plan, entries: &[u8], key: &mut Vec<u8>,
+                       key_value: Option<&Value>, declined: bool,
+                       raw_key: impl FnOnce(usize, &mut Vec<u8>) -> bool) {
+    key.clear();
+    let keyed = match plan.key {
+        Key::None => true,
+        Key::Feature(_) => key_value.is_some_and(|value| {
+            put_value_key(key, value);
+            true
+        }),
+        Key::Text(column) => raw_key(column, key),
+    };
+    if keyed && !declined {
+        rows.taken(entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
+    } else {
+        rows.declined();
+    }
 }
 
 /// A batch's checked values per feature (`Column`).
@@ -275,24 +300,13 @@ pub fn convert_checked_into<'a>(run: &'a [u8], fields: &RunFields, plan: &Plan, 
                 key_value = stored;
             }
         }
-        key.clear();
-        let keyed = match plan.key {
-            Key::None => true,
-            Key::Feature(_) => match &key_value {
-                Some(value) => { put_value_key(&mut key, value); true }
-                None => false,
-            },
-            Key::Text(column) if !line[column].is_empty() => {
-                put_text_key(&mut key, line[column]);
+        give_row(rows, plan, &entries, &mut key, key_value.as_ref(), declined, |column, key| {
+            let text = line[column];
+            !text.is_empty() && {
+                put_text_key(key, text);
                 true
             }
-            Key::Text(_) => false,
-        };
-        if keyed && !declined {
-            rows.taken(&entries, (!matches!(plan.key, Key::None)).then_some(&key[..]));
-        } else {
-            rows.declined();
-        }
+        });
     }
     Ok(checked)
 }

@@ -126,10 +126,47 @@ fn every_example_input_and_prefix_reads_inside_the_buffer_or_is_left_to_protobuf
             for (feature, values) in &features {
                 assert!(inside(feature.as_bytes()), "{name} cut at {cut}");
                 match values {
-                    Values::Bytes(items) => assert!(items.iter().all(|item| inside(item)), "{name} cut at {cut}"),
+                    Values::Bytes { list, count } => {
+                        assert!(inside(list) && values.items().all(inside), "{name} cut at {cut}");
+                        assert_eq!(values.items().count(), *count, "{name} cut at {cut}");
+                    }
                     Values::Floats(packed) => assert!(inside(packed) && packed.len() % 4 == 0, "{name} cut at {cut}"),
-                    Values::Ints(ints) => assert!(ints.len() <= record.len(), "{name} cut at {cut}"),
+                    Values::Ints { packed, count } => {
+                        assert!(inside(packed), "{name} cut at {cut}");
+                        assert_eq!(values.ints().count(), *count, "{name} cut at {cut}");
+                    }
                     Values::Unset => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_framed_input_and_prefix_converts_inside_the_buffer_or_is_refused() {
+    use recordforge_native::example_table::{convert_examples_into, payloads};
+    use recordforge_native::table::Converted;
+    let feature = Feature { name: b"a".to_vec(), column: 0, rule: Rule::Int { lo: i64::MIN, hi: i64::MAX, allowed: None }, nulls: None };
+    let plan = Plan { width: 1, features: vec![feature], key: Key::Feature(0) };
+    // The record streams, and each Example of the corpus framed as one record.
+    let mut inputs = corpus("walk");
+    for (name, data) in corpus("example") {
+        let mut framed = (data.len() as u64).to_le_bytes().to_vec();
+        framed.extend_from_slice(&[0; 4]);
+        framed.extend_from_slice(&data);
+        framed.extend_from_slice(&[0; 4]);
+        inputs.push((name, framed));
+    }
+    for (name, data) in inputs {
+        for cut in 0..=data.len() {
+            let run = &data[..cut];
+            for count in 0..4 {
+                if let Some(found) = payloads(run, count) {
+                    assert_eq!(found.len(), count, "{name} cut at {cut}");
+                }
+                let mut converted = Converted::default();
+                if convert_examples_into(run, count, &plan, &[b"a".to_vec()], &[false], &[true], &mut converted).is_ok() {
+                    assert_eq!(converted.examples.len(), count, "{name} cut at {cut}");
                 }
             }
         }

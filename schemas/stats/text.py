@@ -20,6 +20,8 @@ import collections
 import logging
 from typing import Sequence
 
+import numpy as np
+
 from ..native import kernels
 from ..text_column import TextColumn
 from .distinct import THETA_LG_K, SerializedTheta, add_texts, text_sketch
@@ -80,7 +82,12 @@ def native_text_parts(values: Sequence):
     if done is None:
         return None
     kept, offset, sketch = done
-    if kept and type(values[0]) is bytes:
+    if kept and isinstance(values, TextColumn):
+        # (the kept texts cut from one buffer together: a batch of unique
+        # text keeps every row's, which one at a time would cost a lookup each)
+        texts = values.take(np.array([first for first, _ in kept], dtype=np.int64))
+        counts = dict(zip(texts, (count for _, count in kept)))
+    elif kept and type(values[0]) is bytes:
         counts = {values[first].decode("utf-8"): count for first, count in kept}
     else:
         counts = {values[first]: count for first, count in kept}

@@ -34,13 +34,15 @@ def _digests(version_dir: pathlib.Path) -> dict[str, str]:
             for p in files}
 
 
-def _build(config: pathlib.Path, output: pathlib.Path, pure_python: bool) -> dict[str, str]:
+def _build(config: pathlib.Path, output: pathlib.Path, pure_python: bool,
+           mode: tuple[str, ...] = ("--direct_running_mode=in_memory", "--direct_num_workers=1"),
+           ) -> dict[str, str]:
     """A build in its own process (the path is chosen once per process)."""
     env = {**os.environ, "RECORDFORGE_PURE_PYTHON": "1" if pure_python else "0"}
     code = ("import sys; from recordforge.pipelines import build; "
             "sys.exit(build.run(sys.argv[1:]))")
     run = subprocess.run([sys.executable, "-c", code, str(config), "--output", str(output), "--",
-                          "--direct_running_mode=in_memory", "--direct_num_workers=1"],
+                          *mode],
                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert run.returncode == 0, run.stdout + run.stderr
     return _digests(output / (output / "LATEST").read_text().strip())
@@ -292,6 +294,19 @@ def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, whic
     native = _build(config, tmp_path / "native", pure_python=False)
     python = _build(config, tmp_path / "python", pure_python=True)
     assert native == python
+
+
+@pytest.mark.parametrize("which", ["jsonl", "tfrecord"])
+def test_two_workers_write_the_bytes_of_one(native_built, tmp_path, which):
+    """The sources read as batches of raw lines or records (their rows'
+    values made only where asked for): two worker processes write the
+    bytes one process writes."""
+    make = {"jsonl": _jsonl_table, "tfrecord": _tfrecord_source}
+    config = make[which](tmp_path, 5_000)
+    one = _build(config, tmp_path / "one", pure_python=False)
+    two = _build(config, tmp_path / "two", pure_python=False,
+                 mode=("--direct_running_mode=multi_processing", "--direct_num_workers=2"))
+    assert one == two
 
 
 def test_the_build_says_which_path_runs(tmp_path):

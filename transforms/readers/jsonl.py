@@ -22,7 +22,7 @@ statistics read).
 
 from __future__ import annotations
 
-from itertools import chain, pairwise, repeat
+from itertools import chain, repeat
 from typing import Iterator, Sequence
 
 import fsspec
@@ -33,7 +33,7 @@ from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds
 from .ranges import (Cursor, count_newlines, iter_line_blocks, iter_lines, scan_split_points,
                      seek_to_record)
-from .rows import ColumnBatch, SourceRow
+from .rows import RawRowsBatch, SourceRow, joined_row_numbers
 
 __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
 
@@ -52,7 +52,7 @@ def jsonl_split_points(path: str, target_bytes: int, *,
 def iter_jsonl(path: str, *, start: int = 0, end: int | None = None,
                start_line: int | None = None, fs: fsspec.AbstractFileSystem | None = None,
                source: str | None = None, columns: bool = False
-               ) -> Iterator[SourceRow | ColumnBatch | dict]:
+               ) -> Iterator[SourceRow | JsonlRunBatch | dict]:
     """Reads the JSONL lines that start in byte range ``[start, end)`` of `path`.
 
     Yields a `SourceRow` (values: the line's JSON object) per good line and a
@@ -149,7 +149,7 @@ def _python_rows(lines: list[bytes], line_no: int, source: str):
             yield row
 
 
-class JsonlRunBatch(ColumnBatch):
+class JsonlRunBatch(RawRowsBatch):
     """JSONL rows of `source` as their raw lines and line numbers (`rows`,
     which need not be consecutive: a list, or a range where they are). The
     lines are held as one run (`run`: the lines, LF between them), as the
@@ -167,7 +167,7 @@ class JsonlRunBatch(ColumnBatch):
     CSV run, rows need not hold the same keys: `row` gives each line's own
     object."""
 
-    __slots__ = ("_ends", "_values", "rows", "run")
+    __slots__ = ("_ends", "run")
 
     def __init__(self, source: str, lines: list[bytes], rows: Sequence[int],
                  values: list[dict | None] | None = None):
@@ -227,7 +227,7 @@ class JsonlRunBatch(ColumnBatch):
                 batch._values if batch._values is not None else repeat(None, len(batch))
                 for batch in batches))
         return cls.of_run(first.source, b"\n".join(batch.run for batch in batches),
-                          _joined_rows([batch.rows for batch in batches]), values)
+                          joined_row_numbers([batch.rows for batch in batches]), values)
 
     def cut(self, batch_bytes: int) -> tuple[list[JsonlRunBatch], JsonlRunBatch | None]:
         """(batches, rest): the rows in batches of at least `batch_bytes` (> 0)
@@ -260,54 +260,25 @@ class JsonlRunBatch(ColumnBatch):
         return JsonlRunBatch.of_run(self.source, self.run[begin:end], self.rows[start:stop],
                                     None if self._values is None else self._values[start:stop])
 
-    def _row_values(self, index: int) -> dict:
-        values = self._values[index] if self._values is not None else None
-        if values is None:
-            line_no = self.rows[index]
-            row = _jsonl_row(self.line(index), self.source, line_no, line_no == 1)
-            if not isinstance(row, SourceRow):
-                # The reader made the batch of lines `_jsonl_row` read as
-                # rows: one it refuses now is a bug, not a bad row;
-                # RECORDFORGE_PURE_PYTHON=1 reads the file without it.
-                raise RuntimeError(f"{self.source} line {line_no}: read as a row, "
-                                   "refused when its values were asked for")
-            if self._values is None:
-                self._values = [None] * self._size
-            values = self._values[index] = row.values
-        return values
-
-    def row_number(self, index: int) -> int:
-        return self.rows[index]
+    def _parse(self, index: int) -> dict:
+        line_no = self.rows[index]
+        row = _jsonl_row(self.line(index), self.source, line_no, line_no == 1)
+        if not isinstance(row, SourceRow):
+            # The reader made the batch of lines `_jsonl_row` read as
+            # rows: one it refuses now is a bug, not a bad row;
+            # RECORDFORGE_PURE_PYTHON=1 reads the file without it.
+            raise RuntimeError(f"{self.source} line {line_no}: read as a row, "
+                               "refused when its values were asked for")
+        return row.values
 
     def column_names(self) -> tuple[str, ...]:
         """Every top-level key of the batch's rows, in the order first seen."""
         native = kernels()
         found = native.jsonl_keys(self.run) if native is not None else None
-        if found is None:
-            found = dict.fromkeys(name for index in range(self._size)
-                                  for name in self._row_values(index))
-        return tuple(found)
-
-    @property
-    def columns(self) -> dict[str, list]:
-        return {name: self.column(name) for name in self.column_names()}
-
-    @columns.setter
-    def columns(self, columns: dict[str, list]) -> None:
-        raise AttributeError("a JsonlRunBatch's columns are its lines'")
-
-    def column(self, name: str) -> list:
-        return [self._row_values(index).get(name) for index in range(self._size)]
-
-    def row(self, index: int) -> SourceRow:
-        return SourceRow(self.source, self.rows[index], self._row_values(index))
+        return tuple(found) if found is not None else super().column_names()
 
     def __reduce__(self):
         return (JsonlRunBatch.of_run, (self.source, self.run, self.rows))
-
-    def __eq__(self, other) -> bool:
-        return (isinstance(other, ColumnBatch) and len(self) == len(other)
-                and list(self) == list(other))
 
     def __repr__(self) -> str:
         return f"JsonlRunBatch({self.source!r}, {self._size} rows from line {self.first_row})"
@@ -329,16 +300,6 @@ def _end_of_line_reaching(run: bytes, start: int, want: int) -> int | None:
             return len(run) if end < 0 else end
         newlines += count_newlines(run, counted, reach)
         counted = reach
-
-
-def _joined_rows(parts: list[Sequence[int]]) -> Sequence[int]:
-    """The line numbers of `parts` one after the other: a range where they
-    are consecutive ranges (a file's runs of object lines, block after
-    block), else a list."""
-    if all(type(part) is range for part in parts) and all(
-            before.stop == after.start for before, after in pairwise(parts)):
-        return range(parts[0].start, parts[-1].stop)
-    return list(chain.from_iterable(parts))
 
 
 def _jsonl_row(raw: bytes, source: str, line_no: int, first: bool) -> SourceRow | dict | None:

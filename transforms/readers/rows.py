@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, NamedTuple
+from itertools import chain, pairwise
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
-__all__ = ["ColumnBatch", "SourceRow", "each_row"]
+__all__ = ["ColumnBatch", "RawRowsBatch", "SourceRow", "each_row", "joined_row_numbers"]
 
 
 class SourceRow(NamedTuple):
@@ -79,6 +80,58 @@ class ColumnBatch:
                 f"{self.first_row + self._size - 1}, columns {list(self.columns)})")
 
 
+class RawRowsBatch(ColumnBatch):
+    """Rows of `source` held as their raw bytes (JSONL lines, TFRecord
+    records: the subclass says which, and reads one in `_parse`), with
+    their row numbers (`rows`: a range, or a list where rows were left
+    out). A row's Python values are made only when something asks for
+    them, and kept (`_values`: None where not made yet), so the batch
+    equals the SourceRows its reader would give one by one; rows need not
+    hold the same columns (`row` gives each its own)."""
+
+    __slots__ = ("_values", "rows")
+
+    def _parse(self, index: int) -> dict:
+        """Row `index`'s values read from its bytes; a RuntimeError for a
+        row the reader took that reads as no row now (a bug, not a bad row)."""
+        raise NotImplementedError
+
+    def _row_values(self, index: int) -> dict:
+        values = self._values[index] if self._values is not None else None
+        if values is None:
+            values = self._parse(index)
+            if self._values is None:
+                self._values = [None] * self._size
+            self._values[index] = values
+        return values
+
+    def row_number(self, index: int) -> int:
+        return self.rows[index]
+
+    def column_names(self) -> tuple[str, ...]:
+        """Every column of the batch's rows, in the order first seen."""
+        return tuple(dict.fromkeys(name for index in range(self._size)
+                                   for name in self._row_values(index)))
+
+    @property
+    def columns(self) -> dict[str, list]:
+        return {name: self.column(name) for name in self.column_names()}
+
+    @columns.setter
+    def columns(self, columns: dict[str, list]) -> None:
+        raise AttributeError(f"a {type(self).__name__}'s columns are its rows' raw bytes'")
+
+    def column(self, name: str) -> list:
+        return [self._row_values(index).get(name) for index in range(self._size)]
+
+    def row(self, index: int) -> SourceRow:
+        return SourceRow(self.source, self.rows[index], self._row_values(index))
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, ColumnBatch) and len(self) == len(other)
+                and list(self) == list(other))
+
+
 def each_row(items: Iterable) -> Iterator:
     """The items of a reader, with every ColumnBatch replaced by its rows."""
     for item in items:
@@ -86,3 +139,13 @@ def each_row(items: Iterable) -> Iterator:
             yield from item
         else:
             yield item
+
+
+def joined_row_numbers(parts: list[Sequence[int]]) -> Sequence[int]:
+    """The row numbers of `parts` one after the other: a range where they
+    are consecutive ranges (a file's runs of rows, block after block),
+    else a list."""
+    if all(type(part) is range for part in parts) and all(
+            before.stop == after.start for before, after in pairwise(parts)):
+        return range(parts[0].start, parts[-1].stop)
+    return list(chain.from_iterable(parts))

@@ -184,6 +184,8 @@ def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str,
                options: CsvOptions | None = None) -> Iterator[SourceRow | ColumnBatch | dict]:
     """The rows and read dead letters of one `FileRange` (`options`: the CSV
     dialect)."""
+    if format == "tfrecord":
+        return tfrecords.iter_tfrecords(unit.fs_path, fs=fs, source=unit.source, columns=True)
     if _whole_files(format, options):
         return iter_table(unit.fs_path, format, options, fs=fs, source=unit.source)
     if format == "parquet":

@@ -17,18 +17,21 @@ from ..batch_coder import Batch
 from ..readers.jsonl import JsonlRunBatch
 from ..readers.ranges import BLOCK
 from ..readers.rows import ColumnBatch, SourceRow
+from ..readers.tfrecords import ExampleRunBatch
 from ..tagged import select
 
-__all__ = ["COUNTS", "DEAD", "JSONL_BATCH_BYTES", "ROWS", "UNIT", "ReadOutputs", "SplitTagged",
-           "batched", "passed_on"]
+__all__ = ["COUNTS", "DEAD", "JSONL_BATCH_BYTES", "RECORD_BATCH_BYTES", "ROWS", "UNIT",
+           "ReadOutputs", "SplitTagged", "batched", "passed_on"]
 
 ROWS = "rows"
 DEAD = "dead_letter"
 COUNTS = "counts"
 UNIT = "unit"
 
-# A JSONL batch holds about the bytes of a CSV run (a block of lines).
+# A JSONL batch holds about the bytes of a CSV run (a block of lines), a
+# TFRecord batch as many bytes of records.
 JSONL_BATCH_BYTES = BLOCK
+RECORD_BATCH_BYTES = BLOCK
 
 
 class ReadOutputs(NamedTuple):
@@ -40,32 +43,26 @@ class ReadOutputs(NamedTuple):
 
 
 def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, source: str,
-            jsonl_batch_bytes: int = JSONL_BATCH_BYTES):
+            jsonl_batch_bytes: int = JSONL_BATCH_BYTES,
+            record_batch_bytes: int = RECORD_BATCH_BYTES):
     """``(tag, value)`` pairs: rows in lists of `batch_size` (a ColumnBatch
     as it comes; the JSONL reader's `JsonlRunBatch`es joined and cut into
-    batches of `jsonl_batch_bytes` bytes of lines, `JsonlRunBatch.cut`),
-    dead letters one by one, and finally ``(source, number of rows)`` for
-    the counts: the rows read and the rows the dead letters stand for
-    (`counted_rows`: a whole file that cannot be read may stand for many)."""
+    batches of `jsonl_batch_bytes` bytes of lines, the TFRecord reader's
+    `ExampleRunBatch`es into batches of `record_batch_bytes` bytes of
+    records: `_ByBytes`), dead letters one by one, and finally ``(source,
+    number of rows)`` for the counts: the rows read and the rows the dead
+    letters stand for (`counted_rows`: a whole file that cannot be read may
+    stand for many)."""
     batch: list[SourceRow] = []
-    held: list[JsonlRunBatch] = []  # JSONL rows not yet in a batch
-    held_bytes = 0
+    by_bytes = {JsonlRunBatch: _ByBytes(JsonlRunBatch, jsonl_batch_bytes),
+                ExampleRunBatch: _ByBytes(ExampleRunBatch, record_batch_bytes)}
     seen = 0
     for item in items:
-        if isinstance(item, JsonlRunBatch):
-            # Cut by the bytes of the lines, as CSV's runs are, and alike
-            # with the kernel (runs of lines) and without (single lines):
-            # a batch of free text is then well past the statistics'
-            # capacity, so its partial is purged before it is merged.
+        held = by_bytes.get(type(item))
+        if held is not None:
             seen += len(item)
-            held.append(item)
-            held_bytes += item.num_bytes
-            if held_bytes >= jsonl_batch_bytes:
-                whole, rest = JsonlRunBatch.concatenated(held).cut(jsonl_batch_bytes)
-                for cut in whole:
-                    yield ROWS, cut
-                held = [rest] if rest is not None else []
-                held_bytes = rest.num_bytes if rest is not None else 0
+            for cut in held.add(item):
+                yield ROWS, cut
             continue
         if isinstance(item, ColumnBatch):
             seen += len(item)
@@ -83,9 +80,42 @@ def batched(items: Iterable[SourceRow | ColumnBatch | dict], batch_size: int, so
             batch = []
     if batch:
         yield ROWS, batch
-    if held:
-        yield ROWS, JsonlRunBatch.concatenated(held)
+    for held in by_bytes.values():
+        rest = held.rest()
+        if rest is not None:
+            yield ROWS, rest
     yield COUNTS, (source, seen)
+
+
+class _ByBytes:
+    """A reader's batches of raw rows of one kind (`JsonlRunBatch`,
+    `ExampleRunBatch`) held until they hold `limit` bytes, then joined and
+    cut into batches of that many (`concatenated`, `cut`). Cut by their
+    bytes, as CSV's runs are, and alike with the kernel and without: a
+    batch of free text is then well past the statistics' capacity, so its
+    partial is purged before it is merged."""
+
+    def __init__(self, kind: type, limit: int):
+        self._kind, self._limit = kind, limit
+        self._held: list = []
+        self._bytes = 0
+
+    def add(self, batch) -> list:
+        """The whole batches `batch` completes (none while fewer bytes are held)."""
+        if not batch:
+            return []
+        self._held.append(batch)
+        self._bytes += batch.num_bytes
+        if self._bytes < self._limit:
+            return []
+        whole, rest = self._kind.concatenated(self._held).cut(self._limit)
+        self._held = [rest] if rest is not None else []
+        self._bytes = rest.num_bytes if rest is not None else 0
+        return whole
+
+    def rest(self):
+        """The rows held at the end, as one batch (None: none)."""
+        return self._kind.concatenated(self._held) if self._held else None
 
 
 def passed_on(tagged: tuple[str, object]) -> bool:

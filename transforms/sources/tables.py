@@ -128,7 +128,7 @@ class ReadTable(beam.PTransform):
     listed by `listing.list_tables`); format: one of `TABLE_FORMATS`;
     options: the CSV dialect (`readers.csv_dialect.CsvOptions`), None: the default;
     extensions: the names taken from a directory (None: every file);
-    batch_size: rows per RowBatch of SourceRows (JSONL is cut by bytes: `batched`);
+    batch_size: rows per RowBatch of SourceRows (JSONL and TFRecord are cut by bytes: `batched`);
     range_bytes: target size of a reading unit (0 reads each file as one unit,
     e.g. for CSV files with stray quotes in unquoted fields);
     spread: reshuffle the files and the units so a runner's workers share

@@ -24,8 +24,8 @@ from .framing import (FOOTER_SIZE, FRAMING, HEADER_SIZE, MAX_RECORD_BYTES, TFRec
                       crc32c, frame_records, masked_crc32c)
 from .gzip_members import DEFAULT_GZIP_LEVEL, GzipStream, gzip_compress
 from .index import INDEX_LINE_LIMIT, IndexMatch, RecordIndexer, index_line, indexable
-from .reading import (StreamedRecord, count_records, iter_record_views, iter_records,
-                      read_records)
+from .reading import (StreamedRecord, count_records, iter_record_runs, iter_record_views,
+                      iter_records, read_records)
 from .writer import COMPRESSIONS, TFRecordWriter, check_compression, suffix_for
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "gzip_compress",
     "index_line",
     "indexable",
+    "iter_record_runs",
     "iter_record_views",
     "iter_records",
     "masked_crc32c",

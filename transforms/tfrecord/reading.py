@@ -10,14 +10,16 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO, Iterator
 
+import numpy as np
+
 from .damage import complete_records, count_complete
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, crc32c, mask_crc,
                       masked_crc32c)
 from .gzip_members import GZIP_MAGIC, READ_BLOCK, GzipStreamError, gunzip_blocks
 from .writer import check_compression
 
-__all__ = ["StreamedRecord", "count_records", "iter_record_views", "iter_records",
-           "read_records"]
+__all__ = ["StreamedRecord", "count_records", "iter_record_runs", "iter_record_views",
+           "iter_records", "read_records"]
 
 _COUNT_STREAM_FROM = 4 << 20  # records this long are counted without being held
 
@@ -90,6 +92,19 @@ def iter_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto"
             records = [bytes(view[begin + HEADER_SIZE:end - FOOTER_SIZE])
                        for begin, end in zip(starts, ends)]
         yield from records
+
+
+def iter_record_runs(fileobj: BinaryIO, *, path: str = "", compression: str = "auto"
+                     ) -> Iterator[tuple[bytes, np.ndarray]]:
+    """`iter_records` a block at a time, without an object per record:
+    ``(run, ends)``, the block's complete records back to back as the
+    stream frames them (headers and footers included, every CRC checked)
+    and where each ends in `run` (int64). Raises as `iter_records`."""
+    for buffer, starts, ends in _record_range(fileobj, path, compression, 0, None):
+        first = starts[0]
+        with memoryview(buffer) as view:
+            run = bytes(view[first:ends[-1]])
+        yield run, np.asarray(ends, dtype=np.int64) - first
 
 
 def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
