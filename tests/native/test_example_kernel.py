@@ -117,14 +117,21 @@ def records(draw, kinds: dict) -> bytes:
 @st.composite
 def tfrecord_files(draw, specs) -> bytes:
     """A file of records whose features mostly hold the kind of list the
-    schema's feature reading them expects."""
+    schema's feature reading them expects, now and then cut short or with
+    a bit flipped (the reader's `tfrecord_corrupt` for the rest)."""
     kinds = {name: "bytes" for name in KEYS}
     for spec in specs:
         if draw(st.integers(0, 5)) > 0:
             kinds[spec.source] = ("labels" if spec.vocabulary is not None else
                                   "times" if spec.type == "timestamp" else
                                   spec.stored_kind if spec.stored_kind != "bytes" else "texts")
-    return python_frame_records(draw(st.lists(records(kinds), max_size=14)))
+    data = bytearray(python_frame_records(draw(st.lists(records(kinds), max_size=14))))
+    damage = draw(st.integers(0, 9))
+    if damage == 0 and data:  # cut short: the records before the cut are read
+        del data[draw(st.integers(0, len(data) - 1)):]
+    elif damage == 1 and data:  # a flipped bit: a CRC fails from that record on
+        data[draw(st.integers(0, len(data) - 1))] ^= 1 << draw(st.integers(0, 7))
+    return bytes(data)
 
 
 @st.composite
