@@ -142,8 +142,10 @@ class NativeRows:
         elif batch.checked is not None:
             # The run the reader's check parsed: its fields are not found again.
             done = self._native.convert_checked_run(batch.checked, kernel_plan)
-        else:
+        elif batch.delimiter == ",":
             done = self._native.convert_csv_run(batch.run, len(batch), kernel_plan)
+        else:  # (a dialect's run the kernel did not check: it parses commas only)
+            return None
         if done is None:
             return None
         framed, offsets, keys, columns, digests, declined = done

@@ -320,14 +320,16 @@ fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
     Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
 }
 
-/// `check_csv_run(run, width) -> CsvRun | None`: a plain run of CSV lines
-/// of `width` fields (`table::check_run`: ``len()`` is its rows), or None
-/// when it is not one (the reader then reads it record by record). `run`
-/// must be bytes: immutable, so the check holds when it is converted.
+/// `check_csv_run(run, width, delimiter=ord(",")) -> CsvRun | None`: a
+/// plain run of CSV lines of `width` fields separated by `delimiter`
+/// (`table::check_run_with`: ``len()`` is its rows), or None when it is
+/// not one (the reader then reads it record by record). `run` must be
+/// bytes: immutable, so the check holds when it is converted.
 #[pyfunction]
-fn check_csv_run(py: Python<'_>, run: Bound<'_, PyBytes>, width: usize) -> PyResult<Option<CsvRun>> {
+#[pyo3(signature = (run, width, delimiter = b','))]
+fn check_csv_run(py: Python<'_>, run: Bound<'_, PyBytes>, width: usize, delimiter: u8) -> PyResult<Option<CsvRun>> {
     let bytes = run.as_bytes();
-    let checked = guarded(|| table::check_run(bytes, width))?;
+    let checked = guarded(|| table::check_run_with(bytes, width, delimiter))?;
     let _ = py;
     Ok(checked.ok().map(|fields| CsvRun { run: run.unbind(), fields }))
 }

@@ -122,6 +122,8 @@ pub enum RunError {
     BlankLine { line: usize },
     /// Longer than the u32 offsets of `RunFields` hold (or no columns).
     TooLong,
+    /// A delimiter no plain run can have (CR, LF, not ASCII).
+    Delimiter,
 }
 
 /// A plain run's fields as `check_run` found them: the run is valid
@@ -141,7 +143,16 @@ pub struct RunFields {
 /// `ColumnBatch`, and keeps where its fields end, so that `convert_checked`
 /// converts the run without parsing it again. One pass over the bytes.
 pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
-    let (checked, ascii) = check_lines(run, width);
+    check_run_with(run, width, b',')
+}
+
+/// `check_run` with fields separated by `delimiter` (a CSV dialect's: an
+/// ASCII byte other than CR and LF; any other is refused).
+pub fn check_run_with(run: &[u8], width: usize, delimiter: u8) -> Result<RunFields, RunError> {
+    if !delimiter.is_ascii() || delimiter == b'\n' || delimiter == b'\r' {
+        return Err(RunError::Delimiter);
+    }
+    let (checked, ascii) = check_lines(run, width, delimiter);
     // Bad UTF-8 is the refusal named before any other; a run the line
     // check read through and found all ASCII is UTF-8 without a second
     // pass (the common case), any other is validated.
@@ -153,7 +164,7 @@ pub fn check_run(run: &[u8], width: usize) -> Result<RunFields, RunError> {
 
 /// `check_run` but for its UTF-8 test, and whether it found every byte of
 /// the run ASCII (false where it stopped before the end).
-fn check_lines(run: &[u8], width: usize) -> (Result<RunFields, RunError>, bool) {
+fn check_lines(run: &[u8], width: usize, delimiter: u8) -> (Result<RunFields, RunError>, bool) {
     // A CR ends a line only before LF: a run ending in a bare CR (which
     // the reader never cuts) would otherwise lose it as a CRLF's.
     if run.ends_with(b"\r") {
@@ -172,9 +183,9 @@ fn check_lines(run: &[u8], width: usize) -> (Result<RunFields, RunError>, bool) 
     let mut line_start = 0;
     // Only the commas, CRs and LFs are looked at, found a block at a time
     // (`csv_marks`): the bytes between them need no step of their own.
-    let scanned = csv_marks::for_each_mark(body, |at, byte| {
+    let scanned = csv_marks::for_each_mark(body, delimiter, |at, byte| {
         match byte {
-            b',' => fields.ends.push(at as u32),
+            _ if byte == delimiter => fields.ends.push(at as u32),
             // (the byte after a CR is read from the run: the body's last
             // CR is followed by the run's final LF)
             b'\r' if run.get(at + 1) != Some(&b'\n') => return Err(RunError::LoneCarriageReturn),

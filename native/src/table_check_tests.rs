@@ -7,6 +7,10 @@ use proptest::prelude::*;
 
 /// The check as it was: every byte of the run tested in turn.
 fn check_run_bytewise(run: &[u8], width: usize) -> Result<RunFields, RunError> {
+    check_run_bytewise_with(run, width, b',')
+}
+
+fn check_run_bytewise_with(run: &[u8], width: usize, delimiter: u8) -> Result<RunFields, RunError> {
     if std::str::from_utf8(run).is_err() {
         return Err(RunError::NotUtf8);
     }
@@ -20,8 +24,8 @@ fn check_run_bytewise(run: &[u8], width: usize) -> Result<RunFields, RunError> {
     let mut fields = RunFields { rows: 0, width, ends: Vec::new() };
     let mut line_start = 0;
     for (at, byte) in body.iter().enumerate() {
-        match byte {
-            b',' => fields.ends.push(at as u32),
+        match *byte {
+            _ if *byte == delimiter => fields.ends.push(at as u32),
             b'\r' if run.get(at + 1) != Some(&b'\n') => return Err(RunError::LoneCarriageReturn),
             b'\n' => {
                 fields.end_line(body, line_start, at)?;
@@ -86,6 +90,24 @@ proptest! {
         run[at] = into;
         prop_assert_eq!(check_run(&run, width), check_run_bytewise(&run, width));
     }
+}
+
+proptest! {
+    #[test]
+    fn block_check_is_the_bytewise_check_for_any_delimiter(pieces in prop::collection::vec(piece(), 0..40),
+                                                           width in 1usize..5,
+                                                           delimiter in prop::sample::select(b"\t;| \",a".to_vec())) {
+        let run = pieces.concat();
+        prop_assert_eq!(check_run_with(&run, width, delimiter), check_run_bytewise_with(&run, width, delimiter));
+    }
+}
+
+#[test]
+fn a_delimiter_no_plain_run_can_have_is_refused() {
+    for delimiter in [b'\n', b'\r', 0xc3] {
+        assert_eq!(check_run_with(b"a\n", 1, delimiter), Err(RunError::Delimiter));
+    }
+    assert_eq!(check_run_with(b"a\tb\n", 2, b'\t').map(|fields| fields.rows), Ok(1));
 }
 
 #[test]

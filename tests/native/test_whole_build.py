@@ -76,6 +76,21 @@ def _table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     return config
 
 
+def _tsv_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
+    """The table of `_table` as a tab-separated dialect (``source.csv``),
+    with a quoted field holding tabs and a line break now and then."""
+    config = _table(directory, rows)
+    lines = (directory / "table.csv").read_text(encoding="utf-8").split("\n")
+    for at in range(3, len(lines), 997):
+        lines[at] = lines[at].replace("word ", '"word\tword\n"', 1)
+    (directory / "table.csv").write_text("\n".join(line.replace(",", "\t") for line in lines),
+                                         encoding="utf-8")
+    settings = yaml.safe_load(config.read_text())
+    settings["source"]["csv"] = {"delimiter": "\t"}
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return config
+
+
 def _parquet_table(directory: pathlib.Path, rows: int) -> pathlib.Path:
     """The table of `_table` as typed Parquet columns, in several row
     groups, with values of every class the rules judge (nulls, out of
@@ -282,11 +297,12 @@ def native_built():
         pytest.skip(f"the native extension is not built ({error})")
 
 
-@pytest.mark.parametrize("which", ["flights", "table", "parquet", "jsonl", "timestamped",
-                                   "tfrecord"])
+@pytest.mark.parametrize("which", ["flights", "table", "tsv", "parquet", "jsonl",
+                                   "timestamped", "tfrecord"])
 def test_a_build_gives_the_same_bytes_on_both_paths(native_built, tmp_path, which):
     make = {"flights": lambda: FLIGHTS, "table": lambda: _table(tmp_path, 20_000),
             "parquet": lambda: _parquet_table(tmp_path, 20_000),
+            "tsv": lambda: _tsv_table(tmp_path, 20_000),
             "jsonl": lambda: _jsonl_table(tmp_path, 20_000),
             "timestamped": lambda: _timestamped_table(tmp_path, 20_000),
             "tfrecord": lambda: _tfrecord_source(tmp_path, 20_000)}

@@ -35,7 +35,8 @@ from .ranges import (BLOCK, Cursor, block_lines, iter_line_blocks, scan_split_po
                      seek_to_record)
 from .rows import ColumnBatch, SourceRow
 
-__all__ = ["CsvRunBatch", "csv_split_points", "iter_csv", "read_csv_header"]
+__all__ = ["CsvRunBatch", "csv_split_points", "iter_csv", "lone_carriage_return",
+           "plain_run_batch", "read_csv_header"]
 
 # Bytes read at a time, and how the file is opened (module attributes, so
 # that tests can put block ends mid-line and fail reads).
@@ -60,12 +61,14 @@ class CsvRunBatch(ColumnBatch):
     something asks for them. The kernel gives the text the statistics
     read, so a build whose rows it all takes never makes a str per field."""
 
-    __slots__ = ("run", "names", "checked", "_split")
+    __slots__ = ("run", "names", "checked", "delimiter", "_split")
 
     def __init__(self, source: str, first_row: int, columns: dict[str, list] | None,
-                 run: bytes, names: tuple[str, ...] | None = None, checked=None):
+                 run: bytes, names: tuple[str, ...] | None = None, checked=None,
+                 delimiter: str = ","):
         self._split = None
         self.checked = checked
+        self.delimiter = delimiter  # (a dialect's, `csv_dialect`: "," in the default one)
         if columns is not None:
             super().__init__(source, first_row, columns)
             names = tuple(columns)
@@ -78,7 +81,7 @@ class CsvRunBatch(ColumnBatch):
     def columns(self) -> dict[str, list]:
         if self._split is None:
             self._split = _run_columns(self.run, self.names, self._size, self.source,
-                                       self.first_row)
+                                       self.first_row, self.delimiter)
         return self._split
 
     @columns.setter
@@ -89,10 +92,11 @@ class CsvRunBatch(ColumnBatch):
         return self.names
 
 
-def _plain_lines(run: bytes, width: int) -> list[str] | None:
+def _plain_lines(run: bytes, width: int, delimiter: str = ",") -> list[str] | None:
     """The lines of a plain run as text when every line is valid UTF-8
-    and has `width` fields (the common case), else None. Every CR ends a
-    line (see `_iter_csv_batches`), as `_decode_record` would strip it."""
+    and has `width` fields separated by `delimiter` (the common case), else
+    None. Every CR ends a line (see `_iter_csv_batches`), as
+    `_decode_record` would strip it."""
     try:
         text = run.decode("utf-8")
     except UnicodeDecodeError:
@@ -102,31 +106,55 @@ def _plain_lines(run: bytes, width: int) -> list[str] | None:
     lines = text.split("\n")
     if not lines[-1]:
         lines.pop()  # the run's last "\n" ends a line, it starts none
-    if "" not in lines and set(map(str.count, lines, repeat(","))) == {width - 1}:
+    if "" not in lines and set(map(str.count, lines, repeat(delimiter))) == {width - 1}:
         return lines
     return None
 
 
-def _columns_of(lines: list[str], names: Sequence[str]) -> dict[str, list[str]]:
+def _columns_of(lines: list[str], names: Sequence[str], delimiter: str = ","
+                ) -> dict[str, list[str]]:
     """The columns of lines that each hold len(names) fields: the fields of
     all of them, in one list, hold column i at i, i + width, ..."""
-    fields = ",".join(lines).split(",")
+    fields = delimiter.join(lines).split(delimiter)
     width = len(names)
     return {name: fields[i::width] for i, name in enumerate(names)}
 
 
 def _run_columns(run: bytes, names: Sequence[str], rows: int, source: str,
-                 first_row: int) -> dict[str, list[str]]:
+                 first_row: int, delimiter: str = ",") -> dict[str, list[str]]:
     """The columns of a run the native kernel vouched for, as the reader
     splits them."""
-    lines = _plain_lines(run, len(names))
+    lines = _plain_lines(run, len(names), delimiter)
     if lines is None or len(lines) != rows:
         # The kernel and `_plain_lines` test the same promises (tested on
         # any bytes): a run one takes and the other refuses is a bug, not a
         # bad row; RECORDFORGE_PURE_PYTHON=1 reads the file without it.
         raise RuntimeError(f"{source} lines {first_row}-{first_row + rows - 1}: the native "
                            "check took these lines as plain CSV, the reader does not")
-    return _columns_of(lines, names)
+    return _columns_of(lines, names, delimiter)
+
+
+def plain_run_batch(run: bytes, line_no: int, names: Sequence[str], source: str,
+                    delimiter: str = ",") -> CsvRunBatch | None:
+    """The `CsvRunBatch` of a plain run starting on line `line_no` (every
+    line valid UTF-8 with one field per column, separated by `delimiter`;
+    no blank line, a CR only in CRLF), or None when it is not one. Where
+    the native kernels run the run is tested by `check_csv_run`, which
+    keeps where its fields end for the convert call, and its fields are
+    split only when asked; else by `_plain_lines`, the same test."""
+    native = kernels()
+    if native is not None:
+        try:
+            checked = native.check_csv_run(run, len(names), ord(delimiter))
+        except Exception:  # a bug in the kernel costs speed, never rows: Python decides
+            checked = None
+        if checked is not None and len(checked):
+            return CsvRunBatch(source, line_no, None, run, tuple(names), checked, delimiter)
+    lines = _plain_lines(run, len(names), delimiter)
+    if lines is None:
+        return None
+    return CsvRunBatch(source, line_no, _columns_of(lines, names, delimiter), run,
+                       delimiter=delimiter)
 
 
 def csv_split_points(path: str, target_bytes: int, *,
@@ -196,7 +224,7 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
     for first in blocks:
         offset, line_no, block = first
         # (`in` first: it stops early or scans the block at memchr speed)
-        if b'"' not in block and (b"\r" not in block or not _lone_carriage_return(block)):
+        if b'"' not in block and (b"\r" not in block or not lone_carriage_return(block)):
             if offset == 0:
                 header, _, block = block.partition(b"\n")
                 yield 0, 1, header, False
@@ -223,7 +251,7 @@ def _iter_csv_batches(blocks: Iterator[tuple[int, int, bytes]]
             yield offset, line_no, b"\n".join(parts), False
 
 
-def _lone_carriage_return(block: bytes) -> bool:
+def lone_carriage_return(block: bytes) -> bool:
     """True when a CR of `block` is not followed by LF (a CRLF file's
     blocks hold none): in one native pass where the kernels run, else by
     counting, which scans the block twice (~1.2 ms a MB)."""
@@ -390,27 +418,20 @@ def _plain_csv_rows(run: bytes, line_no: int, names: list[str], source: str,
     name the line (and the byte of bad UTF-8). Where the native kernels run,
     a ColumnBatch is tested by `check_csv_run` instead and its fields are
     split only when asked (`CsvRunBatch`)."""
-    native = kernels() if columns else None
-    if native is not None:
-        # The kernel tests the run as `_plain_lines` does, without making a
-        # str per line, and keeps where the fields end for the convert
-        # call: the batch splits its fields only if asked.
-        try:
-            checked = native.check_csv_run(run, len(names))
-        except Exception:  # a bug in the kernel costs speed, never rows: Python decides
-            checked = None
-        if checked is not None and len(checked):
-            return iter([CsvRunBatch(source, line_no, None, run, tuple(names), checked)])
-    lines = _plain_lines(run, len(names))
-    if lines is not None:
-        if columns:
-            return iter([CsvRunBatch(source, line_no, _columns_of(lines, names), run)])
-        # Commas are counted rather than fields, so that the field lists are
-        # made one at a time below and freed at once: a block's worth of
-        # them alive together would add to every garbage collection's work.
-        fields = map(str.split, lines, repeat(","))
-        return map(SourceRow, repeat(source), count(line_no),
-                   map(dict, map(zip, repeat(names), fields)))
+    if columns:
+        batch = plain_run_batch(run, line_no, names, source)
+        if batch is not None:
+            return iter([batch])
+    else:
+        lines = _plain_lines(run, len(names))
+        if lines is not None:
+            # Commas are counted rather than fields, so that the field lists
+            # are made one at a time below and freed at once: a block's
+            # worth of them alive together would add to every garbage
+            # collection's work.
+            fields = map(str.split, lines, repeat(","))
+            return map(SourceRow, repeat(source), count(line_no),
+                       map(dict, map(zip, repeat(names), fields)))
     rows = (_csv_record_row(raw, False, record_line, names, source)
             for record_line, raw in enumerate(run.split(b"\n"), line_no))
     return (row for row in rows if row is not None)

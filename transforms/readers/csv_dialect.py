@@ -5,7 +5,10 @@
 read by `csv.iter_csv`, which splits files into byte ranges and takes plain
 runs of lines a block at a time; every other dialect is read here, each
 file as one unit, through Python's ``csv`` module over the decoded text
-stream, so the default path pays nothing for the options.
+stream, so the default path pays nothing for the options. As a build reads
+them (``columns=True``), a UTF-8 dialect's blocks of plain lines come as
+`CsvRunBatch`es, as the default dialect's do (`_runs_and_records`: the same
+rows, the csv module reading every other record).
 
 Rows follow the same rules as `iter_csv`: values are ``str``, one `SourceRow`
 or read dead letter per record (``csv_ragged_row``, ``csv_malformed``),
@@ -35,15 +38,20 @@ from typing import Iterator
 
 import fsspec
 
-from .csv import _csv_limit_lock
+from .csv import CsvRunBatch, _csv_limit_lock, lone_carriage_return, plain_run_batch
 from .common import (READ_ERRORS, empty_file, open_file, read_dead_letter, read_error, resolve,
                      skip_utf8_bom)
+from .ranges import BLOCK, Cursor, iter_line_blocks
 from .rows import SourceRow
 
 __all__ = ["CSV_ENCODINGS", "CsvOptions", "iter_csv_dialect", "read_dialect_header"]
 
 # Encodings a CSV file may declare, by their canonical codec name.
 CSV_ENCODINGS = ("utf-8", "utf-8-sig", "latin-1", "cp1252", "utf-16")
+
+# Bytes read at a time by `_runs_and_records` (a module attribute, so that
+# tests can cut files into many blocks).
+_BLOCK = BLOCK
 
 # The csv module's limit on one field (131072 characters by default) is
 # process-wide; records longer than this are a runaway quote in practice.
@@ -112,58 +120,29 @@ def _text(raw, encoding: str) -> io.TextIOWrapper:
 
 def iter_csv_dialect(path: str, options: CsvOptions, *,
                      fs: fsspec.AbstractFileSystem | None = None,
-                     source: str | None = None) -> Iterator[SourceRow | dict]:
+                     source: str | None = None, columns: bool = False
+                     ) -> Iterator[SourceRow | CsvRunBatch | dict]:
     """Reads every record of one CSV file of dialect `options`: a `SourceRow`
-    (column -> str) per good record, read dead letters otherwise."""
+    (column -> str) per good record, read dead letters otherwise.
+    columns: a UTF-8 dialect's plain runs of lines come as `CsvRunBatch`es
+    (`_runs_and_records`), the same rows."""
     fs, fs_path, source = resolve(path, fs, source)
+    if columns and takes_plain_runs(options):
+        yield from _runs_and_records(fs, fs_path, options, source)
+        return
+    records = _Records(options, source)
     line = 1
     try:
         with open_file(fs, fs_path) as raw:
-            text = _text(raw, options.encoding)
-            records = _reader(text, options)
-            names = list(options.columns) if not options.header else None
-            seen_any = False
+            reader = _reader(_text(raw, options.encoding), options)
             while True:
-                line = records.line_num + 1
-                try:
-                    fields = _next_record(records)
-                except csv.Error as exc:
-                    seen_any = True
-                    if names is None:
-                        yield read_dead_letter(source, line, "csv_bad_header",
-                                               f"{source}: the header line is not valid CSV: {exc}",
-                                               None, rows=None)
-                        return
-                    yield read_dead_letter(source, line, "csv_malformed",
-                                           f"{source} line {line}: broken CSV quoting: {exc}", None)
-                    continue
-                if fields is None:
+                line = reader.line_num + 1
+                item, more = records.next_item(reader, line)
+                if item is not None:
+                    yield item
+                if not more:
                     break
-                if not fields:
-                    continue  # a blank line is not a row (a quoted "" is one empty field)
-                seen_any = True
-                undecoded = _undecoded(fields, options.encoding, source, line, names is None)
-                if undecoded is not None:
-                    yield undecoded
-                    if names is None:
-                        return
-                    continue
-                if names is None:
-                    problem = _header_problem(fields, source, line)
-                    if problem is not None:
-                        yield problem
-                        return
-                    names = fields
-                    continue
-                if len(fields) != len(names):
-                    yield read_dead_letter(
-                        source, line, "csv_ragged_row",
-                        f"{source} line {line}: {len(fields)} fields, but "
-                        f"{'the header has' if options.header else 'source.csv.columns names'} "
-                        f"{len(names)}", fields)
-                    continue
-                yield SourceRow(source, line, dict(zip(names, fields)))
-            if not seen_any:
+            if not records.seen_any:
                 yield empty_file(source)
     except UnicodeError as exc:
         yield read_dead_letter(
@@ -172,6 +151,166 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
             "rest of the file is not read", source, rows=None)
     except READ_ERRORS as exc:
         yield read_error(source, line if line > 1 else None, exc)
+
+
+class _Records:
+    """The rows and dead letters of a file's records as the csv module reads
+    them, one record at a time (`next_item`): the header first when the
+    dialect has one, then a row or a dead letter per record; blank lines
+    are not rows."""
+
+    def __init__(self, options: CsvOptions, source: str):
+        self.options, self.source = options, source
+        self.names: list[str] | None = list(options.columns) if not options.header else None
+        self.seen_any = False  # (a record was read: the file is not empty)
+
+    def next_item(self, reader, line: int) -> tuple[SourceRow | dict | None, bool]:
+        """(the row or dead letter of the record `reader` reads next, which
+        starts on `line`, or None; whether to read on)."""
+        source, names = self.source, self.names
+        try:
+            fields = _next_record(reader)
+        except csv.Error as exc:
+            self.seen_any = True
+            if names is None:
+                return read_dead_letter(source, line, "csv_bad_header",
+                                        f"{source}: the header line is not valid CSV: {exc}",
+                                        None, rows=None), False
+            return read_dead_letter(source, line, "csv_malformed",
+                                    f"{source} line {line}: broken CSV quoting: {exc}", None), True
+        if fields is None:
+            return None, False
+        if not fields:
+            return None, True  # a blank line is not a row (a quoted "" is one empty field)
+        self.seen_any = True
+        undecoded = _undecoded(fields, self.options.encoding, source, line, names is None)
+        if undecoded is not None:
+            return undecoded, names is not None
+        if names is None:
+            problem = _header_problem(fields, source, line)
+            if problem is not None:
+                return problem, False
+            self.names = fields
+            return None, True
+        if len(fields) != len(names):
+            return read_dead_letter(
+                source, line, "csv_ragged_row",
+                f"{source} line {line}: {len(fields)} fields, but "
+                f"{'the header has' if self.options.header else 'source.csv.columns names'} "
+                f"{len(names)}", fields), True
+        return SourceRow(source, line, dict(zip(names, fields))), True
+
+
+def takes_plain_runs(options: CsvOptions) -> bool:
+    """Whether `_runs_and_records` reads the dialect: UTF-8 text and a
+    delimiter and quote of one ASCII character each (no CR or LF)."""
+    def one_byte(char: str | None) -> bool:
+        return char is not None and len(char) == 1 and char.isascii() and char not in "\r\n"
+
+    return (options.encoding in ("utf-8", "utf-8-sig") and one_byte(options.delimiter)
+            and (options.quote is None or one_byte(options.quote))
+            and options.quote != options.delimiter)
+
+
+def _runs_and_records(fs: fsspec.AbstractFileSystem, fs_path: str, options: CsvOptions,
+                      source: str) -> Iterator[SourceRow | CsvRunBatch | dict]:
+    """`iter_csv_dialect`'s rows of a UTF-8 dialect, a block of whole lines
+    at a time: a block that is a plain run (no quote character, a CR only in
+    CRLF, valid UTF-8, no blank line, one field per column: no field can
+    then be anything but the text between delimiters) is one `CsvRunBatch`,
+    tested and converted by the native kernels where they run, exactly as
+    the default dialect's (`csv.plain_run_batch`); from any other block the
+    csv module reads on, record by record as without, to the end of the
+    block where a record ends (`_BlockLines`), lines counted as it counts
+    them. The header line is a block of its own."""
+    records = _Records(options, source)
+    quote = None if options.quote is None else options.quote.encode("ascii")
+    line = 1  # the line the next block starts on
+    reading = 1  # the line being read (a read error's)
+    try:
+        with open_file(fs, fs_path) as raw:
+            skip_utf8_bom(raw)
+            blocks = (block for _, _, block in iter_line_blocks(raw, Cursor(0, 1), _BLOCK))
+            if records.names is None:
+                blocks = _header_apart(blocks)
+            for block in blocks:
+                reading = line
+                if records.names is not None and _may_be_plain(block, quote):
+                    batch = plain_run_batch(block, line, records.names, source,
+                                            options.delimiter)
+                    if batch is not None:
+                        records.seen_any = True
+                        yield batch
+                        line += block.count(b"\n") + (not block.endswith(b"\n"))
+                        continue
+                lines = _BlockLines(block, blocks)
+                reader = _reader(lines, options)
+                more = True
+                while more and not lines.at_block_end:
+                    reading = line + reader.line_num
+                    item, more = records.next_item(reader, reading)
+                    if item is not None:
+                        yield item
+                if not more:
+                    break
+                line += reader.line_num
+            if not records.seen_any:
+                yield empty_file(source)
+    except READ_ERRORS as exc:
+        yield read_error(source, reading if reading > 1 else None, exc)
+
+
+def _may_be_plain(block: bytes, quote: bytes | None) -> bool:
+    """No quote character, a CR only before LF, and short enough that no
+    field passes the csv module's limit (which a plain run would take)."""
+    return ((quote is None or quote not in block) and len(block) < _FIELD_LIMIT
+            and (b"\r" not in block or not lone_carriage_return(block)))
+
+
+def _header_apart(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """`blocks` with the first one's first line a block of its own."""
+    first = next(blocks, None)
+    if first is None:
+        return
+    header, newline, rest = first.partition(b"\n")
+    yield header + newline
+    if rest:
+        yield rest
+    yield from blocks
+
+
+class _BlockLines:
+    """The lines of `first` and of the blocks after it in `blocks`, as text
+    (bytes that are not UTF-8 escaped, as `_text` does), split as a text
+    stream with ``newline=""`` splits them (at LF, CRLF and a lone CR), for
+    the csv module; a block is read only when a line of it is asked for.
+    `at_block_end`: the last line given ended a block (no line of the next
+    was asked for), where a record the csv module ended ends a block too."""
+
+    def __init__(self, first: bytes, blocks: Iterator[bytes]):
+        self._blocks = blocks
+        self._lines = _lines_of(first)
+        self._at = 0
+        self.at_block_end = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        if self._at == len(self._lines):
+            block = next(self._blocks, None)
+            if block is None:
+                raise StopIteration
+            self._lines, self._at = _lines_of(block), 0
+        line = self._lines[self._at]
+        self._at += 1
+        self.at_block_end = self._at == len(self._lines)
+        return line
+
+
+def _lines_of(block: bytes) -> list[str]:
+    # (a block ends at a LF: no character, and no CRLF, is cut at its end)
+    return io.StringIO(block.decode("utf-8", "surrogateescape"), newline="").readlines()
 
 
 def _undecoded(fields: list[str], encoding: str, source: str, line: int,

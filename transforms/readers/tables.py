@@ -186,6 +186,8 @@ def read_range(fs: fsspec.AbstractFileSystem, unit: FileRange, format: str,
     dialect)."""
     if format == "tfrecord":
         return tfrecords.iter_tfrecords(unit.fs_path, fs=fs, source=unit.source, columns=True)
+    if format == "csv" and options is not None and not options.is_default:
+        return iter_csv_dialect(unit.fs_path, options, fs=fs, source=unit.source, columns=True)
     if _whole_files(format, options):
         return iter_table(unit.fs_path, format, options, fs=fs, source=unit.source)
     if format == "parquet":
