@@ -127,7 +127,7 @@ def iter_csv_dialect(path: str, options: CsvOptions, *,
     columns: a UTF-8 dialect's plain runs of lines come as `CsvRunBatch`es
     (`_runs_and_records`), the same rows."""
     fs, fs_path, source = resolve(path, fs, source)
-    if columns and takes_plain_runs(options):
+    if columns and _takes_plain_runs(options):
         yield from _runs_and_records(fs, fs_path, options, source)
         return
     records = _Records(options, source)
@@ -201,7 +201,7 @@ class _Records:
         return SourceRow(source, line, dict(zip(names, fields))), True
 
 
-def takes_plain_runs(options: CsvOptions) -> bool:
+def _takes_plain_runs(options: CsvOptions) -> bool:
     """Whether `_runs_and_records` reads the dialect: UTF-8 text and a
     delimiter and quote of one ASCII character each (no CR or LF)."""
     def one_byte(char: str | None) -> bool:
