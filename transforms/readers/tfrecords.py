@@ -104,7 +104,8 @@ def _record_batches(f, fs_path: str, source: str, native, read: list[int]
     the row path reads it; with them, only the records the kernel leaves
     to protobuf (`example_run_check`): the others are Examples, read when
     something asks for their values."""
-    for run, ends in iter_record_runs(f, path=fs_path, compression="auto"):
+    for run, block_ends, block_first in iter_record_runs(f, path=fs_path, compression="auto"):
+        ends = np.asarray(block_ends, dtype=np.int64) - block_first
         count, first = len(ends), read[0] + 1
         read[0] += count
         batch = ExampleRunBatch(source, run, ends, range(first, first + count))

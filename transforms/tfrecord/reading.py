@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO, Iterator
 
-import numpy as np
-
 from .damage import complete_records, count_complete
 from .framing import (FOOTER_SIZE, HEADER, HEADER_SIZE, LENGTH, TFRecordError, crc32c, mask_crc,
                       masked_crc32c)
@@ -95,16 +93,17 @@ def iter_records(fileobj: BinaryIO, *, path: str = "", compression: str = "auto"
 
 
 def iter_record_runs(fileobj: BinaryIO, *, path: str = "", compression: str = "auto"
-                     ) -> Iterator[tuple[bytes, np.ndarray]]:
+                     ) -> Iterator[tuple[bytes, list[int], int]]:
     """`iter_records` a block at a time, without an object per record:
-    ``(run, ends)``, the block's complete records back to back as the
-    stream frames them (headers and footers included, every CRC checked)
-    and where each ends in `run` (int64). Raises as `iter_records`."""
+    ``(run, ends, first)``, the block's complete records back to back as
+    the stream frames them (headers and footers included, every CRC
+    checked), where each ends in the block, and where `run` starts in it
+    (each ends at ``ends[i] - first`` in `run`). Raises as `iter_records`."""
     for buffer, starts, ends in _record_range(fileobj, path, compression, 0, None):
         first = starts[0]
         with memoryview(buffer) as view:
             run = bytes(view[first:ends[-1]])
-        yield run, np.asarray(ends, dtype=np.int64) - first
+        yield run, ends, first
 
 
 def iter_record_views(fileobj: BinaryIO, *, path: str = "", compression: str = "auto",
