@@ -327,14 +327,11 @@ pub(crate) fn convert_arrow_batch(py: Python<'_>, columns: Vec<Option<ColumnBuff
     let dictionaries = dictionaries_of(py, &held)?;
     let arrays = arrays_of(py, &held, &dictionaries)?;
     // (no capacity: `count` is not yet checked against the buffers, and the
-    // lists grow as the rows come)
-    let mut rows = crate::py_rows::FramedRows::new(py, 0);
-    let converted = crate::guarded(std::panic::AssertUnwindSafe(|| {
-        convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, utf8_known, &mut rows)
-    }))?;
-    let Ok(columns) = converted else { return Ok(None) };
-    // (validated: a string feature's values are text `Checked::field` found UTF-8)
-    Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, true)?))
+    // lists grow as the rows come; validated: a string feature's values are
+    // text `Checked::field` found UTF-8)
+    crate::py_rows::converted_batch(py, crate::py_rows::FramedRows::new(py, 0), plan, |rows| {
+        convert_batch_into(&arrays, count, &plan.plan, &plan.as_str, &plan.nullable, utf8_known, rows)
+    })
 }
 
 /// Whether every column is of a layout the kernel reads, its buffers hold

@@ -158,17 +158,13 @@ pub(crate) fn example_run_check(py: Python<'_>, run: PyBuffer<u8>, count: usize)
 pub(crate) fn convert_example_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &crate::CsvPlan,
                                   names: Vec<Vec<u8>>) -> PyResult<Option<crate::ConvertedObjects>> {
     crate::with_bytes(py, &run, |bytes| {
-        // (a capacity only: `convert_examples_into` checks `count` against the run)
-        let mut rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() / (HEADER + FOOTER) + 1));
-        let held = std::panic::AssertUnwindSafe(&mut rows);
-        let Ok(columns) = crate::guarded(move || {
-            let held = held; // (the wrapper whole, not its field: it vouches for it)
-            convert_examples_into(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable, held.0)
-        })? else {
-            return Ok(None);
-        };
-        // (a string feature's checked text is UTF-8: `item_field` checked it)
-        Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, true)?))
+        // (a capacity only: `convert_examples_into` checks `count` against
+        // the run; a string feature's checked text is UTF-8: `item_field`
+        // checked it)
+        let rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() / (HEADER + FOOTER) + 1));
+        crate::py_rows::converted_batch(py, rows, plan, |rows| {
+            convert_examples_into(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable, rows)
+        })
     })?
 }
 

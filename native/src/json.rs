@@ -375,19 +375,13 @@ pub(crate) fn convert_jsonl_run(py: Python<'_>, run: PyBuffer<u8>, count: usize,
                                 names: Vec<Vec<Vec<u8>>>) -> PyResult<Option<crate::ConvertedObjects>> {
     crate::with_bytes(py, &run, |bytes| {
         let mut arena = Vec::new();
-        // (a capacity only: `convert_lines_into` checks `count` against the run)
-        let mut rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() + 1));
-        let held = std::panic::AssertUnwindSafe((&mut arena, &mut rows));
-        let Ok(columns) = crate::guarded(move || {
-            let held = held; // (the wrapper whole, not its fields: it vouches for them)
-            let (arena, rows) = held.0;
-            convert_lines_into(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable, arena, rows)
-        })? else {
-            return Ok(None);
-        };
-        // (validated: the run is valid UTF-8, strings are cut at ASCII
+        // (a capacity only: `convert_lines_into` checks `count` against the
+        // run; validated: the run is valid UTF-8, strings are cut at ASCII
         // quotes, and decoded text is made of whole characters)
-        Ok(Some(crate::py_rows::converted_objects(py, rows, &columns, plan, true)?))
+        let rows = crate::py_rows::FramedRows::new(py, count.min(bytes.len() + 1));
+        crate::py_rows::converted_batch(py, rows, plan, |rows| {
+            convert_lines_into(bytes, count, &plan.plan, &names, &plan.as_str, &plan.nullable, &mut arena, rows)
+        })
     })?
 }
 

@@ -54,7 +54,7 @@ use std::collections::HashSet;
 
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use py_rows::{converted_objects, FramedRows};
+use py_rows::{converted_batch, FramedRows};
 
 /// A read-only byte view of any contiguous buffer (bytes, bytearray,
 /// memoryview), valid while the GIL is held.
@@ -297,12 +297,9 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
         let Ok(fields) = guarded(|| table::counted_fields(bytes, count, plan.plan.width))? else {
             return Ok(None);
         };
-        let mut rows = FramedRows::new(py, fields.rows);
-        let converted = guarded(std::panic::AssertUnwindSafe(|| {
-            table::convert_checked_into(bytes, &fields, &plan.plan, &mut rows)
-        }))?;
-        let Ok(columns) = converted else { return Ok(None) };
-        Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
+        converted_batch(py, FramedRows::new(py, fields.rows), plan, |rows| {
+            table::convert_checked_into(bytes, &fields, &plan.plan, rows)
+        })
     })?
 }
 
@@ -312,12 +309,9 @@ fn convert_csv_run(py: Python<'_>, run: PyBuffer<u8>, count: usize, plan: &CsvPl
 fn convert_checked_run(py: Python<'_>, checked: &CsvRun, plan: &CsvPlan)
                        -> PyResult<Option<ConvertedObjects>> {
     let (bytes, fields) = (checked.run.as_bytes(py), &checked.fields);
-    let mut rows = FramedRows::new(py, fields.rows);
-    let converted = guarded(std::panic::AssertUnwindSafe(|| {
-        table::convert_checked_into(bytes, fields, &plan.plan, &mut rows)
-    }))?;
-    let Ok(columns) = converted else { return Ok(None) };
-    Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
+    converted_batch(py, FramedRows::new(py, fields.rows), plan, |rows| {
+        table::convert_checked_into(bytes, fields, &plan.plan, rows)
+    })
 }
 
 /// `check_csv_run(run, width, delimiter=ord(",")) -> CsvRun | None`: a

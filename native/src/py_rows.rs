@@ -112,6 +112,19 @@ fn key_objects(py: Python<'_>, keys: &framed_keys::KeyBuffer) -> PyResult<PyObje
         .into_pyobject(py)?.into_any().unbind())
 }
 
+/// A table kernel's conversion of a batch into `rows` (`convert`, run so
+/// that a panic comes back as a Python error: `guarded`) as the Python
+/// objects `converted_objects` gives, text validated; None where the kernel
+/// refused the batch (it is not what the reader promised: the Python path
+/// takes it). Every convert call ends here.
+pub(crate) fn converted_batch<'py, 'a, E>(py: Python<'py>, mut rows: FramedRows<'py>, plan: &CsvPlan,
+                                          convert: impl FnOnce(&mut FramedRows<'py>) -> Result<table::Columns<'a>, E>)
+                                          -> PyResult<Option<ConvertedObjects>> {
+    let converted = guarded(std::panic::AssertUnwindSafe(|| convert(&mut rows)))?;
+    let Ok(columns) = converted else { return Ok(None) };
+    Ok(Some(converted_objects(py, rows, &columns, plan, true)?))
+}
+
 /// A table kernel's answer for Python (`convert_csv_run`,
 /// `arrow::convert_arrow_batch`, `json::convert_jsonl_run`): `rows`'
 /// framed Examples and their offsets (little-endian int64, one more than

@@ -22,7 +22,6 @@ statistics read).
 
 from __future__ import annotations
 
-from itertools import chain, repeat
 from typing import Iterator, Sequence
 
 import fsspec
@@ -33,7 +32,7 @@ from .common import READ_ERRORS, empty_file, open_range, read_dead_letter, read_
 from .json_values import DECODER, MAX_JSON_DEPTH, json_depth_exceeds
 from .ranges import (Cursor, count_newlines, iter_line_blocks, iter_lines, scan_split_points,
                      seek_to_record)
-from .rows import RawRowsBatch, SourceRow, joined_row_numbers
+from .rows import RawRowsBatch, SourceRow
 
 __all__ = ["JsonlRunBatch", "iter_jsonl", "jsonl_split_points"]
 
@@ -214,20 +213,11 @@ class JsonlRunBatch(RawRowsBatch):
     @classmethod
     def concatenated(cls, batches: list[JsonlRunBatch]) -> JsonlRunBatch:
         """The rows of `batches` (of one file), in order, as one batch."""
-        first = batches[0]
         if len(batches) == 1:
-            return first
-        for other in batches:
-            if other.source != first.source:
-                raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
-        batches = [batch for batch in batches if batch._size] or [first]
-        values = None
-        if any(batch._values is not None for batch in batches):
-            values = list(chain.from_iterable(
-                batch._values if batch._values is not None else repeat(None, len(batch))
-                for batch in batches))
-        return cls.of_run(first.source, b"\n".join(batch.run for batch in batches),
-                          joined_row_numbers([batch.rows for batch in batches]), values)
+            return batches[0]
+        batches, rows, values = cls._joined(batches)
+        return cls.of_run(batches[0].source, b"\n".join(batch.run for batch in batches), rows,
+                          values)
 
     def cut(self, batch_bytes: int) -> tuple[list[JsonlRunBatch], JsonlRunBatch | None]:
         """(batches, rest): the rows in batches of at least `batch_bytes` (> 0)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from itertools import chain, pairwise
+from itertools import chain, pairwise, repeat
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
-__all__ = ["ColumnBatch", "RawRowsBatch", "SourceRow", "each_row", "joined_row_numbers"]
+__all__ = ["ColumnBatch", "RawRowsBatch", "SourceRow", "each_row"]
 
 
 class SourceRow(NamedTuple):
@@ -131,6 +131,24 @@ class RawRowsBatch(ColumnBatch):
         return (isinstance(other, ColumnBatch) and len(self) == len(other)
                 and list(self) == list(other))
 
+    @staticmethod
+    def _joined(batches: list) -> tuple[list, Sequence[int], list | None]:
+        """What joining `batches` (of one file, in order) keeps: the batches
+        holding rows (the first alone when none does), their row numbers
+        one after the other, and their rows' values (None where none was
+        made yet)."""
+        first = batches[0]
+        for other in batches:
+            if other.source != first.source:
+                raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
+        batches = [batch for batch in batches if batch._size] or [first]
+        values = None
+        if any(batch._values is not None for batch in batches):
+            values = list(chain.from_iterable(
+                batch._values if batch._values is not None else repeat(None, batch._size)
+                for batch in batches))
+        return batches, _joined_row_numbers([batch.rows for batch in batches]), values
+
 
 def each_row(items: Iterable) -> Iterator:
     """The items of a reader, with every ColumnBatch replaced by its rows."""
@@ -141,7 +159,7 @@ def each_row(items: Iterable) -> Iterator:
             yield item
 
 
-def joined_row_numbers(parts: list[Sequence[int]]) -> Sequence[int]:
+def _joined_row_numbers(parts: list[Sequence[int]]) -> Sequence[int]:
     """The row numbers of `parts` one after the other: a range where they
     are consecutive ranges (a file's runs of rows, block after block),
     else a list."""

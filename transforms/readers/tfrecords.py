@@ -32,7 +32,7 @@ from ...schemas.native import kernels
 from ..tfrecord import FOOTER_SIZE, HEADER_SIZE, TFRecordError, iter_record_runs, iter_records
 from .common import (READ_ERRORS, empty_file, open_file, open_range, read_dead_letter,
                      read_error, resolve)
-from .rows import RawRowsBatch, SourceRow, joined_row_numbers
+from .rows import RawRowsBatch, SourceRow
 
 __all__ = ["ExampleRunBatch", "iter_tfrecords"]
 
@@ -203,21 +203,13 @@ class ExampleRunBatch(RawRowsBatch):
     @classmethod
     def concatenated(cls, batches: list[ExampleRunBatch]) -> ExampleRunBatch:
         """The rows of `batches` (of one file), in order, as one batch."""
-        first = batches[0]
         if len(batches) == 1:
-            return first
-        for other in batches:
-            if other.source != first.source:
-                raise ValueError(f"rows of {other.source} joined to rows of {first.source}")
-        batches = [batch for batch in batches if batch._size] or [first]
+            return batches[0]
+        batches, rows, values = cls._joined(batches)
         shifts = np.cumsum([0] + [len(batch.run) for batch in batches[:-1]])
-        values = None
-        if any(batch._values is not None for batch in batches):
-            values = [value for batch in batches
-                      for value in (batch._values or [None] * batch._size)]
-        return cls(first.source, b"".join(batch.run for batch in batches),
+        return cls(batches[0].source, b"".join(batch.run for batch in batches),
                    np.concatenate([batch.ends + shift for batch, shift in zip(batches, shifts)]),
-                   joined_row_numbers([batch.rows for batch in batches]), values)
+                   rows, values)
 
     def __reduce__(self):
         return (ExampleRunBatch, (self.source, self.run, self.ends, self.rows))
